@@ -1,0 +1,97 @@
+"""Typed events the core emits, and the bus that carries them.
+
+Listeners are plain callables run synchronously in the emitting task: they must not block.
+A listener that raises is logged and never disturbs the emitter or the other listeners.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+__all__ = [
+    "EventBus",
+    "McpClientUpdate",
+    "McpEvent",
+    "PromptsChanged",
+    "ReconcileFinished",
+    "ServerStateChanged",
+    "ServerStatus",
+    "ToolsChanged",
+]
+
+logger = logging.getLogger(__name__)
+
+ServerStatus = Literal["disconnected", "connecting", "connected"]
+
+
+@dataclass(frozen=True, slots=True)
+class McpClientUpdate:
+    """``mcp-client-update``: some server's status changed, or discovery started or finished."""
+
+    server: str | None = None
+    in_progress: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStateChanged:
+    """What a reader can see of one server changed (status, tools, prompts, error or reason)."""
+
+    server: str
+    status: ServerStatus
+    reason: str | None
+    tools: tuple[str, ...]
+    prompts: tuple[str, ...]
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileFinished:
+    """One reconcile pass is over. ``gated`` maps servers torn down or skipped by gating to the reason."""
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    restarted: tuple[str, ...] = ()
+    refiltered: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    gated: Mapping[str, str] = field(default_factory=dict)
+    failed: Mapping[str, str] = field(default_factory=dict)
+    duration_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsChanged:
+    """The set of registered tools changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class PromptsChanged:
+    """The set of registered prompts changed."""
+
+
+McpEvent: TypeAlias = McpClientUpdate | ServerStateChanged | ReconcileFinished | ToolsChanged | PromptsChanged
+Listener: TypeAlias = Callable[[McpEvent], None]
+
+
+class EventBus:
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Add a listener; returns a function that removes it."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def emit(self, event: McpEvent) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:
+                logger.exception("event listener %r failed on %s", listener, type(event).__name__)

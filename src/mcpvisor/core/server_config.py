@@ -1,0 +1,237 @@
+"""One MCP server's configuration and its three fingerprints (SPEC §2.1, §3).
+
+Everything here is pure: no I/O, no environment reads.
+
+- :func:`connection_id_of` identifies a *connection*: a change means disconnect and reconnect.
+- :func:`exposure_of` holds the settings that only filter what a connection exposes.
+- :attr:`McpServerConfig.approval_hash` binds a user's approval to the exact configuration.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
+
+__all__ = [
+    "CONNECTION_FIELDS",
+    "Exposure",
+    "McpServerConfig",
+    "Scope",
+    "TransportKind",
+    "approval_hash",
+    "canonical_json",
+    "connection_id_of",
+    "exposure_of",
+    "normalize_server_entry",
+]
+
+Scope = Literal["project", "workspace", "system"]
+TransportKind = Literal["stdio", "sse", "http"]
+
+# camelCase and other common spellings -> canonical field names.
+_ALIASES: dict[str, str] = {
+    "httpUrl": "http_url",
+    "includeTools": "include_tools",
+    "excludeTools": "exclude_tools",
+    "discoveryTimeoutMs": "discovery_timeout_ms",
+    "discoveryTimeout": "discovery_timeout_ms",
+    "extensionName": "extension_name",
+    "workingDirectory": "cwd",
+}
+
+# Keys that never take part in the approval hash (SPEC §3.3).
+_NOT_APPROVAL_KEYS = frozenset({"scope", "extension_name", "description"})
+
+# Fields that define the connection (SPEC §3.1); auth settings arrive as unknown keys.
+CONNECTION_FIELDS = ("command", "args", "cwd", "env", "url", "http_url", "headers", "timeout")
+_AUTH_KEYS = ("oauth", "auth", "auth_provider_type", "authProviderType")
+
+
+def normalize_server_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Map the common spellings of a server entry onto the canonical field names.
+
+    Accepts camelCase (``httpUrl``), Claude-style ``type: "stdio" | "sse" | "http"`` with ``url``,
+    and VS Code ``type: "streamable-http"``. Keys already canonical pass through unchanged.
+    """
+    out: dict[str, Any] = {}
+    for key, value in entry.items():
+        out[_ALIASES.get(key, key)] = value
+    kind = out.pop("type", None)
+    if kind is None:
+        return out
+    if not isinstance(kind, str):
+        raise ValueError(f"'type' must be a string, got {type(kind).__name__}")
+    kind = kind.lower()
+    if kind in ("http", "streamable-http", "streamable_http", "streamablehttp"):
+        if "url" in out and "http_url" not in out:
+            out["http_url"] = out.pop("url")
+    elif kind == "sse":
+        pass
+    elif kind == "stdio":
+        pass
+    else:
+        raise ValueError(f"unknown transport type {kind!r}; use 'stdio', 'sse' or 'http'")
+    return out
+
+
+class McpServerConfig(BaseModel):
+    """How to reach one MCP server, and what of it to expose.
+
+    Immutable. Unknown keys are kept (they count for the approval hash) but otherwise ignored.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
+
+    # stdio
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    # SSE
+    url: str | None = None
+    # streamable HTTP
+    http_url: str | None = None
+    headers: dict[str, str] | None = None
+    # common
+    timeout: int | None = None
+    """Per-request timeout in milliseconds."""
+    discovery_timeout_ms: int | None = None
+    trust: bool | None = None
+    description: str | None = None
+    include_tools: tuple[str, ...] | None = None
+    exclude_tools: tuple[str, ...] | None = None
+    scope: Scope | None = None
+    extension_name: str | None = None
+    shared: bool | None = None
+    """``False`` asks the shared pool for one connection per session (stateful servers)."""
+
+    _approval_hash: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalize(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            return normalize_server_entry(data)
+        return data
+
+    @field_validator("env", "headers", mode="before")
+    @classmethod
+    def _stringify_values(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _check_transport(self) -> McpServerConfig:
+        if self.command is None and self.url is None and self.http_url is None:
+            raise ValueError("no transport: set 'command' (stdio), 'url' (SSE) or 'httpUrl' (streamable HTTP)")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError("'timeout' must be a positive number of milliseconds")
+        if self.discovery_timeout_ms is not None and self.discovery_timeout_ms <= 0:
+            raise ValueError("'discoveryTimeoutMs' must be a positive number of milliseconds")
+        return self
+
+    @classmethod
+    def from_entry(
+        cls,
+        entry: Mapping[str, Any],
+        *,
+        expand: Callable[[Any], Any] | None = None,
+        **overrides: Any,
+    ) -> McpServerConfig:
+        """Build a config from a settings-file entry.
+
+        The approval hash is taken over the literal entry, *before* ``expand`` substitutes
+        ``${VAR}`` references, so rotating a secret in the environment never re-prompts.
+        ``overrides`` (e.g. ``scope="project"``) are applied after hashing.
+        """
+        literal = normalize_server_entry(entry)
+        expanded = expand(literal) if expand is not None else literal
+        cfg = cls.model_validate({**expanded, **overrides})
+        cfg._approval_hash = approval_hash(literal)
+        return cfg
+
+    @property
+    def transport(self) -> TransportKind:
+        if self.command is not None:
+            return "stdio"
+        if self.http_url is not None:
+            return "http"
+        return "sse"
+
+    @property
+    def approval_hash(self) -> str:
+        """SHA-256 over the configuration minus ``scope``, ``extension_name`` and ``description``."""
+        if self._approval_hash is None:
+            self._approval_hash = approval_hash(self.entry())
+        return self._approval_hash
+
+    def entry(self) -> dict[str, Any]:
+        """The fields that were set, in canonical spelling (``null`` kept where it was given)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def target(self) -> str:
+        """What this server runs or reaches, for people: command line or URL. Never secrets."""
+        if self.command is not None:
+            return " ".join([self.command, *self.args])
+        return self.http_url or self.url or ""
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with keys sorted recursively, array order kept, no whitespace."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, tuple | frozenset | set):
+        return list(value) if isinstance(value, tuple) else sorted(value)
+    raise TypeError(f"cannot hash a value of type {type(value).__name__}")
+
+
+def approval_hash(entry: Mapping[str, Any]) -> str:
+    """Full SHA-256 of a server entry for approval records (SPEC §3.3)."""
+    kept = {k: v for k, v in normalize_server_entry(entry).items() if k not in _NOT_APPROVAL_KEYS}
+    return hashlib.sha256(canonical_json(kept).encode()).hexdigest()
+
+
+def connection_id_of(name: str, cfg: McpServerConfig) -> str:
+    """``name::fp16`` over the fields that define the connection (SPEC §3.1)."""
+    extra = cfg.model_extra or {}
+    material: dict[str, Any] = {
+        "transport": cfg.transport,
+        "command": cfg.command,
+        "args": list(cfg.args),
+        "cwd": cfg.cwd,
+        "env": sorted((cfg.env or {}).items()),
+        "url": cfg.url,
+        "http_url": cfg.http_url,
+        "headers": sorted((cfg.headers or {}).items()),
+        "timeout": cfg.timeout,
+        "auth": {k: extra[k] for k in _AUTH_KEYS if k in extra},
+    }
+    digest = hashlib.sha256(canonical_json(material).encode()).hexdigest()
+    return f"{name}::{digest[:16]}"
+
+
+class Exposure(BaseModel):
+    """The settings that filter an already open connection (SPEC §3.2)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    trust: bool | None = None
+    include_tools: tuple[str, ...] | None = None
+    exclude_tools: tuple[str, ...] | None = None
+
+    def admits(self, tool_name: str) -> bool:
+        """Whether a tool (by its name on the server) is exposed. Exclude wins over include."""
+        if self.exclude_tools and tool_name in self.exclude_tools:
+            return False
+        return self.include_tools is None or tool_name in self.include_tools
+
+
+def exposure_of(cfg: McpServerConfig) -> Exposure:
+    return Exposure(trust=cfg.trust, include_tools=cfg.include_tools, exclude_tools=cfg.exclude_tools)
