@@ -1,0 +1,81 @@
+"""Where mcpvisor keeps its files (SPEC §2.2, §7). Every function takes the environment explicitly."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = [
+    "APPROVALS_FILENAME",
+    "SETTINGS_DIRNAME",
+    "SETTINGS_FILENAME",
+    "approvals_path",
+    "log_dir",
+    "system_defaults_path",
+    "system_settings_path",
+    "trusted_folders_path",
+    "user_dir",
+    "user_settings_path",
+    "workspace_mcp_json_path",
+    "workspace_root",
+    "workspace_settings_path",
+]
+
+SETTINGS_DIRNAME = ".mcpvisor"
+SETTINGS_FILENAME = "settings.json"
+APPROVALS_FILENAME = "mcp-approvals.json"
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    return Path(env.get("HOME") or Path.home())
+
+
+def user_dir(env: Mapping[str, str]) -> Path:
+    """``~/.mcpvisor``, or ``$MCPVISOR_HOME``."""
+    override = env.get("MCPVISOR_HOME")
+    return Path(override).expanduser() if override else _home(env) / SETTINGS_DIRNAME
+
+
+def user_settings_path(env: Mapping[str, str]) -> Path:
+    return user_dir(env) / SETTINGS_FILENAME
+
+
+def approvals_path(env: Mapping[str, str]) -> Path:
+    override = env.get("MCPVISOR_MCP_APPROVALS_PATH")
+    return Path(override).expanduser() if override else user_dir(env) / APPROVALS_FILENAME
+
+
+def trusted_folders_path(env: Mapping[str, str]) -> Path:
+    return user_dir(env) / "trusted-folders.json"
+
+
+def system_defaults_path(env: Mapping[str, str]) -> Path:
+    return Path(env.get("MCPVISOR_SYSTEM_DEFAULTS_PATH") or "/etc/mcpvisor/system-defaults.json")
+
+
+def system_settings_path(env: Mapping[str, str]) -> Path:
+    return Path(env.get("MCPVISOR_SYSTEM_SETTINGS_PATH") or "/etc/mcpvisor/settings.json")
+
+
+def workspace_root(workspace: str | os.PathLike[str] | None) -> Path:
+    """The one project root for every read and write: ``--workspace`` or the cwd, as a real path."""
+    return Path(workspace if workspace is not None else os.getcwd()).expanduser().resolve()
+
+
+def workspace_settings_path(root: Path) -> Path:
+    return root / SETTINGS_DIRNAME / SETTINGS_FILENAME
+
+
+def workspace_mcp_json_path(root: Path) -> Path:
+    return root / ".mcp.json"
+
+
+def log_dir(env: Mapping[str, str]) -> Path:
+    """Per-server stderr logs; kept outside every watched folder."""
+    override = env.get("MCPVISOR_LOG_DIR")
+    if override:
+        return Path(override).expanduser()
+    state = env.get("XDG_STATE_HOME")
+    base = Path(state) if state else _home(env) / ".local" / "state"
+    return base / "mcpvisor" / "logs"
