@@ -1,0 +1,513 @@
+"""One connection to one MCP server, over the official SDK (SPEC §5.1).
+
+One owner task opens and closes the connection (anyio cancel scopes are task-bound): it spawns
+or reaches the server, runs discovery under the discovery timeout, then keeps the connection
+while listening for list-changed notices from both protocol eras, and closes it when asked to
+stop or when the server goes away. Other tasks only make requests.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import tempfile
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from mcp import Client
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from mcpvisor.core.errors import ConnectError, ServerUnavailableError, ToolCallError
+from mcpvisor.core.events import ServerStatus
+from mcpvisor.core.server_config import McpServerConfig, connection_id_of
+from mcpvisor.core.stdio import StdioProcess, open_stdio_transport
+
+if TYPE_CHECKING:
+    from mcp.client.session import MessageHandlerFnT
+
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT_S",
+    "DEFAULT_REMOTE_DISCOVERY_TIMEOUT_S",
+    "DEFAULT_STDIO_DISCOVERY_TIMEOUT_S",
+    "McpClient",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_STDIO_DISCOVERY_TIMEOUT_S = 30.0
+DEFAULT_REMOTE_DISCOVERY_TIMEOUT_S = 5.0
+DEFAULT_CALL_TIMEOUT_S = 600.0
+STOP_TIMEOUT_S = 10.0
+"""How long a deliberate stop may take before the owner task is cancelled outright."""
+LISTEN_RETRY_S = 0.5
+_CLIENT_INFO = types.Implementation(name="mcpvisor", version="0.1.0")
+_SAFE_FILENAME = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def default_log_dir() -> Path:
+    return Path(tempfile.gettempdir()) / "mcpvisor-logs"
+
+
+def _flatten(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _flatten(sub)]
+    return [exc]
+
+
+def describe_failure(exc: BaseException) -> str:
+    """A one-line reason for a failure that may be wrapped in nested exception groups."""
+    leaves = [e for e in _flatten(exc) if not isinstance(e, anyio.get_cancelled_exc_class())] or _flatten(exc)
+    leaf = leaves[0]
+    if isinstance(leaf, MCPError):
+        return f"server answered error {leaf.code}: {leaf.message}"
+    text = str(leaf) or type(leaf).__name__
+    return text if type(leaf).__name__ in text else f"{type(leaf).__name__}: {text}"
+
+
+class McpClient:
+    """A connection to one server. Build it, ``await start(task_group)``, use it, ``await aclose()``.
+
+    ``on_change`` is called (synchronously, must not block) whenever status, tools, prompts or the
+    last error change. ``on_lost`` is called once if the connection ends without being asked to.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: McpServerConfig,
+        *,
+        log_dir: Path | None = None,
+        on_change: Callable[[McpClient], None] | None = None,
+        on_lost: Callable[[McpClient], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.connection_id = connection_id_of(name, config)
+        self.status: ServerStatus = "disconnected"
+        self.last_error: str | None = None
+        self.tools: list[types.Tool] = []
+        self.prompts: list[types.Prompt] = []
+        self.resources: list[types.Resource] = []
+        self.protocol_version: str | None = None
+        self.process: StdioProcess | None = None
+        self._log_dir = log_dir or default_log_dir()
+        self._on_change = on_change
+        self._on_lost = on_lost
+        self._client: Client | None = None
+        self._mode: str = "auto"
+        self._stop = anyio.Event()
+        self._wake = anyio.Event()
+        self._lost_reason: str | None = None
+        self._ready = anyio.Event()
+        self._done = anyio.Event()
+        self._life: anyio.CancelScope | None = None
+        self._stopping = False
+        self._refresh_tools = False
+        self._refresh_prompts = False
+        self._refresh_event = anyio.Event()
+        self._started = False
+
+    # -- properties --------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def log_path(self) -> Path:
+        return self._log_dir / f"{_SAFE_FILENAME.sub('_', self.name)}.log"
+
+    @property
+    def discovery_timeout_s(self) -> float:
+        if self.config.discovery_timeout_ms is not None:
+            return self.config.discovery_timeout_ms / 1000
+        if self.config.transport == "stdio":
+            return DEFAULT_STDIO_DISCOVERY_TIMEOUT_S
+        return DEFAULT_REMOTE_DISCOVERY_TIMEOUT_S
+
+    @property
+    def call_timeout_s(self) -> float:
+        return self.config.timeout / 1000 if self.config.timeout is not None else DEFAULT_CALL_TIMEOUT_S
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Connect and discover. Returns once connected; raises :class:`ConnectError` on failure.
+
+        The connection lives in an owner task in ``tg`` until :meth:`aclose`.
+        """
+        if self._started:
+            raise RuntimeError(f"client for server {self.name!r} was already started")
+        self._started = True
+        self._set_status("connecting")
+        tg.start_soon(self._own, name=f"mcp-server:{self.name}")
+        await self._ready.wait()
+        if self.status != "connected":
+            raise ConnectError(f"could not connect to server {self.name!r}: {self.last_error}", server=self.name)
+
+    async def aclose(self) -> None:
+        """Disconnect (a deliberate stop: never reported as lost). Safe to call more than once."""
+        self._stopping = True
+        self._stop.set()
+        self._wake.set()
+        if not self._started:
+            return
+        if not self._ready.is_set() and self._life is not None:
+            self._life.cancel()  # still connecting: abandon the attempt
+        with anyio.move_on_after(STOP_TIMEOUT_S) as scope:
+            await self._done.wait()
+        if scope.cancelled_caught and self._life is not None:
+            logger.warning("server %r did not stop in %.0f s; cancelling its connection", self.name, STOP_TIMEOUT_S)
+            self._life.cancel()
+            await self._done.wait()
+
+    async def wait_closed(self) -> None:
+        await self._done.wait()
+
+    def mark_lost(self, reason: str) -> None:
+        """Declare the connection dead (e.g. an HTTP session the server no longer knows)."""
+        if self._lost_reason is None and not self._stopping:
+            self._lost_reason = reason
+            self._wake.set()
+
+    async def _own(self) -> None:
+        try:
+            with anyio.CancelScope(deadline=anyio.current_time() + self.discovery_timeout_s) as life:
+                self._life = life
+                await self._connect_and_serve(life)
+            if life.cancelled_caught and not self._ready.is_set() and not self._stopping:
+                self.last_error = (
+                    f"no answer within {self.discovery_timeout_s:g} s; check that the server starts and speaks MCP "
+                    f"(its log: {self.log_path})"
+                    if self.config.transport == "stdio"
+                    else f"no answer within {self.discovery_timeout_s:g} s from {self.config.target()}"
+                )
+        except Exception as exc:
+            if not self._stopping:
+                self.last_error = self._explain(exc)
+                logger.debug("server %r connection failed", self.name, exc_info=exc)
+        finally:
+            self._client = None
+            was_connected = self._ready.is_set()
+            self._ready.set()
+            self.tools, self.prompts, self.resources = [], [], []
+            if self._stopping:
+                self.last_error = None if was_connected else self.last_error
+            elif was_connected:
+                self.last_error = self.last_error or self._lost_reason or "connection closed"
+            self._set_status("disconnected")
+            self._done.set()
+            if was_connected and not self._stopping and self._on_lost is not None:
+                self._on_lost(self)
+
+    async def _connect_and_serve(self, life: anyio.CancelScope) -> None:
+        async with AsyncExitStack() as stack:
+            client = await self._open(stack)
+            await self._discover(client)
+            life.deadline = math.inf
+            self._client = client
+            self.last_error = None
+            self._set_status("connected")
+            self._ready.set()
+            logger.info("server %r connected (%d tools, %d prompts)", self.name, len(self.tools), len(self.prompts))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._refresher, client)
+                if self._listen_wanted(client):
+                    tg.start_soon(self._listener, client)
+                if self.process is not None:
+                    tg.start_soon(self._watch_process, self.process)
+                await self._wake.wait()
+                tg.cancel_scope.cancel()
+            if not self._stopping and self._lost_reason is not None:
+                self.last_error = self._lost_reason
+                logger.warning("server %r lost: %s", self.name, self._lost_reason)
+
+    async def _open(self, stack: AsyncExitStack) -> Client:
+        cfg = self.config
+        transport: Any
+        if cfg.command is not None:
+            self._log_dir.mkdir(parents=True, exist_ok=True)
+            errlog: TextIO = stack.enter_context(self.log_path.open("a", encoding="utf-8"))
+            try:
+                streams, self.process = await stack.enter_async_context(
+                    open_stdio_transport(cfg.command, cfg.args, env=cfg.env, cwd=cfg.cwd, errlog=errlog)
+                )
+            except FileNotFoundError as exc:
+                bad_cwd = _missing_dir(cfg.cwd)
+                what, missing, field = (
+                    ("working directory", cfg.cwd, "cwd") if bad_cwd else ("executable", cfg.command, "command")
+                )
+                raise ConnectError(
+                    f"could not start server {self.name!r}: {what} {missing!r} not found; "
+                    f"check mcpServers.{self.name}.{field}",
+                    server=self.name,
+                ) from exc
+            except PermissionError as exc:
+                raise ConnectError(
+                    f"could not start server {self.name!r}: permission denied running {cfg.command!r}; "
+                    f"check mcpServers.{self.name}.command",
+                    server=self.name,
+                ) from exc
+            transport = _FixedStreams(streams)
+        elif cfg.http_url is not None:
+            import httpx2
+            from mcp.client.streamable_http import streamable_http_client
+
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(headers=cfg.headers or {}, timeout=httpx2.Timeout(30.0, read=300.0))
+            )
+            transport = streamable_http_client(cfg.http_url, http_client=http)
+        else:
+            from mcp.client.sse import sse_client
+
+            assert cfg.url is not None
+            transport = sse_client(cfg.url, headers=dict(cfg.headers or {}), timeout=self.discovery_timeout_s)
+        handler: MessageHandlerFnT = self._on_message
+        client = Client(
+            transport,
+            mode=self._mode,
+            message_handler=handler,
+            client_info=_CLIENT_INFO,
+        )
+        await stack.enter_async_context(client)
+        self.protocol_version = client.protocol_version
+        # Reconnect in the era we negotiated: no probe round trip next time (MCP-SDK-2.md pitfall 7).
+        self._mode = client.protocol_version if client.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
+        return client
+
+    def _explain(self, exc: BaseException) -> str:
+        for leaf in _flatten(exc):
+            if isinstance(leaf, ConnectError):
+                return str(leaf).split(": ", 1)[-1]
+        reason = describe_failure(exc)
+        if self.config.transport == "stdio":
+            code = self.process.returncode if self.process is not None else None
+            if code is not None:
+                return f"process exited with code {code} during start-up; see its log {self.log_path}"
+            return f"{reason}; see its log {self.log_path}"
+        return f"{reason} (reaching {self.config.target()})"
+
+    # -- discovery and refresh ---------------------------------------------------------------
+
+    async def _discover(self, client: Client) -> None:
+        caps = client.server_capabilities
+        results: dict[str, list[Any]] = {}
+
+        async def fetch(kind: str, fn: Callable[[Client], Awaitable[list[Any]]]) -> None:
+            results[kind] = await fn(client)
+
+        async with anyio.create_task_group() as tg:
+            if caps.tools is not None:
+                tg.start_soon(fetch, "tools", _list_all_tools)
+            if caps.prompts is not None:
+                tg.start_soon(fetch, "prompts", _list_all_prompts)
+            if caps.resources is not None:
+                tg.start_soon(fetch, "resources", _list_all_resources)
+        self.tools = results.get("tools", [])
+        self.prompts = results.get("prompts", [])
+        self.resources = results.get("resources", [])
+
+    def _listen_wanted(self, client: Client) -> bool:
+        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return False
+        caps = client.server_capabilities
+        return bool((caps.tools and caps.tools.list_changed) or (caps.prompts and caps.prompts.list_changed))
+
+    async def _on_message(self, message: Any) -> None:
+        """Handshake-era notices (modern servers also copy theirs here while a listen is open)."""
+        if isinstance(message, types.ToolListChangedNotification):
+            self.request_refresh(tools=True)
+        elif isinstance(message, types.PromptListChangedNotification):
+            self.request_refresh(prompts=True)
+        elif isinstance(message, Exception):
+            logger.debug("server %r sent something unreadable: %s", self.name, message)
+
+    def request_refresh(self, *, tools: bool = False, prompts: bool = False) -> None:
+        """Ask the owner to refetch listings. Bursts coalesce into one refetch."""
+        self._refresh_tools |= tools
+        self._refresh_prompts |= prompts
+        self._refresh_event.set()
+
+    async def _refresher(self, client: Client) -> None:
+        # One refresher per connection: fetches run one after another, so an older listing can
+        # never land after a newer one.
+        while True:
+            await self._refresh_event.wait()
+            self._refresh_event = anyio.Event()
+            tools, prompts = self._refresh_tools, self._refresh_prompts
+            self._refresh_tools = self._refresh_prompts = False
+            try:
+                new_tools = await _list_all_tools(client, bypass=True) if tools else self.tools
+                new_prompts = await _list_all_prompts(client, bypass=True) if prompts else self.prompts
+            except MCPError as exc:
+                logger.warning("server %r: refreshing its listings failed: %s", self.name, exc)
+                if exc.code == types.CONNECTION_CLOSED:
+                    self.mark_lost("connection closed")
+                continue
+            if new_tools != self.tools or new_prompts != self.prompts:
+                self.tools, self.prompts = new_tools, new_prompts
+                self._notify()
+
+    async def _listener(self, client: Client) -> None:
+        """Modern-era list-changed notices arrive only on a ``subscriptions/listen`` stream."""
+        caps = client.server_capabilities
+        want_tools = bool(caps.tools and caps.tools.list_changed)
+        want_prompts = bool(caps.prompts and caps.prompts.list_changed)
+        first = True
+        while True:
+            try:
+                async with client.listen(tools_list_changed=want_tools, prompts_list_changed=want_prompts) as sub:
+                    if not first:  # no replay after a drop: refetch what we depend on
+                        self.request_refresh(tools=want_tools, prompts=want_prompts)
+                    first = False
+                    async for event in sub:
+                        kind = type(event).__name__
+                        self.request_refresh(tools=kind == "ToolsListChanged", prompts=kind == "PromptsListChanged")
+                return  # the server closed the stream gracefully
+            except SubscriptionLost:
+                logger.debug("server %r: change subscription lost; listening again", self.name)
+                await anyio.sleep(LISTEN_RETRY_S)
+            except (ListenNotSupportedError, MCPError) as exc:
+                # Never let a missing subscription feature tear the connection down.
+                logger.debug("server %r does not support change subscriptions: %s", self.name, exc)
+                return
+
+    async def _watch_process(self, process: StdioProcess) -> None:
+        await process.ended.wait()
+        if not self._stopping:
+            with anyio.move_on_after(0.5):
+                while process.returncode is None:  # noqa: ASYNC110 - the exit code has no event to wait on
+                    await anyio.sleep(0.01)
+            code = process.returncode
+            self.mark_lost(f"process exited with code {code}" if code is not None else "server closed its output")
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def _connected_client(self, what: str) -> Client:
+        client = self._client
+        if client is None or self.status != "connected":
+            detail = f": {self.last_error}" if self.last_error else ""
+            raise ServerUnavailableError(
+                f"{what} failed: server {self.name!r} is not connected ({self.status}){detail}", server=self.name
+            )
+        return client
+
+    async def call_tool(
+        self, tool: str, arguments: dict[str, Any] | None = None, *, timeout_s: float | None = None
+    ) -> types.CallToolResult:
+        """Call ``tool`` by its name on the server. Fails fast if the server is not connected."""
+        client = self._connected_client(f"call to tool {tool!r}")
+        try:
+            timeout = timeout_s or self.call_timeout_s
+            result = await client.call_tool(tool, arguments or {}, read_timeout_seconds=timeout)
+        except MCPError as exc:
+            raise self._request_error(f"call to tool {tool!r}", exc, tool=tool) from exc
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            raise self._request_error(f"call to tool {tool!r}", exc, tool=tool) from exc
+        if not isinstance(result, types.CallToolResult):
+            raise ToolCallError(
+                f"call to tool {tool!r} on server {self.name!r} returned an unexpected result",
+                tool=tool,
+                server=self.name,
+            )
+        return result
+
+    async def get_prompt(self, prompt: str, arguments: dict[str, str] | None = None) -> types.GetPromptResult:
+        client = self._connected_client(f"getting prompt {prompt!r}")
+        try:
+            return await client.get_prompt(prompt, arguments)
+        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            raise self._request_error(f"getting prompt {prompt!r}", exc, tool=prompt) from exc
+
+    def _request_error(self, what: str, exc: BaseException, *, tool: str) -> Exception:
+        if self._stopping:
+            return ServerUnavailableError(
+                f"{what} failed: server {self.name!r} was stopped while the call was in flight "
+                "(its configuration changed or it was removed); retry the call",
+                server=self.name,
+            )
+        if isinstance(exc, MCPError) and exc.code == types.REQUEST_TIMEOUT:
+            return ToolCallError(
+                f"{what} on server {self.name!r} timed out after {self.call_timeout_s:g} s; "
+                f"raise mcpServers.{self.name}.timeout if it needs longer",
+                tool=tool,
+                server=self.name,
+            )
+        if not isinstance(exc, MCPError) or exc.code == types.CONNECTION_CLOSED:
+            self.mark_lost("connection closed during a request")
+            return ServerUnavailableError(
+                f"{what} failed: the connection to server {self.name!r} closed (the server exited or crashed; "
+                f"see {self.log_path if self.config.transport == 'stdio' else self.config.target()})",
+                server=self.name,
+            )
+        return ToolCallError(f"{what} on server {self.name!r} failed: {exc.message}", tool=tool, server=self.name)
+
+    # -- notification ------------------------------------------------------------------------
+
+    def _set_status(self, status: ServerStatus) -> None:
+        if status != self.status:
+            self.status = status
+            logger.debug("server %r is %s", self.name, status)
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._on_change is not None:
+            self._on_change(self)
+
+
+def _missing_dir(path: str | None) -> bool:
+    return path is not None and not Path(path).is_dir()
+
+
+class _FixedStreams:
+    """An already open pair of streams, presented as a transport (entering yields them)."""
+
+    def __init__(self, streams: Any) -> None:
+        self._streams = streams
+
+    async def __aenter__(self) -> Any:
+        return self._streams
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+
+async def _list_all_tools(client: Client, *, bypass: bool = False) -> list[types.Tool]:
+    out: list[types.Tool] = []
+    cursor: str | None = None
+    while True:
+        page = await client.list_tools(cursor=cursor, cache_mode="bypass" if bypass else "use")
+        out.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            return out
+
+
+async def _list_all_prompts(client: Client, *, bypass: bool = False) -> list[types.Prompt]:
+    out: list[types.Prompt] = []
+    cursor: str | None = None
+    while True:
+        page = await client.list_prompts(cursor=cursor, cache_mode="bypass" if bypass else "use")
+        out.extend(page.prompts)
+        cursor = page.next_cursor
+        if cursor is None:
+            return out
+
+
+async def _list_all_resources(client: Client, *, bypass: bool = False) -> list[types.Resource]:
+    out: list[types.Resource] = []
+    cursor: str | None = None
+    while True:
+        page = await client.list_resources(cursor=cursor, cache_mode="bypass" if bypass else "use")
+        out.extend(page.resources)
+        cursor = page.next_cursor
+        if cursor is None:
+            return out

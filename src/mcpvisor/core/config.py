@@ -1,0 +1,325 @@
+"""Config: the core's runtime entry point (SPEC §2.4, §4).
+
+Three layers make the server map: the settings layer (replaced wholesale on every reload), the
+extension layer (only names not already present) and the runtime overlay (always wins). Gating
+lists decide which of them may run. ``reinitialize_mcp_servers`` replaces the settings layer and
+runs one incremental reconcile; concurrent calls coalesce.
+
+Usage::
+
+    async with Config(mcp_servers={"echo": McpServerConfig(command=...)}) as config:
+        await config.initialize()
+        result = await config.call_tool("mcp__echo__echo", {"text": "hi"})
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from contextlib import AsyncExitStack
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+
+from mcpvisor.core.errors import ConfigError, ToolNotFoundError
+from mcpvisor.core.events import EventBus, ReconcileFinished
+from mcpvisor.core.gating import McpGating, matches_any
+from mcpvisor.core.registry import TOOL_PREFIX, PromptRegistry, ToolRegistry
+from mcpvisor.core.server_config import McpServerConfig
+
+if TYPE_CHECKING:
+    from mcp_types import CallToolResult, GetPromptResult
+
+    from mcpvisor.core.manager import McpClientManager
+
+__all__ = ["Config", "UnavailableReason"]
+
+logger = logging.getLogger(__name__)
+
+UnavailableReason = Literal["removed", "not_allowed", "excluded", "pending_approval"]
+
+
+def _as_tuple(names: Iterable[str] | None) -> tuple[str, ...] | None:
+    return None if names is None else tuple(names)
+
+
+class Config:
+    """The MCP side of one session: server layers, gating, registries and connections."""
+
+    def __init__(
+        self,
+        *,
+        mcp_servers: Mapping[str, McpServerConfig] | None = None,
+        allowed_mcp_server_names: Iterable[str] | None = None,
+        trusted_folder: bool = True,
+        log_dir: Path | None = None,
+        max_concurrent_starts: int | None = None,
+    ) -> None:
+        self._settings_servers: dict[str, McpServerConfig] = dict(mcp_servers or {})
+        self._extension_servers: dict[str, McpServerConfig] = {}
+        self._runtime_servers: dict[str, McpServerConfig] = {}
+        self._cli_allowed = _as_tuple(allowed_mcp_server_names)
+        self._gating = McpGating(allowed=self._cli_allowed)
+        self._rejected: frozenset[str] = frozenset()
+        self._removed: set[str] = set()
+        self._trusted = trusted_folder
+        self._log_dir = log_dir
+        self._max_starts = max_concurrent_starts
+        self.events = EventBus()
+        self.tool_registry = ToolRegistry()
+        self.prompt_registry = PromptRegistry()
+        self._manager: McpClientManager | None = None
+        self._stack: AsyncExitStack | None = None
+        self._initialized = False
+        self._dirty = False
+        self._reconcile_done: anyio.Event | None = None
+        self.last_reconcile: ReconcileFinished | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Config:
+        from mcpvisor.core.manager import McpClientManager
+
+        async with AsyncExitStack() as stack:
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            self._manager = McpClientManager(
+                self,
+                tg,
+                events=self.events,
+                tools=self.tool_registry,
+                prompts=self.prompt_registry,
+                log_dir=self._log_dir,
+                max_concurrent_starts=self._max_starts,
+            )
+            stack.push_async_callback(self._manager.aclose)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        stack, self._stack = self._stack, None
+        self._initialized = False
+        if stack is None:
+            return None
+        return await stack.__aexit__(exc_type, exc, tb)
+
+    async def initialize(self) -> ReconcileFinished | None:
+        """First discovery: connect every admitted server. A no-op in an untrusted folder."""
+        if self._manager is None:
+            raise ConfigError("Config.initialize() needs the config entered first: use 'async with Config(...)'")
+        self._initialized = True
+        return await self.reconcile()
+
+    @property
+    def initialized(self) -> bool:
+        return self._initialized
+
+    @property
+    def manager(self) -> McpClientManager:
+        if self._manager is None:
+            raise ConfigError("the config is not running: use 'async with Config(...)'")
+        return self._manager
+
+    # -- layers ------------------------------------------------------------------------------
+
+    def set_mcp_servers(self, servers: Mapping[str, McpServerConfig]) -> None:
+        """Replace (not merge) the settings layer. Allowed at any time; removals take effect."""
+        before = set(self.get_merged_mcp_servers())
+        self._settings_servers = dict(servers)
+        after = set(self.get_merged_mcp_servers())
+        self._removed = (self._removed | (before - after)) - after
+
+    def add_mcp_servers(self, servers: Mapping[str, McpServerConfig]) -> None:
+        """Add servers to the settings layer before initialisation."""
+        if self._initialized:
+            raise ConfigError(
+                "cannot add MCP servers after initialisation: use set_mcp_servers() or "
+                "reinitialize_mcp_servers() to change servers at run time"
+            )
+        self._settings_servers.update(servers)
+
+    def get_settings_mcp_servers(self) -> dict[str, McpServerConfig]:
+        return dict(self._settings_servers)
+
+    def set_extension_mcp_servers(self, servers: Mapping[str, McpServerConfig]) -> None:
+        before = set(self.get_merged_mcp_servers())
+        self._extension_servers = dict(servers)
+        after = set(self.get_merged_mcp_servers())
+        self._removed = (self._removed | (before - after)) - after
+
+    def add_runtime_mcp_server(self, name: str, config: McpServerConfig) -> None:
+        """Add a server that wins over every other layer (takes effect at the next reconcile)."""
+        self._runtime_servers[name] = config
+        self._removed.discard(name)
+
+    def remove_runtime_mcp_server(self, name: str) -> None:
+        if self._runtime_servers.pop(name, None) is not None and name not in self.get_merged_mcp_servers():
+            self._removed.add(name)
+
+    def get_merged_mcp_servers(self) -> dict[str, McpServerConfig]:
+        """Settings layer + extension servers (new names only) + runtime overlay, before allow-listing."""
+        merged = dict(self._settings_servers)
+        for name, cfg in self._extension_servers.items():
+            merged.setdefault(name, cfg)
+        merged.update(self._runtime_servers)
+        return merged
+
+    def get_mcp_servers(self) -> dict[str, McpServerConfig]:
+        """The merged map filtered by the allow-list."""
+        return {name: cfg for name, cfg in self.get_merged_mcp_servers().items() if self._gating.is_allowed(name)}
+
+    # -- gating ------------------------------------------------------------------------------
+
+    def set_excluded_mcp_servers(self, names: Iterable[str] | None) -> None:
+        self._gating = McpGating(_as_tuple(names), self._gating.allowed, self._gating.pending)
+
+    def set_allowed_mcp_servers(self, names: Iterable[str] | None) -> None:
+        self._gating = McpGating(self._gating.excluded, _as_tuple(names), self._gating.pending)
+
+    def set_pending_mcp_servers(self, names: Iterable[str] | None) -> None:
+        self._gating = McpGating(self._gating.excluded, self._gating.allowed, _as_tuple(names))
+
+    def set_rejected_mcp_servers(self, names: Iterable[str]) -> None:
+        """Which pending servers the user rejected: only refines messages, never admission."""
+        self._rejected = frozenset(names)
+
+    def set_mcp_gating(self, gating: McpGating) -> None:
+        self._gating = gating
+
+    def get_mcp_gating(self) -> McpGating:
+        return self._gating
+
+    def get_cli_allowed_mcp_server_names(self) -> tuple[str, ...] | None:
+        """The immutable start-up ceiling (``--allowed-mcp-server-names``)."""
+        return self._cli_allowed
+
+    def is_mcp_server_pending_approval(self, name: str) -> bool:
+        return self._gating.is_pending(name)
+
+    def is_trusted_folder(self) -> bool:
+        return self._trusted
+
+    def get_mcp_server_unavailable_reason(self, name: str) -> UnavailableReason | None:
+        """Why a server is not admitted, checked in order: removed, not allowed, excluded, pending."""
+        merged = self.get_merged_mcp_servers()
+        if name not in merged:
+            return "removed" if name in self._removed else None
+        if not self._gating.is_allowed(name):
+            return "not_allowed"
+        if self._gating.is_excluded(name):
+            return "excluded"
+        if self._gating.is_pending(name):
+            return "pending_approval"
+        return None
+
+    def removed_mcp_servers(self) -> frozenset[str]:
+        return frozenset(self._removed)
+
+    # -- reconcile ---------------------------------------------------------------------------
+
+    async def reinitialize_mcp_servers(self, servers: Mapping[str, McpServerConfig]) -> None:
+        """Replace the settings layer, then reconcile. A safe no-op for connections before ``initialize``."""
+        self.set_mcp_servers(servers)
+        await self.reconcile()
+
+    async def reconcile(self) -> ReconcileFinished | None:
+        """Run the incremental reconcile. A call during a run marks it dirty and waits for it; the
+        run repeats until clean, so bursts coalesce and every caller sees the final state."""
+        if not self._initialized or self._manager is None:
+            return None
+        self._dirty = True
+        if self._reconcile_done is not None:
+            await self._reconcile_done.wait()
+            return self.last_reconcile
+        done = self._reconcile_done = anyio.Event()
+        try:
+            while self._dirty:
+                self._dirty = False
+                self.last_reconcile = await self._manager.discover_all_mcp_tools_incremental()
+        finally:
+            self._reconcile_done = None
+            done.set()
+        return self.last_reconcile
+
+    async def restart_mcp_servers(self) -> ReconcileFinished | None:
+        """Disconnect and reconnect every server (an explicit request; hot reload never does this)."""
+        if not self._initialized or self._manager is None:
+            return None
+        return await self.manager.restart_mcp_servers()
+
+    # -- calls -------------------------------------------------------------------------------
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any] | None = None, *, timeout_s: float | None = None
+    ) -> CallToolResult:
+        """Call a registered tool (``mcp__<server>__<tool>``). Unknown names raise
+        :class:`ToolNotFoundError` saying which server would own it and how to fix it."""
+        entry = self.tool_registry.get_tool(name)
+        client = self.manager.get_client(entry.server) if entry is not None else None
+        if entry is None or client is None:
+            raise self.tool_not_found(name)
+        return await client.call_tool(entry.tool.name, arguments, timeout_s=timeout_s)
+
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> GetPromptResult:
+        entry = self.prompt_registry.get_prompt(name)
+        client = self.manager.get_client(entry.server) if entry is not None else None
+        if entry is None or client is None:
+            raise ToolNotFoundError(
+                f"prompt {name!r} not found: no connected MCP server provides it", tool=name, reason=None
+            )
+        return await client.get_prompt(entry.prompt.name, arguments)
+
+    def owner_of_tool_name(self, name: str) -> str | None:
+        """The configured or removed server whose ``mcp__<server>__`` prefix is the longest match."""
+        candidates = set(self.get_merged_mcp_servers()) | self._removed
+        best: str | None = None
+        for server in candidates:
+            if name.startswith(f"{TOOL_PREFIX}{server}__") and (best is None or len(server) > len(best)):
+                best = server
+        return best
+
+    def tool_not_found(self, name: str) -> ToolNotFoundError:
+        """The explanation for a tool name that no connected server provides (SPEC §9)."""
+        server = self.owner_of_tool_name(name)
+        if server is None:
+            return ToolNotFoundError(
+                f"tool {name!r} not found: no MCP server providing it is currently configured", tool=name
+            )
+        reason: str | None = self.get_mcp_server_unavailable_reason(server)
+        if reason == "pending_approval" and server in self._rejected:
+            reason = "rejected"
+        head = f"tool {name!r} is unavailable: server {server!r}"
+        if reason == "removed":
+            text = f"{head} was removed from the configuration this session; add it back to mcpServers to use it"
+        elif reason == "not_allowed":
+            ceiling = self._cli_allowed
+            if ceiling is not None and not matches_any(server, ceiling):
+                text = (
+                    f"{head} is not allowed by the start-up flag --allowed-mcp-server-names; "
+                    "restart with the server listed in that flag"
+                )
+            else:
+                text = f"{head} is not allowed; add {server!r} to mcp.allowed in your settings"
+        elif reason == "excluded":
+            text = f"{head} is excluded; remove {server!r} from mcp.excluded in your settings"
+        elif reason == "pending_approval":
+            text = f"{head} needs approval; approve it with /mcp or run: mcpvisor mcp approve {server}"
+        elif reason == "rejected":
+            text = (
+                f"{head} was rejected; edit its configuration to be asked again, or run: mcpvisor mcp approve {server}"
+            )
+        else:
+            reason = "missing"
+            client = self._manager.get_client(server) if self._manager is not None else None
+            if client is None or client.status == "disconnected":
+                error = f" (last error: {client.last_error})" if client is not None and client.last_error else ""
+                text = f"{head} is not connected{error}; check its configuration and logs, or /reload"
+            elif client.status == "connecting":
+                text = f"{head} is still starting; retry in a moment"
+            else:
+                offered = ", ".join(sorted(t.name for t in self.tool_registry.tools_of(server))) or "none"
+                text = f"{head} does not provide it (renamed or filtered out?); its tools: {offered}"
+        return ToolNotFoundError(text, tool=name, server=server, reason=reason)

@@ -1,0 +1,306 @@
+"""McpClientManager: applies reconcile plans to live connections (SPEC §5.3, §5.4).
+
+It owns the connections of one session. Every change goes through
+:meth:`discover_all_mcp_tools_incremental`: removals first, then gated tear-downs, then
+concurrent (re)connects bounded by a capacity limiter. Unchanged servers are never touched.
+A server that dies is reconnected with bounded exponential backoff; a deliberate stop never
+respawns.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+
+from mcpvisor.core.events import (
+    EventBus,
+    McpClientUpdate,
+    PromptsChanged,
+    ReconcileFinished,
+    ServerStateChanged,
+    ToolsChanged,
+)
+from mcpvisor.core.reconcile import LiveServer, ReconcilePlan, plan_reconcile
+from mcpvisor.core.registry import PromptRegistry, ToolRegistry
+from mcpvisor.core.server_config import McpServerConfig, exposure_of
+
+if TYPE_CHECKING:
+    from mcpvisor.core.client import McpClient
+    from mcpvisor.core.config import Config
+
+__all__ = ["BACKOFF_INITIAL_S", "BACKOFF_MAX_S", "MAX_RECONNECT_ATTEMPTS", "McpClientManager", "default_max_starts"]
+
+logger = logging.getLogger(__name__)
+
+BACKOFF_INITIAL_S = 0.5
+BACKOFF_MAX_S = 30.0
+MAX_RECONNECT_ATTEMPTS = 8
+"""After this many failed reconnects in a row the server stays down until the next reconcile."""
+
+
+def default_max_starts() -> int:
+    """Simultaneous server starts: spawning is CPU-bound, so about the number of cores."""
+    return max(2, os.cpu_count() or 2)
+
+
+class McpClientManager:
+    def __init__(
+        self,
+        config: Config,
+        tg: anyio.abc.TaskGroup,
+        *,
+        events: EventBus,
+        tools: ToolRegistry,
+        prompts: PromptRegistry,
+        log_dir: Path | None = None,
+        max_concurrent_starts: int | None = None,
+    ) -> None:
+        self._config = config
+        self._tg = tg
+        self._events = events
+        self._tools = tools
+        self._prompts = prompts
+        self._log_dir = log_dir
+        self._limiter = anyio.CapacityLimiter(max_concurrent_starts or default_max_starts())
+        self._clients: dict[str, McpClient] = {}
+        self._configs: dict[str, McpServerConfig] = {}
+        self._last_state: dict[str, ServerStateChanged] = {}
+        self._reconnects: dict[str, anyio.CancelScope] = {}
+        self._closed = False
+        self.connect_count = 0
+        """How many connections were opened in total (for tests and benchmarks)."""
+        self.disconnect_count = 0
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def get_client(self, name: str) -> McpClient | None:
+        return self._clients.get(name)
+
+    def clients(self) -> dict[str, McpClient]:
+        return dict(self._clients)
+
+    # -- the reconcile -----------------------------------------------------------------------
+
+    def plan(self) -> ReconcilePlan:
+        config = self._config
+        merged = config.get_merged_mcp_servers()
+        desired = config.get_mcp_servers()
+        not_allowed = {name: cfg for name, cfg in merged.items() if name not in desired}
+        live = {
+            name: LiveServer(client.connection_id, exposure_of(self._configs[name]), client.status != "disconnected")
+            for name, client in self._clients.items()
+        }
+        return plan_reconcile(live, desired, config.get_mcp_gating(), not_allowed=not_allowed)
+
+    async def discover_all_mcp_tools_incremental(self) -> ReconcileFinished:
+        """Bring the live connections in line with the config, touching only what changed."""
+        started_at = time.perf_counter()
+        if self._closed or not self._config.is_trusted_folder():
+            return ReconcileFinished()
+        self._events.emit(McpClientUpdate(in_progress=True))
+        plan = self.plan()
+        desired = self._config.get_mcp_servers()
+
+        for name in plan.remove:
+            await self.remove_server(name)
+        for name, reason in plan.gate_stop.items():
+            await self._stop(name, reason=reason)
+        for name, reason in plan.gate_skip.items():
+            self._publish_state(name, reason=reason)
+
+        for name in plan.refilter:
+            self._configs[name] = desired[name]
+            self._sync_registry(name)
+            logger.info("server %r: tool filters changed; re-filtered in place", name)
+
+        for name in plan.restart:
+            await self._stop(name, reason=None, purge_first=True)
+
+        failed: dict[str, str] = {}
+        to_connect = [*plan.start, *plan.restart]
+        if to_connect:
+            async with anyio.create_task_group() as tg:
+                for name in to_connect:
+                    tg.start_soon(self._connect_one, name, desired[name], failed)
+
+        summary = ReconcileFinished(
+            added=plan.start,
+            removed=plan.remove,
+            restarted=plan.restart,
+            refiltered=plan.refilter,
+            kept=plan.keep,
+            gated={**plan.gate_stop, **plan.gate_skip},
+            failed=failed,
+            duration_ms=(time.perf_counter() - started_at) * 1000,
+        )
+        self._events.emit(McpClientUpdate(in_progress=False))
+        self._events.emit(summary)
+        return summary
+
+    async def restart_mcp_servers(self) -> ReconcileFinished:
+        """Full wipe and reconnect of everything (explicit request, benchmark baseline)."""
+        for name in list(self._clients):
+            await self._stop(name, reason=None, purge_first=True)
+        return await self.discover_all_mcp_tools_incremental()
+
+    async def remove_server(self, name: str) -> None:
+        """Disconnect ``name``, drop its tools and prompts, forget its status."""
+        await self._stop(name, reason=None, purge_first=True)
+        self._publish_removed(name)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for scope in self._reconnects.values():
+            scope.cancel()
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                for name in list(self._clients):
+                    tg.start_soon(self._stop_quietly, name)
+
+    async def _stop_quietly(self, name: str) -> None:
+        await self._stop(name, reason=None, purge_first=True)
+
+    # -- single servers ----------------------------------------------------------------------
+
+    async def _connect_one(self, name: str, cfg: McpServerConfig, failed: dict[str, str]) -> None:
+        from mcpvisor.core.client import McpClient
+        from mcpvisor.core.errors import ConnectError
+
+        self._cancel_reconnect(name)
+        client = McpClient(name, cfg, log_dir=self._log_dir, on_change=self._on_client_change, on_lost=self._on_lost)
+        self._clients[name] = client
+        self._configs[name] = cfg
+        async with self._limiter:
+            if self._clients.get(name) is not client:
+                return  # superseded while waiting for a start slot
+            self.connect_count += 1
+            try:
+                await client.start(self._tg)
+            except ConnectError as exc:
+                failed[name] = str(exc)
+                logger.warning("%s", exc)
+
+    async def _stop(self, name: str, *, reason: str | None, purge_first: bool = False) -> None:
+        self._cancel_reconnect(name)
+        client = self._clients.pop(name, None)
+        self._configs.pop(name, None)
+        if purge_first or client is None:
+            self._purge(name)
+        if client is not None:
+            self.disconnect_count += 1
+            await client.aclose()
+            self._purge(name)
+            logger.info("server %r disconnected%s", name, f" ({reason})" if reason else "")
+        if reason is not None:
+            self._publish_state(name, reason=reason)
+
+    def _purge(self, name: str) -> None:
+        tools_changed = self._tools.remove_mcp_tools_by_server(name)
+        prompts_changed = self._prompts.remove_prompts_by_server(name)
+        if tools_changed:
+            self._events.emit(ToolsChanged())
+        if prompts_changed:
+            self._events.emit(PromptsChanged())
+
+    # -- client callbacks --------------------------------------------------------------------
+
+    def _on_client_change(self, client: McpClient) -> None:
+        if self._clients.get(client.name) is not client:
+            return  # a client being replaced or removed: its fate is already decided
+        self._sync_registry(client.name)
+        self._events.emit(McpClientUpdate(server=client.name))
+        self._publish_state(client.name)
+
+    def _sync_registry(self, name: str) -> None:
+        client = self._clients.get(name)
+        if client is None:
+            return
+        cfg = self._configs[name]
+        tools = client.tools if client.status == "connected" else []
+        prompts = client.prompts if client.status == "connected" else []
+        if self._tools.set_server_tools(name, tools, exposure_of(cfg)):
+            self._events.emit(ToolsChanged())
+        if self._prompts.set_server_prompts(name, prompts):
+            self._events.emit(PromptsChanged())
+        self._publish_state(name)
+
+    def _on_lost(self, client: McpClient) -> None:
+        if self._closed or self._clients.get(client.name) is not client:
+            return
+        scope = anyio.CancelScope()
+        self._reconnects[client.name] = scope
+        self._tg.start_soon(self._reconnect_loop, client.name, client.config, scope)
+
+    def _cancel_reconnect(self, name: str) -> None:
+        scope = self._reconnects.pop(name, None)
+        if scope is not None:
+            scope.cancel()
+
+    async def _reconnect_loop(self, name: str, cfg: McpServerConfig, scope: anyio.CancelScope) -> None:
+        from mcpvisor.core.client import McpClient
+        from mcpvisor.core.errors import ConnectError
+
+        delay = BACKOFF_INITIAL_S
+        with scope:
+            for attempt in range(1, MAX_RECONNECT_ATTEMPTS + 1):
+                await anyio.sleep(delay)
+                current = self._clients.get(name)
+                if self._closed or current is None or current.status != "disconnected":
+                    return
+                logger.info("server %r: reconnecting (attempt %d)", name, attempt)
+                client = McpClient(
+                    name, cfg, log_dir=self._log_dir, on_change=self._on_client_change, on_lost=self._on_lost
+                )
+                self._clients[name] = client
+                self.connect_count += 1
+                try:
+                    async with self._limiter:
+                        await client.start(self._tg)
+                except ConnectError as exc:
+                    logger.warning("server %r: reconnect failed: %s", name, exc)
+                    delay = min(delay * 2, BACKOFF_MAX_S)
+                    continue
+                self._reconnects.pop(name, None)
+                return
+            logger.error("server %r: gave up reconnecting after %d attempts", name, MAX_RECONNECT_ATTEMPTS)
+        if self._reconnects.get(name) is scope:
+            del self._reconnects[name]
+
+    # -- visible state -----------------------------------------------------------------------
+
+    def _publish_state(self, name: str, *, reason: str | None = None) -> None:
+        client = self._clients.get(name)
+        if client is not None:
+            state = ServerStateChanged(
+                server=name,
+                status=client.status,
+                reason=None,
+                tools=tuple(t.name for t in self._tools.tools_of(name)),
+                prompts=tuple(p.name for p in self._prompts.prompts_of(name)),
+                error=client.last_error,
+            )
+        else:
+            state = ServerStateChanged(name, "disconnected", reason, (), (), None)
+        if self._last_state.get(name) != state:
+            self._last_state[name] = state
+            self._events.emit(state)
+
+    def _publish_removed(self, name: str) -> None:
+        if name in self._last_state:
+            state = ServerStateChanged(name, "disconnected", None, (), (), None)
+            if self._last_state[name] != state:
+                self._events.emit(state)
+            del self._last_state[name]
+
+    def snapshot(self) -> Mapping[str, ServerStateChanged]:
+        return dict(self._last_state)
+
+    def debug_state(self) -> dict[str, Any]:
+        return {name: (c.status, c.pid, c.connection_id) for name, c in self._clients.items()}

@@ -1,0 +1,94 @@
+"""The reconcile planner (SPEC §5.3 steps 3-4): pure, table-tested.
+
+Given what runs now and what is desired, decide per server: stop, start, restart, re-filter in
+place, keep, or skip because gating forbids it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from mcpvisor.core.gating import McpGating
+from mcpvisor.core.server_config import Exposure, McpServerConfig, connection_id_of, exposure_of
+
+__all__ = ["LiveServer", "ReconcilePlan", "plan_reconcile"]
+
+
+@dataclass(frozen=True, slots=True)
+class LiveServer:
+    """What the manager holds for one server."""
+
+    connection_id: str
+    exposure: Exposure
+    connected: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcilePlan:
+    remove: tuple[str, ...] = ()
+    """Live servers no longer configured."""
+    gate_stop: Mapping[str, str] = field(default_factory=dict)
+    """Live servers that gating now forbids, with the reason."""
+    gate_skip: Mapping[str, str] = field(default_factory=dict)
+    """Configured servers gating forbids that are not live (nothing to do but report)."""
+    start: tuple[str, ...] = ()
+    """Desired servers with no live connection (or a dead one)."""
+    restart: tuple[str, ...] = ()
+    """Live servers whose connection id changed."""
+    refilter: tuple[str, ...] = ()
+    """Live servers whose exposure settings changed only."""
+    keep: tuple[str, ...] = ()
+
+    @property
+    def is_noop(self) -> bool:
+        return not (self.remove or self.gate_stop or self.start or self.restart or self.refilter)
+
+
+def plan_reconcile(
+    live: Mapping[str, LiveServer],
+    desired: Mapping[str, McpServerConfig],
+    gating: McpGating,
+    *,
+    not_allowed: Mapping[str, McpServerConfig] | None = None,
+) -> ReconcilePlan:
+    """Plan one reconcile.
+
+    ``desired`` is the allow-list-filtered map (``Config.get_mcp_servers()``); ``not_allowed``
+    holds configured servers the allow-list filtered out, so they read as gated, not removed.
+    """
+    not_allowed = not_allowed or {}
+    remove = tuple(name for name in live if name not in desired and name not in not_allowed)
+    gate_stop: dict[str, str] = {}
+    gate_skip: dict[str, str] = {}
+    start: list[str] = []
+    restart: list[str] = []
+    refilter: list[str] = []
+    keep: list[str] = []
+
+    for name in not_allowed:
+        (gate_stop if name in live else gate_skip)[name] = "not_allowed"
+
+    for name, cfg in desired.items():
+        reason = "excluded" if gating.is_excluded(name) else "pending_approval" if gating.is_pending(name) else None
+        current = live.get(name)
+        if reason is not None:
+            (gate_stop if current is not None else gate_skip)[name] = reason
+        elif current is None or not current.connected:
+            start.append(name)
+        elif current.connection_id != connection_id_of(name, cfg):
+            restart.append(name)
+        elif current.exposure != exposure_of(cfg):
+            refilter.append(name)
+        else:
+            keep.append(name)
+
+    return ReconcilePlan(
+        remove=remove,
+        gate_stop=gate_stop,
+        gate_skip=gate_skip,
+        start=tuple(start),
+        restart=tuple(restart),
+        refilter=tuple(refilter),
+        keep=tuple(keep),
+    )

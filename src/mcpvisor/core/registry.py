@@ -1,0 +1,158 @@
+"""Tool and prompt registries and the naming rules (SPEC §5.2).
+
+Tools register as ``mcp__<server>__<tool>``. A name longer than 63 characters, or with
+characters outside ``[A-Za-z0-9_-]``, is sanitised, truncated and suffixed with ``_`` plus a
+7-character base-36 FNV-1a hash of the original, so names stay unique and valid for model
+providers. Prompts register by bare name; on a clash the later one becomes ``<server>_<name>``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from mcpvisor.core.server_config import Exposure
+
+if TYPE_CHECKING:
+    from mcp_types import Prompt, Tool
+
+__all__ = [
+    "MAX_TOOL_NAME_LEN",
+    "TOOL_PREFIX",
+    "PromptRegistry",
+    "RegisteredPrompt",
+    "RegisteredTool",
+    "ToolRegistry",
+    "fnv1a_base36",
+    "mcp_tool_name",
+]
+
+TOOL_PREFIX = "mcp__"
+MAX_TOOL_NAME_LEN = 63
+_HASH_LEN = 7
+_VALID = re.compile(r"^[A-Za-z0-9_-]+$")
+_INVALID_CHAR = re.compile(r"[^A-Za-z0-9_-]")
+_BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def fnv1a_base36(text: str) -> str:
+    """32-bit FNV-1a of the UTF-8 bytes, in base 36, zero-padded to 7 characters."""
+    h = 0x811C9DC5
+    for byte in text.encode():
+        h ^= byte
+        h = (h * 0x01000193) & 0xFFFFFFFF
+    digits = ""
+    while h:
+        h, rem = divmod(h, 36)
+        digits = _BASE36[rem] + digits
+    return digits.rjust(_HASH_LEN, "0")
+
+
+def mcp_tool_name(server: str, tool: str) -> str:
+    """The registered name of ``tool`` from ``server``."""
+    original = f"{TOOL_PREFIX}{server}__{tool}"
+    if len(original) <= MAX_TOOL_NAME_LEN and _VALID.match(original):
+        return original
+    sanitised = _INVALID_CHAR.sub("_", original)
+    head = sanitised[: MAX_TOOL_NAME_LEN - _HASH_LEN - 1]
+    return f"{head}_{fnv1a_base36(original)}"
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredTool:
+    name: str
+    """Registered name, unique across servers."""
+    server: str
+    tool: Tool
+    """The tool as the server describes it (``tool.name`` is its name on the server)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredPrompt:
+    name: str
+    server: str
+    prompt: Prompt
+
+
+class ToolRegistry:
+    """Every admitted tool of every connected server, by registered name."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, RegisteredTool] = {}
+        self._by_server: dict[str, list[str]] = {}
+
+    def set_server_tools(self, server: str, tools: Iterable[Tool], exposure: Exposure) -> bool:
+        """Replace ``server``'s tools with those ``exposure`` admits. Returns whether anything changed."""
+        fresh = [RegisteredTool(mcp_tool_name(server, t.name), server, t) for t in tools if exposure.admits(t.name)]
+        before = [self._by_name[n] for n in self._by_server.get(server, ())]
+        if before == fresh:
+            return False
+        self.remove_mcp_tools_by_server(server)
+        for entry in fresh:
+            self._by_name[entry.name] = entry
+        if fresh:
+            self._by_server[server] = [entry.name for entry in fresh]
+        return True
+
+    def remove_mcp_tools_by_server(self, server: str) -> bool:
+        names = self._by_server.pop(server, [])
+        for name in names:
+            self._by_name.pop(name, None)
+        return bool(names)
+
+    def get_tool(self, name: str) -> RegisteredTool | None:
+        return self._by_name.get(name)
+
+    def get_all_tools(self) -> list[RegisteredTool]:
+        return list(self._by_name.values())
+
+    def tools_of(self, server: str) -> list[RegisteredTool]:
+        return [self._by_name[n] for n in self._by_server.get(server, ())]
+
+    def names(self) -> frozenset[str]:
+        return frozenset(self._by_name)
+
+
+class PromptRegistry:
+    """Every prompt of every connected server. Names are stable while their server stays."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, RegisteredPrompt] = {}
+        self._by_server: dict[str, list[str]] = {}
+
+    def set_server_prompts(self, server: str, prompts: Iterable[Prompt]) -> bool:
+        prompts = list(prompts)
+        before = [self._by_name[n].prompt for n in self._by_server.get(server, ())]
+        if before == prompts:
+            return False
+        self.remove_prompts_by_server(server)
+        names: list[str] = []
+        for prompt in prompts:
+            name = prompt.name if prompt.name not in self._by_name else f"{server}_{prompt.name}"
+            if name in self._by_name:
+                continue  # the same prompt name twice from one server: keep the first
+            self._by_name[name] = RegisteredPrompt(name, server, prompt)
+            names.append(name)
+        if names:
+            self._by_server[server] = names
+        return True
+
+    def remove_prompts_by_server(self, server: str) -> bool:
+        names = self._by_server.pop(server, [])
+        for name in names:
+            self._by_name.pop(name, None)
+        return bool(names)
+
+    def get_prompt(self, name: str) -> RegisteredPrompt | None:
+        return self._by_name.get(name)
+
+    def get_all_prompts(self) -> list[RegisteredPrompt]:
+        return list(self._by_name.values())
+
+    def prompts_of(self, server: str) -> list[RegisteredPrompt]:
+        return [self._by_name[n] for n in self._by_server.get(server, ())]
+
+    def names(self) -> frozenset[str]:
+        return frozenset(self._by_name)

@@ -1,0 +1,195 @@
+"""A stdio transport that keeps its process handle (MCP-SDK-2.md pitfalls 1, 2, 12).
+
+The SDK's ``stdio_client`` hides the child process: no PID, no exit code, no death signal.
+This transport yields the SDK's two message streams *and* a :class:`StdioProcess` that knows
+the PID and sets ``ended`` when the server closes its stdout (it exited or crashed).
+
+Shutdown is bounded and shielded: close stdin -> wait -> SIGTERM the process group -> wait ->
+SIGKILL, each step a named constant, so a cancelled caller never leaks a live server.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import mcp_types as types
+from anyio.streams.text import TextReceiveStream
+from mcp.client._transport import TransportStreams
+from mcp.client.stdio import get_default_environment
+from mcp.shared.message import SessionMessage
+
+__all__ = ["STDIN_CLOSE_GRACE_S", "TERMINATE_GRACE_S", "StdioProcess", "open_stdio_transport"]
+
+logger = logging.getLogger(__name__)
+
+STDIN_CLOSE_GRACE_S = 2.0
+"""How long a server may take to exit by itself once its stdin is closed."""
+TERMINATE_GRACE_S = 2.0
+"""How long after SIGTERM to the process group before SIGKILL."""
+REAP_WAIT_S = 2.0
+"""How long to wait for the event loop to observe a kill."""
+WRITER_FLUSH_S = 0.5
+"""How long already accepted messages may take to reach the server before stdin closes."""
+EXIT_POLL_S = 0.01
+
+
+@dataclass(eq=False)
+class StdioProcess:
+    """The running server process as the host sees it."""
+
+    pid: int
+    ended: anyio.Event = field(default_factory=anyio.Event)
+    """Set when the server closed its stdout: it exited, crashed or was killed."""
+    _process: anyio.abc.Process | None = field(default=None, repr=False)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.returncode if self._process is not None else None
+
+
+def child_environment(env: Mapping[str, str] | None) -> dict[str, str]:
+    """The SDK's small safe set (HOME, LOGNAME, PATH, SHELL, TERM, USER) plus the config's ``env``.
+
+    Never the host's whole environment: secrets in the user's shell do not leak into every server.
+    """
+    return get_default_environment() | dict(env or {})
+
+
+@asynccontextmanager
+async def open_stdio_transport(
+    command: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None,
+    cwd: str | None,
+    errlog: TextIO,
+) -> AsyncIterator[tuple[TransportStreams, StdioProcess]]:
+    """Spawn ``command`` in its own process group and bridge its stdio to the SDK's streams.
+
+    Raises ``OSError`` (e.g. ``FileNotFoundError``) when the process cannot be spawned.
+    """
+    process = await anyio.open_process(
+        [command, *args],
+        env=child_environment(env),
+        cwd=cwd,
+        stderr=errlog,
+        start_new_session=True,
+    )
+    # No awaits until the task group is entered, or a cancellation here would leak the process.
+    handle = StdioProcess(pid=process.pid, _process=process)
+    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+    writer_done = anyio.Event()
+
+    async def stdout_reader() -> None:
+        assert process.stdout is not None
+        text = TextReceiveStream(process.stdout, encoding="utf-8", errors="replace")
+        try:
+            async with read_writer:
+                buffer = ""
+                async for chunk in text:
+                    lines = (buffer + chunk).split("\n")
+                    buffer = lines.pop()
+                    for line in lines:
+                        if line.strip():
+                            await read_writer.send(_parse_line(line))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, ConnectionError, OSError):
+            pass
+        finally:
+            handle.ended.set()
+
+    async def stdin_writer() -> None:
+        assert process.stdin is not None
+        try:
+            async with write_reader:
+                async for message in write_reader:
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                    await process.stdin.send(data.encode())
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            await read_writer.aclose()
+        finally:
+            writer_done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stdout_reader)
+        tg.start_soon(stdin_writer)
+        try:
+            yield (read_stream, write_stream), handle
+        finally:
+            with anyio.CancelScope(shield=True):
+                read_stream.close()
+                write_stream.close()
+                with anyio.move_on_after(WRITER_FLUSH_S):
+                    await writer_done.wait()
+                await stop_process(process)
+                for stream in (read_stream, write_stream, read_writer, write_reader):
+                    await stream.aclose()
+            tg.cancel_scope.cancel()
+
+
+def _parse_line(line: str) -> SessionMessage | Exception:
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError as exc:
+        logger.debug("unparsable line from a server: %.200s", line)
+        return exc
+
+
+async def _wait_exit(process: anyio.abc.Process, timeout_s: float) -> bool:
+    """Whether the process exited within ``timeout_s`` (polls ``returncode``: ``wait()`` also
+    waits for pipes a grandchild may hold)."""
+    with anyio.move_on_after(timeout_s):
+        while process.returncode is None:  # noqa: ASYNC110 - the exit code has no event to wait on
+            await anyio.sleep(EXIT_POLL_S)
+        return True
+    return False
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def stop_process(process: anyio.abc.Process) -> None:
+    """Close stdin, wait, SIGTERM the group, wait, SIGKILL. Every step bounded."""
+    if process.stdin is not None:
+        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await process.stdin.aclose()
+    exited = await _wait_exit(process, STDIN_CLOSE_GRACE_S)
+    pgid = process.pid
+    if exited and not _group_alive(pgid):
+        pass
+    else:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
+        with anyio.move_on_after(TERMINATE_GRACE_S):
+            while _group_alive(pgid):
+                _ = process.returncode
+                await anyio.sleep(EXIT_POLL_S)
+        if _group_alive(pgid):
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        if not await _wait_exit(process, REAP_WAIT_S):
+            logger.warning("server process %d is still alive after SIGKILL; abandoning it", process.pid)
+    if process.stdout is not None:
+        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await process.stdout.aclose()
+    transport = getattr(getattr(process, "_process", None), "_transport", None)
+    close = getattr(transport, "close", None)
+    if callable(close):
+        with suppress(PermissionError):
+            close()
