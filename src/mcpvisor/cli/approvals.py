@@ -1,0 +1,460 @@
+"""The hash-bound approval store for project and workspace servers (SPEC §7).
+
+A server defined by a repository (``.mcp.json``, scope ``project``) or by its workspace settings
+(scope ``workspace``) is *gated*: it never starts before its user approved that exact
+configuration. A decision is bound to the server's :attr:`~McpServerConfig.approval_hash`, so any
+change to the configuration makes it ``pending`` again, while an identical re-add keeps its
+decision. Removing a server never deletes its record.
+
+The store is one JSON file in the user directory (``paths.approvals_path(env)``)::
+
+    { "<project root>": { "<server>": { "hash": "<sha256>", "status": "approved" | "rejected" } } }
+
+- **One project root.** Every read and write keys on ``Path(root).resolve()``.
+- **Atomic, locked writes.** ``approve``/``reject`` take a cross-process lock (``<store>.lock``),
+  re-read the file *inside* the lock, change one record and replace the file atomically (a
+  temporary file in the same directory, then :func:`os.replace`), mode 0600. Two processes deciding
+  at once never lose each other's decisions.
+- **Fail closed.** A corrupt or unreadable file at start-up leaves every gated server pending,
+  keeps the file untouched and reports :attr:`ApprovalStore.error`. If a reload fails while running,
+  the last good decisions stay in force and the error is reported. ``approve``/``reject`` refuse to
+  write over a corrupt file.
+- **External edits are seen.** Reads check the file's inode, size and mtime and re-read it when it
+  changed; the settings watcher also calls :meth:`ApprovalStore.reload` when the file changes.
+  A missing file holds no decisions (deleting it resets every approval).
+- **A repository can never approve itself.** A store file that lies inside the project root being
+  decided on is never trusted for that root: its servers read as pending and ``approve``/``reject``
+  raise :class:`~mcpvisor.core.errors.ConfigError`.
+
+The decisions themselves (:func:`state_from_records`, :func:`pending_gated_names`,
+:func:`promptable_names`, :func:`parse_store`) are pure functions; :class:`ApprovalStore` is the thin
+I/O shell around them. Nothing here imports the ``mcp`` SDK, so management commands start fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import stat
+import tempfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from filelock import FileLock, Timeout
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.server_config import McpServerConfig
+
+__all__ = [
+    "GATED_SCOPES",
+    "LOCK_TIMEOUT_S",
+    "STORE_MODE",
+    "ApprovalRecord",
+    "ApprovalState",
+    "ApprovalStore",
+    "Decision",
+    "StoreRecords",
+    "is_gated",
+    "is_store_file",
+    "lock_path_of",
+    "parse_store",
+    "pending_gated_names",
+    "promptable_names",
+    "root_key",
+    "state_from_records",
+]
+
+logger = logging.getLogger(__name__)
+
+ApprovalState = Literal["pending", "approved", "rejected"]
+Decision = Literal["approved", "rejected"]
+
+GATED_SCOPES: Final = frozenset({"project", "workspace"})
+STORE_MODE: Final = 0o600
+DIR_MODE: Final = 0o700
+LOCK_TIMEOUT_S: Final = 10.0
+_TMP_SUFFIX: Final = ".tmp"
+_DECISIONS: Final = frozenset({"approved", "rejected"})
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    """One decision: the approval hash it was made for, and what was decided."""
+
+    hash: str
+    status: Decision
+
+
+StoreRecords = Mapping[str, Mapping[str, ApprovalRecord]]
+"""Project root -> server name -> record."""
+
+
+# --- pure decisions -------------------------------------------------------------------------
+
+
+def is_gated(cfg: McpServerConfig) -> bool:
+    """Whether a server needs its user's approval before it may start (scope project or workspace)."""
+    return cfg.scope in GATED_SCOPES
+
+
+def root_key(root: str | os.PathLike[str]) -> str:
+    """The one key a project root is stored under: its resolved real path."""
+    return str(Path(root).expanduser().resolve())
+
+
+def state_from_records(records: Mapping[str, ApprovalRecord], name: str, cfg: McpServerConfig) -> ApprovalState:
+    """The state of one server given its project's records: no record or another hash -> pending."""
+    record = records.get(name)
+    if record is None or record.hash != cfg.approval_hash:
+        return "pending"
+    return record.status
+
+
+def pending_gated_names(
+    servers: Mapping[str, McpServerConfig], records: Mapping[str, ApprovalRecord]
+) -> tuple[str, ...]:
+    """Gated servers that are not approved (rejected included): discovery skips them."""
+    return tuple(
+        name for name, cfg in servers.items() if is_gated(cfg) and state_from_records(records, name, cfg) != "approved"
+    )
+
+
+def promptable_names(servers: Mapping[str, McpServerConfig], records: Mapping[str, ApprovalRecord]) -> tuple[str, ...]:
+    """Gated servers with no decision for their current configuration: these drive the dialog."""
+    return tuple(
+        name for name, cfg in servers.items() if is_gated(cfg) and state_from_records(records, name, cfg) == "pending"
+    )
+
+
+def parse_store(text: str) -> dict[str, dict[str, ApprovalRecord]]:
+    """Parse the store file's text. Whitespace only means an empty store.
+
+    Raises :class:`ValueError` naming what is wrong; the whole file is rejected (fail closed).
+    """
+    if not text.strip():
+        return {}
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object at the top level, got {type(data).__name__}")
+    out: dict[str, dict[str, ApprovalRecord]] = {}
+    for root, servers in data.items():
+        if not isinstance(servers, dict):
+            raise ValueError(f"entry {root!r} must be an object of servers")
+        parsed: dict[str, ApprovalRecord] = {}
+        for name, record in servers.items():
+            where = f"{root!r} -> {name!r}"
+            if not isinstance(record, dict):
+                raise ValueError(f"record {where} must be an object")
+            digest = record.get("hash")
+            status = record.get("status")
+            if not isinstance(digest, str) or not digest:
+                raise ValueError(f"record {where} has no string 'hash'")
+            if status not in _DECISIONS:
+                raise ValueError(f"record {where} has status {status!r}; expected 'approved' or 'rejected'")
+            parsed[name] = ApprovalRecord(hash=digest, status=status)
+        out[root] = parsed
+    return out
+
+
+def lock_path_of(store_path: Path) -> Path:
+    """The cross-process lock file that guards ``store_path``."""
+    return store_path.with_name(store_path.name + ".lock")
+
+
+def is_store_file(store_path: Path, candidate: str | os.PathLike[str]) -> bool:
+    """Whether ``candidate`` is the store, its lock or one of its temporary files.
+
+    The settings watcher uses this to tell a change of the approvals store (re-read approvals)
+    from a change of the user's settings in the same directory.
+    """
+    cand = Path(candidate)
+    if cand.parent != store_path.parent and _resolve_parent(cand) != _resolve_parent(store_path):
+        return False
+    name = cand.name
+    return (
+        name == store_path.name
+        or name == lock_path_of(store_path).name
+        or (name.startswith(_tmp_prefix(store_path)) and name.endswith(_TMP_SUFFIX))
+    )
+
+
+def _resolve_parent(path: Path) -> Path:
+    return path.parent.resolve()
+
+
+def _tmp_prefix(store_path: Path) -> str:
+    return f".{store_path.name}."
+
+
+def _is_inside(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+# --- the I/O shell ----------------------------------------------------------------------------
+
+_Signature = tuple[int, int, int]  # inode, size, mtime in ns
+
+
+class ApprovalStore:
+    """The approval store file at ``path``. The constructor does no I/O; the first read loads it.
+
+    Thread-safe within a process; safe across processes through the lock file. Reads never take
+    the lock (writes replace the file atomically).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._path = Path(path).expanduser()
+        self._mutex = threading.RLock()
+        self._records: dict[str, dict[str, ApprovalRecord]] = {}
+        self._loaded = False
+        self._had_good_load = False
+        self._signature: _Signature | None = None
+        self._error: str | None = None
+        self._warned_inside: set[str] = set()
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def lock_path(self) -> Path:
+        return lock_path_of(self._path)
+
+    @property
+    def error(self) -> str | None:
+        """Why the store could not be read (file, reason and fix), or ``None``. Loads on first use."""
+        with self._mutex:
+            self._refresh()
+            return self._error
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read the file now (the first time, or again). Never raises for a bad file: see :attr:`error`."""
+        with self._mutex:
+            self._load()
+
+    def reload(self) -> None:
+        """Re-read the file after an external change (the settings watcher calls this)."""
+        self.load()
+
+    def _refresh(self) -> None:
+        """Load on first use; afterwards re-read only if the file changed since it was read."""
+        if not self._loaded:
+            self._load()
+            return
+        try:
+            signature = _signature_of(self._path)
+        except OSError:
+            self._load()  # surfaces the error
+            return
+        if signature != self._signature:
+            self._load()
+
+    def _load(self) -> None:
+        self._loaded = True
+        try:
+            signature, data = _read(self._path)
+        except OSError as exc:
+            self._signature = None  # retried on every read until it can be read (e.g. after a chmod)
+            self._set_error(self._read_error(exc))
+            return
+        try:
+            records = parse_store(data.decode("utf-8")) if data is not None else {}
+        except (UnicodeDecodeError, ValueError) as exc:
+            self._signature = signature  # not re-read until it changes again
+            self._set_error(self._read_error(exc))
+            return
+        self._records = records
+        self._signature = signature
+        self._had_good_load = True
+        if self._error is not None:
+            logger.info("MCP approvals store %s is readable again", self._path)
+        self._error = None
+
+    def _set_error(self, message: str) -> None:
+        if message != self._error:
+            logger.warning("%s", message)
+        self._error = message
+
+    def _read_error(self, exc: BaseException) -> str:
+        why = _describe(exc)
+        if self._had_good_load:
+            consequence = "the last good decisions stay in force"
+        else:
+            consequence = "every project and workspace server stays pending approval"
+        return (
+            f"could not read MCP approvals store {str(self._path)!r}: {why}; "
+            f"fix or delete the file ({consequence} until then)"
+        )
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def _records_for(self, root: str | os.PathLike[str]) -> Mapping[str, ApprovalRecord]:
+        key = root_key(root)
+        if self._inside(Path(key)):
+            if key not in self._warned_inside:
+                self._warned_inside.add(key)
+                logger.warning(
+                    "MCP approvals store %s lies inside project %s; its records are ignored for that project",
+                    self._path,
+                    key,
+                )
+            return {}
+        self._refresh()
+        return self._records.get(key, {})
+
+    def get_state(self, root: str | os.PathLike[str], name: str, cfg: McpServerConfig) -> ApprovalState:
+        """``pending`` (no record, or one for another hash), ``approved`` or ``rejected``."""
+        with self._mutex:
+            return state_from_records(self._records_for(root), name, cfg)
+
+    def get_pending_gated_mcp_servers(
+        self, servers: Mapping[str, McpServerConfig], root: str | os.PathLike[str]
+    ) -> tuple[str, ...]:
+        """Gated servers that are not approved (rejected included), in ``servers`` order."""
+        with self._mutex:
+            return pending_gated_names(servers, self._records_for(root))
+
+    def get_promptable_mcp_servers(
+        self, servers: Mapping[str, McpServerConfig], root: str | os.PathLike[str]
+    ) -> tuple[str, ...]:
+        """Gated servers with no decision for their current configuration, in ``servers`` order."""
+        with self._mutex:
+            return promptable_names(servers, self._records_for(root))
+
+    def snapshot(self) -> dict[str, dict[str, ApprovalRecord]]:
+        """A copy of every record as last read."""
+        with self._mutex:
+            self._refresh()
+            return {root: dict(servers) for root, servers in self._records.items()}
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def approve(self, root: str | os.PathLike[str], name: str, cfg: McpServerConfig) -> None:
+        """Record that the user approved this exact configuration of ``name`` for ``root``."""
+        self._decide(root, name, cfg, "approved")
+
+    def reject(self, root: str | os.PathLike[str], name: str, cfg: McpServerConfig) -> None:
+        """Record that the user rejected this exact configuration of ``name`` for ``root``."""
+        self._decide(root, name, cfg, "rejected")
+
+    def _decide(self, root: str | os.PathLike[str], name: str, cfg: McpServerConfig, status: Decision) -> None:
+        key = root_key(root)
+        verb = "approval" if status == "approved" else "rejection"
+        if self._inside(Path(key)):
+            raise ConfigError(
+                f"could not record {verb} of server {name!r}: the approvals store {str(self._path)!r} lies "
+                f"inside the project {key!r}, and a repository can never approve its own servers; "
+                "point MCPVISOR_MCP_APPROVALS_PATH outside the project"
+            )
+        record = ApprovalRecord(hash=cfg.approval_hash, status=status)
+        with self._mutex:
+            self._path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+            try:
+                with FileLock(self.lock_path, timeout=LOCK_TIMEOUT_S, mode=STORE_MODE):
+                    self._write_locked(key, name, record, verb)
+            except Timeout as exc:
+                raise ConfigError(
+                    f"could not record {verb} of server {name!r}: another process holds the lock "
+                    f"{str(self.lock_path)!r}; try again"
+                ) from exc
+        logger.info("MCP server %r %s for project %s", name, status, key)
+
+    def _write_locked(self, key: str, name: str, record: ApprovalRecord, verb: str) -> None:
+        # Read-modify-write from the file itself, never from memory: another process may have
+        # decided since we last read it.
+        try:
+            _, data = _read(self._path)
+            text = data.decode("utf-8") if data is not None else ""
+            parse_store(text)  # the whole file must be valid before we touch it
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            self._set_error(self._read_error(exc))
+            raise ConfigError(
+                f"could not record {verb} of server {name!r}: the approvals store {str(self._path)!r} "
+                f"cannot be read ({_describe(exc)}); fix or delete the file, then decide again"
+            ) from exc
+        # Keep whatever else the file holds (e.g. extra keys in records) as it is.
+        raw: dict[str, Any] = json.loads(text) if text.strip() else {}
+        servers = raw.setdefault(key, {})
+        servers[name] = {"hash": record.hash, "status": record.status}
+        text = json.dumps(raw, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        signature = _atomic_write(self._path, text)
+        self._records = parse_store(text)
+        self._signature = signature
+        self._loaded = True
+        self._had_good_load = True
+        self._error = None
+
+    def _inside(self, root: Path) -> bool:
+        """Whether this store file lies inside ``root`` (then it can decide nothing for ``root``)."""
+        store = self._path.resolve()
+        return _is_inside(store, root)
+
+
+def _signature_of(path: Path) -> _Signature | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _read(path: Path) -> tuple[_Signature | None, bytes | None]:
+    """The file's signature and bytes, both from one open file; ``(None, None)`` if it is missing."""
+    try:
+        with path.open("rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(f"{path} is not a regular file")
+            data = fh.read()
+    except FileNotFoundError:
+        return None, None
+    return (st.st_ino, st.st_size, st.st_mtime_ns), data
+
+
+def _atomic_write(path: Path, text: str) -> _Signature:
+    """Write ``text`` to a temporary file next to ``path`` and move it into place. Mode 0600."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_tmp_prefix(path), suffix=_TMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), STORE_MODE)
+            fh.write(text.encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+            st = os.fstat(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc)
