@@ -1,0 +1,139 @@
+"""The command line shared by the example servers, and what it makes them do at start.
+
+Standard library only: the light server imports this module and must start in about 30 ms, so
+nothing here may pull in `mcp` or `pydantic`.
+
+The command line is a contract used by the demo, the tests and the benchmarks::
+
+    --name NAME            server name, in serverInfo and in tool output (default "example")
+    --tools a,b,c          configurable tools (default "echo"); each returns "{name}:{tool}:{text}"
+    --prompts p,q          configurable prompts (default none); each returns "{name}:{prompt}:{topic}"
+    --marker PATH          append "{pid} {name}" to PATH before serving
+    --stderr TEXT          write TEXT to stderr at start
+    --control              also expose set_tools, set_prompts, sleep and pid
+    --crash-on-call TOOL   calling TOOL exits the process with code 3, without replying
+    --hang-on-call TOOL    calling TOOL never returns; other requests are still served
+    --hang-on-initialize   never answer initialize (nor the modern server/discover probe)
+    --exit-after SECONDS   exit by itself with code 4 after SECONDS
+
+and, for the SDK server only, ``--transport stdio|streamable-http|sse``, ``--host``, ``--port``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+
+CRASH_EXIT_CODE = 3
+"""Exit code of a process whose `--crash-on-call` tool was called."""
+
+EXIT_AFTER_CODE = 4
+"""Exit code of a process that reached its `--exit-after` deadline."""
+
+CONTROL_TOOLS = ("set_tools", "set_prompts", "sleep", "pid")
+"""Tools added by `--control`; they take precedence over configurable tools of the same name."""
+
+TRANSPORTS = ("stdio", "streamable-http", "sse")
+
+TEXT_SCHEMA: dict[str, object] = {"type": "object", "properties": {"text": {"type": "string"}}}
+"""Input schema of every configurable tool: one optional string, `text`."""
+
+
+class Options:
+    """The parsed command line of an example server."""
+
+    __slots__ = (
+        "control",
+        "crash_on_call",
+        "exit_after_s",
+        "hang_on_call",
+        "hang_on_initialize",
+        "host",
+        "marker",
+        "name",
+        "port",
+        "prompts",
+        "stderr",
+        "tools",
+        "transport",
+    )
+
+    def __init__(self, namespace: argparse.Namespace) -> None:
+        self.name: str = namespace.name
+        self.tools: tuple[str, ...] = split_names(namespace.tools)
+        self.prompts: tuple[str, ...] = split_names(namespace.prompts)
+        self.marker: str | None = namespace.marker
+        self.stderr: str | None = namespace.stderr
+        self.control: bool = namespace.control
+        self.crash_on_call: str | None = namespace.crash_on_call
+        self.hang_on_call: str | None = namespace.hang_on_call
+        self.hang_on_initialize: bool = namespace.hang_on_initialize
+        self.exit_after_s: float | None = namespace.exit_after
+        self.transport: str = getattr(namespace, "transport", "stdio")
+        self.host: str = getattr(namespace, "host", "127.0.0.1")
+        self.port: int = getattr(namespace, "port", 8000)
+
+
+def split_names(value: str) -> tuple[str, ...]:
+    """Split a comma-separated list of names, dropping blanks and repeats, keeping order."""
+    names: dict[str, None] = {}
+    for part in value.split(","):
+        if name := part.strip():
+            names[name] = None
+    return tuple(names)
+
+
+def tool_text(server: str, tool: str, text: str) -> str:
+    """The text a configurable tool returns."""
+    return f"{server}:{tool}:{text}"
+
+
+def prompt_text(server: str, prompt: str, topic: str) -> str:
+    """The text of the one user message a configurable prompt returns."""
+    return f"{server}:{prompt}:{topic}"
+
+
+def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
+    """The argument parser; `network` adds the SDK server's transport options."""
+    parser = argparse.ArgumentParser(prog=prog, description="An example MCP server shipped with mcpvisor.")
+    parser.add_argument("--name", default="example", help="server name, reported in serverInfo and tool output")
+    parser.add_argument("--tools", default="echo", help="comma-separated tool names (default: echo)")
+    parser.add_argument("--prompts", default="", help="comma-separated prompt names (default: none)")
+    parser.add_argument("--marker", metavar="PATH", help='append "{pid} {name}" to PATH before serving')
+    parser.add_argument("--stderr", metavar="TEXT", help="write TEXT to stderr at start")
+    parser.add_argument("--control", action="store_true", help="expose set_tools, set_prompts, sleep and pid")
+    parser.add_argument("--crash-on-call", metavar="TOOL", help=f"exit with code {CRASH_EXIT_CODE} when TOOL is called")
+    parser.add_argument("--hang-on-call", metavar="TOOL", help="never answer a call of TOOL")
+    parser.add_argument("--hang-on-initialize", action="store_true", help="never answer initialize")
+    parser.add_argument(
+        "--exit-after", type=float, metavar="SECONDS", help=f"exit with code {EXIT_AFTER_CODE} after SECONDS"
+    )
+    if network:
+        parser.add_argument("--transport", choices=TRANSPORTS, default="stdio", help="default: stdio")
+        parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: 127.0.0.1)")
+        parser.add_argument("--port", type=int, default=8000, help="HTTP port (default: 8000)")
+    return parser
+
+
+def parse_options(argv: list[str] | None, prog: str, *, network: bool = False) -> Options:
+    """Parse `argv` (default: `sys.argv[1:]`); exits with code 2 on a usage error."""
+    return Options(build_parser(prog, network=network).parse_args(argv))
+
+
+def perform_start_actions(options: Options) -> None:
+    """Do what the options ask for before serving: stderr line, marker line, exit timer."""
+    if options.stderr is not None:
+        sys.stderr.write(options.stderr + "\n")
+        sys.stderr.flush()
+    if options.marker is not None:
+        parent = os.path.dirname(options.marker)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        with open(options.marker, "a", encoding="utf-8") as marker:
+            marker.write(f"{os.getpid()} {options.name}\n")
+    if options.exit_after_s is not None:
+        timer = threading.Timer(options.exit_after_s, os._exit, (EXIT_AFTER_CODE,))
+        timer.daemon = True
+        timer.start()

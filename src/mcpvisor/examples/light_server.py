@@ -1,0 +1,308 @@
+"""A minimal MCP server over stdio in the standard library only, ready in about 30 ms.
+
+Run it as ``python -m mcpvisor.examples.light_server --help``. It speaks the handshake era
+(newline-delimited JSON-RPC 2.0, protocol versions 2024-11-05 to 2025-11-25): ``initialize``,
+``ping``, ``tools/list``, ``tools/call``, ``prompts/list``, ``prompts/get``, ``resources/list`` and
+``resources/templates/list`` (both empty). Every other request gets -32601 at once, so a client's
+``server/discover`` probe falls back to ``initialize`` without waiting; other requests before
+``initialize`` get an error reply too. Notifications other than the handshake's are ignored.
+
+This module must never import `mcp`, `pydantic` or anything outside the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import IO, Any
+
+from mcpvisor import __version__
+from mcpvisor.examples._options import (
+    CONTROL_TOOLS,
+    CRASH_EXIT_CODE,
+    TEXT_SCHEMA,
+    Options,
+    parse_options,
+    perform_start_actions,
+    prompt_text,
+    split_names,
+    tool_text,
+)
+
+PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+LATEST_PROTOCOL_VERSION = "2025-11-25"
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+
+_KNOWN_METHODS = frozenset(
+    {
+        "initialize",
+        "ping",
+        "tools/list",
+        "tools/call",
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/templates/list",
+    }
+)
+
+_CONTROL_SCHEMAS: dict[str, dict[str, object]] = {
+    "set_tools": {
+        "type": "object",
+        "properties": {"names": {"type": "string", "description": "comma-separated tool names"}},
+        "required": ["names"],
+    },
+    "set_prompts": {
+        "type": "object",
+        "properties": {"names": {"type": "string", "description": "comma-separated prompt names"}},
+        "required": ["names"],
+    },
+    "sleep": {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]},
+    "pid": {"type": "object", "properties": {}},
+}
+
+_CONTROL_DESCRIPTIONS = {
+    "set_tools": "Replace the configurable tools and announce the change.",
+    "set_prompts": "Replace the configurable prompts and announce the change.",
+    "sleep": "Sleep for the given number of seconds, then return 'slept'.",
+    "pid": "Return the server's process id.",
+}
+
+
+class RequestError(Exception):
+    """A request failed; answered with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class LightServer:
+    """The protocol state of one stdio connection; `handle_line` takes one input line."""
+
+    def __init__(self, options: Options, out: IO[bytes]) -> None:
+        self._options = options
+        self._out = out
+        self._write_lock = threading.Lock()
+        self._tools = options.tools
+        self._prompts = options.prompts
+        self._initialized = False
+
+    # -- output --------------------------------------------------------------------------------
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        with self._write_lock:
+            try:
+                self._out.write(data)
+                self._out.flush()
+            except BrokenPipeError:
+                os._exit(0)  # the client is gone: nobody is left to serve
+
+    def _reply(self, request_id: object, result: dict[str, Any]) -> None:
+        self.send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    def _reply_error(self, request_id: object, code: int, message: str) -> None:
+        self.send({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+
+    def _notify(self, method: str) -> None:
+        self.send({"jsonrpc": "2.0", "method": method})
+
+    # -- input ---------------------------------------------------------------------------------
+
+    def handle_line(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            message = json.loads(line)
+        except ValueError:
+            self._reply_error(None, PARSE_ERROR, "Parse error")
+            return
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            self._reply_error(None, INVALID_REQUEST, "Invalid Request")
+            return
+        method = message.get("method")
+        if not isinstance(method, str):
+            return  # a response to a request we never send, or junk: nothing to answer
+        if "id" not in message:
+            self._handle_notification(method)
+            return
+        request_id = message["id"]
+        params = message.get("params")
+        if params is None:
+            params = {}
+        try:
+            if not isinstance(params, dict):
+                raise RequestError(INVALID_PARAMS, "params must be an object")
+            self._handle_request(request_id, method, params)
+        except RequestError as error:
+            self._reply_error(request_id, error.code, error.message)
+
+    def _handle_notification(self, method: str) -> None:
+        # notifications/initialized, notifications/cancelled and unknown ones need no action:
+        # a hung call stays hung and a finished one has already been answered.
+        return
+
+    def _handle_request(self, request_id: object, method: str, params: dict[str, Any]) -> None:
+        if method not in _KNOWN_METHODS:
+            raise RequestError(METHOD_NOT_FOUND, f"Method not found: {method}")
+        if method == "initialize":
+            self._initialized = True
+            self._reply(request_id, self._initialize_result(params))
+        elif method == "ping":
+            self._reply(request_id, {})
+        elif not self._initialized:
+            raise RequestError(INVALID_REQUEST, f"received {method!r} before initialize")
+        elif method == "tools/list":
+            self._reply(request_id, {"tools": self._tool_list()})
+        elif method == "tools/call":
+            self._call_tool(request_id, params)
+        elif method == "prompts/list":
+            self._reply(request_id, {"prompts": self._prompt_list()})
+        elif method == "prompts/get":
+            self._reply(request_id, self._get_prompt(params))
+        elif method == "resources/list":
+            self._reply(request_id, {"resources": []})
+        else:  # resources/templates/list
+            self._reply(request_id, {"resourceTemplates": []})
+
+    # -- handlers ------------------------------------------------------------------------------
+
+    def _initialize_result(self, params: dict[str, Any]) -> dict[str, Any]:
+        requested = params.get("protocolVersion")
+        version = requested if requested in PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
+        capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "resources": {}}
+        if self._prompts or self._options.control:
+            capabilities["prompts"] = {"listChanged": True}
+        return {
+            "protocolVersion": version,
+            "capabilities": capabilities,
+            "serverInfo": {"name": self._options.name, "version": __version__},
+        }
+
+    def _configurable_tools(self) -> tuple[str, ...]:
+        if not self._options.control:
+            return self._tools
+        return tuple(tool for tool in self._tools if tool not in CONTROL_TOOLS)
+
+    def _tool_list(self) -> list[dict[str, Any]]:
+        name = self._options.name
+        tools: list[dict[str, Any]] = [
+            {
+                "name": tool,
+                "description": f"Return {tool_text(name, tool, '{text}')!r}.",
+                "inputSchema": TEXT_SCHEMA,
+            }
+            for tool in self._configurable_tools()
+        ]
+        if self._options.control:
+            tools.extend(
+                {"name": tool, "description": _CONTROL_DESCRIPTIONS[tool], "inputSchema": _CONTROL_SCHEMAS[tool]}
+                for tool in CONTROL_TOOLS
+            )
+        return tools
+
+    def _call_tool(self, request_id: object, params: dict[str, Any]) -> None:
+        tool = params.get("name")
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(tool, str) or not isinstance(arguments, dict):
+            raise RequestError(INVALID_PARAMS, "tools/call needs a string 'name' and an object 'arguments'")
+        if tool == self._options.crash_on_call:
+            os._exit(CRASH_EXIT_CODE)
+        if tool == self._options.hang_on_call:
+            return  # never answered; the read loop goes on serving other requests
+        if self._options.control and tool in CONTROL_TOOLS:
+            self._call_control_tool(request_id, tool, arguments)
+        elif tool in self._configurable_tools():
+            text = arguments.get("text", "")
+            if not isinstance(text, str):
+                raise RequestError(INVALID_PARAMS, f"tool {tool!r}: argument 'text' must be a string")
+            self._reply(request_id, _text_result(tool_text(self._options.name, tool, text)))
+        else:
+            raise RequestError(INVALID_PARAMS, f"Unknown tool: {tool}")
+
+    def _call_control_tool(self, request_id: object, tool: str, arguments: dict[str, Any]) -> None:
+        if tool == "pid":
+            self._reply(request_id, _text_result(str(os.getpid())))
+        elif tool == "sleep":
+            seconds = arguments.get("seconds")
+            if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds < 0:
+                raise RequestError(INVALID_PARAMS, "tool 'sleep': argument 'seconds' must be a number >= 0")
+            threading.Thread(target=self._sleep_then_reply, args=(request_id, seconds), daemon=True).start()
+        else:
+            names = arguments.get("names")
+            if not isinstance(names, str):
+                raise RequestError(INVALID_PARAMS, f"tool {tool!r}: argument 'names' must be a string")
+            if tool == "set_tools":
+                self._tools = split_names(names)
+                self._notify("notifications/tools/list_changed")
+                self._reply(request_id, _text_result(",".join(self._configurable_tools())))
+            else:
+                self._prompts = split_names(names)
+                self._notify("notifications/prompts/list_changed")
+                self._reply(request_id, _text_result(",".join(self._prompts)))
+
+    def _sleep_then_reply(self, request_id: object, seconds: float) -> None:
+        time.sleep(seconds)
+        self._reply(request_id, _text_result("slept"))
+
+    def _prompt_list(self) -> list[dict[str, Any]]:
+        name = self._options.name
+        return [
+            {
+                "name": prompt,
+                "description": f"One user message: {prompt_text(name, prompt, '{topic}')!r}.",
+                "arguments": [{"name": "topic", "description": "what the prompt is about", "required": False}],
+            }
+            for prompt in self._prompts
+        ]
+
+    def _get_prompt(self, params: dict[str, Any]) -> dict[str, Any]:
+        prompt = params.get("name")
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(prompt, str) or not isinstance(arguments, dict):
+            raise RequestError(INVALID_PARAMS, "prompts/get needs a string 'name' and an object 'arguments'")
+        if prompt not in self._prompts:
+            raise RequestError(INVALID_PARAMS, f"Unknown prompt: {prompt}")
+        topic = arguments.get("topic", "")
+        if not isinstance(topic, str):
+            raise RequestError(INVALID_PARAMS, f"prompt {prompt!r}: argument 'topic' must be a string")
+        text = prompt_text(self._options.name, prompt, topic)
+        return {"messages": [{"role": "user", "content": {"type": "text", "text": text}}]}
+
+
+def _text_result(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": False}
+
+
+def serve(options: Options, stdin: IO[bytes], stdout: IO[bytes]) -> None:
+    """Serve one connection until stdin reaches end of file."""
+    if options.hang_on_initialize:
+        for _ in iter(stdin.readline, b""):
+            pass  # never answer anything, not even initialize
+        return
+    server = LightServer(options, stdout)
+    for line in iter(stdin.readline, b""):
+        server.handle_line(line)
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = parse_options(argv, "python -m mcpvisor.examples.light_server")
+    perform_start_actions(options)
+    serve(options, sys.stdin.buffer, sys.stdout.buffer)
+
+
+if __name__ == "__main__":
+    main()
