@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,9 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(item.obj):
-            item.add_marker(pytest.mark.anyio)
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) -> None:
+    """Mark every ``async def test_...`` for the anyio plugin before it collects the function."""
+    if isinstance(collector, pytest.Module | pytest.Class) and collector.istestfunction(obj, name):
+        if inspect.iscoroutinefunction(obj):
+            pytest.mark.anyio(obj)

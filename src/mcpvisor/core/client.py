@@ -150,6 +150,8 @@ class McpClient:
         self._set_status("connecting")
         tg.start_soon(self._own, name=f"mcp-server:{self.name}")
         await self._ready.wait()
+        if self.status != "connected" and self._stopping:
+            raise ConnectError(f"connecting to server {self.name!r} was abandoned: it was stopped", server=self.name)
         if self.status != "connected":
             raise ConnectError(f"could not connect to server {self.name!r}: {self.last_error}", server=self.name)
 
@@ -211,17 +213,18 @@ class McpClient:
     async def _connect_and_serve(self, life: anyio.CancelScope) -> None:
         async with AsyncExitStack() as stack:
             client = await self._open(stack)
-            await self._discover(client)
-            life.deadline = math.inf
-            self._client = client
-            self.last_error = None
-            self._set_status("connected")
-            self._ready.set()
-            logger.info("server %r connected (%d tools, %d prompts)", self.name, len(self.tools), len(self.prompts))
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._refresher, client)
                 if self._listen_wanted(client):
-                    tg.start_soon(self._listener, client)
+                    # Subscribe before listing: a change between the two is never missed (no replay).
+                    await tg.start(self._listener, client)
+                await self._discover(client)
+                life.deadline = math.inf
+                self._client = client
+                self.last_error = None
+                self._set_status("connected")
+                self._ready.set()
+                logger.info("server %r connected (%d tools, %d prompts)", self.name, len(self.tools), len(self.prompts))
+                tg.start_soon(self._refresher, client)
                 if self.process is not None:
                     tg.start_soon(self._watch_process, self.process)
                 await self._wake.wait()
@@ -356,29 +359,35 @@ class McpClient:
                 self.tools, self.prompts = new_tools, new_prompts
                 self._notify()
 
-    async def _listener(self, client: Client) -> None:
+    async def _listener(self, client: Client, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """Modern-era list-changed notices arrive only on a ``subscriptions/listen`` stream."""
         caps = client.server_capabilities
         want_tools = bool(caps.tools and caps.tools.list_changed)
         want_prompts = bool(caps.prompts and caps.prompts.list_changed)
         first = True
-        while True:
-            try:
-                async with client.listen(tools_list_changed=want_tools, prompts_list_changed=want_prompts) as sub:
-                    if not first:  # no replay after a drop: refetch what we depend on
-                        self.request_refresh(tools=want_tools, prompts=want_prompts)
-                    first = False
-                    async for event in sub:
-                        kind = type(event).__name__
-                        self.request_refresh(tools=kind == "ToolsListChanged", prompts=kind == "PromptsListChanged")
-                return  # the server closed the stream gracefully
-            except SubscriptionLost:
-                logger.debug("server %r: change subscription lost; listening again", self.name)
-                await anyio.sleep(LISTEN_RETRY_S)
-            except (ListenNotSupportedError, MCPError) as exc:
-                # Never let a missing subscription feature tear the connection down.
-                logger.debug("server %r does not support change subscriptions: %s", self.name, exc)
-                return
+        try:
+            while True:
+                try:
+                    async with client.listen(tools_list_changed=want_tools, prompts_list_changed=want_prompts) as sub:
+                        if first:
+                            task_status.started()
+                            first = False
+                        else:  # no replay after a drop: refetch what we depend on
+                            self.request_refresh(tools=want_tools, prompts=want_prompts)
+                        async for event in sub:
+                            kind = type(event).__name__
+                            self.request_refresh(tools=kind == "ToolsListChanged", prompts=kind == "PromptsListChanged")
+                    return  # the server closed the stream gracefully
+                except SubscriptionLost:
+                    logger.debug("server %r: change subscription lost; listening again", self.name)
+                    await anyio.sleep(LISTEN_RETRY_S)
+                except (ListenNotSupportedError, MCPError) as exc:
+                    # Never let a missing subscription feature tear the connection down.
+                    logger.debug("server %r does not support change subscriptions: %s", self.name, exc)
+                    return
+        finally:
+            if first:
+                task_status.started()
 
     async def _watch_process(self, process: StdioProcess) -> None:
         await process.ended.wait()

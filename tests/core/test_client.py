@@ -1,0 +1,179 @@
+"""One connection (SPEC §5.1): real example servers as subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import pytest
+
+from mcpvisor.core.client import McpClient
+from mcpvisor.core.errors import ConnectError, ServerUnavailableError
+from mcpvisor.core.server_config import McpServerConfig
+from tests.helpers import WAIT_S, free_port, http_server, light, marker_pids, pid_alive, sdk, wait_until
+
+
+def text(result: object) -> str:
+    content = getattr(result, "content")  # noqa: B009 - keeps the helper independent of the result type
+    return str(content[0].text)
+
+
+async def test_stdio_server_connects_lists_and_calls(tmp_path: Path) -> None:
+    client = McpClient("a", light("a", "--tools", "x,y", "--prompts", "p"), log_dir=tmp_path)
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        assert client.status == "connected"
+        assert [t.name for t in client.tools] == ["x", "y"]
+        assert [p.name for p in client.prompts] == ["p"]
+        assert text(await client.call_tool("x", {"text": "hi"})) == "a:x:hi"
+        prompt = await client.get_prompt("p", {"topic": "t"})
+        assert prompt.messages[0].content.text == "a:p:t"  # type: ignore[union-attr]
+        pid = client.pid
+        assert pid is not None
+        assert pid_alive(pid)
+        await client.aclose()
+    assert client.status == "disconnected"
+    assert not pid_alive(pid)
+
+
+async def test_streamable_http_server_connects_lists_and_calls(tmp_path: Path) -> None:
+    async with http_server("h", "--tools", "t") as url:
+        client = McpClient("h", McpServerConfig(http_url=url), log_dir=tmp_path)
+        async with anyio.create_task_group() as tg:
+            await client.start(tg)
+            assert [t.name for t in client.tools] == ["t"]
+            assert text(await client.call_tool("t", {"text": "x"})) == "h:t:x"
+            await client.aclose()
+
+
+async def test_sse_server_connects_and_calls(tmp_path: Path) -> None:
+    async with http_server("s", "--tools", "t", transport="sse") as url:
+        client = McpClient("s", McpServerConfig(url=url), log_dir=tmp_path)
+        async with anyio.create_task_group() as tg:
+            await client.start(tg)
+            assert text(await client.call_tool("t", {"text": "x"})) == "s:t:x"
+            await client.aclose()
+
+
+@pytest.mark.parametrize("era", ["handshake", "modern"])
+async def test_list_changed_refreshes_the_tools_in_both_protocol_eras(tmp_path: Path, era: str) -> None:
+    changes: list[list[str]] = []
+    client = McpClient(
+        "c",
+        (light if era == "handshake" else sdk)("c", "--control"),
+        log_dir=tmp_path,
+        on_change=lambda c: changes.append([t.name for t in c.tools]),
+    )
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        assert client.protocol_version is not None
+        assert client.protocol_version.startswith("2025" if era == "handshake" else "2026")
+        assert "echo" in [t.name for t in client.tools]
+        await client.call_tool("set_tools", {"names": "alpha,beta"})
+        await wait_until(lambda: "alpha" in [t.name for t in client.tools])
+        assert "echo" not in [t.name for t in client.tools]
+        await client.aclose()
+
+
+async def test_stderr_goes_to_a_per_server_log(tmp_path: Path) -> None:
+    client = McpClient("loud", light("loud", "--stderr", "hello from the server"), log_dir=tmp_path)
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        await client.aclose()
+    assert "hello from the server" in client.log_path.read_text()
+
+
+async def test_a_missing_command_names_the_server_and_the_field(tmp_path: Path) -> None:
+    client = McpClient("gh", McpServerConfig(command="/nonexistent/npx-not-here"), log_dir=tmp_path)
+    async with anyio.create_task_group() as tg:
+        with pytest.raises(ConnectError) as info:
+            await client.start(tg)
+    message = str(info.value)
+    assert "'gh'" in message
+    assert "'/nonexistent/npx-not-here' not found" in message
+    assert "mcpServers.gh.command" in message
+
+
+async def test_a_refused_url_names_the_server_and_the_url(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    client = McpClient("remote", McpServerConfig(http_url=url, discovery_timeout_ms=10_000), log_dir=tmp_path)
+    async with anyio.create_task_group() as tg:
+        with pytest.raises(ConnectError) as info:
+            await client.start(tg)
+    assert "'remote'" in str(info.value)
+    assert url in str(info.value)
+
+
+async def test_a_server_that_never_answers_initialize_times_out_and_leaves_no_process(tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    cfg = light("mute", "--hang-on-initialize", "--marker", str(marker), discovery_timeout_ms=1500)
+    client = McpClient("mute", cfg, log_dir=tmp_path)
+    async with anyio.create_task_group() as tg:
+        with pytest.raises(ConnectError, match=r"'mute'.*no answer within 1.5 s"):
+            await client.start(tg)
+    [pid] = marker_pids(marker)
+    await wait_until(lambda: not pid_alive(pid))
+
+
+async def test_a_crash_mid_call_fails_the_call_clearly_and_reports_the_loss(tmp_path: Path) -> None:
+    lost = anyio.Event()
+    client = McpClient(
+        "fragile", light("fragile", "--crash-on-call", "echo"), log_dir=tmp_path, on_lost=lambda _: lost.set()
+    )
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        with anyio.fail_after(WAIT_S), pytest.raises(ServerUnavailableError, match="'fragile'"):
+            await client.call_tool("echo")
+        with anyio.fail_after(WAIT_S):
+            await lost.wait()
+        assert client.status == "disconnected"
+        assert client.last_error is not None
+        with pytest.raises(ServerUnavailableError, match="not connected"):
+            await client.call_tool("echo")
+
+
+async def test_a_cancelled_connect_leaves_no_process(tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    client = McpClient("slow", light("slow", "--hang-on-initialize", "--marker", str(marker)), log_dir=tmp_path)
+    outcome: list[str] = []
+
+    async def connect(tg: anyio.abc.TaskGroup) -> None:
+        with pytest.raises(ConnectError, match="abandoned") as info:
+            await client.start(tg)
+        outcome.append(str(info.value))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(connect, tg)
+        await wait_until(lambda: bool(marker_pids(marker)))
+        await client.aclose()
+    assert outcome
+    [pid] = marker_pids(marker)
+    assert client.status == "disconnected"
+    await wait_until(lambda: not pid_alive(pid))
+
+
+async def test_cancelling_the_owner_task_group_leaves_no_process(tmp_path: Path) -> None:
+    client = McpClient("c", light("c"), log_dir=tmp_path)
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            await client.start(tg)
+            pid = client.pid
+            scope.cancel()
+    assert pid is not None
+    await wait_until(lambda: not pid_alive(pid))
+
+
+async def test_a_killed_server_is_reported_lost(tmp_path: Path) -> None:
+    lost = anyio.Event()
+    client = McpClient("k", light("k"), log_dir=tmp_path, on_lost=lambda _: lost.set())
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        assert client.pid is not None
+        os.kill(client.pid, signal.SIGKILL)
+        with anyio.fail_after(WAIT_S):
+            await lost.wait()
+        assert client.last_error is not None
+        assert "exited" in client.last_error

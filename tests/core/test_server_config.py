@@ -1,0 +1,172 @@
+"""McpServerConfig and the three fingerprints (SPEC §2.1, §3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from mcpvisor.core.server_config import (
+    McpServerConfig,
+    approval_hash,
+    connection_id_of,
+    exposure_of,
+    normalize_server_entry,
+)
+
+BASE: dict[str, Any] = {
+    "command": "node",
+    "args": ["server.js", "--port", "1"],
+    "env": {"TOKEN": "secret", "MODE": "x"},
+    "cwd": "/srv",
+    "timeout": 5000,
+    "trust": False,
+    "includeTools": ["a"],
+    "description": "d",
+}
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ({"httpUrl": "http://h/mcp"}, {"http_url": "http://h/mcp"}),
+        ({"type": "http", "url": "http://h/mcp"}, {"http_url": "http://h/mcp"}),
+        ({"type": "streamable-http", "url": "http://h/mcp"}, {"http_url": "http://h/mcp"}),
+        ({"type": "sse", "url": "http://h/sse"}, {"url": "http://h/sse"}),
+        ({"type": "stdio", "command": "x"}, {"command": "x"}),
+        ({"includeTools": ["a"], "excludeTools": ["b"]}, {"include_tools": ["a"], "exclude_tools": ["b"]}),
+    ],
+)
+def test_common_spellings_normalise_to_canonical_fields(entry: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert normalize_server_entry(entry) == expected
+
+
+def test_transport_kind_follows_the_fields() -> None:
+    assert McpServerConfig(command="x").transport == "stdio"
+    assert McpServerConfig.model_validate({"type": "http", "url": "http://h"}).transport == "http"
+    assert McpServerConfig(url="http://h/sse").transport == "sse"
+
+
+def test_a_server_without_transport_is_a_clear_error() -> None:
+    with pytest.raises(ValidationError, match="no transport"):
+        McpServerConfig.model_validate({"description": "nothing to run"})
+
+
+def test_an_unknown_type_is_a_clear_error() -> None:
+    with pytest.raises(ValidationError, match="unknown transport type 'carrier-pigeon'"):
+        McpServerConfig.model_validate({"type": "carrier-pigeon", "url": "x"})
+
+
+def test_unknown_fields_are_kept_for_the_approval_hash_only() -> None:
+    a = McpServerConfig.model_validate({"command": "x", "futureField": 1})
+    b = McpServerConfig.model_validate({"command": "x", "futureField": 2})
+    assert connection_id_of("s", a) == connection_id_of("s", b)
+    assert a.approval_hash != b.approval_hash
+
+
+def test_connection_id_has_the_name_and_sixteen_hex_digits() -> None:
+    cid = connection_id_of("github", McpServerConfig.model_validate(BASE))
+    name, fp = cid.split("::")
+    assert name == "github"
+    assert len(fp) == 16
+    int(fp, 16)
+
+
+def test_null_is_distinct_from_absent_in_the_approval_hash() -> None:
+    assert approval_hash({"command": "x"}) != approval_hash({"command": "x", "cwd": None})
+
+
+def test_scope_extension_and_description_do_not_change_the_approval_hash() -> None:
+    plain = approval_hash({"command": "x"})
+    assert approval_hash({"command": "x", "scope": "project", "extension_name": "e", "description": "y"}) == plain
+
+
+def test_approval_hash_is_taken_before_variable_expansion() -> None:
+    def expand_with(value: str) -> Any:
+        return lambda entry: {**entry, "env": {"TOKEN": value}}
+
+    entry = {"command": "x", "env": {"TOKEN": "${TOKEN}"}}
+    one = McpServerConfig.from_entry(entry, expand=expand_with("a"), scope="project")
+    two = McpServerConfig.from_entry(entry, expand=expand_with("b"), scope="project")
+    assert one.env == {"TOKEN": "a"}
+    assert one.scope == "project"
+    assert one.approval_hash == two.approval_hash
+    assert connection_id_of("s", one) != connection_id_of("s", two)
+
+
+def test_target_shows_the_command_line_or_url_without_secrets() -> None:
+    cfg = McpServerConfig.model_validate(BASE)
+    assert cfg.target() == "node server.js --port 1"
+    assert "secret" not in cfg.target()
+
+
+def _shuffled(d: dict[str, Any], order: list[int]) -> dict[str, Any]:
+    keys = list(d)
+    ranked = sorted(range(len(keys)), key=lambda i: order[i % len(order)] if order else i)
+    return {keys[i]: (_shuffled(d[keys[i]], order) if isinstance(d[keys[i]], dict) else d[keys[i]]) for i in ranked}
+
+
+@given(st.lists(st.integers(), min_size=1, max_size=12))
+def test_key_order_never_changes_a_fingerprint(order: list[int]) -> None:
+    a = McpServerConfig.model_validate(BASE)
+    b = McpServerConfig.model_validate(_shuffled(BASE, order))
+    assert connection_id_of("s", a) == connection_id_of("s", b)
+    assert a.approval_hash == b.approval_hash
+
+
+CONNECTION_CHANGES: list[tuple[str, Any]] = [
+    ("command", "python"),
+    ("args", ["server.js", "--port", "2"]),
+    ("args", ["--port", "1", "server.js"]),
+    ("env", {"TOKEN": "other", "MODE": "x"}),
+    ("env", {"TOKEN": "secret"}),
+    ("cwd", "/tmp"),
+    ("timeout", 6000),
+    ("headers", {"Authorization": "Bearer x"}),
+    ("url", "http://h/sse"),
+    ("oauth", {"enabled": True}),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), CONNECTION_CHANGES)
+def test_any_connection_field_change_changes_the_connection_id_and_approval_hash(field: str, value: Any) -> None:
+    a = McpServerConfig.model_validate(BASE)
+    b = McpServerConfig.model_validate({**BASE, field: value})
+    assert connection_id_of("s", a) != connection_id_of("s", b)
+    assert a.approval_hash != b.approval_hash
+
+
+@given(
+    trust=st.none() | st.booleans(),
+    include=st.none() | st.lists(st.text(min_size=1, max_size=5), max_size=3),
+    exclude=st.none() | st.lists(st.text(min_size=1, max_size=5), max_size=3),
+    description=st.none() | st.text(max_size=10),
+    scope=st.none() | st.sampled_from(["project", "workspace", "system"]),
+)
+def test_exposure_only_changes_never_change_the_connection_id(
+    trust: bool | None, include: list[str] | None, exclude: list[str] | None, description: str | None, scope: str | None
+) -> None:
+    a = McpServerConfig.model_validate(BASE)
+    b = McpServerConfig.model_validate(
+        {
+            **BASE,
+            "trust": trust,
+            "includeTools": include,
+            "excludeTools": exclude,
+            "description": description,
+            "scope": scope,
+        }
+    )
+    assert connection_id_of("s", a) == connection_id_of("s", b)
+
+
+def test_exposure_filters_exclude_wins_over_include() -> None:
+    cfg = McpServerConfig.model_validate({"command": "x", "includeTools": ["a", "b"], "excludeTools": ["b"]})
+    exposure = exposure_of(cfg)
+    assert exposure.admits("a")
+    assert not exposure.admits("b")
+    assert not exposure.admits("c")
+    assert exposure_of(McpServerConfig(command="x")).admits("anything")

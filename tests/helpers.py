@@ -1,0 +1,98 @@
+"""Helpers shared by the tests: example server configs, waiting on conditions, process checks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+from mcpvisor.core.server_config import McpServerConfig
+
+LIGHT = "mcpvisor.examples.light_server"
+SDK = "mcpvisor.examples.sdk_server"
+WAIT_S = 30.0
+"""Bound on anything a test waits for; generous for a slow shared machine."""
+
+
+def light(name: str, *args: str, **fields: object) -> McpServerConfig:
+    """A stdlib example server (starts in about 30 ms)."""
+    return McpServerConfig.model_validate(
+        {"command": sys.executable, "args": ["-m", LIGHT, "--name", name, *args], **fields}
+    )
+
+
+def sdk(name: str, *args: str, **fields: object) -> McpServerConfig:
+    """An SDK-based example server (about a second to start)."""
+    return McpServerConfig.model_validate(
+        {"command": sys.executable, "args": ["-m", SDK, "--name", name, *args], **fields}
+    )
+
+
+async def wait_until(condition: Callable[[], bool], timeout_s: float = WAIT_S, what: str = "condition") -> None:
+    """Poll ``condition`` until it holds, failing after ``timeout_s``."""
+    with anyio.fail_after(timeout_s):
+        while not condition():  # noqa: ASYNC110 - polling a condition that has no event
+            await anyio.sleep(0.02)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def marker_pids(path: Path) -> list[int]:
+    """PIDs recorded by servers started with ``--marker path``."""
+    if not path.exists():
+        return []
+    return [int(line.split()[0]) for line in path.read_text().splitlines() if line.strip()]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.asynccontextmanager
+async def http_server(name: str, *args: str, transport: str = "streamable-http") -> AsyncIterator[str]:
+    """Run the SDK example server over HTTP on a free loopback port; yields its URL."""
+    port = free_port()
+    process = await anyio.open_process(
+        [sys.executable, "-m", SDK, "--name", name, "--transport", transport, "--port", str(port), *args],
+        stdout=None,
+        stderr=None,
+    )
+    path = "/mcp" if transport == "streamable-http" else "/sse"
+    try:
+        with anyio.fail_after(WAIT_S):
+            while True:
+                try:
+                    stream = await anyio.connect_tcp("127.0.0.1", port)
+                except OSError:
+                    await anyio.sleep(0.05)
+                    continue
+                await stream.aclose()
+                break
+        yield f"http://127.0.0.1:{port}{path}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        with anyio.CancelScope(shield=True):
+            await process.wait()
+        await process.aclose()
