@@ -36,6 +36,7 @@ async def test_stdio_server_connects_lists_and_calls(tmp_path: Path) -> None:
         assert pid_alive(pid)
         await client.aclose()
     assert client.status == "disconnected"
+    assert pid is not None
     assert not pid_alive(pid)
 
 
