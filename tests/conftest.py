@@ -17,5 +17,6 @@ def anyio_backend() -> str:
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) -> None:
     """Mark every ``async def test_...`` for the anyio plugin before it collects the function."""
     if isinstance(collector, pytest.Module | pytest.Class) and collector.istestfunction(obj, name):
-        if inspect.iscoroutinefunction(obj):
+        inner = getattr(getattr(obj, "hypothesis", None), "inner_test", obj)  # @given wraps the coroutine
+        if inspect.iscoroutinefunction(inner):
             pytest.mark.anyio(obj)

@@ -1,0 +1,348 @@
+"""Incremental reconcile with real subprocess servers (SPEC §4, §5.3, §5.4, §11 "Core", "Reconcile edges")."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mcpvisor.core.config import Config
+from mcpvisor.core.errors import ConfigError, ServerUnavailableError, ToolNotFoundError
+from mcpvisor.core.events import McpEvent, ReconcileFinished, ServerStateChanged
+from mcpvisor.core.server_config import McpServerConfig
+from tests.helpers import WAIT_S, light, marker_pids, pid_alive, wait_until
+
+
+@pytest.fixture
+async def config(tmp_path: Path) -> AsyncIterator[Config]:
+    async with Config(log_dir=tmp_path / "logs") as cfg:
+        yield cfg
+
+
+def pids(config: Config) -> dict[str, int | None]:
+    return {name: client.pid for name, client in config.manager.clients().items()}
+
+
+def tools(config: Config) -> set[str]:
+    return set(config.tool_registry.names())
+
+
+def record(config: Config) -> list[McpEvent]:
+    events: list[McpEvent] = []
+    config.events.subscribe(events.append)
+    return events
+
+
+async def test_set_mcp_servers_replaces_the_layer_and_works_after_init(config: Config) -> None:
+    config.set_mcp_servers({"a": light("a")})
+    await config.initialize()
+    config.set_mcp_servers({"b": light("b")})
+    assert set(config.get_mcp_servers()) == {"b"}
+    assert config.get_mcp_server_unavailable_reason("a") == "removed"
+
+
+async def test_add_mcp_servers_refuses_after_init(config: Config) -> None:
+    config.add_mcp_servers({"a": light("a")})
+    await config.initialize()
+    with pytest.raises(ConfigError, match="after initialisation"):
+        config.add_mcp_servers({"b": light("b")})
+
+
+async def test_reinitialize_before_initialize_is_a_safe_no_op(config: Config, tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    await config.reinitialize_mcp_servers({"a": light("a", "--marker", str(marker))})
+    assert set(config.get_mcp_servers()) == {"a"}
+    assert config.manager.clients() == {}
+    assert not marker.exists()
+
+
+async def test_the_same_config_three_times_connects_once(config: Config) -> None:
+    await config.initialize()
+    for _ in range(3):
+        await config.reinitialize_mcp_servers({"a": light("a")})
+    assert config.manager.connect_count == 1
+    assert tools(config) == {"mcp__a__echo"}
+
+
+async def test_changed_args_disconnect_once_and_reconnect_once_purging_old_tools_first(config: Config) -> None:
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"a": light("a", "--tools", "old", "--prompts", "oldp")})
+    old_pid = pids(config)["a"]
+    seen_during_restart: list[set[str]] = []
+
+    def watch(event: McpEvent) -> None:
+        if isinstance(event, ServerStateChanged) and event.server == "a" and event.status == "connecting":
+            seen_during_restart.append(tools(config) | set(config.prompt_registry.names()))
+
+    config.events.subscribe(watch)
+    await config.reinitialize_mcp_servers({"a": light("a", "--tools", "new", "--prompts", "newp")})
+    assert config.manager.connect_count == 2
+    assert config.manager.disconnect_count == 1
+    assert seen_during_restart == [set()]
+    assert tools(config) == {"mcp__a__new"}
+    assert set(config.prompt_registry.names()) == {"newp"}
+    assert old_pid is not None
+    await wait_until(lambda: not pid_alive(old_pid))
+    assert config.last_reconcile is not None
+    assert config.last_reconcile.restarted == ("a",)
+
+
+async def test_editing_one_server_of_five_leaves_the_others_untouched(config: Config) -> None:
+    servers = {name: light(name, "--tools", f"t{name}") for name in "abcde"}
+    await config.initialize()
+    await config.reinitialize_mcp_servers(servers)
+    before_pids = pids(config)
+    before_tools = {n: config.tool_registry.tools_of(n) for n in "abde"}
+    await config.reinitialize_mcp_servers({**servers, "c": light("c", "--tools", "changed")})
+    after = pids(config)
+    assert {n: after[n] for n in "abde"} == {n: before_pids[n] for n in "abde"}
+    assert after["c"] != before_pids["c"]
+    for n in "abde":
+        assert config.tool_registry.tools_of(n) == before_tools[n]
+        assert all(x is y for x, y in zip(config.tool_registry.tools_of(n), before_tools[n], strict=True))
+    assert "mcp__c__changed" in tools(config)
+    assert config.last_reconcile is not None
+    assert sorted(config.last_reconcile.kept) == ["a", "b", "d", "e"]
+
+
+async def test_zero_to_one_and_back_to_zero_leaves_nothing_behind(config: Config) -> None:
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"a": light("a", "--prompts", "p")})
+    pid = pids(config)["a"]
+    assert pid is not None
+    assert tools(config) == {"mcp__a__echo"}
+    await config.reinitialize_mcp_servers({})
+    assert config.manager.clients() == {}
+    assert tools(config) == set()
+    assert config.prompt_registry.names() == frozenset()
+    await wait_until(lambda: not pid_alive(pid))
+
+
+async def test_removing_a_server_drops_its_prompts_too(config: Config) -> None:
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"a": light("a", "--prompts", "p"), "b": light("b", "--prompts", "q")})
+    assert set(config.prompt_registry.names()) == {"p", "q"}
+    await config.reinitialize_mcp_servers({"b": light("b", "--prompts", "q")})
+    assert set(config.prompt_registry.names()) == {"q"}
+
+
+async def test_exposure_change_refilters_in_place_without_reconnecting(config: Config) -> None:
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"a": light("a", "--tools", "x,y")})
+    pid = pids(config)["a"]
+    await config.reinitialize_mcp_servers({"a": light("a", "--tools", "x,y", excludeTools=["y"])})
+    assert pids(config)["a"] == pid
+    assert config.manager.connect_count == 1
+    assert tools(config) == {"mcp__a__x"}
+    assert config.last_reconcile is not None
+    assert config.last_reconcile.refiltered == ("a",)
+
+
+async def test_toggling_excluded_disconnects_then_reconnects_with_tools_cleared(config: Config) -> None:
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"a": light("a", "--prompts", "p"), "b": light("b")})
+    b_pid = pids(config)["b"]
+    config.set_excluded_mcp_servers(["a"])
+    await config.reconcile()
+    assert "a" not in config.manager.clients()
+    assert tools(config) == {"mcp__b__echo"}
+    assert config.prompt_registry.names() == frozenset()
+    assert config.get_mcp_server_unavailable_reason("a") == "excluded"
+    assert config.last_reconcile is not None
+    assert config.last_reconcile.gated == {"a": "excluded"}
+    config.set_excluded_mcp_servers(None)
+    await config.reconcile()
+    assert tools(config) == {"mcp__a__echo", "mcp__b__echo"}
+    assert pids(config)["b"] == b_pid
+
+
+async def test_pending_servers_are_never_started(config: Config, tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    config.set_pending_mcp_servers(["p"])
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"p": light("p", "--marker", str(marker)), "a": light("a")})
+    assert set(config.manager.clients()) == {"a"}
+    assert not marker.exists()
+    assert config.get_mcp_server_unavailable_reason("p") == "pending_approval"
+
+
+async def test_untrusted_folder_starts_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    async with Config(mcp_servers={"a": light("a", "--marker", str(marker))}, trusted_folder=False) as config:
+        await config.initialize()
+        await config.reinitialize_mcp_servers({"b": light("b", "--marker", str(marker))})
+        assert config.manager.clients() == {}
+    assert not marker.exists()
+
+
+async def test_allow_list_ceiling_narrowing_and_unavailable_reasons(tmp_path: Path) -> None:
+    servers = {n: light(n) for n in "abc"}
+    async with Config(mcp_servers=servers, allowed_mcp_server_names=["a", "b"], log_dir=tmp_path) as config:
+        await config.initialize()
+        assert set(config.manager.clients()) == {"a", "b"}
+        assert config.get_mcp_server_unavailable_reason("c") == "not_allowed"
+        assert config.get_cli_allowed_mcp_server_names() == ("a", "b")
+        config.set_allowed_mcp_servers(["a"])
+        await config.reconcile()
+        assert set(config.manager.clients()) == {"a"}
+        assert config.get_mcp_server_unavailable_reason("b") == "not_allowed"
+        assert config.get_mcp_server_unavailable_reason("a") is None
+        assert config.get_mcp_server_unavailable_reason("never") is None
+        config.set_allowed_mcp_servers([])
+        await config.reconcile()
+        assert config.manager.clients() == {}
+
+
+async def test_glob_patterns_work_and_excluded_wins_over_allowed(config: Config) -> None:
+    config.set_allowed_mcp_servers(["git*"])
+    config.set_excluded_mcp_servers(["gitlab"])
+    await config.initialize()
+    await config.reinitialize_mcp_servers({n: light(n) for n in ("github", "gitlab", "slack")})
+    assert set(config.manager.clients()) == {"github"}
+
+
+async def test_runtime_overlay_wins_and_extension_only_adds_new_names(config: Config) -> None:
+    config.set_mcp_servers({"a": light("a", "--tools", "settings")})
+    config.set_extension_mcp_servers({"a": light("a", "--tools", "ext"), "e": light("e")})
+    config.add_runtime_mcp_server("e", light("e", "--tools", "runtime"))
+    await config.initialize()
+    assert tools(config) == {"mcp__a__settings", "mcp__e__runtime"}
+    await config.reinitialize_mcp_servers({})
+    assert tools(config) == {"mcp__a__ext", "mcp__e__runtime"}
+
+
+async def test_concurrent_reinitialize_calls_coalesce_and_all_see_the_final_state(config: Config) -> None:
+    await config.initialize()
+    finals: list[set[str]] = []
+
+    async def edit(servers: dict[str, McpServerConfig]) -> None:
+        await config.reinitialize_mcp_servers(servers)
+        finals.append(set(config.manager.clients()))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(edit, {"a": light("a")})
+        tg.start_soon(edit, {"a": light("a"), "b": light("b")})
+        tg.start_soon(edit, {"b": light("b"), "c": light("c")})
+    assert finals == [{"b", "c"}] * 3
+
+
+async def test_reconcile_events_come_after_their_server_events(config: Config) -> None:
+    events = record(config)
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"a": light("a")})
+    kinds = [type(e).__name__ for e in events if isinstance(e, ServerStateChanged | ReconcileFinished)]
+    last_server = max(i for i, k in enumerate(kinds) if k == "ServerStateChanged")
+    assert kinds[-1] == "ReconcileFinished"
+    assert last_server < len(kinds) - 1
+    connected = [e for e in events if isinstance(e, ServerStateChanged) and e.status == "connected"]
+    assert connected[-1].tools == ("mcp__a__echo",)
+
+
+async def test_a_failing_server_never_blocks_the_others(config: Config) -> None:
+    await config.initialize()
+    await config.reinitialize_mcp_servers(
+        {"bad": McpServerConfig(command="/nonexistent/server"), "good": light("good")}
+    )
+    assert config.manager.clients()["good"].status == "connected"
+    assert config.last_reconcile is not None
+    assert "not found" in config.last_reconcile.failed["bad"]
+
+
+async def test_a_killed_server_is_reconnected_and_calls_fail_fast_while_it_is_down(config: Config) -> None:
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"a": light("a")})
+    pid = pids(config)["a"]
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    await wait_until(lambda: config.manager.clients()["a"].status == "disconnected")
+    with anyio.fail_after(5), pytest.raises((ServerUnavailableError, ToolNotFoundError)):
+        await config.call_tool("mcp__a__echo")
+    await wait_until(lambda: config.manager.clients()["a"].status == "connected")
+    assert pids(config)["a"] != pid
+    result = await config.call_tool("mcp__a__echo", {"text": "back"})
+    assert result.content[0].text == "a:echo:back"  # type: ignore[union-attr]
+
+
+async def test_a_deliberate_stop_never_respawns(config: Config, tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"a": light("a", "--marker", str(marker))})
+    await config.reinitialize_mcp_servers({})
+    await config.reinitialize_mcp_servers({"b": light("b")})
+    assert len(marker_pids(marker)) == 1
+    assert "a" not in config.manager.clients()
+
+
+async def test_an_in_flight_call_to_a_replaced_server_ends_with_a_clear_error(config: Config) -> None:
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"a": light("a", "--control"), "b": light("b", "--control")})
+    outcome: dict[str, object] = {}
+
+    async def call(server: str) -> None:
+        try:
+            outcome[server] = await config.call_tool(f"mcp__{server}__sleep", {"seconds": 1.5})
+        except ServerUnavailableError as exc:
+            outcome[server] = exc
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call, "a")
+        tg.start_soon(call, "b")
+        await anyio.sleep(0.3)  # let both calls reach their servers
+        await config.reinitialize_mcp_servers(
+            {"a": light("a", "--control", "--tools", "v2"), "b": light("b", "--control")}
+        )
+    assert isinstance(outcome["a"], ServerUnavailableError)
+    assert "stopped while the call was in flight" in str(outcome["a"])
+    assert not isinstance(outcome["b"], Exception)
+
+
+async def test_tool_not_found_names_the_server_and_the_fix(config: Config) -> None:
+    config.set_pending_mcp_servers(["p"])
+    config.set_excluded_mcp_servers(["x"])
+    config.set_allowed_mcp_servers(["a", "p", "x", "gone"])
+    await config.initialize()
+    await config.reinitialize_mcp_servers(
+        {"a": light("a"), "p": light("p"), "x": light("x"), "n": light("n"), "gone": light("gone")}
+    )
+    await config.reinitialize_mcp_servers({"a": light("a"), "p": light("p"), "x": light("x"), "n": light("n")})
+    cases = {
+        "mcp__gone__t": ("removed", "add it back to mcpServers"),
+        "mcp__n__t": ("not_allowed", "mcp.allowed"),
+        "mcp__x__t": ("excluded", "mcp.excluded"),
+        "mcp__p__t": ("pending_approval", "mcpvisor mcp approve p"),
+        "mcp__a__nope": ("missing", "its tools: mcp__a__echo"),
+        "mcp__zzz__t": (None, "no MCP server providing it is currently configured"),
+    }
+    for name, (reason, fix) in cases.items():
+        with pytest.raises(ToolNotFoundError) as info:
+            await config.call_tool(name)
+        assert info.value.reason == reason, name
+        assert fix in str(info.value), name
+    config.set_rejected_mcp_servers(["p"])
+    with pytest.raises(ToolNotFoundError, match="rejected; edit its configuration") as rejected:
+        await config.call_tool("mcp__p__t")
+    assert rejected.value.reason == "rejected"
+
+
+async def test_restart_mcp_servers_replaces_every_process(config: Config) -> None:
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"a": light("a"), "b": light("b")})
+    before = pids(config)
+    await config.restart_mcp_servers()
+    after = pids(config)
+    assert set(after) == {"a", "b"}
+    assert all(after[n] != before[n] for n in after)
+
+
+async def test_closing_the_config_leaves_no_process(tmp_path: Path) -> None:
+    async with Config(mcp_servers={n: light(n) for n in "abc"}, log_dir=tmp_path) as config:
+        await config.initialize()
+        started = [pid for pid in pids(config).values() if pid is not None]
+    assert len(started) == 3
+    with anyio.fail_after(WAIT_S):
+        for pid in started:
+            await wait_until(lambda pid=pid: not pid_alive(pid))  # type: ignore[misc]
