@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from mcp_types import CallToolResult, GetPromptResult
 
     from mcpvisor.core.manager import McpClientManager
+    from mcpvisor.core.pool import McpConnectionPool
 
 __all__ = ["Config", "UnavailableReason"]
 
@@ -56,7 +57,11 @@ class Config:
         trusted_folder: bool = True,
         log_dir: Path | None = None,
         max_concurrent_starts: int | None = None,
+        pool: McpConnectionPool | None = None,
+        session_id: str = "default",
     ) -> None:
+        self._pool = pool
+        self._session_id = session_id
         self._settings_servers: dict[str, McpServerConfig] = dict(mcp_servers or {})
         self._extension_servers: dict[str, McpServerConfig] = {}
         self._runtime_servers: dict[str, McpServerConfig] = {}
@@ -92,6 +97,8 @@ class Config:
                 prompts=self.prompt_registry,
                 log_dir=self._log_dir,
                 max_concurrent_starts=self._max_starts,
+                pool=self._pool,
+                session_id=self._session_id,
             )
             stack.push_async_callback(self._manager.aclose)
             self._stack = stack.pop_all()

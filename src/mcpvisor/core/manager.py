@@ -34,6 +34,7 @@ from mcpvisor.core.server_config import McpServerConfig, exposure_of
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
     from mcpvisor.core.config import Config
+    from mcpvisor.core.pool import McpConnectionPool
 
 __all__ = ["BACKOFF_INITIAL_S", "BACKOFF_MAX_S", "MAX_RECONNECT_ATTEMPTS", "McpClientManager", "default_max_starts"]
 
@@ -61,8 +62,12 @@ class McpClientManager:
         prompts: PromptRegistry,
         log_dir: Path | None = None,
         max_concurrent_starts: int | None = None,
+        pool: McpConnectionPool | None = None,
+        session_id: str = "default",
     ) -> None:
         self._config = config
+        self._pool = pool
+        self._session_id = session_id
         self._tg = tg
         self._events = events
         self._tools = tools
@@ -101,9 +106,22 @@ class McpClientManager:
 
     async def discover_all_mcp_tools_incremental(self) -> ReconcileFinished:
         """Bring the live connections in line with the config, touching only what changed."""
-        started_at = time.perf_counter()
         if self._closed or not self._config.is_trusted_folder():
             return ReconcileFinished()
+        if self._pool is not None:
+            return await self.run_discover_all_mcp_tools_via_pool()
+        return await self._apply_plan()
+
+    async def run_discover_all_mcp_tools_via_pool(self) -> ReconcileFinished:
+        """The pool path (SPEC §5.5). The plan decides gating first: an excluded or pending server
+        never reaches ``acquire``, so a hot reload in daemon mode cannot start an unapproved server.
+        Held leases whose name is gone or whose connection id changed are released; the rest acquired."""
+        if self._closed or not self._config.is_trusted_folder():
+            return ReconcileFinished()
+        return await self._apply_plan()
+
+    async def _apply_plan(self) -> ReconcileFinished:
+        started_at = time.perf_counter()
         self._events.emit(McpClientUpdate(in_progress=True))
         plan = self.plan()
         desired = self._config.get_mcp_servers()
@@ -170,22 +188,44 @@ class McpClientManager:
     # -- single servers ----------------------------------------------------------------------
 
     async def _connect_one(self, name: str, cfg: McpServerConfig, failed: dict[str, str]) -> None:
-        from mcpvisor.core.client import McpClient
         from mcpvisor.core.errors import ConnectError
 
         self._cancel_reconnect(name)
+        try:
+            await self._open(name, cfg)
+        except ConnectError as exc:
+            failed[name] = str(exc)
+            logger.warning("%s", exc)
+
+    async def _open(self, name: str, cfg: McpServerConfig) -> None:
+        """Start (or, with a pool, acquire) a connection for ``name``. Raises ConnectError."""
+        from mcpvisor.core.client import McpClient
+
+        self._configs[name] = cfg
+        if self._pool is not None:
+            self.connect_count += 1
+            client = await self._pool.acquire(
+                self._session_id, name, cfg, on_change=self._on_client_change, on_lost=self._on_lost
+            )
+            if self._configs.get(name) is not cfg or self._closed:
+                await self._pool.release(self._session_id, client)  # superseded while acquiring
+                return
+            self._clients[name] = client
+            self._sync_registry(name)
+            return
         client = McpClient(name, cfg, log_dir=self._log_dir, on_change=self._on_client_change, on_lost=self._on_lost)
         self._clients[name] = client
-        self._configs[name] = cfg
         async with self._limiter:
             if self._clients.get(name) is not client:
                 return  # superseded while waiting for a start slot
             self.connect_count += 1
-            try:
-                await client.start(self._tg)
-            except ConnectError as exc:
-                failed[name] = str(exc)
-                logger.warning("%s", exc)
+            await client.start(self._tg)
+
+    async def _close(self, client: McpClient) -> None:
+        if self._pool is not None:
+            await self._pool.release(self._session_id, client)
+        else:
+            await client.aclose()
 
     async def _stop(self, name: str, *, reason: str | None, purge_first: bool = False) -> None:
         self._cancel_reconnect(name)
@@ -195,7 +235,7 @@ class McpClientManager:
             self._purge(name)
         if client is not None:
             self.disconnect_count += 1
-            await client.aclose()
+            await self._close(client)
             self._purge(name)
             logger.info("server %r disconnected%s", name, f" ({reason})" if reason else "")
         if reason is not None:
@@ -244,7 +284,6 @@ class McpClientManager:
             scope.cancel()
 
     async def _reconnect_loop(self, name: str, cfg: McpServerConfig, scope: anyio.CancelScope) -> None:
-        from mcpvisor.core.client import McpClient
         from mcpvisor.core.errors import ConnectError
 
         delay = BACKOFF_INITIAL_S
@@ -255,14 +294,11 @@ class McpClientManager:
                 if self._closed or current is None or current.status != "disconnected":
                     return
                 logger.info("server %r: reconnecting (attempt %d)", name, attempt)
-                client = McpClient(
-                    name, cfg, log_dir=self._log_dir, on_change=self._on_client_change, on_lost=self._on_lost
-                )
-                self._clients[name] = client
-                self.connect_count += 1
+                if self._pool is not None:
+                    self._clients.pop(name, None)
+                    await self._pool.release(self._session_id, current)
                 try:
-                    async with self._limiter:
-                        await client.start(self._tg)
+                    await self._open(name, cfg)
                 except ConnectError as exc:
                     logger.warning("server %r: reconnect failed: %s", name, exc)
                     delay = min(delay * 2, BACKOFF_MAX_S)

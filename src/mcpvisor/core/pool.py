@@ -1,0 +1,163 @@
+"""Shared connections for many sessions (SPEC §5.5).
+
+Connections are keyed by connection id and reference-counted by session: the first acquire
+starts the server, the last release stops it. A failed connection is evicted so the next acquire
+retries. A server configured with ``"shared": false`` gets one connection per session.
+
+Each session projects the shared connection through its own trust and include/exclude settings
+(its own registry), so two sessions may see different tool subsets of one process.
+
+Usage::
+
+    async with McpConnectionPool() as pool:
+        async with Config(pool=pool, session_id="client-1") as one, Config(pool=pool, session_id="client-2") as two:
+            ...
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+
+from mcpvisor.core.errors import ConfigError, ConnectError
+from mcpvisor.core.server_config import McpServerConfig, connection_id_of
+
+if TYPE_CHECKING:
+    from mcpvisor.core.client import McpClient
+
+__all__ = ["McpConnectionPool", "pool_key"]
+
+logger = logging.getLogger(__name__)
+
+ClientCallback = Callable[["McpClient"], None]
+
+
+def pool_key(session_id: str, name: str, cfg: McpServerConfig) -> str:
+    """The pool key: the connection id, or one per session for ``"shared": false`` servers."""
+    cid = connection_id_of(name, cfg)
+    return cid if cfg.shared is not False else f"{cid}#{session_id}"
+
+
+@dataclass(eq=False)
+class _Entry:
+    key: str
+    client: McpClient
+    holders: dict[str, tuple[ClientCallback, ClientCallback]] = field(default_factory=dict)
+    ready: anyio.Event = field(default_factory=anyio.Event)
+
+
+class McpConnectionPool:
+    def __init__(self, *, log_dir: Path | None = None, max_concurrent_starts: int | None = None) -> None:
+        from mcpvisor.core.manager import default_max_starts
+
+        self._log_dir = log_dir
+        self._limiter = anyio.CapacityLimiter(max_concurrent_starts or default_max_starts())
+        self._entries: dict[str, _Entry] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._tg_cm: anyio.abc.TaskGroup | None = None
+        self.start_count = 0
+        """Connections opened in total (for tests and benchmarks)."""
+
+    async def __aenter__(self) -> McpConnectionPool:
+        tg = anyio.create_task_group()
+        self._tg = await tg.__aenter__()
+        self._tg_cm = tg
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        await self.aclose()
+        tg, self._tg_cm, self._tg = self._tg_cm, None, None
+        assert tg is not None
+        return await tg.__aexit__(exc_type, exc, tb)
+
+    async def aclose(self) -> None:
+        """Stop every pooled process."""
+        entries, self._entries = list(self._entries.values()), {}
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                for entry in entries:
+                    entry.holders.clear()
+                    tg.start_soon(entry.client.aclose)
+
+    def connections(self) -> dict[str, McpClient]:
+        """Pool key -> client, for status views and tests."""
+        return {key: entry.client for key, entry in self._entries.items()}
+
+    def holders_of(self, key: str) -> frozenset[str]:
+        entry = self._entries.get(key)
+        return frozenset(entry.holders) if entry is not None else frozenset()
+
+    async def acquire(
+        self,
+        session_id: str,
+        name: str,
+        cfg: McpServerConfig,
+        *,
+        on_change: ClientCallback,
+        on_lost: ClientCallback,
+    ) -> McpClient:
+        """A connected client for ``name``/``cfg``, shared where the connection id matches.
+
+        Raises :class:`ConnectError` if the server cannot be connected; the failed entry is evicted.
+        """
+        from mcpvisor.core.client import McpClient
+
+        if self._tg is None:
+            raise ConfigError("the connection pool is not running: use 'async with McpConnectionPool()'")
+        key = pool_key(session_id, name, cfg)
+        entry = self._entries.get(key)
+        if entry is not None and entry.ready.is_set() and entry.client.status == "disconnected":
+            del self._entries[key]  # a dead connection: evict, start afresh
+            entry = None
+        if entry is not None:
+            entry.holders[session_id] = (on_change, on_lost)
+            await entry.ready.wait()
+            if entry.client.status != "connected":
+                entry.holders.pop(session_id, None)
+                raise ConnectError(f"could not connect to server {name!r}: {entry.client.last_error}", server=name)
+            return entry.client
+
+        def fan_out_change(client: McpClient) -> None:
+            for change, _ in list(new.holders.values()):
+                change(client)
+
+        def fan_out_lost(client: McpClient) -> None:
+            for _, lost in list(new.holders.values()):
+                lost(client)
+
+        client = McpClient(name, cfg, log_dir=self._log_dir, on_change=fan_out_change, on_lost=fan_out_lost)
+        new = _Entry(key, client)
+        new.holders[session_id] = (on_change, on_lost)
+        self._entries[key] = new
+        try:
+            async with self._limiter:
+                self.start_count += 1
+                await client.start(self._tg)
+        except ConnectError:
+            if self._entries.get(key) is new:
+                del self._entries[key]
+            raise
+        finally:
+            new.ready.set()
+        logger.debug("pool: %s started for session %r", key, session_id)
+        return client
+
+    async def release(self, session_id: str, client: McpClient) -> None:
+        """Drop ``session_id``'s hold on ``client``; the last holder stops the process."""
+        for key, entry in list(self._entries.items()):
+            if entry.client is client:
+                entry.holders.pop(session_id, None)
+                if entry.holders:
+                    return
+                del self._entries[key]
+                break
+        await client.aclose()

@@ -1,0 +1,162 @@
+"""Shared connections across sessions (SPEC §5.5, §11 "Trust"): real subprocess servers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import anyio
+
+from mcpvisor.core.config import Config
+from mcpvisor.core.pool import McpConnectionPool
+from mcpvisor.core.server_config import McpServerConfig
+from tests.helpers import light, marker_pids, pid_alive, wait_until
+
+
+def live_pids(pool: McpConnectionPool) -> set[int]:
+    return {c.pid for c in pool.connections().values() if c.pid is not None and pid_alive(c.pid)}
+
+
+async def test_two_sessions_with_the_same_server_share_one_process(tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    server = light("s", "--tools", "x,y", "--marker", str(marker))
+    async with McpConnectionPool(log_dir=tmp_path) as pool:
+        async with (
+            Config(mcp_servers={"s": server}, pool=pool, session_id="one") as one,
+            Config(mcp_servers={"s": server}, pool=pool, session_id="two") as two,
+        ):
+            await one.initialize()
+            await two.initialize()
+            assert len(marker_pids(marker)) == 1
+            assert len(pool.connections()) == 1
+            result = await two.call_tool("mcp__s__x", {"text": "hi"})
+            assert result.content[0].text == "s:x:hi"  # type: ignore[union-attr]
+
+
+async def test_sessions_project_their_own_tool_filters_onto_a_shared_connection(tmp_path: Path) -> None:
+    async with McpConnectionPool(log_dir=tmp_path) as pool:
+        async with (
+            Config(mcp_servers={"s": light("s", "--tools", "x,y")}, pool=pool, session_id="one") as one,
+            Config(
+                mcp_servers={"s": light("s", "--tools", "x,y", excludeTools=["y"])}, pool=pool, session_id="two"
+            ) as two,
+        ):
+            await one.initialize()
+            await two.initialize()
+            assert len(pool.connections()) == 1
+            assert set(one.tool_registry.names()) == {"mcp__s__x", "mcp__s__y"}
+            assert set(two.tool_registry.names()) == {"mcp__s__x"}
+
+
+async def test_changing_the_server_in_one_session_gives_it_a_new_connection_while_the_other_keeps_the_old(
+    tmp_path: Path,
+) -> None:
+    async with McpConnectionPool(log_dir=tmp_path) as pool:
+        async with (
+            Config(mcp_servers={"s": light("s")}, pool=pool, session_id="one") as one,
+            Config(mcp_servers={"s": light("s")}, pool=pool, session_id="two") as two,
+        ):
+            await one.initialize()
+            await two.initialize()
+            old = two.manager.clients()["s"]
+            await one.reinitialize_mcp_servers({"s": light("s", "--tools", "v2")})
+            assert two.manager.clients()["s"] is old
+            assert old.status == "connected"
+            assert one.manager.clients()["s"] is not old
+            assert set(one.tool_registry.names()) == {"mcp__s__v2"}
+            assert set(two.tool_registry.names()) == {"mcp__s__echo"}
+            assert len(pool.connections()) == 2
+
+
+async def test_a_pending_server_added_by_a_reconcile_in_pool_mode_is_never_spawned(tmp_path: Path) -> None:
+    marker = tmp_path / "pending-started"
+    async with McpConnectionPool(log_dir=tmp_path) as pool:
+        async with Config(pool=pool, session_id="one") as config:
+            await config.initialize()
+            config.set_pending_mcp_servers(["proj"])
+            await config.reinitialize_mcp_servers({"proj": light("proj", "--marker", str(marker)), "ok": light("ok")})
+            assert set(config.manager.clients()) == {"ok"}
+            assert config.last_reconcile is not None
+            assert config.last_reconcile.gated == {"proj": "pending_approval"}
+            # A rejected server stays pending (rejected is not approved): still never spawned.
+            config.set_rejected_mcp_servers(["proj"])
+            await config.reinitialize_mcp_servers({"proj": light("proj", "--marker", str(marker)), "ok": light("ok")})
+            assert "proj" not in config.manager.clients()
+    assert not marker.exists()
+
+
+async def test_unshared_servers_get_one_process_per_session(tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    server = light("st", "--marker", str(marker), shared=False)
+    async with McpConnectionPool(log_dir=tmp_path) as pool:
+        async with (
+            Config(mcp_servers={"st": server}, pool=pool, session_id="one") as one,
+            Config(mcp_servers={"st": server}, pool=pool, session_id="two") as two,
+        ):
+            await one.initialize()
+            await two.initialize()
+            assert len(set(marker_pids(marker))) == 2
+
+
+async def test_the_last_release_stops_the_process_and_closing_the_pool_leaves_none(tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    server = light("s", "--marker", str(marker))
+    async with McpConnectionPool(log_dir=tmp_path) as pool:
+        async with Config(mcp_servers={"s": server}, pool=pool, session_id="one") as one:
+            await one.initialize()
+            async with Config(mcp_servers={"s": server}, pool=pool, session_id="two") as two:
+                await two.initialize()
+            [pid] = marker_pids(marker)
+            assert pid_alive(pid)  # session one still holds it
+            assert pool.holders_of(next(iter(pool.connections()))) == {"one"}
+        await wait_until(lambda: not pid_alive(pid))
+        assert pool.connections() == {}
+        async with Config(mcp_servers={"t": light("t", "--marker", str(marker))}, pool=pool, session_id="x") as three:
+            await three.initialize()
+            started = live_pids(pool)
+    assert started
+    for p in started:
+        await wait_until(lambda p=p: not pid_alive(p))  # type: ignore[misc]
+
+
+async def test_a_failed_connection_is_evicted_so_the_next_acquire_retries(tmp_path: Path) -> None:
+    script = tmp_path / "server.sh"
+    async with McpConnectionPool(log_dir=tmp_path) as pool:
+        async with Config(mcp_servers={"s": light("s")}, pool=pool, session_id="one") as config:
+            broken = McpServerConfig(command=str(script))
+            await config.initialize()
+            await config.reinitialize_mcp_servers({"b": broken})
+            assert config.last_reconcile is not None
+            assert "b" in config.last_reconcile.failed
+            assert pool.connections() == {}
+            script.write_text(f"#!/bin/sh\nexec {sys.executable} -m mcpvisor.examples.light_server --name b\n")
+            script.chmod(0o755)
+            await config.reconcile()
+            assert config.manager.clients()["b"].status == "connected"
+
+
+async def test_a_killed_shared_server_is_reconnected_for_every_session(tmp_path: Path) -> None:
+    server = light("s")
+    async with McpConnectionPool(log_dir=tmp_path) as pool:
+        async with (
+            Config(mcp_servers={"s": server}, pool=pool, session_id="one") as one,
+            Config(mcp_servers={"s": server}, pool=pool, session_id="two") as two,
+        ):
+            await one.initialize()
+            await two.initialize()
+            pid = one.manager.clients()["s"].pid
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            for session in (one, two):
+                await wait_until(
+                    lambda s=session: (
+                        s.manager.clients().get("s") is not None  # type: ignore[misc]
+                        and s.manager.clients()["s"].status == "connected"
+                        and s.manager.clients()["s"].pid != pid
+                    )
+                )
+            assert one.manager.clients()["s"] is two.manager.clients()["s"]
+            with anyio.fail_after(10):
+                await two.call_tool("mcp__s__echo")
