@@ -1,0 +1,283 @@
+"""The settings schema (SPEC §6): every known key, whether a change needs a restart, and a JSON Schema export.
+
+A key is a dotted path (``mcp.allowed``). :func:`is_restart_required_key` decides a changed path by the
+longest schema key that is equal to it or a prefix of it, so a leaf's flag wins over its parent's:
+``mcp.allowed`` is hot-reloadable although ``mcp`` is not. A path no schema key covers is not
+restart-required. Unknown keys are reported by :func:`unknown_keys` (warned about, never fatal).
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "SETTINGS_SCHEMA",
+    "SERVER_ENTRY_JSON_SCHEMA",
+    "SettingDefinition",
+    "SettingType",
+    "flatten_schema",
+    "is_restart_required_key",
+    "settings_json_schema",
+    "type_mismatches",
+    "unknown_keys",
+]
+
+SettingType = Literal["object", "array", "string", "boolean", "integer", "number"]
+
+
+@dataclass(frozen=True, slots=True)
+class SettingDefinition:
+    """One settings key.
+
+    ``properties`` lists the known children of an object; ``values`` describes every value of an
+    object whose keys are free (``mcpServers``: name -> server entry) as a JSON Schema fragment;
+    ``items`` is the JSON type of an array's elements.
+    """
+
+    type: SettingType
+    description: str
+    requires_restart: bool
+    show_in_dialog: bool
+    default: Any = None
+    properties: Mapping[str, SettingDefinition] = field(default_factory=dict)
+    values: Mapping[str, Any] | None = None
+    items: SettingType | None = None
+    enum: tuple[str, ...] | None = None
+
+
+_STRING_LIST: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
+_STRING_MAP: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
+
+SERVER_ENTRY_JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "One MCP server: 'command' (stdio), 'url' (SSE) or 'httpUrl' (streamable HTTP).",
+    "properties": {
+        "type": {"enum": ["stdio", "sse", "http", "streamable-http"]},
+        "command": {"type": "string", "description": "Executable of a stdio server."},
+        "args": _STRING_LIST,
+        "env": {**_STRING_MAP, "description": "Extra environment; '${VAR}' forwards a variable."},
+        "cwd": {"type": "string"},
+        "url": {"type": "string", "description": "SSE endpoint (or HTTP endpoint with type 'http')."},
+        "httpUrl": {"type": "string", "description": "Streamable HTTP endpoint."},
+        "http_url": {"type": "string"},
+        "headers": _STRING_MAP,
+        "timeout": {"type": "integer", "exclusiveMinimum": 0, "description": "Per-request timeout (ms)."},
+        "discoveryTimeoutMs": {"type": "integer", "exclusiveMinimum": 0},
+        "trust": {"type": "boolean"},
+        "description": {"type": "string"},
+        "includeTools": _STRING_LIST,
+        "excludeTools": _STRING_LIST,
+        "shared": {"type": "boolean", "description": "false: one connection per session in daemon mode."},
+    },
+    "anyOf": [
+        {"required": ["command"]},
+        {"required": ["url"]},
+        {"required": ["httpUrl"]},
+        {"required": ["http_url"]},
+    ],
+}
+
+
+def _obj(description: str, *, restart: bool, dialog: bool = False, **props: SettingDefinition) -> SettingDefinition:
+    return SettingDefinition("object", description, restart, dialog, properties=props)
+
+
+SETTINGS_SCHEMA: Mapping[str, SettingDefinition] = {
+    "$schema": SettingDefinition("string", "JSON Schema of this file, for editors.", False, False),
+    "mcpServers": SettingDefinition(
+        "object",
+        "MCP servers by name. Hot-reloaded: only the servers that changed are restarted.",
+        requires_restart=False,
+        show_in_dialog=False,
+        default={},
+        values=SERVER_ENTRY_JSON_SCHEMA,
+    ),
+    "mcp": _obj(
+        "MCP admission and start-up settings.",
+        restart=True,
+        allowed=SettingDefinition(
+            "array",
+            "Glob patterns of the servers allowed to run; every scope that sets a list narrows it.",
+            requires_restart=False,
+            show_in_dialog=False,
+            items="string",
+        ),
+        excluded=SettingDefinition(
+            "array",
+            "Glob patterns of servers never to run (united across scopes; wins over 'allowed').",
+            requires_restart=False,
+            show_in_dialog=False,
+            items="string",
+        ),
+        serverCommand=SettingDefinition(
+            "string",
+            "Command that starts an MCP server for the session (read at start-up).",
+            requires_restart=True,
+            show_in_dialog=False,
+        ),
+        maxConcurrentStarts=SettingDefinition(
+            "integer",
+            "How many servers may start at the same time (read at start-up).",
+            requires_restart=True,
+            show_in_dialog=False,
+        ),
+    ),
+    "security": _obj(
+        "Security settings.",
+        restart=True,
+        folderTrust=_obj(
+            "Folder trust: untrusted folders load no workspace settings and start no servers.",
+            restart=True,
+            enabled=SettingDefinition(
+                "boolean",
+                "Ask before trusting a folder (read from user and system settings only).",
+                requires_restart=True,
+                show_in_dialog=True,
+                default=False,
+            ),
+        ),
+    ),
+    "ui": _obj(
+        "Terminal user interface.",
+        restart=False,
+        dialog=True,
+        theme=SettingDefinition("string", "Colour theme of the shell.", False, True, default="default"),
+        hideBanner=SettingDefinition("boolean", "Hide the start-up banner.", False, True, default=False),
+    ),
+    "general": _obj(
+        "General settings.",
+        restart=False,
+        dialog=True,
+        debugMode=SettingDefinition(
+            "boolean", "Verbose logs (logging is configured at start-up).", True, True, default=False
+        ),
+    ),
+}
+
+
+def flatten_schema(
+    schema: Mapping[str, SettingDefinition] = SETTINGS_SCHEMA, prefix: str = ""
+) -> dict[str, SettingDefinition]:
+    """Every key of the schema by dotted path, parents before children."""
+    flat: dict[str, SettingDefinition] = {}
+    for key, definition in schema.items():
+        path = f"{prefix}{key}"
+        flat[path] = definition
+        flat.update(flatten_schema(definition.properties, f"{path}."))
+    return flat
+
+
+_FLAT = flatten_schema()
+
+
+def _definition_for(path: str) -> SettingDefinition | None:
+    """The definition of the longest schema key equal to ``path`` or a dotted prefix of it."""
+    parts = path.split(".")
+    for end in range(len(parts), 0, -1):
+        found = _FLAT.get(".".join(parts[:end]))
+        if found is not None:
+            return found
+    return None
+
+
+def is_restart_required_key(path: str) -> bool:
+    """Whether a change at ``path`` needs a restart: the longest covering schema key decides (leaf wins).
+
+    >>> is_restart_required_key("mcp.allowed"), is_restart_required_key("mcp.serverCommand")
+    (False, True)
+    """
+    definition = _definition_for(path)
+    return definition is not None and definition.requires_restart
+
+
+def _walk_unknown(data: Mapping[str, Any], schema: Mapping[str, SettingDefinition], prefix: str) -> Iterator[str]:
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        definition = schema.get(key)
+        if definition is None:
+            yield path
+        elif definition.properties and isinstance(value, Mapping):
+            yield from _walk_unknown(value, definition.properties, f"{path}.")
+
+
+def unknown_keys(data: Mapping[str, Any]) -> list[str]:
+    """Dotted paths of keys the schema does not know (the values of ``mcpServers`` are free-form)."""
+    return list(_walk_unknown(data, SETTINGS_SCHEMA, ""))
+
+
+_PY_TYPES: dict[SettingType, tuple[type, ...]] = {
+    "object": (Mapping,),
+    "array": (list, tuple),
+    "string": (str,),
+    "boolean": (bool,),
+    "integer": (int,),
+    "number": (int, float),
+}
+
+
+def _is_type(value: Any, kind: SettingType) -> bool:
+    if kind in ("integer", "number") and isinstance(value, bool):
+        return False
+    return isinstance(value, _PY_TYPES[kind])
+
+
+def _walk_types(data: Mapping[str, Any], schema: Mapping[str, SettingDefinition], prefix: str) -> Iterator[str]:
+    for key, value in data.items():
+        definition = schema.get(key)
+        if definition is None:
+            continue
+        path = f"{prefix}{key}"
+        if not _is_type(value, definition.type):
+            yield f"{path} should be {definition.type}, got {_json_type(value)}"
+        elif definition.items is not None and not all(_is_type(item, definition.items) for item in value):
+            yield f"{path} should be an array of {definition.items}s"
+        elif definition.properties:
+            yield from _walk_types(value, definition.properties, f"{path}.")
+
+
+def type_mismatches(data: Mapping[str, Any]) -> list[str]:
+    """Human-readable problems with the types of known keys (``mcp.allowed should be array, got string``)."""
+    return list(_walk_types(data, SETTINGS_SCHEMA, ""))
+
+
+_TYPE_ORDER: tuple[SettingType, ...] = ("boolean", "integer", "number", "string", "array", "object")
+
+
+def _json_type(value: Any) -> str:
+    for name in _TYPE_ORDER:
+        if _is_type(value, name):
+            return name
+    return "null" if value is None else type(value).__name__
+
+
+def _to_json_schema(definition: SettingDefinition) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": definition.type, "description": definition.description}
+    if definition.default is not None:
+        out["default"] = definition.default
+    if definition.enum is not None:
+        out["enum"] = list(definition.enum)
+    if definition.items is not None:
+        out["items"] = {"type": definition.items}
+    if definition.properties:
+        out["properties"] = {key: _to_json_schema(child) for key, child in definition.properties.items()}
+    if definition.values is not None:
+        out["additionalProperties"] = definition.values
+    return out
+
+
+def settings_json_schema() -> dict[str, Any]:
+    """The schema as JSON Schema (draft 2020-12), for editors validating settings files.
+
+    Unknown keys stay valid (mcpvisor only warns about them), so ``additionalProperties`` is not
+    restricted at the top level.
+    """
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "mcpvisor settings",
+        "type": "object",
+        "properties": {key: _to_json_schema(definition) for key, definition in SETTINGS_SCHEMA.items()},
+    }
