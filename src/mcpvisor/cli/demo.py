@@ -1,0 +1,76 @@
+"""``mcpvisor demo``: a scratch workspace with bundled example servers (SPEC §0.5).
+
+The demo keeps everything in its own folder, including its user directory (``MCPVISOR_HOME``),
+so it never reads or changes the real user settings or approvals.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DemoLayout", "create_demo"]
+
+
+@dataclass(frozen=True, slots=True)
+class DemoLayout:
+    root: Path
+    home: Path
+    project: Path
+
+    @property
+    def user_settings(self) -> Path:
+        return self.home / "settings.json"
+
+    @property
+    def mcp_json(self) -> Path:
+        return self.project / ".mcp.json"
+
+    def instructions(self) -> str:
+        env = f"MCPVISOR_HOME={self.home}"
+        return "\n".join(
+            [
+                "",
+                "[bold]Try it[/] (in another terminal; this one shows what happens):",
+                f"  • Edit [bold]{self.user_settings}[/]: change an argument of 'clock' → only clock restarts;",
+                "    add or remove a server → only that one connects or disconnects;",
+                '    add "mcp": {"excluded": ["notes"]} → notes disconnects, the others stay.',
+                f"  • The project server 'repo-tools' in [bold]{self.mcp_json}[/] waits for your approval:",
+                f"      {env} mcpvisor mcp approve repo-tools --workspace {self.project}",
+                "    Then edit its args in .mcp.json: it asks for approval again.",
+                f"  • See it all: {env} mcpvisor mcp list --workspace {self.project}",
+            ]
+        )
+
+
+def _server(module: str, name: str, *args: str) -> dict[str, Any]:
+    return {"command": sys.executable, "args": ["-m", f"mcpvisor.examples.{module}", "--name", name, *args]}
+
+
+def create_demo(directory: Path | None = None) -> DemoLayout:
+    """Create (or reuse) the demo folders and their settings files; existing files are kept."""
+    root = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="mcpvisor-demo-"))
+    layout = DemoLayout(root=root.resolve(), home=(root / "home").resolve(), project=(root / "project").resolve())
+    layout.home.mkdir(parents=True, exist_ok=True)
+    layout.project.mkdir(parents=True, exist_ok=True)
+    if not layout.user_settings.exists():
+        settings = {
+            "mcpServers": {
+                "clock": _server("light_server", "clock", "--tools", "now,today"),
+                "notes": {
+                    **_server("sdk_server", "notes", "--tools", "add_note,list_notes", "--prompts", "summarize"),
+                    "description": "an example server built on the official MCP SDK",
+                },
+            }
+        }
+        layout.user_settings.write_text(
+            "// mcpvisor demo: user settings. Edit me while it runs.\n" + json.dumps(settings, indent=2) + "\n"
+        )
+    if not layout.mcp_json.exists():
+        project = {"mcpServers": {"repo-tools": _server("light_server", "repo-tools", "--tools", "grep,blame")}}
+        layout.mcp_json.write_text(json.dumps(project, indent=2) + "\n")
+    return layout

@@ -1,0 +1,345 @@
+"""The ``mcpvisor`` command: argv, logging, signals and exit codes live here and only here.
+
+Commands that start no server (``mcp list``, ``mcp approve``, ...) never import the ``mcp`` SDK,
+which costs about a second: everything that connects imports it lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import typer
+from rich.console import Console
+
+from mcpvisor import __version__
+from mcpvisor.core.errors import McpvisorError
+
+__all__ = ["app", "main"]
+
+logger = logging.getLogger("mcpvisor")
+
+app = typer.Typer(
+    name="mcpvisor",
+    help="Run MCP servers that follow their configuration files: edit a settings file and only what "
+    "changed is connected, disconnected or restarted.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+mcp_app = typer.Typer(help="Inspect and manage configured MCP servers (never starts one).", no_args_is_help=True)
+app.add_typer(mcp_app, name="mcp")
+
+WorkspaceOpt = Annotated[
+    Path | None,
+    typer.Option("--workspace", "-w", help="Workspace root (default: the current directory).", show_default=False),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output (JSON).")]
+VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True, help="More log output on stderr (-vv: debug).")]
+McpConfigOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--mcp-config", help="Extra server file (mcpServers format); repeatable; highest precedence."),
+]
+AllowedOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--allowed-mcp-server-names",
+        help="Comma-separated allow-list (globs allowed): a ceiling that settings can only narrow.",
+    ),
+]
+
+
+def _setup_logging(verbose: int) -> None:
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    if verbose < 2:
+        for noisy in ("mcp", "httpx2", "httpcore", "watchfiles", "uvicorn"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    Console(stderr=True).print(f"[red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _split_names(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"mcpvisor {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """mcpvisor: an MCP host runtime whose servers follow their configuration files while it runs."""
+
+
+# --------------------------------------------------------------------------- run / status / demo
+
+
+async def _run_host(
+    *,
+    env: dict[str, str],
+    workspace: Path | None,
+    mcp_config: list[Path],
+    allowed: list[str] | None,
+    as_json: bool,
+    intro: str | None = None,
+) -> None:
+    from mcpvisor.cli.host import Host, HostOptions
+    from mcpvisor.cli.output import HumanOutput, JsonOutput
+
+    console = Console(highlight=False)
+    options = HostOptions(env=env, workspace=workspace, mcp_config=mcp_config, allowed_mcp_server_names=allowed)
+    host = Host(options)
+
+    def after_ready() -> None:
+        files = [str(host.settings.paths.user), str(host.settings.paths.project)]
+        if host.settings.is_active("workspace"):
+            files.insert(1, str(host.settings.paths.workspace))
+        console.print(f"[dim]Watching {', '.join(files)} — edit them and the servers follow. Ctrl-C to stop.[/]")
+        if intro:
+            console.print(intro)
+
+    host.subscribe(JsonOutput(host) if as_json else HumanOutput(host, console, on_ready=after_ready))
+    async with anyio.create_task_group() as tg:
+
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(stop_on_signal)
+        async with host:
+            await anyio.sleep_forever()
+
+
+@app.command()
+def run(
+    workspace: WorkspaceOpt = None,
+    mcp_config: McpConfigOpt = None,
+    allowed_mcp_server_names: AllowedOpt = None,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Run the host in the foreground: connect every admitted server and follow settings edits.
+
+    With --json, prints one JSON object per line: ready, server, reconcile, approval_needed,
+    settings_error, restart_required, warning.
+    """
+    _setup_logging(verbose)
+    try:
+        anyio.run(
+            lambda: _run_host(
+                env=dict(os.environ),
+                workspace=workspace,
+                mcp_config=list(mcp_config or []),
+                allowed=_split_names(allowed_mcp_server_names),
+                as_json=as_json,
+            )
+        )
+    except McpvisorError as exc:
+        raise _fail(str(exc)) from None
+
+
+@app.command()
+def status(
+    workspace: WorkspaceOpt = None,
+    mcp_config: McpConfigOpt = None,
+    allowed_mcp_server_names: AllowedOpt = None,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Connect every admitted server once, show the status view, and exit."""
+    _setup_logging(verbose)
+
+    async def once() -> list[dict[str, Any]]:
+        from mcpvisor.cli.host import Host, HostOptions
+        from mcpvisor.cli.views import render_status
+
+        options = HostOptions(
+            env=dict(os.environ),
+            workspace=workspace,
+            mcp_config=list(mcp_config or []),
+            allowed_mcp_server_names=_split_names(allowed_mcp_server_names),
+            watch=False,
+        )
+        async with Host(options) as host:
+            rows = host.server_views()
+            if not as_json:
+                console = Console(highlight=False)
+                for warning in host.settings.warnings:
+                    console.print(f"[yellow]! {warning}[/]")
+                render_status(console, rows, title=f"MCP servers for {host.root}")
+        return [row.to_json() for row in rows]
+
+    try:
+        rows = anyio.run(once)
+    except McpvisorError as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        typer.echo(json.dumps({"servers": rows}, indent=2))
+
+
+@app.command()
+def demo(
+    directory: Annotated[
+        Path | None, typer.Option("--dir", help="Where to create the demo (default: a new temporary folder).")
+    ] = None,
+    as_json: JsonOpt = False,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Create a scratch workspace with bundled example servers and run the host on it."""
+    from mcpvisor.cli.demo import create_demo
+
+    _setup_logging(verbose)
+    layout = create_demo(directory)
+    env = {**os.environ, "MCPVISOR_HOME": str(layout.home)}
+    intro = layout.instructions()
+    try:
+        anyio.run(
+            lambda: _run_host(
+                env=env, workspace=layout.project, mcp_config=[], allowed=None, as_json=as_json, intro=intro
+            )
+        )
+    except McpvisorError as exc:
+        raise _fail(str(exc)) from None
+
+
+@app.command("settings-schema")
+def settings_schema() -> None:
+    """Print the JSON Schema of settings files (for editors)."""
+    from mcpvisor.cli.settings.schema import settings_json_schema
+
+    typer.echo(json.dumps(settings_json_schema(), indent=2))
+
+
+# --------------------------------------------------------------------------- mcp management
+
+
+@mcp_app.command("list")
+def mcp_list(
+    workspace: WorkspaceOpt = None,
+    mcp_config: McpConfigOpt = None,
+    allowed_mcp_server_names: AllowedOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List every configured server with its source, scope, admission and approval state."""
+    from mcpvisor.cli.commands import list_servers
+
+    try:
+        list_servers(
+            env=dict(os.environ),
+            workspace=workspace,
+            mcp_config=list(mcp_config or []),
+            allowed=_split_names(allowed_mcp_server_names),
+            as_json=as_json,
+        )
+    except McpvisorError as exc:
+        raise _fail(str(exc)) from None
+
+
+@mcp_app.command("approve")
+def mcp_approve(
+    name: Annotated[str, typer.Argument(help="The server to approve.")], workspace: WorkspaceOpt = None
+) -> None:
+    """Approve a project or workspace server's exact configuration (a running host connects it)."""
+    from mcpvisor.cli.commands import decide
+
+    try:
+        decide(env=dict(os.environ), workspace=workspace, name=name, decision="approve")
+    except McpvisorError as exc:
+        raise _fail(str(exc)) from None
+
+
+@mcp_app.command("reject")
+def mcp_reject(
+    name: Annotated[str, typer.Argument(help="The server to reject.")], workspace: WorkspaceOpt = None
+) -> None:
+    """Reject a project or workspace server: it stays disconnected until its configuration changes."""
+    from mcpvisor.cli.commands import decide
+
+    try:
+        decide(env=dict(os.environ), workspace=workspace, name=name, decision="reject")
+    except McpvisorError as exc:
+        raise _fail(str(exc)) from None
+
+
+@mcp_app.command("add", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def mcp_add(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Server name.")],
+    scope: Annotated[str, typer.Option("--scope", help="Where to write it: user or workspace.")] = "user",
+    url: Annotated[str | None, typer.Option("--url", help="Streamable HTTP URL instead of a command.")] = None,
+    sse: Annotated[bool, typer.Option("--sse", help="The URL is an SSE endpoint.")] = False,
+    env_vars: Annotated[
+        list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE for the server's environment; repeatable.")
+    ] = None,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Add a server: mcpvisor mcp add NAME -- COMMAND [ARGS...]  or  --url URL."""
+    from mcpvisor.cli.commands import add_server
+
+    try:
+        add_server(
+            env=dict(os.environ),
+            workspace=workspace,
+            name=name,
+            scope=scope,
+            command=list(ctx.args),
+            url=url,
+            sse=sse,
+            env_vars=list(env_vars or []),
+        )
+    except McpvisorError as exc:
+        raise _fail(str(exc)) from None
+
+
+@mcp_app.command("remove")
+def mcp_remove(
+    name: Annotated[str, typer.Argument(help="Server name.")],
+    scope: Annotated[str, typer.Option("--scope", help="Where to remove it from: user or workspace.")] = "user",
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Remove a server from a settings file (a running host disconnects it)."""
+    from mcpvisor.cli.commands import remove_server
+
+    try:
+        remove_server(env=dict(os.environ), workspace=workspace, name=name, scope=scope)
+    except McpvisorError as exc:
+        raise _fail(str(exc)) from None
+
+
+@mcp_app.command("trust")
+def mcp_trust(workspace: WorkspaceOpt = None) -> None:
+    """Trust a workspace folder (only matters when security.folderTrust.enabled is set)."""
+    from mcpvisor.cli.commands import trust_folder
+
+    try:
+        trust_folder(env=dict(os.environ), workspace=workspace)
+    except McpvisorError as exc:
+        raise _fail(str(exc)) from None
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,156 @@
+"""Turning host events into output: one JSON object per line, or short lines for people (SPEC §9)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from rich.console import Console
+
+from mcpvisor.cli.host import Host, HostEvent, Ready, SettingsWarning
+from mcpvisor.cli.hot_reload import McpPendingApprovalChanged, McpPromptsChanged, McpReloadFailed
+from mcpvisor.cli.settings.loader import SettingsError
+from mcpvisor.cli.views import render_status
+from mcpvisor.cli.watcher import RestartRequired
+from mcpvisor.core.events import ReconcileFinished, ServerStateChanged
+from mcpvisor.core.server_config import CONNECTION_FIELDS, McpServerConfig
+
+__all__ = ["HumanOutput", "JsonOutput", "event_to_json"]
+
+
+def _refine(host: Host, name: str, reason: str | None) -> str | None:
+    if reason == "pending_approval" and host.state is not None and name in host.state.rejected:
+        return "rejected"
+    return reason
+
+
+def event_to_json(host: Host, event: HostEvent) -> dict[str, Any] | None:
+    """The JSON object for one event, or None for internal events."""
+    if isinstance(event, ServerStateChanged):
+        return {
+            "event": "server",
+            "server": event.server,
+            "status": event.status,
+            "reason": _refine(host, event.server, event.reason),
+            "tools": list(event.tools),
+            "prompts": list(event.prompts),
+            "error": event.error,
+        }
+    if isinstance(event, ReconcileFinished):
+        return {
+            "event": "reconcile",
+            "added": list(event.added),
+            "removed": list(event.removed),
+            "restarted": list(event.restarted),
+            "refiltered": list(event.refiltered),
+            "kept": list(event.kept),
+            "gated": {name: _refine(host, name, reason) for name, reason in event.gated.items()},
+            "failed": dict(event.failed),
+            "duration_ms": round(event.duration_ms, 1),
+        }
+    if isinstance(event, McpPendingApprovalChanged):
+        return {"event": "approval_needed", "servers": list(event.servers)}
+    if isinstance(event, SettingsError):
+        return {
+            "event": "settings_error",
+            "path": str(event.path),
+            "line": event.line,
+            "column": event.column,
+            "message": event.message,
+        }
+    if isinstance(event, RestartRequired):
+        return {"event": "restart_required", "paths": list(event.paths)}
+    if isinstance(event, Ready):
+        return {"event": "ready"}
+    if isinstance(event, SettingsWarning):
+        return {"event": "warning", "message": event.message}
+    if isinstance(event, McpReloadFailed):
+        return {"event": "error", "message": event.message, "detail": event.detail}
+    if isinstance(event, McpPromptsChanged):
+        return {"event": "prompts_changed", "prompts": list(event.prompts)}
+    return None
+
+
+class JsonOutput:
+    def __init__(self, host: Host, stream: TextIO | None = None) -> None:
+        self._host = host
+        self._stream = stream or sys.stdout
+
+    def __call__(self, event: HostEvent) -> None:
+        obj = event_to_json(self._host, event)
+        if obj is not None:
+            self._stream.write(json.dumps(obj) + "\n")
+            self._stream.flush()
+
+
+def changed_fields(old: McpServerConfig | None, new: McpServerConfig | None) -> list[str]:
+    if old is None or new is None:
+        return []
+    changed = [f for f in CONNECTION_FIELDS if getattr(old, f) != getattr(new, f)]
+    return changed or ["connection settings"]
+
+
+class HumanOutput:
+    """Short lines per change; a status table once ready."""
+
+    def __init__(self, host: Host, console: Console, *, on_ready: Callable[[], None] | None = None) -> None:
+        self._host = host
+        self._console = console
+        self._on_ready = on_ready
+        self._ready = False
+        self._servers: dict[str, McpServerConfig] = {}
+        self._announced: set[str] = set()
+
+    def __call__(self, event: HostEvent) -> None:
+        c = self._console
+        if isinstance(event, ReconcileFinished):
+            current = self._host.config.get_mcp_servers()
+            if self._ready:
+                for name in event.added:
+                    failed = event.failed.get(name)
+                    if failed:
+                        c.print(f"[red]✗ {name} failed to start:[/] {failed.split(': ', 1)[-1]}")
+                    else:
+                        tools = len(self._host.config.tool_registry.tools_of(name))
+                        c.print(f"[green]+ added {name}[/] ({tools} tools)")
+                for name in event.removed:
+                    c.print(f"[yellow]- removed {name}[/]")
+                for name in event.restarted:
+                    fields = ", ".join(changed_fields(self._servers.get(name), current.get(name)))
+                    c.print(f"[cyan]↻ restarted {name}[/] ({fields} changed)")
+                for name in event.refiltered:
+                    c.print(f"[cyan]~ {name}: tool filters changed, re-filtered in place[/]")
+                for name, reason in event.gated.items():
+                    reason = _refine(self._host, name, reason) or reason
+                    if reason == "excluded":
+                        c.print(f"[dim]○ {name} disabled (mcp.excluded)[/]")
+                    elif reason == "not_allowed":
+                        c.print(f"[dim]○ {name} not allowed[/]")
+                    elif reason == "rejected":
+                        c.print(f"[red]✗ {name} rejected — edit its config to be asked again[/]")
+            self._servers = current
+            self._announced &= {n for n, r in event.gated.items() if r == "pending_approval"}
+        elif isinstance(event, McpPendingApprovalChanged):
+            # People get one line per server each time it starts waiting, not one per reconcile.
+            fresh = [name for name in event.servers if name not in self._announced]
+            self._announced = set(event.servers)
+            for name in fresh:
+                fix = f"mcpvisor mcp approve {name} --workspace {self._host.root}"
+                c.print(f"[yellow]? {name} needs approval — run: {fix}[/]")
+        elif isinstance(event, SettingsError):
+            c.print(f"[red]✗ {event} — keeping the last good configuration[/]")
+        elif isinstance(event, SettingsWarning):
+            c.print(f"[yellow]! {event.message}[/]")
+        elif isinstance(event, RestartRequired):
+            c.print(f"[yellow]! restart required for: {', '.join(event.paths)} (other changes were applied)[/]")
+        elif isinstance(event, McpReloadFailed):
+            c.print(f"[red]✗ {event.message} ({event.detail})[/]")
+        elif isinstance(event, ServerStateChanged) and self._ready and event.status == "disconnected" and event.error:
+            c.print(f"[red]✗ {event.server} disconnected: {event.error}[/]")
+        elif isinstance(event, Ready):
+            self._ready = True
+            render_status(c, self._host.server_views(), title="MCP servers")
+            if self._on_ready is not None:
+                self._on_ready()

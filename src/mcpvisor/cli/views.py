@@ -1,0 +1,170 @@
+"""What people see about servers: the ``/mcp`` status view and ``mcp list`` (SPEC §9).
+
+:func:`describe_servers` is pure: it turns the assembled map, the gating lists, the approval
+store and (optionally) the live connections into :class:`ServerView` rows. :func:`render_status`
+draws them with rich, grouped by source. Secrets (env values, headers) are never part of a row.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from rich.console import Console
+from rich.text import Text
+
+from mcpvisor.cli.approvals import ApprovalStore, is_gated
+from mcpvisor.cli.settings.mcp_servers import SOURCE_ORDER, AssembledServers
+from mcpvisor.core.gating import McpGating
+
+__all__ = ["LiveServer", "ServerState", "ServerView", "describe_servers", "render_status", "state_text"]
+
+ServerState = Literal[
+    "disabled", "not_allowed", "rejected", "needs_approval", "connected", "connecting", "disconnected", "untrusted"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LiveServer:
+    """What a running host knows about one connection."""
+
+    status: str
+    tools: int
+    prompts: int
+    error: str | None
+    log_path: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerView:
+    name: str
+    source: str
+    """The status-view group: User, Project .mcp.json, Workspace, System, Extensions, Command line."""
+    file: str | None
+    scope: str | None
+    transport: str
+    target: str
+    """The command line or URL (never env values or headers)."""
+    state: ServerState
+    reason: str | None
+    """``excluded``, ``not_allowed``, ``pending_approval``, ``rejected`` or None."""
+    approval: str | None
+    """For gated servers: ``approved``, ``pending`` or ``rejected``; None when not gated."""
+    tools: int = 0
+    prompts: int = 0
+    error: str | None = None
+    log_path: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def describe_servers(
+    assembled: AssembledServers,
+    gating: McpGating,
+    approvals: ApprovalStore,
+    root: str | os.PathLike[str],
+    *,
+    live: Mapping[str, LiveServer] | None = None,
+    trusted: bool = True,
+) -> list[ServerView]:
+    """One row per configured server, in source-group order then by name."""
+    rows: list[ServerView] = []
+    order = {label: i for i, label in enumerate(SOURCE_ORDER)}
+    for name in sorted(assembled.servers, key=lambda n: (order.get(assembled.sources[n].label, 99), n)):
+        cfg = assembled.servers[name]
+        source = assembled.sources[name]
+        approval = approvals.get_state(root, name, cfg) if is_gated(cfg) else None
+        reason: str | None = None
+        state: ServerState
+        if not trusted:
+            state = "untrusted"
+        elif gating.is_excluded(name):
+            state, reason = "disabled", "excluded"
+        elif not gating.is_allowed(name):
+            state, reason = "not_allowed", "not_allowed"
+        elif approval == "rejected":
+            state, reason = "rejected", "rejected"
+        elif gating.is_pending(name) or approval == "pending":
+            state, reason = "needs_approval", "pending_approval"
+        else:
+            conn = live.get(name) if live is not None else None
+            state = conn.status if conn is not None else "disconnected"  # type: ignore[assignment]
+        conn = live.get(name) if live is not None else None
+        rows.append(
+            ServerView(
+                name=name,
+                source=source.label,
+                file=str(source.path) if source.path is not None else None,
+                scope=cfg.scope,
+                transport=cfg.transport,
+                target=cfg.target(),
+                state=state,
+                reason=reason,
+                approval=approval,
+                tools=conn.tools if conn is not None and reason is None else 0,
+                prompts=conn.prompts if conn is not None and reason is None else 0,
+                error=conn.error if conn is not None and reason is None else None,
+                log_path=conn.log_path if conn is not None else None,
+            )
+        )
+    return rows
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def state_text(row: ServerView, *, live: bool = True) -> tuple[str, str, str]:
+    """(icon, text, style) for one row, in SPEC §9 priority order."""
+    if row.state == "untrusted":
+        return "○", "untrusted folder — run: mcpvisor mcp trust", "yellow"
+    if row.state == "disabled":
+        return "○", "disabled (in mcp.excluded)", "dim"
+    if row.state == "not_allowed":
+        return "○", "not allowed (not in mcp.allowed or --allowed-mcp-server-names)", "dim"
+    if row.state == "rejected":
+        return "✗", "rejected — edit config to re-approve", "red"
+    if row.state == "needs_approval":
+        return "?", f"needs approval — run: mcpvisor mcp approve {row.name}", "yellow"
+    if not live:
+        return "·", "allowed", "green"
+    if row.state == "connected":
+        return "●", f"connected ({_plural(row.tools, 'tool')}, {_plural(row.prompts, 'prompt')})", "green"
+    if row.state == "connecting":
+        return "◌", "connecting…", "cyan"
+    if row.error:
+        hint = f"; see error logs: {row.log_path}" if row.log_path and row.transport == "stdio" else ""
+        return "✗", f"disconnected — {row.error}{hint}", "red"
+    return "○", "disconnected", "dim"
+
+
+def render_status(console: Console, rows: list[ServerView], *, live: bool = True, title: str | None = None) -> None:
+    """Draw the ``/mcp`` view: servers grouped by source, each ``name · icon text``."""
+    if title:
+        console.print(Text(title, style="bold"))
+    if not rows:
+        console.print("No MCP servers configured.")
+        return
+    group: str | None = None
+    for row in rows:
+        if row.source != group:
+            group = row.source
+            where = f" ({row.file})" if row.file and row.source != "Command line" else ""
+            console.print(Text(f"{group}{where}", style="bold"))
+        icon, text, style = state_text(row, live=live)
+        line = Text("  ")
+        line.append(row.name, style="bold")
+        line.append(" · ")
+        line.append(f"{icon} {text}", style=style)
+        console.print(line)
+
+
+def short_path(path: str | None) -> str:
+    if path is None:
+        return ""
+    home = str(Path.home())
+    return "~" + path[len(home) :] if path.startswith(home + os.sep) else path
