@@ -158,6 +158,8 @@ class Host:
                 self.emit(McpPendingApprovalChanged(promptable))
             self.emit(Ready())
             if opts.watch:
+                reloads = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(reloads.cancel_scope.cancel)  # on exit, abandon reloads still running
                 self.watcher = SettingsWatcher(self._settings)
                 register_mcp_hot_reload(
                     self.watcher,
@@ -167,6 +169,7 @@ class Host:
                     approvals=self._approvals,
                     emit=self.emit,
                     on_state=self._remember,
+                    task_group=reloads,
                 )
                 self.watcher.add_error_listener(self._on_settings_error)
                 self.watcher.add_restart_listener(self._on_restart_required)

@@ -16,6 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import anyio
+import anyio.abc
+
 from mcpvisor.cli.gating import mcp_gating_equal, mcp_servers_equal, recompute_mcp_gating
 from mcpvisor.cli.settings.mcp_servers import AssembledServers, TopTier, assemble_from_settings
 from mcpvisor.core.gating import McpGating
@@ -133,13 +136,24 @@ def register_mcp_hot_reload(
     approvals: ApprovalStore,
     emit: Callable[[HotReloadEvent], None],
     on_state: Callable[[DesiredState], object] | None = None,
+    task_group: anyio.abc.TaskGroup | None = None,
 ) -> Callable[[], None]:
-    """Subscribe the reconcile to ``watcher``; returns the unsubscribe function. Register once."""
+    """Subscribe the reconcile to ``watcher``; returns the unsubscribe function. Register once.
+
+    With ``task_group``, each reload runs there and the watcher goes on reading edits meanwhile;
+    edits that arrive during a reconcile then coalesce into one more pass (``Config``'s guard).
+    """
+
+    async def reload() -> None:
+        await reload_now(settings, config, top_tier, approvals=approvals, emit=emit, on_state=on_state)
 
     async def on_change(event: SettingsChanged) -> None:
         if event.scope == "approvals":
             approvals.reload()
-        await reload_now(settings, config, top_tier, approvals=approvals, emit=emit, on_state=on_state)
+        if task_group is not None:
+            task_group.start_soon(reload)
+        else:
+            await reload()
 
     return watcher.add_change_listener(on_change)
 
