@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -18,7 +19,9 @@ from typing import Any
 
 import anyio
 import pytest
+import watchfiles
 
+from mcpvisor.cli import watcher as watcher_module
 from mcpvisor.cli.settings.loader import Settings, SettingsError
 from mcpvisor.cli.settings.writer import set_setting
 from mcpvisor.cli.watcher import (
@@ -376,3 +379,44 @@ async def test_run_in_a_task_group_and_stop(layout: Layout) -> None:
         write_json(layout.paths.user, _user_with(mcp__excluded=["1"]))
         await recorder.wait_for(lambda: bool(recorder.changes))
         watcher.stop()
+
+
+async def test_a_watched_folder_removed_and_created_again_is_followed(layout: Layout) -> None:
+    write_json(layout.paths.workspace, {"mcpServers": {"w": {"command": "w1"}}})
+    async with watching(layout) as env:
+        shutil.rmtree(env.paths.workspace.parent)
+        await env.rec.wait_for(lambda: bool(env.scope_changes_for("workspace")))
+        assert env.scope_changes_for("workspace") == [SettingsChanged("workspace", ("mcpServers.w.command",))]
+        assert "w" not in env.settings.merged.mcp_servers
+        write_json(env.paths.workspace, {"mcpServers": {"w": {"command": "w2"}}})
+        await env.rec.wait_for(lambda: len(env.scope_changes_for("workspace")) == 2)
+        assert env.settings.merged.mcp_servers["w"].config.command == "w2"
+        shutil.rmtree(env.paths.workspace.parent)
+        write_json(env.paths.workspace, {"mcpServers": {"w": {"command": "w3"}}})  # a new folder at once
+        await env.rec.wait_for(
+            lambda: (
+                env.settings.merged.mcp_servers.get("w") is not None
+                and env.settings.merged.mcp_servers["w"].config.command == "w3"
+            )
+        )
+
+
+async def test_when_the_os_watch_cannot_be_set_up_it_falls_back_to_polling(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real_awatch = watchfiles.awatch
+    polling: list[bool | None] = []
+
+    def flaky_awatch(*paths: Any, **kwargs: Any) -> Any:
+        polling.append(kwargs.get("force_polling"))
+        if not kwargs.get("force_polling"):
+            raise RuntimeError("inotify watch limit reached")
+        return real_awatch(*paths, **{**kwargs, "poll_delay_ms": 20})
+
+    monkeypatch.setattr(watcher_module, "awatch", flaky_awatch)
+    async with watching(layout) as env:
+        write_json(env.paths.user, _user_with(mcp__excluded=["p"]))
+        await env.rec.wait_for(lambda: bool(env.non_sentinel()))
+        assert env.non_sentinel() == [SettingsChanged("user", ("mcp.excluded",))]
+    assert polling[:2] == [None, True]
+    assert "falling back to polling" in caplog.text

@@ -69,6 +69,8 @@ WATCHFILES_DEBOUNCE_MS = 20
 WATCHFILES_STEP_MS = 5
 REARM_RETRY_S = 0.1
 """Pause before re-arming after the watch could not be set up (a folder vanished meanwhile)."""
+FAILED_WATCH_RETRY_S = 5.0
+"""Pause before trying again when even a polling watch could not be set up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,11 +292,22 @@ class SettingsWatcher:
                     if self._on_batch(batch, current):
                         stop.set()
                         return
-        except OSError as exc:
+        except FileNotFoundError as exc:
             if self._closing:
                 return
+            # A folder vanished between choosing it and arming the watch: choose again.
             logger.debug("could not watch %s (%s); re-arming", ", ".join(map(str, folders)), exc)
             await anyio.sleep(REARM_RETRY_S)
+        except Exception as exc:
+            if self._closing:
+                return
+            if not self._force_polling:
+                # E.g. the inotify watch limit is reached: polling still works.
+                logger.warning("cannot watch settings folders (%s); falling back to polling", exc)
+                self._force_polling = True
+            else:
+                logger.warning("cannot watch settings folders (%s); retrying", exc)
+                await anyio.sleep(FAILED_WATCH_RETRY_S)
 
     def _on_batch(self, batch: set[tuple[Change, str]], current: Mapping[WatchScope, Path]) -> bool:
         """Mark the scopes the events concern; return whether the watch must be re-armed."""
