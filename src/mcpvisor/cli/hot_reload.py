@@ -118,8 +118,8 @@ async def apply_desired_state(config: Config, state: DesiredState, *, force: boo
         not force
         and mcp_servers_equal(config.get_settings_mcp_servers(), servers)
         and mcp_gating_equal(config.get_mcp_gating(), state.gating)
+        and config.get_rejected_mcp_servers() == frozenset(state.rejected)
     ):
-        config.set_rejected_mcp_servers(state.rejected)
         return False
     config.set_mcp_gating(state.gating)
     config.set_rejected_mcp_servers(state.rejected)

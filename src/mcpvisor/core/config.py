@@ -190,8 +190,11 @@ class Config:
         self._gating = McpGating(self._gating.excluded, self._gating.allowed, _as_tuple(names))
 
     def set_rejected_mcp_servers(self, names: Iterable[str]) -> None:
-        """Which pending servers the user rejected: only refines messages, never admission."""
+        """Which pending servers the user rejected: refines reasons (``rejected``), never admission."""
         self._rejected = frozenset(names)
+
+    def get_rejected_mcp_servers(self) -> frozenset[str]:
+        return self._rejected
 
     def set_mcp_gating(self, gating: McpGating) -> None:
         self._gating = gating

@@ -13,6 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,10 @@ BACKOFF_INITIAL_S = 0.5
 BACKOFF_MAX_S = 30.0
 MAX_RECONNECT_ATTEMPTS = 8
 """After this many failed reconnects in a row the server stays down until the next reconcile."""
+
+
+def _refine(name: str, reason: str, rejected: frozenset[str]) -> str:
+    return "rejected" if reason == "pending_approval" and name in rejected else reason
 
 
 def default_max_starts() -> int:
@@ -125,6 +130,13 @@ class McpClientManager:
         self._events.emit(McpClientUpdate(in_progress=True))
         plan = self.plan()
         desired = self._config.get_mcp_servers()
+        rejected = self._config.get_rejected_mcp_servers()
+        if rejected:  # the host's approval store knows which pending servers were rejected
+            plan = replace(
+                plan,
+                gate_stop={n: _refine(n, r, rejected) for n, r in plan.gate_stop.items()},
+                gate_skip={n: _refine(n, r, rejected) for n, r in plan.gate_skip.items()},
+            )
 
         for name in plan.remove:
             await self.remove_server(name)

@@ -1,0 +1,291 @@
+"""``mcpvisor run --json`` as a subprocess, driven through real file edits (SPEC §9, §11)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.text import TextReceiveStream
+
+from tests.cli.settings.layout import Layout, make_layout, replace_text
+from tests.helpers import LIGHT, WAIT_S, marker_pids, pid_alive, wait_until
+
+Event = dict[str, Any]
+
+
+def server(name: str, marker: Path, *args: str) -> dict[str, Any]:
+    return {"command": sys.executable, "args": ["-m", LIGHT, "--name", name, "--marker", str(marker), *args]}
+
+
+def save(path: Path, data: Any) -> None:
+    replace_text(path, json.dumps(data, indent=2))
+
+
+class Run:
+    """A running ``mcpvisor run --json`` and the events it printed."""
+
+    def __init__(self, layout: Layout, process: anyio.abc.Process) -> None:
+        self.layout = layout
+        self.process = process
+        self.events: list[Event] = []
+        self._updated = anyio.Event()
+
+    async def read(self) -> None:
+        assert self.process.stdout is not None
+        buffer = ""
+        async for chunk in TextReceiveStream(self.process.stdout):
+            buffer += chunk
+            *lines, buffer = buffer.split("\n")
+            for line in lines:
+                if line.strip():
+                    self.events.append(json.loads(line))
+            self._updated.set()
+            self._updated = anyio.Event()
+
+    async def wait_for(self, condition: Callable[[], bool]) -> None:
+        with anyio.fail_after(WAIT_S):
+            while not condition():
+                await self._updated.wait()
+
+    def of(self, kind: str) -> list[Event]:
+        return [e for e in self.events if e["event"] == kind]
+
+    def last_server(self, name: str) -> Event | None:
+        found = [e for e in self.of("server") if e["server"] == name]
+        return found[-1] if found else None
+
+    def status(self, name: str) -> str | None:
+        event = self.last_server(name)
+        return None if event is None else str(event["status"])
+
+    async def next_reconcile(self, edit: Callable[[], None]) -> Event:
+        before = len(self.of("reconcile"))
+        edit()
+        await self.wait_for(lambda: len(self.of("reconcile")) > before)
+        return self.of("reconcile")[before]
+
+    async def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        result = await anyio.run_process(
+            [sys.executable, "-m", "mcpvisor", *args, "--workspace", str(self.layout.root)],
+            env={**os.environ, **self.layout.env},
+            check=False,
+        )
+        return subprocess.CompletedProcess(
+            result.args, result.returncode, result.stdout.decode(), result.stderr.decode()
+        )
+
+
+@asynccontextmanager
+async def run(tmp_path: Path, *, user: Any = None, project: Any = None) -> AsyncIterator[Run]:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    if user is not None:
+        save(layout.paths.user, user)
+    if project is not None:
+        save(layout.paths.project, project)
+    process = await anyio.open_process(
+        [sys.executable, "-m", "mcpvisor", "run", "--json", "--workspace", str(layout.root)],
+        env={**os.environ, **layout.env},
+        stderr=subprocess.DEVNULL,
+    )
+    r = Run(layout, process)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(r.read)
+        try:
+            await r.wait_for(lambda: bool(r.of("ready")))
+            yield r
+        finally:
+            with anyio.CancelScope(shield=True):
+                if process.returncode is None:
+                    process.send_signal(signal.SIGTERM)
+                with anyio.move_on_after(WAIT_S):
+                    await process.wait()
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+            tg.cancel_scope.cancel()
+    await process.aclose()
+
+
+async def test_add_change_remove_and_exclude_touch_only_that_server(tmp_path: Path) -> None:
+    m = {n: tmp_path / f"{n}.pids" for n in "abc"}
+    servers = {"a": server("a", m["a"]), "b": server("b", m["b"])}
+    async with run(tmp_path, user={"mcpServers": servers}) as r:
+        first = r.of("reconcile")[0]
+        assert sorted(first["added"]) == ["a", "b"]
+        assert r.of("ready")
+        assert r.events.index(r.of("ready")[0]) > r.events.index(first)
+        [a_pid], [b_pid] = marker_pids(m["a"]), marker_pids(m["b"])
+
+        # add c: it connects and its tools appear; a and b keep their processes
+        servers["c"] = server("c", m["c"], "--tools", "x,y")
+        added = await r.next_reconcile(lambda: save(r.layout.paths.user, {"mcpServers": servers}))
+        assert added["added"] == ["c"]
+        assert sorted(added["kept"]) == ["a", "b"]
+        assert r.last_server("c") == {
+            "event": "server",
+            "server": "c",
+            "status": "connected",
+            "reason": None,
+            "tools": ["mcp__c__x", "mcp__c__y"],
+            "prompts": [],
+            "error": None,
+        }
+        assert marker_pids(m["a"]) == [a_pid]
+        assert marker_pids(m["b"]) == [b_pid]
+
+        # change b's args: only b restarts
+        servers["b"] = server("b", m["b"], "--tools", "new")
+        changed = await r.next_reconcile(lambda: save(r.layout.paths.user, {"mcpServers": servers}))
+        assert changed["restarted"] == ["b"]
+        assert marker_pids(m["a"]) == [a_pid]
+        assert len(marker_pids(m["b"])) == 2
+        await wait_until(lambda: not pid_alive(b_pid))
+        assert r.last_server("b")["tools"] == ["mcp__b__new"]  # type: ignore[index]
+
+        # remove c: its process exits and its tools vanish
+        [c_pid] = marker_pids(m["c"])
+        del servers["c"]
+        removed = await r.next_reconcile(lambda: save(r.layout.paths.user, {"mcpServers": servers}))
+        assert removed["removed"] == ["c"]
+        assert r.last_server("c")["tools"] == []  # type: ignore[index]
+        await wait_until(lambda: not pid_alive(c_pid))
+
+        # exclude a: it disconnects
+        excluded = await r.next_reconcile(
+            lambda: save(r.layout.paths.user, {"mcpServers": servers, "mcp": {"excluded": ["a"]}})
+        )
+        assert excluded["gated"] == {"a": "excluded"}
+        assert r.last_server("a")["reason"] == "excluded"  # type: ignore[index]
+        await wait_until(lambda: not pid_alive(a_pid))
+
+
+async def test_a_theme_edit_gives_no_reconcile_event(tmp_path: Path) -> None:
+    servers = {"a": server("a", tmp_path / "a")}
+    async with run(tmp_path, user={"mcpServers": servers}) as r:
+        before = len(r.of("reconcile"))
+        save(r.layout.paths.user, {"mcpServers": servers, "ui": {"theme": "dark"}})
+        # A later edit in another scope is handled after the theme edit: one reconcile, its own.
+        await r.next_reconcile(lambda: save(r.layout.paths.workspace, {"mcp": {"excluded": ["nothing"]}}))
+        assert len(r.of("reconcile")) == before + 1
+
+
+async def test_an_invalid_save_keeps_servers_running_and_reports_the_error(tmp_path: Path) -> None:
+    marker = tmp_path / "a"
+    async with run(tmp_path, user={"mcpServers": {"a": server("a", marker)}}) as r:
+        replace_text(r.layout.paths.user, '{"mcpServers": {"a": {"command": ')
+        await r.wait_for(lambda: bool(r.of("settings_error")))
+        error = r.of("settings_error")[0]
+        assert error["path"] == str(r.layout.paths.user)
+        assert isinstance(error["line"], int)
+        assert error["message"]
+        [pid] = marker_pids(marker)
+        assert pid_alive(pid)
+        assert r.status("a") == "connected"
+
+
+async def test_a_restart_only_edit_reports_restart_required(tmp_path: Path) -> None:
+    async with run(tmp_path, user={"mcpServers": {}}) as r:
+        save(r.layout.paths.user, {"mcpServers": {}, "mcp": {"serverCommand": "x"}})
+        await r.wait_for(lambda: bool(r.of("restart_required")))
+        assert r.of("restart_required")[0]["paths"] == ["mcp.serverCommand"]
+
+
+async def test_the_project_approval_flow_across_processes(tmp_path: Path) -> None:
+    marker = tmp_path / "p"
+    project = {"mcpServers": {"p": server("p", marker)}}
+    async with run(tmp_path, user={"mcpServers": {"u": server("u", tmp_path / "u")}}, project=project) as r:
+        assert r.of("approval_needed")[-1]["servers"] == ["p"]
+        assert r.last_server("p")["reason"] == "pending_approval"  # type: ignore[index]
+        assert not marker.exists()
+
+        # `mcp list` never starts it either
+        listed = await r.cli("mcp", "list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        rows = {row["name"]: row for row in json.loads(listed.stdout)["servers"]}
+        assert rows["p"]["admission"] == "pending_approval"
+        assert rows["p"]["approval"] == "pending"
+        assert not marker.exists()
+
+        # approve from a second process: the running host connects it
+        approved = await r.cli("mcp", "approve", "p")
+        assert approved.returncode == 0, approved.stderr
+        assert "mcpvisor.examples.light_server" in approved.stdout
+        await r.wait_for(lambda: r.status("p") == "connected")
+        assert len(marker_pids(marker)) == 1
+
+        # edit its config: pending again, approval_needed again
+        prompts = len(r.of("approval_needed"))
+        save(r.layout.paths.project, {"mcpServers": {"p": server("p", marker, "--tools", "v2")}})
+        await r.wait_for(lambda: len(r.of("approval_needed")) > prompts)
+        assert r.of("approval_needed")[-1]["servers"] == ["p"]
+        assert r.last_server("p")["reason"] == "pending_approval"  # type: ignore[index]
+
+        # reject: stays skipped; an unrelated edit does not prompt
+        rejected = await r.cli("mcp", "reject", "p")
+        assert rejected.returncode == 0, rejected.stderr
+        await r.wait_for(lambda: r.last_server("p")["reason"] == "rejected")  # type: ignore[index]
+        prompts = len(r.of("approval_needed"))
+        unrelated = await r.next_reconcile(
+            lambda: save(
+                r.layout.paths.user,
+                {"mcpServers": {"u": server("u", tmp_path / "u"), "v": server("v", tmp_path / "v")}},
+            )
+        )
+        assert unrelated["added"] == ["v"]
+        assert unrelated["gated"] == {"p": "rejected"}
+        assert len(r.of("approval_needed")) == prompts
+
+        # reject then edit: prompts again
+        save(r.layout.paths.project, {"mcpServers": {"p": server("p", marker, "--tools", "v3")}})
+        await r.wait_for(lambda: len(r.of("approval_needed")) > prompts)
+        assert len(marker_pids(marker)) == 1
+
+
+async def test_sigterm_stops_cleanly_and_leaves_no_process(tmp_path: Path) -> None:
+    m = tmp_path / "pids"
+    servers = {n: server(n, m) for n in "abc"}
+    async with run(tmp_path, user={"mcpServers": servers}) as r:
+        pids = marker_pids(m)
+        assert len(pids) == 3
+        r.process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(WAIT_S):
+            await r.process.wait()
+        assert r.process.returncode == 0
+    for pid in pids:
+        await wait_until(lambda pid=pid: not pid_alive(pid))  # type: ignore[misc]
+
+
+async def test_status_json_connects_admitted_servers_only_and_hides_secrets(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "p"
+    secret_server = {**server("a", tmp_path / "a"), "env": {"API_TOKEN": "very-secret-value"}}
+    save(layout.paths.user, {"mcpServers": {"a": secret_server}})
+    save(layout.paths.project, {"mcpServers": {"p": server("p", marker)}})
+    result = await anyio.run_process(
+        [sys.executable, "-m", "mcpvisor", "status", "--json", "--workspace", str(layout.root)],
+        env={**os.environ, **layout.env},
+    )
+    out = result.stdout.decode()
+    rows = {row["name"]: row for row in json.loads(out)["servers"]}
+    assert rows["a"]["state"] == "connected"
+    assert rows["a"]["tools"] == 1
+    assert rows["p"]["state"] == "needs_approval"
+    assert not marker.exists()
+    assert "very-secret-value" not in out
+    human = await anyio.run_process(
+        [sys.executable, "-m", "mcpvisor", "status", "--workspace", str(layout.root)],
+        env={**os.environ, **layout.env, "COLUMNS": "200"},
+    )
+    text = human.stdout.decode()
+    assert "a · ● connected (1 tool, 0 prompts)" in text
+    assert "p · ? needs approval" in text
+    assert "very-secret-value" not in text
