@@ -1,5 +1,93 @@
-"""mcpvisor: an MCP host runtime whose servers follow their configuration files while it runs."""
+"""mcpvisor: an MCP host runtime whose servers follow their configuration files while it runs.
+
+The library API is the core (``mcpvisor.core``): build a :class:`Config`, enter it, call
+``initialize()``, read ``tool_registry`` / ``prompt_registry``, ``call_tool(...)``, and
+``reinitialize_mcp_servers(...)`` whenever the desired servers change: only what changed is
+connected, disconnected or restarted. Names are imported lazily so that ``import mcpvisor``
+stays cheap (the bundled example servers rely on it).
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    "Config": "mcpvisor.core.config",
+    "McpServerConfig": "mcpvisor.core.server_config",
+    "connection_id_of": "mcpvisor.core.server_config",
+    "McpConnectionPool": "mcpvisor.core.pool",
+    "McpGating": "mcpvisor.core.gating",
+    "McpClient": "mcpvisor.core.client",
+    "EventBus": "mcpvisor.core.events",
+    "McpClientUpdate": "mcpvisor.core.events",
+    "ServerStateChanged": "mcpvisor.core.events",
+    "ReconcileFinished": "mcpvisor.core.events",
+    "ToolsChanged": "mcpvisor.core.events",
+    "PromptsChanged": "mcpvisor.core.events",
+    "McpvisorError": "mcpvisor.core.errors",
+    "ConfigError": "mcpvisor.core.errors",
+    "ConnectError": "mcpvisor.core.errors",
+    "ServerError": "mcpvisor.core.errors",
+    "ServerUnavailableError": "mcpvisor.core.errors",
+    "ToolCallError": "mcpvisor.core.errors",
+    "ToolNotFoundError": "mcpvisor.core.errors",
+}
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "ConnectError",
+    "EventBus",
+    "McpClient",
+    "McpClientUpdate",
+    "McpConnectionPool",
+    "McpGating",
+    "McpServerConfig",
+    "McpvisorError",
+    "PromptsChanged",
+    "ReconcileFinished",
+    "ServerError",
+    "ServerStateChanged",
+    "ServerUnavailableError",
+    "ToolCallError",
+    "ToolNotFoundError",
+    "ToolsChanged",
+    "__version__",
+    "connection_id_of",
+]
+
+if TYPE_CHECKING:
+    from mcpvisor.core.client import McpClient
+    from mcpvisor.core.config import Config
+    from mcpvisor.core.errors import (
+        ConfigError,
+        ConnectError,
+        McpvisorError,
+        ServerError,
+        ServerUnavailableError,
+        ToolCallError,
+        ToolNotFoundError,
+    )
+    from mcpvisor.core.events import (
+        EventBus,
+        McpClientUpdate,
+        PromptsChanged,
+        ReconcileFinished,
+        ServerStateChanged,
+        ToolsChanged,
+    )
+    from mcpvisor.core.gating import McpGating
+    from mcpvisor.core.pool import McpConnectionPool
+    from mcpvisor.core.server_config import McpServerConfig, connection_id_of
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mcpvisor' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
