@@ -405,12 +405,12 @@ def test_missing_files_are_empty_scopes(layout: Layout) -> None:
 
 
 def test_a_settings_file_that_is_not_an_object_is_a_clear_error(layout: Layout) -> None:
-    write_json(layout.paths.user, ["not", "an", "object"])
-    write_json(layout.paths.workspace, {"mcpServers": {"w": _server("w")}})
+    write_json(layout.paths.workspace, ["not", "an", "object"])
+    write_json(layout.paths.user, {"mcpServers": {"u": _server("u")}})
     settings = layout.settings()
-    assert str(layout.paths.user) in str(settings.errors["user"])
-    assert "expected a JSON object" in settings.errors["user"].message
-    assert list(settings.merged.mcp_servers) == ["w"]
+    assert str(layout.paths.workspace) in str(settings.errors["workspace"])
+    assert "expected a JSON object" in settings.errors["workspace"].message
+    assert list(settings.merged.mcp_servers) == ["u"]
 
 
 def test_reload_keeps_the_previous_state_on_a_parse_error(layout: Layout) -> None:
@@ -488,6 +488,17 @@ def test_an_unreadable_trusted_folders_file_fails_closed(layout: Layout) -> None
     settings = layout.settings()
     assert settings.trusted is False
     assert any("trusted folders" in w for w in settings.warnings)
+
+
+def test_a_broken_user_settings_file_at_load_fails_closed_for_trust(layout: Layout) -> None:
+    layout.paths.user.parent.mkdir(parents=True)
+    layout.paths.user.write_text('{"security": {"folderTrust": {"enabled": true}')
+    write_json(layout.paths.workspace, {"mcpServers": {"w": _server("w")}})
+    settings = layout.settings()
+    assert "user" in settings.errors
+    assert settings.trusted is False
+    assert settings.merged.mcp_servers == {}
+    assert any("folder trust" in w for w in settings.warnings)
 
 
 def test_a_workspace_at_the_home_folder_is_not_read_twice(tmp_path: Path) -> None:

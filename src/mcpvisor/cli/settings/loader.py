@@ -598,7 +598,8 @@ class Settings:
     app's own writes never show up as changes.
 
     Folder trust is decided at :meth:`load` (``security.folderTrust.enabled`` requires a restart):
-    an untrusted folder leaves the ``workspace`` and ``project`` scopes inactive. The workspace scope
+    an untrusted folder leaves the ``workspace`` and ``project`` scopes inactive. When a user or
+    system settings file fails to parse at load, trust fails closed (the folder is untrusted). The workspace scope
     is also inactive when it is the user settings file (the workspace root is the home folder).
     """
 
@@ -664,6 +665,13 @@ class Settings:
         self._log_warnings()
 
     def _decide_trust(self) -> tuple[bool, tuple[str, ...]]:
+        broken = [str(self.paths.of(scope)) for scope in _TRUST_SCOPES if scope in self.errors]
+        if broken:
+            # Folder trust might be enabled in the file that failed to parse: fail closed.
+            return False, (
+                f"cannot tell whether folder trust is enabled ({', '.join(broken)} did not parse); "
+                f"treating {self.root} as untrusted until it is fixed",
+            )
         if not self.folder_trust_enabled:
             return True, ()
         path = self.paths.trusted_folders
