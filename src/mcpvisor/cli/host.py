@@ -136,11 +136,12 @@ class Host:
             for layer in self._top_tier.mcp_config:
                 if layer.error is not None:
                     raise ConfigError(str(layer.error))
+            starts = opts.max_concurrent_starts or self._settings.merged.get("mcp.maxConcurrentStarts")
             self._config = Config(
                 allowed_mcp_server_names=opts.allowed_mcp_server_names,
                 trusted_folder=self._settings.trusted,
                 log_dir=opts.log_dir or paths.log_dir(env),
-                max_concurrent_starts=opts.max_concurrent_starts,
+                max_concurrent_starts=starts if isinstance(starts, int) and starts > 0 else None,
             )
             await stack.enter_async_context(self._config)
             self._config.events.subscribe(self.emit)

@@ -68,7 +68,7 @@ def _setup_logging(verbose: int) -> None:
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
-    Console(stderr=True).print(f"[red]error:[/] {message}", highlight=False)
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {message}", highlight=False)
     return typer.Exit(code)
 
 

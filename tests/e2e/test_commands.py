@@ -1,0 +1,138 @@
+"""The command line itself: fast commands never import the SDK, demo runs, Ctrl-C stops cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from anyio.streams.text import TextReceiveStream
+
+from tests.cli.settings.layout import make_layout, replace_text
+from tests.helpers import LIGHT, WAIT_S, marker_pids, pid_alive, wait_until
+
+
+def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mcpvisor", *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    "argv", [["mcp", "list"], ["mcp", "list", "--json"], ["mcp", "approve", "p"], ["mcp", "reject", "p"]]
+)
+def test_commands_that_start_no_server_never_import_the_mcp_sdk(tmp_path: Path, argv: list[str]) -> None:
+    layout = make_layout(tmp_path)
+    replace_text(layout.paths.project, json.dumps({"mcpServers": {"p": {"command": "x"}}}))
+    code = (
+        "import sys\n"
+        "from mcpvisor.cli.main import app\n"
+        "try:\n"
+        f"    app({[*argv, '--workspace', str(layout.root)]!r})\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        "loaded = sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'mcp_types')))\n"
+        "assert not loaded, loaded\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **layout.env}, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_approve_names_the_problem_for_unknown_and_own_servers(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    replace_text(layout.paths.user, json.dumps({"mcpServers": {"mine": {"command": "x"}}}))
+    unknown = cli("mcp", "approve", "nope", "--workspace", str(layout.root), env=layout.env)
+    assert unknown.returncode == 1
+    assert "cannot approve server 'nope'" in unknown.stderr
+    assert "configured: mine" in unknown.stderr
+    own = cli("mcp", "approve", "mine", "--workspace", str(layout.root), env=layout.env)
+    assert own.returncode == 1
+    assert "need no approval" in own.stderr
+
+
+def test_add_and_remove_edit_the_settings_file(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    added = cli("mcp", "add", "t", "--workspace", str(layout.root), "--", "node", "server.js", env=layout.env)
+    assert added.returncode == 0, added.stderr
+    assert json.loads(layout.paths.user.read_text())["mcpServers"]["t"] == {"command": "node", "args": ["server.js"]}
+    removed = cli("mcp", "remove", "t", "--workspace", str(layout.root), env=layout.env)
+    assert removed.returncode == 0, removed.stderr
+    assert json.loads(layout.paths.user.read_text())["mcpServers"] == {}
+    again = cli("mcp", "remove", "t", "--workspace", str(layout.root), env=layout.env)
+    assert again.returncode == 1
+    assert "not in" in again.stderr
+
+
+def test_a_missing_mcp_config_file_is_a_clear_error(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    missing = tmp_path / "nope.json"
+    result = cli("status", "--mcp-config", str(missing), "--workspace", str(layout.root), env=layout.env)
+    assert result.returncode == 1
+    assert str(missing) in result.stderr
+
+
+async def test_demo_runs_shows_the_approval_flow_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    demo_dir = tmp_path / "demo"
+    process = await anyio.open_process(
+        [sys.executable, "-m", "mcpvisor", "demo", "--json", "--dir", str(demo_dir)],
+        env={**os.environ, "MCPVISOR_LOG_DIR": str(tmp_path / "logs")},
+        stderr=subprocess.DEVNULL,
+    )
+    events: list[dict[str, object]] = []
+    async with process:
+        assert process.stdout is not None
+        with anyio.fail_after(WAIT_S * 2):
+            buffer = ""
+            async for chunk in TextReceiveStream(process.stdout):
+                buffer += chunk
+                *lines, buffer = buffer.split("\n")
+                events += [json.loads(line) for line in lines if line.startswith("{")]
+                if any(e["event"] == "ready" for e in events):
+                    break
+        reconcile = next(e for e in events if e["event"] == "reconcile")
+        added = reconcile["added"]
+        assert isinstance(added, list)
+        assert set(added) == {"clock", "notes"}
+        assert reconcile["gated"] == {"repo-tools": "pending_approval"}
+        assert any(e["event"] == "approval_needed" and e["servers"] == ["repo-tools"] for e in events)
+        assert (demo_dir / "home" / "settings.json").exists()
+        assert (demo_dir / "project" / ".mcp.json").exists()
+        process.send_signal(signal.SIGINT)
+        with anyio.fail_after(WAIT_S):
+            await process.wait()
+        assert process.returncode == 0
+
+
+async def test_ctrl_c_stops_run_and_leaves_no_server_process(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "pids"
+    servers = {n: {"command": sys.executable, "args": ["-m", LIGHT, "--marker", str(marker)]} for n in "ab"}
+    replace_text(layout.paths.user, json.dumps({"mcpServers": servers}))
+    process = await anyio.open_process(
+        [sys.executable, "-m", "mcpvisor", "run", "--json", "--workspace", str(layout.root)],
+        env={**os.environ, **layout.env},
+        stderr=subprocess.DEVNULL,
+    )
+    async with process:
+        assert process.stdout is not None
+        with anyio.fail_after(WAIT_S):
+            output = ""
+            async for chunk in TextReceiveStream(process.stdout):
+                output += chunk
+                if '"ready"' in output:
+                    break
+        pids = marker_pids(marker)
+        assert len(pids) == 2
+        process.send_signal(signal.SIGINT)
+        with anyio.fail_after(WAIT_S):
+            await process.wait()
+        assert process.returncode == 0
+    for pid in pids:
+        await wait_until(lambda pid=pid: not pid_alive(pid))  # type: ignore[misc]
