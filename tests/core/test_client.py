@@ -178,3 +178,18 @@ async def test_a_killed_server_is_reported_lost(tmp_path: Path) -> None:
             await lost.wait()
         assert client.last_error is not None
         assert "exited" in client.last_error
+
+
+async def test_a_stdio_server_gets_a_small_environment_plus_its_own_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MCPVISOR_TEST_SHELL_SECRET", "do-not-leak")
+    client = McpClient("e", light("e", env={"GIVEN": "yes"}), log_dir=tmp_path)
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        assert client.pid is not None
+        environ = (await anyio.Path(f"/proc/{client.pid}/environ").read_bytes()).split(b"\0")
+        await client.aclose()
+    assert b"GIVEN=yes" in environ
+    assert not any(item.startswith(b"MCPVISOR_TEST_SHELL_SECRET") for item in environ)
+    assert any(item.startswith(b"PATH=") for item in environ)

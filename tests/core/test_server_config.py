@@ -170,3 +170,8 @@ def test_exposure_filters_exclude_wins_over_include() -> None:
     assert not exposure.admits("b")
     assert not exposure.admits("c")
     assert exposure_of(McpServerConfig(command="x")).admits("anything")
+
+
+def test_target_hides_url_credentials_and_query_values() -> None:
+    cfg = McpServerConfig(http_url="https://user:pw@example.com/mcp?token=s3cret&x=1", headers={"Authorization": "B"})
+    assert cfg.target() == "https://example.com/mcp?token=***&x=***"

@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
 
@@ -27,6 +28,7 @@ __all__ = [
     "connection_id_of",
     "exposure_of",
     "normalize_server_entry",
+    "redact_url",
 ]
 
 Scope = Literal["project", "workspace", "system"]
@@ -175,10 +177,19 @@ class McpServerConfig(BaseModel):
         return self.model_dump(mode="json", exclude_unset=True)
 
     def target(self) -> str:
-        """What this server runs or reaches, for people: command line or URL. Never secrets."""
+        """What this server runs or reaches, for people: command line or URL. Never secrets:
+        env and header values are left out, and a URL loses its credentials and query values."""
         if self.command is not None:
             return " ".join([self.command, *self.args])
-        return self.http_url or self.url or ""
+        return redact_url(self.http_url or self.url or "")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without user info and with every query value replaced by ``***``."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    query = "&".join(f"{k}=***" for k, _ in parse_qsl(parts.query, keep_blank_values=True))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 def canonical_json(value: Any) -> str:
