@@ -70,9 +70,11 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def http_server(name: str, *args: str, transport: str = "streamable-http") -> AsyncIterator[str]:
-    """Run the SDK example server over HTTP on a free loopback port; yields its URL."""
-    port = free_port()
+async def http_server(
+    name: str, *args: str, transport: str = "streamable-http", port: int | None = None
+) -> AsyncIterator[str]:
+    """Run the SDK example server over HTTP on loopback (a free port unless given); yields its URL."""
+    port = port or free_port()
     process = await anyio.open_process(
         [sys.executable, "-m", SDK, "--name", name, "--transport", transport, "--port", str(port), *args],
         stdout=None,

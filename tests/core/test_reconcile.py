@@ -14,7 +14,7 @@ from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError, ServerUnavailableError, ToolNotFoundError
 from mcpvisor.core.events import McpEvent, ReconcileFinished, ServerStateChanged
 from mcpvisor.core.server_config import McpServerConfig
-from tests.helpers import WAIT_S, light, marker_pids, pid_alive, wait_until
+from tests.helpers import WAIT_S, free_port, http_server, light, marker_pids, pid_alive, wait_until
 
 
 @pytest.fixture
@@ -346,3 +346,19 @@ async def test_closing_the_config_leaves_no_process(tmp_path: Path) -> None:
     with anyio.fail_after(WAIT_S):
         for pid in started:
             await wait_until(lambda pid=pid: not pid_alive(pid))  # type: ignore[misc]
+
+
+async def test_a_lost_http_server_fails_calls_fast_and_is_reconnected_when_it_returns(config: Config) -> None:
+    port = free_port()
+    await config.initialize()
+    async with http_server("h", port=port) as url:
+        await config.reinitialize_mcp_servers({"h": McpServerConfig(http_url=url)})
+        assert config.manager.clients()["h"].status == "connected"
+    # The server is gone: the next call fails fast with a clear error instead of hanging.
+    with anyio.fail_after(WAIT_S), pytest.raises((ServerUnavailableError, ToolNotFoundError)) as info:
+        await config.call_tool("mcp__h__echo")
+    assert "'h'" in str(info.value)
+    async with http_server("h", port=port):
+        await wait_until(lambda: config.manager.clients()["h"].status == "connected", timeout_s=WAIT_S * 2)
+        result = await config.call_tool("mcp__h__echo", {"text": "again"})
+        assert result.content[0].text == "h:echo:again"  # type: ignore[union-attr]
