@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rich.console import Console
-from rich.table import Table
 
 from mcpvisor.cli import paths
 from mcpvisor.cli.approvals import ApprovalStore, is_gated
@@ -20,7 +19,7 @@ from mcpvisor.cli.hot_reload import DesiredState, compute_desired_state
 from mcpvisor.cli.settings.loader import Settings, load_settings, parse_trusted_folders
 from mcpvisor.cli.settings.mcp_servers import load_top_tier
 from mcpvisor.cli.settings.writer import delete_setting, set_setting, write_atomically
-from mcpvisor.cli.views import describe_servers
+from mcpvisor.cli.views import describe_servers, render_status
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
@@ -82,16 +81,7 @@ def list_servers(
     console = Console(highlight=False)
     for problem in problems:
         console.print(f"[yellow]! {problem}[/]")
-    if not rows:
-        console.print("No MCP servers configured.")
-        return
-    table = Table(title=f"MCP servers for {settings.root}", title_justify="left")
-    for column in ("name", "source", "scope", "runs", "admission", "approval"):
-        table.add_column(column)
-    for r in rows:
-        admission = "untrusted folder" if r.state == "untrusted" else (r.reason or "allowed").replace("_", " ")
-        table.add_row(r.name, r.source, r.scope or "-", r.target, admission, r.approval or "-")
-    console.print(table)
+    render_status(console, rows, live=False, title=f"MCP servers for {settings.root}", show_target=True)
 
 
 def decide(*, env: Mapping[str, str], workspace: Path | None, name: str, decision: str) -> None:

@@ -8,6 +8,7 @@ draws them with rich, grouped by source. Secrets (env values, headers) are never
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -131,7 +132,7 @@ def state_text(row: ServerView, *, live: bool = True) -> tuple[str, str, str]:
     if row.state == "needs_approval":
         return "?", f"needs approval — run: mcpvisor mcp approve {row.name}", "yellow"
     if not live:
-        return "·", "allowed", "green"
+        return "✓", "allowed (approved)" if row.approval == "approved" else "allowed", "green"
     if row.state == "connected":
         return "●", f"connected ({_plural(row.tools, 'tool')}, {_plural(row.prompts, 'prompt')})", "green"
     if row.state == "connecting":
@@ -142,8 +143,18 @@ def state_text(row: ServerView, *, live: bool = True) -> tuple[str, str, str]:
     return "○", "disconnected", "dim"
 
 
-def render_status(console: Console, rows: list[ServerView], *, live: bool = True, title: str | None = None) -> None:
-    """Draw the ``/mcp`` view: servers grouped by source, each ``name · icon text``."""
+def render_status(
+    console: Console,
+    rows: list[ServerView],
+    *,
+    live: bool = True,
+    title: str | None = None,
+    show_target: bool = False,
+) -> None:
+    """Draw the ``/mcp`` view: servers grouped by source, each ``name · icon text``.
+
+    ``live=False`` shows admission only (nothing was started); ``show_target`` adds what each
+    server runs or reaches on a line of its own."""
     if title:
         console.print(Text(title, style="bold"))
     if not rows:
@@ -161,6 +172,14 @@ def render_status(console: Console, rows: list[ServerView], *, live: bool = True
         line.append(" · ")
         line.append(f"{icon} {text}", style=style)
         console.print(line)
+        if show_target:
+            console.print(Text(f"      {short_command(row.target)}", style="dim"), soft_wrap=True)
+
+
+def short_command(target: str) -> str:
+    """A command line with this interpreter's path shortened to ``python``."""
+    exe = sys.executable
+    return "python" + target[len(exe) :] if target.startswith(exe + " ") else target
 
 
 def short_path(path: str | None) -> str:
