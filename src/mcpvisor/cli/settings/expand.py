@@ -1,0 +1,51 @@
+"""``$VAR``, ``${VAR}`` and ``${VAR:-default}`` expansion from an explicitly passed environment."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------- $VAR expansion
+
+_VAR = re.compile(
+    r"\$(?:(?P<dollar>\$)|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
+)
+
+
+def expand_string(text: str, env: Mapping[str, str], missing: set[str] | None = None) -> str:
+    """Expand ``$VAR``, ``${VAR}`` and ``${VAR:-default}`` in one string.
+
+    ``${VAR:-default}`` uses the (literal) default when ``VAR`` is unset or empty. ``$$`` is a
+    literal ``$``. An undefined variable without default expands to ``""`` and its *name* is added
+    to ``missing``. Anything else after ``$`` (``$5``, an unclosed ``${``) stays as written.
+    """
+
+    def replace(match: re.Match[str]) -> str:
+        if match["dollar"]:
+            return "$"
+        name = match["braced"] or match["bare"]
+        value = env.get(name)
+        if match["default"] is not None and not value:
+            return match["default"]
+        if value is None:
+            if missing is not None:
+                missing.add(name)
+            return ""
+        return value
+
+    return _VAR.sub(replace, text)
+
+
+def expand_vars(value: Any, env: Mapping[str, str], missing: set[str] | None = None) -> Any:
+    """Expand variables in every string inside ``value`` (object values and array items; keys stay)."""
+    if isinstance(value, str):
+        return expand_string(value, env, missing)
+    if isinstance(value, Mapping):
+        return {key: expand_vars(item, env, missing) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [expand_vars(item, env, missing) for item in value]
+    return value

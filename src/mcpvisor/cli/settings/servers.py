@@ -1,0 +1,124 @@
+"""Server entries of settings and server files, with their provenance."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from mcpvisor.cli.settings.expand import expand_vars
+from mcpvisor.cli.settings.files import SettingsError, SettingsFileError, read_settings_file
+from mcpvisor.cli.settings.scopes import ServerScope
+from mcpvisor.core.server_config import McpServerConfig, Scope
+
+logger = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------- servers
+
+
+@dataclass(frozen=True, slots=True)
+class ServerEntry:
+    """One configured server and where it came from (``path`` is ``None`` for session-injected ones)."""
+
+    config: McpServerConfig
+    scope: ServerScope
+    path: Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLayer:
+    """The servers of one server file (``.mcp.json`` or ``--mcp-config``)."""
+
+    scope: ServerScope
+    path: Path | None
+    servers: Mapping[str, ServerEntry] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    error: SettingsError | None = None
+
+
+def _describe_validation(exc: ValueError) -> str:
+    """A validation problem in words, never echoing the input (it may hold secrets)."""
+    if isinstance(exc, ValidationError):
+        parts = []
+        for err in exc.errors(include_input=False, include_url=False):
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            parts.append(f"{loc}: {msg}" if loc else msg)
+        return "; ".join(parts)
+    return str(exc)
+
+
+def build_server_entries(
+    entries: Any,
+    *,
+    path: Path | None,
+    scope: ServerScope,
+    stamp: Scope | None,
+    env: Mapping[str, str],
+    key: str = "mcpServers",
+) -> tuple[dict[str, ServerEntry], list[str]]:
+    """Validate a ``{name: entry}`` object into server entries, hashing each literal entry before expansion.
+
+    An invalid entry is skipped with a warning naming the file, the server and the fix; the others
+    load. Returns the entries and the warnings.
+    """
+    where = str(path) if path is not None else scope
+    if entries is None:
+        return {}, []
+    if not isinstance(entries, Mapping):
+        return {}, [f"ignored {key!r} in {where}: expected an object of servers by name"]
+    servers: dict[str, ServerEntry] = {}
+    warnings: list[str] = []
+    for name, entry in entries.items():
+        if not isinstance(entry, Mapping):
+            warnings.append(f"skipped MCP server {name!r} in {where}: expected an object; fix {key}.{name}")
+            continue
+        missing: set[str] = set()
+        try:
+            cfg = McpServerConfig.from_entry(entry, expand=partial(expand_vars, env=env, missing=missing), scope=stamp)
+        except ValueError as exc:
+            warnings.append(f"skipped MCP server {name!r} in {where}: {_describe_validation(exc)}; fix {key}.{name}")
+            continue
+        warnings.extend(
+            f"undefined environment variable {var!r} in MCP server {name!r} ({where}) expanded to ''"
+            for var in sorted(missing)
+        )
+        servers[name] = ServerEntry(cfg, scope, path)
+    return servers, warnings
+
+
+def server_layer_from_data(
+    data: Mapping[str, Any] | None, path: Path | None, *, scope: ServerScope, env: Mapping[str, str]
+) -> ServerLayer:
+    """Servers of a server file's parsed content: Claude Code ``mcpServers`` or VS Code ``servers``.
+
+    ``.mcp.json`` servers (``scope="project"``) are stamped ``scope: "project"``.
+    """
+    if not data:
+        return ServerLayer(scope, path)
+    warnings: list[str] = []
+    if "mcpServers" in data:
+        key = "mcpServers"
+        if "servers" in data:
+            warnings.append(f"ignored 'servers' in {path}: 'mcpServers' is also set and wins")
+    else:
+        key = "servers"
+    stamp: Scope | None = "project" if scope == "project" else None
+    servers, more = build_server_entries(data.get(key), path=path, scope=scope, stamp=stamp, env=env, key=key)
+    return ServerLayer(scope, path, servers, tuple(warnings + more))
+
+
+def load_server_file(path: Path, env: Mapping[str, str], *, scope: ServerScope, missing_ok: bool = True) -> ServerLayer:
+    """Read a server file (``.mcp.json``, ``--mcp-config FILE``). Errors are returned in ``error``."""
+    try:
+        data = read_settings_file(path)
+    except SettingsFileError as exc:
+        return ServerLayer(scope, path, error=exc.report)
+    if data is None and not missing_ok:
+        return ServerLayer(scope, path, error=SettingsError(path, "the file does not exist"))
+    return server_layer_from_data(data, path, scope=scope, env=env)
