@@ -384,23 +384,14 @@ async def test_run_gateway_on_a_busy_port_fails_before_starting_any_server(tmp_p
     assert not marker.exists()
 
 
-GATEWAY_SCRIPT = """
-import os, sys, anyio
-from pathlib import Path
-from mcpvisor.cli.gateway import run_gateway
-from mcpvisor.cli.host import HostOptions
-anyio.run(lambda: run_gateway(HostOptions(env=dict(os.environ), workspace=Path(sys.argv[1])), http=None))
-"""
-
-
-async def test_run_gateway_over_stdio_in_a_subprocess_serves_follows_edits_and_stops_its_servers(
+async def test_mcpvisor_serve_over_stdio_in_a_subprocess_serves_follows_edits_and_stops_its_servers(
     tmp_path: Path,
 ) -> None:
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
     marker = tmp_path / "pids"
     save(layout.paths.user, {"mcpServers": {"a": server("a", "--marker", str(marker))}})
     params = StdioServerParameters(
-        command=sys.executable, args=["-c", GATEWAY_SCRIPT, str(layout.root)], env=layout.env
+        command=sys.executable, args=["-m", "mcpvisor", "serve", "--workspace", str(layout.root)], env=layout.env
     )
     errlog = tmp_path / "gateway.stderr"
     with errlog.open("w") as err:

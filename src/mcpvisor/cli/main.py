@@ -122,14 +122,7 @@ async def _run_host(
 
     host.subscribe(JsonOutput(host) if as_json else HumanOutput(host, console, on_ready=after_ready))
     async with anyio.create_task_group() as tg:
-
-        async def stop_on_signal() -> None:
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for _ in signals:
-                    tg.cancel_scope.cancel()
-                    return
-
-        tg.start_soon(stop_on_signal)
+        tg.start_soon(_cancel_on_signal, tg.cancel_scope)
         async with host:
             await anyio.sleep_forever()
 
@@ -224,6 +217,89 @@ def demo(
         )
     except McpvisorError as exc:
         raise _fail(str(exc)) from None
+
+
+def _parse_http(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", value
+    try:
+        number = int(port)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not HOST:PORT or PORT") from None
+    return host or "127.0.0.1", number
+
+
+@app.command()
+def serve(
+    workspace: WorkspaceOpt = None,
+    mcp_config: McpConfigOpt = None,
+    allowed_mcp_server_names: AllowedOpt = None,
+    http: Annotated[
+        str | None,
+        typer.Option("--http", help="Serve streamable HTTP on HOST:PORT (default host 127.0.0.1) instead of stdio."),
+    ] = None,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Serve every connected tool and prompt as one MCP server (stdio, or streamable HTTP).
+
+    Clients are told when the set changes (tools/list_changed, prompts/list_changed, in both
+    protocol eras), so they never restart to pick up a configuration edit.
+    """
+    _setup_logging(verbose)
+    address = _parse_http(http) if http is not None else None
+
+    async def main() -> None:
+        from mcpvisor.cli.gateway import run_gateway
+        from mcpvisor.cli.host import HostOptions
+
+        options = HostOptions(
+            env=dict(os.environ),
+            workspace=workspace,
+            mcp_config=list(mcp_config or []),
+            allowed_mcp_server_names=_split_names(allowed_mcp_server_names),
+        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_cancel_on_signal, tg.cancel_scope)
+            await run_gateway(options, http=address)
+            tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(main)
+    except McpvisorError as exc:
+        raise _fail(str(exc)) from None
+
+
+@app.command()
+def shell(
+    workspace: WorkspaceOpt = None,
+    mcp_config: McpConfigOpt = None,
+    allowed_mcp_server_names: AllowedOpt = None,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """An interactive session: /mcp, /tools, /prompts, /call, /reload, and approvals as they come up."""
+    from mcpvisor.cli.host import HostOptions
+    from mcpvisor.cli.shell import run_shell
+
+    _setup_logging(verbose)
+    options = HostOptions(
+        env=dict(os.environ),
+        workspace=workspace,
+        mcp_config=list(mcp_config or []),
+        allowed_mcp_server_names=_split_names(allowed_mcp_server_names),
+    )
+    try:
+        code = anyio.run(lambda: run_shell(options))
+    except McpvisorError as exc:
+        raise _fail(str(exc)) from None
+    raise typer.Exit(code)
+
+
+async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
 
 
 @app.command("settings-schema")
