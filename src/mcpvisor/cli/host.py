@@ -41,6 +41,7 @@ from mcpvisor.cli.watcher import RestartRequired, SettingsWatcher
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import McpEvent
+from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.core.server_config import McpServerConfig
 
 __all__ = ["Host", "HostEvent", "HostOptions", "Ready", "SettingsWarning"]
@@ -71,6 +72,9 @@ class HostOptions:
     watch: bool = True
     log_dir: Path | None = None
     max_concurrent_starts: int | None = None
+    pool: McpConnectionPool | None = None
+    """Share identical servers with other hosts in this process (one per workspace or client)."""
+    session_id: str = "default"
 
 
 class Host:
@@ -142,6 +146,8 @@ class Host:
                 trusted_folder=self._settings.trusted,
                 log_dir=opts.log_dir or paths.log_dir(env),
                 max_concurrent_starts=starts if isinstance(starts, int) and starts > 0 else None,
+                pool=opts.pool,
+                session_id=opts.session_id,
             )
             await stack.enter_async_context(self._config)
             self._config.events.subscribe(self.emit)
