@@ -1,0 +1,139 @@
+"""The shell's terminal: output that keeps the prompt at the bottom, and lines read off the loop.
+
+:class:`Screen` prints everything the shell shows. On a real terminal, output that arrives while
+the prompt is displayed (a server was added, an approval is needed) is printed above it and the
+prompt is drawn again; elsewhere (pipes, recording consoles in tests) the prompt is not drawn.
+
+:func:`stdin_lines` reads standard input in a daemon thread (blocking terminal input never runs on
+the event loop) straight from the file descriptor: no Python-level buffer lock is held, so a
+thread still blocked in ``read`` when the shell exits never stalls interpreter shutdown.
+"""
+
+from __future__ import annotations
+
+import codecs
+import math
+import os
+import sys
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+
+import anyio
+from anyio.from_thread import BlockingPortal
+from anyio.streams.memory import MemoryObjectSendStream
+from rich.console import Console
+
+__all__ = ["READ_CHUNK_BYTES", "Screen", "stdin_lines"]
+
+READ_CHUNK_BYTES = 4096
+_CLEAR_LINE = "\r\x1b[2K"
+
+
+class Screen:
+    """Where the shell prints. ``above()`` wraps output that may interrupt a displayed prompt."""
+
+    def __init__(self, console: Console, prompt: Callable[[], str] = lambda: "> ") -> None:
+        self.console = console
+        self._prompt_text = prompt
+        self._prompt: str | None = None
+
+    @property
+    def draws_prompt(self) -> bool:
+        return self.console.is_terminal
+
+    def show_prompt(self) -> None:
+        """Draw the input prompt (terminals only); it stays displayed until a line is read."""
+        if not self.draws_prompt:
+            return
+        self._prompt = self._prompt_text()
+        self._write(self._prompt)
+
+    def prompt_answered(self) -> None:
+        """The user pressed Enter: the cursor is on a fresh line and no prompt is displayed."""
+        self._prompt = None
+
+    def leave(self) -> None:
+        """The session ends: move off a displayed prompt so what follows starts on a fresh line."""
+        if self._prompt is not None:
+            self._prompt = None
+            self._write("\n")
+
+    @contextmanager
+    def above(self) -> Iterator[None]:
+        """Output printed inside this block goes above a displayed prompt, which is then redrawn
+        (as it reads now: the output may have opened or closed the approval dialog)."""
+        if self._prompt is None:
+            yield
+            return
+        with self.console.capture() as capture:
+            yield
+        text = capture.get()
+        if text:
+            self._prompt = self._prompt_text()
+            self._write(_CLEAR_LINE + text + self._prompt)
+
+    def _write(self, text: str) -> None:
+        self.console.file.write(text)
+        self.console.file.flush()
+
+
+def _read_lines(fd: int, deliver: Callable[[str | None], bool]) -> None:
+    """Thread body: read ``fd`` until end of file, delivering each line, then ``None``."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = ""
+    while True:
+        try:
+            chunk = os.read(fd, READ_CHUNK_BYTES)
+        except OSError:
+            chunk = b""  # the terminal hung up or the descriptor was closed: treat as end of file
+        pending += decoder.decode(chunk, final=not chunk)
+        *lines, pending = pending.split("\n")
+        for line in lines:
+            if not deliver(line.removesuffix("\r")):
+                return
+        if not chunk:
+            if pending:
+                deliver(pending)
+            deliver(None)
+            return
+
+
+@asynccontextmanager
+async def stdin_lines(fd: int | None = None) -> AsyncIterator[AsyncIterator[str]]:
+    """Lines of standard input (or ``fd``) without their line ending; the iterator ends at end of file."""
+    if fd is None:
+        fd = sys.stdin.fileno() if sys.stdin is not None else -1
+    send, receive = anyio.create_memory_object_stream[str | None](math.inf)
+
+    async def lines() -> AsyncGenerator[str, None]:
+        async for line in receive:
+            if line is None:
+                return
+            yield line
+
+    async with BlockingPortal() as portal:
+        if fd < 0:
+            send.send_nowait(None)  # no standard input at all: end of file at once
+        else:
+            deliver = _deliverer(portal, send)
+            threading.Thread(target=_read_lines, args=(fd, deliver), name="mcpvisor-shell-input", daemon=True).start()
+        iterator = lines()
+        try:
+            yield iterator
+        finally:
+            await iterator.aclose()
+            receive.close()
+            send.close()
+
+
+def _deliverer(portal: BlockingPortal, send: MemoryObjectSendStream[str | None]) -> Callable[[str | None], bool]:
+    def deliver(item: str | None) -> bool:
+        """Hand one item to the event loop; False once the shell stopped listening."""
+        try:
+            portal.call(send.send_nowait, item)
+        except (RuntimeError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return False
+        return True
+
+    return deliver
