@@ -136,3 +136,24 @@ async def test_ctrl_c_stops_run_and_leaves_no_server_process(tmp_path: Path) -> 
         assert process.returncode == 0
     for pid in pids:
         await wait_until(lambda pid=pid: not pid_alive(pid))  # type: ignore[misc]
+
+
+def test_shell_runs_commands_from_piped_input_and_leaves_no_process(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "pids"
+    server = {"command": sys.executable, "args": ["-m", LIGHT, "--name", "a", "--marker", str(marker)]}
+    replace_text(layout.paths.user, json.dumps({"mcpServers": {"a": server}}))
+    result = subprocess.run(
+        [sys.executable, "-m", "mcpvisor", "shell", "--workspace", str(layout.root)],
+        input='/tools\n/call mcp__a__echo {"text": "hi"}\n/call mcp__zzz__x\n/quit\n',
+        env={**os.environ, **layout.env, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "mcp__a__echo" in result.stdout
+    assert "a:echo:hi" in result.stdout
+    assert "no MCP server providing it is currently configured" in result.stdout
+    [pid] = marker_pids(marker)
+    assert not pid_alive(pid)

@@ -288,8 +288,13 @@ def shell(
         mcp_config=list(mcp_config or []),
         allowed_mcp_server_names=_split_names(allowed_mcp_server_names),
     )
+
+    async def main() -> int:
+        with anyio.open_signal_receiver(signal.SIGINT) as sigint:
+            return await run_shell(options, interrupts=sigint)
+
     try:
-        code = anyio.run(lambda: run_shell(options))
+        code = anyio.run(main)
     except McpvisorError as exc:
         raise _fail(str(exc)) from None
     raise typer.Exit(code)

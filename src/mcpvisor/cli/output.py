@@ -114,7 +114,7 @@ class HumanOutput:
                         c.print(f"[red]✗ {name} failed to start:[/] {failed.split(': ', 1)[-1]}")
                     else:
                         tools = len(self._host.config.tool_registry.tools_of(name))
-                        c.print(f"[green]+ added {name}[/] ({tools} tools)")
+                        c.print(f"[green]+ added {name}[/] ({tools} tool{'' if tools == 1 else 's'})")
                 for name in event.removed:
                     c.print(f"[yellow]- removed {name}[/]")
                 for name in event.restarted:
