@@ -119,7 +119,10 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def state_text(row: ServerView, *, live: bool = True) -> tuple[str, str, str]:
+APPROVE_HINT = "mcpvisor mcp approve {name}"
+
+
+def state_text(row: ServerView, *, live: bool = True, approve_hint: str = APPROVE_HINT) -> tuple[str, str, str]:
     """(icon, text, style) for one row, in SPEC §9 priority order."""
     if row.state == "untrusted":
         return "○", "untrusted folder — run: mcpvisor mcp trust", "yellow"
@@ -130,7 +133,7 @@ def state_text(row: ServerView, *, live: bool = True) -> tuple[str, str, str]:
     if row.state == "rejected":
         return "✗", "rejected — edit config to re-approve", "red"
     if row.state == "needs_approval":
-        return "?", f"needs approval — run: mcpvisor mcp approve {row.name}", "yellow"
+        return "?", f"needs approval — run: {approve_hint.format(name=row.name)}", "yellow"
     if not live:
         return "✓", "allowed (approved)" if row.approval == "approved" else "allowed", "green"
     if row.state == "connected":
@@ -150,6 +153,7 @@ def render_status(
     live: bool = True,
     title: str | None = None,
     show_target: bool = False,
+    approve_hint: str = APPROVE_HINT,
 ) -> None:
     """Draw the ``/mcp`` view: servers grouped by source, each ``name · icon text``.
 
@@ -166,7 +170,7 @@ def render_status(
             group = row.source
             where = f" ({row.file})" if row.file and row.source != "Command line" else ""
             console.print(Text(f"{group}{where}", style="bold"))
-        icon, text, style = state_text(row, live=live)
+        icon, text, style = state_text(row, live=live, approve_hint=approve_hint)
         line = Text("  ")
         line.append(row.name, style="bold")
         line.append(" · ")

@@ -399,7 +399,7 @@ class ShellSession:
     # -- commands ----------------------------------------------------------------------------
 
     async def _cmd_mcp(self, argument: str) -> bool:
-        render_status(self.console, self.host.server_views(), title="MCP servers")
+        render_status(self.console, self.host.server_views(), title="MCP servers", approve_hint="/approve {name}")
         return False
 
     async def _cmd_tools(self, argument: str) -> bool:
