@@ -4,7 +4,8 @@ N SDK example servers (each burns about 0.9 s of CPU importing the SDK) are star
 ``Config.initialize()`` with different bounds on simultaneous starts, side by side in one run:
 unbounded (N), the number of cores, twice that, and sequential (1). Measured per trial: wall time
 until every server's tools are listed (``initialize()`` returned), time until the first one's are
-(the first ``ServerStateChanged`` with status ``connected``), the host's peak RSS and the peak of
+(the first ``ServerStateChanged`` with status ``connected``), how many failed to connect (a bound
+where any failed gets no "all listed" time), the host's peak RSS and the peak of
 the servers' summed RSS (psutil, sampled every 50 ms). Each trial uses a fresh ``Config`` and waits
 until the previous trial's servers are gone.
 
@@ -17,6 +18,8 @@ Run: ``.venv/bin/python benchmarks/startup.py [--quick] [--repeats-50 1]``
 from __future__ import annotations
 
 import argparse
+import logging
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -45,6 +48,10 @@ GONE_TIMEOUT_S = 30.0
 @dataclass(frozen=True, slots=True)
 class Trial:
     all_s: float
+    """Until every server's tools were listed; NaN if some failed."""
+    returned_s: float
+    """Until ``initialize()`` returned."""
+    reasons: tuple[str, ...]
     first_s: float
     host_peak_mb: float
     servers_peak_mb: float
@@ -96,11 +103,14 @@ async def trial(n: int, limit: int) -> Trial:
                 result = await config.initialize()
                 t_all = time.perf_counter()
                 sampler.stop()
-            failed = len(result.failed) if result is not None else n
-            failed += sum(1 for c in config.manager.clients().values() if c.status != "connected")
+            clients = config.manager.clients()
+            failed = sum(1 for name in servers if name not in clients or clients[name].status != "connected")
+            reasons = sorted(set((result.failed if result is not None else {}).values()))
         await wait_children_gone()
     return Trial(
-        all_s=t_all - t0,
+        all_s=t_all - t0 if failed == 0 else float("nan"),
+        returned_s=t_all - t0,
+        reasons=tuple(reasons),
         first_s=(first[0] - t0) if first else float("nan"),
         host_peak_mb=sampler.peak_host_mb,
         servers_peak_mb=sampler.peak_children_mb,
@@ -147,7 +157,10 @@ async def bench(plan: list[tuple[int, int]]) -> None:
                 print(
                     f"  N={n:<3} {label:<18} run {r + 1}/{repeats}: all {t.all_s:6.2f} s, first {t.first_s:5.2f} s, "
                     f"servers {t.servers_peak_mb:6.0f} MB"
+                    + (f"; {t.failed} FAILED, initialize() returned after {t.returned_s:.2f} s" if t.failed else "")
                 )
+                for reason in t.reasons[:2]:
+                    print(f"      e.g. {reason}")
         for label, _ in limits:
             ts = trials[label]
             table.add(
@@ -161,16 +174,27 @@ async def bench(plan: list[tuple[int, int]]) -> None:
                 sum(t.failed for t in ts),
             )
         if len(limits) > 1:
-            med_all = {label: Stats.of([t.all_s for t in trials[label]]).median for label, _ in limits}
-            med_first = {label: Stats.of([t.first_s for t in trials[label]]).median for label, _ in limits}
+            # A bound where some server failed is out of the running (its medians are NaN).
+            all_meds = {label: Stats.of([t.all_s for t in trials[label]]).median for label, _ in limits}
+            first_meds = {label: Stats.of([t.first_s for t in trials[label]]).median for label, _ in limits}
+            med_all = {label: m for label, m in all_meds.items() if not math.isnan(m)}
+            med_first = {label: m for label, m in first_meds.items() if label in med_all and not math.isnan(m)}
+            if not med_all or not med_first:
+                summary.append(f"N={n}: every bound had failures")
+                continue
             best_all = min(med_all, key=lambda k: med_all[k])
             best_first = min(med_first, key=lambda k: med_first[k])
             default_label = next(label for label, limit in limits if min(limit, n) == min(default, n))
+            if default_label not in med_all:
+                summary.append(f"N={n}: the default ({default_label}) had failures")
+                continue
             ratio = med_all[default_label] / med_all[best_all]
+            failing = [label for label, _ in limits if label not in med_all]
             summary.append(
                 f"N={n}: fastest to all listed: {best_all} ({med_all[best_all]:.2f} s); first listed soonest: "
                 f"{best_first} ({med_first[best_first]:.2f} s); the default ({default_label}) takes "
                 f"{ratio:.2f}x the fastest to list all, first listed after {med_first[default_label]:.2f} s"
+                + (f"; servers failed to start with: {', '.join(failing)}" if failing else "")
             )
     print()
     table.print()
@@ -188,6 +212,9 @@ def main() -> None:
         "start-up",
         "servers: SDK example servers over stdio; plan (N, repeats): " + ", ".join(f"({n}, {r})" for n, r in plan),
     )
+
+    # Failed starts are counted and one reason per trial is printed; no warning line per server.
+    logging.getLogger("mcpvisor").setLevel(logging.ERROR)
 
     async def go() -> None:
         await bench(plan)
