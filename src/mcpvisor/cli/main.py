@@ -11,6 +11,8 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -70,6 +72,15 @@ def _setup_logging(verbose: int) -> None:
 def _fail(message: str, code: int = 1) -> typer.Exit:
     Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {message}", highlight=False)
     return typer.Exit(code)
+
+
+@contextmanager
+def _reported() -> Iterator[None]:
+    """Turn mcpvisor's own errors into one red line on stderr and exit code 1."""
+    try:
+        yield
+    except McpvisorError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _split_names(value: str | None) -> list[str] | None:
@@ -141,7 +152,7 @@ def run(
     settings_error, restart_required, warning.
     """
     _setup_logging(verbose)
-    try:
+    with _reported():
         anyio.run(
             lambda: _run_host(
                 env=dict(os.environ),
@@ -151,8 +162,6 @@ def run(
                 as_json=as_json,
             )
         )
-    except McpvisorError as exc:
-        raise _fail(str(exc)) from None
 
 
 @app.command()
@@ -186,10 +195,8 @@ def status(
                 render_status(console, rows, title=f"MCP servers for {host.root}")
         return [row.to_json() for row in rows]
 
-    try:
+    with _reported():
         rows = anyio.run(once)
-    except McpvisorError as exc:
-        raise _fail(str(exc)) from None
     if as_json:
         typer.echo(json.dumps({"servers": rows}, indent=2))
 
@@ -209,14 +216,12 @@ def demo(
     layout = create_demo(directory)
     env = {**os.environ, "MCPVISOR_HOME": str(layout.home)}
     intro = layout.instructions()
-    try:
+    with _reported():
         anyio.run(
             lambda: _run_host(
                 env=env, workspace=layout.project, mcp_config=[], allowed=None, as_json=as_json, intro=intro
             )
         )
-    except McpvisorError as exc:
-        raise _fail(str(exc)) from None
 
 
 def _parse_http(value: str) -> tuple[str, int]:
@@ -264,10 +269,8 @@ def serve(
             await run_gateway(options, http=address)
             tg.cancel_scope.cancel()
 
-    try:
+    with _reported():
         anyio.run(main)
-    except McpvisorError as exc:
-        raise _fail(str(exc)) from None
 
 
 @app.command()
@@ -293,10 +296,8 @@ def shell(
         with anyio.open_signal_receiver(signal.SIGINT) as sigint:
             return await run_shell(options, interrupts=sigint)
 
-    try:
+    with _reported():
         code = anyio.run(main)
-    except McpvisorError as exc:
-        raise _fail(str(exc)) from None
     raise typer.Exit(code)
 
 
@@ -328,7 +329,7 @@ def mcp_list(
     """List every configured server with its source, scope, admission and approval state."""
     from mcpvisor.cli.commands import list_servers
 
-    try:
+    with _reported():
         list_servers(
             env=dict(os.environ),
             workspace=workspace,
@@ -336,8 +337,6 @@ def mcp_list(
             allowed=_split_names(allowed_mcp_server_names),
             as_json=as_json,
         )
-    except McpvisorError as exc:
-        raise _fail(str(exc)) from None
 
 
 @mcp_app.command("approve")
@@ -347,10 +346,8 @@ def mcp_approve(
     """Approve a project or workspace server's exact configuration (a running host connects it)."""
     from mcpvisor.cli.commands import decide
 
-    try:
+    with _reported():
         decide(env=dict(os.environ), workspace=workspace, name=name, decision="approve")
-    except McpvisorError as exc:
-        raise _fail(str(exc)) from None
 
 
 @mcp_app.command("reject")
@@ -360,10 +357,8 @@ def mcp_reject(
     """Reject a project or workspace server: it stays disconnected until its configuration changes."""
     from mcpvisor.cli.commands import decide
 
-    try:
+    with _reported():
         decide(env=dict(os.environ), workspace=workspace, name=name, decision="reject")
-    except McpvisorError as exc:
-        raise _fail(str(exc)) from None
 
 
 @mcp_app.command("add", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -381,7 +376,7 @@ def mcp_add(
     """Add a server: mcpvisor mcp add NAME -- COMMAND [ARGS...]  or  --url URL."""
     from mcpvisor.cli.commands import add_server
 
-    try:
+    with _reported():
         add_server(
             env=dict(os.environ),
             workspace=workspace,
@@ -392,8 +387,6 @@ def mcp_add(
             sse=sse,
             env_vars=list(env_vars or []),
         )
-    except McpvisorError as exc:
-        raise _fail(str(exc)) from None
 
 
 @mcp_app.command("remove")
@@ -405,10 +398,8 @@ def mcp_remove(
     """Remove a server from a settings file (a running host disconnects it)."""
     from mcpvisor.cli.commands import remove_server
 
-    try:
+    with _reported():
         remove_server(env=dict(os.environ), workspace=workspace, name=name, scope=scope)
-    except McpvisorError as exc:
-        raise _fail(str(exc)) from None
 
 
 @mcp_app.command("trust")
@@ -416,10 +407,8 @@ def mcp_trust(workspace: WorkspaceOpt = None) -> None:
     """Trust a workspace folder (only matters when security.folderTrust.enabled is set)."""
     from mcpvisor.cli.commands import trust_folder
 
-    try:
+    with _reported():
         trust_folder(env=dict(os.environ), workspace=workspace)
-    except McpvisorError as exc:
-        raise _fail(str(exc)) from None
 
 
 def main() -> None:

@@ -15,12 +15,13 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import anyio
 import anyio.abc
 import mcp_types as types
 from mcp import Client
+from mcp.client.caching import CacheMode
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -489,34 +490,33 @@ class _FixedStreams:
         return None
 
 
-async def _list_all_tools(client: Client, *, bypass: bool = False) -> list[types.Tool]:
-    out: list[types.Tool] = []
+_Page = TypeVar("_Page")
+_Item = TypeVar("_Item")
+
+
+async def _paginate(
+    fetch: Callable[[str | None], Awaitable[_Page]], items: Callable[[_Page], list[_Item]]
+) -> list[_Item]:
+    out: list[_Item] = []
     cursor: str | None = None
     while True:
-        page = await client.list_tools(cursor=cursor, cache_mode="bypass" if bypass else "use")
-        out.extend(page.tools)
-        cursor = page.next_cursor
+        page = await fetch(cursor)
+        out.extend(items(page))
+        cursor = getattr(page, "next_cursor", None)
         if cursor is None:
             return out
+
+
+async def _list_all_tools(client: Client, *, bypass: bool = False) -> list[types.Tool]:
+    mode: CacheMode = "bypass" if bypass else "use"
+    return await _paginate(lambda c: client.list_tools(cursor=c, cache_mode=mode), lambda p: p.tools)
 
 
 async def _list_all_prompts(client: Client, *, bypass: bool = False) -> list[types.Prompt]:
-    out: list[types.Prompt] = []
-    cursor: str | None = None
-    while True:
-        page = await client.list_prompts(cursor=cursor, cache_mode="bypass" if bypass else "use")
-        out.extend(page.prompts)
-        cursor = page.next_cursor
-        if cursor is None:
-            return out
+    mode: CacheMode = "bypass" if bypass else "use"
+    return await _paginate(lambda c: client.list_prompts(cursor=c, cache_mode=mode), lambda p: p.prompts)
 
 
 async def _list_all_resources(client: Client, *, bypass: bool = False) -> list[types.Resource]:
-    out: list[types.Resource] = []
-    cursor: str | None = None
-    while True:
-        page = await client.list_resources(cursor=cursor, cache_mode="bypass" if bypass else "use")
-        out.extend(page.resources)
-        cursor = page.next_cursor
-        if cursor is None:
-            return out
+    mode: CacheMode = "bypass" if bypass else "use"
+    return await _paginate(lambda c: client.list_resources(cursor=c, cache_mode=mode), lambda p: p.resources)
