@@ -232,7 +232,9 @@ async def test_the_project_approval_flow_across_processes(tmp_path: Path) -> Non
         # reject: stays skipped; an unrelated edit does not prompt
         rejected = await r.cli("mcp", "reject", "p")
         assert rejected.returncode == 0, rejected.stderr
-        await r.wait_for(lambda: r.last_server("p")["reason"] == "rejected")  # type: ignore[index]
+        # The reconcile the rejection caused is over once its summary says so.
+        await r.wait_for(lambda: r.of("reconcile")[-1]["gated"].get("p") == "rejected")
+        assert r.last_server("p")["reason"] == "rejected"  # type: ignore[index]
         prompts = len(r.of("approval_needed"))
         unrelated = await r.next_reconcile(
             lambda: save(
