@@ -6,7 +6,8 @@ When the exposed set changes the gateway tells its clients, in both protocol era
 
 - modern era (2026-07-28): ``bus.publish(ToolsListChanged())`` on an ``InMemorySubscriptionBus``
   served by ``ListenHandler(bus)`` (``subscriptions/listen`` streams);
-- handshake era: ``Connection.send_tool_list_changed()`` on every live handshake connection seen.
+- handshake era: ``Connection.send_tool_list_changed()`` on every live handshake connection, seen by
+  a ``Server.middleware`` from its ``initialize`` on and forgotten when it closes.
 
 Bursts coalesce: one notice per kind per ``COALESCE_S`` window, held while a reconcile runs (up to
 ``MAX_HOLD_S``), so a reload that changes many servers sends one notice. Upstream failures become
@@ -16,6 +17,9 @@ Usage::
 
     async with Host(HostOptions(env=os.environ)) as host, Gateway(host.config) as gateway:
         await gateway.serve_stdio()          # or: await gateway.serve_http("127.0.0.1", 8765)
+
+Over HTTP, :mod:`mcpvisor.cli.gateway_workspaces` serves one such gateway per workspace a client
+names (``run_gateway(..., per_client_workspaces=True)``, ``mcpvisor serve --per-client-workspaces``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AsyncExitStack, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -32,11 +36,12 @@ import anyio
 import anyio.abc
 import mcp_types as types
 from mcp.server.connection import Connection
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, PromptsListChanged, ToolsListChanged
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from rich.console import Console
@@ -53,7 +58,17 @@ if TYPE_CHECKING:
     from mcp.shared._stream_protocols import ReadStream, WriteStream  # the types of Server.run's streams
     from mcp.shared.message import SessionMessage
 
-__all__ = ["COALESCE_S", "MAX_HOLD_S", "MCP_PATH", "Gateway", "bind_http_socket", "http_url", "run_gateway"]
+__all__ = [
+    "COALESCE_S",
+    "MAX_HOLD_S",
+    "MCP_PATH",
+    "Gateway",
+    "bind_http_socket",
+    "http_url",
+    "run_gateway",
+    "serve_asgi_socket",
+    "transport_security",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -136,9 +151,7 @@ class Gateway:
             on_get_prompt=self._on_get_prompt,
             on_subscriptions_listen=self._listen,
         )
-        self.server.add_notification_handler(
-            "notifications/initialized", types.NotificationParams, self._on_initialized
-        )
+        self.server.middleware.append(self._tracking)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -171,12 +184,10 @@ class Gateway:
         return entry.tool.input_schema if entry is not None else None
 
     async def _on_list_tools(self, ctx: _Ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        self._track(ctx)
         tools = [t.tool.model_copy(update={"name": t.name}) for t in self.config.tool_registry.get_all_tools()]
         return types.ListToolsResult(tools=tools)
 
     async def _on_call_tool(self, ctx: _Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-        self._track(ctx)
         try:
             return await self.config.call_tool(params.name, params.arguments)
         except McpvisorError as exc:  # not found (with the reason), unavailable, timed out, failed
@@ -187,13 +198,11 @@ class Gateway:
             return _error_result(f"call to tool {params.name!r} failed: {type(exc).__name__}: {exc}")
 
     async def _on_list_prompts(self, ctx: _Ctx, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
-        self._track(ctx)
         prompts = [p.prompt.model_copy(update={"name": p.name}) for p in self.config.prompt_registry.get_all_prompts()]
         return types.ListPromptsResult(prompts=prompts)
 
     async def _on_get_prompt(self, ctx: _Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
         # A prompt result has no error flag: failures are JSON-RPC errors carrying the same messages.
-        self._track(ctx)
         try:
             return await self.config.get_prompt(params.name, params.arguments)
         except ToolNotFoundError as exc:
@@ -201,15 +210,17 @@ class Gateway:
         except McpvisorError as exc:
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
 
-    async def _on_initialized(self, ctx: _Ctx, params: types.NotificationParams) -> None:
-        self._track(ctx)
-
     # -- change notices ----------------------------------------------------------------------
 
+    async def _tracking(self, ctx: _Ctx, call_next: CallNext) -> HandlerResult:
+        """Middleware: every inbound message, ``initialize`` included, passes here first."""
+        self._track(ctx)
+        return await call_next(ctx)
+
     def _track(self, ctx: _Ctx) -> None:
-        """Remember a handshake-era connection until it closes (modern-era connections live for one
-        request; they hear about changes on their ``subscriptions/listen`` streams instead)."""
-        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        """Remember a handshake-era connection from its ``initialize`` on, until it closes (modern-era
+        connections live for one request; they hear about changes on ``subscriptions/listen`` streams)."""
+        if ctx.method != "initialize" and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return
         connection = _connection_of(ctx)
         if connection is None or connection in self._legacy:
@@ -289,7 +300,9 @@ class Gateway:
 
     def http_app(self, *, host: str = "127.0.0.1") -> Starlette:
         """The streamable-HTTP ASGI app (path :data:`MCP_PATH`); ``host`` decides DNS-rebinding protection."""
-        return self.server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+        return self.server.streamable_http_app(
+            streamable_http_path=MCP_PATH, host=host, transport_security=transport_security(host)
+        )
 
     async def serve_http(
         self,
@@ -309,30 +322,62 @@ class Gateway:
         until cancelled, then shut down in order: listen streams end, open requests get
         ``HTTP_SHUTDOWN_S``, the SDK's session manager stops."""
         try:
-            server = _uvicorn_server(self.http_app(host=sock.getsockname()[0]))
-            done = anyio.Event()
-            shield = anyio.CancelScope(shield=True)
-
-            async def run() -> None:
-                try:
-                    with shield:  # stopped through should_exit, so uvicorn shuts down in order
-                        await server.serve(sockets=[sock])
-                finally:
-                    done.set()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run)
-                try:
-                    task_status.started(http_url(sock))
-                    await done.wait()
-                finally:
-                    self._listen.close()
-                    server.should_exit = True
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(HTTP_SHUTDOWN_S * 2):
-                        await done.wait()
-                    shield.cancel()
-        finally:
+            app = self.http_app(host=sock.getsockname()[0])
+        except BaseException:
             sock.close()
+            raise
+        await serve_asgi_socket(app, sock, on_stop=self.close_listen_streams, task_status=task_status)
+
+    def close_listen_streams(self) -> None:
+        """End every open ``subscriptions/listen`` stream gracefully (the clients re-listen)."""
+        self._listen.close()
+
+
+async def serve_asgi_socket(
+    app: Starlette,
+    sock: socket.socket,
+    *,
+    on_stop: Callable[[], None],
+    task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve an ASGI app with uvicorn on a listening socket (which it closes) until cancelled; then
+    ``on_stop()`` (end long-lived streams), open requests get ``HTTP_SHUTDOWN_S``, the app's lifespan ends."""
+    try:
+        server = _uvicorn_server(app)
+        done = anyio.Event()
+        shield = anyio.CancelScope(shield=True)
+
+        async def run() -> None:
+            try:
+                with shield:  # stopped through should_exit, so uvicorn shuts down in order
+                    await server.serve(sockets=[sock])
+            finally:
+                done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            try:
+                task_status.started(http_url(sock))
+                await done.wait()
+            finally:
+                on_stop()
+                server.should_exit = True
+                with anyio.CancelScope(shield=True), anyio.move_on_after(HTTP_SHUTDOWN_S * 2):
+                    await done.wait()
+                shield.cancel()
+    finally:
+        sock.close()
+
+
+def transport_security(host: str) -> TransportSecuritySettings | None:
+    """DNS-rebinding protection for a loopback listener, as the SDK's own app sets it up (none otherwise)."""
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )
 
 
 def _uvicorn_server(app: Starlette) -> uvicorn.Server:
@@ -376,32 +421,65 @@ def http_url(sock: socket.socket) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}{MCP_PATH}"
 
 
-async def run_gateway(options: HostOptions, *, http: tuple[str, int] | None) -> None:
+async def run_gateway(
+    options: HostOptions, *, http: tuple[str, int] | None, per_client_workspaces: bool = False
+) -> None:
     """``mcpvisor serve``: run a watching :class:`Host` and serve it as one MCP server until cancelled
     (stdio: until the client closes stdin). Over stdio, stdout carries nothing but the protocol;
     notices and the status table go to stderr. Errors found before serving (a bad ``--mcp-config``,
-    a busy port) raise :class:`ConfigError` as is, before any server starts where possible."""
+    a busy port) raise :class:`ConfigError` as is, before any server starts where possible.
+
+    ``per_client_workspaces`` (HTTP only): each client may name its workspace with a header and gets
+    that workspace's own host; see :mod:`mcpvisor.cli.gateway_workspaces`."""
     from mcpvisor.cli.output import HumanOutput
 
     options = dataclasses.replace(options, watch=True)
     console = Console(stderr=True, highlight=False)
-    host = Host(options)
-    host.subscribe(HumanOutput(host, console))
 
-    def serving(where: str) -> None:
+    def serving(host: Host, where: str) -> None:
         tools = len(host.config.tool_registry.get_all_tools())
         console.print(f"[dim]mcpvisor gateway: serving {tools} tools on {where}; settings edits apply live.[/]")
 
+    if per_client_workspaces:
+        if http is None:
+            raise ConfigError("per-client workspaces need --http: over stdio the gateway has one client")
+        await _run_workspace_gateway(options, http, console, serving)
+        return
+    host = Host(options)
+    host.subscribe(HumanOutput(host, console))
     if http is None:
         # Nothing in mcpvisor writes to stdout, and while serving the SDK points fd 1 at stderr.
         async with host, Gateway(host.config) as gateway, stdio_server() as (read, write):
-            serving("stdio")
+            serving(host, "stdio")
             await gateway.serve_streams(read, write)
     else:
         sock = bind_http_socket(*http)
         try:
             async with host, Gateway(host.config) as gateway:
-                serving(http_url(sock))  # already listening: early clients wait in the backlog
+                serving(host, http_url(sock))  # already listening: early clients wait in the backlog
                 await gateway.serve_http_socket(sock)
         finally:
             sock.close()
+
+
+async def _run_workspace_gateway(
+    options: HostOptions, http: tuple[str, int], console: Console, serving: Callable[[Host, str], None]
+) -> None:
+    from mcpvisor.cli.gateway_workspaces import WORKSPACE_HEADER, WorkspaceGateway
+    from mcpvisor.cli.output import HumanOutput
+
+    def opened(host: Host) -> None:
+        if workspaces is not None:  # the default workspace opens inside __aenter__, before this is set
+            where = host.options.workspace
+            console.print(f"[dim]mcpvisor gateway: opening workspace {where} for a client[/]", soft_wrap=True)
+        host.subscribe(HumanOutput(host, console))
+
+    workspaces: WorkspaceGateway | None = None
+    sock = bind_http_socket(*http)
+    try:
+        async with WorkspaceGateway(options, http_host=sock.getsockname()[0], on_open=opened) as workspaces:
+            serving(workspaces.default, http_url(sock))
+            console.print(f"[dim]Clients may name their workspace folder in the {WORKSPACE_HEADER} header.[/]")
+            await workspaces.serve_http_socket(sock)
+    finally:
+        sock.close()

@@ -244,6 +244,14 @@ def serve(
         str | None,
         typer.Option("--http", help="Serve streamable HTTP on HOST:PORT (default host 127.0.0.1) instead of stdio."),
     ] = None,
+    per_client_workspaces: Annotated[
+        bool,
+        typer.Option(
+            "--per-client-workspaces",
+            help="With --http: a client may name its workspace folder in the X-Mcpvisor-Workspace header and "
+            "gets that workspace's servers; identical servers are shared.",
+        ),
+    ] = False,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Serve every connected tool and prompt as one MCP server (stdio, or streamable HTTP).
@@ -266,7 +274,7 @@ def serve(
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(_cancel_on_signal, tg.cancel_scope)
-            await run_gateway(options, http=address)
+            await run_gateway(options, http=address, per_client_workspaces=per_client_workspaces)
             tg.cancel_scope.cancel()
 
     with _reported():
