@@ -26,7 +26,7 @@ from mcpvisor.cli import paths
 from mcpvisor.cli.approvals import ApprovalStore
 from mcpvisor.cli.gateway import Gateway, run_gateway
 from mcpvisor.cli.gateway_workspaces import WORKSPACE_HEADER, WorkspaceGateway, workspace_of_header
-from mcpvisor.cli.host import HostOptions
+from mcpvisor.cli.host import Host, HostOptions
 from mcpvisor.cli.settings.loader import settings_paths
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
@@ -230,6 +230,28 @@ async def test_dns_rebinding_protection_holds_before_a_workspace_opens(tmp_path:
         assert response.status_code == 421
         assert set(gateway.workspaces()) == {setup.default}
     assert not setup.markers["pa"].exists()
+
+
+async def test_a_workspace_that_cannot_open_is_an_error_for_its_clients_and_is_retried(tmp_path: Path) -> None:
+    setup = make_setup(tmp_path)
+    failures = [RuntimeError("disk on fire")]
+
+    def fail_once(host: Host) -> None:  # stands in for anything that breaks while a host opens
+        if host.options.workspace == setup.a and failures:
+            raise failures.pop()
+
+    async with serving(setup, on_open=fail_once) as (gateway, url):
+        async with httpx2.AsyncClient(headers={WORKSPACE_HEADER: str(setup.a)}) as http:
+            response = await http.post(
+                url,
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                headers={"Accept": "application/json, text/event-stream"},
+            )
+        assert response.status_code == 500
+        assert f"cannot open workspace '{setup.a}': disk on fire" in response.json()["error"]["message"]
+        assert setup.a not in gateway.workspaces()
+        async with client_for(url, setup.a) as in_a:
+            assert await tool_names(in_a) == {"mcp__common__echo", "mcp__pa__echo"}
 
 
 # -- change notices ----------------------------------------------------------------------------
