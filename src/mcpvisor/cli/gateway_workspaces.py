@@ -128,7 +128,6 @@ class _Workspace:
     manager: StreamableHTTPSessionManager | None = None
     error: Exception | None = None
     ready: anyio.Event = field(default_factory=anyio.Event)
-    closed: anyio.Event = field(default_factory=anyio.Event)
     wake: anyio.Event = field(default_factory=anyio.Event)
 
     def stop(self) -> None:
@@ -288,7 +287,6 @@ class WorkspaceGateway:
         finally:
             self._forget(workspace)
             workspace.ready.set()
-            workspace.closed.set()
             logger.info("workspace %s: closed", workspace.root)
 
     async def _wait_idle(self, workspace: _Workspace) -> None:
