@@ -330,3 +330,16 @@ def test_allow_all_and_deny_all_are_never_interchangeable(gating: McpGating) -> 
 
 def _fields(gating: McpGating) -> dict[str, tuple[str, ...] | None]:
     return {"excluded": gating.excluded, "allowed": gating.allowed, "pending": gating.pending}
+
+
+def test_only_mcp_paths_project_and_approvals_events_reach_the_full_gate() -> None:
+    from mcpvisor.cli.hot_reload import touches_mcp
+    from mcpvisor.cli.watcher import SettingsChanged
+
+    assert not touches_mcp(SettingsChanged("user", ("ui.theme",)))
+    assert not touches_mcp(SettingsChanged("workspace", ("general.debugMode", "ui.theme")))
+    assert touches_mcp(SettingsChanged("user", ("ui.theme", "mcpServers.a.args")))
+    assert touches_mcp(SettingsChanged("workspace", ("mcp.excluded",)))
+    assert touches_mcp(SettingsChanged("user", ("mcp.allowed",)))
+    assert touches_mcp(SettingsChanged("project", ()))
+    assert touches_mcp(SettingsChanged("approvals", ()))

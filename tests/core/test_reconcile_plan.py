@@ -53,3 +53,16 @@ def test_servers_filtered_by_the_allow_list_read_as_not_allowed_not_removed() ->
     plan = plan_reconcile({"a": live("a", a)}, {}, McpGating(allowed=()), not_allowed={"a": a})
     assert plan.remove == ()
     assert plan.gate_stop == {"a": "not_allowed"}
+
+
+def test_gating_matches_plain_names_and_globs_alike() -> None:
+    gating = McpGating(excluded=("x", "tmp-*"), allowed=("a", "b?", "[cd]*"), pending=("p",))
+    assert gating.is_excluded("x")
+    assert gating.is_excluded("tmp-1")
+    assert not gating.is_excluded("tmp")
+    assert [n for n in ("a", "b1", "b12", "cat", "dog", "e") if gating.is_allowed(n)] == ["a", "b1", "cat", "dog"]
+    assert gating.is_pending("p")
+    assert not gating.is_pending("q")
+    assert McpGating(allowed=()).is_allowed("a") is False
+    assert McpGating().is_allowed("anything")
+    assert McpGating(excluded=("a",)) == McpGating(excluded=("a",))

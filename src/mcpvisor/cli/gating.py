@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from mcpvisor.cli.approvals import ApprovalStore
 from mcpvisor.core.gating import McpGating, matches_any
@@ -82,10 +81,10 @@ def recompute_mcp_gating(
     )
 
 
-def _content(cfg: McpServerConfig) -> tuple[dict[str, Any], str | None, str]:
-    # entry() holds every field that was set (extras included, null kept distinct from absent);
-    # scope and the approval hash (taken over the literal, pre-expansion entry) complete it.
-    return (cfg.entry(), cfg.scope, cfg.approval_hash)
+def _content(cfg: McpServerConfig) -> str:
+    # entry() holds every field that was set (extras included, null kept distinct from absent, scope
+    # too); the approval hash (taken over the literal, pre-expansion entry) completes it. Cached.
+    return cfg.content_key
 
 
 def mcp_servers_equal(

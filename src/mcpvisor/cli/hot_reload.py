@@ -42,6 +42,7 @@ __all__ = [
     "recompute_mcp_gating",
     "register_mcp_hot_reload",
     "strictly_promptable",
+    "touches_mcp",
 ]
 
 logger = logging.getLogger(__name__)
@@ -127,6 +128,18 @@ async def apply_desired_state(config: Config, state: DesiredState, *, force: boo
     return True
 
 
+MCP_KEYS = ("mcpServers", "mcp")
+"""Settings keys that can change the server map or its gating (``mcp`` covers allowed and excluded)."""
+
+
+def touches_mcp(event: SettingsChanged) -> bool:
+    """Whether a settings change can matter to MCP at all: ``.mcp.json`` and the approvals store
+    always do; a settings file only through ``mcpServers`` or ``mcp.*`` paths."""
+    if event.scope in ("project", "approvals"):
+        return True
+    return any(path.split(".", 1)[0] in MCP_KEYS for path in event.paths)
+
+
 def register_mcp_hot_reload(
     watcher: SettingsWatcher,
     settings: Settings,
@@ -148,6 +161,8 @@ def register_mcp_hot_reload(
         await reload_now(settings, config, top_tier, approvals=approvals, emit=emit, on_state=on_state)
 
     async def on_change(event: SettingsChanged) -> None:
+        if not touches_mcp(event):
+            return  # the cheap gate: e.g. a theme edit never rebuilds the server map
         if event.scope == "approvals":
             approvals.reload()
         if task_group is not None:

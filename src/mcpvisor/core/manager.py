@@ -138,10 +138,13 @@ class McpClientManager:
                 gate_skip={n: _refine(n, r, rejected) for n, r in plan.gate_skip.items()},
             )
 
-        for name in plan.remove:
-            await self.remove_server(name)
-        for name, reason in plan.gate_stop.items():
-            await self._stop(name, reason=reason)
+        # Removals (and gated tear-downs) first, all at once: one server slow to exit delays no other.
+        if plan.remove or plan.gate_stop:
+            async with anyio.create_task_group() as tg:
+                for name in plan.remove:
+                    tg.start_soon(self.remove_server, name)
+                for name, reason in plan.gate_stop.items():
+                    tg.start_soon(self._stop_gated, name, reason)
         for name, reason in plan.gate_skip.items():
             self._publish_state(name, reason=reason)
 
@@ -150,15 +153,16 @@ class McpClientManager:
             self._sync_registry(name)
             logger.info("server %r: tool filters changed; re-filtered in place", name)
 
+        # A restarted server's old tools and prompts go before anything new is discovered.
         for name in plan.restart:
-            await self._stop(name, reason=None, purge_first=True)
-
+            self._purge(name)
         failed: dict[str, str] = {}
-        to_connect = [*plan.start, *plan.restart]
-        if to_connect:
+        if plan.start or plan.restart:
             async with anyio.create_task_group() as tg:
-                for name in to_connect:
+                for name in plan.start:
                     tg.start_soon(self._connect_one, name, desired[name], failed)
+                for name in plan.restart:
+                    tg.start_soon(self._restart_one, name, desired[name], failed)
 
         summary = ReconcileFinished(
             added=plan.start,
@@ -176,8 +180,9 @@ class McpClientManager:
 
     async def restart_mcp_servers(self) -> ReconcileFinished:
         """Full wipe and reconnect of everything (explicit request, benchmark baseline)."""
-        for name in list(self._clients):
-            await self._stop(name, reason=None, purge_first=True)
+        async with anyio.create_task_group() as tg:
+            for name in list(self._clients):
+                tg.start_soon(self._stop_quietly, name)
         return await self.discover_all_mcp_tools_incremental()
 
     async def remove_server(self, name: str) -> None:
@@ -196,6 +201,14 @@ class McpClientManager:
 
     async def _stop_quietly(self, name: str) -> None:
         await self._stop(name, reason=None, purge_first=True)
+
+    async def _stop_gated(self, name: str, reason: str) -> None:
+        await self._stop(name, reason=reason)
+
+    async def _restart_one(self, name: str, cfg: McpServerConfig, failed: dict[str, str]) -> None:
+        """The old process goes first (a stateful server may hold a port or a lock), then the new one."""
+        await self._stop(name, reason=None, purge_first=True)
+        await self._connect_one(name, cfg, failed)
 
     # -- single servers ----------------------------------------------------------------------
 

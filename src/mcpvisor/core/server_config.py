@@ -112,6 +112,7 @@ class McpServerConfig(BaseModel):
     """``False`` asks the shared pool for one connection per session (stateful servers)."""
 
     _approval_hash: str | None = PrivateAttr(default=None)
+    _content_key: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -171,6 +172,14 @@ class McpServerConfig(BaseModel):
         if self._approval_hash is None:
             self._approval_hash = approval_hash(self.entry())
         return self._approval_hash
+
+    @property
+    def content_key(self) -> str:
+        """Everything that was set (canonical JSON of :meth:`entry`), plus the approval hash: two configs
+        with the same key are the same configuration. Computed once (the model is frozen)."""
+        if self._content_key is None:
+            self._content_key = canonical_json([self.entry(), self.approval_hash])
+        return self._content_key
 
     def entry(self) -> dict[str, Any]:
         """The fields that were set, in canonical spelling (``null`` kept where it was given)."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import json5
+import pyjson5
 
 from mcpvisor.core.errors import ConfigError
 
@@ -49,6 +50,18 @@ class SettingsFileError(ConfigError):
 _JSON5_POSITION = re.compile(r"^<string>:(?P<line>\d+) (?P<msg>.*?)(?: at column (?P<col>\d+))?$", re.DOTALL)
 
 
+def loads(text: str) -> Any:
+    """Parse JSON with comments and trailing commas (JSON5).
+
+    The compiled parser (``pyjson5``) reads a 400 KB file in about 2 ms, where the pure-Python
+    ``json5`` takes seconds; ``json5`` only runs for a document that does not parse, because its
+    error names the line and column."""
+    try:
+        return pyjson5.loads(text)
+    except pyjson5.Json5Exception:
+        return json5.loads(text)
+
+
 def parse_settings_text(text: str, path: Path) -> dict[str, Any]:
     """Parse a settings file's text (JSON with comments and trailing commas) into an object.
 
@@ -60,7 +73,7 @@ def parse_settings_text(text: str, path: Path) -> dict[str, Any]:
     if not text.strip():
         raise SettingsFileError(SettingsError(path, "the file is empty; expected a JSON object", 1, 1))
     try:
-        value = json5.loads(text)
+        value = loads(text)
     except ValueError as exc:
         match = _JSON5_POSITION.match(str(exc))
         if match is None:
@@ -94,6 +107,6 @@ def read_json_any(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise SettingsFileError(SettingsError(path, f"cannot read the file: {exc}")) from exc
     try:
-        return json5.loads(text)
+        return loads(text)
     except ValueError as exc:
         raise SettingsFileError(SettingsError(path, str(exc))) from exc

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from mcpvisor.cli.settings.expand import expand_vars
 from mcpvisor.cli.settings.files import SettingsError, SettingsFileError, read_settings_file
 from mcpvisor.cli.settings.scopes import ServerScope
-from mcpvisor.core.server_config import McpServerConfig, Scope
+from mcpvisor.core.server_config import McpServerConfig, Scope, canonical_json
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,35 @@ def _describe_validation(exc: ValueError) -> str:
     return str(exc)
 
 
+_CACHE_MAX = 4096
+_cache: dict[tuple[str, str | None, int], tuple[McpServerConfig, frozenset[str]] | str] = {}
+
+
+def _build_config(
+    entry: Mapping[str, Any], stamp: Scope | None, env: Mapping[str, str]
+) -> tuple[McpServerConfig, frozenset[str]] | str:
+    """One config from a literal entry (or why it is invalid), remembered by content: an unchanged
+    entry gives the very same (frozen) object on every reload, so comparing maps is cheap."""
+    try:
+        cache_key = (canonical_json(entry), stamp, hash(frozenset(env.items())))
+    except TypeError:
+        cache_key = None
+    if cache_key is not None and (hit := _cache.get(cache_key)) is not None:
+        return hit
+    missing: set[str] = set()
+    result: tuple[McpServerConfig, frozenset[str]] | str
+    try:
+        cfg = McpServerConfig.from_entry(entry, expand=partial(expand_vars, env=env, missing=missing), scope=stamp)
+        result = (cfg, frozenset(missing))
+    except ValueError as exc:
+        result = _describe_validation(exc)
+    if cache_key is not None:
+        if len(_cache) >= _CACHE_MAX:
+            _cache.clear()
+        _cache[cache_key] = result
+    return result
+
+
 def build_server_entries(
     entries: Any,
     *,
@@ -78,12 +107,11 @@ def build_server_entries(
         if not isinstance(entry, Mapping):
             warnings.append(f"skipped MCP server {name!r} in {where}: expected an object; fix {key}.{name}")
             continue
-        missing: set[str] = set()
-        try:
-            cfg = McpServerConfig.from_entry(entry, expand=partial(expand_vars, env=env, missing=missing), scope=stamp)
-        except ValueError as exc:
-            warnings.append(f"skipped MCP server {name!r} in {where}: {_describe_validation(exc)}; fix {key}.{name}")
+        built = _build_config(entry, stamp, env)
+        if isinstance(built, str):
+            warnings.append(f"skipped MCP server {name!r} in {where}: {built}; fix {key}.{name}")
             continue
+        cfg, missing = built
         warnings.extend(
             f"undefined environment variable {var!r} in MCP server {name!r} ({where}) expanded to ''"
             for var in sorted(missing)
