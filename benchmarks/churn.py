@@ -133,7 +133,7 @@ async def bench(n: int, repeats: int) -> None:
     table.add("full restart / incremental time (x)", *stats_cells(ratio, 1), "per-repeat ratio")
     table.print()
     s = Stats.of(full_ms)
-    print(f"full restart costs about {s.median / n:.1f} ms per server (stops run one after another, then starts)")
+    print(f"full restart costs about {s.median / n:.1f} ms per server (all stops, then all starts)")
     for problem in problems:
         print(f"PROBLEM: {problem}")
 
