@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client, MCPError, StdioServerParameters
@@ -367,6 +368,17 @@ async def test_run_gateway_over_http_serves_until_cancelled(tmp_path: Path, caps
         await wait_for_port(port)
         async with Client(f"http://127.0.0.1:{port}/mcp") as client:
             assert await tool_names(client) == {"mcp__a__echo"}
+        # One workspace only: a client naming another folder is refused, not served these tools.
+        other = layout.root.parent
+        body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        async with httpx2.AsyncClient() as http:
+            refused = await http.post(
+                f"http://127.0.0.1:{port}/mcp",
+                json=body,
+                headers={"X-Mcpvisor-Workspace": str(other), "Accept": "application/json, text/event-stream"},
+            )
+        assert refused.status_code == 400
+        assert "--per-client-workspaces" in refused.text
         tg.cancel_scope.cancel()
     assert f"mcpvisor gateway: serving 1 tools on http://127.0.0.1:{port}/mcp" in capsys.readouterr().err
 

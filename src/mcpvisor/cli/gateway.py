@@ -29,6 +29,7 @@ import logging
 import socket
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AsyncExitStack, contextmanager
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -316,13 +317,22 @@ class Gateway:
         await self.serve_http_socket(bind_http_socket(host, port), task_status=task_status)
 
     async def serve_http_socket(
-        self, sock: socket.socket, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED
+        self,
+        sock: socket.socket,
+        *,
+        only_workspace: Path | None = None,
+        task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve streamable HTTP on a listening socket (see :func:`bind_http_socket`, which it closes)
         until cancelled, then shut down in order: listen streams end, open requests get
-        ``HTTP_SHUTDOWN_S``, the SDK's session manager stops."""
+        ``HTTP_SHUTDOWN_S``, the SDK's session manager stops.
+
+        With ``only_workspace``, a request whose workspace header names another folder is refused
+        (HTTP 400) instead of being silently served this workspace's servers."""
         try:
-            app = self.http_app(host=sock.getsockname()[0])
+            app: Any = self.http_app(host=sock.getsockname()[0])
+            if only_workspace is not None:
+                app = _OneWorkspace(app, only_workspace)
         except BaseException:
             sock.close()
             raise
@@ -331,6 +341,37 @@ class Gateway:
     def close_listen_streams(self) -> None:
         """End every open ``subscriptions/listen`` stream gracefully (the clients re-listen)."""
         self._listen.close()
+
+
+class _OneWorkspace:
+    """ASGI guard for a gateway serving one workspace: a client naming another folder in the
+    workspace header gets a clear error (HTTP 400) rather than some other project's tools."""
+
+    def __init__(self, app: Any, root: Path) -> None:
+        self._app = app
+        self._root = root
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        from mcpvisor.cli.gateway_workspaces import WORKSPACE_HEADER, error_response, workspace_of_header
+
+        if scope.get("type") == "http":
+            wanted = dict(scope.get("headers") or ()).get(WORKSPACE_HEADER.lower().encode())
+            if wanted is not None:
+                text = wanted.decode("utf-8", "surrogateescape")
+                try:
+                    root = workspace_of_header(text, self._root)
+                except ConfigError as exc:
+                    await error_response(str(exc), 400)(scope, receive, send)
+                    return
+                if root != self._root:
+                    message = (
+                        f"this gateway serves only the workspace {self._root}, not {text!r} (header "
+                        f"{WORKSPACE_HEADER}); start it with 'mcpvisor serve --http ... --per-client-workspaces' "
+                        "to serve other folders, or leave the header out"
+                    )
+                    await error_response(message, 400)(scope, receive, send)
+                    return
+        await self._app(scope, receive, send)
 
 
 async def serve_asgi_socket(
@@ -457,7 +498,7 @@ async def run_gateway(
         try:
             async with host, Gateway(host.config) as gateway:
                 serving(host, http_url(sock))  # already listening: early clients wait in the backlog
-                await gateway.serve_http_socket(sock)
+                await gateway.serve_http_socket(sock, only_workspace=host.root)
         finally:
             sock.close()
 

@@ -105,7 +105,7 @@ def _header_text(raw: str | None) -> str | None:
     return raw.encode("latin-1").decode("utf-8", "surrogateescape")
 
 
-def _error_response(message: str, status_code: int, code: int = INVALID_REQUEST) -> Response:
+def error_response(message: str, status_code: int, code: int = INVALID_REQUEST) -> Response:
     """A JSON-RPC error (no request id) at an HTTP status: the SDK client surfaces the message."""
     body = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=message))
     return Response(
@@ -323,12 +323,12 @@ class WorkspaceGateway:
             await refusal(scope, receive, send)
             return
         if self._closing:
-            await _error_response("the gateway is shutting down", 503, INTERNAL_ERROR)(scope, receive, send)
+            await error_response("the gateway is shutting down", 503, INTERNAL_ERROR)(scope, receive, send)
             return
         try:
             root = workspace_of_header(_header_text(request.headers.get(WORKSPACE_HEADER)), self._default_root)
         except ConfigError as exc:
-            await _error_response(str(exc), 400)(scope, receive, send)
+            await error_response(str(exc), 400)(scope, receive, send)
             return
         workspace = self._acquire(root)
         if workspace is None:
@@ -336,13 +336,13 @@ class WorkspaceGateway:
                 f"cannot open workspace {str(root)!r}: the gateway already serves {self._max_workspaces} "
                 "workspaces; try again once the clients of other workspaces have gone"
             )
-            await _error_response(message, 503, INTERNAL_ERROR)(scope, receive, send)
+            await error_response(message, 503, INTERNAL_ERROR)(scope, receive, send)
             return
         try:
             await workspace.ready.wait()
             if workspace.manager is None or workspace.error is not None:
                 message = f"cannot open workspace {str(root)!r}: {workspace.error or 'it is closing'}"
-                await _error_response(message, 500, INTERNAL_ERROR)(scope, receive, send)
+                await error_response(message, 500, INTERNAL_ERROR)(scope, receive, send)
                 return
             await workspace.manager.handle_request(scope, receive, send)
         finally:
