@@ -343,3 +343,16 @@ def test_only_mcp_paths_project_and_approvals_events_reach_the_full_gate() -> No
     assert touches_mcp(SettingsChanged("user", ("mcp.allowed",)))
     assert touches_mcp(SettingsChanged("project", ()))
     assert touches_mcp(SettingsChanged("approvals", ()))
+
+
+def test_a_server_named_like_a_glob_never_widens_a_narrowed_allow_list() -> None:
+    from mcpvisor.cli.gating import resolve_allowed
+    from mcpvisor.core.gating import McpGating
+
+    allowed = resolve_allowed([("db?",), ("*",)], None, ["db*", "db1", "dbprod"])
+    gating = McpGating(allowed=allowed)
+    assert gating.is_allowed("db*")
+    assert gating.is_allowed("db1")
+    assert not gating.is_allowed("dbprod")
+    ceiling = McpGating(allowed=resolve_allowed([("*",)], ["db?"], ["db*", "dbprod"]))
+    assert not ceiling.is_allowed("dbprod")

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 
 from mcpvisor.cli.approvals import ApprovalStore
-from mcpvisor.core.gating import McpGating, matches_any
+from mcpvisor.core.gating import McpGating, escape_glob, matches_any
 from mcpvisor.core.server_config import McpServerConfig
 
 __all__ = [
@@ -43,8 +43,9 @@ def resolve_allowed(
 
     - no list at all -> ``None`` (admit all);
     - exactly one list -> that list as it is, globs kept (``[]`` admits none);
-    - several lists -> the concrete ``names`` matching every one, sorted (settings narrow the flag
-      and each other, never widen them).
+    - several lists -> the concrete ``names`` matching every one, sorted and glob-escaped (settings
+      narrow the flag and each other, never widen them: a server *named* ``db*`` must not become
+      a pattern that admits every ``db...``).
     """
     lists = [tuple(lst) for lst in allowed_lists]
     if cli_allowed is not None:
@@ -53,7 +54,8 @@ def resolve_allowed(
         return None
     if len(lists) == 1:
         return lists[0]
-    return tuple(sorted({name for name in names if all(matches_any(name, lst) for lst in lists)}))
+    admitted = sorted({name for name in names if all(matches_any(name, lst) for lst in lists)})
+    return tuple(escape_glob(name) for name in admitted)
 
 
 def recompute_mcp_gating(

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase, translate
 
-__all__ = ["McpGating", "NameMatcher", "matches_any"]
+__all__ = ["McpGating", "NameMatcher", "escape_glob", "matches_any"]
 
 _GLOB_CHARS = frozenset("*?[")
 
@@ -15,6 +15,11 @@ _GLOB_CHARS = frozenset("*?[")
 def matches_any(name: str, patterns: Iterable[str]) -> bool:
     """Whether ``name`` matches one of the glob patterns (``*``, ``?``; case-sensitive)."""
     return any(fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def escape_glob(name: str) -> str:
+    """A pattern that matches exactly ``name``, even when it contains ``*``, ``?`` or ``[``."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
 
 
 class NameMatcher:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,7 @@ from mcpvisor.cli.settings.expand import expand_vars
 from mcpvisor.cli.settings.schema import type_mismatches, unknown_keys
 from mcpvisor.cli.settings.scopes import SCOPE_STAMPS, TRUST_SCOPES, SettingsScope
 from mcpvisor.cli.settings.servers import ServerEntry, build_server_entries
-from mcpvisor.core.gating import matches_any
+from mcpvisor.core.gating import escape_glob, matches_any
 
 logger = logging.getLogger(__name__)
 
@@ -26,10 +25,6 @@ def allowed_by_all(name: str, allowed_lists: Iterable[Sequence[str]]) -> bool:
     return all(matches_any(name, patterns) for patterns in allowed_lists)
 
 
-def _glob_escape(name: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", name)
-
-
 def narrow_allowed(names: Iterable[str], allowed_lists: Sequence[Sequence[str]]) -> tuple[str, ...] | None:
     """One allow-list for a known set of names: those allowed by every scope's list, glob-escaped.
 
@@ -37,7 +32,7 @@ def narrow_allowed(names: Iterable[str], allowed_lists: Sequence[Sequence[str]])
     """
     if not allowed_lists:
         return None
-    return tuple(_glob_escape(n) for n in sorted(set(names)) if allowed_by_all(n, allowed_lists))
+    return tuple(escape_glob(n) for n in sorted(set(names)) if allowed_by_all(n, allowed_lists))
 
 
 def parse_trusted_folders(data: Any) -> list[Path]:
