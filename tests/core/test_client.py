@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import signal
 from pathlib import Path
@@ -193,3 +195,32 @@ async def test_a_stdio_server_gets_a_small_environment_plus_its_own_env(
     assert b"GIVEN=yes" in environ
     assert not any(item.startswith(b"MCPVISOR_TEST_SHELL_SECRET") for item in environ)
     assert any(item.startswith(b"PATH=") for item in environ)
+
+
+async def _answer_401(stream: anyio.abc.SocketStream) -> None:
+    async with stream:
+        with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+            await stream.receive()
+            await stream.send(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+
+
+@pytest.mark.parametrize("field", ["url", "http_url"])
+async def test_connection_errors_never_show_url_credentials_query_values_or_headers(
+    tmp_path: Path, field: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="mcpvisor")
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    url = f"http://alice:PW_SECRET@127.0.0.1:{port}/mcp?api_key=QUERY_SECRET"
+    cfg = McpServerConfig.model_validate({field: url, "headers": {"Authorization": "Bearer HEADER_SECRET"}})
+    client = McpClient("remote", cfg, log_dir=tmp_path)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, _answer_401)
+        with pytest.raises(ConnectError) as info:
+            await client.start(tg)
+        tg.cancel_scope.cancel()
+    logged = " ".join(r.getMessage() for r in caplog.records if r.name.startswith("mcpvisor"))
+    shown = f"{info.value} {client.last_error} {logged}"
+    for secret in ("PW_SECRET", "QUERY_SECRET", "HEADER_SECRET"):
+        assert secret not in shown
+    assert "127.0.0.1" in str(info.value)

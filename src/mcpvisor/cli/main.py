@@ -65,8 +65,11 @@ def _setup_logging(verbose: int) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     if verbose < 2:
-        for noisy in ("mcp", "httpx2", "httpcore", "watchfiles", "uvicorn"):
+        for noisy in ("mcp", "watchfiles", "uvicorn"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
+    # The HTTP client logs every request URL, credentials and query included: never let it.
+    for secretive in ("httpx2", "httpcore2", "httpx", "httpcore"):
+        logging.getLogger(secretive).setLevel(logging.WARNING)
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:

@@ -28,7 +28,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpvisor.core.errors import ConnectError, ServerUnavailableError, ToolCallError
 from mcpvisor.core.events import ServerStatus
-from mcpvisor.core.server_config import McpServerConfig, connection_id_of
+from mcpvisor.core.server_config import McpServerConfig, connection_id_of, redact_text
 from mcpvisor.core.stdio import StdioProcess, open_stdio_transport
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ class McpClient:
     def mark_lost(self, reason: str) -> None:
         """Declare the connection dead (e.g. an HTTP session the server no longer knows)."""
         if self._lost_reason is None and not self._stopping:
-            self._lost_reason = reason
+            self._lost_reason = redact_text(reason, self.config)
             self._wake.set()
 
     async def _own(self) -> None:
@@ -196,7 +196,7 @@ class McpClient:
         except Exception as exc:
             if not self._stopping:
                 self.last_error = self._explain(exc)
-                logger.debug("server %r connection failed", self.name, exc_info=exc)
+                logger.debug("server %r connection failed: %s", self.name, self.last_error)
         finally:
             self._client = None
             was_connected = self._ready.is_set()
@@ -288,6 +288,10 @@ class McpClient:
         return client
 
     def _explain(self, exc: BaseException) -> str:
+        """Why the connection failed, for people: never a URL's credentials, an env or header value."""
+        return redact_text(self._explain_raw(exc), self.config)
+
+    def _explain_raw(self, exc: BaseException) -> str:
         for leaf in _flatten(exc):
             if isinstance(leaf, ConnectError):
                 return str(leaf).split(": ", 1)[-1]
@@ -352,7 +356,9 @@ class McpClient:
                 new_tools = await _list_all_tools(client, bypass=True) if tools else self.tools
                 new_prompts = await _list_all_prompts(client, bypass=True) if prompts else self.prompts
             except MCPError as exc:
-                logger.warning("server %r: refreshing its listings failed: %s", self.name, exc)
+                logger.warning(
+                    "server %r: refreshing its listings failed: %s", self.name, redact_text(str(exc), self.config)
+                )
                 if exc.code == types.CONNECTION_CLOSED:
                     self.mark_lost("connection closed")
                 continue
@@ -384,7 +390,11 @@ class McpClient:
                     await anyio.sleep(LISTEN_RETRY_S)
                 except (ListenNotSupportedError, MCPError) as exc:
                     # Never let a missing subscription feature tear the connection down.
-                    logger.debug("server %r does not support change subscriptions: %s", self.name, exc)
+                    logger.debug(
+                        "server %r does not support change subscriptions: %s",
+                        self.name,
+                        redact_text(str(exc), self.config),
+                    )
                     return
         finally:
             if first:
@@ -458,7 +468,11 @@ class McpClient:
                 f"see {self.log_path if self.config.transport == 'stdio' else self.config.target()})",
                 server=self.name,
             )
-        return ToolCallError(f"{what} on server {self.name!r} failed: {exc.message}", tool=tool, server=self.name)
+        return ToolCallError(
+            f"{what} on server {self.name!r} failed: {redact_text(exc.message, self.config)}",
+            tool=tool,
+            server=self.name,
+        )
 
     # -- notification ------------------------------------------------------------------------
 

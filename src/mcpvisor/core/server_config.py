@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -28,6 +29,7 @@ __all__ = [
     "connection_id_of",
     "exposure_of",
     "normalize_server_entry",
+    "redact_text",
     "redact_url",
 ]
 
@@ -199,6 +201,21 @@ def redact_url(url: str) -> str:
     netloc = parts.netloc.rsplit("@", 1)[-1]
     query = "&".join(f"{k}=***" for k, _ in parse_qsl(parts.query, keep_blank_values=True))
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_MIN_SECRET_LEN = 4
+
+
+def redact_text(text: str, cfg: McpServerConfig | None = None) -> str:
+    """``text`` fit to show people: every URL in it redacted (:func:`redact_url`), and the values of
+    ``cfg``'s env and headers replaced by ``***`` wherever they appear."""
+    text = _URL.sub(lambda m: redact_url(m.group(0)), text)
+    if cfg is not None:
+        for value in (*(cfg.env or {}).values(), *(cfg.headers or {}).values()):
+            if len(value) >= _MIN_SECRET_LEN:
+                text = text.replace(value, "***")
+    return text
 
 
 def canonical_json(value: Any) -> str:
