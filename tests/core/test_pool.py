@@ -160,3 +160,34 @@ async def test_a_killed_shared_server_is_reconnected_for_every_session(tmp_path:
             assert one.manager.clients()["s"] is two.manager.clients()["s"]
             with anyio.fail_after(10):
                 await two.call_tool("mcp__s__echo")
+
+
+def flaky_server(tmp_path: Path) -> McpServerConfig:
+    """Start 1 runs a server that exits after a second, start 2 fails at once, later starts work."""
+    count = tmp_path / "starts"
+    script = tmp_path / "flaky.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 )); echo $n > {count}\n"
+        'if [ "$n" -eq 2 ]; then exit 3; fi\n'
+        f'if [ "$n" -eq 1 ]; then exec {sys.executable} -m mcpvisor.examples.light_server --name s --exit-after 1; fi\n'
+        f"exec {sys.executable} -m mcpvisor.examples.light_server --name s\n"
+    )
+    script.chmod(0o755)
+    return McpServerConfig(command=str(script))
+
+
+async def test_a_pooled_server_is_reconnected_even_after_a_failed_attempt(tmp_path: Path) -> None:
+    async with McpConnectionPool(log_dir=tmp_path) as pool:
+        async with Config(mcp_servers={"s": flaky_server(tmp_path)}, pool=pool, session_id="one") as config:
+            await config.initialize()
+            first = config.manager.clients()["s"]
+            await wait_until(lambda: first.status == "disconnected")
+            await wait_until(
+                lambda: (
+                    config.manager.get_client("s") is not None
+                    and config.manager.clients()["s"] is not first
+                    and config.manager.clients()["s"].status == "connected"
+                )
+            )
+            assert (tmp_path / "starts").read_text().strip() == "3"

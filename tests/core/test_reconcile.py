@@ -362,3 +362,20 @@ async def test_a_lost_http_server_fails_calls_fast_and_is_reconnected_when_it_re
         await wait_until(lambda: config.manager.clients()["h"].status == "connected", timeout_s=WAIT_S * 2)
         result = await config.call_tool("mcp__h__echo", {"text": "again"})
         assert result.content[0].text == "h:echo:again"  # type: ignore[union-attr]
+
+
+async def test_a_reconnect_after_a_crash_keeps_the_current_tool_filters(config: Config) -> None:
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"s": light("s", "--tools", "a,b,boom", "--crash-on-call", "boom")})
+    await config.reinitialize_mcp_servers(
+        {"s": light("s", "--tools", "a,b,boom", "--crash-on-call", "boom", excludeTools=["b"])}
+    )
+    assert config.last_reconcile is not None
+    assert config.last_reconcile.refiltered == ("s",)
+    pid = pids(config)["s"]
+    with pytest.raises(ServerUnavailableError):
+        await config.call_tool("mcp__s__boom")
+    await wait_until(
+        lambda: pids(config).get("s") not in (None, pid) and config.manager.clients()["s"].status == "connected"
+    )
+    assert tools(config) == {"mcp__s__a", "mcp__s__boom"}

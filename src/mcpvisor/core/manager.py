@@ -30,7 +30,7 @@ from mcpvisor.core.events import (
 )
 from mcpvisor.core.reconcile import LiveServer, ReconcilePlan, plan_reconcile
 from mcpvisor.core.registry import PromptRegistry, ToolRegistry
-from mcpvisor.core.server_config import McpServerConfig, exposure_of
+from mcpvisor.core.server_config import McpServerConfig, connection_id_of, exposure_of
 
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
@@ -301,14 +301,14 @@ class McpClientManager:
             return
         scope = anyio.CancelScope()
         self._reconnects[client.name] = scope
-        self._tg.start_soon(self._reconnect_loop, client.name, client.config, scope)
+        self._tg.start_soon(self._reconnect_loop, client.name, client.connection_id, scope)
 
     def _cancel_reconnect(self, name: str) -> None:
         scope = self._reconnects.pop(name, None)
         if scope is not None:
             scope.cancel()
 
-    async def _reconnect_loop(self, name: str, cfg: McpServerConfig, scope: anyio.CancelScope) -> None:
+    async def _reconnect_loop(self, name: str, connection_id: str, scope: anyio.CancelScope) -> None:
         from mcpvisor.core.errors import ConnectError
 
         delay = BACKOFF_INITIAL_S
@@ -316,11 +316,17 @@ class McpClientManager:
             for attempt in range(1, MAX_RECONNECT_ATTEMPTS + 1):
                 await anyio.sleep(delay)
                 current = self._clients.get(name)
-                if self._closed or current is None or current.status != "disconnected":
+                # The config as it is now (a re-filter may have changed its exposure meanwhile); a
+                # changed connection is the reconcile's business, not ours.
+                cfg = self._configs.get(name)
+                if self._closed or current is None or current.status != "disconnected" or cfg is None:
+                    return
+                if connection_id_of(name, cfg) != connection_id:
                     return
                 logger.info("server %r: reconnecting (attempt %d)", name, attempt)
                 if self._pool is not None:
-                    self._clients.pop(name, None)
+                    # Drop our hold on the dead connection; the dead client stays in place (and
+                    # visible as disconnected) until a new one is acquired.
                     await self._pool.release(self._session_id, current)
                 try:
                     await self._open(name, cfg)
