@@ -191,3 +191,60 @@ async def test_a_pooled_server_is_reconnected_even_after_a_failed_attempt(tmp_pa
                 )
             )
             assert (tmp_path / "starts").read_text().strip() == "3"
+
+
+def slow_server(tmp_path: Path, marker: Path) -> McpServerConfig:
+    script = tmp_path / "slow.sh"
+    script.write_text(
+        f"#!/bin/sh\nsleep 1\nexec {sys.executable} -m mcpvisor.examples.light_server --marker {marker}\n"
+    )
+    script.chmod(0o755)
+    return McpServerConfig(command=str(script))
+
+
+def ignore(_: object) -> None:
+    return None
+
+
+async def test_a_cancelled_waiter_leaves_no_hold_behind(tmp_path: Path) -> None:
+    marker = tmp_path / "pids"
+    cfg = slow_server(tmp_path, marker)
+    async with McpConnectionPool(log_dir=tmp_path) as pool, anyio.create_task_group() as tg:
+        tg.start_soon(lambda: pool.acquire("A", "s", cfg, on_change=ignore, on_lost=ignore))
+        await wait_until(lambda: bool(pool.connections()))
+        with anyio.move_on_after(0.2):
+            await pool.acquire("B", "s", cfg, on_change=ignore, on_lost=ignore)
+        await wait_until(lambda: any(c.status == "connected" for c in pool.connections().values()))
+        [key] = pool.connections()
+        assert pool.holders_of(key) == {"A"}
+        await pool.release("A", pool.connections()[key])
+        assert pool.connections() == {}
+    [pid] = marker_pids(marker)
+    await wait_until(lambda: not pid_alive(pid))
+
+
+async def test_when_the_starter_is_cancelled_a_waiter_starts_the_server_itself(tmp_path: Path) -> None:
+    marker = tmp_path / "pids"
+    cfg = slow_server(tmp_path, marker)
+    async with McpConnectionPool(log_dir=tmp_path) as pool, anyio.create_task_group() as tg:
+        starter = anyio.CancelScope()
+
+        async def start_then_give_up() -> None:
+            with starter:
+                await pool.acquire("A", "s", cfg, on_change=ignore, on_lost=ignore)
+
+        tg.start_soon(start_then_give_up)
+        await wait_until(lambda: bool(pool.connections()))
+        waiter: list[object] = []
+
+        async def wait() -> None:
+            waiter.append(await pool.acquire("B", "s", cfg, on_change=ignore, on_lost=ignore))
+
+        tg.start_soon(wait)
+        await wait_until(lambda: bool(pool.holders_of(next(iter(pool.connections()), "")) >= {"B"}))
+        starter.cancel()
+        await wait_until(lambda: bool(waiter))
+        [key] = pool.connections()
+        assert pool.holders_of(key) == {"B"}
+        assert pool.connections()[key] is waiter[0]
+        assert pool.connections()[key].status == "connected"

@@ -51,6 +51,9 @@ class _Entry:
     client: McpClient
     holders: dict[str, tuple[ClientCallback, ClientCallback]] = field(default_factory=dict)
     ready: anyio.Event = field(default_factory=anyio.Event)
+    """Set once the first start attempt is over (connected, failed or abandoned)."""
+    error: str | None = None
+    """Why the start failed (waiters fail with it instead of starting the server again)."""
 
 
 class McpConnectionPool:
@@ -109,22 +112,46 @@ class McpConnectionPool:
 
         Raises :class:`ConnectError` if the server cannot be connected; the failed entry is evicted.
         """
-        from mcpvisor.core.client import McpClient
 
         if self._tg is None:
             raise ConfigError("the connection pool is not running: use 'async with McpConnectionPool()'")
         key = pool_key(session_id, name, cfg)
-        entry = self._entries.get(key)
-        if entry is not None and entry.ready.is_set() and entry.client.status == "disconnected":
-            del self._entries[key]  # a dead connection: evict, start afresh
-            entry = None
-        if entry is not None:
+        while True:
+            entry = self._entries.get(key)
+            if entry is not None and entry.ready.is_set() and entry.client.status == "disconnected":
+                del self._entries[key]  # a dead connection: evict, start afresh
+                entry = None
+            if entry is None:
+                return await self._create(key, session_id, name, cfg, on_change, on_lost)
             entry.holders[session_id] = (on_change, on_lost)
-            await entry.ready.wait()
-            if entry.client.status != "connected":
+            try:
+                await entry.ready.wait()
+            except BaseException:
                 entry.holders.pop(session_id, None)
-                raise ConnectError(f"could not connect to server {name!r}: {entry.client.last_error}", server=name)
+                if not entry.holders and self._entries.get(key) is entry:
+                    del self._entries[key]
+                    with anyio.CancelScope(shield=True):
+                        await entry.client.aclose()
+                raise
+            if entry.error is not None:
+                entry.holders.pop(session_id, None)
+                raise ConnectError(entry.error, server=name)
+            if self._entries.get(key) is not entry:
+                continue  # its starter gave up (cancelled) before it connected: start it ourselves
             return entry.client
+
+    async def _create(
+        self,
+        key: str,
+        session_id: str,
+        name: str,
+        cfg: McpServerConfig,
+        on_change: ClientCallback,
+        on_lost: ClientCallback,
+    ) -> McpClient:
+        from mcpvisor.core.client import McpClient
+
+        assert self._tg is not None
 
         def fan_out_change(client: McpClient) -> None:
             for change, _ in list(new.holders.values()):
@@ -142,9 +169,15 @@ class McpConnectionPool:
             async with self._limiter:
                 self.start_count += 1
                 await client.start(self._tg)
-        except ConnectError:
+        except BaseException as exc:
+            # Failed, or the caller was cancelled: nobody keeps this half-started connection.
+            if isinstance(exc, ConnectError):
+                new.error = str(exc)
             if self._entries.get(key) is new:
                 del self._entries[key]
+            new.holders.clear()
+            with anyio.CancelScope(shield=True):
+                await client.aclose()
             raise
         finally:
             new.ready.set()
