@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -379,3 +380,24 @@ async def test_a_reconnect_after_a_crash_keeps_the_current_tool_filters(config: 
         lambda: pids(config).get("s") not in (None, pid) and config.manager.clients()["s"].status == "connected"
     )
     assert tools(config) == {"mcp__s__a", "mcp__s__boom"}
+
+
+async def test_an_update_waiting_behind_a_cancelled_reconcile_is_still_applied(config: Config, tmp_path: Path) -> None:
+    script = tmp_path / "slow.sh"
+    script.write_text(f"#!/bin/sh\nsleep 2\nexec {sys.executable} -m mcpvisor.examples.light_server --name slow\n")
+    script.chmod(0o755)
+    await config.initialize()
+    slow = McpServerConfig(command=str(script))
+
+    async def leader() -> None:
+        with anyio.move_on_after(0.5):
+            await config.reinitialize_mcp_servers({"slow": slow})
+
+    async def follower() -> None:
+        await wait_until(lambda: "slow" in config.manager.clients())
+        await config.reinitialize_mcp_servers({"slow": slow, "fast": light("fast")})
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(leader)
+        tg.start_soon(follower)
+    assert "mcp__fast__echo" in tools(config)

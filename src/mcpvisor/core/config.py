@@ -241,14 +241,19 @@ class Config:
         if not self._initialized or self._manager is None:
             return None
         self._dirty = True
-        if self._reconcile_done is not None:
+        while self._reconcile_done is not None:
             await self._reconcile_done.wait()
-            return self.last_reconcile
+            if not self._dirty:
+                return self.last_reconcile
+            # The run ended (its caller was cancelled, or it failed) with work left: take it over.
         done = self._reconcile_done = anyio.Event()
         try:
             while self._dirty:
                 self._dirty = False
                 self.last_reconcile = await self._manager.discover_all_mcp_tools_incremental()
+        except BaseException:
+            self._dirty = True  # this pass may be incomplete: whoever comes next runs again
+            raise
         finally:
             self._reconcile_done = None
             done.set()
