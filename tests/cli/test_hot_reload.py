@@ -277,3 +277,17 @@ async def test_decide_refuses_unknown_and_ungated_servers(tmp_path: Path) -> Non
             await s.host.decide("zzz", "approve")
         with pytest.raises(ConfigError, match="not a project or workspace server"):
             await s.host.decide("a", "approve")
+
+
+async def test_reload_with_a_half_saved_settings_file_keeps_the_last_good_configuration(tmp_path: Path) -> None:
+    marker = tmp_path / "p"
+    async with session(
+        tmp_path, user={"mcpServers": {"u": server("u")}}, project={"mcpServers": {"p": server("p", marker=marker)}}
+    ) as s:
+        await s.host.decide("p", "approve")
+        await s.rec.wait_for(lambda: s.live() == {"u", "p"})
+        replace_text(s.layout.paths.user, '{"mcpServers": {"u": ')
+        await s.host.reload()
+        assert s.live() == {"u", "p"}
+        assert s.host.settings.errors
+        assert s.host.settings.trusted

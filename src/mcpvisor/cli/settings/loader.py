@@ -190,6 +190,7 @@ class Settings:
         self._project: ServerLayer | None = None
         self._logged: set[str] = set()
         self._generation: dict[FileScope, int] = dict.fromkeys(FILE_SCOPES, 0)
+        self._loaded = False
 
     # -- reading
 
@@ -212,14 +213,23 @@ class Settings:
             return ScopeRead(scope, None, exc.report)
 
     def load(self) -> None:
-        """Read every scope and decide folder trust. Errors are kept in :attr:`errors`, never raised."""
+        """Read every scope and decide folder trust. Errors are kept in :attr:`errors`, never raised.
+
+        On a reload (``/reload``), a scope whose file does not parse keeps its last good content, and
+        the folder keeps its trust decision: a half-saved file never drops servers."""
+        reloading = self._loaded
+        previous = self._data
         self.errors.clear()
         self._data = {scope: {} for scope in FILE_SCOPES}
         for scope in TRUST_SCOPES:
-            self._store(self.read_scope(scope))
+            self._store(self.read_scope(scope), previous if reloading else None)
         layers = [ScopeLayer(s, self.paths.of(s), self._data[s]) for s in TRUST_SCOPES]
         self.folder_trust_enabled = folder_trust_enabled(layers)
-        self.trusted, self.trust_warnings = self._decide_trust()
+        if reloading and any(scope in self.errors for scope in TRUST_SCOPES):
+            pass  # keep the trust decided from the last good content
+        else:
+            self.trusted, self.trust_warnings = self._decide_trust()
+        self._loaded = True
         self._inactive = set()
         if not self.trusted:
             self._inactive.update(REPOSITORY_SCOPES)
@@ -228,7 +238,7 @@ class Settings:
             self._inactive.add("workspace")
         for repo_scope in REPOSITORY_SCOPES:
             if self.is_active(repo_scope):
-                self._store(self.read_scope(repo_scope))
+                self._store(self.read_scope(repo_scope), previous if reloading else None)
         for error in self.errors.values():
             logger.warning("%s", error)
         for file_scope in FILE_SCOPES:
@@ -254,9 +264,11 @@ class Settings:
             return False, (f"cannot read trusted folders {path}: {exc}; treating {self.root} as untrusted",)
         return is_folder_trusted(self.root, folders), ()
 
-    def _store(self, read: ScopeRead) -> None:
+    def _store(self, read: ScopeRead, previous: Mapping[FileScope, dict[str, Any]] | None = None) -> None:
         if read.error is not None:
             self.errors[read.scope] = read.error
+            if previous is not None:
+                self._data[read.scope] = previous[read.scope]  # the last good content stays in force
         else:
             self.errors.pop(read.scope, None)
             self._data[read.scope] = read.data if read.data is not None else {}
