@@ -64,3 +64,17 @@ def test_prompt_clash_gives_the_later_one_a_server_prefix() -> None:
     assert reg.get_prompt("b_review") is not None
     reg.remove_prompts_by_server("b")
     assert reg.names() == {"review"}
+
+
+def test_a_name_another_server_already_has_gets_the_hashed_form_instead() -> None:
+    reg = ToolRegistry()
+    reg.set_server_tools("a", [tool("b__c")], Exposure())
+    reg.set_server_tools("a__b", [tool("c")], Exposure())
+    first, second = reg.tools_of("a")[0], reg.tools_of("a__b")[0]
+    assert first.name == "mcp__a__b__c"
+    assert second.name != first.name
+    assert VALID.match(second.name)
+    assert reg.get_tool(second.name) == second
+    reg.remove_mcp_tools_by_server("a")
+    assert reg.tools_of("a__b") == [second]
+    assert reg.get_tool(second.name) == second

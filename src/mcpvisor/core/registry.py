@@ -84,8 +84,12 @@ class ToolRegistry:
         self._by_server: dict[str, list[str]] = {}
 
     def set_server_tools(self, server: str, tools: Iterable[Tool], exposure: Exposure) -> bool:
-        """Replace ``server``'s tools with those ``exposure`` admits. Returns whether anything changed."""
-        fresh = [RegisteredTool(mcp_tool_name(server, t.name), server, t) for t in tools if exposure.admits(t.name)]
+        """Replace ``server``'s tools with those ``exposure`` admits. Returns whether anything changed.
+
+        Names are unique across servers: when ``mcp__<server>__<tool>`` is already another server's
+        (server ``a`` with tool ``b__c`` and server ``a__b`` with tool ``c``), this one gets the
+        hashed form instead, never silently taking the other's name."""
+        fresh = [RegisteredTool(self._free_name(server, t.name), server, t) for t in tools if exposure.admits(t.name)]
         before = [self._by_name[n] for n in self._by_server.get(server, ())]
         if before == fresh:
             return False
@@ -95,6 +99,14 @@ class ToolRegistry:
         if fresh:
             self._by_server[server] = [entry.name for entry in fresh]
         return True
+
+    def _free_name(self, server: str, tool: str) -> str:
+        name = mcp_tool_name(server, tool)
+        owner = self._by_name.get(name)
+        if owner is None or owner.server == server:
+            return name
+        head = _INVALID_CHAR.sub("_", name)[: MAX_TOOL_NAME_LEN - _HASH_LEN - 1]
+        return f"{head}_{fnv1a_base36(server + chr(0) + tool)}"
 
     def remove_mcp_tools_by_server(self, server: str) -> bool:
         names = self._by_server.pop(server, [])
