@@ -1,7 +1,8 @@
 """``mcpvisor demo``: a scratch workspace with bundled example servers (SPEC §0.5).
 
-The demo keeps everything in its own folder, including its user directory (``MCPVISOR_HOME``),
-so it never reads or changes the real user settings or approvals.
+The demo keeps everything in its own folder, including its user directory (``MCPVISOR_HOME``)
+and its server logs, so it never reads or changes the real user settings, approvals or logs;
+every command it suggests carries that ``MCPVISOR_HOME``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ class DemoLayout:
     root: Path
     home: Path
     project: Path
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
 
     @property
     def user_settings(self) -> Path:

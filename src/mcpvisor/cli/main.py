@@ -118,6 +118,7 @@ async def _run_host(
     allowed: list[str] | None,
     as_json: bool,
     intro: str | None = None,
+    approve_command: str | None = None,
 ) -> None:
     from mcpvisor.cli.host import Host, HostOptions
     from mcpvisor.cli.output import HumanOutput, JsonOutput
@@ -134,7 +135,12 @@ async def _run_host(
         if intro:
             console.print(intro)
 
-    host.subscribe(JsonOutput(host) if as_json else HumanOutput(host, console, on_ready=after_ready))
+    human = (
+        HumanOutput(host, console, on_ready=after_ready, approve_command=approve_command)
+        if approve_command
+        else HumanOutput(host, console, on_ready=after_ready)
+    )
+    host.subscribe(JsonOutput(host) if as_json else human)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_cancel_on_signal, tg.cancel_scope)
         async with host:
@@ -217,12 +223,18 @@ def demo(
 
     _setup_logging(verbose)
     layout = create_demo(directory)
-    env = {**os.environ, "MCPVISOR_HOME": str(layout.home)}
+    env = {**os.environ, "MCPVISOR_HOME": str(layout.home), "MCPVISOR_LOG_DIR": str(layout.logs)}
     intro = layout.instructions()
     with _reported():
         anyio.run(
             lambda: _run_host(
-                env=env, workspace=layout.project, mcp_config=[], allowed=None, as_json=as_json, intro=intro
+                env=env,
+                workspace=layout.project,
+                mcp_config=[],
+                allowed=None,
+                as_json=as_json,
+                intro=intro,
+                approve_command=f"MCPVISOR_HOME={layout.home} mcpvisor mcp approve {{name}} --workspace {{root}}",
             )
         )
 

@@ -95,10 +95,18 @@ def changed_fields(old: McpServerConfig | None, new: McpServerConfig | None) -> 
 class HumanOutput:
     """Short lines per change; a status table once ready."""
 
-    def __init__(self, host: Host, console: Console, *, on_ready: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        host: Host,
+        console: Console,
+        *,
+        on_ready: Callable[[], None] | None = None,
+        approve_command: str = "mcpvisor mcp approve {name} --workspace {root}",
+    ) -> None:
         self._host = host
         self._console = console
         self._on_ready = on_ready
+        self._approve_command = approve_command
         self._ready = False
         self._servers: dict[str, McpServerConfig] = {}
         self._announced: set[str] = set()
@@ -137,8 +145,8 @@ class HumanOutput:
             fresh = [name for name in event.servers if name not in self._announced]
             self._announced = set(event.servers)
             for name in fresh:
-                fix = f"mcpvisor mcp approve {name} --workspace {self._host.root}"
-                c.print(f"[yellow]? {name} needs approval — run: {fix}[/]")
+                fix = self._approve_command.format(name=name, root=self._host.root)
+                c.print(f"[yellow]? {name} needs approval — run: {fix}[/]", soft_wrap=True)
         elif isinstance(event, SettingsError):
             c.print(f"[red]✗ {event} — keeping the last good configuration[/]")
         elif isinstance(event, SettingsWarning):
@@ -151,6 +159,7 @@ class HumanOutput:
             c.print(f"[red]✗ {event.server} disconnected: {event.error}[/]")
         elif isinstance(event, Ready):
             self._ready = True
-            render_status(c, self._host.server_views(), title="MCP servers")
+            hint = self._approve_command.replace("{root}", str(self._host.root))
+            render_status(c, self._host.server_views(), title="MCP servers", approve_hint=hint)
             if self._on_ready is not None:
                 self._on_ready()
