@@ -77,13 +77,28 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _own_error(exc: BaseException) -> McpvisorError | None:
+    """mcpvisor's own error inside ``exc``, also when task groups wrapped it in exception groups."""
+    if isinstance(exc, McpvisorError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            found = _own_error(sub)
+            if found is not None:
+                return found
+    return None
+
+
 @contextmanager
 def _reported() -> Iterator[None]:
     """Turn mcpvisor's own errors into one red line on stderr and exit code 1."""
     try:
         yield
-    except McpvisorError as exc:
-        raise _fail(str(exc)) from None
+    except (McpvisorError, BaseExceptionGroup) as exc:
+        own = _own_error(exc)
+        if own is None:
+            raise
+        raise _fail(str(own)) from None
 
 
 def _split_names(value: str | None) -> list[str] | None:
@@ -246,8 +261,16 @@ def _parse_http(value: str) -> tuple[str, int]:
     try:
         number = int(port)
     except ValueError:
-        raise typer.BadParameter(f"{value!r} is not HOST:PORT or PORT") from None
-    return host or "127.0.0.1", number
+        raise typer.BadParameter(f"{value!r} is not HOST:PORT or PORT", param_hint="--http") from None
+    if not 1 <= number <= 65535:
+        raise typer.BadParameter(f"port {number} is out of range: use 1 to 65535", param_hint="--http")
+    host = host.strip("[]") or "127.0.0.1"
+    if host not in ("127.0.0.1", "localhost", "::1") and not host.startswith("127."):
+        Console(stderr=True, soft_wrap=True).print(
+            f"[yellow]! serving on {host}, not loopback: other machines can reach this port, and the gateway "
+            "answers only requests addressed to a loopback name (DNS-rebinding protection)[/]"
+        )
+    return host, number
 
 
 @app.command()
