@@ -62,6 +62,12 @@ def test_add_and_remove_edit_the_settings_file(tmp_path: Path) -> None:
     added = cli("mcp", "add", "t", "--workspace", str(layout.root), "--", "node", "server.js", env=layout.env)
     assert added.returncode == 0, added.stderr
     assert json.loads(layout.paths.user.read_text())["mcpServers"]["t"] == {"command": "node", "args": ["server.js"]}
+    again_added = cli("mcp", "add", "t", "--workspace", str(layout.root), "--", "other", env=layout.env)
+    assert again_added.returncode == 1
+    assert "already defines it; pass --force" in again_added.stderr
+    bad_url = cli("mcp", "add", "u", "--url", "notaurl", "--workspace", str(layout.root), env=layout.env)
+    assert bad_url.returncode == 1
+    assert "not an http:// or https:// URL" in bad_url.stderr
     removed = cli("mcp", "remove", "t", "--workspace", str(layout.root), env=layout.env)
     assert removed.returncode == 0, removed.stderr
     assert json.loads(layout.paths.user.read_text())["mcpServers"] == {}

@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from rich.console import Console
 
@@ -146,12 +147,15 @@ def add_server(
     url: str | None,
     sse: bool,
     env_vars: Sequence[str],
+    force: bool = False,
 ) -> None:
     file_scope = _check_scope(scope)
     entry: dict[str, Any] = {}
     if url and command:
         raise ConfigError(f"cannot add server {name!r}: give either a command (after --) or --url, not both")
     if url:
+        if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
+            raise ConfigError(f"cannot add server {name!r}: {url!r} is not an http:// or https:// URL")
         entry["type"] = "sse" if sse else "http"
         entry["url"] = url
     elif command:
@@ -170,6 +174,12 @@ def add_server(
         entry["env"] = pairs
     McpServerConfig.model_validate(entry)  # fail before writing anything
     settings = load_settings(env, workspace)
+    existing = settings.data(file_scope).get("mcpServers")
+    if not force and isinstance(existing, dict) and name in existing:
+        raise ConfigError(
+            f"cannot add server {name!r}: {settings.paths.of(file_scope)} already defines it; "
+            "pass --force to replace it, or pick another name"
+        )
     set_setting(settings, file_scope, ("mcpServers", name), entry)
     Console(highlight=False).print(f"Added server [bold]{name}[/] to {settings.paths.of(file_scope)}")
 

@@ -417,6 +417,7 @@ def mcp_add(
     env_vars: Annotated[
         list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE for the server's environment; repeatable.")
     ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a server of that name.")] = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Add a server: mcpvisor mcp add NAME -- COMMAND [ARGS...]  or  --url URL."""
@@ -432,6 +433,7 @@ def mcp_add(
             url=url,
             sse=sse,
             env_vars=list(env_vars or []),
+            force=force,
         )
 
 
