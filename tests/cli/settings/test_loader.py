@@ -518,3 +518,21 @@ def test_replace_scope_data_returns_the_changed_paths_and_updates_the_merge(layo
     assert settings.generation("user") == generation + 1
     assert settings.replace_scope_data("user", {"mcp": {"excluded": ["x"]}}) == ()
     assert settings.generation("user") == generation + 1
+
+
+def test_unknown_fields_in_a_server_entry_are_warned_about_with_a_suggestion() -> None:
+    from mcpvisor.cli.settings.servers import build_server_entries
+
+    entries, warnings = build_server_entries(
+        {"x": {"command": "echo", "arg": ["x"]}, "y": {"command": "a", "disabled": True}, "z": {"command": "b"}},
+        path=Path("/s.json"),
+        scope="user",
+        stamp=None,
+        env={},
+    )
+    assert set(entries) == {"x", "y", "z"}
+    assert warnings == [
+        "unknown field 'arg' in MCP server 'x' (/s.json) is ignored; did you mean 'args'?",
+        "unknown field 'disabled' in MCP server 'y' (/s.json) is ignored; "
+        "to turn a server off, list its name in mcp.excluded",
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -51,6 +52,26 @@ def _describe_validation(exc: ValueError) -> str:
             parts.append(f"{loc}: {msg}" if loc else msg)
         return "; ".join(parts)
     return str(exc)
+
+
+# Fields people write that are not McpServerConfig fields but are understood (auth settings).
+_EXTRA_OK = frozenset({"oauth", "auth", "auth_provider_type", "authProviderType"})
+_KNOWN_FIELDS = (
+    *McpServerConfig.model_fields,
+    "type",
+    "httpUrl",
+    "includeTools",
+    "excludeTools",
+    "discoveryTimeoutMs",
+    "extensionName",
+)
+
+
+def _did_you_mean(field: str) -> str:
+    if field in ("disabled", "enabled"):
+        return "; to turn a server off, list its name in mcp.excluded"
+    close = difflib.get_close_matches(field, _KNOWN_FIELDS, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 _CACHE_MAX = 4096
@@ -112,6 +133,11 @@ def build_server_entries(
             warnings.append(f"skipped MCP server {name!r} in {where}: {built}; fix {key}.{name}")
             continue
         cfg, missing = built
+        warnings.extend(
+            f"unknown field {field!r} in MCP server {name!r} ({where}) is ignored{_did_you_mean(field)}"
+            for field in sorted(cfg.model_extra or {})
+            if field not in _EXTRA_OK
+        )
         warnings.extend(
             f"undefined environment variable {var!r} in MCP server {name!r} ({where}) expanded to ''"
             for var in sorted(missing)
