@@ -57,8 +57,11 @@ AllowedOpt = Annotated[
 ]
 
 
-def _setup_logging(verbose: int) -> None:
-    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+def _setup_logging(verbose: int, *, narrated: bool = False) -> None:
+    """Log to stderr. ``narrated``: the command already tells people every change and problem in
+    its own words, so by default only errors are logged (no line says the same thing twice)."""
+    quiet = logging.ERROR if narrated else logging.WARNING
+    level = quiet if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
     root = logging.getLogger()
@@ -173,9 +176,9 @@ def run(
     """Run the host in the foreground: connect every admitted server and follow settings edits.
 
     With --json, prints one JSON object per line: ready, server, reconcile, approval_needed,
-    settings_error, restart_required, warning.
+    settings_error, restart_required, warning, error, prompts_changed.
     """
-    _setup_logging(verbose)
+    _setup_logging(verbose, narrated=not as_json)
     with _reported():
         anyio.run(
             lambda: _run_host(
@@ -197,7 +200,7 @@ def status(
     verbose: VerboseOpt = 0,
 ) -> None:
     """Connect every admitted server once, show the status view, and exit."""
-    _setup_logging(verbose)
+    _setup_logging(verbose, narrated=not as_json)
 
     async def once() -> list[dict[str, Any]]:
         from mcpvisor.cli.host import Host, HostOptions
@@ -236,7 +239,7 @@ def demo(
     """Create a scratch workspace with bundled example servers and run the host on it."""
     from mcpvisor.cli.demo import create_demo
 
-    _setup_logging(verbose)
+    _setup_logging(verbose, narrated=not as_json)
     layout = create_demo(directory)
     env = {**os.environ, "MCPVISOR_HOME": str(layout.home), "MCPVISOR_LOG_DIR": str(layout.logs)}
     intro = layout.instructions()
@@ -297,7 +300,7 @@ def serve(
     Clients are told when the set changes (tools/list_changed, prompts/list_changed, in both
     protocol eras), so they never restart to pick up a configuration edit.
     """
-    _setup_logging(verbose)
+    _setup_logging(verbose, narrated=True)
     address = _parse_http(http) if http is not None else None
 
     async def main() -> None:
@@ -330,7 +333,7 @@ def shell(
     from mcpvisor.cli.host import HostOptions
     from mcpvisor.cli.shell import run_shell
 
-    _setup_logging(verbose)
+    _setup_logging(verbose, narrated=True)
     options = HostOptions(
         env=dict(os.environ),
         workspace=workspace,
@@ -363,6 +366,12 @@ def settings_schema() -> None:
 
 
 # --------------------------------------------------------------------------- mcp management
+
+
+@mcp_app.callback()
+def _mcp_root() -> None:
+    """Inspect and manage configured MCP servers (never starts one)."""
+    _setup_logging(0, narrated=True)  # each command reports problems itself
 
 
 @mcp_app.command("list")

@@ -141,7 +141,10 @@ def state_text(row: ServerView, *, live: bool = True, approve_hint: str = APPROV
     if row.state == "connecting":
         return "◌", "connecting…", "cyan"
     if row.error:
-        hint = f"; see error logs: {row.log_path}" if row.log_path and row.transport == "stdio" else ""
+        shows_log = row.log_path is not None and row.log_path in row.error
+        hint = (
+            f"; see error logs: {row.log_path}" if row.log_path and row.transport == "stdio" and not shows_log else ""
+        )
         return "✗", f"disconnected — {row.error}{hint}", "red"
     return "○", "disconnected", "dim"
 
