@@ -163,3 +163,11 @@ def test_shell_runs_commands_from_piped_input_and_leaves_no_process(tmp_path: Pa
     assert "no MCP server providing it is currently configured" in result.stdout
     [pid] = marker_pids(marker)
     assert not pid_alive(pid)
+
+
+def test_status_exits_1_when_an_admitted_server_fails(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    replace_text(layout.paths.user, json.dumps({"mcpServers": {"ghost": {"command": "/nonexistent/ghost"}}}))
+    result = cli("status", "--workspace", str(layout.root), env={**layout.env, "COLUMNS": "200"})
+    assert result.returncode == 1
+    assert "ghost · ✗ disconnected — executable '/nonexistent/ghost' not found" in result.stdout

@@ -199,8 +199,13 @@ def status(
     as_json: JsonOpt = False,
     verbose: VerboseOpt = 0,
 ) -> None:
-    """Connect every admitted server once, show the status view, and exit."""
+    """Connect every admitted server once, show the status view, and exit.
+
+    Exits 1 when an admitted server failed to connect (after the view), 0 otherwise.
+    """
     _setup_logging(verbose, narrated=not as_json)
+    if not as_json:
+        Console(stderr=True, highlight=False).print("[dim]Connecting to the admitted servers…[/]")
 
     async def once() -> list[dict[str, Any]]:
         from mcpvisor.cli.host import Host, HostOptions
@@ -226,6 +231,9 @@ def status(
         rows = anyio.run(once)
     if as_json:
         typer.echo(json.dumps({"servers": rows}, indent=2))
+    failed = [row["name"] for row in rows if row["state"] == "disconnected" and row["error"]]
+    if failed:
+        raise typer.Exit(1)
 
 
 @app.command()
