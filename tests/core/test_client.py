@@ -87,6 +87,7 @@ async def test_stderr_goes_to_a_per_server_log(tmp_path: Path) -> None:
         await client.start(tg)
         await client.aclose()
     assert "hello from the server" in client.log_path.read_text()
+    assert client.log_path.stat().st_mode & 0o777 == 0o600
 
 
 async def test_a_missing_command_names_the_server_and_the_field(tmp_path: Path) -> None:

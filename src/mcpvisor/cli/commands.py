@@ -205,4 +205,7 @@ def trust_folder(*, env: Mapping[str, str], workspace: Path | None) -> None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps([*map(str, existing), str(root)], indent=2) + "\n", new_mode=0o600)
-    Console(highlight=False).print(f"Trusted {root}")
+    console = Console(highlight=False)
+    console.print(f"Trusted {root}")
+    if not load_settings(env, root).folder_trust_enabled:
+        console.print("[dim]Folder trust is off (security.folderTrust.enabled), so every folder is trusted anyway.[/]")

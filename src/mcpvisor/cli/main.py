@@ -46,7 +46,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output (
 VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True, help="More log output on stderr (-vv: debug).")]
 McpConfigOpt = Annotated[
     list[Path] | None,
-    typer.Option("--mcp-config", help="Extra server file (mcpServers format); repeatable; highest precedence."),
+    typer.Option(
+        "--mcp-config",
+        help="Extra server file (mcpServers format); repeatable; highest precedence; read once at start.",
+    ),
 ]
 AllowedOpt = Annotated[
     str | None,

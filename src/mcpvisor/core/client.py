@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -239,7 +240,9 @@ class McpClient:
         transport: Any
         if cfg.command is not None:
             self._log_dir.mkdir(parents=True, exist_ok=True)
-            errlog: TextIO = stack.enter_context(self.log_path.open("a", encoding="utf-8"))
+            # A server may print anything it was given, secrets included: the log is the user's alone.
+            fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            errlog: TextIO = stack.enter_context(open(fd, "a", encoding="utf-8"))  # noqa: ASYNC230 - an fd, no blocking
             try:
                 streams, self.process = await stack.enter_async_context(
                     open_stdio_transport(cfg.command, cfg.args, env=cfg.env, cwd=cfg.cwd, errlog=errlog)
