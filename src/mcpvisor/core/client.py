@@ -194,6 +194,9 @@ class McpClient:
                     if self.config.transport == "stdio"
                     else f"no answer within {self.discovery_timeout_s:g} s from {self.config.target()}"
                 )
+        except anyio.get_cancelled_exc_class():
+            self._stopping = True  # the host is shutting down: a deliberate stop, not a loss
+            raise
         except Exception as exc:
             if not self._stopping:
                 self.last_error = self._explain(exc)
