@@ -137,7 +137,11 @@ class HumanOutput:
                     elif reason == "not_allowed":
                         c.print(f"[dim]○ {name} not allowed[/]")
                     elif reason == "rejected":
-                        c.print(f"[red]✗ {name} rejected — edit its config to be asked again[/]")
+                        c.print(
+                            f"[red]✗ {name} rejected — edit its config to be asked again, "
+                            f"or approve it after all: mcpvisor mcp approve {name}[/]",
+                            soft_wrap=True,
+                        )
             self._servers = current
             self._announced &= {n for n, r in event.gated.items() if r == "pending_approval"}
         elif isinstance(event, McpPendingApprovalChanged):
