@@ -189,7 +189,10 @@ def remove_server(*, env: Mapping[str, str], workspace: Path | None, name: str, 
     settings = load_settings(env, workspace)
     path = settings.paths.of(file_scope)
     if not delete_setting(settings, file_scope, ("mcpServers", name)):
-        raise ConfigError(f"cannot remove server {name!r}: it is not in {path}")
+        _, _, state = load_state(env, workspace)
+        source = state.assembled.sources.get(name)
+        where = f"; it is defined in {source.path} ({source.label}): edit that file" if source and source.path else ""
+        raise ConfigError(f"cannot remove server {name!r}: it is not in {path}{where}")
     Console(highlight=False).print(f"Removed server [bold]{name}[/] from {path}")
 
 
