@@ -147,6 +147,9 @@ class ShellSession:
 
     def _on_ready(self) -> None:
         self._ready = True
+        # From the moment the prompt's hint shows, Ctrl-C asks before leaving (the host may still be
+        # arming its watcher, but the session is up).
+        self._started = True
         self.console.print(Text(HELP_HINT, style="dim"))
         self._reload_prompt_commands()
         self._refresh_approvals(announced=None)
