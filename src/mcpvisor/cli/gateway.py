@@ -30,7 +30,6 @@ import socket
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import anyio
@@ -53,6 +52,7 @@ from mcpvisor.cli.host import Host, HostOptions
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError, McpvisorError, ToolNotFoundError
 from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, ToolsChanged
+from mcpvisor.core.lifecycle import StackOwner
 
 if TYPE_CHECKING:
     import uvicorn
@@ -116,7 +116,7 @@ def _connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection | None:
     return connection if isinstance(connection, Connection) else None
 
 
-class Gateway:
+class Gateway(StackOwner):
     """One MCP server over one :class:`Config`'s live registries.
 
     Enter it (``async with``) to follow the config's change events; then serve it with
@@ -165,14 +165,6 @@ class Gateway:
             tg.start_soon(self._notify_loop)
             self._stack = stack.pop_all()
         return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        stack, self._stack = self._stack, None
-        if stack is None:
-            return None
-        return await stack.__aexit__(exc_type, exc, tb)
 
     def legacy_sessions(self) -> int:
         """How many handshake-era client connections are live."""

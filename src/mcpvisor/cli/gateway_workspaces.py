@@ -37,7 +37,6 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 
 import anyio
 import anyio.abc
@@ -54,6 +53,7 @@ from mcpvisor.cli import paths
 from mcpvisor.cli.gateway import MCP_PATH, Gateway, bind_http_socket, serve_asgi_socket, transport_security
 from mcpvisor.cli.host import Host, HostOptions
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.pool import McpConnectionPool
 
 __all__ = [
@@ -135,7 +135,7 @@ class _Workspace:
         self.wake.set()
 
 
-class WorkspaceGateway:
+class WorkspaceGateway(StackOwner):
     """The HTTP gateway with one :class:`Host` and :class:`Gateway` per workspace a client names.
 
     ``options`` configure every host (``workspace`` is the default one; ``pool`` and ``session_id``
@@ -183,14 +183,6 @@ class WorkspaceGateway:
                 raise default.error
             self._stack = stack.pop_all()
         return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        stack, self._stack = self._stack, None
-        if stack is None:
-            return None
-        return await stack.__aexit__(exc_type, exc, tb)
 
     def _stop_all(self) -> None:
         self._closing = True

@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import TypeAlias
 
 import anyio
@@ -41,6 +40,7 @@ from mcpvisor.cli.watcher import RestartRequired, SettingsWatcher
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import McpEvent
+from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.core.server_config import McpServerConfig
 
@@ -77,7 +77,7 @@ class HostOptions:
     session_id: str = "default"
 
 
-class Host:
+class Host(StackOwner):
     def __init__(self, options: HostOptions) -> None:
         self.options = options
         self._listeners: list[Callable[[HostEvent], None]] = []
@@ -183,14 +183,6 @@ class Host:
                 await stack.enter_async_context(self.watcher)
             self._stack = stack.pop_all()
         return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        stack, self._stack = self._stack, None
-        if stack is None:
-            return None
-        return await stack.__aexit__(exc_type, exc, tb)
 
     def _remember(self, state: DesiredState) -> DesiredState:
         self._state = state

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import typer
@@ -22,6 +22,9 @@ from rich.console import Console
 
 from mcpvisor import __version__
 from mcpvisor.core.errors import McpvisorError
+
+if TYPE_CHECKING:
+    from mcpvisor.cli.host import HostOptions
 
 __all__ = ["app", "main"]
 
@@ -105,6 +108,21 @@ def _reported() -> Iterator[None]:
         if own is None:
             raise
         raise _fail(str(own)) from None
+
+
+def _host_options(
+    workspace: Path | None, mcp_config: list[Path] | None, allowed: str | None, *, watch: bool = True
+) -> HostOptions:
+    """The host's options from the common command-line options and this process's environment."""
+    from mcpvisor.cli.host import HostOptions
+
+    return HostOptions(
+        env=dict(os.environ),
+        workspace=workspace,
+        mcp_config=list(mcp_config or []),
+        allowed_mcp_server_names=_split_names(allowed),
+        watch=watch,
+    )
 
 
 def _split_names(value: str | None) -> list[str] | None:
@@ -211,16 +229,10 @@ def status(
         Console(stderr=True, highlight=False).print("[dim]Connecting to the admitted servers…[/]")
 
     async def once() -> list[dict[str, Any]]:
-        from mcpvisor.cli.host import Host, HostOptions
+        from mcpvisor.cli.host import Host
         from mcpvisor.cli.views import render_status
 
-        options = HostOptions(
-            env=dict(os.environ),
-            workspace=workspace,
-            mcp_config=list(mcp_config or []),
-            allowed_mcp_server_names=_split_names(allowed_mcp_server_names),
-            watch=False,
-        )
+        options = _host_options(workspace, mcp_config, allowed_mcp_server_names, watch=False)
         async with Host(options) as host:
             rows = host.server_views()
             if not as_json:
@@ -316,14 +328,8 @@ def serve(
 
     async def main() -> None:
         from mcpvisor.cli.gateway import run_gateway
-        from mcpvisor.cli.host import HostOptions
 
-        options = HostOptions(
-            env=dict(os.environ),
-            workspace=workspace,
-            mcp_config=list(mcp_config or []),
-            allowed_mcp_server_names=_split_names(allowed_mcp_server_names),
-        )
+        options = _host_options(workspace, mcp_config, allowed_mcp_server_names)
         async with anyio.create_task_group() as tg:
             tg.start_soon(_cancel_on_signal, tg.cancel_scope)
             await run_gateway(options, http=address, per_client_workspaces=per_client_workspaces)
@@ -341,16 +347,10 @@ def shell(
     verbose: VerboseOpt = 0,
 ) -> None:
     """An interactive session: /mcp, /tools, /prompts, /call, /reload, and approvals as they come up."""
-    from mcpvisor.cli.host import HostOptions
     from mcpvisor.cli.shell import run_shell
 
     _setup_logging(verbose, narrated=True)
-    options = HostOptions(
-        env=dict(os.environ),
-        workspace=workspace,
-        mcp_config=list(mcp_config or []),
-        allowed_mcp_server_names=_split_names(allowed_mcp_server_names),
-    )
+    options = _host_options(workspace, mcp_config, allowed_mcp_server_names)
 
     async def main() -> int:
         with anyio.open_signal_receiver(signal.SIGINT) as sigint:

@@ -26,6 +26,7 @@ import anyio
 from mcpvisor.core.errors import ConfigError, ToolNotFoundError
 from mcpvisor.core.events import EventBus, ReconcileFinished
 from mcpvisor.core.gating import McpGating, matches_any
+from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.registry import TOOL_PREFIX, PromptRegistry, ToolRegistry
 from mcpvisor.core.server_config import McpServerConfig
 
@@ -46,7 +47,7 @@ def _as_tuple(names: Iterable[str] | None) -> tuple[str, ...] | None:
     return None if names is None else tuple(names)
 
 
-class Config:
+class Config(StackOwner):
     """The MCP side of one session: server layers, gating, registries and connections."""
 
     def __init__(
@@ -107,11 +108,8 @@ class Config:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
-        stack, self._stack = self._stack, None
         self._initialized = False
-        if stack is None:
-            return None
-        return await stack.__aexit__(exc_type, exc, tb)
+        return await super().__aexit__(exc_type, exc, tb)
 
     async def initialize(self) -> ReconcileFinished | None:
         """First discovery: connect every admitted server. A no-op in an untrusted folder."""
