@@ -291,3 +291,43 @@ async def test_status_json_connects_admitted_servers_only_and_hides_secrets(tmp_
     assert "a · ● connected (1 tool, 0 prompts)" in text
     assert "p · ? needs approval" in text
     assert "very-secret-value" not in text
+
+
+async def test_human_output_has_a_status_table_and_one_line_per_change(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    m = tmp_path / "pids"
+    servers = {"a": server("a", m), "b": server("b", m)}
+    save(layout.paths.user, {"mcpServers": servers})
+    save(layout.paths.project, {"mcpServers": {"p": server("p", m)}})
+    process = await anyio.open_process(
+        [sys.executable, "-m", "mcpvisor", "run", "--workspace", str(layout.root)],
+        env={**os.environ, **layout.env, "COLUMNS": "250"},
+        stderr=subprocess.DEVNULL,
+    )
+    output = ""
+
+    async def until(text: str) -> None:
+        nonlocal output
+        assert process.stdout is not None
+        with anyio.fail_after(WAIT_S):
+            async for chunk in TextReceiveStream(process.stdout):
+                output += chunk
+                if text in output:
+                    return
+
+    async with process:
+        await until("Ctrl-C to stop")
+        assert "a · ● connected (1 tool, 0 prompts)" in output
+        assert f"? p needs approval — run: mcpvisor mcp approve p --workspace {layout.root}" in output
+        save(layout.paths.user, {"mcpServers": {**servers, "a": server("a", m, "--tools", "x,y")}})
+        await until("↻ restarted a (args changed)")
+        save(layout.paths.user, {"mcpServers": {"a": server("a", m, "--tools", "x,y")}})
+        await until("- removed b")
+        save(layout.paths.user, {"mcpServers": {"a": server("a", m, "--tools", "x,y"), "c": server("c", m)}})
+        await until("+ added c (1 tool)")
+        process.send_signal(signal.SIGINT)
+        with anyio.fail_after(WAIT_S):
+            await process.wait()
+    assert process.returncode == 0
+    for pid in marker_pids(m):
+        await wait_until(lambda pid=pid: not pid_alive(pid))  # type: ignore[misc]
