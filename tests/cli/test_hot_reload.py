@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mcpvisor.cli.host import Host, HostEvent, HostOptions
+from mcpvisor.cli.host import Host, HostEvent, HostOptions, SettingsWarning
 from mcpvisor.cli.hot_reload import McpPendingApprovalChanged, mcp_gating_equal
 from mcpvisor.cli.settings.loader import SettingsError
 from mcpvisor.core.errors import ConfigError
@@ -291,3 +291,12 @@ async def test_reload_with_a_half_saved_settings_file_keeps_the_last_good_config
         assert s.live() == {"u", "p"}
         assert s.host.settings.errors
         assert s.host.settings.trusted
+
+
+async def test_deleting_a_settings_file_says_so_and_removes_its_servers(tmp_path: Path) -> None:
+    async with session(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
+        s.layout.paths.user.unlink()
+        await s.rec.wait_for(lambda: s.live() == set())
+        await s.rec.wait_for(
+            lambda: any(isinstance(e, SettingsWarning) and "was deleted" in e.message for e in s.rec.events)
+        )

@@ -36,7 +36,7 @@ from mcpvisor.cli.hot_reload import (
 from mcpvisor.cli.settings.loader import Settings, SettingsError, load_settings
 from mcpvisor.cli.settings.mcp_servers import TopTier, load_top_tier
 from mcpvisor.cli.views import LiveServer, ServerView, describe_servers
-from mcpvisor.cli.watcher import RestartRequired, SettingsWatcher
+from mcpvisor.cli.watcher import RestartRequired, SettingsChanged, SettingsWatcher
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import McpEvent
@@ -178,6 +178,7 @@ class Host(StackOwner):
                     on_state=self._remember,
                     task_group=reloads,
                 )
+                self.watcher.add_change_listener(self._on_settings_changed)
                 self.watcher.add_error_listener(self._on_settings_error)
                 self.watcher.add_restart_listener(self._on_restart_required)
                 await stack.enter_async_context(self.watcher)
@@ -208,6 +209,12 @@ class Host(StackOwner):
         if key not in self._warned:
             self._warned.add(key)
             self.emit(event)
+
+    async def _on_settings_changed(self, event: SettingsChanged) -> None:
+        if event.scope in ("user", "workspace", "project"):
+            path = self.settings.paths.of(event.scope)
+            if not await anyio.Path(path).exists():
+                self.emit(SettingsWarning(f"{path} was deleted: what it configured is gone (its servers are removed)"))
 
     async def _on_settings_error(self, error: SettingsError) -> None:
         self._warned.discard(str(error))
