@@ -62,6 +62,16 @@ def test_every_state_reads_as_its_reason_in_priority_order(tmp_path: Path) -> No
     assert "see error logs" not in "\n".join(line for line in text.splitlines() if "approval" in line)
 
 
+def test_a_server_that_wants_credentials_reads_needs_authentication(tmp_path: Path) -> None:
+    servers = {"r": McpServerConfig(http_url="https://example.com/mcp")}
+    sources = {"r": ServerSource("User", "user", tmp_path / "s.json")}
+    live = {"r": LiveServer("disconnected", 0, 0, "the server needs authentication", None, needs_auth=True)}
+    rows = describe_servers(
+        AssembledServers(servers, sources), McpGating(), ApprovalStore(tmp_path / "a.json"), tmp_path, live=live
+    )
+    assert "r · 🔒 needs authentication — add credentials to mcpServers.r.headers" in render(rows)
+
+
 def test_no_servers_says_so() -> None:
     assert render([]).strip() == "No MCP servers configured."
 

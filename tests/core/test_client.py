@@ -225,3 +225,5 @@ async def test_connection_errors_never_show_url_credentials_query_values_or_head
     for secret in ("PW_SECRET", "QUERY_SECRET", "HEADER_SECRET"):
         assert secret not in shown
     assert "127.0.0.1" in str(info.value)
+    assert client.needs_auth
+    assert "mcpServers.remote.headers" in str(info.value)

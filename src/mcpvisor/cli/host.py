@@ -264,6 +264,7 @@ class Host(StackOwner):
                 prompts=len(self.config.prompt_registry.prompts_of(name)),
                 error=client.last_error,
                 log_path=str(client.log_path),
+                needs_auth=client.needs_auth,
             )
         return describe_servers(
             self.state.assembled,

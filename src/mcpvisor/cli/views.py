@@ -24,7 +24,15 @@ from mcpvisor.core.gating import McpGating
 __all__ = ["LiveServer", "ServerState", "ServerView", "describe_servers", "render_status", "state_text"]
 
 ServerState = Literal[
-    "disabled", "not_allowed", "rejected", "needs_approval", "connected", "connecting", "disconnected", "untrusted"
+    "disabled",
+    "not_allowed",
+    "rejected",
+    "needs_approval",
+    "needs_auth",
+    "connected",
+    "connecting",
+    "disconnected",
+    "untrusted",
 ]
 
 
@@ -37,6 +45,7 @@ class LiveServer:
     prompts: int
     error: str | None
     log_path: str | None = None
+    needs_auth: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +103,8 @@ def describe_servers(
         else:
             conn = live.get(name) if live is not None else None
             state = conn.status if conn is not None else "disconnected"  # type: ignore[assignment]
+            if conn is not None and conn.needs_auth and conn.status == "disconnected":
+                state = "needs_auth"
         conn = live.get(name) if live is not None else None
         rows.append(
             ServerView(
@@ -134,6 +145,8 @@ def state_text(row: ServerView, *, live: bool = True, approve_hint: str = APPROV
         return "✗", "rejected — edit config to re-approve", "red"
     if row.state == "needs_approval":
         return "?", f"needs approval — run: {approve_hint.format(name=row.name)}", "yellow"
+    if row.state == "needs_auth":
+        return "🔒", f"needs authentication — add credentials to mcpServers.{row.name}.headers", "yellow"
     if not live:
         return "✓", "allowed (approved)" if row.approval == "approved" else "allowed", "green"
     if row.state == "connected":

@@ -100,6 +100,8 @@ class McpClient:
         self.resources: list[types.Resource] = []
         self.protocol_version: str | None = None
         self.process: StdioProcess | None = None
+        self.needs_auth = False
+        """The server answered 401/403: it wants credentials."""
         self._log_dir = log_dir or default_log_dir()
         self._on_change = on_change
         self._on_lost = on_lost
@@ -272,14 +274,34 @@ class McpClient:
             from mcp.client.streamable_http import streamable_http_client
 
             http = await stack.enter_async_context(
-                httpx2.AsyncClient(headers=cfg.headers or {}, timeout=httpx2.Timeout(30.0, read=300.0))
+                httpx2.AsyncClient(
+                    headers=cfg.headers or {},
+                    timeout=httpx2.Timeout(30.0, read=300.0),
+                    event_hooks={"response": [self._note_http_status]},
+                )
             )
             transport = streamable_http_client(cfg.http_url, http_client=http)
         else:
+            import httpx2
             from mcp.client.sse import sse_client
+            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            def http_client(
+                headers: dict[str, str] | None = None,
+                timeout: httpx2.Timeout | None = None,
+                auth: httpx2.Auth | None = None,
+            ) -> httpx2.AsyncClient:
+                client = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth)
+                client.event_hooks["response"].append(self._note_http_status)
+                return client
 
             assert cfg.url is not None
-            transport = sse_client(cfg.url, headers=dict(cfg.headers or {}), timeout=self.discovery_timeout_s)
+            transport = sse_client(
+                cfg.url,
+                headers=dict(cfg.headers or {}),
+                timeout=self.discovery_timeout_s,
+                httpx_client_factory=http_client,
+            )
         handler: MessageHandlerFnT = self._on_message
         client = Client(
             transport,
@@ -293,11 +315,21 @@ class McpClient:
         self._mode = client.protocol_version if client.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
         return client
 
+    async def _note_http_status(self, response: Any) -> None:
+        """Remember that the server asked for credentials (the SDK keeps only a generic error)."""
+        if response.status_code in (401, 403):
+            self.needs_auth = True
+
     def _explain(self, exc: BaseException) -> str:
         """Why the connection failed, for people: never a URL's credentials, an env or header value."""
         return redact_text(self._explain_raw(exc), self.config)
 
     def _explain_raw(self, exc: BaseException) -> str:
+        if self.needs_auth:
+            return (
+                f"the server needs authentication ({self.config.target()} answered 401/403); add the credentials "
+                f"it expects to mcpServers.{self.name}.headers (OAuth sign-in is not supported yet)"
+            )
         for leaf in _flatten(exc):
             if isinstance(leaf, ConnectError):
                 return str(leaf).split(": ", 1)[-1]
