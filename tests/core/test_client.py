@@ -113,10 +113,10 @@ async def test_a_refused_url_names_the_server_and_the_url(tmp_path: Path) -> Non
 
 async def test_a_server_that_never_answers_initialize_times_out_and_leaves_no_process(tmp_path: Path) -> None:
     marker = tmp_path / "m"
-    cfg = light("mute", "--hang-on-initialize", "--marker", str(marker), discovery_timeout_ms=1500)
+    cfg = light("mute", "--hang-on-initialize", "--marker", str(marker), discovery_timeout_ms=3000)
     client = McpClient("mute", cfg, log_dir=tmp_path)
     async with anyio.create_task_group() as tg:
-        with pytest.raises(ConnectError, match=r"'mute'.*no answer within 1.5 s"):
+        with pytest.raises(ConnectError, match=r"'mute'.*no answer within 3 s"):
             await client.start(tg)
     [pid] = marker_pids(marker)
     await wait_until(lambda: not pid_alive(pid))
@@ -227,3 +227,15 @@ async def test_connection_errors_never_show_url_credentials_query_values_or_head
     assert "127.0.0.1" in str(info.value)
     assert client.needs_auth
     assert "mcpServers.remote.headers" in str(info.value)
+
+
+async def test_a_server_that_ignores_stdin_close_and_sigterm_and_forks_is_killed_with_its_child(tmp_path: Path) -> None:
+    marker = tmp_path / "pids"
+    client = McpClient("stubborn", light("stubborn", "--stubborn", "--marker", str(marker)), log_dir=tmp_path)
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        await wait_until(lambda: len(marker_pids(marker)) == 2)
+        with anyio.fail_after(WAIT_S):
+            await client.aclose()
+    server_pid, child_pid = marker_pids(marker)
+    await wait_until(lambda: not pid_alive(server_pid) and not pid_alive(child_pid))

@@ -14,6 +14,7 @@ import pytest
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError, ServerUnavailableError, ToolNotFoundError
 from mcpvisor.core.events import McpEvent, ReconcileFinished, ServerStateChanged
+from mcpvisor.core.manager import BACKOFF_INITIAL_S
 from mcpvisor.core.server_config import McpServerConfig
 from tests.helpers import WAIT_S, free_port, http_server, light, marker_pids, pid_alive, wait_until
 
@@ -274,6 +275,8 @@ async def test_a_deliberate_stop_never_respawns(config: Config, tmp_path: Path) 
     await config.reinitialize_mcp_servers({"a": light("a", "--marker", str(marker))})
     await config.reinitialize_mcp_servers({})
     await config.reinitialize_mcp_servers({"b": light("b")})
+    # Proving an absence: wait well past the first reconnect backoff, then look again.
+    await anyio.sleep(BACKOFF_INITIAL_S * 4)
     assert len(marker_pids(marker)) == 1
     assert "a" not in config.manager.clients()
 
@@ -285,14 +288,14 @@ async def test_an_in_flight_call_to_a_replaced_server_ends_with_a_clear_error(co
 
     async def call(server: str) -> None:
         try:
-            outcome[server] = await config.call_tool(f"mcp__{server}__sleep", {"seconds": 1.5})
+            outcome[server] = await config.call_tool(f"mcp__{server}__sleep", {"seconds": 4})
         except ServerUnavailableError as exc:
             outcome[server] = exc
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(call, "a")
         tg.start_soon(call, "b")
-        await anyio.sleep(0.3)  # let both calls reach their servers
+        await anyio.sleep(1.0)  # let both calls reach their servers (they then run for 4 s)
         await config.reinitialize_mcp_servers(
             {"a": light("a", "--control", "--tools", "v2"), "b": light("b", "--control")}
         )

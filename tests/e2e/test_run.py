@@ -173,8 +173,10 @@ async def test_a_theme_edit_gives_no_reconcile_event(tmp_path: Path) -> None:
     async with run(tmp_path, user={"mcpServers": servers}) as r:
         before = len(r.of("reconcile"))
         save(r.layout.paths.user, {"mcpServers": servers, "ui": {"theme": "dark"}})
-        # A later edit in another scope is handled after the theme edit: one reconcile, its own.
-        await r.next_reconcile(lambda: save(r.layout.paths.workspace, {"mcp": {"excluded": ["nothing"]}}))
+        # A later edit in another scope is handled after the theme edit: the first reconcile after
+        # the theme edit must be the sentinel's own (it excludes a), not one the theme caused.
+        first = await r.next_reconcile(lambda: save(r.layout.paths.workspace, {"mcp": {"excluded": ["a"]}}))
+        assert first["gated"] == {"a": "excluded"}
         assert len(r.of("reconcile")) == before + 1
 
 

@@ -15,6 +15,7 @@ The command line is a contract used by the demo, the tests and the benchmarks::
     --hang-on-call TOOL    calling TOOL never returns; other requests are still served
     --hang-on-initialize   never answer initialize (nor the modern server/discover probe)
     --exit-after SECONDS   exit by itself with code 4 after SECONDS
+    --stubborn             ignore SIGTERM and stdin closing, and keep a child that does the same
 
 and, for the SDK server only, ``--transport stdio|streamable-http|sse``, ``--host``, ``--port``.
 """
@@ -56,6 +57,7 @@ class Options:
         "port",
         "prompts",
         "stderr",
+        "stubborn",
         "tools",
         "transport",
     )
@@ -71,6 +73,7 @@ class Options:
         self.hang_on_call: str | None = namespace.hang_on_call
         self.hang_on_initialize: bool = namespace.hang_on_initialize
         self.exit_after_s: float | None = namespace.exit_after
+        self.stubborn: bool = getattr(namespace, "stubborn", False)
         self.transport: str = getattr(namespace, "transport", "stdio")
         self.host: str = getattr(namespace, "host", "127.0.0.1")
         self.port: int = getattr(namespace, "port", 8000)
@@ -109,6 +112,12 @@ def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
     parser.add_argument("--hang-on-initialize", action="store_true", help="never answer initialize")
     parser.add_argument(
         "--exit-after", type=float, metavar="SECONDS", help=f"exit with code {EXIT_AFTER_CODE} after SECONDS"
+    )
+    parser.add_argument(
+        "--stubborn",
+        action="store_true",
+        help="ignore SIGTERM and stay after stdin closes, with a child process that does the same "
+        "(only SIGKILL of the whole process group ends them)",
     )
     if network:
         parser.add_argument("--transport", choices=TRANSPORTS, default="stdio", help="default: stdio")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -298,10 +299,29 @@ def serve(options: Options, stdin: IO[bytes], stdout: IO[bytes]) -> None:
         server.handle_line(line)
 
 
+def be_stubborn(marker: str | None) -> None:
+    """Ignore SIGTERM, and leave a child in the same process group that ignores it too (its PID is
+    appended to the marker file as well), so only a kill of the whole group ends both."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    pid = os.fork()
+    if pid == 0:
+        os.close(0)
+        os.close(1)
+        while True:
+            time.sleep(60)
+    if marker:
+        with open(marker, "a", encoding="utf-8") as f:
+            f.write(f"{pid} child\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     options = parse_options(argv, "python -m mcpvisor.examples.light_server")
     perform_start_actions(options)
+    if options.stubborn:
+        be_stubborn(options.marker)
     serve(options, sys.stdin.buffer, sys.stdout.buffer)
+    while options.stubborn:
+        time.sleep(60)  # stdin closed: stay anyway
 
 
 if __name__ == "__main__":
