@@ -16,7 +16,7 @@ from mcpvisor.core.errors import ConfigError, ServerUnavailableError, ToolNotFou
 from mcpvisor.core.events import McpEvent, ReconcileFinished, ServerStateChanged
 from mcpvisor.core.manager import BACKOFF_INITIAL_S
 from mcpvisor.core.server_config import McpServerConfig
-from tests.helpers import WAIT_S, free_port, http_server, light, marker_pids, pid_alive, wait_until
+from tests.helpers import LIGHT, WAIT_S, free_port, http_server, light, marker_pids, pid_alive, wait_until
 
 
 @pytest.fixture
@@ -404,3 +404,23 @@ async def test_an_update_waiting_behind_a_cancelled_reconcile_is_still_applied(c
         tg.start_soon(leader)
         tg.start_soon(follower)
     assert "mcp__fast__echo" in tools(config)
+
+
+@pytest.mark.parametrize("field", ["env", "command", "cwd"])
+async def test_a_changed_connection_field_restarts_only_that_server(config: Config, tmp_path: Path, field: str) -> None:
+    servers = {name: light(name) for name in "abc"}
+    await config.initialize()
+    await config.reinitialize_mcp_servers(servers)
+    before = pids(config)
+    changed = {
+        "env": light("b", env={"MODE": "2"}),
+        "command": McpServerConfig(command="/bin/sh", args=("-c", f"exec {sys.executable} -m {LIGHT} --name b")),
+        "cwd": light("b", cwd=str(tmp_path)),
+    }[field]
+    await config.reinitialize_mcp_servers({**servers, "b": changed})
+    after = pids(config)
+    assert config.last_reconcile is not None
+    assert config.last_reconcile.restarted == ("b",)
+    assert after["a"] == before["a"]
+    assert after["c"] == before["c"]
+    assert after["b"] != before["b"]
