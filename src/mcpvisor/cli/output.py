@@ -12,7 +12,7 @@ from rich.console import Console
 from mcpvisor.cli.host import Host, HostEvent, Ready, SettingsWarning
 from mcpvisor.cli.hot_reload import McpPendingApprovalChanged, McpPromptsChanged, McpReloadFailed
 from mcpvisor.cli.settings.loader import SettingsError
-from mcpvisor.cli.views import render_status
+from mcpvisor.cli.views import plural, render_status
 from mcpvisor.cli.watcher import RestartRequired
 from mcpvisor.core.events import ReconcileFinished, ServerStateChanged
 from mcpvisor.core.server_config import CONNECTION_FIELDS, McpServerConfig
@@ -122,7 +122,7 @@ class HumanOutput:
                         c.print(f"[red]✗ {name} failed to start:[/] {failed.split(': ', 1)[-1]}")
                     else:
                         tools = len(self._host.config.tool_registry.tools_of(name))
-                        c.print(f"[green]+ added {name}[/] ({tools} tool{'' if tools == 1 else 's'})")
+                        c.print(f"[green]+ added {name}[/] ({plural(tools, 'tool')})")
                 for name in event.removed:
                     c.print(f"[yellow]- removed {name}[/]")
                 for name in event.restarted:

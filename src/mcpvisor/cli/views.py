@@ -21,7 +21,7 @@ from mcpvisor.cli.approvals import ApprovalStore, is_gated
 from mcpvisor.cli.settings.mcp_servers import SOURCE_ORDER, AssembledServers
 from mcpvisor.core.gating import McpGating
 
-__all__ = ["LiveServer", "ServerState", "ServerView", "describe_servers", "render_status", "state_text"]
+__all__ = ["LiveServer", "ServerState", "ServerView", "describe_servers", "plural", "render_status", "state_text"]
 
 ServerState = Literal[
     "disabled",
@@ -126,7 +126,7 @@ def describe_servers(
     return rows
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
@@ -150,7 +150,7 @@ def state_text(row: ServerView, *, live: bool = True, approve_hint: str = APPROV
     if not live:
         return "✓", "allowed (approved)" if row.approval == "approved" else "allowed", "green"
     if row.state == "connected":
-        return "●", f"connected ({_plural(row.tools, 'tool')}, {_plural(row.prompts, 'prompt')})", "green"
+        return "●", f"connected ({plural(row.tools, 'tool')}, {plural(row.prompts, 'prompt')})", "green"
     if row.state == "connecting":
         return "◌", "connecting…", "cyan"
     if row.error:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.text import Text
 
+from mcpvisor.cli.views import plural
 from mcpvisor.core.registry import RegisteredPrompt, RegisteredTool
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def render_tools(console: Console, tools: list[RegisteredTool]) -> None:
         return
     by_name = {t.name: t for t in tools}
     for server, names in _by_server((t.server, t.name) for t in tools).items():
-        console.print(Text(f"{server} ({len(names)} tool{'' if len(names) == 1 else 's'})", style="bold"))
+        console.print(Text(f"{server} ({plural(len(names), 'tool')})", style="bold"))
         for name in names:
             line = Text("  ")
             line.append(name, style="cyan")
@@ -63,7 +64,7 @@ def render_prompts(console: Console, prompts: list[RegisteredPrompt]) -> None:
         return
     by_name = {p.name: p for p in prompts}
     for server, names in _by_server((p.server, p.name) for p in prompts).items():
-        console.print(Text(f"{server} ({len(names)} prompt{'' if len(names) == 1 else 's'})", style="bold"))
+        console.print(Text(f"{server} ({plural(len(names), 'prompt')})", style="bold"))
         for name in names:
             prompt = by_name[name].prompt
             line = Text("  ")
