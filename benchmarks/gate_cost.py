@@ -30,14 +30,14 @@ from typing import Any, TypeVar
 
 from _common import LIGHT_MODULE, Stats, Table, light, print_header, run, stats_cells, temp_log_dir, verdict
 
-from mcpvisor.cli.approvals import ApprovalStore
-from mcpvisor.cli.gating import mcp_gating_equal, mcp_servers_equal, recompute_mcp_gating
-from mcpvisor.cli.hot_reload import touches_mcp
-from mcpvisor.cli.settings.loader import build_server_entries, parse_settings_text
-from mcpvisor.cli.watcher import SettingsChanged
 from mcpvisor.core.config import Config
 from mcpvisor.core.gating import McpGating
 from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.approvals import ApprovalStore
+from mcpvisor.host.gating import mcp_gating_equal, mcp_servers_equal, recompute_mcp_gating
+from mcpvisor.host.hot_reload import touches_mcp
+from mcpvisor.host.settings.loader import build_server_entries, parse_settings_text
+from mcpvisor.host.watcher import SettingsChanged
 
 LIVE = 5
 GATE_TARGET_MS = 5.0

@@ -46,10 +46,10 @@ from typing import Any
 import anyio
 from _common import LIGHT_MODULE, Stats, Table, light, print_header, run, stats_cells, temp_log_dir, verdict
 
-from mcpvisor.cli.host import Host, HostEvent, HostOptions
-from mcpvisor.cli.watcher import DEBOUNCE_S, SettingsChanged
 from mcpvisor.core.config import Config
 from mcpvisor.core.events import McpClientUpdate, ServerStateChanged, ToolsChanged
+from mcpvisor.host.host import Host, HostEvent, HostOptions
+from mcpvisor.host.watcher import DEBOUNCE_S, SettingsChanged
 
 TARGET_MS = 50.0
 SETTLE_S = 0.3

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import mcpvisor
 
 
@@ -37,4 +39,29 @@ def test_public_api_is_pinned() -> None:
 
 def test_importing_the_package_imports_nothing_heavy() -> None:
     code = "import sys, mcpvisor; assert not {'pydantic', 'mcp', 'anyio'} & set(sys.modules), sorted(sys.modules)"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_host_and_gateway_entry_points_are_pinned() -> None:
+    import mcpvisor.gateway
+    import mcpvisor.host
+    from mcpvisor.gateway.server import Gateway
+    from mcpvisor.host.host import Host
+
+    assert mcpvisor.host.__all__ == ["Host", "HostEvent", "HostOptions", "Ready", "SettingsWarning"]
+    assert mcpvisor.gateway.__all__ == ["Gateway", "WorkspaceGateway"]
+    assert mcpvisor.host.Host is Host
+    assert mcpvisor.gateway.Gateway is Gateway
+    for package in (mcpvisor.host, mcpvisor.gateway):
+        for name in package.__all__:
+            assert getattr(package, name) is not None
+    with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
+        _ = mcpvisor.host.Nope
+
+
+def test_importing_a_package_above_the_core_stays_cheap() -> None:
+    code = (
+        "import sys, mcpvisor.host, mcpvisor.gateway, mcpvisor.shell, mcpvisor.cli\n"
+        "assert not {'mcp', 'watchfiles', 'rich', 'typer'} & set(sys.modules), sorted(sys.modules)"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

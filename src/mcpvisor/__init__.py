@@ -3,14 +3,16 @@
 The library API is the core (``mcpvisor.core``): build a :class:`Config`, enter it, call
 ``initialize()``, read ``tool_registry`` / ``prompt_registry``, ``call_tool(...)``, and
 ``reinitialize_mcp_servers(...)`` whenever the desired servers change: only what changed is
-connected, disconnected or restarted. Names are imported lazily so that ``import mcpvisor``
-stays cheap (the bundled example servers rely on it).
+connected, disconnected or restarted. A session that follows settings files on its own is
+``mcpvisor.host.Host``; one MCP server over it is ``mcpvisor.gateway.Gateway``. Names are
+imported lazily so that ``import mcpvisor`` stays cheap (the bundled example servers rely on it).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from mcpvisor._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -83,11 +85,4 @@ if TYPE_CHECKING:
     from mcpvisor.core.pool import McpConnectionPool
     from mcpvisor.core.server_config import McpServerConfig, connection_id_of
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mcpvisor' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -13,8 +13,8 @@ import anyio
 import pytest
 from anyio.streams.text import TextReceiveStream
 
-from tests.cli.settings.layout import make_layout, replace_text
 from tests.helpers import LIGHT, WAIT_S, marker_pids, pid_alive, wait_until
+from tests.layout import make_layout, replace_text
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -16,8 +16,8 @@ import anyio
 import anyio.abc
 from anyio.streams.text import TextReceiveStream
 
-from tests.cli.settings.layout import Layout, make_layout, replace_text
 from tests.helpers import LIGHT, WAIT_S, marker_pids, pid_alive, wait_until
+from tests.layout import Layout, make_layout, replace_text
 
 Event = dict[str, Any]
 

@@ -14,16 +14,17 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from mcpvisor.cli import paths
-from mcpvisor.cli.approvals import ApprovalStore, is_gated
-from mcpvisor.cli.hot_reload import DesiredState, compute_desired_state
-from mcpvisor.cli.settings.loader import Settings, load_settings, parse_trusted_folders
-from mcpvisor.cli.settings.mcp_servers import load_top_tier
-from mcpvisor.cli.settings.writer import delete_setting, set_setting, write_atomically
-from mcpvisor.cli.views import describe_servers, render_status
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host import paths
+from mcpvisor.host.approvals import ApprovalStore, is_gated
+from mcpvisor.host.hot_reload import DesiredState, compute_desired_state
+from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted_folders
+from mcpvisor.host.settings.mcp_servers import load_top_tier
+from mcpvisor.host.settings.writer import delete_setting, set_setting, write_atomically
+from mcpvisor.host.status import describe_servers
+from mcpvisor.shell.views import render_status
 
 __all__ = ["add_server", "decide", "list_servers", "load_state", "remove_server", "trust_folder"]
 

@@ -10,27 +10,32 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import re
 import tempfile
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 import mcp_types as types
 from mcp import Client
-from mcp.client.caching import CacheMode
-from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpvisor.core.errors import ConnectError, ServerUnavailableError, ToolCallError
 from mcpvisor.core.events import ServerStatus
+from mcpvisor.core.listing import (
+    follow_list_changes,
+    list_all_prompts,
+    list_all_resources,
+    list_all_tools,
+    listen_wanted,
+)
 from mcpvisor.core.server_config import McpServerConfig, connection_id_of, redact_text
-from mcpvisor.core.stdio import StdioProcess, open_stdio_transport
+from mcpvisor.core.stdio import StdioProcess
+from mcpvisor.core.transports import explain_start_failure, open_transport
 
 if TYPE_CHECKING:
     from mcp.client.session import MessageHandlerFnT
@@ -49,29 +54,12 @@ DEFAULT_REMOTE_DISCOVERY_TIMEOUT_S = 5.0
 DEFAULT_CALL_TIMEOUT_S = 600.0
 STOP_TIMEOUT_S = 10.0
 """How long a deliberate stop may take before the owner task is cancelled outright."""
-LISTEN_RETRY_S = 0.5
 _CLIENT_INFO = types.Implementation(name="mcpvisor", version="0.1.0")
 _SAFE_FILENAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 def default_log_dir() -> Path:
     return Path(tempfile.gettempdir()) / "mcpvisor-logs"
-
-
-def _flatten(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for sub in exc.exceptions for leaf in _flatten(sub)]
-    return [exc]
-
-
-def describe_failure(exc: BaseException) -> str:
-    """A one-line reason for a failure that may be wrapped in nested exception groups."""
-    leaves = [e for e in _flatten(exc) if not isinstance(e, anyio.get_cancelled_exc_class())] or _flatten(exc)
-    leaf = leaves[0]
-    if isinstance(leaf, MCPError):
-        return f"server answered error {leaf.code}: {leaf.message}"
-    text = str(leaf) or type(leaf).__name__
-    return text if type(leaf).__name__ in text else f"{type(leaf).__name__}: {text}"
 
 
 class McpClient:
@@ -221,7 +209,7 @@ class McpClient:
         async with AsyncExitStack() as stack:
             client = await self._open(stack)
             async with anyio.create_task_group() as tg:
-                if self._listen_wanted(client):
+                if listen_wanted(client):
                     # Subscribe before listing: a change between the two is never missed (no replay).
                     await tg.start(self._listener, client)
                 await self._discover(client)
@@ -241,67 +229,14 @@ class McpClient:
                 logger.warning("server %r lost: %s", self.name, self._lost_reason)
 
     async def _open(self, stack: AsyncExitStack) -> Client:
-        cfg = self.config
-        transport: Any
-        if cfg.command is not None:
-            self._log_dir.mkdir(parents=True, exist_ok=True)
-            # A server may print anything it was given, secrets included: the log is the user's alone.
-            fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            errlog: TextIO = stack.enter_context(open(fd, "a", encoding="utf-8"))  # noqa: ASYNC230 - an fd, no blocking
-            try:
-                streams, self.process = await stack.enter_async_context(
-                    open_stdio_transport(cfg.command, cfg.args, env=cfg.env, cwd=cfg.cwd, errlog=errlog)
-                )
-            except FileNotFoundError as exc:
-                bad_cwd = _missing_dir(cfg.cwd)
-                what, missing, field = (
-                    ("working directory", cfg.cwd, "cwd") if bad_cwd else ("executable", cfg.command, "command")
-                )
-                raise ConnectError(
-                    f"could not start server {self.name!r}: {what} {missing!r} not found; "
-                    f"check mcpServers.{self.name}.{field}",
-                    server=self.name,
-                ) from exc
-            except PermissionError as exc:
-                raise ConnectError(
-                    f"could not start server {self.name!r}: permission denied running {cfg.command!r}; "
-                    f"check mcpServers.{self.name}.command",
-                    server=self.name,
-                ) from exc
-            transport = _FixedStreams(streams)
-        elif cfg.http_url is not None:
-            import httpx2
-            from mcp.client.streamable_http import streamable_http_client
-
-            http = await stack.enter_async_context(
-                httpx2.AsyncClient(
-                    headers=cfg.headers or {},
-                    timeout=httpx2.Timeout(30.0, read=300.0),
-                    event_hooks={"response": [self._note_http_status]},
-                )
-            )
-            transport = streamable_http_client(cfg.http_url, http_client=http)
-        else:
-            import httpx2
-            from mcp.client.sse import sse_client
-            from mcp.shared._httpx_utils import create_mcp_http_client
-
-            def http_client(
-                headers: dict[str, str] | None = None,
-                timeout: httpx2.Timeout | None = None,
-                auth: httpx2.Auth | None = None,
-            ) -> httpx2.AsyncClient:
-                client = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth)
-                client.event_hooks["response"].append(self._note_http_status)
-                return client
-
-            assert cfg.url is not None
-            transport = sse_client(
-                cfg.url,
-                headers=dict(cfg.headers or {}),
-                timeout=self.discovery_timeout_s,
-                httpx_client_factory=http_client,
-            )
+        transport, self.process = await open_transport(
+            stack,
+            self.name,
+            self.config,
+            log_path=self.log_path,
+            on_response=self._note_http_status,
+            sse_timeout_s=self.discovery_timeout_s,
+        )
         handler: MessageHandlerFnT = self._on_message
         client = Client(
             transport,
@@ -322,24 +257,12 @@ class McpClient:
 
     def _explain(self, exc: BaseException) -> str:
         """Why the connection failed, for people: never a URL's credentials, an env or header value."""
-        return redact_text(self._explain_raw(exc), self.config)
-
-    def _explain_raw(self, exc: BaseException) -> str:
-        if self.needs_auth:
-            return (
-                f"the server needs authentication ({self.config.target()} answered 401/403); add the credentials "
-                f"it expects to mcpServers.{self.name}.headers (OAuth sign-in is not supported yet)"
-            )
-        for leaf in _flatten(exc):
-            if isinstance(leaf, ConnectError):
-                return str(leaf).split(": ", 1)[-1]
-        reason = describe_failure(exc)
-        if self.config.transport == "stdio":
-            code = self.process.returncode if self.process is not None else None
-            if code is not None:
-                return f"process exited with code {code} during start-up; see its log {self.log_path}"
-            return f"{reason}; see its log {self.log_path}"
-        return f"{reason} (reaching {self.config.target()})"
+        return redact_text(
+            explain_start_failure(
+                self.name, self.config, exc, needs_auth=self.needs_auth, process=self.process, log_path=self.log_path
+            ),
+            self.config,
+        )
 
     # -- discovery and refresh ---------------------------------------------------------------
 
@@ -352,20 +275,14 @@ class McpClient:
 
         async with anyio.create_task_group() as tg:
             if caps.tools is not None:
-                tg.start_soon(fetch, "tools", _list_all_tools)
+                tg.start_soon(fetch, "tools", list_all_tools)
             if caps.prompts is not None:
-                tg.start_soon(fetch, "prompts", _list_all_prompts)
+                tg.start_soon(fetch, "prompts", list_all_prompts)
             if caps.resources is not None:
-                tg.start_soon(fetch, "resources", _list_all_resources)
+                tg.start_soon(fetch, "resources", list_all_resources)
         self.tools = results.get("tools", [])
         self.prompts = results.get("prompts", [])
         self.resources = results.get("resources", [])
-
-    def _listen_wanted(self, client: Client) -> bool:
-        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            return False
-        caps = client.server_capabilities
-        return bool((caps.tools and caps.tools.list_changed) or (caps.prompts and caps.prompts.list_changed))
 
     async def _on_message(self, message: Any) -> None:
         """Handshake-era notices (modern servers also copy theirs here while a listen is open)."""
@@ -391,8 +308,8 @@ class McpClient:
             tools, prompts = self._refresh_tools, self._refresh_prompts
             self._refresh_tools = self._refresh_prompts = False
             try:
-                new_tools = await _list_all_tools(client, bypass=True) if tools else self.tools
-                new_prompts = await _list_all_prompts(client, bypass=True) if prompts else self.prompts
+                new_tools = await list_all_tools(client, bypass=True) if tools else self.tools
+                new_prompts = await list_all_prompts(client, bypass=True) if prompts else self.prompts
             except MCPError as exc:
                 logger.warning(
                     "server %r: refreshing its listings failed: %s", self.name, redact_text(str(exc), self.config)
@@ -405,38 +322,12 @@ class McpClient:
                 self._notify()
 
     async def _listener(self, client: Client, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        """Modern-era list-changed notices arrive only on a ``subscriptions/listen`` stream."""
-        caps = client.server_capabilities
-        want_tools = bool(caps.tools and caps.tools.list_changed)
-        want_prompts = bool(caps.prompts and caps.prompts.list_changed)
-        first = True
-        try:
-            while True:
-                try:
-                    async with client.listen(tools_list_changed=want_tools, prompts_list_changed=want_prompts) as sub:
-                        if first:
-                            task_status.started()
-                            first = False
-                        else:  # no replay after a drop: refetch what we depend on
-                            self.request_refresh(tools=want_tools, prompts=want_prompts)
-                        async for event in sub:
-                            kind = type(event).__name__
-                            self.request_refresh(tools=kind == "ToolsListChanged", prompts=kind == "PromptsListChanged")
-                    return  # the server closed the stream gracefully
-                except SubscriptionLost:
-                    logger.debug("server %r: change subscription lost; listening again", self.name)
-                    await anyio.sleep(LISTEN_RETRY_S)
-                except (ListenNotSupportedError, MCPError) as exc:
-                    # Never let a missing subscription feature tear the connection down.
-                    logger.debug(
-                        "server %r does not support change subscriptions: %s",
-                        self.name,
-                        redact_text(str(exc), self.config),
-                    )
-                    return
-        finally:
-            if first:
-                task_status.started()
+        await follow_list_changes(
+            client,
+            self.request_refresh,
+            describe=lambda exc: f"server {self.name!r}" + (f" ({redact_text(str(exc), self.config)})" if exc else ""),
+            task_status=task_status,
+        )
 
     async def _watch_process(self, process: StdioProcess) -> None:
         await process.ended.wait()
@@ -523,52 +414,3 @@ class McpClient:
     def _notify(self) -> None:
         if self._on_change is not None:
             self._on_change(self)
-
-
-def _missing_dir(path: str | None) -> bool:
-    return path is not None and not Path(path).is_dir()
-
-
-class _FixedStreams:
-    """An already open pair of streams, presented as a transport (entering yields them)."""
-
-    def __init__(self, streams: Any) -> None:
-        self._streams = streams
-
-    async def __aenter__(self) -> Any:
-        return self._streams
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        return None
-
-
-_Page = TypeVar("_Page")
-_Item = TypeVar("_Item")
-
-
-async def _paginate(
-    fetch: Callable[[str | None], Awaitable[_Page]], items: Callable[[_Page], list[_Item]]
-) -> list[_Item]:
-    out: list[_Item] = []
-    cursor: str | None = None
-    while True:
-        page = await fetch(cursor)
-        out.extend(items(page))
-        cursor = getattr(page, "next_cursor", None)
-        if cursor is None:
-            return out
-
-
-async def _list_all_tools(client: Client, *, bypass: bool = False) -> list[types.Tool]:
-    mode: CacheMode = "bypass" if bypass else "use"
-    return await _paginate(lambda c: client.list_tools(cursor=c, cache_mode=mode), lambda p: p.tools)
-
-
-async def _list_all_prompts(client: Client, *, bypass: bool = False) -> list[types.Prompt]:
-    mode: CacheMode = "bypass" if bypass else "use"
-    return await _paginate(lambda c: client.list_prompts(cursor=c, cache_mode=mode), lambda p: p.prompts)
-
-
-async def _list_all_resources(client: Client, *, bypass: bool = False) -> list[types.Resource]:
-    mode: CacheMode = "bypass" if bypass else "use"
-    return await _paginate(lambda c: client.list_resources(cursor=c, cache_mode=mode), lambda p: p.resources)

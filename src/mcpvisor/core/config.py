@@ -27,13 +27,13 @@ from mcpvisor.core.errors import ConfigError, ToolNotFoundError
 from mcpvisor.core.events import EventBus, ReconcileFinished
 from mcpvisor.core.gating import McpGating, matches_any
 from mcpvisor.core.lifecycle import StackOwner
+from mcpvisor.core.manager import McpClientManager
 from mcpvisor.core.registry import TOOL_PREFIX, PromptRegistry, ToolRegistry
 from mcpvisor.core.server_config import McpServerConfig
 
 if TYPE_CHECKING:
     from mcp_types import CallToolResult, GetPromptResult
 
-    from mcpvisor.core.manager import McpClientManager
     from mcpvisor.core.pool import McpConnectionPool
 
 __all__ = ["Config", "UnavailableReason"]
@@ -86,8 +86,6 @@ class Config(StackOwner):
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> Config:
-        from mcpvisor.core.manager import McpClientManager
-
         async with AsyncExitStack() as stack:
             tg = await stack.enter_async_context(anyio.create_task_group())
             self._manager = McpClientManager(

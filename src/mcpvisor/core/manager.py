@@ -10,7 +10,6 @@ respawns.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -28,13 +27,13 @@ from mcpvisor.core.events import (
     ServerStateChanged,
     ToolsChanged,
 )
-from mcpvisor.core.reconcile import LiveServer, ReconcilePlan, plan_reconcile
+from mcpvisor.core.pool import default_max_starts
+from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, plan_reconcile
 from mcpvisor.core.registry import PromptRegistry, ToolRegistry
 from mcpvisor.core.server_config import McpServerConfig, connection_id_of, exposure_of
 
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
-    from mcpvisor.core.config import Config
     from mcpvisor.core.pool import McpConnectionPool
 
 __all__ = ["BACKOFF_INITIAL_S", "BACKOFF_MAX_S", "MAX_RECONNECT_ATTEMPTS", "McpClientManager", "default_max_starts"]
@@ -51,15 +50,10 @@ def _refine(name: str, reason: str, rejected: frozenset[str]) -> str:
     return "rejected" if reason == "pending_approval" and name in rejected else reason
 
 
-def default_max_starts() -> int:
-    """Simultaneous server starts: spawning is CPU-bound, so about the number of cores."""
-    return max(2, os.cpu_count() or 2)
-
-
 class McpClientManager:
     def __init__(
         self,
-        config: Config,
+        config: DesiredServers,
         tg: anyio.abc.TaskGroup,
         *,
         events: EventBus,

@@ -17,6 +17,7 @@ Usage::
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,11 +33,16 @@ from mcpvisor.core.server_config import McpServerConfig, connection_id_of
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
 
-__all__ = ["McpConnectionPool", "pool_key"]
+__all__ = ["McpConnectionPool", "default_max_starts", "pool_key"]
 
 logger = logging.getLogger(__name__)
 
 ClientCallback = Callable[["McpClient"], None]
+
+
+def default_max_starts() -> int:
+    """Simultaneous server starts: spawning is CPU-bound, so about the number of cores."""
+    return max(2, os.cpu_count() or 2)
 
 
 def pool_key(session_id: str, name: str, cfg: McpServerConfig) -> str:
@@ -58,8 +64,6 @@ class _Entry:
 
 class McpConnectionPool:
     def __init__(self, *, log_dir: Path | None = None, max_concurrent_starts: int | None = None) -> None:
-        from mcpvisor.core.manager import default_max_starts
-
         self._log_dir = log_dir
         self._limiter = anyio.CapacityLimiter(max_concurrent_starts or default_max_starts())
         self._entries: dict[str, _Entry] = {}

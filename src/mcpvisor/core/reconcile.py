@@ -8,11 +8,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from mcpvisor.core.gating import McpGating
 from mcpvisor.core.server_config import Exposure, McpServerConfig, connection_id_of, exposure_of
 
-__all__ = ["LiveServer", "ReconcilePlan", "plan_reconcile"]
+__all__ = ["DesiredServers", "LiveServer", "ReconcilePlan", "plan_reconcile"]
+
+
+class DesiredServers(Protocol):
+    """What a reconcile reads about the desired state: the narrow view of ``Config`` the manager
+    needs (so the manager never depends on ``Config`` itself)."""
+
+    def get_merged_mcp_servers(self) -> dict[str, McpServerConfig]: ...
+
+    def get_mcp_servers(self) -> dict[str, McpServerConfig]: ...
+
+    def get_rejected_mcp_servers(self) -> frozenset[str]: ...
+
+    def get_mcp_gating(self) -> McpGating: ...
+
+    def is_trusted_folder(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,114 @@
+"""``mcpvisor mcp ...``: inspect and manage configured servers; none of these starts a server or imports the SDK."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from mcpvisor.cli.options import AllowedOpt, JsonOpt, McpConfigOpt, WorkspaceOpt, reported, setup_logging, split_names
+
+__all__ = ["mcp_app"]
+
+mcp_app = typer.Typer(help="Inspect and manage configured MCP servers (never starts one).", no_args_is_help=True)
+
+
+@mcp_app.callback()
+def _mcp_root() -> None:
+    """Inspect and manage configured MCP servers (never starts one)."""
+    setup_logging(0, narrated=True)  # each command reports problems itself
+
+
+@mcp_app.command("list")
+def mcp_list(
+    workspace: WorkspaceOpt = None,
+    mcp_config: McpConfigOpt = None,
+    allowed_mcp_server_names: AllowedOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List every configured server with its source, scope, admission and approval state."""
+    from mcpvisor.cli.commands import list_servers
+
+    with reported():
+        list_servers(
+            env=dict(os.environ),
+            workspace=workspace,
+            mcp_config=list(mcp_config or []),
+            allowed=split_names(allowed_mcp_server_names),
+            as_json=as_json,
+        )
+
+
+@mcp_app.command("approve")
+def mcp_approve(
+    name: Annotated[str, typer.Argument(help="The server to approve.")], workspace: WorkspaceOpt = None
+) -> None:
+    """Approve a project or workspace server's exact configuration (a running host connects it)."""
+    from mcpvisor.cli.commands import decide
+
+    with reported():
+        decide(env=dict(os.environ), workspace=workspace, name=name, decision="approve")
+
+
+@mcp_app.command("reject")
+def mcp_reject(
+    name: Annotated[str, typer.Argument(help="The server to reject.")], workspace: WorkspaceOpt = None
+) -> None:
+    """Reject a project or workspace server: it stays disconnected until its configuration changes."""
+    from mcpvisor.cli.commands import decide
+
+    with reported():
+        decide(env=dict(os.environ), workspace=workspace, name=name, decision="reject")
+
+
+@mcp_app.command("add", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def mcp_add(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Server name.")],
+    scope: Annotated[str, typer.Option("--scope", help="Where to write it: user or workspace.")] = "user",
+    url: Annotated[str | None, typer.Option("--url", help="Streamable HTTP URL instead of a command.")] = None,
+    sse: Annotated[bool, typer.Option("--sse", help="The URL is an SSE endpoint.")] = False,
+    env_vars: Annotated[
+        list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE for the server's environment; repeatable.")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a server of that name.")] = False,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Add a server: mcpvisor mcp add NAME -- COMMAND [ARGS...]  or  --url URL."""
+    from mcpvisor.cli.commands import add_server
+
+    with reported():
+        add_server(
+            env=dict(os.environ),
+            workspace=workspace,
+            name=name,
+            scope=scope,
+            command=list(ctx.args),
+            url=url,
+            sse=sse,
+            env_vars=list(env_vars or []),
+            force=force,
+        )
+
+
+@mcp_app.command("remove")
+def mcp_remove(
+    name: Annotated[str, typer.Argument(help="Server name.")],
+    scope: Annotated[str, typer.Option("--scope", help="Where to remove it from: user or workspace.")] = "user",
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Remove a server from a settings file (a running host disconnects it)."""
+    from mcpvisor.cli.commands import remove_server
+
+    with reported():
+        remove_server(env=dict(os.environ), workspace=workspace, name=name, scope=scope)
+
+
+@mcp_app.command("trust")
+def mcp_trust(workspace: WorkspaceOpt = None) -> None:
+    """Trust a workspace folder (only matters when security.folderTrust.enabled is set)."""
+    from mcpvisor.cli.commands import trust_folder
+
+    with reported():
+        trust_folder(env=dict(os.environ), workspace=workspace)

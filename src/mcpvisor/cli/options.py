@@ -1,0 +1,122 @@
+"""What every command shares: its common options, logging set-up, and one way to report an error."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+from mcpvisor.core.errors import McpvisorError
+
+if TYPE_CHECKING:
+    from mcpvisor.host.host import HostOptions
+
+__all__ = [
+    "AllowedOpt",
+    "JsonOpt",
+    "McpConfigOpt",
+    "VerboseOpt",
+    "WorkspaceOpt",
+    "fail",
+    "host_options",
+    "own_error",
+    "reported",
+    "setup_logging",
+    "split_names",
+]
+
+WorkspaceOpt = Annotated[
+    Path | None,
+    typer.Option("--workspace", "-w", help="Workspace root (default: the current directory).", show_default=False),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output (JSON).")]
+VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True, help="More log output on stderr (-vv: debug).")]
+McpConfigOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--mcp-config",
+        help="Extra server file (mcpServers format); repeatable; highest precedence; read once at start.",
+    ),
+]
+AllowedOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--allowed-mcp-server-names",
+        help="Comma-separated allow-list (globs allowed): a ceiling that settings can only narrow.",
+    ),
+]
+
+
+def setup_logging(verbose: int, *, narrated: bool = False) -> None:
+    """Log to stderr. ``narrated``: the command already tells people every change and problem in
+    its own words, so by default only errors are logged (no line says the same thing twice)."""
+    quiet = logging.ERROR if narrated else logging.WARNING
+    level = quiet if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    if verbose < 2:
+        for noisy in ("mcp", "watchfiles", "uvicorn"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+    # The HTTP client logs every request URL, credentials and query included: never let it.
+    for secretive in ("httpx2", "httpcore2", "httpx", "httpcore"):
+        logging.getLogger(secretive).setLevel(logging.WARNING)
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def own_error(exc: BaseException) -> McpvisorError | None:
+    """mcpvisor's own error inside ``exc``, also when task groups wrapped it in exception groups."""
+    if isinstance(exc, McpvisorError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            found = own_error(sub)
+            if found is not None:
+                return found
+    return None
+
+
+@contextmanager
+def reported() -> Iterator[None]:
+    """Turn mcpvisor's own errors into one red line on stderr and exit code 1."""
+    try:
+        yield
+    except (McpvisorError, BaseExceptionGroup) as exc:
+        own = own_error(exc)
+        if own is None:
+            raise
+        raise fail(str(own)) from None
+
+
+def host_options(
+    workspace: Path | None, mcp_config: list[Path] | None, allowed: str | None, *, watch: bool = True
+) -> HostOptions:
+    """The host's options from the common command-line options and this process's environment."""
+    from mcpvisor.host.host import HostOptions
+
+    return HostOptions(
+        env=dict(os.environ),
+        workspace=workspace,
+        mcp_config=list(mcp_config or []),
+        allowed_mcp_server_names=split_names(allowed),
+        watch=watch,
+    )
+
+
+def split_names(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [name.strip() for name in value.split(",") if name.strip()]

@@ -1,0 +1,111 @@
+"""Listing a server's tools, prompts and resources (every page, cached or not) and following their changes.
+
+Handshake-era notices reach the client's message handler; modern-era ones arrive only on a
+``subscriptions/listen`` stream, which :func:`follow_list_changes` keeps open (MCP-SDK-2.md pitfall 6)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from mcp import Client
+from mcp.client.caching import CacheMode
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+__all__ = ["follow_list_changes", "list_all_prompts", "list_all_resources", "list_all_tools", "listen_wanted"]
+
+logger = logging.getLogger(__name__)
+
+LISTEN_RETRY_S = 0.5
+"""Pause before listening again after a subscription stream dropped."""
+
+
+class RequestRefresh(Protocol):
+    def __call__(self, *, tools: bool = False, prompts: bool = False) -> None: ...
+
+
+_Page = TypeVar("_Page")
+_Item = TypeVar("_Item")
+
+
+async def _paginate(
+    fetch: Callable[[str | None], Awaitable[_Page]], items: Callable[[_Page], list[_Item]]
+) -> list[_Item]:
+    out: list[_Item] = []
+    cursor: str | None = None
+    while True:
+        page = await fetch(cursor)
+        out.extend(items(page))
+        cursor = getattr(page, "next_cursor", None)
+        if cursor is None:
+            return out
+
+
+async def list_all_tools(client: Client, *, bypass: bool = False) -> list[types.Tool]:
+    mode: CacheMode = "bypass" if bypass else "use"
+    return await _paginate(lambda c: client.list_tools(cursor=c, cache_mode=mode), lambda p: p.tools)
+
+
+async def list_all_prompts(client: Client, *, bypass: bool = False) -> list[types.Prompt]:
+    mode: CacheMode = "bypass" if bypass else "use"
+    return await _paginate(lambda c: client.list_prompts(cursor=c, cache_mode=mode), lambda p: p.prompts)
+
+
+async def list_all_resources(client: Client, *, bypass: bool = False) -> list[types.Resource]:
+    mode: CacheMode = "bypass" if bypass else "use"
+    return await _paginate(lambda c: client.list_resources(cursor=c, cache_mode=mode), lambda p: p.resources)
+
+
+def listen_wanted(client: Client) -> bool:
+    """Whether a connection needs a ``subscriptions/listen`` stream: modern era, and the server
+    advertises list-changed for tools or prompts (others answer -32601, MCP-SDK-2.md pitfall 6)."""
+    if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return False
+    caps = client.server_capabilities
+    return bool((caps.tools and caps.tools.list_changed) or (caps.prompts and caps.prompts.list_changed))
+
+
+async def follow_list_changes(
+    client: Client,
+    request_refresh: RequestRefresh,
+    *,
+    describe: Callable[[BaseException | None], str],
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Keep a modern-era ``subscriptions/listen`` stream open and turn its events into
+    ``request_refresh`` calls; after a drop, listen again and refetch (there is no replay).
+    ``task_status`` is started once the first stream is open (or listening turned out impossible);
+    ``describe(exc)`` names the server in log lines, without secrets."""
+    caps = client.server_capabilities
+    want_tools = bool(caps.tools and caps.tools.list_changed)
+    want_prompts = bool(caps.prompts and caps.prompts.list_changed)
+    first = True
+    try:
+        while True:
+            try:
+                async with client.listen(tools_list_changed=want_tools, prompts_list_changed=want_prompts) as sub:
+                    if first:
+                        task_status.started()
+                        first = False
+                    else:  # no replay after a drop: refetch what we depend on
+                        request_refresh(tools=want_tools, prompts=want_prompts)
+                    async for event in sub:
+                        kind = type(event).__name__
+                        request_refresh(tools=kind == "ToolsListChanged", prompts=kind == "PromptsListChanged")
+                return  # the server closed the stream gracefully
+            except SubscriptionLost:
+                logger.debug("%s: change subscription lost; listening again", describe(None))
+                await anyio.sleep(LISTEN_RETRY_S)
+            except (ListenNotSupportedError, MCPError) as exc:
+                # Never let a missing subscription feature tear the connection down.
+                logger.debug("%s does not support change subscriptions", describe(exc))
+                return
+    finally:
+        if first:
+            task_status.started()

@@ -1,0 +1,159 @@
+"""Reaching one server: the transport for its config (stdio, streamable HTTP, SSE), and why a start failed.
+
+Secrets never reach a message: the caller redacts with ``redact_text`` before showing one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+from mcp.shared.exceptions import MCPError
+
+from mcpvisor.core.errors import ConnectError
+from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.stdio import StdioProcess, open_stdio_transport
+
+__all__ = ["describe_failure", "explain_start_failure", "flatten", "open_transport"]
+
+
+async def open_transport(
+    stack: AsyncExitStack,
+    name: str,
+    cfg: McpServerConfig,
+    *,
+    log_path: Path,
+    on_response: Callable[[Any], Awaitable[None]],
+    sse_timeout_s: float,
+) -> tuple[Any, StdioProcess | None]:
+    """Enter ``cfg``'s transport on ``stack``: ``(transport for mcp.Client, the stdio process or None)``.
+
+    A stdio server is spawned here (its stderr appended to ``log_path``, created 0600); a remote
+    one gets an HTTP client whose every response passes ``on_response``. Raises :class:`ConnectError`
+    naming the config field to fix when the executable or working directory does not exist."""
+    transport: Any
+    process: StdioProcess | None = None
+    if cfg.command is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        # A server may print anything it was given, secrets included: the log is the user's alone.
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        errlog: TextIO = stack.enter_context(open(fd, "a", encoding="utf-8"))  # noqa: ASYNC230 - an fd, no blocking
+        try:
+            streams, process = await stack.enter_async_context(
+                open_stdio_transport(cfg.command, cfg.args, env=cfg.env, cwd=cfg.cwd, errlog=errlog)
+            )
+        except FileNotFoundError as exc:
+            bad_cwd = _missing_dir(cfg.cwd)
+            what, missing, field = (
+                ("working directory", cfg.cwd, "cwd") if bad_cwd else ("executable", cfg.command, "command")
+            )
+            raise ConnectError(
+                f"could not start server {name!r}: {what} {missing!r} not found; check mcpServers.{name}.{field}",
+                server=name,
+            ) from exc
+        except PermissionError as exc:
+            raise ConnectError(
+                f"could not start server {name!r}: permission denied running {cfg.command!r}; "
+                f"check mcpServers.{name}.command",
+                server=name,
+            ) from exc
+        transport = _FixedStreams(streams)
+    elif cfg.http_url is not None:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = await stack.enter_async_context(
+            httpx2.AsyncClient(
+                headers=cfg.headers or {},
+                timeout=httpx2.Timeout(30.0, read=300.0),
+                event_hooks={"response": [on_response]},
+            )
+        )
+        transport = streamable_http_client(cfg.http_url, http_client=http)
+    else:
+        import httpx2
+        from mcp.client.sse import sse_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        def http_client(
+            headers: dict[str, str] | None = None,
+            timeout: httpx2.Timeout | None = None,
+            auth: httpx2.Auth | None = None,
+        ) -> httpx2.AsyncClient:
+            client = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth)
+            client.event_hooks["response"].append(on_response)
+            return client
+
+        assert cfg.url is not None
+        transport = sse_client(
+            cfg.url,
+            headers=dict(cfg.headers or {}),
+            timeout=sse_timeout_s,
+            httpx_client_factory=http_client,
+        )
+    return transport, process
+
+
+def flatten(exc: BaseException) -> list[BaseException]:
+    """The leaves of nested exception groups (the SDK wraps errors in two)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in flatten(sub)]
+    return [exc]
+
+
+def explain_start_failure(
+    name: str,
+    cfg: McpServerConfig,
+    exc: BaseException,
+    *,
+    needs_auth: bool,
+    process: StdioProcess | None,
+    log_path: Path,
+) -> str:
+    """Why a connection could not be made, for people (the caller redacts it)."""
+    if needs_auth:
+        return (
+            f"the server needs authentication ({cfg.target()} answered 401/403); add the credentials "
+            f"it expects to mcpServers.{name}.headers (OAuth sign-in is not supported yet)"
+        )
+    for leaf in flatten(exc):
+        if isinstance(leaf, ConnectError):
+            return str(leaf).split(": ", 1)[-1]
+    reason = describe_failure(exc)
+    if cfg.transport == "stdio":
+        code = process.returncode if process is not None else None
+        if code is not None:
+            return f"process exited with code {code} during start-up; see its log {log_path}"
+        return f"{reason}; see its log {log_path}"
+    return f"{reason} (reaching {cfg.target()})"
+
+
+def describe_failure(exc: BaseException) -> str:
+    """A one-line reason for a failure that may be wrapped in nested exception groups."""
+    leaves = [e for e in flatten(exc) if not isinstance(e, anyio.get_cancelled_exc_class())] or flatten(exc)
+    leaf = leaves[0]
+    if isinstance(leaf, MCPError):
+        return f"server answered error {leaf.code}: {leaf.message}"
+    text = str(leaf) or type(leaf).__name__
+    return text if type(leaf).__name__ in text else f"{type(leaf).__name__}: {text}"
+
+
+def _missing_dir(path: str | None) -> bool:
+    return path is not None and not Path(path).is_dir()
+
+
+class _FixedStreams:
+    """An already open pair of streams, presented as a transport (entering yields them)."""
+
+    def __init__(self, streams: Any) -> None:
+        self._streams = streams
+
+    async def __aenter__(self) -> Any:
+        return self._streams
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None

@@ -1,0 +1,200 @@
+"""The gateway's HTTP plumbing: listening sockets, uvicorn, DNS-rebinding settings, the workspace header.
+
+Nothing here knows the MCP server itself: :mod:`mcpvisor.gateway.server` and
+:mod:`mcpvisor.gateway.workspaces` build their ASGI apps and serve them with :func:`serve_asgi_socket`.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError
+from starlette.responses import Response
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.host import paths
+
+if TYPE_CHECKING:
+    import uvicorn
+    from starlette.types import ASGIApp
+
+__all__ = [
+    "HTTP_SHUTDOWN_S",
+    "MCP_PATH",
+    "WORKSPACE_HEADER",
+    "OneWorkspace",
+    "bind_http_socket",
+    "error_response",
+    "header_text",
+    "http_url",
+    "serve_asgi_socket",
+    "transport_security",
+    "workspace_of_header",
+]
+
+HTTP_SHUTDOWN_S = 2
+"""Grace for open HTTP requests (e.g. a client's notification stream) when the gateway stops."""
+MCP_PATH = "/mcp"
+WORKSPACE_HEADER = "X-Mcpvisor-Workspace"
+"""The request header naming a client's workspace folder (an absolute path)."""
+
+
+def workspace_of_header(value: str | None, default: Path) -> Path:
+    """The workspace root a request names: ``default`` without the header, else the header's folder
+    as a real path. Raises :class:`ConfigError` naming the header and the fix when it is not an
+    absolute path of an existing folder."""
+    if value is None:
+        return default
+    text = value.strip()
+    fix = (
+        f"send the absolute path of an existing project folder in the {WORKSPACE_HEADER} header, "
+        f"or leave the header out to use the gateway's workspace {default}"
+    )
+    if not text:
+        raise ConfigError(f"cannot use the workspace in header {WORKSPACE_HEADER}: it is empty; {fix}")
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        raise ConfigError(f"cannot use workspace {text!r} (header {WORKSPACE_HEADER}): not an absolute path; {fix}")
+    if not path.is_dir():
+        why = "it is not a folder" if path.exists() else "no such folder"
+        raise ConfigError(f"cannot use workspace {text!r} (header {WORKSPACE_HEADER}): {why}; {fix}")
+    return paths.workspace_root(path)
+
+
+def header_text(raw: str | None) -> str | None:
+    """ASGI headers arrive as latin-1; clients send paths as UTF-8 bytes."""
+    if raw is None:
+        return None
+    return raw.encode("latin-1").decode("utf-8", "surrogateescape")
+
+
+def error_response(message: str, status_code: int, code: int = INVALID_REQUEST) -> Response:
+    """A JSON-RPC error (no request id) at an HTTP status: the SDK client surfaces the message."""
+    body = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=message))
+    return Response(
+        body.model_dump_json(by_alias=True, exclude_unset=True), status_code=status_code, media_type="application/json"
+    )
+
+
+class OneWorkspace:
+    """ASGI guard for a gateway serving one workspace: a client naming another folder in the
+    workspace header gets a clear error (HTTP 400) rather than some other project's tools."""
+
+    def __init__(self, app: Any, root: Path) -> None:
+        self._app = app
+        self._root = root
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            wanted = dict(scope.get("headers") or ()).get(WORKSPACE_HEADER.lower().encode())
+            if wanted is not None:
+                text = wanted.decode("utf-8", "surrogateescape")
+                try:
+                    root = workspace_of_header(text, self._root)
+                except ConfigError as exc:
+                    await error_response(str(exc), 400)(scope, receive, send)
+                    return
+                if root != self._root:
+                    message = (
+                        f"this gateway serves only the workspace {self._root}, not {text!r} (header "
+                        f"{WORKSPACE_HEADER}); start it with 'mcpvisor serve --http ... --per-client-workspaces' "
+                        "to serve other folders, or leave the header out"
+                    )
+                    await error_response(message, 400)(scope, receive, send)
+                    return
+        await self._app(scope, receive, send)
+
+
+async def serve_asgi_socket(
+    app: ASGIApp,
+    sock: socket.socket,
+    *,
+    on_stop: Callable[[], None],
+    task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve an ASGI app with uvicorn on a listening socket (which it closes) until cancelled; then
+    ``on_stop()`` (end long-lived streams), open requests get ``HTTP_SHUTDOWN_S``, the app's lifespan ends."""
+    try:
+        server = _uvicorn_server(app)
+        done = anyio.Event()
+        shield = anyio.CancelScope(shield=True)
+
+        async def run() -> None:
+            try:
+                with shield:  # stopped through should_exit, so uvicorn shuts down in order
+                    await server.serve(sockets=[sock])
+            finally:
+                done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            try:
+                task_status.started(http_url(sock))
+                await done.wait()
+            finally:
+                on_stop()
+                server.should_exit = True
+                with anyio.CancelScope(shield=True), anyio.move_on_after(HTTP_SHUTDOWN_S * 2):
+                    await done.wait()
+                shield.cancel()
+    finally:
+        sock.close()
+
+
+def transport_security(host: str) -> TransportSecuritySettings | None:
+    """DNS-rebinding protection for a loopback listener, as the SDK's own app sets it up (none otherwise)."""
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )
+
+
+def _uvicorn_server(app: ASGIApp) -> uvicorn.Server:
+    import uvicorn
+
+    class QuietServer(uvicorn.Server):
+        """uvicorn that installs no signal handlers (signals belong to ``cli/main.py``)."""
+
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    # No logging setup of its own, no access log: the CLI configures logging.
+    config = uvicorn.Config(
+        app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=HTTP_SHUTDOWN_S
+    )
+    return QuietServer(config)
+
+
+def bind_http_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket for the gateway (bind early: a busy port fails before any server starts)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(f"cannot serve on {host}:{port}: {exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot serve on {host}:{port}: {exc.strerror or exc}; choose another --http port") from exc
+    return sock
+
+
+def http_url(sock: socket.socket) -> str:
+    """The gateway's URL on a socket from :func:`bind_http_socket`."""
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}{MCP_PATH}"

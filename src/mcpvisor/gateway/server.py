@@ -1,0 +1,318 @@
+"""The gateway: every admitted, connected server's tools and prompts as one MCP server (SPEC §0.3, §9).
+
+Built on the SDK's low-level ``Server``: every request is answered from the live registries, so a
+settings edit or an upstream ``list_changed`` shows on the next ``tools/list`` with no restart.
+When the exposed set changes the gateway tells its clients, in both protocol eras:
+
+- modern era (2026-07-28): ``bus.publish(ToolsListChanged())`` on an ``InMemorySubscriptionBus``
+  served by ``ListenHandler(bus)`` (``subscriptions/listen`` streams);
+- handshake era: ``Connection.send_tool_list_changed()`` on every live handshake connection, seen by
+  a ``Server.middleware`` from its ``initialize`` on and forgotten when it closes.
+
+Bursts coalesce: one notice per kind per ``COALESCE_S`` window, held while a reconcile runs (up to
+``MAX_HOLD_S``), so a reload that changes many servers sends one notice. Upstream failures become
+``CallToolResult(is_error=True)``, never a JSON-RPC error.
+
+Usage::
+
+    async with Host(HostOptions(env=os.environ)) as host, Gateway(host.config) as gateway:
+        await gateway.serve_stdio()          # or: await gateway.serve_http("127.0.0.1", 8765)
+
+Over HTTP, :mod:`mcpvisor.gateway.workspaces` serves one such gateway per workspace a client
+names (``run_gateway(..., per_client_workspaces=True)``, ``mcpvisor serve --per-client-workspaces``).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from mcp.server.connection import Connection
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, PromptsListChanged, ToolsListChanged
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.applications import Starlette
+
+from mcpvisor import __version__
+from mcpvisor.core.config import Config
+from mcpvisor.core.errors import McpvisorError, ToolNotFoundError
+from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, ToolsChanged
+from mcpvisor.core.lifecycle import StackOwner
+from mcpvisor.gateway.http import MCP_PATH, OneWorkspace, bind_http_socket, serve_asgi_socket, transport_security
+
+if TYPE_CHECKING:
+    from mcp.shared._stream_protocols import ReadStream, WriteStream  # the types of Server.run's streams
+    from mcp.shared.message import SessionMessage
+
+__all__ = ["COALESCE_S", "MAX_HOLD_S", "Gateway"]
+
+logger = logging.getLogger(__name__)
+
+COALESCE_S = 0.05
+"""Changes within this window after the first one go out as one notice."""
+MAX_HOLD_S = 1.0
+"""While a reconcile runs, notices wait for its end, but never longer than this after the first change."""
+NOTIFY_TIMEOUT_S = 5.0
+"""Bound on pushing one notice to one handshake-era client (a stuck client never stalls the others)."""
+
+_Ctx: TypeAlias = ServerRequestContext[dict[str, Any]]
+
+
+class _GatewayServer(Server[dict[str, Any]]):
+    """A low-level server that advertises ``listChanged`` for tools and prompts on every transport.
+
+    The in-memory and streamable-HTTP transports call ``create_initialization_options()`` with no
+    arguments, so the default has to say it; the modern era derives it from the listen handler."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True, prompts_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+def _error_result(message: str) -> types.CallToolResult:
+    return types.CallToolResult(is_error=True, content=[types.TextContent(type="text", text=message)])
+
+
+def _connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection | None:
+    """The per-client connection behind a request. The SDK (2.3) keeps it on the per-request session
+    only; the ``ctx.connection`` spelling is its announced public successor."""
+    connection = getattr(ctx, "connection", None) or getattr(ctx.session, "_connection", None)
+    return connection if isinstance(connection, Connection) else None
+
+
+class Gateway(StackOwner):
+    """One MCP server over one :class:`Config`'s live registries.
+
+    Enter it (``async with``) to follow the config's change events; then serve it with
+    :meth:`serve_stdio`, :meth:`serve_streams`, :meth:`serve_http`, or mount :meth:`http_app`.
+    ``server`` is the low-level SDK server (``mcp.Client(gateway.server)`` connects in process).
+    """
+
+    def __init__(
+        self, config: Config, *, name: str = "mcpvisor", coalesce_s: float = COALESCE_S, max_hold_s: float = MAX_HOLD_S
+    ) -> None:
+        self.config = config
+        self._coalesce_s = coalesce_s
+        self._max_hold_s = max_hold_s
+        self.bus = InMemorySubscriptionBus()
+        self._listen = ListenHandler(self.bus)
+        self._legacy: dict[Connection, None] = {}
+        self._pending_tools = False
+        self._pending_prompts = False
+        self._wake = anyio.Event()
+        self._reconciling = False
+        self._reconcile_over = anyio.Event()
+        self._stack: AsyncExitStack | None = None
+        self.notices_sent = 0
+        """How many coalesced rounds of notices went out (for tests and status)."""
+        self.server = _GatewayServer(
+            name,
+            version=__version__,
+            instructions="Tools and prompts of the MCP servers mcpvisor runs; the set follows its settings files.",
+            get_tool_input_schema=self._input_schema,
+            on_list_tools=self._on_list_tools,
+            on_call_tool=self._on_call_tool,
+            on_list_prompts=self._on_list_prompts,
+            on_get_prompt=self._on_get_prompt,
+            on_subscriptions_listen=self._listen,
+        )
+        self.server.middleware.append(self._tracking)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Gateway:
+        async with AsyncExitStack() as stack:
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(tg.cancel_scope.cancel)
+            stack.callback(self._listen.close)  # listen streams end gracefully (the client re-listens)
+            stack.callback(self.config.events.subscribe(self._on_event))
+            tg.start_soon(self._notify_loop)
+            self._stack = stack.pop_all()
+        return self
+
+    def legacy_sessions(self) -> int:
+        """How many handshake-era client connections are live."""
+        return len(self._legacy)
+
+    # -- request handlers --------------------------------------------------------------------
+
+    def _input_schema(self, name: str) -> Mapping[str, Any] | None:
+        entry = self.config.tool_registry.get_tool(name)
+        return entry.tool.input_schema if entry is not None else None
+
+    async def _on_list_tools(self, ctx: _Ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        tools = [t.tool.model_copy(update={"name": t.name}) for t in self.config.tool_registry.get_all_tools()]
+        return types.ListToolsResult(tools=tools)
+
+    async def _on_call_tool(self, ctx: _Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+        try:
+            return await self.config.call_tool(params.name, params.arguments)
+        except McpvisorError as exc:  # not found (with the reason), unavailable, timed out, failed
+            logger.debug("gateway call to %r failed: %s", params.name, exc)
+            return _error_result(str(exc))
+        except Exception as exc:  # request boundary: a client never sees a crash
+            logger.exception("gateway call to tool %r failed", params.name)
+            return _error_result(f"call to tool {params.name!r} failed: {type(exc).__name__}: {exc}")
+
+    async def _on_list_prompts(self, ctx: _Ctx, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+        prompts = [p.prompt.model_copy(update={"name": p.name}) for p in self.config.prompt_registry.get_all_prompts()]
+        return types.ListPromptsResult(prompts=prompts)
+
+    async def _on_get_prompt(self, ctx: _Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        # A prompt result has no error flag: failures are JSON-RPC errors carrying the same messages.
+        try:
+            return await self.config.get_prompt(params.name, params.arguments)
+        except ToolNotFoundError as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+        except McpvisorError as exc:
+            raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+
+    # -- change notices ----------------------------------------------------------------------
+
+    async def _tracking(self, ctx: _Ctx, call_next: CallNext) -> HandlerResult:
+        """Middleware: every inbound message, ``initialize`` included, passes here first."""
+        self._track(ctx)
+        return await call_next(ctx)
+
+    def _track(self, ctx: _Ctx) -> None:
+        """Remember a handshake-era connection from its ``initialize`` on, until it closes (modern-era
+        connections live for one request; they hear about changes on ``subscriptions/listen`` streams)."""
+        if ctx.method != "initialize" and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return
+        connection = _connection_of(ctx)
+        if connection is None or connection in self._legacy:
+            return
+        self._legacy[connection] = None
+        connection.exit_stack.callback(self._legacy.pop, connection, None)
+
+    def _on_event(self, event: McpEvent) -> None:
+        if isinstance(event, ToolsChanged | PromptsChanged):
+            self.mark_changed(tools=isinstance(event, ToolsChanged), prompts=isinstance(event, PromptsChanged))
+        elif isinstance(event, McpClientUpdate) and event.server is None:
+            self._reconciling = event.in_progress
+            if not event.in_progress:
+                self._reconcile_over.set()
+                self._reconcile_over = anyio.Event()
+
+    def mark_changed(self, *, tools: bool = False, prompts: bool = False) -> None:
+        """Schedule a (coalesced) list-changed notice to every client."""
+        self._pending_tools |= tools
+        self._pending_prompts |= prompts
+        self._wake.set()
+
+    async def _notify_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            deadline = anyio.current_time() + self._max_hold_s
+            await anyio.sleep(self._coalesce_s)
+            with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                while self._reconciling:
+                    await self._reconcile_over.wait()
+            tools, prompts = self._pending_tools, self._pending_prompts
+            self._pending_tools = self._pending_prompts = False
+            if tools or prompts:
+                try:
+                    await self._publish(tools=tools, prompts=prompts)
+                except Exception:  # task boundary: the next change must still be announced
+                    logger.exception("could not send list-changed notices")
+
+    async def _publish(self, *, tools: bool, prompts: bool) -> None:
+        self.notices_sent += 1
+        logger.debug("announcing changed %s", " and ".join(k for k, v in (("tools", tools), ("prompts", prompts)) if v))
+        if tools:
+            await self.bus.publish(ToolsListChanged())
+        if prompts:
+            await self.bus.publish(PromptsListChanged())
+        async with anyio.create_task_group() as tg:
+            for connection in list(self._legacy):
+                tg.start_soon(self._notify_connection, connection, tools, prompts)
+
+    async def _notify_connection(self, connection: Connection, tools: bool, prompts: bool) -> None:
+        with anyio.move_on_after(NOTIFY_TIMEOUT_S):
+            try:
+                if tools:
+                    await connection.send_tool_list_changed()
+                if prompts:
+                    await connection.send_prompt_list_changed()
+            except Exception:  # one broken client never keeps the others from hearing
+                logger.exception("dropping a client that could not take a list-changed notice")
+                self._legacy.pop(connection, None)
+
+    # -- transports --------------------------------------------------------------------------
+
+    def initialization_options(self) -> InitializationOptions:
+        return self.server.create_initialization_options()
+
+    async def serve_streams(
+        self, read: ReadStream[SessionMessage | Exception], write: WriteStream[SessionMessage]
+    ) -> None:
+        """Serve one client over a stream pair (either era) until it closes."""
+        await self.server.run(read, write, self.initialization_options())
+
+    async def serve_stdio(self) -> None:
+        """Serve one client over this process's stdin and stdout until stdin closes."""
+        async with stdio_server() as (read, write):
+            await self.serve_streams(read, write)
+
+    def http_app(self, *, host: str = "127.0.0.1") -> Starlette:
+        """The streamable-HTTP ASGI app (path :data:`MCP_PATH`); ``host`` decides DNS-rebinding protection."""
+        return self.server.streamable_http_app(
+            streamable_http_path=MCP_PATH, host=host, transport_security=transport_security(host)
+        )
+
+    async def serve_http(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve streamable HTTP on ``host:port`` (0: a free port) until cancelled; ``task_status`` gets
+        the URL once listening. A port that cannot be bound raises :class:`ConfigError`."""
+        await self.serve_http_socket(bind_http_socket(host, port), task_status=task_status)
+
+    async def serve_http_socket(
+        self,
+        sock: socket.socket,
+        *,
+        only_workspace: Path | None = None,
+        task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve streamable HTTP on a listening socket (see :func:`bind_http_socket`, which it closes)
+        until cancelled, then shut down in order: listen streams end, open requests get
+        ``HTTP_SHUTDOWN_S``, the SDK's session manager stops.
+
+        With ``only_workspace``, a request whose workspace header names another folder is refused
+        (HTTP 400) instead of being silently served this workspace's servers."""
+        try:
+            app: Any = self.http_app(host=sock.getsockname()[0])
+            if only_workspace is not None:
+                app = OneWorkspace(app, only_workspace)
+        except BaseException:
+            sock.close()
+            raise
+        await serve_asgi_socket(app, sock, on_stop=self.close_listen_streams, task_status=task_status)
+
+    def close_listen_streams(self) -> None:
+        """End every open ``subscriptions/listen`` stream gracefully (the clients re-listen)."""
+        self._listen.close()

@@ -1,0 +1,326 @@
+"""Per-client workspaces for the HTTP gateway (SPEC §5.5, §9 "Gateway").
+
+A client names its workspace with the ``X-Mcpvisor-Workspace`` header (an absolute folder path)
+on every request; clients that send no header get the gateway's own workspace (``--workspace`` or
+the cwd). Each distinct workspace (its real path) gets its own :class:`Host` — its settings,
+approvals, folder trust, watcher and ``Config`` — and its own :class:`Gateway`, created on first use
+and shared by every client naming it. All hosts share one :class:`McpConnectionPool`, so a server
+configured identically for two workspaces (typically a user-level one) runs as one process, while
+a project server stays pending until approved *for that workspace*.
+
+Routing happens in front of the SDK: this ASGI app checks DNS-rebinding protection (before anything
+starts), resolves the header, and hands the request to that workspace's own streamable-HTTP
+session manager. So each workspace has its own low-level server, subscription bus (modern era:
+``subscriptions/listen`` streams) and handshake-era connection set, and a list-changed notice
+reaches only the clients of the workspace whose set changed. A header naming no existing folder
+is answered with HTTP 400 and a JSON-RPC error naming the header and the fix.
+
+Lifecycle: a workspace's host opens on the first request naming it (concurrent first requests wait
+for the same one). It closes once it has had no request in flight (an open listen or GET stream
+counts) and no live handshake-era session for ``idle_s``; the next request opens it afresh. The
+default workspace stays open. On exit every host closes, then the pool, so no process remains.
+
+Usage::
+
+    async with WorkspaceGateway(HostOptions(env=os.environ)) as gateway:
+        await gateway.serve_http("127.0.0.1", 8765)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import math
+import socket
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import anyio.abc
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecurityMiddleware
+from mcp_types import INTERNAL_ERROR
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.lifecycle import StackOwner
+from mcpvisor.core.pool import McpConnectionPool
+from mcpvisor.gateway.http import (
+    MCP_PATH,
+    WORKSPACE_HEADER,
+    bind_http_socket,
+    error_response,
+    header_text,
+    serve_asgi_socket,
+    transport_security,
+    workspace_of_header,
+)
+from mcpvisor.gateway.server import Gateway
+from mcpvisor.host import paths
+from mcpvisor.host.host import Host, HostOptions
+
+__all__ = ["MAX_WORKSPACES", "WORKSPACE_IDLE_S", "WorkspaceGateway"]
+
+logger = logging.getLogger(__name__)
+
+WORKSPACE_IDLE_S = 300.0
+"""A workspace nobody has used for this long (no request in flight, no handshake-era session) closes."""
+SESSION_POLL_S = 1.0
+"""While only handshake-era sessions keep a workspace open, how often to look whether they ended."""
+MAX_WORKSPACES = 64
+"""Open workspaces at most (the default one included); a request for one more is refused with 503."""
+
+
+@dataclass(eq=False)
+class _Workspace:
+    """One open (or opening) workspace; its owner task enters and exits the host, gateway and manager."""
+
+    root: Path
+    serial: int
+    default: bool = False
+    in_flight: int = 0
+    last_used: float = 0.0
+    stopping: bool = False
+    host: Host | None = None
+    gateway: Gateway | None = None
+    manager: StreamableHTTPSessionManager | None = None
+    error: Exception | None = None
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    wake: anyio.Event = field(default_factory=anyio.Event)
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.wake.set()
+
+
+class WorkspaceGateway(StackOwner):
+    """The HTTP gateway with one :class:`Host` and :class:`Gateway` per workspace a client names.
+
+    ``options`` configure every host (``workspace`` is the default one; ``pool`` and ``session_id``
+    are set here). ``on_open(host)`` runs for every host before it starts (to subscribe output).
+    Enter it (``async with``: opens the pool and the default workspace), then :meth:`serve_http`,
+    :meth:`serve_http_socket`, or mount :meth:`http_app`.
+    """
+
+    def __init__(
+        self,
+        options: HostOptions,
+        *,
+        http_host: str = "127.0.0.1",
+        idle_s: float = WORKSPACE_IDLE_S,
+        max_workspaces: int = MAX_WORKSPACES,
+        on_open: Callable[[Host], None] | None = None,
+    ) -> None:
+        self._options = options
+        self._default_root = paths.workspace_root(options.workspace)
+        self._idle_s = idle_s
+        self._max_workspaces = max_workspaces
+        self._on_open = on_open
+        self._security_settings = transport_security(http_host)
+        self._security = TransportSecurityMiddleware(self._security_settings)
+        self._workspaces: dict[Path, _Workspace] = {}
+        self._serial = itertools.count(1)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._pool: McpConnectionPool | None = None
+        self._stack: AsyncExitStack | None = None
+        self._closing = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> WorkspaceGateway:
+        async with AsyncExitStack() as stack:
+            log_dir = self._options.log_dir or paths.log_dir(self._options.env)
+            self._pool = await stack.enter_async_context(
+                McpConnectionPool(log_dir=log_dir, max_concurrent_starts=self._options.max_concurrent_starts)
+            )
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(self._stop_all)  # runs first on exit: hosts close, then the pool
+            default = self._open(self._default_root)
+            await default.ready.wait()
+            if default.error is not None:
+                raise default.error
+            self._stack = stack.pop_all()
+        return self
+
+    def _stop_all(self) -> None:
+        self._closing = True
+        for workspace in list(self._workspaces.values()):
+            workspace.stop()
+
+    # -- accessors ---------------------------------------------------------------------------
+
+    @property
+    def default(self) -> Host:
+        """The host of the gateway's own workspace (clients without the header)."""
+        host = self._workspaces[self._default_root].host
+        assert host is not None, "the gateway is not running"
+        return host
+
+    @property
+    def pool(self) -> McpConnectionPool:
+        assert self._pool is not None, "the gateway is not running"
+        return self._pool
+
+    def workspaces(self) -> dict[Path, Host]:
+        """Workspace root -> host, for every workspace open and serving."""
+        return {root: w.host for root, w in self._workspaces.items() if w.host is not None and not w.stopping}
+
+    def gateway_of(self, root: Path) -> Gateway | None:
+        """The MCP gateway serving ``root``'s clients, if that workspace is open."""
+        workspace = self._workspaces.get(root)
+        return workspace.gateway if workspace is not None else None
+
+    def close_listen_streams(self) -> None:
+        """End every workspace's open ``subscriptions/listen`` streams gracefully."""
+        for workspace in list(self._workspaces.values()):
+            if workspace.gateway is not None:
+                workspace.gateway.close_listen_streams()
+
+    # -- workspaces --------------------------------------------------------------------------
+
+    def _open(self, root: Path) -> _Workspace:
+        assert self._tg is not None
+        default = root == self._default_root
+        workspace = _Workspace(root, next(self._serial), default=default, last_used=anyio.current_time())
+        self._workspaces[root] = workspace
+        self._tg.start_soon(self._run, workspace)
+        return workspace
+
+    def _acquire(self, root: Path) -> _Workspace | None:
+        """The workspace for a request, opened if needed, counted in flight (so it cannot close
+        between now and the request's end); ``None`` when the gateway serves as many as it may."""
+        workspace = self._workspaces.get(root)
+        if workspace is None:
+            if len(self._workspaces) >= self._max_workspaces:
+                return None
+            logger.info("workspace %s: opening for a client", root)
+            workspace = self._open(root)
+        workspace.in_flight += 1
+        return workspace
+
+    def _release(self, workspace: _Workspace) -> None:
+        workspace.in_flight -= 1
+        workspace.last_used = anyio.current_time()
+        if workspace.in_flight == 0:
+            workspace.wake.set()
+
+    def _forget(self, workspace: _Workspace) -> None:
+        if self._workspaces.get(workspace.root) is workspace:
+            del self._workspaces[workspace.root]
+
+    async def _run(self, workspace: _Workspace) -> None:
+        """Owner task: enter the workspace's host, gateway and session manager, serve until idle or
+        stopped, then exit them in this same task."""
+        options = dataclasses.replace(
+            self._options,
+            workspace=workspace.root,
+            pool=self._pool,
+            session_id=f"{workspace.root}#{workspace.serial}",  # unique: a reopened workspace may overlap the old
+        )
+        try:
+            host = Host(options)
+            if self._on_open is not None:
+                self._on_open(host)
+            async with host, Gateway(host.config) as gateway:
+                manager = StreamableHTTPSessionManager(app=gateway.server, security_settings=self._security_settings)
+                async with manager.run():
+                    workspace.host, workspace.gateway, workspace.manager = host, gateway, manager
+                    workspace.ready.set()
+                    await self._wait_idle(workspace)
+                    gateway.close_listen_streams()
+        except Exception as exc:  # task boundary: a workspace that fails must not take the gateway down
+            if workspace.ready.is_set():
+                logger.exception("workspace %s failed", workspace.root)
+            else:
+                logger.warning("workspace %s could not be opened: %s", workspace.root, exc)
+                workspace.error = exc
+        finally:
+            self._forget(workspace)
+            workspace.ready.set()
+            logger.info("workspace %s: closed", workspace.root)
+
+    async def _wait_idle(self, workspace: _Workspace) -> None:
+        """Return when ``workspace`` should close: stopped, or (not the default) unused for ``idle_s``.
+        It is forgotten in the same step as the last check, so no request can reach it afterwards."""
+        gateway = workspace.gateway
+        assert gateway is not None
+        while True:
+            workspace.wake = wake = anyio.Event()
+            if workspace.stopping:
+                return
+            timeout = math.inf
+            if workspace.default or workspace.in_flight:
+                pass  # wait for the stop, or for the last request to end
+            elif gateway.legacy_sessions():
+                workspace.last_used = anyio.current_time()  # a live session is a use
+                timeout = SESSION_POLL_S
+            else:
+                timeout = workspace.last_used + self._idle_s - anyio.current_time()
+                if timeout <= 0:
+                    self._forget(workspace)
+                    logger.info("workspace %s: closing after %.0f s without clients", workspace.root, self._idle_s)
+                    return
+            with anyio.move_on_after(timeout):
+                await wake.wait()
+
+    # -- HTTP --------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """ASGI: route one request at :data:`MCP_PATH` to its workspace's session manager."""
+        request = Request(scope, receive)
+        refusal = await self._security.validate_request(request, is_post=request.method == "POST")
+        if refusal is not None:  # a DNS-rebinding page must not open a workspace
+            await refusal(scope, receive, send)
+            return
+        if self._closing:
+            await error_response("the gateway is shutting down", 503, INTERNAL_ERROR)(scope, receive, send)
+            return
+        try:
+            root = workspace_of_header(header_text(request.headers.get(WORKSPACE_HEADER)), self._default_root)
+        except ConfigError as exc:
+            await error_response(str(exc), 400)(scope, receive, send)
+            return
+        workspace = self._acquire(root)
+        if workspace is None:
+            message = (
+                f"cannot open workspace {str(root)!r}: the gateway already serves {self._max_workspaces} "
+                "workspaces; try again once the clients of other workspaces have gone"
+            )
+            await error_response(message, 503, INTERNAL_ERROR)(scope, receive, send)
+            return
+        try:
+            await workspace.ready.wait()
+            if workspace.manager is None or workspace.error is not None:
+                message = f"cannot open workspace {str(root)!r}: {workspace.error or 'it is closing'}"
+                await error_response(message, 500, INTERNAL_ERROR)(scope, receive, send)
+                return
+            await workspace.manager.handle_request(scope, receive, send)
+        finally:
+            self._release(workspace)
+
+    def http_app(self) -> Starlette:
+        """The streamable-HTTP ASGI app (path :data:`MCP_PATH`)."""
+        return Starlette(routes=[Route(MCP_PATH, endpoint=self)])
+
+    async def serve_http(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve streamable HTTP on ``host:port`` (0: a free port) until cancelled; ``task_status`` gets
+        the URL once listening. DNS-rebinding protection follows the constructor's ``http_host``."""
+        await self.serve_http_socket(bind_http_socket(host, port), task_status=task_status)
+
+    async def serve_http_socket(
+        self, sock: socket.socket, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve on a listening socket (which it closes) until cancelled; listen streams end first."""
+        await serve_asgi_socket(self.http_app(), sock, on_stop=self.close_listen_streams, task_status=task_status)

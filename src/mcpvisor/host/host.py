@@ -1,0 +1,283 @@
+"""One running mcpvisor session: settings, approvals, the core ``Config``, the watcher (SPEC §1).
+
+Start-up and every reload go through the same two functions (:func:`compute_desired_state`,
+:func:`apply_desired_state`), so boot and reload can never disagree. Everything that happens is
+published as a :data:`HostEvent` to subscribers (the ``run`` output, the shell, the gateway).
+
+Usage::
+
+    async with Host(HostOptions(env=os.environ, workspace=Path("."))) as host:
+        host.subscribe(print)
+        await anyio.sleep_forever()
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeAlias
+
+import anyio
+
+from mcpvisor.core.config import Config
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.events import McpEvent
+from mcpvisor.core.lifecycle import StackOwner
+from mcpvisor.core.pool import McpConnectionPool
+from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host import paths
+from mcpvisor.host.approvals import ApprovalStore, is_gated
+from mcpvisor.host.hot_reload import (
+    DesiredState,
+    HotReloadEvent,
+    McpPendingApprovalChanged,
+    compute_desired_state,
+    register_mcp_hot_reload,
+    reload_now,
+    strictly_promptable,
+)
+from mcpvisor.host.settings.loader import Settings, SettingsError, load_settings
+from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier
+from mcpvisor.host.status import LiveServer, ServerView, describe_servers
+from mcpvisor.host.watcher import RestartRequired, SettingsChanged, SettingsWatcher
+
+__all__ = ["Host", "HostEvent", "HostOptions", "Ready", "SettingsWarning"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """The first discovery is over."""
+
+
+@dataclass(frozen=True, slots=True)
+class SettingsWarning:
+    message: str
+
+
+HostEvent: TypeAlias = McpEvent | HotReloadEvent | SettingsError | RestartRequired | Ready | SettingsWarning
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    env: Mapping[str, str]
+    workspace: Path | None = None
+    mcp_config: Sequence[Path] = ()
+    allowed_mcp_server_names: Sequence[str] | None = None
+    session_servers: Mapping[str, McpServerConfig] = field(default_factory=dict)
+    watch: bool = True
+    log_dir: Path | None = None
+    max_concurrent_starts: int | None = None
+    pool: McpConnectionPool | None = None
+    """Share identical servers with other hosts in this process (one per workspace or client)."""
+    session_id: str = "default"
+
+
+class Host(StackOwner):
+    def __init__(self, options: HostOptions) -> None:
+        self.options = options
+        self._listeners: list[Callable[[HostEvent], None]] = []
+        self._stack: AsyncExitStack | None = None
+        self._settings: Settings | None = None
+        self._config: Config | None = None
+        self._approvals: ApprovalStore | None = None
+        self._top_tier: TopTier | None = None
+        self._state: DesiredState | None = None
+        self._warned: set[str] = set()
+        self.watcher: SettingsWatcher | None = None
+
+    # -- accessors ---------------------------------------------------------------------------
+
+    @property
+    def settings(self) -> Settings:
+        assert self._settings is not None, "the host is not running"
+        return self._settings
+
+    @property
+    def config(self) -> Config:
+        assert self._config is not None, "the host is not running"
+        return self._config
+
+    @property
+    def approvals(self) -> ApprovalStore:
+        assert self._approvals is not None, "the host is not running"
+        return self._approvals
+
+    @property
+    def state(self) -> DesiredState:
+        assert self._state is not None, "the host is not running"
+        return self._state
+
+    @property
+    def root(self) -> Path:
+        return self.settings.root
+
+    def subscribe(self, listener: Callable[[HostEvent], None]) -> Callable[[], None]:
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def emit(self, event: HostEvent) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:
+                logger.exception("host event listener failed on %s", type(event).__name__)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Host:
+        opts = self.options
+        env = opts.env
+        async with AsyncExitStack() as stack:
+            self._settings = load_settings(env, opts.workspace)
+            self._approvals = ApprovalStore(paths.approvals_path(env))
+            self._approvals.load()
+            self._top_tier = load_top_tier(opts.mcp_config, env, opts.session_servers)
+            for layer in self._top_tier.mcp_config:
+                if layer.error is not None:
+                    raise ConfigError(str(layer.error))
+            starts = opts.max_concurrent_starts or self._settings.merged.get("mcp.maxConcurrentStarts")
+            self._config = Config(
+                allowed_mcp_server_names=opts.allowed_mcp_server_names,
+                trusted_folder=self._settings.trusted,
+                log_dir=opts.log_dir or paths.log_dir(env),
+                max_concurrent_starts=starts if isinstance(starts, int) and starts > 0 else None,
+                pool=opts.pool,
+                session_id=opts.session_id,
+            )
+            await stack.enter_async_context(self._config)
+            self._config.events.subscribe(self.emit)
+            self._report_problems()
+            if not self._settings.trusted:
+                self.emit(SettingsWarning(f"folder {self.root} is not trusted: no MCP server starts here"))
+            # The first discovery is a reconcile like any other.
+            state = self._remember(compute_desired_state(self._settings, self._config, self._approvals, self._top_tier))
+            self._config.set_mcp_gating(state.gating)
+            self._config.set_rejected_mcp_servers(state.rejected)
+            self._config.set_mcp_servers(state.assembled.servers)
+            await self._config.initialize()
+            promptable = strictly_promptable(state, self._approvals, self.root)
+            if promptable:
+                self.emit(McpPendingApprovalChanged(promptable))
+            self.emit(Ready())
+            if opts.watch:
+                reloads = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(reloads.cancel_scope.cancel)  # on exit, abandon reloads still running
+                self.watcher = SettingsWatcher(self._settings)
+                register_mcp_hot_reload(
+                    self.watcher,
+                    self._settings,
+                    self._config,
+                    self._top_tier,
+                    approvals=self._approvals,
+                    emit=self.emit,
+                    on_state=self._remember,
+                    task_group=reloads,
+                )
+                self.watcher.add_change_listener(self._on_settings_changed)
+                self.watcher.add_error_listener(self._on_settings_error)
+                self.watcher.add_restart_listener(self._on_restart_required)
+                await stack.enter_async_context(self.watcher)
+            self._stack = stack.pop_all()
+        return self
+
+    def _remember(self, state: DesiredState) -> DesiredState:
+        self._state = state
+        self._report_problems()
+        return state
+
+    def _report_problems(self) -> None:
+        settings = self.settings
+        for error in settings.errors.values():
+            self._warn_once(error)
+        messages = [*settings.warnings]
+        if self._state is not None:
+            messages += [*self._state.assembled.warnings]
+            for error in self._state.assembled.errors:
+                self._warn_once(error)
+        if self._approvals is not None and self._approvals.error:
+            messages.append(self._approvals.error)
+        for message in messages:
+            self._warn_once(SettingsWarning(message))
+
+    def _warn_once(self, event: SettingsError | SettingsWarning) -> None:
+        key = str(event) if isinstance(event, SettingsError) else event.message
+        if key not in self._warned:
+            self._warned.add(key)
+            self.emit(event)
+
+    async def _on_settings_changed(self, event: SettingsChanged) -> None:
+        if event.scope in ("user", "workspace", "project"):
+            path = self.settings.paths.of(event.scope)
+            if not await anyio.Path(path).exists():
+                self.emit(SettingsWarning(f"{path} was deleted: what it configured is gone (its servers are removed)"))
+
+    async def _on_settings_error(self, error: SettingsError) -> None:
+        self._warned.discard(str(error))
+        self._warn_once(error)
+
+    async def _on_restart_required(self, notice: RestartRequired) -> None:
+        self.emit(notice)
+
+    # -- actions -----------------------------------------------------------------------------
+
+    async def reload(self) -> DesiredState:
+        """Re-read every settings file and reconcile (``/reload``)."""
+        await anyio.to_thread.run_sync(self.settings.load)
+        self.approvals.reload()
+        return await reload_now(
+            self.settings,
+            self.config,
+            self._top_tier,
+            approvals=self.approvals,
+            emit=self.emit,
+            on_state=self._remember,
+        )
+
+    async def decide(self, name: str, decision: str) -> McpServerConfig:
+        """Approve or reject a gated server, then reconcile (approve connects it)."""
+        cfg = self.state.assembled.servers.get(name)
+        if cfg is None:
+            raise ConfigError(f"cannot {decision} server {name!r}: no such server is configured")
+        if not is_gated(cfg):
+            raise ConfigError(f"cannot {decision} server {name!r}: it is not a project or workspace server")
+        store = self.approvals
+        action = store.approve if decision == "approve" else store.reject
+        await anyio.to_thread.run_sync(action, self.root, name, cfg)
+        await reload_now(
+            self.settings, self.config, self._top_tier, approvals=store, emit=self.emit, on_state=self._remember
+        )
+        return cfg
+
+    # -- views -------------------------------------------------------------------------------
+
+    def refine_reason(self, name: str, reason: str | None) -> str | None:
+        """A core gating reason as people read it: ``pending_approval`` of a server the user
+        rejected is ``rejected`` (the core does not know the approval store)."""
+        if reason == "pending_approval" and self._state is not None and name in self._state.rejected:
+            return "rejected"
+        return reason
+
+    def server_views(self) -> list[ServerView]:
+        live: dict[str, LiveServer] = {}
+        for name, client in self.config.manager.clients().items():
+            live[name] = LiveServer(
+                status=client.status,
+                tools=len(self.config.tool_registry.tools_of(name)),
+                prompts=len(self.config.prompt_registry.prompts_of(name)),
+                error=client.last_error,
+                log_path=str(client.log_path),
+                needs_auth=client.needs_auth,
+            )
+        return describe_servers(
+            self.state.assembled,
+            self.config.get_mcp_gating(),
+            self.approvals,
+            self.root,
+            live=live,
+            trusted=self.settings.trusted,
+        )

@@ -1,0 +1,203 @@
+"""The hot-reload subscriber (SPEC §8): settings edits become incremental reconciles.
+
+On every watcher event: assemble the desired server map, recompute the gating lists with the
+same function start-up uses, and stop there if neither changed (the gate). Otherwise push the
+gating lists to the core, then ``reinitialize_mcp_servers``. Afterwards, if any server is
+strictly promptable (exactly pending, and otherwise admitted), announce
+:class:`McpPendingApprovalChanged` — decided by the approval store, never by a set difference of
+names, so a rejected server whose config is edited again prompts again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+
+from mcpvisor.core.gating import McpGating
+from mcpvisor.host.gating import mcp_gating_equal, mcp_servers_equal, recompute_mcp_gating
+from mcpvisor.host.settings.mcp_servers import AssembledServers, TopTier, assemble_from_settings
+
+if TYPE_CHECKING:
+    from mcpvisor.core.config import Config
+    from mcpvisor.host.approvals import ApprovalStore
+    from mcpvisor.host.settings.loader import Settings
+    from mcpvisor.host.watcher import SettingsChanged, SettingsWatcher
+
+__all__ = [
+    "DesiredState",
+    "HotReloadEvent",
+    "McpPendingApprovalChanged",
+    "McpPromptsChanged",
+    "McpReloadFailed",
+    "apply_desired_state",
+    "compute_desired_state",
+    "mcp_gating_equal",
+    "mcp_servers_equal",
+    "recompute_mcp_gating",
+    "register_mcp_hot_reload",
+    "strictly_promptable",
+    "touches_mcp",
+]
+
+logger = logging.getLogger(__name__)
+
+RELOAD_FAILED_MESSAGE = "Failed to reload MCP server settings; existing MCP state may be unchanged."
+
+
+@dataclass(frozen=True, slots=True)
+class McpPendingApprovalChanged:
+    """Some servers wait for the user's approval (strictly pending, otherwise admitted)."""
+
+    servers: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class McpReloadFailed:
+    message: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class McpPromptsChanged:
+    """The set of MCP prompts changed: a shell reloads its slash commands."""
+
+    prompts: tuple[str, ...]
+
+
+HotReloadEvent = McpPendingApprovalChanged | McpReloadFailed | McpPromptsChanged
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredState:
+    assembled: AssembledServers
+    gating: McpGating
+    rejected: tuple[str, ...]
+
+
+def compute_desired_state(
+    settings: Settings,
+    config: Config,
+    approvals: ApprovalStore,
+    top_tier: TopTier | None = None,
+) -> DesiredState:
+    """The assembled server map and its gating lists: one function for start-up and every reload."""
+    assembled = assemble_from_settings(settings, top_tier)
+    extra = set(config.get_merged_mcp_servers()) - set(config.get_settings_mcp_servers())
+    gating = recompute_mcp_gating(
+        allowed_lists=settings.merged.allowed_lists,
+        excluded=settings.merged.excluded,
+        cli_allowed=config.get_cli_allowed_mcp_server_names(),
+        servers=assembled.servers,
+        approvals=approvals,
+        root=settings.root,
+        extra_names=extra,
+    )
+    rejected = tuple(
+        name
+        for name in gating.pending or ()
+        if approvals.get_state(settings.root, name, assembled.servers[name]) == "rejected"
+    )
+    return DesiredState(assembled, gating, rejected)
+
+
+def strictly_promptable(state: DesiredState, approvals: ApprovalStore, root: str | os.PathLike[str]) -> tuple[str, ...]:
+    """Exactly pending servers that gating would otherwise admit (never excluded or not allowed)."""
+    promptable = approvals.get_promptable_mcp_servers(state.assembled.servers, root)
+    return tuple(n for n in promptable if state.gating.is_allowed(n) and not state.gating.is_excluded(n))
+
+
+async def apply_desired_state(config: Config, state: DesiredState, *, force: bool = False) -> bool:
+    """Gate, push gating, reconcile. Returns whether a reconcile ran."""
+    servers = dict(state.assembled.servers)
+    if (
+        not force
+        and mcp_servers_equal(config.get_settings_mcp_servers(), servers)
+        and mcp_gating_equal(config.get_mcp_gating(), state.gating)
+        and config.get_rejected_mcp_servers() == frozenset(state.rejected)
+    ):
+        return False
+    config.set_mcp_gating(state.gating)
+    config.set_rejected_mcp_servers(state.rejected)
+    await config.reinitialize_mcp_servers(servers)
+    return True
+
+
+MCP_KEYS = ("mcpServers", "mcp")
+"""Settings keys that can change the server map or its gating (``mcp`` covers allowed and excluded)."""
+
+
+def touches_mcp(event: SettingsChanged) -> bool:
+    """Whether a settings change can matter to MCP at all: ``.mcp.json`` and the approvals store
+    always do; a settings file only through ``mcpServers`` or ``mcp.*`` paths."""
+    if event.scope in ("project", "approvals"):
+        return True
+    return any(path.split(".", 1)[0] in MCP_KEYS for path in event.paths)
+
+
+def register_mcp_hot_reload(
+    watcher: SettingsWatcher,
+    settings: Settings,
+    config: Config,
+    top_tier: TopTier | None,
+    *,
+    approvals: ApprovalStore,
+    emit: Callable[[HotReloadEvent], None],
+    on_state: Callable[[DesiredState], object] | None = None,
+    task_group: anyio.abc.TaskGroup | None = None,
+) -> Callable[[], None]:
+    """Subscribe the reconcile to ``watcher``; returns the unsubscribe function. Register once.
+
+    With ``task_group``, each reload runs there and the watcher goes on reading edits meanwhile;
+    edits that arrive during a reconcile then coalesce into one more pass (``Config``'s guard).
+    """
+
+    async def reload() -> None:
+        await reload_now(settings, config, top_tier, approvals=approvals, emit=emit, on_state=on_state)
+
+    async def on_change(event: SettingsChanged) -> None:
+        if not touches_mcp(event):
+            return  # the cheap gate: e.g. a theme edit never rebuilds the server map
+        if event.scope == "approvals":
+            approvals.reload()
+        if task_group is not None:
+            task_group.start_soon(reload)
+        else:
+            await reload()
+
+    return watcher.add_change_listener(on_change)
+
+
+async def reload_now(
+    settings: Settings,
+    config: Config,
+    top_tier: TopTier | None,
+    *,
+    approvals: ApprovalStore,
+    emit: Callable[[HotReloadEvent], None],
+    on_state: Callable[[DesiredState], object] | None = None,
+    force: bool = False,
+) -> DesiredState:
+    """One pass of SPEC §8 steps 1-6 over the current in-memory settings."""
+    prompts_before = config.prompt_registry.names()
+    state = compute_desired_state(settings, config, approvals, top_tier)
+    if on_state is not None:
+        on_state(state)
+    try:
+        if not await apply_desired_state(config, state, force=force):
+            return state  # the gate: nothing MCP-relevant changed
+    except Exception as exc:
+        logger.exception("%s", RELOAD_FAILED_MESSAGE)
+        emit(McpReloadFailed(RELOAD_FAILED_MESSAGE, str(exc)))
+    promptable = strictly_promptable(state, approvals, settings.root)
+    if promptable:
+        emit(McpPendingApprovalChanged(promptable))
+    prompts_after = config.prompt_registry.names()
+    if prompts_after != prompts_before:
+        emit(McpPromptsChanged(tuple(sorted(prompts_after))))
+    return state

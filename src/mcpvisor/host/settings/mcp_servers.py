@@ -1,0 +1,158 @@
+"""Assembling the desired server map (SPEC §2.3) — one function for start-up and every reload.
+
+Lowest to highest precedence:
+
+1. user and system-defaults settings servers,
+2. the workspace ``.mcp.json`` (Claude Code format, stamped ``scope: "project"``),
+3. workspace and system settings servers,
+4. the top tier: session-injected servers, then each ``--mcp-config FILE`` in order.
+
+``settings_servers`` is the settings layers already merged (:attr:`MergedSettings.mcp_servers`); each
+entry keeps the scope that defined it, which is how ``.mcp.json`` slots in between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host import paths as _paths
+from mcpvisor.host.settings.loader import (
+    ServerEntry,
+    ServerLayer,
+    ServerScope,
+    SettingsError,
+    load_server_file,
+)
+
+if TYPE_CHECKING:
+    from mcpvisor.host.settings.loader import Settings
+
+__all__ = [
+    "SOURCE_LABELS",
+    "SOURCE_ORDER",
+    "AssembledServers",
+    "ServerSource",
+    "SourceLabel",
+    "TopTier",
+    "assemble_from_settings",
+    "assemble_mcp_servers",
+    "load_top_tier",
+]
+
+SourceLabel = Literal["User", "Project .mcp.json", "Workspace", "System", "Extensions", "Command line"]
+
+SOURCE_ORDER: tuple[SourceLabel, ...] = (
+    "User",
+    "Project .mcp.json",
+    "Workspace",
+    "System",
+    "Extensions",
+    "Command line",
+)
+"""The groups of the ``/mcp`` status view, in display order."""
+
+SOURCE_LABELS: Mapping[ServerScope, SourceLabel] = {
+    "system_defaults": "System",
+    "user": "User",
+    "project": "Project .mcp.json",
+    "workspace": "Workspace",
+    "system": "System",
+    "session": "Command line",
+    "mcp_config": "Command line",
+}
+
+_BELOW_PROJECT: frozenset[ServerScope] = frozenset({"system_defaults", "user"})
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSource:
+    """Where a server of the assembled map came from: the status-view group, the scope and the file."""
+
+    label: SourceLabel
+    scope: ServerScope
+    path: Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class TopTier:
+    """The highest-precedence servers: session-injected ones, then ``--mcp-config`` files in order."""
+
+    session: Mapping[str, McpServerConfig] = field(default_factory=dict)
+    mcp_config: Sequence[ServerLayer] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AssembledServers:
+    """The desired server map and, for each name, its source."""
+
+    servers: Mapping[str, McpServerConfig]
+    sources: Mapping[str, ServerSource]
+    warnings: tuple[str, ...] = ()
+    errors: tuple[SettingsError, ...] = ()
+
+    def grouped(self) -> dict[SourceLabel, list[str]]:
+        """Server names by source label, in :data:`SOURCE_ORDER` (empty groups left out), names sorted."""
+        groups: dict[SourceLabel, list[str]] = {}
+        for label in SOURCE_ORDER:
+            names = sorted(name for name, source in self.sources.items() if source.label == label)
+            if names:
+                groups[label] = names
+        return groups
+
+
+def load_top_tier(
+    mcp_config_files: Iterable[Path],
+    env: Mapping[str, str],
+    session: Mapping[str, McpServerConfig] | None = None,
+) -> TopTier:
+    """Read each ``--mcp-config`` file (``mcpServers`` or VS Code ``servers``); a missing file is an error."""
+    layers = [load_server_file(Path(p), env, scope="mcp_config", missing_ok=False) for p in mcp_config_files]
+    return TopTier(session=dict(session or {}), mcp_config=layers)
+
+
+def assemble_mcp_servers(
+    settings_servers: Mapping[str, ServerEntry],
+    root: Path,
+    top_tier: TopTier | None = None,
+    *,
+    project: ServerLayer | None = None,
+    env: Mapping[str, str] | None = None,
+) -> AssembledServers:
+    """The desired server map, lowest to highest precedence as in the module docstring.
+
+    ``project`` is the ``.mcp.json`` layer already read (:attr:`Settings.project` keeps the last good
+    one, so a half-saved file never drops servers); when ``None``, ``<root>/.mcp.json`` is read now
+    and ``env`` (for ``${VAR}`` expansion) is required. A file that fails to parse is reported in
+    ``errors``; a bad entry is skipped with a warning.
+    """
+    if project is None:
+        if env is None:
+            raise TypeError("assemble_mcp_servers needs env= to read .mcp.json (or pass project=)")
+        project = load_server_file(_paths.workspace_mcp_json_path(root), env, scope="project")
+    top = top_tier if top_tier is not None else TopTier()
+
+    below = {name: e for name, e in settings_servers.items() if e.scope in _BELOW_PROJECT}
+    above = {name: e for name, e in settings_servers.items() if e.scope not in _BELOW_PROJECT}
+    session = {name: ServerEntry(cfg, "session", None) for name, cfg in top.session.items()}
+    layers: list[Mapping[str, ServerEntry]] = [below, project.servers, above, session]
+    layers.extend(layer.servers for layer in top.mcp_config)
+
+    chosen: dict[str, ServerEntry] = {}
+    for layer in layers:
+        chosen.update(layer)
+    file_layers = [project, *top.mcp_config]
+    return AssembledServers(
+        servers={name: entry.config for name, entry in chosen.items()},
+        sources={name: ServerSource(SOURCE_LABELS[e.scope], e.scope, e.path) for name, e in chosen.items()},
+        warnings=tuple(w for layer in file_layers for w in layer.warnings),
+        errors=tuple(layer.error for layer in file_layers if layer.error is not None),
+    )
+
+
+def assemble_from_settings(settings: Settings, top_tier: TopTier | None = None) -> AssembledServers:
+    """:func:`assemble_mcp_servers` over a :class:`Settings`' merged servers and last good ``.mcp.json``."""
+    return assemble_mcp_servers(settings.merged.mcp_servers, settings.root, top_tier, project=settings.project)

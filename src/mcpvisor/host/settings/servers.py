@@ -1,0 +1,178 @@
+"""Server entries of settings and server files, with their provenance."""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from mcpvisor.core.server_config import McpServerConfig, Scope, canonical_json
+from mcpvisor.host.settings.expand import expand_vars
+from mcpvisor.host.settings.files import SettingsError, SettingsFileError, read_settings_file
+from mcpvisor.host.settings.scopes import ServerScope
+
+logger = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------- servers
+
+
+@dataclass(frozen=True, slots=True)
+class ServerEntry:
+    """One configured server and where it came from (``path`` is ``None`` for session-injected ones)."""
+
+    config: McpServerConfig
+    scope: ServerScope
+    path: Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLayer:
+    """The servers of one server file (``.mcp.json`` or ``--mcp-config``)."""
+
+    scope: ServerScope
+    path: Path | None
+    servers: Mapping[str, ServerEntry] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    error: SettingsError | None = None
+
+
+def _describe_validation(exc: ValueError) -> str:
+    """A validation problem in words, never echoing the input (it may hold secrets)."""
+    if isinstance(exc, ValidationError):
+        parts = []
+        for err in exc.errors(include_input=False, include_url=False):
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            parts.append(f"{loc}: {msg}" if loc else msg)
+        return "; ".join(parts)
+    return str(exc)
+
+
+# Fields people write that are not McpServerConfig fields but are understood (auth settings).
+_EXTRA_OK = frozenset({"oauth", "auth", "auth_provider_type", "authProviderType"})
+_KNOWN_FIELDS = (
+    *McpServerConfig.model_fields,
+    "type",
+    "httpUrl",
+    "includeTools",
+    "excludeTools",
+    "discoveryTimeoutMs",
+    "extensionName",
+)
+
+
+def _did_you_mean(field: str) -> str:
+    if field in ("disabled", "enabled"):
+        return "; to turn a server off, list its name in mcp.excluded"
+    close = difflib.get_close_matches(field, _KNOWN_FIELDS, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+_CACHE_MAX = 4096
+_cache: dict[tuple[str, str | None, int], tuple[McpServerConfig, frozenset[str]] | str] = {}
+
+
+def _build_config(
+    entry: Mapping[str, Any], stamp: Scope | None, env: Mapping[str, str]
+) -> tuple[McpServerConfig, frozenset[str]] | str:
+    """One config from a literal entry (or why it is invalid), remembered by content: an unchanged
+    entry gives the very same (frozen) object on every reload, so comparing maps is cheap."""
+    try:
+        cache_key = (canonical_json(entry), stamp, hash(frozenset(env.items())))
+    except TypeError:
+        cache_key = None
+    if cache_key is not None and (hit := _cache.get(cache_key)) is not None:
+        return hit
+    missing: set[str] = set()
+    result: tuple[McpServerConfig, frozenset[str]] | str
+    try:
+        cfg = McpServerConfig.from_entry(entry, expand=partial(expand_vars, env=env, missing=missing), scope=stamp)
+        result = (cfg, frozenset(missing))
+    except ValueError as exc:
+        result = _describe_validation(exc)
+    if cache_key is not None:
+        if len(_cache) >= _CACHE_MAX:
+            _cache.clear()
+        _cache[cache_key] = result
+    return result
+
+
+def build_server_entries(
+    entries: Any,
+    *,
+    path: Path | None,
+    scope: ServerScope,
+    stamp: Scope | None,
+    env: Mapping[str, str],
+    key: str = "mcpServers",
+) -> tuple[dict[str, ServerEntry], list[str]]:
+    """Validate a ``{name: entry}`` object into server entries, hashing each literal entry before expansion.
+
+    An invalid entry is skipped with a warning naming the file, the server and the fix; the others
+    load. Returns the entries and the warnings.
+    """
+    where = str(path) if path is not None else scope
+    if entries is None:
+        return {}, []
+    if not isinstance(entries, Mapping):
+        return {}, [f"ignored {key!r} in {where}: expected an object of servers by name"]
+    servers: dict[str, ServerEntry] = {}
+    warnings: list[str] = []
+    for name, entry in entries.items():
+        if not isinstance(entry, Mapping):
+            warnings.append(f"skipped MCP server {name!r} in {where}: expected an object; fix {key}.{name}")
+            continue
+        built = _build_config(entry, stamp, env)
+        if isinstance(built, str):
+            warnings.append(f"skipped MCP server {name!r} in {where}: {built}; fix {key}.{name}")
+            continue
+        cfg, missing = built
+        warnings.extend(
+            f"unknown field {field!r} in MCP server {name!r} ({where}) is ignored{_did_you_mean(field)}"
+            for field in sorted(cfg.model_extra or {})
+            if field not in _EXTRA_OK
+        )
+        warnings.extend(
+            f"undefined environment variable {var!r} in MCP server {name!r} ({where}) expanded to ''"
+            for var in sorted(missing)
+        )
+        servers[name] = ServerEntry(cfg, scope, path)
+    return servers, warnings
+
+
+def server_layer_from_data(
+    data: Mapping[str, Any] | None, path: Path | None, *, scope: ServerScope, env: Mapping[str, str]
+) -> ServerLayer:
+    """Servers of a server file's parsed content: Claude Code ``mcpServers`` or VS Code ``servers``.
+
+    ``.mcp.json`` servers (``scope="project"``) are stamped ``scope: "project"``.
+    """
+    if not data:
+        return ServerLayer(scope, path)
+    warnings: list[str] = []
+    if "mcpServers" in data:
+        key = "mcpServers"
+        if "servers" in data:
+            warnings.append(f"ignored 'servers' in {path}: 'mcpServers' is also set and wins")
+    else:
+        key = "servers"
+    stamp: Scope | None = "project" if scope == "project" else None
+    servers, more = build_server_entries(data.get(key), path=path, scope=scope, stamp=stamp, env=env, key=key)
+    return ServerLayer(scope, path, servers, tuple(warnings + more))
+
+
+def load_server_file(path: Path, env: Mapping[str, str], *, scope: ServerScope, missing_ok: bool = True) -> ServerLayer:
+    """Read a server file (``.mcp.json``, ``--mcp-config FILE``). Errors are returned in ``error``."""
+    try:
+        data = read_settings_file(path)
+    except SettingsFileError as exc:
+        return ServerLayer(scope, path, error=exc.report)
+    if data is None and not missing_ok:
+        return ServerLayer(scope, path, error=SettingsError(path, "the file does not exist"))
+    return server_layer_from_data(data, path, scope=scope, env=env)

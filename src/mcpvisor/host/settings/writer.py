@@ -1,0 +1,411 @@
+"""Writing one key of one scope's settings file (``mcpvisor mcp add/remove``, the shell).
+
+:func:`set_setting` and :func:`delete_setting` update the in-memory :class:`Settings` *first*, then
+write the file atomically (a temporary file in the same folder, then ``os.replace``), so the
+watcher, re-reading the file, finds nothing new and emits no event for the app's own write.
+
+Comments and formatting are kept: the edit is made on the text itself (the value's span is
+replaced, a member inserted or removed) and the result is re-parsed and checked against the
+intended content. Only when that check fails (an unusual layout the text edit cannot handle) is
+the file rewritten as formatted JSON, which drops its comments; that fallback is logged.
+
+A file that does not parse is never overwritten: :class:`SettingsFileError` is raised instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import json5
+
+from mcpvisor.host.settings.loader import (
+    FileScope,
+    Settings,
+    SettingsError,
+    SettingsFileError,
+    parse_settings_text,
+    values_equal,
+)
+
+__all__ = [
+    "delete_key",
+    "delete_setting",
+    "edit_settings_text",
+    "set_key",
+    "set_setting",
+    "split_key",
+    "write_atomically",
+]
+
+logger = logging.getLogger(__name__)
+
+_PRIVATE_SCOPES: frozenset[FileScope] = frozenset({"user"})
+
+
+def split_key(key: str | Sequence[str]) -> tuple[str, ...]:
+    """A dotted key as path segments; pass a sequence for names containing dots."""
+    parts = tuple(key.split(".")) if isinstance(key, str) else tuple(key)
+    if not parts or any(not p for p in parts):
+        raise ValueError(f"invalid settings key {key!r}")
+    return parts
+
+
+# --------------------------------------------------------------------------- pure edits of data
+
+
+def set_key(data: Mapping[str, Any], path: Sequence[str], value: Any) -> dict[str, Any]:
+    """A copy of ``data`` with ``path`` set to ``value`` (missing or non-object parents become objects)."""
+    out = dict(data)
+    head, rest = path[0], path[1:]
+    if not rest:
+        out[head] = value
+    else:
+        child = out.get(head)
+        out[head] = set_key(child if isinstance(child, Mapping) else {}, rest, value)
+    return out
+
+
+def delete_key(data: Mapping[str, Any], path: Sequence[str]) -> tuple[dict[str, Any], bool]:
+    """A copy of ``data`` without ``path``, and whether it was there."""
+    out = dict(data)
+    head, rest = path[0], path[1:]
+    if head not in out:
+        return out, False
+    if not rest:
+        del out[head]
+        return out, True
+    child = out[head]
+    if not isinstance(child, Mapping):
+        return out, False
+    out[head], found = delete_key(child, rest)
+    return out, found
+
+
+# --------------------------------------------------------------------------- text edits (comments kept)
+
+
+class _EditError(Exception):
+    pass
+
+
+@dataclass
+class _Member:
+    key: str
+    start: int
+    value_start: int
+    value_end: int
+    node: _Object | None
+
+
+@dataclass
+class _Object:
+    open: int
+    close: int = -1
+    members: list[_Member] = field(default_factory=list)
+
+    def find(self, key: str) -> _Member | None:
+        found = [m for m in self.members if m.key == key]
+        return found[-1] if found else None
+
+
+class _Scanner:
+    """Finds the spans of objects and members in a JSON-with-comments document already known to parse."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.i = 0
+
+    def skip(self) -> None:
+        text, n = self.text, len(self.text)
+        while self.i < n:
+            if text[self.i].isspace():
+                self.i += 1
+            elif text.startswith("//", self.i):
+                end = text.find("\n", self.i)
+                self.i = n if end < 0 else end + 1
+            elif text.startswith("/*", self.i):
+                end = text.find("*/", self.i + 2)
+                if end < 0:
+                    raise _EditError("unterminated comment")
+                self.i = end + 2
+            else:
+                return
+
+    def peek(self) -> str:
+        self.skip()
+        if self.i >= len(self.text):
+            raise _EditError("unexpected end")
+        return self.text[self.i]
+
+    def string(self) -> str:
+        quote, start = self.text[self.i], self.i
+        self.i += 1
+        while self.i < len(self.text):
+            c = self.text[self.i]
+            if c == "\\":
+                self.i += 2
+                continue
+            self.i += 1
+            if c == quote:
+                decoded: str = json5.loads(self.text[start : self.i])
+                return decoded
+        raise _EditError("unterminated string")
+
+    def scalar(self) -> None:
+        start = self.i
+        while self.i < len(self.text) and self.text[self.i] not in ",]}:/" and not self.text[self.i].isspace():
+            self.i += 1
+        if self.i == start:
+            raise _EditError(f"unexpected {self.text[self.i]!r}")
+
+    def value(self) -> tuple[int, int, _Object | None]:
+        c = self.peek()
+        start = self.i
+        node = None
+        if c == "{":
+            node = self.obj()
+        elif c == "[":
+            self.i += 1
+            while self.peek() != "]":
+                self.value()
+                if self.peek() == ",":
+                    self.i += 1
+            self.i += 1
+        elif c in "\"'":
+            self.string()
+        else:
+            self.scalar()
+        return start, self.i, node
+
+    def obj(self) -> _Object:
+        node = _Object(open=self.i)
+        self.i += 1
+        while self.peek() != "}":
+            start = self.i
+            if self.text[self.i] in "\"'":
+                key = self.string()
+            else:
+                self.scalar()
+                key = self.text[start : self.i]
+            if self.peek() != ":":
+                raise _EditError("expected ':'")
+            self.i += 1
+            value_start, value_end, child = self.value()
+            node.members.append(_Member(key, start, value_start, value_end, child))
+            if self.peek() == ",":
+                self.i += 1
+        node.close = self.i
+        self.i += 1
+        return node
+
+
+def _line_indent(text: str, pos: int) -> str:
+    line_start = text.rfind("\n", 0, pos) + 1
+    prefix = text[line_start:pos]
+    return prefix if not prefix.strip() else prefix[: len(prefix) - len(prefix.lstrip())]
+
+
+def _dump(value: Any, indent: str, unit: str) -> str:
+    return json.dumps(value, indent=unit, ensure_ascii=False).replace("\n", "\n" + indent)
+
+
+def _nest(path: Sequence[str], value: Any) -> Any:
+    for part in reversed(path):
+        value = {part: value}
+    return value
+
+
+def _next_token(text: str, pos: int) -> int:
+    scanner = _Scanner(text)
+    scanner.i = pos
+    scanner.skip()
+    return scanner.i
+
+
+def _insert(text: str, node: _Object, key: str, value: Any, unit: str) -> str:
+    inner = text[node.open + 1 : node.close]
+    if not node.members and not inner.strip():
+        close_indent = _line_indent(text, node.open)
+        indent = close_indent + unit
+        member = f"{json.dumps(key)}: {_dump(value, indent, unit)}"
+        return f"{text[: node.open + 1]}\n{indent}{member}\n{close_indent}{text[node.close :]}"
+    if "\n" not in inner:
+        member = f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}"
+        if not node.members:
+            return f"{text[: node.close]}{member}{text[node.close :]}"
+        last = node.members[-1]
+        after = _next_token(text, last.value_end)
+        if text[after] == ",":
+            return f"{text[: after + 1]} {member},{text[after + 1 :]}"
+        return f"{text[: last.value_end]}, {member}{text[last.value_end :]}"
+    anchor = node.members[0].start if node.members else node.open
+    indent = _line_indent(text, anchor) if node.members else _line_indent(text, node.open) + unit
+    member = f"{json.dumps(key, ensure_ascii=False)}: {_dump(value, indent, unit)}"
+    if not node.members:
+        return f"{text[: node.open + 1]}\n{indent}{member},{text[node.open + 1 :]}"
+    last = node.members[-1]
+    after = _next_token(text, last.value_end)
+    if text[after] == ",":
+        return f"{text[: after + 1]}\n{indent}{member},{text[after + 1 :]}"
+    return f"{text[: last.value_end]},\n{indent}{member}{text[last.value_end :]}"
+
+
+def _remove(text: str, node: _Object, member: _Member) -> str:
+    start, end = member.start, member.value_end
+    after = _next_token(text, end)
+    if text[after] == ",":
+        end = after + 1
+    else:
+        index = node.members.index(member)
+        if index > 0:
+            before = _next_token(text, node.members[index - 1].value_end)
+            if text[before] == ",":
+                start = before
+    line_start = text.rfind("\n", 0, start) + 1
+    if not text[line_start:start].strip():
+        rest = len(text[end:]) - len(text[end:].lstrip(" \t"))
+        if text[end + rest : end + rest + 1] == "\n":
+            start, end = line_start, end + rest + 1
+    return text[:start] + text[end:]
+
+
+def _indent_unit(text: str, root: _Object) -> str:
+    if root.members:
+        indent = _line_indent(text, root.members[0].start)
+        if indent and text.rfind("\n", 0, root.members[0].start) > root.open:
+            return indent
+    return "  "
+
+
+def edit_settings_text(text: str, path: Sequence[str], value: Any = None, *, delete: bool = False) -> str:
+    """Set (or delete) ``path`` in a settings file's text, keeping comments and layout.
+
+    Raises ``ValueError`` when the text cannot be edited in place (the caller rewrites the file).
+    """
+    scanner = _Scanner(text.removeprefix("\ufeff"))
+    offset = len(text) - len(scanner.text)
+    try:
+        if scanner.peek() != "{":
+            raise _EditError("not an object")
+        root = scanner.obj()
+        unit = _indent_unit(scanner.text, root)
+        node = root
+        doc = scanner.text
+        for depth, part in enumerate(path):
+            member = node.find(part)
+            last = depth == len(path) - 1
+            if member is None:
+                if delete:
+                    return text
+                doc = _insert(doc, node, part, _nest(path[depth + 1 :], value), unit)
+                break
+            if last and delete:
+                doc = _remove(doc, node, member)
+                break
+            if last or member.node is None:
+                indent = _line_indent(doc, member.start)
+                new = _dump(_nest(path[depth + 1 :], value), indent, unit)
+                doc = doc[: member.value_start] + new + doc[member.value_end :]
+                break
+            node = member.node
+    except (_EditError, IndexError, ValueError) as exc:
+        raise ValueError(f"cannot edit the text in place: {exc}") from exc
+    return text[:offset] + doc
+
+
+# --------------------------------------------------------------------------- files
+
+
+def write_atomically(path: Path, text: str, *, new_mode: int = 0o644) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``.
+
+    A symlinked file is written at its target, so the link stays. The existing file's permission
+    bits are kept; a new file gets ``new_mode``. Parent folders are created.
+    """
+    target = Path(os.path.realpath(path))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = target.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = new_mode
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsFileError(SettingsError(path, f"cannot read the file: {exc}")) from exc
+
+
+def _render(path: Path, text: str | None, parts: Sequence[str], value: Any, delete: bool, expected: Any) -> str:
+    if text is not None:
+        try:
+            edited = edit_settings_text(text, parts, value, delete=delete)
+            if values_equal(parse_settings_text(edited, path), expected):
+                return edited
+        except (ValueError, SettingsFileError):
+            pass
+        logger.warning("rewrote %s as formatted JSON (its comments could not be kept)", path)
+    return json.dumps(expected, indent=2, ensure_ascii=False) + "\n"
+
+
+def _apply(settings: Settings, scope: FileScope, key: str | Sequence[str], value: Any, *, delete: bool) -> bool:
+    parts = split_key(key)
+    path = settings.paths.of(scope)
+    text = _read_text(path)
+    on_disk = parse_settings_text(text, path) if text is not None else {}
+    if delete:
+        new_disk, found_on_disk = delete_key(on_disk, parts)
+        new_memory, found_in_memory = delete_key(settings.data(scope), parts)
+        if not found_on_disk:
+            settings.replace_scope_data(scope, new_memory)
+            return found_in_memory
+    else:
+        new_disk = set_key(on_disk, parts, value)
+        new_memory = set_key(settings.data(scope), parts, value)
+    rendered = _render(path, text, parts, value, delete, new_disk)
+    previous = dict(settings.data(scope))
+    settings.replace_scope_data(scope, new_memory)
+    try:
+        write_atomically(path, rendered, new_mode=0o600 if scope in _PRIVATE_SCOPES else 0o644)
+    except BaseException:
+        settings.replace_scope_data(scope, previous)
+        raise
+    logger.info("%s %s in %s", "removed" if delete else "set", ".".join(parts), path)
+    return True
+
+
+def set_setting(settings: Settings, scope: FileScope, key: str | Sequence[str], value: Any) -> None:
+    """Set ``key`` (dotted, or a sequence of segments) to a JSON value in ``scope``'s file.
+
+    E.g. ``set_setting(settings, "user", ("mcpServers", "github"), {"command": "gh-mcp"})``.
+    Memory first, then an atomic write; the file's other content and comments are kept.
+    Raises :class:`SettingsFileError` if the file does not parse (it is left untouched) and
+    ``OSError`` if it cannot be written (memory is then restored).
+    """
+    _apply(settings, scope, key, value, delete=False)
+
+
+def delete_setting(settings: Settings, scope: FileScope, key: str | Sequence[str]) -> bool:
+    """Remove ``key`` from ``scope``'s file; returns whether it was there (on disk or in memory)."""
+    return _apply(settings, scope, key, None, delete=True)

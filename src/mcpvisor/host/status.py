@@ -1,0 +1,183 @@
+"""What people see about servers, as data and text: the rows of the ``/mcp`` view and ``mcp list`` (SPEC §9).
+
+:func:`describe_servers` is pure: it turns the assembled map, the gating lists, the approval
+store and (optionally) the live connections into :class:`ServerView` rows; :func:`state_text`
+says each row's state in words. Drawing them is the terminal's job (``mcpvisor.shell.views``).
+Secrets (env values, headers) are never part of a row.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from mcpvisor.core.gating import McpGating
+from mcpvisor.host.approvals import ApprovalStore, is_gated
+from mcpvisor.host.settings.mcp_servers import SOURCE_ORDER, AssembledServers
+
+__all__ = [
+    "APPROVE_HINT",
+    "LiveServer",
+    "ServerState",
+    "ServerView",
+    "describe_servers",
+    "plural",
+    "short_command",
+    "short_path",
+    "state_text",
+]
+
+ServerState = Literal[
+    "disabled",
+    "not_allowed",
+    "rejected",
+    "needs_approval",
+    "needs_auth",
+    "connected",
+    "connecting",
+    "disconnected",
+    "untrusted",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LiveServer:
+    """What a running host knows about one connection."""
+
+    status: str
+    tools: int
+    prompts: int
+    error: str | None
+    log_path: str | None = None
+    needs_auth: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ServerView:
+    name: str
+    source: str
+    """The status-view group: User, Project .mcp.json, Workspace, System, Extensions, Command line."""
+    file: str | None
+    scope: str | None
+    transport: str
+    target: str
+    """The command line or URL (never env values or headers)."""
+    state: ServerState
+    reason: str | None
+    """``excluded``, ``not_allowed``, ``pending_approval``, ``rejected`` or None."""
+    approval: str | None
+    """For gated servers: ``approved``, ``pending`` or ``rejected``; None when not gated."""
+    tools: int = 0
+    prompts: int = 0
+    error: str | None = None
+    log_path: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def describe_servers(
+    assembled: AssembledServers,
+    gating: McpGating,
+    approvals: ApprovalStore,
+    root: str | os.PathLike[str],
+    *,
+    live: Mapping[str, LiveServer] | None = None,
+    trusted: bool = True,
+) -> list[ServerView]:
+    """One row per configured server, in source-group order then by name."""
+    rows: list[ServerView] = []
+    order = {label: i for i, label in enumerate(SOURCE_ORDER)}
+    for name in sorted(assembled.servers, key=lambda n: (order.get(assembled.sources[n].label, 99), n)):
+        cfg = assembled.servers[name]
+        source = assembled.sources[name]
+        approval = approvals.get_state(root, name, cfg) if is_gated(cfg) else None
+        reason: str | None = None
+        state: ServerState
+        if not trusted:
+            state = "untrusted"
+        elif gating.is_excluded(name):
+            state, reason = "disabled", "excluded"
+        elif not gating.is_allowed(name):
+            state, reason = "not_allowed", "not_allowed"
+        elif approval == "rejected":
+            state, reason = "rejected", "rejected"
+        elif gating.is_pending(name) or approval == "pending":
+            state, reason = "needs_approval", "pending_approval"
+        else:
+            conn = live.get(name) if live is not None else None
+            state = conn.status if conn is not None else "disconnected"  # type: ignore[assignment]
+            if conn is not None and conn.needs_auth and conn.status == "disconnected":
+                state = "needs_auth"
+        conn = live.get(name) if live is not None else None
+        rows.append(
+            ServerView(
+                name=name,
+                source=source.label,
+                file=str(source.path) if source.path is not None else None,
+                scope=cfg.scope,
+                transport=cfg.transport,
+                target=cfg.target(),
+                state=state,
+                reason=reason,
+                approval=approval,
+                tools=conn.tools if conn is not None and reason is None else 0,
+                prompts=conn.prompts if conn is not None and reason is None else 0,
+                error=conn.error if conn is not None and reason is None else None,
+                log_path=conn.log_path if conn is not None else None,
+            )
+        )
+    return rows
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+APPROVE_HINT = "mcpvisor mcp approve {name}"
+
+
+def state_text(row: ServerView, *, live: bool = True, approve_hint: str = APPROVE_HINT) -> tuple[str, str, str]:
+    """(icon, text, style) for one row, in SPEC §9 priority order."""
+    if row.state == "untrusted":
+        return "○", "untrusted folder — run: mcpvisor mcp trust", "yellow"
+    if row.state == "disabled":
+        return "○", "disabled (in mcp.excluded)", "dim"
+    if row.state == "not_allowed":
+        return "○", "not allowed (not in mcp.allowed or --allowed-mcp-server-names)", "dim"
+    if row.state == "rejected":
+        return "✗", "rejected — edit config to re-approve", "red"
+    if row.state == "needs_approval":
+        return "?", f"needs approval — run: {approve_hint.format(name=row.name)}", "yellow"
+    if row.state == "needs_auth":
+        return "🔒", f"needs authentication — add credentials to mcpServers.{row.name}.headers", "yellow"
+    if not live:
+        return "✓", "allowed (approved)" if row.approval == "approved" else "allowed", "green"
+    if row.state == "connected":
+        return "●", f"connected ({plural(row.tools, 'tool')}, {plural(row.prompts, 'prompt')})", "green"
+    if row.state == "connecting":
+        return "◌", "connecting…", "cyan"
+    if row.error:
+        shows_log = row.log_path is not None and row.log_path in row.error
+        hint = (
+            f"; see error logs: {row.log_path}" if row.log_path and row.transport == "stdio" and not shows_log else ""
+        )
+        return "✗", f"disconnected — {row.error}{hint}", "red"
+    return "○", "disconnected", "dim"
+
+
+def short_command(target: str) -> str:
+    """A command line with this interpreter's path shortened to ``python``."""
+    exe = sys.executable
+    return "python" + target[len(exe) :] if target.startswith(exe + " ") else target
+
+
+def short_path(path: str | None) -> str:
+    if path is None:
+        return ""
+    home = str(Path.home())
+    return "~" + path[len(home) :] if path.startswith(home + os.sep) else path

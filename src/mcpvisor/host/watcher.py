@@ -1,0 +1,412 @@
+"""SettingsWatcher (SPEC §6): file edits in, one debounced, diffed event per scope out.
+
+Watched by default: the user and workspace settings files, the workspace ``.mcp.json`` and the
+approvals store. How:
+
+- **Folders, not files**, non-recursively: an editor's write-then-rename replaces the file's inode,
+  and a Kubernetes ConfigMap mount swaps a ``..data`` symlink while ``settings.json`` itself never
+  changes. Any event in a scope's folder re-reads that scope's file and compares its content
+  (except the approvals store's own files — ``mcp-approvals.json``, ``.lock``, ``.tmp*`` — which
+  belong to the ``approvals`` scope even though they share the user folder).
+- **Missing files and folders**: the nearest existing ancestor is watched; when a folder on the way
+  appears (or a watched one vanishes) the watch is re-armed and the affected scopes re-checked.
+- **Debounce**: watchfiles' own debounce is small; each scope then has a 300 ms trailing debounce
+  (:data:`DEBOUNCE_S`), so ten saves in a burst give one reload.
+- **Reload and diff** through :class:`Settings` (the in-memory state the app reads):
+  no change → nothing (this swallows the app's own writes, which update memory first, and
+  formatting-only saves); a parse error (an empty file from a non-atomic save included) → the
+  previous state is kept and the :class:`SettingsError` goes to the error listeners; every changed
+  path restart-required → a :class:`RestartRequired` notice and no event; otherwise one
+  :class:`SettingsChanged` event. The approvals store is not diffed: when its bytes change the
+  event is ``SettingsChanged("approvals", ())`` and the store re-reads itself.
+
+Listeners are async callables, run concurrently under a timeout; one that fails or times out is
+logged and never stops the watcher. Use it as ``async with SettingsWatcher(settings) as watcher``
+or run :meth:`SettingsWatcher.run` in a task group (``await tg.start(watcher.run)``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextlib import AsyncExitStack, aclosing
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+import anyio
+import anyio.abc
+from watchfiles import Change, awatch
+
+from mcpvisor.host.settings.loader import FileScope, Settings, SettingsError
+from mcpvisor.host.settings.schema import is_restart_required_key
+
+__all__ = [
+    "DEBOUNCE_S",
+    "DEFAULT_WATCHED_SCOPES",
+    "LISTENER_TIMEOUT_S",
+    "RestartRequired",
+    "SettingsChanged",
+    "SettingsWatcher",
+    "WatchScope",
+    "classify_change",
+    "is_approvals_file",
+    "nearest_existing_dir",
+]
+
+logger = logging.getLogger(__name__)
+
+WatchScope = Literal["system_defaults", "user", "workspace", "system", "project", "approvals"]
+
+DEFAULT_WATCHED_SCOPES: tuple[WatchScope, ...] = ("user", "workspace", "project", "approvals")
+DEBOUNCE_S = 0.3
+"""Trailing debounce per scope: a scope is reloaded this long after its last file event."""
+LISTENER_TIMEOUT_S = 60.0
+"""A listener still running after this long is cancelled and logged."""
+WATCHFILES_DEBOUNCE_MS = 20
+WATCHFILES_STEP_MS = 5
+REARM_RETRY_S = 0.1
+"""Pause before re-arming after the watch could not be set up (a folder vanished meanwhile)."""
+FAILED_WATCH_RETRY_S = 5.0
+"""Pause before trying again when even a polling watch could not be set up."""
+
+
+@dataclass(frozen=True, slots=True)
+class SettingsChanged:
+    """One scope's file changed.
+
+    ``paths`` are the changed dotted paths (objects recurse: ``mcpServers.a.args``; empty for the
+    ``approvals`` scope); ``restart_required`` is the subset that only takes effect after a restart
+    (also announced by a :class:`RestartRequired` notice).
+    """
+
+    scope: WatchScope
+    paths: tuple[str, ...]
+    restart_required: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RestartRequired:
+    """Settings changed that take effect only after a restart."""
+
+    scope: FileScope
+    paths: tuple[str, ...]
+
+
+E = TypeVar("E")
+Listener = Callable[[E], Awaitable[None]]
+
+
+def is_approvals_file(name: str, store_name: str) -> bool:
+    """Whether a file name belongs to the approvals store: the store, its lock, its temporary files."""
+    return name == store_name or name.startswith((f"{store_name}.", f".{store_name}"))
+
+
+def nearest_existing_dir(folder: Path, is_dir: Callable[[Path], bool] = Path.is_dir) -> Path:
+    """``folder`` itself if it exists, else its nearest existing ancestor."""
+    for candidate in (folder, *folder.parents):
+        if is_dir(candidate):
+            return candidate
+    return Path(folder.anchor or "/")
+
+
+def classify_change(path: Path, targets: Mapping[WatchScope, Path]) -> tuple[set[WatchScope], bool]:
+    """Which scopes a file event concerns, and whether it touches a folder on the way to a target.
+
+    An event in a target's folder concerns that scope — except the approvals store's files, which
+    concern only ``approvals``. An event on a target's folder or one of its ancestors (a folder
+    created or removed) asks for the watch to be re-armed.
+    """
+    approvals = targets.get("approvals")
+    owned = approvals is not None and path.parent == approvals.parent and is_approvals_file(path.name, approvals.name)
+    scopes: set[WatchScope] = set()
+    rearm = False
+    for scope, target in targets.items():
+        folder = target.parent
+        if path.parent == folder and owned == (scope == "approvals"):
+            scopes.add(scope)
+        if path == folder or path in folder.parents:
+            rearm = True
+    return scopes, rearm
+
+
+def _file_digest(path: Path) -> bytes | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).digest()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        logger.warning("cannot read %s: %s", path, exc.strerror or exc)
+        return None
+
+
+class SettingsWatcher:
+    """Watches settings files and turns edits into :class:`SettingsChanged` events.
+
+    ``settings`` is the in-memory state the watcher reloads and diffs against (the hot-reload
+    subscriber re-merges from :attr:`settings`). The constructor does no I/O.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        scopes: Iterable[WatchScope] = DEFAULT_WATCHED_SCOPES,
+        debounce_s: float = DEBOUNCE_S,
+        listener_timeout_s: float = LISTENER_TIMEOUT_S,
+        force_polling: bool | None = None,
+    ) -> None:
+        self._settings = settings
+        self._scopes = tuple(dict.fromkeys(scopes))
+        self._debounce_s = debounce_s
+        self._listener_timeout_s = listener_timeout_s
+        self._force_polling = force_polling
+        self._change_listeners: list[Listener[SettingsChanged]] = []
+        self._error_listeners: list[Listener[SettingsError]] = []
+        self._restart_listeners: list[Listener[RestartRequired]] = []
+        self._targets: dict[WatchScope, Path] = {}
+        self._due: dict[WatchScope, float] = {}
+        self._wake = anyio.Event()
+        self._awatch_stop = anyio.Event()
+        self._closing = False
+        self._run_scope: anyio.CancelScope | None = None
+        self._approvals_digest: bytes | None = None
+        self._exit_stack: AsyncExitStack | None = None
+
+    @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @property
+    def targets(self) -> Mapping[WatchScope, Path]:
+        """The file watched for each scope (set when :meth:`run` starts)."""
+        return dict(self._targets)
+
+    # -- listeners
+
+    def add_change_listener(self, fn: Listener[SettingsChanged]) -> Callable[[], None]:
+        """Call ``await fn(event)`` for every :class:`SettingsChanged`; returns an unsubscribe function."""
+        return _subscribe(self._change_listeners, fn)
+
+    def add_error_listener(self, fn: Listener[SettingsError]) -> Callable[[], None]:
+        """Call ``await fn(error)`` when a watched file fails to read or parse (file, line, column, message)."""
+        return _subscribe(self._error_listeners, fn)
+
+    def add_restart_listener(self, fn: Listener[RestartRequired]) -> Callable[[], None]:
+        """Call ``await fn(notice)`` when changed settings need a restart to take effect."""
+        return _subscribe(self._restart_listeners, fn)
+
+    # -- lifecycle
+
+    async def __aenter__(self) -> SettingsWatcher:
+        async with AsyncExitStack() as stack:
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            await tg.start(self.run)
+            self._exit_stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        self.stop()
+        stack, self._exit_stack = self._exit_stack, None
+        if stack is None:
+            return None
+        return await stack.__aexit__(exc_type, exc, tb)
+
+    def stop(self) -> None:
+        """Stop a running watcher: the watch thread is told first, then :meth:`run` is cancelled."""
+        self._closing = True
+        self._awatch_stop.set()
+        if self._run_scope is not None:
+            self._run_scope.cancel()
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Watch until cancelled or :meth:`stop`-ped. Reports started once the first watch is armed."""
+        if self._run_scope is not None:
+            raise RuntimeError("this SettingsWatcher is already running")
+        self._closing = False
+        self._targets = {
+            scope: self._settings.paths.approvals if scope == "approvals" else self._settings.paths.of(scope)
+            for scope in self._scopes
+            if scope == "approvals" or self._settings.is_active(scope)
+        }
+        if "approvals" in self._targets:
+            self._approvals_digest = await anyio.to_thread.run_sync(_file_digest, self._targets["approvals"])
+        with anyio.CancelScope() as scope:
+            self._run_scope = scope
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._process_loop)
+                    try:
+                        await tg.start(self._watch_loop)
+                        task_status.started()
+                        await anyio.sleep_forever()
+                    finally:
+                        # Tell the watch thread before the cancellation reaches it (watchfiles
+                        # otherwise waits for its timeout); see MCP-SDK-2.md pitfall 13.
+                        self._closing = True
+                        self._awatch_stop.set()
+            finally:
+                self._run_scope = None
+
+    # -- watching
+
+    def _watch_dirs(self) -> dict[WatchScope, Path]:
+        return {scope: nearest_existing_dir(target.parent) for scope, target in self._targets.items()}
+
+    async def _watch_loop(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        while not self._closing:
+            current = self._watch_dirs()
+            stop = anyio.Event()
+            self._awatch_stop = stop
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._consume, current, stop)
+                # The consumer arms the OS watch in its first step, before it first suspends.
+                await anyio.lowlevel.checkpoint()
+                # Whatever changed while no watch was armed (before the first one, or events lost
+                # while re-arming) is caught by re-reading every scope and comparing content.
+                self._mark(current)
+                if not started:
+                    started = True
+                    task_status.started()
+
+    async def _consume(self, current: dict[WatchScope, Path], stop: anyio.Event) -> None:
+        folders = sorted(set(current.values()))
+        logger.debug("watching %s", ", ".join(map(str, folders)))
+        try:
+            watch = awatch(
+                *folders,
+                watch_filter=None,
+                debounce=WATCHFILES_DEBOUNCE_MS,
+                step=WATCHFILES_STEP_MS,
+                stop_event=stop,
+                recursive=False,
+                force_polling=self._force_polling,
+            )
+            async with aclosing(watch) as batches:
+                async for batch in batches:
+                    if self._on_batch(batch, current):
+                        stop.set()
+                        return
+        except FileNotFoundError as exc:
+            if self._closing:
+                return
+            # A folder vanished between choosing it and arming the watch: choose again.
+            logger.debug("could not watch %s (%s); re-arming", ", ".join(map(str, folders)), exc)
+            await anyio.sleep(REARM_RETRY_S)
+        except Exception as exc:
+            if self._closing:
+                return
+            if not self._force_polling:
+                # E.g. the inotify watch limit is reached: polling still works.
+                logger.warning("cannot watch settings folders (%s); falling back to polling", exc)
+                self._force_polling = True
+            else:
+                logger.warning("cannot watch settings folders (%s); retrying", exc)
+                await anyio.sleep(FAILED_WATCH_RETRY_S)
+
+    def _on_batch(self, batch: set[tuple[Change, str]], current: Mapping[WatchScope, Path]) -> bool:
+        """Mark the scopes the events concern; return whether the watch must be re-armed."""
+        rearm = False
+        for _change, raw in batch:
+            scopes, touches_folder = classify_change(Path(raw), self._targets)
+            self._mark(scopes)
+            rearm = rearm or touches_folder
+        return rearm or self._watch_dirs() != current
+
+    def _mark(self, scopes: Iterable[WatchScope]) -> None:
+        due = anyio.current_time() + self._debounce_s
+        marked = False
+        for scope in scopes:
+            self._due[scope] = due
+            marked = True
+        if marked:
+            self._wake.set()
+
+    # -- reloading
+
+    async def _process_loop(self) -> None:
+        while True:
+            if not self._due:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                continue
+            now = anyio.current_time()
+            ready = sorted((scope for scope, due in self._due.items() if due <= now), key=self._due.__getitem__)
+            if not ready:
+                with anyio.move_on_after(min(self._due.values()) - now):
+                    await self._wake.wait()
+                if self._wake.is_set():
+                    self._wake = anyio.Event()
+                continue
+            for scope in ready:
+                del self._due[scope]
+            for scope in ready:
+                try:
+                    await self._process(scope)
+                except Exception:
+                    logger.exception("reloading the %s settings failed", scope)
+
+    async def _process(self, scope: WatchScope) -> None:
+        if scope == "approvals":
+            digest = await anyio.to_thread.run_sync(_file_digest, self._targets["approvals"])
+            if digest != self._approvals_digest:
+                self._approvals_digest = digest
+                logger.info("approvals store changed: %s", self._targets["approvals"])
+                await self._dispatch(self._change_listeners, SettingsChanged("approvals", ()))
+            return
+        generation = self._settings.generation(scope)
+        read = await anyio.to_thread.run_sync(self._settings.read_scope, scope)
+        if self._settings.generation(scope) != generation:
+            self._mark([scope])  # written meanwhile (e.g. by the app): read again
+            return
+        result = self._settings.apply(read)
+        if result.error is not None:
+            logger.warning("%s; keeping the previous %s settings", result.error, scope)
+            await self._dispatch(self._error_listeners, result.error)
+            return
+        if not result.changed:
+            logger.debug("%s settings re-read: no change", scope)
+            return
+        restart = tuple(p for p in result.changed if is_restart_required_key(p))
+        if restart:
+            logger.info("settings changed that need a restart (%s): %s", scope, ", ".join(restart))
+            await self._dispatch(self._restart_listeners, RestartRequired(scope, restart))
+        if len(restart) == len(result.changed):
+            return
+        logger.info("settings changed (%s): %s", scope, ", ".join(result.changed))
+        await self._dispatch(self._change_listeners, SettingsChanged(scope, result.changed, restart))
+
+    async def _dispatch(self, listeners: list[Listener[E]], event: E) -> None:
+        if not listeners:
+            return
+        async with anyio.create_task_group() as tg:
+            for fn in list(listeners):
+                tg.start_soon(self._call, fn, event)
+
+    async def _call(self, fn: Listener[E], event: E) -> None:
+        try:
+            with anyio.fail_after(self._listener_timeout_s):
+                await fn(event)
+        except TimeoutError:
+            logger.warning("settings listener %s timed out after %.0f s", _name(fn), self._listener_timeout_s)
+        except Exception:
+            logger.exception("settings listener %s failed", _name(fn))
+
+
+def _subscribe(listeners: list[Any], fn: Any) -> Callable[[], None]:
+    listeners.append(fn)
+
+    def unsubscribe() -> None:
+        if fn in listeners:
+            listeners.remove(fn)
+
+    return unsubscribe
+
+
+def _name(fn: object) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)

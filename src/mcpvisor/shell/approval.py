@@ -1,0 +1,185 @@
+"""The shell's approval dialog (SPEC §7, §9): what it shows, what it accepts, what is waiting.
+
+Pure parts only: :func:`approval_request` describes one server for people (the exact command and
+arguments or URL, the source file, and the *names* of env variables and headers, never their
+values); :func:`parse_choice` reads an answer; :class:`ApprovalQueue` keeps the servers waiting
+for a decision, each bound to the configuration hash that was shown, so an answer can never
+approve a configuration the user has not seen. The session (``session.py``) drives it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from rich.console import Console
+from rich.text import Text
+
+from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.settings.mcp_servers import ServerSource
+
+__all__ = [
+    "CHOICES_TEXT",
+    "ApprovalQueue",
+    "ApprovalRequest",
+    "Choice",
+    "approval_request",
+    "parse_choice",
+    "render_approval_request",
+    "render_question",
+]
+
+Choice = Literal["approve", "approve_all", "reject", "skip"]
+
+CHOICES_TEXT = "[a]pprove / approve [A]ll / [r]eject / [s]kip"
+
+_ANSWERS: Mapping[str, Choice] = {
+    "a": "approve",
+    "approve": "approve",
+    "A": "approve_all",
+    "all": "approve_all",
+    "approve all": "approve_all",
+    "r": "reject",
+    "reject": "reject",
+    "s": "skip",
+    "skip": "skip",
+}
+
+
+def parse_choice(text: str) -> Choice | None:
+    """The choice an answer names, or None. Single letters are case-sensitive (``a`` one, ``A`` all)."""
+    answer = " ".join(text.split())
+    if answer in _ANSWERS:
+        return _ANSWERS[answer]
+    return _ANSWERS.get(answer.lower()) if answer.lower() != "a" else None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """One server as the dialog shows it. Never holds an env or header value."""
+
+    name: str
+    hash: str
+    source: str
+    """The status-view group, e.g. ``Project .mcp.json``."""
+    file: str | None
+    transport: str
+    command: str | None
+    args: tuple[str, ...]
+    cwd: str | None
+    url: str | None
+    env_keys: tuple[str, ...]
+    header_keys: tuple[str, ...]
+
+
+def approval_request(name: str, cfg: McpServerConfig, source: ServerSource) -> ApprovalRequest:
+    return ApprovalRequest(
+        name=name,
+        hash=cfg.approval_hash,
+        source=source.label,
+        file=str(source.path) if source.path is not None else None,
+        transport=cfg.transport,
+        command=cfg.command,
+        args=tuple(cfg.args),
+        cwd=cfg.cwd,
+        url=(cfg.http_url or cfg.url) if cfg.command is None else None,
+        env_keys=tuple(sorted(cfg.env or {})),
+        header_keys=tuple(sorted(cfg.headers or {})),
+    )
+
+
+def render_approval_request(console: Console, request: ApprovalRequest, *, intro: str = "needs approval") -> None:
+    """The server's details: what would run (or be reached) and where that was configured."""
+    head = Text()
+    head.append("? ", style="yellow bold")
+    head.append(request.name, style="bold")
+    head.append(f" {intro} — {request.source}")
+    if request.file:
+        head.append(f" ({request.file})")
+    console.print(head, soft_wrap=True)
+    lines: list[tuple[str, str]] = []
+    if request.command is not None:
+        lines.append(("command", request.command))
+        if request.args:
+            lines.append(("args", json.dumps(list(request.args))))
+        if request.cwd:
+            lines.append(("cwd", request.cwd))
+    else:
+        lines.append(("url", f"{request.url} ({request.transport})"))
+    if request.env_keys:
+        lines.append(("env", f"{', '.join(request.env_keys)} (values hidden)"))
+    if request.header_keys:
+        lines.append(("headers", f"{', '.join(request.header_keys)} (values hidden)"))
+    for label, value in lines:
+        console.print(Text(f"    {label + ':':<9}{value}"), soft_wrap=True)
+
+
+def render_question(console: Console, name: str, *, waiting: int) -> None:
+    """The line asking about ``name``; ``waiting`` counts the servers in the queue, ``name`` included."""
+    line = Text("  ")
+    line.append("Approve ", style="yellow")
+    line.append(name, style="yellow bold")
+    line.append("? ", style="yellow")
+    line.append(CHOICES_TEXT)
+    if waiting > 1:
+        line.append(f"  ({waiting} waiting)", style="dim")
+    console.print(line, soft_wrap=True)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueChange:
+    added: tuple[str, ...]
+    dropped: tuple[str, ...]
+
+
+class ApprovalQueue:
+    """Servers waiting for a decision, in arrival order, each with the approval hash it was shown with.
+
+    :meth:`refresh` is fed the strictly promptable servers (name -> approval hash) recomputed from
+    the live server map and the approvals store. A queued server whose hash changed, or that is no
+    longer promptable (decided elsewhere, removed, excluded), is dropped; a server is only added
+    when announced, and never while skipped for that same hash.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, str] = {}
+        self._skipped: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._waiting
+
+    @property
+    def head(self) -> tuple[str, str] | None:
+        """The server asked about now and the hash shown for it."""
+        return next(iter(self._waiting.items()), None)
+
+    def snapshot(self) -> tuple[tuple[str, str], ...]:
+        return tuple(self._waiting.items())
+
+    def refresh(self, promptable: Mapping[str, str], announced: Collection[str] = ()) -> QueueChange:
+        dropped = tuple(name for name, shown in self._waiting.items() if promptable.get(name) != shown)
+        for name in dropped:
+            del self._waiting[name]
+        self._skipped = {name: h for name, h in self._skipped.items() if promptable.get(name) == h}
+        added: list[str] = []
+        for name, current in promptable.items():
+            if name in announced and name not in self._waiting and self._skipped.get(name) != current:
+                self._waiting[name] = current
+                added.append(name)
+        return QueueChange(tuple(added), dropped)
+
+    def skip(self, name: str) -> None:
+        """Stop asking about ``name`` until its configuration changes (it stays pending)."""
+        shown = self._waiting.pop(name, None)
+        if shown is not None:
+            self._skipped[name] = shown
+
+    def discard(self, name: str) -> None:
+        """``name`` was decided: stop asking about it."""
+        self._waiting.pop(name, None)
+        self._skipped.pop(name, None)

@@ -1,0 +1,142 @@
+"""The approval dialog: asks about each project or workspace server waiting for a decision, at start-up
+or mid-session, and persists the answer (SPEC §7, §9 "Approval dialog").
+
+The queue is recomputed from the live server map and the approvals store (never from names alone):
+a server whose configuration changed after it was shown is asked about again, with the new details.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from rich.console import Console
+from rich.text import Text
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.host.approvals import is_gated
+from mcpvisor.host.host import Host
+from mcpvisor.host.hot_reload import strictly_promptable
+from mcpvisor.shell.approval import (
+    ApprovalQueue,
+    QueueChange,
+    approval_request,
+    parse_choice,
+    render_approval_request,
+    render_question,
+)
+
+__all__ = ["ApprovalDialog"]
+
+
+class ApprovalDialog:
+    """The dialog's state over one host. ``gated`` is the session's map of servers it already told
+    the user are gated (a rejection said here is not repeated by the reconcile summary)."""
+
+    def __init__(self, host: Host, console: Console, gated: dict[str, str]) -> None:
+        self.host = host
+        self.console = console
+        self._gated = gated
+        self._queue = ApprovalQueue()
+        self._ready = False
+        self.asked: str | None = None
+        """The server whose question is open (answers go to :meth:`answer`)."""
+        self.question_shown = False
+        """Whether the open question is the last thing on screen."""
+
+    def open(self) -> None:
+        """The first discovery is shown: from now on waiting servers are asked about."""
+        self._ready = True
+
+    def promptable(self) -> dict[str, str]:
+        """Strictly promptable servers now (name -> approval hash), from the live map and the store."""
+        if not self.host.settings.trusted:
+            return {}  # nothing starts in an untrusted folder: asking would promise what cannot happen
+        state = self.host.state
+        names = strictly_promptable(state, self.host.approvals, self.host.root)
+        return {name: state.assembled.servers[name].approval_hash for name in names}
+
+    def refresh(self, announced: Collection[str] | None = ()) -> None:
+        """Recompute the queue; ``announced=None`` announces every promptable server (start-up)."""
+        if not self._ready:
+            return  # the dialog opens once the first discovery is shown
+        promptable = self.promptable()
+        change = self._queue.refresh(promptable, promptable if announced is None else announced)
+        self._present(change, promptable)
+
+    def _present(self, change: QueueChange, promptable: Collection[str]) -> None:
+        for name in change.dropped:
+            why = (
+                "it was removed from the configuration"
+                if name not in self.host.state.assembled.servers
+                else "its configuration changed"
+                if name in promptable
+                else "it was decided elsewhere or is no longer admitted"
+            )
+            self.console.print(Text(f"  no decision needed for {name} any more: {why}", style="dim"))
+            if name == self.asked:
+                self.asked = None
+        for name in change.added:
+            state = self.host.state
+            request = approval_request(name, state.assembled.servers[name], state.assembled.sources[name])
+            render_approval_request(self.console, request)
+        self.ask_next(force=bool(change.added))  # new details pushed the question out of sight
+
+    def ask_next(self, *, force: bool = False) -> None:
+        """Ask about the first waiting server, unless that question is already the open one."""
+        head = self._queue.head
+        if head is None:
+            self.asked = None
+            return
+        if head[0] == self.asked and not force:
+            return
+        self.asked = head[0]
+        render_question(self.console, head[0], waiting=len(self._queue))
+        self.question_shown = True
+
+    async def answer(self, line: str) -> None:
+        head = self._queue.head
+        if head is None:
+            self.asked = None
+            return
+        name, shown = head
+        choice = parse_choice(line)
+        if choice is None:
+            self.console.print(
+                Text(f"  answer a (approve {name}), A (approve all), r (reject) or s (skip) — or run a /command"),
+                soft_wrap=True,
+            )
+            return
+        if choice == "skip":
+            self._queue.skip(name)
+            self.console.print(Text(f"  skipped {name}: it stays pending; /approve {name} when ready", style="dim"))
+        elif choice == "approve_all":
+            for waiting, waiting_hash in self._queue.snapshot():
+                await self.decide(waiting, "approve", shown_hash=waiting_hash)
+        else:
+            await self.decide(name, choice, shown_hash=shown)
+        self.ask_next()
+
+    async def decide(self, name: str, decision: str, *, shown_hash: str | None = None) -> None:
+        """Persist a decision and reconcile. With ``shown_hash``, only for the configuration shown."""
+        cfg = self.host.state.assembled.servers.get(name)
+        if cfg is None or not is_gated(cfg):
+            await self.host.decide(name, decision)  # raises ConfigError saying why it cannot be decided
+            return
+        if self.host.approvals.error:
+            raise ConfigError(self.host.approvals.error)
+        if shown_hash is not None and cfg.approval_hash != shown_hash:
+            self._queue.discard(name)
+            self.console.print(
+                Text(f"✗ {name} not {decision}d: its configuration changed after it was shown", style="yellow")
+            )
+            self.refresh(announced=[name])  # show the new configuration, if it still waits
+            return
+        self._queue.discard(name)
+        if decision == "approve":
+            self.console.print(Text(f"✓ approved {name} — connecting", style="green"))
+        else:
+            self._gated[name] = "rejected"  # said here; the reconcile summary need not repeat it
+            self.console.print(
+                Text(f"✗ rejected {name} — it stays disconnected until its configuration changes", style="red")
+            )
+        await self.host.decide(name, decision)

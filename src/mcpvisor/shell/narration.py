@@ -1,0 +1,105 @@
+"""Host events as short lines for people: ``mcpvisor run``, ``serve``'s notices and the shell (SPEC §9).
+
+One line per change once the first discovery is over, the status table when it is; secrets never appear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.console import Console
+
+from mcpvisor.core.events import ReconcileFinished, ServerStateChanged
+from mcpvisor.core.server_config import CONNECTION_FIELDS, McpServerConfig
+from mcpvisor.host.host import Host, HostEvent, Ready, SettingsWarning
+from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpReloadFailed
+from mcpvisor.host.settings.loader import SettingsError
+from mcpvisor.host.status import plural
+from mcpvisor.host.watcher import RestartRequired
+from mcpvisor.shell.views import render_status
+
+__all__ = ["HumanOutput", "changed_fields"]
+
+
+def changed_fields(old: McpServerConfig | None, new: McpServerConfig | None) -> list[str]:
+    if old is None or new is None:
+        return []
+    changed = [f for f in CONNECTION_FIELDS if getattr(old, f) != getattr(new, f)]
+    return changed or ["connection settings"]
+
+
+class HumanOutput:
+    """Short lines per change; a status table once ready."""
+
+    def __init__(
+        self,
+        host: Host,
+        console: Console,
+        *,
+        on_ready: Callable[[], None] | None = None,
+        approve_command: str = "mcpvisor mcp approve {name} --workspace {root}",
+    ) -> None:
+        self._host = host
+        self._console = console
+        self._on_ready = on_ready
+        self._approve_command = approve_command
+        self._ready = False
+        self._servers: dict[str, McpServerConfig] = {}
+        self._announced: set[str] = set()
+
+    def __call__(self, event: HostEvent) -> None:
+        c = self._console
+        if isinstance(event, ReconcileFinished):
+            current = self._host.config.get_mcp_servers()
+            if self._ready:
+                for name in event.added:
+                    failed = event.failed.get(name)
+                    if failed:
+                        c.print(f"[red]✗ {name} failed to start:[/] {failed.split(': ', 1)[-1]}")
+                    else:
+                        tools = len(self._host.config.tool_registry.tools_of(name))
+                        c.print(f"[green]+ added {name}[/] ({plural(tools, 'tool')})")
+                for name in event.removed:
+                    c.print(f"[yellow]- removed {name}[/]")
+                for name in event.restarted:
+                    fields = ", ".join(changed_fields(self._servers.get(name), current.get(name)))
+                    c.print(f"[cyan]↻ restarted {name}[/] ({fields} changed)")
+                for name in event.refiltered:
+                    c.print(f"[cyan]~ {name}: tool filters changed, re-filtered in place[/]")
+                for name, reason in event.gated.items():
+                    reason = self._host.refine_reason(name, reason) or reason
+                    if reason == "excluded":
+                        c.print(f"[dim]○ {name} disabled (mcp.excluded)[/]")
+                    elif reason == "not_allowed":
+                        c.print(f"[dim]○ {name} not allowed[/]")
+                    elif reason == "rejected":
+                        c.print(
+                            f"[red]✗ {name} rejected — edit its config to be asked again, "
+                            f"or approve it after all: mcpvisor mcp approve {name}[/]",
+                            soft_wrap=True,
+                        )
+            self._servers = current
+            self._announced &= {n for n, r in event.gated.items() if r == "pending_approval"}
+        elif isinstance(event, McpPendingApprovalChanged):
+            # People get one line per server each time it starts waiting, not one per reconcile.
+            fresh = [name for name in event.servers if name not in self._announced]
+            self._announced = set(event.servers)
+            for name in fresh:
+                fix = self._approve_command.format(name=name, root=self._host.root)
+                c.print(f"[yellow]? {name} needs approval — run: {fix}[/]", soft_wrap=True)
+        elif isinstance(event, SettingsError):
+            c.print(f"[red]✗ {event} — keeping the last good configuration[/]")
+        elif isinstance(event, SettingsWarning):
+            c.print(f"[yellow]! {event.message}[/]")
+        elif isinstance(event, RestartRequired):
+            c.print(f"[yellow]! restart required for: {', '.join(event.paths)} (other changes were applied)[/]")
+        elif isinstance(event, McpReloadFailed):
+            c.print(f"[red]✗ {event.message} ({event.detail})[/]")
+        elif isinstance(event, ServerStateChanged) and self._ready and event.status == "disconnected" and event.error:
+            c.print(f"[red]✗ {event.server} disconnected: {event.error}[/]")
+        elif isinstance(event, Ready):
+            self._ready = True
+            hint = self._approve_command.replace("{root}", str(self._host.root))
+            render_status(c, self._host.server_views(), title="MCP servers", approve_hint=hint)
+            if self._on_ready is not None:
+                self._on_ready()

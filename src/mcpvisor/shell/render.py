@@ -1,0 +1,117 @@
+"""How the shell shows tools, prompts and results (pure: each function draws onto a Console).
+
+Text that comes from servers (descriptions, results) is printed as plain text, never as rich
+markup, so a server cannot restyle or hide parts of the terminal output.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.text import Text
+
+from mcpvisor.core.registry import RegisteredPrompt, RegisteredTool
+from mcpvisor.host.status import plural
+
+if TYPE_CHECKING:
+    from mcp_types import CallToolResult, GetPromptResult
+
+__all__ = ["content_text", "first_line", "render_call_result", "render_prompt_result", "render_prompts", "render_tools"]
+
+DESCRIPTION_MAX_CHARS = 80
+
+
+def first_line(text: str | None, limit: int = DESCRIPTION_MAX_CHARS) -> str:
+    """The first non-empty line of a description, cut to ``limit`` characters."""
+    for line in (text or "").splitlines():
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""
+
+
+def _by_server(names: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for server, name in sorted(names):
+        groups.setdefault(server, []).append(name)
+    return groups
+
+
+def render_tools(console: Console, tools: list[RegisteredTool]) -> None:
+    """Registered tool names grouped by server, each with its description's first line."""
+    if not tools:
+        console.print("No tools registered (see /mcp for server states).")
+        return
+    by_name = {t.name: t for t in tools}
+    for server, names in _by_server((t.server, t.name) for t in tools).items():
+        console.print(Text(f"{server} ({plural(len(names), 'tool')})", style="bold"))
+        for name in names:
+            line = Text("  ")
+            line.append(name, style="cyan")
+            description = first_line(by_name[name].tool.description)
+            if description:
+                line.append(f" — {description}")
+            console.print(line, soft_wrap=True)
+
+
+def render_prompts(console: Console, prompts: list[RegisteredPrompt]) -> None:
+    """Registered prompt names grouped by server, with their arguments and descriptions."""
+    if not prompts:
+        console.print("No prompts registered.")
+        return
+    by_name = {p.name: p for p in prompts}
+    for server, names in _by_server((p.server, p.name) for p in prompts).items():
+        console.print(Text(f"{server} ({plural(len(names), 'prompt')})", style="bold"))
+        for name in names:
+            prompt = by_name[name].prompt
+            line = Text("  ")
+            line.append(name, style="cyan")
+            arguments = [f"{a.name}{'' if a.required else '?'}" for a in prompt.arguments or ()]
+            if arguments:
+                line.append(f" ({', '.join(arguments)})", style="dim")
+            description = first_line(prompt.description)
+            if description:
+                line.append(f" — {description}")
+            console.print(line, soft_wrap=True)
+
+
+def content_text(block: Any) -> str:
+    """One content block as text: text as is, anything else as a short bracketed summary."""
+    from mcp_types import EmbeddedResource, ResourceLink, TextContent, TextResourceContents
+
+    if isinstance(block, TextContent):
+        return block.text
+    if isinstance(block, ResourceLink):
+        return f"[resource link: {block.uri}]"
+    if isinstance(block, EmbeddedResource):
+        resource = block.resource
+        if isinstance(resource, TextResourceContents):
+            return resource.text
+        return f"[resource {resource.uri} ({resource.mime_type or 'binary'})]"
+    kind = getattr(block, "type", type(block).__name__)
+    mime = getattr(block, "mime_type", None)
+    return f"[{kind} content{f' ({mime})' if mime else ''}]"
+
+
+def render_call_result(console: Console, result: CallToolResult) -> None:
+    parts = [content_text(block) for block in result.content]
+    if not parts and result.structured_content is not None:
+        parts = [json.dumps(result.structured_content, indent=2)]
+    text = "\n".join(parts)
+    if result.is_error:
+        console.print(Text("✗ the tool reported an error:", style="red"))
+        console.print(Text(text or "(no details)", style="red"), soft_wrap=True)
+        return
+    console.print(Text(text) if text else Text("(empty result)", style="dim"), soft_wrap=True)
+
+
+def render_prompt_result(console: Console, result: GetPromptResult) -> None:
+    if result.description:
+        console.print(Text(result.description, style="dim"), soft_wrap=True)
+    for message in result.messages:
+        line = Text(f"[{message.role}] ", style="bold")
+        line.append(content_text(message.content))
+        console.print(line, soft_wrap=True)

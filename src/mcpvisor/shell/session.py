@@ -1,0 +1,371 @@
+"""The interactive session behind ``mcpvisor shell`` (SPEC §0 item 2, §9).
+
+One :class:`~mcpvisor.host.host.Host` runs underneath; its events are printed as they happen
+(above the prompt on a terminal). Lines are read one at a time and each runs to completion before
+the next is read; Ctrl-C (delivered through ``interrupts``) cancels a running command, or, at the
+prompt, cancels the line, and twice in a row leaves. End of input leaves too.
+
+The approval dialog: on start and on every ``McpPendingApprovalChanged`` the queue is recomputed
+from the live server map and the approvals store (servers already decided never come back); the
+first waiting server's details are shown and the next line answers it. A ``/command`` typed while
+the dialog is open runs as usual, then the question is asked again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from typing import TypeVar
+
+import anyio
+import anyio.abc
+from rich.console import Console
+from rich.text import Text
+
+from mcpvisor.core.errors import McpvisorError
+from mcpvisor.core.events import PromptsChanged, ReconcileFinished
+from mcpvisor.host.host import Host, HostEvent, HostOptions
+from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpPromptsChanged
+from mcpvisor.shell.approval import (
+    approval_request,
+    render_approval_request,
+)
+from mcpvisor.shell.commands import (
+    ALIASES,
+    BUILTIN_COMMANDS,
+    ArgumentError,
+    parse_command,
+    parse_json_object,
+    parse_prompt_arguments,
+    render_help,
+    split_name,
+)
+from mcpvisor.shell.dialog import ApprovalDialog
+from mcpvisor.shell.narration import HumanOutput
+from mcpvisor.shell.render import render_call_result, render_prompt_result, render_prompts, render_tools
+from mcpvisor.shell.terminal import Screen, stdin_lines
+from mcpvisor.shell.views import render_status
+
+__all__ = ["EXIT_INTERRUPTED", "EXIT_OK", "ShellSession", "run_shell"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+EXIT_OK = 0
+EXIT_INTERRUPTED = 130
+"""Left with Ctrl-C twice (128 + SIGINT, the shell convention)."""
+
+SLOW_CALL_NOTICE_S = 1.0
+"""A call or prompt still running after this long says that Ctrl-C cancels it."""
+
+PROMPT = "mcp> "
+ANSWER_PROMPT = "[a/A/r/s]> "
+HELP_HINT = "Type /help for commands, /quit (or Ctrl-D) to leave."
+
+_CALL_EXAMPLE = '/call mcp__server__tool {"text": "hi"}'
+_PROMPT_EXAMPLE = '/prompt NAME {"topic": "hi"}'
+
+
+async def run_shell(
+    options: HostOptions,
+    *,
+    console: Console | None = None,
+    input_lines: AsyncIterator[str] | None = None,
+    interrupts: AsyncIterable[object] | None = None,
+) -> int:
+    """Run the interactive shell until ``/quit``, end of input, or Ctrl-C twice; returns the exit code.
+
+    ``input_lines`` defaults to standard input, read in a daemon thread. ``interrupts`` yields one
+    item per Ctrl-C; signals belong to ``cli/main.py``, which passes
+    ``anyio.open_signal_receiver(signal.SIGINT)`` here. Without it, Ctrl-C is Python's default.
+    A settings problem that prevents start-up raises :class:`~mcpvisor.core.errors.ConfigError`.
+    """
+    session = ShellSession(Host(options), console if console is not None else Console(highlight=False))
+    return await session.run(input_lines, interrupts)
+
+
+class ShellSession:
+    """The shell's state and behaviour over one running host; :meth:`on_event` is its host listener."""
+
+    def __init__(self, host: Host, console: Console) -> None:
+        self.host = host
+        self.console = console
+        self.screen = Screen(console, prompt=lambda: ANSWER_PROMPT if self.dialog.asked is not None else PROMPT)
+        self._output = HumanOutput(host, console, on_ready=self._on_ready)
+        self._ready = False
+        self._started = False
+        self._gated: dict[str, str] = {}
+        self.dialog = ApprovalDialog(host, console, self._gated)
+        self._reconciles = 0
+        self._prompt_commands: tuple[str, ...] = ()
+        self._interrupts = 0
+        self._exit_code = EXIT_OK
+        self._command_scope: anyio.CancelScope | None = None
+        self._session_scope: anyio.CancelScope | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._handlers: dict[str, Callable[[str], Awaitable[bool]]] = {
+            "mcp": self._cmd_mcp,
+            "tools": self._cmd_tools,
+            "prompts": self._cmd_prompts,
+            "call": self._cmd_call,
+            "prompt": self._cmd_prompt,
+            "reload": self._cmd_reload,
+            "approve": self._cmd_approve,
+            "reject": self._cmd_reject,
+            "help": self._cmd_help,
+            "quit": self._cmd_quit,
+        }
+
+    @property
+    def prompt_commands(self) -> tuple[str, ...]:
+        """MCP prompts offered as ``/<name>`` (builtin command names win)."""
+        return self._prompt_commands
+
+    # -- host events -------------------------------------------------------------------------
+
+    def on_event(self, event: HostEvent) -> None:
+        with self.screen.above():
+            if isinstance(event, McpPendingApprovalChanged):
+                self.dialog.refresh(announced=event.servers)
+                return
+            if isinstance(event, ReconcileFinished):
+                self._reconciles += 1
+                event = self._with_new_gating_only(event)
+            self._output(event)
+            if isinstance(event, ReconcileFinished):
+                self.dialog.refresh()
+            elif isinstance(event, McpPromptsChanged | PromptsChanged):
+                self._reload_prompt_commands()
+
+    def _on_ready(self) -> None:
+        self._ready = True
+        self.dialog.open()
+        # From the moment the prompt's hint shows, Ctrl-C asks before leaving (the host may still be
+        # arming its watcher, but the session is up).
+        self._started = True
+        self.console.print(Text(HELP_HINT, style="dim"))
+        self._reload_prompt_commands()
+        self.dialog.refresh(announced=None)
+
+    def _with_new_gating_only(self, event: ReconcileFinished) -> ReconcileFinished:
+        """Every reconcile lists every gated server; people only need to hear about changes."""
+        refined = {n: self.host.refine_reason(n, r) or r for n, r in event.gated.items()}
+        fresh = {n: event.gated[n] for n, r in refined.items() if self._gated.get(n) != r}
+        self._gated.clear()
+        self._gated.update(refined)
+        return dataclasses.replace(event, gated=fresh)
+
+    def _reload_prompt_commands(self) -> None:
+        names = tuple(
+            sorted(
+                n
+                for n in self.host.config.prompt_registry.names()
+                if n not in BUILTIN_COMMANDS and n not in ALIASES and " " not in n
+            )
+        )
+        if names == self._prompt_commands:
+            return
+        self._prompt_commands = names
+        if self._ready:
+            listed = " ".join(f"/{n}" for n in names) if names else "none"
+            self.console.print(Text(f"prompt commands: {listed}", style="dim"), soft_wrap=True)
+
+    # -- the input loop ----------------------------------------------------------------------
+
+    async def run(
+        self, input_lines: AsyncIterator[str] | None = None, interrupts: AsyncIterable[object] | None = None
+    ) -> int:
+        """Start the host, read and run lines until the session ends, stop the host; returns the exit code.
+
+        Ctrl-C while the host starts leaves at once. An error starting the host is raised as is.
+        """
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            if interrupts is not None:
+                tg.start_soon(self._watch_interrupts, interrupts)
+            with anyio.CancelScope() as scope:
+                self._session_scope = scope
+                try:
+                    await self._run_host(input_lines)
+                except Exception as exc:  # re-raised below, outside the task group, so it is not wrapped
+                    failure = exc
+            self._session_scope = None
+            self.screen.leave()
+            tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return self._exit_code
+
+    async def _run_host(self, input_lines: AsyncIterator[str] | None) -> None:
+        unsubscribe = self.host.subscribe(self.on_event)
+        try:
+            async with self.host:
+                try:
+                    self._started = True
+                    if input_lines is not None:
+                        await self._read_eval(input_lines)
+                    else:
+                        async with stdin_lines() as lines:
+                            await self._read_eval(lines)
+                finally:
+                    unsubscribe()  # shutting the servers down is not news
+        finally:
+            unsubscribe()
+
+    async def _read_eval(self, lines: AsyncIterator[str]) -> None:
+        while True:
+            self.screen.show_prompt()
+            try:
+                line = await anext(lines)
+            except StopAsyncIteration:
+                return
+            self.screen.prompt_answered()
+            self._interrupts = 0
+            self.dialog.question_shown = False
+            with anyio.CancelScope() as scope:
+                self._command_scope = scope
+                try:
+                    leave = await self._handle(line)
+                finally:
+                    self._command_scope = None
+            if scope.cancelled_caught:
+                self.console.print(Text("cancelled", style="yellow"))
+            elif leave:
+                return
+
+    async def _watch_interrupts(self, interrupts: AsyncIterable[object]) -> None:
+        async for _ in interrupts:
+            if self._session_scope is None:
+                continue  # leaving already: the host's shutdown is bounded
+            if self._command_scope is not None:
+                self._command_scope.cancel()
+                continue
+            self._interrupts += 1
+            if self._interrupts >= 2 or not self._started:
+                self._exit_code = EXIT_INTERRUPTED
+                if self._session_scope is not None:
+                    self._session_scope.cancel()
+                return
+            with self.screen.above():
+                self.console.print(Text("(press Ctrl-C again to leave, or type /quit)", style="dim"))
+
+    async def _handle(self, line: str) -> bool:
+        """Run one line; True means leave."""
+        command = parse_command(line)
+        leave = False
+        if self.dialog.asked is not None and command is None:
+            await self._guarded("answer", self.dialog.answer(line))
+        elif command is None:
+            if line.strip():
+                self.console.print("Commands start with '/'; type /help for the list.")
+            return False
+        elif (handler := self._handlers.get(command.name)) is not None:
+            leave = await self._guarded(f"/{command.name}", handler(command.argument))
+        elif command.name in self._prompt_commands:
+            leave = await self._guarded(f"/{command.name}", self._run_prompt(command.name, command.argument))
+        else:
+            self.console.print(Text(f"✗ unknown command /{command.name}; type /help for the list", style="red"))
+        if not leave and self.dialog.asked is not None and not self.dialog.question_shown:
+            self.dialog.ask_next(force=True)  # the dialog is still open: ask again below the command's output
+        return leave
+
+    async def _guarded(self, what: str, action: Awaitable[bool | None]) -> bool:
+        """Run one command; its failure is reported and the session goes on."""
+        try:
+            return bool(await action)
+        except (McpvisorError, ArgumentError) as exc:
+            self.console.print(Text(f"✗ {exc}", style="red"), soft_wrap=True)
+        except Exception as exc:
+            logger.exception("shell command %s failed", what)
+            self.console.print(Text(f"✗ {what} failed unexpectedly: {exc!r}", style="red"), soft_wrap=True)
+        return False
+
+    async def _waiting(self, what: str, action: Awaitable[T]) -> T:
+        """Await ``action``; if it takes a while, say so once (and how to cancel it)."""
+        notice = anyio.CancelScope()
+        if self._tg is not None:
+            self._tg.start_soon(self._slow_notice, notice, what)
+        try:
+            return await action
+        finally:
+            notice.cancel()
+
+    async def _slow_notice(self, scope: anyio.CancelScope, what: str) -> None:
+        with scope:
+            await anyio.sleep(SLOW_CALL_NOTICE_S)
+            self.console.print(Text(f"… still waiting for {what} (Ctrl-C cancels)", style="dim"))
+
+    # -- commands ----------------------------------------------------------------------------
+
+    async def _cmd_mcp(self, argument: str) -> bool:
+        render_status(self.console, self.host.server_views(), title="MCP servers", approve_hint="/approve {name}")
+        return False
+
+    async def _cmd_tools(self, argument: str) -> bool:
+        render_tools(self.console, self.host.config.tool_registry.get_all_tools())
+        return False
+
+    async def _cmd_prompts(self, argument: str) -> bool:
+        render_prompts(self.console, self.host.config.prompt_registry.get_all_prompts())
+        return False
+
+    async def _cmd_call(self, argument: str) -> bool:
+        name, rest = split_name(argument)
+        if not name:
+            raise ArgumentError(f"usage: /call NAME [JSON], e.g. {_CALL_EXAMPLE}")
+        arguments = parse_json_object(rest, example=_CALL_EXAMPLE)
+        result = await self._waiting(name, self.host.config.call_tool(name, arguments))
+        render_call_result(self.console, result)
+        return False
+
+    async def _cmd_prompt(self, argument: str) -> bool:
+        name, rest = split_name(argument)
+        if not name:
+            raise ArgumentError(f"usage: /prompt NAME [JSON], e.g. {_PROMPT_EXAMPLE}")
+        await self._run_prompt(name, rest)
+        return False
+
+    async def _run_prompt(self, name: str, text: str) -> bool:
+        entry = self.host.config.prompt_registry.get_prompt(name)
+        names = [a.name for a in entry.prompt.arguments or ()] if entry is not None else []
+        arguments = parse_prompt_arguments(text, names, example=_PROMPT_EXAMPLE)
+        result = await self._waiting(f"prompt {name}", self.host.config.get_prompt(name, arguments))
+        render_prompt_result(self.console, result)
+        return False
+
+    async def _cmd_reload(self, argument: str) -> bool:
+        before = self._reconciles
+        await self.host.reload()
+        changed = "" if self._reconciles > before else " — no MCP changes"
+        self.console.print(Text(f"✓ settings re-read{changed}", style="green"))
+        return False
+
+    async def _cmd_approve(self, argument: str) -> bool:
+        await self._decide_by_command("approve", argument)
+        return False
+
+    async def _cmd_reject(self, argument: str) -> bool:
+        await self._decide_by_command("reject", argument)
+        return False
+
+    async def _decide_by_command(self, decision: str, argument: str) -> None:
+        name, rest = split_name(argument)
+        if not name or rest:
+            raise ArgumentError(f"usage: /{decision} NAME")
+        state = self.host.state
+        cfg = state.assembled.servers.get(name)
+        if cfg is not None:
+            request = approval_request(name, cfg, state.assembled.sources[name])
+            render_approval_request(self.console, request, intro=f"({decision})")
+        await self.dialog.decide(name, decision)
+        self.dialog.ask_next()
+
+    async def _cmd_help(self, argument: str) -> bool:
+        render_help(self.console, self._prompt_commands)
+        return False
+
+    async def _cmd_quit(self, argument: str) -> bool:
+        return True

@@ -1,0 +1,44 @@
+"""The ``/mcp`` status view drawn with rich: the shell's ``/mcp`` and the commands' status tables (SPEC §9)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.text import Text
+
+from mcpvisor.host.status import APPROVE_HINT, ServerView, short_command, state_text
+
+__all__ = ["render_status"]
+
+
+def render_status(
+    console: Console,
+    rows: list[ServerView],
+    *,
+    live: bool = True,
+    title: str | None = None,
+    show_target: bool = False,
+    approve_hint: str = APPROVE_HINT,
+) -> None:
+    """Draw the ``/mcp`` view: servers grouped by source, each ``name · icon text``.
+
+    ``live=False`` shows admission only (nothing was started); ``show_target`` adds what each
+    server runs or reaches on a line of its own."""
+    if title:
+        console.print(Text(title, style="bold"))
+    if not rows:
+        console.print("No MCP servers configured.")
+        return
+    group: str | None = None
+    for row in rows:
+        if row.source != group:
+            group = row.source
+            where = f" ({row.file})" if row.file and row.source != "Command line" else ""
+            console.print(Text(f"{group}{where}", style="bold"))
+        icon, text, style = state_text(row, live=live, approve_hint=approve_hint)
+        line = Text("  ")
+        line.append(row.name, style="bold")
+        line.append(" · ")
+        line.append(f"{icon} {text}", style=style)
+        console.print(line)
+        if show_target:
+            console.print(Text(f"      {short_command(row.target)}", style="dim"), soft_wrap=True)

@@ -1,0 +1,148 @@
+"""``mcpvisor serve`` (:func:`run_gateway`): one workspace or one per client, over HTTP and stdio, in
+process and as a subprocess, with real example servers (SPEC §0.3, §9 "Gateway")."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+from functools import partial
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.subscriptions import ToolsListChanged
+
+from mcpvisor.cli.serve import run_gateway
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.host.host import HostOptions
+from tests.gateway.test_gateway import next_event, save, server, text_of, tool_names, wait_for_port
+from tests.gateway.test_workspaces import client_for, make_setup
+from tests.helpers import WAIT_S, free_port, marker_pids, pid_alive, wait_until
+from tests.layout import make_layout
+
+
+async def test_run_gateway_over_http_serves_until_cancelled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    save(layout.paths.user, {"mcpServers": {"a": server("a")}})
+    port = free_port()
+    options = HostOptions(env=layout.env, workspace=layout.root, watch=False)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(run_gateway, options, http=("127.0.0.1", port)))
+        await wait_for_port(port)
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            assert await tool_names(client) == {"mcp__a__echo"}
+        # One workspace only: a client naming another folder is refused, not served these tools.
+        other = layout.root.parent
+        body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        async with httpx2.AsyncClient() as http:
+            refused = await http.post(
+                f"http://127.0.0.1:{port}/mcp",
+                json=body,
+                headers={"X-Mcpvisor-Workspace": str(other), "Accept": "application/json, text/event-stream"},
+            )
+        assert refused.status_code == 400
+        assert "--per-client-workspaces" in refused.text
+        tg.cancel_scope.cancel()
+    assert f"mcpvisor gateway: serving 1 tools on http://127.0.0.1:{port}/mcp" in capsys.readouterr().err
+
+
+async def test_run_gateway_on_a_busy_port_fails_before_starting_any_server(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "pids"
+    save(layout.paths.user, {"mcpServers": {"a": server("a", "--marker", str(marker))}})
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"cannot serve on 127.0.0.1:{port}"):
+            await run_gateway(HostOptions(env=layout.env, workspace=layout.root), http=("127.0.0.1", port))
+    assert not marker.exists()
+
+
+async def test_mcpvisor_serve_over_stdio_in_a_subprocess_serves_follows_edits_and_stops_its_servers(
+    tmp_path: Path,
+) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "pids"
+    save(layout.paths.user, {"mcpServers": {"a": server("a", "--marker", str(marker))}})
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "mcpvisor", "serve", "--workspace", str(layout.root)], env=layout.env
+    )
+    errlog = tmp_path / "gateway.stderr"
+    with errlog.open("w") as err:
+        async with (
+            Client(stdio_client(params, errlog=err)) as client,
+            client.listen(tools_list_changed=True) as subscription,
+        ):
+            assert await tool_names(client) == {"mcp__a__echo"}
+            assert text_of(await client.call_tool("mcp__a__echo", {"text": "hi"})) == "a:echo:hi"
+            save(layout.paths.user, {"mcpServers": {"a": server("a", "--marker", str(marker)), "b": server("b")}})
+            assert isinstance(await next_event(subscription), ToolsListChanged)
+            assert await tool_names(client) == {"mcp__a__echo", "mcp__b__echo"}
+    [pid] = marker_pids(marker)
+    await wait_until(lambda: not pid_alive(pid))
+    assert "mcpvisor gateway: serving 1 tools on stdio" in errlog.read_text()
+
+
+async def test_run_gateway_with_per_client_workspaces_serves_the_named_workspace_and_stops_everything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    setup = make_setup(tmp_path)
+    port = free_port()
+    options = HostOptions(env=setup.layout.env, workspace=setup.default)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(run_gateway, options, http=("127.0.0.1", port), per_client_workspaces=True))
+        await wait_for_port(port)
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with client_for(url, setup.b) as in_b, client_for(url, None) as in_default:
+            assert await tool_names(in_b) == {"mcp__common__echo"}
+            assert await tool_names(in_default) == {"mcp__common__echo", "mcp__pd__echo"}
+        tg.cancel_scope.cancel()
+    await wait_until(lambda: not any(pid_alive(pid) for pid in setup.all_pids()))
+    err = capsys.readouterr().err
+    assert f"serving 2 tools on {url}" in err
+    assert f"opening workspace {setup.b} for a client" in err
+    assert "pb needs approval" in err
+
+
+async def test_per_client_workspaces_over_stdio_is_a_config_error(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    with pytest.raises(ConfigError, match="need --http"):
+        await run_gateway(HostOptions(env=layout.env, workspace=layout.root), http=None, per_client_workspaces=True)
+
+
+async def test_mcpvisor_serve_per_client_workspaces_in_a_subprocess_serves_each_workspace_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    setup = make_setup(tmp_path)
+    port = free_port()
+    command = [sys.executable, "-m", "mcpvisor", "serve", "--http", f"127.0.0.1:{port}", "--per-client-workspaces"]
+    errlog = tmp_path / "gateway.stderr"
+    with errlog.open("w") as err:
+        process = await anyio.open_process(
+            [*command, "--workspace", str(setup.default)], env={**os.environ, **setup.layout.env}, stderr=err
+        )
+        async with process:
+            try:
+                await wait_for_port(port)
+                url = f"http://127.0.0.1:{port}/mcp"
+                async with client_for(url, setup.a, mode="legacy") as in_a, client_for(url, setup.b) as in_b:
+                    assert await tool_names(in_a) == {"mcp__common__echo", "mcp__pa__echo"}
+                    assert await tool_names(in_b) == {"mcp__common__echo"}
+                    assert len(setup.pids("common")) == 1
+                    process.send_signal(signal.SIGTERM)  # with a handshake-era session still open
+                    with anyio.fail_after(WAIT_S):
+                        assert await process.wait() == 0
+            finally:
+                if process.returncode is None:
+                    process.kill()
+                    with anyio.CancelScope(shield=True):
+                        await process.wait()
+    await wait_until(lambda: not any(pid_alive(pid) for pid in setup.all_pids()))
+    assert len(setup.all_pids()) == 3
+    assert not setup.markers["pb"].exists()

@@ -1,0 +1,354 @@
+"""The gateway with the SDK's own client, in memory and over real streamable HTTP and stdio: real
+example servers, real settings files, the real watcher (SPEC §0.3, §9 "Gateway", "Tool not found")."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client, MCPError
+from mcp.client.subscriptions import PromptsListChanged, Subscription, ToolsListChanged
+
+from mcpvisor.core.config import Config
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.events import McpClientUpdate, PromptsChanged, ReconcileFinished, ToolsChanged
+from mcpvisor.examples._options import TEXT_SCHEMA
+from mcpvisor.gateway.server import Gateway
+from mcpvisor.host.host import Host, HostEvent, HostOptions
+from tests.helpers import LIGHT, SDK, WAIT_S, wait_until
+from tests.layout import Layout, make_layout, replace_text
+
+ERAS = ["legacy", "auto"]
+"""``legacy`` forces the handshake era; ``auto`` reaches the gateway in the modern era."""
+
+
+def server(name: str, *args: str, module: str = LIGHT) -> dict[str, Any]:
+    return {"command": sys.executable, "args": ["-m", module, "--name", name, *args]}
+
+
+def save(path: Path, data: Any) -> None:
+    replace_text(path, json.dumps(data, indent=2))
+
+
+def text_of(result: types.CallToolResult | types.GetPromptResult) -> str:
+    if isinstance(result, types.GetPromptResult):
+        [message] = result.messages
+        content = message.content
+    else:
+        [content] = result.content
+    assert isinstance(content, types.TextContent)
+    return content.text
+
+
+class Notices:
+    """A handshake-era client's message handler: counts list-changed notifications."""
+
+    def __init__(self) -> None:
+        self.tools = 0
+        self.prompts = 0
+        self._arrived = anyio.Event()
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.tools += 1
+        elif isinstance(message, types.PromptListChangedNotification):
+            self.prompts += 1
+        self._arrived.set()
+        self._arrived = anyio.Event()
+
+    async def wait_for(self, *, tools: int = 0, prompts: int = 0) -> None:
+        with anyio.fail_after(WAIT_S):
+            while self.tools < tools or self.prompts < prompts:
+                await self._arrived.wait()
+
+
+async def next_event(subscription: Subscription) -> object:
+    with anyio.fail_after(WAIT_S):
+        return await subscription.__anext__()
+
+
+async def wait_for_port(port: int) -> None:
+    with anyio.fail_after(WAIT_S):
+        while True:
+            try:
+                stream = await anyio.connect_tcp("127.0.0.1", port)
+            except OSError:
+                await anyio.sleep(0.02)  # nothing to wait on but the port itself
+                continue
+            await stream.aclose()
+            return
+
+
+async def tool_names(client: Client) -> set[str]:
+    return {tool.name for tool in (await client.list_tools(cache_mode="bypass")).tools}
+
+
+@dataclass
+class Running:
+    layout: Layout
+    host: Host
+    gateway: Gateway
+    excluded_at_reconcile: list[tuple[str, ...]]
+
+    async def settle(self) -> None:
+        """Wait until every earlier settings edit has been reconciled (a workspace gating edit always
+        reconciles, and the watcher handles scopes in order)."""
+        tag = f"sentinel-{len(self.excluded_at_reconcile)}"
+        save(self.layout.paths.workspace, {"mcp": {"excluded": [tag]}})
+        await wait_until(lambda: any(tag in excluded for excluded in self.excluded_at_reconcile))
+
+
+@asynccontextmanager
+async def running(
+    tmp_path: Path, *, user: Any = None, project: Any = None, **gateway_options: Any
+) -> AsyncIterator[Running]:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    if user is not None:
+        save(layout.paths.user, user)
+    if project is not None:
+        save(layout.paths.project, project)
+    host = Host(HostOptions(env=layout.env, workspace=layout.root))
+    excluded_at_reconcile: list[tuple[str, ...]] = []
+
+    def record(event: HostEvent) -> None:
+        if isinstance(event, ReconcileFinished):
+            excluded_at_reconcile.append(tuple(host.config.get_mcp_gating().excluded or ()))
+
+    host.subscribe(record)
+    async with host, Gateway(host.config, **gateway_options) as gateway:
+        yield Running(layout, host, gateway, excluded_at_reconcile)
+
+
+# -- listing and calling -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_tools_and_prompts_of_real_servers_are_listed_under_registered_names_and_callable(
+    tmp_path: Path, mode: str
+) -> None:
+    user = {"mcpServers": {"a": server("a", "--tools", "x,y", "--prompts", "p"), "b": server("b")}}
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server, mode=mode) as client:
+        assert (client.protocol_version == "2026-07-28") == (mode == "auto")
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert set(tools) == {"mcp__a__x", "mcp__a__y", "mcp__b__echo"}
+        assert tools["mcp__a__x"].description == "Return 'a:x:{text}'."
+        assert tools["mcp__a__x"].input_schema == TEXT_SCHEMA
+        assert text_of(await client.call_tool("mcp__a__x", {"text": "hi"})) == "a:x:hi"
+        assert text_of(await client.call_tool("mcp__b__echo", {"text": "yo"})) == "b:echo:yo"
+
+        [prompt] = (await client.list_prompts()).prompts
+        assert prompt.name == "p"
+        assert text_of(await client.get_prompt("p", {"topic": "cats"})) == "a:p:cats"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_gateway_advertises_list_changed_for_tools_and_prompts(tmp_path: Path, mode: str) -> None:
+    async with running(tmp_path, user={"mcpServers": {}}) as r, Client(r.gateway.server, mode=mode) as client:
+        capabilities = client.server_capabilities
+        assert capabilities.tools is not None
+        assert capabilities.tools.list_changed
+        assert capabilities.prompts is not None
+        assert capabilities.prompts.list_changed
+
+
+async def test_a_tool_of_a_server_pending_approval_is_an_error_result_naming_the_approve_command(
+    tmp_path: Path,
+) -> None:
+    async with (
+        running(tmp_path, user={"mcpServers": {}}, project={"mcpServers": {"proj": server("proj")}}) as r,
+        Client(r.gateway.server) as client,
+    ):
+        assert await tool_names(client) == set()
+        result = await client.call_tool("mcp__proj__echo", {"text": "hi"})
+        assert result.is_error
+        assert "needs approval" in text_of(result)
+        assert "mcpvisor mcp approve proj" in text_of(result)
+
+
+async def test_an_unknown_tool_is_an_error_result_not_a_protocol_error(tmp_path: Path) -> None:
+    async with running(tmp_path, user={"mcpServers": {}}) as r, Client(r.gateway.server) as client:
+        result = await client.call_tool("mcp__nobody__echo", {})
+        assert result.is_error
+        assert "no MCP server providing it is currently configured" in text_of(result)
+
+
+async def test_a_removed_servers_tool_is_an_error_result_saying_it_was_removed(tmp_path: Path) -> None:
+    async with running(tmp_path, user={"mcpServers": {"a": server("a")}}) as r, Client(r.gateway.server) as client:
+        save(r.layout.paths.user, {"mcpServers": {}})
+        await wait_until(lambda: not r.host.config.tool_registry.names())
+        result = await client.call_tool("mcp__a__echo", {"text": "hi"})
+        assert result.is_error
+        assert "was removed from the configuration" in text_of(result)
+
+
+async def test_upstream_failures_are_error_results_and_the_gateway_keeps_serving(tmp_path: Path) -> None:
+    user = {"mcpServers": {"a": server("a", "--tools", "echo,boom", "--crash-on-call", "boom")}}
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server) as client:
+        refused = await client.call_tool("mcp__a__echo", {"text": 42})  # the server answers with a JSON-RPC error
+        assert refused.is_error
+        assert "argument 'text' must be a string" in text_of(refused)
+
+        crashed = await client.call_tool("mcp__a__boom", {})
+        assert crashed.is_error
+        assert "server 'a'" in text_of(crashed)
+
+        result = await client.call_tool("mcp__nobody__echo", {})
+        assert result.is_error  # the gateway itself is fine
+
+
+async def test_an_upstream_error_result_is_passed_through_as_an_error_result(tmp_path: Path) -> None:
+    user = {"mcpServers": {"s": server("s", "--control", module=SDK)}}
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server) as client:
+        result = await client.call_tool("mcp__s__sleep", {"seconds": "soon"})
+        assert result.is_error
+        assert "validation error" in text_of(result)
+
+
+async def test_an_unknown_prompt_is_an_invalid_params_error(tmp_path: Path) -> None:
+    async with running(tmp_path, user={"mcpServers": {}}) as r, Client(r.gateway.server) as client:
+        with pytest.raises(MCPError) as caught:
+            await client.get_prompt("nothing", {})
+        assert caught.value.code == types.INVALID_PARAMS
+        assert "prompt 'nothing' not found" in caught.value.message
+
+
+# -- change notices ----------------------------------------------------------------------------
+
+
+async def test_adding_a_server_in_settings_notifies_a_handshake_era_client(tmp_path: Path) -> None:
+    notices = Notices()
+    async with (
+        running(tmp_path, user={"mcpServers": {"a": server("a")}}) as r,
+        Client(r.gateway.server, mode="legacy", message_handler=notices) as client,
+    ):
+        assert await tool_names(client) == {"mcp__a__echo"}
+        save(r.layout.paths.user, {"mcpServers": {"a": server("a"), "b": server("b", "--tools", "t")}})
+        await notices.wait_for(tools=1)
+        assert await tool_names(client) == {"mcp__a__echo", "mcp__b__t"}
+
+
+async def test_adding_a_server_in_settings_notifies_a_modern_era_listener(tmp_path: Path) -> None:
+    async with (
+        running(tmp_path, user={"mcpServers": {"a": server("a")}}) as r,
+        Client(r.gateway.server) as client,
+        client.listen(tools_list_changed=True, prompts_list_changed=True) as subscription,
+    ):
+        assert await tool_names(client) == {"mcp__a__echo"}
+        save(r.layout.paths.user, {"mcpServers": {"a": server("a"), "b": server("b", "--tools", "t")}})
+        assert isinstance(await next_event(subscription), ToolsListChanged)
+        assert await tool_names(client) == {"mcp__a__echo", "mcp__b__t"}
+
+
+async def test_an_upstream_list_change_reaches_clients_in_both_eras(tmp_path: Path) -> None:
+    notices = Notices()
+    async with (
+        running(tmp_path, user={"mcpServers": {"a": server("a", "--control")}}) as r,
+        Client(r.gateway.server, mode="legacy", message_handler=notices) as legacy,
+        Client(r.gateway.server) as modern,
+        modern.listen(tools_list_changed=True, prompts_list_changed=True) as subscription,
+    ):
+        await legacy.list_tools()  # not needed for notices; shows the client is live
+        await legacy.call_tool("mcp__a__set_tools", {"names": "fresh"})
+        await notices.wait_for(tools=1)
+        assert isinstance(await next_event(subscription), ToolsListChanged)
+        assert "mcp__a__fresh" in await tool_names(modern)
+        assert "mcp__a__echo" not in await tool_names(legacy)
+
+        await modern.call_tool("mcp__a__set_prompts", {"names": "brief"})
+        await notices.wait_for(tools=1, prompts=1)
+        assert isinstance(await next_event(subscription), PromptsListChanged)
+        assert [p.name for p in (await modern.list_prompts(cache_mode="bypass")).prompts] == ["brief"]
+
+
+async def test_a_reload_that_starts_many_servers_sends_one_notice(tmp_path: Path) -> None:
+    notices = Notices()
+    async with (
+        running(tmp_path, user={"mcpServers": {}}, max_hold_s=WAIT_S) as r,
+        Client(r.gateway.server, mode="legacy", message_handler=notices) as client,
+    ):
+        save(r.layout.paths.user, {"mcpServers": {n: server(n, "--prompts", f"p{n}") for n in "abcd"}})
+        await notices.wait_for(tools=1, prompts=1)
+        assert len(await tool_names(client)) == 4
+        await r.settle()  # a later reconcile that changes nothing exposed
+        assert (notices.tools, notices.prompts) == (1, 1)
+        assert r.gateway.notices_sent == 1
+
+
+async def test_changes_during_a_reconcile_are_held_until_it_ends_and_then_sent_once() -> None:
+    notices = Notices()
+    async with (
+        Config() as config,
+        Gateway(config, coalesce_s=0, max_hold_s=WAIT_S) as gateway,
+        Client(gateway.server, mode="legacy", message_handler=notices) as client,
+    ):
+        await client.list_tools()
+        config.events.emit(McpClientUpdate(in_progress=True))
+        for _ in range(3):
+            config.events.emit(ToolsChanged())
+        config.events.emit(PromptsChanged())
+        for _ in range(10):
+            await anyio.lowlevel.checkpoint()
+        assert gateway.notices_sent == 0
+        config.events.emit(McpClientUpdate(in_progress=False))
+        await notices.wait_for(tools=1, prompts=1)
+        config.events.emit(PromptsChanged())  # a later change is a new notice
+        await notices.wait_for(tools=1, prompts=2)
+        assert notices.tools == 1
+        assert gateway.notices_sent == 2
+
+
+async def test_a_closed_handshake_era_client_is_forgotten(tmp_path: Path) -> None:
+    async with running(tmp_path, user={"mcpServers": {}}) as r:
+        async with Client(r.gateway.server, mode="legacy") as client:
+            await client.list_tools()
+            assert r.gateway.legacy_sessions() == 1
+        await wait_until(lambda: r.gateway.legacy_sessions() == 0)
+        async with Client(r.gateway.server) as modern:  # modern-era requests are never kept
+            await modern.list_tools()
+            assert r.gateway.legacy_sessions() == 0
+
+
+# -- transports --------------------------------------------------------------------------------
+
+
+async def test_over_streamable_http_both_eras_list_call_and_hear_a_settings_edit(tmp_path: Path) -> None:
+    notices = Notices()
+    async with running(tmp_path, user={"mcpServers": {"a": server("a")}}) as r, anyio.create_task_group() as tg:
+        url = await tg.start(r.gateway.serve_http, "127.0.0.1", 0)
+        assert url.startswith("http://127.0.0.1:")
+        assert url.endswith("/mcp")
+        async with (
+            Client(url, mode="legacy", message_handler=notices) as legacy,
+            Client(url) as modern,
+            modern.listen(tools_list_changed=True) as subscription,
+        ):
+            assert modern.protocol_version == "2026-07-28"
+            assert await tool_names(legacy) == await tool_names(modern) == {"mcp__a__echo"}
+            assert text_of(await modern.call_tool("mcp__a__echo", {"text": "hi"})) == "a:echo:hi"
+            missing = await legacy.call_tool("mcp__gone__echo", {})
+            assert missing.is_error
+
+            save(r.layout.paths.user, {"mcpServers": {"a": server("a"), "b": server("b")}})
+            await notices.wait_for(tools=1)
+            assert isinstance(await next_event(subscription), ToolsListChanged)
+            assert await tool_names(legacy) == await tool_names(modern) == {"mcp__a__echo", "mcp__b__echo"}
+            assert r.gateway.legacy_sessions() == 1
+        await wait_until(lambda: r.gateway.legacy_sessions() == 0)  # the closed HTTP session is forgotten
+        tg.cancel_scope.cancel()
+
+
+async def test_a_busy_port_is_a_config_error(tmp_path: Path) -> None:
+    async with running(tmp_path, user={"mcpServers": {}}) as r, anyio.create_task_group() as tg:
+        url: str = await tg.start(r.gateway.serve_http, "127.0.0.1", 0)
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        with pytest.raises(ConfigError, match=f"cannot serve on 127.0.0.1:{port}"):
+            await r.gateway.serve_http("127.0.0.1", port)
+        tg.cancel_scope.cancel()

@@ -1,0 +1,538 @@
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcpvisor.core.gating import matches_any
+from mcpvisor.host.settings.loader import (
+    MergedSettings,
+    ScopeLayer,
+    SettingsFileError,
+    SettingsScope,
+    allowed_by_all,
+    changed_paths,
+    expand_string,
+    expand_vars,
+    is_folder_trusted,
+    load_settings,
+    merge_settings,
+    narrow_allowed,
+    parse_settings_text,
+    parse_trusted_folders,
+    values_equal,
+)
+from tests.layout import Layout, make_layout, write_json
+
+P = Path("/x/settings.json")
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def test_settings_files_allow_comments_and_trailing_commas() -> None:
+    text = '{\n  // a comment\n  "ui": {"theme": "dark",}, /* block */\n  "mcp": {"allowed": ["a",],},\n}'
+    assert parse_settings_text(text, P) == {"ui": {"theme": "dark"}, "mcp": {"allowed": ["a"]}}
+
+
+def test_a_syntax_error_names_the_file_line_and_column() -> None:
+    with pytest.raises(SettingsFileError) as info:
+        parse_settings_text('{\n  "a": [1,\n   2 3]\n}', P)
+    report = info.value.report
+    assert (report.path, report.line, report.column) == (P, 3, 6)
+    assert "Unexpected" in report.message
+    assert str(report).startswith("invalid settings file /x/settings.json:3:6: ")
+
+
+@pytest.mark.parametrize("text", ["", "   \n", "\ufeff"])
+def test_an_empty_file_is_a_parse_error_never_no_settings(text: str) -> None:
+    with pytest.raises(SettingsFileError, match="empty"):
+        parse_settings_text(text, P)
+
+
+def test_a_truncated_file_is_a_parse_error_with_a_position() -> None:
+    with pytest.raises(SettingsFileError) as info:
+        parse_settings_text('{"mcpServers": {"a": ', P)
+    assert info.value.report.line == 1
+    assert info.value.report.column is not None
+
+
+@pytest.mark.parametrize(("text", "kind"), [("[1, 2]", "an array"), ('"x"', "a str"), ("3", "a int")])
+def test_a_document_that_is_not_an_object_names_the_file(text: str, kind: str) -> None:
+    with pytest.raises(SettingsFileError, match=f"/x/settings.json.*found {kind}"):
+        parse_settings_text(text, P)
+
+
+def test_a_byte_order_mark_is_ignored() -> None:
+    assert parse_settings_text('\ufeff{"a": 1}', P) == {"a": 1}
+
+
+# --------------------------------------------------------------------------- expansion
+
+ENV = {"A": "alpha", "EMPTY": "", "B_2": "beta"}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "missing"),
+    [
+        ("$A", "alpha", set()),
+        ("${A}", "alpha", set()),
+        ("x-${A}-y", "x-alpha-y", set()),
+        ("$A$B_2", "alphabeta", set()),
+        ("${A:-d}", "alpha", set()),
+        ("${NOPE:-d}", "d", set()),
+        ("${EMPTY:-d}", "d", set()),
+        ("${NOPE:-}", "", set()),
+        ("${NOPE:-a b/c}", "a b/c", set()),
+        ("$NOPE", "", {"NOPE"}),
+        ("${NOPE}", "", {"NOPE"}),
+        ("${EMPTY}", "", set()),
+        ("$$A", "$A", set()),
+        ("cost $5", "cost $5", set()),
+        ("${A", "${A", set()),
+        ("$", "$", set()),
+        ("no vars", "no vars", set()),
+    ],
+)
+def test_variable_expansion(text: str, expected: str, missing: set[str]) -> None:
+    seen: set[str] = set()
+    assert expand_string(text, ENV, seen) == expected
+    assert seen == missing
+
+
+def test_expansion_reaches_nested_values_but_not_keys() -> None:
+    value = {"$A": ["$A", {"k": "${B_2}"}, 1, True, None]}
+    assert expand_vars(value, ENV) == {"$A": ["alpha", {"k": "beta"}, 1, True, None]}
+
+
+def test_expansion_uses_only_the_mapping_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ONLY_IN_OS", "leak")
+    assert expand_string("${ONLY_IN_OS}", {}) == ""
+
+
+# --------------------------------------------------------------------------- diff
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "equal"),
+    [
+        (1, 1, True),
+        (1, 1.0, False),
+        (True, 1, False),
+        ({"a": 1, "b": 2}, {"b": 2, "a": 1}, True),
+        ([1, 2], [2, 1], False),
+        (None, None, True),
+        (math.nan, math.nan, True),
+        ({"a": [1, {"b": None}]}, {"a": [1, {"b": None}]}, True),
+        ({"a": None}, {}, False),
+    ],
+)
+def test_values_equal(a: Any, b: Any, equal: bool) -> None:
+    assert values_equal(a, b) is equal
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "paths"),
+    [
+        ({}, {}, []),
+        ({"a": 1}, {"a": 1}, []),
+        ({"mcpServers": {"a": {"args": ["1"]}}}, {"mcpServers": {"a": {"args": ["2"]}}}, ["mcpServers.a.args"]),
+        ({"mcpServers": {}}, {"mcpServers": {"a": {"command": "x"}}}, ["mcpServers.a.command"]),
+        ({"mcpServers": {"a": {"command": "x"}}}, {}, ["mcpServers.a.command"]),
+        ({}, {"mcp": {"excluded": ["a"]}}, ["mcp.excluded"]),
+        (
+            {"mcp": {"excluded": ["a"], "serverCommand": "x"}},
+            {"mcp": {"serverCommand": "y"}},
+            ["mcp.excluded", "mcp.serverCommand"],
+        ),
+        ({"mcp": 3}, {"mcp": {"allowed": []}}, ["mcp"]),
+        ({"x": [1, 2]}, {"x": [2, 1]}, ["x"]),
+        ({"x": 1}, {"x": True}, ["x"]),
+        ({"x": {}}, {}, []),
+        ({"my.server": 1}, {"my.server": 2}, ["my.server"]),
+    ],
+)
+def test_changed_paths(old: dict[str, Any], new: dict[str, Any], paths: list[str]) -> None:
+    assert changed_paths(old, new) == paths
+
+
+# --------------------------------------------------------------------------- merge (pure)
+
+
+def _merge(**layers: Mapping[str, Any]) -> MergedSettings:
+    scopes: list[SettingsScope] = ["system_defaults", "user", "workspace", "system"]
+    return merge_settings(
+        [ScopeLayer(s, Path(f"/{s}.json"), layers[s]) for s in scopes if s in layers],
+        {"TOKEN": "t0k"},
+    )
+
+
+def _server(cmd: str, **more: Any) -> dict[str, Any]:
+    return {"command": cmd, **more}
+
+
+PAIRS = [("system_defaults", "user"), ("user", "workspace"), ("workspace", "system"), ("system_defaults", "system")]
+
+
+@pytest.mark.parametrize(("low", "high"), PAIRS)
+def test_a_higher_scope_replaces_a_whole_server_of_the_same_name(low: str, high: str) -> None:
+    merged = _merge(
+        **{
+            low: {"mcpServers": {"s": _server("low", args=["x"], trust=True)}},
+            high: {"mcpServers": {"s": _server("high")}},
+        }
+    )
+    entry = merged.mcp_servers["s"]
+    assert entry.config.command == "high"
+    assert entry.config.args == ()  # not field-merged with the lower entry
+    assert entry.config.trust is None
+    assert (entry.scope, entry.path) == (high, Path(f"/{high}.json"))
+
+
+@pytest.mark.parametrize(("low", "high"), PAIRS)
+def test_a_higher_scope_wins_for_plain_settings_and_objects_merge(low: str, high: str) -> None:
+    layers: dict[str, Mapping[str, Any]] = {
+        low: {"ui": {"theme": "low", "hideBanner": True}},
+        high: {"ui": {"theme": "high"}},
+    }
+    merged = _merge(**layers)
+    assert merged.get("ui.theme") == "high"
+    assert merged.get("ui.hideBanner") is True
+
+
+def test_servers_from_different_scopes_are_all_kept_with_their_provenance() -> None:
+    merged = _merge(user={"mcpServers": {"u": _server("u")}}, workspace={"mcpServers": {"w": _server("w")}})
+    assert {n: (e.scope, str(e.path)) for n, e in merged.mcp_servers.items()} == {
+        "u": ("user", "/user.json"),
+        "w": ("workspace", "/workspace.json"),
+    }
+
+
+def test_servers_are_stamped_with_their_scope() -> None:
+    merged = _merge(
+        system_defaults={"mcpServers": {"d": _server("d")}},
+        user={"mcpServers": {"u": _server("u", scope="project")}},
+        workspace={"mcpServers": {"w": _server("w")}},
+        system={"mcpServers": {"s": _server("s")}},
+    )
+    assert {n: e.config.scope for n, e in merged.mcp_servers.items()} == {
+        "d": None,
+        "u": None,
+        "w": "workspace",
+        "s": "system",
+    }
+
+
+def test_excluded_lists_are_united_across_scopes() -> None:
+    merged = _merge(
+        user={"mcp": {"excluded": ["a", "b"]}},
+        workspace={"mcp": {"excluded": ["b", "c"]}},
+        system={"mcp": {"excluded": ["d*"]}},
+    )
+    assert merged.excluded == ("a", "b", "c", "d*")
+    assert merged.get("mcp.excluded") == ["a", "b", "c", "d*"]
+
+
+def test_no_excluded_anywhere_is_none() -> None:
+    assert _merge(user={"mcp": {"serverCommand": "x"}}).excluded is None
+
+
+def test_allow_lists_narrow_each_scope_keeps_its_own() -> None:
+    merged = _merge(user={"mcp": {"allowed": ["a*", "b"]}}, workspace={"mcp": {"allowed": ["a1", "b", "c"]}})
+    assert merged.allowed_lists == [("a*", "b"), ("a1", "b", "c")]
+    assert [n for n in ("a1", "a2", "b", "c") if merged.is_allowed(n)] == ["a1", "b"]
+    assert merged.get("mcp.allowed") is None  # no pretend single list
+
+
+def test_a_workspace_allow_all_never_widens_the_user_allow_list() -> None:
+    merged = _merge(user={"mcp": {"allowed": ["github"]}}, workspace={"mcp": {"allowed": ["*"]}})
+    assert merged.is_allowed("github")
+    assert not merged.is_allowed("evil")
+    assert narrow_allowed(["github", "evil"], merged.allowed_lists) == ("github",)
+
+
+def test_no_allow_list_anywhere_allows_all_and_an_empty_one_denies_all() -> None:
+    assert _merge(user={}).allowed_lists == []
+    assert narrow_allowed(["a"], []) is None
+    denied = _merge(user={"mcp": {"allowed": []}})
+    assert not denied.is_allowed("a")
+    assert narrow_allowed(["a"], denied.allowed_lists) == ()
+
+
+@pytest.mark.parametrize(
+    ("name", "lists", "allowed"),
+    [
+        ("a", [], True),
+        ("a", [["*"]], True),
+        ("a", [["*"], ["b"]], False),
+        ("a", [["a", "b"], ["?"]], True),
+        ("ab", [["a*"], ["*b"]], True),
+    ],
+)
+def test_allowed_by_all(name: str, lists: list[list[str]], allowed: bool) -> None:
+    assert allowed_by_all(name, lists) is allowed
+
+
+def test_narrowed_names_are_glob_escaped() -> None:
+    (pattern,) = narrow_allowed(["we[i]rd*"], [["*"]]) or ()
+    assert pattern == "we[[]i]rd[*]"
+    assert matches_any("we[i]rd*", [pattern])
+    assert not matches_any("weird-and-more", [pattern])
+
+
+@pytest.mark.parametrize(("value", "expected"), [("one", ("one",)), (3, ()), (["a", 2], ())])
+def test_a_malformed_allow_list_fails_closed(value: Any, expected: tuple[str, ...]) -> None:
+    merged = _merge(user={"mcp": {"allowed": value}})
+    assert merged.allowed_lists == [expected]
+    assert expected or any("mcp.allowed" in w and "deny all" in w for w in merged.warnings)
+
+
+def test_a_malformed_excluded_list_excludes_all() -> None:
+    merged = _merge(user={"mcp": {"excluded": {"a": True}}})
+    assert merged.excluded == ("*",)
+    assert any("exclude all" in w for w in merged.warnings)
+
+
+def test_settings_values_expand_variables() -> None:
+    merged = _merge(user={"ui": {"theme": "${TOKEN}"}, "mcp": {"allowed": ["$TOKEN"]}})
+    assert merged.get("ui.theme") == "t0k"
+    assert merged.allowed_lists == [("t0k",)]
+
+
+def test_an_undefined_variable_is_warned_about_by_name() -> None:
+    merged = _merge(user={"ui": {"theme": "${MISSING_VAR}"}})
+    assert merged.get("ui.theme") == ""
+    assert any("'MISSING_VAR'" in w for w in merged.warnings)
+
+
+def test_an_invalid_server_is_skipped_with_a_warning_and_the_others_load() -> None:
+    merged = _merge(user={"mcpServers": {"broken": {"args": ["x"]}, "fine": _server("ok"), "odd": 5}})
+    assert list(merged.mcp_servers) == ["fine"]
+    broken = next(w for w in merged.warnings if "'broken'" in w)
+    assert "/user.json" in broken
+    assert "no transport" in broken
+    assert "fix mcpServers.broken" in broken
+    assert any("'odd'" in w and "expected an object" in w for w in merged.warnings)
+
+
+def test_an_invalid_higher_server_leaves_the_lower_definition() -> None:
+    merged = _merge(user={"mcpServers": {"s": _server("u")}}, workspace={"mcpServers": {"s": {"args": []}}})
+    assert merged.mcp_servers["s"].config.command == "u"
+
+
+def test_warnings_never_echo_values() -> None:
+    merged = _merge(
+        user={"mcpServers": {"s": _server("x", headers={"Authorization": "Bearer literal-secret"}, timeout="soon")}}
+    )
+    assert merged.mcp_servers == {}
+    assert merged.warnings
+    assert not any("literal-secret" in w for w in merged.warnings)
+
+
+def test_unknown_keys_are_warned_about_not_fatal() -> None:
+    merged = _merge(user={"uiTypo": 1, "mcp": {"allowd": ["a"]}, "mcpServers": {"s": _server("s", extra=1)}})
+    assert "s" in merged.mcp_servers
+    assert sorted(w.split("'")[1] for w in merged.warnings if w.startswith("unknown setting")) == [
+        "mcp.allowd",
+        "uiTypo",
+    ]
+
+
+def test_server_approval_hash_is_taken_before_expansion() -> None:
+    entry = {"command": "x", "env": {"T": "${TOKEN}"}}
+    a = merge_settings([ScopeLayer("workspace", P, {"mcpServers": {"s": entry}})], {"TOKEN": "one"})
+    b = merge_settings([ScopeLayer("workspace", P, {"mcpServers": {"s": entry}})], {"TOKEN": "two"})
+    assert a.mcp_servers["s"].config.env == {"T": "one"}
+    assert b.mcp_servers["s"].config.env == {"T": "two"}
+    assert a.mcp_servers["s"].config.approval_hash == b.mcp_servers["s"].config.approval_hash
+
+
+# --------------------------------------------------------------------------- trust (pure)
+
+
+@pytest.mark.parametrize(
+    ("root", "listed", "trusted"),
+    [
+        ("/w/repo", ["/w/repo"], True),
+        ("/w/repo/sub", ["/w"], True),
+        ("/w/repo", ["/w/repo/sub"], False),
+        ("/w/repo2", ["/w/repo"], False),
+        ("/w/repo", [], False),
+    ],
+)
+def test_a_folder_is_trusted_if_it_or_a_parent_is_listed(root: str, listed: list[str], trusted: bool) -> None:
+    assert is_folder_trusted(Path(root), parse_trusted_folders(listed)) is trusted
+
+
+@pytest.mark.parametrize("data", [{"a": 1}, ["/a", 3], "x"])
+def test_a_trusted_folders_file_must_be_a_list_of_paths(data: Any) -> None:
+    with pytest.raises(ValueError, match="list of folder paths"):
+        parse_trusted_folders(data)
+
+
+# --------------------------------------------------------------------------- real files
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    return make_layout(tmp_path)
+
+
+def test_load_reads_every_scope_from_the_paths_the_env_names(layout: Layout) -> None:
+    p = layout.paths
+    write_json(p.system_defaults, {"ui": {"theme": "defaults", "hideBanner": True}})
+    write_json(p.user, {"ui": {"theme": "user"}, "mcpServers": {"u": _server("u")}})
+    write_json(p.workspace, {"mcpServers": {"w": _server("w")}})
+    write_json(p.system, {"general": {"debugMode": True}, "mcpServers": {"s": _server("s")}})
+    settings = load_settings(layout.env, layout.root)
+    assert settings.root == layout.root
+    assert settings.errors == {}
+    assert settings.merged.get("ui.theme") == "user"
+    assert settings.merged.get("ui.hideBanner") is True
+    assert settings.merged.get("general.debugMode") is True
+    assert {n: e.path for n, e in settings.merged.mcp_servers.items()} == {"u": p.user, "w": p.workspace, "s": p.system}
+    assert str(p.user).startswith(layout.env["MCPVISOR_HOME"])
+
+
+def test_missing_files_are_empty_scopes(layout: Layout) -> None:
+    settings = layout.settings()
+    assert settings.errors == {}
+    assert settings.merged.mcp_servers == {}
+    assert settings.warnings == ()
+
+
+def test_a_settings_file_that_is_not_an_object_is_a_clear_error(layout: Layout) -> None:
+    write_json(layout.paths.workspace, ["not", "an", "object"])
+    write_json(layout.paths.user, {"mcpServers": {"u": _server("u")}})
+    settings = layout.settings()
+    assert str(layout.paths.workspace) in str(settings.errors["workspace"])
+    assert "expected a JSON object" in settings.errors["workspace"].message
+    assert list(settings.merged.mcp_servers) == ["u"]
+
+
+def test_reload_keeps_the_previous_state_on_a_parse_error(layout: Layout) -> None:
+    write_json(layout.paths.user, {"mcpServers": {"a": _server("a")}})
+    settings = layout.settings()
+    layout.paths.user.write_text('{"mcpServers": {"a": ')
+    result = settings.reload_scope("user")
+    assert result.error is not None
+    assert result.error.path == layout.paths.user
+    assert result.changed == ()
+    assert settings.errors["user"] == result.error
+    assert list(settings.merged.mcp_servers) == ["a"]
+    write_json(layout.paths.user, {"mcpServers": {"a": _server("a", args=["1"])}})
+    result = settings.reload_scope("user")
+    assert (result.changed, result.error) == (("mcpServers.a.args",), None)
+    assert "user" not in settings.errors
+    assert settings.merged.mcp_servers["a"].config.args == ("1",)
+
+
+def test_a_deleted_settings_file_is_an_empty_scope(layout: Layout) -> None:
+    write_json(layout.paths.user, {"ui": {"theme": "x"}})
+    settings = layout.settings()
+    layout.paths.user.unlink()
+    assert settings.reload_scope("user").changed == ("ui.theme",)
+
+
+def test_the_project_file_is_loaded_and_diffed_as_its_own_scope(layout: Layout) -> None:
+    write_json(layout.paths.project, {"mcpServers": {"p": _server("p")}})
+    settings = layout.settings()
+    assert settings.project.servers["p"].config.scope == "project"
+    write_json(layout.paths.project, {"mcpServers": {"p": _server("p2")}})
+    assert settings.reload_scope("project").changed == ("mcpServers.p.command",)
+    assert settings.project.servers["p"].config.command == "p2"
+
+
+def test_folder_trust_disabled_trusts_every_folder(layout: Layout) -> None:
+    write_json(layout.paths.workspace, {"mcpServers": {"w": _server("w")}})
+    settings = layout.settings()
+    assert (settings.folder_trust_enabled, settings.trusted) == (False, True)
+    assert "w" in settings.merged.mcp_servers
+
+
+def test_an_untrusted_folder_drops_the_workspace_layer_and_reports_it(layout: Layout) -> None:
+    write_json(layout.paths.user, {"security": {"folderTrust": {"enabled": True}}, "mcpServers": {"u": _server("u")}})
+    write_json(layout.paths.workspace, {"mcpServers": {"w": _server("w")}, "mcp": {"allowed": ["w"]}})
+    write_json(layout.paths.project, {"mcpServers": {"p": _server("p")}})
+    settings = layout.settings()
+    assert (settings.folder_trust_enabled, settings.trusted) == (True, False)
+    assert list(settings.merged.mcp_servers) == ["u"]
+    assert settings.merged.allowed_lists == []
+    assert dict(settings.project.servers) == {}
+    assert not settings.is_active("workspace")
+    assert settings.reload_scope("workspace").changed == ()
+
+
+def test_a_listed_parent_folder_makes_the_workspace_trusted(layout: Layout) -> None:
+    write_json(layout.paths.system, {"security": {"folderTrust": {"enabled": True}}})
+    write_json(layout.paths.trusted_folders, [str(layout.root.parent)])
+    write_json(layout.paths.workspace, {"mcpServers": {"w": _server("w")}})
+    settings = layout.settings()
+    assert (settings.folder_trust_enabled, settings.trusted) == (True, True)
+    assert "w" in settings.merged.mcp_servers
+
+
+def test_a_repository_cannot_turn_folder_trust_on_or_off(layout: Layout) -> None:
+    write_json(layout.paths.user, {"security": {"folderTrust": {"enabled": True}}})
+    write_json(layout.paths.workspace, {"security": {"folderTrust": {"enabled": False}}})
+    settings = layout.settings()
+    assert (settings.folder_trust_enabled, settings.trusted) == (True, False)
+
+
+def test_an_unreadable_trusted_folders_file_fails_closed(layout: Layout) -> None:
+    write_json(layout.paths.user, {"security": {"folderTrust": {"enabled": True}}})
+    layout.paths.trusted_folders.write_text("{oops")
+    settings = layout.settings()
+    assert settings.trusted is False
+    assert any("trusted folders" in w for w in settings.warnings)
+
+
+def test_a_broken_user_settings_file_at_load_fails_closed_for_trust(layout: Layout) -> None:
+    layout.paths.user.parent.mkdir(parents=True)
+    layout.paths.user.write_text('{"security": {"folderTrust": {"enabled": true}')
+    write_json(layout.paths.workspace, {"mcpServers": {"w": _server("w")}})
+    settings = layout.settings()
+    assert "user" in settings.errors
+    assert settings.trusted is False
+    assert settings.merged.mcp_servers == {}
+    assert any("folder trust" in w for w in settings.warnings)
+
+
+def test_a_workspace_at_the_home_folder_is_not_read_twice(tmp_path: Path) -> None:
+    home = (tmp_path / "home").resolve()
+    env = {"HOME": str(home)}
+    write_json(home / ".mcpvisor" / "settings.json", {"mcpServers": {"u": _server("u")}})
+    settings = load_settings(env, home)
+    assert not settings.is_active("workspace")
+    assert settings.merged.mcp_servers["u"].scope == "user"
+
+
+def test_replace_scope_data_returns_the_changed_paths_and_updates_the_merge(layout: Layout) -> None:
+    settings = layout.settings()
+    generation = settings.generation("user")
+    assert settings.replace_scope_data("user", {"mcp": {"excluded": ["x"]}}) == ("mcp.excluded",)
+    assert settings.merged.excluded == ("x",)
+    assert settings.generation("user") == generation + 1
+    assert settings.replace_scope_data("user", {"mcp": {"excluded": ["x"]}}) == ()
+    assert settings.generation("user") == generation + 1
+
+
+def test_unknown_fields_in_a_server_entry_are_warned_about_with_a_suggestion() -> None:
+    from mcpvisor.host.settings.servers import build_server_entries
+
+    entries, warnings = build_server_entries(
+        {"x": {"command": "echo", "arg": ["x"]}, "y": {"command": "a", "disabled": True}, "z": {"command": "b"}},
+        path=Path("/s.json"),
+        scope="user",
+        stamp=None,
+        env={},
+    )
+    assert set(entries) == {"x", "y", "z"}
+    assert warnings == [
+        "unknown field 'arg' in MCP server 'x' (/s.json) is ignored; did you mean 'args'?",
+        "unknown field 'disabled' in MCP server 'y' (/s.json) is ignored; "
+        "to turn a server off, list its name in mcp.excluded",
+    ]

@@ -1,0 +1,42 @@
+"""Several hosts (one per workspace) in one process share identical servers through the pool, and a
+hot reload in pool mode never starts an unapproved project server (SPEC §5.5)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from mcpvisor.core.pool import McpConnectionPool
+from mcpvisor.host.host import Host, HostOptions
+from tests.helpers import LIGHT, marker_pids, wait_until
+from tests.layout import make_layout, replace_text
+
+
+def server(name: str, marker: Path) -> dict[str, object]:
+    return {"command": sys.executable, "args": ["-m", LIGHT, "--name", name, "--marker", str(marker)]}
+
+
+async def test_two_workspaces_share_the_users_server_and_keep_their_project_servers_gated(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    other = layout.root.parent / "ws2"
+    shared, proj = tmp_path / "shared", tmp_path / "proj"
+    replace_text(layout.paths.user, json.dumps({"mcpServers": {"common": server("common", shared)}}))
+    replace_text(other / ".mcp.json", json.dumps({"mcpServers": {"p": server("p", proj)}}))  # creates ws2
+    async with McpConnectionPool(log_dir=tmp_path / "logs") as pool:
+        one = Host(HostOptions(env=layout.env, workspace=layout.root, pool=pool, session_id="one"))
+        two = Host(HostOptions(env=layout.env, workspace=other, pool=pool, session_id="two"))
+        async with one, two:
+            assert len(marker_pids(shared)) == 1
+            assert set(one.config.tool_registry.names()) == {"mcp__common__echo"}
+            assert set(two.config.tool_registry.names()) == {"mcp__common__echo"}
+            # A hot reload in pool mode adds a second project server: still never spawned.
+            replace_text(
+                other / ".mcp.json", json.dumps({"mcpServers": {"p": server("p", proj), "q": server("q", proj)}})
+            )
+            await wait_until(lambda: set(two.state.assembled.servers) == {"common", "p", "q"})
+            await two.config.reconcile()
+            assert not proj.exists()
+            await two.decide("p", "approve")
+            assert len(marker_pids(proj)) == 1
+            assert one.config.manager.get_client("p") is None

@@ -1,0 +1,305 @@
+"""The hot-reload subscriber end to end inside one process: real files, the real watcher, real
+example servers (SPEC §8, §11 "Subscriber gate", "Approvals", "Trust")."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.events import McpClientUpdate, ReconcileFinished
+from mcpvisor.core.gating import McpGating
+from mcpvisor.host.host import Host, HostEvent, HostOptions, SettingsWarning
+from mcpvisor.host.hot_reload import McpPendingApprovalChanged, mcp_gating_equal
+from mcpvisor.host.settings.loader import SettingsError
+from tests.helpers import LIGHT, WAIT_S, marker_pids, pid_alive, wait_until
+from tests.layout import Layout, make_layout, replace_text
+
+
+def server(name: str, *args: str, marker: Path | None = None) -> dict[str, Any]:
+    extra = ["--marker", str(marker)] if marker is not None else []
+    return {"command": sys.executable, "args": ["-m", LIGHT, "--name", name, *args, *extra]}
+
+
+def save(path: Path, data: Any) -> None:
+    replace_text(path, json.dumps(data, indent=2))
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[HostEvent] = []
+        self.gating_at_reconcile: list[McpGating] = []
+        self.host: Host | None = None
+        self._updated = anyio.Event()
+
+    def __call__(self, event: HostEvent) -> None:
+        self.events.append(event)
+        if isinstance(event, ReconcileFinished) and self.host is not None:
+            self.gating_at_reconcile.append(self.host.config.get_mcp_gating())
+        self._updated.set()
+        self._updated = anyio.Event()
+
+    async def wait_for(self, condition: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+        with anyio.fail_after(timeout_s):
+            while not condition():
+                await self._updated.wait()
+
+    def reconciles(self) -> list[ReconcileFinished]:
+        return [e for e in self.events if isinstance(e, ReconcileFinished)]
+
+    def prompts(self) -> list[McpPendingApprovalChanged]:
+        return [e for e in self.events if isinstance(e, McpPendingApprovalChanged)]
+
+
+class Session:
+    def __init__(self, layout: Layout, host: Host, rec: Recorder) -> None:
+        self.layout = layout
+        self.host = host
+        self.rec = rec
+        self._sentinel = 0
+
+    def live(self) -> set[str]:
+        return {n for n, c in self.host.config.manager.clients().items() if c.status == "connected"}
+
+    async def settle(self) -> None:
+        """Make every earlier edit visible: a workspace-scope gating edit always reconciles, and the
+        watcher handles scopes in order, so once its reconcile is over the earlier ones are too."""
+        self._sentinel += 1
+        tag = f"sentinel-{self._sentinel}"
+        save(self.layout.paths.workspace, {"mcp": {"excluded": [tag]}})
+        await self.rec.wait_for(lambda: any(tag in (g.excluded or ()) for g in self.rec.gating_at_reconcile))
+
+
+@asynccontextmanager
+async def session(tmp_path: Path, *, user: Any = None, project: Any = None, **options: Any) -> AsyncIterator[Session]:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    if user is not None:
+        save(layout.paths.user, user)
+    if project is not None:
+        save(layout.paths.project, project)
+    rec = Recorder()
+    host = Host(HostOptions(env=layout.env, workspace=layout.root, **options))
+    rec.host = host
+    host.subscribe(rec)
+    async with host:
+        yield Session(layout, host, rec)
+
+
+async def test_a_servers_edit_reconciles_with_the_assembled_map_including_the_top_tier(tmp_path: Path) -> None:
+    top = tmp_path / "extra.json"
+    top.write_text(json.dumps({"mcpServers": {"top": server("top")}}))
+    async with session(tmp_path, user={"mcpServers": {"a": server("a")}}, mcp_config=[top]) as s:
+        assert s.live() == {"a", "top"}
+        before = len(s.rec.reconciles())
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "b": server("b")}})
+        await s.rec.wait_for(lambda: len(s.rec.reconciles()) > before)
+        assert s.live() == {"a", "b", "top"}
+        assert set(s.host.config.get_settings_mcp_servers()) == {"a", "b", "top"}
+        assert s.rec.reconciles()[-1].added == ("b",)
+        assert set(s.rec.reconciles()[-1].kept) == {"a", "top"}
+
+
+async def test_a_gating_only_edit_reconciles_with_the_gating_pushed_first(tmp_path: Path) -> None:
+    async with session(tmp_path, user={"mcpServers": {"a": server("a"), "b": server("b")}}) as s:
+        seen: list[McpGating] = []
+
+        def on_start(event: HostEvent) -> None:
+            if isinstance(event, McpClientUpdate) and event.in_progress and event.server is None:
+                seen.append(s.host.config.get_mcp_gating())
+
+        s.host.subscribe(on_start)
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "b": server("b")}, "mcp": {"excluded": ["b"]}})
+        await s.rec.wait_for(lambda: s.live() == {"a"} and bool(s.rec.reconciles()[-1].gated))
+        assert seen
+        assert mcp_gating_equal(seen[0], McpGating(excluded=("b",)))
+        assert s.rec.reconciles()[-1].gated == {"b": "excluded"}
+
+
+async def test_an_unrelated_edit_does_not_reconcile(tmp_path: Path) -> None:
+    user = {"mcpServers": {"a": server("a")}}
+    async with session(tmp_path, user=user) as s:
+        before = len(s.rec.reconciles())
+        save(s.layout.paths.user, {**user, "ui": {"theme": "dark"}})
+        await s.settle()
+        assert len(s.rec.reconciles()) == before + 1  # the sentinel's own reconcile only
+
+
+async def test_saves_within_the_debounce_window_give_one_reconcile(
+    tmp_path: Path,
+) -> None:
+    async with session(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
+        before = len(s.rec.reconciles())
+        for i in range(6):
+            save(s.layout.paths.user, {"mcpServers": {"a": server("a", "--tools", f"t{i}")}})
+        await s.settle()
+        assert len(s.rec.reconciles()) == before + 2  # the burst, then the sentinel
+        assert set(s.host.config.tool_registry.names()) == {"mcp__a__t5"}
+
+
+async def test_edits_during_a_reconcile_coalesce_into_one_more_pass(tmp_path: Path) -> None:
+    async with session(tmp_path, user={"mcpServers": {}}) as s:
+        before = len(s.rec.reconciles())
+        # A server that never answers keeps the first reconcile busy for its discovery timeout.
+        slow = {**server("slow", "--hang-on-initialize"), "discoveryTimeoutMs": 4000}
+        save(s.layout.paths.user, {"mcpServers": {"slow": slow}})
+        await s.rec.wait_for(lambda: "slow" in s.host.config.manager.clients())
+        save(s.layout.paths.user, {"mcpServers": {"slow": slow, "b": server("b")}})
+        await s.rec.wait_for(lambda: set(s.host.config.get_settings_mcp_servers()) == {"slow", "b"})
+        save(s.layout.paths.user, {"mcpServers": {"slow": slow, "b": server("b"), "c": server("c")}})
+        await s.rec.wait_for(lambda: s.live() == {"b", "c"}, timeout_s=WAIT_S * 2)
+        await s.settle()  # any pass still to come is over once the sentinel's reconcile is
+        assert len(s.rec.reconciles()) == before + 3  # the first, one coalesced pass, the sentinel
+
+
+async def test_an_invalid_save_keeps_every_server_and_reports_file_line_and_column(tmp_path: Path) -> None:
+    user = {"mcpServers": {"a": server("a")}}
+    async with session(tmp_path, user=user) as s:
+        pid = s.host.config.manager.clients()["a"].pid
+        replace_text(s.layout.paths.user, '{"mcpServers": {"a": ')
+        await s.rec.wait_for(lambda: any(isinstance(e, SettingsError) for e in s.rec.events))
+        [error] = [e for e in s.rec.events if isinstance(e, SettingsError)]
+        assert error.path == s.layout.paths.user
+        assert error.line is not None
+        assert s.live() == {"a"}
+        assert s.host.config.manager.clients()["a"].pid == pid
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "b": server("b")}})
+        await s.rec.wait_for(lambda: s.live() == {"a", "b"})
+        assert s.host.config.manager.clients()["a"].pid == pid
+
+
+async def test_the_start_up_ceiling_holds_across_reloads(tmp_path: Path) -> None:
+    servers = {n: server(n) for n in "abc"}
+    async with session(
+        tmp_path, user={"mcpServers": servers, "mcp": {"allowed": ["a", "b", "c"]}}, allowed_mcp_server_names=["a", "b"]
+    ) as s:
+        assert s.live() == {"a", "b"}
+        save(s.layout.paths.user, {"mcpServers": servers, "mcp": {"allowed": ["a"]}})
+        await s.rec.wait_for(lambda: s.live() == {"a"})
+        save(s.layout.paths.user, {"mcpServers": servers, "mcp": {"allowed": ["*"]}})
+        await s.rec.wait_for(lambda: s.live() == {"a", "b"})
+        await s.settle()
+        assert s.live() == {"a", "b"}
+        assert s.host.config.get_mcp_server_unavailable_reason("c") == "not_allowed"
+
+
+async def test_a_workspace_allow_list_never_widens_the_users(tmp_path: Path) -> None:
+    servers = {n: server(n) for n in "ab"}
+    async with session(tmp_path, user={"mcpServers": servers, "mcp": {"allowed": ["a"]}}) as s:
+        save(s.layout.paths.workspace, {"mcp": {"allowed": ["*"]}})
+        await wait_until(lambda: len(s.host.settings.merged.allowed_lists) == 2)  # the edit is loaded
+        await s.host.config.reconcile()
+        assert s.live() == {"a"}
+        assert s.host.config.get_mcp_server_unavailable_reason("b") == "not_allowed"
+
+
+async def test_an_empty_allow_list_denies_all(tmp_path: Path) -> None:
+    async with session(tmp_path, user={"mcpServers": {"a": server("a")}, "mcp": {"allowed": []}}) as s:
+        assert s.live() == set()
+
+
+# -- approvals (SPEC §11 "Approvals") ---------------------------------------------------------------
+
+
+async def test_a_project_server_waits_for_approval_and_approving_connects_it(tmp_path: Path) -> None:
+    marker = tmp_path / "p-started"
+    project = {"mcpServers": {"p": server("p", marker=marker)}}
+    async with session(tmp_path, project=project) as s:
+        assert s.rec.prompts()[-1].servers == ("p",)
+        assert not marker.exists()
+        await s.host.decide("p", "approve")
+        await s.rec.wait_for(lambda: s.live() == {"p"})
+        prompts = len(s.rec.prompts())
+        await s.settle()
+        assert len(s.rec.prompts()) == prompts  # approved: never prompts again
+
+
+async def test_a_hash_change_of_an_approved_server_prompts_again_and_stops_it(tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    async with session(tmp_path, project={"mcpServers": {"p": server("p", marker=marker)}}) as s:
+        await s.host.decide("p", "approve")
+        await s.rec.wait_for(lambda: s.live() == {"p"})
+        [pid] = marker_pids(marker)
+        prompts = len(s.rec.prompts())
+        save(s.layout.paths.project, {"mcpServers": {"p": server("p", "--tools", "v2", marker=marker)}})
+        await s.rec.wait_for(lambda: len(s.rec.prompts()) > prompts)
+        assert s.rec.prompts()[-1].servers == ("p",)
+        assert s.live() == set()
+        await wait_until(lambda: not pid_alive(pid))
+
+
+async def test_rejected_stays_skipped_without_prompting_until_its_config_changes(tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    user = {"mcpServers": {"a": server("a")}}
+    async with session(tmp_path, user=user, project={"mcpServers": {"p": server("p", marker=marker)}}) as s:
+        await s.host.decide("p", "reject")
+        prompts = len(s.rec.prompts())
+        # An unrelated edit: no prompt, p stays disconnected.
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "b": server("b")}})
+        await s.rec.wait_for(lambda: s.live() == {"a", "b"})
+        await s.settle()
+        assert len(s.rec.prompts()) == prompts
+        assert s.host.config.manager.get_client("p") is None
+        views = {v.name: v for v in s.host.server_views()}
+        assert views["p"].state == "rejected"
+        # Editing the rejected server prompts again.
+        save(s.layout.paths.project, {"mcpServers": {"p": server("p", "--tools", "new", marker=marker)}})
+        await s.rec.wait_for(lambda: len(s.rec.prompts()) > prompts)
+        assert s.rec.prompts()[-1].servers == ("p",)
+    assert not marker.exists()
+
+
+async def test_an_identical_re_add_keeps_its_decision(tmp_path: Path) -> None:
+    entry = server("p")
+    async with session(tmp_path, project={"mcpServers": {"p": entry}}) as s:
+        await s.host.decide("p", "approve")
+        await s.rec.wait_for(lambda: s.live() == {"p"})
+        save(s.layout.paths.project, {"mcpServers": {}})
+        await s.rec.wait_for(lambda: s.live() == set())
+        prompts = len(s.rec.prompts())
+        save(s.layout.paths.project, {"mcpServers": {"p": entry}})
+        await s.rec.wait_for(lambda: s.live() == {"p"})
+        assert len(s.rec.prompts()) == prompts
+
+
+async def test_an_excluded_pending_server_is_never_announced(tmp_path: Path) -> None:
+    async with session(tmp_path, user={"mcp": {"excluded": ["p"]}}, project={"mcpServers": {"p": server("p")}}) as s:
+        assert s.rec.prompts() == []
+        assert s.host.config.get_mcp_server_unavailable_reason("p") == "excluded"
+
+
+async def test_decide_refuses_unknown_and_ungated_servers(tmp_path: Path) -> None:
+    async with session(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
+        with pytest.raises(ConfigError, match="no such server"):
+            await s.host.decide("zzz", "approve")
+        with pytest.raises(ConfigError, match="not a project or workspace server"):
+            await s.host.decide("a", "approve")
+
+
+async def test_reload_with_a_half_saved_settings_file_keeps_the_last_good_configuration(tmp_path: Path) -> None:
+    marker = tmp_path / "p"
+    async with session(
+        tmp_path, user={"mcpServers": {"u": server("u")}}, project={"mcpServers": {"p": server("p", marker=marker)}}
+    ) as s:
+        await s.host.decide("p", "approve")
+        await s.rec.wait_for(lambda: s.live() == {"u", "p"})
+        replace_text(s.layout.paths.user, '{"mcpServers": {"u": ')
+        await s.host.reload()
+        assert s.live() == {"u", "p"}
+        assert s.host.settings.errors
+        assert s.host.settings.trusted
+
+
+async def test_deleting_a_settings_file_says_so_and_removes_its_servers(tmp_path: Path) -> None:
+    async with session(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
+        s.layout.paths.user.unlink()
+        await s.rec.wait_for(lambda: s.live() == set())
+        await s.rec.wait_for(
+            lambda: any(isinstance(e, SettingsWarning) and "was deleted" in e.message for e in s.rec.events)
+        )

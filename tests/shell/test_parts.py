@@ -1,0 +1,237 @@
+"""The shell's pure parts (answers, commands, the approval queue, rendering) and its terminal
+plumbing (output above a displayed prompt, standard input read in a thread)."""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp_types import CallToolResult, ImageContent, TextContent
+from rich.console import Console
+
+from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.settings.mcp_servers import ServerSource
+from mcpvisor.shell.approval import ApprovalQueue, approval_request, parse_choice, render_approval_request
+from mcpvisor.shell.commands import (
+    ArgumentError,
+    Command,
+    parse_command,
+    parse_json_object,
+    parse_prompt_arguments,
+)
+from mcpvisor.shell.render import first_line, render_call_result
+from mcpvisor.shell.terminal import Screen, stdin_lines
+from tests.helpers import WAIT_S, wait_until
+
+
+def recording() -> Console:
+    return Console(record=True, width=100, file=io.StringIO())
+
+
+# -- answers and commands ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "choice"),
+    [
+        ("a", "approve"),
+        (" approve ", "approve"),
+        ("A", "approve_all"),
+        ("all", "approve_all"),
+        ("Approve  All", "approve_all"),
+        ("r", "reject"),
+        ("R", "reject"),
+        ("reject", "reject"),
+        ("s", "skip"),
+        ("SKIP", "skip"),
+        ("", None),
+        ("yes", None),
+        ("approve everything", None),
+    ],
+)
+def test_an_answer_names_a_choice_and_only_a_and_A_differ_by_case(answer: str, choice: str | None) -> None:
+    assert parse_choice(answer) == choice
+
+
+@pytest.mark.parametrize(
+    ("line", "command"),
+    [
+        ("/mcp", Command("mcp", "")),
+        ('  /call mcp__a__echo {"text": "hi there"} ', Command("call", 'mcp__a__echo {"text": "hi there"}')),
+        ("/exit", Command("quit", "")),
+        ("/", None),
+        ("hello", None),
+        ("", None),
+    ],
+)
+def test_a_line_is_a_command_only_when_it_starts_with_a_slash(line: str, command: Command | None) -> None:
+    assert parse_command(line) == command
+
+
+def test_json_arguments_must_be_an_object() -> None:
+    assert parse_json_object("", example="EX") == {}
+    assert parse_json_object('{"a": 1}', example="EX") == {"a": 1}
+    with pytest.raises(ArgumentError, match="e.g. EX"):
+        parse_json_object("[1]", example="EX")
+    with pytest.raises(ArgumentError, match="not valid JSON"):
+        parse_json_object("{a}", example="EX")
+
+
+def test_prompt_arguments_are_json_or_text_for_the_first_argument() -> None:
+    assert parse_prompt_arguments('{"topic": "x", "n": 2}', ["topic"], example="EX") == {"topic": "x", "n": "2"}
+    assert parse_prompt_arguments("some words", ["topic", "other"], example="EX") == {"topic": "some words"}
+    assert parse_prompt_arguments("", [], example="EX") == {}
+    with pytest.raises(ArgumentError, match="takes no arguments"):
+        parse_prompt_arguments("words", [], example="EX")
+
+
+# -- the approval dialog ----------------------------------------------------------------------
+
+
+def test_an_approval_request_shows_command_and_file_and_only_the_names_of_env_variables() -> None:
+    cfg = McpServerConfig.model_validate(
+        {"command": "npx", "args": ["-y", "srv", "--flag=a b"], "env": {"TOKEN": "t0ps3cret", "A": "x"}, "cwd": "/w"}
+    )
+    console = recording()
+    render_approval_request(
+        console, approval_request("p", cfg, ServerSource("Project .mcp.json", "project", Path("/w/.mcp.json")))
+    )
+    text = console.export_text()
+    assert text.splitlines() == [
+        "? p needs approval — Project .mcp.json (/w/.mcp.json)",
+        "    command: npx",
+        '    args:    ["-y", "srv", "--flag=a b"]',
+        "    cwd:     /w",
+        "    env:     A, TOKEN (values hidden)",
+    ]
+
+
+def test_an_approval_request_for_a_remote_server_shows_its_url_and_only_the_names_of_headers() -> None:
+    cfg = McpServerConfig.model_validate(
+        {"httpUrl": "https://example.test/mcp", "headers": {"Authorization": "Bearer t0ps3cret"}}
+    )
+    console = recording()
+    render_approval_request(console, approval_request("r", cfg, ServerSource("Workspace", "workspace", None)))
+    text = console.export_text()
+    assert "    url:     https://example.test/mcp (http)" in text
+    assert "    headers: Authorization (values hidden)" in text
+    assert "t0ps3cret" not in text
+
+
+def test_the_queue_adds_announced_servers_in_order_and_drops_decided_or_changed_ones() -> None:
+    queue = ApprovalQueue()
+    change = queue.refresh({"p": "h1", "q": "h2"}, announced={"q", "p"})
+    assert change.added == ("p", "q")
+    assert queue.head == ("p", "h1")
+    # Not announced: nothing new is added, but what is no longer promptable is dropped.
+    change = queue.refresh({"q": "h2", "r": "h3"})
+    assert (change.added, change.dropped) == ((), ("p",))
+    # A changed configuration is dropped, then re-added with its new hash when announced.
+    change = queue.refresh({"q": "h2b"}, announced={"q"})
+    assert (change.added, change.dropped) == (("q",), ("q",))
+    assert queue.snapshot() == (("q", "h2b"),)
+
+
+def test_a_skipped_server_is_not_asked_again_until_its_configuration_changes() -> None:
+    queue = ApprovalQueue()
+    queue.refresh({"p": "h1"}, announced={"p"})
+    queue.skip("p")
+    assert queue.head is None
+    assert queue.refresh({"p": "h1"}, announced={"p"}).added == ()
+    assert queue.refresh({"p": "h2"}, announced={"p"}).added == ("p",)
+
+
+def test_a_decided_server_leaves_the_queue() -> None:
+    queue = ApprovalQueue()
+    queue.refresh({"p": "h1", "q": "h2"}, announced={"p", "q"})
+    queue.discard("p")
+    assert "p" not in queue
+    assert len(queue) == 1
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+
+def test_a_description_shows_its_first_non_empty_line_cut_short() -> None:
+    assert first_line("\n  Does things.  \nMore.") == "Does things."
+    assert first_line("x" * 100, limit=10) == "x" * 9 + "…"
+    assert first_line(None) == ""
+
+
+def test_a_tool_error_result_is_shown_as_an_error_and_server_text_is_never_markup() -> None:
+    console = recording()
+    render_call_result(console, CallToolResult(content=[TextContent(text="[red]boom[/red]")], is_error=True))
+    assert console.export_text().splitlines() == ["✗ the tool reported an error:", "[red]boom[/red]"]
+
+
+def test_non_text_content_is_summarised() -> None:
+    console = recording()
+    result = CallToolResult(content=[TextContent(text="one"), ImageContent(data="AAAA", mime_type="image/png")])
+    render_call_result(console, result)
+    assert console.export_text().splitlines() == ["one", "[image content (image/png)]"]
+
+
+# -- the terminal -----------------------------------------------------------------------------
+
+
+def test_output_arriving_at_a_displayed_prompt_is_printed_above_it_and_the_prompt_redrawn() -> None:
+    out = io.StringIO()
+    prompt = "mcp> "
+    screen = Screen(Console(file=out, force_terminal=True, width=100, color_system=None), prompt=lambda: prompt)
+    screen.show_prompt()
+    with screen.above():
+        screen.console.print("+ added b")
+        prompt = "[a/A/r/s]> "  # what was printed opened the approval dialog
+    with screen.above():
+        pass  # nothing printed: the prompt (and whatever is typed after it) is left alone
+    screen.prompt_answered()
+    with screen.above():
+        screen.console.print("result")
+    screen.show_prompt()
+    screen.leave()
+    assert out.getvalue() == "mcp> \r\x1b[2K+ added b\n[a/A/r/s]> result\n[a/A/r/s]> \n"
+
+
+def test_no_prompt_is_drawn_where_there_is_no_terminal() -> None:
+    console = recording()
+    screen = Screen(console, prompt=lambda: "mcp> ")
+    screen.show_prompt()
+    screen.leave()
+    assert console.file.getvalue() == ""  # type: ignore[attr-defined]
+
+
+async def test_standard_input_lines_are_read_in_a_thread_until_end_of_file() -> None:
+    read_fd, write_fd = os.pipe()
+    try:
+        async with stdin_lines(read_fd) as lines:
+            os.write(write_fd, b"one\r\ntwo\nthr\xc3")  # a character split between two reads
+            with anyio.fail_after(WAIT_S):
+                assert await anext(lines) == "one"
+                assert await anext(lines) == "two"
+                os.write(write_fd, b"\xa9\nlast without newline")
+                assert await anext(lines) == "thré"
+                os.close(write_fd)
+                write_fd = -1
+                assert [line async for line in lines] == ["last without newline"]
+    finally:
+        os.close(read_fd)
+        if write_fd >= 0:
+            os.close(write_fd)
+
+
+async def test_leaving_before_end_of_file_does_not_wait_for_the_reader() -> None:
+    read_fd, write_fd = os.pipe()
+    try:
+        async with stdin_lines(read_fd) as lines:
+            os.write(write_fd, b"first\n")
+            with anyio.fail_after(WAIT_S):
+                assert await anext(lines) == "first"
+        os.write(write_fd, b"ignored\n")  # the reader thread finds nobody listening and stops
+        await wait_until(lambda: not any(t.name == "mcpvisor-shell-input" for t in threading.enumerate()))
+    finally:
+        os.close(write_fd)
+        os.close(read_fd)

@@ -1,0 +1,407 @@
+"""``run_shell`` driven line by line against real example servers, real settings files and the
+real watcher (SPEC §0 item 2, §7 "Approve/Reject", §8 steps 5-6, §9)."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from rich.console import Console
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.host.host import HostOptions
+from mcpvisor.shell import EXIT_INTERRUPTED, EXIT_OK, run_shell
+from mcpvisor.shell.session import HELP_HINT
+from tests.helpers import LIGHT, WAIT_S, marker_pids, pid_alive, wait_until
+from tests.layout import Layout, make_layout, replace_text
+
+
+def server(name: str, *args: str, marker: Path | None = None, **fields: Any) -> dict[str, Any]:
+    extra = ["--marker", str(marker)] if marker is not None else []
+    return {"command": sys.executable, "args": ["-m", LIGHT, "--name", name, *args, *extra], **fields}
+
+
+def save(path: Path, data: Any) -> None:
+    replace_text(path, json.dumps(data, indent=2))
+
+
+class Shell:
+    """A running shell: type lines into it, read what it printed."""
+
+    def __init__(self, layout: Layout, console: Console) -> None:
+        self.layout = layout
+        self.console = console
+        self.lines, self.shell_input = anyio.create_memory_object_stream[str](0)
+        self.interrupts, self.shell_interrupts = anyio.create_memory_object_stream[object](math.inf)
+        self.code: int | None = None
+        self.done = anyio.Event()
+
+    def text(self, since: int = 0) -> str:
+        return self.console.export_text(clear=False)[since:]
+
+    def mark(self) -> int:
+        return len(self.text())
+
+    async def wait_for(self, text: str, since: int = 0) -> str:
+        await wait_until(lambda: text in self.text(since), what=repr(text))
+        return self.text(since)
+
+    async def type(self, line: str) -> None:
+        """Returns once the shell has taken the line (the input stream has no buffer)."""
+        with anyio.fail_after(WAIT_S):
+            await self.lines.send(line)
+
+    async def run(self, line: str, expect: str) -> str:
+        """Type ``line`` and wait until ``expect`` appears after it; returns the output since."""
+        since = self.mark()
+        await self.type(line)
+        return await self.wait_for(expect, since)
+
+    async def wait_exit(self) -> int:
+        with anyio.fail_after(WAIT_S):
+            await self.done.wait()
+        assert self.code is not None
+        return self.code
+
+
+@asynccontextmanager
+async def shell(tmp_path: Path, *, user: Any = None, project: Any = None) -> AsyncIterator[Shell]:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    if user is not None:
+        save(layout.paths.user, user)
+    if project is not None:
+        save(layout.paths.project, project)
+    s = Shell(layout, Console(record=True, width=100, file=io.StringIO()))
+
+    async def run() -> None:
+        s.code = await run_shell(
+            HostOptions(env=layout.env, workspace=layout.root),
+            console=s.console,
+            input_lines=s.shell_input,
+            interrupts=s.shell_interrupts,
+        )
+        s.done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await s.wait_for(HELP_HINT)
+        try:
+            yield s
+        finally:
+            s.lines.close()  # end of input, if the test did not leave already
+            await s.wait_exit()
+            for stream in (s.shell_input, s.interrupts, s.shell_interrupts):
+                stream.close()
+
+
+def all_gone(*markers: Path) -> bool:
+    return not any(pid_alive(pid) for marker in markers for pid in marker_pids(marker))
+
+
+# -- status, tools, calls ---------------------------------------------------------------------
+
+
+async def test_mcp_shows_each_server_with_its_state(tmp_path: Path) -> None:
+    user = {"mcpServers": {"a": server("a", "--tools", "echo,rev"), "b": server("b")}, "mcp": {"excluded": ["b"]}}
+    async with shell(tmp_path, user=user) as s:
+        out = await s.run("/mcp", "b · ")
+        assert "a · ● connected (2 tools, 0 prompts)" in out
+        assert "b · ○ disabled (in mcp.excluded)" in out
+
+
+async def test_tools_lists_registered_names_grouped_by_server_with_descriptions(tmp_path: Path) -> None:
+    user = {"mcpServers": {"a": server("a", "--tools", "echo,rev"), "b": server("b")}}
+    async with shell(tmp_path, user=user) as s:
+        out = await s.run("/tools", "mcp__b__echo")
+        assert "a (2 tools)" in out
+        assert "b (1 tool)" in out
+        assert "  mcp__a__echo — Return 'a:echo:{text}'." in out
+        assert "  mcp__a__rev — Return 'a:rev:{text}'." in out
+        assert (
+            out.index("a (2 tools)") < out.index("mcp__a__echo") < out.index("b (1 tool)") < out.index("mcp__b__echo")
+        )
+
+
+async def test_call_prints_the_tool_result_text(tmp_path: Path) -> None:
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
+        out = await s.run('/call mcp__a__echo {"text":"hi"}', "a:echo:hi")
+        assert "✗" not in out
+
+
+async def test_call_of_a_name_no_server_owns_says_none_is_configured(tmp_path: Path) -> None:
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
+        await s.run(
+            "/call mcp__gone__x", "✗ tool 'mcp__gone__x' not found: no MCP server providing it is currently configured"
+        )
+
+
+async def test_call_of_an_excluded_servers_tool_names_the_server_and_the_fix(tmp_path: Path) -> None:
+    user = {"mcpServers": {"a": server("a"), "b": server("b")}, "mcp": {"excluded": ["b"]}}
+    async with shell(tmp_path, user=user) as s:
+        await s.run("/call mcp__b__echo", "remove 'b' from mcp.excluded in your settings")
+
+
+async def test_call_arguments_that_are_not_a_json_object_are_refused_with_an_example(tmp_path: Path) -> None:
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
+        await s.run("/call mcp__a__echo {text: hi}", "arguments are not valid JSON")
+        await s.run('/call mcp__a__echo ["hi"]', "arguments must be a JSON object, e.g. /call mcp__server__tool")
+        await s.run("/call", "usage: /call NAME [JSON]")
+
+
+async def test_unknown_commands_and_plain_text_point_to_help(tmp_path: Path) -> None:
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
+        await s.run("/nope", "✗ unknown command /nope; type /help for the list")
+        await s.run("hello", "Commands start with '/'; type /help for the list.")
+        out = await s.run("/help", "/quit")
+        for command in ("/mcp", "/tools", "/prompts", "/call NAME [JSON]", "/reload", "/approve NAME", "/reject NAME"):
+            assert command in out
+
+
+async def test_a_long_call_says_ctrl_c_cancels_it_and_ctrl_c_does(tmp_path: Path) -> None:
+    async with shell(
+        tmp_path, user={"mcpServers": {"a": server("a", "--tools", "echo,slow", "--hang-on-call", "slow")}}
+    ) as s:
+        since = s.mark()
+        await s.run("/call mcp__a__slow", "still waiting for mcp__a__slow (Ctrl-C cancels)")
+        await s.interrupts.send(object())
+        await s.wait_for("cancelled", since)
+        await s.run('/call mcp__a__echo {"text":"after"}', "a:echo:after")
+        assert "press Ctrl-C again" not in s.text(since)  # cancelling a call is not a step towards leaving
+
+
+# -- prompts ----------------------------------------------------------------------------------
+
+
+async def test_prompts_are_listed_fetched_and_offered_as_slash_commands(tmp_path: Path) -> None:
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a", "--prompts", "greet")}}) as s:
+        out = await s.run("/prompts", "greet")
+        assert "a (1 prompt)" in out
+        assert "greet (topic?)" in out
+        await s.run('/prompt greet {"topic":"json"}', "[user] a:greet:json")
+        await s.run("/greet plain words", "[user] a:greet:plain words")
+        await s.run("/help", "/greet")
+        await s.run("/prompt nope", "prompt 'nope' not found")
+
+
+async def test_slash_commands_follow_the_prompts_when_settings_change(tmp_path: Path) -> None:
+    a = server("a", "--prompts", "greet")
+    async with shell(tmp_path, user={"mcpServers": {"a": a}}) as s:
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {"a": a, "c": server("c", "--prompts", "hello")}})
+        await s.wait_for("prompt commands: /greet /hello", since)
+        await s.run("/hello there", "[user] c:hello:there")
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {"c": server("c", "--prompts", "hello")}})
+        await s.wait_for("prompt commands: /hello", since)
+        await s.run("/greet x", "✗ unknown command /greet")
+
+
+# -- the approval dialog ----------------------------------------------------------------------
+
+
+async def test_a_project_server_opens_the_dialog_with_its_command_and_file_and_approving_connects_it(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "proj.pids"
+    entry = server("proj", marker=marker, env={"API_TOKEN": "s3cret-value"})
+    async with shell(tmp_path, project={"mcpServers": {"proj": entry}}) as s:
+        out = await s.wait_for("Approve proj? [a]pprove / approve [A]ll / [r]eject / [s]kip")
+        assert f"? proj needs approval — Project .mcp.json ({s.layout.paths.project})" in out
+        assert f"    command: {sys.executable}" in out
+        assert f"    args:    {json.dumps(entry['args'])}" in out
+        assert "    env:     API_TOKEN (values hidden)" in out
+        assert "s3cret-value" not in out
+        assert marker_pids(marker) == []  # nothing starts before the answer
+        await s.run("a", "+ added proj")
+        assert len(marker_pids(marker)) == 1
+        await s.run('/call mcp__proj__echo {"text":"x"}', "proj:echo:x")
+    assert "s3cret-value" not in s.text()
+
+
+async def test_rejecting_leaves_the_server_disconnected_and_mcp_says_rejected(tmp_path: Path) -> None:
+    marker = tmp_path / "proj.pids"
+    async with shell(tmp_path, project={"mcpServers": {"proj": server("proj", marker=marker)}}) as s:
+        await s.wait_for("Approve proj?")
+        await s.run("r", "✗ rejected proj")
+        out = await s.run("/mcp", "proj · ✗ rejected — edit config to re-approve")
+        assert "+ added" not in out
+        await s.run("/call mcp__proj__echo", "was rejected; edit its configuration to be asked again")
+        assert s.text().count("Approve proj?") == 1
+    assert marker_pids(marker) == []
+
+
+async def test_a_server_added_to_mcp_json_mid_session_opens_the_dialog_for_that_server_only(tmp_path: Path) -> None:
+    markers = [tmp_path / "proj.pids", tmp_path / "p2.pids"]
+    first = {"proj": server("proj", marker=markers[0])}
+    async with shell(tmp_path, project={"mcpServers": first}) as s:
+        await s.wait_for("Approve proj?")
+        await s.run("a", "+ added proj")
+        since = s.mark()
+        save(s.layout.paths.project, {"mcpServers": {**first, "p2": server("p2", marker=markers[1])}})
+        out = await s.wait_for("Approve p2?", since)
+        assert "? p2 needs approval — Project .mcp.json" in out
+        assert "proj" not in out
+        await s.run("a", "+ added p2")
+        await s.run('/call mcp__p2__echo {"text":"y"}', "p2:echo:y")
+        assert s.text().count("? proj needs approval") == 1
+        assert s.text().count("? p2 needs approval") == 1
+        assert len(marker_pids(markers[0])) == 1  # proj kept its process
+    assert all_gone(*markers)
+
+
+async def test_a_waiting_server_whose_configuration_changes_is_shown_again_before_any_answer_counts(
+    tmp_path: Path,
+) -> None:
+    async with shell(tmp_path, project={"mcpServers": {"proj": server("proj")}}) as s:
+        await s.wait_for("Approve proj?")
+        since = s.mark()
+        save(s.layout.paths.project, {"mcpServers": {"proj": server("proj", "--tools", "other")}})
+        out = await s.wait_for("Approve proj?", since)
+        assert "no decision needed for proj any more: its configuration changed" in out
+        assert '"--tools", "other"' in out
+        await s.run("a", "+ added proj")
+        await s.run('/call mcp__proj__other {"text":"new"}', "proj:other:new")
+
+
+async def test_approve_all_connects_every_waiting_server(tmp_path: Path) -> None:
+    project = {"mcpServers": {"p1": server("p1"), "p2": server("p2")}}
+    async with shell(tmp_path, project=project) as s:
+        out = await s.wait_for("Approve p1?")
+        assert "? p1 needs approval" in out
+        assert "? p2 needs approval" in out  # every server approve-all would start was shown
+        assert "(2 waiting)" in out
+        await s.type("A")
+        await s.wait_for("+ added p2")
+        await s.run('/call mcp__p1__echo {"text":"1"}', "p1:echo:1")
+        await s.run('/call mcp__p2__echo {"text":"2"}', "p2:echo:2")
+
+
+async def test_answers_are_checked_and_commands_still_run_while_the_dialog_is_open(tmp_path: Path) -> None:
+    async with shell(tmp_path, project={"mcpServers": {"proj": server("proj")}}) as s:
+        await s.wait_for("Approve proj?")
+        since = s.mark()
+        await s.type("yes please")
+        out = await s.wait_for("Approve proj?", since)
+        assert "answer a (approve proj), A (approve all), r (reject) or s (skip)" in out
+        since = s.mark()
+        await s.type("/mcp")
+        out = await s.wait_for("Approve proj?", since)
+        assert "proj · ? needs approval" in out
+        await s.run("a", "+ added proj")
+
+
+async def test_a_skipped_server_stays_pending_is_not_asked_again_and_can_be_approved_later(tmp_path: Path) -> None:
+    project = {"mcpServers": {"proj": server("proj")}}
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}, project=project) as s:
+        await s.wait_for("Approve proj?")
+        await s.run("s", "skipped proj: it stays pending; /approve proj when ready")
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "b": server("b")}})
+        await s.wait_for("+ added b", since)
+        await s.run("/mcp", "proj · ? needs approval")
+        assert "Approve proj?" not in s.text(since)
+        out = await s.run("/approve proj", "+ added proj")
+        assert "? proj (approve) — Project .mcp.json" in out
+        await s.run('/call mcp__proj__echo {"text":"z"}', "proj:echo:z")
+
+
+async def test_approve_and_reject_commands_refuse_servers_that_need_no_approval(tmp_path: Path) -> None:
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
+        await s.run("/approve a", "cannot approve server 'a': it is not a project or workspace server")
+        await s.run("/reject zzz", "cannot reject server 'zzz': no such server is configured")
+        await s.run("/approve", "usage: /approve NAME")
+
+
+async def test_reload_rereads_the_files(tmp_path: Path) -> None:
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
+        await s.run("/reload", "✓ settings re-read — no MCP changes")
+
+
+# -- leaving ----------------------------------------------------------------------------------
+
+
+async def test_quit_exits_with_code_0_and_leaves_no_server_process(tmp_path: Path) -> None:
+    markers = [tmp_path / "a.pids", tmp_path / "proj.pids"]
+    user = {"mcpServers": {"a": server("a", marker=markers[0])}}
+    async with shell(tmp_path, user=user, project={"mcpServers": {"proj": server("proj", marker=markers[1])}}) as s:
+        await s.wait_for("Approve proj?")
+        await s.run("a", "+ added proj")
+        assert all(len(marker_pids(m)) == 1 for m in markers)
+        await s.type("/quit")
+        assert await s.wait_exit() == EXIT_OK
+    assert all_gone(*markers)
+
+
+async def test_end_of_input_exits_with_code_0_and_leaves_no_server_process(tmp_path: Path) -> None:
+    marker = tmp_path / "a.pids"
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a", marker=marker)}}) as s:
+        await s.run("/tools", "mcp__a__echo")
+        s.lines.close()
+        assert await s.wait_exit() == EXIT_OK
+    assert len(marker_pids(marker)) == 1
+    assert all_gone(marker)
+
+
+async def test_ctrl_c_at_the_prompt_warns_once_and_twice_leaves(tmp_path: Path) -> None:
+    marker = tmp_path / "a.pids"
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a", marker=marker)}}) as s:
+        since = s.mark()
+        await s.interrupts.send(object())
+        await s.wait_for("(press Ctrl-C again to leave, or type /quit)", since)
+        await s.run("/tools", "mcp__a__echo")  # a line in between starts the count again
+        since = s.mark()
+        await s.interrupts.send(object())
+        await s.wait_for("press Ctrl-C again", since)
+        await s.interrupts.send(object())
+        assert await s.wait_exit() == EXIT_INTERRUPTED
+    assert all_gone(marker)
+
+
+async def test_ctrl_c_while_servers_are_still_starting_leaves_at_once(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "stuck.pids"
+    stuck = server("stuck", "--hang-on-initialize", marker=marker, discovery_timeout_ms=600_000)
+    save(layout.paths.user, {"mcpServers": {"stuck": stuck}})
+    send, receive = anyio.create_memory_object_stream[object](math.inf)
+    codes: list[int] = []
+    console = Console(record=True, width=100, file=io.StringIO())
+
+    async def run() -> None:
+        codes.append(
+            await run_shell(
+                HostOptions(env=layout.env, workspace=layout.root),
+                console=console,
+                input_lines=_never(),
+                interrupts=receive,
+            )
+        )
+
+    with send, receive:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await wait_until(lambda: len(marker_pids(marker)) == 1, what="the stuck server to be spawned")
+            send.send_nowait(object())
+            await wait_until(lambda: bool(codes), what="the shell to leave")  # long before the discovery timeout
+    assert codes == [EXIT_INTERRUPTED]
+    assert HELP_HINT not in console.export_text()
+    assert all_gone(marker)
+
+
+async def _never() -> AsyncIterator[str]:
+    await anyio.sleep_forever()
+    yield ""  # pragma: no cover - makes this an async generator
+
+
+async def test_a_configuration_that_prevents_start_up_is_raised_as_is(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    options = HostOptions(env=layout.env, workspace=layout.root, mcp_config=[tmp_path / "missing.json"])
+    with pytest.raises(ConfigError, match="missing.json"):
+        await run_shell(options, console=Console(record=True, width=100, file=io.StringIO()), input_lines=_never())

@@ -1,0 +1,86 @@
+"""The /mcp status view (SPEC §9): states in priority order, grouped by source, no secrets."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+
+from mcpvisor.core.gating import McpGating
+from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.approvals import ApprovalStore
+from mcpvisor.host.settings.mcp_servers import AssembledServers, ServerSource
+from mcpvisor.host.status import LiveServer, ServerView, describe_servers
+from mcpvisor.shell.views import render_status
+
+
+def cfg(name: str, scope: str | None = None, **fields: object) -> McpServerConfig:
+    return McpServerConfig.model_validate({"command": "srv", "args": [name], "scope": scope, **fields})
+
+
+def render(rows: list[ServerView], live: bool = True) -> str:
+    console = Console(record=True, width=100, file=io.StringIO())
+    render_status(console, rows, live=live)
+    return console.export_text()
+
+
+def test_every_state_reads_as_its_reason_in_priority_order(tmp_path: Path) -> None:
+    user = tmp_path / "settings.json"
+    project = tmp_path / ".mcp.json"
+    servers = {
+        "ok": cfg("ok", env={"TOKEN": "hunter2"}),
+        "broken": cfg("broken"),
+        "off": cfg("off"),
+        "denied": cfg("denied"),
+        "new": cfg("new", "project"),
+        "nope": cfg("nope", "project"),
+    }
+    sources = {
+        n: ServerSource("Project .mcp.json", "project", project) if s.scope else ServerSource("User", "user", user)
+        for n, s in servers.items()
+    }
+    store = ApprovalStore(tmp_path / "approvals.json")
+    store.reject(tmp_path / "ws", "nope", servers["nope"])
+    gating = McpGating(excluded=("off",), allowed=("ok", "broken", "off", "new", "nope"), pending=("new", "nope"))
+    live = {
+        "ok": LiveServer("connected", 3, 1, None, "/logs/ok.log"),
+        "broken": LiveServer("disconnected", 0, 0, "process exited with code 1", "/logs/broken.log"),
+    }
+    rows = describe_servers(AssembledServers(servers, sources), gating, store, tmp_path / "ws", live=live)
+    text = render(rows)
+    assert text.splitlines() == [
+        f"User ({user})",
+        "  broken · ✗ disconnected — process exited with code 1; see error logs: /logs/broken.log",
+        "  denied · ○ not allowed (not in mcp.allowed or --allowed-mcp-server-names)",
+        "  off · ○ disabled (in mcp.excluded)",
+        "  ok · ● connected (3 tools, 1 prompt)",
+        f"Project .mcp.json ({project})",
+        "  new · ? needs approval — run: mcpvisor mcp approve new",
+        "  nope · ✗ rejected — edit config to re-approve",
+    ]
+    assert "hunter2" not in text
+    assert "see error logs" not in "\n".join(line for line in text.splitlines() if "approval" in line)
+
+
+def test_a_server_that_wants_credentials_reads_needs_authentication(tmp_path: Path) -> None:
+    servers = {"r": McpServerConfig(http_url="https://example.com/mcp")}
+    sources = {"r": ServerSource("User", "user", tmp_path / "s.json")}
+    live = {"r": LiveServer("disconnected", 0, 0, "the server needs authentication", None, needs_auth=True)}
+    rows = describe_servers(
+        AssembledServers(servers, sources), McpGating(), ApprovalStore(tmp_path / "a.json"), tmp_path, live=live
+    )
+    assert "r · 🔒 needs authentication — add credentials to mcpServers.r.headers" in render(rows)
+
+
+def test_no_servers_says_so() -> None:
+    assert render([]).strip() == "No MCP servers configured."
+
+
+def test_an_untrusted_folder_says_how_to_trust_it(tmp_path: Path) -> None:
+    servers = {"a": cfg("a")}
+    sources = {"a": ServerSource("User", "user", tmp_path / "s.json")}
+    rows = describe_servers(
+        AssembledServers(servers, sources), McpGating(), ApprovalStore(tmp_path / "a.json"), tmp_path, trusted=False
+    )
+    assert "untrusted folder — run: mcpvisor mcp trust" in render(rows)

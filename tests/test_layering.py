@@ -1,0 +1,231 @@
+"""Imports point down only (SPEC §1 "Packages"): cli -> shell/gateway -> host -> core.
+
+Every module's imports are read from its source, ``TYPE_CHECKING`` and function-level ones included,
+so a rule holds whether or not the import runs. The rules: ``core`` imports no other mcpvisor package;
+``host`` only ``core``; ``gateway`` and ``shell`` import ``host`` and ``core``, never each other and
+never ``cli``; nothing imports ``cli`` but ``cli`` and the entry point; only ``cli`` imports ``typer``,
+only ``cli`` and ``shell`` draw with ``rich`` or read a terminal; only ``host`` (and ``cli``) watch
+files. No import circle between modules anywhere in ``src/``.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+import mcpvisor
+
+SRC = Path(mcpvisor.__file__).parent
+
+LAYERS: dict[str, set[str]] = {
+    # package -> the mcpvisor packages it may import ("api": the package root, e.g. __version__)
+    "core": {"core"},
+    "host": {"host", "core", "api"},
+    "gateway": {"gateway", "host", "core", "api"},
+    "shell": {"shell", "host", "core", "api"},
+    "cli": {"cli", "shell", "gateway", "host", "core", "api", "examples"},
+    "examples": {"examples", "api"},
+    "api": {"api", "core"},
+    "entry": {"cli"},
+}
+THIRD_PARTY: dict[str, set[str]] = {
+    # library -> the packages that may import it
+    "typer": {"cli"},
+    "rich": {"cli", "shell"},
+    "prompt_toolkit": {"cli", "shell"},
+    "watchfiles": {"host", "cli"},
+    "uvicorn": {"gateway"},
+    "starlette": {"gateway"},
+}
+
+
+def module_name(path: Path, root: Path = SRC) -> str:
+    parts = ["mcpvisor", *path.relative_to(root).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_of(module: str) -> str:
+    """The layer a module belongs to: the first part below ``mcpvisor``."""
+    if module == "mcpvisor.__main__":
+        return "entry"
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] not in LAYERS:
+        return "api"  # the package root and its private helpers (mcpvisor._lazy)
+    return parts[1]
+
+
+def imports_of(tree: ast.AST, module: str, is_package: bool, known: set[str]) -> set[str]:
+    """Every module ``tree`` imports (absolute names; ``from a import b`` is ``a.b`` when that is a module)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")
+                anchor = anchor[: len(anchor) - node.level + (1 if is_package else 0)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                names.add(sub if sub in known else base)
+    return names
+
+
+def import_graph(root: Path = SRC) -> dict[str, set[str]]:
+    files = {module_name(p, root): p for p in root.rglob("*.py")}
+    known = set(files)
+    return {
+        name: imports_of(ast.parse(path.read_text(), filename=str(path)), name, path.stem == "__init__", known)
+        for name, path in files.items()
+    }
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for module, imported in sorted(graph.items()):
+        layer = package_of(module)
+        for name in sorted(imported):
+            top = name.split(".")[0]
+            if top == "mcpvisor":
+                if package_of(name) not in LAYERS[layer]:
+                    found.append(f"{module} ({layer}) imports {name} ({package_of(name)})")
+            elif top in THIRD_PARTY and layer not in THIRD_PARTY[top]:
+                found.append(f"{module} ({layer}) imports {name}")
+    return found
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected set of more than one module (Tarjan), each as a sorted list."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in graph.get(node, ()):
+            if succ not in graph:
+                continue
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_every_module_imports_only_the_layers_below_it() -> None:
+    assert layer_violations(import_graph()) == []
+
+
+def test_no_import_circle_between_modules() -> None:
+    assert import_cycles(import_graph()) == []
+
+
+def test_every_package_has_a_docstring_saying_what_it_owns() -> None:
+    for package in ("core", "host", "gateway", "shell", "cli"):
+        doc = ast.get_docstring(ast.parse((SRC / package / "__init__.py").read_text()))
+        assert doc, f"mcpvisor.{package} has no docstring"
+
+
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def _packages(names: Iterable[str]) -> dict[str, str]:
+    return {f"{name}/__init__.py": "" for name in names} | {"__init__.py": ""}
+
+
+@pytest.mark.parametrize(
+    ("rel", "source", "expected"),
+    [
+        ("core/a.py", "from mcpvisor.host import b\n", "mcpvisor.core.a (core) imports mcpvisor.host.b (host)"),
+        (
+            "core/a.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from mcpvisor.cli import e\n",
+            "mcpvisor.core.a (core) imports mcpvisor.cli.e (cli)",
+        ),
+        (
+            "host/b.py",
+            "def f():\n    from mcpvisor.shell import c\n",
+            "mcpvisor.host.b (host) imports mcpvisor.shell.c (shell)",
+        ),
+        ("gateway/d.py", "from ..shell import c\n", "mcpvisor.gateway.d (gateway) imports mcpvisor.shell.c (shell)"),
+        ("shell/c.py", "import mcpvisor.gateway.d\n", "mcpvisor.shell.c (shell) imports mcpvisor.gateway.d (gateway)"),
+        ("gateway/d.py", "from mcpvisor.cli import e\n", "mcpvisor.gateway.d (gateway) imports mcpvisor.cli.e (cli)"),
+        ("host/b.py", "import rich.console\n", "mcpvisor.host.b (host) imports rich.console"),
+        ("shell/c.py", "import typer\n", "mcpvisor.shell.c (shell) imports typer"),
+        ("gateway/d.py", "from prompt_toolkit import prompt\n", "mcpvisor.gateway.d (gateway) imports prompt_toolkit"),
+        ("core/a.py", "import watchfiles\n", "mcpvisor.core.a (core) imports watchfiles"),
+        ("core/a.py", "from mcpvisor import __version__\n", "mcpvisor.core.a (core) imports mcpvisor (api)"),
+    ],
+)
+def test_the_rule_catches_a_bad_import(tmp_path: Path, rel: str, source: str, expected: str) -> None:
+    write_tree(tmp_path, _packages(["core", "host", "gateway", "shell", "cli"]))
+    write_tree(tmp_path, {"core/a.py": "", "host/b.py": "", "shell/c.py": "", "gateway/d.py": "", "cli/e.py": ""})
+    assert layer_violations(import_graph(tmp_path)) == []
+    write_tree(tmp_path, {rel: source})
+    assert layer_violations(import_graph(tmp_path)) == [expected]
+
+
+def test_the_rule_catches_a_circle_held_together_by_type_checking_imports(tmp_path: Path) -> None:
+    write_tree(tmp_path, _packages(["core"]))
+    write_tree(
+        tmp_path,
+        {
+            "core/config.py": "from mcpvisor.core import manager\n",
+            "core/manager.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from mcpvisor.core.config import C\n"
+            ),
+            "core/other.py": "from mcpvisor.core.config import C\n",
+        },
+    )
+    assert import_cycles(import_graph(tmp_path)) == [["mcpvisor.core.config", "mcpvisor.core.manager"]]
+
+
+def test_importing_every_core_module_loads_no_module_above_the_core() -> None:
+    # Third-party libraries are checked in the source above: the mcp SDK itself may load some of them.
+    modules = [module_name(p) for p in (SRC / "core").glob("*.py")]
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "bad = [m for m in sys.modules if m.split('.')[:2] in "
+        "(['mcpvisor', 'host'], ['mcpvisor', 'gateway'], ['mcpvisor', 'shell'], ['mcpvisor', 'cli'])]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_config_module_does_not_import_the_mcp_sdk() -> None:
+    """Commands that start no server must answer fast: the SDK costs about a second to import."""
+    code = (
+        "import sys, mcpvisor.core.config, mcpvisor.core.server_config, mcpvisor.core.gating\n"
+        "assert 'mcp' not in sys.modules and 'mcp_types' not in sys.modules, 'the mcp SDK was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
