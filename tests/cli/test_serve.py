@@ -131,7 +131,14 @@ async def test_mcpvisor_serve_per_client_workspaces_in_a_subprocess_serves_each_
             try:
                 await wait_for_port(port)
                 url = f"http://127.0.0.1:{port}/mcp"
-                async with client_for(url, setup.a, mode="legacy") as in_a, client_for(url, setup.b) as in_b:
+                # No token given: the gateway made one, 0600, in MCPVISOR_HOME, and said where it is.
+                token_file = Path(setup.layout.env["MCPVISOR_HOME"]) / "gateway-token"
+                assert token_file.stat().st_mode & 0o777 == 0o600
+                token = token_file.read_text().strip()
+                async with (
+                    client_for(url, setup.a, mode="legacy", token=token) as in_a,
+                    client_for(url, setup.b, token=token) as in_b,
+                ):
                     assert await tool_names(in_a) == {"mcp__common__echo", "mcp__pa__echo"}
                     assert await tool_names(in_b) == {"mcp__common__echo"}
                     assert len(setup.pids("common")) == 1
@@ -146,3 +153,6 @@ async def test_mcpvisor_serve_per_client_workspaces_in_a_subprocess_serves_each_
     await wait_until(lambda: not any(pid_alive(pid) for pid in setup.all_pids()))
     assert len(setup.all_pids()) == 3
     assert not setup.markers["pb"].exists()
+    err_text = errlog.read_text()
+    assert f"the token is in {token_file} (generated now, kept for next time)" in err_text
+    assert token not in err_text

@@ -86,10 +86,18 @@ async def serving(setup: Setup, **options: Any) -> AsyncIterator[tuple[Workspace
 
 @asynccontextmanager
 async def client_for(
-    url: str, workspace: Path | str | None, *, mode: str = "auto", message_handler: Any = None
+    url: str,
+    workspace: Path | str | None,
+    *,
+    mode: str = "auto",
+    message_handler: Any = None,
+    token: str | None = None,
 ) -> AsyncIterator[Client]:
-    """The SDK client over streamable HTTP, naming ``workspace`` in the header (``None``: no header)."""
+    """The SDK client over streamable HTTP, naming ``workspace`` in the header (``None``: no header),
+    with ``token`` as its bearer token."""
     headers = {WORKSPACE_HEADER: str(workspace)} if workspace is not None else {}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
     async with (
         httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(WAIT_S, read=300)) as http,
         Client(streamable_http_client(url, http_client=http), mode=mode, message_handler=message_handler) as client,

@@ -30,6 +30,7 @@ from mcpvisor.cli.options import (
     setup_logging,
     split_names,
 )
+from mcpvisor.core.errors import ConfigError
 
 if TYPE_CHECKING:
     pass
@@ -200,6 +201,8 @@ def demo(
 
 
 def _parse_http(value: str) -> tuple[str, int]:
+    from mcpvisor.gateway.http import is_loopback
+
     host, sep, port = value.rpartition(":")
     if not sep:
         host, port = "127.0.0.1", value
@@ -210,7 +213,7 @@ def _parse_http(value: str) -> tuple[str, int]:
     if not 1 <= number <= 65535:
         raise typer.BadParameter(f"port {number} is out of range: use 1 to 65535", param_hint="--http")
     host = host.strip("[]") or "127.0.0.1"
-    if host not in ("127.0.0.1", "localhost", "::1") and not host.startswith("127."):
+    if not is_loopback(host):
         Console(stderr=True, soft_wrap=True).print(
             f"[yellow]! serving on {host}, not loopback: other machines can reach this port, and the gateway "
             "answers only requests addressed to a loopback name (DNS-rebinding protection)[/]"
@@ -235,23 +238,55 @@ def serve(
             "gets that workspace's servers; identical servers are shared.",
         ),
     ] = False,
+    workspace_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--workspace-root",
+            help="With --per-client-workspaces: clients may name only folders inside DIR "
+            "(default: only folders you own).",
+            metavar="DIR",
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-file",
+            help="With --http: the bearer token clients must send, read from FILE (mode 0600). Default: "
+            "$MCPVISOR_GATEWAY_TOKEN, else ~/.mcpvisor/gateway-token (made on first use).",
+            metavar="FILE",
+        ),
+    ] = None,
+    no_auth: Annotated[
+        bool, typer.Option("--no-auth", help="With --http on a loopback address: accept clients without a token.")
+    ] = False,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Serve every connected tool and prompt as one MCP server (stdio, or streamable HTTP).
 
     Clients are told when the set changes (tools/list_changed, prompts/list_changed, in both
-    protocol eras), so they never restart to pick up a configuration edit.
+    protocol eras), so they never restart to pick up a configuration edit. Over HTTP every request
+    needs 'Authorization: Bearer <token>'; the start-up line says where the token is.
     """
     setup_logging(verbose, narrated=True)
     address = _parse_http(http) if http is not None else None
 
     async def main() -> None:
         from mcpvisor.cli.serve import run_gateway
+        from mcpvisor.gateway.auth import load_gateway_token
 
         options = host_options(workspace, mcp_config, allowed_mcp_server_names)
+        if address is None and (no_auth or token_file is not None):
+            raise ConfigError("--no-auth and --token-file apply to --http: over stdio the client is the parent process")
+        token = None if address is None or no_auth else load_gateway_token(options.env, token_file)
         async with anyio.create_task_group() as tg:
             tg.start_soon(_cancel_on_signal, tg.cancel_scope)
-            await run_gateway(options, http=address, per_client_workspaces=per_client_workspaces)
+            await run_gateway(
+                options,
+                http=address,
+                per_client_workspaces=per_client_workspaces,
+                token=token,
+                workspace_root=workspace_root,
+            )
             tg.cancel_scope.cancel()
 
     with reported():

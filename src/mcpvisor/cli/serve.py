@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 
+import anyio
 from mcp.server.stdio import stdio_server
 from rich.console import Console
 
 from mcpvisor.core.errors import ConfigError
-from mcpvisor.gateway.http import WORKSPACE_HEADER, bind_http_socket, http_url
+from mcpvisor.gateway.auth import GatewayToken
+from mcpvisor.gateway.http import WORKSPACE_HEADER, bind_http_socket, http_url, is_loopback
 from mcpvisor.gateway.server import Gateway
 from mcpvisor.gateway.workspaces import WorkspaceGateway
 from mcpvisor.host.host import Host, HostOptions
@@ -19,7 +22,12 @@ __all__ = ["run_gateway"]
 
 
 async def run_gateway(
-    options: HostOptions, *, http: tuple[str, int] | None, per_client_workspaces: bool = False
+    options: HostOptions,
+    *,
+    http: tuple[str, int] | None,
+    per_client_workspaces: bool = False,
+    token: GatewayToken | None = None,
+    workspace_root: Path | None = None,
 ) -> None:
     """``mcpvisor serve``: run a watching :class:`Host` and serve it as one MCP server until cancelled
     (stdio: until the client closes stdin). Over stdio, stdout carries nothing but the protocol;
@@ -27,18 +35,35 @@ async def run_gateway(
     a busy port) raise :class:`ConfigError` as is, before any server starts where possible.
 
     ``per_client_workspaces`` (HTTP only): each client may name its workspace with a header and gets
-    that workspace's own host; see :mod:`mcpvisor.gateway.workspaces`."""
+    that workspace's own host, limited to folders under ``workspace_root`` when given (else to
+    folders the user owns); see :mod:`mcpvisor.gateway.workspaces`.
+
+    ``token`` (HTTP only): every request needs ``Authorization: Bearer <token>``; without one the
+    gateway serves only on a loopback address."""
     options = dataclasses.replace(options, watch=True)
     console = Console(stderr=True, highlight=False)
+    if http is not None and token is None and not is_loopback(http[0]):
+        raise ConfigError(
+            f"refusing to serve on {http[0]} without a token: anyone who can reach the port could call your "
+            "tools; drop --no-auth, or listen on a loopback address"
+        )
+    if workspace_root is not None and not per_client_workspaces:
+        raise ConfigError("--workspace-root limits the folders clients may name: it needs --per-client-workspaces")
+    if workspace_root is not None and not await anyio.Path(workspace_root).is_dir():
+        raise ConfigError(f"cannot use --workspace-root {workspace_root}: no such folder")
+    secret = token.value if token is not None else None
 
     def serving(host: Host, where: str) -> None:
         tools = len(host.config.tool_registry.get_all_tools())
         console.print(f"[dim]mcpvisor gateway: serving {tools} tools on {where}; settings edits apply live.[/]")
+        if http is not None:
+            auth = token.hint() if token is not None else "no authentication (--no-auth): any local program may connect"
+            console.print(f"[dim]Authentication: {auth}.[/]", soft_wrap=True)
 
     if per_client_workspaces:
         if http is None:
             raise ConfigError("per-client workspaces need --http: over stdio the gateway has one client")
-        await _run_workspace_gateway(options, http, console, serving)
+        await _run_workspace_gateway(options, http, console, serving, token=secret, workspace_root=workspace_root)
         return
     host = Host(options)
     host.subscribe(HumanOutput(host, console))
@@ -52,13 +77,19 @@ async def run_gateway(
         try:
             async with host, Gateway(host.config) as gateway:
                 serving(host, http_url(sock))  # already listening: early clients wait in the backlog
-                await gateway.serve_http_socket(sock, only_workspace=host.root)
+                await gateway.serve_http_socket(sock, only_workspace=host.root, token=secret)
         finally:
             sock.close()
 
 
 async def _run_workspace_gateway(
-    options: HostOptions, http: tuple[str, int], console: Console, serving: Callable[[Host, str], None]
+    options: HostOptions,
+    http: tuple[str, int],
+    console: Console,
+    serving: Callable[[Host, str], None],
+    *,
+    token: str | None,
+    workspace_root: Path | None,
 ) -> None:
     def opened(host: Host) -> None:
         if workspaces is not None:  # the default workspace opens inside __aenter__, before this is set
@@ -69,9 +100,12 @@ async def _run_workspace_gateway(
     workspaces: WorkspaceGateway | None = None
     sock = bind_http_socket(*http)
     try:
-        async with WorkspaceGateway(options, http_host=sock.getsockname()[0], on_open=opened) as workspaces:
+        async with WorkspaceGateway(
+            options, http_host=sock.getsockname()[0], on_open=opened, workspace_root=workspace_root
+        ) as workspaces:
             serving(workspaces.default, http_url(sock))
-            console.print(f"[dim]Clients may name their workspace folder in the {WORKSPACE_HEADER} header.[/]")
-            await workspaces.serve_http_socket(sock)
+            allowed = f"a folder under {workspace_root}" if workspace_root is not None else "a folder they own"
+            console.print(f"[dim]Clients may name {allowed} in the {WORKSPACE_HEADER} header.[/]", soft_wrap=True)
+            await workspaces.serve_http_socket(sock, token=token)
     finally:
         sock.close()

@@ -6,6 +6,7 @@ Nothing here knows the MCP server itself: :mod:`mcpvisor.gateway.server` and
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError
 from starlette.responses import Response
 
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.gateway.auth import TOKEN_ENV, BearerAuth
 from mcpvisor.host import paths
 
 if TYPE_CHECKING:
@@ -30,10 +32,12 @@ __all__ = [
     "MCP_PATH",
     "WORKSPACE_HEADER",
     "OneWorkspace",
+    "admit_workspace",
     "bind_http_socket",
     "error_response",
     "header_text",
     "http_url",
+    "is_loopback",
     "serve_asgi_socket",
     "transport_security",
     "workspace_of_header",
@@ -66,6 +70,33 @@ def workspace_of_header(value: str | None, default: Path) -> Path:
         why = "it is not a folder" if path.exists() else "no such folder"
         raise ConfigError(f"cannot use workspace {text!r} (header {WORKSPACE_HEADER}): {why}; {fix}")
     return paths.workspace_root(path)
+
+
+def admit_workspace(root: Path, default: Path, allowed_root: Path | None) -> Path:
+    """``root`` (a real path from :func:`workspace_of_header`) if a client may open it: the gateway's
+    own workspace always; with ``allowed_root`` (``--workspace-root``) only folders inside it; without
+    one only folders owned by the user the gateway runs as. So a client can never make the gateway read
+    ``/etc`` or another user's files. Raises :class:`ConfigError` naming the fix."""
+    if root == default:
+        return root
+    if allowed_root is not None:
+        limit = paths.workspace_root(allowed_root)
+        if root != limit and not root.is_relative_to(limit):
+            raise ConfigError(
+                f"cannot use workspace {str(root)!r} (header {WORKSPACE_HEADER}): it is not under the "
+                f"gateway's --workspace-root {limit}; name a folder inside it"
+            )
+        return root
+    try:
+        owner = root.stat().st_uid
+    except OSError as exc:
+        raise ConfigError(f"cannot use workspace {str(root)!r}: {exc.strerror or exc}") from exc
+    if owner != os.getuid():
+        raise ConfigError(
+            f"cannot use workspace {str(root)!r} (header {WORKSPACE_HEADER}): it belongs to another user; "
+            "start the gateway with --workspace-root DIR to serve the folders under DIR"
+        )
+    return root
 
 
 def header_text(raw: str | None) -> str | None:
@@ -117,10 +148,22 @@ async def serve_asgi_socket(
     sock: socket.socket,
     *,
     on_stop: Callable[[], None],
+    token: str | None = None,
     task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve an ASGI app with uvicorn on a listening socket (which it closes) until cancelled; then
-    ``on_stop()`` (end long-lived streams), open requests get ``HTTP_SHUTDOWN_S``, the app's lifespan ends."""
+    ``on_stop()`` (end long-lived streams), open requests get ``HTTP_SHUTDOWN_S``, the app's lifespan ends.
+
+    With ``token``, every HTTP request must carry ``Authorization: Bearer <token>``. Without one the
+    socket must be a loopback address: a gateway reachable from other machines always needs a token."""
+    if token is not None:
+        app = BearerAuth(app, token)
+    elif not is_loopback(str(sock.getsockname()[0])):
+        sock.close()
+        raise ConfigError(
+            f"refusing to serve on {sock.getsockname()[0]} without a token: anyone who can reach the port could "
+            f"call your tools; set {TOKEN_ENV} or --token-file, or listen on a loopback address"
+        )
     try:
         server = _uvicorn_server(app)
         done = anyio.Event()
@@ -146,6 +189,11 @@ async def serve_asgi_socket(
                 shield.cancel()
     finally:
         sock.close()
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen address is reachable only from this machine."""
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def transport_security(host: str) -> TransportSecuritySettings | None:

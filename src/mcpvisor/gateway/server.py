@@ -285,17 +285,20 @@ class Gateway(StackOwner):
         host: str = "127.0.0.1",
         port: int = 0,
         *,
+        token: str | None = None,
         task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve streamable HTTP on ``host:port`` (0: a free port) until cancelled; ``task_status`` gets
-        the URL once listening. A port that cannot be bound raises :class:`ConfigError`."""
-        await self.serve_http_socket(bind_http_socket(host, port), task_status=task_status)
+        the URL once listening. With ``token`` every request needs ``Authorization: Bearer <token>``
+        (required off loopback). A port that cannot be bound raises :class:`ConfigError`."""
+        await self.serve_http_socket(bind_http_socket(host, port), token=token, task_status=task_status)
 
     async def serve_http_socket(
         self,
         sock: socket.socket,
         *,
         only_workspace: Path | None = None,
+        token: str | None = None,
         task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve streamable HTTP on a listening socket (see :func:`bind_http_socket`, which it closes)
@@ -311,7 +314,7 @@ class Gateway(StackOwner):
         except BaseException:
             sock.close()
             raise
-        await serve_asgi_socket(app, sock, on_stop=self.close_listen_streams, task_status=task_status)
+        await serve_asgi_socket(app, sock, on_stop=self.close_listen_streams, token=token, task_status=task_status)
 
     def close_listen_streams(self) -> None:
         """End every open ``subscriptions/listen`` stream gracefully (the clients re-listen)."""

@@ -54,6 +54,7 @@ from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.gateway.http import (
     MCP_PATH,
     WORKSPACE_HEADER,
+    admit_workspace,
     bind_http_socket,
     error_response,
     header_text,
@@ -103,7 +104,9 @@ class WorkspaceGateway(StackOwner):
     """The HTTP gateway with one :class:`Host` and :class:`Gateway` per workspace a client names.
 
     ``options`` configure every host (``workspace`` is the default one; ``pool`` and ``session_id``
-    are set here). ``on_open(host)`` runs for every host before it starts (to subscribe output).
+    are set here). ``workspace_root`` limits the folders clients may name to those inside it; without
+    it, a client may name only folders owned by the user the gateway runs as. ``on_open(host)`` runs
+    for every host before it starts (to subscribe output).
     Enter it (``async with``: opens the pool and the default workspace), then :meth:`serve_http`,
     :meth:`serve_http_socket`, or mount :meth:`http_app`.
     """
@@ -116,9 +119,11 @@ class WorkspaceGateway(StackOwner):
         idle_s: float = WORKSPACE_IDLE_S,
         max_workspaces: int = MAX_WORKSPACES,
         on_open: Callable[[Host], None] | None = None,
+        workspace_root: Path | None = None,
     ) -> None:
         self._options = options
         self._default_root = paths.workspace_root(options.workspace)
+        self._workspace_root = workspace_root
         self._idle_s = idle_s
         self._max_workspaces = max_workspaces
         self._on_open = on_open
@@ -283,6 +288,7 @@ class WorkspaceGateway(StackOwner):
             return
         try:
             root = workspace_of_header(header_text(request.headers.get(WORKSPACE_HEADER)), self._default_root)
+            root = admit_workspace(root, self._default_root, self._workspace_root)
         except ConfigError as exc:
             await error_response(str(exc), 400)(scope, receive, send)
             return
@@ -313,14 +319,23 @@ class WorkspaceGateway(StackOwner):
         host: str = "127.0.0.1",
         port: int = 0,
         *,
+        token: str | None = None,
         task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve streamable HTTP on ``host:port`` (0: a free port) until cancelled; ``task_status`` gets
-        the URL once listening. DNS-rebinding protection follows the constructor's ``http_host``."""
-        await self.serve_http_socket(bind_http_socket(host, port), task_status=task_status)
+        the URL once listening. ``token``: see :meth:`serve_http_socket`. DNS-rebinding protection
+        follows the constructor's ``http_host``."""
+        await self.serve_http_socket(bind_http_socket(host, port), token=token, task_status=task_status)
 
     async def serve_http_socket(
-        self, sock: socket.socket, *, task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED
+        self,
+        sock: socket.socket,
+        *,
+        token: str | None = None,
+        task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Serve on a listening socket (which it closes) until cancelled; listen streams end first."""
-        await serve_asgi_socket(self.http_app(), sock, on_stop=self.close_listen_streams, task_status=task_status)
+        """Serve on a listening socket (which it closes) until cancelled; listen streams end first.
+        With ``token`` every request needs ``Authorization: Bearer <token>`` (required off loopback)."""
+        await serve_asgi_socket(
+            self.http_app(), sock, on_stop=self.close_listen_streams, token=token, task_status=task_status
+        )
