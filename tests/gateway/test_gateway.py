@@ -20,6 +20,7 @@ from mcp.client.subscriptions import PromptsListChanged, Subscription, ToolsList
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import McpClientUpdate, PromptsChanged, ReconcileFinished, ToolsChanged
+from mcpvisor.core.registry import mcp_tool_name
 from mcpvisor.examples._options import TEXT_SCHEMA
 from mcpvisor.gateway.server import Gateway
 from mcpvisor.host.host import Host, HostEvent, HostOptions
@@ -145,8 +146,37 @@ async def test_tools_and_prompts_of_real_servers_are_listed_under_registered_nam
         assert text_of(await client.call_tool("mcp__b__echo", {"text": "yo"})) == "b:echo:yo"
 
         [prompt] = (await client.list_prompts()).prompts
-        assert prompt.name == "p"
-        assert text_of(await client.get_prompt("p", {"topic": "cats"})) == "a:p:cats"
+        assert prompt.name == "mcp__a__p"
+        assert text_of(await client.get_prompt("mcp__a__p", {"topic": "cats"})) == "a:p:cats"
+
+
+async def test_two_servers_prompts_of_one_name_are_namespaced_routed_and_stable_across_reloads(tmp_path: Path) -> None:
+    long = "x" * 70
+    user = {
+        "mcpServers": {
+            "a": server("a", "--prompts", f"brief,{long}"),
+            "b": server("b", "--prompts", "brief"),
+        }
+    }
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server) as client:
+        names = {p.name for p in (await client.list_prompts()).prompts}
+        hashed = mcp_tool_name("a", long)
+        assert names == {"mcp__a__brief", "mcp__b__brief", hashed}
+        assert len(hashed) <= 63
+        assert text_of(await client.get_prompt("mcp__a__brief", {"topic": "t"})) == "a:brief:t"
+        assert text_of(await client.get_prompt("mcp__b__brief", {"topic": "t"})) == "b:brief:t"
+        assert text_of(await client.get_prompt(hashed, {"topic": "t"})) == f"a:{long}:t"
+        # Removing a and adding it back: b keeps its name, a gets the same names again.
+        save(r.layout.paths.user, {"mcpServers": {"b": user["mcpServers"]["b"]}})
+        await wait_until(lambda: "a" not in r.host.config.manager.clients())
+        with pytest.raises(MCPError) as caught:
+            await client.get_prompt("mcp__a__brief", {"topic": "t"})
+        assert caught.value.code == types.INVALID_PARAMS
+        assert "prompt 'mcp__a__brief' is unavailable: server 'a'" in caught.value.message
+        assert {p.name for p in (await client.list_prompts(cache_mode="bypass")).prompts} == {"mcp__b__brief"}
+        save(r.layout.paths.user, user)
+        await wait_until(lambda: len(r.host.config.prompt_registry.get_all_prompts()) == 3)
+        assert {p.name for p in (await client.list_prompts(cache_mode="bypass")).prompts} == names
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -265,7 +295,7 @@ async def test_an_upstream_list_change_reaches_clients_in_both_eras(tmp_path: Pa
         await modern.call_tool("mcp__a__set_prompts", {"names": "brief"})
         await notices.wait_for(tools=1, prompts=1)
         assert isinstance(await next_event(subscription), PromptsListChanged)
-        assert [p.name for p in (await modern.list_prompts(cache_mode="bypass")).prompts] == ["brief"]
+        assert [p.name for p in (await modern.list_prompts(cache_mode="bypass")).prompts] == ["mcp__a__brief"]
 
 
 async def test_a_reload_that_starts_many_servers_sends_one_notice(tmp_path: Path) -> None:

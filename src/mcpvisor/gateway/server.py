@@ -49,6 +49,7 @@ from mcpvisor.core.config import Config
 from mcpvisor.core.errors import McpvisorError, ToolNotFoundError
 from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, ToolsChanged
 from mcpvisor.core.lifecycle import StackOwner
+from mcpvisor.core.registry import RegisteredPrompt, mcp_tool_name
 from mcpvisor.gateway.http import MCP_PATH, OneWorkspace, bind_http_socket, serve_asgi_socket, transport_security
 
 if TYPE_CHECKING:
@@ -173,18 +174,34 @@ class Gateway(StackOwner):
             logger.exception("gateway call to tool %r failed", params.name)
             return _error_result(f"call to tool {params.name!r} failed: {type(exc).__name__}: {exc}")
 
+    def _prompts_by_name(self) -> dict[str, RegisteredPrompt]:
+        """Prompts under the tools' naming rule, ``mcp__<server>__<prompt>`` (hashed when too long or
+        not a valid name): unique across servers and the same on every reload, unlike the registry's
+        bare names, whose clash rule depends on which server connected first."""
+        return {mcp_tool_name(p.server, p.prompt.name): p for p in self.config.prompt_registry.get_all_prompts()}
+
     async def _on_list_prompts(self, ctx: _Ctx, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
-        prompts = [p.prompt.model_copy(update={"name": p.name}) for p in self.config.prompt_registry.get_all_prompts()]
+        prompts = [p.prompt.model_copy(update={"name": name}) for name, p in self._prompts_by_name().items()]
         return types.ListPromptsResult(prompts=prompts)
 
     async def _on_get_prompt(self, ctx: _Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
         # A prompt result has no error flag: failures are JSON-RPC errors carrying the same messages.
+        entry = self._prompts_by_name().get(params.name)
+        if entry is None:
+            raise MCPError(types.INVALID_PARAMS, self._prompt_not_found(params.name))
         try:
-            return await self.config.get_prompt(params.name, params.arguments)
+            return await self.config.get_prompt(entry.name, params.arguments)
         except ToolNotFoundError as exc:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
         except McpvisorError as exc:
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+
+    def _prompt_not_found(self, name: str) -> str:
+        """Why no server provides prompt ``name``, naming the server its prefix belongs to and the fix."""
+        if self.config.owner_of_tool_name(name) is None:
+            return f"prompt {name!r} not found: no MCP server providing it is currently configured"
+        text = str(self.config.tool_not_found(name))
+        return "prompt" + text.removeprefix("tool") if text.startswith("tool") else text
 
     # -- change notices ----------------------------------------------------------------------
 
