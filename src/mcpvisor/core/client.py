@@ -376,6 +376,13 @@ class McpClient:
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise self._request_error(f"getting prompt {prompt!r}", exc, tool=prompt) from exc
 
+    async def read_resource(self, uri: str) -> types.ReadResourceResult:
+        client = self._connected_client(f"reading resource {uri!r}")
+        try:
+            return await client.read_resource(uri)
+        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            raise self._request_error(f"reading resource {uri!r}", exc, tool=uri) from exc
+
     def _request_error(self, what: str, exc: BaseException, *, tool: str) -> Exception:
         if self._stopping:
             return ServerUnavailableError(

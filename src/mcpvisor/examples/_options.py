@@ -8,6 +8,7 @@ The command line is a contract used by the demo, the tests and the benchmarks::
     --name NAME            server name, in serverInfo and in tool output (default "example")
     --tools a,b,c          configurable tools (default "echo"); each returns "{name}:{tool}:{text}"
     --prompts p,q          configurable prompts (default none); each returns "{name}:{prompt}:{topic}"
+    --resources u,v        resource URIs (light server; default none); each reads "{name}:{uri}"
     --marker PATH          append "{pid} {name}" to PATH before serving
     --stderr TEXT          write TEXT to stderr at start
     --control              also expose set_tools, set_prompts, sleep and pid
@@ -56,6 +57,7 @@ class Options:
         "name",
         "port",
         "prompts",
+        "resources",
         "stderr",
         "stubborn",
         "tools",
@@ -66,6 +68,7 @@ class Options:
         self.name: str = namespace.name
         self.tools: tuple[str, ...] = split_names(namespace.tools)
         self.prompts: tuple[str, ...] = split_names(namespace.prompts)
+        self.resources: tuple[str, ...] = split_names(namespace.resources)
         self.marker: str | None = namespace.marker
         self.stderr: str | None = namespace.stderr
         self.control: bool = namespace.control
@@ -104,6 +107,9 @@ def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
     parser.add_argument("--name", default="example", help="server name, reported in serverInfo and tool output")
     parser.add_argument("--tools", default="echo", help="comma-separated tool names (default: echo)")
     parser.add_argument("--prompts", default="", help="comma-separated prompt names (default: none)")
+    parser.add_argument(
+        "--resources", default="", help='comma-separated resource URIs (light server); each reads "{name}:{uri}"'
+    )
     parser.add_argument("--marker", metavar="PATH", help='append "{pid} {name}" to PATH before serving')
     parser.add_argument("--stderr", metavar="TEXT", help="write TEXT to stderr at start")
     parser.add_argument("--control", action="store_true", help="expose set_tools, set_prompts, sleep and pid")

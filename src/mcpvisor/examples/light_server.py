@@ -3,7 +3,7 @@
 Run it as ``python -m mcpvisor.examples.light_server --help``. It speaks the handshake era
 (newline-delimited JSON-RPC 2.0, protocol versions 2024-11-05 to 2025-11-25): ``initialize``,
 ``ping``, ``tools/list``, ``tools/call``, ``prompts/list``, ``prompts/get``, ``resources/list`` and
-``resources/templates/list`` (both empty). Every other request gets -32601 at once, so a client's
+``resources/templates/list`` (no templates), ``resources/read``. Every other request gets -32601 at once, so a client's
 ``server/discover`` probe falls back to ``initialize`` without waiting; other requests before
 ``initialize`` get an error reply too. Notifications other than the handshake's are ignored.
 
@@ -40,6 +40,7 @@ PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
+RESOURCE_NOT_FOUND = -32002
 
 _KNOWN_METHODS = frozenset(
     {
@@ -51,6 +52,7 @@ _KNOWN_METHODS = frozenset(
         "prompts/get",
         "resources/list",
         "resources/templates/list",
+        "resources/read",
     }
 )
 
@@ -171,7 +173,16 @@ class LightServer:
         elif method == "prompts/get":
             self._reply(request_id, self._get_prompt(params))
         elif method == "resources/list":
-            self._reply(request_id, {"resources": []})
+            self._reply(
+                request_id,
+                {"resources": [{"uri": u, "name": u, "mimeType": "text/plain"} for u in self._options.resources]},
+            )
+        elif method == "resources/read":
+            uri = params.get("uri")
+            if uri not in self._options.resources:
+                raise RequestError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}")
+            text = f"{self._options.name}:{uri}"
+            self._reply(request_id, {"contents": [{"uri": uri, "mimeType": "text/plain", "text": text}]})
         else:  # resources/templates/list
             self._reply(request_id, {"resourceTemplates": []})
 

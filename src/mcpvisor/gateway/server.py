@@ -51,6 +51,7 @@ from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, Tool
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.registry import RegisteredPrompt, mcp_tool_name
 from mcpvisor.gateway.http import MCP_PATH, OneWorkspace, bind_http_socket, serve_asgi_socket, transport_security
+from mcpvisor.gateway.resources import ServedResource, parse_namespaced_uri, served_resources
 
 if TYPE_CHECKING:
     from mcp.shared._stream_protocols import ReadStream, WriteStream  # the types of Server.run's streams
@@ -66,6 +67,9 @@ MAX_HOLD_S = 1.0
 """While a reconcile runs, notices wait for its end, but never longer than this after the first change."""
 NOTIFY_TIMEOUT_S = 5.0
 """Bound on pushing one notice to one handshake-era client (a stuck client never stalls the others)."""
+
+RESOURCE_NOT_FOUND = -32002
+"""The JSON-RPC error code MCP uses for an unknown resource."""
 
 _Ctx: TypeAlias = ServerRequestContext[dict[str, Any]]
 
@@ -133,6 +137,8 @@ class Gateway(StackOwner):
             on_list_tools=self._on_list_tools,
             on_call_tool=self._on_call_tool,
             on_list_prompts=self._on_list_prompts,
+            on_list_resources=self._on_list_resources,
+            on_read_resource=self._on_read_resource,
             on_get_prompt=self._on_get_prompt,
             on_subscriptions_listen=self._listen,
         )
@@ -195,6 +201,48 @@ class Gateway(StackOwner):
             raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
         except McpvisorError as exc:
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+
+    def _resources(self) -> dict[str, ServedResource]:
+        clients = self.config.manager.clients()
+        return served_resources({name: c.resources for name, c in clients.items() if c.status == "connected"})
+
+    async def _on_list_resources(
+        self, ctx: _Ctx, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        resources = [s.resource.model_copy(update={"uri": uri}) for uri, s in self._resources().items()]
+        return types.ListResourcesResult(resources=resources)
+
+    async def _on_read_resource(self, ctx: _Ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        server, upstream_uri = self._resource_owner(uri)
+        client = self.config.manager.get_client(server)
+        if client is None:
+            raise MCPError(RESOURCE_NOT_FOUND, f"resource {uri!r} is unavailable: server {server!r} is not connected")
+        try:
+            result = await client.read_resource(upstream_uri)
+        except McpvisorError as exc:
+            raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+        if upstream_uri == uri:
+            return result
+        contents = [c.model_copy(update={"uri": uri}) if str(c.uri) == upstream_uri else c for c in result.contents]
+        return result.model_copy(update={"contents": contents})
+
+    def _resource_owner(self, uri: str) -> tuple[str, str]:
+        """(server, URI on it) for a URI a client asks for; MCPError naming the reason when none owns it."""
+        served = self._resources().get(uri)
+        if served is not None:
+            return served.server, str(served.resource.uri)
+        namespaced = parse_namespaced_uri(uri)
+        if namespaced is not None:
+            return namespaced
+        with_resources = [n for n, c in self.config.manager.clients().items() if c.resources]
+        if len(with_resources) == 1:  # e.g. a URI from a template or a resource_link of its only server
+            return with_resources[0], uri
+        raise MCPError(
+            RESOURCE_NOT_FOUND,
+            f"resource {uri!r} not found: no connected MCP server lists it"
+            + (f" (servers with resources: {', '.join(sorted(with_resources))})" if with_resources else ""),
+        )
 
     def _prompt_not_found(self, name: str) -> str:
         """Why no server provides prompt ``name``, naming the server its prefix belongs to and the fix."""

@@ -1,0 +1,72 @@
+"""Resources through the gateway (SPEC §9 "Gateway"): real example servers listing resources, the SDK's
+client downstream, in both protocol eras."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mcp_types as types
+import pytest
+from mcp import Client, MCPError
+
+from mcpvisor.gateway.resources import namespaced_uri, parse_namespaced_uri
+from tests.gateway.test_gateway import ERAS, running, server
+
+SHARED = "file:///shared/readme.txt"
+
+
+def text_of(result: types.ReadResourceResult) -> tuple[str, str]:
+    [content] = result.contents
+    assert isinstance(content, types.TextResourceContents)
+    return str(content.uri), content.text
+
+
+@pytest.mark.parametrize(
+    ("server_name", "uri"),
+    [("a", SHARED), ("we/ird srv", "urn:x?y=1&z=%20"), ("b", "mcpvisor://c/d")],
+)
+def test_a_namespaced_uri_reads_back_as_its_server_and_uri(server_name: str, uri: str) -> None:
+    assert parse_namespaced_uri(namespaced_uri(server_name, uri)) == (server_name, uri)
+
+
+@pytest.mark.parametrize("uri", ["note://x/1", "mcpvisor://only", "mcpvisor:///nothing", "mcpvisor://a/"])
+def test_other_uris_are_not_namespaced(uri: str) -> None:
+    assert parse_namespaced_uri(uri) is None
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_resources_keep_their_uri_unless_two_servers_list_it_and_read_from_their_own_server(
+    tmp_path: Path, mode: str
+) -> None:
+    user = {
+        "mcpServers": {
+            "a": server("a", "--resources", f"note://a/1,{SHARED}"),
+            "b": server("b", "--resources", SHARED),
+        }
+    }
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server, mode=mode) as client:
+        uris = {str(res.uri) for res in (await client.list_resources()).resources}
+        assert uris == {"note://a/1", namespaced_uri("a", SHARED), namespaced_uri("b", SHARED)}
+        assert text_of(await client.read_resource("note://a/1")) == ("note://a/1", "a:note://a/1")
+        for name in ("a", "b"):
+            served = namespaced_uri(name, SHARED)
+            assert text_of(await client.read_resource(served)) == (served, f"{name}:{SHARED}")
+        # An unknown URI with two servers to choose from: one clear error, the gateway goes on.
+        with pytest.raises(MCPError) as caught:
+            await client.read_resource("note://nobody/1")
+        assert caught.value.code == -32002
+        assert "resource 'note://nobody/1' not found: no connected MCP server lists it" in caught.value.message
+        assert "servers with resources: a, b" in caught.value.message
+        with pytest.raises(MCPError) as gone:
+            await client.read_resource(namespaced_uri("left", SHARED))
+        assert "server 'left' is not connected" in gone.value.message
+        assert text_of(await client.read_resource("note://a/1"))[1] == "a:note://a/1"
+
+
+async def test_a_uri_not_listed_goes_to_the_only_server_with_resources_and_its_error_names_it(tmp_path: Path) -> None:
+    user = {"mcpServers": {"a": server("a", "--resources", "note://a/1"), "b": server("b")}}
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server) as client:
+        with pytest.raises(MCPError) as caught:
+            await client.read_resource("note://a/2")
+        assert caught.value.code == types.INTERNAL_ERROR
+        assert "reading resource 'note://a/2' on server 'a' failed: Resource not found" in caught.value.message
