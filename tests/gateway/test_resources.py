@@ -8,9 +8,11 @@ from pathlib import Path
 import mcp_types as types
 import pytest
 from mcp import Client, MCPError
+from mcp.client.subscriptions import ResourcesListChanged
 
 from mcpvisor.gateway.resources import namespaced_uri, parse_namespaced_uri
-from tests.gateway.test_gateway import ERAS, running, server
+from tests.gateway.test_gateway import ERAS, next_event, running, save, server
+from tests.helpers import wait_until
 
 SHARED = "file:///shared/readme.txt"
 
@@ -70,3 +72,37 @@ async def test_a_uri_not_listed_goes_to_the_only_server_with_resources_and_its_e
             await client.read_resource("note://a/2")
         assert caught.value.code == types.INTERNAL_ERROR
         assert "reading resource 'note://a/2' on server 'a' failed: Resource not found" in caught.value.message
+
+
+async def test_a_server_with_resources_joining_is_announced_to_clients_of_both_eras(tmp_path: Path) -> None:
+    heard: list[object] = []
+
+    async def handler(message: object) -> None:
+        heard.append(message)
+
+    user = {"mcpServers": {"a": server("a", "--resources", "note://a/1")}}
+    async with (
+        running(tmp_path, user=user) as r,
+        Client(r.gateway.server, mode="legacy", message_handler=handler) as legacy,
+        Client(r.gateway.server) as modern,
+        modern.listen(resources_list_changed=True) as subscription,
+    ):
+        caps = legacy.server_capabilities
+        assert caps.resources is not None
+        assert caps.resources.list_changed
+        assert {str(res.uri) for res in (await legacy.list_resources()).resources} == {"note://a/1"}
+        save(r.layout.paths.user, {"mcpServers": {**user["mcpServers"], "b": server("b", "--resources", "note://b/1")}})
+        assert isinstance(await next_event(subscription), ResourcesListChanged)
+        await wait_until(lambda: any(isinstance(m, types.ResourceListChangedNotification) for m in heard))
+        listed = (await modern.list_resources(cache_mode="bypass")).resources
+        assert {str(res.uri) for res in listed} == {"note://a/1", "note://b/1"}
+        # A server without resources joining changes no resource list: no notice for it.
+        notices = r.gateway.notices_sent
+        save(
+            r.layout.paths.user,
+            {"mcpServers": {**user["mcpServers"], "b": server("b", "--resources", "note://b/1"), "c": server("c")}},
+        )
+        await wait_until(lambda: "c" in r.host.config.manager.clients() and r.gateway.notices_sent > notices)
+        await wait_until(lambda: sum(isinstance(m, types.ToolListChangedNotification) for m in heard) == 2)
+        await legacy.list_tools()  # a round trip: what the gateway sent in that round has arrived
+        assert sum(isinstance(m, types.ResourceListChangedNotification) for m in heard) == 1

@@ -39,7 +39,13 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.stdio import stdio_server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, PromptsListChanged, ToolsListChanged
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ToolsListChanged,
+)
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
@@ -47,7 +53,7 @@ from starlette.applications import Starlette
 from mcpvisor import __version__
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import McpvisorError, ToolNotFoundError
-from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, ToolsChanged
+from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, ServerStateChanged, ToolsChanged
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.registry import RegisteredPrompt, mcp_tool_name
 from mcpvisor.gateway.http import MCP_PATH, OneWorkspace, bind_http_socket, serve_asgi_socket, transport_security
@@ -71,11 +77,17 @@ NOTIFY_TIMEOUT_S = 5.0
 RESOURCE_NOT_FOUND = -32002
 """The JSON-RPC error code MCP uses for an unknown resource."""
 
+_MODERN_NOTICES: dict[str, type[ToolsListChanged | PromptsListChanged | ResourcesListChanged]] = {
+    "tools": ToolsListChanged,
+    "prompts": PromptsListChanged,
+    "resources": ResourcesListChanged,
+}
+
 _Ctx: TypeAlias = ServerRequestContext[dict[str, Any]]
 
 
 class _GatewayServer(Server[dict[str, Any]]):
-    """A low-level server that advertises ``listChanged`` for tools and prompts on every transport.
+    """A low-level server that advertises ``listChanged`` for tools, prompts and resources on every transport.
 
     The in-memory and streamable-HTTP transports call ``create_initialization_options()`` with no
     arguments, so the default has to say it; the modern era derives it from the listen handler."""
@@ -87,7 +99,8 @@ class _GatewayServer(Server[dict[str, Any]]):
         extensions: dict[str, dict[str, Any]] | None = None,
     ) -> InitializationOptions:
         return super().create_initialization_options(
-            notification_options or NotificationOptions(tools_changed=True, prompts_changed=True),
+            notification_options
+            or NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True),
             experimental_capabilities,
             extensions,
         )
@@ -121,8 +134,8 @@ class Gateway(StackOwner):
         self.bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self.bus)
         self._legacy: dict[Connection, None] = {}
-        self._pending_tools = False
-        self._pending_prompts = False
+        self._pending: set[str] = set()
+        self._served_resources: frozenset[str] = frozenset()
         self._wake = anyio.Event()
         self._reconciling = False
         self._reconcile_over = anyio.Event()
@@ -272,16 +285,27 @@ class Gateway(StackOwner):
     def _on_event(self, event: McpEvent) -> None:
         if isinstance(event, ToolsChanged | PromptsChanged):
             self.mark_changed(tools=isinstance(event, ToolsChanged), prompts=isinstance(event, PromptsChanged))
+        elif isinstance(event, ServerStateChanged):
+            self._check_resources()
         elif isinstance(event, McpClientUpdate) and event.server is None:
             self._reconciling = event.in_progress
             if not event.in_progress:
+                self._check_resources()
                 self._reconcile_over.set()
                 self._reconcile_over = anyio.Event()
 
-    def mark_changed(self, *, tools: bool = False, prompts: bool = False) -> None:
+    def _check_resources(self) -> None:
+        """Resources change when servers connect or leave: announce it when the served set differs."""
+        served = frozenset(self._resources())
+        if served != self._served_resources:
+            self._served_resources = served
+            self.mark_changed(resources=True)
+
+    def mark_changed(self, *, tools: bool = False, prompts: bool = False, resources: bool = False) -> None:
         """Schedule a (coalesced) list-changed notice to every client."""
-        self._pending_tools |= tools
-        self._pending_prompts |= prompts
+        self._pending |= {
+            kind for kind, changed in (("tools", tools), ("prompts", prompts), ("resources", resources)) if changed
+        }
         self._wake.set()
 
     async def _notify_loop(self) -> None:
@@ -293,32 +317,32 @@ class Gateway(StackOwner):
             with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
                 while self._reconciling:
                     await self._reconcile_over.wait()
-            tools, prompts = self._pending_tools, self._pending_prompts
-            self._pending_tools = self._pending_prompts = False
-            if tools or prompts:
+            kinds, self._pending = frozenset(self._pending), set()
+            if kinds:
                 try:
-                    await self._publish(tools=tools, prompts=prompts)
+                    await self._publish(kinds)
                 except Exception:  # task boundary: the next change must still be announced
                     logger.exception("could not send list-changed notices")
 
-    async def _publish(self, *, tools: bool, prompts: bool) -> None:
+    async def _publish(self, kinds: frozenset[str]) -> None:
         self.notices_sent += 1
-        logger.debug("announcing changed %s", " and ".join(k for k, v in (("tools", tools), ("prompts", prompts)) if v))
-        if tools:
-            await self.bus.publish(ToolsListChanged())
-        if prompts:
-            await self.bus.publish(PromptsListChanged())
+        logger.debug("announcing changed %s", " and ".join(sorted(kinds)))
+        for kind, notice in _MODERN_NOTICES.items():
+            if kind in kinds:
+                await self.bus.publish(notice())
         async with anyio.create_task_group() as tg:
             for connection in list(self._legacy):
-                tg.start_soon(self._notify_connection, connection, tools, prompts)
+                tg.start_soon(self._notify_connection, connection, kinds)
 
-    async def _notify_connection(self, connection: Connection, tools: bool, prompts: bool) -> None:
+    async def _notify_connection(self, connection: Connection, kinds: frozenset[str]) -> None:
         with anyio.move_on_after(NOTIFY_TIMEOUT_S):
             try:
-                if tools:
+                if "tools" in kinds:
                     await connection.send_tool_list_changed()
-                if prompts:
+                if "prompts" in kinds:
                     await connection.send_prompt_list_changed()
+                if "resources" in kinds:
+                    await connection.send_resource_list_changed()
             except Exception:  # one broken client never keeps the others from hearing
                 logger.exception("dropping a client that could not take a list-changed notice")
                 self._legacy.pop(connection, None)
