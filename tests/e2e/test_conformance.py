@@ -1,0 +1,105 @@
+"""The official MCP conformance suite (npm ``@modelcontextprotocol/conformance``) against
+``mcpvisor serve --http``, with real example servers upstream.
+
+The suite is installed from the npm registry on first use into ``.conformance/`` at the repository
+root (about 30 MB, gitignored); without ``npm`` these tests fail saying so. The scenarios are the
+ones that apply to a gateway whose upstream servers are mcpvisor's own examples; each must pass.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import LIGHT, WAIT_S, free_port
+from tests.layout import make_layout, write_json
+
+CONFORMANCE_VERSION = "0.1.13"  # the last release that runs on Node 20
+ROOT = Path(__file__).resolve().parents[2]
+INSTALL_DIR = ROOT / ".conformance"
+INSTALL_TIMEOUT_S = 300
+SCENARIO_TIMEOUT_S = 90
+
+SCENARIOS = [
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "tools-call-simple-text",
+    "prompts-list",
+    "resources-list",
+    "dns-rebinding-protection",
+]
+
+
+def conformance_command() -> Path:
+    binary = INSTALL_DIR / "node_modules" / ".bin" / "conformance"
+    marker = INSTALL_DIR / f"installed-{CONFORMANCE_VERSION}"
+    if binary.exists() and marker.exists():
+        return binary
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.fail("the MCP conformance tests need npm (Node.js 20 or newer): install Node.js, then run them again")
+    INSTALL_DIR.mkdir(exist_ok=True)
+    subprocess.run(
+        [npm, "install", "--prefix", str(INSTALL_DIR), "--no-audit", "--no-fund", "--silent",
+         f"@modelcontextprotocol/conformance@{CONFORMANCE_VERSION}"],
+        check=True,
+        timeout=INSTALL_TIMEOUT_S,
+    )  # fmt: skip
+    marker.touch()
+    return binary
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"mcpvisor serve exited with code {process.returncode} before listening")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)  # nothing to wait on but the port itself
+    pytest.fail(f"mcpvisor serve did not listen on port {port} within {WAIT_S:g} s")
+
+
+@pytest.fixture(scope="module")
+def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    layout = make_layout(tmp_path_factory.mktemp("conformance"))
+    upstream = [sys.executable, "-m", LIGHT, "--name", "demo", "--prompts", "brief", "--resources", "note://demo/1"]
+    write_json(layout.paths.user, {"mcpServers": {"demo": {"command": upstream[0], "args": upstream[1:]}}})
+    port = free_port()
+    command = [sys.executable, "-m", "mcpvisor", "serve", "--http", f"127.0.0.1:{port}", "--no-auth"]
+    log = layout.home / "serve.log"
+    with log.open("wb") as err:
+        process = subprocess.Popen(
+            [*command, "--workspace", str(layout.root)], env={**os.environ, **layout.env}, stderr=err
+        )
+    try:
+        wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=WAIT_S)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_gateway_passes_the_official_conformance_scenario(gateway_url: str, scenario: str) -> None:
+    result = subprocess.run(
+        [str(conformance_command()), "server", "--url", gateway_url, "--scenario", scenario],
+        capture_output=True,
+        text=True,
+        timeout=SCENARIO_TIMEOUT_S,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert " 0 failed" in output, output
+    assert "Passed: 0/" not in output, output
