@@ -23,6 +23,7 @@ run availability.py
 run gate_cost.py
 run startup.py "${startup_args[@]}"
 run endurance.py
+run gateway_overhead.py
 
 echo
 if ((${#failed[@]})); then
