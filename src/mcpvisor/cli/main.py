@@ -46,6 +46,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: typer's boxed help shows a stray "<bool>" metavar on every flag with click >= 8.2,
+    # and plain text fits any width and never colours.
+    rich_markup_mode=None,
 )
 app.add_typer(mcp_app, name="mcp")
 
@@ -174,7 +177,8 @@ def status(
 @app.command()
 def demo(
     directory: Annotated[
-        Path | None, typer.Option("--dir", help="Where to create the demo (default: a new temporary folder).")
+        Path | None,
+        typer.Option("--dir", help="Where to create the demo (default: a new temporary folder).", metavar="DIR"),
     ] = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = 0,
@@ -228,7 +232,11 @@ def serve(
     allowed_mcp_server_names: AllowedOpt = None,
     http: Annotated[
         str | None,
-        typer.Option("--http", help="Serve streamable HTTP on HOST:PORT (default host 127.0.0.1) instead of stdio."),
+        typer.Option(
+            "--http",
+            help="Serve streamable HTTP on HOST:PORT (default host 127.0.0.1) instead of stdio.",
+            metavar="HOST:PORT",
+        ),
     ] = None,
     per_client_workspaces: Annotated[
         bool,

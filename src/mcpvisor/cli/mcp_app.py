@@ -11,7 +11,9 @@ from mcpvisor.cli.options import AllowedOpt, JsonOpt, McpConfigOpt, WorkspaceOpt
 
 __all__ = ["mcp_app"]
 
-mcp_app = typer.Typer(help="Inspect and manage configured MCP servers (never starts one).", no_args_is_help=True)
+mcp_app = typer.Typer(
+    help="Inspect and manage configured MCP servers (never starts one).", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 @mcp_app.callback()
@@ -42,7 +44,7 @@ def mcp_list(
 
 @mcp_app.command("approve")
 def mcp_approve(
-    name: Annotated[str, typer.Argument(help="The server to approve.")], workspace: WorkspaceOpt = None
+    name: Annotated[str, typer.Argument(help="The server to approve.", metavar="NAME")], workspace: WorkspaceOpt = None
 ) -> None:
     """Approve a project or workspace server's exact configuration (a running host connects it)."""
     from mcpvisor.cli.commands import decide
@@ -53,7 +55,7 @@ def mcp_approve(
 
 @mcp_app.command("reject")
 def mcp_reject(
-    name: Annotated[str, typer.Argument(help="The server to reject.")], workspace: WorkspaceOpt = None
+    name: Annotated[str, typer.Argument(help="The server to reject.", metavar="NAME")], workspace: WorkspaceOpt = None
 ) -> None:
     """Reject a project or workspace server: it stays disconnected until its configuration changes."""
     from mcpvisor.cli.commands import decide
@@ -65,12 +67,17 @@ def mcp_reject(
 @mcp_app.command("add", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def mcp_add(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Server name.")],
-    scope: Annotated[str, typer.Option("--scope", help="Where to write it: user or workspace.")] = "user",
-    url: Annotated[str | None, typer.Option("--url", help="Streamable HTTP URL instead of a command.")] = None,
+    name: Annotated[str, typer.Argument(help="Server name.", metavar="NAME")],
+    scope: Annotated[
+        str, typer.Option("--scope", help="Where to write it: user or workspace.", metavar="SCOPE")
+    ] = "user",
+    url: Annotated[
+        str | None, typer.Option("--url", help="Streamable HTTP URL instead of a command.", metavar="URL")
+    ] = None,
     sse: Annotated[bool, typer.Option("--sse", help="The URL is an SSE endpoint.")] = False,
     env_vars: Annotated[
-        list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE for the server's environment; repeatable.")
+        list[str] | None,
+        typer.Option("--env", "-e", help="KEY=VALUE for the server's environment; repeatable.", metavar="KEY=VALUE"),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a server of that name.")] = False,
     workspace: WorkspaceOpt = None,
@@ -94,8 +101,10 @@ def mcp_add(
 
 @mcp_app.command("remove")
 def mcp_remove(
-    name: Annotated[str, typer.Argument(help="Server name.")],
-    scope: Annotated[str, typer.Option("--scope", help="Where to remove it from: user or workspace.")] = "user",
+    name: Annotated[str, typer.Argument(help="Server name.", metavar="NAME")],
+    scope: Annotated[
+        str, typer.Option("--scope", help="Where to remove it from: user or workspace.", metavar="SCOPE")
+    ] = "user",
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Remove a server from a settings file (a running host disconnects it)."""

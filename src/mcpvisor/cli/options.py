@@ -34,7 +34,9 @@ __all__ = [
 
 WorkspaceOpt = Annotated[
     Path | None,
-    typer.Option("--workspace", "-w", help="Workspace root (default: the current directory).", show_default=False),
+    typer.Option(
+        "--workspace", "-w", help="Workspace root (default: the current directory).", show_default=False, metavar="DIR"
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output (JSON).")]
 VerboseOpt = Annotated[int, typer.Option("--verbose", "-v", count=True, help="More log output on stderr (-vv: debug).")]
@@ -42,6 +44,7 @@ McpConfigOpt = Annotated[
     list[Path] | None,
     typer.Option(
         "--mcp-config",
+        metavar="FILE",
         help="Extra server file (mcpServers format); repeatable; highest precedence; read once at start.",
     ),
 ]
@@ -49,6 +52,7 @@ AllowedOpt = Annotated[
     str | None,
     typer.Option(
         "--allowed-mcp-server-names",
+        metavar="NAMES",
         help="Comma-separated allow-list (globs allowed): a ceiling that settings can only narrow.",
     ),
 ]

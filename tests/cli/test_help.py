@@ -1,0 +1,42 @@
+"""Every command's --help is plain text that fits 80 columns, with no stray metavars; --version is one line."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from mcpvisor import __version__
+from mcpvisor.cli.main import app
+
+COMMANDS = [
+    [],
+    ["run"],
+    ["status"],
+    ["demo"],
+    ["serve"],
+    ["shell"],
+    ["settings-schema"],
+    ["mcp"],
+    ["mcp", "list"],
+    ["mcp", "approve"],
+    ["mcp", "reject"],
+    ["mcp", "add"],
+    ["mcp", "remove"],
+    ["mcp", "trust"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "mcpvisor")
+def test_help_is_plain_and_fits_80_columns(command: list[str]) -> None:
+    result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "80", "NO_COLOR": "1"})
+    assert result.exit_code == 0, result.output
+    assert "Usage: " in result.output
+    assert "<bool>" not in result.output
+    assert "\x1b[" not in result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+
+
+def test_version_prints_one_plain_line() -> None:
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"mcpvisor {__version__}\n"
