@@ -12,7 +12,7 @@ from rich.console import Console
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.gateway.auth import GatewayToken
-from mcpvisor.gateway.http import WORKSPACE_HEADER, bind_http_socket, http_url, is_loopback
+from mcpvisor.gateway.http import WORKSPACE_HEADER, bind_http_socket, http_url, refuse_without_token
 from mcpvisor.gateway.server import Gateway
 from mcpvisor.gateway.workspaces import WorkspaceGateway
 from mcpvisor.host.host import Host, HostOptions
@@ -42,11 +42,8 @@ async def run_gateway(
     gateway serves only on a loopback address."""
     options = dataclasses.replace(options, watch=True)
     console = Console(stderr=True, highlight=False)
-    if http is not None and token is None and not is_loopback(http[0]):
-        raise ConfigError(
-            f"refusing to serve on {http[0]} without a token: anyone who can reach the port could call your "
-            "tools; drop --no-auth, or listen on a loopback address"
-        )
+    if http is not None:
+        refuse_without_token(http[0], token.value if token is not None else None)  # before any server starts
     if workspace_root is not None and not per_client_workspaces:
         raise ConfigError("--workspace-root limits the folders clients may name: it needs --per-client-workspaces")
     if workspace_root is not None and not await anyio.Path(workspace_root).is_dir():

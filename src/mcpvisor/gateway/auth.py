@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError
-
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.gateway.responses import error_response
 from mcpvisor.host import paths
 from mcpvisor.host.private_files import DIR_MODE, write_private
 
@@ -112,7 +111,7 @@ class BearerAuth:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self._authorized(scope):
-            await self._refuse(send)
+            await self._refuse(scope, receive, send)
             return
         await self._app(scope, receive, send)
 
@@ -120,17 +119,10 @@ class BearerAuth:
         given = [value for key, value in scope.get("headers") or () if key.lower() == b"authorization"]
         return len(given) == 1 and hmac.compare_digest(given[0].strip(), self._expected)
 
-    async def _refuse(self, send: Send) -> None:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = (
             "this mcpvisor gateway needs 'Authorization: Bearer <token>'; the token is in the gateway's "
             f"{TOKEN_FILENAME} file or ${TOKEN_ENV} (see the line it printed at start-up)"
         )
-        body = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=INVALID_REQUEST, message=message))
-        data = body.model_dump_json(by_alias=True, exclude_unset=True).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(data)).encode()),
-            (b"www-authenticate", b'Bearer realm="mcpvisor"'),
-        ]
-        await send({"type": "http.response.start", "status": 401, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
+        response = error_response(message, 401, headers={"WWW-Authenticate": 'Bearer realm="mcpvisor"'})
+        await response(scope, receive, send)

@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError
-from starlette.responses import Response
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.gateway.auth import TOKEN_ENV, BearerAuth
+from mcpvisor.gateway.responses import error_response
 from mcpvisor.host import paths
 
 if TYPE_CHECKING:
@@ -34,10 +33,10 @@ __all__ = [
     "OneWorkspace",
     "admit_workspace",
     "bind_http_socket",
-    "error_response",
     "header_text",
     "http_url",
     "is_loopback",
+    "refuse_without_token",
     "serve_asgi_socket",
     "transport_security",
     "workspace_of_header",
@@ -106,14 +105,6 @@ def header_text(raw: str | None) -> str | None:
     return raw.encode("latin-1").decode("utf-8", "surrogateescape")
 
 
-def error_response(message: str, status_code: int, code: int = INVALID_REQUEST) -> Response:
-    """A JSON-RPC error (no request id) at an HTTP status: the SDK client surfaces the message."""
-    body = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=message))
-    return Response(
-        body.model_dump_json(by_alias=True, exclude_unset=True), status_code=status_code, media_type="application/json"
-    )
-
-
 class OneWorkspace:
     """ASGI guard for a gateway serving one workspace: a client naming another folder in the
     workspace header gets a clear error (HTTP 400) rather than some other project's tools."""
@@ -156,14 +147,13 @@ async def serve_asgi_socket(
 
     With ``token``, every HTTP request must carry ``Authorization: Bearer <token>``. Without one the
     socket must be a loopback address: a gateway reachable from other machines always needs a token."""
+    try:
+        refuse_without_token(str(sock.getsockname()[0]), token)
+    except ConfigError:
+        sock.close()
+        raise
     if token is not None:
         app = BearerAuth(app, token)
-    elif not is_loopback(str(sock.getsockname()[0])):
-        sock.close()
-        raise ConfigError(
-            f"refusing to serve on {sock.getsockname()[0]} without a token: anyone who can reach the port could "
-            f"call your tools; set {TOKEN_ENV} or --token-file, or listen on a loopback address"
-        )
     try:
         server = _uvicorn_server(app)
         done = anyio.Event()
@@ -194,6 +184,16 @@ async def serve_asgi_socket(
 def is_loopback(host: str) -> bool:
     """Whether a listen address is reachable only from this machine."""
     return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def refuse_without_token(host: str, token: str | None) -> None:
+    """Raise :class:`ConfigError` when serving on ``host`` would need a token and there is none:
+    a gateway reachable from other machines always needs one."""
+    if token is None and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to serve on {host} without a token: anyone who can reach the port could call your "
+            f"tools; set {TOKEN_ENV} or --token-file (and drop --no-auth), or listen on a loopback address"
+        )
 
 
 def transport_security(host: str) -> TransportSecuritySettings | None:

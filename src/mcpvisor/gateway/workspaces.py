@@ -56,12 +56,12 @@ from mcpvisor.gateway.http import (
     WORKSPACE_HEADER,
     admit_workspace,
     bind_http_socket,
-    error_response,
     header_text,
     serve_asgi_socket,
     transport_security,
     workspace_of_header,
 )
+from mcpvisor.gateway.responses import error_response
 from mcpvisor.gateway.server import Gateway
 from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
