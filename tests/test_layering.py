@@ -3,9 +3,10 @@
 Every module's imports are read from its source, ``TYPE_CHECKING`` and function-level ones included,
 so a rule holds whether or not the import runs. The rules: ``core`` imports no other mcpvisor package;
 ``host`` only ``core``; ``gateway`` and ``shell`` import ``host`` and ``core``, never each other and
-never ``cli``; nothing imports ``cli`` but ``cli`` and the entry point; only ``cli`` imports ``typer``,
-only ``cli`` and ``shell`` draw with ``rich`` or read a terminal; only ``host`` (and ``cli``) watch
-files. No import circle between modules anywhere in ``src/``.
+never ``cli``; ``integrations`` (the agent framework adapters) imports ``host`` and ``core`` and is
+the only package that imports a framework; nothing imports ``cli`` but ``cli`` and the entry point;
+only ``cli`` imports ``typer``, only ``cli`` and ``shell`` draw with ``rich`` or read a terminal;
+only ``host`` (and ``cli``) watch files. No import circle between modules anywhere in ``src/``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ LAYERS: dict[str, set[str]] = {
     "host": {"host", "core", "api"},
     "gateway": {"gateway", "host", "core", "api"},
     "shell": {"shell", "host", "core", "api"},
+    "integrations": {"integrations", "host", "core", "api"},
     "cli": {"cli", "shell", "gateway", "host", "core", "api", "examples"},
     "examples": {"examples", "api"},
     "api": {"api", "core"},
@@ -41,6 +43,11 @@ THIRD_PARTY: dict[str, set[str]] = {
     "watchfiles": {"host", "cli"},
     "uvicorn": {"gateway"},
     "starlette": {"gateway"},
+    "pydantic_ai": {"integrations"},
+    "langchain": {"integrations"},
+    "langchain_core": {"integrations"},
+    "langgraph": {"integrations"},
+    "agents": {"integrations"},
 }
 
 
@@ -146,7 +153,7 @@ def test_no_import_circle_between_modules() -> None:
 
 
 def test_every_package_has_a_docstring_saying_what_it_owns() -> None:
-    for package in ("core", "host", "gateway", "shell", "cli"):
+    for package in ("core", "host", "gateway", "shell", "integrations", "cli"):
         doc = ast.get_docstring(ast.parse((SRC / package / "__init__.py").read_text()))
         assert doc, f"mcpvisor.{package} has no docstring"
 
@@ -184,11 +191,23 @@ def _packages(names: Iterable[str]) -> dict[str, str]:
         ("gateway/d.py", "from prompt_toolkit import prompt\n", "mcpvisor.gateway.d (gateway) imports prompt_toolkit"),
         ("core/a.py", "import watchfiles\n", "mcpvisor.core.a (core) imports watchfiles"),
         ("core/a.py", "from mcpvisor import __version__\n", "mcpvisor.core.a (core) imports mcpvisor (api)"),
+        (
+            "integrations/f.py",
+            "from mcpvisor.gateway import d\n",
+            "mcpvisor.integrations.f (integrations) imports mcpvisor.gateway.d (gateway)",
+        ),
+        ("host/b.py", "from pydantic_ai import Agent\n", "mcpvisor.host.b (host) imports pydantic_ai"),
+        (
+            "gateway/d.py",
+            "import mcpvisor.integrations.f\n",
+            "mcpvisor.gateway.d (gateway) imports mcpvisor.integrations.f (integrations)",
+        ),
     ],
 )
 def test_the_rule_catches_a_bad_import(tmp_path: Path, rel: str, source: str, expected: str) -> None:
-    write_tree(tmp_path, _packages(["core", "host", "gateway", "shell", "cli"]))
-    write_tree(tmp_path, {"core/a.py": "", "host/b.py": "", "shell/c.py": "", "gateway/d.py": "", "cli/e.py": ""})
+    write_tree(tmp_path, _packages(["core", "host", "gateway", "shell", "cli", "integrations"]))
+    files = ("core/a.py", "host/b.py", "shell/c.py", "gateway/d.py", "cli/e.py", "integrations/f.py")
+    write_tree(tmp_path, dict.fromkeys(files, ""))
     assert layer_violations(import_graph(tmp_path)) == []
     write_tree(tmp_path, {rel: source})
     assert layer_violations(import_graph(tmp_path)) == [expected]
