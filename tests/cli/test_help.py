@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
 from typer.testing import CliRunner
 
@@ -25,24 +22,9 @@ COMMANDS = [
     ["mcp", "reject"],
     ["mcp", "add"],
     ["mcp", "remove"],
+    ["mcp", "import"],
     ["mcp", "trust"],
 ]
-
-
-@pytest.fixture(autouse=True)
-def _keep_logging() -> Iterator[None]:
-    """The commands set up logging for a process; in this one, the next tests need it back as it was."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    levels = {
-        name: logging.getLogger(name).level
-        for name in ("mcp", "watchfiles", "uvicorn", "httpx2", "httpcore2", "httpx", "httpcore")
-    }
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    for name, value in levels.items():
-        logging.getLogger(name).setLevel(value)
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "mcpvisor")

@@ -114,6 +114,42 @@ def mcp_remove(
         remove_server(env=dict(os.environ), workspace=workspace, name=name, scope=scope)
 
 
+_SOURCES_HELP = "claude-desktop, claude-code, vscode, cursor, gemini or qwen"
+
+
+@mcp_app.command("import")
+def mcp_import(
+    source: Annotated[str, typer.Option("--from", help=f"The tool to import from: {_SOURCES_HELP}.", metavar="TOOL")],
+    scope: Annotated[
+        str | None,
+        typer.Option("--scope", help="Only its user-level or only its project-level servers.", metavar="SCOPE"),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be imported; write nothing.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace servers of the same name.")] = False,
+    workspace: WorkspaceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Import the MCP servers another tool has configured into mcpvisor's settings.
+
+    User-level servers go to your user settings; project-level ones to the workspace settings,
+    where they start only once approved. Entries that need what mcpvisor does not do (an input
+    prompt, an env file) are listed with the reason; the exit code is then 1.
+    """
+    from mcpvisor.cli.commands import import_servers
+
+    with reported():
+        code = import_servers(
+            env=dict(os.environ),
+            workspace=workspace,
+            source=source,
+            scope=scope,
+            dry_run=dry_run,
+            force=force,
+            as_json=as_json,
+        )
+    raise typer.Exit(code)
+
+
 @mcp_app.command("trust")
 def mcp_trust(workspace: WorkspaceOpt = None) -> None:
     """Trust a workspace folder (only matters when security.folderTrust.enabled is set)."""

@@ -42,7 +42,7 @@ class ServerLayer:
     error: SettingsError | None = None
 
 
-def _describe_validation(exc: ValueError) -> str:
+def describe_validation(exc: ValueError) -> str:
     """A validation problem in words, never echoing the input (it may hold secrets)."""
     if isinstance(exc, ValidationError):
         parts = []
@@ -95,7 +95,7 @@ def _build_config(
         cfg = McpServerConfig.from_entry(entry, expand=partial(expand_vars, env=env, missing=missing), scope=stamp)
         result = (cfg, frozenset(missing))
     except ValueError as exc:
-        result = _describe_validation(exc)
+        result = describe_validation(exc)
     if cache_key is not None:
         if len(_cache) >= _CACHE_MAX:
             _cache.clear()

@@ -1,0 +1,410 @@
+"""Reading the MCP server entries other tools keep, translated to mcpvisor entries (``mcp import``).
+
+Pure reading and planning: :func:`scan_source` finds a tool's files at their documented locations
+and turns each entry into an mcpvisor entry, or says why it cannot be imported;
+:func:`plan_import` compares the result with what the settings already hold. Writing is the
+caller's (through :mod:`mcpvisor.host.settings.writer`, which keeps comments).
+
+Where an entry is found fixes where it goes: a user-level file lands in the user settings, a
+project-level file in the workspace settings, where it stays gated by approval like every
+workspace server.
+
+Each tool's variables become mcpvisor's ``${VAR}``: VS Code and Cursor's ``${env:NAME}``,
+``${userHome}`` and ``${workspaceFolder}`` are translated; a ``$`` that the source tool would keep
+literally is escaped as ``$$``. An entry that needs something mcpvisor does not do (an
+``${input:...}`` prompt, an ``envFile``, a command that prints headers) is listed with the reason
+and left out, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host import paths as _paths
+from mcpvisor.host.settings.files import read_settings_file
+from mcpvisor.host.settings.servers import describe_validation
+
+__all__ = [
+    "SOURCES",
+    "Candidate",
+    "ImportLevel",
+    "ImportScan",
+    "PlannedImport",
+    "SourceFile",
+    "plan_import",
+    "scan_source",
+]
+
+ImportLevel = Literal["user", "workspace"]
+Dialect = Literal["literal", "vscode", "braced", "shell"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    title: str
+    dialect: Dialect
+    url_means: Literal["sse", "guess"]
+    """What a ``url`` without ``type`` is: SSE (Gemini, Claude) or guessed from the path (Cursor, VS Code)."""
+
+
+SOURCES: Mapping[str, _Spec] = {
+    "claude-desktop": _Spec("Claude Desktop", "literal", "guess"),
+    "claude-code": _Spec("Claude Code", "braced", "sse"),
+    "vscode": _Spec("VS Code", "vscode", "guess"),
+    "cursor": _Spec("Cursor", "vscode", "guess"),
+    "gemini": _Spec("Gemini CLI", "shell", "sse"),
+    "qwen": _Spec("Qwen Code", "shell", "sse"),
+}
+"""The tools ``mcp import --from`` reads, with how each spells its entries."""
+
+# Fields each tool writes that mcpvisor reads the same way (before normalization).
+_FIELDS = frozenset(
+    {
+        *McpServerConfig.model_fields,
+        "type",
+        "httpUrl",
+        "includeTools",
+        "excludeTools",
+        "discoveryTimeoutMs",
+        "oauth",
+        "authProviderType",
+    }
+) - {"scope", "extension_name", "shared"}
+
+# Fields that change how a server is started or reached, which mcpvisor cannot honour: the entry is
+# left out, with the fix.
+_UNSUPPORTED: Mapping[str, str] = {
+    "envFile": "mcpvisor reads no env files: copy the variables into 'env' (or reference them as ${VAR})",
+    "headersHelper": "mcpvisor runs no header helper: put the headers in 'headers', values as ${VAR}",
+}
+
+_STRING_FIELDS = ("command", "cwd", "url", "httpUrl", "http_url")
+_STRING_MAP_FIELDS = ("env", "headers")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """One file looked at: where it is, which level it belongs to, and whether it exists."""
+
+    path: Path
+    level: ImportLevel
+    exists: bool
+    note: str | None = None
+    """Why the file is not read although it exists (``.mcp.json``, which mcpvisor reads itself)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One server entry found in a source file: its translated entry, or why it cannot be imported."""
+
+    name: str
+    file: Path
+    level: ImportLevel
+    entry: Mapping[str, Any] | None
+    reason: str | None = None
+    notes: tuple[str, ...] = ()
+    """What was adjusted on the way: ignored fields, a guessed transport."""
+
+    def config(self) -> McpServerConfig | None:
+        return McpServerConfig.model_validate(self.entry) if self.entry is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class ImportScan:
+    source: str
+    title: str
+    files: tuple[SourceFile, ...]
+    candidates: tuple[Candidate, ...] = field(default=())
+
+    @property
+    def found(self) -> tuple[SourceFile, ...]:
+        return tuple(f for f in self.files if f.exists)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedImport:
+    """What importing one candidate does: ``add``, ``replace``, nothing (``present``) or ``skip``."""
+
+    candidate: Candidate
+    action: Literal["add", "replace", "present", "skip"]
+    destination: Path
+    reason: str | None = None
+
+
+# --------------------------------------------------------------------------- where each tool keeps them
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    return Path(env.get("HOME") or env.get("USERPROFILE") or Path.home())
+
+
+def _app_dir(env: Mapping[str, str], platform: str, *parts: str) -> Path:
+    """A desktop application's per-user folder: ~/Library/Application Support on macOS, %APPDATA%
+    on Windows, $XDG_CONFIG_HOME (~/.config) elsewhere."""
+    home = _home(env)
+    if platform == "darwin":
+        base = home / "Library" / "Application Support"
+    elif platform.startswith("win"):
+        base = Path(env.get("APPDATA") or home / "AppData" / "Roaming")
+    else:
+        base = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
+    return base.joinpath(*parts)
+
+
+def _locations(
+    source: str, env: Mapping[str, str], root: Path, platform: str
+) -> list[tuple[Path, ImportLevel, str | None]]:
+    """``(file, level, key)`` for each place ``source`` keeps servers; key ``None`` is ``.mcp.json``."""
+    home = _home(env)
+    if source == "claude-desktop":
+        return [(_app_dir(env, platform, "Claude", "claude_desktop_config.json"), "user", "mcpServers")]
+    if source == "claude-code":
+        config_dir = env.get("CLAUDE_CONFIG_DIR")
+        claude_json = Path(config_dir) / ".claude.json" if config_dir else home / ".claude.json"
+        return [
+            (claude_json, "user", "mcpServers"),
+            (claude_json, "workspace", f"projects/{root}/mcpServers"),
+            (_paths.workspace_mcp_json_path(root), "workspace", None),
+        ]
+    if source == "vscode":
+        user = _app_dir(env, platform, "Code", "User")
+        return [
+            (user / "mcp.json", "user", "servers"),
+            (user / "settings.json", "user", "mcp/servers"),
+            (root / ".vscode" / "mcp.json", "workspace", "servers"),
+            (root / ".vscode" / "settings.json", "workspace", "mcp/servers"),
+        ]
+    if source in ("cursor", "gemini", "qwen"):
+        folder = {"cursor": ".cursor", "gemini": ".gemini", "qwen": ".qwen"}[source]
+        name = "mcp.json" if source == "cursor" else "settings.json"
+        return [(home / folder / name, "user", "mcpServers"), (root / folder / name, "workspace", "mcpServers")]
+    raise ValueError(f"unknown source {source!r}")
+
+
+def _dig(data: Mapping[str, Any], key: str) -> Any:
+    """``data`` at a ``/``-separated path whose last-but-one part may hold slashes (a project folder)."""
+    head, _, rest = key.partition("/")
+    if not rest:
+        return data.get(head)
+    if head == "projects":
+        folder, _, tail = rest.rpartition("/")
+        projects = data.get("projects")
+        node = projects.get(folder) if isinstance(projects, Mapping) else None
+        return node.get(tail) if isinstance(node, Mapping) else None
+    node = data.get(head)
+    return _dig(node, rest) if isinstance(node, Mapping) else None
+
+
+def scan_source(
+    source: str,
+    env: Mapping[str, str],
+    root: Path,
+    *,
+    levels: Collection[ImportLevel] = ("user", "workspace"),
+    platform: str = sys.platform,
+) -> ImportScan:
+    """Every server entry ``source`` keeps for ``root``, translated. Raises :class:`ConfigError`
+    (a :class:`SettingsFileError` naming file, line and column) for a source file that does not parse."""
+    spec = SOURCES.get(source)
+    if spec is None:
+        raise ValueError(f"unknown source {source!r}; use one of: {', '.join(SOURCES)}")
+    files: list[SourceFile] = []
+    candidates: list[Candidate] = []
+    parsed: dict[Path, dict[str, Any] | None] = {}
+    for path, level, key in _locations(source, env, root, platform):
+        if level not in levels:
+            continue
+        if path not in parsed:
+            parsed[path] = read_settings_file(path)
+        data = parsed[path]
+        if key is None:
+            note = "mcpvisor reads .mcp.json itself (its servers need approval): nothing to import"
+            files.append(SourceFile(path, level, data is not None, note))
+            continue
+        servers = _dig(data, key) if data is not None else None
+        if data is not None and key.count("/") and servers is None:
+            continue  # a settings file without MCP servers, or no entry for this project
+        files.append(SourceFile(path, level, data is not None))
+        if servers is None:
+            continue
+        if not isinstance(servers, Mapping):
+            candidates.append(
+                Candidate("*", path, level, None, f"'{key.rpartition('/')[2]}' is not an object; nothing imported")
+            )
+            continue
+        inputs = _inputs(data) if spec.dialect == "vscode" and data is not None else {}
+        context = _Context(spec, env, root, level, inputs)
+        for name, raw in servers.items():
+            candidates.append(_translate(str(name), raw, path, context))
+    return ImportScan(source, spec.title, tuple(files), tuple(candidates))
+
+
+def _inputs(data: Mapping[str, Any]) -> dict[str, str]:
+    """VS Code's ``inputs``: id -> description, for naming what an ``${input:id}`` would ask."""
+    raw = data.get("inputs")
+    if raw is None and isinstance(data.get("mcp"), Mapping):
+        raw = data["mcp"].get("inputs")
+    out: dict[str, str] = {}
+    for item in raw if isinstance(raw, list) else []:
+        if isinstance(item, Mapping) and isinstance(item.get("id"), str):
+            out[item["id"]] = str(item.get("description") or "")
+    return out
+
+
+# --------------------------------------------------------------------------- translating one entry
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    spec: _Spec
+    env: Mapping[str, str]
+    root: Path
+    level: ImportLevel
+    inputs: Mapping[str, str]
+
+
+class _Untranslatable(Exception):
+    pass
+
+
+_VSCODE_VAR = re.compile(r"\$\{([^}]*)\}")
+_BRACED_VAR = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\}")
+
+
+def _substitute(text: str, pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str]) -> str:
+    """``text`` with each ``pattern`` match replaced and every other ``$`` escaped as ``$$``
+    (the source tool keeps it literally; mcpvisor would expand it)."""
+    out: list[str] = []
+    pos = 0
+    for match in pattern.finditer(text):
+        out.append(text[pos : match.start()].replace("$", "$$"))
+        out.append(replace(match))
+        pos = match.end()
+    out.append(text[pos:].replace("$", "$$"))
+    return "".join(out)
+
+
+def _vscode_variable(name: str, ctx: _Context) -> str:
+    kind, _, arg = name.partition(":")
+    if kind == "env" and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", arg):
+        return f"${{{arg}}}"
+    if kind == "input":
+        described = f" ({ctx.inputs[arg]!r})" if ctx.inputs.get(arg) else ""
+        raise _Untranslatable(
+            f"uses ${{input:{arg}}}{described}, which {ctx.spec.title} asks for when it starts the server; "
+            "mcpvisor asks for nothing: set an environment variable, write ${VAR} in its place and add the "
+            "server with mcpvisor mcp add"
+        )
+    if name == "userHome":
+        return str(_home(ctx.env)).replace("$", "$$")
+    if name in ("pathSeparator", "/"):
+        return os.sep
+    if name in ("workspaceFolder", "workspaceFolderBasename", "workspaceRoot"):
+        if ctx.level == "user":
+            raise _Untranslatable(
+                f"uses ${{{name}}} in a user-level server (it means whichever folder is open); mcpvisor has "
+                "no such variable: add the server to each workspace that needs it instead"
+            )
+        folder = ctx.root.name if name == "workspaceFolderBasename" else str(ctx.root)
+        return folder.replace("$", "$$")
+    raise _Untranslatable(f"uses ${{{name}}}, a {ctx.spec.title} variable mcpvisor does not have")
+
+
+def _string(text: str, ctx: _Context) -> str:
+    if ctx.spec.dialect == "literal":
+        return text.replace("$", "$$")
+    if ctx.spec.dialect == "vscode":
+        return _substitute(text, _VSCODE_VAR, lambda m: _vscode_variable(m[1], ctx))
+    if ctx.spec.dialect == "braced":  # Claude Code expands only ${VAR} and ${VAR:-default}
+        return _substitute(text, _BRACED_VAR, lambda m: m[0])
+    return text
+
+
+def _translate(name: str, raw: Any, path: Path, ctx: _Context) -> Candidate:
+    def skipped(reason: str, notes: tuple[str, ...] = ()) -> Candidate:
+        return Candidate(name, path, ctx.level, None, reason, notes)
+
+    if not isinstance(raw, Mapping):
+        return skipped(f"the entry is not an object (found {type(raw).__name__})")
+    if raw.get("disabled") is True or raw.get("enabled") is False:
+        return skipped(f"it is turned off in {ctx.spec.title}; add it by hand if you want it")
+    for key, why in _UNSUPPORTED.items():
+        if key in raw:
+            return skipped(f"it uses '{key}': {why}")
+    ignored = sorted(k for k in raw if k not in _FIELDS and k not in ("disabled", "enabled"))
+    notes: list[str] = [f"ignored {', '.join(repr(k) for k in ignored)} (no mcpvisor equivalent)"] if ignored else []
+    entry: dict[str, Any] = {k: v for k, v in raw.items() if k in _FIELDS}
+    if "url" in entry and "type" not in entry and "httpUrl" not in entry and ctx.spec.url_means == "guess":
+        sse = entry["url"].rstrip("/").endswith("/sse") if isinstance(entry["url"], str) else False
+        entry["type"] = "sse" if sse else "http"
+        notes.append(f"no 'type': taken as {'SSE (the path ends in /sse)' if sse else 'streamable HTTP'}")
+    if isinstance(entry.get("type"), str) and entry["type"].lower() == "stdio" and "command" in entry:
+        del entry["type"]
+    try:
+        for key in _STRING_FIELDS:
+            if isinstance(entry.get(key), str):
+                entry[key] = _string(entry[key], ctx)
+        if isinstance(entry.get("args"), list):
+            entry["args"] = [_string(a, ctx) if isinstance(a, str) else a for a in entry["args"]]
+        for key in _STRING_MAP_FIELDS:
+            if isinstance(entry.get(key), Mapping):
+                entry[key] = {k: _string(v, ctx) if isinstance(v, str) else v for k, v in entry[key].items()}
+    except _Untranslatable as exc:
+        return skipped(str(exc), tuple(notes))
+    try:
+        McpServerConfig.model_validate(entry)
+    except ValueError as exc:
+        return skipped(f"invalid entry: {describe_validation(exc)}", tuple(notes))
+    return Candidate(name, path, ctx.level, entry, None, tuple(notes))
+
+
+# --------------------------------------------------------------------------- against the settings
+
+
+def plan_import(
+    scan: ImportScan,
+    existing: Mapping[ImportLevel, Mapping[str, Any]],
+    destinations: Mapping[ImportLevel, Path],
+    *,
+    force: bool = False,
+) -> list[PlannedImport]:
+    """What importing ``scan`` into settings holding ``existing`` servers (per level) does."""
+    planned: list[PlannedImport] = []
+    taken: dict[tuple[ImportLevel, str], Path] = {}
+    for cand in scan.candidates:
+        dest = destinations[cand.level]
+        if cand.entry is None:
+            planned.append(PlannedImport(cand, "skip", dest, cand.reason))
+            continue
+        first = taken.setdefault((cand.level, cand.name), cand.file)
+        if first != cand.file:
+            reason = f"{first} defines a server of the same name, which is imported instead"
+            planned.append(PlannedImport(cand, "skip", dest, reason))
+            continue
+        current = existing.get(cand.level, {}).get(cand.name)
+        if current is None:
+            planned.append(PlannedImport(cand, "add", dest))
+        elif _same(current, cand.entry):
+            planned.append(PlannedImport(cand, "present", dest, f"already in {dest}"))
+        elif force:
+            planned.append(PlannedImport(cand, "replace", dest, f"replaces the entry in {dest}"))
+        else:
+            reason = f"{dest} already has a different {cand.name!r}; pass --force to replace it"
+            planned.append(PlannedImport(cand, "skip", dest, reason))
+    return planned
+
+
+def _same(current: Any, entry: Mapping[str, Any]) -> bool:
+    if not isinstance(current, Mapping):
+        return False
+    try:
+        return McpServerConfig.model_validate(current).entry() == McpServerConfig.model_validate(entry).entry()
+    except ValueError:
+        return False

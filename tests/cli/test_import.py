@@ -1,0 +1,317 @@
+"""``mcpvisor mcp import``: each tool's files in their real format, translated and written with comments kept."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from mcpvisor.cli.main import app
+from mcpvisor.host.importers import scan_source
+from mcpvisor.host.settings.files import read_settings_file
+from tests.layout import Layout, make_layout, write_json
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    return make_layout(tmp_path, XDG_CONFIG_HOME=str(tmp_path.resolve() / "home" / ".config"))
+
+
+def run(layout: Layout, *args: str) -> Result:
+    return CliRunner().invoke(
+        app,
+        ["mcp", "import", *args, "--workspace", str(layout.root)],
+        env={**layout.env, "COLUMNS": "80", "NO_COLOR": "1"},
+    )
+
+
+def servers(path: Path) -> dict[str, Any]:
+    data = read_settings_file(path)
+    assert data is not None, f"{path} was not written"
+    result: dict[str, Any] = data["mcpServers"]
+    return result
+
+
+def import_json(layout: Layout, *args: str) -> dict[str, dict[str, Any]]:
+    result = run(layout, *args, "--json")
+    assert result.exit_code in (0, 1), result.output
+    return {s["name"]: s for s in json.loads(result.stdout)["servers"]}
+
+
+def test_claude_desktop_stdio_entries_land_in_user_settings(layout: Layout) -> None:
+    source = layout.home / ".config" / "Claude" / "claude_desktop_config.json"
+    write_json(
+        source,
+        {
+            "mcpServers": {
+                "filesystem": {
+                    "command": "npx",
+                    "args": ["-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop"],
+                },
+                "weather": {"command": "uv", "args": ["run", "weather.py"], "env": {"API_KEY": "k-$ecret"}},
+            },
+            "globalShortcut": "Ctrl+Space",
+        },
+    )
+    result = run(layout, "--from", "claude-desktop")
+    assert result.exit_code == 0, result.output
+    assert "Imported 2 servers from Claude Desktop" in result.output
+    assert "k-$ecret" not in result.output
+    assert "env: API_KEY; values hidden" in result.output
+    written = servers(layout.paths.user)
+    assert written["filesystem"] == {
+        "command": "npx",
+        "args": ["-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop"],
+    }
+    # Claude Desktop expands nothing: a '$' stays literal through mcpvisor's own ${VAR} expansion.
+    assert written["weather"]["env"] == {"API_KEY": "k-$$ecret"}
+    listed = CliRunner().invoke(app, ["mcp", "list", "--json", "--workspace", str(layout.root)], env=layout.env)
+    assert {s["name"]: s["source"] for s in json.loads(listed.stdout)["servers"]} == {
+        "filesystem": "User",
+        "weather": "User",
+    }
+
+
+def test_claude_desktop_location_follows_the_platform(layout: Layout) -> None:
+    env = {**layout.env, "APPDATA": str(layout.home / "AppData" / "Roaming")}
+    mac = scan_source("claude-desktop", env, layout.root, platform="darwin")
+    win = scan_source("claude-desktop", env, layout.root, platform="win32")
+    assert [f.path for f in mac.files] == [
+        layout.home / "Library" / "Application Support" / "Claude" / "claude_desktop_config.json"
+    ]
+    assert [f.path for f in win.files] == [
+        layout.home / "AppData" / "Roaming" / "Claude" / "claude_desktop_config.json"
+    ]
+
+
+def test_claude_code_user_and_project_servers_go_to_user_and_workspace(layout: Layout) -> None:
+    write_json(
+        layout.home / ".claude.json",
+        {
+            "numStartups": 12,
+            "mcpServers": {
+                "sentry": {"type": "http", "url": "https://mcp.sentry.dev/mcp"},
+                "api": {
+                    "type": "sse",
+                    "url": "${API_BASE:-https://api.example.com}/sse",
+                    "headers": {"X-Key": "${KEY}"},
+                },
+                "helper": {"type": "http", "url": "https://x.example", "headersHelper": "/bin/get-token"},
+            },
+            "projects": {
+                str(layout.root): {
+                    "allowedTools": [],
+                    "mcpServers": {"db": {"type": "stdio", "command": "db-mcp", "args": ["--price", "$5"], "env": {}}},
+                },
+                "/elsewhere": {"mcpServers": {"other": {"command": "other"}}},
+            },
+        },
+    )
+    write_json(layout.paths.project, {"mcpServers": {"shared": {"command": "shared"}}})
+    result = run(layout, "--from", "claude-code")
+    assert result.exit_code == 1, result.output  # 'helper' cannot be imported
+    assert "mcpvisor reads .mcp.json itself" in result.output
+    assert "it uses 'headersHelper'" in result.output
+    user = servers(layout.paths.user)
+    assert user == {
+        "sentry": {"type": "http", "url": "https://mcp.sentry.dev/mcp"},
+        "api": {"type": "sse", "url": "${API_BASE:-https://api.example.com}/sse", "headers": {"X-Key": "${KEY}"}},
+    }
+    # Local-scope servers of this project only, into the workspace (gated); '$5' is literal in Claude Code.
+    assert servers(layout.paths.workspace) == {"db": {"command": "db-mcp", "args": ["--price", "$$5"], "env": {}}}
+    assert "mcpvisor mcp approve db" in result.output
+    listed = CliRunner().invoke(app, ["mcp", "list", "--json", "--workspace", str(layout.root)], env=layout.env)
+    db = next(s for s in json.loads(listed.stdout)["servers"] if s["name"] == "db")
+    assert db["scope"] == "workspace"
+    assert db["approval"] == "pending"
+
+
+def test_vscode_inputs_env_file_and_variables(layout: Layout) -> None:
+    (layout.root / ".vscode").mkdir()
+    (layout.root / ".vscode" / "mcp.json").write_text(
+        """{
+  // Servers for this repository
+  "inputs": [
+    {"type": "promptString", "id": "gh-token", "description": "GitHub Personal Access Token", "password": true}
+  ],
+  "servers": {
+    "github": {
+      "type": "http",
+      "url": "https://api.githubcopilot.com/mcp/",
+      "headers": {"Authorization": "Bearer ${input:gh-token}"}
+    },
+    "fs": {
+      "type": "stdio",
+      "command": "npx",
+      "args": ["-y", "@modelcontextprotocol/server-filesystem", "${workspaceFolder}", "${userHome}/notes"],
+      "env": {"TOKEN": "${env:MY_TOKEN}"},
+      "dev": {"watch": "src/**/*.ts"}
+    },
+    "dotenv": {"type": "stdio", "command": "node", "args": ["x.js"], "envFile": "${workspaceFolder}/.env"},
+  },
+}
+"""
+    )
+    write_json(
+        layout.home / ".config" / "Code" / "User" / "mcp.json",
+        {"servers": {"here": {"type": "stdio", "command": "x", "args": ["${workspaceFolder}"]}}},
+    )
+    found = import_json(layout, "--from", "vscode")
+    assert found["github"]["action"] == "skip"
+    assert "${input:gh-token} ('GitHub Personal Access Token')" in found["github"]["reason"]
+    assert found["dotenv"]["action"] == "skip"
+    assert "'envFile'" in found["dotenv"]["reason"]
+    assert found["here"]["action"] == "skip"
+    assert "user-level server" in found["here"]["reason"]
+    assert found["fs"]["action"] == "add"
+    assert found["fs"]["notes"] == ["ignored 'dev' (no mcpvisor equivalent)"]
+    assert servers(layout.paths.workspace) == {
+        "fs": {
+            "command": "npx",
+            "args": ["-y", "@modelcontextprotocol/server-filesystem", str(layout.root), f"{layout.home}/notes"],
+            "env": {"TOKEN": "${MY_TOKEN}"},
+        }
+    }
+    assert not layout.paths.user.exists()
+
+
+def test_cursor_url_without_type_and_secrets_never_shown(layout: Layout) -> None:
+    write_json(
+        layout.home / ".cursor" / "mcp.json",
+        {
+            "mcpServers": {
+                "remote": {
+                    "url": "https://user:S3CRET-PW@example.com/mcp?key=S3CRET-Q",
+                    "headers": {"X-Key": "S3CRET-H"},
+                },
+                "legacy": {"url": "https://example.com/sse"},
+                "off": {"command": "x", "disabled": True},
+            }
+        },
+    )
+    write_json(layout.root / ".cursor" / "mcp.json", {"mcpServers": {"proj": {"command": "proj-mcp"}}})
+    result = run(layout, "--from", "cursor", "--scope", "user")
+    assert result.exit_code == 1, result.output
+    assert "S3CRET" not in result.output
+    assert "taken as streamable HTTP" in result.output
+    assert "turned off in Cursor" in result.output
+    user = servers(layout.paths.user)
+    assert user["remote"]["type"] == "http"
+    assert user["legacy"] == {"url": "https://example.com/sse", "type": "sse"}
+    assert "off" not in user
+    assert not layout.paths.workspace.exists()  # --scope user leaves the project's servers alone
+
+
+@pytest.mark.parametrize("tool", ["gemini", "qwen"])
+def test_gemini_and_qwen_settings_with_comments(layout: Layout, tool: str) -> None:
+    text = """{
+  // theme and other settings are not servers
+  "ui": {"theme": "GitHub"},
+  "mcpServers": {
+    "py": {"command": "python", "args": ["-m", "srv"], "cwd": "./srv", "env": {"K": "$HOME/k"}, "timeout": 30000,
+           "trust": false, "includeTools": ["a", "b"]},
+    "remote": {"httpUrl": "https://example.com/mcp", "headers": {"Authorization": "Bearer $TOKEN"}},
+  }
+}
+"""
+    (layout.home / f".{tool}").mkdir(parents=True)
+    (layout.home / f".{tool}" / "settings.json").write_text(text)
+    result = run(layout, "--from", tool)
+    assert result.exit_code == 0, result.output
+    assert servers(layout.paths.user) == {
+        "py": {
+            "command": "python",
+            "args": ["-m", "srv"],
+            "cwd": "./srv",
+            "env": {"K": "$HOME/k"},
+            "timeout": 30000,
+            "trust": False,
+            "includeTools": ["a", "b"],
+        },
+        "remote": {"httpUrl": "https://example.com/mcp", "headers": {"Authorization": "Bearer $TOKEN"}},
+    }
+
+
+def test_dry_run_writes_nothing_and_existing_entries_are_compared(layout: Layout) -> None:
+    layout.paths.user.parent.mkdir(parents=True)
+    layout.paths.user.write_text(
+        '{\n  // my servers\n  "mcpServers": {\n    "same": {"command": "a"},\n    "diff": {"command": "old"}\n  }\n}\n'
+    )
+    write_json(
+        layout.home / ".cursor" / "mcp.json",
+        {"mcpServers": {"same": {"command": "a"}, "diff": {"command": "new"}, "fresh": {"command": "f"}}},
+    )
+    before = layout.paths.user.read_text()
+    dry = run(layout, "--from", "cursor", "--dry-run")
+    assert "Would import 1 server from Cursor; 1 already present; 1 not imported" in dry.output
+    assert "nothing written (dry run)" in dry.output
+    assert "already has a different 'diff'; pass --force" in dry.output
+    assert layout.paths.user.read_text() == before
+    done = run(layout, "--from", "cursor")
+    assert done.exit_code == 1
+    assert servers(layout.paths.user) == {
+        "same": {"command": "a"},
+        "diff": {"command": "old"},
+        "fresh": {"command": "f"},
+    }
+    assert "// my servers" in layout.paths.user.read_text()
+    forced = run(layout, "--from", "cursor", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert servers(layout.paths.user)["diff"] == {"command": "new"}
+    assert "// my servers" in layout.paths.user.read_text()
+
+
+def test_bad_input_names_the_file_and_writes_nothing(layout: Layout) -> None:
+    missing = run(layout, "--from", "gemini")
+    assert missing.exit_code == 1
+    assert "no Gemini CLI configuration found; looked in:" in missing.output
+    assert str(layout.home / ".gemini" / "settings.json") in missing.output
+    unknown = run(layout, "--from", "notepad")
+    assert unknown.exit_code == 1
+    assert "unknown source 'notepad' for --from: use one of claude-desktop" in unknown.output
+    broken = layout.home / ".cursor" / "mcp.json"
+    broken.parent.mkdir(parents=True)
+    broken.write_text('{"mcpServers": {"a": {"command": "x",}\n')
+    result = run(layout, "--from", "cursor")
+    assert result.exit_code == 1
+    assert f"{broken}:" in result.output
+    write_json(broken, {"mcpServers": {"bad": {"command": "x", "args": "not-a-list"}, "ok": {"command": "y"}}})
+    layout.paths.user.parent.mkdir(parents=True)
+    layout.paths.user.write_text("{ not json")
+    into_broken = run(layout, "--from", "cursor")
+    assert into_broken.exit_code == 1
+    assert "fix that file first (nothing was written)" in into_broken.output
+    assert layout.paths.user.read_text() == "{ not json"
+    layout.paths.user.unlink()
+    partly = import_json(layout, "--from", "cursor")
+    assert partly["bad"]["action"] == "skip"
+    assert "invalid entry: args" in partly["bad"]["reason"]
+    assert servers(layout.paths.user) == {"ok": {"command": "y"}}
+
+
+def test_an_imported_server_runs(layout: Layout) -> None:
+    """The translated entry is one mcpvisor starts: status connects it and lists its tools."""
+    write_json(
+        layout.home / ".config" / "Claude" / "claude_desktop_config.json",
+        {
+            "mcpServers": {
+                "light": {
+                    "command": sys.executable,
+                    "args": ["-m", "mcpvisor.examples.light_server", "--name", "light", "--tools", "ping"],
+                }
+            }
+        },
+    )
+    assert run(layout, "--from", "claude-desktop").exit_code == 0
+    status = CliRunner().invoke(
+        app,
+        ["status", "--json", "--workspace", str(layout.root)],
+        env={**layout.env, "MCPVISOR_LOG_DIR": str(layout.home)},
+    )
+    assert status.exit_code == 0, status.output
+    (light,) = json.loads(status.stdout)["servers"]
+    assert (light["name"], light["state"], light["tools"]) == ("light", "connected", 1)
