@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from typer.testing import CliRunner
 
@@ -41,3 +45,16 @@ def test_version_prints_one_plain_line() -> None:
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0
     assert result.output == f"mcpvisor {__version__}\n"
+
+
+def test_shell_completion_completes_commands() -> None:
+    """``--install-completion`` installs a script that calls back with these variables (bash here)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mcpvisor"],
+        env={**os.environ, "_MCPVISOR_COMPLETE": "complete_bash", "COMP_WORDS": "mcpvisor mcp im", "COMP_CWORD": "2"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["import"]

@@ -79,7 +79,7 @@ async def shell(tmp_path: Path, *, user: Any = None, project: Any = None) -> Asy
         save(layout.paths.user, user)
     if project is not None:
         save(layout.paths.project, project)
-    s = Shell(layout, Console(record=True, width=100, file=io.StringIO()))
+    s = Shell(layout, Console(record=True, width=200, file=io.StringIO()))
 
     async def run() -> None:
         s.code = await run_shell(
@@ -372,7 +372,7 @@ async def test_ctrl_c_while_servers_are_still_starting_leaves_at_once(tmp_path: 
     save(layout.paths.user, {"mcpServers": {"stuck": stuck}})
     send, receive = anyio.create_memory_object_stream[object](math.inf)
     codes: list[int] = []
-    console = Console(record=True, width=100, file=io.StringIO())
+    console = Console(record=True, width=200, file=io.StringIO())
 
     async def run() -> None:
         codes.append(
@@ -404,4 +404,4 @@ async def test_a_configuration_that_prevents_start_up_is_raised_as_is(tmp_path: 
     layout = make_layout(tmp_path)
     options = HostOptions(env=layout.env, workspace=layout.root, mcp_config=[tmp_path / "missing.json"])
     with pytest.raises(ConfigError, match="missing.json"):
-        await run_shell(options, console=Console(record=True, width=100, file=io.StringIO()), input_lines=_never())
+        await run_shell(options, console=Console(record=True, width=200, file=io.StringIO()), input_lines=_never())

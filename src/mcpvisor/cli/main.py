@@ -44,7 +44,7 @@ app = typer.Typer(
     help="Run MCP servers that follow their configuration files: edit a settings file and only what "
     "changed is connected, disconnected or restarted.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     # Plain help: typer's boxed help shows a stray "<bool>" metavar on every flag with click >= 8.2,
     # and plain text fits any width and never colours.
@@ -339,4 +339,4 @@ def settings_schema() -> None:
 
 
 def main() -> None:
-    app()
+    app(prog_name="mcpvisor")  # also under ``python -m mcpvisor``: usage lines and shell completion

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.settings.mcp_servers import ServerSource
+from mcpvisor.shell.views import indented
 
 __all__ = [
     "CHOICES_TEXT",
@@ -98,7 +99,7 @@ def render_approval_request(console: Console, request: ApprovalRequest, *, intro
     head.append(f" {intro} — {request.source}")
     if request.file:
         head.append(f" ({request.file})")
-    console.print(head, soft_wrap=True)
+    console.print(head)
     lines: list[tuple[str, str]] = []
     if request.command is not None:
         lines.append(("command", request.command))
@@ -113,19 +114,19 @@ def render_approval_request(console: Console, request: ApprovalRequest, *, intro
     if request.header_keys:
         lines.append(("headers", f"{', '.join(request.header_keys)} (values hidden)"))
     for label, value in lines:
-        console.print(Text(f"    {label + ':':<9}{value}"), soft_wrap=True)
+        console.print(indented(Text(f"{label + ':':<9}{value}", overflow="fold"), 4))
 
 
 def render_question(console: Console, name: str, *, waiting: int) -> None:
     """The line asking about ``name``; ``waiting`` counts the servers in the queue, ``name`` included."""
-    line = Text("  ")
+    line = Text()
     line.append("Approve ", style="yellow")
     line.append(name, style="yellow bold")
     line.append("? ", style="yellow")
     line.append(CHOICES_TEXT)
     if waiting > 1:
         line.append(f"  ({waiting} waiting)", style="dim")
-    console.print(line, soft_wrap=True)
+    console.print(indented(line, 2))
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,7 +97,7 @@ def render_help(console: Console, prompt_commands: Sequence[str] = ()) -> None:
     console.print(Text("Commands", style="bold"))
     for name, (synopsis, description) in BUILTIN_COMMANDS.items():
         usage = f"/{name} {synopsis}".rstrip()
-        console.print(Text(f"  {usage:<22}{description}"), soft_wrap=True)
+        console.print(Text(f"  {usage:<22}{description}"))
     if prompt_commands:
         console.print(Text("MCP prompts (run one as /NAME [text or JSON])", style="bold"))
-        console.print(Text("  " + "  ".join(f"/{name}" for name in prompt_commands)), soft_wrap=True)
+        console.print(Text("  " + "  ".join(f"/{name}" for name in prompt_commands)))

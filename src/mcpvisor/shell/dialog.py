@@ -103,7 +103,6 @@ class ApprovalDialog:
         if choice is None:
             self.console.print(
                 Text(f"  answer a (approve {name}), A (approve all), r (reject) or s (skip) — or run a /command"),
-                soft_wrap=True,
             )
             return
         if choice == "skip":

@@ -76,7 +76,6 @@ class HumanOutput:
                         c.print(
                             f"[red]✗ {name} rejected — edit its config to be asked again, "
                             f"or approve it after all: mcpvisor mcp approve {name}[/]",
-                            soft_wrap=True,
                         )
             self._servers = current
             self._announced &= {n for n, r in event.gated.items() if r == "pending_approval"}
@@ -86,7 +85,7 @@ class HumanOutput:
             self._announced = set(event.servers)
             for name in fresh:
                 fix = self._approve_command.format(name=name, root=self._host.root)
-                c.print(f"[yellow]? {name} needs approval — run: {fix}[/]", soft_wrap=True)
+                c.print(f"[yellow]? {name} needs approval — run: {fix}[/]")
         elif isinstance(event, SettingsError):
             c.print(f"[red]✗ {event} — keeping the last good configuration[/]")
         elif isinstance(event, SettingsWarning):

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from mcpvisor.core.registry import RegisteredPrompt, RegisteredTool
 from mcpvisor.host.status import plural
+from mcpvisor.shell.views import indented
 
 if TYPE_CHECKING:
     from mcp_types import CallToolResult, GetPromptResult
@@ -49,12 +50,11 @@ def render_tools(console: Console, tools: list[RegisteredTool]) -> None:
     for server, names in _by_server((t.server, t.name) for t in tools).items():
         console.print(Text(f"{server} ({plural(len(names), 'tool')})", style="bold"))
         for name in names:
-            line = Text("  ")
-            line.append(name, style="cyan")
+            line = Text(name, style="cyan")
             description = first_line(by_name[name].tool.description)
             if description:
                 line.append(f" — {description}")
-            console.print(line, soft_wrap=True)
+            console.print(indented(line, 2))
 
 
 def render_prompts(console: Console, prompts: list[RegisteredPrompt]) -> None:
@@ -67,15 +67,14 @@ def render_prompts(console: Console, prompts: list[RegisteredPrompt]) -> None:
         console.print(Text(f"{server} ({plural(len(names), 'prompt')})", style="bold"))
         for name in names:
             prompt = by_name[name].prompt
-            line = Text("  ")
-            line.append(name, style="cyan")
+            line = Text(name, style="cyan")
             arguments = [f"{a.name}{'' if a.required else '?'}" for a in prompt.arguments or ()]
             if arguments:
                 line.append(f" ({', '.join(arguments)})", style="dim")
             description = first_line(prompt.description)
             if description:
                 line.append(f" — {description}")
-            console.print(line, soft_wrap=True)
+            console.print(indented(line, 2))
 
 
 def content_text(block: Any) -> str:

@@ -170,7 +170,7 @@ class ShellSession:
         self._prompt_commands = names
         if self._ready:
             listed = " ".join(f"/{n}" for n in names) if names else "none"
-            self.console.print(Text(f"prompt commands: {listed}", style="dim"), soft_wrap=True)
+            self.console.print(Text(f"prompt commands: {listed}", style="dim"))
 
     # -- the input loop ----------------------------------------------------------------------
 
@@ -277,10 +277,10 @@ class ShellSession:
         try:
             return bool(await action)
         except (McpvisorError, ArgumentError) as exc:
-            self.console.print(Text(f"✗ {exc}", style="red"), soft_wrap=True)
+            self.console.print(Text(f"✗ {exc}", style="red"))
         except Exception as exc:
             logger.exception("shell command %s failed", what)
-            self.console.print(Text(f"✗ {what} failed unexpectedly: {exc!r}", style="red"), soft_wrap=True)
+            self.console.print(Text(f"✗ {what} failed unexpectedly: {exc!r}", style="red"))
         return False
 
     async def _waiting(self, what: str, action: Awaitable[T]) -> T:

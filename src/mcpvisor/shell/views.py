@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.padding import Padding
 from rich.text import Text
 
 from mcpvisor.host.status import APPROVE_HINT, ServerView, short_command, state_text
 
-__all__ = ["render_status"]
+__all__ = ["indented", "render_status"]
+
+
+def indented(renderable: RenderableType, columns: int) -> Padding:
+    """``renderable`` indented by ``columns``, wrapped lines too, to the console's width (``COLUMNS``)."""
+    return Padding(renderable, (0, 0, 0, columns), expand=False)
 
 
 def render_status(
@@ -35,10 +41,9 @@ def render_status(
             where = f" ({row.file})" if row.file and row.source != "Command line" else ""
             console.print(Text(f"{group}{where}", style="bold"))
         icon, text, style = state_text(row, live=live, approve_hint=approve_hint)
-        line = Text("  ")
-        line.append(row.name, style="bold")
+        line = Text(row.name, style="bold")
         line.append(" · ")
         line.append(f"{icon} {text}", style=style)
-        console.print(line)
+        console.print(indented(line, 2))
         if show_target:
-            console.print(Text(f"      {short_command(row.target)}", style="dim"), soft_wrap=True)
+            console.print(indented(Text(short_command(row.target), style="dim", overflow="fold"), 6))

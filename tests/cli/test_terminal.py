@@ -1,0 +1,81 @@
+"""Human views fit the terminal: ``COLUMNS`` sets the width, wrapped lines keep their indent, ``NO_COLOR`` holds."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from mcpvisor.cli.main import app
+from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.settings.mcp_servers import ServerSource
+from mcpvisor.shell.approval import approval_request, render_approval_request, render_question
+from tests.layout import Layout, make_layout, write_json
+
+COLOUR = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-9]|9[0-7])(?:;[0-9;]*)?m")
+LONG_NAME = "a-server-whose-name-is-long-enough-to-wrap"
+
+
+@pytest.fixture
+def layout(tmp_path_factory: pytest.TempPathFactory) -> Layout:
+    layout = make_layout(tmp_path_factory.mktemp("a-folder-with-a-rather-long-name-to-push-paths-past-the-edge"))
+    args = ["-m", "mcpvisor.examples.light_server", "--name", "w", "--tools", "echo"]
+    write_json(layout.paths.user, {"mcpServers": {"light": {"command": sys.executable, "args": args}}})
+    long_args = ["-m", "some.module.with.a.long.name", "--option", "value-that-is-long", "/a/very/long/path/" * 5]
+    write_json(layout.paths.project, {"mcpServers": {LONG_NAME: {"command": "python3", "args": long_args}}})
+    write_json(
+        layout.home / ".cursor" / "mcp.json",
+        {"mcpServers": {LONG_NAME: {"command": "npx", "args": ["-y", "@scope/a-long-package-name", "--x" * 20]}}},
+    )
+    return layout
+
+
+def invoke(layout: Layout, *args: str, **env: str) -> str:
+    result = CliRunner().invoke(app, [*args, "--workspace", str(layout.root)], env={**layout.env, **env})
+    assert result.exit_code in (0, 1), result.output
+    return result.output
+
+
+VIEWS = [["mcp", "list"], ["mcp", "import", "--from", "cursor", "--dry-run"], ["status"]]
+
+
+@pytest.mark.parametrize("argv", VIEWS, ids=" ".join)
+@pytest.mark.parametrize("columns", [80, 60])
+def test_views_fit_columns_and_wrapped_lines_keep_their_indent(layout: Layout, argv: list[str], columns: int) -> None:
+    out = invoke(layout, *argv, COLUMNS=str(columns), MCPVISOR_LOG_DIR=str(layout.home / "logs"))
+    lines = out.splitlines()
+    assert lines, out
+    assert max(len(line) for line in lines) <= columns, out
+    # The long server's lines wrapped: every line after its name is still indented under it.
+    start = next(i for i, line in enumerate(lines) if LONG_NAME in line)
+    assert lines[start].startswith("  ")
+    assert lines[start + 1].startswith("  "), out
+
+
+@pytest.mark.parametrize("argv", VIEWS, ids=" ".join)
+def test_no_color_is_honoured_and_colour_is_there_without_it(layout: Layout, argv: list[str]) -> None:
+    logs = str(layout.home / "logs")
+    coloured = invoke(layout, *argv, FORCE_COLOR="1", COLUMNS="80", MCPVISOR_LOG_DIR=logs)
+    assert COLOUR.search(coloured), coloured
+    plain = invoke(layout, *argv, FORCE_COLOR="1", NO_COLOR="1", COLUMNS="80", MCPVISOR_LOG_DIR=logs)
+    assert not COLOUR.search(plain), plain
+
+
+def test_the_shell_approval_dialog_fits_80_columns(tmp_path: Path) -> None:
+    cfg = McpServerConfig.model_validate(
+        {"command": "python3", "args": ["-m", "pkg", "/a/very/long/path/" * 6], "env": {"TOKEN": "s3cret"}}
+    )
+    source = ServerSource("Project .mcp.json", "project", tmp_path / "a-long-folder-name" / ".mcp.json")
+    console = Console(record=True, width=80, file=io.StringIO())
+    render_approval_request(console, approval_request(LONG_NAME, cfg, source))
+    render_question(console, LONG_NAME, waiting=3)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    args_at = next(i for i, line in enumerate(lines) if line.startswith("    args:"))
+    assert lines[args_at + 1].startswith("    "), lines  # the long args wrapped under their label
+    assert "s3cret" not in "\n".join(lines)
