@@ -194,6 +194,42 @@ async def test_an_invalid_save_keeps_servers_running_and_reports_the_error(tmp_p
         assert r.status("a") == "connected"
 
 
+async def test_one_invalid_entry_keeps_its_last_good_config_and_the_rest_of_the_save_applies(
+    tmp_path: Path,
+) -> None:
+    m = {n: tmp_path / f"{n}.pids" for n in "abc"}
+    servers = {"a": server("a", m["a"]), "b": server("b", m["b"])}
+    async with run(tmp_path, user={"mcpServers": servers}) as r:
+        [a_pid], [b_pid] = marker_pids(m["a"]), marker_pids(m["b"])
+        # One save: a's args become a string (invalid), b changes, c is added.
+        broken = {**servers["a"], "args": "-m mcpvisor.examples.light_server"}
+        edited = {"a": broken, "b": server("b", m["b"], "--tools", "new"), "c": server("c", m["c"])}
+        reconcile = await r.next_reconcile(lambda: save(r.layout.paths.user, {"mcpServers": edited}))
+        assert reconcile["added"] == ["c"]
+        assert reconcile["restarted"] == ["b"]
+        assert reconcile["kept"] == ["a"]
+        assert reconcile["removed"] == []
+        [warning] = [w["message"] for w in r.of("warning") if "invalid entry" in w["message"]]
+        assert warning.startswith(f"invalid entry in {r.layout.paths.user} (mcpServers.a.args: expected a list)")
+        assert "still running the last good configuration" in warning
+        assert marker_pids(m["a"]) == [a_pid]
+        assert pid_alive(a_pid)
+        assert r.status("a") == "connected"
+
+        # mcpvisor status (another process, no last good state) says what is wrong with a.
+        status = await r.cli("status")
+        assert "mcpServers.a" in status.stdout + status.stderr
+
+        # Fixing the entry applies it: a restarts with the fixed config, the others stay.
+        b_pids = marker_pids(m["b"])  # the restarted b, and the one status started and stopped
+        edited["a"] = server("a", m["a"], "--tools", "fixed")
+        fixed = await r.next_reconcile(lambda: save(r.layout.paths.user, {"mcpServers": edited}))
+        assert fixed["restarted"] == ["a"]
+        assert r.last_server("a")["tools"] == ["mcp__a__fixed"]  # type: ignore[index]
+        assert marker_pids(m["b"]) == b_pids
+        assert not pid_alive(b_pid)
+
+
 async def test_a_restart_only_edit_reports_restart_required(tmp_path: Path) -> None:
     async with run(tmp_path, user={"mcpServers": {}}) as r:
         save(r.layout.paths.user, {"mcpServers": {}, "mcp": {"serverCommand": "x"}})

@@ -180,6 +180,7 @@ class Host(StackOwner):
                 )
                 self.watcher.add_change_listener(self._on_settings_changed)
                 self.watcher.add_error_listener(self._on_settings_error)
+                self.watcher.add_warning_listener(self._on_settings_warning)
                 self.watcher.add_restart_listener(self._on_restart_required)
                 await stack.enter_async_context(self.watcher)
             self._stack = stack.pop_all()
@@ -219,6 +220,10 @@ class Host(StackOwner):
     async def _on_settings_error(self, error: SettingsError) -> None:
         self._warned.discard(str(error))
         self._warn_once(error)
+
+    async def _on_settings_warning(self, message: str) -> None:
+        self._warned.discard(message)  # said again on every such save
+        self._warn_once(SettingsWarning(message))
 
     async def _on_restart_required(self, notice: RestartRequired) -> None:
         self.emit(notice)

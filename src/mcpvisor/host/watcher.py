@@ -166,6 +166,7 @@ class SettingsWatcher:
         self._change_listeners: list[Listener[SettingsChanged]] = []
         self._error_listeners: list[Listener[SettingsError]] = []
         self._restart_listeners: list[Listener[RestartRequired]] = []
+        self._warning_listeners: list[Listener[str]] = []
         self._targets: dict[WatchScope, Path] = {}
         self._due: dict[WatchScope, float] = {}
         self._wake = anyio.Event()
@@ -197,6 +198,11 @@ class SettingsWatcher:
     def add_restart_listener(self, fn: Listener[RestartRequired]) -> Callable[[], None]:
         """Call ``await fn(notice)`` when changed settings need a restart to take effect."""
         return _subscribe(self._restart_listeners, fn)
+
+    def add_warning_listener(self, fn: Listener[str]) -> Callable[[], None]:
+        """Call ``await fn(message)`` on every save that keeps an invalid server entry's last good
+        configuration (the file parsed; that one entry did not validate)."""
+        return _subscribe(self._warning_listeners, fn)
 
     # -- lifecycle
 
@@ -369,6 +375,9 @@ class SettingsWatcher:
             logger.warning("%s; keeping the previous %s settings", result.error, scope)
             await self._dispatch(self._error_listeners, result.error)
             return
+        for notice in result.kept:
+            logger.warning("%s", notice)
+            await self._dispatch(self._warning_listeners, notice)
         if not result.changed:
             logger.debug("%s settings re-read: no change", scope)
             return

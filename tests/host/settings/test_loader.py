@@ -430,6 +430,46 @@ def test_reload_keeps_the_previous_state_on_a_parse_error(layout: Layout) -> Non
     assert settings.merged.mcp_servers["a"].config.args == ("1",)
 
 
+@pytest.mark.parametrize(
+    ("bad", "problem"),
+    [
+        ({"command": "x", "args": "not a list"}, "servers.p.args: expected a list"),
+        ({"command": "x", "url": "http://h/sse", "timeout": "soon"}, "servers.p.timeout: expected a whole number"),
+        ({"args": ["only args"]}, "servers.p: no transport"),
+        ("a string", "servers.p: expected an object"),
+    ],
+)
+def test_an_invalid_project_entry_keeps_its_last_good_entry_and_other_changes_apply(
+    layout: Layout, bad: Any, problem: str
+) -> None:
+    write_json(layout.paths.project, {"servers": {"p": _server("p"), "q": _server("q")}})
+    settings = layout.settings()
+    write_json(layout.paths.project, {"servers": {"p": bad, "q": _server("q2"), "r": _server("r")}})
+    result = settings.reload_scope("project")
+    assert result.changed == ("servers.q.command", "servers.r.command")
+    assert settings.project.servers["p"].config.command == "p"
+    assert sorted(settings.project.servers) == ["p", "q", "r"]
+    [notice] = result.kept
+    assert notice.startswith(f"invalid entry in {layout.paths.project} ({problem}")
+    assert notice in settings.warnings
+    # Fixed: the notice goes, the new entry applies.
+    write_json(layout.paths.project, {"servers": {"p": _server("p3"), "q": _server("q2"), "r": _server("r")}})
+    result = settings.reload_scope("project")
+    assert (result.changed, result.kept) == (("servers.p.command",), ())
+    assert not any("invalid entry" in w for w in settings.warnings)
+
+
+def test_an_entry_invalid_from_the_start_is_skipped_with_a_warning(layout: Layout) -> None:
+    write_json(layout.paths.user, {"mcpServers": {"a": {"command": "x", "args": "y"}, "b": _server("b")}})
+    settings = layout.settings()
+    assert list(settings.merged.mcp_servers) == ["b"]
+    assert any("skipped MCP server 'a'" in w and "args: expected a list" in w for w in settings.warnings)
+    # Nothing was ever good for 'a': a reload still skips it.
+    write_json(layout.paths.user, {"mcpServers": {"a": {"command": "x", "args": "z"}, "b": _server("b")}})
+    assert settings.reload_scope("user").kept == ()
+    assert list(settings.merged.mcp_servers) == ["b"]
+
+
 def test_a_deleted_settings_file_is_an_empty_scope(layout: Layout) -> None:
     write_json(layout.paths.user, {"ui": {"theme": "x"}})
     settings = layout.settings()

@@ -68,6 +68,7 @@ from mcpvisor.host.settings.servers import (
     ServerEntry,
     ServerLayer,
     build_server_entries,
+    keep_last_good_entries,
     load_server_file,
     server_layer_from_data,
 )
@@ -159,6 +160,8 @@ class ScopeReload:
     scope: FileScope
     changed: tuple[str, ...] = ()
     error: SettingsError | None = None
+    kept: tuple[str, ...] = ()
+    """One notice per invalid server entry whose last good configuration stays in force."""
 
 
 class Settings:
@@ -185,6 +188,8 @@ class Settings:
         self.folder_trust_enabled = False
         self.trust_warnings: tuple[str, ...] = ()
         self._data: dict[FileScope, dict[str, Any]] = {scope: {} for scope in FILE_SCOPES}
+        self._kept: dict[FileScope, tuple[str, ...]] = {}
+        """Per scope: the notices of invalid server entries replaced by their last good entry."""
         self._inactive: set[FileScope] = set()
         self._merged: MergedSettings | None = None
         self._project: ServerLayer | None = None
@@ -271,7 +276,12 @@ class Settings:
                 self._data[read.scope] = previous[read.scope]  # the last good content stays in force
         else:
             self.errors.pop(read.scope, None)
-            self._data[read.scope] = read.data if read.data is not None else {}
+            data = read.data if read.data is not None else {}
+            if previous is not None:
+                data = dict(self._keep_last_good(read.scope, data, previous[read.scope]))
+            else:
+                self._kept.pop(read.scope, None)
+            self._data[read.scope] = data
 
     # -- updating
 
@@ -283,7 +293,8 @@ class Settings:
             self.errors[read.scope] = read.error
             return ScopeReload(read.scope, error=read.error)
         self.errors.pop(read.scope, None)
-        return ScopeReload(read.scope, self.replace_scope_data(read.scope, read.data or {}))
+        changed = self.replace_scope_data(read.scope, read.data or {})
+        return ScopeReload(read.scope, changed, kept=self._kept.get(read.scope, ()))
 
     def reload_scope(self, scope: FileScope) -> ScopeReload:
         """Re-read one scope's file and return the changed dotted paths, or the error."""
@@ -295,6 +306,7 @@ class Settings:
         """Set a scope's literal content in memory (no I/O) and return the changed dotted paths."""
         if not self.is_active(scope):
             return ()
+        data = self._keep_last_good(scope, data, self._data[scope])
         changed = tuple(changed_paths(self._data[scope], data))
         self._data[scope] = deep_copy(data)
         if changed:
@@ -302,6 +314,18 @@ class Settings:
             self._invalidate()
             self._log_warnings()
         return changed
+
+    def _keep_last_good(
+        self, scope: FileScope, data: Mapping[str, Any], previous: Mapping[str, Any]
+    ) -> Mapping[str, Any]:
+        """``data`` with invalid server entries replaced by their last good ones (the notices kept for
+        :attr:`warnings`): one bad entry never stops a server that was running, nor the rest of a save."""
+        data, kept = keep_last_good_entries(data, previous, path=self.paths.of(scope), env=self.env)
+        if kept:
+            self._kept[scope] = kept
+        else:
+            self._kept.pop(scope, None)
+        return data
 
     def _invalidate(self) -> None:
         self._merged = None
@@ -333,7 +357,8 @@ class Settings:
     @property
     def warnings(self) -> tuple[str, ...]:
         """Every current warning: invalid servers, unknown keys, undefined variables, trust problems."""
-        return (*self.trust_warnings, *self.merged.warnings, *self.project.warnings)
+        kept = (notice for scope in FILE_SCOPES if self.is_active(scope) for notice in self._kept.get(scope, ()))
+        return (*self.trust_warnings, *kept, *self.merged.warnings, *self.project.warnings)
 
     def _log_warnings(self) -> None:
         for warning in self.warnings:

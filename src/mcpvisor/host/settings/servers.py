@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -48,11 +49,23 @@ def describe_validation(exc: ValueError) -> str:
         parts = []
         for err in exc.errors(include_input=False, include_url=False):
             loc = ".".join(str(p) for p in err["loc"])
-            msg = err["msg"].removeprefix("Value error, ")
+            msg = _EXPECTED.get(err["type"]) or err["msg"].removeprefix("Value error, ")
             parts.append(f"{loc}: {msg}" if loc else msg)
         return "; ".join(parts)
     return str(exc)
 
+
+# Pydantic's words for a wrong JSON type, in the words of the settings file.
+_EXPECTED = {
+    "tuple_type": "expected a list",
+    "list_type": "expected a list",
+    "dict_type": "expected an object",
+    "string_type": "expected a string",
+    "int_type": "expected a whole number",
+    "int_parsing": "expected a whole number",
+    "bool_type": "expected true or false",
+    "bool_parsing": "expected true or false",
+}
 
 # Fields people write that are not McpServerConfig fields but are understood (auth settings).
 _EXTRA_OK = frozenset({"oauth", "auth", "auth_provider_type", "authProviderType"})
@@ -146,6 +159,51 @@ def build_server_entries(
     return servers, warnings
 
 
+def servers_key(data: Mapping[str, Any]) -> str:
+    """Where a settings or server file keeps its servers: ``mcpServers``, or VS Code's ``servers``."""
+    return "servers" if "mcpServers" not in data and "servers" in data else "mcpServers"
+
+
+def keep_last_good_entries(
+    data: Mapping[str, Any], previous: Mapping[str, Any], *, path: Path | None, env: Mapping[str, str]
+) -> tuple[Mapping[str, Any], tuple[str, ...]]:
+    """``data`` with each invalid server entry replaced by that server's entry in ``previous`` when that
+    one was valid: a typo in one server's ``args`` keeps it running on its last good configuration,
+    while every other change of the same save applies. Returns the data and one notice per kept entry.
+
+    ``data`` is returned as is when nothing is kept; only its servers object is ever copied."""
+    key = servers_key(data)
+    entries, before = data.get(key), previous.get(servers_key(previous))
+    if not isinstance(entries, Mapping) or not isinstance(before, Mapping):
+        return data, ()
+    kept: dict[str, Any] = {}
+    notices: list[str] = []
+    for name, entry in entries.items():
+        old = before.get(name)
+        if not isinstance(old, Mapping) or isinstance(_build_config(old, None, env), str):
+            continue
+        problem = "expected an object" if not isinstance(entry, Mapping) else _build_config(entry, None, env)
+        if isinstance(problem, str):
+            kept[name] = old
+            notices.append(
+                f"invalid entry in {path} ({_located(key, name, problem)}) — still running the last good "
+                f"configuration of MCP server {name!r}; fix the entry and save to apply it"
+            )
+    if not kept:
+        return data, ()
+    return {**data, key: {**entries, **kept}}, tuple(notices)
+
+
+def _located(key: str, name: str, problem: str) -> str:
+    """``problem`` (``args: expected a list``, or several joined by ``; ``) prefixed with the entry's path."""
+    parts = problem.split("; ")
+    return "; ".join(f"{key}.{name}{'.' if _FIELD_PROBLEM.match(p) else ': '}{p}" for p in parts)
+
+
+_FIELD_PROBLEM = re.compile(r"[A-Za-z_][\w.]*: ")
+"""A problem of one field (``args: expected a list``), as :func:`describe_validation` words it."""
+
+
 def server_layer_from_data(
     data: Mapping[str, Any] | None, path: Path | None, *, scope: ServerScope, env: Mapping[str, str]
 ) -> ServerLayer:
@@ -156,12 +214,9 @@ def server_layer_from_data(
     if not data:
         return ServerLayer(scope, path)
     warnings: list[str] = []
-    if "mcpServers" in data:
-        key = "mcpServers"
-        if "servers" in data:
-            warnings.append(f"ignored 'servers' in {path}: 'mcpServers' is also set and wins")
-    else:
-        key = "servers"
+    key = servers_key(data)
+    if key == "mcpServers" and "servers" in data:
+        warnings.append(f"ignored 'servers' in {path}: 'mcpServers' is also set and wins")
     stamp: Scope | None = "project" if scope == "project" else None
     servers, more = build_server_entries(data.get(key), path=path, scope=scope, stamp=stamp, env=env, key=key)
     return ServerLayer(scope, path, servers, tuple(warnings + more))
