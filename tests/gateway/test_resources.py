@@ -106,3 +106,83 @@ async def test_a_server_with_resources_joining_is_announced_to_clients_of_both_e
         await wait_until(lambda: sum(isinstance(m, types.ToolListChangedNotification) for m in heard) == 2)
         await legacy.list_tools()  # a round trip: what the gateway sent in that round has arrived
         assert sum(isinstance(m, types.ResourceListChangedNotification) for m in heard) == 1
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_templates_are_listed_and_a_uri_is_read_from_the_server_whose_template_it_matches(
+    tmp_path: Path, mode: str
+) -> None:
+    user = {
+        "mcpServers": {
+            "a": server("a", "--templates", "notes://{id}"),
+            "b": server("b", "--templates", "tickets://{project}/{id},both://{x}"),
+            "c": server("c", "--templates", "both://{y}"),
+        }
+    }
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server, mode=mode) as client:
+        listed = await client.list_resource_templates()
+        assert sorted(t.uri_template for t in listed.resource_templates) == [
+            "both://{x}",
+            "both://{y}",
+            "notes://{id}",
+            "tickets://{project}/{id}",
+        ]
+        assert text_of(await client.read_resource("notes://n1")) == ("notes://n1", "a:notes://n1")
+        assert text_of(await client.read_resource("tickets://p/7")) == ("tickets://p/7", "b:tickets://p/7")
+        with pytest.raises(MCPError) as ambiguous:
+            await client.read_resource("both://z")
+        assert "matches resource templates of servers b, c" in ambiguous.value.message
+        assert text_of(await client.read_resource("notes://n2"))[1] == "a:notes://n2"  # the gateway goes on
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_completion_goes_to_the_server_that_owns_the_prompt_or_the_template(tmp_path: Path, mode: str) -> None:
+    user = {
+        "mcpServers": {
+            "a": server("a", "--prompts", "plan", "--templates", "notes://{id}"),
+            "b": server("b", "--prompts", "plan"),
+        }
+    }
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server, mode=mode) as client:
+        assert client.server_capabilities.completions is not None
+        for name in ("a", "b"):
+            ref = types.PromptReference(type="ref/prompt", name=f"mcp__{name}__plan")
+            result = await client.complete(ref, {"name": "topic", "value": "wea"})
+            assert result.completion.values == [f"{name}:topic:wea"]
+        template = types.ResourceTemplateReference(type="ref/resource", uri="notes://{id}")
+        assert (await client.complete(template, {"name": "id", "value": "4"})).completion.values == ["a:id:4"]
+
+        # Nobody owns it: one clear error each, naming the reason.
+        with pytest.raises(MCPError) as no_template:
+            await client.complete(
+                types.ResourceTemplateReference(type="ref/resource", uri="x://{y}"), {"name": "y", "value": ""}
+            )
+        assert "resource template 'x://{y}': no connected MCP server lists it" in no_template.value.message
+        with pytest.raises(MCPError) as no_prompt:
+            await client.complete(
+                types.PromptReference(type="ref/prompt", name="mcp__gone__plan"), {"name": "topic", "value": ""}
+            )
+        assert "prompt 'mcp__gone__plan' not found" in no_prompt.value.message
+
+
+async def test_an_upstream_that_changes_its_resources_is_refetched_and_announced_downstream(tmp_path: Path) -> None:
+    heard: list[object] = []
+
+    async def handler(message: object) -> None:
+        heard.append(message)
+
+    user = {"mcpServers": {"a": server("a", "--control", "--resources", "note://a/1")}}
+    async with (
+        running(tmp_path, user=user) as r,
+        Client(r.gateway.server, mode="legacy", message_handler=handler) as legacy,
+        Client(r.gateway.server) as modern,
+        modern.listen(resources_list_changed=True) as subscription,
+    ):
+        assert {str(res.uri) for res in (await modern.list_resources()).resources} == {"note://a/1"}
+        # The upstream replaces its resources and sends notifications/resources/list_changed.
+        await legacy.call_tool("mcp__a__set_resources", {"names": "note://a/2,note://a/3"})
+        assert isinstance(await next_event(subscription), ResourcesListChanged)
+        await wait_until(lambda: any(isinstance(m, types.ResourceListChangedNotification) for m in heard))
+        listed = (await modern.list_resources(cache_mode="bypass")).resources
+        assert {str(res.uri) for res in listed} == {"note://a/2", "note://a/3"}
+        assert text_of(await modern.read_resource("note://a/3")) == ("note://a/3", "a:note://a/3")

@@ -29,6 +29,7 @@ from mcpvisor.core.events import ServerStatus
 from mcpvisor.core.listing import (
     follow_list_changes,
     list_all_prompts,
+    list_all_resource_templates,
     list_all_resources,
     list_all_tools,
     listen_wanted,
@@ -86,6 +87,7 @@ class McpClient:
         self.tools: list[types.Tool] = []
         self.prompts: list[types.Prompt] = []
         self.resources: list[types.Resource] = []
+        self.resource_templates: list[types.ResourceTemplate] = []
         self.protocol_version: str | None = None
         self.process: StdioProcess | None = None
         self.needs_auth = False
@@ -104,6 +106,7 @@ class McpClient:
         self._stopping = False
         self._refresh_tools = False
         self._refresh_prompts = False
+        self._refresh_resources = False
         self._refresh_event = anyio.Event()
         self._started = False
 
@@ -195,7 +198,7 @@ class McpClient:
             self._client = None
             was_connected = self._ready.is_set()
             self._ready.set()
-            self.tools, self.prompts, self.resources = [], [], []
+            self.tools, self.prompts, self.resources, self.resource_templates = [], [], [], []
             if self._stopping:
                 self.last_error = None if was_connected else self.last_error
             elif was_connected:
@@ -280,9 +283,11 @@ class McpClient:
                 tg.start_soon(fetch, "prompts", list_all_prompts)
             if caps.resources is not None:
                 tg.start_soon(fetch, "resources", list_all_resources)
+                tg.start_soon(fetch, "templates", list_all_resource_templates)
         self.tools = results.get("tools", [])
         self.prompts = results.get("prompts", [])
         self.resources = results.get("resources", [])
+        self.resource_templates = results.get("templates", [])
 
     async def _on_message(self, message: Any) -> None:
         """Handshake-era notices (modern servers also copy theirs here while a listen is open)."""
@@ -290,13 +295,16 @@ class McpClient:
             self.request_refresh(tools=True)
         elif isinstance(message, types.PromptListChangedNotification):
             self.request_refresh(prompts=True)
+        elif isinstance(message, types.ResourceListChangedNotification):
+            self.request_refresh(resources=True)
         elif isinstance(message, Exception):
             logger.debug("server %r sent something unreadable: %s", self.name, message)
 
-    def request_refresh(self, *, tools: bool = False, prompts: bool = False) -> None:
+    def request_refresh(self, *, tools: bool = False, prompts: bool = False, resources: bool = False) -> None:
         """Ask the owner to refetch listings. Bursts coalesce into one refetch."""
         self._refresh_tools |= tools
         self._refresh_prompts |= prompts
+        self._refresh_resources |= resources
         self._refresh_event.set()
 
     async def _refresher(self, client: Client) -> None:
@@ -305,11 +313,15 @@ class McpClient:
         while True:
             await self._refresh_event.wait()
             self._refresh_event = anyio.Event()
-            tools, prompts = self._refresh_tools, self._refresh_prompts
-            self._refresh_tools = self._refresh_prompts = False
+            tools, prompts, resources = self._refresh_tools, self._refresh_prompts, self._refresh_resources
+            self._refresh_tools = self._refresh_prompts = self._refresh_resources = False
             try:
                 new_tools = await list_all_tools(client, bypass=True) if tools else self.tools
                 new_prompts = await list_all_prompts(client, bypass=True) if prompts else self.prompts
+                new_resources, new_templates = self.resources, self.resource_templates
+                if resources:
+                    new_resources = await list_all_resources(client, bypass=True)
+                    new_templates = await list_all_resource_templates(client, bypass=True)
             except MCPError as exc:
                 logger.warning(
                     "server %r: refreshing its listings failed: %s", self.name, redact_text(str(exc), self.config)
@@ -317,8 +329,9 @@ class McpClient:
                 if exc.code == types.CONNECTION_CLOSED:
                     self.mark_lost("connection closed")
                 continue
-            if new_tools != self.tools or new_prompts != self.prompts:
-                self.tools, self.prompts = new_tools, new_prompts
+            new = (new_tools, new_prompts, new_resources, new_templates)
+            if new != (self.tools, self.prompts, self.resources, self.resource_templates):
+                self.tools, self.prompts, self.resources, self.resource_templates = new
                 self._notify()
 
     async def _listener(self, client: Client, *, task_status: anyio.abc.TaskStatus[None]) -> None:
@@ -382,6 +395,21 @@ class McpClient:
             return await client.read_resource(uri)
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise self._request_error(f"reading resource {uri!r}", exc, tool=uri) from exc
+
+    async def complete(
+        self,
+        ref: types.PromptReference | types.ResourceTemplateReference,
+        argument: dict[str, str],
+        context_arguments: dict[str, str] | None = None,
+    ) -> types.CompleteResult:
+        """Completions for an argument of one of this server's prompts or resource templates."""
+        of = ref.name if isinstance(ref, types.PromptReference) else ref.uri
+        what = f"completing argument {argument.get('name')!r} of {of!r}"
+        client = self._connected_client(what)
+        try:
+            return await client.complete(ref, argument, context_arguments)
+        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            raise self._request_error(what, exc, tool=argument.get("name", "")) from exc
 
     def _request_error(self, what: str, exc: BaseException, *, tool: str) -> Exception:
         if self._stopping:

@@ -18,7 +18,14 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-__all__ = ["follow_list_changes", "list_all_prompts", "list_all_resources", "list_all_tools", "listen_wanted"]
+__all__ = [
+    "follow_list_changes",
+    "list_all_prompts",
+    "list_all_resource_templates",
+    "list_all_resources",
+    "list_all_tools",
+    "listen_wanted",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +34,7 @@ LISTEN_RETRY_S = 0.5
 
 
 class RequestRefresh(Protocol):
-    def __call__(self, *, tools: bool = False, prompts: bool = False) -> None: ...
+    def __call__(self, *, tools: bool = False, prompts: bool = False, resources: bool = False) -> None: ...
 
 
 _Page = TypeVar("_Page")
@@ -62,13 +69,36 @@ async def list_all_resources(client: Client, *, bypass: bool = False) -> list[ty
     return await _paginate(lambda c: client.list_resources(cursor=c, cache_mode=mode), lambda p: p.resources)
 
 
+async def list_all_resource_templates(client: Client, *, bypass: bool = False) -> list[types.ResourceTemplate]:
+    """Every resource template; none when the server has resources but does not serve templates (-32601):
+    templates are optional, and their absence must never fail a discovery."""
+    mode: CacheMode = "bypass" if bypass else "use"
+    try:
+        return await _paginate(
+            lambda c: client.list_resource_templates(cursor=c, cache_mode=mode), lambda p: p.resource_templates
+        )
+    except MCPError as exc:
+        if exc.code != types.METHOD_NOT_FOUND:
+            raise
+        return []
+
+
 def listen_wanted(client: Client) -> bool:
     """Whether a connection needs a ``subscriptions/listen`` stream: modern era, and the server
-    advertises list-changed for tools or prompts (others answer -32601, MCP-SDK-2.md pitfall 6)."""
+    advertises list-changed for tools, prompts or resources (others answer -32601, MCP-SDK-2.md pitfall 6)."""
     if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
         return False
+    return any(_list_changed(client))
+
+
+def _list_changed(client: Client) -> tuple[bool, bool, bool]:
+    """Whether the server announces changes of its tools, prompts and resources lists."""
     caps = client.server_capabilities
-    return bool((caps.tools and caps.tools.list_changed) or (caps.prompts and caps.prompts.list_changed))
+    return (
+        bool(caps.tools and caps.tools.list_changed),
+        bool(caps.prompts and caps.prompts.list_changed),
+        bool(caps.resources and caps.resources.list_changed),
+    )
 
 
 async def follow_list_changes(
@@ -82,22 +112,28 @@ async def follow_list_changes(
     ``request_refresh`` calls; after a drop, listen again and refetch (there is no replay).
     ``task_status`` is started once the first stream is open (or listening turned out impossible);
     ``describe(exc)`` names the server in log lines, without secrets."""
-    caps = client.server_capabilities
-    want_tools = bool(caps.tools and caps.tools.list_changed)
-    want_prompts = bool(caps.prompts and caps.prompts.list_changed)
+    want_tools, want_prompts, want_resources = _list_changed(client)
     first = True
     try:
         while True:
             try:
-                async with client.listen(tools_list_changed=want_tools, prompts_list_changed=want_prompts) as sub:
+                async with client.listen(
+                    tools_list_changed=want_tools,
+                    prompts_list_changed=want_prompts,
+                    resources_list_changed=want_resources,
+                ) as sub:
                     if first:
                         task_status.started()
                         first = False
                     else:  # no replay after a drop: refetch what we depend on
-                        request_refresh(tools=want_tools, prompts=want_prompts)
+                        request_refresh(tools=want_tools, prompts=want_prompts, resources=want_resources)
                     async for event in sub:
                         kind = type(event).__name__
-                        request_refresh(tools=kind == "ToolsListChanged", prompts=kind == "PromptsListChanged")
+                        request_refresh(
+                            tools=kind == "ToolsListChanged",
+                            prompts=kind == "PromptsListChanged",
+                            resources=kind == "ResourcesListChanged",
+                        )
                 return  # the server closed the stream gracefully
             except SubscriptionLost:
                 logger.debug("%s: change subscription lost; listening again", describe(None))

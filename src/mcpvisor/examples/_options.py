@@ -9,9 +9,13 @@ The command line is a contract used by the demo, the tests and the benchmarks::
     --tools a,b,c          configurable tools (default "echo"); each returns "{name}:{tool}:{text}"
     --prompts p,q          configurable prompts (default none); each returns "{name}:{prompt}:{topic}"
     --resources u,v        resource URIs (light server; default none); each reads "{name}:{uri}"
+    --templates t,u        resource URI templates, one {variable} per path segment (light server);
+                           a URI one matches reads "{name}:{uri}"; completing a template variable or a
+                           prompt argument offers "{name}:{argument}:{value}"
     --marker PATH          append "{pid} {name}" to PATH before serving
     --stderr TEXT          write TEXT to stderr at start
-    --control              also expose set_tools, set_prompts, sleep and pid
+    --control              also expose set_tools, set_prompts, sleep and pid (and, in the light server
+                           with --resources or --templates, set_resources)
     --crash-on-call TOOL   calling TOOL exits the process with code 3, without replying
     --hang-on-call TOOL    calling TOOL never returns; other requests are still served
     --hang-on-initialize   never answer initialize (nor the modern server/discover probe)
@@ -60,6 +64,7 @@ class Options:
         "resources",
         "stderr",
         "stubborn",
+        "templates",
         "tools",
         "transport",
     )
@@ -69,6 +74,7 @@ class Options:
         self.tools: tuple[str, ...] = split_names(namespace.tools)
         self.prompts: tuple[str, ...] = split_names(namespace.prompts)
         self.resources: tuple[str, ...] = split_names(namespace.resources)
+        self.templates: tuple[str, ...] = split_names(getattr(namespace, "templates", ""))
         self.marker: str | None = namespace.marker
         self.stderr: str | None = namespace.stderr
         self.control: bool = namespace.control
@@ -109,6 +115,12 @@ def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
     parser.add_argument("--prompts", default="", help="comma-separated prompt names (default: none)")
     parser.add_argument(
         "--resources", default="", help='comma-separated resource URIs (light server); each reads "{name}:{uri}"'
+    )
+    parser.add_argument(
+        "--templates",
+        default="",
+        help='comma-separated resource URI templates (light server), e.g. "notes://{id}"; a matching URI '
+        'reads "{name}:{uri}"',
     )
     parser.add_argument("--marker", metavar="PATH", help='append "{pid} {name}" to PATH before serving')
     parser.add_argument("--stderr", metavar="TEXT", help="write TEXT to stderr at start")

@@ -2,8 +2,9 @@
 
 Run it as ``python -m mcpvisor.examples.light_server --help``. It speaks the handshake era
 (newline-delimited JSON-RPC 2.0, protocol versions 2024-11-05 to 2025-11-25): ``initialize``,
-``ping``, ``tools/list``, ``tools/call``, ``prompts/list``, ``prompts/get``, ``resources/list`` and
-``resources/templates/list`` (no templates), ``resources/read``. Every other request gets -32601 at once, so a client's
+``ping``, ``tools/list``, ``tools/call``, ``prompts/list``, ``prompts/get``, ``resources/list``,
+``resources/templates/list``, ``resources/read`` and ``completion/complete``. Every other request gets
+-32601 at once, so a client's
 ``server/discover`` probe falls back to ``initialize`` without waiting; other requests before
 ``initialize`` get an error reply too. Notifications other than the handshake's are ignored.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -53,6 +55,7 @@ _KNOWN_METHODS = frozenset(
         "resources/list",
         "resources/templates/list",
         "resources/read",
+        "completion/complete",
     }
 )
 
@@ -68,12 +71,18 @@ _CONTROL_SCHEMAS: dict[str, dict[str, object]] = {
         "required": ["names"],
     },
     "sleep": {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]},
+    "set_resources": {
+        "type": "object",
+        "properties": {"names": {"type": "string", "description": "comma-separated resource URIs"}},
+        "required": ["names"],
+    },
     "pid": {"type": "object", "properties": {}},
 }
 
 _CONTROL_DESCRIPTIONS = {
     "set_tools": "Replace the configurable tools and announce the change.",
     "set_prompts": "Replace the configurable prompts and announce the change.",
+    "set_resources": "Replace the resources and announce the change.",
     "sleep": "Sleep for the given number of seconds, then return 'slept'.",
     "pid": "Return the server's process id.",
 }
@@ -97,6 +106,7 @@ class LightServer:
         self._write_lock = threading.Lock()
         self._tools = options.tools
         self._prompts = options.prompts
+        self._resources = options.resources
         self._initialized = False
 
     # -- output --------------------------------------------------------------------------------
@@ -175,23 +185,27 @@ class LightServer:
         elif method == "resources/list":
             self._reply(
                 request_id,
-                {"resources": [{"uri": u, "name": u, "mimeType": "text/plain"} for u in self._options.resources]},
+                {"resources": [{"uri": u, "name": u, "mimeType": "text/plain"} for u in self._resources]},
             )
         elif method == "resources/read":
             uri = params.get("uri")
-            if uri not in self._options.resources:
+            if uri not in self._resources and not self._template_matches(uri):
                 raise RequestError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}")
             text = f"{self._options.name}:{uri}"
             self._reply(request_id, {"contents": [{"uri": uri, "mimeType": "text/plain", "text": text}]})
+        elif method == "completion/complete":
+            self._reply(request_id, self._complete(params))
         else:  # resources/templates/list
-            self._reply(request_id, {"resourceTemplates": []})
+            templates = [{"uriTemplate": t, "name": t, "mimeType": "text/plain"} for t in self._options.templates]
+            self._reply(request_id, {"resourceTemplates": templates})
 
     # -- handlers ------------------------------------------------------------------------------
 
     def _initialize_result(self, params: dict[str, Any]) -> dict[str, Any]:
         requested = params.get("protocolVersion")
         version = requested if requested in PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
-        capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "resources": {}}
+        resources: dict[str, Any] = {"listChanged": True} if "set_resources" in self._control_tools() else {}
+        capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "resources": resources, "completions": {}}
         if self._prompts or self._options.control:
             capabilities["prompts"] = {"listChanged": True}
         return {
@@ -200,10 +214,17 @@ class LightServer:
             "serverInfo": {"name": self._options.name, "version": __version__},
         }
 
+    def _control_tools(self) -> tuple[str, ...]:
+        """The control tools (``--control``); ``set_resources`` too when the server has resources."""
+        if not self._options.control:
+            return ()
+        with_resources = self._options.resources or self._options.templates
+        return (*CONTROL_TOOLS, "set_resources") if with_resources else CONTROL_TOOLS
+
     def _configurable_tools(self) -> tuple[str, ...]:
         if not self._options.control:
             return self._tools
-        return tuple(tool for tool in self._tools if tool not in CONTROL_TOOLS)
+        return tuple(tool for tool in self._tools if tool not in self._control_tools())
 
     def _tool_list(self) -> list[dict[str, Any]]:
         name = self._options.name
@@ -215,11 +236,10 @@ class LightServer:
             }
             for tool in self._configurable_tools()
         ]
-        if self._options.control:
-            tools.extend(
-                {"name": tool, "description": _CONTROL_DESCRIPTIONS[tool], "inputSchema": _CONTROL_SCHEMAS[tool]}
-                for tool in CONTROL_TOOLS
-            )
+        tools.extend(
+            {"name": tool, "description": _CONTROL_DESCRIPTIONS[tool], "inputSchema": _CONTROL_SCHEMAS[tool]}
+            for tool in self._control_tools()
+        )
         return tools
 
     def _call_tool(self, request_id: object, params: dict[str, Any]) -> None:
@@ -233,7 +253,7 @@ class LightServer:
             os._exit(CRASH_EXIT_CODE)
         if tool == self._options.hang_on_call:
             return  # never answered; the read loop goes on serving other requests
-        if self._options.control and tool in CONTROL_TOOLS:
+        if self._options.control and tool in self._control_tools():
             self._call_control_tool(request_id, tool, arguments)
         elif tool in self._configurable_tools():
             text = arguments.get("text", "")
@@ -259,6 +279,10 @@ class LightServer:
                 self._tools = split_names(names)
                 self._notify("notifications/tools/list_changed")
                 self._reply(request_id, _text_result(",".join(self._configurable_tools())))
+            elif tool == "set_resources":
+                self._resources = split_names(names)
+                self._notify("notifications/resources/list_changed")
+                self._reply(request_id, _text_result(",".join(self._resources)))
             else:
                 self._prompts = split_names(names)
                 self._notify("notifications/prompts/list_changed")
@@ -293,6 +317,26 @@ class LightServer:
             raise RequestError(INVALID_PARAMS, f"prompt {prompt!r}: argument 'topic' must be a string")
         text = prompt_text(self._options.name, prompt, topic)
         return {"messages": [{"role": "user", "content": {"type": "text", "text": text}}]}
+
+    def _template_matches(self, uri: object) -> bool:
+        return isinstance(uri, str) and any(_template_regex(t).fullmatch(uri) for t in self._options.templates)
+
+    def _complete(self, params: dict[str, Any]) -> dict[str, Any]:
+        ref, argument = params.get("ref"), params.get("argument")
+        if not isinstance(ref, dict) or not isinstance(argument, dict):
+            raise RequestError(INVALID_PARAMS, "completion/complete needs an object 'ref' and an object 'argument'")
+        if ref.get("type") == "ref/prompt" and ref.get("name") not in self._prompts:
+            raise RequestError(INVALID_PARAMS, f"Unknown prompt: {ref.get('name')}")
+        if ref.get("type") == "ref/resource" and ref.get("uri") not in self._options.templates:
+            raise RequestError(INVALID_PARAMS, f"Unknown resource template: {ref.get('uri')}")
+        value = f"{self._options.name}:{argument.get('name')}:{argument.get('value', '')}"
+        return {"completion": {"values": [value], "total": 1, "hasMore": False}}
+
+
+def _template_regex(template: str) -> re.Pattern[str]:
+    """A URI template with simple ``{variable}`` expressions as a regular expression (one path segment each)."""
+    parts = re.split(r"\{[^}]*\}", template)
+    return re.compile("[^/]+".join(re.escape(part) for part in parts))
 
 
 def _text_result(text: str) -> dict[str, Any]:

@@ -4,7 +4,11 @@ A resource keeps its own URI when no other connected server lists the same one, 
 URIs the servers use (and ``resource_link`` contents in tool results stay readable as they are).
 When two servers list one URI, each is served as ``mcpvisor://<server>/<URI, percent-encoded>``:
 reversible, and the same on every reload. A URI no server lists is routed to the one server that
-could own it (the only server with resources), or refused with a message naming the reason.
+could own it (the one server whose resource template matches it, or the only server with
+resources), or refused with a message naming the reason.
+
+Resource templates are served as the servers list them. A ``completion/complete`` for a template
+goes to the server that lists that template.
 """
 
 from __future__ import annotations
@@ -15,8 +19,16 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 import mcp_types as types
+from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
-__all__ = ["NAMESPACE_SCHEME", "ServedResource", "namespaced_uri", "parse_namespaced_uri", "served_resources"]
+__all__ = [
+    "NAMESPACE_SCHEME",
+    "ServedResource",
+    "namespaced_uri",
+    "parse_namespaced_uri",
+    "servers_matching_templates",
+    "served_resources",
+]
 
 NAMESPACE_SCHEME = "mcpvisor"
 
@@ -52,3 +64,19 @@ def served_resources(listed: Mapping[str, Sequence[types.Resource]]) -> dict[str
             uri = str(resource.uri)
             served[uri if counts[uri] == 1 else namespaced_uri(server, uri)] = ServedResource(server, resource)
     return served
+
+
+def servers_matching_templates(uri: str, templates: Mapping[str, Sequence[types.ResourceTemplate]]) -> list[str]:
+    """The servers (sorted) with a resource template that ``uri`` matches (``templates``: server -> its
+    templates). A template that does not parse matches nothing."""
+    matching = []
+    for server in sorted(templates):
+        for template in templates[server]:
+            try:
+                parsed = UriTemplate.parse(template.uri_template)
+            except InvalidUriTemplate:
+                continue
+            if parsed.match(uri) is not None:
+                matching.append(server)
+                break
+    return matching

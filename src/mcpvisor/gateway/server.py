@@ -57,7 +57,12 @@ from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, Serv
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.registry import RegisteredPrompt, mcp_tool_name
 from mcpvisor.gateway.http import MCP_PATH, OneWorkspace, bind_http_socket, serve_asgi_socket, transport_security
-from mcpvisor.gateway.resources import ServedResource, parse_namespaced_uri, served_resources
+from mcpvisor.gateway.resources import (
+    ServedResource,
+    parse_namespaced_uri,
+    served_resources,
+    servers_matching_templates,
+)
 
 if TYPE_CHECKING:
     from mcp.shared._stream_protocols import ReadStream, WriteStream  # the types of Server.run's streams
@@ -135,7 +140,7 @@ class Gateway(StackOwner):
         self._listen = ListenHandler(self.bus)
         self._legacy: dict[Connection, None] = {}
         self._pending: set[str] = set()
-        self._served_resources: frozenset[str] = frozenset()
+        self._served_resources: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
         self._wake = anyio.Event()
         self._reconciling = False
         self._reconcile_over = anyio.Event()
@@ -151,7 +156,9 @@ class Gateway(StackOwner):
             on_call_tool=self._on_call_tool,
             on_list_prompts=self._on_list_prompts,
             on_list_resources=self._on_list_resources,
+            on_list_resource_templates=self._on_list_resource_templates,
             on_read_resource=self._on_read_resource,
+            on_completion=self._on_completion,
             on_get_prompt=self._on_get_prompt,
             on_subscriptions_listen=self._listen,
         )
@@ -219,6 +226,44 @@ class Gateway(StackOwner):
         clients = self.config.manager.clients()
         return served_resources({name: c.resources for name, c in clients.items() if c.status == "connected"})
 
+    def _templates(self) -> dict[str, list[types.ResourceTemplate]]:
+        """Server -> the resource templates it lists, for connected servers that list any."""
+        clients = self.config.manager.clients()
+        return {n: c.resource_templates for n, c in clients.items() if c.status == "connected" and c.resource_templates}
+
+    async def _on_list_resource_templates(
+        self, ctx: _Ctx, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        templates = [t for _, listed in sorted(self._templates().items()) for t in listed]
+        return types.ListResourceTemplatesResult(resource_templates=templates)
+
+    async def _on_completion(self, ctx: _Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
+        """Completion of a prompt's or a resource template's argument, answered by the server that owns it."""
+        ref = params.ref
+        upstream_ref: types.PromptReference | types.ResourceTemplateReference
+        if isinstance(ref, types.PromptReference):
+            entry = self._prompts_by_name().get(ref.name)
+            if entry is None:
+                raise MCPError(types.INVALID_PARAMS, self._prompt_not_found(ref.name))
+            server, upstream_ref = entry.server, ref.model_copy(update={"name": entry.prompt.name})
+        else:
+            owners = [s for s, listed in self._templates().items() if any(t.uri_template == ref.uri for t in listed)]
+            if not owners:
+                raise MCPError(
+                    types.INVALID_PARAMS,
+                    f"cannot complete for resource template {ref.uri!r}: no connected MCP server lists it",
+                )
+            server, upstream_ref = sorted(owners)[0], ref
+        client = self.config.manager.get_client(server)
+        if client is None:
+            raise MCPError(types.INVALID_PARAMS, f"cannot complete: server {server!r} is not connected")
+        context = params.context.arguments if params.context is not None else None
+        argument = {"name": params.argument.name, "value": params.argument.value}
+        try:
+            return await client.complete(upstream_ref, argument, context)
+        except McpvisorError as exc:
+            raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+
     async def _on_list_resources(
         self, ctx: _Ctx, params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
@@ -248,8 +293,18 @@ class Gateway(StackOwner):
         namespaced = parse_namespaced_uri(uri)
         if namespaced is not None:
             return namespaced
-        with_resources = [n for n, c in self.config.manager.clients().items() if c.resources]
-        if len(with_resources) == 1:  # e.g. a URI from a template or a resource_link of its only server
+        by_template = servers_matching_templates(uri, self._templates())
+        if len(by_template) == 1:
+            return by_template[0], uri
+        if len(by_template) > 1:
+            raise MCPError(
+                RESOURCE_NOT_FOUND,
+                f"resource {uri!r} is ambiguous: it matches resource templates of servers {', '.join(by_template)}; "
+                "read it through a URI one of them lists",
+            )
+        clients = self.config.manager.clients()
+        with_resources = [n for n, c in clients.items() if c.resources or c.resource_templates]
+        if len(with_resources) == 1:  # e.g. a resource_link of the only server with resources
             return with_resources[0], uri
         raise MCPError(
             RESOURCE_NOT_FOUND,
@@ -285,8 +340,8 @@ class Gateway(StackOwner):
     def _on_event(self, event: McpEvent) -> None:
         if isinstance(event, ToolsChanged | PromptsChanged):
             self.mark_changed(tools=isinstance(event, ToolsChanged), prompts=isinstance(event, PromptsChanged))
-        elif isinstance(event, ServerStateChanged):
-            self._check_resources()
+        elif isinstance(event, ServerStateChanged) or (isinstance(event, McpClientUpdate) and event.server):
+            self._check_resources()  # a server came or went, or one's listings changed
         elif isinstance(event, McpClientUpdate) and event.server is None:
             self._reconciling = event.in_progress
             if not event.in_progress:
@@ -295,8 +350,10 @@ class Gateway(StackOwner):
                 self._reconcile_over = anyio.Event()
 
     def _check_resources(self) -> None:
-        """Resources change when servers connect or leave: announce it when the served set differs."""
-        served = frozenset(self._resources())
+        """Resources change when servers connect or leave, or a server's own list changed: announce it when
+        the served URIs or templates differ."""
+        templates = frozenset(t.uri_template for listed in self._templates().values() for t in listed)
+        served = (frozenset(self._resources()), templates)
         if served != self._served_resources:
             self._served_resources = served
             self.mark_changed(resources=True)
