@@ -35,6 +35,8 @@ SCENARIOS = [
     "tools-call-simple-text",
     "prompts-list",
     "resources-list",
+    "resources-read-text",
+    "resources-templates-read",
     "dns-rebinding-protection",
 ]
 
@@ -74,7 +76,10 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
 @pytest.fixture(scope="module")
 def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     layout = make_layout(tmp_path_factory.mktemp("conformance"))
-    upstream = [sys.executable, "-m", LIGHT, "--name", "demo", "--prompts", "brief", "--resources", "note://demo/1"]
+    upstream = [
+        *(sys.executable, "-m", LIGHT, "--name", "demo", "--prompts", "brief"),
+        *("--resources", "note://demo/1,test://static-text", "--templates", "test://template/{id}/data"),
+    ]
     write_json(layout.paths.user, {"mcpServers": {"demo": {"command": upstream[0], "args": upstream[1:]}}})
     port = free_port()
     command = [sys.executable, "-m", "mcpvisor", "serve", "--http", f"127.0.0.1:{port}", "--no-auth"]
