@@ -26,7 +26,7 @@ from mcpvisor.host.importers import SOURCES, ImportLevel, PlannedImport, plan_im
 from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted_folders
 from mcpvisor.host.settings.mcp_servers import load_top_tier
 from mcpvisor.host.settings.writer import delete_setting, set_setting, write_atomically
-from mcpvisor.host.status import describe_servers
+from mcpvisor.host.status import describe_servers, plural
 from mcpvisor.shell.views import render_status
 
 __all__ = ["add_server", "decide", "import_servers", "list_servers", "load_state", "remove_server", "trust_folder"]
@@ -58,7 +58,12 @@ def list_servers(
     as_json: bool,
 ) -> None:
     settings, approvals, state = load_state(env, workspace, mcp_config, allowed)
-    rows = describe_servers(state.assembled, state.gating, approvals, settings.root, trusted=settings.trusted)
+    from mcpvisor.host.oauth import TokenStore, sign_ins
+
+    signed = sign_ins(TokenStore(paths.oauth_tokens_path(env)), state.assembled.servers)
+    rows = describe_servers(
+        state.assembled, state.gating, approvals, settings.root, trusted=settings.trusted, sign_ins=signed
+    )
     problems = [*(str(e) for e in settings.errors.values()), *settings.warnings, *state.assembled.warnings]
     if approvals.error:
         problems.append(approvals.error)
@@ -116,6 +121,72 @@ def decide(*, env: Mapping[str, str], workspace: Path | None, name: str, decisio
     else:
         approvals.reject(settings.root, name, cfg)
         console.print(f"[red]Rejected[/] for {settings.root}. It stays disconnected until its configuration changes.")
+
+
+def _remote_server(
+    env: Mapping[str, str], workspace: Path | None, name: str, what: str
+) -> tuple[Path, McpServerConfig]:
+    """The configured remote server ``name`` (workspace root, config), or :class:`ConfigError` saying why not."""
+    settings, approvals, state = load_state(env, workspace)
+    cfg = state.assembled.servers.get(name)
+    if cfg is None:
+        known = ", ".join(sorted(state.assembled.servers)) or "none"
+        raise ConfigError(
+            f"cannot {what} server {name!r}: no server of that name is configured for {settings.root} "
+            f"(configured: {known}); check the name or pass --workspace"
+        )
+    if cfg.transport == "stdio":
+        raise ConfigError(f"cannot {what} server {name!r}: it runs a command (stdio), there is nothing to sign in to")
+    if what == "sign in to" and is_gated(cfg) and approvals.get_state(settings.root, name, cfg) != "approved":
+        raise ConfigError(
+            f"cannot sign in to server {name!r}: it is a {state.assembled.sources[name].label} server that is not "
+            f"approved; approve it first: mcpvisor mcp approve {name}"
+        )
+    return settings.root, cfg
+
+
+def login(*, env: Mapping[str, str], workspace: Path | None, name: str, timeout_s: float, browser: bool) -> None:
+    import webbrowser
+
+    import anyio
+
+    from mcpvisor.host.oauth import TokenStore
+    from mcpvisor.host.oauth import login as sign_in
+
+    _, cfg = _remote_server(env, workspace, name, "sign in to")
+    store = TokenStore(paths.oauth_tokens_path(env))
+    err = Console(stderr=True, highlight=False)
+
+    def open_url(url: str) -> bool:
+        try:
+            return browser and webbrowser.open(url)
+        except webbrowser.Error:
+            return False
+
+    def announce(text: str) -> None:
+        err.print(text, soft_wrap=True, markup=False)
+
+    tools = anyio.run(
+        lambda: sign_in(
+            store, name, cfg, open_url=open_url, announce=announce, timeout_s=timeout_s, log_dir=paths.log_dir(env)
+        )
+    )
+    Console(highlight=False).print(
+        f"[green]Signed in[/] to [bold]{name}[/] ({plural(tools, 'tool')}); the sign-in is kept in "
+        f"{store.path}. A running mcpvisor connects it now."
+    )
+
+
+def logout(*, env: Mapping[str, str], workspace: Path | None, name: str) -> None:
+    from mcpvisor.host.oauth import TokenStore, oauth_settings, token_key
+
+    _, cfg = _remote_server(env, workspace, name, "sign out of")
+    store = TokenStore(paths.oauth_tokens_path(env))
+    store.read()  # a corrupt store: say so rather than "not signed in"
+    if store.forget(token_key(cfg, oauth_settings(name, cfg))):
+        Console(highlight=False).print(f"Signed out of [bold]{name}[/]: its tokens are deleted from {store.path}")
+    else:
+        Console(highlight=False).print(f"Not signed in to [bold]{name}[/]: nothing to forget")
 
 
 def _show_config(console: Console, cfg: McpServerConfig) -> None:

@@ -1,4 +1,5 @@
-"""``mcpvisor mcp ...``: inspect and manage configured servers; none of these starts a server or imports the SDK."""
+"""``mcpvisor mcp ...``: inspect and manage configured servers. None of these starts a server or imports the
+SDK, except ``login``, which connects to the one server it signs in to."""
 
 from __future__ import annotations
 
@@ -12,13 +13,15 @@ from mcpvisor.cli.options import AllowedOpt, JsonOpt, McpConfigOpt, WorkspaceOpt
 __all__ = ["mcp_app"]
 
 mcp_app = typer.Typer(
-    help="Inspect and manage configured MCP servers (never starts one).", no_args_is_help=True, rich_markup_mode=None
+    help="Inspect and manage configured MCP servers (only login connects to one).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 
 @mcp_app.callback()
 def _mcp_root() -> None:
-    """Inspect and manage configured MCP servers (never starts one)."""
+    """Inspect and manage configured MCP servers (only login connects to one)."""
     setup_logging(0, narrated=True)  # each command reports problems itself
 
 
@@ -51,6 +54,37 @@ def mcp_approve(
 
     with reported():
         decide(env=dict(os.environ), workspace=workspace, name=name, decision="approve")
+
+
+@mcp_app.command("login")
+def mcp_login(
+    name: Annotated[str, typer.Argument(help="The remote server to sign in to.", metavar="NAME")],
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="How long to wait for the browser sign-in.", metavar="SECONDS")
+    ] = 300.0,
+    browser: Annotated[
+        bool, typer.Option("--browser/--no-browser", help="Open a browser (otherwise only print the URL).")
+    ] = True,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Sign in to a remote server with OAuth (browser, then a redirect to this machine); tokens are kept
+    0600 in the user directory and refreshed by themselves."""
+    from mcpvisor.cli.commands import login
+
+    with reported():
+        login(env=dict(os.environ), workspace=workspace, name=name, timeout_s=timeout, browser=browser)
+
+
+@mcp_app.command("logout")
+def mcp_logout(
+    name: Annotated[str, typer.Argument(help="The remote server to sign out of.", metavar="NAME")],
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Forget a remote server's OAuth sign-in (its tokens)."""
+    from mcpvisor.cli.commands import logout
+
+    with reported():
+        logout(env=dict(os.environ), workspace=workspace, name=name)
 
 
 @mcp_app.command("reject")

@@ -34,7 +34,7 @@ from mcpvisor.core.listing import (
     list_all_tools,
     listen_wanted,
 )
-from mcpvisor.core.server_config import McpServerConfig, connection_id_of, redact_text
+from mcpvisor.core.server_config import HttpAuth, McpServerConfig, connection_id_of, redact_text
 from mcpvisor.core.stdio import StdioProcess
 from mcpvisor.core.transports import explain_start_failure, open_transport
 
@@ -78,6 +78,7 @@ class McpClient:
         log_dir: Path | None = None,
         on_change: Callable[[McpClient], None] | None = None,
         on_lost: Callable[[McpClient], None] | None = None,
+        http_auth: HttpAuth | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -93,6 +94,7 @@ class McpClient:
         self.needs_auth = False
         """The server answered 401/403: it wants credentials."""
         self._log_dir = log_dir or default_log_dir()
+        self._http_auth = http_auth
         self._on_change = on_change
         self._on_lost = on_lost
         self._client: Client | None = None
@@ -239,6 +241,9 @@ class McpClient:
             log_path=self.log_path,
             on_response=self._note_http_status,
             sse_timeout_s=self.discovery_timeout_s,
+            auth=self._http_auth(self.name, self.config)
+            if self._http_auth and self.config.transport != "stdio"
+            else None,
         )
         handler: MessageHandlerFnT = self._on_message
         client = Client(
@@ -252,6 +257,10 @@ class McpClient:
         # Reconnect in the era we negotiated: no probe round trip next time (MCP-SDK-2.md pitfall 7).
         self._mode = client.protocol_version if client.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
         return client
+
+    def _auth(self) -> Any:
+        remote = self.config.transport != "stdio"
+        return self._http_auth(self.name, self.config) if self._http_auth is not None and remote else None
 
     async def _note_http_status(self, response: Any) -> None:
         """Remember that the server asked for credentials (the SDK keeps only a generic error)."""

@@ -29,7 +29,7 @@ from mcpvisor.core.gating import McpGating, matches_any
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.manager import McpClientManager
 from mcpvisor.core.registry import TOOL_PREFIX, PromptRegistry, ToolRegistry
-from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_config import HttpAuth, McpServerConfig
 
 if TYPE_CHECKING:
     from mcp_types import CallToolResult, GetPromptResult
@@ -60,8 +60,10 @@ class Config(StackOwner):
         max_concurrent_starts: int | None = None,
         pool: McpConnectionPool | None = None,
         session_id: str = "default",
+        http_auth: HttpAuth | None = None,
     ) -> None:
         self._pool = pool
+        self._http_auth = http_auth
         self._session_id = session_id
         self._settings_servers: dict[str, McpServerConfig] = dict(mcp_servers or {})
         self._extension_servers: dict[str, McpServerConfig] = {}
@@ -98,6 +100,7 @@ class Config(StackOwner):
                 max_concurrent_starts=self._max_starts,
                 pool=self._pool,
                 session_id=self._session_id,
+                http_auth=self._http_auth,
             )
             stack.push_async_callback(self._manager.aclose)
             self._stack = stack.pop_all()

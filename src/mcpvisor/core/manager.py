@@ -30,7 +30,7 @@ from mcpvisor.core.events import (
 from mcpvisor.core.pool import default_max_starts
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, plan_reconcile
 from mcpvisor.core.registry import PromptRegistry, ToolRegistry
-from mcpvisor.core.server_config import McpServerConfig, connection_id_of, exposure_of
+from mcpvisor.core.server_config import HttpAuth, McpServerConfig, connection_id_of, exposure_of
 
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
@@ -63,8 +63,10 @@ class McpClientManager:
         max_concurrent_starts: int | None = None,
         pool: McpConnectionPool | None = None,
         session_id: str = "default",
+        http_auth: HttpAuth | None = None,
     ) -> None:
         self._config = config
+        self._http_auth = http_auth
         self._pool = pool
         self._session_id = session_id
         self._tg = tg
@@ -232,7 +234,14 @@ class McpClientManager:
             self._clients[name] = client
             self._sync_registry(name)
             return
-        client = McpClient(name, cfg, log_dir=self._log_dir, on_change=self._on_client_change, on_lost=self._on_lost)
+        client = McpClient(
+            name,
+            cfg,
+            log_dir=self._log_dir,
+            on_change=self._on_client_change,
+            on_lost=self._on_lost,
+            http_auth=self._http_auth,
+        )
         self._clients[name] = client
         async with self._limiter:
             if self._clients.get(name) is not client:

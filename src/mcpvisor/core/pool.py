@@ -28,7 +28,7 @@ import anyio
 import anyio.abc
 
 from mcpvisor.core.errors import ConfigError, ConnectError
-from mcpvisor.core.server_config import McpServerConfig, connection_id_of
+from mcpvisor.core.server_config import HttpAuth, McpServerConfig, connection_id_of
 
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
@@ -63,8 +63,15 @@ class _Entry:
 
 
 class McpConnectionPool:
-    def __init__(self, *, log_dir: Path | None = None, max_concurrent_starts: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        log_dir: Path | None = None,
+        max_concurrent_starts: int | None = None,
+        http_auth: HttpAuth | None = None,
+    ) -> None:
         self._log_dir = log_dir
+        self._http_auth = http_auth
         self._limiter = anyio.CapacityLimiter(max_concurrent_starts or default_max_starts())
         self._entries: dict[str, _Entry] = {}
         self._tg: anyio.abc.TaskGroup | None = None
@@ -165,7 +172,9 @@ class McpConnectionPool:
             for _, lost in list(new.holders.values()):
                 lost(client)
 
-        client = McpClient(name, cfg, log_dir=self._log_dir, on_change=fan_out_change, on_lost=fan_out_lost)
+        client = McpClient(
+            name, cfg, log_dir=self._log_dir, on_change=fan_out_change, on_lost=fan_out_lost, http_auth=self._http_auth
+        )
         new = _Entry(key, client)
         new.holders[session_id] = (on_change, on_lost)
         self._entries[key] = new

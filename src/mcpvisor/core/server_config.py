@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_
 
 __all__ = [
     "CONNECTION_FIELDS",
+    "HttpAuth",
     "Exposure",
     "McpServerConfig",
     "Scope",
@@ -53,6 +54,12 @@ _NOT_APPROVAL_KEYS = frozenset({"scope", "extension_name", "description"})
 # Fields that define the connection (SPEC §3.1); auth settings arrive as unknown keys.
 CONNECTION_FIELDS = ("command", "args", "cwd", "env", "url", "http_url", "headers", "timeout")
 _AUTH_KEYS = ("oauth", "auth", "auth_provider_type", "authProviderType")
+
+
+HttpAuth = Callable[[str, "McpServerConfig"], Any]
+"""``(server name, config) -> httpx2.Auth | None``: signs a remote server's requests (e.g. with OAuth
+tokens kept by the layer above, which owns the files). Called once per connection attempt; what it
+signs with is not part of the connection id, so a refreshed token never restarts anything."""
 
 
 def normalize_server_entry(entry: Mapping[str, Any]) -> dict[str, Any]:

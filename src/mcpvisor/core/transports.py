@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import anyio
 from mcp.shared.exceptions import MCPError
 
-from mcpvisor.core.errors import ConnectError
+from mcpvisor.core.errors import ConnectError, McpvisorError
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.core.stdio import StdioProcess, open_stdio_transport
 
@@ -29,11 +29,13 @@ async def open_transport(
     log_path: Path,
     on_response: Callable[[Any], Awaitable[None]],
     sse_timeout_s: float,
+    auth: Any = None,
 ) -> tuple[Any, StdioProcess | None]:
     """Enter ``cfg``'s transport on ``stack``: ``(transport for mcp.Client, the stdio process or None)``.
 
     A stdio server is spawned here (its stderr appended to ``log_path``, created 0600); a remote
-    one gets an HTTP client whose every response passes ``on_response``. Raises :class:`ConnectError`
+    one gets an HTTP client whose every response passes ``on_response``, signed by ``auth`` (an
+    ``httpx2.Auth``, e.g. an OAuth provider) when given. Raises :class:`ConnectError`
     naming the config field to fix when the executable or working directory does not exist."""
     transport: Any
     process: StdioProcess | None = None
@@ -71,6 +73,7 @@ async def open_transport(
                 headers=cfg.headers or {},
                 timeout=httpx2.Timeout(30.0, read=300.0),
                 event_hooks={"response": [on_response]},
+                auth=auth,
             )
         )
         transport = streamable_http_client(cfg.http_url, http_client=http)
@@ -84,9 +87,11 @@ async def open_transport(
             timeout: httpx2.Timeout | None = None,
             auth: httpx2.Auth | None = None,
         ) -> httpx2.AsyncClient:
-            client = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth)
+            client = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth or signer)
             client.event_hooks["response"].append(on_response)
             return client
+
+        signer = auth
 
         assert cfg.url is not None
         transport = sse_client(
@@ -115,10 +120,15 @@ def explain_start_failure(
     log_path: Path,
 ) -> str:
     """Why a connection could not be made, for people (the caller redacts it)."""
+    for leaf in flatten(exc):
+        if isinstance(leaf, McpvisorError) and not isinstance(leaf, ConnectError):
+            return str(leaf)  # e.g. a sign-in the layer above says is needed, with its fix
+        if type(leaf).__module__.startswith("mcp.client.auth"):
+            return f"signing in to {cfg.target()} failed: {leaf}"
     if needs_auth:
         return (
-            f"the server needs authentication ({cfg.target()} answered 401/403); add the credentials "
-            f"it expects to mcpServers.{name}.headers (OAuth sign-in is not supported yet)"
+            f"the server needs authentication ({cfg.target()} answered 401/403); sign in with: "
+            f"mcpvisor mcp login {name} (or put the credentials it expects in mcpServers.{name}.headers)"
         )
     for leaf in flatten(exc):
         if isinstance(leaf, ConnectError):

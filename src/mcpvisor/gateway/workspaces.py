@@ -65,6 +65,7 @@ from mcpvisor.gateway.responses import error_response
 from mcpvisor.gateway.server import Gateway
 from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
+from mcpvisor.host.oauth import TokenStore, http_auth_for
 
 __all__ = ["MAX_WORKSPACES", "WORKSPACE_IDLE_S", "WorkspaceGateway"]
 
@@ -142,7 +143,11 @@ class WorkspaceGateway(StackOwner):
         async with AsyncExitStack() as stack:
             log_dir = self._options.log_dir or paths.log_dir(self._options.env)
             self._pool = await stack.enter_async_context(
-                McpConnectionPool(log_dir=log_dir, max_concurrent_starts=self._options.max_concurrent_starts)
+                McpConnectionPool(
+                    log_dir=log_dir,
+                    max_concurrent_starts=self._options.max_concurrent_starts,
+                    http_auth=http_auth_for(TokenStore(paths.oauth_tokens_path(self._options.env))),
+                )
             )
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(self._stop_all)  # runs first on exit: hosts close, then the pool

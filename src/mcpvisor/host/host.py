@@ -39,6 +39,7 @@ from mcpvisor.host.hot_reload import (
     reload_now,
     strictly_promptable,
 )
+from mcpvisor.host.oauth import TokenStore, http_auth_for, sign_ins
 from mcpvisor.host.settings.loader import Settings, SettingsError, load_settings
 from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier
 from mcpvisor.host.status import LiveServer, ServerView, describe_servers
@@ -136,6 +137,7 @@ class Host(StackOwner):
             self._settings = load_settings(env, opts.workspace)
             self._approvals = ApprovalStore(paths.approvals_path(env))
             self._approvals.load()
+            self.tokens = TokenStore(paths.oauth_tokens_path(env))
             self._top_tier = load_top_tier(opts.mcp_config, env, opts.session_servers)
             for layer in self._top_tier.mcp_config:
                 if layer.error is not None:
@@ -148,6 +150,7 @@ class Host(StackOwner):
                 max_concurrent_starts=starts if isinstance(starts, int) and starts > 0 else None,
                 pool=opts.pool,
                 session_id=opts.session_id,
+                http_auth=http_auth_for(self.tokens),
             )
             await stack.enter_async_context(self._config)
             self._config.events.subscribe(self.emit)
@@ -285,4 +288,5 @@ class Host(StackOwner):
             self.root,
             live=live,
             trusted=self.settings.trusted,
+            sign_ins=sign_ins(self.tokens, self.state.assembled.servers),
         )

@@ -46,6 +46,11 @@ def approvals_path(env: Mapping[str, str]) -> Path:
     return Path(override).expanduser() if override else user_dir(env) / APPROVALS_FILENAME
 
 
+def oauth_tokens_path(env: Mapping[str, str]) -> Path:
+    """The OAuth token store (``mcpvisor mcp login``)."""
+    return user_dir(env) / "oauth-tokens.json"
+
+
 def trusted_folders_path(env: Mapping[str, str]) -> Path:
     return user_dir(env) / "trusted-folders.json"
 

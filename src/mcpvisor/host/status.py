@@ -75,6 +75,8 @@ class ServerView:
     prompts: int = 0
     error: str | None = None
     log_path: str | None = None
+    sign_in: str | None = None
+    """A remote server's stored OAuth sign-in, e.g. ``signed in (expires in 52 min)``; never a token."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,6 +90,7 @@ def describe_servers(
     *,
     live: Mapping[str, LiveServer] | None = None,
     trusted: bool = True,
+    sign_ins: Mapping[str, str] | None = None,
 ) -> list[ServerView]:
     """One row per configured server, in source-group order then by name."""
     rows: list[ServerView] = []
@@ -129,6 +132,7 @@ def describe_servers(
                 prompts=conn.prompts if conn is not None and reason is None else 0,
                 error=conn.error if conn is not None and reason is None else None,
                 log_path=conn.log_path if conn is not None else None,
+                sign_in=(sign_ins or {}).get(name),
             )
         )
     return rows
@@ -154,11 +158,12 @@ def state_text(row: ServerView, *, live: bool = True, approve_hint: str = APPROV
     if row.state == "needs_approval":
         return "?", f"needs approval — run: {approve_hint.format(name=row.name)}", "yellow"
     if row.state == "needs_auth":
-        return "🔒", f"needs authentication — add credentials to mcpServers.{row.name}.headers", "yellow"
+        return "🔒", f"needs authentication — run: mcpvisor mcp login {row.name}", "yellow"
+    signed = f" · {row.sign_in}" if row.sign_in else ""
     if not live:
-        return "✓", "allowed (approved)" if row.approval == "approved" else "allowed", "green"
+        return "✓", ("allowed (approved)" if row.approval == "approved" else "allowed") + signed, "green"
     if row.state == "connected":
-        return "●", f"connected ({plural(row.tools, 'tool')}, {plural(row.prompts, 'prompt')})", "green"
+        return "●", f"connected ({plural(row.tools, 'tool')}, {plural(row.prompts, 'prompt')}){signed}", "green"
     if row.state == "connecting":
         return "◌", "connecting…", "cyan"
     if row.error:

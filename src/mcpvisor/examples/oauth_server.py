@@ -1,0 +1,203 @@
+"""An MCP server over streamable HTTP that requires OAuth, built from the SDK's ``mcp.server.auth`` pieces.
+
+Run it as ``python -m mcpvisor.examples.oauth_server --port 8123``. One process is both the
+authorization server (metadata, dynamic client registration, ``/authorize``, ``/token``, ``/revoke``)
+and the protected resource (``/mcp``, which answers 401 without a valid bearer token). It is made for
+tests and demos on loopback:
+
+- ``/authorize`` approves at once: it redirects straight back to the client's ``redirect_uri`` with a
+  code, so following the redirect with any HTTP client completes the "browser" step;
+- ``--token-lifetime SECONDS`` makes short-lived access tokens, to exercise refreshing;
+- ``POST /admin/revoke-all`` revokes every token it issued (a user revoking access at the provider);
+- ``--marker PATH`` appends a line per event (``register``, ``authorize``, ``token``, ``refresh``) so a
+  test can count them.
+
+Tools: the configurable tools of the other examples (``--tools``, each returns ``"{name}:{tool}:{text}"``).
+Everything lives in memory: a restart forgets clients and tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import time
+from typing import Any
+
+from mcp.server import MCPServer
+from mcp.server.auth.provider import (
+    AccessToken,
+    AuthorizationCode,
+    AuthorizationParams,
+    OAuthAuthorizationServerProvider,
+    RefreshToken,
+    TokenError,
+    construct_redirect_uri,
+)
+from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from mcpvisor.examples._options import split_names, tool_text
+
+__all__ = ["DemoOAuthProvider", "build_server", "main"]
+
+CODE_LIFETIME_S = 300
+
+
+class DemoOAuthProvider(OAuthAuthorizationServerProvider[AuthorizationCode, RefreshToken, AccessToken]):
+    """An authorization server that approves every request at once and keeps everything in memory."""
+
+    def __init__(self, *, token_lifetime_s: int, marker: str | None = None) -> None:
+        self.token_lifetime_s = token_lifetime_s
+        self.clients: dict[str, OAuthClientInformationFull] = {}
+        self.codes: dict[str, AuthorizationCode] = {}
+        self.access: dict[str, AccessToken] = {}
+        self.refresh: dict[str, RefreshToken] = {}
+        self._marker = marker
+
+    def _mark(self, event: str) -> None:
+        if self._marker is not None:
+            with open(self._marker, "a", encoding="utf-8") as fh:
+                fh.write(f"{event}\n")
+
+    async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
+        return self.clients.get(client_id)
+
+    async def register_client(self, client_info: OAuthClientInformationFull) -> None:
+        assert client_info.client_id is not None
+        self.clients[client_info.client_id] = client_info
+        self._mark("register")
+
+    async def authorize(self, client: OAuthClientInformationFull, params: AuthorizationParams) -> str:
+        code = secrets.token_urlsafe(32)
+        assert client.client_id is not None
+        self.codes[code] = AuthorizationCode(
+            code=code,
+            scopes=params.scopes or [],
+            expires_at=time.time() + CODE_LIFETIME_S,
+            client_id=client.client_id,
+            code_challenge=params.code_challenge,
+            redirect_uri=params.redirect_uri,
+            redirect_uri_provided_explicitly=params.redirect_uri_provided_explicitly,
+            resource=params.resource,
+        )
+        self._mark("authorize")
+        return construct_redirect_uri(str(params.redirect_uri), code=code, state=params.state)
+
+    async def load_authorization_code(
+        self, client: OAuthClientInformationFull, authorization_code: str
+    ) -> AuthorizationCode | None:
+        code = self.codes.get(authorization_code)
+        return code if code is not None and code.client_id == client.client_id else None
+
+    async def exchange_authorization_code(
+        self, client: OAuthClientInformationFull, authorization_code: AuthorizationCode
+    ) -> OAuthToken:
+        self.codes.pop(authorization_code.code, None)
+        self._mark("token")
+        return self._issue(authorization_code.client_id, authorization_code.scopes, authorization_code.resource)
+
+    async def load_refresh_token(self, client: OAuthClientInformationFull, refresh_token: str) -> RefreshToken | None:
+        token = self.refresh.get(refresh_token)
+        return token if token is not None and token.client_id == client.client_id else None
+
+    async def exchange_refresh_token(
+        self, client: OAuthClientInformationFull, refresh_token: RefreshToken, scopes: list[str]
+    ) -> OAuthToken:
+        if self.refresh.pop(refresh_token.token, None) is None:
+            raise TokenError("invalid_grant", "refresh token was revoked")
+        self._mark("refresh")
+        return self._issue(refresh_token.client_id, scopes or refresh_token.scopes, refresh_token.resource)
+
+    async def load_access_token(self, token: str) -> AccessToken | None:
+        access = self.access.get(token)
+        if access is None or (access.expires_at is not None and access.expires_at < time.time()):
+            return None
+        return access
+
+    async def revoke_token(self, token: AccessToken | RefreshToken) -> None:
+        self.access.pop(token.token, None)
+        self.refresh.pop(token.token, None)
+
+    def revoke_all(self) -> None:
+        self.access.clear()
+        self.refresh.clear()
+
+    def _issue(self, client_id: str, scopes: list[str], resource: str | None) -> OAuthToken:
+        access, refresh = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+        expires_at = int(time.time()) + self.token_lifetime_s
+        self.access[access] = AccessToken(
+            token=access, client_id=client_id, scopes=scopes, expires_at=expires_at, resource=resource
+        )
+        self.refresh[refresh] = RefreshToken(token=refresh, client_id=client_id, scopes=scopes, resource=resource)
+        return OAuthToken(
+            access_token=access,
+            token_type="Bearer",
+            expires_in=self.token_lifetime_s,
+            refresh_token=refresh,
+            scope=" ".join(scopes) or None,
+        )
+
+
+def build_server(
+    *, name: str, host: str, port: int, tools: tuple[str, ...], token_lifetime_s: int, marker: str | None
+) -> tuple[MCPServer[Any], DemoOAuthProvider]:
+    provider = DemoOAuthProvider(token_lifetime_s=token_lifetime_s, marker=marker)
+    base = f"http://{host}:{port}"
+    server: MCPServer[Any] = MCPServer(
+        name,
+        auth_server_provider=provider,
+        auth=AuthSettings(
+            issuer_url=base,
+            resource_server_url=f"{base}/mcp",
+            client_registration_options=ClientRegistrationOptions(enabled=True),
+            revocation_options=RevocationOptions(enabled=True),
+        ),
+    )
+    for tool in tools:
+        server.add_tool(
+            _tool_function(name, tool), name=tool, description=f"Return {tool_text(name, tool, '{text}')!r}."
+        )
+
+    async def revoke_all(request: Request) -> Response:
+        provider.revoke_all()
+        return JSONResponse({"revoked": True})
+
+    server.custom_route("/admin/revoke-all", methods=["POST"])(revoke_all)
+
+    return server, provider
+
+
+def _tool_function(server: str, tool: str) -> Any:
+    def call(text: str = "") -> str:
+        return tool_text(server, tool, text)
+
+    return call
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m mcpvisor.examples.oauth_server",
+        description="An OAuth-protected example MCP server (streamable HTTP at /mcp) shipped with mcpvisor.",
+    )
+    parser.add_argument("--name", default="secure", help="server name, reported in tool output")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, required=True, help="port to listen on")
+    parser.add_argument("--tools", default="echo", help="comma-separated tool names (default: echo)")
+    parser.add_argument("--token-lifetime", type=int, default=3600, metavar="SECONDS", help="access token lifetime")
+    parser.add_argument("--marker", metavar="PATH", help="append one line per OAuth event to PATH")
+    args = parser.parse_args(argv)
+    server, _ = build_server(
+        name=args.name,
+        host=args.host,
+        port=args.port,
+        tools=split_names(args.tools),
+        token_lifetime_s=args.token_lifetime,
+        marker=args.marker,
+    )
+    server.run("streamable-http", host=args.host, port=args.port)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,540 @@
+"""Signing in to remote MCP servers with OAuth (the MCP authorization flow), and staying signed in.
+
+``mcpvisor mcp login NAME`` runs the authorization-code flow with PKCE through the SDK's
+``OAuthClientProvider``: discovery from the server's ``WWW-Authenticate`` and ``.well-known``
+metadata, dynamic client registration (or the configured ``oauth.clientId`` / ``clientSecret`` /
+``scopes``), the browser (or a printed URL), and the redirect received on a loopback port.
+
+The tokens live in one store in the user directory (``$MCPVISOR_HOME/oauth-tokens.json``), written
+like the approvals store (atomic, 0600, under a file lock) and keyed by the server's URL and the
+configured client id. A corrupt store fails closed: nothing is signed in, the file is kept, and
+``login`` refuses to write over it. Tokens never reach a log, an error, a status view or ``--json``.
+
+A running host signs its remote servers' requests with what the store holds (:func:`http_auth_for`)
+and never starts a browser: a token close to expiry, or refused with 401, is refreshed; a refresh the
+server refuses (revoked) reads "needs authentication — run: mcpvisor mcp login NAME". Tokens are not
+part of the connection id, so a refresh never restarts anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import parse_qs, urlsplit
+
+from filelock import FileLock, Timeout
+
+from mcpvisor.core.errors import ConfigError, McpvisorError
+from mcpvisor.core.server_config import HttpAuth, McpServerConfig, redact_url
+from mcpvisor.host.private_files import (
+    DIR_MODE,
+    describe_read_error,
+    lock_path_of,
+    read_private,
+    write_private,
+)
+
+if TYPE_CHECKING:
+    from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+__all__ = [
+    "LoginRequired",
+    "SignIn",
+    "TokenStore",
+    "http_auth_for",
+    "is_loopback_url",
+    "login",
+    "oauth_settings",
+    "sign_in_state",
+    "sign_ins",
+    "token_key",
+]
+
+logger = logging.getLogger(__name__)
+
+LOCK_TIMEOUT_S: Final = 10.0
+CALLBACK_PATH: Final = "/callback"
+DEFAULT_LOGIN_TIMEOUT_S: Final = 300.0
+REFRESH_MARGIN_S: Final = 60.0
+"""A token this close to its expiry is refreshed before it is used."""
+
+
+class LoginRequired(McpvisorError):
+    """The server needs a (new) sign-in; a host never starts one by itself."""
+
+
+# --- what the configuration says -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OAuthSettings:
+    """A server's ``oauth`` block: a pre-registered client, the scopes to ask for, a fixed callback port."""
+
+    client_id: str | None = None
+    client_secret: str | None = None
+    scopes: str | None = None
+    callback_port: int | None = None
+
+
+def oauth_settings(name: str, cfg: McpServerConfig) -> OAuthSettings:
+    """The ``oauth`` block of a server entry; :class:`ConfigError` naming the field when it is malformed."""
+    block = (cfg.model_extra or {}).get("oauth")
+    if block is None:
+        return OAuthSettings()
+    if not isinstance(block, Mapping):
+        raise ConfigError(f"mcpServers.{name}.oauth must be an object (clientId, clientSecret, scopes, callbackPort)")
+    scopes = block.get("scopes")
+    if isinstance(scopes, list) and all(isinstance(s, str) for s in scopes):
+        scopes = " ".join(scopes)
+    port = block.get("callbackPort")
+    for key, value, kind in (
+        ("clientId", block.get("clientId"), str),
+        ("clientSecret", block.get("clientSecret"), str),
+        ("scopes", scopes, str),
+        ("callbackPort", port, int),
+    ):
+        if value is not None and not isinstance(value, kind):
+            raise ConfigError(f"mcpServers.{name}.oauth.{key} must be a {'string' if kind is str else 'number'}")
+    return OAuthSettings(block.get("clientId"), block.get("clientSecret"), scopes, port)
+
+
+def server_url(cfg: McpServerConfig) -> str | None:
+    return cfg.http_url or cfg.url
+
+
+def token_key(cfg: McpServerConfig, settings: OAuthSettings) -> str:
+    """Where a server's sign-in is kept: its URL, and the configured client id if there is one."""
+    url = server_url(cfg) or ""
+    return f"{url}#{settings.client_id}" if settings.client_id else url
+
+
+def is_loopback_url(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+# --- the store ------------------------------------------------------------------------------
+
+
+class TokenStore:
+    """``{ "<server URL>[#client id]": {"client": {...}, "tokens": {...}, "expires_at": <epoch s>} }``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> dict[str, Any]:
+        """Everything stored; :class:`ConfigError` naming the file when it is unreadable or corrupt."""
+        try:
+            _, data = read_private(self.path)
+            records = json.loads(data.decode("utf-8")) if data is not None else {}
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"cannot read the OAuth token store {self.path}: {describe_read_error(exc)}; nothing is signed in "
+                "until it is fixed or deleted (then sign in again with mcpvisor mcp login NAME)"
+            ) from exc
+        if not isinstance(records, dict) or not all(isinstance(v, dict) for v in records.values()):
+            raise ConfigError(
+                f"cannot read the OAuth token store {self.path}: expected an object of sign-ins; nothing is signed "
+                "in until it is fixed or deleted"
+            )
+        return records
+
+    def get(self, key: str) -> dict[str, Any]:
+        """One server's record (empty when there is none, or the store cannot be read)."""
+        try:
+            return dict(self.read().get(key, {}))
+        except ConfigError as exc:
+            logger.warning("%s", exc)
+            return {}
+
+    def update(self, key: str, **fields: Any) -> None:
+        """Set fields of one record (``None`` removes one; no fields left removes the record), atomically."""
+        self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        try:
+            with FileLock(lock_path_of(self.path), timeout=LOCK_TIMEOUT_S):
+                records = self.read()
+                record = {**records.get(key, {}), **fields}
+                record = {k: v for k, v in record.items() if v is not None}
+                if record:
+                    records[key] = record
+                else:
+                    records.pop(key, None)
+                write_private(self.path, json.dumps(records, indent=2, sort_keys=True) + "\n")
+        except Timeout as exc:
+            raise ConfigError(f"the OAuth token store {self.path} is locked by another process; try again") from exc
+
+    def forget(self, key: str) -> bool:
+        """Drop a server's sign-in; whether there was one."""
+        if not self.get(key):
+            return False
+        self.update(key, client=None, tokens=None, expires_at=None)
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class SignIn:
+    """What a status view may say about a server's sign-in: never a token."""
+
+    signed_in: bool
+    expires_at: float | None = None
+    refreshable: bool = False
+
+    def describe(self, now: float | None = None) -> str:
+        if not self.signed_in:
+            return "not signed in"
+        if self.expires_at is None:
+            return "signed in"
+        left = self.expires_at - (time.time() if now is None else now)
+        if left <= 0:
+            return (
+                "signed in (token expired; it is refreshed on the next connection)"
+                if self.refreshable
+                else ("sign-in expired")
+            )
+        return f"signed in (expires in {_duration(left)})"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    return f"{round(seconds / 3600)} h"
+
+
+def sign_in_state(store: TokenStore, name: str, cfg: McpServerConfig) -> SignIn:
+    """Whether a remote server has a stored sign-in (``signed_in`` is False for stdio servers)."""
+    if cfg.transport == "stdio":
+        return SignIn(False)
+    try:
+        settings = oauth_settings(name, cfg)
+    except ConfigError:
+        return SignIn(False)
+    record = store.get(token_key(cfg, settings))
+    tokens = record.get("tokens")
+    if not isinstance(tokens, dict) or not tokens.get("access_token"):
+        return SignIn(False)
+    expires_at = record.get("expires_at")
+    return SignIn(
+        True, float(expires_at) if isinstance(expires_at, int | float) else None, bool(tokens.get("refresh_token"))
+    )
+
+
+def sign_ins(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[str, str]:
+    """Server -> what its sign-in looks like, for remote servers with one (never a token)."""
+    out: dict[str, str] = {}
+    for name, cfg in servers.items():
+        state = sign_in_state(store, name, cfg)
+        if state.signed_in:
+            out[name] = state.describe()
+    return out
+
+
+class _FileTokenStorage:
+    """The SDK's ``TokenStorage`` over one record of the :class:`TokenStore`."""
+
+    def __init__(self, store: TokenStore, key: str, *, client: OAuthClientInformationFull | None = None) -> None:
+        self._store = store
+        self._key = key
+        self._client = client  # a pre-registered client: used as it is, never replaced
+
+    async def get_tokens(self) -> OAuthToken | None:
+        from mcp.shared.auth import OAuthToken
+
+        tokens = self._store.get(self._key).get("tokens")
+        return OAuthToken.model_validate(tokens) if isinstance(tokens, dict) else None
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
+        self._store.update(self._key, tokens=tokens.model_dump(mode="json", exclude_none=True), expires_at=expires_at)
+
+    def expires_at(self) -> float | None:
+        value = self._store.get(self._key).get("expires_at")
+        return float(value) if isinstance(value, int | float) else None
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        from mcp.shared.auth import OAuthClientInformationFull
+
+        if self._client is not None:
+            return self._client
+        client = self._store.get(self._key).get("client")
+        return OAuthClientInformationFull.model_validate(client) if isinstance(client, dict) else None
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        if self._client is None:
+            self._store.update(self._key, client=client_info.model_dump(mode="json", exclude_none=True))
+
+
+# --- the provider ---------------------------------------------------------------------------
+
+
+def _provider(
+    store: TokenStore,
+    name: str,
+    cfg: McpServerConfig,
+    *,
+    redirect_uri: str,
+    redirect_handler: Callable[[str], Awaitable[None]] | None,
+    callback_handler: Callable[[], Awaitable[Any]] | None,
+) -> Any:
+    """An ``httpx2.Auth`` for one server. Without handlers it never starts a sign-in: a refusal it
+    cannot mend with the refresh token raises :class:`LoginRequired`."""
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
+
+    settings = oauth_settings(name, cfg)
+    url = server_url(cfg)
+    assert url is not None
+    method = "client_secret_post" if settings.client_secret else "none"
+    metadata = OAuthClientMetadata(
+        client_name="mcpvisor",
+        redirect_uris=[redirect_uri],
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        token_endpoint_auth_method=method if settings.client_id else None,
+        scope=settings.scopes,
+    )
+    client = None
+    if settings.client_id:
+        client = OAuthClientInformationFull(
+            client_id=settings.client_id,
+            client_secret=settings.client_secret,
+            redirect_uris=[redirect_uri],
+            grant_types=["authorization_code", "refresh_token"],
+            token_endpoint_auth_method=method,
+            scope=settings.scopes,
+        )
+    storage = _FileTokenStorage(store, token_key(cfg, settings), client=client)
+    interactive = redirect_handler is not None
+
+    class Provider(OAuthClientProvider):
+        _refreshing = False
+
+        async def _initialize(self) -> None:
+            await super()._initialize()
+            # The SDK forgets when a stored token expires: a token near its end is refreshed first.
+            expires_at = storage.expires_at()
+            if expires_at is not None:
+                self.context.token_expiry_time = expires_at - REFRESH_MARGIN_S
+
+        async def _perform_authorization(self) -> Any:
+            if interactive:
+                return await super()._perform_authorization()
+            if self.context.can_refresh_token():
+                self._refreshing = True  # refused although unexpired: try the refresh token once
+                return await self._refresh_token()
+            raise LoginRequired(f"server {name!r} needs authentication — run: mcpvisor mcp login {name}")
+
+        async def _handle_token_response(self, response: Any) -> None:
+            if not self._refreshing:
+                return await super()._handle_token_response(response)
+            self._refreshing = False
+            if not await self._handle_refresh_response(response):
+                raise LoginRequired(
+                    f"server {name!r} refused its refresh token (signed out or revoked) — "
+                    f"run: mcpvisor mcp login {name}"
+                )
+            return None
+
+        async def _handle_refresh_response(self, response: Any) -> bool:
+            ok = await super()._handle_refresh_response(response)
+            if not ok:
+                logger.info("server %r: refreshing its sign-in failed (HTTP %s)", name, response.status_code)
+            return ok
+
+    return Provider(
+        url,
+        metadata,
+        storage,
+        redirect_handler=redirect_handler,
+        callback_handler=callback_handler,
+    )
+
+
+def http_auth_for(store: TokenStore) -> HttpAuth:
+    """What a host signs remote servers' requests with: a server with a stored sign-in gets a provider
+    that refreshes and never prompts; one without gets nothing (a 401 then reads "needs authentication")."""
+
+    def auth(name: str, cfg: McpServerConfig) -> Any:
+        try:
+            settings = oauth_settings(name, cfg)
+        except ConfigError as exc:
+            logger.warning("%s", exc)
+            return None
+        record = store.get(token_key(cfg, settings))
+        if not record.get("tokens"):
+            return None
+        client = record.get("client")
+        redirect = (client or {}).get("redirect_uris", [None])[0] if isinstance(client, dict) else None
+        return _provider(
+            store,
+            name,
+            cfg,
+            redirect_uri=redirect or f"http://127.0.0.1{CALLBACK_PATH}",
+            redirect_handler=None,
+            callback_handler=None,
+        )
+
+    return auth
+
+
+# --- signing in -----------------------------------------------------------------------------
+
+
+class _Callback:
+    """A one-shot HTTP server on loopback that receives the authorization redirect."""
+
+    def __init__(self, port: int) -> None:
+        received: dict[str, str] = {}
+        done = threading.Event()
+        self.received, self.done = received, done
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                parts = urlsplit(self.path)
+                if parts.path != CALLBACK_PATH:
+                    self.send_error(404)
+                    return
+                query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+                ok = "code" in query
+                body = (
+                    "Signed in: you can close this tab and go back to mcpvisor."
+                    if ok
+                    else f"Sign-in failed: {query.get('error_description') or query.get('error') or 'no code'}."
+                )
+                self.send_response(200 if ok else 400)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.end_headers()
+                self.wfile.write(body.encode())
+                if not done.is_set():
+                    received.update(query)
+                    done.set()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return  # the query holds the code: never logged
+
+        self.server = HTTPServer(("127.0.0.1", port), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def redirect_uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}{CALLBACK_PATH}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _stored_port(store: TokenStore, key: str) -> int | None:
+    client = store.get(key).get("client")
+    uris = client.get("redirect_uris") if isinstance(client, dict) else None
+    if isinstance(uris, list) and uris and isinstance(uris[0], str):
+        parts = urlsplit(uris[0])
+        if parts.hostname == "127.0.0.1" and parts.port:
+            return parts.port
+    return None
+
+
+async def login(
+    store: TokenStore,
+    name: str,
+    cfg: McpServerConfig,
+    *,
+    open_url: Callable[[str], bool],
+    announce: Callable[[str], None],
+    timeout_s: float = DEFAULT_LOGIN_TIMEOUT_S,
+    log_dir: Path | None = None,
+) -> int:
+    """Sign in to server ``name`` and return how many tools it offers once signed in.
+
+    ``open_url`` opens the authorization URL in a browser (False: none could be opened), ``announce``
+    tells the person what to do. Raises :class:`ConfigError` for what they can fix (not a remote
+    server, not https, a corrupt store, no sign-in within ``timeout_s``) and :class:`McpvisorError`
+    when the flow fails; nothing is stored then."""
+    import anyio
+
+    from mcpvisor.core.client import McpClient
+
+    url = server_url(cfg)
+    if url is None:
+        raise ConfigError(f"server {name!r} runs a command (stdio): there is nothing to sign in to")
+    if urlsplit(url).scheme != "https" and not is_loopback_url(url):
+        raise ConfigError(
+            f"refusing to sign in to server {name!r} over plain HTTP ({redact_url(url)}): tokens would travel "
+            "unencrypted; use its https:// URL"
+        )
+    settings = oauth_settings(name, cfg)
+    key = token_key(cfg, settings)
+    store.read()  # a corrupt store: refuse before anything starts
+    port = settings.callback_port or _stored_port(store, key) or 0
+    try:
+        callback = _Callback(port)
+    except OSError:
+        if settings.callback_port:
+            raise ConfigError(
+                f"cannot receive the sign-in on port {port} (mcpServers.{name}.oauth.callbackPort): it is in use"
+            ) from None
+        callback = _Callback(0)
+    try:
+        if not settings.client_id and port and callback.port != port:
+            store.update(key, client=None)  # registered for another redirect port: register again
+        before = store.get(key)
+
+        async def redirect_handler(authorization_url: str) -> None:
+            opened = open_url(authorization_url)
+            announce(
+                f"Opening your browser to sign in to {name}. If it does not open, visit:\n  {authorization_url}"
+                if opened
+                else f"Sign in to {name} by visiting this URL in a browser:\n  {authorization_url}"
+            )
+
+        async def callback_handler() -> Any:
+            from mcp.shared.auth import AuthorizationCodeResult
+
+            got = await anyio.to_thread.run_sync(callback.done.wait, timeout_s, abandon_on_cancel=True)
+            if not got:
+                raise ConfigError(
+                    f"no sign-in to {name!r} within {timeout_s:g} s (was the browser closed?); "
+                    f"run mcpvisor mcp login {name} again"
+                )
+            query = callback.received
+            if "code" not in query:
+                reason = query.get("error_description") or query.get("error") or "no authorization code"
+                raise McpvisorError(f"signing in to {name!r} failed: the authorization server said: {reason}")
+            return AuthorizationCodeResult(code=query["code"], state=query.get("state"), iss=query.get("iss"))
+
+        provider = _provider(
+            store,
+            name,
+            cfg,
+            redirect_uri=callback.redirect_uri,
+            redirect_handler=redirect_handler,
+            callback_handler=callback_handler,
+        )
+        # Drop the stored tokens for this attempt: the server must run the whole flow (they come back on failure).
+        store.update(key, tokens=None, expires_at=None)
+        patient = cfg.model_copy(update={"discovery_timeout_ms": int((timeout_s + 60) * 1000)})
+        client = McpClient(name, patient, log_dir=log_dir, http_auth=lambda _n, _c: provider)
+        try:
+            async with anyio.create_task_group() as tg:
+                try:
+                    await client.start(tg)
+                    tools = len(client.tools)
+                finally:
+                    await client.aclose()
+            return tools
+        except BaseException:
+            if not store.get(key).get("tokens"):
+                store.update(key, tokens=before.get("tokens"), expires_at=before.get("expires_at"))
+            raise
+    finally:
+        callback.close()
