@@ -42,7 +42,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "prompt_toolkit": {"cli", "shell"},
     "watchfiles": {"host", "cli"},
     "uvicorn": {"gateway"},
-    "starlette": {"gateway"},
+    "starlette": {"gateway", "examples"},  # the OAuth example adds a route to the SDK's app
     "pydantic_ai": {"integrations"},
     "langchain": {"integrations"},
     "langchain_core": {"integrations"},

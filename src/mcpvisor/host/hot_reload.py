@@ -10,6 +10,7 @@ names, so a rejected server whose config is edited again prompts again.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -133,9 +134,9 @@ MCP_KEYS = ("mcpServers", "mcp")
 
 
 def touches_mcp(event: SettingsChanged) -> bool:
-    """Whether a settings change can matter to MCP at all: ``.mcp.json`` and the approvals store
-    always do; a settings file only through ``mcpServers`` or ``mcp.*`` paths."""
-    if event.scope in ("project", "approvals"):
+    """Whether a settings change can matter to MCP at all: ``.mcp.json``, the approvals store and the
+    OAuth token store always do; a settings file only through ``mcpServers`` or ``mcp.*`` paths."""
+    if event.scope in ("project", "approvals", "tokens"):
         return True
     return any(path.split(".", 1)[0] in MCP_KEYS for path in event.paths)
 
@@ -157,18 +158,20 @@ def register_mcp_hot_reload(
     edits that arrive during a reconcile then coalesce into one more pass (``Config``'s guard).
     """
 
-    async def reload() -> None:
-        await reload_now(settings, config, top_tier, approvals=approvals, emit=emit, on_state=on_state)
+    async def reload(*, force: bool = False) -> None:
+        await reload_now(settings, config, top_tier, approvals=approvals, emit=emit, on_state=on_state, force=force)
 
     async def on_change(event: SettingsChanged) -> None:
         if not touches_mcp(event):
             return  # the cheap gate: e.g. a theme edit never rebuilds the server map
         if event.scope == "approvals":
             approvals.reload()
+        # A sign-in changes no configuration: reconnect what is down (a server that needed one) all the same.
+        force = event.scope == "tokens"
         if task_group is not None:
-            task_group.start_soon(reload)
+            task_group.start_soon(functools.partial(reload, force=force))
         else:
-            await reload()
+            await reload(force=force)
 
     return watcher.add_change_listener(on_change)
 

@@ -58,9 +58,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-WatchScope = Literal["system_defaults", "user", "workspace", "system", "project", "approvals"]
+WatchScope = Literal["system_defaults", "user", "workspace", "system", "project", "approvals", "tokens"]
 
-DEFAULT_WATCHED_SCOPES: tuple[WatchScope, ...] = ("user", "workspace", "project", "approvals")
+DEFAULT_WATCHED_SCOPES: tuple[WatchScope, ...] = ("user", "workspace", "project", "approvals", "tokens")
+
+STORE_SCOPES: tuple[WatchScope, ...] = ("approvals", "tokens")
+"""Stores in the user folder that are not settings: a change is their own event, never a settings diff."""
 DEBOUNCE_S = 0.3
 """Trailing debounce per scope: a scope is reloaded this long after its last file event."""
 LISTENER_TIMEOUT_S = 60.0
@@ -119,13 +122,21 @@ def classify_change(path: Path, targets: Mapping[WatchScope, Path]) -> tuple[set
     concern only ``approvals``. An event on a target's folder or one of its ancestors (a folder
     created or removed) asks for the watch to be re-armed.
     """
-    approvals = targets.get("approvals")
-    owned = approvals is not None and path.parent == approvals.parent and is_approvals_file(path.name, approvals.name)
+    owner = next(
+        (
+            store
+            for store in STORE_SCOPES
+            if (target := targets.get(store)) is not None
+            and path.parent == target.parent
+            and is_approvals_file(path.name, target.name)
+        ),
+        None,
+    )
     scopes: set[WatchScope] = set()
     rearm = False
     for scope, target in targets.items():
         folder = target.parent
-        if path.parent == folder and owned == (scope == "approvals"):
+        if path.parent == folder and owner == (scope if scope in STORE_SCOPES else None):
             scopes.add(scope)
         if path == folder or path in folder.parents:
             rearm = True
@@ -173,8 +184,16 @@ class SettingsWatcher:
         self._awatch_stop = anyio.Event()
         self._closing = False
         self._run_scope: anyio.CancelScope | None = None
-        self._approvals_digest: bytes | None = None
+        self._store_digests: dict[WatchScope, bytes | None] = {}
         self._exit_stack: AsyncExitStack | None = None
+
+    def _target_of(self, scope: WatchScope) -> Path | None:
+        """The file watched for ``scope``: a store's file, or an active settings scope's file (else None)."""
+        if scope == "approvals":
+            return self._settings.paths.approvals
+        if scope == "tokens":
+            return self._settings.paths.oauth_tokens
+        return self._settings.paths.of(scope) if self._settings.is_active(scope) else None
 
     @property
     def settings(self) -> Settings:
@@ -234,13 +253,10 @@ class SettingsWatcher:
         if self._run_scope is not None:
             raise RuntimeError("this SettingsWatcher is already running")
         self._closing = False
-        self._targets = {
-            scope: self._settings.paths.approvals if scope == "approvals" else self._settings.paths.of(scope)
-            for scope in self._scopes
-            if scope == "approvals" or self._settings.is_active(scope)
-        }
-        if "approvals" in self._targets:
-            self._approvals_digest = await anyio.to_thread.run_sync(_file_digest, self._targets["approvals"])
+        self._targets = {scope: path for scope in self._scopes if (path := self._target_of(scope)) is not None}
+        for store in STORE_SCOPES:
+            if store in self._targets:
+                self._store_digests[store] = await anyio.to_thread.run_sync(_file_digest, self._targets[store])
         with anyio.CancelScope() as scope:
             self._run_scope = scope
             try:
@@ -358,12 +374,12 @@ class SettingsWatcher:
                     logger.exception("reloading the %s settings failed", scope)
 
     async def _process(self, scope: WatchScope) -> None:
-        if scope == "approvals":
-            digest = await anyio.to_thread.run_sync(_file_digest, self._targets["approvals"])
-            if digest != self._approvals_digest:
-                self._approvals_digest = digest
-                logger.info("approvals store changed: %s", self._targets["approvals"])
-                await self._dispatch(self._change_listeners, SettingsChanged("approvals", ()))
+        if scope == "approvals" or scope == "tokens":
+            digest = await anyio.to_thread.run_sync(_file_digest, self._targets[scope])
+            if digest != self._store_digests.get(scope):
+                self._store_digests[scope] = digest
+                logger.info("%s store changed: %s", scope, self._targets[scope])
+                await self._dispatch(self._change_listeners, SettingsChanged(scope, ()))
             return
         generation = self._settings.generation(scope)
         read = await anyio.to_thread.run_sync(self._settings.read_scope, scope)

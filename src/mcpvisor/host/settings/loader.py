@@ -125,6 +125,7 @@ class SettingsPaths:
     project: Path
     approvals: Path
     trusted_folders: Path
+    oauth_tokens: Path
 
     def of(self, scope: FileScope) -> Path:
         path: Path = getattr(self, scope)
@@ -141,6 +142,7 @@ def settings_paths(env: Mapping[str, str], root: Path) -> SettingsPaths:
         project=_paths.workspace_mcp_json_path(root),
         approvals=_paths.approvals_path(env),
         trusted_folders=_paths.trusted_folders_path(env),
+        oauth_tokens=_paths.oauth_tokens_path(env),
     )
 
 
