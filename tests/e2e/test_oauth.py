@@ -1,0 +1,245 @@
+"""OAuth sign-in against a real OAuth-protected MCP server (``mcpvisor.examples.oauth_server``, built from
+the SDK's ``mcp.server.auth``) on loopback: ``mcpvisor mcp login`` as a subprocess, whose "browser" is a
+script that follows the authorization redirect with an HTTP client, then hosts that use the stored sign-in."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.e2e.test_run import run
+from tests.helpers import WAIT_S, free_port
+from tests.layout import Layout, make_layout, write_json
+
+OAUTH = "mcpvisor.examples.oauth_server"
+
+FOLLOW = """import sys, urllib.request
+urllib.request.urlopen(sys.argv[1]).read()
+"""
+WRONG_STATE = """import sys, urllib.parse, urllib.request
+query = urllib.parse.parse_qs(urllib.parse.urlsplit(sys.argv[1]).query)
+try:
+    urllib.request.urlopen(query["redirect_uri"][0] + "?code=forged&state=not-the-one").read()
+except Exception:
+    pass
+"""
+NOTHING = "pass\n"
+
+
+class Server:
+    def __init__(self, port: int, marker: Path) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        self.marker = marker
+
+    def events(self) -> list[str]:
+        return self.marker.read_text().split() if self.marker.exists() else []
+
+    def revoke_all(self) -> None:
+        urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{self.port}/admin/revoke-all", method="POST"))
+
+
+def start_server(tmp_path: Path, *args: str) -> Iterator[Server]:
+    port = free_port()
+    marker = tmp_path / "oauth-events"
+    log = (tmp_path / "oauth-server.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", OAUTH, "--port", str(port), "--marker", str(marker), *args], stderr=log, stdout=log
+    )
+    try:
+        import time
+
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/.well-known/oauth-authorization-server").read()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(
+                        f"the OAuth example server did not start: {(tmp_path / 'oauth-server.log').read_text()}"
+                    )
+                time.sleep(0.05)  # nothing to wait on but the port itself
+        yield Server(port, marker)
+    finally:
+        process.terminate()
+        process.wait(timeout=WAIT_S)
+        log.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    yield from start_server(tmp_path)
+
+
+def setup(tmp_path: Path, server: Server, **entry: Any) -> Layout:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    write_json(layout.paths.user, {"mcpServers": {"sec": {"type": "http", "url": server.url, **entry}}})
+    return layout
+
+
+def cli(layout: Layout, *args: str, browser: str = FOLLOW) -> subprocess.CompletedProcess[str]:
+    script = layout.root.parent / "browser.py"
+    script.write_text(browser)
+    env = {**os.environ, **layout.env, "BROWSER": f"{sys.executable} {script} %s"}
+    env.pop("DISPLAY", None)
+    return subprocess.run(
+        [sys.executable, "-m", "mcpvisor", *args, "--workspace", str(layout.root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def store_path(layout: Layout) -> Path:
+    return Path(layout.env["MCPVISOR_HOME"]) / "oauth-tokens.json"
+
+
+def stored_secrets(layout: Layout) -> list[str]:
+    records = json.loads(store_path(layout).read_text())
+    found = []
+    for record in records.values():
+        tokens = record.get("tokens", {})
+        found += [tokens[k] for k in ("access_token", "refresh_token") if k in tokens]
+        found += (
+            [record.get("client", {}).get("client_secret")] if record.get("client", {}).get("client_secret") else []
+        )
+    return found
+
+
+def status_row(layout: Layout) -> dict[str, Any]:
+    result = cli(layout, "status", "--json")
+    [row] = json.loads(result.stdout)["servers"]
+    assert isinstance(row, dict)
+    return row
+
+
+def test_login_signs_in_and_hosts_use_the_stored_sign_in_until_logout(tmp_path: Path, server: Server) -> None:
+    layout = setup(tmp_path, server)
+    before = cli(layout, "status")
+    assert "sec · 🔒 needs authentication — run: mcpvisor mcp login sec" in before.stdout
+
+    login = cli(layout, "mcp", "login", "sec")
+    assert login.returncode == 0, login.stderr
+    assert "Signed in to sec (1 tool)" in login.stdout
+    assert server.events() == ["register", "authorize", "token"]
+    assert stat.S_IMODE(store_path(layout).stat().st_mode) == 0o600
+    secrets = stored_secrets(layout)
+    assert len(secrets) >= 2
+
+    row = status_row(layout)
+    assert (row["state"], row["tools"]) == ("connected", 1)
+    assert row["sign_in"].startswith("signed in (expires in ")
+    listed = cli(layout, "mcp", "list")
+    assert "signed in (expires in" in listed.stdout
+    everything = login.stdout + login.stderr + listed.stdout + listed.stderr + json.dumps(row)
+    everything += "".join(p.read_text() for p in (tmp_path / "logs").glob("*") if p.is_file())
+    assert not [s for s in secrets if s in everything]
+    assert server.events() == ["register", "authorize", "token"]  # no second sign-in, no refresh
+
+    logout = cli(layout, "mcp", "logout", "sec")
+    assert logout.returncode == 0, logout.stderr
+    assert "Signed out of sec" in logout.stdout
+    assert json.loads(store_path(layout).read_text()) == {}
+    assert status_row(layout)["state"] == "needs_auth"
+    assert "Not signed in to sec" in cli(layout, "mcp", "logout", "sec").stdout
+
+
+def test_an_expired_token_is_refreshed_and_a_revoked_one_asks_for_a_new_sign_in(tmp_path: Path) -> None:
+    for server in start_server(tmp_path, "--token-lifetime", "2"):
+        layout = setup(tmp_path, server)
+        assert cli(layout, "mcp", "login", "sec").returncode == 0
+        # A token this close to its expiry is refreshed before use: the connection carries on signed in.
+        row = status_row(layout)
+        assert row["state"] == "connected"
+        assert server.events()[-1] == "refresh"
+        # The provider revokes access: the refresh token is refused, and people are told what to do.
+        server.revoke_all()
+        result = cli(layout, "status")
+        assert "sec · 🔒 needs authentication — run: mcpvisor mcp login sec" in result.stdout
+        assert status_row(layout)["state"] == "needs_auth"
+
+
+async def test_a_sign_in_reaches_a_running_host_without_a_restart(tmp_path: Path, server: Server) -> None:
+    user = {"mcpServers": {"sec": {"type": "http", "url": server.url}}}
+    async with run(tmp_path, user=user) as r:
+        await r.wait_for(lambda: r.last_server("sec") is not None)
+        assert r.status("sec") == "disconnected"
+        assert "mcpvisor mcp login sec" in r.last_server("sec")["error"]  # type: ignore[index]
+        script = tmp_path / "browser.py"
+        script.write_text(FOLLOW)
+        login = await anyio.run_process(
+            [sys.executable, "-m", "mcpvisor", "mcp", "login", "sec", "--workspace", str(r.layout.root)],
+            env={**os.environ, **r.layout.env, "BROWSER": f"{sys.executable} {script} %s"},
+            check=False,
+        )
+        assert login.returncode == 0, login.stderr.decode()
+        await r.wait_for(lambda: r.status("sec") == "connected")
+        assert r.last_server("sec")["tools"] == ["mcp__sec__echo"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("browser", "args", "message"),
+    [
+        (WRONG_STATE, (), "State parameter mismatch"),
+        (NOTHING, ("--timeout", "1"), "no sign-in to 'sec' within 1 s (was the browser closed?)"),
+    ],
+    ids=["wrong state", "browser closed"],
+)
+def test_a_failed_sign_in_stores_nothing_and_says_why(
+    tmp_path: Path, server: Server, browser: str, args: tuple[str, ...], message: str
+) -> None:
+    layout = setup(tmp_path, server)
+    result = cli(layout, "mcp", "login", "sec", *args, browser=browser)
+    assert result.returncode == 1
+    assert message in result.stderr
+    records = json.loads(store_path(layout).read_text()) if store_path(layout).exists() else {}
+    assert not any(record.get("tokens") for record in records.values())
+    assert "token" not in server.events()
+
+
+def test_login_refuses_what_it_cannot_sign_in_to(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    write_json(
+        layout.paths.user,
+        {
+            "mcpServers": {
+                "plain": {"type": "http", "url": "http://mcp.example.invalid/mcp"},
+                "local": {"command": sys.executable, "args": ["-c", "pass"]},
+            }
+        },
+    )
+    write_json(layout.paths.project, {"mcpServers": {"proj": {"type": "http", "url": "https://mcp.example.invalid"}}})
+    cases = {
+        "plain": "refusing to sign in to server 'plain' over plain HTTP (http://mcp.example.invalid/mcp)",
+        "local": "it runs a command (stdio), there is nothing to sign in to",
+        "proj": "not approved; approve it first: mcpvisor mcp approve proj",
+        "nope": "no server of that name is configured",
+    }
+    for name, message in cases.items():
+        result = cli(layout, "mcp", "login", name, browser=NOTHING)
+        assert result.returncode == 1, result.stdout
+        assert message in result.stderr
+    assert not store_path(layout).exists()
+
+
+def test_a_corrupt_token_store_is_kept_and_named(tmp_path: Path, server: Server) -> None:
+    layout = setup(tmp_path, server)
+    store_path(layout).parent.mkdir(parents=True, exist_ok=True)
+    store_path(layout).write_text("{not json")
+    result = cli(layout, "mcp", "login", "sec")
+    assert result.returncode == 1
+    assert f"cannot read the OAuth token store {store_path(layout)}: not valid JSON" in result.stderr
+    assert store_path(layout).read_text() == "{not json"
+    assert "needs authentication" in cli(layout, "status").stdout
