@@ -70,7 +70,7 @@ def test_a_server_that_wants_credentials_reads_needs_authentication(tmp_path: Pa
     rows = describe_servers(
         AssembledServers(servers, sources), McpGating(), ApprovalStore(tmp_path / "a.json"), tmp_path, live=live
     )
-    assert "r · 🔒 needs authentication — add credentials to mcpServers.r.headers" in render(rows)
+    assert "r · 🔒 needs authentication — run: mcpvisor mcp login r" in render(rows)
 
 
 def test_no_servers_says_so() -> None:
