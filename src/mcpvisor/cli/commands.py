@@ -94,15 +94,21 @@ def list_servers(
     render_status(console, rows, live=False, title=f"MCP servers for {settings.root}", show_target=True)
 
 
-def decide(*, env: Mapping[str, str], workspace: Path | None, name: str, decision: str) -> None:
-    settings, approvals, state = load_state(env, workspace)
+def _configured(settings: Settings, state: DesiredState, name: str, what: str) -> McpServerConfig:
+    """Server ``name`` as configured, or :class:`ConfigError` listing the configured ones."""
     cfg = state.assembled.servers.get(name)
     if cfg is None:
         known = ", ".join(sorted(state.assembled.servers)) or "none"
         raise ConfigError(
-            f"cannot {decision} server {name!r}: no server of that name is configured for {settings.root} "
+            f"cannot {what} server {name!r}: no server of that name is configured for {settings.root} "
             f"(configured: {known}); check the name or pass --workspace"
         )
+    return cfg
+
+
+def decide(*, env: Mapping[str, str], workspace: Path | None, name: str, decision: str) -> None:
+    settings, approvals, state = load_state(env, workspace)
+    cfg = _configured(settings, state, name, decision)
     if not is_gated(cfg):
         raise ConfigError(
             f"cannot {decision} server {name!r}: it comes from your own settings "
@@ -128,13 +134,7 @@ def _remote_server(
 ) -> tuple[Path, McpServerConfig]:
     """The configured remote server ``name`` (workspace root, config), or :class:`ConfigError` saying why not."""
     settings, approvals, state = load_state(env, workspace)
-    cfg = state.assembled.servers.get(name)
-    if cfg is None:
-        known = ", ".join(sorted(state.assembled.servers)) or "none"
-        raise ConfigError(
-            f"cannot {what} server {name!r}: no server of that name is configured for {settings.root} "
-            f"(configured: {known}); check the name or pass --workspace"
-        )
+    cfg = _configured(settings, state, name, what)
     if cfg.transport == "stdio":
         raise ConfigError(f"cannot {what} server {name!r}: it runs a command (stdio), there is nothing to sign in to")
     if what == "sign in to" and is_gated(cfg) and approvals.get_state(settings.root, name, cfg) != "approved":

@@ -209,15 +209,15 @@ def _duration(seconds: float) -> str:
     return f"{round(seconds / 3600)} h"
 
 
-def sign_in_state(store: TokenStore, name: str, cfg: McpServerConfig) -> SignIn:
-    """Whether a remote server has a stored sign-in (``signed_in`` is False for stdio servers)."""
+def sign_in_state(records: Mapping[str, Any], name: str, cfg: McpServerConfig) -> SignIn:
+    """Whether a remote server has a sign-in among the store's ``records`` (False for stdio servers)."""
     if cfg.transport == "stdio":
         return SignIn(False)
     try:
         settings = oauth_settings(name, cfg)
     except ConfigError:
         return SignIn(False)
-    record = store.get(token_key(cfg, settings))
+    record = records.get(token_key(cfg, settings), {})
     tokens = record.get("tokens")
     if not isinstance(tokens, dict) or not tokens.get("access_token"):
         return SignIn(False)
@@ -229,9 +229,14 @@ def sign_in_state(store: TokenStore, name: str, cfg: McpServerConfig) -> SignIn:
 
 def sign_ins(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[str, str]:
     """Server -> what its sign-in looks like, for remote servers with one (never a token)."""
+    try:
+        records = store.read()  # once for every server
+    except ConfigError as exc:
+        logger.warning("%s", exc)
+        return {}
     out: dict[str, str] = {}
     for name, cfg in servers.items():
-        state = sign_in_state(store, name, cfg)
+        state = sign_in_state(records, name, cfg)
         if state.signed_in:
             out[name] = state.describe()
     return out
