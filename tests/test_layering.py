@@ -41,7 +41,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "rich": {"cli", "shell"},
     "prompt_toolkit": {"cli", "shell"},
     "watchfiles": {"host", "cli"},
-    "uvicorn": {"gateway"},
+    "uvicorn": {"gateway", "examples"},  # the OAuth example serves its own app (a broken token endpoint)
     "starlette": {"gateway", "examples"},  # the OAuth example adds a route to the SDK's app
     "pydantic_ai": {"integrations"},
     "langchain": {"integrations"},

@@ -18,8 +18,9 @@ import anyio
 import pytest
 
 from tests.e2e.test_run import run
-from tests.helpers import WAIT_S, free_port
+from tests.helpers import LIGHT, WAIT_S, free_port
 from tests.layout import Layout, make_layout, write_json
+from tests.shell.test_shell import shell
 
 OAUTH = "mcpvisor.examples.oauth_server"
 
@@ -243,3 +244,93 @@ def test_a_corrupt_token_store_is_kept_and_named(tmp_path: Path, server: Server)
     assert f"cannot read the OAuth token store {store_path(layout)}: not valid JSON" in result.stderr
     assert store_path(layout).read_text() == "{not json"
     assert "needs authentication" in cli(layout, "status").stdout
+
+
+# -- the shell's /login --------------------------------------------------------------------------
+
+
+def follow_redirect(url: str) -> bool:
+    """A browser that signs in at once: the OAuth example approves every request."""
+    urllib.request.urlopen(url).read()
+    return True
+
+
+async def test_the_shell_signs_in_with_login_and_connects_the_server(tmp_path: Path, server: Server) -> None:
+    user = {"mcpServers": {"sec": {"type": "http", "url": server.url}}}
+    async with shell(tmp_path, user=user, open_url=follow_redirect) as s:
+        await s.run("/mcp", "sec · 🔒 needs authentication — run: /login sec")
+        out = await s.run("/login sec", "✓ signed in to sec (1 tool)")
+        assert "Opening your browser to sign in to sec" in out
+        await s.run("/mcp", "sec · ● connected (1 tool, 0 prompts) · signed in (expires in ")
+        await s.run('/call mcp__sec__echo {"text": "hi"}', "secure:echo:hi")
+        assert server.events() == ["register", "authorize", "token"]
+        assert stored_secrets(s.layout)
+        assert not [secret for secret in stored_secrets(s.layout) if secret in s.text()]
+
+
+async def test_a_shell_login_with_no_browser_prints_the_url_and_ctrl_c_cancels_it(
+    tmp_path: Path, server: Server
+) -> None:
+    user = {
+        "mcpServers": {
+            "sec": {"type": "http", "url": server.url},
+            "local": {"command": sys.executable, "args": ["-m", LIGHT]},
+        }
+    }
+    async with shell(tmp_path, user=user, open_url=lambda _url: False) as s:
+        out = await s.run("/login sec", "(waiting for the sign-in; Ctrl-C cancels)")
+        assert f"Sign in to sec by visiting this URL in a browser:\n  http://127.0.0.1:{server.port}/authorize?" in out
+        since = s.mark()
+        s.interrupts.send_nowait(object())
+        await s.wait_for("cancelled", since)
+        assert not store_path(s.layout).exists() or not any(
+            record.get("tokens") for record in json.loads(store_path(s.layout).read_text()).values()
+        )
+        await s.run("/login local", "✗ cannot sign in to server 'local': it runs a command (stdio)")
+        await s.run("/login nope", "✗ cannot sign in to server 'nope': no such server is configured (configured: ")
+        await s.run("/login", "✗ usage: /login NAME")
+        await s.run("/mcp", "sec · 🔒 needs authentication — run: /login sec")
+
+
+# -- an authorization server that fails ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("--issuer", "http://127.0.0.1:{down}"),
+            "the server needs authentication, but its authorization server http://127.0.0.1:{down} cannot be reached",
+        ),
+        (
+            ("--garbage-token-endpoint",),
+            "signing in to {url} failed: Invalid token response: Invalid JSON: expected value at line 1 column 1",
+        ),
+    ],
+    ids=["authorization server down", "token endpoint answers garbage"],
+)
+def test_a_failing_authorization_server_is_one_clear_error_and_nothing_is_stored(
+    tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    down = free_port()
+    args = tuple(a.format(down=down) for a in args)
+    for server in start_server(tmp_path, *args):
+        layout = setup(tmp_path, server)
+        write_json(
+            layout.paths.user,
+            {
+                "mcpServers": {
+                    "sec": {"type": "http", "url": server.url},
+                    "local": {"command": sys.executable, "args": ["-m", LIGHT]},
+                }
+            },
+        )
+        result = cli(layout, "mcp", "login", "sec", "--timeout", "20")
+        assert result.returncode == 1, result.stdout
+        assert message.format(down=down, url=server.url) in result.stderr
+        assert "Traceback" not in result.stderr
+        records = json.loads(store_path(layout).read_text()) if store_path(layout).exists() else {}
+        assert not any(record.get("tokens") for record in records.values())
+        status = cli(layout, "status").stdout
+        assert "sec · 🔒 needs authentication — run: mcpvisor mcp login sec" in status
+        assert "local · ● connected (1 tool" in status

@@ -7,7 +7,7 @@ import io
 import json
 import math
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -73,7 +73,9 @@ class Shell:
 
 
 @asynccontextmanager
-async def shell(tmp_path: Path, *, user: Any = None, project: Any = None) -> AsyncIterator[Shell]:
+async def shell(
+    tmp_path: Path, *, user: Any = None, project: Any = None, open_url: Callable[[str], bool] | None = None
+) -> AsyncIterator[Shell]:
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
     if user is not None:
         save(layout.paths.user, user)
@@ -87,6 +89,7 @@ async def shell(tmp_path: Path, *, user: Any = None, project: Any = None) -> Asy
             console=s.console,
             input_lines=s.shell_input,
             interrupts=s.shell_interrupts,
+            open_url=open_url,
         )
         s.done.set()
 

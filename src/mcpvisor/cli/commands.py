@@ -27,7 +27,7 @@ from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted
 from mcpvisor.host.settings.mcp_servers import load_top_tier
 from mcpvisor.host.settings.writer import delete_setting, set_setting, write_atomically
 from mcpvisor.host.status import describe_servers, plural
-from mcpvisor.shell.views import render_status
+from mcpvisor.shell.views import render_definition_changes, render_status
 
 __all__ = ["add_server", "decide", "import_servers", "list_servers", "load_state", "remove_server", "trust_folder"]
 
@@ -59,12 +59,26 @@ def list_servers(
 ) -> None:
     settings, approvals, state = load_state(env, workspace, mcp_config, allowed)
     from mcpvisor.host.oauth import TokenStore, sign_ins
+    from mcpvisor.host.pins import PinStore, held_names, pin_mode_of
 
     signed = sign_ins(TokenStore(paths.oauth_tokens_path(env)), state.assembled.servers)
-    rows = describe_servers(
-        state.assembled, state.gating, approvals, settings.root, trusted=settings.trusted, sign_ins=signed
-    )
+    mode, mode_problems = pin_mode_of(settings)
     problems = [*(str(e) for e in settings.errors.values()), *settings.warnings, *state.assembled.warnings]
+    problems += mode_problems
+    try:
+        held = held_names(PinStore(paths.pins_path(env)), settings.root, state.assembled.servers, mode)
+    except ConfigError as exc:
+        held = {}
+        problems.append(str(exc))
+    rows = describe_servers(
+        state.assembled,
+        state.gating,
+        approvals,
+        settings.root,
+        trusted=settings.trusted,
+        sign_ins=signed,
+        held=held,
+    )
     if approvals.error:
         problems.append(approvals.error)
     if as_json:
@@ -81,6 +95,8 @@ def list_servers(
                     "target": r.target,
                     "admission": "untrusted" if r.state == "untrusted" else r.reason or "allowed",
                     "approval": r.approval,
+                    "held_tools": list(r.held_tools),
+                    "held_prompts": list(r.held_prompts),
                 }
                 for r in rows
             ],
@@ -109,6 +125,9 @@ def _configured(settings: Settings, state: DesiredState, name: str, what: str) -
 def decide(*, env: Mapping[str, str], workspace: Path | None, name: str, decision: str) -> None:
     settings, approvals, state = load_state(env, workspace)
     cfg = _configured(settings, state, name, decision)
+    if decision == "approve" and _accept_changed_definitions(env, settings, state, name, cfg):
+        if not is_gated(cfg) or approvals.get_state(settings.root, name, cfg) == "approved":
+            return
     if not is_gated(cfg):
         raise ConfigError(
             f"cannot {decision} server {name!r}: it comes from your own settings "
@@ -129,19 +148,45 @@ def decide(*, env: Mapping[str, str], workspace: Path | None, name: str, decisio
         console.print(f"[red]Rejected[/] for {settings.root}. It stays disconnected until its configuration changes.")
 
 
+def _accept_changed_definitions(
+    env: Mapping[str, str], settings: Settings, state: DesiredState, name: str, cfg: McpServerConfig
+) -> bool:
+    """Show and accept the tool and prompt definitions of ``name`` held since approval; whether there were any."""
+    from mcpvisor.host.pins import PinStore, accept_held, held_changes, is_pinned, pin_mode_of, pin_scope
+
+    if not is_pinned(pin_mode_of(settings)[0], cfg):
+        return False
+    store = PinStore(paths.pins_path(env))
+    changes = held_changes(store.record(pin_scope(settings.root, cfg), name), cfg)
+    if not changes:
+        return False
+    source = state.assembled.sources[name]
+    console = Console(highlight=False)
+    console.print(
+        f"Server [bold]{name}[/] ({source.label}, {source.path}) changed {plural(len(changes), 'definition')} "
+        "since approval:"
+    )
+    render_definition_changes(console, changes)
+    accept_held(store, settings.root, name, cfg)
+    console.print(f"[green]Accepted[/] what {name} offers now. A running mcpvisor serves it at once.")
+    return True
+
+
 def _remote_server(
     env: Mapping[str, str], workspace: Path | None, name: str, what: str
 ) -> tuple[Path, McpServerConfig]:
     """The configured remote server ``name`` (workspace root, config), or :class:`ConfigError` saying why not."""
+    from mcpvisor.host.oauth import check_sign_in
+
     settings, approvals, state = load_state(env, workspace)
     cfg = _configured(settings, state, name, what)
-    if cfg.transport == "stdio":
-        raise ConfigError(f"cannot {what} server {name!r}: it runs a command (stdio), there is nothing to sign in to")
-    if what == "sign in to" and is_gated(cfg) and approvals.get_state(settings.root, name, cfg) != "approved":
-        raise ConfigError(
-            f"cannot sign in to server {name!r}: it is a {state.assembled.sources[name].label} server that is not "
-            f"approved; approve it first: mcpvisor mcp approve {name}"
-        )
+    check_sign_in(
+        name,
+        cfg,
+        label=state.assembled.sources[name].label,
+        approval=approvals.get_state(settings.root, name, cfg) if is_gated(cfg) else None,
+        what=what,
+    )
     return settings.root, cfg
 
 

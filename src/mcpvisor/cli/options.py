@@ -74,6 +74,9 @@ def setup_logging(verbose: int, *, narrated: bool = False) -> None:
     # The HTTP client logs every request URL, credentials and query included: never let it.
     for secretive in ("httpx2", "httpcore2", "httpx", "httpcore"):
         logging.getLogger(secretive).setLevel(logging.WARNING)
+    # The SDK's sign-in logs its failures with a traceback that can quote a token response; the error
+    # people see says what failed in one line.
+    logging.getLogger("mcp.client.auth").setLevel(logging.CRITICAL)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

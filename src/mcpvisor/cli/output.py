@@ -28,6 +28,8 @@ def event_to_json(host: Host, event: HostEvent) -> dict[str, Any] | None:
             "tools": list(event.tools),
             "prompts": list(event.prompts),
             "error": event.error,
+            "held_tools": list(event.held_tools),
+            "held_prompts": list(event.held_prompts),
         }
     if isinstance(event, ReconcileFinished):
         return {

@@ -28,7 +28,7 @@ from mcpvisor.core.events import EventBus, ReconcileFinished
 from mcpvisor.core.gating import McpGating, matches_any
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.manager import McpClientManager
-from mcpvisor.core.registry import TOOL_PREFIX, PromptRegistry, ToolRegistry
+from mcpvisor.core.registry import TOOL_PREFIX, DefinitionGate, PromptRegistry, ToolRegistry, mcp_tool_name
 from mcpvisor.core.server_config import HttpAuth, McpServerConfig
 
 if TYPE_CHECKING:
@@ -61,9 +61,11 @@ class Config(StackOwner):
         pool: McpConnectionPool | None = None,
         session_id: str = "default",
         http_auth: HttpAuth | None = None,
+        definition_gate: DefinitionGate | None = None,
     ) -> None:
         self._pool = pool
         self._http_auth = http_auth
+        self._definition_gate = definition_gate
         self._session_id = session_id
         self._settings_servers: dict[str, McpServerConfig] = dict(mcp_servers or {})
         self._extension_servers: dict[str, McpServerConfig] = {}
@@ -101,6 +103,7 @@ class Config(StackOwner):
                 pool=self._pool,
                 session_id=self._session_id,
                 http_auth=self._http_auth,
+                definition_gate=self._definition_gate,
             )
             stack.push_async_callback(self._manager.aclose)
             self._stack = stack.pop_all()
@@ -264,6 +267,11 @@ class Config(StackOwner):
             return None
         return await self.manager.restart_mcp_servers()
 
+    def refresh_definitions(self) -> None:
+        """Run the definition gate again over every connected server's tools and prompts."""
+        if self._manager is not None:
+            self._manager.refresh_definitions()
+
     # -- calls -------------------------------------------------------------------------------
 
     async def call_tool(
@@ -333,6 +341,14 @@ class Config(StackOwner):
                 text = f"{head} is not connected{error}; check its configuration and logs, or /reload"
             elif client.status == "connecting":
                 text = f"{head} is still starting; retry in a moment"
+            elif (held := self._manager.held(server) if self._manager is not None else None) is not None and any(
+                mcp_tool_name(server, tool) == name for tool in held.held_tools
+            ):
+                reason = "held"
+                text = (
+                    f"tool {name!r} is held back: its definition changed since server {server!r} was approved; "
+                    f"review the change and accept it with: mcpvisor mcp approve {server}"
+                )
             else:
                 offered = ", ".join(sorted(t.name for t in self.tool_registry.tools_of(server))) or "none"
                 text = f"{head} does not provide it (renamed or filtered out?); its tools: {offered}"

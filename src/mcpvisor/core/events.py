@@ -45,6 +45,9 @@ class ServerStateChanged:
     tools: tuple[str, ...]
     prompts: tuple[str, ...]
     error: str | None
+    held_tools: tuple[str, ...] = ()
+    """Tools listed but held back (their definition changed since approval), by registered name."""
+    held_prompts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,10 +29,12 @@ from mcpvisor.core.events import (
 )
 from mcpvisor.core.pool import default_max_starts
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, plan_reconcile
-from mcpvisor.core.registry import PromptRegistry, ToolRegistry
+from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, mcp_tool_name
 from mcpvisor.core.server_config import HttpAuth, McpServerConfig, connection_id_of, exposure_of
 
 if TYPE_CHECKING:
+    from mcp_types import Prompt, Tool
+
     from mcpvisor.core.client import McpClient
     from mcpvisor.core.pool import McpConnectionPool
 
@@ -64,9 +66,12 @@ class McpClientManager:
         pool: McpConnectionPool | None = None,
         session_id: str = "default",
         http_auth: HttpAuth | None = None,
+        definition_gate: DefinitionGate | None = None,
     ) -> None:
         self._config = config
         self._http_auth = http_auth
+        self._gate = definition_gate
+        self._held: dict[str, Admitted] = {}
         self._pool = pool
         self._session_id = session_id
         self._tg = tg
@@ -270,6 +275,7 @@ class McpClientManager:
             self._publish_state(name, reason=reason)
 
     def _purge(self, name: str) -> None:
+        self._held.pop(name, None)
         tools_changed = self._tools.remove_mcp_tools_by_server(name)
         prompts_changed = self._prompts.remove_prompts_by_server(name)
         if tools_changed:
@@ -291,13 +297,36 @@ class McpClientManager:
         if client is None:
             return
         cfg = self._configs[name]
-        tools = client.tools if client.status == "connected" else []
-        prompts = client.prompts if client.status == "connected" else []
+        tools: Sequence[Tool] = client.tools if client.status == "connected" else []
+        prompts: Sequence[Prompt] = client.prompts if client.status == "connected" else []
+        self._held.pop(name, None)
+        if self._gate is not None and client.status == "connected":
+            admitted = self._admit(name, cfg, tools, prompts)
+            tools, prompts = admitted.tools, admitted.prompts
+            if admitted.held_tools or admitted.held_prompts:
+                self._held[name] = admitted
         if self._tools.set_server_tools(name, tools, exposure_of(cfg)):
             self._events.emit(ToolsChanged())
         if self._prompts.set_server_prompts(name, prompts):
             self._events.emit(PromptsChanged())
         self._publish_state(name)
+
+    def _admit(self, name: str, cfg: McpServerConfig, tools: Sequence[Tool], prompts: Sequence[Prompt]) -> Admitted:
+        assert self._gate is not None
+        try:
+            return self._gate(name, cfg, tools, prompts)
+        except Exception:
+            logger.exception("checking the definitions of server %r failed; holding all of them", name)
+            return Admitted((), (), tuple(t.name for t in tools), tuple(p.name for p in prompts))
+
+    def held(self, name: str) -> Admitted | None:
+        """What the definition gate holds back of ``name``'s tools and prompts (None: nothing)."""
+        return self._held.get(name)
+
+    def refresh_definitions(self) -> None:
+        """Ask the definition gate again for every connected server (e.g. after definitions were accepted)."""
+        for name in list(self._clients):
+            self._sync_registry(name)
 
     def _on_lost(self, client: McpClient) -> None:
         if self._closed or self._clients.get(client.name) is not client:
@@ -347,6 +376,7 @@ class McpClientManager:
 
     def _publish_state(self, name: str, *, reason: str | None = None) -> None:
         client = self._clients.get(name)
+        held = self._held.get(name)
         if client is not None:
             state = ServerStateChanged(
                 server=name,
@@ -355,6 +385,8 @@ class McpClientManager:
                 tools=tuple(t.name for t in self._tools.tools_of(name)),
                 prompts=tuple(p.name for p in self._prompts.prompts_of(name)),
                 error=client.last_error,
+                held_tools=tuple(mcp_tool_name(name, t) for t in held.held_tools) if held else (),
+                held_prompts=held.held_prompts if held else (),
             )
         else:
             state = ServerStateChanged(name, "disconnected", reason, (), (), None)

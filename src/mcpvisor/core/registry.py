@@ -9,17 +9,19 @@ providers. Prompts register by bare name; on a clash the later one becomes ``<se
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mcpvisor.core.server_config import Exposure
+from mcpvisor.core.server_config import Exposure, McpServerConfig
 
 if TYPE_CHECKING:
     from mcp_types import Prompt, Tool
 
 __all__ = [
     "MAX_TOOL_NAME_LEN",
+    "Admitted",
+    "DefinitionGate",
     "TOOL_PREFIX",
     "PromptRegistry",
     "RegisteredPrompt",
@@ -58,6 +60,22 @@ def mcp_tool_name(server: str, tool: str) -> str:
     sanitised = _INVALID_CHAR.sub("_", original)
     head = sanitised[: MAX_TOOL_NAME_LEN - _HASH_LEN - 1]
     return f"{head}_{fnv1a_base36(original)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """What a :data:`DefinitionGate` lets register of a server's tools and prompts, and what it holds back."""
+
+    tools: Sequence[Tool]
+    prompts: Sequence[Prompt]
+    held_tools: tuple[str, ...] = ()
+    """Tools held back, by their name on the server."""
+    held_prompts: tuple[str, ...] = ()
+
+
+DefinitionGate = Callable[[str, McpServerConfig, "Sequence[Tool]", "Sequence[Prompt]"], Admitted]
+"""Decides, each time a connected server's tools or prompts are (re)listed, which of them register
+(the host pins approved definitions with it). It runs in the event loop: keep it quick."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,8 +124,14 @@ def explain_start_failure(
         if isinstance(leaf, McpvisorError) and not isinstance(leaf, ConnectError):
             return str(leaf)  # e.g. a sign-in the layer above says is needed, with its fix
         if type(leaf).__module__.startswith("mcp.client.auth"):
-            return f"signing in to {cfg.target()} failed: {leaf}"
+            return f"signing in to {cfg.target()} failed: {_auth_failure(leaf)}"
     if needs_auth:
+        for leaf in flatten(exc):
+            if (origin := _unreachable_origin(leaf)) is not None:
+                return (
+                    f"the server needs authentication, but its authorization server {origin} cannot be reached "
+                    f"({leaf}); try again later"
+                )
         return (
             f"the server needs authentication ({cfg.target()} answered 401/403); sign in with: "
             f"mcpvisor mcp login {name} (or put the credentials it expects in mcpServers.{name}.headers)"
@@ -140,6 +146,30 @@ def explain_start_failure(
             return f"process exited with code {code} during start-up; see its log {log_path}"
         return f"{reason}; see its log {log_path}"
     return f"{reason} (reaching {cfg.target()})"
+
+
+def _auth_failure(leaf: BaseException) -> str:
+    """An SDK sign-in error in one line: e.g. a token endpoint's answer that is no token response."""
+    text = str(leaf).splitlines()[0] if str(leaf) else type(leaf).__name__
+    errors = getattr(leaf.__cause__ or leaf.__context__, "errors", None)
+    if callable(errors):  # pydantic's ValidationError: its first problem, not the whole dump
+        try:
+            first = errors()[0]["msg"]
+        except (IndexError, KeyError, TypeError):
+            return text
+        return f"{text.split(':', 1)[0]}: {first}"
+    return text
+
+
+def _unreachable_origin(leaf: BaseException) -> str | None:
+    """The origin an HTTP client could not reach (connection refused, timed out), if ``leaf`` is that."""
+    if not type(leaf).__module__.startswith("httpx") or type(leaf).__name__ not in ("ConnectError", "ConnectTimeout"):
+        return None
+    try:
+        url = leaf.request.url  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # httpx raises RuntimeError when no request is attached
+        return None
+    return f"{url.scheme}://{url.netloc.decode() if isinstance(url.netloc, bytes) else url.netloc}"
 
 
 def describe_failure(exc: BaseException) -> str:

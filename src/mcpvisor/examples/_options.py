@@ -57,6 +57,7 @@ class Options:
         "hang_on_call",
         "hang_on_initialize",
         "host",
+        "descriptions",
         "marker",
         "name",
         "port",
@@ -76,6 +77,7 @@ class Options:
         self.resources: tuple[str, ...] = split_names(namespace.resources)
         self.templates: tuple[str, ...] = split_names(getattr(namespace, "templates", ""))
         self.marker: str | None = namespace.marker
+        self.descriptions: str | None = getattr(namespace, "descriptions", None)
         self.stderr: str | None = namespace.stderr
         self.control: bool = namespace.control
         self.crash_on_call: str | None = namespace.crash_on_call
@@ -123,6 +125,11 @@ def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
         'reads "{name}:{uri}"',
     )
     parser.add_argument("--marker", metavar="PATH", help='append "{pid} {name}" to PATH before serving')
+    parser.add_argument(
+        "--descriptions",
+        metavar="FILE",
+        help='JSON object {"tool": "description"} read at every tools/list (light server)',
+    )
     parser.add_argument("--stderr", metavar="TEXT", help="write TEXT to stderr at start")
     parser.add_argument("--control", action="store_true", help="expose set_tools, set_prompts, sleep and pid")
     parser.add_argument("--crash-on-call", metavar="TOOL", help=f"exit with code {CRASH_EXIT_CODE} when TOOL is called")

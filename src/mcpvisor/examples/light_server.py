@@ -221,6 +221,17 @@ class LightServer:
         with_resources = self._options.resources or self._options.templates
         return (*CONTROL_TOOLS, "set_resources") if with_resources else CONTROL_TOOLS
 
+    def _described_tools(self) -> dict[str, str]:
+        """``--descriptions FILE``: tool descriptions, read again at every listing (a test rewrites it)."""
+        if self._options.descriptions is None:
+            return {}
+        try:
+            with open(self._options.descriptions, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            return {}
+        return {k: v for k, v in data.items() if isinstance(v, str)} if isinstance(data, dict) else {}
+
     def _configurable_tools(self) -> tuple[str, ...]:
         if not self._options.control:
             return self._tools
@@ -228,10 +239,11 @@ class LightServer:
 
     def _tool_list(self) -> list[dict[str, Any]]:
         name = self._options.name
+        described = self._described_tools()
         tools: list[dict[str, Any]] = [
             {
                 "name": tool,
-                "description": f"Return {tool_text(name, tool, '{text}')!r}.",
+                "description": described.get(tool, f"Return {tool_text(name, tool, '{text}')!r}."),
                 "inputSchema": TEXT_SCHEMA,
             }
             for tool in self._configurable_tools()

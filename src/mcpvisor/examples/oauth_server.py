@@ -9,6 +9,9 @@ tests and demos on loopback:
   code, so following the redirect with any HTTP client completes the "browser" step;
 - ``--token-lifetime SECONDS`` makes short-lived access tokens, to exercise refreshing;
 - ``POST /admin/revoke-all`` revokes every token it issued (a user revoking access at the provider);
+- ``--issuer URL`` advertises another authorization server (e.g. one that is down) in the resource's
+  metadata;
+- ``--garbage-token-endpoint`` makes ``/token`` answer 200 with a body that is not a token response;
 - ``--marker PATH`` appends a line per event (``register``, ``authorize``, ``token``, ``refresh``) so a
   test can count them.
 
@@ -23,6 +26,7 @@ import secrets
 import time
 from typing import Any
 
+import uvicorn
 from mcp.server import MCPServer
 from mcp.server.auth.provider import (
     AccessToken,
@@ -37,6 +41,7 @@ from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, Re
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from mcpvisor.examples._options import split_names, tool_text
 
@@ -141,7 +146,14 @@ class DemoOAuthProvider(OAuthAuthorizationServerProvider[AuthorizationCode, Refr
 
 
 def build_server(
-    *, name: str, host: str, port: int, tools: tuple[str, ...], token_lifetime_s: int, marker: str | None
+    *,
+    name: str,
+    host: str,
+    port: int,
+    tools: tuple[str, ...],
+    token_lifetime_s: int,
+    marker: str | None,
+    issuer: str | None = None,
 ) -> tuple[MCPServer[Any], DemoOAuthProvider]:
     provider = DemoOAuthProvider(token_lifetime_s=token_lifetime_s, marker=marker)
     base = f"http://{host}:{port}"
@@ -149,10 +161,11 @@ def build_server(
         name,
         auth_server_provider=provider,
         auth=AuthSettings(
-            issuer_url=base,
+            issuer_url=issuer or base,
             resource_server_url=f"{base}/mcp",
             client_registration_options=ClientRegistrationOptions(enabled=True),
             revocation_options=RevocationOptions(enabled=True),
+            validate_token_resource=True,
         ),
     )
     for tool in tools:
@@ -187,6 +200,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tools", default="echo", help="comma-separated tool names (default: echo)")
     parser.add_argument("--token-lifetime", type=int, default=3600, metavar="SECONDS", help="access token lifetime")
     parser.add_argument("--marker", metavar="PATH", help="append one line per OAuth event to PATH")
+    parser.add_argument("--issuer", metavar="URL", help="advertise this authorization server instead of itself")
+    parser.add_argument(
+        "--garbage-token-endpoint", action="store_true", help="answer /token with a body that is not a token response"
+    )
     args = parser.parse_args(argv)
     server, _ = build_server(
         name=args.name,
@@ -195,8 +212,16 @@ def main(argv: list[str] | None = None) -> None:
         tools=split_names(args.tools),
         token_lifetime_s=args.token_lifetime,
         marker=args.marker,
+        issuer=args.issuer,
     )
-    server.run("streamable-http", host=args.host, port=args.port)
+    app = server.streamable_http_app(host=args.host)
+    if args.garbage_token_endpoint:
+
+        async def garbage(request: Request) -> Response:
+            return Response("<html>upstream proxy error</html>", media_type="text/html")
+
+        app.router.routes.insert(0, Route("/token", garbage, methods=["POST"]))
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -39,7 +39,19 @@ from mcpvisor.host.hot_reload import (
     reload_now,
     strictly_promptable,
 )
-from mcpvisor.host.oauth import TokenStore, http_auth_for, sign_ins
+from mcpvisor.host.oauth import DEFAULT_LOGIN_TIMEOUT_S, TokenStore, check_sign_in, http_auth_for, login, sign_ins
+from mcpvisor.host.pins import (
+    DEFAULT_PIN_MODE,
+    Change,
+    PinGate,
+    PinMode,
+    PinStore,
+    accept_held,
+    held_changes,
+    is_pinned,
+    pin_mode_of,
+    pin_scope,
+)
 from mcpvisor.host.settings.loader import Settings, SettingsError, load_settings
 from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier
 from mcpvisor.host.status import LiveServer, ServerView, describe_servers
@@ -89,6 +101,8 @@ class Host(StackOwner):
         self._top_tier: TopTier | None = None
         self._state: DesiredState | None = None
         self._warned: set[str] = set()
+        self._pin_mode: PinMode = DEFAULT_PIN_MODE
+        self.pins = PinStore(paths.pins_path(options.env))
         self.watcher: SettingsWatcher | None = None
 
     # -- accessors ---------------------------------------------------------------------------
@@ -138,6 +152,7 @@ class Host(StackOwner):
             self._approvals = ApprovalStore(paths.approvals_path(env))
             self._approvals.load()
             self.tokens = TokenStore(paths.oauth_tokens_path(env))
+            self._pin_mode, _ = pin_mode_of(self._settings)
             self._top_tier = load_top_tier(opts.mcp_config, env, opts.session_servers)
             for layer in self._top_tier.mcp_config:
                 if layer.error is not None:
@@ -151,6 +166,7 @@ class Host(StackOwner):
                 pool=opts.pool,
                 session_id=opts.session_id,
                 http_auth=http_auth_for(self.tokens),
+                definition_gate=PinGate(self.pins, self._settings.root, lambda: self._pin_mode),
             )
             await stack.enter_async_context(self._config)
             self._config.events.subscribe(self.emit)
@@ -191,6 +207,11 @@ class Host(StackOwner):
 
     def _remember(self, state: DesiredState) -> DesiredState:
         self._state = state
+        mode, _ = pin_mode_of(self.settings)
+        if mode != self._pin_mode:
+            self._pin_mode = mode
+            if self._config is not None:
+                self._config.refresh_definitions()
         self._report_problems()
         return state
 
@@ -198,7 +219,7 @@ class Host(StackOwner):
         settings = self.settings
         for error in settings.errors.values():
             self._warn_once(error)
-        messages = [*settings.warnings]
+        messages = [*settings.warnings, *pin_mode_of(settings)[1]]
         if self._state is not None:
             messages += [*self._state.assembled.warnings]
             for error in self._state.assembled.errors:
@@ -246,11 +267,27 @@ class Host(StackOwner):
             on_state=self._remember,
         )
 
+    def held_changes(self, name: str) -> list[Change]:
+        """The definitions of ``name`` held since approval, against the approved ones (``/approve`` shows them)."""
+        cfg = self.state.assembled.servers.get(name)
+        if cfg is None or not is_pinned(self._pin_mode, cfg):
+            return []
+        try:
+            return held_changes(self.pins.record(pin_scope(self.root, cfg), name), cfg)
+        except ConfigError:
+            return []
+
     async def decide(self, name: str, decision: str) -> McpServerConfig:
-        """Approve or reject a gated server, then reconcile (approve connects it)."""
+        """Approve or reject a gated server, then reconcile (approve connects it). Approving a server whose
+        definitions changed since approval accepts what it offers now (the shell showed the change)."""
         cfg = self.state.assembled.servers.get(name)
         if cfg is None:
             raise ConfigError(f"cannot {decision} server {name!r}: no such server is configured")
+        if decision == "approve" and self.held_changes(name):
+            await anyio.to_thread.run_sync(accept_held, self.pins, self.root, name, cfg)
+            self.config.refresh_definitions()
+            if not is_gated(cfg) or self.approvals.get_state(self.root, name, cfg) == "approved":
+                return cfg
         if not is_gated(cfg):
             raise ConfigError(f"cannot {decision} server {name!r}: it is not a project or workspace server")
         store = self.approvals
@@ -260,6 +297,46 @@ class Host(StackOwner):
             self.settings, self.config, self._top_tier, approvals=store, emit=self.emit, on_state=self._remember
         )
         return cfg
+
+    async def sign_in(
+        self,
+        name: str,
+        *,
+        open_url: Callable[[str], bool],
+        announce: Callable[[str], None],
+        timeout_s: float = DEFAULT_LOGIN_TIMEOUT_S,
+    ) -> int:
+        """Sign in to remote server ``name`` (``/login``), then connect it; returns how many tools it offers.
+
+        Refused, naming the fix, for a server that is not configured, runs a command, or is a project or
+        workspace server the user has not approved. Connecting does not wait for the watcher to see the
+        token store change (a host may run without one)."""
+        state = self.state
+        cfg = state.assembled.servers.get(name)
+        if cfg is None:
+            known = ", ".join(sorted(state.assembled.servers)) or "none"
+            raise ConfigError(f"cannot sign in to server {name!r}: no such server is configured (configured: {known})")
+        approval = self.approvals.get_state(self.root, name, cfg) if is_gated(cfg) else None
+        check_sign_in(name, cfg, label=state.assembled.sources[name].label, approval=approval)
+        tools = await login(
+            self.tokens,
+            name,
+            cfg,
+            open_url=open_url,
+            announce=announce,
+            timeout_s=timeout_s,
+            log_dir=self.options.log_dir or paths.log_dir(self.options.env),
+        )
+        await reload_now(
+            self.settings,
+            self.config,
+            self._top_tier,
+            approvals=self.approvals,
+            emit=self.emit,
+            on_state=self._remember,
+            force=True,
+        )
+        return tools
 
     # -- views -------------------------------------------------------------------------------
 
@@ -273,6 +350,7 @@ class Host(StackOwner):
     def server_views(self) -> list[ServerView]:
         live: dict[str, LiveServer] = {}
         for name, client in self.config.manager.clients().items():
+            held = self.config.manager.held(name)
             live[name] = LiveServer(
                 status=client.status,
                 tools=len(self.config.tool_registry.tools_of(name)),
@@ -280,6 +358,8 @@ class Host(StackOwner):
                 error=client.last_error,
                 log_path=str(client.log_path),
                 needs_auth=client.needs_auth,
+                held_tools=tuple(held.held_tools) if held else (),
+                held_prompts=tuple(held.held_prompts) if held else (),
             )
         return describe_servers(
             self.state.assembled,

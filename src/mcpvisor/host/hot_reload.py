@@ -162,6 +162,9 @@ def register_mcp_hot_reload(
         await reload_now(settings, config, top_tier, approvals=approvals, emit=emit, on_state=on_state, force=force)
 
     async def on_change(event: SettingsChanged) -> None:
+        if event.scope == "pins":
+            config.refresh_definitions()  # accepted (or reset) definitions: registries follow, nothing restarts
+            return
         if not touches_mcp(event):
             return  # the cheap gate: e.g. a theme edit never rebuilds the server map
         if event.scope == "approvals":

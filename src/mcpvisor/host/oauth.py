@@ -18,7 +18,6 @@ part of the connection id, so a refresh never restarts anything.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -29,25 +28,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qs, urlsplit
 
-from filelock import FileLock, Timeout
-
 from mcpvisor.core.errors import ConfigError, McpvisorError
 from mcpvisor.core.server_config import HttpAuth, McpServerConfig, redact_url
-from mcpvisor.host.private_files import (
-    DIR_MODE,
-    describe_read_error,
-    lock_path_of,
-    read_private,
-    write_private,
-)
+from mcpvisor.host.approvals import is_gated
+from mcpvisor.host.private_files import PrivateJsonStore
 
 if TYPE_CHECKING:
     from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 __all__ = [
+    "DEFAULT_LOGIN_TIMEOUT_S",
     "LoginRequired",
     "SignIn",
     "TokenStore",
+    "check_sign_in",
     "http_auth_for",
     "is_loopback_url",
     "login",
@@ -59,7 +53,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-LOCK_TIMEOUT_S: Final = 10.0
 CALLBACK_PATH: Final = "/callback"
 DEFAULT_LOGIN_TIMEOUT_S: Final = 300.0
 REFRESH_MARGIN_S: Final = 60.0
@@ -115,6 +108,21 @@ def token_key(cfg: McpServerConfig, settings: OAuthSettings) -> str:
     return f"{url}#{settings.client_id}" if settings.client_id else url
 
 
+def check_sign_in(
+    name: str, cfg: McpServerConfig, *, label: str, approval: str | None, what: str = "sign in to"
+) -> None:
+    """Refuse, naming the fix, a server that cannot be signed in to (or out of, ``what="sign out of"``):
+    one that runs a command, or a project or workspace server (``label``) whose ``approval`` is not
+    ``"approved"`` — no sign-in starts for a configuration the user has not approved."""
+    if server_url(cfg) is None:
+        raise ConfigError(f"cannot {what} server {name!r}: it runs a command (stdio), there is nothing to sign in to")
+    if what == "sign in to" and is_gated(cfg) and approval != "approved":
+        raise ConfigError(
+            f"cannot sign in to server {name!r}: it is a {label} server that is not approved; "
+            f"approve it first: mcpvisor mcp approve {name}"
+        )
+
+
 def is_loopback_url(url: str) -> bool:
     host = (urlsplit(url).hostname or "").lower()
     return host in ("localhost", "::1") or host.startswith("127.")
@@ -123,28 +131,11 @@ def is_loopback_url(url: str) -> bool:
 # --- the store ------------------------------------------------------------------------------
 
 
-class TokenStore:
+class TokenStore(PrivateJsonStore):
     """``{ "<server URL>[#client id]": {"client": {...}, "tokens": {...}, "expires_at": <epoch s>} }``."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def read(self) -> dict[str, Any]:
-        """Everything stored; :class:`ConfigError` naming the file when it is unreadable or corrupt."""
-        try:
-            _, data = read_private(self.path)
-            records = json.loads(data.decode("utf-8")) if data is not None else {}
-        except (OSError, ValueError) as exc:
-            raise ConfigError(
-                f"cannot read the OAuth token store {self.path}: {describe_read_error(exc)}; nothing is signed in "
-                "until it is fixed or deleted (then sign in again with mcpvisor mcp login NAME)"
-            ) from exc
-        if not isinstance(records, dict) or not all(isinstance(v, dict) for v in records.values()):
-            raise ConfigError(
-                f"cannot read the OAuth token store {self.path}: expected an object of sign-ins; nothing is signed "
-                "in until it is fixed or deleted"
-            )
-        return records
+    what = "the OAuth token store"
+    consequence = "nothing is signed in until it is fixed or deleted (then sign in again with mcpvisor mcp login NAME)"
 
     def get(self, key: str) -> dict[str, Any]:
         """One server's record (empty when there is none, or the store cannot be read)."""
@@ -156,19 +147,15 @@ class TokenStore:
 
     def update(self, key: str, **fields: Any) -> None:
         """Set fields of one record (``None`` removes one; no fields left removes the record), atomically."""
-        self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        try:
-            with FileLock(lock_path_of(self.path), timeout=LOCK_TIMEOUT_S):
-                records = self.read()
-                record = {**records.get(key, {}), **fields}
-                record = {k: v for k, v in record.items() if v is not None}
-                if record:
-                    records[key] = record
-                else:
-                    records.pop(key, None)
-                write_private(self.path, json.dumps(records, indent=2, sort_keys=True) + "\n")
-        except Timeout as exc:
-            raise ConfigError(f"the OAuth token store {self.path} is locked by another process; try again") from exc
+
+        def change(records: dict[str, Any]) -> None:
+            record = {k: v for k, v in {**records.get(key, {}), **fields}.items() if v is not None}
+            if record:
+                records[key] = record
+            else:
+                records.pop(key, None)
+
+        self.mutate(change)
 
     def forget(self, key: str) -> bool:
         """Drop a server's sign-in; whether there was one."""

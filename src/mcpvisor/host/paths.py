@@ -51,6 +51,11 @@ def oauth_tokens_path(env: Mapping[str, str]) -> Path:
     return user_dir(env) / "oauth-tokens.json"
 
 
+def pins_path(env: Mapping[str, str]) -> Path:
+    """The pinned tool and prompt definitions (``mcp.pinTools``)."""
+    return user_dir(env) / "tool-pins.json"
+
+
 def trusted_folders_path(env: Mapping[str, str]) -> Path:
     return user_dir(env) / "trusted-folders.json"
 

@@ -1,6 +1,9 @@
-"""Files only the user may read (the approvals store, and later the token store): reads that return the
+"""Files only the user may read (the approvals, OAuth token and tool pin stores): reads that return the
 bytes with a signature from the same open file, atomic 0600 writes (temporary file, fsync, rename,
 fsync of the folder), the lock file beside the store, and how to tell the store's own files apart.
+
+:class:`PrivateJsonStore` is the small store both the token store and the pin store are: one JSON
+object of records, read whole, changed one record at a time under the cross-process lock.
 """
 
 from __future__ import annotations
@@ -10,12 +13,19 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, ClassVar, Final
+
+from filelock import FileLock, Timeout
+
+from mcpvisor.core.errors import ConfigError
 
 __all__ = [
     "DIR_MODE",
+    "LOCK_TIMEOUT_S",
     "STORE_MODE",
+    "PrivateJsonStore",
     "TMP_SUFFIX",
     "Signature",
     "describe_read_error",
@@ -30,6 +40,7 @@ __all__ = [
 STORE_MODE: Final = 0o600
 DIR_MODE: Final = 0o700
 TMP_SUFFIX: Final = ".tmp"
+LOCK_TIMEOUT_S: Final = 10.0
 
 Signature = tuple[int, int, int]
 """A file's inode, size and mtime in ns: equal signatures, same content (no re-read)."""
@@ -126,3 +137,40 @@ def describe_read_error(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()
     return str(exc)
+
+
+class PrivateJsonStore:
+    """``{ "<key>": {record}, ... }`` in a private file. A missing file is empty; an unreadable or corrupt
+    one raises :class:`ConfigError` naming the file, and is never written over."""
+
+    what: ClassVar[str] = "store"
+    """How the error names the store, e.g. ``the OAuth token store``."""
+    consequence: ClassVar[str] = "fix or delete it"
+    """What holds until it is fixed, said after the reason."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> dict[str, Any]:
+        """Every record; :class:`ConfigError` naming the file when it is unreadable or corrupt."""
+        try:
+            _, data = read_private(self.path)
+            records = json.loads(data.decode("utf-8")) if data is not None else {}
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"cannot read {self.what} {self.path}: {describe_read_error(exc)}; {self.consequence}"
+            ) from exc
+        if not isinstance(records, dict) or not all(isinstance(v, dict) for v in records.values()):
+            raise ConfigError(f"cannot read {self.what} {self.path}: expected an object of records; {self.consequence}")
+        return records
+
+    def mutate(self, change: Callable[[dict[str, Any]], object], *, timeout_s: float = LOCK_TIMEOUT_S) -> None:
+        """Re-read the records under the lock, let ``change`` edit them in place, write them atomically."""
+        self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        try:
+            with FileLock(lock_path_of(self.path), timeout=timeout_s, mode=STORE_MODE):
+                records = self.read()
+                change(records)
+                write_private(self.path, json.dumps(records, indent=2, sort_keys=True) + "\n")
+        except Timeout as exc:
+            raise ConfigError(f"{self.what} {self.path} is locked by another process; try again") from exc

@@ -21,10 +21,12 @@ from mcpvisor.host.settings.mcp_servers import SOURCE_ORDER, AssembledServers
 
 __all__ = [
     "APPROVE_HINT",
+    "LOGIN_HINT",
     "LiveServer",
     "ServerState",
     "ServerView",
     "describe_servers",
+    "held_text",
     "plural",
     "short_command",
     "short_path",
@@ -54,6 +56,8 @@ class LiveServer:
     error: str | None
     log_path: str | None = None
     needs_auth: bool = False
+    held_tools: tuple[str, ...] = ()
+    held_prompts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +81,16 @@ class ServerView:
     log_path: str | None = None
     sign_in: str | None = None
     """A remote server's stored OAuth sign-in, e.g. ``signed in (expires in 52 min)``; never a token."""
+    held_tools: tuple[str, ...] = ()
+    """Tools whose definition changed since approval, held back until ``mcp approve`` (names on the server)."""
+    held_prompts: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+APPROVE_HINT = "mcpvisor mcp approve {name}"
+LOGIN_HINT = "mcpvisor mcp login {name}"
 
 
 def describe_servers(
@@ -91,8 +102,10 @@ def describe_servers(
     live: Mapping[str, LiveServer] | None = None,
     trusted: bool = True,
     sign_ins: Mapping[str, str] | None = None,
+    held: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] | None = None,
 ) -> list[ServerView]:
-    """One row per configured server, in source-group order then by name."""
+    """One row per configured server, in source-group order then by name. ``held``: held tools and prompts
+    of servers that are not live (a live server's come with it)."""
     rows: list[ServerView] = []
     order = {label: i for i, label in enumerate(SOURCE_ORDER)}
     for name in sorted(assembled.servers, key=lambda n: (order.get(assembled.sources[n].label, 99), n)):
@@ -133,20 +146,32 @@ def describe_servers(
                 error=conn.error if conn is not None and reason is None else None,
                 log_path=conn.log_path if conn is not None else None,
                 sign_in=(sign_ins or {}).get(name),
+                held_tools=conn.held_tools if conn is not None else (held or {}).get(name, ((), ()))[0],
+                held_prompts=conn.held_prompts if conn is not None else (held or {}).get(name, ((), ()))[1],
             )
         )
     return rows
+
+
+def held_text(row: ServerView, approve_hint: str = APPROVE_HINT) -> str | None:
+    """``2 tools changed since approval — run: mcpvisor mcp approve NAME``, or None when nothing is held."""
+    kinds = ((row.held_tools, "tool"), (row.held_prompts, "prompt"))
+    parts = [plural(len(names), word) for names, word in kinds if names]
+    if not parts:
+        return None
+    since = "since approval" if row.approval is not None else "since first use"
+    return f"{' and '.join(parts)} changed {since} — run: {approve_hint.format(name=row.name)}"
 
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-APPROVE_HINT = "mcpvisor mcp approve {name}"
-
-
-def state_text(row: ServerView, *, live: bool = True, approve_hint: str = APPROVE_HINT) -> tuple[str, str, str]:
-    """(icon, text, style) for one row, in SPEC §9 priority order."""
+def state_text(
+    row: ServerView, *, live: bool = True, approve_hint: str = APPROVE_HINT, login_hint: str = LOGIN_HINT
+) -> tuple[str, str, str]:
+    """(icon, text, style) for one row, in SPEC §9 priority order; the hints are the commands that fix a
+    waiting approval or sign-in (the shell's own ``/approve`` and ``/login`` in the shell)."""
     if row.state == "untrusted":
         return "○", "untrusted folder — run: mcpvisor mcp trust", "yellow"
     if row.state == "disabled":
@@ -158,12 +183,15 @@ def state_text(row: ServerView, *, live: bool = True, approve_hint: str = APPROV
     if row.state == "needs_approval":
         return "?", f"needs approval — run: {approve_hint.format(name=row.name)}", "yellow"
     if row.state == "needs_auth":
-        return "🔒", f"needs authentication — run: mcpvisor mcp login {row.name}", "yellow"
+        return "🔒", f"needs authentication — run: {login_hint.format(name=row.name)}", "yellow"
     signed = f" · {row.sign_in}" if row.sign_in else ""
+    held = held_text(row, approve_hint)
     if not live:
-        return "✓", ("allowed (approved)" if row.approval == "approved" else "allowed") + signed, "green"
+        allowed = ("allowed (approved)" if row.approval == "approved" else "allowed") + signed
+        return ("!", f"{allowed} · {held}", "yellow") if held else ("✓", allowed, "green")
     if row.state == "connected":
-        return "●", f"connected ({plural(row.tools, 'tool')}, {plural(row.prompts, 'prompt')}){signed}", "green"
+        connected = f"connected ({plural(row.tools, 'tool')}, {plural(row.prompts, 'prompt')}){signed}"
+        return ("●", f"{connected} · {held}", "yellow") if held else ("●", connected, "green")
     if row.state == "connecting":
         return "◌", "connecting…", "cyan"
     if row.error:

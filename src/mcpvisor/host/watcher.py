@@ -58,11 +58,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-WatchScope = Literal["system_defaults", "user", "workspace", "system", "project", "approvals", "tokens"]
+WatchScope = Literal["system_defaults", "user", "workspace", "system", "project", "approvals", "tokens", "pins"]
 
-DEFAULT_WATCHED_SCOPES: tuple[WatchScope, ...] = ("user", "workspace", "project", "approvals", "tokens")
+DEFAULT_WATCHED_SCOPES: tuple[WatchScope, ...] = ("user", "workspace", "project", "approvals", "tokens", "pins")
 
-STORE_SCOPES: tuple[WatchScope, ...] = ("approvals", "tokens")
+STORE_SCOPES: tuple[WatchScope, ...] = ("approvals", "tokens", "pins")
 """Stores in the user folder that are not settings: a change is their own event, never a settings diff."""
 DEBOUNCE_S = 0.3
 """Trailing debounce per scope: a scope is reloaded this long after its last file event."""
@@ -193,6 +193,8 @@ class SettingsWatcher:
             return self._settings.paths.approvals
         if scope == "tokens":
             return self._settings.paths.oauth_tokens
+        if scope == "pins":
+            return self._settings.paths.pins
         return self._settings.paths.of(scope) if self._settings.is_active(scope) else None
 
     @property
@@ -374,7 +376,7 @@ class SettingsWatcher:
                     logger.exception("reloading the %s settings failed", scope)
 
     async def _process(self, scope: WatchScope) -> None:
-        if scope == "approvals" or scope == "tokens":
+        if scope == "approvals" or scope == "tokens" or scope == "pins":  # STORE_SCOPES, spelled out for mypy
             digest = await anyio.to_thread.run_sync(_file_digest, self._targets[scope])
             if digest != self._store_digests.get(scope):
                 self._store_digests[scope] = digest

@@ -30,6 +30,7 @@ BUILTIN_COMMANDS: Mapping[str, tuple[str, str]] = {
     "reload": ("", "re-read every settings file and reconcile"),
     "approve": ("NAME", "approve a project or workspace server (connects it)"),
     "reject": ("NAME", "reject a project or workspace server (keeps it disconnected)"),
+    "login": ("NAME", "sign in to a remote server that needs OAuth (opens the browser)"),
     "help": ("", "this list"),
     "quit": ("", "leave the shell (also /exit, Ctrl-D)"),
 }

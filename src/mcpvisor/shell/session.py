@@ -27,6 +27,7 @@ from mcpvisor.core.errors import McpvisorError
 from mcpvisor.core.events import PromptsChanged, ReconcileFinished
 from mcpvisor.host.host import Host, HostEvent, HostOptions
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpPromptsChanged
+from mcpvisor.host.status import plural
 from mcpvisor.shell.approval import (
     approval_request,
     render_approval_request,
@@ -68,30 +69,45 @@ _CALL_EXAMPLE = '/call mcp__server__tool {"text": "hi"}'
 _PROMPT_EXAMPLE = '/prompt NAME {"topic": "hi"}'
 
 
+def open_in_browser(url: str) -> bool:
+    """Open ``url`` in the user's browser; False when there is none (e.g. over SSH)."""
+    import webbrowser
+
+    try:
+        return webbrowser.open(url)
+    except webbrowser.Error:
+        return False
+
+
 async def run_shell(
     options: HostOptions,
     *,
     console: Console | None = None,
     input_lines: AsyncIterator[str] | None = None,
     interrupts: AsyncIterable[object] | None = None,
+    open_url: Callable[[str], bool] | None = None,
 ) -> int:
     """Run the interactive shell until ``/quit``, end of input, or Ctrl-C twice; returns the exit code.
 
     ``input_lines`` defaults to standard input, read in a daemon thread. ``interrupts`` yields one
     item per Ctrl-C; signals belong to ``cli/main.py``, which passes
     ``anyio.open_signal_receiver(signal.SIGINT)`` here. Without it, Ctrl-C is Python's default.
+    ``open_url`` opens a sign-in page for ``/login`` (default: the user's browser; False when none opened).
     A settings problem that prevents start-up raises :class:`~mcpvisor.core.errors.ConfigError`.
     """
-    session = ShellSession(Host(options), console if console is not None else Console(highlight=False))
+    session = ShellSession(
+        Host(options), console if console is not None else Console(highlight=False), open_url=open_url
+    )
     return await session.run(input_lines, interrupts)
 
 
 class ShellSession:
     """The shell's state and behaviour over one running host; :meth:`on_event` is its host listener."""
 
-    def __init__(self, host: Host, console: Console) -> None:
+    def __init__(self, host: Host, console: Console, *, open_url: Callable[[str], bool] | None = None) -> None:
         self.host = host
         self.console = console
+        self._open_url = open_url if open_url is not None else open_in_browser
         self.screen = Screen(console, prompt=lambda: ANSWER_PROMPT if self.dialog.asked is not None else PROMPT)
         self._output = HumanOutput(host, console, on_ready=self._on_ready)
         self._ready = False
@@ -114,6 +130,7 @@ class ShellSession:
             "reload": self._cmd_reload,
             "approve": self._cmd_approve,
             "reject": self._cmd_reject,
+            "login": self._cmd_login,
             "help": self._cmd_help,
             "quit": self._cmd_quit,
         }
@@ -301,7 +318,13 @@ class ShellSession:
     # -- commands ----------------------------------------------------------------------------
 
     async def _cmd_mcp(self, argument: str) -> bool:
-        render_status(self.console, self.host.server_views(), title="MCP servers", approve_hint="/approve {name}")
+        render_status(
+            self.console,
+            self.host.server_views(),
+            title="MCP servers",
+            approve_hint="/approve {name}",
+            login_hint="/login {name}",
+        )
         return False
 
     async def _cmd_tools(self, argument: str) -> bool:
@@ -362,6 +385,20 @@ class ShellSession:
             render_approval_request(self.console, request, intro=f"({decision})")
         await self.dialog.decide(name, decision)
         self.dialog.ask_next()
+
+    async def _cmd_login(self, argument: str) -> bool:
+        name, rest = split_name(argument)
+        if not name or rest:
+            raise ArgumentError("usage: /login NAME")
+
+        def announce(text: str) -> None:
+            with self.screen.above():
+                self.console.print(Text(text), soft_wrap=True)
+                self.console.print(Text("(waiting for the sign-in; Ctrl-C cancels)", style="dim"))
+
+        tools = await self.host.sign_in(name, open_url=self._open_url, announce=announce)
+        self.console.print(Text(f"✓ signed in to {name} ({plural(tools, 'tool')})", style="green"))
+        return False
 
     async def _cmd_help(self, argument: str) -> bool:
         render_help(self.console, self._prompt_commands)

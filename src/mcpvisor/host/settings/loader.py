@@ -126,6 +126,7 @@ class SettingsPaths:
     approvals: Path
     trusted_folders: Path
     oauth_tokens: Path
+    pins: Path
 
     def of(self, scope: FileScope) -> Path:
         path: Path = getattr(self, scope)
@@ -143,6 +144,7 @@ def settings_paths(env: Mapping[str, str], root: Path) -> SettingsPaths:
         approvals=_paths.approvals_path(env),
         trusted_folders=_paths.trusted_folders_path(env),
         oauth_tokens=_paths.oauth_tokens_path(env),
+        pins=_paths.pins_path(env),
     )
 
 

@@ -119,6 +119,14 @@ SETTINGS_SCHEMA: Mapping[str, SettingDefinition] = {
             requires_restart=True,
             show_in_dialog=False,
         ),
+        pinTools=SettingDefinition(
+            "string",
+            "Pin tool and prompt definitions: 'gated' (project and workspace servers, the default), 'all' or "
+            "'off'. A changed definition is held until approved; workspace settings can only make it stricter.",
+            requires_restart=False,
+            show_in_dialog=False,
+            default="gated",
+        ),
         maxConcurrentStarts=SettingDefinition(
             "integer",
             "How many servers may start at the same time (read at start-up).",

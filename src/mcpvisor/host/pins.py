@@ -1,0 +1,306 @@
+"""Pinned tool and prompt definitions: trust beyond the configuration.
+
+An approval binds a project server's *configuration*; a server whose configuration never changes can
+still change what its tools say (a tool description that starts telling the agent to send files
+somewhere). So the first time a pinned server connects under an approved configuration, the SHA-256
+of each tool's ``{name, description, inputSchema, annotations}`` and each prompt's ``{name,
+description, arguments}`` is recorded with that configuration's approval hash. From then on, a
+listing that brings a changed or new definition registers the unchanged ones and **holds** the
+others: not in the registry, not served by the gateway, not callable. ``mcpvisor mcp approve NAME``
+(or the shell's ``/approve NAME``) shows what changed and accepts it.
+
+Which servers are pinned is ``mcp.pinTools``: ``gated`` (the default: project and workspace servers),
+``all`` (every server; the user's own ones are pinned on first use) or ``off``. The user's own scopes
+set it; the workspace's settings can only make it stricter, never turn it off for their own servers.
+
+The store is one private file (``$MCPVISOR_HOME/tool-pins.json``) like the approvals store::
+
+    { "<project root>" | "user": { "<server>": {
+        "config": "<approval hash>",
+        "tools": {"<name>": {"sha256": "…", "definition": {…}}}, "prompts": {…},
+        "heldTools": {…}, "heldPrompts": {…} } } }
+
+A corrupt store fails closed: every definition of a pinned server is held until it is fixed or deleted.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.registry import Admitted
+from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.approvals import is_gated, root_key
+from mcpvisor.host.private_files import PrivateJsonStore
+
+if TYPE_CHECKING:
+    from mcp_types import Prompt, Tool
+
+    from mcpvisor.host.settings.loader import FileScope, Settings
+
+__all__ = [
+    "DEFAULT_PIN_MODE",
+    "Change",
+    "PinGate",
+    "PinMode",
+    "PinStore",
+    "accept_held",
+    "definition_digest",
+    "diff_lines",
+    "held_changes",
+    "held_names",
+    "is_pinned",
+    "pin_scope",
+    "pin_mode_of",
+    "prompt_definition",
+    "tool_definition",
+]
+
+logger = logging.getLogger(__name__)
+
+PinMode = Literal["off", "gated", "all"]
+"""In order of strictness."""
+DEFAULT_PIN_MODE: Final[PinMode] = "gated"
+GATE_LOCK_TIMEOUT_S: Final = 2.0
+"""How long a running host waits for the store's lock when it pins or notes held definitions."""
+
+_TOOL_KEYS: Final = ("name", "description", "inputSchema", "annotations")
+_PROMPT_KEYS: Final = ("name", "description", "arguments")
+_KINDS: Final = (("tools", "heldTools"), ("prompts", "heldPrompts"))
+Kind = Literal["tools", "prompts"]
+
+
+# --- definitions ------------------------------------------------------------------------------
+
+
+def _definition(item: Any, keys: Sequence[str]) -> dict[str, Any]:
+    dumped = item.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return {key: dumped[key] for key in keys if key in dumped}
+
+
+def tool_definition(tool: Tool) -> dict[str, Any]:
+    """What is pinned of a tool: what the model reads and what it sends."""
+    return _definition(tool, _TOOL_KEYS)
+
+
+def prompt_definition(prompt: Prompt) -> dict[str, Any]:
+    return _definition(prompt, _PROMPT_KEYS)
+
+
+def definition_digest(definition: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical JSON (sorted keys, no spaces) of a definition."""
+    text = json.dumps(definition, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _entries(definitions: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {name: {"sha256": definition_digest(d), "definition": dict(d)} for name, d in definitions.items()}
+
+
+# --- which servers, where ---------------------------------------------------------------------
+
+
+def pin_mode_of(settings: Settings) -> tuple[PinMode, tuple[str, ...]]:
+    """The effective ``mcp.pinTools`` and any problems reading it.
+
+    System defaults, user and system settings set it (the later wins); the workspace's settings may
+    only make it stricter. An invalid value fails closed (``all``)."""
+    modes: tuple[PinMode, ...] = get_args(PinMode)
+    mode: PinMode = DEFAULT_PIN_MODE
+    stricter: PinMode = "off"
+    problems: list[str] = []
+    scopes: tuple[FileScope, ...] = ("system_defaults", "user", "system", "workspace")
+    for scope in scopes:
+        if not settings.is_active(scope):
+            continue
+        section = settings.data(scope).get("mcp")
+        value = section.get("pinTools") if isinstance(section, Mapping) else None
+        if value is None:
+            continue
+        read: PinMode = "all"
+        for known in modes:
+            if value == known:
+                read = known
+                break
+        else:
+            problems.append(
+                f"invalid mcp.pinTools in {settings.paths.of(scope)}: expected one of "
+                f"{', '.join(repr(m) for m in modes)}; treated as 'all'"
+            )
+        if scope == "workspace":
+            stricter = read
+        else:
+            mode = read
+    return max(mode, stricter, key=modes.index), tuple(problems)
+
+
+def is_pinned(mode: PinMode, cfg: McpServerConfig) -> bool:
+    return mode == "all" or (mode == "gated" and is_gated(cfg))
+
+
+def pin_scope(root: str | os.PathLike[str], cfg: McpServerConfig) -> str:
+    """Project and workspace servers are pinned per project root; the user's own servers once."""
+    return root_key(root) if is_gated(cfg) else "user"
+
+
+# --- the store --------------------------------------------------------------------------------
+
+
+class PinStore(PrivateJsonStore):
+    what = "the tool pin store"
+    consequence = (
+        "every tool and prompt of a pinned server is held until it is fixed or deleted "
+        "(deleting it pins what the servers offer next)"
+    )
+
+    def record(self, scope: str, name: str) -> dict[str, Any] | None:
+        """One server's record; :class:`ConfigError` when the store cannot be read."""
+        record = self.read().get(scope, {}).get(name)
+        return record if isinstance(record, dict) else None
+
+    def put(self, scope: str, name: str, record: Mapping[str, Any] | None, *, timeout_s: float = 10.0) -> None:
+        def change(records: dict[str, Any]) -> None:
+            servers = records.setdefault(scope, {})
+            if record is None:
+                servers.pop(name, None)
+            else:
+                servers[name] = dict(record)
+            if not servers:
+                records.pop(scope, None)
+
+        self.mutate(change, timeout_s=timeout_s)
+
+
+def held_names(
+    store: PinStore, root: str | os.PathLike[str], servers: Mapping[str, McpServerConfig], mode: PinMode
+) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Server -> (held tools, held prompts) as the store says, for views that connect nothing.
+    :class:`ConfigError` when the store cannot be read."""
+    records = store.read()
+    held: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    for name, cfg in servers.items():
+        record = records.get(pin_scope(root, cfg), {}).get(name) if is_pinned(mode, cfg) else None
+        if isinstance(record, dict) and record.get("config") == cfg.approval_hash:
+            tools, prompts = tuple(record.get("heldTools", {})), tuple(record.get("heldPrompts", {}))
+            if tools or prompts:
+                held[name] = (tools, prompts)
+    return held
+
+
+# --- the gate a host installs -----------------------------------------------------------------
+
+
+class PinGate:
+    """The core's :data:`~mcpvisor.core.registry.DefinitionGate` for one workspace root."""
+
+    def __init__(self, store: PinStore, root: str | os.PathLike[str], mode: Callable[[], PinMode]) -> None:
+        self._store = store
+        self._root = root
+        self._mode = mode
+        self._warned: str | None = None
+
+    def __call__(self, name: str, cfg: McpServerConfig, tools: Sequence[Tool], prompts: Sequence[Prompt]) -> Admitted:
+        if not is_pinned(self._mode(), cfg):
+            return Admitted(tools, prompts)
+        scope = pin_scope(self._root, cfg)
+        current = {
+            "tools": {t.name: tool_definition(t) for t in tools},
+            "prompts": {p.name: prompt_definition(p) for p in prompts},
+        }
+        try:
+            record = self._store.record(scope, name)
+        except ConfigError as exc:
+            if str(exc) != self._warned:
+                self._warned = str(exc)
+                logger.warning("%s", exc)
+            return Admitted((), (), tuple(t.name for t in tools), tuple(p.name for p in prompts))
+        if record is None or record.get("config") != cfg.approval_hash:
+            # First use of this configuration (approved just now, or a user server first seen): pin it.
+            fresh = {"config": cfg.approval_hash, "tools": _entries(current["tools"])}
+            fresh["prompts"] = _entries(current["prompts"])
+            self._write(scope, name, fresh)
+            return Admitted(tools, prompts)
+        held: dict[str, dict[str, Any]] = {}
+        for kind, held_key in _KINDS:
+            pinned = record.get(kind, {})
+            held[held_key] = {
+                n: entry
+                for n, entry in _entries(current[kind]).items()
+                if not isinstance(pinned.get(n), dict) or pinned[n].get("sha256") != entry["sha256"]
+            }
+        if any(held[key] != record.get(key, {}) for _, key in _KINDS):
+            updated = {k: v for k, v in record.items() if k not in ("heldTools", "heldPrompts")}
+            self._write(scope, name, {**updated, **{k: v for k, v in held.items() if v}})
+        return Admitted(
+            [t for t in tools if t.name not in held["heldTools"]],
+            [p for p in prompts if p.name not in held["heldPrompts"]],
+            tuple(held["heldTools"]),
+            tuple(held["heldPrompts"]),
+        )
+
+    def _write(self, scope: str, name: str, record: Mapping[str, Any]) -> None:
+        try:
+            self._store.put(scope, name, record, timeout_s=GATE_LOCK_TIMEOUT_S)
+        except (ConfigError, OSError) as exc:
+            logger.warning("could not record the tool definitions of server %r: %s", name, exc)
+
+
+# --- reviewing and accepting ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One held definition against the pinned one (``before`` is None for a new tool or prompt)."""
+
+    kind: Kind
+    name: str
+    before: Mapping[str, Any] | None
+    after: Mapping[str, Any]
+
+
+def held_changes(record: Mapping[str, Any] | None, cfg: McpServerConfig) -> list[Change]:
+    if record is None or record.get("config") != cfg.approval_hash:
+        return []
+    changes: list[Change] = []
+    for kind, held_key in _KINDS:
+        pinned = record.get(kind, {})
+        for name, entry in sorted(record.get(held_key, {}).items()):
+            before = pinned.get(name, {}).get("definition") if isinstance(pinned.get(name), dict) else None
+            changes.append(Change(kind, name, before, entry.get("definition", {})))  # type: ignore[arg-type]
+    return changes
+
+
+def diff_lines(change: Change) -> list[str]:
+    """A unified diff of the pinned definition against the held one, as indented JSON."""
+    before = json.dumps(change.before, indent=2, sort_keys=True).splitlines() if change.before is not None else []
+    after = json.dumps(change.after, indent=2, sort_keys=True).splitlines()
+    label = f"{change.kind[:-1]} {change.name}"
+    return list(
+        difflib.unified_diff(
+            before, after, f"{label} (approved)" if before else "/dev/null", f"{label} (now)", lineterm="", n=2
+        )
+    )[2:]
+
+
+def accept_held(store: PinStore, root: str | os.PathLike[str], name: str, cfg: McpServerConfig) -> list[Change]:
+    """Pin what server ``name`` now offers in place of its held definitions; returns what was accepted."""
+    scope = pin_scope(root, cfg)
+    accepted: list[Change] = []
+
+    def change(records: dict[str, Any]) -> None:
+        record = records.get(scope, {}).get(name)
+        accepted.extend(held_changes(record, cfg))
+        if not accepted or record is None:
+            return
+        for kind, held_key in _KINDS:
+            record.setdefault(kind, {}).update(record.pop(held_key, {}))
+
+    store.mutate(change)
+    return accepted
