@@ -25,6 +25,7 @@ from rich.text import Text
 
 from mcpvisor.core.errors import McpvisorError
 from mcpvisor.core.events import PromptsChanged, ReconcileFinished
+from mcpvisor.host.approvals import is_gated
 from mcpvisor.host.host import Host, HostEvent, HostOptions
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpPromptsChanged
 from mcpvisor.host.status import plural
@@ -46,7 +47,7 @@ from mcpvisor.shell.dialog import ApprovalDialog
 from mcpvisor.shell.narration import HumanOutput
 from mcpvisor.shell.render import render_call_result, render_prompt_result, render_prompts, render_tools
 from mcpvisor.shell.terminal import Screen, stdin_lines
-from mcpvisor.shell.views import render_status
+from mcpvisor.shell.views import render_definition_changes, render_status
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_OK", "ShellSession", "run_shell"]
 
@@ -380,6 +381,16 @@ class ShellSession:
             raise ArgumentError(f"usage: /{decision} NAME")
         state = self.host.state
         cfg = state.assembled.servers.get(name)
+        changes = self.host.held_changes(name) if decision == "approve" else []
+        if cfg is not None and changes:
+            self.console.print(
+                Text(f"{name} changed {plural(len(changes), 'definition')} since approval:", style="bold")
+            )
+            render_definition_changes(self.console, changes)
+            if not is_gated(cfg) or self.host.approvals.get_state(self.host.root, name, cfg) == "approved":
+                await self.host.decide(name, decision)
+                self.console.print(Text(f"✓ accepted what {name} offers now", style="green"))
+                return
         if cfg is not None:
             request = approval_request(name, cfg, state.assembled.sources[name])
             render_approval_request(self.console, request, intro=f"({decision})")
