@@ -138,6 +138,8 @@ async def test_add_change_remove_and_exclude_touch_only_that_server(tmp_path: Pa
             "tools": ["mcp__c__x", "mcp__c__y"],
             "prompts": [],
             "error": None,
+            "held_tools": [],
+            "held_prompts": [],
         }
         assert marker_pids(m["a"]) == [a_pid]
         assert marker_pids(m["b"]) == [b_pid]

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from typing import TextIO
 
 import anyio
 import anyio.abc
@@ -26,6 +26,8 @@ from anyio.streams.text import TextReceiveStream
 from mcp.client._transport import TransportStreams
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
+
+from mcpvisor.core.server_log import ServerLog, pump_stderr
 
 __all__ = ["STDIN_CLOSE_GRACE_S", "TERMINATE_GRACE_S", "StdioProcess", "open_stdio_transport"]
 
@@ -40,6 +42,8 @@ REAP_WAIT_S = 2.0
 WRITER_FLUSH_S = 0.5
 """How long already accepted messages may take to reach the server before stdin closes."""
 EXIT_POLL_S = 0.01
+STDERR_DRAIN_S = 1.0
+"""How long what a stopped server left in its stderr pipe may take to reach its log."""
 
 
 @dataclass(eq=False)
@@ -71,19 +75,24 @@ async def open_stdio_transport(
     *,
     env: Mapping[str, str] | None,
     cwd: str | None,
-    errlog: TextIO,
+    log: ServerLog,
 ) -> AsyncIterator[tuple[TransportStreams, StdioProcess]]:
-    """Spawn ``command`` in its own process group and bridge its stdio to the SDK's streams.
+    """Spawn ``command`` in its own process group and bridge its stdio to the SDK's streams; its stderr
+    goes to ``log`` (which is closed when the transport ends).
 
     Raises ``OSError`` (e.g. ``FileNotFoundError``) when the process cannot be spawned.
     """
-    process = await anyio.open_process(
-        [command, *args],
-        env=child_environment(env),
-        cwd=cwd,
-        stderr=errlog,
-        start_new_session=True,
-    )
+    try:
+        process = await anyio.open_process(
+            [command, *args],
+            env=child_environment(env),
+            cwd=cwd,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except BaseException:
+        log.close()
+        raise
     # No awaits until the task group is entered, or a cancellation here would leak the process.
     handle = StdioProcess(pid=process.pid, _process=process)
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
@@ -119,9 +128,20 @@ async def open_stdio_transport(
         finally:
             writer_done.set()
 
+    stderr_done = anyio.Event()
+
+    async def stderr_copier() -> None:
+        try:
+            if process.stderr is not None:
+                await pump_stderr(process.stderr, log)
+        finally:
+            log.close()
+            stderr_done.set()
+
     async with anyio.create_task_group() as tg:
         tg.start_soon(stdout_reader)
         tg.start_soon(stdin_writer)
+        tg.start_soon(stderr_copier)
         try:
             yield (read_stream, write_stream), handle
         finally:
@@ -131,6 +151,8 @@ async def open_stdio_transport(
                 with anyio.move_on_after(WRITER_FLUSH_S):
                     await writer_done.wait()
                 await stop_process(process)
+                with anyio.move_on_after(STDERR_DRAIN_S):
+                    await stderr_done.wait()  # its last words reach the log before anyone reads it
                 for stream in (read_stream, write_stream, read_writer, write_reader):
                     await stream.aclose()
             tg.cancel_scope.cancel()
@@ -185,9 +207,10 @@ async def stop_process(process: anyio.abc.Process) -> None:
                 os.killpg(pgid, signal.SIGKILL)
         if not await _wait_exit(process, REAP_WAIT_S):
             logger.warning("server process %d is still alive after SIGKILL; abandoning it", process.pid)
-    if process.stdout is not None:
-        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await process.stdout.aclose()
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await pipe.aclose()
     transport = getattr(getattr(process, "_process", None), "_transport", None)
     close = getattr(transport, "close", None)
     if callable(close):

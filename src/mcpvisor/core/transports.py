@@ -5,17 +5,17 @@ Secrets never reach a message: the caller redacts with ``redact_text`` before sh
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import anyio
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.core.errors import ConnectError, McpvisorError
 from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_log import ServerLog
 from mcpvisor.core.stdio import StdioProcess, open_stdio_transport
 
 __all__ = ["describe_failure", "explain_start_failure", "flatten", "open_transport"]
@@ -40,13 +40,11 @@ async def open_transport(
     transport: Any
     process: StdioProcess | None = None
     if cfg.command is not None:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        # A server may print anything it was given, secrets included: the log is the user's alone.
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        errlog: TextIO = stack.enter_context(open(fd, "a", encoding="utf-8"))  # noqa: ASYNC230 - an fd, no blocking
+        # A server may print anything it was given, secrets included: the log is the user's alone (0600).
+        log = ServerLog(log_path)
         try:
             streams, process = await stack.enter_async_context(
-                open_stdio_transport(cfg.command, cfg.args, env=cfg.env, cwd=cfg.cwd, errlog=errlog)
+                open_stdio_transport(cfg.command, cfg.args, env=cfg.env, cwd=cfg.cwd, log=log)
             )
         except FileNotFoundError as exc:
             bad_cwd = _missing_dir(cfg.cwd)

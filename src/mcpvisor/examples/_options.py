@@ -58,6 +58,8 @@ class Options:
         "hang_on_initialize",
         "host",
         "descriptions",
+        "flood_stderr",
+        "garbage_stdout",
         "marker",
         "name",
         "port",
@@ -78,6 +80,8 @@ class Options:
         self.templates: tuple[str, ...] = split_names(getattr(namespace, "templates", ""))
         self.marker: str | None = namespace.marker
         self.descriptions: str | None = getattr(namespace, "descriptions", None)
+        self.flood_stderr: bool = getattr(namespace, "flood_stderr", False)
+        self.garbage_stdout: bool = getattr(namespace, "garbage_stdout", False)
         self.stderr: str | None = namespace.stderr
         self.control: bool = namespace.control
         self.crash_on_call: str | None = namespace.crash_on_call
@@ -135,6 +139,13 @@ def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
     parser.add_argument("--crash-on-call", metavar="TOOL", help=f"exit with code {CRASH_EXIT_CODE} when TOOL is called")
     parser.add_argument("--hang-on-call", metavar="TOOL", help="never answer a call of TOOL")
     parser.add_argument("--hang-on-initialize", action="store_true", help="never answer initialize")
+    if not network:
+        parser.add_argument(
+            "--flood-stderr", action="store_true", help="write to stderr as fast as it can, forever (light server)"
+        )
+        parser.add_argument(
+            "--garbage-stdout", action="store_true", help="write a line that is not JSON-RPC before every message"
+        )
     parser.add_argument(
         "--exit-after", type=float, metavar="SECONDS", help=f"exit with code {EXIT_AFTER_CODE} after SECONDS"
     )

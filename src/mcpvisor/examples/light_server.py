@@ -113,6 +113,8 @@ class LightServer:
 
     def send(self, message: dict[str, Any]) -> None:
         data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        if self._options.garbage_stdout:
+            data = b"this is not JSON-RPC \x00\xff{[\n" + data
         with self._write_lock:
             try:
                 self._out.write(data)
@@ -381,9 +383,22 @@ def be_stubborn(marker: str | None) -> None:
             f.write(f"{pid} child\n")
 
 
+def flood_stderr() -> None:
+    """Write to stderr as fast as the pipe takes it, forever (a server whose logging ran away)."""
+    line = ("x" * 1000 + "\n").encode()
+    while True:
+        try:
+            sys.stderr.buffer.write(line * 64)
+            sys.stderr.buffer.flush()
+        except OSError:
+            return
+
+
 def main(argv: list[str] | None = None) -> None:
     options = parse_options(argv, "python -m mcpvisor.examples.light_server")
     perform_start_actions(options)
+    if options.flood_stderr:
+        threading.Thread(target=flood_stderr, daemon=True).start()
     if options.stubborn:
         be_stubborn(options.marker)
     serve(options, sys.stdin.buffer, sys.stdout.buffer)

@@ -51,6 +51,7 @@ from mcpvisor.host.private_files import (
     STORE_MODE,
     Signature,
     describe_read_error,
+    load_json,
     lock_path_of,
     read_private,
     signature_of,
@@ -139,7 +140,7 @@ def parse_store(text: str) -> dict[str, dict[str, ApprovalRecord]]:
     """
     if not text.strip():
         return {}
-    data = json.loads(text)
+    data = load_json(text)
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object at the top level, got {type(data).__name__}")
     out: dict[str, dict[str, ApprovalRecord]] = {}
@@ -349,7 +350,7 @@ class ApprovalStore:
                 f"cannot be read ({describe_read_error(exc)}); fix or delete the file, then decide again"
             ) from exc
         # Keep whatever else the file holds (e.g. extra keys in records) as it is.
-        raw: dict[str, Any] = json.loads(text) if text.strip() else {}
+        raw: dict[str, Any] = load_json(text) if text.strip() else {}
         servers = raw.setdefault(key, {})
         servers[name] = {"hash": record.hash, "status": record.status}
         text = json.dumps(raw, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -9,6 +9,7 @@ object of records, read whole, changed one record at a time under the cross-proc
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -30,6 +31,7 @@ __all__ = [
     "Signature",
     "describe_read_error",
     "fsync_dir",
+    "load_json",
     "is_store_file",
     "lock_path_of",
     "read_private",
@@ -41,6 +43,7 @@ STORE_MODE: Final = 0o600
 DIR_MODE: Final = 0o700
 TMP_SUFFIX: Final = ".tmp"
 LOCK_TIMEOUT_S: Final = 10.0
+MAX_STORE_BYTES: Final = 10 * 1024 * 1024
 
 Signature = tuple[int, int, int]
 """A file's inode, size and mtime in ns: equal signatures, same content (no re-read)."""
@@ -91,6 +94,8 @@ def read_private(path: Path) -> tuple[Signature | None, bytes | None]:
             st = os.fstat(fh.fileno())
             if not stat.S_ISREG(st.st_mode):
                 raise OSError(f"{path} is not a regular file")
+            if st.st_size > MAX_STORE_BYTES:
+                raise OSError(errno.EFBIG, f"It is {st.st_size / 1024 / 1024:.1f} MB, more than any store should be")
             data = fh.read()
     except FileNotFoundError:
         return None, None
@@ -129,13 +134,21 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def load_json(text: str) -> Any:
+    """``json.loads`` whose every failure is a :class:`ValueError` (a document nested thousands deep too)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def describe_read_error(exc: BaseException) -> str:
     if isinstance(exc, json.JSONDecodeError):
         return f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
     if isinstance(exc, UnicodeDecodeError):
         return "not UTF-8 text"
     if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror.lower()
+        return exc.strerror[:1].lower() + exc.strerror[1:]
     return str(exc)
 
 
@@ -155,7 +168,7 @@ class PrivateJsonStore:
         """Every record; :class:`ConfigError` naming the file when it is unreadable or corrupt."""
         try:
             _, data = read_private(self.path)
-            records = json.loads(data.decode("utf-8")) if data is not None else {}
+            records = load_json(data.decode("utf-8")) if data is not None else {}
         except (OSError, ValueError) as exc:
             raise ConfigError(
                 f"cannot read {self.what} {self.path}: {describe_read_error(exc)}; {self.consequence}"

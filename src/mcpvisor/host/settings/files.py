@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,18 +50,46 @@ class SettingsFileError(ConfigError):
 # --------------------------------------------------------------------------- parsing
 
 _JSON5_POSITION = re.compile(r"^<string>:(?P<line>\d+) (?P<msg>.*?)(?: at column (?P<col>\d+))?$", re.DOTALL)
+_PYJSON5_NEAR = re.compile(r"^(?P<msg>.*?) near (?P<pos>\d+)(?P<rest>.*)$", re.DOTALL)
+
+MAX_SETTINGS_BYTES = 10 * 1024 * 1024
+"""A settings file larger than this is refused unread (no settings file is anywhere near it)."""
+JSON5_FALLBACK_MAX_CHARS = 256 * 1024
+"""Only a document this small is parsed again by the pure-Python ``json5`` for its error's position."""
 
 
 def loads(text: str) -> Any:
     """Parse JSON with comments and trailing commas (JSON5).
 
     The compiled parser (``pyjson5``) reads a 400 KB file in about 2 ms, where the pure-Python
-    ``json5`` takes seconds; ``json5`` only runs for a document that does not parse, because its
-    error names the line and column."""
+    ``json5`` takes seconds; ``json5`` only runs for a small document that does not parse, because its
+    error names the line and column. Any failure is a :class:`ValueError` (never a ``RecursionError``,
+    whatever the nesting)."""
     try:
         return pyjson5.loads(text)
-    except pyjson5.Json5Exception:
-        return json5.loads(text)
+    except pyjson5.Json5Exception as exc:
+        if len(text) > JSON5_FALLBACK_MAX_CHARS:
+            raise _positioned(exc, text) from None
+        try:
+            return json5.loads(text)
+        except RecursionError:
+            raise _positioned(exc, text) from None
+
+
+def _positioned(exc: Exception, text: str) -> ValueError:
+    """``pyjson5``'s error in ``json5``'s shape (``<string>:LINE message at column COL``)."""
+    message = str(exc.args[0]) if exc.args else str(exc)
+    match = _PYJSON5_NEAR.match(message)
+    if match is None:
+        return ValueError(message)
+    offset = min(int(match["pos"]), len(text))
+    line = text.count("\n", 0, offset) + 1
+    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    if isinstance(exc, pyjson5.Json5NestingTooDeep):
+        detail = "nested too deeply"
+    else:
+        detail = re.sub(r"b'([^']*)'", r"\1", match["msg"] + match["rest"]).replace(" starting", " that starts here")
+    return ValueError(f"<string>:{line} {detail} at column {column}")
 
 
 def parse_settings_text(text: str, path: Path) -> dict[str, Any]:
@@ -86,26 +116,44 @@ def parse_settings_text(text: str, path: Path) -> dict[str, Any]:
     return value
 
 
+def _read_text(path: Path) -> str:
+    """The file's text; ``OSError`` for what cannot be read (a folder, no permission, over the size limit)."""
+    with path.open("rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > MAX_SETTINGS_BYTES:
+            raise OSError(
+                errno.EFBIG,
+                f"it is {size / 1024 / 1024:.1f} MB; a settings file may be at most "
+                f"{MAX_SETTINGS_BYTES // 1024 // 1024} MB",
+            )
+        return fh.read().decode("utf-8")
+
+
+def _reason(exc: OSError | UnicodeDecodeError) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return f"it is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+    return exc.strerror[:1].lower() + exc.strerror[1:] if exc.strerror else str(exc)
+
+
 def read_settings_file(path: Path) -> dict[str, Any] | None:
     """Read and parse one settings file; ``None`` when it does not exist. Raises :class:`SettingsFileError`."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_text(path)
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise SettingsFileError(SettingsError(path, f"cannot read the file: {reason}")) from exc
+        raise SettingsFileError(SettingsError(path, f"cannot read the file: {_reason(exc)}")) from exc
     return parse_settings_text(text, path)
 
 
 def read_json_any(path: Path) -> Any:
     """Any JSON value from a file (``None`` when it does not exist). Raises :class:`SettingsFileError`."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_text(path)
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SettingsFileError(SettingsError(path, f"cannot read the file: {exc}")) from exc
+        raise SettingsFileError(SettingsError(path, f"cannot read the file: {_reason(exc)}")) from exc
     try:
         return loads(text)
     except ValueError as exc:
