@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from mcpvisor.core.errors import McpvisorError
+from mcpvisor.core.server_config import redact_text
 
 if TYPE_CHECKING:
     from mcpvisor.host.host import HostOptions
@@ -58,13 +59,21 @@ AllowedOpt = Annotated[
 ]
 
 
+class RedactingFormatter(logging.Formatter):
+    """Every URL in a log line loses its credentials and query values, whoever logged it (the SDK logs
+    the endpoint it connects to at debug level)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
+
+
 def setup_logging(verbose: int, *, narrated: bool = False) -> None:
     """Log to stderr. ``narrated``: the command already tells people every change and problem in
     its own words, so by default only errors are logged (no line says the same thing twice)."""
     quiet = logging.ERROR if narrated else logging.WARNING
     level = quiet if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
