@@ -24,6 +24,7 @@ run gate_cost.py
 run startup.py "${startup_args[@]}"
 run endurance.py
 run gateway_overhead.py
+run hostile.py
 
 echo
 if ((${#failed[@]})); then

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from mcpvisor.core.server_log import LOG_MAX_BYTES
 from mcpvisor.host.approvals import ApprovalStore
@@ -221,3 +222,33 @@ async def test_eight_processes_deciding_at_once_lose_no_record(tmp_path: Path) -
             expected = "approved" if (worker + i) % 2 else "rejected"
             assert records[f"w{worker}-{i}"].status == expected
     assert stat.S_IMODE(store_path.stat().st_mode) == 0o600
+
+
+async def test_a_server_that_keeps_crashing_is_restarted_a_bounded_number_of_times_then_left_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcpvisor.core import manager
+    from mcpvisor.core.config import Config
+    from mcpvisor.core.server_config import McpServerConfig
+
+    monkeypatch.setattr(manager, "BACKOFF_INITIAL_S", 0.05)
+    monkeypatch.setattr(manager, "MAX_RECONNECT_ATTEMPTS", 3)
+    marker, good = tmp_path / "crashy.pids", tmp_path / "good.pids"
+    servers = {
+        "crashy": McpServerConfig.model_validate(light("crashy", marker, "--exit-after", "0.3")),
+        "good": McpServerConfig.model_validate(light("good", good)),
+    }
+    async with Config(mcp_servers=servers, log_dir=tmp_path / "logs") as config:
+        await config.initialize()
+        client = config.manager.get_client
+        await wait_until(
+            lambda: "left down after 4 stops within 30 s of starting" in (client("crashy").last_error or ""),  # type: ignore[union-attr]
+            timeout_s=WAIT_S * 2,
+        )
+        assert len(marker_pids(marker)) == 4  # the first start and three restarts, no more
+        assert config.manager.get_client("crashy").status == "disconnected"  # type: ignore[union-attr]
+        assert len(marker_pids(good)) == 1
+        assert "mcp__good__echo" in config.tool_registry.names()
+        # A reload restarts it (a deliberate start counts afresh).
+        await config.restart_mcp_servers()
+        await wait_until(lambda: len(marker_pids(marker)) >= 5)

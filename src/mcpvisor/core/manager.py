@@ -46,6 +46,10 @@ BACKOFF_INITIAL_S = 0.5
 BACKOFF_MAX_S = 30.0
 MAX_RECONNECT_ATTEMPTS = 8
 """After this many failed reconnects in a row the server stays down until the next reconcile."""
+STABLE_AFTER_S = 30.0
+"""A server that stops sooner than this after it connected is crashing in a loop: each such stop
+doubles the pause before the next start, and after :data:`MAX_RECONNECT_ATTEMPTS` of them in a row it
+is left down until the next reconcile."""
 
 
 def _refine(name: str, reason: str, rejected: frozenset[str]) -> str:
@@ -84,6 +88,8 @@ class McpClientManager:
         self._configs: dict[str, McpServerConfig] = {}
         self._last_state: dict[str, ServerStateChanged] = {}
         self._reconnects: dict[str, anyio.CancelScope] = {}
+        self._up_since: dict[str, float] = {}
+        self._quick_stops: dict[str, int] = {}
         self._closed = False
         self.connect_count = 0
         """How many connections were opened in total (for tests and benchmarks)."""
@@ -237,6 +243,7 @@ class McpClientManager:
                 await self._pool.release(self._session_id, client)  # superseded while acquiring
                 return
             self._clients[name] = client
+            self._up_since[name] = time.monotonic()
             self._sync_registry(name)
             return
         client = McpClient(
@@ -253,6 +260,7 @@ class McpClientManager:
                 return  # superseded while waiting for a start slot
             self.connect_count += 1
             await client.start(self._tg)
+            self._up_since[name] = time.monotonic()
 
     async def _close(self, client: McpClient) -> None:
         if self._pool is not None:
@@ -262,6 +270,8 @@ class McpClientManager:
 
     async def _stop(self, name: str, *, reason: str | None, purge_first: bool = False) -> None:
         self._cancel_reconnect(name)
+        self._quick_stops.pop(name, None)  # a deliberate stop or restart starts the count afresh
+        self._up_since.pop(name, None)
         client = self._clients.pop(name, None)
         self._configs.pop(name, None)
         if purge_first or client is None:
@@ -329,21 +339,37 @@ class McpClientManager:
             self._sync_registry(name)
 
     def _on_lost(self, client: McpClient) -> None:
-        if self._closed or self._clients.get(client.name) is not client:
+        name = client.name
+        if self._closed or self._clients.get(name) is not client:
+            return
+        up_since = self._up_since.pop(name, None)
+        quick = up_since is not None and time.monotonic() - up_since < STABLE_AFTER_S
+        stops = self._quick_stops.get(name, 0) + 1 if quick else 0
+        self._quick_stops[name] = stops
+        if stops > MAX_RECONNECT_ATTEMPTS:
+            client.last_error = (
+                f"{client.last_error or 'it stopped'}; left down after {stops} stops within {STABLE_AFTER_S:g} s of "
+                "starting (it is started again when its configuration changes or on a reload)"
+            )
+            logger.error("server %r keeps crashing: %s", name, client.last_error)
+            self._publish_state(name)
             return
         scope = anyio.CancelScope()
-        self._reconnects[client.name] = scope
-        self._tg.start_soon(self._reconnect_loop, client.name, client.connection_id, scope)
+        self._reconnects[name] = scope
+        first_pause = min(BACKOFF_INITIAL_S * 2**stops, BACKOFF_MAX_S)
+        self._tg.start_soon(self._reconnect_loop, name, client.connection_id, scope, first_pause)
 
     def _cancel_reconnect(self, name: str) -> None:
         scope = self._reconnects.pop(name, None)
         if scope is not None:
             scope.cancel()
 
-    async def _reconnect_loop(self, name: str, connection_id: str, scope: anyio.CancelScope) -> None:
+    async def _reconnect_loop(
+        self, name: str, connection_id: str, scope: anyio.CancelScope, first_pause: float = BACKOFF_INITIAL_S
+    ) -> None:
         from mcpvisor.core.errors import ConnectError
 
-        delay = BACKOFF_INITIAL_S
+        delay = first_pause
         with scope:
             for attempt in range(1, MAX_RECONNECT_ATTEMPTS + 1):
                 await anyio.sleep(delay)
