@@ -382,3 +382,30 @@ async def test_a_busy_port_is_a_config_error(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match=f"cannot serve on 127.0.0.1:{port}"):
             await r.gateway.serve_http("127.0.0.1", port)
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_long_listings_are_served_in_pages_and_a_bad_cursor_is_refused(tmp_path: Path, mode: str) -> None:
+    from mcpvisor.gateway.server import PAGE_SIZE
+
+    many = [f"t{i}" for i in range(PAGE_SIZE * 2 + 1)]
+    user = {"mcpServers": {"big": server("big", "--tools", ",".join(many))}}
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server, mode=mode) as client:
+        names: list[str] = []
+        cursor: str | None = None
+        pages = 0
+        while True:
+            page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+            names += [tool.name for tool in page.tools]
+            pages += 1
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        assert pages == 3
+        assert names == [f"mcp__big__{t}" for t in many]
+        with pytest.raises(MCPError) as caught:
+            await client.list_tools(cursor="not-ours", cache_mode="bypass")
+        assert caught.value.code == types.INVALID_PARAMS
+        assert "invalid cursor 'not-ours' for tools/list: pass the nextCursor of the previous page" in (
+            caught.value.message
+        )

@@ -29,7 +29,7 @@ import socket
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from mcp.shared._stream_protocols import ReadStream, WriteStream  # the types of Server.run's streams
     from mcp.shared.message import SessionMessage
 
-__all__ = ["COALESCE_S", "MAX_HOLD_S", "Gateway"]
+__all__ = ["COALESCE_S", "MAX_HOLD_S", "PAGE_SIZE", "Gateway"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +78,9 @@ MAX_HOLD_S = 1.0
 """While a reconcile runs, notices wait for its end, but never longer than this after the first change."""
 NOTIFY_TIMEOUT_S = 5.0
 """Bound on pushing one notice to one handshake-era client (a stuck client never stalls the others)."""
+
+PAGE_SIZE = 500
+"""Listings longer than this are served in pages (``nextCursor``)."""
 
 RESOURCE_NOT_FOUND = -32002
 """The JSON-RPC error code MCP uses for an unknown resource."""
@@ -109,6 +112,32 @@ class _GatewayServer(Server[dict[str, Any]]):
             experimental_capabilities,
             extensions,
         )
+
+
+T = TypeVar("T")
+
+
+def _page(items: list[T], params: types.PaginatedRequestParams | None, what: str) -> tuple[list[T], str | None]:
+    """One page of ``items`` from the request's cursor, and the cursor of the next page (None: the last).
+
+    A cursor is an opaque offset into the list as it is now; if the list changes between pages the
+    client also gets a list-changed notice and starts over."""
+    start = 0
+    cursor = params.cursor if params is not None else None
+    if cursor is not None:
+        offset = cursor.removeprefix(_CURSOR_PREFIX) if cursor.startswith(_CURSOR_PREFIX) else ""
+        if not offset.isdigit():
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"invalid cursor {cursor[:40]!r} for {what}: pass the nextCursor of the previous page, or none to "
+                "start from the beginning",
+            )
+        start = int(offset)
+    end = start + PAGE_SIZE
+    return items[start:end], f"{_CURSOR_PREFIX}{end}" if end < len(items) else None
+
+
+_CURSOR_PREFIX = "mcpvisor-offset-"
 
 
 def _error_result(message: str) -> types.CallToolResult:
@@ -187,8 +216,9 @@ class Gateway(StackOwner):
         return entry.tool.input_schema if entry is not None else None
 
     async def _on_list_tools(self, ctx: _Ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        tools = [t.tool.model_copy(update={"name": t.name}) for t in self.config.tool_registry.get_all_tools()]
-        return types.ListToolsResult(tools=tools)
+        entries, next_cursor = _page(self.config.tool_registry.get_all_tools(), params, "tools/list")
+        tools = [t.tool.model_copy(update={"name": t.name}) for t in entries]
+        return types.ListToolsResult(tools=tools, next_cursor=next_cursor)
 
     async def _on_call_tool(self, ctx: _Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         try:
@@ -207,8 +237,9 @@ class Gateway(StackOwner):
         return {mcp_tool_name(p.server, p.prompt.name): p for p in self.config.prompt_registry.get_all_prompts()}
 
     async def _on_list_prompts(self, ctx: _Ctx, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
-        prompts = [p.prompt.model_copy(update={"name": name}) for name, p in self._prompts_by_name().items()]
-        return types.ListPromptsResult(prompts=prompts)
+        entries, next_cursor = _page(list(self._prompts_by_name().items()), params, "prompts/list")
+        prompts = [p.prompt.model_copy(update={"name": name}) for name, p in entries]
+        return types.ListPromptsResult(prompts=prompts, next_cursor=next_cursor)
 
     async def _on_get_prompt(self, ctx: _Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
         # A prompt result has no error flag: failures are JSON-RPC errors carrying the same messages.
@@ -235,7 +266,8 @@ class Gateway(StackOwner):
         self, ctx: _Ctx, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
         templates = [t for _, listed in sorted(self._templates().items()) for t in listed]
-        return types.ListResourceTemplatesResult(resource_templates=templates)
+        page, next_cursor = _page(templates, params, "resources/templates/list")
+        return types.ListResourceTemplatesResult(resource_templates=page, next_cursor=next_cursor)
 
     async def _on_completion(self, ctx: _Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
         """Completion of a prompt's or a resource template's argument, answered by the server that owns it."""
@@ -267,8 +299,9 @@ class Gateway(StackOwner):
     async def _on_list_resources(
         self, ctx: _Ctx, params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        resources = [s.resource.model_copy(update={"uri": uri}) for uri, s in self._resources().items()]
-        return types.ListResourcesResult(resources=resources)
+        entries, next_cursor = _page(list(self._resources().items()), params, "resources/list")
+        resources = [s.resource.model_copy(update={"uri": uri}) for uri, s in entries]
+        return types.ListResourcesResult(resources=resources, next_cursor=next_cursor)
 
     async def _on_read_resource(self, ctx: _Ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         uri = str(params.uri)
