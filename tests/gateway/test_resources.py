@@ -3,12 +3,14 @@ client downstream, in both protocol eras."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import mcp_types as types
 import pytest
 from mcp import Client, MCPError
 from mcp.client.subscriptions import ResourcesListChanged
+from mcp.shared.exceptions import MCPDeprecationWarning
 
 from mcpvisor.gateway.resources import namespaced_uri, parse_namespaced_uri
 from tests.gateway.test_gateway import ERAS, next_event, running, save, server
@@ -186,3 +188,129 @@ async def test_an_upstream_that_changes_its_resources_is_refetched_and_announced
         listed = (await modern.list_resources(cache_mode="bypass")).resources
         assert {str(res.uri) for res in listed} == {"note://a/2", "note://a/3"}
         assert text_of(await modern.read_resource("note://a/3")) == ("note://a/3", "a:note://a/3")
+
+
+# -- subscriptions ----------------------------------------------------------------------------------
+
+
+async def subscribe(client: Client, uri: str) -> None:
+    """``resources/subscribe``, which the SDK marks deprecated because the 2026-07-28 era dropped it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        await client.subscribe_resource(uri)
+
+
+async def unsubscribe(client: Client, uri: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        await client.unsubscribe_resource(uri)
+
+
+def updated_uris(heard: list[object]) -> list[str]:
+    return [str(m.params.uri) for m in heard if isinstance(m, types.ResourceUpdatedNotification)]
+
+
+async def touch(client: Client, tool: str, uri: str) -> str:
+    result = await client.call_tool(tool, {"uri": uri})
+    [content] = result.content
+    assert isinstance(content, types.TextContent)
+    return content.text
+
+
+async def test_subscriptions_reach_the_subscribed_handshake_clients_and_end_with_the_last_subscriber(
+    tmp_path: Path,
+) -> None:
+    first: list[object] = []
+    second: list[object] = []
+
+    async def on_first(message: object) -> None:
+        first.append(message)
+
+    async def on_second(message: object) -> None:
+        second.append(message)
+
+    user = {"mcpServers": {"a": server("a", "--resources", "note://a/1,note://a/2", "--control")}}
+    async with (
+        running(tmp_path, user=user) as r,
+        Client(r.gateway.server, mode="legacy", message_handler=on_first) as one,
+        Client(r.gateway.server) as caller,
+    ):
+        caps = one.server_capabilities.resources
+        assert caps is not None
+        assert caps.subscribe
+        async with Client(r.gateway.server, mode="legacy", message_handler=on_second) as two:
+            await subscribe(one, "note://a/1")
+            await subscribe(two, "note://a/1")
+            await subscribe(two, "note://a/1")  # twice from one client counts once
+            assert r.gateway.subscriptions.subscribed() == {"note://a/1": 2}
+            assert await touch(caller, "mcp__a__touch_resource", "note://a/1") == "notified"
+            await wait_until(lambda: updated_uris(first) == ["note://a/1"] and updated_uris(second) == ["note://a/1"])
+            assert await touch(caller, "mcp__a__touch_resource", "note://a/2") == "not subscribed"
+            await unsubscribe(one, "note://a/1")
+            assert await touch(caller, "mcp__a__touch_resource", "note://a/1") == "notified"  # two still listens
+            await wait_until(lambda: updated_uris(second) == ["note://a/1", "note://a/1"])
+            assert updated_uris(first) == ["note://a/1"]
+        # The last subscriber's connection closed: the upstream subscription ends with it.
+        await wait_until(lambda: r.gateway.subscriptions.subscribed() == {})
+        assert await touch(caller, "mcp__a__touch_resource", "note://a/1") == "not subscribed"
+
+
+async def test_a_modern_client_subscribes_through_listen_and_hears_updates_under_the_gateway_uri(
+    tmp_path: Path,
+) -> None:
+    from mcp.client.subscriptions import ResourceUpdated
+
+    user = {
+        "mcpServers": {
+            "a": server("a", "--resources", SHARED, "--control"),
+            "b": server("b", "--resources", SHARED),
+        }
+    }
+    served = namespaced_uri("a", SHARED)  # two servers list the same URI: the gateway's name for a's
+    async with (
+        running(tmp_path, user=user) as r,
+        Client(r.gateway.server) as modern,
+        modern.listen(resource_subscriptions=[served]) as subscription,
+    ):
+        assert r.gateway.subscriptions.subscribed() == {served: 1}
+        assert await touch(modern, "mcp__a__touch_resource", SHARED) == "notified"
+        event = await next_event(subscription)
+        assert isinstance(event, ResourceUpdated)
+        assert str(event.uri) == served
+
+
+async def test_a_subscription_survives_its_server_restarting(tmp_path: Path) -> None:
+    heard: list[object] = []
+
+    async def on_message(message: object) -> None:
+        heard.append(message)
+
+    user = {"mcpServers": {"a": server("a", "--resources", "note://a/1", "--control")}}
+    async with (
+        running(tmp_path, user=user) as r,
+        Client(r.gateway.server, mode="legacy", message_handler=on_message) as client,
+    ):
+        await subscribe(client, "note://a/1")
+        old = r.host.config.manager.get_client("a")
+        assert old is not None
+        old.mark_lost("killed by the test")
+        await wait_until(lambda: r.gateway.subscriptions.client_of("a", "note://a/1") not in (None, old))
+        assert await touch(client, "mcp__a__touch_resource", "note://a/1") == "notified"
+        await wait_until(lambda: updated_uris(heard) == ["note://a/1"])
+
+
+async def test_subscribing_to_what_no_server_owns_or_a_server_that_left_is_a_clear_error(tmp_path: Path) -> None:
+    user = {
+        "mcpServers": {"a": server("a", "--resources", "note://a/1"), "b": server("b", "--resources", "note://b/1")}
+    }
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server, mode="legacy") as client:
+        with pytest.raises(MCPError) as unknown:
+            await subscribe(client, "note://nobody/1")
+        assert unknown.value.code == -32002
+        assert "resource 'note://nobody/1' not found: no connected MCP server lists it" in unknown.value.message
+        with pytest.raises(MCPError) as gone:
+            await subscribe(client, namespaced_uri("left", "note://x"))
+        assert "server 'left' is not connected" in gone.value.message
+        assert r.gateway.subscriptions.subscribed() == {}
+        await unsubscribe(client, "note://a/1")  # never subscribed: nothing to do, no error
+        assert (await client.read_resource("note://a/1")).contents

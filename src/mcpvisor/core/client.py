@@ -12,6 +12,7 @@ import logging
 import math
 import re
 import tempfile
+import warnings
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -21,7 +22,8 @@ import anyio
 import anyio.abc
 import mcp_types as types
 from mcp import Client
-from mcp.shared.exceptions import MCPError
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpvisor.core.errors import ConnectError, ServerUnavailableError, ToolCallError
@@ -111,6 +113,9 @@ class McpClient:
         self._refresh_resources = False
         self._refresh_event = anyio.Event()
         self._started = False
+        self._connection_tg: anyio.abc.TaskGroup | None = None
+        self._resource_listens: dict[str, anyio.CancelScope] = {}
+        self._resource_listeners: list[Callable[[str, str], None]] = []
 
     # -- properties --------------------------------------------------------------------------
 
@@ -214,6 +219,7 @@ class McpClient:
         async with AsyncExitStack() as stack:
             client = await self._open(stack)
             async with anyio.create_task_group() as tg:
+                self._connection_tg = tg
                 if listen_wanted(client):
                     # Subscribe before listing: a change between the two is never missed (no replay).
                     await tg.start(self._listener, client)
@@ -229,6 +235,7 @@ class McpClient:
                     tg.start_soon(self._watch_process, self.process)
                 await self._wake.wait()
                 tg.cancel_scope.cancel()
+            self._connection_tg = None
             if not self._stopping and self._lost_reason is not None:
                 self.last_error = self._lost_reason
                 logger.warning("server %r lost: %s", self.name, self._lost_reason)
@@ -306,6 +313,8 @@ class McpClient:
             self.request_refresh(prompts=True)
         elif isinstance(message, types.ResourceListChangedNotification):
             self.request_refresh(resources=True)
+        elif isinstance(message, types.ResourceUpdatedNotification):
+            self._resource_updated(str(message.params.uri))
         elif isinstance(message, Exception):
             logger.debug("server %r sent something unreadable: %s", self.name, message)
 
@@ -359,6 +368,82 @@ class McpClient:
                     await anyio.sleep(0.01)
             code = process.returncode
             self.mark_lost(f"process exited with code {code}" if code is not None else "server closed its output")
+
+    # -- resource subscriptions ---------------------------------------------------------------
+
+    def add_resource_listener(self, listener: Callable[[str, str], None]) -> Callable[[], None]:
+        """``listener(server, uri)`` hears every ``notifications/resources/updated`` of this connection
+        (synchronously: it must not block). Returns the function that removes it."""
+        self._resource_listeners.append(listener)
+        return lambda: self._resource_listeners.remove(listener) if listener in self._resource_listeners else None
+
+    def _resource_updated(self, uri: str) -> None:
+        for listener in list(self._resource_listeners):
+            try:
+                listener(self.name, uri)
+            except Exception:
+                logger.exception("a resource listener of server %r failed", self.name)
+
+    async def subscribe_resource(self, uri: str) -> None:
+        """Ask the server to announce changes of ``uri``: ``resources/subscribe`` in the handshake era, a
+        ``subscriptions/listen`` stream for it in the 2026-07-28 era. Raises :class:`ToolCallError`
+        when the server offers no subscriptions or refuses this one."""
+        what = f"subscribing to resource {uri!r}"
+        client = self._connected_client(what)
+        if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            if uri not in self._resource_listens and self._connection_tg is not None:
+                self._resource_listens[uri] = await self._connection_tg.start(self._resource_listener, client, uri)
+            return
+        caps = client.server_capabilities.resources
+        if caps is None or not caps.subscribe:
+            raise ToolCallError(
+                f"{what} failed: server {self.name!r} does not offer resource subscriptions", tool=uri, server=self.name
+            )
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)  # deprecated only for the modern era
+                await client.session.subscribe_resource(uri)
+        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            raise self._request_error(what, exc, tool=uri) from exc
+
+    async def unsubscribe_resource(self, uri: str) -> None:
+        scope = self._resource_listens.pop(uri, None)
+        if scope is not None:
+            scope.cancel()
+            return
+        client = self._client
+        if client is None or self.status != "connected" or client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return  # gone with the connection
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await client.session.unsubscribe_resource(uri)
+        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            logger.debug("server %r: unsubscribing from %r failed: %s", self.name, uri, exc)
+
+    async def _resource_listener(
+        self, client: Client, uri: str, *, task_status: anyio.abc.TaskStatus[anyio.CancelScope]
+    ) -> None:
+        started = False
+        with anyio.CancelScope() as scope:
+            try:
+                async with client.listen(resource_subscriptions=[uri]) as sub:
+                    task_status.started(scope)
+                    started = True
+                    async for event in sub:
+                        if str(getattr(event, "uri", "")) == uri:
+                            self._resource_updated(uri)
+            except (ListenNotSupportedError, SubscriptionLost, MCPError) as exc:
+                if not started:
+                    raise ToolCallError(
+                        f"subscribing to resource {uri!r} failed on server {self.name!r}: {exc}",
+                        tool=uri,
+                        server=self.name,
+                    ) from exc
+                logger.debug("server %r: the subscription to %r ended: %s", self.name, uri, exc)
+            finally:
+                if self._resource_listens.get(uri) is scope:
+                    del self._resource_listens[uri]
 
     # -- requests ----------------------------------------------------------------------------
 

@@ -55,6 +55,8 @@ _KNOWN_METHODS = frozenset(
         "resources/list",
         "resources/templates/list",
         "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
         "completion/complete",
     }
 )
@@ -76,6 +78,11 @@ _CONTROL_SCHEMAS: dict[str, dict[str, object]] = {
         "properties": {"names": {"type": "string", "description": "comma-separated resource URIs"}},
         "required": ["names"],
     },
+    "touch_resource": {
+        "type": "object",
+        "properties": {"uri": {"type": "string", "description": "the resource that changed"}},
+        "required": ["uri"],
+    },
     "pid": {"type": "object", "properties": {}},
 }
 
@@ -83,6 +90,7 @@ _CONTROL_DESCRIPTIONS = {
     "set_tools": "Replace the configurable tools and announce the change.",
     "set_prompts": "Replace the configurable prompts and announce the change.",
     "set_resources": "Replace the resources and announce the change.",
+    "touch_resource": "Announce that a resource changed to a client subscribed to it.",
     "sleep": "Sleep for the given number of seconds, then return 'slept'.",
     "pid": "Return the server's process id.",
 }
@@ -107,6 +115,7 @@ class LightServer:
         self._tools = options.tools
         self._prompts = options.prompts
         self._resources = options.resources
+        self._subscribed: set[str] = set()
         self._initialized = False
 
     # -- output --------------------------------------------------------------------------------
@@ -195,6 +204,15 @@ class LightServer:
                 raise RequestError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}")
             text = f"{self._options.name}:{uri}"
             self._reply(request_id, {"contents": [{"uri": uri, "mimeType": "text/plain", "text": text}]})
+        elif method in ("resources/subscribe", "resources/unsubscribe"):
+            uri = params.get("uri")
+            if not isinstance(uri, str) or (uri not in self._resources and not self._template_matches(uri)):
+                raise RequestError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}")
+            if method == "resources/subscribe":
+                self._subscribed.add(uri)
+            else:
+                self._subscribed.discard(uri)
+            self._reply(request_id, {})
         elif method == "completion/complete":
             self._reply(request_id, self._complete(params))
         else:  # resources/templates/list
@@ -207,6 +225,8 @@ class LightServer:
         requested = params.get("protocolVersion")
         version = requested if requested in PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
         resources: dict[str, Any] = {"listChanged": True} if "set_resources" in self._control_tools() else {}
+        if self._options.resources or self._options.templates:
+            resources["subscribe"] = True
         capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "resources": resources, "completions": {}}
         if self._prompts or self._options.control:
             capabilities["prompts"] = {"listChanged": True}
@@ -221,7 +241,7 @@ class LightServer:
         if not self._options.control:
             return ()
         with_resources = self._options.resources or self._options.templates
-        return (*CONTROL_TOOLS, "set_resources") if with_resources else CONTROL_TOOLS
+        return (*CONTROL_TOOLS, "set_resources", "touch_resource") if with_resources else CONTROL_TOOLS
 
     def _described_tools(self) -> dict[str, str]:
         """``--descriptions FILE``: tool descriptions, read again at every listing (a test rewrites it)."""
@@ -285,6 +305,13 @@ class LightServer:
             if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds < 0:
                 raise RequestError(INVALID_PARAMS, "tool 'sleep': argument 'seconds' must be a number >= 0")
             threading.Thread(target=self._sleep_then_reply, args=(request_id, seconds), daemon=True).start()
+        elif tool == "touch_resource":
+            uri = arguments.get("uri")
+            if not isinstance(uri, str):
+                raise RequestError(INVALID_PARAMS, "tool 'touch_resource': argument 'uri' must be a string")
+            if uri in self._subscribed:
+                self.send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}})
+            self._reply(request_id, _text_result("notified" if uri in self._subscribed else "not subscribed"))
         else:
             names = arguments.get("names")
             if not isinstance(names, str):

@@ -44,6 +44,7 @@ from mcp.server.subscriptions import (
     ListenHandler,
     PromptsListChanged,
     ResourcesListChanged,
+    ResourceUpdated,
     ToolsListChanged,
 )
 from mcp.shared.exceptions import MCPError
@@ -63,6 +64,7 @@ from mcpvisor.gateway.resources import (
     served_resources,
     servers_matching_templates,
 )
+from mcpvisor.gateway.subscriptions import ResourceSubscriptions, release_all
 
 if TYPE_CHECKING:
     from mcp.shared._stream_protocols import ReadStream, WriteStream  # the types of Server.run's streams
@@ -168,6 +170,9 @@ class Gateway(StackOwner):
         self.bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self.bus)
         self._legacy: dict[Connection, None] = {}
+        self.subscriptions = ResourceSubscriptions(config, self._resource_owner, self._resource_updated)
+        self._subscribers: dict[Connection, set[str]] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
         self._pending: set[str] = set()
         self._served_resources: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
         self._wake = anyio.Event()
@@ -189,7 +194,9 @@ class Gateway(StackOwner):
             on_read_resource=self._on_read_resource,
             on_completion=self._on_completion,
             on_get_prompt=self._on_get_prompt,
-            on_subscriptions_listen=self._listen,
+            on_subscribe_resource=self._on_subscribe_resource,
+            on_unsubscribe_resource=self._on_unsubscribe_resource,
+            on_subscriptions_listen=self._listen_with_subscriptions,
         )
         self.server.middleware.append(self._tracking)
 
@@ -198,6 +205,7 @@ class Gateway(StackOwner):
     async def __aenter__(self) -> Gateway:
         async with AsyncExitStack() as stack:
             tg = await stack.enter_async_context(anyio.create_task_group())
+            self._tg = tg
             stack.callback(tg.cancel_scope.cancel)
             stack.callback(self._listen.close)  # listen streams end gracefully (the client re-listens)
             stack.callback(self.config.events.subscribe(self._on_event))
@@ -345,6 +353,68 @@ class Gateway(StackOwner):
             + (f" (servers with resources: {', '.join(sorted(with_resources))})" if with_resources else ""),
         )
 
+    # -- resource subscriptions --------------------------------------------------------------
+
+    async def _on_subscribe_resource(self, ctx: _Ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        uri = str(params.uri)
+        connection = _connection_of(ctx)
+        if connection is None:
+            raise MCPError(
+                types.INVALID_REQUEST,
+                f"cannot subscribe to resource {uri!r} on a connection that does not stay open; "
+                "subscribe through subscriptions/listen instead",
+            )
+        mine = self._subscribers.get(connection)
+        if mine is not None and uri in mine:
+            return types.EmptyResult()
+        await self.subscriptions.acquire(uri)
+        if mine is None:
+            mine = self._subscribers[connection] = set()
+            connection.exit_stack.push_async_callback(self._forget_subscriber, connection)
+        mine.add(uri)
+        return types.EmptyResult()
+
+    async def _on_unsubscribe_resource(self, ctx: _Ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        uri = str(params.uri)
+        connection = _connection_of(ctx)
+        mine = self._subscribers.get(connection) if connection is not None else None
+        if mine is not None and uri in mine:
+            mine.discard(uri)
+            await self.subscriptions.release(uri)
+        return types.EmptyResult()
+
+    async def _forget_subscriber(self, connection: Connection) -> None:
+        """A handshake-era client went away: its subscriptions end with it."""
+        await release_all(self.subscriptions, sorted(self._subscribers.pop(connection, set())))
+
+    async def _listen_with_subscriptions(
+        self, ctx: _Ctx, params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        """A modern-era listen stream: its resource subscriptions hold upstream ones while it is open."""
+        acquired: list[str] = []
+        try:
+            for uri in params.notifications.resource_subscriptions or ():
+                await self.subscriptions.acquire(uri)
+                acquired.append(uri)
+            return await self._listen(ctx, params)
+        finally:
+            await release_all(self.subscriptions, acquired)
+
+    def _resource_updated(self, uri: str) -> None:
+        """An upstream said the resource behind gateway URI ``uri`` changed: tell who subscribed."""
+        if self._tg is not None:
+            self._tg.start_soon(self._send_updated, uri)
+
+    async def _send_updated(self, uri: str) -> None:
+        await self.bus.publish(ResourceUpdated(uri))
+        for connection, uris in list(self._subscribers.items()):
+            if uri in uris:
+                with anyio.move_on_after(NOTIFY_TIMEOUT_S):
+                    try:
+                        await connection.send_resource_updated(uri)
+                    except Exception:  # one broken client never keeps the others from hearing
+                        logger.exception("could not tell a client that resource %r changed", uri)
+
     def _prompt_not_found(self, name: str) -> str:
         """Why no server provides prompt ``name``, naming the server its prefix belongs to and the fix."""
         if self.config.owner_of_tool_name(name) is None:
@@ -375,6 +445,13 @@ class Gateway(StackOwner):
             self.mark_changed(tools=isinstance(event, ToolsChanged), prompts=isinstance(event, PromptsChanged))
         elif isinstance(event, ServerStateChanged) or (isinstance(event, McpClientUpdate) and event.server):
             self._check_resources()  # a server came or went, or one's listings changed
+            if (
+                isinstance(event, ServerStateChanged)
+                and event.status == "connected"
+                and event.server in self.subscriptions.servers()
+                and self._tg is not None
+            ):
+                self._tg.start_soon(self.subscriptions.resubscribe, event.server)
         elif isinstance(event, McpClientUpdate) and event.server is None:
             self._reconciling = event.in_progress
             if not event.in_progress:

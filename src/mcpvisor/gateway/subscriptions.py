@@ -1,0 +1,152 @@
+"""Resource subscriptions through the gateway: a client's subscription becomes one upstream subscription.
+
+A client subscribes to a URI as the gateway lists it (``resources/subscribe`` in the handshake era; the
+``resourceSubscriptions`` of a ``subscriptions/listen`` stream in the 2026-07-28 era). The gateway finds
+the server that owns it (the same routing as ``resources/read``) and subscribes there once, however
+many clients subscribed; the last one to leave (unsubscribe, a closed connection, an ended stream)
+ends the upstream subscription. An upstream ``notifications/resources/updated`` reaches exactly the
+clients subscribed to that URI, under the gateway's URI for it. When the owning server reconnects
+(a restart, a crash), its subscriptions are made again on the new connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+
+from mcpvisor.core.errors import McpvisorError
+
+if TYPE_CHECKING:
+    from mcpvisor.core.client import McpClient
+    from mcpvisor.core.config import Config
+
+__all__ = ["ResourceSubscriptions"]
+
+logger = logging.getLogger(__name__)
+
+RESUBSCRIBE_TIMEOUT_S = 10.0
+
+
+@dataclass(eq=False)
+class _Upstream:
+    """One upstream subscription and the gateway URIs (with their subscriber counts) that rely on it."""
+
+    server: str
+    uri: str
+    client: McpClient
+    remove_listener: Callable[[], None]
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+class ResourceSubscriptions:
+    """Reference-counted upstream subscriptions. ``owner_of(uri)`` routes a gateway URI to (server, URI
+    there) or raises the gateway's not-found error; ``deliver(uri)`` tells the subscribed clients."""
+
+    def __init__(
+        self,
+        config: Config,
+        owner_of: Callable[[str], tuple[str, str]],
+        deliver: Callable[[str], None],
+    ) -> None:
+        self._config = config
+        self._owner_of = owner_of
+        self._deliver = deliver
+        self._upstream: dict[tuple[str, str], _Upstream] = {}
+        self._lock = anyio.Lock()
+
+    def subscribed(self) -> dict[str, int]:
+        """Gateway URI -> how many subscribers it has (for tests and status)."""
+        out: dict[str, int] = {}
+        for entry in self._upstream.values():
+            for uri, n in entry.counts.items():
+                out[uri] = out.get(uri, 0) + n
+        return out
+
+    async def acquire(self, uri: str) -> None:
+        """Count one more subscriber of gateway URI ``uri``; subscribe upstream if it is the first.
+        Raises :class:`MCPError` naming the server and the reason when that cannot be done."""
+        server, upstream_uri = self._owner_of(uri)
+        async with self._lock:
+            entry = self._upstream.get((server, upstream_uri))
+            if entry is None:
+                client = self._connected(server, uri)
+                await self._subscribe(client, upstream_uri, uri)
+                entry = _Upstream(server, upstream_uri, client, client.add_resource_listener(self._updated))
+                self._upstream[(server, upstream_uri)] = entry
+            entry.counts[uri] = entry.counts.get(uri, 0) + 1
+
+    async def release(self, uri: str) -> None:
+        """One subscriber of ``uri`` fewer; the last one ends the upstream subscription."""
+        async with self._lock:
+            for key, entry in list(self._upstream.items()):
+                if uri not in entry.counts:
+                    continue
+                entry.counts[uri] -= 1
+                if entry.counts[uri] <= 0:
+                    del entry.counts[uri]
+                if not entry.counts:
+                    del self._upstream[key]
+                    entry.remove_listener()
+                    try:
+                        await entry.client.unsubscribe_resource(entry.uri)
+                    except McpvisorError as exc:
+                        logger.debug("unsubscribing from %r on server %r failed: %s", entry.uri, entry.server, exc)
+                return
+
+    async def resubscribe(self, server: str) -> None:
+        """``server`` has a new connection: make its subscriptions again there."""
+        async with self._lock:
+            client = self._config.manager.get_client(server)
+            if client is None or client.status != "connected":
+                return
+            for entry in [e for e in self._upstream.values() if e.server == server and e.client is not client]:
+                entry.remove_listener()
+                entry.remove_listener = client.add_resource_listener(self._updated)
+                with anyio.move_on_after(RESUBSCRIBE_TIMEOUT_S):
+                    try:
+                        await client.subscribe_resource(entry.uri)
+                    except McpvisorError as exc:
+                        logger.warning("could not subscribe again to %r on server %r: %s", entry.uri, server, exc)
+                entry.client = client
+
+    def client_of(self, server: str, uri: str) -> McpClient | None:
+        """The connection an upstream subscription was last made on (None: there is none)."""
+        entry = self._upstream.get((server, uri))
+        return entry.client if entry is not None else None
+
+    def servers(self) -> set[str]:
+        return {entry.server for entry in self._upstream.values()}
+
+    def _connected(self, server: str, uri: str) -> McpClient:
+        client = self._config.manager.get_client(server)
+        if client is None or client.status != "connected":
+            raise MCPError(
+                types.INVALID_PARAMS, f"cannot subscribe to resource {uri!r}: server {server!r} is not connected"
+            )
+        return client
+
+    async def _subscribe(self, client: McpClient, upstream_uri: str, uri: str) -> None:
+        try:
+            await client.subscribe_resource(upstream_uri)
+        except McpvisorError as exc:
+            raise MCPError(types.INVALID_PARAMS, f"cannot subscribe to resource {uri!r}: {exc}") from exc
+
+    def _updated(self, server: str, upstream_uri: str) -> None:
+        entry = self._upstream.get((server, upstream_uri))
+        if entry is None:
+            return
+        for uri in list(entry.counts):
+            self._deliver(uri)
+
+
+async def release_all(subscriptions: ResourceSubscriptions, uris: list[str]) -> None:
+    """Release ``uris`` even while the caller is being cancelled (a closed connection, an ended stream)."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(RESUBSCRIBE_TIMEOUT_S):
+        for uri in uris:
+            await subscriptions.release(uri)
