@@ -37,6 +37,8 @@ SCENARIOS = [
     "resources-list",
     "resources-read-text",
     "resources-templates-read",
+    "resources-subscribe",
+    "resources-unsubscribe",
     "dns-rebinding-protection",
 ]
 
@@ -78,7 +80,8 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     layout = make_layout(tmp_path_factory.mktemp("conformance"))
     upstream = [
         *(sys.executable, "-m", LIGHT, "--name", "demo", "--prompts", "brief"),
-        *("--resources", "note://demo/1,test://static-text", "--templates", "test://template/{id}/data"),
+        *("--resources", "note://demo/1,test://static-text,test://watched-resource"),
+        *("--templates", "test://template/{id}/data"),
     ]
     write_json(layout.paths.user, {"mcpServers": {"demo": {"command": upstream[0], "args": upstream[1:]}}})
     port = free_port()
