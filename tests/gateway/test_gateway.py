@@ -409,3 +409,21 @@ async def test_long_listings_are_served_in_pages_and_a_bad_cursor_is_refused(tmp
         assert "invalid cursor 'not-ours' for tools/list: pass the nextCursor of the previous page" in (
             caught.value.message
         )
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_upstreams_progress_on_a_call_reaches_the_client_that_asked_for_it(tmp_path: Path, mode: str) -> None:
+    heard: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, total, message))
+
+    user = {"mcpServers": {"a": server("a", "--control")}}
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server, mode=mode) as client:
+        result = await client.call_tool("mcp__a__sleep", {"seconds": 0.1}, progress_callback=on_progress)
+        assert text_of(result) == "slept"
+        await wait_until(lambda: len(heard) == 2)
+        assert heard == [(0, 0.1, "sleeping"), (0.1, 0.1, "awake")]
+        # Without a progress token nothing is relayed (and nothing breaks).
+        assert text_of(await client.call_tool("mcp__a__sleep", {"seconds": 0})) == "slept"
+        assert len(heard) == 2

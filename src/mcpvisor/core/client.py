@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.abc
@@ -43,11 +43,19 @@ from mcpvisor.core.transports import explain_start_failure, open_transport
 if TYPE_CHECKING:
     from mcp.client.session import MessageHandlerFnT
 
+
+class Progress(Protocol):
+    """Hears a call's progress notifications."""
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None: ...
+
+
 __all__ = [
     "DEFAULT_CALL_TIMEOUT_S",
     "DEFAULT_REMOTE_DISCOVERY_TIMEOUT_S",
     "DEFAULT_STDIO_DISCOVERY_TIMEOUT_S",
     "McpClient",
+    "Progress",
 ]
 
 logger = logging.getLogger(__name__)
@@ -457,13 +465,21 @@ class McpClient:
         return client
 
     async def call_tool(
-        self, tool: str, arguments: dict[str, Any] | None = None, *, timeout_s: float | None = None
+        self,
+        tool: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
+        progress: Progress | None = None,
     ) -> types.CallToolResult:
-        """Call ``tool`` by its name on the server. Fails fast if the server is not connected."""
+        """Call ``tool`` by its name on the server. Fails fast if the server is not connected.
+        ``progress(progress, total, message)`` hears the server's progress notifications for this call."""
         client = self._connected_client(f"call to tool {tool!r}")
         try:
             timeout = timeout_s or self.call_timeout_s
-            result = await client.call_tool(tool, arguments or {}, read_timeout_seconds=timeout)
+            result = await client.call_tool(
+                tool, arguments or {}, read_timeout_seconds=timeout, progress_callback=progress
+            )
         except MCPError as exc:
             raise self._request_error(f"call to tool {tool!r}", exc, tool=tool) from exc
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:

@@ -34,6 +34,7 @@ from mcpvisor.core.server_config import HttpAuth, McpServerConfig
 if TYPE_CHECKING:
     from mcp_types import CallToolResult, GetPromptResult
 
+    from mcpvisor.core.client import Progress
     from mcpvisor.core.pool import McpConnectionPool
 
 __all__ = ["Config", "UnavailableReason"]
@@ -275,15 +276,21 @@ class Config(StackOwner):
     # -- calls -------------------------------------------------------------------------------
 
     async def call_tool(
-        self, name: str, arguments: dict[str, Any] | None = None, *, timeout_s: float | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
+        progress: Progress | None = None,
     ) -> CallToolResult:
         """Call a registered tool (``mcp__<server>__<tool>``). Unknown names raise
-        :class:`ToolNotFoundError` saying which server would own it and how to fix it."""
+        :class:`ToolNotFoundError` saying which server would own it and how to fix it. ``progress``
+        hears the server's progress notifications for the call."""
         entry = self.tool_registry.get_tool(name)
         client = self.manager.get_client(entry.server) if entry is not None else None
         if entry is None or client is None:
             raise self.tool_not_found(name)
-        return await client.call_tool(entry.tool.name, arguments, timeout_s=timeout_s)
+        return await client.call_tool(entry.tool.name, arguments, timeout_s=timeout_s, progress=progress)
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> GetPromptResult:
         entry = self.prompt_registry.get_prompt(name)

@@ -288,7 +288,9 @@ class LightServer:
         if tool == self._options.hang_on_call:
             return  # never answered; the read loop goes on serving other requests
         if self._options.control and tool in self._control_tools():
-            self._call_control_tool(request_id, tool, arguments)
+            meta = params.get("_meta")
+            token = meta.get("progressToken") if isinstance(meta, dict) else None
+            self._call_control_tool(request_id, tool, arguments, token)
         elif tool in self._configurable_tools():
             text = arguments.get("text", "")
             if not isinstance(text, str):
@@ -297,14 +299,18 @@ class LightServer:
         else:
             raise RequestError(INVALID_PARAMS, f"Unknown tool: {tool}")
 
-    def _call_control_tool(self, request_id: object, tool: str, arguments: dict[str, Any]) -> None:
+    def _call_control_tool(
+        self, request_id: object, tool: str, arguments: dict[str, Any], progress_token: object = None
+    ) -> None:
         if tool == "pid":
             self._reply(request_id, _text_result(str(os.getpid())))
         elif tool == "sleep":
             seconds = arguments.get("seconds")
             if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds < 0:
                 raise RequestError(INVALID_PARAMS, "tool 'sleep': argument 'seconds' must be a number >= 0")
-            threading.Thread(target=self._sleep_then_reply, args=(request_id, seconds), daemon=True).start()
+            threading.Thread(
+                target=self._sleep_then_reply, args=(request_id, seconds, progress_token), daemon=True
+            ).start()
         elif tool == "touch_resource":
             uri = arguments.get("uri")
             if not isinstance(uri, str):
@@ -329,9 +335,18 @@ class LightServer:
                 self._notify("notifications/prompts/list_changed")
                 self._reply(request_id, _text_result(",".join(self._prompts)))
 
-    def _sleep_then_reply(self, request_id: object, seconds: float) -> None:
+    def _sleep_then_reply(self, request_id: object, seconds: float, progress_token: object = None) -> None:
+        """Sleep, then answer; with a progress token, report progress at the start and the end."""
+        if progress_token is not None:
+            self._progress(progress_token, 0, seconds, "sleeping")
         time.sleep(seconds)
+        if progress_token is not None:
+            self._progress(progress_token, seconds, seconds, "awake")
         self._reply(request_id, _text_result("slept"))
+
+    def _progress(self, token: object, progress: float, total: float, message: str) -> None:
+        params = {"progressToken": token, "progress": progress, "total": total, "message": message}
+        self.send({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
 
     def _prompt_list(self) -> list[dict[str, Any]]:
         name = self._options.name

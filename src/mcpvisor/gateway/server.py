@@ -52,6 +52,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 
 from mcpvisor import __version__
+from mcpvisor.core.client import Progress
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import McpvisorError, ToolNotFoundError
 from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, ServerStateChanged, ToolsChanged
@@ -142,6 +143,16 @@ def _page(items: list[T], params: types.PaginatedRequestParams | None, what: str
 _CURSOR_PREFIX = "mcpvisor-offset-"
 
 
+def _progress_to(ctx: ServerRequestContext[Any, Any]) -> Progress:
+    """Relays an upstream's progress on a call to the client that made it (``report_progress`` does nothing
+    when that client asked for no progress; it knows the token, or the callback in process)."""
+
+    async def relay(progress: float, total: float | None, message: str | None) -> None:
+        await ctx.session.report_progress(progress, total, message)
+
+    return relay
+
+
 def _error_result(message: str) -> types.CallToolResult:
     return types.CallToolResult(is_error=True, content=[types.TextContent(type="text", text=message)])
 
@@ -230,7 +241,7 @@ class Gateway(StackOwner):
 
     async def _on_call_tool(self, ctx: _Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         try:
-            return await self.config.call_tool(params.name, params.arguments)
+            return await self.config.call_tool(params.name, params.arguments, progress=_progress_to(ctx))
         except McpvisorError as exc:  # not found (with the reason), unavailable, timed out, failed
             logger.debug("gateway call to %r failed: %s", params.name, exc)
             return _error_result(str(exc))
