@@ -427,3 +427,42 @@ async def test_an_upstreams_progress_on_a_call_reaches_the_client_that_asked_for
         # Without a progress token nothing is relayed (and nothing breaks).
         assert text_of(await client.call_tool("mcp__a__sleep", {"seconds": 0})) == "slept"
         assert len(heard) == 2
+
+
+async def test_upstream_log_messages_reach_the_clients_whose_level_lets_them_through(tmp_path: Path) -> None:
+    import warnings
+
+    from mcp.shared.exceptions import MCPDeprecationWarning
+
+    loud: list[types.LoggingMessageNotificationParams] = []
+    quiet: list[types.LoggingMessageNotificationParams] = []
+
+    async def on_loud(params: types.LoggingMessageNotificationParams) -> None:
+        loud.append(params)
+
+    async def on_quiet(params: types.LoggingMessageNotificationParams) -> None:
+        quiet.append(params)
+
+    user = {"mcpServers": {"a": server("a", "--control")}}
+    async with (
+        running(tmp_path, user=user) as r,
+        Client(r.gateway.server, mode="legacy", logging_callback=on_loud) as one,
+        Client(r.gateway.server, mode="legacy", logging_callback=on_quiet) as two,
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            await one.set_logging_level("debug")
+            await two.set_logging_level("error")
+        assert text_of(await one.call_tool("mcp__a__log", {"level": "info", "text": "hello"})) == "sent"
+        assert text_of(await one.call_tool("mcp__a__log", {"level": "error", "text": "broken"})) == "sent"
+        await wait_until(lambda: len(loud) == 2 and len(quiet) == 1)
+        assert [(m.level, m.data, m.logger) for m in loud] == [
+            ("info", "hello", "a/light"),
+            ("error", "broken", "a/light"),
+        ]
+        assert [(m.level, m.data) for m in quiet] == [("error", "broken")]
+        # The upstream was asked for what the most talkative client wants, not more.
+        assert text_of(await two.call_tool("mcp__a__log", {"level": "debug", "text": "fine print"})) == "sent"
+        await wait_until(lambda: len(loud) == 3)
+        await one.list_tools()  # a round trip: what went out in that round has arrived
+        assert len(quiet) == 1

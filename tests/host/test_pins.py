@@ -78,7 +78,7 @@ async def test_a_changed_description_is_held_until_approved_and_the_rest_stays_c
         await h.decide("p", "approve")
         await wait_until(lambda: "mcp__p__echo" in h.config.tool_registry.names())
         record = pins(layout)[str(layout.root.resolve())]["p"]
-        assert set(record["tools"]) == {"echo", "other", "set_tools", "set_prompts", "sleep", "pid"}
+        assert set(record["tools"]) == {"echo", "other", "set_tools", "set_prompts", "sleep", "pid", "log"}
         assert record["tools"]["echo"]["definition"]["description"] == ORIGINAL
 
         describe(descriptions, echo=HOSTILE)
@@ -200,13 +200,13 @@ async def test_a_corrupt_pin_store_holds_every_definition_of_a_pinned_server_and
     store.write_text("{broken")
     async with host(layout) as h:
         await h.decide("p", "approve")
-        await wait_until(lambda: h.config.manager.get_client("p") is not None and len(held_of(h, "p")) == 6)
+        await wait_until(lambda: h.config.manager.get_client("p") is not None and len(held_of(h, "p")) == 7)
         assert not h.config.tool_registry.tools_of("p")
         assert "mcp__u__echo" in h.config.tool_registry.names()  # not pinned: unaffected
         assert store.read_text() == "{broken"
         # Deleting the broken store pins what the server offers next (the watcher sees it go).
         store.unlink()
-        await wait_until(lambda: held_of(h, "p") == () and len(h.config.tool_registry.tools_of("p")) == 6)
+        await wait_until(lambda: held_of(h, "p") == () and len(h.config.tool_registry.tools_of("p")) == 7)
 
 
 async def test_the_shells_approve_shows_the_changed_definition_and_accepts_it(tmp_path: Path) -> None:
@@ -220,7 +220,7 @@ async def test_the_shells_approve_shows_the_changed_definition_and_accepts_it(tm
         describe(descriptions, echo=HOSTILE)
         await s.run('/call mcp__p__set_tools {"names": "echo,other"}', "echo,other")
         out = await s.run("/mcp", "1 tool changed since approval — run: /approve p")
-        assert "● connected (5 tools, 0 prompts)" in out
+        assert "● connected (6 tools, 0 prompts)" in out
         await s.run('/call mcp__p__echo {"text": "hi"}', "is held back: its definition changed since server 'p'")
         out = await s.run("/approve p", "✓ accepted what p offers now")
         assert "p changed 1 definition since approval:" in out

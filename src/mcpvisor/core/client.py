@@ -44,6 +44,10 @@ if TYPE_CHECKING:
     from mcp.client.session import MessageHandlerFnT
 
 
+Notice = types.ResourceUpdatedNotification | types.LoggingMessageNotification
+"""What a connection's listeners hear (:meth:`McpClient.add_listener`)."""
+
+
 class Progress(Protocol):
     """Hears a call's progress notifications."""
 
@@ -55,6 +59,7 @@ __all__ = [
     "DEFAULT_REMOTE_DISCOVERY_TIMEOUT_S",
     "DEFAULT_STDIO_DISCOVERY_TIMEOUT_S",
     "McpClient",
+    "Notice",
     "Progress",
 ]
 
@@ -123,7 +128,7 @@ class McpClient:
         self._started = False
         self._connection_tg: anyio.abc.TaskGroup | None = None
         self._resource_listens: dict[str, anyio.CancelScope] = {}
-        self._resource_listeners: list[Callable[[str, str], None]] = []
+        self._listeners: list[Callable[[str, Notice], None]] = []
 
     # -- properties --------------------------------------------------------------------------
 
@@ -265,6 +270,7 @@ class McpClient:
             transport,
             mode=self._mode,
             message_handler=handler,
+            logging_callback=self._on_log,
             client_info=_CLIENT_INFO,
         )
         await stack.enter_async_context(client)
@@ -322,7 +328,7 @@ class McpClient:
         elif isinstance(message, types.ResourceListChangedNotification):
             self.request_refresh(resources=True)
         elif isinstance(message, types.ResourceUpdatedNotification):
-            self._resource_updated(str(message.params.uri))
+            self._tell(message)
         elif isinstance(message, Exception):
             logger.debug("server %r sent something unreadable: %s", self.name, message)
 
@@ -379,18 +385,35 @@ class McpClient:
 
     # -- resource subscriptions ---------------------------------------------------------------
 
-    def add_resource_listener(self, listener: Callable[[str, str], None]) -> Callable[[], None]:
-        """``listener(server, uri)`` hears every ``notifications/resources/updated`` of this connection
+    def add_listener(self, listener: Callable[[str, Notice], None]) -> Callable[[], None]:
+        """``listener(server, notice)`` hears this connection's resource updates and log messages
         (synchronously: it must not block). Returns the function that removes it."""
-        self._resource_listeners.append(listener)
-        return lambda: self._resource_listeners.remove(listener) if listener in self._resource_listeners else None
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
 
-    def _resource_updated(self, uri: str) -> None:
-        for listener in list(self._resource_listeners):
+    def _tell(self, notice: Notice) -> None:
+        for listener in list(self._listeners):
             try:
-                listener(self.name, uri)
+                listener(self.name, notice)
             except Exception:
-                logger.exception("a resource listener of server %r failed", self.name)
+                logger.exception("a listener of server %r failed", self.name)
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        self._tell(types.LoggingMessageNotification(params=params))
+
+    async def set_logging_level(self, level: types.LoggingLevel) -> None:
+        """Ask a handshake-era server that offers logging to send messages from ``level`` up (others: nothing)."""
+        client = self._client
+        if client is None or self.status != "connected" or client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return
+        if client.server_capabilities.logging is None:
+            return
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await client.session.set_logging_level(level=level)
+        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            logger.debug("server %r: setting the log level failed: %s", self.name, exc)
 
     async def subscribe_resource(self, uri: str) -> None:
         """Ask the server to announce changes of ``uri``: ``resources/subscribe`` in the handshake era, a
@@ -440,7 +463,11 @@ class McpClient:
                     started = True
                     async for event in sub:
                         if str(getattr(event, "uri", "")) == uri:
-                            self._resource_updated(uri)
+                            self._tell(
+                                types.ResourceUpdatedNotification(
+                                    params=types.ResourceUpdatedNotificationParams(uri=uri)
+                                )
+                            )
             except (ListenNotSupportedError, SubscriptionLost, MCPError) as exc:
                 if not started:
                     raise ToolCallError(

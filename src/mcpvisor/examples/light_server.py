@@ -58,8 +58,11 @@ _KNOWN_METHODS = frozenset(
         "resources/subscribe",
         "resources/unsubscribe",
         "completion/complete",
+        "logging/setLevel",
     }
 )
+
+_LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 _CONTROL_SCHEMAS: dict[str, dict[str, object]] = {
     "set_tools": {
@@ -84,6 +87,11 @@ _CONTROL_SCHEMAS: dict[str, dict[str, object]] = {
         "required": ["uri"],
     },
     "pid": {"type": "object", "properties": {}},
+    "log": {
+        "type": "object",
+        "properties": {"level": {"type": "string", "enum": list(_LOG_LEVELS)}, "text": {"type": "string"}},
+        "required": ["level", "text"],
+    },
 }
 
 _CONTROL_DESCRIPTIONS = {
@@ -93,6 +101,7 @@ _CONTROL_DESCRIPTIONS = {
     "touch_resource": "Announce that a resource changed to a client subscribed to it.",
     "sleep": "Sleep for the given number of seconds, then return 'slept'.",
     "pid": "Return the server's process id.",
+    "log": "Send a log message at the given level (if the client's level lets it through).",
 }
 
 
@@ -116,6 +125,7 @@ class LightServer:
         self._prompts = options.prompts
         self._resources = options.resources
         self._subscribed: set[str] = set()
+        self._log_level: str | None = None
         self._initialized = False
 
     # -- output --------------------------------------------------------------------------------
@@ -215,6 +225,12 @@ class LightServer:
             self._reply(request_id, {})
         elif method == "completion/complete":
             self._reply(request_id, self._complete(params))
+        elif method == "logging/setLevel":
+            level = params.get("level")
+            if level not in _LOG_LEVELS:
+                raise RequestError(INVALID_PARAMS, f"unknown log level {level!r}")
+            self._log_level = level
+            self._reply(request_id, {})
         else:  # resources/templates/list
             templates = [{"uriTemplate": t, "name": t, "mimeType": "text/plain"} for t in self._options.templates]
             self._reply(request_id, {"resourceTemplates": templates})
@@ -228,6 +244,8 @@ class LightServer:
         if self._options.resources or self._options.templates:
             resources["subscribe"] = True
         capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "resources": resources, "completions": {}}
+        if self._options.control:
+            capabilities["logging"] = {}
         if self._prompts or self._options.control:
             capabilities["prompts"] = {"listChanged": True}
         return {
@@ -241,7 +259,8 @@ class LightServer:
         if not self._options.control:
             return ()
         with_resources = self._options.resources or self._options.templates
-        return (*CONTROL_TOOLS, "set_resources", "touch_resource") if with_resources else CONTROL_TOOLS
+        tools = (*CONTROL_TOOLS, "log")
+        return (*tools, "set_resources", "touch_resource") if with_resources else tools
 
     def _described_tools(self) -> dict[str, str]:
         """``--descriptions FILE``: tool descriptions, read again at every listing (a test rewrites it)."""
@@ -311,6 +330,15 @@ class LightServer:
             threading.Thread(
                 target=self._sleep_then_reply, args=(request_id, seconds, progress_token), daemon=True
             ).start()
+        elif tool == "log":
+            level, text = arguments.get("level"), arguments.get("text")
+            if level not in _LOG_LEVELS or not isinstance(text, str):
+                raise RequestError(INVALID_PARAMS, "tool 'log': give a 'level' (debug ... emergency) and a 'text'")
+            sent = self._log_level is None or _LOG_LEVELS.index(level) >= _LOG_LEVELS.index(self._log_level)
+            if sent:
+                params = {"level": level, "logger": "light", "data": text}
+                self.send({"jsonrpc": "2.0", "method": "notifications/message", "params": params})
+            self._reply(request_id, _text_result("sent" if sent else "below the level"))
         elif tool == "touch_resource":
             uri = arguments.get("uri")
             if not isinstance(uri, str):

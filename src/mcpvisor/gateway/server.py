@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
@@ -47,12 +48,12 @@ from mcp.server.subscriptions import (
     ResourceUpdated,
     ToolsListChanged,
 )
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 
 from mcpvisor import __version__
-from mcpvisor.core.client import Progress
+from mcpvisor.core.client import McpClient, Notice, Progress
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import McpvisorError, ToolNotFoundError
 from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, ServerStateChanged, ToolsChanged
@@ -84,6 +85,18 @@ NOTIFY_TIMEOUT_S = 5.0
 
 PAGE_SIZE = 500
 """Listings longer than this are served in pages (``nextCursor``)."""
+
+LOG_LEVELS: tuple[types.LoggingLevel, ...] = (
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+)
+"""MCP's log levels, least severe first."""
 
 RESOURCE_NOT_FOUND = -32002
 """The JSON-RPC error code MCP uses for an unknown resource."""
@@ -183,6 +196,8 @@ class Gateway(StackOwner):
         self._legacy: dict[Connection, None] = {}
         self.subscriptions = ResourceSubscriptions(config, self._resource_owner, self._resource_updated)
         self._subscribers: dict[Connection, set[str]] = {}
+        self._log_levels: dict[Connection, types.LoggingLevel] = {}
+        self._heard: dict[str, tuple[McpClient, Callable[[], None]]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._pending: set[str] = set()
         self._served_resources: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
@@ -192,23 +207,27 @@ class Gateway(StackOwner):
         self._stack: AsyncExitStack | None = None
         self.notices_sent = 0
         """How many coalesced rounds of notices went out (for tests and status)."""
-        self.server = _GatewayServer(
-            name,
-            version=__version__,
-            instructions="Tools and prompts of the MCP servers mcpvisor runs; the set follows its settings files.",
-            get_tool_input_schema=self._input_schema,
-            on_list_tools=self._on_list_tools,
-            on_call_tool=self._on_call_tool,
-            on_list_prompts=self._on_list_prompts,
-            on_list_resources=self._on_list_resources,
-            on_list_resource_templates=self._on_list_resource_templates,
-            on_read_resource=self._on_read_resource,
-            on_completion=self._on_completion,
-            on_get_prompt=self._on_get_prompt,
-            on_subscribe_resource=self._on_subscribe_resource,
-            on_unsubscribe_resource=self._on_unsubscribe_resource,
-            on_subscriptions_listen=self._listen_with_subscriptions,
-        )
+        with warnings.catch_warnings():
+            # Log forwarding serves handshake-era clients; the 2026-07-28 era dropped logging/setLevel.
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            self.server = _GatewayServer(
+                name,
+                version=__version__,
+                instructions="Tools and prompts of the MCP servers mcpvisor runs; the set follows its settings files.",
+                get_tool_input_schema=self._input_schema,
+                on_list_tools=self._on_list_tools,
+                on_call_tool=self._on_call_tool,
+                on_list_prompts=self._on_list_prompts,
+                on_list_resources=self._on_list_resources,
+                on_list_resource_templates=self._on_list_resource_templates,
+                on_read_resource=self._on_read_resource,
+                on_completion=self._on_completion,
+                on_get_prompt=self._on_get_prompt,
+                on_subscribe_resource=self._on_subscribe_resource,
+                on_unsubscribe_resource=self._on_unsubscribe_resource,
+                on_subscriptions_listen=self._listen_with_subscriptions,
+                on_set_logging_level=self._on_set_logging_level,
+            )
         self.server.middleware.append(self._tracking)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -221,6 +240,7 @@ class Gateway(StackOwner):
             stack.callback(self._listen.close)  # listen streams end gracefully (the client re-listens)
             stack.callback(self.config.events.subscribe(self._on_event))
             tg.start_soon(self._notify_loop)
+            stack.callback(self._stop_hearing)
             self._stack = stack.pop_all()
         return self
 
@@ -426,6 +446,68 @@ class Gateway(StackOwner):
                     except Exception:  # one broken client never keeps the others from hearing
                         logger.exception("could not tell a client that resource %r changed", uri)
 
+    # -- log messages ------------------------------------------------------------------------
+
+    async def _on_set_logging_level(self, ctx: _Ctx, params: types.SetLevelRequestParams) -> types.EmptyResult:
+        """A handshake-era client wants the servers' log messages from ``level`` up."""
+        connection = _connection_of(ctx)
+        if connection is None:
+            raise MCPError(types.INVALID_REQUEST, "logging/setLevel needs a connection that stays open")
+        if connection not in self._log_levels:
+            connection.exit_stack.callback(self._log_levels.pop, connection, None)
+        self._log_levels[connection] = params.level
+        self._hear_all()
+        await self._set_upstream_levels()
+        return types.EmptyResult()
+
+    def _lowest_level(self) -> types.LoggingLevel | None:
+        levels = list(self._log_levels.values())
+        return min(levels, key=LOG_LEVELS.index) if levels else None
+
+    async def _set_upstream_levels(self, servers: list[str] | None = None) -> None:
+        level = self._lowest_level()
+        if level is None:
+            return
+        async with anyio.create_task_group() as tg:
+            for name, client in self.config.manager.clients().items():
+                if servers is None or name in servers:
+                    tg.start_soon(client.set_logging_level, level)
+
+    def _hear_all(self) -> None:
+        """Listen to every connected server's log messages (once a client asked for them)."""
+        if not self._log_levels:
+            return
+        for name, client in self.config.manager.clients().items():
+            heard = self._heard.get(name)
+            if heard is not None and heard[0] is client:
+                continue
+            if heard is not None:
+                heard[1]()
+            self._heard[name] = (client, client.add_listener(self._on_upstream_notice))
+
+    def _stop_hearing(self) -> None:
+        for _, remove in self._heard.values():
+            remove()
+        self._heard.clear()
+
+    def _on_upstream_notice(self, server: str, notice: Notice) -> None:
+        if isinstance(notice, types.LoggingMessageNotification) and self._tg is not None:
+            self._tg.start_soon(self._relay_log, server, notice.params)
+
+    async def _relay_log(self, server: str, params: types.LoggingMessageNotificationParams) -> None:
+        """One upstream log message to every client whose level lets it through, its logger named after the server."""
+        rank = LOG_LEVELS.index(params.level)
+        logger_name = f"{server}/{params.logger}" if params.logger else server
+        for connection, level in list(self._log_levels.items()):
+            if rank >= LOG_LEVELS.index(level):
+                with anyio.move_on_after(NOTIFY_TIMEOUT_S):
+                    try:
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore", MCPDeprecationWarning)  # handshake-era clients only
+                            await connection.log(params.level, params.data, logger_name)
+                    except Exception:  # one broken client never keeps the others from hearing
+                        logger.exception("could not pass a log message of server %r to a client", server)
+
     def _prompt_not_found(self, name: str) -> str:
         """Why no server provides prompt ``name``, naming the server its prefix belongs to and the fix."""
         if self.config.owner_of_tool_name(name) is None:
@@ -463,6 +545,10 @@ class Gateway(StackOwner):
                 and self._tg is not None
             ):
                 self._tg.start_soon(self.subscriptions.resubscribe, event.server)
+            if isinstance(event, ServerStateChanged) and event.status == "connected" and self._log_levels:
+                self._hear_all()
+                if self._tg is not None:
+                    self._tg.start_soon(self._set_upstream_levels, [event.server])
         elif isinstance(event, McpClientUpdate) and event.server is None:
             self._reconciling = event.in_progress
             if not event.in_progress:

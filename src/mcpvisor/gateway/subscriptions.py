@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 from mcpvisor.core.errors import McpvisorError
 
 if TYPE_CHECKING:
-    from mcpvisor.core.client import McpClient
+    from mcpvisor.core.client import McpClient, Notice
     from mcpvisor.core.config import Config
 
 __all__ = ["ResourceSubscriptions"]
@@ -77,7 +77,7 @@ class ResourceSubscriptions:
             if entry is None:
                 client = self._connected(server, uri)
                 await self._subscribe(client, upstream_uri, uri)
-                entry = _Upstream(server, upstream_uri, client, client.add_resource_listener(self._updated))
+                entry = _Upstream(server, upstream_uri, client, client.add_listener(self._updated))
                 self._upstream[(server, upstream_uri)] = entry
             entry.counts[uri] = entry.counts.get(uri, 0) + 1
 
@@ -107,7 +107,7 @@ class ResourceSubscriptions:
                 return
             for entry in [e for e in self._upstream.values() if e.server == server and e.client is not client]:
                 entry.remove_listener()
-                entry.remove_listener = client.add_resource_listener(self._updated)
+                entry.remove_listener = client.add_listener(self._updated)
                 with anyio.move_on_after(RESUBSCRIBE_TIMEOUT_S):
                     try:
                         await client.subscribe_resource(entry.uri)
@@ -137,8 +137,10 @@ class ResourceSubscriptions:
         except McpvisorError as exc:
             raise MCPError(types.INVALID_PARAMS, f"cannot subscribe to resource {uri!r}: {exc}") from exc
 
-    def _updated(self, server: str, upstream_uri: str) -> None:
-        entry = self._upstream.get((server, upstream_uri))
+    def _updated(self, server: str, notice: Notice) -> None:
+        if not isinstance(notice, types.ResourceUpdatedNotification):
+            return
+        entry = self._upstream.get((server, str(notice.params.uri)))
         if entry is None:
             return
         for uri in list(entry.counts):
