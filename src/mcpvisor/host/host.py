@@ -258,6 +258,10 @@ class Host(StackOwner):
         """Re-read every settings file and reconcile (``/reload``)."""
         await anyio.to_thread.run_sync(self.settings.load)
         self.approvals.reload()
+        return await self._reconcile()
+
+    async def _reconcile(self, *, force: bool = False) -> DesiredState:
+        """One reconcile over the settings as they are in memory (``force``: also reconnect what is down)."""
         return await reload_now(
             self.settings,
             self.config,
@@ -265,6 +269,7 @@ class Host(StackOwner):
             approvals=self.approvals,
             emit=self.emit,
             on_state=self._remember,
+            force=force,
         )
 
     def held_changes(self, name: str) -> list[Change]:
@@ -293,9 +298,7 @@ class Host(StackOwner):
         store = self.approvals
         action = store.approve if decision == "approve" else store.reject
         await anyio.to_thread.run_sync(action, self.root, name, cfg)
-        await reload_now(
-            self.settings, self.config, self._top_tier, approvals=store, emit=self.emit, on_state=self._remember
-        )
+        await self._reconcile()
         return cfg
 
     async def sign_in(
@@ -327,15 +330,7 @@ class Host(StackOwner):
             timeout_s=timeout_s,
             log_dir=self.options.log_dir or paths.log_dir(self.options.env),
         )
-        await reload_now(
-            self.settings,
-            self.config,
-            self._top_tier,
-            approvals=self.approvals,
-            emit=self.emit,
-            on_state=self._remember,
-            force=True,
-        )
+        await self._reconcile(force=True)
         return tools
 
     # -- views -------------------------------------------------------------------------------
