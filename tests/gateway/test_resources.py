@@ -314,3 +314,19 @@ async def test_subscribing_to_what_no_server_owns_or_a_server_that_left_is_a_cle
         assert r.gateway.subscriptions.subscribed() == {}
         await unsubscribe(client, "note://a/1")  # never subscribed: nothing to do, no error
         assert (await client.read_resource("note://a/1")).contents
+
+
+async def test_an_upstream_that_never_answers_a_read_is_a_timeout_error_and_the_rest_goes_on(tmp_path: Path) -> None:
+    slow = {**server("a", "--resources", "note://a/1,note://a/slow", "--hang-on-read", "note://a/slow"), "timeout": 500}
+    user = {"mcpServers": {"a": slow, "b": server("b", "--resources", "note://b/1")}}
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server) as client, Client(r.gateway.server) as other:
+        with pytest.raises(MCPError) as caught:
+            await client.read_resource("note://a/slow")
+        assert caught.value.code == types.INTERNAL_ERROR
+        assert (
+            "reading resource 'note://a/slow' on server 'a' timed out after 0.5 s; raise mcpServers.a.timeout"
+            in caught.value.message
+        )
+        assert text_of(await client.read_resource("note://a/1")) == ("note://a/1", "a:note://a/1")
+        assert text_of(await other.read_resource("note://b/1")) == ("note://b/1", "b:note://b/1")
+        assert r.host.config.manager.get_client("a").status == "connected"  # type: ignore[union-attr]

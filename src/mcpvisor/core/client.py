@@ -13,8 +13,8 @@ import math
 import re
 import tempfile
 import warnings
-from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -520,18 +520,22 @@ class McpClient:
         return result
 
     async def get_prompt(self, prompt: str, arguments: dict[str, str] | None = None) -> types.GetPromptResult:
-        client = self._connected_client(f"getting prompt {prompt!r}")
+        what = f"getting prompt {prompt!r}"
+        client = self._connected_client(what)
         try:
-            return await client.get_prompt(prompt, arguments)
+            with self._bounded(what, prompt):
+                return await client.get_prompt(prompt, arguments)
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            raise self._request_error(f"getting prompt {prompt!r}", exc, tool=prompt) from exc
+            raise self._request_error(what, exc, tool=prompt) from exc
 
     async def read_resource(self, uri: str) -> types.ReadResourceResult:
-        client = self._connected_client(f"reading resource {uri!r}")
+        what = f"reading resource {uri!r}"
+        client = self._connected_client(what)
         try:
-            return await client.read_resource(uri)
+            with self._bounded(what, uri):
+                return await client.read_resource(uri)
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            raise self._request_error(f"reading resource {uri!r}", exc, tool=uri) from exc
+            raise self._request_error(what, exc, tool=uri) from exc
 
     async def complete(
         self,
@@ -544,9 +548,24 @@ class McpClient:
         what = f"completing argument {argument.get('name')!r} of {of!r}"
         client = self._connected_client(what)
         try:
-            return await client.complete(ref, argument, context_arguments)
+            with self._bounded(what, argument.get("name", "")):
+                return await client.complete(ref, argument, context_arguments)
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise self._request_error(what, exc, tool=argument.get("name", "")) from exc
+
+    @contextmanager
+    def _bounded(self, what: str, tool: str) -> Iterator[None]:
+        """A request the SDK gives no timeout of its own: bounded by the server's call timeout."""
+        try:
+            with anyio.fail_after(self.call_timeout_s):
+                yield
+        except TimeoutError:
+            raise ToolCallError(
+                f"{what} on server {self.name!r} timed out after {self.call_timeout_s:g} s; "
+                f"raise mcpServers.{self.name}.timeout if it needs longer",
+                tool=tool,
+                server=self.name,
+            ) from None
 
     def _request_error(self, what: str, exc: BaseException, *, tool: str) -> Exception:
         if self._stopping:

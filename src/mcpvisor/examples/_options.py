@@ -60,6 +60,7 @@ class Options:
         "descriptions",
         "flood_stderr",
         "garbage_stdout",
+        "hang_on_read",
         "marker",
         "name",
         "port",
@@ -82,6 +83,7 @@ class Options:
         self.descriptions: str | None = getattr(namespace, "descriptions", None)
         self.flood_stderr: bool = getattr(namespace, "flood_stderr", False)
         self.garbage_stdout: bool = getattr(namespace, "garbage_stdout", False)
+        self.hang_on_read: str | None = getattr(namespace, "hang_on_read", None)
         self.stderr: str | None = namespace.stderr
         self.control: bool = namespace.control
         self.crash_on_call: str | None = namespace.crash_on_call
@@ -143,6 +145,7 @@ def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
         parser.add_argument(
             "--flood-stderr", action="store_true", help="write to stderr as fast as it can, forever (light server)"
         )
+        parser.add_argument("--hang-on-read", metavar="URI", help="never answer a read of URI (light server)")
         parser.add_argument(
             "--garbage-stdout", action="store_true", help="write a line that is not JSON-RPC before every message"
         )

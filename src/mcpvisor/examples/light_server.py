@@ -208,6 +208,8 @@ class LightServer:
                 request_id,
                 {"resources": [{"uri": u, "name": u, "mimeType": "text/plain"} for u in self._resources]},
             )
+        elif method == "resources/read" and params.get("uri") == self._options.hang_on_read:
+            return  # never answered
         elif method == "resources/read":
             uri = params.get("uri")
             if uri not in self._resources and not self._template_matches(uri):
