@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from mcpvisor.core.errors import ToolNotFoundError
@@ -19,7 +20,7 @@ from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.pins import diff_lines
 from mcpvisor.host.status import held_text, state_text
-from tests.helpers import LIGHT, marker_pids, wait_until
+from tests.helpers import LIGHT, WAIT_S, marker_pids, wait_until
 from tests.layout import Layout, make_layout, replace_text
 
 ORIGINAL = "Return the text."
@@ -219,7 +220,13 @@ async def test_the_shells_approve_shows_the_changed_definition_and_accepts_it(tm
         await s.run("/tools", "mcp__p__echo")
         describe(descriptions, echo=HOSTILE)
         await s.run('/call mcp__p__set_tools {"names": "echo,other"}', "echo,other")
-        out = await s.run("/mcp", "1 tool changed since approval — run: /approve p")
+        # The call returns before the server's list_changed is re-listed: look again until it has been.
+        out = ""
+        with anyio.fail_after(WAIT_S):
+            while "1 tool changed since approval — run: /approve p" not in out:
+                since = s.mark()
+                await s.type("/mcp")
+                out = await s.wait_for("  p · ", since)
         assert "● connected (6 tools, 0 prompts)" in out
         await s.run('/call mcp__p__echo {"text": "hi"}', "is held back: its definition changed since server 'p'")
         out = await s.run("/approve p", "✓ accepted what p offers now")
