@@ -152,12 +152,10 @@ def _accept_changed_definitions(
     env: Mapping[str, str], settings: Settings, state: DesiredState, name: str, cfg: McpServerConfig
 ) -> bool:
     """Show and accept the tool and prompt definitions of ``name`` held since approval; whether there were any."""
-    from mcpvisor.host.pins import PinStore, accept_held, held_changes, is_pinned, pin_mode_of, pin_scope
+    from mcpvisor.host.pins import PinStore, accept_held, changes_since_approval, pin_mode_of
 
-    if not is_pinned(pin_mode_of(settings)[0], cfg):
-        return False
     store = PinStore(paths.pins_path(env))
-    changes = held_changes(store.record(pin_scope(settings.root, cfg), name), cfg)
+    changes = changes_since_approval(store, settings.root, name, cfg, pin_mode_of(settings)[0])
     if not changes:
         return False
     source = state.assembled.sources[name]

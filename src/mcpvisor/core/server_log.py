@@ -64,19 +64,17 @@ class ServerLog:
 async def pump_stderr(
     stream: anyio.abc.ByteReceiveStream, log: ServerLog, *, rate_bytes_per_s: int = LOG_RATE_BYTES_PER_S
 ) -> None:
-    """Copy ``stream`` into ``log`` until it ends, at most ``rate_bytes_per_s`` on average."""
+    """Copy ``stream`` into ``log`` until it ends, at most ``rate_bytes_per_s`` on average (the caller
+    closes the log)."""
     started = anyio.current_time()
     copied = 0
-    try:
-        while True:
-            try:
-                chunk = await stream.receive(_READ_CHUNK)
-            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                return
-            log.write(chunk)
-            copied += len(chunk)
-            ahead = copied / rate_bytes_per_s - (anyio.current_time() - started)
-            if ahead > 0:
-                await anyio.sleep(ahead)
-    finally:
-        log.close()
+    while True:
+        try:
+            chunk = await stream.receive(_READ_CHUNK)
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            return
+        log.write(chunk)
+        copied += len(chunk)
+        ahead = copied / rate_bytes_per_s - (anyio.current_time() - started)
+        if ahead > 0:
+            await anyio.sleep(ahead)

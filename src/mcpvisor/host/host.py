@@ -47,10 +47,8 @@ from mcpvisor.host.pins import (
     PinMode,
     PinStore,
     accept_held,
-    held_changes,
-    is_pinned,
+    changes_since_approval,
     pin_mode_of,
-    pin_scope,
 )
 from mcpvisor.host.settings.loader import Settings, SettingsError, load_settings
 from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier
@@ -275,10 +273,10 @@ class Host(StackOwner):
     def held_changes(self, name: str) -> list[Change]:
         """The definitions of ``name`` held since approval, against the approved ones (``/approve`` shows them)."""
         cfg = self.state.assembled.servers.get(name)
-        if cfg is None or not is_pinned(self._pin_mode, cfg):
+        if cfg is None:
             return []
         try:
-            return held_changes(self.pins.record(pin_scope(self.root, cfg), name), cfg)
+            return changes_since_approval(self.pins, self.root, name, cfg, self._pin_mode)
         except ConfigError:
             return []
 

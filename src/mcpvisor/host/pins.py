@@ -52,6 +52,7 @@ __all__ = [
     "PinMode",
     "PinStore",
     "accept_held",
+    "changes_since_approval",
     "definition_digest",
     "diff_lines",
     "held_changes",
@@ -275,6 +276,16 @@ def held_changes(record: Mapping[str, Any] | None, cfg: McpServerConfig) -> list
             before = pinned.get(name, {}).get("definition") if isinstance(pinned.get(name), dict) else None
             changes.append(Change(kind, name, before, entry.get("definition", {})))  # type: ignore[arg-type]
     return changes
+
+
+def changes_since_approval(
+    store: PinStore, root: str | os.PathLike[str], name: str, cfg: McpServerConfig, mode: PinMode
+) -> list[Change]:
+    """What ``store`` holds of server ``name`` against what was approved (none when it is not pinned).
+    :class:`ConfigError` when the store cannot be read."""
+    if not is_pinned(mode, cfg):
+        return []
+    return held_changes(store.record(pin_scope(root, cfg), name), cfg)
 
 
 def diff_lines(change: Change) -> list[str]:
