@@ -7,7 +7,8 @@ another, N sequential calls of ``mcp__bench__echo`` and N reads of ``note://benc
 - **direct**: ``config.call_tool`` / the server's ``McpClient.read_resource`` (mcpvisor's own
   client straight to the stdio server: the floor);
 - **gateway, in memory**: the SDK's ``Client`` connected in process to ``Gateway(config).server``,
-  so the difference is the gateway's own work (request handling, routing, result copy);
+  so the difference is the gateway's own work (request handling, routing, result copy, and - as
+  ``mcpvisor serve`` runs it - the task a 2026-07-28-era call runs in so its server may ask the client);
 - **gateway, HTTP**: the SDK's ``Client`` over streamable HTTP on loopback (what a desktop client
   pays), with the bearer token on.
 
@@ -50,7 +51,11 @@ async def timed(n: int, call: Callable[[], Awaitable[object]]) -> list[float]:
 async def bench(calls: int, rounds: int) -> None:
     with temp_log_dir() as logs:
         servers = {"bench": light("bench", "--resources", "note://bench/1")}
-        async with Config(mcp_servers=servers, log_dir=logs) as config, Gateway(config) as gateway:
+        # As ``mcpvisor serve`` runs it: servers may ask the calling client (sampling, elicitation, roots).
+        async with (
+            Config(mcp_servers=servers, log_dir=logs, client_requests=True) as config,
+            Gateway(config) as gateway,
+        ):
             await config.initialize()
             client = config.manager.get_client("bench")
             assert client is not None

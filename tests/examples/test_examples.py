@@ -22,6 +22,8 @@ from mcp.client.stdio import stdio_client
 from mcp.client.subscriptions import PromptsListChanged, ToolsListChanged
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
+from mcpvisor.examples._options import CONTROL_TOOLS
+
 # Marked at collection time: if async tests are only marked in pytest_collection_modifyitems (as the
 # first tests/conftest.py did), anyio's plugin rebuilds each item with a fresh callspec and drops the
 # parametrization. Redundant, and harmless, once conftest marks them in pytest_pycollect_makeitem.
@@ -186,7 +188,7 @@ async def test_set_tools_changes_the_listing_and_notifies_in_the_handshake_era(s
             assert caps.tools.list_changed
             assert caps.prompts is not None
             assert caps.prompts.list_changed
-            control = {"set_tools", "set_prompts", "sleep", "pid"} | ({"log"} if server_module == LIGHT else set())
+            control = set(CONTROL_TOOLS) | ({"log"} if server_module == LIGHT else set())
             names = {tool.name for tool in (await client.list_tools()).tools}
             assert names == {"echo", *control}
 
@@ -217,7 +219,7 @@ async def test_sdk_server_announces_changes_on_a_listen_stream_in_the_modern_era
                     if isinstance(event, ToolsListChanged):
                         break
                 names = {tool.name for tool in (await client.list_tools(cache_mode="bypass")).tools}
-                assert names == {"green", "set_tools", "set_prompts", "sleep", "pid"}
+                assert names == {"green", *CONTROL_TOOLS}
 
                 await client.call_tool("set_prompts", {"names": "p1,p2"})
                 async for event in subscription:
@@ -342,7 +344,7 @@ async def check_server(url: str, **kwargs: Any) -> str:
     transport: Any = sse_client(url) if url.endswith("/sse") else url
     async with Client(transport, **kwargs) as client:
         tools = (await client.list_tools()).tools
-        assert [tool.name for tool in tools] == ["echo", "set_tools", "set_prompts", "sleep", "pid"]
+        assert [tool.name for tool in tools] == ["echo", *CONTROL_TOOLS]
         assert text_of(await client.call_tool("echo", {"text": "over http"})) == "web:echo:over http"
         return client.protocol_version
 

@@ -109,14 +109,14 @@ class Running:
 
 @asynccontextmanager
 async def running(
-    tmp_path: Path, *, user: Any = None, project: Any = None, **gateway_options: Any
+    tmp_path: Path, *, user: Any = None, project: Any = None, client_requests: bool = False, **gateway_options: Any
 ) -> AsyncIterator[Running]:
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
     if user is not None:
         save(layout.paths.user, user)
     if project is not None:
         save(layout.paths.project, project)
-    host = Host(HostOptions(env=layout.env, workspace=layout.root))
+    host = Host(HostOptions(env=layout.env, workspace=layout.root, client_requests=client_requests))
     excluded_at_reconcile: list[tuple[str, ...]] = []
 
     def record(event: HostEvent) -> None:
@@ -411,15 +411,22 @@ async def test_long_listings_are_served_in_pages_and_a_bad_cursor_is_refused(tmp
         )
 
 
+@pytest.mark.parametrize("client_requests", [False, True], ids=["plain", "client-requests"])
 @pytest.mark.parametrize("mode", ERAS)
-async def test_an_upstreams_progress_on_a_call_reaches_the_client_that_asked_for_it(tmp_path: Path, mode: str) -> None:
+async def test_an_upstreams_progress_on_a_call_reaches_the_client_that_asked_for_it(
+    tmp_path: Path, mode: str, client_requests: bool
+) -> None:
+    """Also when the call may ask the client (``serve``): a modern-era call then runs in rounds."""
     heard: list[tuple[float, float | None, str | None]] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         heard.append((progress, total, message))
 
     user = {"mcpServers": {"a": server("a", "--control")}}
-    async with running(tmp_path, user=user) as r, Client(r.gateway.server, mode=mode) as client:
+    async with (
+        running(tmp_path, user=user, client_requests=client_requests) as r,
+        Client(r.gateway.server, mode=mode) as client,
+    ):
         result = await client.call_tool("mcp__a__sleep", {"seconds": 0.1}, progress_callback=on_progress)
         assert text_of(result) == "slept"
         await wait_until(lambda: len(heard) == 2)

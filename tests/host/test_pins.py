@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from mcpvisor.core.errors import ToolNotFoundError
+from mcpvisor.examples._options import CONTROL_TOOLS
 from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.pins import diff_lines
@@ -55,6 +56,10 @@ async def relist(h: Host, server_name: str) -> None:
     await h.config.call_tool(f"mcp__{server_name}__set_tools", {"names": "echo,other"})
 
 
+P_TOOLS = {"echo", "other", *CONTROL_TOOLS, "log"}
+"""The tools of the light server ``p`` the tests pin (``--tools echo,other --control``)."""
+
+
 def held_of(h: Host, name: str) -> tuple[str, ...]:
     held = h.config.manager.held(name)
     return tuple(held.held_tools) if held else ()
@@ -79,7 +84,7 @@ async def test_a_changed_description_is_held_until_approved_and_the_rest_stays_c
         await h.decide("p", "approve")
         await wait_until(lambda: "mcp__p__echo" in h.config.tool_registry.names())
         record = pins(layout)[str(layout.root.resolve())]["p"]
-        assert set(record["tools"]) == {"echo", "other", "set_tools", "set_prompts", "sleep", "pid", "log"}
+        assert set(record["tools"]) == P_TOOLS
         assert record["tools"]["echo"]["definition"]["description"] == ORIGINAL
 
         describe(descriptions, echo=HOSTILE)
@@ -201,13 +206,13 @@ async def test_a_corrupt_pin_store_holds_every_definition_of_a_pinned_server_and
     store.write_text("{broken")
     async with host(layout) as h:
         await h.decide("p", "approve")
-        await wait_until(lambda: h.config.manager.get_client("p") is not None and len(held_of(h, "p")) == 7)
+        await wait_until(lambda: h.config.manager.get_client("p") is not None and set(held_of(h, "p")) == P_TOOLS)
         assert not h.config.tool_registry.tools_of("p")
         assert "mcp__u__echo" in h.config.tool_registry.names()  # not pinned: unaffected
         assert store.read_text() == "{broken"
         # Deleting the broken store pins what the server offers next (the watcher sees it go).
         store.unlink()
-        await wait_until(lambda: held_of(h, "p") == () and len(h.config.tool_registry.tools_of("p")) == 7)
+        await wait_until(lambda: held_of(h, "p") == () and len(h.config.tool_registry.tools_of("p")) == len(P_TOOLS))
 
 
 async def test_the_shells_approve_shows_the_changed_definition_and_accepts_it(tmp_path: Path) -> None:
@@ -227,7 +232,7 @@ async def test_the_shells_approve_shows_the_changed_definition_and_accepts_it(tm
                 since = s.mark()
                 await s.type("/mcp")
                 out = await s.wait_for("  p · ", since)
-        assert "● connected (6 tools, 0 prompts)" in out
+        assert f"● connected ({len(P_TOOLS) - 1} tools, 0 prompts)" in out  # echo is held
         await s.run('/call mcp__p__echo {"text": "hi"}', "is held back: its definition changed since server 'p'")
         out = await s.run("/approve p", "✓ accepted what p offers now")
         assert "p changed 1 definition since approval:" in out

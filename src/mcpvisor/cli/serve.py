@@ -40,7 +40,7 @@ async def run_gateway(
 
     ``token`` (HTTP only): every request needs ``Authorization: Bearer <token>``; without one the
     gateway serves only on a loopback address."""
-    options = dataclasses.replace(options, watch=True)
+    options = dataclasses.replace(options, watch=True, client_requests=True)
     console = Console(stderr=True, highlight=False)
     if http is not None:
         refuse_without_token(http[0], token.value if token is not None else None)  # before any server starts

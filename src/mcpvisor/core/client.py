@@ -26,6 +26,7 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcpvisor.core.client_requests import InFlight
 from mcpvisor.core.errors import ConnectError, ServerUnavailableError, ToolCallError
 from mcpvisor.core.events import ServerStatus
 from mcpvisor.core.listing import (
@@ -83,6 +84,8 @@ class McpClient:
 
     ``on_change`` is called (synchronously, must not block) whenever status, tools, prompts or the
     last error change. ``on_lost`` is called once if the connection ends without being asked to.
+    With ``client_requests`` the connection offers the server sampling, elicitation and roots and passes
+    its requests to the caller they belong to (:mod:`mcpvisor.core.client_requests`).
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class McpClient:
         on_change: Callable[[McpClient], None] | None = None,
         on_lost: Callable[[McpClient], None] | None = None,
         http_auth: HttpAuth | None = None,
+        client_requests: bool = False,
     ) -> None:
         self.name = name
         self.config = config
@@ -129,6 +133,7 @@ class McpClient:
         self._connection_tg: anyio.abc.TaskGroup | None = None
         self._resource_listens: dict[str, anyio.CancelScope] = {}
         self._listeners: list[Callable[[str, Notice], None]] = []
+        self._in_flight = InFlight(name) if client_requests else None
 
     # -- properties --------------------------------------------------------------------------
 
@@ -266,12 +271,16 @@ class McpClient:
             else None,
         )
         handler: MessageHandlerFnT = self._on_message
+        asks = self._in_flight
         client = Client(
             transport,
             mode=self._mode,
             message_handler=handler,
             logging_callback=self._on_log,
             client_info=_CLIENT_INFO,
+            sampling_callback=asks.sampling if asks else None,
+            elicitation_callback=asks.elicitation if asks else None,
+            list_roots_callback=asks.list_roots if asks else None,
         )
         await stack.enter_async_context(client)
         self.protocol_version = client.protocol_version
@@ -504,9 +513,10 @@ class McpClient:
         client = self._connected_client(f"call to tool {tool!r}")
         try:
             timeout = timeout_s or self.call_timeout_s
-            result = await client.call_tool(
-                tool, arguments or {}, read_timeout_seconds=timeout, progress_callback=progress
-            )
+            with self._calling():
+                result = await client.call_tool(
+                    tool, arguments or {}, read_timeout_seconds=timeout, progress_callback=progress
+                )
         except MCPError as exc:
             raise self._request_error(f"call to tool {tool!r}", exc, tool=tool) from exc
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
@@ -523,7 +533,7 @@ class McpClient:
         what = f"getting prompt {prompt!r}"
         client = self._connected_client(what)
         try:
-            with self._bounded(what, prompt):
+            with self._bounded(what, prompt), self._calling():
                 return await client.get_prompt(prompt, arguments)
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise self._request_error(what, exc, tool=prompt) from exc
@@ -532,7 +542,7 @@ class McpClient:
         what = f"reading resource {uri!r}"
         client = self._connected_client(what)
         try:
-            with self._bounded(what, uri):
+            with self._bounded(what, uri), self._calling():
                 return await client.read_resource(uri)
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise self._request_error(what, exc, tool=uri) from exc
@@ -552,6 +562,15 @@ class McpClient:
                 return await client.complete(ref, argument, context_arguments)
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise self._request_error(what, exc, tool=argument.get("name", "")) from exc
+
+    @contextmanager
+    def _calling(self) -> Iterator[None]:
+        """A call in flight: what the server asks of its client meanwhile goes to this call's caller."""
+        if self._in_flight is None:
+            yield
+            return
+        with self._in_flight.call():
+            yield
 
     @contextmanager
     def _bounded(self, what: str, tool: str) -> Iterator[None]:

@@ -63,8 +63,10 @@ class Config(StackOwner):
         session_id: str = "default",
         http_auth: HttpAuth | None = None,
         definition_gate: DefinitionGate | None = None,
+        client_requests: bool = False,
     ) -> None:
         self._pool = pool
+        self._client_requests = client_requests
         self._http_auth = http_auth
         self._definition_gate = definition_gate
         self._session_id = session_id
@@ -88,6 +90,11 @@ class Config(StackOwner):
         self._reconcile_done: anyio.Event | None = None
         self.last_reconcile: ReconcileFinished | None = None
 
+    @property
+    def client_requests(self) -> bool:
+        """Whether its connections pass what servers ask of their client to the caller (see ``McpClient``)."""
+        return self._client_requests
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> Config:
@@ -105,6 +112,7 @@ class Config(StackOwner):
                 session_id=self._session_id,
                 http_auth=self._http_auth,
                 definition_gate=self._definition_gate,
+                client_requests=self._client_requests,
             )
             stack.push_async_callback(self._manager.aclose)
             self._stack = stack.pop_all()

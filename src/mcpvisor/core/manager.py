@@ -71,9 +71,11 @@ class McpClientManager:
         session_id: str = "default",
         http_auth: HttpAuth | None = None,
         definition_gate: DefinitionGate | None = None,
+        client_requests: bool = False,
     ) -> None:
         self._config = config
         self._http_auth = http_auth
+        self._client_requests = client_requests
         self._gate = definition_gate
         self._held: dict[str, Admitted] = {}
         self._pool = pool
@@ -253,6 +255,7 @@ class McpClientManager:
             on_change=self._on_client_change,
             on_lost=self._on_lost,
             http_auth=self._http_auth,
+            client_requests=self._client_requests,
         )
         self._clients[name] = client
         async with self._limiter:

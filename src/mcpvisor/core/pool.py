@@ -69,9 +69,11 @@ class McpConnectionPool:
         log_dir: Path | None = None,
         max_concurrent_starts: int | None = None,
         http_auth: HttpAuth | None = None,
+        client_requests: bool = False,
     ) -> None:
         self._log_dir = log_dir
         self._http_auth = http_auth
+        self._client_requests = client_requests
         self._limiter = anyio.CapacityLimiter(max_concurrent_starts or default_max_starts())
         self._entries: dict[str, _Entry] = {}
         self._tg: anyio.abc.TaskGroup | None = None
@@ -173,7 +175,13 @@ class McpConnectionPool:
                 lost(client)
 
         client = McpClient(
-            name, cfg, log_dir=self._log_dir, on_change=fan_out_change, on_lost=fan_out_lost, http_auth=self._http_auth
+            name,
+            cfg,
+            log_dir=self._log_dir,
+            on_change=fan_out_change,
+            on_lost=fan_out_lost,
+            http_auth=self._http_auth,
+            client_requests=self._client_requests,
         )
         new = _Entry(key, client)
         new.holders[session_id] = (on_change, on_lost)

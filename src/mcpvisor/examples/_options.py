@@ -14,8 +14,8 @@ The command line is a contract used by the demo, the tests and the benchmarks::
                            prompt argument offers "{name}:{argument}:{value}"
     --marker PATH          append "{pid} {name}" to PATH before serving
     --stderr TEXT          write TEXT to stderr at start
-    --control              also expose set_tools, set_prompts, sleep and pid (and, in the light server
-                           with --resources or --templates, set_resources)
+    --control              also expose set_tools, set_prompts, sleep, pid and ask_client (and, in the light
+                           server with --resources or --templates, set_resources)
     --crash-on-call TOOL   calling TOOL exits the process with code 3, without replying
     --hang-on-call TOOL    calling TOOL never returns; other requests are still served
     --hang-on-initialize   never answer initialize (nor the modern server/discover probe)
@@ -28,6 +28,7 @@ and, for the SDK server only, ``--transport stdio|streamable-http|sse``, ``--hos
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import threading
@@ -38,7 +39,7 @@ CRASH_EXIT_CODE = 3
 EXIT_AFTER_CODE = 4
 """Exit code of a process that reached its `--exit-after` deadline."""
 
-CONTROL_TOOLS = ("set_tools", "set_prompts", "sleep", "pid")
+CONTROL_TOOLS = ("set_tools", "set_prompts", "sleep", "pid", "ask_client")
 """Tools added by `--control`; they take precedence over configurable tools of the same name."""
 
 TRANSPORTS = ("stdio", "streamable-http", "sse")
@@ -137,7 +138,9 @@ def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
         help='JSON object {"tool": "description"} read at every tools/list (light server)',
     )
     parser.add_argument("--stderr", metavar="TEXT", help="write TEXT to stderr at start")
-    parser.add_argument("--control", action="store_true", help="expose set_tools, set_prompts, sleep and pid")
+    parser.add_argument(
+        "--control", action="store_true", help="expose set_tools, set_prompts, sleep, pid and ask_client"
+    )
     parser.add_argument("--crash-on-call", metavar="TOOL", help=f"exit with code {CRASH_EXIT_CODE} when TOOL is called")
     parser.add_argument("--hang-on-call", metavar="TOOL", help="never answer a call of TOOL")
     parser.add_argument("--hang-on-initialize", action="store_true", help="never answer initialize")
@@ -168,6 +171,50 @@ def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
 def parse_options(argv: list[str] | None, prog: str, *, network: bool = False) -> Options:
     """Parse `argv` (default: `sys.argv[1:]`); exits with code 2 on a usage error."""
     return Options(build_parser(prog, network=network).parse_args(argv))
+
+
+ASK_KINDS = ("sampling", "elicitation", "roots")
+"""What the ``ask_client`` control tool can ask of the client."""
+
+ASK_CLIENT_SCHEMA: dict[str, object] = {
+    "type": "object",
+    "properties": {
+        "kind": {"type": "string", "enum": list(ASK_KINDS)},
+        "text": {"type": "string", "description": "the message to sample from, or the question to elicit"},
+        "cancel_after": {"type": "number", "description": "light server: withdraw the request after SECONDS"},
+    },
+    "required": ["kind"],
+}
+ASK_CLIENT_DESCRIPTION = (
+    "Ask the client for a sampled message, an elicited answer or its roots, and return what it answered."
+)
+
+
+def ask_request(kind: str, text: str) -> dict[str, object]:
+    """The request ``ask_client`` sends its client (``method`` and ``params``, as JSON)."""
+    if kind == "sampling":
+        message = {"role": "user", "content": {"type": "text", "text": text}}
+        return {"method": "sampling/createMessage", "params": {"messages": [message], "maxTokens": 100}}
+    if kind == "elicitation":
+        schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+        return {"method": "elicitation/create", "params": {"mode": "form", "message": text, "requestedSchema": schema}}
+    if kind == "roots":
+        return {"method": "roots/list"}
+    raise ValueError(f"tool 'ask_client': kind must be one of {', '.join(ASK_KINDS)}, not {kind!r}")
+
+
+def answer_text(kind: str, result: dict[str, object]) -> str:
+    """What ``ask_client`` returns for the client's answer (JSON): ``sampled: TEXT``, ``elicited: ACTION
+    {CONTENT}`` or ``roots: URI,URI``."""
+    if kind == "sampling":
+        content = result.get("content")
+        text = content.get("text") if isinstance(content, dict) else None
+        return f"sampled: {text}"
+    if kind == "elicitation":
+        return f"elicited: {result.get('action')} {json.dumps(result.get('content'), sort_keys=True)}"
+    roots = result.get("roots")
+    uris = [str(r.get("uri")) for r in roots if isinstance(r, dict)] if isinstance(roots, list) else []
+    return "roots: " + ",".join(uris)
 
 
 def perform_start_actions(options: Options) -> None:

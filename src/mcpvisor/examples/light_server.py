@@ -6,7 +6,10 @@ Run it as ``python -m mcpvisor.examples.light_server --help``. It speaks the han
 ``resources/templates/list``, ``resources/read`` and ``completion/complete``. Every other request gets
 -32601 at once, so a client's
 ``server/discover`` probe falls back to ``initialize`` without waiting; other requests before
-``initialize`` get an error reply too. Notifications other than the handshake's are ignored.
+``initialize`` get an error reply too. ``notifications/cancelled`` is noted on stderr
+(``cancelled request ID: REASON``); other notifications are ignored. The ``ask_client`` control
+tool sends the client a ``sampling/createMessage``, ``elicitation/create`` or ``roots/list`` request
+and returns its answer.
 
 This module must never import `mcp`, `pydantic` or anything outside the standard library.
 """
@@ -24,10 +27,14 @@ from typing import IO, Any
 
 from mcpvisor import __version__
 from mcpvisor.examples._options import (
+    ASK_CLIENT_DESCRIPTION,
+    ASK_CLIENT_SCHEMA,
     CONTROL_TOOLS,
     CRASH_EXIT_CODE,
     TEXT_SCHEMA,
     Options,
+    answer_text,
+    ask_request,
     parse_options,
     perform_start_actions,
     prompt_text,
@@ -87,6 +94,7 @@ _CONTROL_SCHEMAS: dict[str, dict[str, object]] = {
         "required": ["uri"],
     },
     "pid": {"type": "object", "properties": {}},
+    "ask_client": ASK_CLIENT_SCHEMA,
     "log": {
         "type": "object",
         "properties": {"level": {"type": "string", "enum": list(_LOG_LEVELS)}, "text": {"type": "string"}},
@@ -101,6 +109,7 @@ _CONTROL_DESCRIPTIONS = {
     "touch_resource": "Announce that a resource changed to a client subscribed to it.",
     "sleep": "Sleep for the given number of seconds, then return 'slept'.",
     "pid": "Return the server's process id.",
+    "ask_client": ASK_CLIENT_DESCRIPTION,
     "log": "Send a log message at the given level (if the client's level lets it through).",
 }
 
@@ -127,6 +136,9 @@ class LightServer:
         self._subscribed: set[str] = set()
         self._log_level: str | None = None
         self._initialized = False
+        self._asked: dict[str, tuple[object, str]] = {}
+        """Our requests to the client awaiting an answer: id -> (the ask_client call's id, kind)."""
+        self._asks = 0
 
     # -- output --------------------------------------------------------------------------------
 
@@ -165,9 +177,10 @@ class LightServer:
             return
         method = message.get("method")
         if not isinstance(method, str):
-            return  # a response to a request we never send, or junk: nothing to answer
+            self._handle_response(message)
+            return
         if "id" not in message:
-            self._handle_notification(method)
+            self._handle_notification(method, message.get("params"))
             return
         request_id = message["id"]
         params = message.get("params")
@@ -180,10 +193,49 @@ class LightServer:
         except RequestError as error:
             self._reply_error(request_id, error.code, error.message)
 
-    def _handle_notification(self, method: str) -> None:
-        # notifications/initialized, notifications/cancelled and unknown ones need no action:
-        # a hung call stays hung and a finished one has already been answered.
-        return
+    def _handle_notification(self, method: str, params: object) -> None:
+        # notifications/initialized and unknown ones need no action; a cancelled call stays unanswered
+        # (a hung one stays hung, a finished one has already been answered) and is noted on stderr.
+        if method == "notifications/cancelled" and isinstance(params, dict):
+            sys.stderr.write(f"cancelled request {params.get('requestId')!r}: {params.get('reason')}\n")
+            sys.stderr.flush()
+
+    def _handle_response(self, message: dict[str, Any]) -> None:
+        """The client's answer to an ``ask_client`` request: the call that asked returns it."""
+        asked = self._asked.pop(str(message.get("id")), None)
+        if asked is None:
+            return  # junk, or the answer to a request we withdrew
+        call_id, kind = asked
+        error = message.get("error")
+        if isinstance(error, dict):
+            text = f"the client refused: {error.get('message')} (code {error.get('code')})"
+            self._reply(call_id, {"content": [{"type": "text", "text": text}], "isError": True})
+            return
+        result = message.get("result")
+        self._reply(call_id, _text_result(answer_text(kind, result if isinstance(result, dict) else {})))
+
+    def _ask_client(self, call_id: object, arguments: dict[str, Any]) -> None:
+        kind, text, after = arguments.get("kind"), arguments.get("text", ""), arguments.get("cancel_after")
+        if not isinstance(kind, str) or not isinstance(text, str):
+            raise RequestError(INVALID_PARAMS, "tool 'ask_client': give a 'kind' and optionally a 'text'")
+        try:
+            request = ask_request(kind, text)
+        except ValueError as exc:
+            raise RequestError(INVALID_PARAMS, str(exc)) from None
+        self._asks += 1
+        ask_id = f"ask-{self._asks}"
+        self._asked[ask_id] = (call_id, kind)
+        self.send({"jsonrpc": "2.0", "id": ask_id, **request})
+        if isinstance(after, int | float) and not isinstance(after, bool):
+            threading.Timer(after, self._withdraw, (ask_id,)).start()
+
+    def _withdraw(self, ask_id: str) -> None:
+        """``cancel_after``: cancel our request to the client; the call returns 'withdrawn'."""
+        asked = self._asked.pop(ask_id, None)
+        if asked is not None:
+            params = {"requestId": ask_id, "reason": "the server stopped waiting"}
+            self.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
+            self._reply(asked[0], _text_result("withdrawn"))
 
     def _handle_request(self, request_id: object, method: str, params: dict[str, Any]) -> None:
         if method not in _KNOWN_METHODS:
@@ -325,6 +377,8 @@ class LightServer:
     ) -> None:
         if tool == "pid":
             self._reply(request_id, _text_result(str(os.getpid())))
+        elif tool == "ask_client":
+            self._ask_client(request_id, arguments)
         elif tool == "sleep":
             seconds = arguments.get("seconds")
             if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds < 0:

@@ -25,16 +25,23 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import mcp_types as types
 from mcp.server import MCPServer
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.prompts.base import Prompt
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import TypeAdapter
 
 from mcpvisor import __version__
 from mcpvisor.examples._options import (
+    ASK_CLIENT_DESCRIPTION,
     CONTROL_TOOLS,
     CRASH_EXIT_CODE,
     Options,
+    answer_text,
+    ask_request,
     parse_options,
     perform_start_actions,
     prompt_text,
@@ -115,6 +122,7 @@ class ExampleServer:
 
         for tool in (set_tools, set_prompts, sleep, pid):
             self.mcp.add_tool(tool, structured_output=False)
+        self.mcp.add_tool(ask_client, description=ASK_CLIENT_DESCRIPTION, structured_output=False)
 
     async def _crash_or_hang(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """Middleware: apply `--crash-on-call` and `--hang-on-call` before the tool is looked up."""
@@ -146,6 +154,28 @@ async def _advertise_list_changed(ctx: ServerRequestContext[Any, Any], call_next
         if isinstance(capabilities.get(kind), dict):
             capabilities[kind] = {**capabilities[kind], "listChanged": True}
     return {**result, "capabilities": capabilities}
+
+
+_INPUT_REQUEST: TypeAdapter[types.InputRequest] = TypeAdapter(types.InputRequest)
+_ANSWER_TYPES: dict[str, type[types.CreateMessageResult | types.ElicitResult | types.ListRootsResult]] = {
+    "sampling": types.CreateMessageResult,
+    "elicitation": types.ElicitResult,
+    "roots": types.ListRootsResult,
+}
+
+
+async def ask_client(kind: str, ctx: Context[Any, Any], text: str = "") -> str | types.InputRequiredResult:
+    """Ask the client ('sampling', 'elicitation' or 'roots') and return its answer: a request in the middle of
+    the call in the handshake era, an input-required result answered by the client's retry in the modern era."""
+    request = _INPUT_REQUEST.validate_python(ask_request(kind, text))
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        answer = (ctx.input_responses or {}).get("ask")
+        if answer is None:
+            return types.InputRequiredResult(input_requests={"ask": request}, request_state="asked")
+    else:
+        metadata = ServerMessageMetadata(related_request_id=ctx.request_context.request_id)
+        answer = await ctx.session.send_request(request, _ANSWER_TYPES[kind], metadata=metadata)
+    return answer_text(kind, answer.model_dump(by_alias=True, mode="json", exclude_none=True))
 
 
 def _text_tool(server: str, tool: str) -> Callable[..., str]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import socket
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
@@ -50,15 +50,18 @@ from mcp.server.subscriptions import (
 )
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel
 from starlette.applications import Starlette
 
 from mcpvisor import __version__
 from mcpvisor.core.client import McpClient, Notice, Progress
+from mcpvisor.core.client_requests import answering
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import McpvisorError, ToolNotFoundError
 from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, ServerStateChanged, ToolsChanged
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.registry import RegisteredPrompt, mcp_tool_name
+from mcpvisor.gateway.asks import ROUND_TIMEOUT_S, CallingClient, Rounds
 from mcpvisor.gateway.http import MCP_PATH, OneWorkspace, bind_http_socket, serve_asgi_socket, transport_security
 from mcpvisor.gateway.resources import (
     ServedResource,
@@ -131,6 +134,7 @@ class _GatewayServer(Server[dict[str, Any]]):
 
 
 T = TypeVar("T")
+R = TypeVar("R", bound=BaseModel)
 
 
 def _page(items: list[T], params: types.PaginatedRequestParams | None, what: str) -> tuple[list[T], str | None]:
@@ -186,9 +190,16 @@ class Gateway(StackOwner):
     """
 
     def __init__(
-        self, config: Config, *, name: str = "mcpvisor", coalesce_s: float = COALESCE_S, max_hold_s: float = MAX_HOLD_S
+        self,
+        config: Config,
+        *,
+        name: str = "mcpvisor",
+        coalesce_s: float = COALESCE_S,
+        max_hold_s: float = MAX_HOLD_S,
+        round_timeout_s: float = ROUND_TIMEOUT_S,
     ) -> None:
         self.config = config
+        self._round_timeout_s = round_timeout_s
         self._coalesce_s = coalesce_s
         self._max_hold_s = max_hold_s
         self.bus = InMemorySubscriptionBus()
@@ -199,6 +210,7 @@ class Gateway(StackOwner):
         self._log_levels: dict[Connection, types.LoggingLevel] = {}
         self._heard: dict[str, tuple[McpClient, Callable[[], None]]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
+        self._rounds: Rounds | None = None
         self._pending: set[str] = set()
         self._served_resources: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
         self._wake = anyio.Event()
@@ -236,6 +248,7 @@ class Gateway(StackOwner):
         async with AsyncExitStack() as stack:
             tg = await stack.enter_async_context(anyio.create_task_group())
             self._tg = tg
+            self._rounds = Rounds(tg, timeout_s=self._round_timeout_s)
             stack.callback(tg.cancel_scope.cancel)
             stack.callback(self._listen.close)  # listen streams end gracefully (the client re-listens)
             stack.callback(self.config.events.subscribe(self._on_event))
@@ -259,15 +272,34 @@ class Gateway(StackOwner):
         tools = [t.tool.model_copy(update={"name": t.name}) for t in entries]
         return types.ListToolsResult(tools=tools, next_cursor=next_cursor)
 
-    async def _on_call_tool(self, ctx: _Ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-        try:
-            return await self.config.call_tool(params.name, params.arguments, progress=_progress_to(ctx))
-        except McpvisorError as exc:  # not found (with the reason), unavailable, timed out, failed
-            logger.debug("gateway call to %r failed: %s", params.name, exc)
-            return _error_result(str(exc))
-        except Exception as exc:  # request boundary: a client never sees a crash
-            logger.exception("gateway call to tool %r failed", params.name)
-            return _error_result(f"call to tool {params.name!r} failed: {type(exc).__name__}: {exc}")
+    async def _on_call_tool(
+        self, ctx: _Ctx, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        async def call(progress: Progress) -> types.CallToolResult:
+            try:
+                return await self.config.call_tool(params.name, params.arguments, progress=progress)
+            except McpvisorError as exc:  # not found (with the reason), unavailable, timed out, failed
+                logger.debug("gateway call to %r failed: %s", params.name, exc)
+                return _error_result(str(exc))
+            except Exception as exc:  # request boundary: a client never sees a crash
+                logger.exception("gateway call to tool %r failed", params.name)
+                return _error_result(f"call to tool {params.name!r} failed: {type(exc).__name__}: {exc}")
+
+        return await self._interactive(ctx, params, call)
+
+    async def _interactive(
+        self, ctx: _Ctx, params: types.InputResponseRequestParams, call: Callable[[Progress], Awaitable[R]]
+    ) -> R | types.InputRequiredResult:
+        """Make a call during which the server may ask its client something: the client that made it is
+        asked, in the way its protocol era asks (:mod:`mcpvisor.gateway.asks`)."""
+        if (
+            self.config.client_requests
+            and self._rounds is not None
+            and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        ):
+            return await self._rounds.run(ctx, params, call)
+        with answering(CallingClient(ctx, _connection_of(ctx))):
+            return await call(_progress_to(ctx))
 
     def _prompts_by_name(self) -> dict[str, RegisteredPrompt]:
         """Prompts under the tools' naming rule, ``mcp__<server>__<prompt>`` (hashed when too long or
@@ -280,17 +312,23 @@ class Gateway(StackOwner):
         prompts = [p.prompt.model_copy(update={"name": name}) for name, p in entries]
         return types.ListPromptsResult(prompts=prompts, next_cursor=next_cursor)
 
-    async def _on_get_prompt(self, ctx: _Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+    async def _on_get_prompt(
+        self, ctx: _Ctx, params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult | types.InputRequiredResult:
         # A prompt result has no error flag: failures are JSON-RPC errors carrying the same messages.
         entry = self._prompts_by_name().get(params.name)
         if entry is None:
             raise MCPError(types.INVALID_PARAMS, self._prompt_not_found(params.name))
-        try:
-            return await self.config.get_prompt(entry.name, params.arguments)
-        except ToolNotFoundError as exc:
-            raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
-        except McpvisorError as exc:
-            raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+
+        async def get(progress: Progress) -> types.GetPromptResult:
+            try:
+                return await self.config.get_prompt(entry.name, params.arguments)
+            except ToolNotFoundError as exc:
+                raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+            except McpvisorError as exc:
+                raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+
+        return await self._interactive(ctx, params, get)
 
     def _resources(self) -> dict[str, ServedResource]:
         clients = self.config.manager.clients()
@@ -342,20 +380,26 @@ class Gateway(StackOwner):
         resources = [s.resource.model_copy(update={"uri": uri}) for uri, s in entries]
         return types.ListResourcesResult(resources=resources, next_cursor=next_cursor)
 
-    async def _on_read_resource(self, ctx: _Ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    async def _on_read_resource(
+        self, ctx: _Ctx, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult | types.InputRequiredResult:
         uri = str(params.uri)
         server, upstream_uri = self._resource_owner(uri)
         client = self.config.manager.get_client(server)
         if client is None:
             raise MCPError(RESOURCE_NOT_FOUND, f"resource {uri!r} is unavailable: server {server!r} is not connected")
-        try:
-            result = await client.read_resource(upstream_uri)
-        except McpvisorError as exc:
-            raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
-        if upstream_uri == uri:
-            return result
-        contents = [c.model_copy(update={"uri": uri}) if str(c.uri) == upstream_uri else c for c in result.contents]
-        return result.model_copy(update={"contents": contents})
+
+        async def read(progress: Progress) -> types.ReadResourceResult:
+            try:
+                result = await client.read_resource(upstream_uri)
+            except McpvisorError as exc:
+                raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+            if upstream_uri == uri:
+                return result
+            contents = [c.model_copy(update={"uri": uri}) if str(c.uri) == upstream_uri else c for c in result.contents]
+            return result.model_copy(update={"contents": contents})
+
+        return await self._interactive(ctx, params, read)
 
     def _resource_owner(self, uri: str) -> tuple[str, str]:
         """(server, URI on it) for a URI a client asks for; MCPError naming the reason when none owns it."""

@@ -147,6 +147,7 @@ class WorkspaceGateway(StackOwner):
                     log_dir=log_dir,
                     max_concurrent_starts=self._options.max_concurrent_starts,
                     http_auth=http_auth_for(TokenStore(paths.oauth_tokens_path(self._options.env))),
+                    client_requests=self._options.client_requests,
                 )
             )
             self._tg = await stack.enter_async_context(anyio.create_task_group())

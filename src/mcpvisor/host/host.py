@@ -86,6 +86,9 @@ class HostOptions:
     pool: McpConnectionPool | None = None
     """Share identical servers with other hosts in this process (one per workspace or client)."""
     session_id: str = "default"
+    client_requests: bool = False
+    """Offer the servers sampling, elicitation and roots, answered by the caller whose call caused the
+    request (:mod:`mcpvisor.core.client_requests`); the gateway sets it. With a ``pool``, the pool's setting rules."""
 
 
 class Host(StackOwner):
@@ -165,6 +168,7 @@ class Host(StackOwner):
                 session_id=opts.session_id,
                 http_auth=http_auth_for(self.tokens),
                 definition_gate=PinGate(self.pins, self._settings.root, lambda: self._pin_mode),
+                client_requests=opts.client_requests,
             )
             await stack.enter_async_context(self._config)
             self._config.events.subscribe(self.emit)

@@ -1,0 +1,120 @@
+"""Requests a server makes of its client - sampling, elicitation, roots - answered by the caller they belong to.
+
+mcpvisor is the client of every server it runs, but it has no model and no user of its own to ask.
+Whoever makes a call through it may have both: the gateway's own clients do. Such a caller wraps
+its calls in :func:`answering`; a connection made with ``client_requests=True`` (see
+:class:`~mcpvisor.core.client.McpClient`) then declares the sampling, elicitation and roots
+capabilities and routes each request a server makes to the caller it belongs to:
+
+- exactly, when the request travels inside a call's result (the 2026-07-28 era's input-required
+  results are fulfilled in the calling task);
+- in the handshake era a request names no call, so it goes to the caller of the calls in flight on
+  that server when they all come from one client (the common case: one client, or one call at a time).
+
+Otherwise the server gets a JSON-RPC error that says why: no call is in flight, calls from several
+clients are, or the caller cannot answer that kind of request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Protocol
+
+import mcp_types as types
+
+if TYPE_CHECKING:
+    from mcp.client.session import ClientRequestContext
+
+__all__ = ["Answerer", "InFlight", "answering", "refusal"]
+
+
+class Answerer(Protocol):
+    """Answers what servers ask of their client, for one caller."""
+
+    @property
+    def client(self) -> Hashable:
+        """Who is asked: answerers of the same client are interchangeable (its concurrent calls)."""
+        ...
+
+    async def create_message(
+        self, server: str, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData: ...
+
+    async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData: ...
+
+    async def list_roots(self, server: str) -> types.ListRootsResult | types.ErrorData: ...
+
+
+_answerer: ContextVar[Answerer | None] = ContextVar("mcpvisor_answerer", default=None)
+
+
+@contextmanager
+def answering(answerer: Answerer) -> Iterator[None]:
+    """Calls made inside this block (in this task and the tasks it starts) are answered by ``answerer``."""
+    token = _answerer.set(answerer)
+    try:
+        yield
+    finally:
+        _answerer.reset(token)
+
+
+def refusal(message: str) -> types.ErrorData:
+    """The error a server gets when its request cannot be answered."""
+    return types.ErrorData(code=types.INVALID_REQUEST, message=message)
+
+
+class InFlight:
+    """The answerers of one connection's calls in flight, and the callbacks the SDK client is given."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self._calls: list[Answerer] = []
+
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        """One call is in flight for the duration of the block (a no-op for a caller that answers nothing)."""
+        answerer = _answerer.get()
+        if answerer is None:
+            yield
+            return
+        self._calls.append(answerer)
+        try:
+            yield
+        finally:
+            self._calls.remove(answerer)
+
+    def answerer(self, what: str) -> Answerer | types.ErrorData:
+        """Who answers a ``what`` request of this server, or the error that says why nobody can."""
+        mine = _answerer.get()
+        if mine is not None:
+            return mine
+        clients = {a.client: a for a in self._calls}
+        if len(clients) == 1:
+            return self._calls[-1]
+        if not clients:
+            return refusal(
+                f"mcpvisor cannot answer {what} for server {self.server!r}: no client call to it is in flight "
+                "(mcpvisor passes such requests to the client whose call caused them)"
+            )
+        return refusal(
+            f"mcpvisor cannot answer {what} for server {self.server!r}: calls from {len(clients)} clients are in "
+            "flight and the request does not say which one it belongs to; ask again when only one client is calling"
+        )
+
+    async def sampling(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
+        answerer = self.answerer("a sampling request")
+        return answerer if isinstance(answerer, types.ErrorData) else await answerer.create_message(self.server, params)
+
+    async def elicitation(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        answerer = self.answerer("an elicitation request")
+        return answerer if isinstance(answerer, types.ErrorData) else await answerer.elicit(self.server, params)
+
+    async def list_roots(self, context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
+        answerer = self.answerer("a roots request")
+        return answerer if isinstance(answerer, types.ErrorData) else await answerer.list_roots(self.server)

@@ -1,0 +1,299 @@
+"""What an upstream server asks of its client - sampling, elicitation, roots - asked of the gateway's
+client whose call caused it (:mod:`mcpvisor.core.client_requests` routes the server's request here).
+
+- A handshake-era client is asked the way a server asks: a request on the stream of the call it
+  belongs to (:class:`CallingClient`), and its answer - or its error - goes back to the server.
+- A 2026-07-28-era client cannot be sent a request in the middle of a call; it is asked the way that
+  era asks: the call answers with an input-required result carrying the server's requests, and the
+  client's retry of the call carries the answers (:class:`Rounds`). The call to the server runs on
+  between the rounds; if the client does not come back within :data:`ROUND_TIMEOUT_S` it is cancelled.
+
+A client that did not declare the capability is not asked: the server gets an error that says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, Generic, TypeVar
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+from pydantic import BaseModel
+
+from mcpvisor.core.client import Progress
+from mcpvisor.core.client_requests import answering, refusal
+
+__all__ = ["ROUND_TIMEOUT_S", "CallingClient", "Rounds"]
+
+logger = logging.getLogger(__name__)
+
+ROUND_TIMEOUT_S = 600.0
+"""How long a call whose server asked for input waits for the client's next round before it is cancelled."""
+
+_STATE_PREFIX = "mcpvisor-round-"
+_COALESCE_CHECKPOINTS = 5
+"""Requests a server sends together (the modern era's are dispatched at once) go out in one round."""
+
+R = TypeVar("R", bound=BaseModel)
+Ctx = ServerRequestContext[Any, Any]
+Answer = types.CreateMessageResult | types.CreateMessageResultWithTools | types.ElicitResult | types.ListRootsResult
+
+
+def _sampling(params: types.CreateMessageRequestParams) -> tuple[str, types.ClientCapabilities]:
+    with_tools = bool(params.tools) or params.tool_choice is not None
+    tools = types.SamplingToolsCapability() if with_tools else None
+    return "sampling" + (" with tools" if with_tools else ""), types.ClientCapabilities(
+        sampling=types.SamplingCapability(tools=tools)
+    )
+
+
+def _offers_elicitation(ctx: Ctx, params: types.ElicitRequestParams) -> bool:
+    have = ctx.session.client_capabilities
+    url = isinstance(params, types.ElicitRequestURLParams)
+    return have is not None and have.elicitation is not None and (not url or have.elicitation.url is not None)
+
+
+def _elicitation(params: types.ElicitRequestParams) -> str:
+    return "URL elicitation" if isinstance(params, types.ElicitRequestURLParams) else "elicitation"
+
+
+_ROOTS = types.ClientCapabilities(roots=types.RootsCapability())
+
+
+def _not_offered(server: str, what: str) -> types.ErrorData:
+    return refusal(
+        f"server {server!r} asked for {what}, but the client calling it through mcpvisor does not offer {what} "
+        "(it declared no such capability)"
+    )
+
+
+def _mismatch(server: str, what: str) -> types.ErrorData:
+    return refusal(f"the client answered server {server!r}'s {what} request with something else")
+
+
+def _ended(server: str, what: str) -> types.ErrorData:
+    return refusal(f"server {server!r} asked for {what} after the call it belongs to ended")
+
+
+class CallingClient:
+    """A handshake-era client behind one request, as the answerer of what servers ask during it."""
+
+    def __init__(self, ctx: Ctx, connection: object | None) -> None:
+        self._ctx = ctx
+        self._connection = connection
+
+    @property
+    def client(self) -> Hashable:
+        return self._connection if self._connection is not None else id(self._ctx.session)
+
+    async def create_message(
+        self, server: str, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
+        what, needed = _sampling(params)
+        if not self._ctx.session.check_client_capability(needed):
+            return _not_offered(server, what)
+        result_type: type[types.CreateMessageResult | types.CreateMessageResultWithTools] = (
+            types.CreateMessageResultWithTools
+            if needed.sampling and needed.sampling.tools
+            else types.CreateMessageResult
+        )
+        return await self._ask(types.CreateMessageRequest(params=params), result_type)
+
+    async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
+        if not _offers_elicitation(self._ctx, params):
+            return _not_offered(server, _elicitation(params))
+        return await self._ask(types.ElicitRequest(params=params), types.ElicitResult)
+
+    async def list_roots(self, server: str) -> types.ListRootsResult | types.ErrorData:
+        if not self._ctx.session.check_client_capability(_ROOTS):
+            return _not_offered(server, "roots")
+        return await self._ask(types.ListRootsRequest(), types.ListRootsResult)
+
+    async def _ask(self, request: types.ServerRequest, result_type: type[R]) -> R | types.ErrorData:
+        metadata = ServerMessageMetadata(related_request_id=self._ctx.request_id)
+        try:
+            return await self._ctx.session.send_request(request, result_type, metadata=metadata)
+        except MCPError as exc:  # the client's own answer, or a connection that cannot carry the request
+            return exc.error
+
+
+class _Ask:
+    def __init__(self, key: str, request: types.InputRequest) -> None:
+        self.key = key
+        self.request = request
+        self.answer: Answer | None = None
+        self.answered = anyio.Event()
+
+
+class _Call(Generic[R]):
+    """One call of a 2026-07-28-era client, running on between the client's rounds."""
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        """The request of the current round: capabilities are checked and progress is reported on it."""
+        self.scope = anyio.CancelScope()
+        self.round = 0
+        self._asked = 0
+        self._pending: dict[str, _Ask] = {}
+        self._sent: dict[str, _Ask] = {}
+        self._changed = anyio.Event()
+        self._result: R | None = None
+        self._error: Exception | None = None
+        self._done = False
+
+    @property
+    def client(self) -> Hashable:
+        return self
+
+    # -- the answerer, called from the server's side -----------------------------------------
+
+    async def create_message(
+        self, server: str, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
+        what, needed = _sampling(params)
+        if not self.ctx.session.check_client_capability(needed):
+            return _not_offered(server, what)
+        answer = await self._ask(server, "sampling", types.CreateMessageRequest(params=params))
+        if isinstance(answer, types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData):
+            return answer
+        return _mismatch(server, what)
+
+    async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
+        if not _offers_elicitation(self.ctx, params):
+            return _not_offered(server, _elicitation(params))
+        answer = await self._ask(server, "elicitation", types.ElicitRequest(params=params))
+        if isinstance(answer, types.ElicitResult | types.ErrorData):
+            return answer
+        return _mismatch(server, _elicitation(params))
+
+    async def list_roots(self, server: str) -> types.ListRootsResult | types.ErrorData:
+        if not self.ctx.session.check_client_capability(_ROOTS):
+            return _not_offered(server, "roots")
+        answer = await self._ask(server, "roots", types.ListRootsRequest())
+        if isinstance(answer, types.ListRootsResult | types.ErrorData):
+            return answer
+        return _mismatch(server, "roots")
+
+    async def _ask(self, server: str, what: str, request: types.InputRequest) -> Answer | types.ErrorData:
+        if self._done:
+            return _ended(server, what)
+        self._asked += 1
+        ask = _Ask(f"{server}-{self._asked}", request)
+        self._pending[ask.key] = ask
+        self._wake()
+        try:
+            await ask.answered.wait()
+        finally:  # answered, or withdrawn by the server: either way no longer the client's to answer
+            self._pending.pop(ask.key, None)
+            self._sent.pop(ask.key, None)
+        return ask.answer if ask.answer is not None else _ended(server, what)
+
+    async def report_progress(self, progress: float, total: float | None, message: str | None) -> None:
+        try:
+            await self.ctx.session.report_progress(progress, total, message)
+        except Exception as exc:  # progress is advisory: a round that has ended does not fail the call
+            logger.debug("could not relay progress: %s", exc)
+
+    # -- the call and its rounds -------------------------------------------------------------
+
+    async def drive(self, call: Callable[[Progress], Awaitable[R]]) -> None:
+        """Make the call (in the gateway's task group, so it outlives a round)."""
+        try:
+            with self.scope, answering(self):
+                self._result = await call(self.report_progress)
+        except Exception as exc:  # handed to the round that waits for it
+            self._error = exc
+        finally:
+            self._done = True
+            for ask in (*self._pending.values(), *self._sent.values()):
+                ask.answered.set()  # nobody is left to answer them
+            self._wake()
+
+    async def next_round(self) -> R | dict[str, _Ask]:
+        """The call's result, or the requests the server made meanwhile (for the client to answer)."""
+        while not self._done and not self._pending:
+            await self._changed.wait()
+        if not self._done:
+            for _ in range(_COALESCE_CHECKPOINTS):  # requests sent together go out together
+                await anyio.lowlevel.checkpoint()
+        if self._done:
+            if self._error is not None:
+                raise self._error
+            if self._result is None:
+                raise MCPError(types.INTERNAL_ERROR, "the call was cancelled before it finished")
+            return self._result
+        asks, self._pending = self._pending, {}
+        self._sent.update(asks)
+        self.round += 1
+        return asks
+
+    def answer(self, responses: types.InputResponses | None) -> None:
+        """The client's answers; a request it left unanswered is asked again in the next round."""
+        for key, response in (responses or {}).items():
+            ask = self._sent.pop(key, None)
+            if ask is not None:
+                ask.answer = response
+                ask.answered.set()
+        self._pending.update(self._sent)
+        self._sent.clear()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+
+class Rounds:
+    """The calls of 2026-07-28-era clients whose servers asked for input, between the clients' rounds."""
+
+    def __init__(self, tg: anyio.abc.TaskGroup, *, timeout_s: float = ROUND_TIMEOUT_S) -> None:
+        self._tg = tg
+        self._timeout_s = timeout_s
+        self._open: dict[str, _Call[Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    async def run(
+        self, ctx: Ctx, params: types.InputResponseRequestParams, call: Callable[[Progress], Awaitable[R]]
+    ) -> R | types.InputRequiredResult:
+        """A round of ``call``: the first one starts it, a retry carrying ``request_state`` goes on with it."""
+        state = params.request_state
+        if state is not None:
+            running = self._open.pop(state, None)
+            if running is None:
+                raise MCPError(
+                    types.INVALID_PARAMS,
+                    f"request_state {state[:40]!r} names no call waiting for input (it finished, or waited longer "
+                    f"than {self._timeout_s:g} s for the answers); make the call again without it",
+                )
+            running.ctx = ctx
+            running.answer(params.input_responses)
+        else:
+            running = _Call[R](ctx)
+            self._tg.start_soon(running.drive, call)
+        try:
+            outcome = await running.next_round()
+        except anyio.get_cancelled_exc_class():
+            running.scope.cancel()  # the client gave up on the call: so does the server
+            raise
+        if not isinstance(outcome, dict):
+            return outcome
+        state = _STATE_PREFIX + secrets.token_urlsafe(18)
+        self._open[state] = running
+        self._tg.start_soon(self._expire, state, running, running.round)
+        return types.InputRequiredResult(
+            input_requests={key: ask.request for key, ask in outcome.items()}, request_state=state
+        )
+
+    async def _expire(self, state: str, running: _Call[Any], round_: int) -> None:
+        await anyio.sleep(self._timeout_s)
+        if self._open.get(state) is running and running.round == round_:
+            del self._open[state]
+            running.scope.cancel()

@@ -1,0 +1,289 @@
+"""What upstream servers ask of their client - sampling, elicitation, roots - reaches the gateway's client
+whose call caused it, and cancellation crosses the gateway both ways (SPEC §9 "Gateway"). Real example
+servers upstream: the light server in the handshake era, the SDK server in the 2026-07-28 era (its
+requests ride input-required results); the SDK's ``Client`` downstream, in both eras (a modern-era
+client is asked through input-required results of the gateway's own)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import mcp_types as types
+import pytest
+from mcp import Client, MCPError
+from mcp.client.session import ClientRequestContext
+
+from mcpvisor.core.client_requests import InFlight, answering
+from tests.gateway.test_gateway import ERAS, running, server, text_of
+from tests.helpers import LIGHT, SDK, WAIT_S, wait_until
+
+UPSTREAMS = [LIGHT, SDK]
+"""The light server asks in the middle of a call (handshake era); the SDK server, reached in the modern
+era, returns an input-required result that the gateway's connection fulfils and retries."""
+
+
+class Answers:
+    """A downstream client's answers to sampling, elicitation and roots requests, and what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self.cancelled = anyio.Event()
+        self.hold = False
+
+    async def sampling(self, context: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
+        content = params.messages[0].content
+        assert isinstance(content, types.TextContent)
+        self.asked.append(f"sampling {content.text}")
+        if self.hold:
+            try:
+                await anyio.sleep_forever()
+            except anyio.get_cancelled_exc_class():
+                self.cancelled.set()
+                raise
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text=f"an answer to {content.text}"), model="m"
+        )
+
+    async def elicitation(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> Any:
+        self.asked.append(f"elicitation {params.message}")
+        return types.ElicitResult(action="accept", content={"answer": "42"})
+
+    async def roots(self, context: ClientRequestContext) -> Any:
+        self.asked.append("roots")
+        return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
+
+    def client(self, gateway_server: Any, *, mode: str = "legacy") -> Client:
+        return Client(
+            gateway_server,
+            mode=mode,
+            sampling_callback=self.sampling,
+            elicitation_callback=self.elicitation,
+            list_roots_callback=self.roots,
+        )
+
+
+async def ask(client: Client, kind: str, text: str = "", **more: Any) -> types.CallToolResult:
+    with anyio.fail_after(WAIT_S):
+        return await client.call_tool("mcp__a__ask_client", {"kind": kind, "text": text, **more})
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("upstream", UPSTREAMS)
+async def test_sampling_elicitation_and_roots_reach_the_calling_client_and_its_answer_goes_back(
+    tmp_path: Path, upstream: str, mode: str
+) -> None:
+    answers = Answers()
+    user = {"mcpServers": {"a": server("a", "--control", module=upstream)}}
+    async with (
+        running(tmp_path, user=user, client_requests=True) as r,
+        answers.client(r.gateway.server, mode=mode) as client,
+    ):
+        assert (client.protocol_version == "2026-07-28") == (mode == "auto")
+        sampled = await ask(client, "sampling", "what is up?")
+        assert not sampled.is_error, text_of(sampled)
+        assert text_of(sampled) == "sampled: an answer to what is up?"
+        elicited = await ask(client, "elicitation", "your favourite number?")
+        assert text_of(elicited) == 'elicited: accept {"answer": "42"}'
+        assert text_of(await ask(client, "roots")) == "roots: file:///work/project"
+        assert answers.asked == ["sampling what is up?", "elicitation your favourite number?", "roots"]
+        connection = r.host.config.manager.get_client("a")
+        assert connection is not None
+        modern = connection.protocol_version == "2026-07-28"
+        assert modern == (upstream == SDK)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("upstream", UPSTREAMS)
+async def test_a_client_that_offers_nothing_is_not_asked_and_the_server_hears_why(
+    tmp_path: Path, upstream: str, mode: str
+) -> None:
+    user = {"mcpServers": {"a": server("a", "--control", module=upstream)}}
+    async with running(tmp_path, user=user, client_requests=True) as r, Client(r.gateway.server, mode=mode) as c:
+        result = await ask(c, "sampling", "hello")
+        assert result.is_error
+        assert "server 'a' asked for sampling, but the client calling it through mcpvisor does not offer sampling" in (
+            text_of(result)
+        )
+        # The gateway and the server go on.
+        assert text_of(await c.call_tool("mcp__a__pid", {})).isdigit()
+
+
+async def test_a_modern_era_client_answers_in_rounds_and_a_call_it_abandons_is_cancelled(tmp_path: Path) -> None:
+    """Driven by hand: the call answers with the server's request, the retry carries the answer; a call the
+    client never comes back to is cancelled upstream after the round timeout, and its state is refused."""
+    user = {"mcpServers": {"a": server("a", "--control")}}
+    async with (
+        running(tmp_path, user=user, client_requests=True, round_timeout_s=0.5) as r,
+        Answers().client(r.gateway.server, mode="auto") as client,
+    ):
+        session = client.session
+        log = Path(r.layout.env["MCPVISOR_LOG_DIR"]) / "a.log"
+        first = await session.call_tool("mcp__a__ask_client", {"kind": "roots"}, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult)
+        assert first.input_requests is not None
+        [(key, request)] = first.input_requests.items()
+        assert isinstance(request, types.ListRootsRequest)
+        assert key.startswith("a-")
+        answer = types.ListRootsResult(roots=[types.Root(uri="file:///by/hand")])
+        done = await session.call_tool(
+            "mcp__a__ask_client",
+            {"kind": "roots"},
+            input_responses={key: answer},
+            request_state=first.request_state,
+            allow_input_required=True,
+        )
+        assert isinstance(done, types.CallToolResult)
+        assert text_of(done) == "roots: file:///by/hand"
+
+        abandoned = await session.call_tool("mcp__a__ask_client", {"kind": "roots"}, allow_input_required=True)
+        assert isinstance(abandoned, types.InputRequiredResult)
+        await wait_until(lambda: log.exists() and "cancelled request" in log.read_text(), what="the server's note")
+        with pytest.raises(MCPError, match="names no call waiting for input"):
+            await session.call_tool(
+                "mcp__a__ask_client",
+                {"kind": "roots"},
+                input_responses={key: answer},
+                request_state=abandoned.request_state,
+                allow_input_required=True,
+            )
+        assert len(r.gateway._rounds or ()) == 0
+
+
+async def test_calls_from_two_clients_in_flight_make_a_request_ambiguous_and_it_is_refused(tmp_path: Path) -> None:
+    """The handshake era does not say which call a request belongs to: with calls from two clients in
+    flight on the server, nobody is asked rather than the wrong one."""
+    first, second = Answers(), Answers()
+    user = {"mcpServers": {"a": server("a", "--control")}}
+    async with (
+        running(tmp_path, user=user, client_requests=True) as r,
+        first.client(r.gateway.server) as one,
+        second.client(r.gateway.server) as two,
+        anyio.create_task_group() as tg,
+    ):
+        connection = r.host.config.manager.get_client("a")
+        assert connection is not None
+        tg.start_soon(one.call_tool, "mcp__a__sleep", {"seconds": 60})
+        await wait_until(lambda: connection._in_flight is not None and len(connection._in_flight._calls) == 1)
+        result = await ask(two, "roots")
+        assert result.is_error
+        assert "calls from 2 clients are in flight" in text_of(result)
+        assert first.asked == second.asked == []
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_the_client_cancels_is_cancelled_at_the_server(tmp_path: Path, mode: str) -> None:
+    user = {"mcpServers": {"a": server("a", "--control")}}
+    async with (
+        running(tmp_path, user=user, client_requests=True) as r,
+        Answers().client(r.gateway.server, mode=mode) as client,
+    ):
+        log = Path(r.layout.env["MCPVISOR_LOG_DIR"]) / "a.log"
+        with anyio.move_on_after(0.5):
+            await client.call_tool("mcp__a__sleep", {"seconds": 60})
+        await wait_until(lambda: log.exists() and "cancelled request" in log.read_text(), what="the server's note")
+        assert text_of(await client.call_tool("mcp__a__sleep", {"seconds": 0})) == "slept"
+
+
+async def test_a_request_the_server_withdraws_is_cancelled_at_the_client(tmp_path: Path) -> None:
+    answers = Answers()
+    user = {"mcpServers": {"a": server("a", "--control")}}
+    async with running(tmp_path, user=user, client_requests=True) as r, answers.client(r.gateway.server) as client:
+        answers.hold = True
+        result = await ask(client, "sampling", "slow", cancel_after=0.3)
+        assert text_of(result) == "withdrawn"
+        with anyio.fail_after(WAIT_S):
+            await answers.cancelled.wait()
+        # Both sides go on.
+        answers.hold = False
+        assert text_of(await ask(client, "sampling", "again")) == "sampled: an answer to again"
+
+
+async def test_without_client_requests_the_servers_are_not_offered_sampling(tmp_path: Path) -> None:
+    """A host that does not pass requests on (the shell, ``run``, a library user who did not ask) does not
+    declare the capabilities: the SDK server refuses to ask at all."""
+    answers = Answers()
+    user = {"mcpServers": {"a": server("a", "--control", module=SDK)}}
+    async with running(tmp_path, user=user) as r, answers.client(r.gateway.server) as client:
+        result = await ask(client, "sampling", "hello")
+        assert result.is_error
+        assert answers.asked == []
+
+
+# -- routing, in isolation ------------------------------------------------------------------------
+
+
+class _Named:
+    def __init__(self, client: str) -> None:
+        self.client = client
+
+    async def create_message(self, server: str, params: types.CreateMessageRequestParams) -> Any:
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text=self.client), model="m"
+        )
+
+    async def elicit(self, server: str, params: types.ElicitRequestParams) -> Any:
+        raise AssertionError("not asked")
+
+    async def list_roots(self, server: str) -> Any:
+        return types.ListRootsResult(roots=[])
+
+
+async def test_in_flight_routing_names_the_server_and_the_reason() -> None:
+    calls = InFlight("files")
+    nobody = calls.answerer("a roots request")
+    assert isinstance(nobody, types.ErrorData)
+    assert nobody.message == (
+        "mcpvisor cannot answer a roots request for server 'files': no client call to it is in flight "
+        "(mcpvisor passes such requests to the client whose call caused them)"
+    )
+
+    async def hold(answerer: _Named, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        with answering(answerer), calls.call():
+            task_status.started()
+            await anyio.sleep_forever()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(hold, _Named("one"))
+        await tg.start(hold, _Named("one"))
+        # Asked from outside any call (a handshake-era request): two calls of one client, so that client.
+        only = calls.answerer("sampling")
+        assert isinstance(only, _Named)
+        assert only.client == "one"
+        await tg.start(hold, _Named("two"))
+        several = calls.answerer("sampling")
+        assert isinstance(several, types.ErrorData)
+        assert "calls from 2 clients are in flight" in several.message
+        with answering(_Named("three")):
+            # Inside a call the caller is known exactly (the modern era's input-required results).
+            exact = calls.answerer("sampling")
+            assert isinstance(exact, _Named)
+            assert exact.client == "three"
+        tg.cancel_scope.cancel()
+    assert calls._calls == []
+
+
+async def test_a_library_caller_answers_what_its_calls_cause(tmp_path: Path) -> None:
+    """Without the gateway: a ``Config`` made with ``client_requests=True`` and calls made inside
+    ``answering(...)``, against both eras of upstream."""
+    from mcpvisor.core.config import Config
+    from mcpvisor.core.server_config import McpServerConfig
+
+    servers = {
+        name: McpServerConfig(command=sys.executable, args=("-m", module, "--name", name, "--control"))
+        for name, module in (("old", LIGHT), ("new", SDK))
+    }
+    async with Config(mcp_servers=servers, log_dir=tmp_path, client_requests=True) as config:
+        await config.initialize()
+        for name in servers:
+            with answering(_Named(f"agent asked by {name}")):
+                result = await config.call_tool(f"mcp__{name}__ask_client", {"kind": "sampling", "text": "hi"})
+            assert text_of(result) == f"sampled: agent asked by {name}"
+        # Outside answering(...): nobody to ask, and the server hears why.
+        refused = await config.call_tool("mcp__old__ask_client", {"kind": "roots"})
+        assert refused.is_error
+        assert "no client call to it is in flight" in text_of(refused)
