@@ -25,7 +25,7 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from mcpvisor.core.client import Progress
 from mcpvisor.core.client_requests import answering, refusal
@@ -42,6 +42,7 @@ _COALESCE_CHECKPOINTS = 5
 """Requests a server sends together (the modern era's are dispatched at once) go out in one round."""
 
 R = TypeVar("R", bound=BaseModel)
+A = TypeVar("A", bound=BaseModel)
 Ctx = ServerRequestContext[Any, Any]
 Answer = types.CreateMessageResult | types.CreateMessageResultWithTools | types.ElicitResult | types.ListRootsResult
 
@@ -54,16 +55,6 @@ def _sampling(params: types.CreateMessageRequestParams) -> tuple[str, types.Clie
     )
 
 
-def _offers_elicitation(ctx: Ctx, params: types.ElicitRequestParams) -> bool:
-    have = ctx.session.client_capabilities
-    url = isinstance(params, types.ElicitRequestURLParams)
-    return have is not None and have.elicitation is not None and (not url or have.elicitation.url is not None)
-
-
-def _elicitation(params: types.ElicitRequestParams) -> str:
-    return "URL elicitation" if isinstance(params, types.ElicitRequestURLParams) else "elicitation"
-
-
 _ROOTS = types.ClientCapabilities(roots=types.RootsCapability())
 
 
@@ -74,52 +65,63 @@ def _not_offered(server: str, what: str) -> types.ErrorData:
     )
 
 
-def _mismatch(server: str, what: str) -> types.ErrorData:
-    return refusal(f"the client answered server {server!r}'s {what} request with something else")
-
-
 def _ended(server: str, what: str) -> types.ErrorData:
     return refusal(f"server {server!r} asked for {what} after the call it belongs to ended")
 
 
-class CallingClient:
-    """A handshake-era client behind one request, as the answerer of what servers ask during it."""
+class _Asking:
+    """Asks the client behind :attr:`ctx` what a server asked, if it offers that (how: :meth:`_ask`)."""
 
-    def __init__(self, ctx: Ctx, connection: object | None) -> None:
-        self._ctx = ctx
-        self._connection = connection
-
-    @property
-    def client(self) -> Hashable:
-        return self._connection if self._connection is not None else id(self._ctx.session)
+    ctx: Ctx
 
     async def create_message(
         self, server: str, params: types.CreateMessageRequestParams
     ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
         what, needed = _sampling(params)
-        if not self._ctx.session.check_client_capability(needed):
+        if not self.ctx.session.check_client_capability(needed):
             return _not_offered(server, what)
+        with_tools = needed.sampling is not None and needed.sampling.tools is not None
         result_type: type[types.CreateMessageResult | types.CreateMessageResultWithTools] = (
-            types.CreateMessageResultWithTools
-            if needed.sampling and needed.sampling.tools
-            else types.CreateMessageResult
+            types.CreateMessageResultWithTools if with_tools else types.CreateMessageResult
         )
-        return await self._ask(types.CreateMessageRequest(params=params), result_type)
+        return await self._ask(server, what, types.CreateMessageRequest(params=params), result_type)
 
     async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
-        if not _offers_elicitation(self._ctx, params):
-            return _not_offered(server, _elicitation(params))
-        return await self._ask(types.ElicitRequest(params=params), types.ElicitResult)
+        have = self.ctx.session.client_capabilities
+        url = isinstance(params, types.ElicitRequestURLParams)
+        what = "URL elicitation" if url else "elicitation"
+        if have is None or have.elicitation is None or (url and have.elicitation.url is None):
+            return _not_offered(server, what)
+        return await self._ask(server, what, types.ElicitRequest(params=params), types.ElicitResult)
 
     async def list_roots(self, server: str) -> types.ListRootsResult | types.ErrorData:
-        if not self._ctx.session.check_client_capability(_ROOTS):
+        if not self.ctx.session.check_client_capability(_ROOTS):
             return _not_offered(server, "roots")
-        return await self._ask(types.ListRootsRequest(), types.ListRootsResult)
+        return await self._ask(server, "roots", types.ListRootsRequest(), types.ListRootsResult)
 
-    async def _ask(self, request: types.ServerRequest, result_type: type[R]) -> R | types.ErrorData:
-        metadata = ServerMessageMetadata(related_request_id=self._ctx.request_id)
+    async def _ask(
+        self, server: str, what: str, request: types.InputRequest, result_type: type[A]
+    ) -> A | types.ErrorData:
+        raise NotImplementedError
+
+
+class CallingClient(_Asking):
+    """A handshake-era client behind one request, as the answerer of what servers ask during it."""
+
+    def __init__(self, ctx: Ctx, connection: object | None) -> None:
+        self.ctx = ctx
+        self._connection = connection
+
+    @property
+    def client(self) -> Hashable:
+        return self._connection if self._connection is not None else id(self.ctx.session)
+
+    async def _ask(
+        self, server: str, what: str, request: types.InputRequest, result_type: type[A]
+    ) -> A | types.ErrorData:
+        metadata = ServerMessageMetadata(related_request_id=self.ctx.request_id)
         try:
-            return await self._ctx.session.send_request(request, result_type, metadata=metadata)
+            return await self.ctx.session.send_request(request, result_type, metadata=metadata)
         except MCPError as exc:  # the client's own answer, or a connection that cannot carry the request
             return exc.error
 
@@ -132,7 +134,7 @@ class _Ask:
         self.answered = anyio.Event()
 
 
-class _Call(Generic[R]):
+class _Call(_Asking, Generic[R]):
     """One call of a 2026-07-28-era client, running on between the client's rounds."""
 
     def __init__(self, ctx: Ctx) -> None:
@@ -154,34 +156,9 @@ class _Call(Generic[R]):
 
     # -- the answerer, called from the server's side -----------------------------------------
 
-    async def create_message(
-        self, server: str, params: types.CreateMessageRequestParams
-    ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
-        what, needed = _sampling(params)
-        if not self.ctx.session.check_client_capability(needed):
-            return _not_offered(server, what)
-        answer = await self._ask(server, "sampling", types.CreateMessageRequest(params=params))
-        if isinstance(answer, types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData):
-            return answer
-        return _mismatch(server, what)
-
-    async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
-        if not _offers_elicitation(self.ctx, params):
-            return _not_offered(server, _elicitation(params))
-        answer = await self._ask(server, "elicitation", types.ElicitRequest(params=params))
-        if isinstance(answer, types.ElicitResult | types.ErrorData):
-            return answer
-        return _mismatch(server, _elicitation(params))
-
-    async def list_roots(self, server: str) -> types.ListRootsResult | types.ErrorData:
-        if not self.ctx.session.check_client_capability(_ROOTS):
-            return _not_offered(server, "roots")
-        answer = await self._ask(server, "roots", types.ListRootsRequest())
-        if isinstance(answer, types.ListRootsResult | types.ErrorData):
-            return answer
-        return _mismatch(server, "roots")
-
-    async def _ask(self, server: str, what: str, request: types.InputRequest) -> Answer | types.ErrorData:
+    async def _ask(
+        self, server: str, what: str, request: types.InputRequest, result_type: type[A]
+    ) -> A | types.ErrorData:
         if self._done:
             return _ended(server, what)
         self._asked += 1
@@ -193,7 +170,14 @@ class _Call(Generic[R]):
         finally:  # answered, or withdrawn by the server: either way no longer the client's to answer
             self._pending.pop(ask.key, None)
             self._sent.pop(ask.key, None)
-        return ask.answer if ask.answer is not None else _ended(server, what)
+        if ask.answer is None:
+            return _ended(server, what)
+        if isinstance(ask.answer, result_type):
+            return ask.answer
+        try:  # parsed as another member of the answer union (sampling with or without tools)
+            return result_type.model_validate(ask.answer.model_dump(by_alias=True, exclude_none=True))
+        except ValidationError:
+            return refusal(f"the client answered server {server!r}'s {what} request with something else")
 
     async def report_progress(self, progress: float, total: float | None, message: str | None) -> None:
         try:
