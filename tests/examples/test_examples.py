@@ -188,7 +188,7 @@ async def test_set_tools_changes_the_listing_and_notifies_in_the_handshake_era(s
             assert caps.tools.list_changed
             assert caps.prompts is not None
             assert caps.prompts.list_changed
-            control = set(CONTROL_TOOLS) | ({"log"} if server_module == LIGHT else set())
+            control = {*CONTROL_TOOLS, "log"}
             names = {tool.name for tool in (await client.list_tools()).tools}
             assert names == {"echo", *control}
 
@@ -219,7 +219,7 @@ async def test_sdk_server_announces_changes_on_a_listen_stream_in_the_modern_era
                     if isinstance(event, ToolsListChanged):
                         break
                 names = {tool.name for tool in (await client.list_tools(cache_mode="bypass")).tools}
-                assert names == {"green", *CONTROL_TOOLS}
+                assert names == {"green", *CONTROL_TOOLS, "log"}
 
                 await client.call_tool("set_prompts", {"names": "p1,p2"})
                 async for event in subscription:
@@ -344,7 +344,7 @@ async def check_server(url: str, **kwargs: Any) -> str:
     transport: Any = sse_client(url) if url.endswith("/sse") else url
     async with Client(transport, **kwargs) as client:
         tools = (await client.list_tools()).tools
-        assert [tool.name for tool in tools] == ["echo", *CONTROL_TOOLS]
+        assert [tool.name for tool in tools] == ["echo", *CONTROL_TOOLS, "log"]
         assert text_of(await client.call_tool("echo", {"text": "over http"})) == "web:echo:over http"
         return client.protocol_version
 

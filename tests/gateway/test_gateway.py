@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
@@ -473,3 +473,30 @@ async def test_upstream_log_messages_reach_the_clients_whose_level_lets_them_thr
         await wait_until(lambda: len(loud) == 3)
         await one.list_tools()  # a round trip: what went out in that round has arrived
         assert len(quiet) == 1
+
+
+@pytest.mark.parametrize("client_requests", [False, True], ids=["plain", "client-requests"])
+@pytest.mark.parametrize("upstream", [LIGHT, SDK])
+async def test_a_modern_era_client_hears_the_log_messages_of_a_call_that_asked_for_them(
+    tmp_path: Path, upstream: str, client_requests: bool
+) -> None:
+    """The 2026-07-28 era asks per request (``_meta``): the gateway asks the server (a handshake-era
+    one with logging/setLevel, a modern one in the request's own ``_meta``) and passes on what comes."""
+    heard: list[types.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        heard.append(params)
+
+    user = {"mcpServers": {"a": server("a", "--control", module=upstream)}}
+    asked = cast(types.RequestParamsMeta, {types.LOG_LEVEL_META_KEY: "warning"})
+    async with (
+        running(tmp_path, user=user, client_requests=client_requests) as r,
+        Client(r.gateway.server, logging_callback=on_log) as client,
+    ):
+        assert client.protocol_version == "2026-07-28"
+        await client.call_tool("mcp__a__log", {"level": "error", "text": "unasked"})
+        await client.call_tool("mcp__a__log", {"level": "info", "text": "below"}, meta=asked)
+        await client.call_tool("mcp__a__log", {"level": "error", "text": "broken"}, meta=asked)
+        await wait_until(lambda: len(heard) >= 1)
+        logger_name = "a/light" if upstream == LIGHT else "a/sdk"
+        assert [(m.level, m.data, m.logger) for m in heard] == [("error", "broken", logger_name)]

@@ -13,19 +13,22 @@ import math
 import re
 import tempfile
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AsyncExitStack, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import mcp_types as types
 from mcp import Client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcpvisor.core import call_logs
+from mcpvisor.core.call_logs import CallLog, rank
 from mcpvisor.core.client_requests import InFlight
 from mcpvisor.core.errors import ConnectError, ServerUnavailableError, ToolCallError
 from mcpvisor.core.events import ServerStatus
@@ -69,6 +72,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_STDIO_DISCOVERY_TIMEOUT_S = 30.0
 DEFAULT_REMOTE_DISCOVERY_TIMEOUT_S = 5.0
 DEFAULT_CALL_TIMEOUT_S = 600.0
+HEAR_TIMEOUT_S = 5.0
+"""Bound on handing one log message to one caller (a stuck caller never stalls the connection)."""
 STOP_TIMEOUT_S = 10.0
 """How long a deliberate stop may take before the owner task is cancelled outright."""
 _CLIENT_INFO = types.Implementation(name="mcpvisor", version="0.1.0")
@@ -134,6 +139,11 @@ class McpClient:
         self._resource_listens: dict[str, anyio.CancelScope] = {}
         self._listeners: list[Callable[[str, Notice], None]] = []
         self._in_flight = InFlight(name) if client_requests else None
+        self._call_logs: list[CallLog] = []
+        self._passing_logs = 0
+        self._logs_passed = anyio.Event()
+        self._log_level: types.LoggingLevel | None = None
+        """The level last asked of a handshake-era server with ``logging/setLevel``."""
 
     # -- properties --------------------------------------------------------------------------
 
@@ -409,18 +419,38 @@ class McpClient:
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         self._tell(types.LoggingMessageNotification(params=params))
+        # A server's log message names no call: every call in flight that asked for its level hears it.
+        hearers = [log for log in self._call_logs if rank(params.level) >= rank(log.level)]
+        if not hearers:
+            return
+        self._passing_logs += 1
+        try:
+            for log in hearers:
+                with anyio.move_on_after(HEAR_TIMEOUT_S):
+                    try:
+                        await log.hear(self.name, params)
+                    except Exception as exc:  # a caller that cannot hear any more never stops the connection
+                        logger.debug("server %r: a log message could not be passed on: %s", self.name, exc)
+        finally:
+            self._passing_logs -= 1
+            if not self._passing_logs:
+                self._logs_passed.set()
+                self._logs_passed = anyio.Event()
 
     async def set_logging_level(self, level: types.LoggingLevel) -> None:
-        """Ask a handshake-era server that offers logging to send messages from ``level`` up (others: nothing)."""
+        """Ask a handshake-era server that offers logging to send messages from ``level`` up (others: nothing);
+        never above what a call in flight asked for."""
         client = self._client
         if client is None or self.status != "connected" or client.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return
         if client.server_capabilities.logging is None:
             return
+        level = min((level, *(log.level for log in self._call_logs)), key=rank)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", MCPDeprecationWarning)
                 await client.session.set_logging_level(level=level)
+            self._log_level = level
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             logger.debug("server %r: setting the log level failed: %s", self.name, exc)
 
@@ -513,9 +543,9 @@ class McpClient:
         client = self._connected_client(f"call to tool {tool!r}")
         try:
             timeout = timeout_s or self.call_timeout_s
-            with self._calling():
+            async with self._calling(client) as meta:
                 result = await client.call_tool(
-                    tool, arguments or {}, read_timeout_seconds=timeout, progress_callback=progress
+                    tool, arguments or {}, read_timeout_seconds=timeout, progress_callback=progress, meta=meta
                 )
         except MCPError as exc:
             raise self._request_error(f"call to tool {tool!r}", exc, tool=tool) from exc
@@ -533,8 +563,9 @@ class McpClient:
         what = f"getting prompt {prompt!r}"
         client = self._connected_client(what)
         try:
-            with self._bounded(what, prompt), self._calling():
-                return await client.get_prompt(prompt, arguments)
+            with self._bounded(what, prompt):
+                async with self._calling(client) as meta:
+                    return await client.get_prompt(prompt, arguments, meta=meta)
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise self._request_error(what, exc, tool=prompt) from exc
 
@@ -542,8 +573,9 @@ class McpClient:
         what = f"reading resource {uri!r}"
         client = self._connected_client(what)
         try:
-            with self._bounded(what, uri), self._calling():
-                return await client.read_resource(uri)
+            with self._bounded(what, uri):
+                async with self._calling(client) as meta:
+                    return await client.read_resource(uri, meta=meta)
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise self._request_error(what, exc, tool=uri) from exc
 
@@ -563,14 +595,34 @@ class McpClient:
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise self._request_error(what, exc, tool=argument.get("name", "")) from exc
 
-    @contextmanager
-    def _calling(self) -> Iterator[None]:
-        """A call in flight: what the server asks of its client meanwhile goes to this call's caller."""
-        if self._in_flight is None:
-            yield
-            return
-        with self._in_flight.call():
-            yield
+    @asynccontextmanager
+    async def _calling(self, client: Client) -> AsyncIterator[types.RequestParamsMeta | None]:
+        """A call in flight: what the server asks of its client meanwhile goes to this call's caller, and
+        its log messages to a caller that wants to hear them (:mod:`mcpvisor.core.call_logs`). Yields the
+        request's ``_meta``."""
+        log = call_logs.current()
+        meta: types.RequestParamsMeta | None = None
+        if log is not None:
+            self._call_logs.append(log)
+            if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                meta = cast(types.RequestParamsMeta, {types.LOG_LEVEL_META_KEY: log.level})
+            elif self._log_level is None or rank(log.level) < rank(self._log_level):
+                await self.set_logging_level(log.level)
+        try:
+            if self._in_flight is None:
+                yield meta
+            else:
+                with self._in_flight.call():
+                    yield meta
+        finally:
+            if log is not None:
+                # The server wrote its messages before its answer: let those on their way reach the caller
+                # before the call returns (and its stream closes).
+                with anyio.move_on_after(HEAR_TIMEOUT_S, shield=True):
+                    await anyio.lowlevel.checkpoint()
+                    while self._passing_logs:
+                        await self._logs_passed.wait()
+                self._call_logs.remove(log)
 
     @contextmanager
     def _bounded(self, what: str, tool: str) -> Iterator[None]:

@@ -120,9 +120,15 @@ class ExampleServer:
             """Return the server's process id."""
             return str(os.getpid())
 
+        async def log(level: types.LoggingLevel, text: str, ctx: Context[Any, Any]) -> str:
+            """Send a log message at the given level (in the 2026-07-28 era only to a request that asked for it)."""
+            await ctx.log(level, text, logger_name="sdk")
+            return "sent"
+
         for tool in (set_tools, set_prompts, sleep, pid):
             self.mcp.add_tool(tool, structured_output=False)
         self.mcp.add_tool(ask_client, description=ASK_CLIENT_DESCRIPTION, structured_output=False)
+        self.mcp.add_tool(log, structured_output=False)
 
     async def _crash_or_hang(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """Middleware: apply `--crash-on-call` and `--hang-on-call` before the tool is looked up."""

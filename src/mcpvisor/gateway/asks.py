@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import secrets
+import warnings
 from collections.abc import Awaitable, Callable, Hashable
+from contextlib import ExitStack
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -23,14 +25,15 @@ import anyio.abc
 import anyio.lowlevel
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
 from pydantic import BaseModel, ValidationError
 
+from mcpvisor.core.call_logs import CallLog, hearing
 from mcpvisor.core.client import Progress
 from mcpvisor.core.client_requests import answering, refusal
 
-__all__ = ["ROUND_TIMEOUT_S", "CallingClient", "Rounds"]
+__all__ = ["ROUND_TIMEOUT_S", "CallingClient", "Rounds", "pass_log"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +59,15 @@ def _sampling(params: types.CreateMessageRequestParams) -> tuple[str, types.Clie
 
 
 _ROOTS = types.ClientCapabilities(roots=types.RootsCapability())
+
+
+async def pass_log(ctx: Ctx, server: str, params: types.LoggingMessageNotificationParams) -> None:
+    """An upstream's log message on the stream of the 2026-07-28 request that asked for it (the session drops
+    it below the level the request asked for), the logger named ``<server>/<logger>``."""
+    name = f"{server}/{params.logger}" if params.logger else server
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MCPDeprecationWarning)  # logging is deprecated, not gone, in 2026-07-28
+        await ctx.session.send_log_message(params.level, params.data, name)
 
 
 def _not_offered(server: str, what: str) -> types.ErrorData:
@@ -137,9 +149,10 @@ class _Ask:
 class _Call(_Asking, Generic[R]):
     """One call of a 2026-07-28-era client, running on between the client's rounds."""
 
-    def __init__(self, ctx: Ctx) -> None:
+    def __init__(self, ctx: Ctx, log_level: types.LoggingLevel | None) -> None:
         self.ctx = ctx
-        """The request of the current round: capabilities are checked and progress is reported on it."""
+        """The request of the current round: capabilities are checked, progress and log messages go on it."""
+        self._log_level = log_level
         self.scope = anyio.CancelScope()
         self.round = 0
         self._asked = 0
@@ -187,10 +200,15 @@ class _Call(_Asking, Generic[R]):
 
     # -- the call and its rounds -------------------------------------------------------------
 
+    async def hear_log(self, server: str, params: types.LoggingMessageNotificationParams) -> None:
+        await pass_log(self.ctx, server, params)
+
     async def drive(self, call: Callable[[Progress], Awaitable[R]]) -> None:
         """Make the call (in the gateway's task group, so it outlives a round)."""
         try:
-            with self.scope, answering(self):
+            with self.scope, answering(self), ExitStack() as stack:
+                if self._log_level is not None:
+                    stack.enter_context(hearing(CallLog(self._log_level, self.hear_log)))
                 self._result = await call(self.report_progress)
         except Exception as exc:  # handed to the round that waits for it
             self._error = exc
@@ -245,9 +263,15 @@ class Rounds:
         return len(self._open)
 
     async def run(
-        self, ctx: Ctx, params: types.InputResponseRequestParams, call: Callable[[Progress], Awaitable[R]]
+        self,
+        ctx: Ctx,
+        params: types.InputResponseRequestParams,
+        call: Callable[[Progress], Awaitable[R]],
+        *,
+        log_level: types.LoggingLevel | None = None,
     ) -> R | types.InputRequiredResult:
-        """A round of ``call``: the first one starts it, a retry carrying ``request_state`` goes on with it."""
+        """A round of ``call``: the first one starts it, a retry carrying ``request_state`` goes on with it.
+        With ``log_level`` the server's log messages from that level up go on the round's stream."""
         state = params.request_state
         if state is not None:
             running = self._open.pop(state, None)
@@ -260,7 +284,7 @@ class Rounds:
             running.ctx = ctx
             running.answer(params.input_responses)
         else:
-            running = _Call[R](ctx)
+            running = _Call[R](ctx, log_level)
             self._tg.start_soon(running.drive, call)
         try:
             outcome = await running.next_round()

@@ -28,7 +28,8 @@ import logging
 import socket
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, ExitStack
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
@@ -54,6 +55,7 @@ from pydantic import BaseModel
 from starlette.applications import Starlette
 
 from mcpvisor import __version__
+from mcpvisor.core.call_logs import LOG_LEVELS, CallLog, hearing, rank
 from mcpvisor.core.client import McpClient, Notice, Progress
 from mcpvisor.core.client_requests import answering
 from mcpvisor.core.config import Config
@@ -61,7 +63,7 @@ from mcpvisor.core.errors import McpvisorError, ToolNotFoundError
 from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, ServerStateChanged, ToolsChanged
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.registry import RegisteredPrompt, mcp_tool_name
-from mcpvisor.gateway.asks import ROUND_TIMEOUT_S, CallingClient, Rounds
+from mcpvisor.gateway.asks import ROUND_TIMEOUT_S, CallingClient, Rounds, pass_log
 from mcpvisor.gateway.http import MCP_PATH, OneWorkspace, bind_http_socket, serve_asgi_socket, transport_security
 from mcpvisor.gateway.resources import (
     ServedResource,
@@ -89,17 +91,6 @@ NOTIFY_TIMEOUT_S = 5.0
 PAGE_SIZE = 500
 """Listings longer than this are served in pages (``nextCursor``)."""
 
-LOG_LEVELS: tuple[types.LoggingLevel, ...] = (
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-)
-"""MCP's log levels, least severe first."""
 
 RESOURCE_NOT_FOUND = -32002
 """The JSON-RPC error code MCP uses for an unknown resource."""
@@ -168,6 +159,12 @@ def _progress_to(ctx: ServerRequestContext[Any, Any]) -> Progress:
         await ctx.session.report_progress(progress, total, message)
 
     return relay
+
+
+def _log_level_asked(params: types.RequestParams) -> types.LoggingLevel | None:
+    """The level a 2026-07-28 request asked to hear log messages from (its ``_meta``), if any."""
+    level = (params.meta or {}).get(types.LOG_LEVEL_META_KEY)
+    return next((known for known in LOG_LEVELS if known == level), None)
 
 
 def _error_result(message: str) -> types.CallToolResult:
@@ -292,13 +289,13 @@ class Gateway(StackOwner):
     ) -> R | types.InputRequiredResult:
         """Make a call during which the server may ask its client something: the client that made it is
         asked, in the way its protocol era asks (:mod:`mcpvisor.gateway.asks`)."""
-        if (
-            self.config.client_requests
-            and self._rounds is not None
-            and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-        ):
-            return await self._rounds.run(ctx, params, call)
-        with answering(CallingClient(ctx, _connection_of(ctx))):
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        level = _log_level_asked(params) if modern else None
+        if modern and self.config.client_requests and self._rounds is not None:
+            return await self._rounds.run(ctx, params, call, log_level=level)
+        with answering(CallingClient(ctx, _connection_of(ctx))), ExitStack() as stack:
+            if level is not None:
+                stack.enter_context(hearing(CallLog(level, partial(pass_log, ctx))))
             return await call(_progress_to(ctx))
 
     def _prompts_by_name(self) -> dict[str, RegisteredPrompt]:
@@ -506,7 +503,9 @@ class Gateway(StackOwner):
 
     def _lowest_level(self) -> types.LoggingLevel | None:
         levels = list(self._log_levels.values())
-        return min(levels, key=LOG_LEVELS.index) if levels else None
+        if not levels:
+            return None
+        return min(levels, key=rank)
 
     async def _set_upstream_levels(self, servers: list[str] | None = None) -> None:
         level = self._lowest_level()
@@ -540,10 +539,10 @@ class Gateway(StackOwner):
 
     async def _relay_log(self, server: str, params: types.LoggingMessageNotificationParams) -> None:
         """One upstream log message to every client whose level lets it through, its logger named after the server."""
-        rank = LOG_LEVELS.index(params.level)
+        severity = rank(params.level)
         logger_name = f"{server}/{params.logger}" if params.logger else server
         for connection, level in list(self._log_levels.items()):
-            if rank >= LOG_LEVELS.index(level):
+            if severity >= rank(level):
                 with anyio.move_on_after(NOTIFY_TIMEOUT_S):
                     try:
                         with warnings.catch_warnings():
