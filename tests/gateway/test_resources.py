@@ -14,7 +14,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 
 from mcpvisor.gateway.resources import namespaced_uri, parse_namespaced_uri
 from tests.gateway.test_gateway import ERAS, next_event, running, save, server
-from tests.helpers import wait_until
+from tests.helpers import SDK, wait_until
 
 SHARED = "file:///shared/readme.txt"
 
@@ -330,3 +330,37 @@ async def test_an_upstream_that_never_answers_a_read_is_a_timeout_error_and_the_
         assert text_of(await client.read_resource("note://a/1")) == ("note://a/1", "a:note://a/1")
         assert text_of(await other.read_resource("note://b/1")) == ("note://b/1", "b:note://b/1")
         assert r.host.config.manager.get_client("a").status == "connected"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_modern_upstream_is_subscribed_through_a_listen_stream_of_its_own(tmp_path: Path, mode: str) -> None:
+    """The SDK server, reached in the 2026-07-28 era, hears of a subscription on a subscriptions/listen
+    stream the connection opens for that resource, and the gateway's subscribers hear its updates."""
+    from mcp.client.subscriptions import ResourceUpdated
+
+    heard: list[object] = []
+
+    async def on_message(message: object) -> None:
+        heard.append(message)
+
+    user = {"mcpServers": {"a": server("a", "--resources", "note://a/1", "--control", module=SDK)}}
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server, mode=mode, message_handler=on_message) as c:
+        upstream = r.host.config.manager.get_client("a")
+        assert upstream is not None
+        assert upstream.protocol_version == "2026-07-28"
+        if mode == "legacy":
+            await subscribe(c, "note://a/1")
+            assert list(upstream._resource_listens) == ["note://a/1"]
+            assert await touch(c, "mcp__a__touch_resource", "note://a/1") == "notified"
+            await wait_until(lambda: updated_uris(heard) == ["note://a/1"])
+            await unsubscribe(c, "note://a/1")
+        else:
+            async with c.listen(resource_subscriptions=["note://a/1"]) as subscription:
+                assert list(upstream._resource_listens) == ["note://a/1"]
+                assert await touch(c, "mcp__a__touch_resource", "note://a/1") == "notified"
+                event = await next_event(subscription)
+                assert isinstance(event, ResourceUpdated)
+                assert str(event.uri) == "note://a/1"
+        # The last subscriber left: the upstream stream ends.
+        await wait_until(lambda: not upstream._resource_listens)
+        assert r.gateway.subscriptions.subscribed() == {}

@@ -346,8 +346,11 @@ class McpClient:
             self.request_refresh(prompts=True)
         elif isinstance(message, types.ResourceListChangedNotification):
             self.request_refresh(resources=True)
-        elif isinstance(message, types.ResourceUpdatedNotification):
-            self._tell(message)
+        elif (
+            isinstance(message, types.ResourceUpdatedNotification)
+            and self.protocol_version not in MODERN_PROTOCOL_VERSIONS
+        ):
+            self._tell(message)  # in the 2026-07-28 era the resource's own listen stream tells (this is a copy)
         elif isinstance(message, Exception):
             logger.debug("server %r sent something unreadable: %s", self.name, message)
 

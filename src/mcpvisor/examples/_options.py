@@ -8,7 +8,8 @@ The command line is a contract used by the demo, the tests and the benchmarks::
     --name NAME            server name, in serverInfo and in tool output (default "example")
     --tools a,b,c          configurable tools (default "echo"); each returns "{name}:{tool}:{text}"
     --prompts p,q          configurable prompts (default none); each returns "{name}:{prompt}:{topic}"
-    --resources u,v        resource URIs (light server; default none); each reads "{name}:{uri}"
+    --resources u,v        resource URIs (default none); each reads "{name}:{uri}"; with --control,
+                           touch_resource announces a change (SDK server: on subscriptions/listen)
     --templates t,u        resource URI templates, one {variable} per path segment (light server);
                            a URI one matches reads "{name}:{uri}"; completing a template variable or a
                            prompt argument offers "{name}:{argument}:{value}"
@@ -122,9 +123,7 @@ def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
     parser.add_argument("--name", default="example", help="server name, reported in serverInfo and tool output")
     parser.add_argument("--tools", default="echo", help="comma-separated tool names (default: echo)")
     parser.add_argument("--prompts", default="", help="comma-separated prompt names (default: none)")
-    parser.add_argument(
-        "--resources", default="", help='comma-separated resource URIs (light server); each reads "{name}:{uri}"'
-    )
+    parser.add_argument("--resources", default="", help='comma-separated resource URIs; each reads "{name}:{uri}"')
     parser.add_argument(
         "--templates",
         default="",

@@ -30,6 +30,7 @@ from mcp.server import MCPServer
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.prompts.base import Prompt
+from mcp.server.mcpserver.resources import TextResource
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter
@@ -64,6 +65,9 @@ class ExampleServer:
         self._prompts: tuple[str, ...] = ()
         self.set_tools(options.tools)
         self.set_prompts(options.prompts)
+        for uri in options.resources:
+            text = f"{options.name}:{uri}"
+            self.mcp.add_resource(TextResource(uri=uri, name=uri, text=text, mime_type="text/plain"))
         if options.control:
             self._add_control_tools()
 
@@ -129,6 +133,14 @@ class ExampleServer:
             self.mcp.add_tool(tool, structured_output=False)
         self.mcp.add_tool(ask_client, description=ASK_CLIENT_DESCRIPTION, structured_output=False)
         self.mcp.add_tool(log, structured_output=False)
+        if self.options.resources:
+
+            async def touch_resource(uri: str, ctx: Context[Any, Any]) -> str:
+                """Announce that a resource changed to the subscriptions/listen streams subscribed to it."""
+                await ctx.notify_resource_updated(uri)
+                return "notified"
+
+            self.mcp.add_tool(touch_resource, structured_output=False)
 
     async def _crash_or_hang(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """Middleware: apply `--crash-on-call` and `--hang-on-call` before the tool is looked up."""
