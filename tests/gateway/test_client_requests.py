@@ -7,6 +7,7 @@ client is asked through input-required results of the gateway's own)."""
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ import mcp_types as types
 import pytest
 from mcp import Client, MCPError
 from mcp.client.session import ClientRequestContext
+from mcp.shared.exceptions import MCPDeprecationWarning
 
-from mcpvisor.core.client_requests import InFlight, answering
+from mcpvisor.core.client_requests import InFlight, Progress, answering
 from tests.gateway.test_gateway import ERAS, running, server, text_of
 from tests.helpers import LIGHT, SDK, WAIT_S, wait_until
 
@@ -38,6 +40,11 @@ class Answers:
         content = params.messages[0].content
         assert isinstance(content, types.TextContent)
         self.asked.append(f"sampling {content.text}")
+        token = (context.meta or {}).get("progress_token")
+        if isinstance(token, str | int):  # the server asked for progress: report some
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)  # client-to-server progress: handshake era
+                await context.session.send_progress_notification(token, 0.5, 1.0, "thinking")
         if self.hold:
             try:
                 await anyio.sleep_forever()
@@ -94,6 +101,16 @@ async def test_sampling_elicitation_and_roots_reach_the_calling_client_and_its_a
         assert connection is not None
         modern = connection.protocol_version == "2026-07-28"
         assert modern == (upstream == SDK)
+
+
+async def test_the_clients_progress_on_a_servers_request_reaches_the_server(tmp_path: Path) -> None:
+    answers = Answers()
+    user = {"mcpServers": {"a": server("a", "--control")}}
+    async with running(tmp_path, user=user, client_requests=True) as r, answers.client(r.gateway.server) as client:
+        log = Path(r.layout.env["MCPVISOR_LOG_DIR"]) / "a.log"
+        assert text_of(await ask(client, "sampling", "slowly")) == "sampled: an answer to slowly"
+        # The light server asked with progress token ask-1; the gateway gave the client a token of its own.
+        await wait_until(lambda: log.exists() and "progress on ask-1: 0.5/1.0 thinking" in log.read_text())
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -221,15 +238,17 @@ class _Named:
     def __init__(self, client: str) -> None:
         self.client = client
 
-    async def create_message(self, server: str, params: types.CreateMessageRequestParams) -> Any:
+    async def create_message(
+        self, server: str, params: types.CreateMessageRequestParams, progress: Progress | None = None
+    ) -> Any:
         return types.CreateMessageResult(
             role="assistant", content=types.TextContent(type="text", text=self.client), model="m"
         )
 
-    async def elicit(self, server: str, params: types.ElicitRequestParams) -> Any:
+    async def elicit(self, server: str, params: types.ElicitRequestParams, progress: Progress | None = None) -> Any:
         raise AssertionError("not asked")
 
-    async def list_roots(self, server: str) -> Any:
+    async def list_roots(self, server: str, progress: Progress | None = None) -> Any:
         return types.ListRootsResult(roots=[])
 
 

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import anyio.abc
@@ -29,7 +29,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpvisor.core import call_logs
 from mcpvisor.core.call_logs import CallLog, rank
-from mcpvisor.core.client_requests import InFlight
+from mcpvisor.core.client_requests import InFlight, Progress
 from mcpvisor.core.errors import ConnectError, ServerUnavailableError, ToolCallError
 from mcpvisor.core.events import ServerStatus
 from mcpvisor.core.listing import (
@@ -50,12 +50,6 @@ if TYPE_CHECKING:
 
 Notice = types.ResourceUpdatedNotification | types.LoggingMessageNotification
 """What a connection's listeners hear (:meth:`McpClient.add_listener`)."""
-
-
-class Progress(Protocol):
-    """Hears a call's progress notifications."""
-
-    async def __call__(self, progress: float, total: float | None, message: str | None) -> None: ...
 
 
 __all__ = [

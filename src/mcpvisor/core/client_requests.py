@@ -12,22 +12,31 @@ capabilities and routes each request a server makes to the caller it belongs to:
   that server when they all come from one client (the common case: one client, or one call at a time).
 
 Otherwise the server gets a JSON-RPC error that says why: no call is in flight, calls from several
-clients are, or the caller cannot answer that kind of request.
+clients are, or the caller cannot answer that kind of request. When the server asked for progress on
+its request, the answerer is given ``progress``, which reports it to the server.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Protocol
 
 import mcp_types as types
+from mcp.shared.exceptions import MCPDeprecationWarning
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientRequestContext
 
-__all__ = ["Answerer", "InFlight", "answering", "refusal"]
+__all__ = ["Answerer", "InFlight", "Progress", "answering", "refusal"]
+
+
+class Progress(Protocol):
+    """Hears, or reports, progress on one request: a call's, or a server's request of its client."""
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None: ...
 
 
 class Answerer(Protocol):
@@ -39,12 +48,16 @@ class Answerer(Protocol):
         ...
 
     async def create_message(
-        self, server: str, params: types.CreateMessageRequestParams
+        self, server: str, params: types.CreateMessageRequestParams, progress: Progress | None = None
     ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData: ...
 
-    async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData: ...
+    async def elicit(
+        self, server: str, params: types.ElicitRequestParams, progress: Progress | None = None
+    ) -> types.ElicitResult | types.ErrorData: ...
 
-    async def list_roots(self, server: str) -> types.ListRootsResult | types.ErrorData: ...
+    async def list_roots(
+        self, server: str, progress: Progress | None = None
+    ) -> types.ListRootsResult | types.ErrorData: ...
 
 
 _answerer: ContextVar[Answerer | None] = ContextVar("mcpvisor_answerer", default=None)
@@ -107,14 +120,34 @@ class InFlight:
         self, context: ClientRequestContext, params: types.CreateMessageRequestParams
     ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
         answerer = self.answerer("a sampling request")
-        return answerer if isinstance(answerer, types.ErrorData) else await answerer.create_message(self.server, params)
+        if isinstance(answerer, types.ErrorData):
+            return answerer
+        return await answerer.create_message(self.server, params, _progress_to_server(context))
 
     async def elicitation(
         self, context: ClientRequestContext, params: types.ElicitRequestParams
     ) -> types.ElicitResult | types.ErrorData:
         answerer = self.answerer("an elicitation request")
-        return answerer if isinstance(answerer, types.ErrorData) else await answerer.elicit(self.server, params)
+        if isinstance(answerer, types.ErrorData):
+            return answerer
+        return await answerer.elicit(self.server, params, _progress_to_server(context))
 
     async def list_roots(self, context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
         answerer = self.answerer("a roots request")
-        return answerer if isinstance(answerer, types.ErrorData) else await answerer.list_roots(self.server)
+        if isinstance(answerer, types.ErrorData):
+            return answerer
+        return await answerer.list_roots(self.server, _progress_to_server(context))
+
+
+def _progress_to_server(context: ClientRequestContext) -> Progress | None:
+    """Progress on a server's request, reported to it under its token (None: it asked for none)."""
+    token = (context.meta or {}).get("progress_token")
+    if not isinstance(token, str | int) or isinstance(token, bool):
+        return None
+
+    async def report(progress: float, total: float | None, message: str | None) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)  # deprecated in 2026-07-28, where it is not used
+            await context.session.send_progress_notification(token, progress, total, message)
+
+    return report

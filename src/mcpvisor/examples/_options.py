@@ -189,16 +189,19 @@ ASK_CLIENT_DESCRIPTION = (
 )
 
 
-def ask_request(kind: str, text: str) -> dict[str, object]:
+def ask_request(kind: str, text: str, *, progress_token: str | None = None) -> dict[str, object]:
     """The request ``ask_client`` sends its client (``method`` and ``params``, as JSON)."""
+    params: dict[str, object] = {"_meta": {"progressToken": progress_token}} if progress_token else {}
     if kind == "sampling":
         message = {"role": "user", "content": {"type": "text", "text": text}}
-        return {"method": "sampling/createMessage", "params": {"messages": [message], "maxTokens": 100}}
+        params |= {"messages": [message], "maxTokens": 100}
+        return {"method": "sampling/createMessage", "params": params}
     if kind == "elicitation":
         schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
-        return {"method": "elicitation/create", "params": {"mode": "form", "message": text, "requestedSchema": schema}}
+        params |= {"mode": "form", "message": text, "requestedSchema": schema}
+        return {"method": "elicitation/create", "params": params}
     if kind == "roots":
-        return {"method": "roots/list"}
+        return {"method": "roots/list", "params": params} if params else {"method": "roots/list"}
     raise ValueError(f"tool 'ask_client': kind must be one of {', '.join(ASK_KINDS)}, not {kind!r}")
 
 

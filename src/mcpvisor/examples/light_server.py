@@ -6,8 +6,9 @@ Run it as ``python -m mcpvisor.examples.light_server --help``. It speaks the han
 ``resources/templates/list``, ``resources/read`` and ``completion/complete``. Every other request gets
 -32601 at once, so a client's
 ``server/discover`` probe falls back to ``initialize`` without waiting; other requests before
-``initialize`` get an error reply too. ``notifications/cancelled`` is noted on stderr
-(``cancelled request ID: REASON``); other notifications are ignored. The ``ask_client`` control
+``initialize`` get an error reply too. ``notifications/cancelled`` and ``notifications/progress``
+are noted on stderr (``cancelled request ID: REASON``, ``progress on TOKEN: N/TOTAL MESSAGE``);
+other notifications are ignored. The ``ask_client`` control
 tool sends the client a ``sampling/createMessage``, ``elicitation/create`` or ``roots/list`` request
 and returns its answer.
 
@@ -199,6 +200,10 @@ class LightServer:
         if method == "notifications/cancelled" and isinstance(params, dict):
             sys.stderr.write(f"cancelled request {params.get('requestId')!r}: {params.get('reason')}\n")
             sys.stderr.flush()
+        elif method == "notifications/progress" and isinstance(params, dict):
+            line = f"progress on {params.get('progressToken')}: {params.get('progress')}/{params.get('total')}"
+            sys.stderr.write(f"{line} {params.get('message')}\n")
+            sys.stderr.flush()
 
     def _handle_response(self, message: dict[str, Any]) -> None:
         """The client's answer to an ``ask_client`` request: the call that asked returns it."""
@@ -218,12 +223,12 @@ class LightServer:
         kind, text, after = arguments.get("kind"), arguments.get("text", ""), arguments.get("cancel_after")
         if not isinstance(kind, str) or not isinstance(text, str):
             raise RequestError(INVALID_PARAMS, "tool 'ask_client': give a 'kind' and optionally a 'text'")
-        try:
-            request = ask_request(kind, text)
-        except ValueError as exc:
-            raise RequestError(INVALID_PARAMS, str(exc)) from None
         self._asks += 1
         ask_id = f"ask-{self._asks}"
+        try:
+            request = ask_request(kind, text, progress_token=ask_id)
+        except ValueError as exc:
+            raise RequestError(INVALID_PARAMS, str(exc)) from None
         self._asked[ask_id] = (call_id, kind)
         self.send({"jsonrpc": "2.0", "id": ask_id, **request})
         if isinstance(after, int | float) and not isinstance(after, bool):

@@ -87,7 +87,7 @@ class _Asking:
     ctx: Ctx
 
     async def create_message(
-        self, server: str, params: types.CreateMessageRequestParams
+        self, server: str, params: types.CreateMessageRequestParams, progress: Progress | None = None
     ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
         what, needed = _sampling(params)
         if not self.ctx.session.check_client_capability(needed):
@@ -96,23 +96,32 @@ class _Asking:
         result_type: type[types.CreateMessageResult | types.CreateMessageResultWithTools] = (
             types.CreateMessageResultWithTools if with_tools else types.CreateMessageResult
         )
-        return await self._ask(server, what, types.CreateMessageRequest(params=params), result_type)
+        return await self._ask(server, what, types.CreateMessageRequest(params=params), result_type, progress)
 
-    async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
+    async def elicit(
+        self, server: str, params: types.ElicitRequestParams, progress: Progress | None = None
+    ) -> types.ElicitResult | types.ErrorData:
         have = self.ctx.session.client_capabilities
         url = isinstance(params, types.ElicitRequestURLParams)
         what = "URL elicitation" if url else "elicitation"
         if have is None or have.elicitation is None or (url and have.elicitation.url is None):
             return _not_offered(server, what)
-        return await self._ask(server, what, types.ElicitRequest(params=params), types.ElicitResult)
+        return await self._ask(server, what, types.ElicitRequest(params=params), types.ElicitResult, progress)
 
-    async def list_roots(self, server: str) -> types.ListRootsResult | types.ErrorData:
+    async def list_roots(
+        self, server: str, progress: Progress | None = None
+    ) -> types.ListRootsResult | types.ErrorData:
         if not self.ctx.session.check_client_capability(_ROOTS):
             return _not_offered(server, "roots")
-        return await self._ask(server, "roots", types.ListRootsRequest(), types.ListRootsResult)
+        return await self._ask(server, "roots", types.ListRootsRequest(), types.ListRootsResult, progress)
 
     async def _ask(
-        self, server: str, what: str, request: types.InputRequest, result_type: type[A]
+        self,
+        server: str,
+        what: str,
+        request: types.InputRequest,
+        result_type: type[A],
+        progress: Progress | None = None,
     ) -> A | types.ErrorData:
         raise NotImplementedError
 
@@ -129,11 +138,18 @@ class CallingClient(_Asking):
         return self._connection if self._connection is not None else id(self.ctx.session)
 
     async def _ask(
-        self, server: str, what: str, request: types.InputRequest, result_type: type[A]
+        self,
+        server: str,
+        what: str,
+        request: types.InputRequest,
+        result_type: type[A],
+        progress: Progress | None = None,
     ) -> A | types.ErrorData:
         metadata = ServerMessageMetadata(related_request_id=self.ctx.request_id)
         try:
-            return await self.ctx.session.send_request(request, result_type, metadata=metadata)
+            return await self.ctx.session.send_request(
+                request, result_type, metadata=metadata, progress_callback=progress
+            )
         except MCPError as exc:  # the client's own answer, or a connection that cannot carry the request
             return exc.error
 
@@ -170,7 +186,12 @@ class _Call(_Asking, Generic[R]):
     # -- the answerer, called from the server's side -----------------------------------------
 
     async def _ask(
-        self, server: str, what: str, request: types.InputRequest, result_type: type[A]
+        self,
+        server: str,
+        what: str,
+        request: types.InputRequest,
+        result_type: type[A],
+        progress: Progress | None = None,
     ) -> A | types.ErrorData:
         if self._done:
             return _ended(server, what)
