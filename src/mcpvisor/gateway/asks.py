@@ -30,8 +30,7 @@ from mcp.shared.message import ServerMessageMetadata
 from pydantic import BaseModel, ValidationError
 
 from mcpvisor.core.call_logs import CallLog, hearing
-from mcpvisor.core.client import Progress
-from mcpvisor.core.client_requests import answering, refusal
+from mcpvisor.core.client_requests import Progress, answering, refusal
 
 __all__ = ["ROUND_TIMEOUT_S", "CallingClient", "Rounds", "pass_log"]
 
