@@ -89,6 +89,24 @@ async def test_mcpvisor_serve_over_stdio_in_a_subprocess_serves_follows_edits_an
     assert "mcpvisor gateway: serving 1 tools on stdio" in errlog.read_text()
 
 
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_mcpvisor_serve_passes_what_a_server_asks_to_the_calling_client(tmp_path: Path, mode: str) -> None:
+    """``serve`` offers the servers sampling, elicitation and roots and asks its client, in both eras."""
+    from tests.gateway.test_client_requests import Answers
+
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    save(layout.paths.user, {"mcpServers": {"a": server("a", "--control")}})
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "mcpvisor", "serve", "--workspace", str(layout.root)], env=layout.env
+    )
+    answers = Answers()
+    with (tmp_path / "gateway.stderr").open("w") as err:
+        async with answers.client(stdio_client(params, errlog=err), mode=mode) as client:
+            result = await client.call_tool("mcp__a__ask_client", {"kind": "sampling", "text": "hello"})
+            assert text_of(result) == "sampled: an answer to hello"
+            assert answers.asked == ["sampling hello"]
+
+
 async def test_run_gateway_with_per_client_workspaces_serves_the_named_workspace_and_stops_everything(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
