@@ -269,11 +269,15 @@ def serve(
     ] = False,
     verbose: VerboseOpt = 0,
 ) -> None:
-    """Serve every connected tool and prompt as one MCP server (stdio, or streamable HTTP).
+    """Serve every connected server's tools, prompts and resources as one MCP server (stdio, or
+    streamable HTTP).
 
-    Clients are told when the set changes (tools/list_changed, prompts/list_changed, in both
-    protocol eras), so they never restart to pick up a configuration edit. Over HTTP every request
-    needs 'Authorization: Bearer <token>'; the start-up line says where the token is.
+    Clients are told when the set changes (list_changed notices, in both protocol eras), so they
+    never restart to pick up a configuration edit. Tools and prompts are named
+    mcp__<server>__<name>. What a server asks of its client (sampling, elicitation, roots) goes to
+    the client whose call caused it; progress, cancellation, log messages and resource
+    subscriptions pass through. Over HTTP every request needs 'Authorization: Bearer <token>'; the
+    start-up line says where the token is.
     """
     setup_logging(verbose, narrated=True)
     address = _parse_http(http) if http is not None else None
