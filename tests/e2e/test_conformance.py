@@ -6,7 +6,8 @@ root (about 30 MB, gitignored); without ``npm`` these tests fail saying so. The 
 ones that apply to a gateway whose upstream servers are mcpvisor's own examples; each must pass.
 The ``tools-call-*`` scenarios call fixed bare names (``test_simple_text``, ``test_sampling``, ...),
 which a gateway that names every tool ``mcp__<server>__<tool>`` does not serve: they are left out
-(``tools-call-simple-text`` would "pass" on the not-found result's text, which proves nothing).
+(``tools-call-simple-text`` would "pass" on the not-found result's text, which proves nothing), as
+are the ``prompts-get-*`` and ``completion-complete`` ones (bare prompt names).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ SCENARIOS = [
     "resources-templates-read",
     "resources-subscribe",
     "resources-unsubscribe",
+    "logging-set-level",
+    "server-sse-multiple-streams",
     "dns-rebinding-protection",
 ]
 
