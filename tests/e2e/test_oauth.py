@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -289,7 +290,37 @@ async def test_a_shell_login_with_no_browser_prints_the_url_and_ctrl_c_cancels_i
         await s.run("/login local", "✗ cannot sign in to server 'local': it runs a command (stdio)")
         await s.run("/login nope", "✗ cannot sign in to server 'nope': no such server is configured (configured: ")
         await s.run("/login", "✗ usage: /login NAME")
-        await s.run("/mcp", "sec · 🔒 needs authentication — run: /login sec")
+        # The cancelled attempt touched the token store (a client registration): the watcher may be
+        # reconnecting sec right now. Look again until it has settled.
+        out = ""
+        with anyio.fail_after(WAIT_S):
+            while "sec · 🔒 needs authentication — run: /login sec" not in out:
+                since = s.mark()
+                await s.type("/mcp")
+                out = await s.wait_for("sec · ", since)
+
+
+def test_a_cli_sign_in_interrupted_with_ctrl_c_ends_the_process_at_once(tmp_path: Path, server: Server) -> None:
+    """Nothing is left waiting for the browser's redirect (it used to hold the process until --timeout)."""
+    layout = setup(tmp_path, server)
+    command = [sys.executable, "-m", "mcpvisor", "mcp", "login", "sec", "--no-browser", "--workspace", str(layout.root)]
+    env = {**os.environ, **layout.env}
+    with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            assert process.stderr is not None
+            seen = ""
+            while "Sign in to sec by visiting this URL" not in seen:
+                line = process.stderr.readline()  # the URL line comes within seconds; --timeout is 300 s
+                assert line, f"mcp login ended before printing the URL: {seen}"
+                seen += line
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=WAIT_S)
+        finally:
+            process.kill()
+    assert process.returncode != 0
+    assert not store_path(layout).exists() or not any(
+        record.get("tokens") for record in json.loads(store_path(layout).read_text()).values()
+    )
 
 
 # -- an authorization server that fails ---------------------------------------------------------

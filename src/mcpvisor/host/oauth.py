@@ -424,6 +424,7 @@ class _Callback:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+        self.done.set()  # a worker thread still waiting for the redirect (a cancelled sign-in) ends now
 
 
 def _stored_port(store: TokenStore, key: str) -> int | None:
