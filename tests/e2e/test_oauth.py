@@ -292,12 +292,7 @@ async def test_a_shell_login_with_no_browser_prints_the_url_and_ctrl_c_cancels_i
         await s.run("/login", "✗ usage: /login NAME")
         # The cancelled attempt touched the token store (a client registration): the watcher may be
         # reconnecting sec right now. Look again until it has settled.
-        out = ""
-        with anyio.fail_after(WAIT_S):
-            while "sec · 🔒 needs authentication — run: /login sec" not in out:
-                since = s.mark()
-                await s.type("/mcp")
-                out = await s.wait_for("sec · ", since)
+        await s.run_until("/mcp", "sec · 🔒 needs authentication — run: /login sec", row="sec · ")
 
 
 def test_a_cli_sign_in_interrupted_with_ctrl_c_ends_the_process_at_once(tmp_path: Path, server: Server) -> None:

@@ -12,7 +12,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from mcpvisor.core.errors import ToolNotFoundError
@@ -21,7 +20,7 @@ from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.pins import diff_lines
 from mcpvisor.host.status import held_text, state_text
-from tests.helpers import LIGHT, WAIT_S, marker_pids, wait_until
+from tests.helpers import LIGHT, marker_pids, wait_until
 from tests.layout import Layout, make_layout, replace_text
 
 ORIGINAL = "Return the text."
@@ -226,12 +225,7 @@ async def test_the_shells_approve_shows_the_changed_definition_and_accepts_it(tm
         describe(descriptions, echo=HOSTILE)
         await s.run('/call mcp__p__set_tools {"names": "echo,other"}', "echo,other")
         # The call returns before the server's list_changed is re-listed: look again until it has been.
-        out = ""
-        with anyio.fail_after(WAIT_S):
-            while "1 tool changed since approval — run: /approve p" not in out:
-                since = s.mark()
-                await s.type("/mcp")
-                out = await s.wait_for("  p · ", since)
+        out = await s.run_until("/mcp", "1 tool changed since approval — run: /approve p", row="  p · ")
         assert f"● connected ({len(P_TOOLS) - 1} tools, 0 prompts)" in out  # echo is held
         await s.run('/call mcp__p__echo {"text": "hi"}', "is held back: its definition changed since server 'p'")
         out = await s.run("/approve p", "✓ accepted what p offers now")

@@ -65,6 +65,17 @@ class Shell:
         await self.type(line)
         return await self.wait_for(expect, since)
 
+    async def run_until(self, line: str, expect: str, *, row: str) -> str:
+        """Type ``line`` again until the output of one run, read up to ``row``, holds ``expect`` (a view of
+        state that settles in the background, such as ``/mcp`` after a list change or a reconnect)."""
+        out = ""
+        with anyio.fail_after(WAIT_S):
+            while expect not in out:
+                since = self.mark()
+                await self.type(line)
+                out = await self.wait_for(row, since)
+        return out
+
     async def wait_exit(self) -> int:
         with anyio.fail_after(WAIT_S):
             await self.done.wait()
