@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 from mcpvisor.core.call_logs import CallLog, hearing
 from mcpvisor.core.client_requests import Progress, answering, refusal
 
-__all__ = ["ROUND_TIMEOUT_S", "CallingClient", "Rounds", "pass_log"]
+__all__ = ["ROUND_TIMEOUT_S", "CallingClient", "Rounds", "pass_log", "served_logger"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,10 +60,15 @@ def _sampling(params: types.CreateMessageRequestParams) -> tuple[str, types.Clie
 _ROOTS = types.ClientCapabilities(roots=types.RootsCapability())
 
 
+def served_logger(server: str, params: types.LoggingMessageNotificationParams) -> str:
+    """The logger an upstream's log message is passed on under: ``<server>/<logger>``, or ``<server>``."""
+    return f"{server}/{params.logger}" if params.logger else server
+
+
 async def pass_log(ctx: Ctx, server: str, params: types.LoggingMessageNotificationParams) -> None:
     """An upstream's log message on the stream of the 2026-07-28 request that asked for it (the session drops
     it below the level the request asked for), the logger named ``<server>/<logger>``."""
-    name = f"{server}/{params.logger}" if params.logger else server
+    name = served_logger(server, params)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MCPDeprecationWarning)  # logging is deprecated, not gone, in 2026-07-28
         await ctx.session.send_log_message(params.level, params.data, name)

@@ -63,7 +63,7 @@ from mcpvisor.core.errors import McpvisorError, ToolNotFoundError
 from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, ServerStateChanged, ToolsChanged
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.registry import RegisteredPrompt, mcp_tool_name
-from mcpvisor.gateway.asks import ROUND_TIMEOUT_S, CallingClient, Rounds, pass_log
+from mcpvisor.gateway.asks import ROUND_TIMEOUT_S, CallingClient, Rounds, pass_log, served_logger
 from mcpvisor.gateway.http import MCP_PATH, OneWorkspace, bind_http_socket, serve_asgi_socket, transport_security
 from mcpvisor.gateway.resources import (
     ServedResource,
@@ -540,7 +540,7 @@ class Gateway(StackOwner):
     async def _relay_log(self, server: str, params: types.LoggingMessageNotificationParams) -> None:
         """One upstream log message to every client whose level lets it through, its logger named after the server."""
         severity = rank(params.level)
-        logger_name = f"{server}/{params.logger}" if params.logger else server
+        logger_name = served_logger(server, params)
         for connection, level in list(self._log_levels.items()):
             if severity >= rank(level):
                 with anyio.move_on_after(NOTIFY_TIMEOUT_S):
