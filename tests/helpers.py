@@ -35,10 +35,13 @@ def sdk(name: str, *args: str, **fields: object) -> McpServerConfig:
 
 
 async def wait_until(condition: Callable[[], bool], timeout_s: float = WAIT_S, what: str = "condition") -> None:
-    """Poll ``condition`` until it holds, failing after ``timeout_s``."""
-    with anyio.fail_after(timeout_s):
-        while not condition():  # noqa: ASYNC110 - polling a condition that has no event
-            await anyio.sleep(0.02)
+    """Poll ``condition`` until it holds, failing after ``timeout_s`` with an error that says ``what`` it waited for."""
+    try:
+        with anyio.fail_after(timeout_s):
+            while not condition():  # noqa: ASYNC110 - polling a condition that has no event
+                await anyio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}") from None
 
 
 def pid_alive(pid: int) -> bool:

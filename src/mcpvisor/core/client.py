@@ -30,7 +30,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcpvisor.core import call_logs
 from mcpvisor.core.call_logs import CallLog, rank
 from mcpvisor.core.client_requests import InFlight, Progress
-from mcpvisor.core.errors import ConnectError, ServerUnavailableError, ToolCallError
+from mcpvisor.core.errors import ConnectError, MessageTooLargeError, ServerUnavailableError, ToolCallError
 from mcpvisor.core.events import ServerStatus
 from mcpvisor.core.listing import (
     follow_list_changes,
@@ -40,7 +40,13 @@ from mcpvisor.core.listing import (
     list_all_tools,
     listen_wanted,
 )
-from mcpvisor.core.server_config import HttpAuth, McpServerConfig, connection_id_of, redact_text
+from mcpvisor.core.server_config import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    HttpAuth,
+    McpServerConfig,
+    connection_id_of,
+    redact_text,
+)
 from mcpvisor.core.stdio import StdioProcess
 from mcpvisor.core.transports import explain_start_failure, open_transport
 
@@ -85,6 +91,8 @@ class McpClient:
     last error change. ``on_lost`` is called once if the connection ends without being asked to.
     With ``client_requests`` the connection offers the server sampling, elicitation and roots and passes
     its requests to the caller they belong to (:mod:`mcpvisor.core.client_requests`).
+    ``max_message_bytes`` bounds what the server may send in one message when its config sets no
+    ``maxMessageBytes``; a larger message drops the connection (:class:`MessageTooLargeError`).
     """
 
     def __init__(
@@ -97,9 +105,11 @@ class McpClient:
         on_lost: Callable[[McpClient], None] | None = None,
         http_auth: HttpAuth | None = None,
         client_requests: bool = False,
+        max_message_bytes: int | None = None,
     ) -> None:
         self.name = name
         self.config = config
+        self.max_message_bytes = config.max_message_bytes or max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES
         self.connection_id = connection_id_of(name, config)
         self.status: ServerStatus = "disconnected"
         self.last_error: str | None = None
@@ -120,6 +130,8 @@ class McpClient:
         self._stop = anyio.Event()
         self._wake = anyio.Event()
         self._lost_reason: str | None = None
+        self._broken: MessageTooLargeError | None = None
+        """Why the transport stopped reading a server that still runs (it broke the size bound)."""
         self._ready = anyio.Event()
         self._done = anyio.Event()
         self._life: anyio.CancelScope | None = None
@@ -198,6 +210,10 @@ class McpClient:
     async def wait_closed(self) -> None:
         await self._done.wait()
 
+    def _on_broken(self, error: MessageTooLargeError) -> None:
+        self._broken = error
+        self.mark_lost(str(error))
+
     def mark_lost(self, reason: str) -> None:
         """Declare the connection dead (e.g. an HTTP session the server no longer knows)."""
         if self._lost_reason is None and not self._stopping:
@@ -256,6 +272,7 @@ class McpClient:
                 if self.process is not None:
                     tg.start_soon(self._watch_process, self.process)
                 await self._wake.wait()
+                self._client = None  # from here on a request is refused as "not connected", never sent
                 tg.cancel_scope.cancel()
             self._connection_tg = None
             if not self._stopping and self._lost_reason is not None:
@@ -270,6 +287,8 @@ class McpClient:
             log_path=self.log_path,
             on_response=self._note_http_status,
             sse_timeout_s=self.discovery_timeout_s,
+            max_message_bytes=self.max_message_bytes,
+            on_broken=self._on_broken,
             auth=self._http_auth(self.name, self.config)
             if self._http_auth and self.config.transport != "stdio"
             else None,
@@ -521,11 +540,31 @@ class McpClient:
     def _connected_client(self, what: str) -> Client:
         client = self._client
         if client is None or self.status != "connected":
-            detail = f": {self.last_error}" if self.last_error else ""
-            raise ServerUnavailableError(
-                f"{what} failed: server {self.name!r} is not connected ({self.status}){detail}", server=self.name
-            )
+            raise self._not_connected(what)
         return client
+
+    def _not_connected(self, what: str) -> ServerUnavailableError:
+        status = "disconnected" if self._client is None and self.status == "connected" else self.status
+        reason = self._lost_reason or self.last_error
+        detail = f": {reason}" if reason else ""
+        return ServerUnavailableError(
+            f"{what} failed: server {self.name!r} is not connected ({status}){detail}", server=self.name
+        )
+
+    @contextmanager
+    def _requesting(self, what: str, target: str, client: Client) -> Iterator[None]:
+        """Map what the SDK raises for one request made on ``client`` onto mcpvisor's errors (one place
+        for every kind of request)."""
+        try:
+            yield
+        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            raise self._request_error(what, exc, tool=target) from exc
+        except RuntimeError as exc:
+            # The connection ended between taking the client and using it: the SDK refuses to send
+            # ("Client must be used within an async context manager").
+            if self._client is client:
+                raise
+            raise self._not_connected(what) from exc
 
     async def call_tool(
         self,
@@ -537,17 +576,14 @@ class McpClient:
     ) -> types.CallToolResult:
         """Call ``tool`` by its name on the server. Fails fast if the server is not connected.
         ``progress(progress, total, message)`` hears the server's progress notifications for this call."""
-        client = self._connected_client(f"call to tool {tool!r}")
-        try:
+        what = f"call to tool {tool!r}"
+        client = self._connected_client(what)
+        with self._requesting(what, tool, client):
             timeout = timeout_s or self.call_timeout_s
             async with self._calling(client) as meta:
                 result = await client.call_tool(
                     tool, arguments or {}, read_timeout_seconds=timeout, progress_callback=progress, meta=meta
                 )
-        except MCPError as exc:
-            raise self._request_error(f"call to tool {tool!r}", exc, tool=tool) from exc
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            raise self._request_error(f"call to tool {tool!r}", exc, tool=tool) from exc
         if not isinstance(result, types.CallToolResult):
             raise ToolCallError(
                 f"call to tool {tool!r} on server {self.name!r} returned an unexpected result",
@@ -559,22 +595,16 @@ class McpClient:
     async def get_prompt(self, prompt: str, arguments: dict[str, str] | None = None) -> types.GetPromptResult:
         what = f"getting prompt {prompt!r}"
         client = self._connected_client(what)
-        try:
-            with self._bounded(what, prompt):
-                async with self._calling(client) as meta:
-                    return await client.get_prompt(prompt, arguments, meta=meta)
-        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            raise self._request_error(what, exc, tool=prompt) from exc
+        with self._requesting(what, prompt, client), self._bounded(what, prompt):
+            async with self._calling(client) as meta:
+                return await client.get_prompt(prompt, arguments, meta=meta)
 
     async def read_resource(self, uri: str) -> types.ReadResourceResult:
         what = f"reading resource {uri!r}"
         client = self._connected_client(what)
-        try:
-            with self._bounded(what, uri):
-                async with self._calling(client) as meta:
-                    return await client.read_resource(uri, meta=meta)
-        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            raise self._request_error(what, exc, tool=uri) from exc
+        with self._requesting(what, uri, client), self._bounded(what, uri):
+            async with self._calling(client) as meta:
+                return await client.read_resource(uri, meta=meta)
 
     async def complete(
         self,
@@ -586,11 +616,8 @@ class McpClient:
         of = ref.name if isinstance(ref, types.PromptReference) else ref.uri
         what = f"completing argument {argument.get('name')!r} of {of!r}"
         client = self._connected_client(what)
-        try:
-            with self._bounded(what, argument.get("name", "")):
-                return await client.complete(ref, argument, context_arguments)
-        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            raise self._request_error(what, exc, tool=argument.get("name", "")) from exc
+        with self._requesting(what, argument.get("name", ""), client), self._bounded(what, argument.get("name", "")):
+            return await client.complete(ref, argument, context_arguments)
 
     @asynccontextmanager
     async def _calling(self, client: Client) -> AsyncIterator[types.RequestParamsMeta | None]:
@@ -649,6 +676,8 @@ class McpClient:
                 tool=tool,
                 server=self.name,
             )
+        if self._broken is not None:  # the transport stopped reading: that is why the request failed
+            return self._broken.during(what)
         if not isinstance(exc, MCPError) or exc.code == types.CONNECTION_CLOSED:
             self.mark_lost("connection closed during a request")
             return ServerUnavailableError(

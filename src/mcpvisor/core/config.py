@@ -64,8 +64,10 @@ class Config(StackOwner):
         http_auth: HttpAuth | None = None,
         definition_gate: DefinitionGate | None = None,
         client_requests: bool = False,
+        max_message_bytes: int | None = None,
     ) -> None:
         self._pool = pool
+        self._max_message_bytes = max_message_bytes
         self._client_requests = client_requests
         self._http_auth = http_auth
         self._definition_gate = definition_gate
@@ -113,6 +115,7 @@ class Config(StackOwner):
                 http_auth=self._http_auth,
                 definition_gate=self._definition_gate,
                 client_requests=self._client_requests,
+                max_message_bytes=self._max_message_bytes,
             )
             stack.push_async_callback(self._manager.aclose)
             self._stack = stack.pop_all()

@@ -6,7 +6,8 @@
     ├── ConfigError                  a configuration is invalid or an operation is not allowed now
     ├── ServerError                  something went wrong with one server (attribute ``server``)
     │   ├── ConnectError             could not start or reach it, or discovery failed / timed out
-    │   └── ServerUnavailableError   it is not connected (down, restarting, removed) - fails fast
+    │   ├── ServerUnavailableError   it is not connected (down, restarting, removed) - fails fast
+    │   └── MessageTooLargeError     it sent a message over its size limit: the connection is dropped
     └── ToolCallError                a tool call could not be made (attributes ``tool``, ``server``)
         └── ToolNotFoundError        no connected server provides that tool; ``reason`` says why
 
@@ -19,6 +20,7 @@ __all__ = [
     "ConfigError",
     "ConnectError",
     "McpvisorError",
+    "MessageTooLargeError",
     "ServerError",
     "ServerUnavailableError",
     "ToolCallError",
@@ -48,6 +50,42 @@ class ConnectError(ServerError):
 
 class ServerUnavailableError(ServerError):
     """A server is not connected right now (down, restarting or removed); calls fail fast."""
+
+
+class MessageTooLargeError(ServerError):
+    """A server sent a message larger than its limit (``mcpServers.NAME.maxMessageBytes``); the
+    connection is treated as broken and restarted like a crashed one. ``what`` names the request
+    that was waiting for the message, if one was."""
+
+    def __init__(self, *, server: str, limit: int, transport_bound: bool = False, what: str | None = None) -> None:
+        fix = (
+            "the legacy SSE transport reads no more; connect to the server's streamable HTTP endpoint (httpUrl)"
+            if transport_bound
+            else f"raise mcpServers.{server}.maxMessageBytes (or mcp.maxMessageBytes for every server) "
+            "if such messages are expected"
+        )
+        super().__init__(
+            f"{what or 'reading a message'} failed: server {server!r} sent a message larger than "
+            f"{format_bytes(limit)}, so its connection is dropped and restarted; {fix}",
+            server=server,
+        )
+        self.limit = limit
+        self.transport_bound = transport_bound
+        self.what = what
+
+    def during(self, what: str) -> MessageTooLargeError:
+        """The same error, told to the caller of the request ``what``."""
+        return MessageTooLargeError(
+            server=self.server, limit=self.limit, transport_bound=self.transport_bound, what=what
+        )
+
+
+def format_bytes(count: int) -> str:
+    """``count`` bytes for people: ``64 MiB``, ``1.5 KiB``, ``12 bytes``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.4g} {unit}"
+    return f"{count} bytes"
 
 
 class ToolCallError(McpvisorError):

@@ -72,8 +72,10 @@ class McpClientManager:
         http_auth: HttpAuth | None = None,
         definition_gate: DefinitionGate | None = None,
         client_requests: bool = False,
+        max_message_bytes: int | None = None,
     ) -> None:
         self._config = config
+        self._max_message_bytes = max_message_bytes
         self._http_auth = http_auth
         self._client_requests = client_requests
         self._gate = definition_gate
@@ -256,6 +258,7 @@ class McpClientManager:
             on_lost=self._on_lost,
             http_auth=self._http_auth,
             client_requests=self._client_requests,
+            max_message_bytes=self._max_message_bytes,
         )
         self._clients[name] = client
         async with self._limiter:

@@ -70,8 +70,10 @@ class McpConnectionPool:
         max_concurrent_starts: int | None = None,
         http_auth: HttpAuth | None = None,
         client_requests: bool = False,
+        max_message_bytes: int | None = None,
     ) -> None:
         self._log_dir = log_dir
+        self._max_message_bytes = max_message_bytes
         self._http_auth = http_auth
         self._client_requests = client_requests
         self._limiter = anyio.CapacityLimiter(max_concurrent_starts or default_max_starts())
@@ -182,6 +184,7 @@ class McpConnectionPool:
             on_lost=fan_out_lost,
             http_auth=self._http_auth,
             client_requests=self._client_requests,
+            max_message_bytes=self._max_message_bytes,
         )
         new = _Entry(key, client)
         new.holders[session_id] = (on_change, on_lost)

@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_
 
 __all__ = [
     "CONNECTION_FIELDS",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "MIN_MESSAGE_BYTES",
     "HttpAuth",
     "Exposure",
     "McpServerConfig",
@@ -46,15 +48,21 @@ _ALIASES: dict[str, str] = {
     "discoveryTimeout": "discovery_timeout_ms",
     "extensionName": "extension_name",
     "workingDirectory": "cwd",
+    "maxMessageBytes": "max_message_bytes",
 }
 
 # Keys that never take part in the approval hash (SPEC §3.3).
 _NOT_APPROVAL_KEYS = frozenset({"scope", "extension_name", "description"})
 
 # Fields that define the connection (SPEC §3.1); auth settings arrive as unknown keys.
-CONNECTION_FIELDS = ("command", "args", "cwd", "env", "url", "http_url", "headers", "timeout")
+CONNECTION_FIELDS = ("command", "args", "cwd", "env", "url", "http_url", "headers", "timeout", "max_message_bytes")
 _AUTH_KEYS = ("oauth", "auth", "auth_provider_type", "authProviderType")
 
+
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""The largest message a server may send unless its config or the settings say otherwise (``maxMessageBytes``)."""
+MIN_MESSAGE_BYTES = 1024
+"""The smallest ``maxMessageBytes`` accepted: below it not even an ``initialize`` answer fits."""
 
 HttpAuth = Callable[[str, "McpServerConfig"], Any]
 """``(server name, config) -> httpx2.Auth | None``: signs a remote server's requests (e.g. with OAuth
@@ -119,6 +127,8 @@ class McpServerConfig(BaseModel):
     extension_name: str | None = None
     shared: bool | None = None
     """``False`` asks the shared pool for one connection per session (stateful servers)."""
+    max_message_bytes: int | None = None
+    """The largest message the server may send (bytes); a larger one drops the connection."""
 
     _approval_hash: str | None = PrivateAttr(default=None)
     _content_key: str | None = PrivateAttr(default=None)
@@ -145,6 +155,8 @@ class McpServerConfig(BaseModel):
             raise ValueError("'timeout' must be a positive number of milliseconds")
         if self.discovery_timeout_ms is not None and self.discovery_timeout_ms <= 0:
             raise ValueError("'discoveryTimeoutMs' must be a positive number of milliseconds")
+        if self.max_message_bytes is not None and self.max_message_bytes < MIN_MESSAGE_BYTES:
+            raise ValueError(f"'maxMessageBytes' must be a number of bytes, at least {MIN_MESSAGE_BYTES}")
         return self
 
     @classmethod
@@ -257,6 +269,8 @@ def connection_id_of(name: str, cfg: McpServerConfig) -> str:
         "timeout": cfg.timeout,
         "auth": {k: extra[k] for k in _AUTH_KEYS if k in extra},
     }
+    if cfg.max_message_bytes is not None:  # only when set: the ids of every other config stay as they were
+        material["max_message_bytes"] = cfg.max_message_bytes
     digest = hashlib.sha256(canonical_json(material).encode()).hexdigest()
     return f"{name}::{digest[:16]}"
 

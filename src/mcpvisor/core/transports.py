@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 from mcp.shared.exceptions import MCPError
 
-from mcpvisor.core.errors import ConnectError, McpvisorError
+from mcpvisor.core.errors import ConnectError, McpvisorError, MessageTooLargeError
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.core.server_log import ServerLog
 from mcpvisor.core.stdio import StdioProcess, open_stdio_transport
@@ -29,14 +29,18 @@ async def open_transport(
     log_path: Path,
     on_response: Callable[[Any], Awaitable[None]],
     sse_timeout_s: float,
+    max_message_bytes: int,
+    on_broken: Callable[[MessageTooLargeError], None],
     auth: Any = None,
 ) -> tuple[Any, StdioProcess | None]:
     """Enter ``cfg``'s transport on ``stack``: ``(transport for mcp.Client, the stdio process or None)``.
 
     A stdio server is spawned here (its stderr appended to ``log_path``, created 0600); a remote
     one gets an HTTP client whose every response passes ``on_response``, signed by ``auth`` (an
-    ``httpx2.Auth``, e.g. an OAuth provider) when given. Raises :class:`ConnectError`
-    naming the config field to fix when the executable or working directory does not exist."""
+    ``httpx2.Auth``, e.g. an OAuth provider) when given. No message may be larger than
+    ``max_message_bytes``: a larger one is reported to ``on_broken`` and fails what was waiting for it.
+    Raises :class:`ConnectError` naming the config field to fix when the executable or working
+    directory does not exist."""
     transport: Any
     process: StdioProcess | None = None
     if cfg.command is not None:
@@ -44,7 +48,16 @@ async def open_transport(
         log = ServerLog(log_path)
         try:
             streams, process = await stack.enter_async_context(
-                open_stdio_transport(cfg.command, cfg.args, env=cfg.env, cwd=cfg.cwd, log=log)
+                open_stdio_transport(
+                    cfg.command,
+                    cfg.args,
+                    env=cfg.env,
+                    cwd=cfg.cwd,
+                    log=log,
+                    server=name,
+                    max_message_bytes=max_message_bytes,
+                    on_broken=on_broken,
+                )
             )
         except FileNotFoundError as exc:
             bad_cwd = _missing_dir(cfg.cwd)
@@ -72,22 +85,34 @@ async def open_transport(
                 timeout=httpx2.Timeout(30.0, read=300.0),
                 event_hooks={"response": [on_response]},
                 auth=auth,
+                transport=_limited(name, max_message_bytes, on_broken),
             )
         )
-        transport = streamable_http_client(cfg.http_url, http_client=http)
+        # Events are bounded by the transport (which can say why); the SDK's own 1 MiB bound would come first.
+        transport = streamable_http_client(cfg.http_url, http_client=http, max_sse_event_size=None)
     else:
         import httpx2
         from mcp.client.sse import sse_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        from mcpvisor.core.http_limits import LEGACY_SSE_MAX_EVENT_BYTES
 
         def http_client(
             headers: dict[str, str] | None = None,
             timeout: httpx2.Timeout | None = None,
             auth: httpx2.Auth | None = None,
         ) -> httpx2.AsyncClient:
-            client = create_mcp_http_client(headers=headers, timeout=timeout, auth=auth or signer)
-            client.event_hooks["response"].append(on_response)
-            return client
+            return httpx2.AsyncClient(
+                headers=headers,
+                timeout=timeout or httpx2.Timeout(30.0, read=300.0),
+                auth=auth or signer,
+                event_hooks={"response": [on_response]},
+                transport=_limited(
+                    name,
+                    min(max_message_bytes, LEGACY_SSE_MAX_EVENT_BYTES),
+                    on_broken,
+                    transport_bound=max_message_bytes > LEGACY_SSE_MAX_EVENT_BYTES,
+                ),
+            )
 
         signer = auth
 
@@ -99,6 +124,21 @@ async def open_transport(
             httpx_client_factory=http_client,
         )
     return transport, process
+
+
+def _limited(
+    name: str, limit: int, on_broken: Callable[[MessageTooLargeError], None], *, transport_bound: bool = False
+) -> Any:
+    """An HTTP transport that lets no message over ``limit`` bytes through (:mod:`mcpvisor.core.http_limits`);
+    ``transport_bound``: the limit is the transport's own, not the configured one."""
+    import httpx2
+
+    from mcpvisor.core.http_limits import LimitedTransport
+
+    def too_large() -> None:
+        on_broken(MessageTooLargeError(server=name, limit=limit, transport_bound=transport_bound))
+
+    return LimitedTransport(httpx2.AsyncHTTPTransport(), limit=limit, on_too_large=too_large)
 
 
 def flatten(exc: BaseException) -> list[BaseException]:

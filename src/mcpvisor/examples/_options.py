@@ -53,6 +53,7 @@ class Options:
     """The parsed command line of an example server."""
 
     __slots__ = (
+        "big",
         "control",
         "crash_on_call",
         "exit_after_s",
@@ -85,6 +86,7 @@ class Options:
         self.descriptions: str | None = getattr(namespace, "descriptions", None)
         self.flood_stderr: bool = getattr(namespace, "flood_stderr", False)
         self.garbage_stdout: bool = getattr(namespace, "garbage_stdout", False)
+        self.big: bool = getattr(namespace, "big", False)
         self.hang_on_read: str | None = getattr(namespace, "hang_on_read", None)
         self.stderr: str | None = namespace.stderr
         self.control: bool = namespace.control
@@ -143,6 +145,12 @@ def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
     parser.add_argument("--crash-on-call", metavar="TOOL", help=f"exit with code {CRASH_EXIT_CODE} when TOOL is called")
     parser.add_argument("--hang-on-call", metavar="TOOL", help="never answer a call of TOOL")
     parser.add_argument("--hang-on-initialize", action="store_true", help="never answer initialize")
+    parser.add_argument(
+        "--big",
+        action="store_true",
+        help="add the tool 'blob' (answers with MIB mebibytes of text) and, in the light server, 'spew' (writes "
+        "MIB mebibytes to stdout with no newline, and never answers)",
+    )
     if not network:
         parser.add_argument(
             "--flood-stderr", action="store_true", help="write to stderr as fast as it can, forever (light server)"

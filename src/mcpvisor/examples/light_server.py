@@ -103,6 +103,12 @@ _CONTROL_SCHEMAS: dict[str, dict[str, object]] = {
     },
 }
 
+_MIB_SCHEMA: dict[str, object] = {"type": "object", "properties": {"mib": {"type": "number"}}, "required": ["mib"]}
+_BIG_TOOLS = {
+    "blob": "Answer with MIB mebibytes of text (one JSON-RPC line).",
+    "spew": "Write MIB mebibytes to stdout with no newline, and never answer.",
+}
+
 _CONTROL_DESCRIPTIONS = {
     "set_tools": "Replace the configurable tools and announce the change.",
     "set_prompts": "Replace the configurable prompts and announce the change.",
@@ -352,6 +358,8 @@ class LightServer:
             {"name": tool, "description": _CONTROL_DESCRIPTIONS[tool], "inputSchema": _CONTROL_SCHEMAS[tool]}
             for tool in self._control_tools()
         )
+        if self._options.big:
+            tools.extend({"name": t, "description": d, "inputSchema": _MIB_SCHEMA} for t, d in _BIG_TOOLS.items())
         return tools
 
     def _call_tool(self, request_id: object, params: dict[str, Any]) -> None:
@@ -365,7 +373,9 @@ class LightServer:
             os._exit(CRASH_EXIT_CODE)
         if tool == self._options.hang_on_call:
             return  # never answered; the read loop goes on serving other requests
-        if self._options.control and tool in self._control_tools():
+        if self._options.big and tool in _BIG_TOOLS:
+            self._big(request_id, tool, arguments)
+        elif self._options.control and tool in self._control_tools():
             meta = params.get("_meta")
             token = meta.get("progressToken") if isinstance(meta, dict) else None
             self._call_control_tool(request_id, tool, arguments, token)
@@ -423,6 +433,23 @@ class LightServer:
                 self._prompts = split_names(names)
                 self._notify("notifications/prompts/list_changed")
                 self._reply(request_id, _text_result(",".join(self._prompts)))
+
+    def _big(self, request_id: object, tool: str, arguments: dict[str, Any]) -> None:
+        mib = arguments.get("mib")
+        if not isinstance(mib, int | float) or isinstance(mib, bool) or mib < 0:
+            raise RequestError(INVALID_PARAMS, f"tool {tool!r}: argument 'mib' must be a number >= 0")
+        size = int(mib * 1024 * 1024)
+        if tool == "blob":
+            self._reply(request_id, _text_result("x" * size))
+            return
+        chunk = b"x" * (1024 * 1024)
+        with self._write_lock:
+            try:
+                for start in range(0, size, len(chunk)):
+                    self._out.write(chunk[: size - start])
+                self._out.flush()
+            except BrokenPipeError:
+                os._exit(0)
 
     def _sleep_then_reply(self, request_id: object, seconds: float, progress_token: object = None) -> None:
         """Sleep, then answer; with a progress token, report progress at the start and the end."""

@@ -68,6 +68,12 @@ class ExampleServer:
         for uri in options.resources:
             text = f"{options.name}:{uri}"
             self.mcp.add_resource(TextResource(uri=uri, name=uri, text=text, mime_type="text/plain"))
+        if options.big:
+
+            def blob(mib: float) -> str:
+                return "x" * int(mib * 1024 * 1024)
+
+            self.mcp.add_tool(blob, description="Answer with MIB mebibytes of text.", structured_output=False)
         if options.control:
             self._add_control_tools()
 

@@ -65,7 +65,9 @@ from mcpvisor.gateway.responses import error_response
 from mcpvisor.gateway.server import Gateway
 from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
+from mcpvisor.host.limits import max_message_bytes_of
 from mcpvisor.host.oauth import TokenStore, http_auth_for
+from mcpvisor.host.settings.loader import load_settings
 
 __all__ = ["MAX_WORKSPACES", "WORKSPACE_IDLE_S", "WorkspaceGateway"]
 
@@ -142,12 +144,18 @@ class WorkspaceGateway(StackOwner):
     async def __aenter__(self) -> WorkspaceGateway:
         async with AsyncExitStack() as stack:
             log_dir = self._options.log_dir or paths.log_dir(self._options.env)
+            # Connections are shared between workspaces: their size limit is the gateway's own workspace's.
+            max_bytes = (
+                self._options.max_message_bytes
+                or max_message_bytes_of(load_settings(self._options.env, self._default_root))[0]
+            )
             self._pool = await stack.enter_async_context(
                 McpConnectionPool(
                     log_dir=log_dir,
                     max_concurrent_starts=self._options.max_concurrent_starts,
                     http_auth=http_auth_for(TokenStore(paths.oauth_tokens_path(self._options.env))),
                     client_requests=self._options.client_requests,
+                    max_message_bytes=max_bytes,
                 )
             )
             self._tg = await stack.enter_async_context(anyio.create_task_group())

@@ -39,6 +39,7 @@ from mcpvisor.host.hot_reload import (
     reload_now,
     strictly_promptable,
 )
+from mcpvisor.host.limits import max_message_bytes_of
 from mcpvisor.host.oauth import DEFAULT_LOGIN_TIMEOUT_S, TokenStore, check_sign_in, http_auth_for, login, sign_ins
 from mcpvisor.host.pins import (
     DEFAULT_PIN_MODE,
@@ -89,6 +90,9 @@ class HostOptions:
     client_requests: bool = False
     """Offer the servers sampling, elicitation and roots, answered by the caller whose call caused the
     request (:mod:`mcpvisor.core.client_requests`); the gateway sets it. With a ``pool``, the pool's setting rules."""
+    max_message_bytes: int | None = None
+    """The largest message a server may send when its config sets none; default: ``mcp.maxMessageBytes`` in
+    the settings, else 64 MiB. With a ``pool``, the pool's setting rules."""
 
 
 class Host(StackOwner):
@@ -159,6 +163,7 @@ class Host(StackOwner):
                 if layer.error is not None:
                     raise ConfigError(str(layer.error))
             starts = opts.max_concurrent_starts or self._settings.merged.get("mcp.maxConcurrentStarts")
+            max_bytes = opts.max_message_bytes or max_message_bytes_of(self._settings)[0]
             self._config = Config(
                 allowed_mcp_server_names=opts.allowed_mcp_server_names,
                 trusted_folder=self._settings.trusted,
@@ -169,6 +174,7 @@ class Host(StackOwner):
                 http_auth=http_auth_for(self.tokens),
                 definition_gate=PinGate(self.pins, self._settings.root, lambda: self._pin_mode),
                 client_requests=opts.client_requests,
+                max_message_bytes=max_bytes,
             )
             await stack.enter_async_context(self._config)
             self._config.events.subscribe(self.emit)
@@ -221,7 +227,7 @@ class Host(StackOwner):
         settings = self.settings
         for error in settings.errors.values():
             self._warn_once(error)
-        messages = [*settings.warnings, *pin_mode_of(settings)[1]]
+        messages = [*settings.warnings, *pin_mode_of(settings)[1], *max_message_bytes_of(settings)[1]]
         if self._state is not None:
             messages += [*self._state.assembled.warnings]
             for error in self._state.assembled.errors:

@@ -72,6 +72,12 @@ SERVER_ENTRY_JSON_SCHEMA: dict[str, Any] = {
         "includeTools": _STRING_LIST,
         "excludeTools": _STRING_LIST,
         "shared": {"type": "boolean", "description": "false: one connection per session in daemon mode."},
+        "maxMessageBytes": {
+            "type": "integer",
+            "minimum": 1024,
+            "description": "The largest message the server may send, in bytes (default 67108864, 64 MiB); a "
+            "larger one drops the connection, which restarts.",
+        },
     },
     "anyOf": [
         {"required": ["command"]},
@@ -130,6 +136,13 @@ SETTINGS_SCHEMA: Mapping[str, SettingDefinition] = {
         maxConcurrentStarts=SettingDefinition(
             "integer",
             "How many servers may start at the same time (read at start-up).",
+            requires_restart=True,
+            show_in_dialog=False,
+        ),
+        maxMessageBytes=SettingDefinition(
+            "integer",
+            "The largest message a server may send, in bytes, for servers that set no maxMessageBytes of their "
+            "own (default 67108864, 64 MiB; read at start-up).",
             requires_restart=True,
             show_in_dialog=False,
         ),
