@@ -239,3 +239,47 @@ async def test_a_server_that_ignores_stdin_close_and_sigterm_and_forks_is_killed
             await client.aclose()
     server_pid, child_pid = marker_pids(marker)
     await wait_until(lambda: not pid_alive(server_pid) and not pid_alive(child_pid))
+
+
+async def test_calls_racing_a_killed_server_fail_with_mcpvisor_errors_only(tmp_path: Path) -> None:
+    """kill -9 while callers keep calling: every failure says the server is not connected or its connection
+    closed (never the SDK's "Client must be used within an async context manager"), and calls work again
+    once it is back."""
+    from mcpvisor.core.config import Config
+    from mcpvisor.core.errors import McpvisorError
+
+    async with Config(mcp_servers={"k": light("k")}, log_dir=tmp_path) as config:
+        await config.initialize()
+        pid = config.manager.clients()["k"].pid
+        assert pid is not None
+        failures: list[BaseException] = []
+        done = anyio.Event()
+
+        async def caller() -> None:
+            while not done.is_set():
+                try:
+                    await config.call_tool("mcp__k__echo", {"text": "x"})
+                except McpvisorError as exc:
+                    failures.append(exc)
+                except Exception as exc:  # what this test is about: nothing else may escape
+                    failures.append(exc)
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(8):
+                tg.start_soon(caller)
+            await anyio.sleep(0.05)
+            os.kill(pid, signal.SIGKILL)
+            await wait_until(
+                lambda: (
+                    (c := config.manager.clients().get("k")) is not None and c.status == "connected" and c.pid != pid
+                ),
+                what="the killed server to be back",
+            )
+            done.set()
+        assert failures, "no call saw the server down"
+        odd = [f for f in failures if not isinstance(f, McpvisorError)]
+        assert not odd, odd[:3]
+        assert not any("context manager" in str(f) for f in failures)
+        result = await config.call_tool("mcp__k__echo", {"text": "back"})
+        assert text(result) == "k:echo:back"
