@@ -110,6 +110,52 @@ async def test_every_http_request_needs_the_bearer_token(tmp_path: Path) -> None
         tg.cancel_scope.cancel()
 
 
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+
+
+async def test_the_bearer_scheme_is_case_insensitive(tmp_path: Path) -> None:
+    """RFC 9110 §11.1: ``bearer``, ``BEARER`` and ``Bearer`` name the same scheme."""
+    async with (
+        running(tmp_path, user={"mcpServers": {"a": server("a")}}) as r,
+        anyio.create_task_group() as tg,
+    ):
+        url: str = await tg.start(lambda task_status: r.gateway.serve_http(token="s3cret", task_status=task_status))
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            for scheme in ("bearer", "BEARER", "Bearer", "bEaReR"):
+                response = await http.post(
+                    url, json=INITIALIZE, headers={**ACCEPT, "Authorization": f"{scheme} s3cret"}
+                )
+                assert response.status_code == 200, (scheme, response.text)
+            wrong = await http.post(url, json=INITIALIZE, headers={**ACCEPT, "Authorization": "Basic s3cret"})
+            assert wrong.status_code == 401
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.2", "127.42.0.1"])
+async def test_every_loopback_listener_refuses_a_foreign_host_or_origin(tmp_path: Path, address: str) -> None:
+    """DNS rebinding: without a token (--no-auth) any loopback address is guarded, not only 127.0.0.1."""
+    async with (
+        running(tmp_path, user={"mcpServers": {"a": server("a")}}) as r,
+        anyio.create_task_group() as tg,
+    ):
+        url: str = await tg.start(lambda task_status: r.gateway.serve_http(address, 0, task_status=task_status))
+        port = url.split(":")[2].split("/")[0]
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            foreign = await http.post(url, json=INITIALIZE, headers={**ACCEPT, "Host": "rebind.evil.example"})
+            assert foreign.status_code == 421
+            origin = {**ACCEPT, "Origin": "http://rebind.evil.example"}
+            assert (await http.post(url, json=INITIALIZE, headers=origin)).status_code == 403
+            for host in (f"{address}:{port}", f"localhost:{port}"):
+                ok = await http.post(url, json=INITIALIZE, headers={**ACCEPT, "Host": host})
+                assert ok.status_code == 200, (host, ok.text)
+        tg.cancel_scope.cancel()
+
+
 async def test_a_gateway_off_loopback_without_a_token_is_refused_before_any_server_starts(tmp_path: Path) -> None:
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
     marker = tmp_path / "pids"

@@ -219,8 +219,8 @@ def _parse_http(value: str) -> tuple[str, int]:
     host = host.strip("[]") or "127.0.0.1"
     if not is_loopback(host):
         Console(stderr=True, soft_wrap=True).print(
-            f"[yellow]! serving on {host}, not loopback: other machines can reach this port, and the gateway "
-            "answers only requests addressed to a loopback name (DNS-rebinding protection)[/]"
+            f"[yellow]! serving on {host}, not loopback: other machines can reach this port; every request "
+            "needs the gateway's token[/]"
         )
     return host, number
 

@@ -103,11 +103,12 @@ def _read_token_file(path: Path, *, option: str | None) -> str:
 
 class BearerAuth:
     """ASGI middleware: an HTTP request without ``Authorization: Bearer <token>`` gets 401 with
-    ``WWW-Authenticate: Bearer`` and a JSON-RPC error, before anything else sees it."""
+    ``WWW-Authenticate: Bearer`` and a JSON-RPC error, before anything else sees it. The scheme is
+    case-insensitive (RFC 9110 §11.1); the token is compared in constant time."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self._app = app
-        self._expected = f"Bearer {token}".encode()
+        self._expected = token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self._authorized(scope):
@@ -117,7 +118,10 @@ class BearerAuth:
 
     def _authorized(self, scope: Scope) -> bool:
         given = [value for key, value in scope.get("headers") or () if key.lower() == b"authorization"]
-        return len(given) == 1 and hmac.compare_digest(given[0].strip(), self._expected)
+        if len(given) != 1:
+            return False
+        scheme, _, credentials = given[0].strip().partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self._expected)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = (

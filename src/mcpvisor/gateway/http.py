@@ -6,6 +6,7 @@ Nothing here knows the MCP server itself: :mod:`mcpvisor.gateway.server` and
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import socket
 from collections.abc import Callable, Iterator
@@ -182,8 +183,13 @@ async def serve_asgi_socket(
 
 
 def is_loopback(host: str) -> bool:
-    """Whether a listen address is reachable only from this machine."""
-    return host in ("localhost", "::1") or host.startswith("127.")
+    """Whether a listen address is reachable only from this machine: ``localhost``, ``127.0.0.0/8`` or ``::1``."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def refuse_without_token(host: str, token: str | None) -> None:
@@ -197,13 +203,18 @@ def refuse_without_token(host: str, token: str | None) -> None:
 
 
 def transport_security(host: str) -> TransportSecuritySettings | None:
-    """DNS-rebinding protection for a loopback listener, as the SDK's own app sets it up (none otherwise)."""
-    if host not in ("127.0.0.1", "localhost", "::1"):
+    """DNS-rebinding protection for every loopback listener, whatever its address (none otherwise): a
+    request must name the listener's own address, ``localhost``, ``127.0.0.1`` or ``[::1]`` in its
+    ``Host`` header, and a browser's ``Origin`` must be one of those too. A page on another site that
+    rebinds its name to this machine is refused before anything runs."""
+    if not is_loopback(host):
         return None
+    names = {"127.0.0.1", "localhost", "[::1]"}
+    names.add(f"[{host}]" if ":" in host else host.lower())
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
-        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        allowed_hosts=sorted(f"{name}:*" for name in names),
+        allowed_origins=sorted(f"http://{name}:*" for name in names),
     )
 
 
