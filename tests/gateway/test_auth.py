@@ -19,7 +19,7 @@ from mcpvisor.gateway.http import WORKSPACE_HEADER
 from mcpvisor.gateway.workspaces import WorkspaceGateway
 from mcpvisor.host.host import HostOptions
 from tests.gateway.test_gateway import running, save, server, tool_names
-from tests.gateway.test_workspaces import client_for, make_setup
+from tests.gateway.test_workspaces import client_for, make_setup, serving
 from tests.helpers import WAIT_S, free_port
 from tests.layout import make_layout
 
@@ -171,17 +171,17 @@ async def test_a_gateway_off_loopback_without_a_token_is_refused_before_any_serv
 
 async def test_a_client_may_not_name_a_folder_of_another_user_or_outside_the_workspace_root(tmp_path: Path) -> None:
     setup = make_setup(tmp_path)
-    foreign = tmp_path / "foreign"
-    foreign.mkdir()
-    if os.getuid() == 0:
-        os.chown(foreign, 65534, 65534)  # nobody's
-    else:
-        foreign = Path("/usr")  # root's
-    options = HostOptions(env=setup.layout.env, workspace=setup.default)
-    for workspace_root, allowed, refused, why in (
-        (None, setup.a, foreign, "belongs to another user; start the gateway with --workspace-root DIR"),
+    foreign = setup.layout.home / "foreign"
+    foreign.mkdir(parents=True)
+    cases = [
+        (None, setup.a, tmp_path, "is not under your home folder"),
         (setup.a.parent / "a", setup.a, setup.b, "is not under the gateway's --workspace-root"),
-    ):
+    ]
+    if os.getuid() == 0:  # only root can give a folder under its home to another user
+        os.chown(foreign, 65534, 65534)  # nobody's
+        cases.append((None, setup.a, foreign, "belongs to another user; start the gateway with --workspace-root DIR"))
+    options = HostOptions(env=setup.layout.env, workspace=setup.default)
+    for workspace_root, allowed, refused, why in cases:
         async with (
             WorkspaceGateway(options, workspace_root=workspace_root) as gateway,
             anyio.create_task_group() as tg,
@@ -197,3 +197,45 @@ async def test_a_client_may_not_name_a_folder_of_another_user_or_outside_the_wor
                 assert "mcp__pd__echo" in await tool_names(client)
             assert set(gateway.workspaces()) == {setup.default, setup.a}
             tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("workspace_root", [None, "/"])
+async def test_system_folders_are_never_a_workspace_whoever_runs_the_gateway(
+    tmp_path: Path, workspace_root: str | None
+) -> None:
+    """Even as root (CI runs as root, where "folders you own" means every folder), and even under a
+    --workspace-root of /: /etc, /, /proc (/proc/self included, whatever it resolves to), /sys, /dev and
+    another home's /root are refused with a 400 that names the problem."""
+    setup = make_setup(tmp_path)
+    options = HostOptions(env=setup.layout.env, workspace=setup.default)
+    root = Path(workspace_root) if workspace_root else None
+    async with WorkspaceGateway(options, workspace_root=root) as gateway, anyio.create_task_group() as tg:
+        url: str = await tg.start(gateway.serve_http)
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            for folder in ("/etc", "/", "/proc/1", "/proc/self", "/sys", "/dev", "/root", "/etc/../etc/ssl"):
+                if not await anyio.Path(folder).is_dir():
+                    continue
+                response = await http.post(url, json=PING, headers={**ACCEPT, WORKSPACE_HEADER: folder})
+                assert response.status_code == 400, (folder, response.text)
+                assert "a system folder; name a project folder" in response.json()["error"]["message"], folder
+        assert set(gateway.workspaces()) == {setup.default}
+        tg.cancel_scope.cancel()
+
+
+async def test_a_malformed_workspace_header_is_a_short_400_never_a_500(tmp_path: Path) -> None:
+    setup = make_setup(tmp_path)
+    async with serving(setup) as (gateway, url), httpx2.AsyncClient(timeout=WAIT_S) as http:
+        for value, why in (
+            ("/" + "x" * 4200, "too long (4201 characters, at most 4096)"),
+            ("/a" * 200, "too deep (201 levels, at most 128)"),
+            ("/" + "y" * 300 + "/z", "file name too long"),
+            ("relative/path", "not an absolute path"),
+            (str(tmp_path / "missing"), "no such folder"),
+        ):
+            response = await http.post(url, json=PING, headers={**ACCEPT, WORKSPACE_HEADER: value})
+            assert response.status_code == 400, (why, response.status_code)
+            message = response.json()["error"]["message"]
+            assert why in message
+            assert len(response.text) < 600
+            assert "Traceback" not in response.text
+        assert set(gateway.workspaces()) == {setup.default}

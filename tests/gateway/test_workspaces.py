@@ -65,7 +65,7 @@ def make_setup(tmp_path: Path) -> Setup:
     """A default workspace with an approved project server ``pd``, workspace A with an approved ``pa``,
     workspace B with a pending ``pb``, and a user server ``common`` every workspace sees."""
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
-    a, b = layout.root.parent / "a", layout.root.parent / "b"
+    a, b = layout.home / "a", layout.home / "b"  # clients may name folders under the user's home
     markers = {name: tmp_path / f"{name}.pids" for name in SERVERS}
     save(layout.paths.user, {"mcpServers": {"common": marked(markers, "common")}})
     for root, name in ((layout.root, "pd"), (a, "pa"), (b, "pb")):

@@ -36,6 +36,7 @@ __all__ = [
     "bind_http_socket",
     "header_text",
     "http_url",
+    "system_folder_of",
     "is_loopback",
     "refuse_without_token",
     "serve_asgi_socket",
@@ -50,10 +51,26 @@ WORKSPACE_HEADER = "X-Mcpvisor-Workspace"
 """The request header naming a client's workspace folder (an absolute path)."""
 
 
+MAX_HEADER_PATH_CHARS = 4096
+"""The longest workspace path a client may send (Linux's PATH_MAX)."""
+MAX_HEADER_PATH_DEPTH = 128
+"""The most folders deep a workspace path may go."""
+SYSTEM_FOLDERS = tuple(Path(p) for p in ("/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/root"))
+"""Folders that are never a client's workspace, nor anything inside them (``/root`` only when it is not the
+home of the user the gateway runs as); ``/`` itself is never one either."""
+_SHOWN_CHARS = 80
+
+
+def _shown(text: str) -> str:
+    """A header value as an error message quotes it: never more than a line."""
+    return repr(text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 1] + "…")
+
+
 def workspace_of_header(value: str | None, default: Path) -> Path:
     """The workspace root a request names: ``default`` without the header, else the header's folder
-    as a real path. Raises :class:`ConfigError` naming the header and the fix when it is not an
-    absolute path of an existing folder."""
+    as a real path. Raises :class:`ConfigError` naming the header, the problem in a few words and the
+    fix when it is not an absolute path of an existing folder (too long, too deep, unreadable: the
+    same), never anything else."""
     if value is None:
         return default
     text = value.strip()
@@ -61,40 +78,77 @@ def workspace_of_header(value: str | None, default: Path) -> Path:
         f"send the absolute path of an existing project folder in the {WORKSPACE_HEADER} header, "
         f"or leave the header out to use the gateway's workspace {default}"
     )
+
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(f"cannot use workspace {_shown(text)} (header {WORKSPACE_HEADER}): {why}; {fix}")
+
     if not text:
         raise ConfigError(f"cannot use the workspace in header {WORKSPACE_HEADER}: it is empty; {fix}")
-    path = Path(text).expanduser()
-    if not path.is_absolute():
-        raise ConfigError(f"cannot use workspace {text!r} (header {WORKSPACE_HEADER}): not an absolute path; {fix}")
-    if not path.is_dir():
-        why = "it is not a folder" if path.exists() else "no such folder"
-        raise ConfigError(f"cannot use workspace {text!r} (header {WORKSPACE_HEADER}): {why}; {fix}")
-    return paths.workspace_root(path)
+    if len(text) > MAX_HEADER_PATH_CHARS:
+        raise refuse(f"too long ({len(text)} characters, at most {MAX_HEADER_PATH_CHARS})")
+    if "\0" in text:
+        raise refuse("it contains a NUL character")
+    try:
+        path = Path(text).expanduser() if text.startswith("~") else Path(text)
+        if not path.is_absolute():
+            raise refuse("not an absolute path")
+        if len(path.parts) > MAX_HEADER_PATH_DEPTH:
+            raise refuse(f"too deep ({len(path.parts)} levels, at most {MAX_HEADER_PATH_DEPTH})")
+        if not path.is_dir():
+            raise refuse("it is not a folder" if path.exists() else "no such folder")
+        return paths.workspace_root(path)
+    except (OSError, RuntimeError) as exc:  # e.g. a name too long for the file system, a symlink loop
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it cannot be resolved"
+        raise refuse(why.lower()) from None
 
 
-def admit_workspace(root: Path, default: Path, allowed_root: Path | None) -> Path:
+def system_folder_of(root: Path, home: Path) -> Path | None:
+    """The system folder ``root`` is, or lies in (:data:`SYSTEM_FOLDERS`), if any."""
+    if root == Path(root.anchor):
+        return root
+    for folder in SYSTEM_FOLDERS:
+        if not root.is_relative_to(folder):
+            continue
+        if folder == Path("/root") and home.is_relative_to(folder) and root.is_relative_to(home):
+            continue  # root's own projects, under its home
+        return folder
+    return None
+
+
+def admit_workspace(root: Path, default: Path, allowed_root: Path | None, home: Path) -> Path:
     """``root`` (a real path from :func:`workspace_of_header`) if a client may open it: the gateway's
-    own workspace always; with ``allowed_root`` (``--workspace-root``) only folders inside it; without
-    one only folders owned by the user the gateway runs as. So a client can never make the gateway read
-    ``/etc`` or another user's files. Raises :class:`ConfigError` naming the fix."""
+    own workspace always; a system folder (:data:`SYSTEM_FOLDERS`) never; with ``allowed_root``
+    (``--workspace-root``) only folders inside it; without one only folders under ``home`` owned by
+    the user the gateway runs as. So a client can never make the gateway read ``/etc``, ``/proc`` or
+    another user's files, even when the gateway runs as root. Raises :class:`ConfigError` naming the fix."""
     if root == default:
         return root
+    where = f"cannot use workspace {str(root)!r} (header {WORKSPACE_HEADER})"
+    home = paths.workspace_root(home)
+    system = system_folder_of(root, home)
+    if system is not None:
+        inside = "is" if system == root else f"is inside {system}, which is"
+        raise ConfigError(f"{where}: it {inside} a system folder; name a project folder")
     if allowed_root is not None:
         limit = paths.workspace_root(allowed_root)
         if root != limit and not root.is_relative_to(limit):
             raise ConfigError(
-                f"cannot use workspace {str(root)!r} (header {WORKSPACE_HEADER}): it is not under the "
-                f"gateway's --workspace-root {limit}; name a folder inside it"
+                f"{where}: it is not under the gateway's --workspace-root {limit}; name a folder inside it"
             )
         return root
+    if not root.is_relative_to(home):
+        raise ConfigError(
+            f"{where}: it is not under your home folder {home}; start the gateway with --workspace-root DIR "
+            "to serve the folders under DIR"
+        )
     try:
         owner = root.stat().st_uid
     except OSError as exc:
-        raise ConfigError(f"cannot use workspace {str(root)!r}: {exc.strerror or exc}") from exc
+        raise ConfigError(f"{where}: {exc.strerror or exc}") from exc
     if owner != os.getuid():
         raise ConfigError(
-            f"cannot use workspace {str(root)!r} (header {WORKSPACE_HEADER}): it belongs to another user; "
-            "start the gateway with --workspace-root DIR to serve the folders under DIR"
+            f"{where}: it belongs to another user; start the gateway with --workspace-root DIR to serve the "
+            "folders under DIR"
         )
     return root
 

@@ -302,7 +302,7 @@ class WorkspaceGateway(StackOwner):
             return
         try:
             root = workspace_of_header(header_text(request.headers.get(WORKSPACE_HEADER)), self._default_root)
-            root = admit_workspace(root, self._default_root, self._workspace_root)
+            root = admit_workspace(root, self._default_root, self._workspace_root, paths.home(self._options.env))
         except ConfigError as exc:
             await error_response(str(exc), 400)(scope, receive, send)
             return

@@ -27,8 +27,12 @@ SETTINGS_FILENAME = "settings.json"
 APPROVALS_FILENAME = "mcp-approvals.json"
 
 
-def _home(env: Mapping[str, str]) -> Path:
+def home(env: Mapping[str, str]) -> Path:
+    """The user's home folder: ``$HOME``, else the account's."""
     return Path(env.get("HOME") or Path.home())
+
+
+_home = home
 
 
 def user_dir(env: Mapping[str, str]) -> Path:
