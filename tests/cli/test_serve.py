@@ -174,3 +174,60 @@ async def test_mcpvisor_serve_per_client_workspaces_in_a_subprocess_serves_each_
     err_text = errlog.read_text()
     assert f"the token is in {token_file} (generated now, kept for next time)" in err_text
     assert token not in err_text
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_on_sigterm_calls_in_flight_finish_or_are_told_the_gateway_is_shutting_down(
+    tmp_path: Path, mode: str
+) -> None:
+    """A short call still finishes, a long one is answered "the gateway is shutting down" after the grace
+    period (not "the server exited or crashed" at once), a call made meanwhile is refused the same way,
+    and nothing outlives the gateway."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "pids"
+    save(layout.paths.user, {"mcpServers": {"a": server("a", "--control", "--marker", str(marker))}})
+    port = free_port()
+    command = [sys.executable, "-m", "mcpvisor", "serve", "--http", f"127.0.0.1:{port}", "--no-auth"]
+    errlog = tmp_path / "gateway.stderr"
+    outcomes: dict[str, str] = {}
+    with errlog.open("w") as err:
+        process = await anyio.open_process(
+            [*command, "--workspace", str(layout.root)], env={**os.environ, **layout.env}, stderr=err
+        )
+        async with process:
+            try:
+                await wait_for_port(port)
+                async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as client:
+                    started: list[str] = []
+
+                    async def sleep(key: str, seconds: float) -> None:
+                        async def progress(progress: float, total: float | None, message: str | None) -> None:
+                            started.append(key)  # the server reports progress as it starts sleeping
+
+                        result = await client.call_tool(
+                            "mcp__a__sleep", {"seconds": seconds}, progress_callback=progress
+                        )
+                        outcomes[key] = text_of(result)
+
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(sleep, "short", 1.5)
+                        tg.start_soon(sleep, "long", 60)
+                        await wait_until(lambda: {"short", "long"} <= set(started), what="both calls to start")
+                        process.send_signal(signal.SIGTERM)
+                        await wait_until(lambda: "stopping;" in errlog.read_text(), what="the gateway to stop")
+                        tg.start_soon(sleep, "late", 0)
+                with anyio.fail_after(WAIT_S):
+                    assert await process.wait() == 0
+            finally:
+                if process.returncode is None:
+                    process.kill()
+                    with anyio.CancelScope(shield=True):
+                        await process.wait()
+    assert outcomes["short"] == "slept"
+    assert (
+        outcomes["long"]
+        == "call to tool 'mcp__a__sleep' failed: the gateway is shutting down; make the call again once it is back"
+    )
+    assert outcomes["late"] == outcomes["long"]
+    await wait_until(lambda: not any(pid_alive(pid) for pid in marker_pids(marker)), what="no server left")
+    assert "calls in flight get up to 5 s to finish" in errlog.read_text()

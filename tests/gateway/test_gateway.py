@@ -150,6 +150,24 @@ async def test_tools_and_prompts_of_real_servers_are_listed_under_registered_nam
         assert text_of(await client.get_prompt("mcp__a__p", {"topic": "cats"})) == "a:p:cats"
 
 
+async def test_a_tool_called_by_its_own_name_reaches_the_one_server_offering_it(tmp_path: Path) -> None:
+    """Clients that know a server's tools by their own names: the name is not listed, but a call by it
+    works when exactly one server offers it, and says which names to use when several do."""
+    user = {"mcpServers": {"a": server("a", "--tools", "x,echo"), "b": server("b")}}
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server) as client:
+        assert "x" not in await tool_names(client)
+        assert text_of(await client.call_tool("x", {"text": "hi"})) == "a:x:hi"
+        ambiguous = await client.call_tool("echo", {"text": "hi"})
+        assert ambiguous.is_error
+        assert text_of(ambiguous) == (
+            "tool 'echo' is ambiguous: servers a, b each offer a tool by that name; call one of mcp__a__echo, "
+            "mcp__b__echo"
+        )
+        missing = await client.call_tool("nothing", {})
+        assert missing.is_error
+        assert "no MCP server providing it" in text_of(missing)
+
+
 async def test_two_servers_prompts_of_one_name_are_namespaced_routed_and_stable_across_reloads(tmp_path: Path) -> None:
     long = "x" * 70
     user = {

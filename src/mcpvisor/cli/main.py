@@ -31,6 +31,7 @@ from mcpvisor.cli.options import (
     split_names,
 )
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.gateway.limits import HEADER_TIMEOUT_S, MAX_CONNECTIONS, MAX_SESSIONS, SESSION_IDLE_TIMEOUT_S
 
 if TYPE_CHECKING:
     pass
@@ -267,6 +268,46 @@ def serve(
     no_auth: Annotated[
         bool, typer.Option("--no-auth", help="With --http on a loopback address: accept clients without a token.")
     ] = False,
+    max_sessions: Annotated[
+        int,
+        typer.Option(
+            "--max-sessions",
+            min=1,
+            help="With --http: handshake-era client sessions at most, across workspaces. At the cap the least "
+            "recently used idle session is closed (its client gets 404 and starts a new one); when all are busy "
+            "a new client gets 503 with Retry-After.",
+            metavar="N",
+        ),
+    ] = MAX_SESSIONS,
+    session_idle_timeout: Annotated[
+        float,
+        typer.Option(
+            "--session-idle-timeout",
+            min=0.001,
+            help="With --http: a session with no request in flight for SECONDS ends (then 404); a workspace whose "
+            "last session ended closes after as long.",
+            metavar="SECONDS",
+        ),
+    ] = SESSION_IDLE_TIMEOUT_S,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            "--max-connections",
+            min=1,
+            help="With --http: open connections at most; one more is closed as it arrives. Keep it under the "
+            "file limit (ulimit -n).",
+            metavar="N",
+        ),
+    ] = MAX_CONNECTIONS,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            "--header-timeout",
+            min=0.001,
+            help="With --http: a connection that has not sent a request's headers within SECONDS is closed.",
+            metavar="SECONDS",
+        ),
+    ] = HEADER_TIMEOUT_S,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Serve every connected server's tools, prompts and resources as one MCP server (stdio, or
@@ -277,10 +318,20 @@ def serve(
     mcp__<server>__<name>. What a server asks of its client (sampling, elicitation, roots) goes to
     the client whose call caused it; progress, cancellation, log messages and resource
     subscriptions pass through. Over HTTP every request needs 'Authorization: Bearer <token>'; the
-    start-up line says where the token is.
+    start-up line says where the token is. No server's message may exceed 64 MiB (maxMessageBytes);
+    SIGTERM or Ctrl-C lets calls in flight finish for up to 5 s, then answers them that the gateway
+    is shutting down.
     """
     setup_logging(verbose, narrated=True)
     address = _parse_http(http) if http is not None else None
+    from mcpvisor.gateway.limits import HttpLimits
+
+    limits = HttpLimits(
+        max_sessions=max_sessions,
+        session_idle_timeout_s=session_idle_timeout,
+        max_connections=max_connections,
+        header_timeout_s=header_timeout,
+    )
 
     async def main() -> None:
         from mcpvisor.cli.serve import run_gateway
@@ -290,14 +341,17 @@ def serve(
         if address is None and (no_auth or token_file is not None):
             raise ConfigError("--no-auth and --token-file apply to --http: over stdio the client is the parent process")
         token = None if address is None or no_auth else load_gateway_token(options.env, token_file)
+        stop = anyio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_cancel_on_signal, tg.cancel_scope)
+            tg.start_soon(_stop_on_signal, stop, tg.cancel_scope)
             await run_gateway(
                 options,
                 http=address,
                 per_client_workspaces=per_client_workspaces,
                 token=token,
                 workspace_root=workspace_root,
+                limits=limits,
+                stop=stop,
             )
             tg.cancel_scope.cancel()
 
@@ -325,6 +379,16 @@ def shell(
     with reported():
         code = anyio.run(main)
     raise typer.Exit(code)
+
+
+async def _stop_on_signal(stop: anyio.Event, scope: anyio.CancelScope) -> None:
+    """The first SIGINT or SIGTERM asks for an orderly stop (``stop``); a second one cancels at once."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            if stop.is_set():
+                scope.cancel()
+                return
+            stop.set()
 
 
 async def _cancel_on_signal(scope: anyio.CancelScope) -> None:

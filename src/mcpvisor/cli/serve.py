@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -13,7 +14,8 @@ from rich.console import Console
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.gateway.auth import GatewayToken
 from mcpvisor.gateway.http import WORKSPACE_HEADER, bind_http_socket, http_url, refuse_without_token
-from mcpvisor.gateway.server import Gateway
+from mcpvisor.gateway.limits import DEFAULT_HTTP_LIMITS, HttpLimits
+from mcpvisor.gateway.server import DRAIN_S, Gateway
 from mcpvisor.gateway.workspaces import WorkspaceGateway
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.shell.narration import HumanOutput
@@ -28,11 +30,16 @@ async def run_gateway(
     per_client_workspaces: bool = False,
     token: GatewayToken | None = None,
     workspace_root: Path | None = None,
+    limits: HttpLimits = DEFAULT_HTTP_LIMITS,
+    stop: anyio.Event | None = None,
 ) -> None:
     """``mcpvisor serve``: run a watching :class:`Host` and serve it as one MCP server until cancelled
-    (stdio: until the client closes stdin). Over stdio, stdout carries nothing but the protocol;
-    notices and the status table go to stderr. Errors found before serving (a bad ``--mcp-config``,
-    a busy port) raise :class:`ConfigError` as is, before any server starts where possible.
+    (stdio: until the client closes stdin) or until ``stop`` is set: then calls in flight get
+    :data:`DRAIN_S` to finish before they are answered that the gateway is shutting down, and the
+    servers stop. Over stdio, stdout carries nothing but the protocol; notices and the status table
+    go to stderr. Errors found before serving (a bad ``--mcp-config``, a busy port) raise
+    :class:`ConfigError` as is, before any server starts where possible. ``limits`` bound what HTTP
+    clients may cost (:class:`HttpLimits`).
 
     ``per_client_workspaces`` (HTTP only): each client may name its workspace with a header and gets
     that workspace's own host, limited to folders under ``workspace_root`` when given (else to
@@ -60,7 +67,9 @@ async def run_gateway(
     if per_client_workspaces:
         if http is None:
             raise ConfigError("per-client workspaces need --http: over stdio the gateway has one client")
-        await _run_workspace_gateway(options, http, console, serving, token=secret, workspace_root=workspace_root)
+        await _run_workspace_gateway(
+            options, http, console, serving, token=secret, workspace_root=workspace_root, limits=limits, stop=stop
+        )
         return
     host = Host(options)
     host.subscribe(HumanOutput(host, console))
@@ -68,15 +77,42 @@ async def run_gateway(
         # Nothing in mcpvisor writes to stdout, and while serving the SDK points fd 1 at stderr.
         async with host, Gateway(host.config) as gateway, stdio_server() as (read, write):
             serving(host, "stdio")
-            await gateway.serve_streams(read, write)
+            async with _until_stopped(stop, gateway.drain, console):
+                await gateway.serve_streams(read, write)
     else:
         sock = bind_http_socket(*http)
         try:
             async with host, Gateway(host.config) as gateway:
                 serving(host, http_url(sock))  # already listening: early clients wait in the backlog
-                await gateway.serve_http_socket(sock, only_workspace=host.root, token=secret)
+                async with _until_stopped(stop, gateway.drain, console):
+                    await gateway.serve_http_socket(sock, only_workspace=host.root, token=secret, limits=limits)
         finally:
             sock.close()
+
+
+@asynccontextmanager
+async def _until_stopped(
+    stop: anyio.Event | None, drain: Callable[[], Awaitable[int]], console: Console
+) -> AsyncIterator[None]:
+    """Run the body until it ends or ``stop`` is set; then ``drain()`` (calls in flight finish or are told
+    the gateway is shutting down) and cancel the body."""
+    async with anyio.create_task_group() as tg:
+        body = anyio.CancelScope()
+
+        async def watch() -> None:
+            if stop is None:
+                return
+            await stop.wait()
+            console.print(f"[dim]mcpvisor gateway: stopping; calls in flight get up to {DRAIN_S:g} s to finish[/]")
+            ended = await drain()
+            if ended:
+                console.print(f"[dim]mcpvisor gateway: {ended} call(s) were told the gateway is shutting down[/]")
+            body.cancel()
+
+        tg.start_soon(watch)
+        with body:
+            yield
+        tg.cancel_scope.cancel()
 
 
 async def _run_workspace_gateway(
@@ -87,6 +123,8 @@ async def _run_workspace_gateway(
     *,
     token: str | None,
     workspace_root: Path | None,
+    limits: HttpLimits,
+    stop: anyio.Event | None,
 ) -> None:
     def opened(host: Host) -> None:
         if workspaces is not None:  # the default workspace opens inside __aenter__, before this is set
@@ -98,11 +136,16 @@ async def _run_workspace_gateway(
     sock = bind_http_socket(*http)
     try:
         async with WorkspaceGateway(
-            options, http_host=sock.getsockname()[0], on_open=opened, workspace_root=workspace_root
+            options, http_host=sock.getsockname()[0], on_open=opened, workspace_root=workspace_root, limits=limits
         ) as workspaces:
             serving(workspaces.default, http_url(sock))
-            allowed = f"a folder under {workspace_root}" if workspace_root is not None else "a folder they own"
+            allowed = (
+                f"a folder under {workspace_root}"
+                if workspace_root is not None
+                else "a folder they own under their home folder"
+            )
             console.print(f"[dim]Clients may name {allowed} in the {WORKSPACE_HEADER} header.[/]", soft_wrap=True)
-            await workspaces.serve_http_socket(sock, token=token)
+            async with _until_stopped(stop, workspaces.drain, console):
+                await workspaces.serve_http_socket(sock, token=token)
     finally:
         sock.close()

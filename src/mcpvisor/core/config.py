@@ -28,7 +28,14 @@ from mcpvisor.core.events import EventBus, ReconcileFinished
 from mcpvisor.core.gating import McpGating, matches_any
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.manager import McpClientManager
-from mcpvisor.core.registry import TOOL_PREFIX, DefinitionGate, PromptRegistry, ToolRegistry, mcp_tool_name
+from mcpvisor.core.registry import (
+    TOOL_PREFIX,
+    DefinitionGate,
+    PromptRegistry,
+    RegisteredTool,
+    ToolRegistry,
+    mcp_tool_name,
+)
 from mcpvisor.core.server_config import HttpAuth, McpServerConfig
 
 if TYPE_CHECKING:
@@ -294,10 +301,11 @@ class Config(StackOwner):
         timeout_s: float | None = None,
         progress: Progress | None = None,
     ) -> CallToolResult:
-        """Call a registered tool (``mcp__<server>__<tool>``). Unknown names raise
-        :class:`ToolNotFoundError` saying which server would own it and how to fix it. ``progress``
-        hears the server's progress notifications for the call."""
-        entry = self.tool_registry.get_tool(name)
+        """Call a registered tool (``mcp__<server>__<tool>``), or a tool by its own name on its server
+        when exactly one connected server offers a tool by that name (clients that know a server's
+        tools by their own names). Unknown names raise :class:`ToolNotFoundError` saying which server
+        would own it and how to fix it. ``progress`` hears the server's progress notifications for the call."""
+        entry = self.tool_registry.get_tool(name) or self._tool_by_own_name(name)
         client = self.manager.get_client(entry.server) if entry is not None else None
         if entry is None or client is None:
             raise self.tool_not_found(name)
@@ -311,6 +319,20 @@ class Config(StackOwner):
                 f"prompt {name!r} not found: no connected MCP server provides it", tool=name, reason=None
             )
         return await client.get_prompt(entry.prompt.name, arguments)
+
+    def _tool_by_own_name(self, name: str) -> RegisteredTool | None:
+        if name.startswith(TOOL_PREFIX):
+            return None
+        found = self.tool_registry.find_by_own_name(name)
+        if len(found) > 1:
+            names = ", ".join(sorted(entry.name for entry in found))
+            raise ToolNotFoundError(
+                f"tool {name!r} is ambiguous: servers {', '.join(sorted(e.server for e in found))} each offer a "
+                f"tool by that name; call one of {names}",
+                tool=name,
+                reason="ambiguous",
+            )
+        return found[0] if found else None
 
     def owner_of_tool_name(self, name: str) -> str | None:
         """The configured or removed server whose ``mcp__<server>__`` prefix is the longest match."""

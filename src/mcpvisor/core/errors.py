@@ -100,7 +100,8 @@ class ToolCallError(McpvisorError):
 class ToolNotFoundError(ToolCallError):
     """No connected server provides the tool. ``reason`` is one of ``removed``, ``not_allowed``,
     ``excluded``, ``pending_approval``, ``rejected``, ``held`` (its definition changed since it was
-    approved), ``missing`` (admitted but not providing it) or ``None`` (no configured server owns that name)."""
+    approved), ``missing`` (admitted but not providing it), ``ambiguous`` (a tool's own name that several
+    servers offer) or ``None`` (no configured server owns that name)."""
 
     def __init__(self, message: str, *, tool: str, server: str | None = None, reason: str | None = None) -> None:
         super().__init__(message, tool=tool, server=server)

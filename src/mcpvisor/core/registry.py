@@ -138,6 +138,10 @@ class ToolRegistry:
     def get_all_tools(self) -> list[RegisteredTool]:
         return list(self._by_name.values())
 
+    def find_by_own_name(self, tool: str) -> list[RegisteredTool]:
+        """The registered tools whose name on their server is ``tool`` (a scan: for names not registered)."""
+        return [entry for entry in self._by_name.values() if entry.tool.name == tool]
+
     def tools_of(self, server: str) -> list[RegisteredTool]:
         return [self._by_name[n] for n in self._by_server.get(server, ())]
 

@@ -6,7 +6,9 @@ Nothing here knows the MCP server itself: :mod:`mcpvisor.gateway.server` and
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+import logging
 import os
 import socket
 from collections.abc import Callable, Iterator
@@ -20,6 +22,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.gateway.auth import TOKEN_ENV, BearerAuth
+from mcpvisor.gateway.limits import DEFAULT_HTTP_LIMITS, HttpLimits
 from mcpvisor.gateway.responses import error_response
 from mcpvisor.host import paths
 
@@ -28,7 +31,9 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
 __all__ = [
+    "DEFAULT_HTTP_LIMITS",
     "HTTP_SHUTDOWN_S",
+    "HttpLimits",
     "MCP_PATH",
     "WORKSPACE_HEADER",
     "OneWorkspace",
@@ -43,6 +48,8 @@ __all__ = [
     "transport_security",
     "workspace_of_header",
 ]
+
+logger = logging.getLogger(__name__)
 
 HTTP_SHUTDOWN_S = 2
 """Grace for open HTTP requests (e.g. a client's notification stream) when the gateway stops."""
@@ -195,13 +202,15 @@ async def serve_asgi_socket(
     *,
     on_stop: Callable[[], None],
     token: str | None = None,
+    limits: HttpLimits = DEFAULT_HTTP_LIMITS,
     task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve an ASGI app with uvicorn on a listening socket (which it closes) until cancelled; then
     ``on_stop()`` (end long-lived streams), open requests get ``HTTP_SHUTDOWN_S``, the app's lifespan ends.
 
     With ``token``, every HTTP request must carry ``Authorization: Bearer <token>``. Without one the
-    socket must be a loopback address: a gateway reachable from other machines always needs a token."""
+    socket must be a loopback address: a gateway reachable from other machines always needs a token.
+    ``limits`` bound the open connections and the time a client may take to send its headers."""
     try:
         refuse_without_token(str(sock.getsockname()[0]), token)
     except ConfigError:
@@ -210,7 +219,7 @@ async def serve_asgi_socket(
     if token is not None:
         app = BearerAuth(app, token)
     try:
-        server = _uvicorn_server(app)
+        server = _uvicorn_server(app, limits)
         done = anyio.Event()
         shield = anyio.CancelScope(shield=True)
 
@@ -272,7 +281,7 @@ def transport_security(host: str) -> TransportSecuritySettings | None:
     )
 
 
-def _uvicorn_server(app: ASGIApp) -> uvicorn.Server:
+def _uvicorn_server(app: ASGIApp, limits: HttpLimits) -> uvicorn.Server:
     import uvicorn
 
     class QuietServer(uvicorn.Server):
@@ -284,9 +293,66 @@ def _uvicorn_server(app: ASGIApp) -> uvicorn.Server:
 
     # No logging setup of its own, no access log: the CLI configures logging.
     config = uvicorn.Config(
-        app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=HTTP_SHUTDOWN_S
+        app,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=HTTP_SHUTDOWN_S,
+        http=_guarded_protocol(limits),
+        backlog=max(128, min(limits.max_connections, 4096)),
     )
     return QuietServer(config)
+
+
+def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with the two guards uvicorn lacks: a connection beyond
+    ``limits.max_connections`` is closed as it arrives, and one that has not sent a request's complete
+    headers ``limits.header_timeout_s`` after it opened (or after its previous response) is closed, so
+    clients that dribble bytes cannot hold file descriptors."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)  # type: ignore[arg-type]
+            if len(self.connections) > limits.max_connections:
+                logger.warning("refusing a connection: %d are open already", limits.max_connections)
+                self.transport.close()
+                return
+            self._arm_header_timer()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm_header_timer()
+            super().connection_lost(exc)
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.conn.their_state is not h11.IDLE:
+                self._disarm_header_timer()  # the request's headers are in
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+                self._arm_header_timer()  # the next request on this connection gets the same time
+
+        def _arm_header_timer(self) -> None:
+            self._disarm_header_timer()
+            self._header_timer = self.loop.call_later(limits.header_timeout_s, self._headers_too_slow)
+
+        def _disarm_header_timer(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_too_slow(self) -> None:
+            self._header_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                logger.info("closing a connection that sent no complete request in %g s", limits.header_timeout_s)
+                self.transport.close()
+
+    return GuardedH11Protocol
 
 
 def bind_http_socket(host: str, port: int) -> socket.socket:

@@ -27,8 +27,8 @@ from __future__ import annotations
 import logging
 import socket
 import warnings
-from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AsyncExitStack, ExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack, ExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
@@ -53,6 +53,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 from starlette.applications import Starlette
+from starlette.routing import Route
 
 from mcpvisor import __version__
 from mcpvisor.core.call_logs import LOG_LEVELS, CallLog, hearing, rank
@@ -64,20 +65,30 @@ from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, Serv
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.registry import RegisteredPrompt, mcp_tool_name
 from mcpvisor.gateway.asks import ROUND_TIMEOUT_S, CallingClient, Rounds, pass_log, served_logger
-from mcpvisor.gateway.http import MCP_PATH, OneWorkspace, bind_http_socket, serve_asgi_socket, transport_security
+from mcpvisor.gateway.http import (
+    DEFAULT_HTTP_LIMITS,
+    MCP_PATH,
+    HttpLimits,
+    OneWorkspace,
+    bind_http_socket,
+    serve_asgi_socket,
+    transport_security,
+)
+from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.resources import (
     ServedResource,
     parse_namespaced_uri,
     served_resources,
     servers_matching_templates,
 )
+from mcpvisor.gateway.sessions import ServedBy, SessionBook, session_manager
 from mcpvisor.gateway.subscriptions import ResourceSubscriptions, release_all
 
 if TYPE_CHECKING:
     from mcp.shared._stream_protocols import ReadStream, WriteStream  # the types of Server.run's streams
     from mcp.shared.message import SessionMessage
 
-__all__ = ["COALESCE_S", "MAX_HOLD_S", "PAGE_SIZE", "Gateway"]
+__all__ = ["COALESCE_S", "DRAIN_S", "MAX_HOLD_S", "PAGE_SIZE", "SHUTTING_DOWN", "Gateway"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +96,9 @@ COALESCE_S = 0.05
 """Changes within this window after the first one go out as one notice."""
 MAX_HOLD_S = 1.0
 """While a reconcile runs, notices wait for its end, but never longer than this after the first change."""
+DRAIN_S = 5.0
+"""When the gateway stops, how long calls in flight may take to finish before they are ended."""
+SHUTTING_DOWN = "the gateway is shutting down; make the call again once it is back"
 NOTIFY_TIMEOUT_S = 5.0
 """Bound on pushing one notice to one handshake-era client (a stuck client never stalls the others)."""
 
@@ -102,6 +116,10 @@ _MODERN_NOTICES: dict[str, type[ToolsListChanged | PromptsListChanged | Resource
 }
 
 _Ctx: TypeAlias = ServerRequestContext[dict[str, Any]]
+
+
+class _ShuttingDown(Exception):
+    """A call the gateway refused or ended because it is stopping."""
 
 
 class _GatewayServer(Server[dict[str, Any]]):
@@ -214,6 +232,11 @@ class Gateway(StackOwner):
         self._reconciling = False
         self._reconcile_over = anyio.Event()
         self._stack: AsyncExitStack | None = None
+        self._draining = False
+        self._calls: set[anyio.CancelScope] = set()
+        self._calls_done = anyio.Event()
+        self.sessions: SessionBook | None = None
+        """The handshake-era sessions of the HTTP app, once :meth:`http_app` made it."""
         self.notices_sent = 0
         """How many coalesced rounds of notices went out (for tests and status)."""
         with warnings.catch_warnings():
@@ -254,6 +277,25 @@ class Gateway(StackOwner):
             self._stack = stack.pop_all()
         return self
 
+    async def drain(self, grace_s: float = DRAIN_S) -> int:
+        """Stop taking calls (a new one is answered that the gateway is shutting down), let those in flight
+        finish for up to ``grace_s``, then end the rest with the same answer. Returns how many were ended."""
+        self._draining = True
+        with anyio.move_on_after(grace_s):
+            while self._calls:
+                self._calls_done = anyio.Event()
+                await self._calls_done.wait()
+        ended = len(self._calls)
+        for scope in list(self._calls):
+            scope.cancel()
+        with anyio.move_on_after(grace_s):
+            while self._calls:  # they answer as they end
+                self._calls_done = anyio.Event()
+                await self._calls_done.wait()
+        if ended:
+            logger.info("ended %d call(s) still in flight: the gateway is shutting down", ended)
+        return ended
+
     def legacy_sessions(self) -> int:
         """How many handshake-era client connections are live."""
         return len(self._legacy)
@@ -282,13 +324,32 @@ class Gateway(StackOwner):
                 logger.exception("gateway call to tool %r failed", params.name)
                 return _error_result(f"call to tool {params.name!r} failed: {type(exc).__name__}: {exc}")
 
-        return await self._interactive(ctx, params, call)
+        try:
+            return await self._interactive(ctx, params, call)
+        except _ShuttingDown:
+            return _error_result(f"call to tool {params.name!r} failed: {SHUTTING_DOWN}")
 
     async def _interactive(
         self, ctx: _Ctx, params: types.InputResponseRequestParams, call: Callable[[Progress], Awaitable[R]]
     ) -> R | types.InputRequiredResult:
         """Make a call during which the server may ask its client something: the client that made it is
-        asked, in the way its protocol era asks (:mod:`mcpvisor.gateway.asks`)."""
+        asked, in the way its protocol era asks (:mod:`mcpvisor.gateway.asks`). Raises :class:`_ShuttingDown`
+        when the gateway drains (:meth:`drain`) before the call starts or ends."""
+        if self._draining:
+            raise _ShuttingDown
+        with anyio.CancelScope() as scope:
+            self._calls.add(scope)
+            try:
+                return await self._call_interactively(ctx, params, call)
+            finally:
+                self._calls.discard(scope)
+                if not self._calls:
+                    self._calls_done.set()
+        raise _ShuttingDown  # ended by drain()
+
+    async def _call_interactively(
+        self, ctx: _Ctx, params: types.InputResponseRequestParams, call: Callable[[Progress], Awaitable[R]]
+    ) -> R | types.InputRequiredResult:
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         level = _log_level_asked(params) if modern else None
         if modern and self.config.client_requests and self._rounds is not None:
@@ -325,7 +386,10 @@ class Gateway(StackOwner):
             except McpvisorError as exc:
                 raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
 
-        return await self._interactive(ctx, params, get)
+        try:
+            return await self._interactive(ctx, params, get)
+        except _ShuttingDown:
+            raise MCPError(types.INTERNAL_ERROR, f"getting prompt {params.name!r} failed: {SHUTTING_DOWN}") from None
 
     def _resources(self) -> dict[str, ServedResource]:
         clients = self.config.manager.clients()
@@ -396,7 +460,10 @@ class Gateway(StackOwner):
             contents = [c.model_copy(update={"uri": uri}) if str(c.uri) == upstream_uri else c for c in result.contents]
             return result.model_copy(update={"contents": contents})
 
-        return await self._interactive(ctx, params, read)
+        try:
+            return await self._interactive(ctx, params, read)
+        except _ShuttingDown:
+            raise MCPError(types.INTERNAL_ERROR, f"reading resource {uri!r} failed: {SHUTTING_DOWN}") from None
 
     def _resource_owner(self, uri: str) -> tuple[str, str]:
         """(server, URI on it) for a URI a client asks for; MCPError naming the reason when none owns it."""
@@ -670,11 +737,20 @@ class Gateway(StackOwner):
         async with stdio_server() as (read, write):
             await self.serve_streams(read, write)
 
-    def http_app(self, *, host: str = "127.0.0.1") -> Starlette:
-        """The streamable-HTTP ASGI app (path :data:`MCP_PATH`); ``host`` decides DNS-rebinding protection."""
-        return self.server.streamable_http_app(
-            streamable_http_path=MCP_PATH, host=host, transport_security=transport_security(host)
+    def http_app(self, *, host: str = "127.0.0.1", limits: HttpLimits = DEFAULT_HTTP_LIMITS) -> Starlette:
+        """The streamable-HTTP ASGI app (path :data:`MCP_PATH`); ``host`` decides DNS-rebinding protection,
+        ``limits`` how many handshake-era sessions it keeps and for how long (:mod:`mcpvisor.gateway.sessions`)."""
+        manager = session_manager(
+            self.server, security=transport_security(host), limits=limits, event_store=ReplayBuffer()
         )
+        self.sessions = SessionBook(limits.max_sessions)
+
+        @asynccontextmanager
+        async def lifespan(app: Starlette) -> AsyncIterator[None]:
+            async with manager.run():
+                yield
+
+        return Starlette(routes=[Route(MCP_PATH, endpoint=ServedBy(self.sessions, manager))], lifespan=lifespan)
 
     async def serve_http(
         self,
@@ -682,12 +758,13 @@ class Gateway(StackOwner):
         port: int = 0,
         *,
         token: str | None = None,
+        limits: HttpLimits = DEFAULT_HTTP_LIMITS,
         task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve streamable HTTP on ``host:port`` (0: a free port) until cancelled; ``task_status`` gets
         the URL once listening. With ``token`` every request needs ``Authorization: Bearer <token>``
         (required off loopback). A port that cannot be bound raises :class:`ConfigError`."""
-        await self.serve_http_socket(bind_http_socket(host, port), token=token, task_status=task_status)
+        await self.serve_http_socket(bind_http_socket(host, port), token=token, limits=limits, task_status=task_status)
 
     async def serve_http_socket(
         self,
@@ -695,6 +772,7 @@ class Gateway(StackOwner):
         *,
         only_workspace: Path | None = None,
         token: str | None = None,
+        limits: HttpLimits = DEFAULT_HTTP_LIMITS,
         task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve streamable HTTP on a listening socket (see :func:`bind_http_socket`, which it closes)
@@ -702,15 +780,17 @@ class Gateway(StackOwner):
         ``HTTP_SHUTDOWN_S``, the SDK's session manager stops.
 
         With ``only_workspace``, a request whose workspace header names another folder is refused
-        (HTTP 400) instead of being silently served this workspace's servers."""
+        (HTTP 400) instead of being silently served this workspace's servers. ``limits``: see :class:`HttpLimits`."""
         try:
-            app: Any = self.http_app(host=sock.getsockname()[0])
+            app: Any = self.http_app(host=sock.getsockname()[0], limits=limits)
             if only_workspace is not None:
                 app = OneWorkspace(app, only_workspace)
         except BaseException:
             sock.close()
             raise
-        await serve_asgi_socket(app, sock, on_stop=self.close_listen_streams, token=token, task_status=task_status)
+        await serve_asgi_socket(
+            app, sock, on_stop=self.close_listen_streams, token=token, limits=limits, task_status=task_status
+        )
 
     def close_listen_streams(self) -> None:
         """End every open ``subscriptions/listen`` stream gracefully (the clients re-listen)."""

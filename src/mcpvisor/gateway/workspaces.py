@@ -17,8 +17,10 @@ is answered with HTTP 400 and a JSON-RPC error naming the header and the fix.
 
 Lifecycle: a workspace's host opens on the first request naming it (concurrent first requests wait
 for the same one). It closes once it has had no request in flight (an open listen or GET stream
-counts) and no live handshake-era session for ``idle_s``; the next request opens it afresh. The
-default workspace stays open. On exit every host closes, then the pool, so no process remains.
+counts) and no live handshake-era session for ``idle_s`` (by default the session idle timeout, so an
+abandoned client's workspace closes twice that long after its last request); the next request opens
+it afresh. The default workspace stays open. Sessions are counted across workspaces against one cap
+(:mod:`mcpvisor.gateway.sessions`). On exit every host closes, then the pool, so no process remains.
 
 Usage::
 
@@ -52,8 +54,10 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.gateway.http import (
+    DEFAULT_HTTP_LIMITS,
     MCP_PATH,
     WORKSPACE_HEADER,
+    HttpLimits,
     admit_workspace,
     bind_http_socket,
     header_text,
@@ -61,20 +65,20 @@ from mcpvisor.gateway.http import (
     transport_security,
     workspace_of_header,
 )
+from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.responses import error_response
-from mcpvisor.gateway.server import Gateway
+from mcpvisor.gateway.server import DRAIN_S, Gateway
+from mcpvisor.gateway.sessions import SessionBook, session_manager
 from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.limits import max_message_bytes_of
 from mcpvisor.host.oauth import TokenStore, http_auth_for
 from mcpvisor.host.settings.loader import load_settings
 
-__all__ = ["MAX_WORKSPACES", "WORKSPACE_IDLE_S", "WorkspaceGateway"]
+__all__ = ["MAX_WORKSPACES", "WorkspaceGateway"]
 
 logger = logging.getLogger(__name__)
 
-WORKSPACE_IDLE_S = 300.0
-"""A workspace nobody has used for this long (no request in flight, no handshake-era session) closes."""
 SESSION_POLL_S = 1.0
 """While only handshake-era sessions keep a workspace open, how often to look whether they ended."""
 MAX_WORKSPACES = 64
@@ -89,6 +93,7 @@ class _Workspace:
     serial: int
     default: bool = False
     in_flight: int = 0
+    replay: ReplayBuffer = field(default_factory=ReplayBuffer)
     last_used: float = 0.0
     stopping: bool = False
     host: Host | None = None
@@ -119,15 +124,18 @@ class WorkspaceGateway(StackOwner):
         options: HostOptions,
         *,
         http_host: str = "127.0.0.1",
-        idle_s: float = WORKSPACE_IDLE_S,
+        idle_s: float | None = None,
         max_workspaces: int = MAX_WORKSPACES,
         on_open: Callable[[Host], None] | None = None,
         workspace_root: Path | None = None,
+        limits: HttpLimits = DEFAULT_HTTP_LIMITS,
     ) -> None:
         self._options = options
+        self._limits = limits
+        self.sessions = SessionBook(limits.max_sessions)
         self._default_root = paths.workspace_root(options.workspace)
         self._workspace_root = workspace_root
-        self._idle_s = idle_s
+        self._idle_s = idle_s if idle_s is not None else limits.session_idle_timeout_s
         self._max_workspaces = max_workspaces
         self._on_open = on_open
         self._security_settings = transport_security(http_host)
@@ -195,6 +203,19 @@ class WorkspaceGateway(StackOwner):
         workspace = self._workspaces.get(root)
         return workspace.gateway if workspace is not None else None
 
+    async def drain(self, grace_s: float = DRAIN_S) -> int:
+        """:meth:`Gateway.drain` for every open workspace at once; how many calls were ended in all."""
+        ended: list[int] = []
+
+        async def one(gateway: Gateway) -> None:
+            ended.append(await gateway.drain(grace_s))
+
+        async with anyio.create_task_group() as tg:
+            for workspace in list(self._workspaces.values()):
+                if workspace.gateway is not None:
+                    tg.start_soon(one, workspace.gateway)
+        return sum(ended)
+
     def close_listen_streams(self) -> None:
         """End every workspace's open ``subscriptions/listen`` streams gracefully."""
         for workspace in list(self._workspaces.values()):
@@ -247,7 +268,9 @@ class WorkspaceGateway(StackOwner):
             if self._on_open is not None:
                 self._on_open(host)
             async with host, Gateway(host.config) as gateway:
-                manager = StreamableHTTPSessionManager(app=gateway.server, security_settings=self._security_settings)
+                manager = session_manager(
+                    gateway.server, security=self._security_settings, limits=self._limits, event_store=workspace.replay
+                )
                 async with manager.run():
                     workspace.host, workspace.gateway, workspace.manager = host, gateway, manager
                     workspace.ready.set()
@@ -320,7 +343,7 @@ class WorkspaceGateway(StackOwner):
                 message = f"cannot open workspace {str(root)!r}: {workspace.error or 'it is closing'}"
                 await error_response(message, 500, INTERNAL_ERROR)(scope, receive, send)
                 return
-            await workspace.manager.handle_request(scope, receive, send)
+            await self.sessions.handle(workspace.manager, scope, receive, send)
         finally:
             self._release(workspace)
 
@@ -351,5 +374,10 @@ class WorkspaceGateway(StackOwner):
         """Serve on a listening socket (which it closes) until cancelled; listen streams end first.
         With ``token`` every request needs ``Authorization: Bearer <token>`` (required off loopback)."""
         await serve_asgi_socket(
-            self.http_app(), sock, on_stop=self.close_listen_streams, token=token, task_status=task_status
+            self.http_app(),
+            sock,
+            on_stop=self.close_listen_streams,
+            token=token,
+            limits=self._limits,
+            task_status=task_status,
         )

@@ -1,0 +1,45 @@
+"""What clients may cost the HTTP gateway, whatever they do: the bounds and their defaults.
+
+Kept apart from the HTTP machinery so that the command line can show the defaults without importing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "DEFAULT_HTTP_LIMITS",
+    "HEADER_TIMEOUT_S",
+    "MAX_CONNECTIONS",
+    "MAX_SESSIONS",
+    "SESSION_IDLE_TIMEOUT_S",
+    "HttpLimits",
+]
+
+MAX_SESSIONS = 1000
+"""Handshake-era sessions per gateway, across workspaces (``serve --max-sessions``)."""
+SESSION_IDLE_TIMEOUT_S = 600.0
+"""A session with nothing in flight for this long ends (``serve --session-idle-timeout``)."""
+MAX_CONNECTIONS = 2000
+"""Open TCP connections at most (``serve --max-connections``); one more is closed as it arrives."""
+HEADER_TIMEOUT_S = 10.0
+"""How long a client may take to send a request's headers before its connection is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """What clients may cost the HTTP gateway, whatever they do."""
+
+    max_sessions: int = MAX_SESSIONS
+    session_idle_timeout_s: float = SESSION_IDLE_TIMEOUT_S
+    max_connections: int = MAX_CONNECTIONS
+    header_timeout_s: float = HEADER_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.max_sessions < 1 or self.max_connections < 1:
+            raise ValueError("max_sessions and max_connections must be at least 1")
+        if not (self.session_idle_timeout_s > 0 and self.header_timeout_s > 0):
+            raise ValueError("session_idle_timeout_s and header_timeout_s must be positive numbers of seconds")
+
+
+DEFAULT_HTTP_LIMITS = HttpLimits()

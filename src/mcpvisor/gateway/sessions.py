@@ -1,0 +1,241 @@
+"""Bounds on the HTTP gateway's handshake-era sessions: how many, and how long an idle one lives.
+
+A client of the handshake era (protocol versions up to 2025-11-25) opens a session with ``initialize``
+and names it in the ``Mcp-Session-Id`` header of every later request; the SDK's session manager keeps
+a server task per session. Clients that never say goodbye would keep theirs forever, so:
+
+- **idle expiry** — a session with no request in flight (an open GET stream counts as one) for
+  ``session_idle_timeout_s`` ends; its id then answers 404 and the client initializes again, as the
+  specification says (the SDK's manager does this, given the timeout);
+- **a cap** — at most ``max_sessions`` sessions per gateway, whatever workspace they belong to: when
+  a client opens one more, the least recently used session with nothing in flight is closed to make
+  room; only when every session is busy does the new client get 503 with ``Retry-After``.
+
+A session's protocol version is the one negotiated by its ``initialize``. A later request whose
+``MCP-Protocol-Version`` header is missing or names an older version (the header must carry the
+negotiated one) is served as the session's version, so a 2025-11-25 session's SSE streams always
+start with the priming event that makes them resumable.
+
+2026-07-28 clients have no sessions (every request stands alone): they pass straight through.
+:class:`SessionBook` sits in front of one or more session managers (one per workspace) and keeps
+the books for all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, EventStore
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp_types import INTERNAL_ERROR
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+from starlette.types import Message, Receive, Scope, Send
+
+from mcpvisor.gateway.limits import HttpLimits
+from mcpvisor.gateway.responses import error_response
+
+__all__ = ["RETRY_AFTER_S", "SSE_RETRY_MS", "ServedBy", "SessionBook", "session_manager"]
+
+logger = logging.getLogger(__name__)
+
+RETRY_AFTER_S = 5
+"""What a client refused for want of a free session is told to wait."""
+SSE_RETRY_MS = 1000
+"""The ``retry`` field of the gateway's SSE streams: how long a client waits before it resumes one."""
+
+_SESSION_HEADER = MCP_SESSION_ID_HEADER.encode()
+_VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.encode()
+_MAX_NOTED_BODY = 64 * 1024
+"""The most of an opening request's body read again to learn the protocol version it asks for."""
+
+
+def session_manager(
+    server: Any,
+    *,
+    security: TransportSecuritySettings | None,
+    limits: HttpLimits,
+    event_store: EventStore | None,
+) -> StreamableHTTPSessionManager:
+    """The SDK's session manager as the gateway runs it: idle sessions expire, the cap is the
+    :class:`SessionBook`'s (across managers), SSE streams start with a priming event and a ``retry``."""
+    return StreamableHTTPSessionManager(
+        app=server,
+        security_settings=security,
+        session_idle_timeout=limits.session_idle_timeout_s,
+        max_sessions=None,
+        event_store=event_store,
+        retry_interval=SSE_RETRY_MS if event_store is not None else None,
+    )
+
+
+@dataclass(eq=False)
+class _Session:
+    manager: StreamableHTTPSessionManager
+    session_id: str
+    last_used: float
+    version: str | None = None
+    """The protocol version negotiated by the session's ``initialize``."""
+    in_flight: int = 0
+
+    def alive(self) -> bool:
+        # The SDK forgets a session the moment it ends (DELETE, idle expiry, crash); it has no public view.
+        return self.session_id in self.manager._server_instances
+
+    async def close(self) -> None:
+        transport = self.manager._server_instances.get(self.session_id)
+        if transport is not None:
+            await self.manager._discard_session(self.session_id, transport)
+
+
+@dataclass(eq=False)
+class SessionBook:
+    """The sessions of every session manager behind one gateway, under one cap (see the module)."""
+
+    max_sessions: int
+    _sessions: dict[str, _Session] = field(default_factory=dict)
+    _opening: int = 0
+    evicted: int = 0
+    """Sessions closed to make room (for tests and status)."""
+
+    def __len__(self) -> int:
+        self._forget_ended()
+        return len(self._sessions)
+
+    async def handle(self, manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one HTTP request through ``manager``, keeping the books."""
+        headers = dict(scope.get("headers") or ())
+        version = headers.get(_VERSION_HEADER)
+        if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+            await manager.handle_request(scope, receive, send)  # the 2026-07-28 era has no sessions
+            return
+        session_id = headers.get(_SESSION_HEADER)
+        if session_id is not None:
+            with self._using(session_id.decode("latin-1")) as session:
+                if session is not None and session.version is not None:
+                    scope = _at_version(scope, version, session.version)
+                await manager.handle_request(scope, receive, send)
+            return
+        if scope.get("method") != "POST":
+            await manager.handle_request(scope, receive, send)  # refused by the SDK: no session, no initialize
+            return
+        if not await self._make_room():
+            message = (
+                f"the gateway already serves {self.max_sessions} sessions, all of them busy; "
+                f"try again in {RETRY_AFTER_S} s"
+            )
+            response = error_response(message, 503, INTERNAL_ERROR, headers={"Retry-After": str(RETRY_AFTER_S)})
+            await response(scope, receive, send)
+            return
+        self._opening += 1
+        body = bytearray()
+
+        async def noting_body() -> Message:
+            message = await receive()
+            if message["type"] == "http.request" and len(body) <= _MAX_NOTED_BODY:
+                body.extend(message.get("body", b""))
+            return message
+
+        try:
+            await manager.handle_request(scope, noting_body, self._noting_session(manager, send, body))
+        finally:
+            self._opening -= 1
+
+    @contextmanager
+    def _using(self, session_id: str) -> Iterator[_Session | None]:
+        session = self._sessions.get(session_id)
+        if session is None:
+            yield None  # unknown to the books: the SDK answers 404
+            return
+        session.in_flight += 1
+        session.last_used = anyio.current_time()
+        try:
+            yield session
+        finally:
+            session.in_flight -= 1
+            session.last_used = anyio.current_time()
+            if not session.alive():
+                self._sessions.pop(session_id, None)
+
+    def _noting_session(self, manager: StreamableHTTPSessionManager, send: Send, body: bytearray) -> Send:
+        """``send``, noting the session an opening request created (its id is in the response's headers)
+        and the protocol version its ``initialize`` (in ``body``) negotiated."""
+
+        async def noting(message: Message) -> None:
+            if message["type"] == "http.response.start" and message.get("status", 500) < 400:
+                for key, value in message.get("headers") or ():
+                    if key.lower() == _SESSION_HEADER:
+                        session_id = value.decode("latin-1")
+                        session = _Session(manager, session_id, anyio.current_time(), _negotiated(bytes(body)))
+                        self._sessions[session_id] = session
+            await send(message)
+
+        return noting
+
+    def _forget_ended(self) -> None:
+        for session_id in [sid for sid, session in self._sessions.items() if not session.alive()]:
+            del self._sessions[session_id]
+
+    async def _make_room(self) -> bool:
+        """Whether one more session may open, after closing the least recently used idle one if needed."""
+        self._forget_ended()
+        while len(self._sessions) + self._opening >= self.max_sessions:
+            idle = [s for s in self._sessions.values() if s.in_flight == 0]
+            if not idle:
+                return False
+            victim = min(idle, key=lambda s: s.last_used)
+            del self._sessions[victim.session_id]
+            self.evicted += 1
+            logger.info("closing the least recently used session to make room for a new client")
+            await victim.close()
+        return True
+
+    async def close_all(self) -> None:
+        """End every session (the gateway is stopping)."""
+        for session in list(self._sessions.values()):
+            await session.close()
+        self._sessions.clear()
+
+
+class ServedBy:
+    """ASGI endpoint: every request through ``book`` to ``manager``."""
+
+    def __init__(self, book: SessionBook, manager: StreamableHTTPSessionManager) -> None:
+        self._book = book
+        self._manager = manager
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._book.handle(self._manager, scope, receive, send)
+
+
+def _negotiated(body: bytes) -> str | None:
+    """The handshake version an ``initialize`` request body is answered with: the one it asks for when the
+    gateway speaks it, else the latest (the version negotiation of the handshake era)."""
+    try:
+        request = json.loads(body)
+        asked = request["params"]["protocolVersion"] if request.get("method") == "initialize" else None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not isinstance(asked, str):
+        return None
+    return asked if asked in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
+
+
+def _at_version(scope: Scope, header: bytes | None, negotiated: str) -> Scope:
+    """``scope`` with the session's negotiated version in its ``MCP-Protocol-Version`` header when the
+    request's own is missing or names an older handshake version."""
+    given = header.decode("latin-1") if header is not None else None
+    versions = HANDSHAKE_PROTOCOL_VERSIONS
+    if given == negotiated or (given is not None and (given not in versions or negotiated not in versions)):
+        return scope
+    if given is not None and versions.index(given) > versions.index(negotiated):
+        return scope
+    headers = [(k, v) for k, v in scope.get("headers") or () if k.lower() != _VERSION_HEADER]
+    return {**scope, "headers": [*headers, (_VERSION_HEADER, negotiated.encode())]}

@@ -1,0 +1,262 @@
+"""What one client may cost the HTTP gateway: sessions that expire and make room, connections that
+must send their headers in time, a cap on connections, resumable SSE streams. Real uvicorn on
+loopback, real sockets, real example servers."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp_types import JSONRPCResponse
+
+from mcpvisor.gateway.http import HttpLimits
+from mcpvisor.gateway.replay import ReplayBuffer
+from mcpvisor.gateway.server import Gateway
+from mcpvisor.gateway.sessions import RETRY_AFTER_S, SSE_RETRY_MS
+from tests.gateway.test_gateway import running, server
+from tests.helpers import WAIT_S, wait_until
+
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+VERSION = "2025-11-25"
+
+
+def initialize(version: str = VERSION) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+
+
+def call(tool: str, arguments: dict[str, Any], request_id: int = 2) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    }
+
+
+@asynccontextmanager
+async def gateway_at(tmp_path: Path, limits: HttpLimits) -> AsyncIterator[tuple[Gateway, str]]:
+    user = {"mcpServers": {"a": server("a", "--control")}}
+    async with running(tmp_path, user=user) as r, anyio.create_task_group() as tg:
+        url: str = await tg.start(lambda task_status: r.gateway.serve_http(limits=limits, task_status=task_status))
+        yield r.gateway, url
+        tg.cancel_scope.cancel()
+
+
+async def open_session(http: httpx2.AsyncClient, url: str) -> str:
+    response = await http.post(url, json=initialize(), headers=ACCEPT)
+    assert response.status_code == 200, response.text
+    session = response.headers["mcp-session-id"]
+    headers = {**ACCEPT, "mcp-session-id": session, "MCP-Protocol-Version": VERSION}
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert (await http.post(url, json=initialized, headers=headers)).status_code == 202
+    return session
+
+
+async def ping(http: httpx2.AsyncClient, url: str, session: str) -> int:
+    headers = {**ACCEPT, "mcp-session-id": session, "MCP-Protocol-Version": VERSION}
+    response = await http.post(url, json={"jsonrpc": "2.0", "id": 9, "method": "ping"}, headers=headers)
+    return response.status_code
+
+
+# -- sessions ------------------------------------------------------------------------------------
+
+
+async def test_an_idle_session_expires_and_then_answers_404(tmp_path: Path) -> None:
+    async with gateway_at(tmp_path, HttpLimits(session_idle_timeout_s=0.5)) as (gateway, url):
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            kept, abandoned = await open_session(http, url), await open_session(http, url)
+            assert gateway.sessions is not None
+            assert len(gateway.sessions) == 2
+
+            async def keep_alive() -> None:
+                while True:
+                    assert await ping(http, url, kept) == 200
+                    await anyio.sleep(0.1)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(keep_alive)
+                await wait_until(lambda: len(gateway.sessions or ()) == 1, what="the abandoned session to expire")
+                tg.cancel_scope.cancel()
+            assert await ping(http, url, abandoned) == 404
+            assert await ping(http, url, kept) == 200
+
+
+async def test_at_the_cap_the_least_recently_used_idle_session_makes_room(tmp_path: Path) -> None:
+    async with gateway_at(tmp_path, HttpLimits(max_sessions=2)) as (gateway, url):
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            oldest = await open_session(http, url)
+            newer = await open_session(http, url)
+            assert await ping(http, url, oldest) == 200  # now the least recently used is `newer`
+            newest = await open_session(http, url)
+            assert await ping(http, url, newer) == 404
+            assert await ping(http, url, oldest) == 200
+            assert await ping(http, url, newest) == 200
+            assert gateway.sessions is not None
+            assert (len(gateway.sessions), gateway.sessions.evicted) == (2, 1)
+
+
+async def test_when_every_session_is_busy_a_new_client_gets_503_with_retry_after(tmp_path: Path) -> None:
+    async with gateway_at(tmp_path, HttpLimits(max_sessions=1)) as (gateway, url):
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http, anyio.create_task_group() as tg:
+            busy = await open_session(http, url)
+            headers = {**ACCEPT, "mcp-session-id": busy, "MCP-Protocol-Version": VERSION}
+            done = anyio.Event()
+
+            async def slow_call() -> None:
+                response = await http.post(url, json=call("mcp__a__sleep", {"seconds": 3}), headers=headers)
+                assert response.status_code == 200
+                done.set()
+
+            tg.start_soon(slow_call)
+            sessions = gateway.sessions
+            assert sessions is not None
+            await wait_until(lambda: any(s.in_flight for s in sessions._sessions.values()), what="the call in flight")
+            refused = await http.post(url, json=initialize(), headers=ACCEPT)
+            assert refused.status_code == 503
+            assert refused.headers["retry-after"] == str(RETRY_AFTER_S)
+            assert "all of them busy" in refused.json()["error"]["message"]
+            await done.wait()
+            await open_session(http, url)  # idle again: it makes room
+
+
+async def test_a_2025_11_25_session_gets_primed_resumable_streams_whatever_version_a_request_names(
+    tmp_path: Path,
+) -> None:
+    async with gateway_at(tmp_path, HttpLimits()) as (_, url), httpx2.AsyncClient(timeout=WAIT_S) as http:
+        session = await open_session(http, url)
+        for named in (VERSION, "2025-03-26", None):
+            headers = {**ACCEPT, "mcp-session-id": session, **({"MCP-Protocol-Version": named} if named else {})}
+            response = await http.post(url, json=call("mcp__a__echo", {"text": "x"}), headers=headers)
+            lines = response.text.splitlines()
+            assert lines[0].startswith("id: "), (named, response.text[:200])
+            assert f"retry: {SSE_RETRY_MS}" in lines[:3], (named, response.text[:200])
+        old = await http.post(url, json=initialize("2025-06-18"), headers=ACCEPT)
+        headers = {**ACCEPT, "mcp-session-id": old.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-06-18"}
+        response = await http.post(url, json=call("mcp__a__echo", {"text": "x"}), headers=headers)
+        assert "retry:" not in response.text  # an older client never gets an event it may not parse
+
+
+# -- connections ---------------------------------------------------------------------------------
+
+
+def _connect(url: str) -> socket.socket:
+    host, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=WAIT_S)
+    sock.setblocking(False)
+    return sock
+
+
+async def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the gateway closed ``sock`` (reads end of file or a reset), waiting for it to be readable."""
+    await anyio.wait_readable(sock)
+    try:
+        return sock.recv(1024) == b""
+    except ConnectionResetError:
+        return True
+
+
+async def test_connections_that_dribble_their_headers_are_cut(tmp_path: Path) -> None:
+    async with gateway_at(tmp_path, HttpLimits(header_timeout_s=1.0)) as (_, url):
+        socks = [_connect(url) for _ in range(50)]
+        try:
+            request = b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 1000
+
+            async def dribble(sock: socket.socket) -> None:
+                for byte in request:
+                    try:
+                        sock.send(bytes([byte]))
+                    except OSError:
+                        return  # cut: what this test waits for
+                    await anyio.sleep(0.05)
+
+            closed: list[bool] = []
+
+            async def watch(sock: socket.socket) -> None:
+                closed.append(await _closed_by_peer(sock))
+
+            with anyio.fail_after(WAIT_S):
+                async with anyio.create_task_group() as tg:
+                    for sock in socks:
+                        tg.start_soon(dribble, sock)
+                        tg.start_soon(watch, sock)
+            assert closed == [True] * len(socks)
+        finally:
+            for sock in socks:
+                sock.close()
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:  # a client that speaks normally is served
+            assert (await http.post(url, json=initialize(), headers=ACCEPT)).status_code == 200
+
+
+async def test_a_connection_beyond_the_cap_is_closed_as_it_arrives(tmp_path: Path) -> None:
+    async with gateway_at(tmp_path, HttpLimits(max_connections=5)) as (_, url):
+        held = [_connect(url) for _ in range(5)]
+        try:
+            await anyio.sleep(0.2)  # let the gateway accept them (nothing to wait on from outside)
+            extra = _connect(url)
+            with anyio.fail_after(WAIT_S):
+                assert await _closed_by_peer(extra)
+            extra.close()
+            for sock in held:
+                sock.close()
+            async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+                response = await http.post(url, json=initialize(), headers=ACCEPT)
+                assert response.status_code == 200
+        finally:
+            for sock in held:
+                sock.close()
+
+
+# -- the replay buffer ---------------------------------------------------------------------------
+
+
+def _message(text: str) -> Any:
+    return JSONRPCResponse(jsonrpc="2.0", id=1, result={"content": [{"type": "text", "text": text}]})
+
+
+async def test_the_replay_buffer_resumes_after_the_last_event_seen() -> None:
+    buffer = ReplayBuffer()
+    first = await buffer.store_event("s", None)  # the priming event
+    ids = [await buffer.store_event("s", _message(str(n))) for n in range(3)]
+    await buffer.store_event("other", _message("x"))
+    sent: list[str] = []
+
+    async def send(event: Any) -> None:
+        sent.append(event.message.result["content"][0]["text"])
+
+    assert await buffer.replay_events_after(first, send) == "s"
+    assert sent == ["0", "1", "2"]
+    sent.clear()
+    assert await buffer.replay_events_after(ids[1], send) == "s"
+    assert sent == ["2"]
+    assert await buffer.replay_events_after("unknown/1", send) is None
+
+
+@pytest.mark.parametrize("bound", ["events", "bytes", "streams"])
+async def test_the_replay_buffer_stays_bounded_and_never_skips_what_it_dropped(bound: str) -> None:
+    buffer = ReplayBuffer(max_events=3, max_bytes=4000, max_streams=2)
+    first = await buffer.store_event("s", _message("a"))
+    if bound == "events":
+        for n in range(5):
+            await buffer.store_event("s", _message(str(n)))
+    elif bound == "bytes":
+        await buffer.store_event("s", _message("x" * 2000))  # over a quarter of the budget: not kept
+    else:
+        await buffer.store_event("t", _message("t"))
+        await buffer.store_event("u", _message("u"))  # a third stream: the least recently written goes
+    assert buffer.size <= 4000
+
+    async def send(event: Any) -> None:
+        raise AssertionError("nothing may be replayed from before a gap")
+
+    assert await buffer.replay_events_after(first, send) is None
