@@ -53,6 +53,7 @@ from mcpvisor.host.private_files import (
     describe_read_error,
     load_json,
     lock_path_of,
+    not_saved,
     read_private,
     signature_of,
     write_private,
@@ -325,8 +326,8 @@ class ApprovalStore:
             )
         record = ApprovalRecord(hash=cfg.approval_hash, status=status)
         with self._mutex:
-            self._path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
             try:
+                self._path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
                 with FileLock(self.lock_path, timeout=LOCK_TIMEOUT_S, mode=STORE_MODE):
                     self._write_locked(key, name, record, verb)
             except Timeout as exc:
@@ -334,6 +335,8 @@ class ApprovalStore:
                     f"could not record {verb} of server {name!r}: another process holds the lock "
                     f"{str(self.lock_path)!r}; try again"
                 ) from exc
+            except OSError as exc:  # the folder or the lock file could not be made
+                raise not_saved(self._path, exc) from exc
         logger.info("MCP server %r %s for project %s", name, status, key)
 
     def _write_locked(self, key: str, name: str, record: ApprovalRecord, verb: str) -> None:

@@ -34,6 +34,7 @@ __all__ = [
     "load_json",
     "is_store_file",
     "lock_path_of",
+    "not_saved",
     "read_private",
     "signature_of",
     "write_private",
@@ -102,9 +103,20 @@ def read_private(path: Path) -> tuple[Signature | None, bytes | None]:
     return (st.st_ino, st.st_size, st.st_mtime_ns), data
 
 
+def not_saved(path: Path, exc: OSError) -> ConfigError:
+    """The one-line error for a file that could not be written: the old one is still in place."""
+    return ConfigError(f"could not save {path}: {describe_read_error(exc)} — nothing was changed")
+
+
 def write_private(path: Path, text: str) -> Signature:
-    """Write ``text`` to a temporary file next to ``path`` and move it into place. Mode 0600."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=tmp_prefix(path), suffix=TMP_SUFFIX)
+    """Write ``text`` to a temporary file next to ``path`` and move it into place. Mode 0600.
+
+    Raises :class:`ConfigError` (:func:`not_saved`) when it cannot be written, e.g. on a full disk:
+    ``path`` is then exactly as it was."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=tmp_prefix(path), suffix=TMP_SUFFIX)
+    except OSError as exc:
+        raise not_saved(path, exc) from exc
     try:
         with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), STORE_MODE)
@@ -113,9 +125,11 @@ def write_private(path: Path, text: str) -> Signature:
             os.fsync(fh.fileno())
             st = os.fstat(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise not_saved(path, exc) from exc
         raise
     fsync_dir(path.parent)
     return (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -179,11 +193,13 @@ class PrivateJsonStore:
 
     def mutate(self, change: Callable[[dict[str, Any]], object], *, timeout_s: float = LOCK_TIMEOUT_S) -> None:
         """Re-read the records under the lock, let ``change`` edit them in place, write them atomically."""
-        self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         try:
+            self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
             with FileLock(lock_path_of(self.path), timeout=timeout_s, mode=STORE_MODE):
                 records = self.read()
                 change(records)
                 write_private(self.path, json.dumps(records, indent=2, sort_keys=True) + "\n")
         except Timeout as exc:
             raise ConfigError(f"{self.what} {self.path} is locked by another process; try again") from exc
+        except OSError as exc:  # the folder or the lock file could not be made
+            raise not_saved(self.path, exc) from exc

@@ -25,6 +25,7 @@ from typing import Any
 
 import json5
 
+from mcpvisor.host.private_files import not_saved
 from mcpvisor.host.settings.loader import (
     FileScope,
     Settings,
@@ -327,15 +328,19 @@ def write_atomically(path: Path, text: str, *, new_mode: int = 0o644) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``.
 
     A symlinked file is written at its target, so the link stays. The existing file's permission
-    bits are kept; a new file gets ``new_mode``. Parent folders are created.
+    bits are kept; a new file gets ``new_mode``. Parent folders are created. Raises :class:`ConfigError`
+    (:func:`not_saved`) when it cannot be written, e.g. on a full disk: the file is then as it was.
     """
     target = Path(os.path.realpath(path))
-    target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        mode = target.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        mode = new_mode
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            mode = target.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            mode = new_mode
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise not_saved(path, exc) from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -343,8 +348,10 @@ def write_atomically(path: Path, text: str, *, new_mode: int = 0o644) -> None:
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise not_saved(path, exc) from exc
         raise
 
 
