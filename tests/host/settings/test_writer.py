@@ -9,6 +9,7 @@ from typing import Any
 import json5
 import pytest
 
+from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.settings import writer
 from mcpvisor.host.settings.loader import SettingsFileError
 from mcpvisor.host.settings.writer import (
@@ -191,7 +192,7 @@ def test_a_failed_write_restores_memory(layout: Layout, monkeypatch: pytest.Monk
         raise PermissionError("read-only")
 
     monkeypatch.setattr(os, "replace", fail)
-    with pytest.raises(PermissionError):
+    with pytest.raises(ConfigError, match="could not save .*settings.json: read-only — nothing was changed"):
         set_setting(settings, "user", "ui.theme", "b")
     assert settings.merged.get("ui.theme") == "a"
     assert sorted(p.name for p in layout.paths.user.parent.iterdir()) == ["settings.json"]
