@@ -25,6 +25,7 @@ run startup.py "${startup_args[@]}"
 run endurance.py
 run gateway_overhead.py
 run hostile.py
+run huge_messages.py
 
 echo
 if ((${#failed[@]})); then

@@ -134,7 +134,6 @@ async def open_stdio_transport(
                     lines = splitter.feed(chunk)
                     if lines is None:
                         handle.failure = MessageTooLargeError(server=server, limit=max_message_bytes)
-                        logger.warning("%s", handle.failure)
                         if on_broken is not None:
                             on_broken(handle.failure)
                         return  # the read stream closes: pending requests fail, the connection is dropped
