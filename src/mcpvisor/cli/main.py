@@ -252,7 +252,7 @@ def serve(
         typer.Option(
             "--workspace-root",
             help="With --per-client-workspaces: clients may name only folders inside DIR "
-            "(default: only folders you own).",
+            "(default: only folders you own under your home folder; never system folders).",
             metavar="DIR",
         ),
     ] = None,
