@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from mcpvisor.core.errors import ConfigError, ToolNotFoundError
-from mcpvisor.core.events import EventBus, ReconcileFinished
+from mcpvisor.core.events import EventBus, ReconcileFinished, ToolsChanged
 from mcpvisor.core.gating import McpGating, matches_any
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.manager import McpClientManager
@@ -36,13 +36,14 @@ from mcpvisor.core.registry import (
     ToolRegistry,
     mcp_tool_name,
 )
-from mcpvisor.core.server_config import HttpAuth, McpServerConfig
+from mcpvisor.core.server_config import Exposure, HttpAuth, McpServerConfig
 
 if TYPE_CHECKING:
     from mcp_types import CallToolResult, GetPromptResult
 
     from mcpvisor.core.client import Progress
     from mcpvisor.core.pool import McpConnectionPool
+    from mcpvisor.core.providers import ToolProvider
 
 __all__ = ["Config", "UnavailableReason"]
 
@@ -98,6 +99,8 @@ class Config(StackOwner):
         self._dirty = False
         self._reconcile_done: anyio.Event | None = None
         self.last_reconcile: ReconcileFinished | None = None
+        self._providers: dict[str, ToolProvider] = {}
+        """Registered name -> in-process tool provider (:mod:`mcpvisor.core.providers`)."""
 
     @property
     def client_requests(self) -> bool:
@@ -306,10 +309,45 @@ class Config(StackOwner):
         tools by their own names). Unknown names raise :class:`ToolNotFoundError` saying which server
         would own it and how to fix it. ``progress`` hears the server's progress notifications for the call."""
         entry = self.tool_registry.get_tool(name) or self._tool_by_own_name(name)
+        provider = self._providers.get(entry.server) if entry is not None else None
+        if entry is not None and provider is not None:
+            return await provider.call_tool(entry.tool.name, dict(arguments or {}), progress=progress)
         client = self.manager.get_client(entry.server) if entry is not None else None
         if entry is None or client is None:
             raise self.tool_not_found(name)
         return await client.call_tool(entry.tool.name, arguments, timeout_s=timeout_s, progress=progress)
+
+    # -- in-process tool providers -----------------------------------------------------------
+
+    def add_tool_provider(self, provider: ToolProvider) -> None:
+        """Serve ``provider``'s tools beside the servers' (:mod:`mcpvisor.core.providers`). Its tools are
+        registered under ``provider.name`` — or ``<name>_1`` when an MCP server already has that name."""
+        if self.tool_provider_key(provider) is not None:
+            return
+        servers = self.get_merged_mcp_servers()
+        key, n = provider.name, 0
+        while key in servers or key in self._providers:
+            n += 1
+            key = f"{provider.name}_{n}"
+        self._providers[key] = provider
+        self.refresh_tool_provider(provider)
+
+    def remove_tool_provider(self, provider: ToolProvider) -> None:
+        for key, known in list(self._providers.items()):
+            if known is provider:
+                del self._providers[key]
+                if self.tool_registry.remove_mcp_tools_by_server(key):
+                    self.events.emit(ToolsChanged())
+
+    def refresh_tool_provider(self, provider: ToolProvider) -> None:
+        """Register what ``provider`` offers now (call it when its tool set changes)."""
+        for key, known in self._providers.items():
+            if known is provider and self.tool_registry.set_server_tools(key, provider.list_tools(), Exposure()):
+                self.events.emit(ToolsChanged())
+
+    def tool_provider_key(self, provider: ToolProvider) -> str | None:
+        """The name ``provider``'s tools are registered under, if it is added."""
+        return next((key for key, known in self._providers.items() if known is provider), None)
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> GetPromptResult:
         entry = self.prompt_registry.get_prompt(name)

@@ -8,7 +8,12 @@ decision. Removing a server never deletes its record.
 
 The store is one JSON file in the user directory (``paths.approvals_path(env)``)::
 
-    { "<project root>": { "<server>": { "hash": "<sha256>", "status": "approved" | "rejected" } } }
+    { "<project root>": { "<server>": { "hash": "<sha256>", "status": "approved" | "rejected" } },
+      "lsp:<project root>": { "<language server>": { ... } } }
+
+Language servers (``.lsp.json``, SPEC §10) are decided in the same store under their own kind
+(``kind="lsp"``: the root key is prefixed ``lsp:``), so an MCP server and a language server may share a
+name; their records follow every rule below.
 
 - **One project root.** Every read and write keys on ``Path(root).resolve()``.
 - **Atomic, locked writes.** ``approve``/``reject`` take a cross-process lock (``<store>.lock``),
@@ -40,12 +45,11 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from filelock import FileLock, Timeout
 
 from mcpvisor.core.errors import ConfigError
-from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.private_files import (
     DIR_MODE,
     STORE_MODE,
@@ -61,6 +65,8 @@ from mcpvisor.host.private_files import (
 
 __all__ = [
     "GATED_SCOPES",
+    "Decidable",
+    "Kind",
     "LOCK_TIMEOUT_S",
     "ApprovalRecord",
     "ApprovalState",
@@ -79,6 +85,19 @@ logger = logging.getLogger(__name__)
 
 ApprovalState = Literal["pending", "approved", "rejected"]
 Decision = Literal["approved", "rejected"]
+Kind = Literal["mcp", "lsp"]
+"""What is decided on: an MCP server, or a language server."""
+
+
+class Decidable(Protocol):
+    """What a decision is bound to: a server configuration with a scope and an approval hash."""
+
+    @property
+    def scope(self) -> str | None: ...
+
+    @property
+    def approval_hash(self) -> str: ...
+
 
 GATED_SCOPES: Final = frozenset({"project", "workspace"})
 LOCK_TIMEOUT_S: Final = 10.0
@@ -100,17 +119,18 @@ StoreRecords = Mapping[str, Mapping[str, ApprovalRecord]]
 # --- pure decisions -------------------------------------------------------------------------
 
 
-def is_gated(cfg: McpServerConfig) -> bool:
+def is_gated(cfg: Decidable) -> bool:
     """Whether a server needs its user's approval before it may start (scope project or workspace)."""
     return cfg.scope in GATED_SCOPES
 
 
-def root_key(root: str | os.PathLike[str]) -> str:
-    """The one key a project root is stored under: its resolved real path."""
-    return str(Path(root).expanduser().resolve())
+def root_key(root: str | os.PathLike[str], kind: Kind = "mcp") -> str:
+    """The one key a project root is stored under: its resolved real path (``lsp:`` + it for language servers)."""
+    key = str(Path(root).expanduser().resolve())
+    return key if kind == "mcp" else f"{kind}:{key}"
 
 
-def state_from_records(records: Mapping[str, ApprovalRecord], name: str, cfg: McpServerConfig) -> ApprovalState:
+def state_from_records(records: Mapping[str, ApprovalRecord], name: str, cfg: Decidable) -> ApprovalState:
     """The state of one server given its project's records: no record or another hash -> pending."""
     record = records.get(name)
     if record is None or record.hash != cfg.approval_hash:
@@ -118,16 +138,14 @@ def state_from_records(records: Mapping[str, ApprovalRecord], name: str, cfg: Mc
     return record.status
 
 
-def pending_gated_names(
-    servers: Mapping[str, McpServerConfig], records: Mapping[str, ApprovalRecord]
-) -> tuple[str, ...]:
+def pending_gated_names(servers: Mapping[str, Decidable], records: Mapping[str, ApprovalRecord]) -> tuple[str, ...]:
     """Gated servers that are not approved (rejected included): discovery skips them."""
     return tuple(
         name for name, cfg in servers.items() if is_gated(cfg) and state_from_records(records, name, cfg) != "approved"
     )
 
 
-def promptable_names(servers: Mapping[str, McpServerConfig], records: Mapping[str, ApprovalRecord]) -> tuple[str, ...]:
+def promptable_names(servers: Mapping[str, Decidable], records: Mapping[str, ApprovalRecord]) -> tuple[str, ...]:
     """Gated servers with no decision for their current configuration: these drive the dialog."""
     return tuple(
         name for name, cfg in servers.items() if is_gated(cfg) and state_from_records(records, name, cfg) == "pending"
@@ -266,7 +284,7 @@ class ApprovalStore:
 
     # -- reads --------------------------------------------------------------------------------
 
-    def _records_for(self, root: str | os.PathLike[str]) -> Mapping[str, ApprovalRecord]:
+    def _records_for(self, root: str | os.PathLike[str], kind: Kind = "mcp") -> Mapping[str, ApprovalRecord]:
         key = root_key(root)
         if self._inside(Path(key)):
             if key not in self._warned_inside:
@@ -278,26 +296,26 @@ class ApprovalStore:
                 )
             return {}
         self._refresh()
-        return self._records.get(key, {})
+        return self._records.get(root_key(root, kind), {})
 
-    def get_state(self, root: str | os.PathLike[str], name: str, cfg: McpServerConfig) -> ApprovalState:
+    def get_state(self, root: str | os.PathLike[str], name: str, cfg: Decidable, kind: Kind = "mcp") -> ApprovalState:
         """``pending`` (no record, or one for another hash), ``approved`` or ``rejected``."""
         with self._mutex:
-            return state_from_records(self._records_for(root), name, cfg)
+            return state_from_records(self._records_for(root, kind), name, cfg)
 
     def get_pending_gated_mcp_servers(
-        self, servers: Mapping[str, McpServerConfig], root: str | os.PathLike[str]
+        self, servers: Mapping[str, Decidable], root: str | os.PathLike[str], kind: Kind = "mcp"
     ) -> tuple[str, ...]:
         """Gated servers that are not approved (rejected included), in ``servers`` order."""
         with self._mutex:
-            return pending_gated_names(servers, self._records_for(root))
+            return pending_gated_names(servers, self._records_for(root, kind))
 
     def get_promptable_mcp_servers(
-        self, servers: Mapping[str, McpServerConfig], root: str | os.PathLike[str]
+        self, servers: Mapping[str, Decidable], root: str | os.PathLike[str], kind: Kind = "mcp"
     ) -> tuple[str, ...]:
         """Gated servers with no decision for their current configuration, in ``servers`` order."""
         with self._mutex:
-            return promptable_names(servers, self._records_for(root))
+            return promptable_names(servers, self._records_for(root, kind))
 
     def snapshot(self) -> dict[str, dict[str, ApprovalRecord]]:
         """A copy of every record as last read."""
@@ -307,15 +325,15 @@ class ApprovalStore:
 
     # -- writes -------------------------------------------------------------------------------
 
-    def approve(self, root: str | os.PathLike[str], name: str, cfg: McpServerConfig) -> None:
+    def approve(self, root: str | os.PathLike[str], name: str, cfg: Decidable, kind: Kind = "mcp") -> None:
         """Record that the user approved this exact configuration of ``name`` for ``root``."""
-        self._decide(root, name, cfg, "approved")
+        self._decide(root, name, cfg, "approved", kind)
 
-    def reject(self, root: str | os.PathLike[str], name: str, cfg: McpServerConfig) -> None:
+    def reject(self, root: str | os.PathLike[str], name: str, cfg: Decidable, kind: Kind = "mcp") -> None:
         """Record that the user rejected this exact configuration of ``name`` for ``root``."""
-        self._decide(root, name, cfg, "rejected")
+        self._decide(root, name, cfg, "rejected", kind)
 
-    def _decide(self, root: str | os.PathLike[str], name: str, cfg: McpServerConfig, status: Decision) -> None:
+    def _decide(self, root: str | os.PathLike[str], name: str, cfg: Decidable, status: Decision, kind: Kind) -> None:
         key = root_key(root)
         verb = "approval" if status == "approved" else "rejection"
         if self._inside(Path(key)):
@@ -329,7 +347,7 @@ class ApprovalStore:
             try:
                 self._path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
                 with FileLock(self.lock_path, timeout=LOCK_TIMEOUT_S, mode=STORE_MODE):
-                    self._write_locked(key, name, record, verb)
+                    self._write_locked(root_key(root, kind), name, record, verb)
             except Timeout as exc:
                 raise ConfigError(
                     f"could not record {verb} of server {name!r}: another process holds the lock "
@@ -337,7 +355,8 @@ class ApprovalStore:
                 ) from exc
             except OSError as exc:  # the folder or the lock file could not be made
                 raise not_saved(self._path, exc) from exc
-        logger.info("MCP server %r %s for project %s", name, status, key)
+        what = "MCP server" if kind == "mcp" else "language server"
+        logger.info("%s %r %s for project %s", what, name, status, key)
 
     def _write_locked(self, key: str, name: str, record: ApprovalRecord, verb: str) -> None:
         # Read-modify-write from the file itself, never from memory: another process may have

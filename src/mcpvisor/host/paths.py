@@ -81,6 +81,11 @@ def workspace_settings_path(root: Path) -> Path:
     return root / SETTINGS_DIRNAME / SETTINGS_FILENAME
 
 
+def workspace_lsp_json_path(root: Path) -> Path:
+    """A repository's language servers (Claude Code's and Qwen Code's ``.lsp.json``)."""
+    return root / ".lsp.json"
+
+
 def workspace_mcp_json_path(root: Path) -> Path:
     return root / ".mcp.json"
 

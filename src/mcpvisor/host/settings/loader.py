@@ -44,6 +44,7 @@ from mcpvisor.host.settings.files import (
     read_json_any,
     read_settings_file,
 )
+from mcpvisor.host.settings.lsp_servers import LSP_KEY, LspFile, keep_last_good_lsp_entries, lsp_file_from_data
 from mcpvisor.host.settings.merge import (
     MergedSettings,
     ScopeLayer,
@@ -123,6 +124,7 @@ class SettingsPaths:
     workspace: Path
     system: Path
     project: Path
+    lsp_project: Path
     approvals: Path
     trusted_folders: Path
     oauth_tokens: Path
@@ -141,6 +143,7 @@ def settings_paths(env: Mapping[str, str], root: Path) -> SettingsPaths:
         workspace=_paths.workspace_settings_path(root),
         system=_paths.system_settings_path(env),
         project=_paths.workspace_mcp_json_path(root),
+        lsp_project=_paths.workspace_lsp_json_path(root),
         approvals=_paths.approvals_path(env),
         trusted_folders=_paths.trusted_folders_path(env),
         oauth_tokens=_paths.oauth_tokens_path(env),
@@ -197,6 +200,7 @@ class Settings:
         self._inactive: set[FileScope] = set()
         self._merged: MergedSettings | None = None
         self._project: ServerLayer | None = None
+        self._lsp_project: LspFile | None = None
         self._logged: set[str] = set()
         self._generation: dict[FileScope, int] = dict.fromkeys(FILE_SCOPES, 0)
         self._loaded = False
@@ -324,7 +328,16 @@ class Settings:
     ) -> Mapping[str, Any]:
         """``data`` with invalid server entries replaced by their last good ones (the notices kept for
         :attr:`warnings`): one bad entry never stops a server that was running, nor the rest of a save."""
-        data, kept = keep_last_good_entries(data, previous, path=self.paths.of(scope), env=self.env)
+        path = self.paths.of(scope)
+        if scope == "lsp_project":
+            data, kept = keep_last_good_lsp_entries(data, previous, path=path, source="project", env=self.env, key=None)
+        else:
+            data, kept = keep_last_good_entries(data, previous, path=path, env=self.env)
+            lsp, lsp_kept = keep_last_good_lsp_entries(
+                data.get(LSP_KEY), previous.get(LSP_KEY), path=path, source=scope, env=self.env, key=LSP_KEY
+            )
+            if lsp_kept:
+                data, kept = {**data, LSP_KEY: lsp}, (*kept, *lsp_kept)
         if kept:
             self._kept[scope] = kept
         else:
@@ -334,6 +347,7 @@ class Settings:
     def _invalidate(self) -> None:
         self._merged = None
         self._project = None
+        self._lsp_project = None
 
     # -- merged views
 
@@ -359,10 +373,23 @@ class Settings:
         return self._project
 
     @property
+    def lsp_project(self) -> LspFile:
+        """The language servers of the workspace ``.lsp.json`` as last read successfully (empty when untrusted)."""
+        if self._lsp_project is None:
+            self._lsp_project = lsp_file_from_data(
+                self._data["lsp_project"], self.paths.lsp_project, source="project", env=self.env
+            )
+        return self._lsp_project
+
+    def lsp_layers(self) -> list[tuple[SettingsScope, Path, Mapping[str, Any]]]:
+        """``(scope, file, content)`` of each active settings scope, in merge order (for ``lspServers``)."""
+        return [(s, self.paths.of(s), self._data[s]) for s in SETTINGS_SCOPES if self.is_active(s)]
+
+    @property
     def warnings(self) -> tuple[str, ...]:
         """Every current warning: invalid servers, unknown keys, undefined variables, trust problems."""
         kept = (notice for scope in FILE_SCOPES if self.is_active(scope) for notice in self._kept.get(scope, ()))
-        return (*self.trust_warnings, *kept, *self.merged.warnings, *self.project.warnings)
+        return (*self.trust_warnings, *kept, *self.merged.warnings, *self.project.warnings, *self.lsp_project.warnings)
 
     def _log_warnings(self) -> None:
         for warning in self.warnings:

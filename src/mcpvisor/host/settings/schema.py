@@ -88,6 +88,42 @@ SERVER_ENTRY_JSON_SCHEMA: dict[str, Any] = {
 }
 
 
+LSP_ENTRY_JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "One language server (the .lsp.json entry format of Claude Code and Qwen Code).",
+    "properties": {
+        "command": {"type": "string", "description": "Executable of the server (stdio)."},
+        "args": _STRING_LIST,
+        "extensionToLanguage": {
+            **_STRING_MAP,
+            "description": "Required: the file extensions it answers for and their language ids, "
+            'e.g. {".py": "python"}.',
+        },
+        "transport": {
+            "enum": ["stdio", "socket", "tcp"],
+            "description": "stdio (default); socket and tcp only in your own settings.",
+        },
+        "socket": {"description": 'For transport socket or tcp: {"host": ..., "port": ...}, {"path": ...} or a path.'},
+        "env": {
+            **_STRING_MAP,
+            "description": "Extra environment; a repository may not set LD_*, DYLD_*, NODE_OPTIONS, PYTHONSTARTUP "
+            "or PYTHONPATH.",
+        },
+        "initializationOptions": {"description": "Sent in 'initialize' (a change restarts the server)."},
+        "settings": {"description": "Sent with workspace/didChangeConfiguration (a change applies live)."},
+        "workspaceFolder": {
+            "type": "string",
+            "description": "The server's root and working folder, inside the workspace (default: the workspace).",
+        },
+        "startupTimeout": {"type": "integer", "exclusiveMinimum": 0, "description": "Milliseconds (default 30000)."},
+        "shutdownTimeout": {"type": "integer", "exclusiveMinimum": 0, "description": "Milliseconds (default 5000)."},
+        "restartOnCrash": {"type": "boolean", "description": "Restart the server when it crashes (default false)."},
+        "maxRestarts": {"type": "integer", "minimum": 0, "description": "Crash restarts in a row (default 3)."},
+    },
+    "required": ["extensionToLanguage"],
+}
+
+
 def _obj(description: str, *, restart: bool, dialog: bool = False, **props: SettingDefinition) -> SettingDefinition:
     return SettingDefinition("object", description, restart, dialog, properties=props)
 
@@ -144,6 +180,47 @@ SETTINGS_SCHEMA: Mapping[str, SettingDefinition] = {
             "The largest message a server may send, in bytes, for servers that set no maxMessageBytes of their "
             "own (default 67108864, 64 MiB; read at start-up).",
             requires_restart=True,
+            show_in_dialog=False,
+        ),
+    ),
+    "lspServers": SettingDefinition(
+        "object",
+        "Language servers by name (the .lsp.json entry format). Hot-reloaded: only the servers that changed "
+        "restart; workspace servers wait for approval.",
+        requires_restart=False,
+        show_in_dialog=False,
+        default={},
+        values=LSP_ENTRY_JSON_SCHEMA,
+    ),
+    "lsp": _obj(
+        "Language server admission and life cycle (mcpvisor's own: never in .lsp.json).",
+        restart=False,
+        allowed=SettingDefinition(
+            "array",
+            "Glob patterns of the language servers allowed to run; every scope that sets a list narrows it.",
+            requires_restart=False,
+            show_in_dialog=False,
+            items="string",
+        ),
+        excluded=SettingDefinition(
+            "array",
+            "Glob patterns of language servers never to run (united across scopes; wins over 'allowed').",
+            requires_restart=False,
+            show_in_dialog=False,
+            items="string",
+        ),
+        startup=SettingDefinition(
+            "string",
+            "'lazy' (default): a server starts on the first call for one of its files; 'eager': at start-up.",
+            requires_restart=False,
+            show_in_dialog=False,
+            default="lazy",
+            enum=("lazy", "eager"),
+        ),
+        idleStopSeconds=SettingDefinition(
+            "integer",
+            "Stop a language server nobody asked anything for this long (absent or 0: never).",
+            requires_restart=False,
             show_in_dialog=False,
         ),
     ),

@@ -1,0 +1,224 @@
+"""One language server's configuration, in the entry format Claude Code and Qwen Code share, and its
+fingerprints (SPEC §10; LSP.md §6.1–§6.3).
+
+Pure: no I/O. An entry comes from a ``.lsp.json`` (project scope, gated), ``lspServers`` in a settings
+scope (workspace gated) or ``--lsp-config FILE``; servers are named by their key. Fingerprints decide
+what an edit does to a running server:
+
+- :attr:`LspServerConfig.connection_id` — command, args, env, transport, socket, workspace folder and
+  initialization options: a change restarts the server;
+- ``settings`` — sent live (``workspace/didChangeConfiguration``), no restart;
+- ``extensionToLanguage`` — only re-routes files;
+- timeouts and restart policy — take effect in place;
+- :attr:`LspServerConfig.approval_hash` — everything a repository could use to run code (all of the
+  above but the timeouts and the restart policy), over the literal entry before ``${VAR}``
+  expansion, so an edit asks again while a rotated secret does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from mcpvisor.core.server_config import canonical_json
+
+__all__ = [
+    "GATED_LSP_SCOPES",
+    "camel_fields",
+    "LspScope",
+    "LspServerConfig",
+    "REFUSED_PROJECT_ENV",
+    "lsp_approval_hash",
+    "normalize_lsp_entry",
+]
+
+LspScope = Literal["project", "workspace", "system", "cli"]
+"""Where an entry came from (``None``: the user's own settings or system defaults)."""
+GATED_LSP_SCOPES = frozenset({"project", "workspace"})
+
+DEFAULT_STARTUP_TIMEOUT_MS = 30_000
+DEFAULT_SHUTDOWN_TIMEOUT_MS = 5_000
+DEFAULT_MAX_RESTARTS = 3
+
+_ALIASES = {
+    "extensionToLanguage": "extension_to_language",
+    "initializationOptions": "initialization_options",
+    "workspaceFolder": "workspace_folder",
+    "startupTimeout": "startup_timeout",
+    "shutdownTimeout": "shutdown_timeout",
+    "restartOnCrash": "restart_on_crash",
+    "maxRestarts": "max_restarts",
+}
+_POLICY_KEYS = frozenset({"startup_timeout", "shutdown_timeout", "restart_on_crash", "max_restarts"})
+_NOT_APPROVAL_KEYS = frozenset({"scope", *_POLICY_KEYS})
+_CONNECTION_KEYS = ("command", "args", "env", "transport", "socket", "workspace_folder", "initialization_options")
+
+REFUSED_PROJECT_ENV = re.compile(r"^(LD_.*|DYLD_.*|NODE_OPTIONS|PYTHONSTARTUP|PYTHONPATH)$", re.IGNORECASE)
+"""Environment variables a repository's entry may not set: each makes the server run code of its choice."""
+
+
+def normalize_lsp_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """An entry with camelCase keys (``extensionToLanguage``) in canonical spelling; others unchanged."""
+    return {_ALIASES.get(key, key): value for key, value in entry.items()}
+
+
+def lsp_approval_hash(entry: Mapping[str, Any]) -> str:
+    """SHA-256 over the literal entry minus ``scope``, the timeouts and the restart policy."""
+    kept = {k: v for k, v in normalize_lsp_entry(entry).items() if k not in _NOT_APPROVAL_KEYS}
+    return hashlib.sha256(canonical_json(kept).encode()).hexdigest()
+
+
+class LspServerConfig(BaseModel):
+    """How to run one language server and which files it answers for. Immutable; unknown keys are kept
+    (they count for the approval hash) but otherwise ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    extension_to_language: dict[str, str] = Field(default_factory=dict)
+    transport: Literal["stdio", "socket", "tcp"] = "stdio"
+    socket: dict[str, Any] | str | None = None
+    env: dict[str, str] | None = None
+    initialization_options: Any = None
+    settings: Any = None
+    workspace_folder: str | None = None
+    startup_timeout: int | None = None
+    """Milliseconds for ``initialize`` and a cold server's first answer (default 30 s)."""
+    shutdown_timeout: int | None = None
+    """Milliseconds a stopping server may take after ``shutdown`` and ``exit`` (default 5 s)."""
+    restart_on_crash: bool | None = None
+    max_restarts: int | None = None
+    scope: LspScope | None = None
+
+    _approval_hash: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalize(cls, data: Any) -> Any:
+        return normalize_lsp_entry(data) if isinstance(data, Mapping) else data
+
+    @field_validator("extension_to_language", mode="before")
+    @classmethod
+    def _extensions(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        out: dict[str, str] = {}
+        for ext, language in value.items():
+            if not isinstance(ext, str) or not ext.strip(".").strip() or not isinstance(language, str) or not language:
+                raise ValueError("extensionToLanguage: map file extensions ('.py') to language ids ('python')")
+            out["." + ext.strip().lstrip(".").lower()] = language
+        return out
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _stringify_env(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {str(k): v if isinstance(v, str) else canonical_json(v) for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> LspServerConfig:
+        if not self.extension_to_language:
+            raise ValueError('extensionToLanguage: required, e.g. {".py": "python"}: files are routed by extension')
+        if self.transport == "stdio" and not self.command:
+            raise ValueError("command: required for a stdio language server")
+        if self.transport != "stdio" and self.socket is None:
+            raise ValueError(f"socket: required with transport {self.transport!r}")
+        for name in ("startup_timeout", "shutdown_timeout"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{_camel(name)}: must be a positive number of milliseconds")
+        if self.max_restarts is not None and self.max_restarts < 0:
+            raise ValueError("maxRestarts: must be 0 or more")
+        if self.scope in GATED_LSP_SCOPES:
+            refused = sorted(k for k in self.env or {} if REFUSED_PROJECT_ENV.match(k))
+            if refused:
+                raise ValueError(
+                    f"env: a repository may not set {', '.join(refused)} (it would make the server run code of "
+                    "its choice); set it in your own settings if you need it"
+                )
+            if self.transport != "stdio":
+                raise ValueError(f"transport: {self.transport!r} is allowed only in your own settings")
+        return self
+
+    @classmethod
+    def from_entry(
+        cls, entry: Mapping[str, Any], *, expand: Callable[[Any], Any] | None = None, **overrides: Any
+    ) -> LspServerConfig:
+        """Build a config from a file's entry; the approval hash is taken over the literal entry, before
+        ``expand`` substitutes ``${VAR}``. ``overrides`` (``scope=...``) apply after hashing, before validation."""
+        literal = normalize_lsp_entry(entry)
+        expanded = expand(literal) if expand is not None else literal
+        cfg = cls.model_validate({**expanded, **overrides})
+        cfg._approval_hash = lsp_approval_hash(literal)
+        return cfg
+
+    # -- fingerprints ---------------------------------------------------------------------------
+
+    @property
+    def approval_hash(self) -> str:
+        if self._approval_hash is None:
+            self._approval_hash = lsp_approval_hash(self.entry())
+        return self._approval_hash
+
+    def entry(self) -> dict[str, Any]:
+        """The fields that were set, in canonical spelling."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def connection_id(self, name: str) -> str:
+        """``name::fp16`` over what defines the process: a change means a restart."""
+        material = {key: _jsonable(getattr(self, key)) for key in _CONNECTION_KEYS}
+        digest = hashlib.sha256(canonical_json(material).encode()).hexdigest()
+        return f"{name}::{digest[:16]}"
+
+    # -- derived values -------------------------------------------------------------------------
+
+    @property
+    def startup_timeout_s(self) -> float:
+        return (self.startup_timeout or DEFAULT_STARTUP_TIMEOUT_MS) / 1000
+
+    @property
+    def shutdown_timeout_s(self) -> float:
+        return (self.shutdown_timeout or DEFAULT_SHUTDOWN_TIMEOUT_MS) / 1000
+
+    @property
+    def restarts_allowed(self) -> int:
+        """How many crash restarts in a row are allowed (0 when ``restartOnCrash`` is off)."""
+        if not self.restart_on_crash:
+            return 0
+        return self.max_restarts if self.max_restarts is not None else DEFAULT_MAX_RESTARTS
+
+    def target(self) -> str:
+        """What this server runs, for people (never env values)."""
+        if self.transport == "stdio":
+            return " ".join([self.command or "", *self.args])
+        where = self.socket if isinstance(self.socket, str) else canonical_json(self.socket)
+        return f"{self.transport} {where}" + (f" (started with {self.command})" if self.command else "")
+
+    def languages(self) -> list[str]:
+        return sorted(set(self.extension_to_language.values()))
+
+
+def camel_fields(problem: str) -> str:
+    """A validation problem with its field names spelled as in the file (``extensionToLanguage: ...``)."""
+    for camel, snake in _ALIASES.items():
+        problem = problem.replace(f"{snake}:", f"{camel}:")
+    return problem
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(sorted(value.items()))
+    return value

@@ -1,0 +1,228 @@
+"""Where language servers come from, and the one desired map they make (SPEC §10; LSP.md §6.1).
+
+Lowest to highest precedence, a later source replacing an entry by its **key** (the server's name):
+``lspServers`` of the system defaults and the user's settings < ``<workspace>/.lsp.json`` (project,
+gated) < ``lspServers`` of the workspace's settings (gated) and of the enforced system settings <
+``--lsp-config FILE``. ``.lsp.json`` is the keyed object itself (Claude Code's and Qwen Code's format);
+mcpvisor's own policy (``lsp.allowed`` ...) lives only in settings, so the file stays valid for them.
+
+Pure functions over parsed file contents; :class:`~mcpvisor.host.settings.loader.Settings` holds the
+contents (and keeps the last good ones when a save does not parse).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from mcpvisor.core.server_config import canonical_json
+from mcpvisor.host.lsp.config import LspScope, LspServerConfig, camel_fields
+from mcpvisor.host.settings.expand import expand_vars
+from mcpvisor.host.settings.files import SettingsError, SettingsFileError, read_settings_file
+from mcpvisor.host.settings.servers import describe_validation
+
+__all__ = [
+    "LSP_KEY",
+    "AssembledLsp",
+    "LspEntry",
+    "LspFile",
+    "LspSourceLabel",
+    "assemble_lsp_servers",
+    "build_lsp_entries",
+    "keep_last_good_lsp_entries",
+    "load_lsp_file",
+]
+
+LSP_KEY = "lspServers"
+"""Where a settings file keeps its language servers."""
+
+LspSourceLabel = str
+"""``user``, ``system_defaults``, ``project``, ``workspace``, ``system`` or ``cli``."""
+
+_STAMPS: dict[str, LspScope | None] = {
+    "system_defaults": None,
+    "user": None,
+    "project": "project",
+    "workspace": "workspace",
+    "system": "system",
+    "cli": "cli",
+}
+_KNOWN = frozenset(
+    {*LspServerConfig.model_fields, "extensionToLanguage", "initializationOptions", "workspaceFolder"}
+    | {"startupTimeout", "shutdownTimeout", "restartOnCrash", "maxRestarts"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LspEntry:
+    """One configured language server and where it came from."""
+
+    config: LspServerConfig
+    source: LspSourceLabel
+    path: Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class LspFile:
+    """The language servers of one file (a ``.lsp.json`` or ``--lsp-config FILE``)."""
+
+    source: LspSourceLabel
+    path: Path | None
+    servers: Mapping[str, LspEntry] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    error: SettingsError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AssembledLsp:
+    """The desired language servers, their provenance, and what could not be read."""
+
+    servers: Mapping[str, LspServerConfig] = field(default_factory=dict)
+    sources: Mapping[str, LspEntry] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    errors: tuple[SettingsError, ...] = ()
+
+
+_cache: dict[tuple[str, str, int], tuple[LspServerConfig, frozenset[str]] | str] = {}
+_CACHE_MAX = 1024
+
+
+def _build(
+    entry: Mapping[str, Any], source: LspSourceLabel, env: Mapping[str, str]
+) -> tuple[LspServerConfig, frozenset[str]] | str:
+    """One config from a literal entry (or why it is invalid), remembered by content so that an unchanged
+    entry gives the same frozen object on every reload."""
+    try:
+        key = (canonical_json(entry), source, hash(frozenset(env.items())))
+    except TypeError:
+        return "expected JSON values only"
+    if (hit := _cache.get(key)) is not None:
+        return hit
+    missing: set[str] = set()
+    result: tuple[LspServerConfig, frozenset[str]] | str
+    try:
+        stamp = _STAMPS.get(source)
+        cfg = LspServerConfig.from_entry(
+            entry, expand=partial(expand_vars, env=env, missing=missing), **({"scope": stamp} if stamp else {})
+        )
+        result = (cfg, frozenset(missing))
+    except ValueError as exc:
+        result = camel_fields(describe_validation(exc))
+    if len(_cache) >= _CACHE_MAX:
+        _cache.clear()
+    _cache[key] = result
+    return result
+
+
+def build_lsp_entries(
+    entries: Any, *, path: Path | None, source: LspSourceLabel, env: Mapping[str, str], key: str | None = LSP_KEY
+) -> tuple[dict[str, LspEntry], list[str]]:
+    """Validate a ``{name: entry}`` object (``key`` names where it sits, for messages; ``None``: the file's
+    top level). An invalid entry is skipped with a warning naming the file, the server and the fix."""
+    where = str(path) if path is not None else source
+    if entries is None:
+        return {}, []
+    if not isinstance(entries, Mapping):
+        return {}, [f"ignored {key or 'the file'!s} in {where}: expected an object of language servers by name"]
+    servers: dict[str, LspEntry] = {}
+    warnings: list[str] = []
+    for name, entry in entries.items():
+        at = f"{key}.{name}" if key else str(name)
+        if name == "$schema":
+            continue
+        if not isinstance(entry, Mapping):
+            warnings.append(f"skipped language server {name!r} in {where}: expected an object; fix {at}")
+            continue
+        built = _build(entry, source, env)
+        if isinstance(built, str):
+            warnings.append(f"skipped language server {name!r} in {where}: {built}; fix {at}")
+            continue
+        cfg, missing = built
+        warnings.extend(
+            f"unknown field {extra!r} in language server {name!r} ({where}) is ignored"
+            for extra in sorted(cfg.model_extra or {})
+            if extra not in _KNOWN
+        )
+        warnings.extend(
+            f"undefined environment variable {var!r} in language server {name!r} ({where}) expanded to ''"
+            for var in sorted(missing)
+        )
+        servers[str(name)] = LspEntry(cfg, source, path)
+    return servers, warnings
+
+
+def keep_last_good_lsp_entries(
+    entries: Any, previous: Any, *, path: Path | None, source: LspSourceLabel, env: Mapping[str, str], key: str | None
+) -> tuple[Any, tuple[str, ...]]:
+    """``entries`` with each invalid entry replaced by the same server's entry in ``previous`` when that one
+    was valid: a typo in one server's entry keeps it on its last good configuration while the rest of the
+    save applies. Returns the entries and one notice per kept entry."""
+    if not isinstance(entries, Mapping) or not isinstance(previous, Mapping):
+        return entries, ()
+    kept: dict[str, Any] = {}
+    notices: list[str] = []
+    for name, entry in entries.items():
+        old = previous.get(name)
+        if name == "$schema" or not isinstance(old, Mapping) or isinstance(_build(old, source, env), str):
+            continue
+        problem = "expected an object" if not isinstance(entry, Mapping) else _build(entry, source, env)
+        if isinstance(problem, str):
+            kept[name] = old
+            at = f"{key}.{name}" if key else str(name)
+            notices.append(
+                f"invalid entry in {path} ({at}: {problem}) — still running the last good configuration of "
+                f"language server {name!r}; fix the entry and save to apply it"
+            )
+    if not kept:
+        return entries, ()
+    return {**entries, **kept}, tuple(notices)
+
+
+def lsp_file_from_data(data: Any, path: Path | None, *, source: LspSourceLabel, env: Mapping[str, str]) -> LspFile:
+    """The servers of a ``.lsp.json``-shaped file's parsed content (the top level is the keyed object)."""
+    if not data:
+        return LspFile(source, path)
+    servers, warnings = build_lsp_entries(data, path=path, source=source, env=env, key=None)
+    return LspFile(source, path, servers, tuple(warnings))
+
+
+def load_lsp_file(path: Path, env: Mapping[str, str], *, source: LspSourceLabel = "cli") -> LspFile:
+    """Read a ``--lsp-config FILE`` (a missing file is an error naming it)."""
+    try:
+        data = read_settings_file(path)
+    except SettingsFileError as exc:
+        return LspFile(source, path, error=exc.report)
+    if data is None:
+        return LspFile(source, path, error=SettingsError(path, "the file does not exist"))
+    return lsp_file_from_data(data, path, source=source, env=env)
+
+
+def assemble_lsp_servers(
+    settings_layers: Iterable[tuple[LspSourceLabel, Path, Mapping[str, Any]]],
+    project: LspFile,
+    cli_files: Iterable[LspFile] = (),
+    *,
+    env: Mapping[str, str],
+) -> AssembledLsp:
+    """The desired map: ``settings_layers`` are ``(scope, file, content)`` of the active settings scopes in
+    merge order; ``project`` is the ``.lsp.json`` as last read; ``cli_files`` the ``--lsp-config`` files."""
+    below: dict[str, LspEntry] = {}
+    above: dict[str, LspEntry] = {}
+    warnings: list[str] = []
+    for source, path, data in settings_layers:
+        servers, more = build_lsp_entries(data.get(LSP_KEY), path=path, source=source, env=env)
+        (below if source in ("system_defaults", "user") else above).update(servers)
+        warnings.extend(more)
+    chosen: dict[str, LspEntry] = {**below, **project.servers, **above}
+    files = [project, *cli_files]
+    for cli in cli_files:
+        chosen.update(cli.servers)
+    return AssembledLsp(
+        servers={name: entry.config for name, entry in chosen.items()},
+        sources=chosen,
+        warnings=(*warnings, *(w for f in files for w in f.warnings)),
+        errors=tuple(f.error for f in files if f.error is not None),
+    )
