@@ -24,11 +24,22 @@ def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(
-    "argv", [["mcp", "list"], ["mcp", "list", "--json"], ["mcp", "approve", "p"], ["mcp", "reject", "p"]]
+    "argv",
+    [
+        ["mcp", "list"],
+        ["mcp", "list", "--json"],
+        ["mcp", "approve", "p"],
+        ["mcp", "reject", "p"],
+        ["lsp", "list"],
+        ["lsp", "list", "--json"],
+        ["lsp", "approve", "py"],
+        ["lsp", "reject", "py"],
+    ],
 )
 def test_commands_that_start_no_server_never_import_the_mcp_sdk(tmp_path: Path, argv: list[str]) -> None:
     layout = make_layout(tmp_path)
     replace_text(layout.paths.project, json.dumps({"mcpServers": {"p": {"command": "x"}}}))
+    replace_text(layout.root / ".lsp.json", json.dumps({"py": {"command": "x", "extensionToLanguage": {".py": "py"}}}))
     code = (
         "import sys\n"
         "from mcpvisor.cli.main import app\n"

@@ -373,7 +373,7 @@ async def test_run_in_a_task_group_and_stop(layout: Layout) -> None:
     watcher.add_change_listener(recorder.on_change)
     async with anyio.create_task_group() as tg:
         await tg.start(watcher.run)
-        assert set(watcher.targets) == {"user", "workspace", "project", "approvals", "tokens", "pins"}
+        assert set(watcher.targets) == {"user", "workspace", "project", "lsp_project", "approvals", "tokens", "pins"}
         with pytest.raises(RuntimeError, match="already running"):
             await watcher.run()
         write_json(layout.paths.user, _user_with(mcp__excluded=["1"]))

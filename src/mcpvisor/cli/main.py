@@ -18,10 +18,13 @@ import typer
 from rich.console import Console
 
 from mcpvisor import __version__
+from mcpvisor.cli.lsp_app import lsp_app
 from mcpvisor.cli.mcp_app import mcp_app
 from mcpvisor.cli.options import (
+    AllowedLspOpt,
     AllowedOpt,
     JsonOpt,
+    LspConfigOpt,
     McpConfigOpt,
     VerboseOpt,
     WorkspaceOpt,
@@ -52,6 +55,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 app.add_typer(mcp_app, name="mcp")
+app.add_typer(lsp_app, name="lsp")
 
 
 def version_callback(value: bool) -> None:
@@ -79,6 +83,8 @@ async def _run_host(
     mcp_config: list[Path],
     allowed: list[str] | None,
     as_json: bool,
+    lsp_config: list[Path] | None = None,
+    allowed_lsp: list[str] | None = None,
     intro: str | None = None,
     approve_command: str | None = None,
 ) -> None:
@@ -87,7 +93,14 @@ async def _run_host(
     from mcpvisor.shell.narration import HumanOutput
 
     console = Console(highlight=False)
-    options = HostOptions(env=env, workspace=workspace, mcp_config=mcp_config, allowed_mcp_server_names=allowed)
+    options = HostOptions(
+        env=env,
+        workspace=workspace,
+        mcp_config=mcp_config,
+        allowed_mcp_server_names=allowed,
+        lsp_config=list(lsp_config or []),
+        allowed_lsp_server_names=allowed_lsp,
+    )
     host = Host(options)
 
     def after_ready() -> None:
@@ -115,6 +128,8 @@ def run(
     workspace: WorkspaceOpt = None,
     mcp_config: McpConfigOpt = None,
     allowed_mcp_server_names: AllowedOpt = None,
+    lsp_config: LspConfigOpt = None,
+    allowed_lsp_server_names: AllowedLspOpt = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = 0,
 ) -> None:
@@ -132,6 +147,8 @@ def run(
                 mcp_config=list(mcp_config or []),
                 allowed=split_names(allowed_mcp_server_names),
                 as_json=as_json,
+                lsp_config=list(lsp_config or []),
+                allowed_lsp=split_names(allowed_lsp_server_names),
             )
         )
 
@@ -141,6 +158,8 @@ def status(
     workspace: WorkspaceOpt = None,
     mcp_config: McpConfigOpt = None,
     allowed_mcp_server_names: AllowedOpt = None,
+    lsp_config: LspConfigOpt = None,
+    allowed_lsp_server_names: AllowedLspOpt = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = 0,
 ) -> None:
@@ -152,24 +171,33 @@ def status(
     if not as_json:
         Console(stderr=True, highlight=False).print("[dim]Connecting to the admitted servers…[/]")
 
-    async def once() -> list[dict[str, Any]]:
+    async def once() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         from mcpvisor.host.host import Host
-        from mcpvisor.shell.views import render_status
+        from mcpvisor.shell.views import render_lsp_status, render_status
 
-        options = host_options(workspace, mcp_config, allowed_mcp_server_names, watch=False)
+        options = host_options(
+            workspace,
+            mcp_config,
+            allowed_mcp_server_names,
+            watch=False,
+            lsp_config=lsp_config,
+            allowed_lsp=allowed_lsp_server_names,
+        )
         async with Host(options) as host:
             rows = host.server_views()
+            lsp_rows = host.lsp.views()
             if not as_json:
                 console = Console(highlight=False)
                 for warning in host.settings.warnings:
                     console.print(f"[yellow]! {warning}[/]")
                 render_status(console, rows, title=f"MCP servers for {host.root}")
-        return [row.to_json() for row in rows]
+                render_lsp_status(console, lsp_rows, show_target=True)
+        return [row.to_json() for row in rows], [row.to_json() for row in lsp_rows]
 
     with reported():
-        rows = anyio.run(once)
+        rows, lsp_rows = anyio.run(once)
     if as_json:
-        typer.echo(json.dumps({"servers": rows}, indent=2))
+        typer.echo(json.dumps({"servers": rows, "language_servers": lsp_rows}, indent=2))
     failed = [row["name"] for row in rows if row["state"] == "disconnected" and row["error"]]
     if failed:
         raise typer.Exit(1)
@@ -231,6 +259,8 @@ def serve(
     workspace: WorkspaceOpt = None,
     mcp_config: McpConfigOpt = None,
     allowed_mcp_server_names: AllowedOpt = None,
+    lsp_config: LspConfigOpt = None,
+    allowed_lsp_server_names: AllowedLspOpt = None,
     http: Annotated[
         str | None,
         typer.Option(
@@ -337,7 +367,9 @@ def serve(
         from mcpvisor.cli.serve import run_gateway
         from mcpvisor.gateway.auth import load_gateway_token
 
-        options = host_options(workspace, mcp_config, allowed_mcp_server_names)
+        options = host_options(
+            workspace, mcp_config, allowed_mcp_server_names, lsp_config=lsp_config, allowed_lsp=allowed_lsp_server_names
+        )
         if address is None and (no_auth or token_file is not None):
             raise ConfigError("--no-auth and --token-file apply to --http: over stdio the client is the parent process")
         token = None if address is None or no_auth else load_gateway_token(options.env, token_file)
@@ -364,13 +396,17 @@ def shell(
     workspace: WorkspaceOpt = None,
     mcp_config: McpConfigOpt = None,
     allowed_mcp_server_names: AllowedOpt = None,
+    lsp_config: LspConfigOpt = None,
+    allowed_lsp_server_names: AllowedLspOpt = None,
     verbose: VerboseOpt = 0,
 ) -> None:
     """An interactive session: /mcp, /tools, /prompts, /call, /reload, and approvals as they come up."""
     from mcpvisor.shell import run_shell
 
     setup_logging(verbose, narrated=True)
-    options = host_options(workspace, mcp_config, allowed_mcp_server_names)
+    options = host_options(
+        workspace, mcp_config, allowed_mcp_server_names, lsp_config=lsp_config, allowed_lsp=allowed_lsp_server_names
+    )
 
     async def main() -> int:
         with anyio.open_signal_receiver(signal.SIGINT) as sigint:

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from mcpvisor.host.host import HostOptions
 
 __all__ = [
+    "AllowedLspOpt",
     "AllowedOpt",
+    "LspConfigOpt",
     "JsonOpt",
     "McpConfigOpt",
     "VerboseOpt",
@@ -47,6 +49,22 @@ McpConfigOpt = Annotated[
         "--mcp-config",
         metavar="FILE",
         help="Extra server file (mcpServers format); repeatable; highest precedence; read once at start.",
+    ),
+]
+LspConfigOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--lsp-config",
+        metavar="FILE",
+        help="Extra language servers file (.lsp.json format); repeatable; highest precedence; read once at start.",
+    ),
+]
+AllowedLspOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--allowed-lsp-server-names",
+        metavar="NAMES",
+        help="Comma-separated allow-list of language servers (globs allowed): a ceiling lsp.allowed can only narrow.",
     ),
 ]
 AllowedOpt = Annotated[
@@ -118,7 +136,13 @@ def reported() -> Iterator[None]:
 
 
 def host_options(
-    workspace: Path | None, mcp_config: list[Path] | None, allowed: str | None, *, watch: bool = True
+    workspace: Path | None,
+    mcp_config: list[Path] | None,
+    allowed: str | None,
+    *,
+    watch: bool = True,
+    lsp_config: list[Path] | None = None,
+    allowed_lsp: str | None = None,
 ) -> HostOptions:
     """The host's options from the common command-line options and this process's environment."""
     from mcpvisor.host.host import HostOptions
@@ -129,6 +153,8 @@ def host_options(
         mcp_config=list(mcp_config or []),
         allowed_mcp_server_names=split_names(allowed),
         watch=watch,
+        lsp_config=list(lsp_config or []),
+        allowed_lsp_server_names=split_names(allowed_lsp),
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any, TextIO
 from mcpvisor.core.events import ReconcileFinished, ServerStateChanged
 from mcpvisor.host.host import Host, HostEvent, Ready, SettingsWarning
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpPromptsChanged, McpReloadFailed
+from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
 from mcpvisor.host.settings.loader import SettingsError
 from mcpvisor.host.watcher import RestartRequired
 
@@ -63,6 +64,17 @@ def event_to_json(host: Host, event: HostEvent) -> dict[str, Any] | None:
         return {"event": "error", "message": event.message, "detail": event.detail}
     if isinstance(event, McpPromptsChanged):
         return {"event": "prompts_changed", "prompts": list(event.prompts)}
+    if isinstance(event, LspServerChanged):
+        return {
+            "event": "lsp_server",
+            "server": event.server,
+            "state": event.state,
+            "pid": event.pid,
+            "open_documents": event.open_documents,
+            "error": event.error,
+        }
+    if isinstance(event, LspPendingApprovalChanged):
+        return {"event": "lsp_approval_needed", "servers": list(event.servers)}
     return None
 
 

@@ -40,6 +40,8 @@ from mcpvisor.host.hot_reload import (
     strictly_promptable,
 )
 from mcpvisor.host.limits import max_message_bytes_of
+from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
+from mcpvisor.host.lsp.session import LspSession, touches_lsp
 from mcpvisor.host.oauth import DEFAULT_LOGIN_TIMEOUT_S, TokenStore, check_sign_in, http_auth_for, login, sign_ins
 from mcpvisor.host.pins import (
     DEFAULT_PIN_MODE,
@@ -52,6 +54,7 @@ from mcpvisor.host.pins import (
     pin_mode_of,
 )
 from mcpvisor.host.settings.loader import Settings, SettingsError, load_settings
+from mcpvisor.host.settings.lsp_servers import load_lsp_file
 from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier
 from mcpvisor.host.status import LiveServer, ServerView, describe_servers
 from mcpvisor.host.watcher import RestartRequired, SettingsChanged, SettingsWatcher
@@ -71,7 +74,16 @@ class SettingsWarning:
     message: str
 
 
-HostEvent: TypeAlias = McpEvent | HotReloadEvent | SettingsError | RestartRequired | Ready | SettingsWarning
+HostEvent: TypeAlias = (
+    McpEvent
+    | HotReloadEvent
+    | SettingsError
+    | RestartRequired
+    | Ready
+    | SettingsWarning
+    | LspServerChanged
+    | LspPendingApprovalChanged
+)
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,10 @@ class HostOptions:
     max_message_bytes: int | None = None
     """The largest message a server may send when its config sets none; default: ``mcp.maxMessageBytes`` in
     the settings, else 64 MiB. With a ``pool``, the pool's setting rules."""
+    lsp_config: Sequence[Path] = ()
+    """``--lsp-config`` files: language servers in the ``.lsp.json`` format, above every other source."""
+    allowed_lsp_server_names: Sequence[str] | None = None
+    """``--allowed-lsp-server-names``: a ceiling ``lsp.allowed`` in the settings can only narrow."""
 
 
 class Host(StackOwner):
@@ -109,6 +125,7 @@ class Host(StackOwner):
         self._pin_mode: PinMode = DEFAULT_PIN_MODE
         self.pins = PinStore(paths.pins_path(options.env))
         self.watcher: SettingsWatcher | None = None
+        self._lsp: LspSession | None = None
 
     # -- accessors ---------------------------------------------------------------------------
 
@@ -131,6 +148,12 @@ class Host(StackOwner):
     def state(self) -> DesiredState:
         assert self._state is not None, "the host is not running"
         return self._state
+
+    @property
+    def lsp(self) -> LspSession:
+        """The language servers of this session (:mod:`mcpvisor.host.lsp`)."""
+        assert self._lsp is not None, "the host is not running"
+        return self._lsp
 
     @property
     def root(self) -> Path:
@@ -178,6 +201,22 @@ class Host(StackOwner):
             )
             await stack.enter_async_context(self._config)
             self._config.events.subscribe(self.emit)
+            lsp_files = [load_lsp_file(Path(p), env) for p in opts.lsp_config]
+            for lsp_file in lsp_files:
+                if lsp_file.error is not None:
+                    raise ConfigError(str(lsp_file.error))
+            self._lsp = await stack.enter_async_context(
+                LspSession(
+                    self._settings,
+                    self._approvals,
+                    self._config,
+                    log_dir=opts.log_dir or paths.log_dir(env),
+                    emit=self.emit,  # type: ignore[arg-type]
+                    cli_allowed=opts.allowed_lsp_server_names,
+                    cli_files=lsp_files,
+                    max_message_bytes=max_bytes,
+                )
+            )
             self._report_problems()
             if not self._settings.trusted:
                 self.emit(SettingsWarning(f"folder {self.root} is not trusted: no MCP server starts here"))
@@ -205,6 +244,14 @@ class Host(StackOwner):
                     on_state=self._remember,
                     task_group=reloads,
                 )
+
+                async def follow_lsp(event: SettingsChanged) -> None:
+                    if touches_lsp(event.scope, event.paths):
+                        if event.scope == "approvals":
+                            self.approvals.reload()
+                        reloads.start_soon(self._reload_lsp)
+
+                self.watcher.add_change_listener(follow_lsp)
                 self.watcher.add_change_listener(self._on_settings_changed)
                 self.watcher.add_error_listener(self._on_settings_error)
                 self.watcher.add_warning_listener(self._on_settings_warning)
@@ -228,6 +275,8 @@ class Host(StackOwner):
         for error in settings.errors.values():
             self._warn_once(error)
         messages = [*settings.warnings, *pin_mode_of(settings)[1], *max_message_bytes_of(settings)[1]]
+        if self._lsp is not None:
+            messages += self._lsp.warnings()
         if self._state is not None:
             messages += [*self._state.assembled.warnings]
             for error in self._state.assembled.errors:
@@ -263,10 +312,16 @@ class Host(StackOwner):
     # -- actions -----------------------------------------------------------------------------
 
     async def reload(self) -> DesiredState:
-        """Re-read every settings file and reconcile (``/reload``)."""
+        """Re-read every settings file and reconcile the MCP servers and the language servers (``/reload``)."""
         await anyio.to_thread.run_sync(self.settings.load)
         self.approvals.reload()
-        return await self._reconcile()
+        state = await self._reconcile()
+        await self._reload_lsp()
+        return state
+
+    async def _reload_lsp(self) -> None:
+        await self.lsp.reload()
+        self._report_problems()
 
     async def _reconcile(self, *, force: bool = False) -> DesiredState:
         """One reconcile over the settings as they are in memory (``force``: also reconnect what is down)."""

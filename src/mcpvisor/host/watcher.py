@@ -40,7 +40,7 @@ import anyio
 import anyio.abc
 from watchfiles import Change, awatch
 
-from mcpvisor.host.settings.loader import FileScope, Settings, SettingsError
+from mcpvisor.host.settings.loader import SETTINGS_SCOPES, FileScope, Settings, SettingsError
 from mcpvisor.host.settings.schema import is_restart_required_key
 
 __all__ = [
@@ -58,9 +58,19 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-WatchScope = Literal["system_defaults", "user", "workspace", "system", "project", "approvals", "tokens", "pins"]
+WatchScope = Literal[
+    "system_defaults", "user", "workspace", "system", "project", "lsp_project", "approvals", "tokens", "pins"
+]
 
-DEFAULT_WATCHED_SCOPES: tuple[WatchScope, ...] = ("user", "workspace", "project", "approvals", "tokens", "pins")
+DEFAULT_WATCHED_SCOPES: tuple[WatchScope, ...] = (
+    "user",
+    "workspace",
+    "project",
+    "lsp_project",
+    "approvals",
+    "tokens",
+    "pins",
+)
 
 STORE_SCOPES: tuple[WatchScope, ...] = ("approvals", "tokens", "pins")
 """Stores in the user folder that are not settings: a change is their own event, never a settings diff."""
@@ -399,7 +409,8 @@ class SettingsWatcher:
         if not result.changed:
             logger.debug("%s settings re-read: no change", scope)
             return
-        restart = tuple(p for p in result.changed if is_restart_required_key(p))
+        # Only settings files have restart-required keys (a server named "mcp" in .lsp.json is no setting).
+        restart = tuple(p for p in result.changed if is_restart_required_key(p)) if scope in SETTINGS_SCOPES else ()
         if restart:
             logger.info("settings changed that need a restart (%s): %s", scope, ", ".join(restart))
             await self._dispatch(self._restart_listeners, RestartRequired(scope, restart))

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.lsp.config import LSP_KEY_PREFIX, RUNS_WORKSPACE_CODE, LspServerConfig
 from mcpvisor.host.settings.mcp_servers import ServerSource
 from mcpvisor.shell.views import indented
 
@@ -27,9 +28,11 @@ __all__ = [
     "ApprovalRequest",
     "Choice",
     "approval_request",
+    "lsp_approval_request",
     "parse_choice",
     "render_approval_request",
     "render_question",
+    "shown_name",
 ]
 
 Choice = Literal["approve", "approve_all", "reject", "skip"]
@@ -73,6 +76,10 @@ class ApprovalRequest:
     url: str | None
     env_keys: tuple[str, ...]
     header_keys: tuple[str, ...]
+    files: tuple[str, ...] = ()
+    """A language server's extensions (empty for an MCP server)."""
+    note: str | None = None
+    """What approving means, said plainly (language servers run workspace code)."""
 
 
 def approval_request(name: str, cfg: McpServerConfig, source: ServerSource) -> ApprovalRequest:
@@ -91,11 +98,35 @@ def approval_request(name: str, cfg: McpServerConfig, source: ServerSource) -> A
     )
 
 
+def lsp_approval_request(name: str, cfg: LspServerConfig, source: str, path: str | None) -> ApprovalRequest:
+    """A language server as the dialog shows it (keyed ``lsp:NAME`` in the queue)."""
+    return ApprovalRequest(
+        name=f"{LSP_KEY_PREFIX}{name}",
+        hash=cfg.approval_hash,
+        source="Project .lsp.json" if source == "project" else "Workspace settings (lspServers)",
+        file=path,
+        transport=cfg.transport,
+        command=cfg.command,
+        args=tuple(cfg.args),
+        cwd=cfg.workspace_folder,
+        url=None,
+        env_keys=tuple(sorted(cfg.env or {})),
+        header_keys=(),
+        files=tuple(f"{ext} ({lang})" for ext, lang in sorted(cfg.extension_to_language.items())),
+        note=RUNS_WORKSPACE_CODE,
+    )
+
+
+def shown_name(key: str) -> str:
+    """A queue key as people read it: ``language server python`` for ``lsp:python``."""
+    return f"language server {key.removeprefix(LSP_KEY_PREFIX)}" if key.startswith(LSP_KEY_PREFIX) else key
+
+
 def render_approval_request(console: Console, request: ApprovalRequest, *, intro: str = "needs approval") -> None:
     """The server's details: what would run (or be reached) and where that was configured."""
     head = Text()
     head.append("? ", style="yellow bold")
-    head.append(request.name, style="bold")
+    head.append(shown_name(request.name), style="bold")
     head.append(f" {intro} — {request.source}")
     if request.file:
         head.append(f" ({request.file})")
@@ -113,15 +144,19 @@ def render_approval_request(console: Console, request: ApprovalRequest, *, intro
         lines.append(("env", f"{', '.join(request.env_keys)} (values hidden)"))
     if request.header_keys:
         lines.append(("headers", f"{', '.join(request.header_keys)} (values hidden)"))
+    if request.files:
+        lines.append(("files", ", ".join(request.files)))
     for label, value in lines:
         console.print(indented(Text(f"{label + ':':<9}{value}", overflow="fold"), 4))
+    if request.note:
+        console.print(indented(Text(request.note, style="yellow"), 4))
 
 
 def render_question(console: Console, name: str, *, waiting: int) -> None:
     """The line asking about ``name``; ``waiting`` counts the servers in the queue, ``name`` included."""
     line = Text()
     line.append("Approve ", style="yellow")
-    line.append(name, style="yellow bold")
+    line.append(shown_name(name), style="yellow bold")
     line.append("? ", style="yellow")
     line.append(CHOICES_TEXT)
     if waiting > 1:

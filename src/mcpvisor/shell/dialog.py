@@ -16,13 +16,17 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.approvals import is_gated
 from mcpvisor.host.host import Host
 from mcpvisor.host.hot_reload import strictly_promptable
+from mcpvisor.host.lsp.config import LSP_KEY_PREFIX
 from mcpvisor.shell.approval import (
     ApprovalQueue,
+    ApprovalRequest,
     QueueChange,
     approval_request,
+    lsp_approval_request,
     parse_choice,
     render_approval_request,
     render_question,
+    shown_name,
 )
 
 __all__ = ["ApprovalDialog"]
@@ -53,7 +57,10 @@ class ApprovalDialog:
             return {}  # nothing starts in an untrusted folder: asking would promise what cannot happen
         state = self.host.state
         names = strictly_promptable(state, self.host.approvals, self.host.root)
-        return {name: state.assembled.servers[name].approval_hash for name in names}
+        waiting = {name: state.assembled.servers[name].approval_hash for name in names}
+        lsp = self.host.lsp.state
+        waiting.update({f"{LSP_KEY_PREFIX}{n}": lsp.servers[n].approval_hash for n in lsp.promptable()})
+        return waiting
 
     def refresh(self, announced: Collection[str] | None = ()) -> None:
         """Recompute the queue; ``announced=None`` announces every promptable server (start-up)."""
@@ -67,18 +74,16 @@ class ApprovalDialog:
         for name in change.dropped:
             why = (
                 "it was removed from the configuration"
-                if name not in self.host.state.assembled.servers
+                if self._configured(name) is None
                 else "its configuration changed"
                 if name in promptable
                 else "it was decided elsewhere or is no longer admitted"
             )
-            self.console.print(Text(f"  no decision needed for {name} any more: {why}", style="dim"))
+            self.console.print(Text(f"  no decision needed for {shown_name(name)} any more: {why}", style="dim"))
             if name == self.asked:
                 self.asked = None
         for name in change.added:
-            state = self.host.state
-            request = approval_request(name, state.assembled.servers[name], state.assembled.sources[name])
-            render_approval_request(self.console, request)
+            render_approval_request(self.console, self.request(name))
         self.ask_next(force=bool(change.added))  # new details pushed the question out of sight
 
     def ask_next(self, *, force: bool = False) -> None:
@@ -115,8 +120,27 @@ class ApprovalDialog:
             await self.decide(name, choice, shown_hash=shown)
         self.ask_next()
 
+    def _configured(self, key: str) -> object | None:
+        if key.startswith(LSP_KEY_PREFIX):
+            return self.host.lsp.state.servers.get(key.removeprefix(LSP_KEY_PREFIX))
+        return self.host.state.assembled.servers.get(key)
+
+    def request(self, key: str) -> ApprovalRequest:
+        """What the dialog shows of a server waiting (``lsp:NAME`` for a language server)."""
+        if key.startswith(LSP_KEY_PREFIX):
+            name = key.removeprefix(LSP_KEY_PREFIX)
+            lsp = self.host.lsp.state
+            entry = lsp.assembled.sources[name]
+            return lsp_approval_request(name, lsp.servers[name], entry.source, str(entry.path) if entry.path else None)
+        state = self.host.state
+        return approval_request(key, state.assembled.servers[key], state.assembled.sources[key])
+
     async def decide(self, name: str, decision: str, *, shown_hash: str | None = None) -> None:
-        """Persist a decision and reconcile. With ``shown_hash``, only for the configuration shown."""
+        """Persist a decision and reconcile. With ``shown_hash``, only for the configuration shown.
+        ``lsp:NAME`` decides on a language server."""
+        if name.startswith(LSP_KEY_PREFIX):
+            await self._decide_lsp(name, decision, shown_hash)
+            return
         cfg = self.host.state.assembled.servers.get(name)
         if cfg is None or not is_gated(cfg):
             await self.host.decide(name, decision)  # raises ConfigError saying why it cannot be decided
@@ -139,3 +163,27 @@ class ApprovalDialog:
                 Text(f"✗ rejected {name} — it stays disconnected until its configuration changes", style="red")
             )
         await self.host.decide(name, decision)
+
+    async def _decide_lsp(self, key: str, decision: str, shown_hash: str | None) -> None:
+        name = key.removeprefix(LSP_KEY_PREFIX)
+        cfg = self.host.lsp.state.servers.get(name)
+        if cfg is not None and is_gated(cfg) and shown_hash is not None and cfg.approval_hash != shown_hash:
+            self._queue.discard(key)
+            self.console.print(
+                Text(
+                    f"✗ language server {name} not {decision}d: its configuration changed after it was shown",
+                    style="yellow",
+                )
+            )
+            self.refresh(announced=[key])
+            return
+        await self.host.lsp.decide(name, decision)  # raises ConfigError saying why it cannot be decided
+        self._queue.discard(key)
+        if decision == "approve":
+            self.console.print(Text(f"✓ approved language server {name} — it starts on first use", style="green"))
+        else:
+            self.console.print(
+                Text(
+                    f"✗ rejected language server {name} — it never starts until its configuration changes", style="red"
+                )
+            )

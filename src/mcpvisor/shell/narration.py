@@ -13,10 +13,11 @@ from mcpvisor.core.events import ReconcileFinished, ServerStateChanged
 from mcpvisor.core.server_config import CONNECTION_FIELDS, McpServerConfig
 from mcpvisor.host.host import Host, HostEvent, Ready, SettingsWarning
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpReloadFailed
+from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
 from mcpvisor.host.settings.loader import SettingsError
 from mcpvisor.host.status import plural
 from mcpvisor.host.watcher import RestartRequired
-from mcpvisor.shell.views import render_status
+from mcpvisor.shell.views import render_lsp_status, render_status
 
 __all__ = ["HumanOutput", "changed_fields"]
 
@@ -46,6 +47,7 @@ class HumanOutput:
         self._ready = False
         self._servers: dict[str, McpServerConfig] = {}
         self._announced: set[str] = set()
+        self._lsp_announced: set[str] = set()
 
     def __call__(self, event: HostEvent) -> None:
         c = self._console
@@ -86,6 +88,18 @@ class HumanOutput:
             for name in fresh:
                 fix = self._approve_command.format(name=name, root=self._host.root)
                 c.print(f"[yellow]? {name} needs approval — run: {fix}[/]")
+        elif isinstance(event, LspPendingApprovalChanged):
+            fresh = [name for name in event.servers if name not in self._lsp_announced]
+            self._lsp_announced = set(event.servers)
+            for name in fresh:
+                c.print(f"[yellow]? language server {name} needs approval — run: mcpvisor lsp approve {name}[/]")
+        elif isinstance(event, LspServerChanged) and self._ready:
+            if event.state == "ready":
+                c.print(f"[green]● language server {event.server} ready[/] (pid {event.pid})")
+            elif event.state == "failed" and event.error:
+                c.print(f"[red]✗ language server {event.server} failed: {event.error}[/]")
+            elif event.state == "removed":
+                c.print(f"[yellow]- removed language server {event.server}[/]")
         elif isinstance(event, SettingsError):
             c.print(f"[red]✗ {event} — keeping the last good configuration[/]")
         elif isinstance(event, SettingsWarning):
@@ -100,5 +114,6 @@ class HumanOutput:
             self._ready = True
             hint = self._approve_command.replace("{root}", str(self._host.root))
             render_status(c, self._host.server_views(), title="MCP servers", approve_hint=hint)
+            render_lsp_status(c, self._host.lsp.views())
             if self._on_ready is not None:
                 self._on_ready()

@@ -28,6 +28,8 @@ from mcpvisor.core.events import PromptsChanged, ReconcileFinished
 from mcpvisor.host.approvals import is_gated
 from mcpvisor.host.host import Host, HostEvent, HostOptions
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpPromptsChanged
+from mcpvisor.host.lsp.config import LSP_KEY_PREFIX
+from mcpvisor.host.lsp.events import LspPendingApprovalChanged
 from mcpvisor.host.status import plural
 from mcpvisor.shell.approval import (
     approval_request,
@@ -47,7 +49,7 @@ from mcpvisor.shell.dialog import ApprovalDialog
 from mcpvisor.shell.narration import HumanOutput
 from mcpvisor.shell.render import render_call_result, render_prompt_result, render_prompts, render_tools
 from mcpvisor.shell.terminal import Screen, stdin_lines
-from mcpvisor.shell.views import render_definition_changes, render_status
+from mcpvisor.shell.views import render_definition_changes, render_lsp_status, render_status
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_OK", "ShellSession", "run_shell"]
 
@@ -147,6 +149,9 @@ class ShellSession:
         with self.screen.above():
             if isinstance(event, McpPendingApprovalChanged):
                 self.dialog.refresh(announced=event.servers)
+                return
+            if isinstance(event, LspPendingApprovalChanged):
+                self.dialog.refresh(announced=[f"{LSP_KEY_PREFIX}{name}" for name in event.servers])
                 return
             if isinstance(event, ReconcileFinished):
                 self._reconciles += 1
@@ -326,6 +331,7 @@ class ShellSession:
             approve_hint="/approve {name}",
             login_hint="/login {name}",
         )
+        render_lsp_status(self.console, self.host.lsp.views())
         return False
 
     async def _cmd_tools(self, argument: str) -> bool:
@@ -378,8 +384,20 @@ class ShellSession:
     async def _decide_by_command(self, decision: str, argument: str) -> None:
         name, rest = split_name(argument)
         if not name or rest:
-            raise ArgumentError(f"usage: /{decision} NAME")
+            raise ArgumentError(f"usage: /{decision} NAME (lsp:NAME for a language server)")
         state = self.host.state
+        if (
+            not name.startswith(LSP_KEY_PREFIX)
+            and name not in state.assembled.servers
+            and name in self.host.lsp.state.servers
+        ):
+            name = f"{LSP_KEY_PREFIX}{name}"  # only a language server has that name
+        if name.startswith(LSP_KEY_PREFIX):
+            if name.removeprefix(LSP_KEY_PREFIX) in self.host.lsp.state.servers:
+                render_approval_request(self.console, self.dialog.request(name), intro=f"({decision})")
+            await self.dialog.decide(name, decision)
+            self.dialog.ask_next()
+            return
         cfg = state.assembled.servers.get(name)
         changes = self.host.held_changes(name) if decision == "approve" else []
         if cfg is not None and changes:

@@ -6,10 +6,11 @@ from rich.console import Console, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
+from mcpvisor.host.lsp.events import LspServerView
 from mcpvisor.host.pins import Change, diff_lines
 from mcpvisor.host.status import APPROVE_HINT, LOGIN_HINT, ServerView, short_command, state_text
 
-__all__ = ["indented", "render_definition_changes", "render_status"]
+__all__ = ["indented", "lsp_state_style", "render_definition_changes", "render_lsp_status", "render_status"]
 
 
 def indented(renderable: RenderableType, columns: int) -> Padding:
@@ -61,3 +62,36 @@ def render_definition_changes(console: Console, changes: list[Change]) -> None:
         console.print(indented(Text(what, style="bold"), 2))
         for line in diff_lines(change):
             console.print(indented(Text(line, style=_DIFF_STYLES.get(line[:1], ""), overflow="fold"), 4))
+
+
+def lsp_state_style(state: str) -> tuple[str, str]:
+    """The icon and style of a language server's state text."""
+    if state.startswith("ready"):
+        return "●", "green"
+    if state.startswith(("needs approval", "starting")):
+        return "?" if state.startswith("needs") else "◐", "yellow"
+    if state.startswith(("rejected", "failed")):
+        return "✗", "red"
+    return "○", "dim"
+
+
+def render_lsp_status(console: Console, rows: list[LspServerView], *, show_target: bool = False) -> None:
+    """Draw the language servers under the MCP servers: ``name · icon state`` (pid, open documents, error)."""
+    if not rows:
+        return
+    console.print(Text("Language servers", style="bold"))
+    for row in rows:
+        icon, style = lsp_state_style(row.state)
+        line = Text(row.name, style="bold")
+        line.append(" · ")
+        facts = [f"pid {row.pid}"] if row.pid is not None and row.state.startswith("ready") else []
+        if row.open_documents:
+            facts.append(f"{row.open_documents} open")
+        state = row.state + (f" ({', '.join(facts)})" if facts else "")
+        line.append(f"{icon} {state}", style=style)
+        line.append(f"  {' '.join(row.extensions)}", style="dim")
+        if row.error:
+            line.append(f" — {row.error}", style="red")
+        console.print(indented(line, 2))
+        if show_target:
+            console.print(indented(Text(short_command(row.target), style="dim", overflow="fold"), 6))

@@ -28,6 +28,8 @@ from mcpvisor.core.server_config import canonical_json
 
 __all__ = [
     "GATED_LSP_SCOPES",
+    "LSP_KEY_PREFIX",
+    "RUNS_WORKSPACE_CODE",
     "camel_fields",
     "LspScope",
     "LspServerConfig",
@@ -35,6 +37,14 @@ __all__ = [
     "lsp_approval_hash",
     "normalize_lsp_entry",
 ]
+
+RUNS_WORKSPACE_CODE = (
+    "An approved language server runs code from this workspace (its build files, plugins and import hooks): "
+    "approve only servers of a project you trust."
+)
+LSP_KEY_PREFIX = "lsp:"
+"""How a language server is told apart from an MCP server of the same name where both are decided
+(``/approve lsp:python``)."""
 
 LspScope = Literal["project", "workspace", "system", "cli"]
 """Where an entry came from (``None``: the user's own settings or system defaults)."""

@@ -1,0 +1,150 @@
+"""``mcpvisor lsp list | approve | reject``: inspect and decide on language servers (SPEC §10).
+
+None of them starts a server or imports the ``mcp`` SDK. They compute the desired language servers
+with the same function as a running host, so what they say is what it does; a running host follows
+a decision at once (it watches the approvals store).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.host import paths
+from mcpvisor.host.approvals import ApprovalStore, is_gated
+from mcpvisor.host.lsp.config import RUNS_WORKSPACE_CODE, LspServerConfig
+from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
+from mcpvisor.host.settings.loader import Settings, load_settings
+from mcpvisor.host.settings.lsp_servers import load_lsp_file
+
+__all__ = ["RUNS_WORKSPACE_CODE", "decide_lsp", "list_lsp_servers", "load_lsp_state"]
+
+
+_STATES = {
+    "pending_approval": "needs approval — run: mcpvisor lsp approve {name}",
+    "rejected": "rejected — edit config to re-approve",
+    "excluded": "disabled (in lsp.excluded)",
+    "not_allowed": "not allowed",
+}
+
+
+def load_lsp_state(
+    env: Mapping[str, str],
+    workspace: Path | None,
+    lsp_config: Sequence[Path] = (),
+    allowed: Sequence[str] | None = None,
+) -> tuple[Settings, ApprovalStore, LspDesiredState]:
+    settings = load_settings(env, workspace)
+    approvals = ApprovalStore(paths.approvals_path(env))
+    approvals.load()
+    files = [load_lsp_file(Path(p), env) for p in lsp_config]
+    for file in files:
+        if file.error is not None:
+            raise ConfigError(str(file.error))
+    state = compute_lsp_state(settings, approvals, cli_allowed=allowed, cli_files=files)
+    return settings, approvals, state
+
+
+def configured_state(state: LspDesiredState, name: str, trusted: bool) -> str:
+    """What a host would do with ``name`` (nothing runs here)."""
+    if not trusted:
+        return "not started: the folder is not trusted"
+    reason = state.reason(name)
+    if reason is not None:
+        return _STATES[reason].format(name=name)
+    return "approved; starts on first use" if is_gated(state.servers[name]) else "starts on first use"
+
+
+def list_lsp_servers(
+    *,
+    env: Mapping[str, str],
+    workspace: Path | None,
+    lsp_config: Sequence[Path],
+    allowed: Sequence[str] | None,
+    as_json: bool,
+) -> None:
+    settings, approvals, state = load_lsp_state(env, workspace, lsp_config, allowed)
+    problems = [*(str(e) for s, e in settings.errors.items() if s != "project"), *state.warnings]
+    if approvals.error:
+        problems.append(approvals.error)
+    rows: list[dict[str, Any]] = []
+    for name in sorted(state.servers):
+        cfg = state.servers[name]
+        entry = state.assembled.sources[name]
+        rows.append(
+            {
+                "name": name,
+                "source": entry.source,
+                "file": str(entry.path) if entry.path is not None else None,
+                "command": cfg.target(),
+                "extensions": sorted(cfg.extension_to_language),
+                "state": configured_state(state, name, settings.trusted),
+                "admission": state.reason(name) or "allowed",
+            }
+        )
+    if as_json:
+        out = {"workspace": str(settings.root), "trusted": settings.trusted, "servers": rows, "problems": problems}
+        print(json.dumps(out, indent=2))  # noqa: T201 - the command's output
+        return
+    console = Console(highlight=False)
+    for problem in problems:
+        console.print(f"[yellow]! {escape(problem)}[/]")
+    console.print(f"[bold]Language servers for {escape(str(settings.root))}[/]")
+    if not rows:
+        console.print("  No language servers configured (.lsp.json, or lspServers in the settings).")
+    for row in rows:
+        console.print(f"  [bold]{escape(row['name'])}[/] · {escape(row['state'])}")
+        console.print(
+            f"    [dim]{escape(row['command'])}  ({' '.join(row['extensions'])}; {row['source']}"
+            f"{', ' + escape(row['file']) if row['file'] else ''})[/]"
+        )
+
+
+def _show(console: Console, name: str, cfg: LspServerConfig, where: str) -> None:
+    console.print(f"Language server [bold]{escape(name)}[/] ({escape(where)})")
+    console.print(f"  command:    {escape(cfg.target())}")
+    console.print(
+        f"  files:      {', '.join(f'{e} ({lang})' for e, lang in sorted(cfg.extension_to_language.items()))}"
+    )
+    if cfg.workspace_folder:
+        console.print(f"  folder:     {escape(cfg.workspace_folder)}")
+    if cfg.env:
+        console.print(f"  env:        {', '.join(sorted(cfg.env))} (values hidden)")
+    if cfg.initialization_options is not None:
+        console.print(f"  init:       {escape(json.dumps(cfg.initialization_options))[:300]}")
+
+
+def decide_lsp(*, env: Mapping[str, str], workspace: Path | None, name: str, decision: str) -> None:
+    settings, approvals, state = load_lsp_state(env, workspace)
+    cfg = state.servers.get(name)
+    if cfg is None:
+        known = ", ".join(sorted(state.servers)) or "none"
+        raise ConfigError(
+            f"cannot {decision} language server {name!r}: none of that name is configured for {settings.root} "
+            f"(configured: {known}); check the name or pass --workspace"
+        )
+    entry = state.assembled.sources[name]
+    if not is_gated(cfg):
+        raise ConfigError(
+            f"cannot {decision} language server {name!r}: it comes from your own settings ({entry.source}), which "
+            "need no approval; only project (.lsp.json) and workspace language servers are approved"
+        )
+    if approvals.error:
+        raise ConfigError(approvals.error)
+    console = Console(highlight=False)
+    _show(console, name, cfg, f"{entry.source}, {entry.path}")
+    if decision == "approve":
+        console.print(f"[yellow]{RUNS_WORKSPACE_CODE}[/]")
+        approvals.approve(settings.root, name, cfg, "lsp")
+        console.print(f"[green]Approved[/] for {escape(str(settings.root))}. A running mcpvisor may start it now.")
+    else:
+        approvals.reject(settings.root, name, cfg, "lsp")
+        console.print(
+            f"[red]Rejected[/] for {escape(str(settings.root))}. It never starts until its configuration changes."
+        )

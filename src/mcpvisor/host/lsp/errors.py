@@ -1,0 +1,62 @@
+"""The errors talking to a language server raises (re-exported by :mod:`mcpvisor.host.lsp.jsonrpc`).
+
+::
+
+    McpvisorError
+    └── LspError                  talking to a language server failed
+        ├── LspRequestError       it answered a request with a JSON-RPC error (``code``, ``method``)
+        ├── LspConnectionClosed   its process ended or its output closed before an answer (``reason``)
+        └── LspMessageTooLarge    it sent a frame over the limit or a header that is not LSP (``limit``)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mcpvisor.core.errors import McpvisorError, format_bytes
+
+__all__ = ["LspConnectionClosed", "LspError", "LspMessageTooLarge", "LspRequestError"]
+
+
+class LspError(McpvisorError):
+    """Root of the errors talking to a language server raises."""
+
+
+class LspRequestError(LspError):
+    """The server answered a request with a JSON-RPC error (or an ``on_request`` handler refuses one)."""
+
+    def __init__(self, code: int, message: str, data: Any = None, *, method: str = "", server: str = "") -> None:
+        who = f"server {server!r}" if server else "server"
+        super().__init__(f"{method or 'request'} failed: {who} answered error {code}: {message}")
+        self.code = code
+        self.message = message
+        self.data = data
+        self.method = method
+        self.server = server
+
+
+class LspConnectionClosed(LspError):
+    """The server's process ended or its output closed (or could not be read on) before an answer."""
+
+    def __init__(self, *, server: str, reason: str, method: str | None = None) -> None:
+        subject = f"language server {server!r}"
+        super().__init__(f"{method} failed: {subject} {reason}" if method else f"{subject} {reason}")
+        self.server = server
+        self.reason = reason
+        self.method = method
+
+
+class LspMessageTooLarge(LspError):
+    """The server sent a frame over the limit, or a header that is not LSP: the connection is unusable.
+    ``reason`` says what it did (``announced a message of 1 GiB``)."""
+
+    def __init__(self, *, server: str, limit: int, reason: str) -> None:
+        self.server = server
+        self.limit = limit
+        self.reason = reason
+        super().__init__(f"reading from language server {server!r} failed: it {self.explanation}")
+
+    @property
+    def explanation(self) -> str:
+        """What the server did and what follows, to end a sentence about it."""
+        return f"{self.reason} (the limit is {format_bytes(self.limit)}), so its connection is dropped"

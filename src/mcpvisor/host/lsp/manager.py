@@ -1,0 +1,273 @@
+"""The language servers of one session: which run, which file goes to which, and what an edit changes
+(SPEC §10; LSP.md §6.3–§6.5).
+
+:meth:`LspManager.apply` takes a :class:`~mcpvisor.host.lsp.desired.LspDesiredState` and changes only what
+the plan says: a server whose process-defining fields changed restarts (re-opening the documents it had
+open), one whose ``settings`` changed is told live, one whose extension map or policy changed takes it in
+place, every other keeps its process. A server that is not admitted (pending approval, rejected, excluded,
+not allowed, or the folder untrusted) never starts. Servers start lazily on the first call for one of
+their files (or at once with ``lsp.startup: eager``), stop after ``lsp.idleStopSeconds`` unused, and a
+crashed one restarts with doubling pauses while ``restartOnCrash`` and ``maxRestarts`` allow.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+from mcpvisor.host.lsp.config import LspServerConfig
+from mcpvisor.host.lsp.desired import LspDesiredState, LspPlan, plan_lsp_reconcile
+from mcpvisor.host.lsp.server import LanguageServer
+
+__all__ = ["BACKOFF_INITIAL_S", "LspManager", "Route", "Unroutable"]
+
+logger = logging.getLogger(__name__)
+
+BACKOFF_INITIAL_S = 0.5
+BACKOFF_MAX_S = 30.0
+STABLE_AFTER_S = 30.0
+"""A server that ran this long before it crashed starts its restart count afresh."""
+IDLE_CHECK_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """The language server a file goes to."""
+
+    server: LanguageServer
+    language: str
+
+
+class Unroutable(Exception):
+    """No running language server can answer for a file; ``str()`` says why and what to do."""
+
+
+class LspManager:
+    """Every language server of one workspace. Enter it (``async with``), then :meth:`apply` states."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        log_dir: Path,
+        trusted: bool = True,
+        max_message_bytes: int | None = None,
+        on_change: Callable[[LanguageServer], None] | None = None,
+    ) -> None:
+        self.root = root
+        self.trusted = trusted
+        self.state = LspDesiredState()
+        self._log_dir = log_dir
+        self._max_message_bytes = max_message_bytes
+        self._on_change = on_change
+        self._servers: dict[str, LanguageServer] = {}
+        self._retiring: set[LanguageServer] = set()
+        self._started_at: dict[LanguageServer, float] = {}
+        self._idle: set[str] = set()
+        """Servers stopped for being idle (they start again on the next call)."""
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.last_plan = LspPlan()
+
+    async def __aenter__(self) -> LspManager:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._idle_loop)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._tg is not None
+        with anyio.CancelScope(shield=True):
+            await self._stop_all([*self._servers.values(), *self._retiring])
+        self._tg.cancel_scope.cancel()
+        await self._tg.__aexit__(None, None, None)
+        self._tg = None
+
+    # -- views ------------------------------------------------------------------------------------
+
+    def servers(self) -> dict[str, LanguageServer]:
+        """The admitted servers by name (running or not)."""
+        return dict(self._servers)
+
+    def is_idle(self, name: str) -> bool:
+        return name in self._idle
+
+    def configured(self) -> bool:
+        """Whether any language server is configured that is not excluded or not allowed (the tools show)."""
+        return any(self.state.reason(n) not in ("excluded", "not_allowed") for n in self.state.servers)
+
+    # -- reconcile ----------------------------------------------------------------------------------
+
+    def apply(self, state: LspDesiredState) -> LspPlan:
+        """Follow ``state`` (see the module). Quick: stops and starts run in the background."""
+        assert self._tg is not None, "enter the manager first"
+        self.state = state
+        admitted = state.admitted() if self.trusted else {}
+        plan = plan_lsp_reconcile({n: s.config for n, s in self._servers.items()}, admitted)
+        for name in plan.remove:
+            self._retire(self._servers.pop(name))
+            self._idle.discard(name)
+        for name in plan.restart:
+            old = self._servers.pop(name)
+            reopen = old.documents.paths() if old.state in ("starting", "ready") else []
+            running = old.state in ("starting", "ready")
+            self._retire(old)
+            self._servers[name] = server = self._new(name, admitted[name], reopen)
+            if running or state.startup == "eager":
+                self._start(server)
+        for name in (*plan.reconfigure, *plan.update):
+            self._tg.start_soon(self._servers[name].reconfigure, admitted[name])
+        for name in plan.add:
+            self._servers[name] = server = self._new(name, admitted[name], [])
+            if state.startup == "eager":
+                self._start(server)
+        if state.startup == "eager":
+            for name in plan.keep:
+                if self._servers[name].state == "stopped" and name not in self._idle:
+                    self._start(self._servers[name])
+        self.last_plan = plan
+        if any((plan.add, plan.remove, plan.restart, plan.reconfigure, plan.update)):
+            logger.info(
+                "language servers: %s",
+                ", ".join(
+                    f"{what} {', '.join(names)}"
+                    for what, names in (
+                        ("added", plan.add),
+                        ("removed", plan.remove),
+                        ("restarted", plan.restart),
+                        ("reconfigured", plan.reconfigure),
+                        ("updated", plan.update),
+                    )
+                    if names
+                ),
+            )
+        return plan
+
+    def _new(self, name: str, config: LspServerConfig, reopen: list[Path]) -> LanguageServer:
+        return LanguageServer(
+            name,
+            config,
+            root=self.root,
+            log_dir=self._log_dir,
+            on_change=self._changed,
+            max_message_bytes=self._max_message_bytes,
+            reopen=reopen,
+        )
+
+    def _retire(self, server: LanguageServer) -> None:
+        assert self._tg is not None
+        if server.state in ("starting", "ready", "stopping"):
+            self._retiring.add(server)
+            self._tg.start_soon(self._stop_retired, server)
+        self._changed(server)
+
+    async def _stop_retired(self, server: LanguageServer) -> None:
+        try:
+            await server.stop()
+        finally:
+            self._retiring.discard(server)
+
+    async def _stop_all(self, servers: list[LanguageServer]) -> None:
+        async with anyio.create_task_group() as tg:
+            for server in servers:
+                if server.state in ("starting", "ready", "stopping"):
+                    tg.start_soon(server.stop)
+
+    def _start(self, server: LanguageServer) -> None:
+        assert self._tg is not None
+        self._idle.discard(server.name)
+        self._started_at[server] = time.monotonic()
+        server.start(self._tg)
+
+    # -- routing ------------------------------------------------------------------------------------
+
+    def route(self, path: Path) -> Route:
+        """The admitted server for ``path`` by its extension; :class:`Unroutable` explains when there is none."""
+        ext = path.suffix.lower()
+        matching = [n for n, cfg in self.state.servers.items() if ext in cfg.extension_to_language]
+        running = [n for n in matching if n in self._servers]
+        if running:
+            server = self._servers[sorted(running)[0]]
+            return Route(server, server.config.extension_to_language[ext])
+        if not matching:
+            known = sorted({e for cfg in self.state.servers.values() for e in cfg.extension_to_language})
+            hint = f" (configured for: {', '.join(known)})" if known else ""
+            raise Unroutable(f"no language server for {ext or 'extensionless'!r} files{hint}")
+        name = sorted(matching)[0]
+        raise Unroutable(self.why_not(name))
+
+    def why_not(self, name: str) -> str:
+        """Why the configured server ``name`` cannot answer, with the fix."""
+        if not self.trusted:
+            return (
+                f"language server {name!r} does not start: the folder {self.root} is not trusted; "
+                "run: mcpvisor mcp trust"
+            )
+        reason = self.state.reason(name)
+        if reason == "pending_approval":
+            return f"language server {name!r} needs approval — run: mcpvisor lsp approve {name}"
+        if reason == "rejected":
+            return (
+                f"language server {name!r} was rejected — edit its configuration to be asked again, or run: "
+                f"mcpvisor lsp approve {name}"
+            )
+        if reason == "excluded":
+            return f"language server {name!r} is excluded; remove it from lsp.excluded in your settings"
+        if reason == "not_allowed":
+            return f"language server {name!r} is not allowed; add it to lsp.allowed in your settings"
+        return f"language server {name!r} is not configured"
+
+    async def ready(self, server: LanguageServer) -> None:
+        """Start ``server`` if it is not running and wait until it answers, up to its ``startupTimeout``.
+        Raises :class:`Unroutable` saying it is starting, or why it failed."""
+        if server.state == "failed" and server.crashes > max(server.config.restarts_allowed, 1):
+            raise Unroutable(
+                f"language server {server.name!r} failed — {server.last_error}; fix its configuration (a save "
+                "restarts it) or /reload"
+            )
+        if server.state in ("stopped", "failed"):
+            self._start(server)
+        if not await server.wait_ready():
+            if server.state == "starting":
+                raise Unroutable(f"server {server.name!r} is starting (indexing); retry in a few seconds")
+            raise Unroutable(f"language server {server.name!r} failed — {server.last_error}")
+
+    # -- crashes and idleness ------------------------------------------------------------------------
+
+    def _changed(self, server: LanguageServer) -> None:
+        if server.state == "failed" and self._servers.get(server.name) is server:
+            started = self._started_at.pop(server, None)
+            stable = started is not None and time.monotonic() - started >= STABLE_AFTER_S
+            server.crashes = 1 if stable else server.crashes + 1
+            if server.crashes <= server.config.restarts_allowed and self._tg is not None:
+                pause = min(BACKOFF_INITIAL_S * 2 ** (server.crashes - 1), BACKOFF_MAX_S)
+                logger.info("language server %r crashed; restarting in %g s", server.name, pause)
+                self._tg.start_soon(self._restart_later, server, pause)
+        elif server.state == "ready":
+            self._started_at.setdefault(server, time.monotonic())
+        if self._on_change is not None:
+            self._on_change(server)
+
+    async def _restart_later(self, server: LanguageServer, pause: float) -> None:
+        await anyio.sleep(pause)
+        if self._servers.get(server.name) is server and server.state == "failed":
+            self._start(server)
+
+    async def _idle_loop(self) -> None:
+        while True:
+            await anyio.sleep(IDLE_CHECK_S)
+            limit = self.state.idle_stop_s
+            if not limit:
+                continue
+            now = time.monotonic()
+            for name, server in list(self._servers.items()):
+                if server.state == "ready" and now - server.last_used >= limit:
+                    logger.info("language server %r idle for %.0f s: stopping it", name, limit)
+                    self._idle.add(name)
+                    await server.stop()
+                    self._changed(server)

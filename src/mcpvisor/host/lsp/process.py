@@ -1,0 +1,99 @@
+"""Spawning a language server: its own process group, the small safe environment, on Linux the reaper
+(:mod:`mcpvisor.host.lsp.reaper`) in front of it, and the tail of its stderr to say why it ended.
+
+Stopping it is :func:`mcpvisor.core.stdio.stop_process`'s (close stdin, SIGTERM the group, SIGKILL).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+from mcpvisor.core.stdio import child_environment
+from mcpvisor.host.lsp import reaper
+from mcpvisor.host.lsp.errors import LspConnectionClosed, LspError
+
+__all__ = ["STDERR_TAIL_BYTES", "USE_REAPER", "LspProcess", "StderrTail", "launch_argv", "spawn_language_server"]
+
+USE_REAPER = sys.platform == "linux"
+"""Whether servers start behind the reaper (it needs ``PR_SET_PDEATHSIG``)."""
+STDERR_TAIL_BYTES = 4 * 1024
+"""How much of a server's latest stderr is kept to explain why it ended before it said anything."""
+EXIT_POLL_S = 0.01
+
+
+@dataclass(eq=False)
+class LspProcess:
+    """The running server as the host sees it. On Linux ``pid`` is the reaper's: it leads the process
+    group the server runs in, and exits with the server's exit code."""
+
+    pid: int
+    ended: anyio.Event = field(default_factory=anyio.Event)
+    """Set when the server closed its stdout (it exited, crashed or was killed), or when its output could
+    not be read any more (``failure`` says why)."""
+    failure: LspError | None = None
+    """Why reading stopped while the server still ran: it broke the protocol's bounds."""
+    _process: anyio.abc.Process | None = field(default=None, repr=False)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.returncode if self._process is not None else None
+
+    async def wait_exit(self, timeout_s: float) -> bool:
+        """Whether the process exited within ``timeout_s`` (polls ``returncode``, as ``core.stdio`` does:
+        ``wait()`` would also wait for pipes a grandchild holds)."""
+        with anyio.move_on_after(timeout_s):
+            while self.returncode is None:  # noqa: ASYNC110 - the exit code has no event to wait on
+                await anyio.sleep(EXIT_POLL_S)
+            return True
+        return False
+
+
+class StderrTail(anyio.abc.ByteReceiveStream):
+    """A server's stderr on its way to the log, keeping the last :data:`STDERR_TAIL_BYTES`."""
+
+    def __init__(self, stream: anyio.abc.ByteReceiveStream) -> None:
+        self._stream = stream
+        self.tail = bytearray()
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        chunk = await self._stream.receive(max_bytes)
+        self.tail += chunk
+        del self.tail[:-STDERR_TAIL_BYTES]
+        return chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    def last_line(self) -> str:
+        lines = self.tail.decode(errors="replace").strip().splitlines()
+        return lines[-1].strip()[:300] if lines else ""
+
+
+def launch_argv(command: str, args: Sequence[str]) -> list[str]:
+    """The command line that starts ``command``: behind the reaper on Linux, as is elsewhere."""
+    if USE_REAPER:
+        return [sys.executable, "-I", "-S", str(Path(reaper.__file__)), command, *args]
+    return [command, *args]
+
+
+async def spawn_language_server(
+    command: str, args: Sequence[str], *, env: Mapping[str, str] | None, cwd: str | None, name: str
+) -> anyio.abc.Process:
+    """Start the server ``name`` in a new session with pipes on stdin, stdout and stderr.
+
+    Raises :class:`LspConnectionClosed` when it cannot be spawned; behind the reaper a missing ``command``
+    shows later, as an exit with code 127 and the reaper's ``cannot start COMMAND: REASON``."""
+    environment = child_environment(env)
+    if USE_REAPER:
+        environment[reaper.PARENT_PID_ENV] = str(os.getpid())
+    try:
+        return await anyio.open_process(launch_argv(command, args), env=environment, cwd=cwd, start_new_session=True)
+    except OSError as exc:
+        raise LspConnectionClosed(server=name, reason=f"could not be started: {exc}") from exc

@@ -1,0 +1,387 @@
+"""One language server: its process, its life cycle, what it was told and what it published (LSP.md §6.4).
+
+A :class:`LanguageServer` starts when first needed (or at once, with ``lsp.startup: eager``): one owner
+task opens the connection (:mod:`mcpvisor.host.lsp.jsonrpc`), runs ``initialize`` within the server's
+``startupTimeout``, sends its ``settings``, re-opens the documents it had open, and keeps the connection
+until it is stopped or the process ends. Requests retry ``ContentModified`` a few times; files are
+synchronised with the disk before every request that names one (:mod:`mcpvisor.host.lsp.documents`);
+diagnostics are pulled where the server offers it, else taken from what it published, never older than
+the text it was last sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import anyio.abc
+
+from mcpvisor import __version__
+from mcpvisor.core.server_log import ServerLog
+from mcpvisor.host.lsp.config import LspServerConfig
+from mcpvisor.host.lsp.documents import Document, Documents, next_sync_number
+from mcpvisor.host.lsp.jsonrpc import (
+    CONTENT_MODIFIED,
+    METHOD_NOT_FOUND,
+    LspConnection,
+    LspConnectionClosed,
+    LspError,
+    LspRequestError,
+    open_lsp_connection,
+)
+from mcpvisor.host.lsp.text import path_of, uri_of
+
+__all__ = ["CLIENT_CAPABILITIES", "LanguageServer", "ServerState"]
+
+logger = logging.getLogger(__name__)
+
+ServerState = Literal["stopped", "starting", "ready", "failed", "stopping"]
+
+CONTENT_MODIFIED_RETRIES = 3
+CONTENT_MODIFIED_PAUSE_S = 0.5
+_SAFE_FILENAME = re.compile(r"[^A-Za-z0-9_.-]")
+
+CLIENT_CAPABILITIES: dict[str, Any] = {
+    "general": {"positionEncodings": ["utf-16"]},
+    "workspace": {"configuration": True, "workspaceFolders": True, "didChangeConfiguration": {}, "symbol": {}},
+    "textDocument": {
+        "synchronization": {"didSave": True, "dynamicRegistration": False},
+        "hover": {"contentFormat": ["markdown", "plaintext"]},
+        "definition": {"linkSupport": True},
+        "typeDefinition": {"linkSupport": True},
+        "implementation": {"linkSupport": True},
+        "references": {},
+        "documentSymbol": {"hierarchicalDocumentSymbolSupport": True},
+        "callHierarchy": {},
+        "rename": {"prepareSupport": True},
+        "publishDiagnostics": {"versionSupport": True, "relatedInformation": False},
+        "diagnostic": {"dynamicRegistration": False},
+    },
+    "window": {"workDoneProgress": True},
+}
+"""What mcpvisor asks of a server: the operations its tools use, UTF-16 positions, pull diagnostics."""
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """Diagnostics a server published for one file: for which document version (if it said), and when."""
+
+    version: int | None
+    sequence: int
+    items: list[dict[str, Any]]
+
+
+class LanguageServer:
+    """One configured language server (running or not). ``on_change`` hears every state change."""
+
+    def __init__(
+        self,
+        name: str,
+        config: LspServerConfig,
+        *,
+        root: Path,
+        log_dir: Path,
+        on_change: Callable[[LanguageServer], None],
+        max_message_bytes: int | None = None,
+        reopen: Sequence[Path] = (),
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.root = root
+        self.state: ServerState = "stopped"
+        self.pid: int | None = None
+        self.last_error: str | None = None
+        self.capabilities: dict[str, Any] = {}
+        self.crashes = 0
+        """Crashes since the server last ran stably (restartOnCrash counts against maxRestarts)."""
+        self.last_used = time.monotonic()
+        self._log_dir = log_dir
+        self._on_change = on_change
+        self._max_message_bytes = max_message_bytes
+        self._connection: LspConnection | None = None
+        self._stop = anyio.Event()
+        self._ready = anyio.Event()
+        self._done = anyio.Event()
+        self._done.set()
+        self._reopen = list(reopen)
+        self.documents = Documents(self._notify)
+        self._published: dict[str, Published] = {}
+        self._publish_sequence = 0
+        self._published_event = anyio.Event()
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def folder(self) -> Path:
+        """The server's root and working folder: ``workspaceFolder`` (relative to the workspace), else the workspace."""
+        folder = self.config.workspace_folder
+        if not folder:
+            return self.root
+        path = Path(folder).expanduser()
+        return (path if path.is_absolute() else self.root / path).resolve()
+
+    @property
+    def log_path(self) -> Path:
+        return self._log_dir / f"lsp-{_SAFE_FILENAME.sub('_', self.name)}.log"
+
+    def operations(self) -> list[str]:
+        """The LSP operations the running server says it supports (its capabilities)."""
+        caps = self.capabilities
+        names = {
+            "definitionProvider": "go_to_definition",
+            "typeDefinitionProvider": "go_to_type_definition",
+            "implementationProvider": "go_to_implementation",
+            "referencesProvider": "find_references",
+            "hoverProvider": "hover",
+            "documentSymbolProvider": "document_symbols",
+            "workspaceSymbolProvider": "workspace_symbols",
+            "callHierarchyProvider": "incoming_calls",
+            "renameProvider": "rename_preview",
+        }
+        ops = [op for key, op in names.items() if caps.get(key)]
+        if caps.get("callHierarchyProvider"):
+            ops.append("outgoing_calls")
+        return [*sorted(ops), "diagnostics"]
+
+    def supports(self, capability: str) -> bool:
+        return bool(self.capabilities.get(capability))
+
+    # -- life cycle -----------------------------------------------------------------------------
+
+    def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Start the server in ``tg`` unless it runs or is starting (returns at once)."""
+        if self.state in ("starting", "ready"):
+            return
+        self._stop = anyio.Event()
+        self._ready = anyio.Event()
+        self._done = anyio.Event()
+        self._set("starting")
+        tg.start_soon(self._own, name=f"lsp-server:{self.name}")
+
+    async def wait_ready(self, timeout_s: float | None = None) -> bool:
+        """Wait until the server is ready (``True``), failed or stopped (``False``), or ``timeout_s`` passed
+        (``False``, still starting)."""
+        with anyio.move_on_after(timeout_s if timeout_s is not None else self.config.startup_timeout_s):
+            await self._ready.wait()
+        return self.state == "ready"
+
+    async def stop(self) -> None:
+        """Stop the server (``shutdown``, ``exit``, then its process group) and wait for it."""
+        self._stop.set()
+        await self._done.wait()
+
+    async def _own(self) -> None:
+        log = ServerLog(self.log_path)
+        try:
+            async with open_lsp_connection(
+                self.config.command or "",
+                self.config.args,
+                env=self.config.env,
+                cwd=str(self.folder),
+                log=log,
+                name=self.name,
+                on_notification=self._on_notification,
+                on_request=self._on_request,
+                shutdown_timeout_s=self.config.shutdown_timeout_s,
+                **({"max_message_bytes": self._max_message_bytes} if self._max_message_bytes else {}),
+            ) as connection:
+                self._connection = connection
+                self.pid = connection.process.pid
+                with anyio.fail_after(self.config.startup_timeout_s):
+                    result = await connection.request("initialize", self._initialize_params())
+                self.capabilities = dict((result or {}).get("capabilities") or {})
+                await connection.notify("initialized", {})
+                if self.config.settings is not None:
+                    await self.reconfigure(self.config)
+                await self.documents.replay(self._notify)
+                for path in self._reopen:
+                    language = self.config.extension_to_language.get(path.suffix.lower())
+                    if language is not None:
+                        try:
+                            await self.documents.sync(path, language)
+                        except (LspError, OSError, ValueError) as exc:
+                            logger.debug("language server %r: could not re-open %s: %s", self.name, path, exc)
+                self._reopen = []
+                self.last_error = None
+                self._set("ready")
+                self._ready.set()
+                with anyio.CancelScope() as watch:
+
+                    async def ended() -> None:
+                        await connection.process.ended.wait()
+                        watch.cancel()
+
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(ended)
+                        await self._stop.wait()
+                        self._set("stopping")
+                        tg.cancel_scope.cancel()
+                if not self._stop.is_set():
+                    self.last_error = self._exit_reason(connection)
+        except TimeoutError:
+            self.last_error = (
+                f"no answer to 'initialize' within {self.config.startup_timeout_s:g} s; raise "
+                f"lspServers.{self.name}.startupTimeout if it needs longer (its log: {self.log_path})"
+            )
+        except LspError as exc:
+            self.last_error = str(exc)
+        except Exception as exc:  # task boundary: one broken server never takes the others down
+            logger.exception("language server %r failed", self.name)
+            self.last_error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._connection = None
+            self.pid = None
+            stopped = self._stop.is_set()
+            self._set("stopped" if stopped else "failed")
+            self._ready.set()
+            self._done.set()
+            if not stopped:
+                logger.warning("language server %r stopped: %s", self.name, self.last_error)
+
+    def _exit_reason(self, connection: LspConnection) -> str:
+        process = connection.process
+        if process.failure is not None:
+            return str(process.failure)
+        code = process.returncode
+        return f"the process exited{f' with code {code}' if code is not None else ''}; see its log {self.log_path}"
+
+    def _initialize_params(self) -> dict[str, Any]:
+        folder = self.folder
+        return {
+            "processId": None,
+            "clientInfo": {"name": "mcpvisor", "version": __version__},
+            "rootUri": uri_of(folder),
+            "rootPath": str(folder),
+            "workspaceFolders": [{"uri": uri_of(folder), "name": folder.name}],
+            "capabilities": CLIENT_CAPABILITIES,
+            "initializationOptions": self.config.initialization_options,
+        }
+
+    async def reconfigure(self, config: LspServerConfig) -> None:
+        """Take a new configuration that needs no restart: send changed ``settings`` live; close documents of
+        extensions it no longer answers for."""
+        settings_changed = config.settings != self.config.settings
+        self.config = config
+        connection = self._connection
+        if connection is None or self.state not in ("starting", "ready"):
+            return
+        routed = config.extension_to_language
+        await self.documents.close_where(lambda doc: doc.path.suffix.lower() not in routed)
+        if settings_changed or config.settings is not None:
+            try:
+                await connection.notify("workspace/didChangeConfiguration", {"settings": config.settings or {}})
+            except LspError as exc:
+                logger.debug("language server %r: could not send its settings: %s", self.name, exc)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def request(self, method: str, params: Any) -> Any:
+        """A request on the running server; ``ContentModified`` is retried a few times."""
+        for attempt in range(CONTENT_MODIFIED_RETRIES + 1):
+            connection = self._connection
+            if connection is None:
+                raise LspConnectionClosed(server=self.name, reason=self.last_error or "it is not running")
+            try:
+                self.last_used = time.monotonic()
+                return await connection.request(method, params)
+            except LspRequestError as exc:
+                if exc.code != CONTENT_MODIFIED or attempt == CONTENT_MODIFIED_RETRIES:
+                    raise
+                await anyio.sleep(CONTENT_MODIFIED_PAUSE_S)
+        raise AssertionError("unreachable")
+
+    async def sync(self, path: Path) -> Document:
+        """Bring ``path`` up to date on the server (see :mod:`mcpvisor.host.lsp.documents`)."""
+        language = self.config.extension_to_language.get(path.suffix.lower(), "plaintext")
+        self.last_used = time.monotonic()
+        return await self.documents.sync(path, language)
+
+    async def _notify(self, method: str, params: Any) -> None:
+        connection = self._connection
+        if connection is not None:
+            await connection.notify(method, params)
+
+    # -- what the server sends -----------------------------------------------------------------
+
+    def _on_notification(self, method: str, params: Any) -> None:
+        if method == "textDocument/publishDiagnostics" and isinstance(params, dict):
+            uri = params.get("uri")
+            if isinstance(uri, str):
+                self._publish_sequence = next_sync_number()
+                version = params.get("version")
+                items = [d for d in params.get("diagnostics") or () if isinstance(d, dict)]
+                self._published[uri] = Published(
+                    version if isinstance(version, int) else None, self._publish_sequence, items
+                )
+                self._published_event.set()
+                self._published_event = anyio.Event()
+
+    async def _on_request(self, method: str, params: Any) -> Any:
+        if method == "workspace/configuration":
+            items = (params or {}).get("items") or []
+            return [self._setting(item.get("section") if isinstance(item, dict) else None) for item in items]
+        if method == "workspace/workspaceFolders":
+            return [{"uri": uri_of(self.folder), "name": self.folder.name}]
+        if method in ("client/registerCapability", "client/unregisterCapability", "window/workDoneProgress/create"):
+            return None
+        if method == "window/showMessageRequest":
+            return None
+        if method == "workspace/applyEdit":
+            return {"applied": False, "failureReason": "mcpvisor only previews edits; it writes no files"}
+        raise LspRequestError(METHOD_NOT_FOUND, f"mcpvisor does not answer {method}", method=method, server=self.name)
+
+    def _setting(self, section: str | None) -> Any:
+        node: Any = self.config.settings
+        if not section:
+            return node
+        for part in section.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        return node
+
+    # -- diagnostics ----------------------------------------------------------------------------
+
+    async def diagnostics(self, doc: Document, wait_s: float) -> tuple[bool, list[dict[str, Any]]]:
+        """``(fresh, diagnostics)`` for ``doc`` as last synced: pulled when the server offers it, else the
+        published ones once they are at least as new as the text it was sent (waiting up to ``wait_s``),
+        else the last known ones with ``fresh`` False."""
+        if self.supports("diagnosticProvider"):
+            try:
+                report = await self.request("textDocument/diagnostic", {"textDocument": {"uri": doc.uri}})
+            except LspRequestError as exc:
+                logger.debug("language server %r: pulling diagnostics failed: %s", self.name, exc)
+            else:
+                if isinstance(report, dict) and report.get("kind") == "full":
+                    return True, [d for d in report.get("items") or () if isinstance(d, dict)]
+        with anyio.move_on_after(wait_s):
+            while not self._fresh(doc):
+                await self._published_event.wait()
+        published = self._published.get(doc.uri)
+        fresh = self._fresh(doc)
+        return fresh, list(published.items) if published is not None else []
+
+    def _fresh(self, doc: Document) -> bool:
+        published = self._published.get(doc.uri)
+        if published is None:
+            return False
+        if published.version is not None:
+            return published.version >= doc.version
+        return published.sequence > doc.synced
+
+    def published_paths(self) -> list[Path]:
+        return [p for uri in self._published if (p := path_of(uri)) is not None]
+
+    # -- state ------------------------------------------------------------------------------------
+
+    def _set(self, state: ServerState) -> None:
+        if state != self.state:
+            self.state = state
+            logger.debug("language server %r is %s", self.name, state)
+        self._on_change(self)

@@ -1,0 +1,187 @@
+"""A host's language servers: following the settings, deciding approvals, telling who listens (SPEC §10).
+
+:class:`LspSession` is what :class:`~mcpvisor.host.host.Host` holds: it computes the desired state from
+the settings (:func:`~mcpvisor.host.lsp.desired.compute_lsp_state`) on start, on every settings event
+that concerns language servers (``.lsp.json``, ``lspServers``, ``lsp.*``, the approvals store) and on
+``/reload``; hands it to the :class:`~mcpvisor.host.lsp.manager.LspManager`; keeps the ``lsp`` tool
+provider registered while any language server is configured; and emits :class:`LspServerChanged` when
+what a reader can see of a server changed, :class:`LspPendingApprovalChanged` when some wait for a decision.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import anyio
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.host.approvals import ApprovalStore, is_gated
+from mcpvisor.host.lsp.config import LspServerConfig
+from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
+from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged, LspServerView
+from mcpvisor.host.lsp.manager import LspManager
+from mcpvisor.host.lsp.server import LanguageServer
+from mcpvisor.host.lsp.tools import LspTools, describe_state
+from mcpvisor.host.settings.loader import Settings
+from mcpvisor.host.settings.lsp_servers import LspFile
+
+if TYPE_CHECKING:
+    from mcpvisor.core.config import Config
+
+__all__ = ["LspPendingApprovalChanged", "LspServerChanged", "LspServerView", "LspSession", "touches_lsp"]
+
+logger = logging.getLogger(__name__)
+
+LSP_SETTINGS_KEYS = ("lspServers", "lsp")
+
+
+def touches_lsp(scope: str, paths: Sequence[str]) -> bool:
+    """Whether a settings event can matter to language servers."""
+    if scope in ("lsp_project", "approvals"):
+        return True
+    return any(path.split(".", 1)[0] in LSP_SETTINGS_KEYS for path in paths)
+
+
+class LspSession:
+    """The language servers of one :class:`Host` (see the module). Enter it inside the host."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        approvals: ApprovalStore,
+        config: Config,
+        *,
+        log_dir: Path,
+        emit: Callable[[object], None],
+        cli_allowed: Sequence[str] | None = None,
+        cli_files: Sequence[LspFile] = (),
+        max_message_bytes: int | None = None,
+    ) -> None:
+        self._settings = settings
+        self._approvals = approvals
+        self._config = config
+        self._emit = emit
+        self._cli_allowed = cli_allowed
+        self._cli_files = list(cli_files)
+        self.manager = LspManager(
+            settings.root,
+            log_dir=log_dir,
+            trusted=settings.trusted,
+            max_message_bytes=max_message_bytes,
+            on_change=self._server_changed,
+        )
+        self.tools = LspTools(self.manager)
+        self._seen: dict[str, LspServerChanged] = {}
+        self._stack: AsyncExitStack | None = None
+
+    @property
+    def state(self) -> LspDesiredState:
+        return self.manager.state
+
+    async def __aenter__(self) -> LspSession:
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(self.manager)
+            self._config.add_tool_provider(self.tools)
+            stack.callback(self._config.remove_tool_provider, self.tools)
+            self._apply(self._compute())
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            await stack.__aexit__(exc_type, exc, tb)
+
+    # -- following the settings -------------------------------------------------------------------
+
+    def _compute(self) -> LspDesiredState:
+        return compute_lsp_state(
+            self._settings, self._approvals, cli_allowed=self._cli_allowed, cli_files=self._cli_files
+        )
+
+    def _apply(self, state: LspDesiredState) -> None:
+        before = self.manager.state
+        self.manager.apply(state)
+        self._config.refresh_tool_provider(self.tools)
+        for name in set(before.servers) | set(state.servers):
+            self._server_changed_by_name(name)
+        promptable = state.promptable()
+        if promptable:
+            self._emit(LspPendingApprovalChanged(promptable))
+
+    async def reload(self) -> LspDesiredState:
+        """Follow the settings as they are in memory now. One step on the event loop (the manager hands stops
+        and starts to the servers' own tasks), so it never interleaves with another reconcile, MCP or LSP."""
+        state = self._compute()
+        self._apply(state)
+        return state
+
+    def warnings(self) -> tuple[str, ...]:
+        return self.manager.state.warnings
+
+    # -- decisions ----------------------------------------------------------------------------------
+
+    async def decide(self, name: str, decision: str) -> LspServerConfig:
+        """Approve or reject a gated language server, then follow (approving makes it startable)."""
+        cfg = self.state.servers.get(name)
+        if cfg is None:
+            known = ", ".join(sorted(self.state.servers)) or "none"
+            raise ConfigError(f"cannot {decision} language server {name!r}: it is not configured (configured: {known})")
+        if not is_gated(cfg):
+            raise ConfigError(
+                f"cannot {decision} language server {name!r}: it is not a project or workspace server "
+                "(your own need no approval)"
+            )
+        action = self._approvals.approve if decision == "approve" else self._approvals.reject
+        await anyio.to_thread.run_sync(action, self._settings.root, name, cfg, "lsp")
+        await self.reload()
+        return cfg
+
+    # -- views --------------------------------------------------------------------------------------
+
+    def views(self) -> list[LspServerView]:
+        state = self.manager.state
+        servers = self.manager.servers()
+        out = []
+        for name in sorted(state.servers):
+            cfg = state.servers[name]
+            entry = state.assembled.sources[name]
+            server = servers.get(name)
+            reason = state.reason(name) if self.manager.trusted else "untrusted"
+            running = server is not None and server.state == "ready"
+            out.append(
+                LspServerView(
+                    name=name,
+                    source=entry.source,
+                    path=str(entry.path) if entry.path is not None else None,
+                    target=cfg.target(),
+                    extensions=tuple(sorted(cfg.extension_to_language)),
+                    state=describe_state(self.manager, name, server, reason),
+                    pid=server.pid if server is not None else None,
+                    open_documents=len(server.documents) if running and server is not None else 0,
+                    error=server.last_error if server is not None and server.state == "failed" else None,
+                    gated=is_gated(cfg),
+                )
+            )
+        return out
+
+    def _server_changed(self, server: LanguageServer) -> None:
+        self._server_changed_by_name(server.name)
+
+    def _server_changed_by_name(self, name: str) -> None:
+        view = next((v for v in self.views() if v.name == name), None)
+        if view is None:
+            if self._seen.pop(name, None) is not None:
+                self._emit(LspServerChanged(name, "removed", None, 0, None))
+            return
+        event = LspServerChanged(name, view.state, view.pid, view.open_documents, view.error)
+        if self._seen.get(name) != event:
+            self._seen[name] = event
+            self._emit(event)

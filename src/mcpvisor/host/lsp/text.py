@@ -1,0 +1,158 @@
+"""Positions and documents between the tools and the wire (LSP.md §6.4, §6.6). Pure, except
+:func:`resolve_file`, which asks the file system where a path really leads.
+
+The tools speak the way a person reads a file: 1-based lines, and 1-based columns counted in Unicode
+code points. The wire speaks LSP's default: 0-based lines, and 0-based columns counted in UTF-16 code
+units, so a character outside the Basic Multilingual Plane (an emoji) is one column for the tool and
+two for the wire::
+
+    x = "😀😀"; y = 1      'y' is character 14 (1-based) for the tool, {"character": 15} on the wire
+
+Lines end the LSP way: at ``\\n``, ``\\r\\n`` or ``\\r`` (not at the other separators
+``str.splitlines`` knows, such as form feed or U+2028).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
+
+from mcpvisor.core.errors import McpvisorError
+
+__all__ = [
+    "FileOutsideWorkspace",
+    "Lines",
+    "NoSuchFile",
+    "character_of",
+    "from_wire",
+    "path_of",
+    "relative",
+    "resolve_file",
+    "to_wire",
+    "uri_of",
+    "utf16_column",
+]
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def _units(char: str) -> int:
+    """How many UTF-16 code units one code point takes."""
+    return 2 if ord(char) > 0xFFFF else 1
+
+
+def utf16_column(line_text: str, character: int) -> int:
+    """The 0-based UTF-16 column of the 1-based code-point ``character`` of ``line_text``; a character
+    beyond the end of the line is the end of the line."""
+    if character < 1:
+        raise ValueError(f"character {character} is not a column: characters count from 1")
+    return sum(_units(c) for c in line_text[: character - 1])
+
+
+def character_of(line_text: str, utf16: int) -> int:
+    """The 1-based code-point column of the 0-based UTF-16 column ``utf16`` of ``line_text``. A column in
+    the middle of a surrogate pair is the character it splits; one beyond the end is just past the end."""
+    units = 0
+    for index, char in enumerate(line_text):
+        units += _units(char)
+        if units > utf16:
+            return index + 1
+    return len(line_text) + 1
+
+
+class Lines:
+    """A document's text split into lines the LSP way. ``line(n)`` is 0-based and ``""`` past the end.
+
+    :attr:`count` is the number of lines a person sees: a final line break does not start another line,
+    and empty text has none. The wire still has a position on that empty last line, and
+    :func:`to_wire` accepts it.
+    """
+
+    __slots__ = ("_lines", "count")
+
+    def __init__(self, text: str) -> None:
+        self._lines = _LINE_BREAK.split(text)
+        self.count = len(self._lines) - 1 if self._lines[-1] == "" else len(self._lines)
+
+    def line(self, n0: int) -> str:
+        return self._lines[n0] if 0 <= n0 < len(self._lines) else ""
+
+    @property
+    def wire_count(self) -> int:
+        """The number of lines on the wire (one more than :attr:`count` after a final line break)."""
+        return len(self._lines)
+
+
+def to_wire(lines: Lines, line: int, character: int, *, file: str) -> dict[str, int]:
+    """A tool's 1-based ``line`` and code-point ``character`` in ``file`` (its name as shown) as an LSP
+    ``Position``; ``ValueError`` when the line is not in the file or the character is below 1."""
+    if line < 1:
+        raise ValueError(f"line {line} is not a line of {file}: lines count from 1")
+    if line > lines.wire_count:
+        raise ValueError(f"line {line} is past the end of {file} ({lines.count} lines)")
+    if character < 1:
+        raise ValueError(f"character {character} is not a column of {file}:{line}: characters count from 1")
+    return {"line": line - 1, "character": utf16_column(lines.line(line - 1), character)}
+
+
+def from_wire(lines: Lines, position: Mapping[str, Any]) -> tuple[int, int]:
+    """An LSP ``Position`` as a 1-based (line, code-point character); negative numbers count as 0."""
+    line0 = max(0, int(position["line"]))
+    return line0 + 1, character_of(lines.line(line0), max(0, int(position["character"])))
+
+
+def uri_of(path: Path) -> str:
+    """The ``file://`` URI of an absolute path, percent-encoded (spaces, non-ASCII)."""
+    return path.as_uri()
+
+
+def path_of(uri: str) -> Path | None:
+    """The local path of a ``file://`` URI (percent-decoded), or ``None`` for any other URI (``jdt://``,
+    ``untitled:``) or a file on another host."""
+    parts = urlsplit(uri)
+    if parts.scheme.lower() != "file" or parts.netloc not in ("", "localhost") or not parts.path:
+        return None
+    return Path(url2pathname(parts.path))  # percent-decoded; on Windows also /C:/x -> C:\\x
+
+
+def relative(path: Path, root: Path) -> str:
+    """``path`` relative to the workspace ``root`` in POSIX form when it is inside, else ``path`` as is."""
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+class FileOutsideWorkspace(McpvisorError, ValueError):
+    """A tool named a file that is not inside the workspace (``..``, an absolute path elsewhere, or a
+    symlink that leads out)."""
+
+    def __init__(self, file: str, root: Path) -> None:
+        super().__init__(f"file {file!r} is outside the workspace {root}; name a file inside it")
+        self.file = file
+        self.root = root
+
+
+class NoSuchFile(McpvisorError, ValueError):
+    """A tool named a file inside the workspace that does not exist (or is not a regular file)."""
+
+    def __init__(self, file: str) -> None:
+        super().__init__(f"no such file {file!r} in the workspace")
+        self.file = file
+
+
+def resolve_file(file: str, root: Path) -> Path:
+    """A tool's ``file`` argument (workspace-relative or absolute) as the real path of a file inside
+    ``root``, symlinks followed. Reads the file system (``resolve``, ``is_file``), nothing else."""
+    real_root = root.resolve()
+    candidate = Path(file)
+    real = (candidate if candidate.is_absolute() else real_root / candidate).resolve()
+    if not real.is_relative_to(real_root):
+        raise FileOutsideWorkspace(file, real_root)
+    if not real.is_file():
+        raise NoSuchFile(file)
+    return real

@@ -1,0 +1,559 @@
+"""The language servers' operations as MCP tools: the in-process tool provider ``lsp`` (SPEC §10; LSP.md §6.6).
+
+Registered in the session's tool registry like a server's tools, so the gateway serves them as
+``mcp__lsp__<operation>``, and the shell, the library and the framework adapters get them too. They are
+listed as soon as a language server is configured that is not excluded or not allowed (a pending one
+counts, so that a call can say it needs approval), and the set never changes shape.
+
+Inputs: ``file`` is workspace-relative or absolute inside the workspace; ``line`` and ``character`` are
+1-based (characters as a person counts them); every position-taking tool accepts ``symbol`` (a name,
+optionally ``Class.method``) instead. Outputs are ``structuredContent`` matching each tool's
+``outputSchema``, plus a short text. A call that cannot be answered says why, as a tool error.
+Every tool is read-only: ``rename_preview`` writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+from pydantic import BaseModel
+
+from mcpvisor.core.client_requests import Progress
+from mcpvisor.core.errors import McpvisorError
+from mcpvisor.host.lsp import normalize
+from mcpvisor.host.lsp.documents import Document
+from mcpvisor.host.lsp.jsonrpc import LspError
+from mcpvisor.host.lsp.manager import LspManager, Unroutable
+from mcpvisor.host.lsp.results import (
+    Call,
+    CallsResult,
+    DiagnosticsResult,
+    Direction,
+    FileDiagnostics,
+    HoverResult,
+    LocationsResult,
+    ReferencesResult,
+    RenameResult,
+    ServerStatus,
+    StatusResult,
+    Sym,
+    SymbolsResult,
+    WorkspaceSymbolsResult,
+    find_symbol,
+)
+from mcpvisor.host.lsp.server import LanguageServer
+from mcpvisor.host.lsp.text import relative, resolve_file, to_wire
+
+__all__ = ["LSP_PROVIDER", "TOOL_NAMES", "LspTools"]
+
+logger = logging.getLogger(__name__)
+
+LSP_PROVIDER = "lsp"
+REQUEST_TIMEOUT_S = 60.0
+"""Bound on one request to a ready server (a cold server's first answer waits for its startupTimeout first)."""
+DIAGNOSTICS_WAIT_MS = 3000
+_SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2, "hint": 3}
+_PREVIEW_READ_BYTES = 2 * 1024 * 1024
+
+_FILE = {"type": "string", "description": "A file of the workspace: relative to it, or absolute inside it."}
+_LINE = {"type": "integer", "minimum": 1, "description": "1-based line."}
+_CHARACTER = {"type": "integer", "minimum": 1, "description": "1-based column, in characters."}
+_SYMBOL = {
+    "type": "string",
+    "description": "Instead of line and character: a symbol of the file by name ('User', or 'User.greet').",
+}
+
+
+def _limit(default: int) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 1, "default": default, "description": "Return at most this many."}
+
+
+def _position_schema(**more: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"file": _FILE, "line": _LINE, "character": _CHARACTER, "symbol": _SYMBOL, **more},
+        "required": ["file"],
+    }
+
+
+class ToolFailure(McpvisorError):
+    """A call of an ``lsp`` tool that cannot be answered; its message says why and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    description: str
+    input_schema: dict[str, Any]
+    output: type[BaseModel]
+
+
+_SPECS: dict[str, _Spec] = {
+    "status": _Spec(
+        "The configured language servers: state (ready, starting, idle, failed, needs approval…), pid, open "
+        "documents, the files they answer for and the operations they support.",
+        {"type": "object", "properties": {}},
+        StatusResult,
+    ),
+    "go_to_definition": _Spec(
+        "Where the symbol at a position (or named by 'symbol') is defined.",
+        _position_schema(limit=_limit(20)),
+        LocationsResult,
+    ),
+    "go_to_type_definition": _Spec(
+        "Where the type of the symbol at a position is defined.", _position_schema(limit=_limit(20)), LocationsResult
+    ),
+    "go_to_implementation": _Spec(
+        "The implementations of the interface or abstract member at a position.",
+        _position_schema(limit=_limit(20)),
+        LocationsResult,
+    ),
+    "find_references": _Spec(
+        "Every reference to the symbol at a position, across the workspace.",
+        _position_schema(
+            include_declaration={"type": "boolean", "default": False, "description": "Count the declaration too."},
+            limit=_limit(100),
+        ),
+        ReferencesResult,
+    ),
+    "hover": _Spec(
+        "The type, signature and documentation of the symbol at a position.", _position_schema(), HoverResult
+    ),
+    "document_symbols": _Spec(
+        "The symbols of a file (classes, functions, methods…), nested.",
+        {
+            "type": "object",
+            "properties": {
+                "file": _FILE,
+                "depth": {"type": "integer", "default": -1, "description": "Levels of nesting to keep (-1: all)."},
+                "limit": _limit(200),
+            },
+            "required": ["file"],
+        },
+        SymbolsResult,
+    ),
+    "workspace_symbols": _Spec(
+        "Symbols of the whole workspace whose name matches a query, from every language server that can search.",
+        {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "A name, or part of one."},
+                "language": {"type": "string", "description": "Only servers for this language id ('python')."},
+                "kind": {"type": "string", "description": "Only symbols of this kind ('Class', 'Function')."},
+                "limit": _limit(50),
+            },
+            "required": ["query"],
+        },
+        WorkspaceSymbolsResult,
+    ),
+    "incoming_calls": _Spec(
+        "Who calls the function or method at a position.", _position_schema(limit=_limit(50)), CallsResult
+    ),
+    "outgoing_calls": _Spec(
+        "What the function or method at a position calls.", _position_schema(limit=_limit(50)), CallsResult
+    ),
+    "diagnostics": _Spec(
+        "Errors and warnings of files, as of their text on disk now (waits briefly for fresh ones).",
+        {
+            "type": "object",
+            "properties": {
+                "files": {"type": "array", "items": _FILE, "description": "Omitted: every open document."},
+                "severity": {
+                    "enum": ["error", "warning", "info", "hint"],
+                    "default": "warning",
+                    "description": "The least severe kind to report.",
+                },
+                "wait_ms": {"type": "integer", "minimum": 0, "default": DIAGNOSTICS_WAIT_MS},
+            },
+        },
+        DiagnosticsResult,
+    ),
+    "rename_preview": _Spec(
+        "The edits renaming the symbol at a position would make, file by file. Writes nothing.",
+        _position_schema(new_name={"type": "string", "description": "The new name."})
+        | {"required": ["file", "new_name"]},
+        RenameResult,
+    ),
+}
+TOOL_NAMES = tuple(_SPECS)
+_ANNOTATIONS = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
+_CAPABILITY = {
+    "go_to_definition": "definitionProvider",
+    "go_to_type_definition": "typeDefinitionProvider",
+    "go_to_implementation": "implementationProvider",
+    "find_references": "referencesProvider",
+    "hover": "hoverProvider",
+    "document_symbols": "documentSymbolProvider",
+    "incoming_calls": "callHierarchyProvider",
+    "outgoing_calls": "callHierarchyProvider",
+    "rename_preview": "renameProvider",
+}
+
+
+def _tool(name: str, spec: _Spec) -> types.Tool:
+    return types.Tool(
+        name=name,
+        description=spec.description,
+        input_schema=spec.input_schema,
+        output_schema=spec.output.model_json_schema(),
+        annotations=_ANNOTATIONS,
+    )
+
+
+_TOOLS = [_tool(name, spec) for name, spec in _SPECS.items()]
+
+
+@dataclass(frozen=True, slots=True)
+class _At:
+    """Where a position-taking call points: its server, the synced document and the wire position."""
+
+    server: LanguageServer
+    path: Path
+    doc: Document
+    position: dict[str, int]
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"textDocument": {"uri": self.doc.uri}, "position": self.position}
+
+
+class LspTools:
+    """The ``lsp`` tool provider over one session's :class:`LspManager`
+    (a :class:`~mcpvisor.core.providers.ToolProvider`)."""
+
+    name = LSP_PROVIDER
+
+    def __init__(self, manager: LspManager) -> None:
+        self.manager = manager
+        self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[BaseModel]]] = {
+            "status": self.status,
+            "go_to_definition": self._locations("textDocument/definition", "go_to_definition"),
+            "go_to_type_definition": self._locations("textDocument/typeDefinition", "go_to_type_definition"),
+            "go_to_implementation": self._locations("textDocument/implementation", "go_to_implementation"),
+            "find_references": self.find_references,
+            "hover": self.hover,
+            "document_symbols": self.document_symbols,
+            "workspace_symbols": self.workspace_symbols,
+            "incoming_calls": self._calls("incoming"),
+            "outgoing_calls": self._calls("outgoing"),
+            "diagnostics": self.diagnostics,
+            "rename_preview": self.rename_preview,
+        }
+
+    @property
+    def root(self) -> Path:
+        return self.manager.root
+
+    # -- ToolProvider ------------------------------------------------------------------------------
+
+    def list_tools(self) -> list[types.Tool]:
+        return list(_TOOLS) if self.manager.configured() else []
+
+    async def call_tool(
+        self, tool: str, arguments: dict[str, Any], *, progress: Progress | None = None
+    ) -> types.CallToolResult:
+        handler = self._handlers.get(tool)
+        if handler is None:
+            return _error(f"no tool {tool!r} among the language server tools: {', '.join(TOOL_NAMES)}")
+        try:
+            result = await handler(arguments)
+        except (ToolFailure, Unroutable, LspError, ValueError) as exc:
+            return _error(str(exc))
+        if isinstance(result, LocationsResult):
+            text = result.render(_WHAT[tool])
+        elif isinstance(result, CallsResult):
+            text = result.render("incoming" if tool == "incoming_calls" else "outgoing")
+        else:
+            text = _render(result)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], structured_content=result.model_dump(mode="json")
+        )
+
+    # -- shared steps --------------------------------------------------------------------------------
+
+    def _text_of(self, server: LanguageServer | None) -> normalize.TextOf:
+        cache: dict[Path, str | None] = {}
+
+        def text_of(path: Path) -> str | None:
+            if server is not None and (text := server.documents.text_of(path)) is not None:
+                return text
+            if path not in cache:
+                try:
+                    cache[path] = (
+                        path.read_text(encoding="utf-8", errors="replace")
+                        if path.is_file() and os.path.getsize(path) <= _PREVIEW_READ_BYTES
+                        else None
+                    )
+                except OSError:
+                    cache[path] = None
+            return cache[path]
+
+        return text_of
+
+    async def _server_for(self, file: Any) -> tuple[LanguageServer, Path]:
+        if not isinstance(file, str) or not file:
+            raise ToolFailure("give 'file': a file of the workspace (relative to it, or absolute inside it)")
+        path = resolve_file(file, self.root)
+        route = self.manager.route(path)
+        await self.manager.ready(route.server)
+        return route.server, path
+
+    def _require(self, server: LanguageServer, tool: str) -> None:
+        capability = _CAPABILITY.get(tool)
+        if capability is not None and not server.supports(capability):
+            raise ToolFailure(
+                f"language server {server.name!r} does not offer {tool} (it offers: {', '.join(server.operations())})"
+            )
+
+    async def _at(self, arguments: dict[str, Any], tool: str) -> _At:
+        server, path = await self._server_for(arguments.get("file"))
+        self._require(server, tool)
+        doc = await server.sync(path)
+        shown = relative(path, self.root)
+        symbol = arguments.get("symbol")
+        if symbol is not None and (arguments.get("line") is None or arguments.get("character") is None):
+            target = await self._find(server, doc, path, str(symbol))
+            position = to_wire(doc.lines, target.loc.line, _name_column(doc, target), file=shown)
+            return _At(server, path, doc, position)
+        line, character = arguments.get("line"), arguments.get("character")
+        if not isinstance(line, int) or not isinstance(character, int):
+            raise ToolFailure(f"give 'line' and 'character' (1-based), or a 'symbol' of {shown} by name")
+        return _At(server, path, doc, to_wire(doc.lines, line, character, file=shown))
+
+    async def _find(self, server: LanguageServer, doc: Document, path: Path, symbol: str) -> Sym:
+        if not server.supports("documentSymbolProvider"):
+            raise ToolFailure(f"language server {server.name!r} cannot list symbols: give 'line' and 'character'")
+        raw = await self._request(server, "textDocument/documentSymbol", {"textDocument": {"uri": doc.uri}})
+        found = find_symbol(normalize.symbols(raw, path=path, root=self.root, text_of=self._text_of(server)), symbol)
+        shown = relative(path, self.root)
+        if not found:
+            raise ToolFailure(f"no symbol {symbol!r} in {shown}; list them with document_symbols")
+        if len(found) > 1:
+            where = ", ".join(f"{s.title} at {s.loc.line}:{s.loc.character}" for s in found[:5])
+            raise ToolFailure(
+                f"symbol {symbol!r} is ambiguous in {shown}: {where}; name it fully, or give line and character"
+            )
+        return found[0]
+
+    async def _request(self, server: LanguageServer, method: str, params: Any) -> Any:
+        import anyio
+
+        with anyio.fail_after(REQUEST_TIMEOUT_S):
+            return await server.request(method, params)
+
+    # -- the tools ----------------------------------------------------------------------------------------
+
+    async def status(self, arguments: dict[str, Any]) -> StatusResult:
+        return StatusResult(servers=[self._status(name) for name in sorted(self.manager.state.servers)])
+
+    def _status(self, name: str) -> ServerStatus:
+        cfg = self.manager.state.servers[name]
+        server = self.manager.servers().get(name)
+        reason = self.manager.state.reason(name) if self.manager.trusted else "untrusted"
+        state = describe_state(self.manager, name, server, reason)
+        return ServerStatus(
+            name=name,
+            languages=cfg.languages(),
+            extensions=sorted(cfg.extension_to_language),
+            state=state,
+            pid=server.pid if server is not None else None,
+            open_documents=len(server.documents) if server is not None and server.state == "ready" else 0,
+            operations=server.operations() if server is not None and server.state == "ready" else [],
+            last_error=server.last_error if server is not None else None,
+        )
+
+    def _locations(self, method: str, tool: str) -> Callable[[dict[str, Any]], Awaitable[BaseModel]]:
+        async def run(arguments: dict[str, Any]) -> LocationsResult:
+            at = await self._at(arguments, tool)
+            raw = await self._request(at.server, method, at.params)
+            found = normalize.locations(raw, root=self.root, text_of=self._text_of(at.server))
+            limit = _positive(arguments.get("limit"), 20)
+            return LocationsResult(server=at.server.name, locations=found[:limit], truncated=len(found) > limit)
+
+        return run
+
+    async def find_references(self, arguments: dict[str, Any]) -> ReferencesResult:
+        at = await self._at(arguments, "find_references")
+        params = {**at.params, "context": {"includeDeclaration": bool(arguments.get("include_declaration", False))}}
+        raw = await self._request(at.server, "textDocument/references", params)
+        found = normalize.locations(raw, root=self.root, text_of=self._text_of(at.server))
+        limit = _positive(arguments.get("limit"), 100)
+        return ReferencesResult(
+            server=at.server.name,
+            references=found[:limit],
+            file_count=len({loc.file for loc in found}),
+            truncated=len(found) > limit,
+        )
+
+    async def hover(self, arguments: dict[str, Any]) -> HoverResult:
+        at = await self._at(arguments, "hover")
+        raw = await self._request(at.server, "textDocument/hover", at.params)
+        text_of = self._text_of(at.server)
+        return HoverResult(
+            server=at.server.name,
+            contents=normalize.hover_text(raw),
+            range=normalize.hover_range(raw, path=at.path, root=self.root, text_of=text_of),
+        )
+
+    async def document_symbols(self, arguments: dict[str, Any]) -> SymbolsResult:
+        server, path = await self._server_for(arguments.get("file"))
+        self._require(server, "document_symbols")
+        doc = await server.sync(path)
+        raw = await self._request(server, "textDocument/documentSymbol", {"textDocument": {"uri": doc.uri}})
+        found = normalize.symbols(raw, path=path, root=self.root, text_of=self._text_of(server))
+        depth = arguments.get("depth", -1)
+        if isinstance(depth, int) and depth >= 0:
+            found = [_prune(sym, depth) for sym in found]
+        limit = _positive(arguments.get("limit"), 200)
+        return SymbolsResult(server=server.name, symbols=found[:limit], truncated=len(found) > limit)
+
+    async def workspace_symbols(self, arguments: dict[str, Any]) -> WorkspaceSymbolsResult:
+        query = arguments.get("query")
+        if not isinstance(query, str):
+            raise ToolFailure("give 'query': a symbol name, or part of one")
+        language, kind = arguments.get("language"), arguments.get("kind")
+        candidates = [
+            s for s in self.manager.servers().values() if language is None or language in s.config.languages()
+        ]
+        if not candidates:
+            raise ToolFailure(
+                f"no language server for {language!r} may run" if language else "no language server may run here"
+            )
+        found: list[Any] = []
+        asked = 0
+        for server in candidates:
+            try:
+                await self.manager.ready(server)
+            except Unroutable as exc:
+                logger.debug("workspace_symbols skips %r: %s", server.name, exc)
+                continue
+            if not server.supports("workspaceSymbolProvider"):
+                continue
+            asked += 1
+            raw = await self._request(server, "workspace/symbol", {"query": query})
+            found += normalize.workspace_symbols(raw, server=server.name, root=self.root, text_of=self._text_of(server))
+        if not asked:
+            raise ToolFailure("no running language server here searches the workspace (workspace/symbol)")
+        if isinstance(kind, str):
+            found = [s for s in found if s.kind.lower() == kind.lower()]
+        limit = _positive(arguments.get("limit"), 50)
+        return WorkspaceSymbolsResult(symbols=found[:limit], truncated=len(found) > limit)
+
+    def _calls(self, direction: Direction) -> Callable[[dict[str, Any]], Awaitable[BaseModel]]:
+        tool = f"{direction}_calls"
+
+        async def run(arguments: dict[str, Any]) -> CallsResult:
+            at = await self._at(arguments, tool)
+            items = await self._request(at.server, "textDocument/prepareCallHierarchy", at.params)
+            if not items:
+                raise ToolFailure("nothing callable at that position (a function or method name is)")
+            item = items[0]
+            raw = await self._request(at.server, f"callHierarchy/{direction}Calls", {"item": item})
+            text_of = self._text_of(at.server)
+            found: list[Call] = normalize.calls(raw, direction, root=self.root, text_of=text_of, item=item)
+            limit = _positive(arguments.get("limit"), 50)
+            return CallsResult(
+                server=at.server.name,
+                item=normalize.call_item(item, root=self.root, text_of=text_of),
+                calls=found[:limit],
+                truncated=len(found) > limit,
+            )
+
+        return run
+
+    async def diagnostics(self, arguments: dict[str, Any]) -> DiagnosticsResult:
+        files = arguments.get("files")
+        threshold = _SEVERITY_RANK.get(str(arguments.get("severity", "warning")), 1)
+        wait_s = max(0, int(arguments.get("wait_ms", DIAGNOSTICS_WAIT_MS))) / 1000
+        if files is None:
+            targets = [
+                (s, p) for s in self.manager.servers().values() if s.state == "ready" for p in s.documents.paths()
+            ]
+            if not targets:
+                raise ToolFailure("no document is open yet: name the 'files' to check")
+        elif isinstance(files, list) and all(isinstance(f, str) for f in files):
+            targets = [await self._server_for(f) for f in files]
+        else:
+            raise ToolFailure("'files' must be a list of files of the workspace")
+        out: list[FileDiagnostics] = []
+        for server, path in targets:
+            doc = await server.sync(path)
+            fresh, raw = await server.diagnostics(doc, wait_s)
+            found = normalize.diagnostics(raw, path=path, root=self.root, text_of=self._text_of(server))
+            kept = [d for d in found if _SEVERITY_RANK[d.severity] <= threshold]
+            out.append(FileDiagnostics(file=relative(path, self.root), fresh=fresh, diagnostics=kept))
+        return DiagnosticsResult(files=out)
+
+    async def rename_preview(self, arguments: dict[str, Any]) -> RenameResult:
+        new_name = arguments.get("new_name")
+        if not isinstance(new_name, str) or not new_name:
+            raise ToolFailure("give 'new_name': the name to rename to")
+        at = await self._at(arguments, "rename_preview")
+        prepare = at.server.capabilities.get("renameProvider")
+        if isinstance(prepare, Mapping) and prepare.get("prepareProvider"):
+            if not await self._request(at.server, "textDocument/prepareRename", at.params):
+                raise ToolFailure("nothing to rename at that position")
+        raw = await self._request(at.server, "textDocument/rename", {**at.params, "newName": new_name})
+        changes = normalize.workspace_edit(raw, root=self.root, text_of=self._text_of(at.server))
+        return RenameResult(server=at.server.name, changes=changes, file_count=len(changes))
+
+
+_WHAT = {
+    "go_to_definition": "definition",
+    "go_to_type_definition": "type definition",
+    "go_to_implementation": "implementation",
+}
+
+
+def describe_state(manager: LspManager, name: str, server: LanguageServer | None, reason: str | None) -> str:
+    """One language server's state as people read it."""
+    if reason == "untrusted":
+        return "not started: the folder is not trusted"
+    if reason == "pending_approval":
+        return f"needs approval — run: mcpvisor lsp approve {name}"
+    if reason == "rejected":
+        return "rejected — edit config to re-approve"
+    if reason == "excluded":
+        return "disabled (in lsp.excluded)"
+    if reason == "not_allowed":
+        return "not allowed"
+    if server is None:
+        return "stopped"
+    if server.state == "ready":
+        return "ready"
+    if server.state == "starting":
+        return "starting"
+    if server.state == "failed":
+        return "failed"
+    return "idle" if manager.is_idle(name) else "stopped (starts on first use)"
+
+
+def _name_column(doc: Document, sym: Sym) -> int:
+    """The 1-based column of ``sym``'s name on its line: servers that send flat symbols give the range of the
+    whole definition (``class User:`` starts at ``class``), and a request at the keyword finds nothing."""
+    text = doc.lines.line(sym.loc.line - 1)
+    name = sym.name.split("(", 1)[0].split("<", 1)[0].strip()
+    found = text.find(name, max(0, sym.loc.character - 1)) if name else -1
+    return found + 1 if found >= 0 else sym.loc.character
+
+
+def _render(result: BaseModel) -> str:
+    render = getattr(result, "render", None)
+    return str(render()) if callable(render) else result.model_dump_json()
+
+
+def _prune(sym: Sym, depth: int) -> Sym:
+    return sym.model_copy(update={"children": [] if depth == 0 else [_prune(c, depth - 1) for c in sym.children]})
+
+
+def _positive(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def _error(message: str) -> types.CallToolResult:
+    return types.CallToolResult(is_error=True, content=[types.TextContent(type="text", text=message)])
