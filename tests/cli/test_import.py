@@ -315,3 +315,56 @@ def test_an_imported_server_runs(layout: Layout) -> None:
     assert status.exit_code == 0, status.output
     (light,) = json.loads(status.stdout)["servers"]
     assert (light["name"], light["state"], light["tools"]) == ("light", "connected", 1)
+
+
+def test_claude_code_brings_the_language_servers_of_its_enabled_plugins(layout: Layout) -> None:
+    claude = layout.home / ".claude"
+    write_json(
+        claude / "settings.json",
+        {"enabledPlugins": {"pyright@official": True, "gopls@community": True, "off@official": False, "cfg@x": True}},
+    )
+    pyright_root = claude / "plugins" / "store" / "pyright"
+    write_json(
+        claude / "plugins" / "installed_plugins.json",
+        {"plugins": {"pyright@official": [{"installPath": str(pyright_root)}]}},
+    )
+    write_json(pyright_root / ".claude-plugin" / "plugin.json", {"name": "pyright", "lspServers": "./servers.json"})
+    write_json(
+        pyright_root / "servers.json",
+        {
+            "python": {
+                "command": "${CLAUDE_PLUGIN_ROOT}/bin/pyright-langserver",
+                "args": ["--stdio"],
+                "extensionToLanguage": {".py": "python"},
+            }
+        },
+    )
+    gopls_root = claude / "plugins" / "cache" / "community" / "gopls" / "1.0.0"  # no install record: the cache
+    write_json(gopls_root / ".lsp.json", {"go": {"command": "gopls", "extensionToLanguage": {".go": "go"}}})
+    off_root = claude / "plugins" / "cache" / "official" / "off"
+    write_json(off_root / ".lsp.json", {"off": {"command": "x", "extensionToLanguage": {".x": "x"}}})
+    cfg_root = claude / "plugins" / "cache" / "x" / "cfg"
+    write_json(
+        cfg_root / ".claude-plugin" / "plugin.json",
+        {"lspServers": {"cfg": {"command": "${user_config.binary}", "extensionToLanguage": {".c": "c"}}}},
+    )
+    result = run(layout, "--from", "claude-code")
+    assert result.exit_code == 1, result.output  # one could not be imported
+    assert "Language servers of enabled Claude Code plugins" in result.output
+    assert "uses ${user_config.binary}, a plugin setting Claude Code asks for" in result.output
+    data = read_settings_file(layout.paths.user)
+    assert data is not None
+    assert data["lspServers"] == {
+        "python": {
+            "command": f"{pyright_root}/bin/pyright-langserver",
+            "args": ["--stdio"],
+            "extensionToLanguage": {".py": "python"},
+        },
+        "go": {"command": "gopls", "extensionToLanguage": {".go": "go"}},
+    }
+    again = json.loads(run(layout, "--from", "claude-code", "--json").stdout)
+    assert {s["name"]: s["action"] for s in again["language_servers"]} == {
+        "python": "present",
+        "go": "present",
+        "cfg": "skip",
+    }

@@ -23,6 +23,7 @@ from mcpvisor.host import paths
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.hot_reload import DesiredState, compute_desired_state
 from mcpvisor.host.importers import SOURCES, ImportLevel, PlannedImport, plan_import, scan_source
+from mcpvisor.host.plugin_lsp import PluginLsp, scan_plugin_lsp_servers
 from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted_folders
 from mcpvisor.host.settings.mcp_servers import load_top_tier
 from mcpvisor.host.settings.writer import delete_setting, set_setting, write_atomically
@@ -330,7 +331,8 @@ def import_servers(
     levels: tuple[ImportLevel, ...] = (_check_scope(scope),) if scope is not None else ("user", "workspace")
     settings = load_settings(env, workspace)
     scan = scan_source(source, env, settings.root, levels=levels)
-    if not scan.found:
+    plugin_lsp = _plan_plugin_lsp(env, settings, force) if source == "claude-code" and "user" in levels else []
+    if not scan.found and not plugin_lsp:
         looked = "\n  ".join(str(f.path) for f in scan.files)
         raise ConfigError(f"no {scan.title} configuration found; looked in:\n  {looked}")
     for level in levels:
@@ -343,11 +345,65 @@ def import_servers(
         for item in planned:
             if item.action in ("add", "replace") and item.candidate.entry is not None:
                 set_setting(settings, item.candidate.level, ("mcpServers", item.candidate.name), item.candidate.entry)
+        for lsp, action, _ in plugin_lsp:
+            if action in ("add", "replace") and lsp.entry is not None:
+                set_setting(settings, "user", ("lspServers", lsp.name), dict(lsp.entry))
     if as_json:
-        print(json.dumps(_import_json(scan.source, planned, dry_run), indent=2))  # noqa: T201 - the command's output
+        out = _import_json(scan.source, planned, dry_run)
+        if source == "claude-code":
+            out["language_servers"] = [
+                {"name": lsp.name, "plugin": lsp.plugin, "file": str(lsp.file), "action": action, "reason": reason}
+                for lsp, action, reason in plugin_lsp
+            ]
+        print(json.dumps(out, indent=2))  # noqa: T201 - the command's output
     else:
-        _print_import(Console(highlight=False), scan.title, scan.files, planned, dry_run)
-    return 1 if any(item.action == "skip" for item in planned) else 0
+        console = Console(highlight=False)
+        _print_import(console, scan.title, scan.files, planned, dry_run)
+        _print_plugin_lsp(console, plugin_lsp, settings.paths.user, dry_run)
+    skipped = any(item.action == "skip" for item in planned) or any(a == "skip" for _, a, _ in plugin_lsp)
+    return 1 if skipped else 0
+
+
+def _plan_plugin_lsp(
+    env: Mapping[str, str], settings: Settings, force: bool
+) -> list[tuple[PluginLsp, str, str | None]]:
+    """``(language server, action, reason)`` for each one Claude Code's enabled plugins declare."""
+    _, found = scan_plugin_lsp_servers(env)
+    current = settings.data("user").get("lspServers")
+    existing = current if isinstance(current, Mapping) else {}
+    planned: list[tuple[PluginLsp, str, str | None]] = []
+    for lsp in found:
+        if lsp.entry is None:
+            planned.append((lsp, "skip", lsp.reason))
+        elif lsp.name not in existing:
+            planned.append((lsp, "add", None))
+        elif existing[lsp.name] == lsp.entry:
+            planned.append((lsp, "present", "already in your settings"))
+        elif force:
+            planned.append((lsp, "replace", "replaces the entry in your settings"))
+        else:
+            planned.append((lsp, "skip", f"your settings already have a different {lsp.name!r}; pass --force"))
+    return planned
+
+
+def _print_plugin_lsp(
+    console: Console, planned: Sequence[tuple[PluginLsp, str, str | None]], destination: Path, dry_run: bool
+) -> None:
+    if not planned:
+        return
+    console.print(f"[bold]Language servers of enabled Claude Code plugins[/] -> {escape(str(destination))}")
+    for lsp, action, reason in planned:
+        line = f"{_MARKS[action]} [bold]{escape(lsp.name)}[/]"
+        if lsp.entry is not None:
+            command = " ".join([str(lsp.entry.get("command", "")), *map(str, lsp.entry.get("args") or [])])
+            line += f"  lsp: {escape(command)} (plugin {escape(lsp.plugin)})"
+        console.print(Padding(line, (0, 0, 0, 2), expand=False))
+        if reason and action != "present":
+            style = "red" if action == "skip" else "dim"
+            console.print(Padding(f"[{style}]{escape(reason)}[/]", (0, 0, 0, 4), expand=False))
+    written = sum(1 for _, a, _ in planned if a in ("add", "replace"))
+    verb = "Would import" if dry_run else "Imported"
+    console.print(f"{verb} {written} language server{'s' if written != 1 else ''} (your own: no approval needed)")
 
 
 def _servers_of(data: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -1,0 +1,264 @@
+"""Language servers in a running host, with the real python-lsp-server (pylsp + pyflakes): the approval gate,
+the tools, fresh diagnostics, incremental reloads through the real watcher, lazy start and idle stop."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+from mcp_types import CallToolResult, TextContent
+
+from mcpvisor.host.host import Host, HostEvent, HostOptions
+from mcpvisor.host.lsp.events import LspServerChanged
+from tests.helpers import WAIT_S, pid_alive, wait_until
+from tests.layout import Layout, make_layout, replace_text
+
+MODELS = """class User:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def greet(self) -> str:
+        return "hi " + self.name
+
+
+def make_user(name: str) -> User:
+    return User(name)
+"""
+SERVICE = """from models import User, make_user
+
+u = make_user("a")
+s = "😀😀"; y = make_user("z")
+print(u.greet(), User, y)
+"""
+
+
+def basedpyright() -> dict[str, Any]:
+    """basedpyright (PyPI): a type checker whose positions are UTF-16 columns as LSP says (pylsp hands the
+    wire's column to jedi as a code point index)."""
+    command = Path(sys.executable).with_name("basedpyright-langserver")
+    return {"command": str(command), "args": ["--stdio"], "extensionToLanguage": {".py": "python"}}
+
+
+def pylsp(**more: Any) -> dict[str, Any]:
+    return {"command": sys.executable, "args": ["-m", "pylsp"], "extensionToLanguage": {".py": "python"}, **more}
+
+
+def text(result: CallToolResult) -> str:
+    [content] = result.content
+    assert isinstance(content, TextContent)
+    return content.text
+
+
+@dataclass
+class Session:
+    layout: Layout
+    host: Host
+    events: list[HostEvent] = field(default_factory=list)
+
+    async def call(self, tool: str, **arguments: Any) -> CallToolResult:
+        return await self.host.config.call_tool(f"mcp__lsp__{tool}", arguments)
+
+    async def ok(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        result = await self.call(tool, **arguments)
+        assert not result.is_error, text(result)
+        content: dict[str, Any] | None = result.structured_content
+        assert content is not None
+        return content
+
+    def pid(self, name: str) -> int | None:
+        server = self.host.lsp.manager.servers().get(name)
+        return server.pid if server is not None and server.state == "ready" else None
+
+
+def language_server_processes(root: Path) -> list[psutil.Process]:
+    """Live processes running pylsp in ``root`` (whoever started them)."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "cwd", "status"]):
+        try:
+            cmdline, cwd = process.info["cmdline"] or [], process.info["cwd"]
+        except (psutil.Error, KeyError):
+            continue
+        if process.info["status"] != psutil.STATUS_ZOMBIE and "pylsp" in cmdline and cwd == str(root):
+            found.append(process)
+    return found
+
+
+@asynccontextmanager
+async def session(
+    tmp_path: Path, *, lsp_json: dict[str, Any] | None = None, user: dict[str, Any] | None = None, watch: bool = True
+) -> AsyncIterator[Session]:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    (layout.root / "models.py").write_text(MODELS)
+    (layout.root / "service.py").write_text(SERVICE)
+    if lsp_json is not None:
+        replace_text(layout.root / ".lsp.json", json.dumps(lsp_json))
+    if user is not None:
+        replace_text(layout.paths.user, json.dumps(user))
+    host = Host(HostOptions(env=layout.env, workspace=layout.root, watch=watch))
+    s = Session(layout, host)
+    host.subscribe(s.events.append)
+    async with host:
+        yield s
+    await wait_until(lambda: not language_server_processes(layout.root), what="no language server left")
+
+
+async def test_nothing_spawns_before_approval_and_after_it_the_tools_answer(tmp_path: Path) -> None:
+    async with session(tmp_path, lsp_json={"python": pylsp()}, watch=False) as s:
+        assert "mcp__lsp__go_to_definition" in s.host.config.tool_registry.names()
+        refused = await s.call("go_to_definition", file="service.py", line=3, character=6)
+        assert refused.is_error
+        assert text(refused) == "language server 'python' needs approval — run: mcpvisor lsp approve python"
+        assert not language_server_processes(s.layout.root)
+        status = await s.ok("status")
+        assert status["servers"][0]["state"] == "needs approval — run: mcpvisor lsp approve python"
+
+        await s.host.lsp.decide("python", "approve")
+        found = await s.ok("go_to_definition", file="service.py", line=3, character=6)
+        assert [(loc["file"], loc["line"], loc["character"]) for loc in found["locations"]] == [("models.py", 9, 5)]
+        assert found["locations"][0]["preview"] == "def make_user(name: str) -> User:"
+        by_name = await s.ok("find_references", file="models.py", symbol="User")
+        assert {(r["file"], r["line"]) for r in by_name["references"]} >= {("models.py", 10), ("service.py", 5)}
+        hover = await s.ok("hover", file=str(s.layout.root / "service.py"), line=3, character=6)
+        assert "make_user(name: str) -> User" in hover["contents"]
+        symbols = await s.ok("document_symbols", file="models.py")
+        assert [sym["name"] for sym in symbols["symbols"]][:1] == ["User"]
+        assert language_server_processes(s.layout.root)
+
+
+async def test_positions_are_1_based_characters_whatever_utf_16_makes_of_them(tmp_path: Path) -> None:
+    """Line 4 of service.py has two emoji before ``make_user``: each is one character for the tool and two
+    UTF-16 units on the wire; a position sent as code points would miss the name."""
+    async with session(tmp_path, user={"lspServers": {"python": basedpyright()}}, watch=False) as s:
+        line = SERVICE.splitlines()[3]
+        column = line.index("make_user") + 1
+        for character in (column, column + len("make_user") - 1):  # the first and the last character of the name
+            found = await s.ok("go_to_definition", file="service.py", line=4, character=character)
+            assert [(loc["file"], loc["line"]) for loc in found["locations"]] == [("models.py", 9)]
+        refs = await s.ok("find_references", file="models.py", symbol="make_user", include_declaration=True)
+        at = [(r["line"], r["character"]) for r in refs["references"] if r["file"] == "service.py"]
+        assert (4, column) in at  # and back: the wire's column comes home as the character a person counts
+
+
+async def test_a_fix_on_disk_clears_the_diagnostic_and_answers_say_how_fresh_they_are(tmp_path: Path) -> None:
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        bad = s.layout.root / "bad.py"
+        bad.write_text("import os\nx = undefined_name\n")
+        report = await s.ok("diagnostics", files=["bad.py"])
+        [file] = report["files"]
+        assert file["fresh"] is True
+        messages = [d["message"] for d in file["diagnostics"]]
+        assert "undefined name 'undefined_name'" in messages
+        assert "'os' imported but unused" in messages
+        bad.write_text("import os\nx = os.sep\n")  # the agent fixed it behind the server's back
+        fixed = await s.ok("diagnostics", files=["bad.py"])
+        assert fixed["files"] == [{"file": "bad.py", "fresh": True, "diagnostics": []}]
+        errors_only = await s.ok("diagnostics", severity="error")  # every open document
+        assert {f["file"] for f in errors_only["files"]} == {"bad.py"}
+
+
+async def test_calls_that_cannot_be_answered_say_why(tmp_path: Path) -> None:
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        (s.layout.root / "main.rs").write_text("fn main() {}\n")
+        cases = {
+            ("go_to_definition", "main.rs"): "no language server for '.rs' files (configured for: .py)",
+            ("go_to_definition", "../outside.py"): "is outside the workspace",
+            ("go_to_definition", "missing.py"): "no such file 'missing.py' in the workspace",
+            ("go_to_implementation", "models.py"): "does not offer go_to_implementation",
+        }
+        for (tool, file), why in cases.items():
+            result = await s.call(tool, file=file, line=1, character=1)
+            assert result.is_error, (tool, file)
+            assert why in text(result), text(result)
+        no_symbol = await s.call("hover", file="models.py", symbol="Nobody")
+        assert text(no_symbol) == "no symbol 'Nobody' in models.py; list them with document_symbols"
+        past = await s.call("hover", file="models.py", line=500, character=1)
+        assert "line 500 is past the end of models.py (10 lines)" in text(past)
+
+
+async def test_an_edit_of_one_entry_restarts_and_re_asks_for_that_one_alone(tmp_path: Path) -> None:
+    entries = {"python": pylsp(), "stubs": pylsp(extensionToLanguage={".pyi": "python"})}
+    async with session(tmp_path, lsp_json=entries) as s:
+        (s.layout.root / "api.pyi").write_text("def f(x: int) -> int: ...\n")
+        for name in entries:
+            await s.host.lsp.decide(name, "approve")
+        await s.ok("document_symbols", file="models.py")
+        await s.ok("document_symbols", file="api.pyi")
+        python_pid, stubs_pid = s.pid("python"), s.pid("stubs")
+        assert python_pid is not None
+        assert stubs_pid is not None
+
+        edited = {**entries, "stubs": pylsp(extensionToLanguage={".pyi": "python"}, args=["-m", "pylsp", "-v"])}
+        replace_text(s.layout.root / ".lsp.json", json.dumps(edited))
+        await wait_until(lambda: s.host.lsp.state.reason("stubs") == "pending_approval", what="stubs to wait again")
+        await wait_until(lambda: not pid_alive(stubs_pid), what="the old stubs server to stop")
+        assert s.pid("python") == python_pid
+        await s.ok("hover", file="models.py", symbol="make_user")  # the other kept answering, same process
+        assert s.pid("python") == python_pid
+        refused = await s.call("document_symbols", file="api.pyi")
+        assert text(refused) == "language server 'stubs' needs approval — run: mcpvisor lsp approve stubs"
+
+
+async def test_a_settings_only_edit_is_sent_live_and_restarts_nothing(tmp_path: Path) -> None:
+    user = {"lspServers": {"python": pylsp()}}
+    async with session(tmp_path, user=user) as s:
+        bad = s.layout.root / "bad.py"
+        bad.write_text("x = undefined_name\n")
+        first = await s.ok("diagnostics", files=["bad.py"])
+        assert first["files"][0]["diagnostics"]
+        pid = s.pid("python")
+        quiet = pylsp(settings={"pylsp": {"plugins": {"pyflakes": {"enabled": False}}}})
+        replace_text(s.layout.paths.user, json.dumps({"lspServers": {"python": quiet}}))
+        await wait_until(lambda: s.host.lsp.manager.servers()["python"].config.settings is not None, what="the edit")
+        assert s.host.lsp.manager.last_plan.reconfigure == ("python",)
+        bad.write_text("x = undefined_name  # touched\n")
+        after = await s.ok("diagnostics", files=["bad.py"])
+        assert after["files"][0] == {"file": "bad.py", "fresh": True, "diagnostics": []}
+        assert s.pid("python") == pid
+
+
+async def test_servers_start_on_first_use_and_stop_when_idle(tmp_path: Path) -> None:
+    user = {"lspServers": {"python": pylsp()}, "lsp": {"idleStopSeconds": 1}}
+    async with session(tmp_path, user=user) as s:
+        assert s.host.lsp.manager.servers()["python"].state == "stopped"
+        assert not language_server_processes(s.layout.root)
+        await s.ok("document_symbols", file="models.py")
+        pid = s.pid("python")
+        assert pid is not None
+        await wait_until(lambda: not pid_alive(pid), timeout_s=WAIT_S, what="the idle server to stop")
+        status = await s.ok("status")
+        assert status["servers"][0]["state"] == "idle"
+        await s.ok("document_symbols", file="models.py")  # starts again on the next call
+        assert s.pid("python") not in (None, pid)
+        states = [e.state for e in s.events if isinstance(e, LspServerChanged)]
+        assert states.count("ready") == 2
+
+
+async def test_eager_startup_starts_admitted_servers_at_once(tmp_path: Path) -> None:
+    user = {"lspServers": {"python": pylsp()}, "lsp": {"startup": "eager"}}
+    async with session(tmp_path, user=user, watch=False) as s:
+        server = s.host.lsp.manager.servers()["python"]
+        with anyio.fail_after(WAIT_S):
+            assert await server.wait_ready()
+
+
+@pytest.mark.parametrize(
+    ("lsp", "reason"),
+    [({"excluded": ["py*"]}, "is excluded"), ({"allowed": []}, "is not allowed")],
+)
+async def test_excluded_and_not_allowed_servers_never_start(tmp_path: Path, lsp: dict[str, Any], reason: str) -> None:
+    async with session(tmp_path, lsp_json={"python": pylsp()}, user={"lsp": lsp}, watch=False) as s:
+        assert "mcp__lsp__hover" not in s.host.config.tool_registry.names()  # nothing to serve
+        assert s.host.lsp.manager.why_not("python").endswith(
+            "remove it from lsp.excluded in your settings"
+            if "excluded" in reason
+            else "add it to lsp.allowed in your settings"
+        )
+        assert not language_server_processes(s.layout.root)
