@@ -262,3 +262,32 @@ async def test_excluded_and_not_allowed_servers_never_start(tmp_path: Path, lsp:
             else "add it to lsp.allowed in your settings"
         )
         assert not language_server_processes(s.layout.root)
+
+
+async def test_a_library_calls_the_same_operations_as_typed_coroutines(tmp_path: Path) -> None:
+    from mcpvisor.host.lsp.results import LocationsResult
+    from mcpvisor.host.lsp.tool_specs import ToolFailure
+
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        found = await s.host.lsp.go_to_definition("service.py", line=3, character=6)
+        assert isinstance(found, LocationsResult)
+        assert [(loc.file, loc.line) for loc in found.locations] == [("models.py", 9)]
+        symbols = await s.host.lsp.document_symbols("models.py", depth=0)
+        assert all(not sym.children for sym in symbols.symbols)
+        with pytest.raises(ToolFailure, match="no such file 'x.rs' in the workspace"):
+            await s.host.lsp.hover("x.rs", line=1, character=1)
+
+
+async def test_a_crashed_server_restarts_while_restart_on_crash_allows(tmp_path: Path) -> None:
+    user = {"lspServers": {"python": pylsp(restartOnCrash=True, maxRestarts=2)}}
+    async with session(tmp_path, user=user, watch=False) as s:
+        await s.ok("document_symbols", file="models.py")
+        server = s.host.lsp.manager.servers()["python"]
+        first = server.pid
+        assert first is not None
+        [process] = [p for p in language_server_processes(s.layout.root) if p.pid != first]
+        process.kill()  # the language server itself, under its reaper (whose pid the server reports)
+        await wait_until(lambda: server.state == "ready" and server.pid not in (None, first), what="the restart")
+        found = await s.ok("go_to_definition", file="service.py", line=3, character=6)
+        assert found["locations"][0]["line"] == 9  # its documents were opened again on the new process
+        assert server.crashes == 1

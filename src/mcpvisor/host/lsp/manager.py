@@ -21,6 +21,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from mcpvisor.core.errors import McpvisorError
 from mcpvisor.host.lsp.config import LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, LspPlan, plan_lsp_reconcile
 from mcpvisor.host.lsp.server import LanguageServer
@@ -44,7 +45,7 @@ class Route:
     language: str
 
 
-class Unroutable(Exception):
+class Unroutable(McpvisorError):
     """No running language server can answer for a file; ``str()`` says why and what to do."""
 
 

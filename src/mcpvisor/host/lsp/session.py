@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
@@ -25,6 +25,17 @@ from mcpvisor.host.lsp.config import LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged, LspServerView
 from mcpvisor.host.lsp.manager import LspManager
+from mcpvisor.host.lsp.results import (
+    CallsResult,
+    DiagnosticsResult,
+    HoverResult,
+    LocationsResult,
+    ReferencesResult,
+    RenameResult,
+    StatusResult,
+    SymbolsResult,
+    WorkspaceSymbolsResult,
+)
 from mcpvisor.host.lsp.server import LanguageServer
 from mcpvisor.host.lsp.tools import LspTools, describe_state
 from mcpvisor.host.settings.loader import Settings
@@ -143,6 +154,56 @@ class LspSession:
         await anyio.to_thread.run_sync(action, self._settings.root, name, cfg, "lsp")
         await self.reload()
         return cfg
+
+    # -- the operations, for a library ---------------------------------------------------------------
+    # Each answers like its tool (``mcp__lsp__<name>``) and returns the tool's result model; a call that
+    # cannot be answered raises ToolFailure (an McpvisorError) saying why and what to do.
+
+    async def status(self) -> StatusResult:
+        return cast(StatusResult, await self.tools.run("status", {}))
+
+    async def go_to_definition(self, file: str, **position: Any) -> LocationsResult:
+        """``position``: ``line`` and ``character`` (1-based), or ``symbol``; ``limit``."""
+        return cast(LocationsResult, await self.tools.run("go_to_definition", {"file": file, **position}))
+
+    async def go_to_type_definition(self, file: str, **position: Any) -> LocationsResult:
+        return cast(LocationsResult, await self.tools.run("go_to_type_definition", {"file": file, **position}))
+
+    async def go_to_implementation(self, file: str, **position: Any) -> LocationsResult:
+        return cast(LocationsResult, await self.tools.run("go_to_implementation", {"file": file, **position}))
+
+    async def find_references(self, file: str, **position: Any) -> ReferencesResult:
+        """Also ``include_declaration``."""
+        return cast(ReferencesResult, await self.tools.run("find_references", {"file": file, **position}))
+
+    async def hover(self, file: str, **position: Any) -> HoverResult:
+        return cast(HoverResult, await self.tools.run("hover", {"file": file, **position}))
+
+    async def document_symbols(self, file: str, *, depth: int = -1, limit: int = 200) -> SymbolsResult:
+        arguments = {"file": file, "depth": depth, "limit": limit}
+        return cast(SymbolsResult, await self.tools.run("document_symbols", arguments))
+
+    async def workspace_symbols(self, query: str, **filters: Any) -> WorkspaceSymbolsResult:
+        """``filters``: ``language``, ``kind``, ``limit``."""
+        return cast(WorkspaceSymbolsResult, await self.tools.run("workspace_symbols", {"query": query, **filters}))
+
+    async def incoming_calls(self, file: str, **position: Any) -> CallsResult:
+        return cast(CallsResult, await self.tools.run("incoming_calls", {"file": file, **position}))
+
+    async def outgoing_calls(self, file: str, **position: Any) -> CallsResult:
+        return cast(CallsResult, await self.tools.run("outgoing_calls", {"file": file, **position}))
+
+    async def diagnostics(
+        self, files: Sequence[str] | None = None, *, severity: str = "warning", wait_ms: int = 3000
+    ) -> DiagnosticsResult:
+        arguments: dict[str, Any] = {"severity": severity, "wait_ms": wait_ms}
+        if files is not None:
+            arguments["files"] = list(files)
+        return cast(DiagnosticsResult, await self.tools.run("diagnostics", arguments))
+
+    async def rename_preview(self, file: str, new_name: str, **position: Any) -> RenameResult:
+        arguments = {"file": file, "new_name": new_name, **position}
+        return cast(RenameResult, await self.tools.run("rename_preview", arguments))
 
     # -- views --------------------------------------------------------------------------------------
 
