@@ -371,3 +371,24 @@ async def test_human_output_has_a_status_table_and_one_line_per_change(tmp_path:
     assert process.returncode == 0
     for pid in marker_pids(m):
         await wait_until(lambda pid=pid: not pid_alive(pid))  # type: ignore[misc]
+
+
+async def test_run_json_tells_of_language_servers_waiting_for_approval_and_of_their_state(tmp_path: Path) -> None:
+    from tests.host.lsp.test_lsp_host import pylsp
+
+    async with run(tmp_path) as r:
+        save(r.layout.root / ".lsp.json", {"python": pylsp()})
+        await r.wait_for(lambda: bool(r.of("lsp_approval_needed")))
+        assert r.of("lsp_approval_needed")[-1]["servers"] == ["python"]
+        states = [e["state"] for e in r.of("lsp_server") if e["server"] == "python"]
+        assert states[-1] == "needs approval — run: mcpvisor lsp approve python"
+        approved = await r.cli("lsp", "approve", "python")
+        assert approved.returncode == 0, approved.stderr
+        await r.wait_for(
+            lambda: (
+                [e["state"] for e in r.of("lsp_server") if e["server"] == "python"][-1]
+                == "stopped (starts on first use)"
+            )
+        )
+        listed = json.loads((await r.cli("lsp", "list", "--json")).stdout)
+        assert listed["servers"][0]["state"] == "approved; starts on first use"
