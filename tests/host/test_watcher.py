@@ -238,6 +238,32 @@ async def test_ten_saves_in_a_burst_give_one_event(layout: Layout) -> None:
         assert env.settings.merged.mcp_servers["a"].config.args == ("11",)
 
 
+async def test_a_half_written_save_completed_within_the_window_is_never_an_error(layout: Layout) -> None:
+    """An editor that writes in two steps: the first read may see half a file; it is read again once the
+    window passed, by which time it is whole, so nothing is reported and one change is applied."""
+    async with watching(layout, debounce_s=2.0) as env:  # a wide window: the test never races it
+        env.paths.user.write_text('{"mcpServers": {"a": {"command": ')
+        await anyio.sleep(0.12)  # the half file outlives the settle (its first read), not the window
+        write_json(env.paths.user, _user_with(mcp__excluded=["q"]))
+        await env.rec.wait_for(lambda: bool(env.non_sentinel()))
+        await env.settle()
+        assert env.non_sentinel() == [SettingsChanged("user", ("mcp.excluded",))]
+        assert env.rec.errors == []
+
+
+async def test_saves_after_a_reload_coalesce_into_one_more_at_the_windows_end(layout: Layout) -> None:
+    async with watching(layout, debounce_s=2.0) as env:  # a wide window: the test never races it
+        write_json(env.paths.user, _user_with(mcp__excluded=["1"]))
+        await env.rec.wait_for(lambda: len(env.non_sentinel()) == 1)  # acted on after the short settle
+        for n in range(2, 6):  # within the window: they wait for its end, then count as one
+            write_json(env.paths.user, _user_with(mcp__excluded=[str(n)]))
+            await anyio.sleep(0.02)
+        await env.rec.wait_for(lambda: len(env.non_sentinel()) == 2)
+        await env.settle()
+        assert env.non_sentinel() == [SettingsChanged("user", ("mcp.excluded",))] * 2
+        assert env.settings.merged.excluded == ("5",)
+
+
 async def test_write_then_rename_is_seen(layout: Layout) -> None:
     async with watching(layout) as env:
         replace_text(env.paths.user, json.dumps(_user_with(mcpServers__b={"command": "b"})))

@@ -9,8 +9,9 @@ When the exposed set changes the gateway tells its clients, in both protocol era
 - handshake era: ``Connection.send_tool_list_changed()`` on every live handshake connection, seen by
   a ``Server.middleware`` from its ``initialize`` on and forgotten when it closes.
 
-Bursts coalesce: one notice per kind per ``COALESCE_S`` window, held while a reconcile runs (up to
-``MAX_HOLD_S``), so a reload that changes many servers sends one notice. Upstream failures become
+Notices never trail the change: one goes out in the step after the registries changed, or, when the
+change is part of a reconcile, the moment that reconcile ends (held at most ``MAX_HOLD_S``), so a reload
+that changes many servers sends one notice and a client reacting to it finds the new tools. Upstream failures become
 ``CallToolResult(is_error=True)``, never a JSON-RPC error.
 
 Usage::
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import mcp_types as types
 from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -92,8 +94,8 @@ __all__ = ["COALESCE_S", "DRAIN_S", "MAX_HOLD_S", "PAGE_SIZE", "SHUTTING_DOWN", 
 
 logger = logging.getLogger(__name__)
 
-COALESCE_S = 0.05
-"""Changes within this window after the first one go out as one notice."""
+COALESCE_S = 0.0
+"""Changes within this window after the first one go out as one notice (0: those of the same step)."""
 MAX_HOLD_S = 1.0
 """While a reconcile runs, notices wait for its end, but never longer than this after the first change."""
 DRAIN_S = 5.0
@@ -687,7 +689,10 @@ class Gateway(StackOwner):
             await self._wake.wait()
             self._wake = anyio.Event()
             deadline = anyio.current_time() + self._max_hold_s
-            await anyio.sleep(self._coalesce_s)
+            if self._coalesce_s:
+                await anyio.sleep(self._coalesce_s)
+            else:
+                await anyio.lowlevel.checkpoint()  # what changed in the same step goes out together
             with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
                 while self._reconciling:
                     await self._reconcile_over.wait()

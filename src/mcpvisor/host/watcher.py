@@ -10,8 +10,12 @@ approvals store. How:
   belong to the ``approvals`` scope even though they share the user folder).
 - **Missing files and folders**: the nearest existing ancestor is watched; when a folder on the way
   appears (or a watched one vanishes) the watch is re-armed and the affected scopes re-checked.
-- **Debounce**: watchfiles' own debounce is small; each scope then has a 300 ms trailing debounce
-  (:data:`DEBOUNCE_S`), so ten saves in a burst give one reload.
+- **Debounce, without paying it on every save**: a scope is read :data:`SETTLE_S` after its last
+  file event (enough for an editor's write-then-rename); a save that parses is acted on at once, and
+  what follows within :data:`DEBOUNCE_S` of that is coalesced into at most one more reload at the
+  window's end, so a burst of saves costs one extra reconcile at most. A save that does not parse is
+  read again a full :data:`DEBOUNCE_S` after the last event before it is reported: a half-written
+  file is never an error.
 - **Reload and diff** through :class:`Settings` (the in-memory state the app reads):
   no change → nothing (this swallows the app's own writes, which update memory first, and
   formatting-only saves); a parse error (an empty file from a non-atomic save included) → the
@@ -46,6 +50,7 @@ from mcpvisor.host.settings.schema import is_restart_required_key
 __all__ = [
     "DEBOUNCE_S",
     "DEFAULT_WATCHED_SCOPES",
+    "SETTLE_S",
     "LISTENER_TIMEOUT_S",
     "RestartRequired",
     "SettingsChanged",
@@ -75,11 +80,13 @@ DEFAULT_WATCHED_SCOPES: tuple[WatchScope, ...] = (
 STORE_SCOPES: tuple[WatchScope, ...] = ("approvals", "tokens", "pins")
 """Stores in the user folder that are not settings: a change is their own event, never a settings diff."""
 DEBOUNCE_S = 0.3
-"""Trailing debounce per scope: a scope is reloaded this long after its last file event."""
+"""The coalescing window per scope (see the module): saves after a reload within it wait for its end."""
+SETTLE_S = 0.03
+"""How long a scope's file must be quiet before it is read (an editor's write-then-rename takes less)."""
 LISTENER_TIMEOUT_S = 60.0
 """A listener still running after this long is cancelled and logged."""
-WATCHFILES_DEBOUNCE_MS = 20
-WATCHFILES_STEP_MS = 5
+WATCHFILES_DEBOUNCE_MS = 10
+WATCHFILES_STEP_MS = 2
 REARM_RETRY_S = 0.1
 """Pause before re-arming after the watch could not be set up (a folder vanished meanwhile)."""
 FAILED_WATCH_RETRY_S = 5.0
@@ -190,6 +197,11 @@ class SettingsWatcher:
         self._warning_listeners: list[Listener[str]] = []
         self._targets: dict[WatchScope, Path] = {}
         self._due: dict[WatchScope, float] = {}
+        self._last_event: dict[WatchScope, float] = {}
+        self._quiet_until: dict[WatchScope, float] = {}
+        """Per scope: the end of the window after its last reload; events before it coalesce there."""
+        self._confirming: set[WatchScope] = set()
+        """Scopes whose last read did not parse, read again once the whole window passed."""
         self._wake = anyio.Event()
         self._awatch_stop = anyio.Event()
         self._closing = False
@@ -353,10 +365,13 @@ class SettingsWatcher:
         return rearm or self._watch_dirs() != current
 
     def _mark(self, scopes: Iterable[WatchScope]) -> None:
-        due = anyio.current_time() + self._debounce_s
+        now = anyio.current_time()
         marked = False
         for scope in scopes:
-            self._due[scope] = due
+            self._last_event[scope] = now
+            self._confirming.discard(scope)
+            quiet = self._quiet_until.get(scope, 0.0)
+            self._due[scope] = quiet if quiet > now else now + min(SETTLE_S, self._debounce_s)
             marked = True
         if marked:
             self._wake.set()
@@ -398,6 +413,14 @@ class SettingsWatcher:
         if self._settings.generation(scope) != generation:
             self._mark([scope])  # written meanwhile (e.g. by the app): read again
             return
+        if read.error is not None and scope not in self._confirming:
+            # Perhaps half a save: read it again once no event came for the whole window, then report.
+            self._confirming.add(scope)
+            self._due[scope] = self._last_event.get(scope, anyio.current_time()) + self._debounce_s
+            self._wake.set()
+            return
+        self._confirming.discard(scope)
+        self._quiet_until[scope] = anyio.current_time() + self._debounce_s
         result = self._settings.apply(read)
         if result.error is not None:
             logger.warning("%s; keeping the previous %s settings", result.error, scope)
