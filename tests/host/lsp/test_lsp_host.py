@@ -241,6 +241,20 @@ async def test_servers_start_on_first_use_and_stop_when_idle(tmp_path: Path) -> 
         assert states.count("ready") == 2
 
 
+async def test_a_call_while_a_server_is_stopping_starts_it_again(tmp_path: Path) -> None:
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        await s.ok("document_symbols", file="models.py")
+        server = s.host.lsp.manager.servers()["python"]
+        pid = server.pid
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.stop)  # what the idle check does
+            await anyio.lowlevel.checkpoint()
+            assert server.state == "stopping"
+            await s.ok("document_symbols", file="models.py")
+        assert server.state == "ready"
+        assert server.pid not in (None, pid)
+
+
 async def test_eager_startup_starts_admitted_servers_at_once(tmp_path: Path) -> None:
     user = {"lspServers": {"python": pylsp()}, "lsp": {"startup": "eager"}}
     async with session(tmp_path, user=user, watch=False) as s:

@@ -231,6 +231,7 @@ class LspManager:
                 f"language server {server.name!r} failed — {server.last_error}; fix its configuration (a save "
                 "restarts it) or /reload"
             )
+        await server.wait_stopped()  # a call right after an idle stop began starts it again once it ended
         if server.state in ("stopped", "failed"):
             self._start(server)
         if not await server.wait_ready():

@@ -174,7 +174,14 @@ class LanguageServer:
     async def stop(self) -> None:
         """Stop the server (``shutdown``, ``exit``, then its process group) and wait for it."""
         self._stop.set()
+        if self.state == "ready":
+            self._set("stopping")  # at once: no call is routed to it from now on
         await self._done.wait()
+
+    async def wait_stopped(self) -> None:
+        """Wait until a server that is stopping has stopped (returns at once otherwise)."""
+        if self.state == "stopping":
+            await self._done.wait()
 
     async def _own(self) -> None:
         log = ServerLog(self.log_path)
