@@ -26,6 +26,7 @@ run endurance.py
 run gateway_overhead.py
 run hostile.py
 run huge_messages.py
+run lsp.py
 
 echo
 if ((${#failed[@]})); then
