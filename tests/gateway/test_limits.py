@@ -15,6 +15,7 @@ import httpx2
 import pytest
 from mcp_types import JSONRPCResponse
 
+from mcpvisor.gateway import http as gateway_http
 from mcpvisor.gateway.http import HttpLimits
 from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.server import Gateway
@@ -166,6 +167,21 @@ async def _closed_by_peer(sock: socket.socket) -> bool:
         return True
 
 
+@pytest.fixture(params=["httptools", "h11"])
+def http_protocol(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both of uvicorn's HTTP/1.1 protocols get the guards (h11 is the fallback without httptools)."""
+    if request.param == "h11":
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        monkeypatch.setattr(gateway_http, "_http_protocol", lambda: H11Protocol)
+    else:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        assert gateway_http._http_protocol() is HttpToolsProtocol
+    return str(request.param)
+
+
+@pytest.mark.usefixtures("http_protocol")
 async def test_connections_that_dribble_their_headers_are_cut(tmp_path: Path) -> None:
     async with gateway_at(tmp_path, HttpLimits(header_timeout_s=1.0)) as (_, url):
         socks = [_connect(url) for _ in range(50)]
@@ -198,6 +214,19 @@ async def test_connections_that_dribble_their_headers_are_cut(tmp_path: Path) ->
             assert (await http.post(url, json=initialize(), headers=ACCEPT)).status_code == 200
 
 
+@pytest.mark.usefixtures("http_protocol")
+async def test_a_request_slower_than_the_header_timeout_keeps_its_connection(tmp_path: Path) -> None:
+    async with gateway_at(tmp_path, HttpLimits(header_timeout_s=0.5)) as (_, url):
+        async with httpx2.AsyncClient(timeout=WAIT_S, limits=httpx2.Limits(max_connections=1)) as http:
+            session = await open_session(http, url)
+            headers = {**ACCEPT, "mcp-session-id": session, "MCP-Protocol-Version": VERSION}
+            slow = await http.post(url, json=call("mcp__a__sleep", {"seconds": 1.5}), headers=headers)
+            assert slow.status_code == 200
+            assert "slept" in slow.text
+            assert await ping(http, url, session) == 200
+
+
+@pytest.mark.usefixtures("http_protocol")
 async def test_a_connection_beyond_the_cap_is_closed_as_it_arrives(tmp_path: Path) -> None:
     async with gateway_at(tmp_path, HttpLimits(max_connections=5)) as (_, url):
         held = [_connect(url) for _ in range(5)]

@@ -304,19 +304,34 @@ def _uvicorn_server(app: ASGIApp, limits: HttpLimits) -> uvicorn.Server:
     return QuietServer(config)
 
 
+def _http_protocol() -> type[asyncio.Protocol]:
+    """uvicorn's fastest HTTP/1.1 protocol here: httptools' C parser when it is installed, else h11 (pure Python)."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:  # httptools is missing (it has wheels for the usual platforms)
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        return H11Protocol
+    return HttpToolsProtocol
+
+
 def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol with the two guards uvicorn lacks: a connection beyond
+    """uvicorn's HTTP protocol with the two guards uvicorn lacks: a connection beyond
     ``limits.max_connections`` is closed as it arrives, and one that has not sent a request's complete
     headers ``limits.header_timeout_s`` after it opened (or after its previous response) is closed, so
-    clients that dribble bytes cannot hold file descriptors."""
-    import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    clients that dribble bytes cannot hold file descriptors.
 
-    class GuardedH11Protocol(H11Protocol):
+    Both of uvicorn's protocols set ``cycle`` when a request's headers are complete, and call
+    ``on_response_complete`` when its response is sent: the timer notes the cycle it was armed under,
+    and closes the connection only if no newer request arrived and none is being answered."""
+    base: Any = _http_protocol()
+
+    class GuardedProtocol(base):  # type: ignore[misc]
         _header_timer: asyncio.TimerHandle | None = None
+        _armed_under: object = None
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            super().connection_made(transport)  # type: ignore[arg-type]
+            super().connection_made(transport)
             if len(self.connections) > limits.max_connections:
                 logger.warning("refusing a connection: %d are open already", limits.max_connections)
                 self.transport.close()
@@ -327,18 +342,14 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
             self._disarm_header_timer()
             super().connection_lost(exc)
 
-        def handle_events(self) -> None:
-            super().handle_events()
-            if self.conn.their_state is not h11.IDLE:
-                self._disarm_header_timer()  # the request's headers are in
-
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            if not self.transport.is_closing():
                 self._arm_header_timer()  # the next request on this connection gets the same time
 
         def _arm_header_timer(self) -> None:
             self._disarm_header_timer()
+            self._armed_under = self.cycle
             self._header_timer = self.loop.call_later(limits.header_timeout_s, self._headers_too_slow)
 
         def _disarm_header_timer(self) -> None:
@@ -348,11 +359,12 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
 
         def _headers_too_slow(self) -> None:
             self._header_timer = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            idle = self.cycle is None or self.cycle.response_complete
+            if self.cycle is self._armed_under and idle and not self.transport.is_closing():
                 logger.info("closing a connection that sent no complete request in %g s", limits.header_timeout_s)
                 self.transport.close()
 
-    return GuardedH11Protocol
+    return GuardedProtocol
 
 
 def bind_http_socket(host: str, port: int) -> socket.socket:
