@@ -85,6 +85,7 @@ from mcpvisor.gateway.resources import (
 )
 from mcpvisor.gateway.sessions import ServedBy, SessionBook, session_manager
 from mcpvisor.gateway.subscriptions import ResourceSubscriptions, release_all
+from mcpvisor.gateway.tracing import only_when_tracing
 
 if TYPE_CHECKING:
     from mcp.shared._stream_protocols import ReadStream, WriteStream  # the types of Server.run's streams
@@ -262,7 +263,7 @@ class Gateway(StackOwner):
                 on_subscriptions_listen=self._listen_with_subscriptions,
                 on_set_logging_level=self._on_set_logging_level,
             )
-        self.server.middleware.append(self._tracking)
+        self.server.middleware = [*only_when_tracing(self.server.middleware), self._tracking]
 
     # -- lifecycle ---------------------------------------------------------------------------
 
