@@ -316,25 +316,37 @@ async def test_an_upstream_list_change_reaches_clients_in_both_eras(tmp_path: Pa
         assert [p.name for p in (await modern.list_prompts(cache_mode="bypass")).prompts] == ["mcp__a__brief"]
 
 
-async def test_a_reload_that_starts_many_servers_sends_one_notice(tmp_path: Path) -> None:
-    notices = Notices()
-    async with (
-        running(tmp_path, user={"mcpServers": {}}, max_hold_s=WAIT_S) as r,
-        Client(r.gateway.server, mode="legacy", message_handler=notices) as client,
-    ):
-        save(r.layout.paths.user, {"mcpServers": {n: server(n, "--prompts", f"p{n}") for n in "abcd"}})
-        await notices.wait_for(tools=1, prompts=1)
-        assert len(await tool_names(client)) == 4
+async def test_every_notice_of_a_reload_leaves_once_its_tools_are_callable(tmp_path: Path) -> None:
+    """A reload that starts servers of very different start-up times: the fast one's notice does not
+    wait for the slow one; every notice is sent after the tools it announces are listed (a client
+    reacting to it finds them); a later reconcile that changes nothing exposed sends none."""
+    listed_at_notice: list[set[str]] = []
+    async with running(tmp_path, user={"mcpServers": {}}) as r:
+        publish = r.gateway._publish
+
+        async def recording(kinds: frozenset[str]) -> None:
+            listed_at_notice.append(set(r.host.config.tool_registry.names()))
+            await publish(kinds)
+
+        r.gateway._publish = recording  # type: ignore[method-assign]
+        slow = server("slow", module=SDK)
+        save(r.layout.paths.user, {"mcpServers": {"fast": server("fast"), "slow": slow}})
+        await wait_until(lambda: "mcp__fast__echo" in r.host.config.tool_registry.names(), what="fast's tools")
+        await wait_until(lambda: len(listed_at_notice) >= 1, what="fast's notice")
+        assert "mcp__fast__echo" in listed_at_notice[0]
+        assert not any(name.startswith("mcp__slow__") for name in listed_at_notice[0])  # it did not wait for slow
+        await wait_until(lambda: any("mcp__slow__echo" in names for names in listed_at_notice), what="slow's notice")
+        await r.settle()
+        sent = r.gateway.notices_sent
         await r.settle()  # a later reconcile that changes nothing exposed
-        assert (notices.tools, notices.prompts) == (1, 1)
-        assert r.gateway.notices_sent == 1
+        assert r.gateway.notices_sent == sent
 
 
-async def test_changes_during_a_reconcile_are_held_until_it_ends_and_then_sent_once() -> None:
+async def test_changes_of_one_step_go_out_as_one_notice() -> None:
     notices = Notices()
     async with (
         Config() as config,
-        Gateway(config, coalesce_s=0, max_hold_s=WAIT_S) as gateway,
+        Gateway(config) as gateway,
         Client(gateway.server, mode="legacy", message_handler=notices) as client,
     ):
         await client.list_tools()
@@ -342,12 +354,9 @@ async def test_changes_during_a_reconcile_are_held_until_it_ends_and_then_sent_o
         for _ in range(3):
             config.events.emit(ToolsChanged())
         config.events.emit(PromptsChanged())
-        for _ in range(10):
-            await anyio.lowlevel.checkpoint()
-        assert gateway.notices_sent == 0
-        config.events.emit(McpClientUpdate(in_progress=False))
         await notices.wait_for(tools=1, prompts=1)
-        config.events.emit(PromptsChanged())  # a later change is a new notice
+        assert gateway.notices_sent == 1
+        config.events.emit(PromptsChanged())  # a later change is a new notice, reconcile or not
         await notices.wait_for(tools=1, prompts=2)
         assert notices.tools == 1
         assert gateway.notices_sent == 2

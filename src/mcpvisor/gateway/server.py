@@ -9,9 +9,9 @@ When the exposed set changes the gateway tells its clients, in both protocol era
 - handshake era: ``Connection.send_tool_list_changed()`` on every live handshake connection, seen by
   a ``Server.middleware`` from its ``initialize`` on and forgotten when it closes.
 
-Notices never trail the change: one goes out in the step after the registries changed, or, when the
-change is part of a reconcile, the moment that reconcile ends (held at most ``MAX_HOLD_S``), so a reload
-that changes many servers sends one notice and a client reacting to it finds the new tools. Upstream failures become
+Notices never trail the change: one goes out in the step after the registries changed (what changed in
+the same step goes out together), so a client reacting to it finds the new tools, and a tool is never
+callable for long without its notice, however long the rest of its reconcile takes. Upstream failures become
 ``CallToolResult(is_error=True)``, never a JSON-RPC error.
 
 Usage::
@@ -91,14 +91,10 @@ if TYPE_CHECKING:
     from mcp.shared._stream_protocols import ReadStream, WriteStream  # the types of Server.run's streams
     from mcp.shared.message import SessionMessage
 
-__all__ = ["COALESCE_S", "DRAIN_S", "MAX_HOLD_S", "PAGE_SIZE", "SHUTTING_DOWN", "Gateway"]
+__all__ = ["DRAIN_S", "PAGE_SIZE", "SHUTTING_DOWN", "Gateway"]
 
 logger = logging.getLogger(__name__)
 
-COALESCE_S = 0.0
-"""Changes within this window after the first one go out as one notice (0: those of the same step)."""
-MAX_HOLD_S = 1.0
-"""While a reconcile runs, notices wait for its end, but never longer than this after the first change."""
 DRAIN_S = 5.0
 """When the gateway stops, how long calls in flight may take to finish before they are ended."""
 SHUTTING_DOWN = "the gateway is shutting down; make the call again once it is back"
@@ -212,14 +208,10 @@ class Gateway(StackOwner):
         config: Config,
         *,
         name: str = "mcpvisor",
-        coalesce_s: float = COALESCE_S,
-        max_hold_s: float = MAX_HOLD_S,
         round_timeout_s: float = ROUND_TIMEOUT_S,
     ) -> None:
         self.config = config
         self._round_timeout_s = round_timeout_s
-        self._coalesce_s = coalesce_s
-        self._max_hold_s = max_hold_s
         self.bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self.bus)
         self._legacy: dict[Connection, None] = {}
@@ -232,8 +224,6 @@ class Gateway(StackOwner):
         self._pending: set[str] = set()
         self._served_resources: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
         self._wake = anyio.Event()
-        self._reconciling = False
-        self._reconcile_over = anyio.Event()
         self._stack: AsyncExitStack | None = None
         self._draining = False
         self._calls: set[anyio.CancelScope] = set()
@@ -274,6 +264,7 @@ class Gateway(StackOwner):
             self._rounds = Rounds(tg, timeout_s=self._round_timeout_s)
             stack.callback(tg.cancel_scope.cancel)
             stack.callback(self._listen.close)  # listen streams end gracefully (the client re-listens)
+            self._served_resources = self._served()  # what is served already needs no notice
             stack.callback(self.config.events.subscribe(self._on_event))
             tg.start_soon(self._notify_loop)
             stack.callback(self._stop_hearing)
@@ -662,18 +653,18 @@ class Gateway(StackOwner):
                 self._hear_all()
                 if self._tg is not None:
                     self._tg.start_soon(self._set_upstream_levels, [event.server])
-        elif isinstance(event, McpClientUpdate) and event.server is None:
-            self._reconciling = event.in_progress
-            if not event.in_progress:
-                self._check_resources()
-                self._reconcile_over.set()
-                self._reconcile_over = anyio.Event()
+        elif isinstance(event, McpClientUpdate) and event.server is None and not event.in_progress:
+            self._check_resources()
+
+    def _served(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The URIs and templates served now."""
+        templates = frozenset(t.uri_template for listed in self._templates().values() for t in listed)
+        return frozenset(self._resources()), templates
 
     def _check_resources(self) -> None:
         """Resources change when servers connect or leave, or a server's own list changed: announce it when
         the served URIs or templates differ."""
-        templates = frozenset(t.uri_template for listed in self._templates().values() for t in listed)
-        served = (frozenset(self._resources()), templates)
+        served = self._served()
         if served != self._served_resources:
             self._served_resources = served
             self.mark_changed(resources=True)
@@ -689,14 +680,7 @@ class Gateway(StackOwner):
         while True:
             await self._wake.wait()
             self._wake = anyio.Event()
-            deadline = anyio.current_time() + self._max_hold_s
-            if self._coalesce_s:
-                await anyio.sleep(self._coalesce_s)
-            else:
-                await anyio.lowlevel.checkpoint()  # what changed in the same step goes out together
-            with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
-                while self._reconciling:
-                    await self._reconcile_over.wait()
+            await anyio.lowlevel.checkpoint()  # what changed in the same step goes out together
             kinds, self._pending = frozenset(self._pending), set()
             if kinds:
                 try:
