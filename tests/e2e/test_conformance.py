@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from mcpvisor.gateway.lazy_streams import COMMIT_AFTER_S
 from tests.helpers import LIGHT, WAIT_S, free_port
 from tests.layout import make_layout, write_json
 
@@ -100,6 +101,9 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         *("--resources", "note://demo/1,test://static-text,test://watched-resource"),
         *("--templates", "test://template/{id}/data"),
         *("--tools", "echo,test_reconnection"),
+        # A call that emits nothing is answered with plain JSON; server-sse-polling checks the priming event
+        # and retry of a POST stream, which a call silent for longer than COMMIT_AFTER_S gets.
+        *("--slow-call", f"test_reconnection={COMMIT_AFTER_S + 0.5:g}"),
     ]
     write_json(layout.paths.user, {"mcpServers": {"demo": {"command": upstream[0], "args": upstream[1:]}}})
     port = free_port()

@@ -4,6 +4,7 @@ loopback, real sockets, real example servers."""
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ import pytest
 from mcp_types import JSONRPCResponse
 
 from mcpvisor.gateway import http as gateway_http
+from mcpvisor.gateway import lazy_streams
 from mcpvisor.gateway.http import HttpLimits
 from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.server import Gateway
@@ -138,14 +140,58 @@ async def test_a_2025_11_25_session_gets_primed_resumable_streams_whatever_versi
         session = await open_session(http, url)
         for named in (VERSION, "2025-03-26", None):
             headers = {**ACCEPT, "mcp-session-id": session, **({"MCP-Protocol-Version": named} if named else {})}
-            response = await http.post(url, json=call("mcp__a__echo", {"text": "x"}), headers=headers)
+            response = await http.post(url, json=streaming_call(), headers=headers)
+            assert response.headers["content-type"].startswith("text/event-stream")
             lines = response.text.splitlines()
             assert lines[0].startswith("id: "), (named, response.text[:200])
             assert f"retry: {SSE_RETRY_MS}" in lines[:3], (named, response.text[:200])
         old = await http.post(url, json=initialize("2025-06-18"), headers=ACCEPT)
         headers = {**ACCEPT, "mcp-session-id": old.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-06-18"}
-        response = await http.post(url, json=call("mcp__a__echo", {"text": "x"}), headers=headers)
+        response = await http.post(url, json=streaming_call(), headers=headers)
+        assert response.headers["content-type"].startswith("text/event-stream")
         assert "retry:" not in response.text  # an older client never gets an event it may not parse
+
+
+def streaming_call() -> dict[str, Any]:
+    """A call that reports progress before its result: it needs a stream."""
+    request = call("mcp__a__sleep", {"seconds": 0.01})
+    request["params"]["_meta"] = {"progressToken": "p1"}
+    return request
+
+
+def sse_messages(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line[len("data: ") :]) for line in text.splitlines() if line.startswith("data: {")]
+
+
+async def test_a_request_that_streams_nothing_is_answered_with_plain_json(tmp_path: Path) -> None:
+    async with gateway_at(tmp_path, HttpLimits()) as (_, url), httpx2.AsyncClient(timeout=WAIT_S) as http:
+        session = await open_session(http, url)
+        headers = {**ACCEPT, "mcp-session-id": session, "MCP-Protocol-Version": VERSION}
+        plain = await http.post(url, json=call("mcp__a__echo", {"text": "x"}), headers=headers)
+        assert plain.status_code == 200
+        assert plain.headers["content-type"] == "application/json"
+        assert plain.headers["mcp-session-id"] == session
+        assert plain.json()["result"]["content"] == [{"type": "text", "text": "a:echo:x"}]
+
+        streamed = await http.post(url, json=streaming_call(), headers=headers)
+        assert streamed.headers["content-type"].startswith("text/event-stream")
+        messages = sse_messages(streamed.text)
+        assert [m.get("method") for m in messages[:-1]] == ["notifications/progress"] * (len(messages) - 1)
+        assert messages[0]["params"]["progressToken"] == "p1"
+        assert messages[-1]["id"] == 2
+        assert messages[-1]["result"]["content"] == [{"type": "text", "text": "slept"}]
+
+
+async def test_a_silent_request_gets_its_stream_after_a_while(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lazy_streams, "COMMIT_AFTER_S", 0.2)
+    async with gateway_at(tmp_path, HttpLimits()) as (_, url), httpx2.AsyncClient(timeout=WAIT_S) as http:
+        session = await open_session(http, url)
+        headers = {**ACCEPT, "mcp-session-id": session, "MCP-Protocol-Version": VERSION}
+        async with http.stream("POST", url, json=call("mcp__a__sleep", {"seconds": 1.0}), headers=headers) as slow:
+            assert slow.headers["content-type"].startswith("text/event-stream")  # before the result exists
+            text = (await slow.aread()).decode()
+        assert text.splitlines()[0].startswith("id: ")  # the priming event
+        assert sse_messages(text)[-1]["result"]["content"] == [{"type": "text", "text": "slept"}]
 
 
 # -- connections ---------------------------------------------------------------------------------

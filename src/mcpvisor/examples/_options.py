@@ -69,6 +69,7 @@ class Options:
         "port",
         "prompts",
         "resources",
+        "slow_call",
         "stderr",
         "stubborn",
         "templates",
@@ -88,6 +89,7 @@ class Options:
         self.garbage_stdout: bool = getattr(namespace, "garbage_stdout", False)
         self.big: bool = getattr(namespace, "big", False)
         self.hang_on_read: str | None = getattr(namespace, "hang_on_read", None)
+        self.slow_call: tuple[str, float] | None = _slow_call(getattr(namespace, "slow_call", None))
         self.stderr: str | None = namespace.stderr
         self.control: bool = namespace.control
         self.crash_on_call: str | None = namespace.crash_on_call
@@ -117,6 +119,16 @@ def tool_text(server: str, tool: str, text: str) -> str:
 def prompt_text(server: str, prompt: str, topic: str) -> str:
     """The text of the one user message a configurable prompt returns."""
     return f"{server}:{prompt}:{topic}"
+
+
+def _slow_call(value: str | None) -> tuple[str, float] | None:
+    if value is None:
+        return None
+    tool, _, seconds = value.partition("=")
+    try:
+        return tool, float(seconds)
+    except ValueError:
+        raise SystemExit(f"--slow-call: give TOOL=SECONDS, not {value!r}") from None
 
 
 def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
@@ -156,6 +168,11 @@ def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
             "--flood-stderr", action="store_true", help="write to stderr as fast as it can, forever (light server)"
         )
         parser.add_argument("--hang-on-read", metavar="URI", help="never answer a read of URI (light server)")
+        parser.add_argument(
+            "--slow-call",
+            metavar="TOOL=SECONDS",
+            help="answer calls of the configurable tool TOOL after SECONDS, sending nothing meanwhile (light server)",
+        )
         parser.add_argument(
             "--garbage-stdout", action="store_true", help="write a line that is not JSON-RPC before every message"
         )

@@ -383,7 +383,12 @@ class LightServer:
             text = arguments.get("text", "")
             if not isinstance(text, str):
                 raise RequestError(INVALID_PARAMS, f"tool {tool!r}: argument 'text' must be a string")
-            self._reply(request_id, _text_result(tool_text(self._options.name, tool, text)))
+            result = _text_result(tool_text(self._options.name, tool, text))
+            slow = self._options.slow_call
+            if slow is not None and slow[0] == tool:
+                threading.Thread(target=self._reply_later, args=(request_id, result, slow[1]), daemon=True).start()
+            else:
+                self._reply(request_id, result)
         else:
             raise RequestError(INVALID_PARAMS, f"Unknown tool: {tool}")
 
@@ -459,6 +464,10 @@ class LightServer:
         if progress_token is not None:
             self._progress(progress_token, seconds, seconds, "awake")
         self._reply(request_id, _text_result("slept"))
+
+    def _reply_later(self, request_id: object, result: dict[str, Any], seconds: float) -> None:
+        time.sleep(seconds)
+        self._reply(request_id, result)
 
     def _progress(self, token: object, progress: float, total: float, message: str) -> None:
         params = {"progressToken": token, "progress": progress, "total": total, "message": message}
