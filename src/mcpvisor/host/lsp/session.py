@@ -25,30 +25,62 @@ from mcpvisor.host.lsp.config import LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged, LspServerView
 from mcpvisor.host.lsp.manager import LspManager
-from mcpvisor.host.lsp.results import (
-    CallsResult,
-    DiagnosticsResult,
-    HoverResult,
-    LocationsResult,
-    ReferencesResult,
-    RenameResult,
-    StatusResult,
-    SymbolsResult,
-    WorkspaceSymbolsResult,
-)
 from mcpvisor.host.lsp.server import LanguageServer
-from mcpvisor.host.lsp.tools import LspTools, describe_state
+from mcpvisor.host.lsp.status import describe_state
 from mcpvisor.host.settings.loader import Settings
 from mcpvisor.host.settings.lsp_servers import LspFile
 
 if TYPE_CHECKING:
+    from mcp_types import CallToolResult, Tool
+
+    from mcpvisor.core.client_requests import Progress
     from mcpvisor.core.config import Config
+    from mcpvisor.host.lsp.results import (
+        CallsResult,
+        DiagnosticsResult,
+        HoverResult,
+        LocationsResult,
+        ReferencesResult,
+        RenameResult,
+        StatusResult,
+        SymbolsResult,
+        WorkspaceSymbolsResult,
+    )
+    from mcpvisor.host.lsp.tools import LspTools
 
 __all__ = ["LspPendingApprovalChanged", "LspServerChanged", "LspServerView", "LspSession", "touches_lsp"]
 
 logger = logging.getLogger(__name__)
 
 LSP_SETTINGS_KEYS = ("lspServers", "lsp")
+
+
+class _LazyTools:
+    """The ``lsp`` tool provider (a :class:`~mcpvisor.core.providers.ToolProvider`) whose operations, and the
+    schemas of their results, are imported with the first configured language server: a session without
+    any pays neither their import time nor their memory."""
+
+    name = "lsp"
+
+    def __init__(self, manager: LspManager) -> None:
+        self.manager = manager
+        self._loaded: LspTools | None = None
+
+    @property
+    def loaded(self) -> LspTools:
+        if self._loaded is None:
+            from mcpvisor.host.lsp.tools import LspTools
+
+            self._loaded = LspTools(self.manager)
+        return self._loaded
+
+    def list_tools(self) -> Sequence[Tool]:
+        return self.loaded.list_tools() if self.manager.configured() else []
+
+    async def call_tool(
+        self, tool: str, arguments: dict[str, Any], *, progress: Progress | None = None
+    ) -> CallToolResult:
+        return await self.loaded.call_tool(tool, arguments, progress=progress)
 
 
 def touches_lsp(scope: str, paths: Sequence[str]) -> bool:
@@ -86,7 +118,7 @@ class LspSession:
             max_message_bytes=max_message_bytes,
             on_change=self._server_changed,
         )
-        self.tools = LspTools(self.manager)
+        self.tools = _LazyTools(self.manager)
         self._seen: dict[str, LspServerChanged] = {}
         self._stack: AsyncExitStack | None = None
 
@@ -159,39 +191,42 @@ class LspSession:
     # Each answers like its tool (``mcp__lsp__<name>``) and returns the tool's result model; a call that
     # cannot be answered raises ToolFailure (an McpvisorError) saying why and what to do.
 
+    async def _run(self, tool: str, arguments: dict[str, Any]) -> Any:
+        return await self.tools.loaded.run(tool, arguments)
+
     async def status(self) -> StatusResult:
-        return cast(StatusResult, await self.tools.run("status", {}))
+        return cast("StatusResult", await self._run("status", {}))
 
     async def go_to_definition(self, file: str, **position: Any) -> LocationsResult:
         """``position``: ``line`` and ``character`` (1-based), or ``symbol``; ``limit``."""
-        return cast(LocationsResult, await self.tools.run("go_to_definition", {"file": file, **position}))
+        return cast("LocationsResult", await self._run("go_to_definition", {"file": file, **position}))
 
     async def go_to_type_definition(self, file: str, **position: Any) -> LocationsResult:
-        return cast(LocationsResult, await self.tools.run("go_to_type_definition", {"file": file, **position}))
+        return cast("LocationsResult", await self._run("go_to_type_definition", {"file": file, **position}))
 
     async def go_to_implementation(self, file: str, **position: Any) -> LocationsResult:
-        return cast(LocationsResult, await self.tools.run("go_to_implementation", {"file": file, **position}))
+        return cast("LocationsResult", await self._run("go_to_implementation", {"file": file, **position}))
 
     async def find_references(self, file: str, **position: Any) -> ReferencesResult:
         """Also ``include_declaration``."""
-        return cast(ReferencesResult, await self.tools.run("find_references", {"file": file, **position}))
+        return cast("ReferencesResult", await self._run("find_references", {"file": file, **position}))
 
     async def hover(self, file: str, **position: Any) -> HoverResult:
-        return cast(HoverResult, await self.tools.run("hover", {"file": file, **position}))
+        return cast("HoverResult", await self._run("hover", {"file": file, **position}))
 
     async def document_symbols(self, file: str, *, depth: int = -1, limit: int = 200) -> SymbolsResult:
         arguments = {"file": file, "depth": depth, "limit": limit}
-        return cast(SymbolsResult, await self.tools.run("document_symbols", arguments))
+        return cast("SymbolsResult", await self._run("document_symbols", arguments))
 
     async def workspace_symbols(self, query: str, **filters: Any) -> WorkspaceSymbolsResult:
         """``filters``: ``language``, ``kind``, ``limit``."""
-        return cast(WorkspaceSymbolsResult, await self.tools.run("workspace_symbols", {"query": query, **filters}))
+        return cast("WorkspaceSymbolsResult", await self._run("workspace_symbols", {"query": query, **filters}))
 
     async def incoming_calls(self, file: str, **position: Any) -> CallsResult:
-        return cast(CallsResult, await self.tools.run("incoming_calls", {"file": file, **position}))
+        return cast("CallsResult", await self._run("incoming_calls", {"file": file, **position}))
 
     async def outgoing_calls(self, file: str, **position: Any) -> CallsResult:
-        return cast(CallsResult, await self.tools.run("outgoing_calls", {"file": file, **position}))
+        return cast("CallsResult", await self._run("outgoing_calls", {"file": file, **position}))
 
     async def diagnostics(
         self, files: Sequence[str] | None = None, *, severity: str = "warning", wait_ms: int = 3000
@@ -199,11 +234,11 @@ class LspSession:
         arguments: dict[str, Any] = {"severity": severity, "wait_ms": wait_ms}
         if files is not None:
             arguments["files"] = list(files)
-        return cast(DiagnosticsResult, await self.tools.run("diagnostics", arguments))
+        return cast("DiagnosticsResult", await self._run("diagnostics", arguments))
 
     async def rename_preview(self, file: str, new_name: str, **position: Any) -> RenameResult:
         arguments = {"file": file, "new_name": new_name, **position}
-        return cast(RenameResult, await self.tools.run("rename_preview", arguments))
+        return cast("RenameResult", await self._run("rename_preview", arguments))
 
     # -- views --------------------------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ from mcpvisor.host.lsp.results import (
     find_symbol,
 )
 from mcpvisor.host.lsp.server import LanguageServer
+from mcpvisor.host.lsp.status import describe_state
 from mcpvisor.host.lsp.text import relative, resolve_file, to_wire
 from mcpvisor.host.lsp.tool_specs import CAPABILITY, DIAGNOSTICS_WAIT_MS, TOOL_NAMES, TOOLS, WHAT, ToolFailure
 
@@ -363,29 +364,6 @@ class LspTools:
         raw = await self._request(at.server, "textDocument/rename", {**at.params, "newName": new_name})
         changes = normalize.workspace_edit(raw, root=self.root, text_of=self._text_of(at.server))
         return RenameResult(server=at.server.name, changes=changes, file_count=len(changes))
-
-
-def describe_state(manager: LspManager, name: str, server: LanguageServer | None, reason: str | None) -> str:
-    """One language server's state as people read it."""
-    if reason == "untrusted":
-        return "not started: the folder is not trusted"
-    if reason == "pending_approval":
-        return f"needs approval — run: mcpvisor lsp approve {name}"
-    if reason == "rejected":
-        return "rejected — edit config to re-approve"
-    if reason == "excluded":
-        return "disabled (in lsp.excluded)"
-    if reason == "not_allowed":
-        return "not allowed"
-    if server is None:
-        return "stopped"
-    if server.state == "ready":
-        return "ready"
-    if server.state == "starting":
-        return "starting"
-    if server.state == "failed":
-        return "failed"
-    return "idle" if manager.is_idle(name) else "stopped (starts on first use)"
 
 
 def _name_column(doc: Document, sym: Sym) -> int:
