@@ -175,6 +175,9 @@ async def test_a_request_that_streams_nothing_is_answered_with_plain_json(tmp_pa
 
         streamed = await http.post(url, json=streaming_call(), headers=headers)
         assert streamed.headers["content-type"].startswith("text/event-stream")
+        ids = [int(line.rsplit("/", 1)[1]) for line in streamed.text.splitlines() if line.startswith("id: ")]
+        assert len(ids) >= 3  # the priming event, progress, the result
+        assert ids == sorted(ids)  # what came before the stream was committed resumes in order too
         messages = sse_messages(streamed.text)
         assert [m.get("method") for m in messages[:-1]] == ["notifications/progress"] * (len(messages) - 1)
         assert messages[0]["params"]["progressToken"] == "p1"

@@ -12,8 +12,8 @@ or ``application/json``; the client MUST support both"):
 - its response first → one ``application/json`` body, no stream;
 - a notification or a request for the client first (progress, a log message, sampling, elicitation),
   or nothing for :data:`COMMIT_AFTER_S` → the SSE stream the SDK would have sent from the start:
-  the priming event (already stored, so a resuming client's replay order is unchanged), what came so
-  far, then the rest; a long silent call keeps its connection alive with the stream's pings.
+  the priming event, what came so far (stored again after the priming event, so a resuming client
+  replays in order), then the rest; a long silent call keeps its connection alive with the pings.
 
 Everything else (``initialize``, notifications, responses, errors, GET and DELETE) is the SDK's own
 code path. The transport is the SDK's ``StreamableHTTPServerTransport``; :class:`LazySessionManager`
@@ -77,9 +77,9 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
             return
         protocol_version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER, DEFAULT_NEGOTIATED_VERSION)
         request_id = str(message.id)
-        # Minted before dispatch, as the SDK does: the priming row precedes whatever the request stores.
-        priming_event = await self._mint_priming_event(request_id, protocol_version)
-        events_in, events = anyio.create_memory_object_stream[EventMessage](REQUEST_STREAM_BUFFER_SIZE)
+        events_in: MemoryObjectSendStream[EventMessage]
+        events: MemoryObjectReceiveStream[EventMessage]
+        events_in, events = anyio.create_memory_object_stream(REQUEST_STREAM_BUFFER_SIZE)  # (unsubscripted: cheaper)
         self._request_streams[request_id] = (events_in, events)
         try:
             await self._read_stream_writer.send(
@@ -98,7 +98,10 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
             await self._clean_up_memory_streams(request_id)
             await self._create_json_response(first.message)(scope, receive, send)
             return
-        pending = [first] if isinstance(first, EventMessage) else []
+        # A stream after all. Its priming event is minted now (a JSON answer needs none), and what came before it
+        # is stored again after it, so that every event id the client sees resumes in order.
+        priming_event = await self._mint_priming_event(request_id, protocol_version)
+        pending = [await self._restored(request_id, first)] if isinstance(first, EventMessage) else []
         if first is _CLOSED and priming_event is None:
             await self._clean_up_memory_streams(request_id)
             await self._create_error_response(
@@ -106,6 +109,13 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
             )(scope, receive, send)
             return
         await self._stream(scope, receive, send, request_id, priming_event, pending, closed=first is _CLOSED)
+
+    async def _restored(self, request_id: str, event_message: EventMessage) -> EventMessage:
+        if self._event_store is None:
+            return event_message
+        return EventMessage(
+            event_message.message, await self._event_store.store_event(request_id, event_message.message)
+        )
 
     async def _stream(
         self,
@@ -119,7 +129,9 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
         closed: bool,
     ) -> None:
         """Commit to the SSE stream the SDK sends: priming event, what came already, then the rest."""
-        sse_in, sse_out = anyio.create_memory_object_stream[SSEEvent](0)
+        sse_in: MemoryObjectSendStream[SSEEvent]
+        sse_out: MemoryObjectReceiveStream[SSEEvent]
+        sse_in, sse_out = anyio.create_memory_object_stream(0)
         self._sse_stream_writers[request_id] = sse_in
         headers = {
             "Cache-Control": "no-cache, no-transform",
