@@ -47,8 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
-from filelock import FileLock, Timeout
-
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.private_files import (
     DIR_MODE,
@@ -343,6 +341,8 @@ class ApprovalStore:
                 "point MCPVISOR_MCP_APPROVALS_PATH outside the project"
             )
         record = ApprovalRecord(hash=cfg.approval_hash, status=status)
+        from filelock import FileLock, Timeout  # only writers lock: a session that only reads never loads it
+
         with self._mutex:
             try:
                 self._path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)

@@ -18,8 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-from filelock import FileLock, Timeout
-
 from mcpvisor.core.errors import ConfigError
 
 __all__ = [
@@ -193,6 +191,8 @@ class PrivateJsonStore:
 
     def mutate(self, change: Callable[[dict[str, Any]], object], *, timeout_s: float = LOCK_TIMEOUT_S) -> None:
         """Re-read the records under the lock, let ``change`` edit them in place, write them atomically."""
+        from filelock import FileLock, Timeout  # only writers lock: a session that only reads never loads it
+
         try:
             self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
             with FileLock(lock_path_of(self.path), timeout=timeout_s, mode=STORE_MODE):
