@@ -27,6 +27,7 @@ run gateway_overhead.py
 run hostile.py
 run huge_messages.py
 run lsp.py
+run peers.py
 
 echo
 if ((${#failed[@]})); then
