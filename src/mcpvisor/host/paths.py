@@ -91,10 +91,14 @@ def workspace_mcp_json_path(root: Path) -> Path:
 
 
 def log_dir(env: Mapping[str, str]) -> Path:
-    """Per-server stderr logs; kept outside every watched folder."""
+    """Per-server stderr logs: ``$MCPVISOR_LOG_DIR``; else ``logs`` in ``$MCPVISOR_HOME`` when that is set (a
+    scratch home keeps everything inside it; the watcher watches folders non-recursively, so log writes
+    there are never settings events); else the XDG state folder."""
     override = env.get("MCPVISOR_LOG_DIR")
     if override:
         return Path(override).expanduser()
+    if env.get("MCPVISOR_HOME"):
+        return user_dir(env) / "logs"
     state = env.get("XDG_STATE_HOME")
     base = Path(state) if state else _home(env) / ".local" / "state"
     return base / "mcpvisor" / "logs"
