@@ -43,8 +43,18 @@ def test_a_syntax_error_names_the_file_line_and_column() -> None:
         parse_settings_text('{\n  "a": [1,\n   2 3]\n}', P)
     report = info.value.report
     assert (report.path, report.line, report.column) == (P, 3, 6)
-    assert "Unexpected" in report.message
+    assert report.message == "unexpected '3'"
     assert str(report).startswith("invalid settings file /x/settings.json:3:6: ")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [('{"a": "x""}', "unexpected '\"'"), ('{"a": 1\'}', "unexpected '}'"), ('{"a":\t@}', "unexpected '@'")],
+)
+def test_a_stray_character_is_named_readably(text: str, message: str) -> None:
+    with pytest.raises(SettingsFileError) as info:
+        parse_settings_text(text, P)
+    assert info.value.report.message == message
 
 
 @pytest.mark.parametrize("text", ["", "   \n", "\ufeff"])

@@ -109,11 +109,26 @@ def parse_settings_text(text: str, path: Path) -> dict[str, Any]:
         if match is None:
             raise SettingsFileError(SettingsError(path, str(exc))) from exc
         column = int(match["col"]) if match["col"] else None
-        raise SettingsFileError(SettingsError(path, match["msg"], int(match["line"]), column)) from exc
+        raise SettingsFileError(SettingsError(path, _readable(match["msg"]), int(match["line"]), column)) from exc
     if not isinstance(value, dict):
         kind = "an array" if isinstance(value, list) else f"a {type(value).__name__}"
         raise SettingsFileError(SettingsError(path, f"expected a JSON object at the top level, found {kind}", 1, 1))
     return value
+
+
+_UNEXPECTED = re.compile(r'^Unexpected "(?P<char>.)"$', re.DOTALL)
+_CHARACTER_NAMES = {" ": "space", "\t": "tab", "\n": "line break", "\r": "carriage return"}
+
+
+def _readable(message: str) -> str:
+    """json5's ``Unexpected "X"`` as people read it, ``unexpected 'X'`` (a double quote shown as ``'"'``);
+    whitespace by name."""
+    match = _UNEXPECTED.match(message)
+    if match is None:
+        return message[:1].lower() + message[1:] if message.startswith("Unexpected") else message
+    char = match["char"]
+    shown = _CHARACTER_NAMES.get(char) or (f'"{char}"' if char == "'" else f"'{char}'")
+    return f"unexpected {shown}"
 
 
 def _read_text(path: Path) -> str:
