@@ -128,6 +128,20 @@ async def test_server_lists_and_calls_its_tools_and_prompts_with_the_default_cli
             assert (await client.list_resources()).resources == []
 
 
+@both_servers
+async def test_resource_templates_are_listed_and_a_matching_uri_is_read(server_module: str) -> None:
+    with anyio.fail_after(CONNECT_S):
+        async with Client(
+            server(server_module, "--name", "alpha", "--templates", "notes://{id},t://{a}/{b}")
+        ) as client:
+            listed = (await client.list_resource_templates()).resource_templates
+            assert sorted(t.uri_template for t in listed) == ["notes://{id}", "t://{a}/{b}"]
+            for uri in ("notes://42", "t://x/y"):
+                [content] = (await client.read_resource(uri)).contents
+                assert isinstance(content, types.TextResourceContents)
+                assert content.text == f"alpha:{uri}"
+
+
 async def test_light_server_answers_the_discover_probe_so_auto_mode_falls_back_to_the_handshake() -> None:
     with anyio.fail_after(CONNECT_S):
         async with Client(server(LIGHT)) as client:

@@ -141,8 +141,7 @@ def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
     parser.add_argument(
         "--templates",
         default="",
-        help='comma-separated resource URI templates (light server), e.g. "notes://{id}"; a matching URI '
-        'reads "{name}:{uri}"',
+        help='comma-separated resource URI templates, e.g. "notes://{id}"; a matching URI reads "{name}:{uri}"',
     )
     parser.add_argument("--marker", metavar="PATH", help='append "{pid} {name}" to PATH before serving')
     parser.add_argument(

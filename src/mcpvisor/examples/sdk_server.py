@@ -19,7 +19,9 @@ Two things `MCPServer` does not do by itself are added here:
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -68,6 +70,8 @@ class ExampleServer:
         for uri in options.resources:
             text = f"{options.name}:{uri}"
             self.mcp.add_resource(TextResource(uri=uri, name=uri, text=text, mime_type="text/plain"))
+        for template in options.templates:
+            self.mcp.resource(template, name=template, mime_type="text/plain")(_template_reader(options.name, template))
         if options.big:
 
             def blob(mib: float) -> str:
@@ -216,6 +220,23 @@ def _topic_prompt(server: str, prompt: str) -> Callable[..., str]:
 
     render.__name__ = prompt
     return render
+
+
+def _template_reader(name: str, template: str) -> Callable[..., str]:
+    """A read function for ``template`` whose parameters are the template's variables: a matching URI reads
+    ``"{name}:{uri}"``, as in the light server."""
+    variables = re.findall(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", template)
+
+    def read(**values: str) -> str:
+        uri = template
+        for variable, value in values.items():
+            uri = uri.replace(f"{{{variable}}}", value)
+        return f"{name}:{uri}"
+
+    parameters = [inspect.Parameter(v, inspect.Parameter.KEYWORD_ONLY, annotation=str) for v in variables]
+    read.__signature__ = inspect.Signature(parameters, return_annotation=str)  # type: ignore[attr-defined]
+    read.__annotations__ = {**dict.fromkeys(variables, str), "return": str}
+    return read
 
 
 def main(argv: list[str] | None = None) -> None:
