@@ -586,3 +586,19 @@ def test_unknown_fields_in_a_server_entry_are_warned_about_with_a_suggestion() -
         "unknown field 'disabled' in MCP server 'y' (/s.json) is ignored; "
         "to turn a server off, list its name in mcp.excluded",
     ]
+
+
+def test_a_timeout_that_looks_like_seconds_is_warned_about() -> None:
+    from mcpvisor.host.settings.servers import build_server_entries
+
+    entries, warnings = build_server_entries(
+        {"fast": {"command": "a", "timeout": 15}, "slow": {"command": "b", "timeout": 15000}},
+        path=Path("/s.json"),
+        scope="user",
+        stamp=None,
+        env={},
+    )
+    assert entries["fast"].config.timeout == 15  # kept as written: it is a warning, not a fix
+    assert warnings == [
+        "'timeout' of MCP server 'fast' (/s.json) is in milliseconds: 15 means 0.015 s; for 15 s write 15000"
+    ]

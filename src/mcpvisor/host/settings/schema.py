@@ -65,7 +65,11 @@ SERVER_ENTRY_JSON_SCHEMA: dict[str, Any] = {
         "httpUrl": {"type": "string", "description": "Streamable HTTP endpoint."},
         "http_url": {"type": "string"},
         "headers": _STRING_MAP,
-        "timeout": {"type": "integer", "exclusiveMinimum": 0, "description": "Per-request timeout (ms)."},
+        "timeout": {
+            "type": "integer",
+            "exclusiveMinimum": 0,
+            "description": "Per-request timeout in milliseconds (60000 is one minute; a value under 1000 is warned about).",
+        },
         "discoveryTimeoutMs": {"type": "integer", "exclusiveMinimum": 0},
         "trust": {"type": "boolean"},
         "description": {"type": "string"},

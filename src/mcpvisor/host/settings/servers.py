@@ -43,6 +43,10 @@ class ServerLayer:
     error: SettingsError | None = None
 
 
+SECONDS_LIKE_TIMEOUT_MS = 1000
+"""A ``timeout`` below this many milliseconds was most likely meant in seconds: it is warned about."""
+
+
 def describe_validation(exc: ValueError) -> str:
     """A validation problem in words, never echoing the input (it may hold secrets)."""
     if isinstance(exc, ValidationError):
@@ -155,6 +159,11 @@ def build_server_entries(
             f"undefined environment variable {var!r} in MCP server {name!r} ({where}) expanded to ''"
             for var in sorted(missing)
         )
+        if cfg.timeout is not None and cfg.timeout < SECONDS_LIKE_TIMEOUT_MS:
+            warnings.append(
+                f"'timeout' of MCP server {name!r} ({where}) is in milliseconds: {cfg.timeout} means "
+                f"{cfg.timeout / 1000:g} s; for {cfg.timeout} s write {cfg.timeout * 1000}"
+            )
         servers[name] = ServerEntry(cfg, scope, path)
     return servers, warnings
 
