@@ -68,7 +68,7 @@ SERVER_ENTRY_JSON_SCHEMA: dict[str, Any] = {
         "timeout": {
             "type": "integer",
             "exclusiveMinimum": 0,
-            "description": "Per-request timeout in milliseconds (60000 is one minute; a value under 1000 is warned about).",
+            "description": "Per-request timeout in milliseconds (60000: a minute; under 1000 is warned about).",
         },
         "discoveryTimeoutMs": {"type": "integer", "exclusiveMinimum": 0},
         "trust": {"type": "boolean"},
