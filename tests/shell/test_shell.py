@@ -202,7 +202,8 @@ async def test_prompts_are_listed_fetched_and_offered_as_slash_commands(tmp_path
         await s.run('/prompt greet {"topic":"json"}', "[user] a:greet:json")
         await s.run("/greet plain words", "[user] a:greet:plain words")
         await s.run("/help", "/greet")
-        await s.run("/prompt nope", "prompt 'nope' not found")
+        await s.run('/prompt mcp__a__greet {"topic":"served"}', "[user] a:greet:served")  # the gateway's name too
+        await s.run("/prompt nope", "prompt 'nope' not found: no connected MCP server provides it; prompts: greet")
 
 
 async def test_slash_commands_follow_the_prompts_when_settings_change(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from mcpvisor.core.registry import (
     TOOL_PREFIX,
     DefinitionGate,
     PromptRegistry,
+    RegisteredPrompt,
     RegisteredTool,
     ToolRegistry,
     mcp_tool_name,
@@ -350,13 +351,26 @@ class Config(StackOwner):
         return next((key for key, known in self._providers.items() if known is provider), None)
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> GetPromptResult:
-        entry = self.prompt_registry.get_prompt(name)
+        """Get a prompt by its registered name or by the gateway's ``mcp__<server>__<name>``."""
+        entry = self.find_prompt(name)
         client = self.manager.get_client(entry.server) if entry is not None else None
         if entry is None or client is None:
+            known = sorted(self.prompt_registry.names())
+            listed = f"; prompts: {', '.join(known[:20])}{', …' if len(known) > 20 else ''}" if known else ""
             raise ToolNotFoundError(
-                f"prompt {name!r} not found: no connected MCP server provides it", tool=name, reason=None
+                f"prompt {name!r} not found: no connected MCP server provides it{listed}", tool=name, reason=None
             )
         return await client.get_prompt(entry.prompt.name, arguments)
+
+    def find_prompt(self, name: str) -> RegisteredPrompt | None:
+        """The prompt registered as ``name``, or served under it as ``mcp__<server>__<prompt>``."""
+        entry = self.prompt_registry.get_prompt(name)
+        if entry is not None or not name.startswith(TOOL_PREFIX):
+            return entry
+        return next(
+            (e for e in self.prompt_registry.get_all_prompts() if mcp_tool_name(e.server, e.prompt.name) == name),
+            None,
+        )
 
     def _tool_by_own_name(self, name: str) -> RegisteredTool | None:
         if name.startswith(TOOL_PREFIX):

@@ -359,7 +359,7 @@ class ShellSession:
         return False
 
     async def _run_prompt(self, name: str, text: str) -> bool:
-        entry = self.host.config.prompt_registry.get_prompt(name)
+        entry = self.host.config.find_prompt(name)
         names = [a.name for a in entry.prompt.arguments or ()] if entry is not None else []
         arguments = parse_prompt_arguments(text, names, example=_PROMPT_EXAMPLE)
         result = await self._waiting(f"prompt {name}", self.host.config.get_prompt(name, arguments))
