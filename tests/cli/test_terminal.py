@@ -79,3 +79,17 @@ def test_the_shell_approval_dialog_fits_80_columns(tmp_path: Path) -> None:
     args_at = next(i for i, line in enumerate(lines) if line.startswith("    args:"))
     assert lines[args_at + 1].startswith("    "), lines  # the long args wrapped under their label
     assert "s3cret" not in "\n".join(lines)
+
+
+@pytest.mark.parametrize("argv", VIEWS, ids=" ".join)
+def test_piped_output_is_not_wrapped_unless_columns_is_set(layout: Layout, argv: list[str]) -> None:
+    result = CliRunner().invoke(
+        app,
+        [*argv, "--workspace", str(layout.root)],
+        env={**layout.env, "COLUMNS": None, "MCPVISOR_LOG_DIR": str(layout.home / "logs")},  # type: ignore[dict-item]
+    )
+    assert result.exit_code in (0, 1), result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) > 80, result.output  # nothing was cut at 80 columns
+    [entry] = [line for line in lines if LONG_NAME in line]  # the long server's entry stayed one line
+    assert entry.startswith("  ")

@@ -28,6 +28,7 @@ from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted
 from mcpvisor.host.settings.mcp_servers import load_top_tier
 from mcpvisor.host.settings.writer import delete_setting, set_setting, write_atomically
 from mcpvisor.host.status import describe_servers, plural
+from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.views import render_definition_changes, render_status
 
 __all__ = ["add_server", "decide", "import_servers", "list_servers", "load_state", "remove_server", "trust_folder"]
@@ -105,7 +106,7 @@ def list_servers(
         }
         print(json.dumps(out, indent=2))  # noqa: T201 - the command's output
         return
-    console = Console(highlight=False)
+    console = new_console(highlight=False)
     for problem in problems:
         console.print(f"[yellow]! {problem}[/]")
     render_status(console, rows, live=False, title=f"MCP servers for {settings.root}", show_target=True)
@@ -138,7 +139,7 @@ def decide(*, env: Mapping[str, str], workspace: Path | None, name: str, decisio
     if approvals.error:
         raise ConfigError(approvals.error)
     source = state.assembled.sources[name]
-    console = Console(highlight=False)
+    console = new_console(highlight=False)
     console.print(f"Server [bold]{name}[/] ({source.label}, {source.path})")
     _show_config(console, cfg)
     if decision == "approve":
@@ -160,7 +161,7 @@ def _accept_changed_definitions(
     if not changes:
         return False
     source = state.assembled.sources[name]
-    console = Console(highlight=False)
+    console = new_console(highlight=False)
     console.print(
         f"Server [bold]{name}[/] ({source.label}, {source.path}) changed {plural(len(changes), 'definition')} "
         "since approval:"
@@ -199,7 +200,7 @@ def login(*, env: Mapping[str, str], workspace: Path | None, name: str, timeout_
 
     _, cfg = _remote_server(env, workspace, name, "sign in to")
     store = TokenStore(paths.oauth_tokens_path(env))
-    err = Console(stderr=True, highlight=False)
+    err = new_console(stderr=True, highlight=False)
 
     def open_url(url: str) -> bool:
         try:
@@ -215,7 +216,7 @@ def login(*, env: Mapping[str, str], workspace: Path | None, name: str, timeout_
             store, name, cfg, open_url=open_url, announce=announce, timeout_s=timeout_s, log_dir=paths.log_dir(env)
         )
     )
-    Console(highlight=False).print(
+    new_console(highlight=False).print(
         f"[green]Signed in[/] to [bold]{name}[/] ({plural(tools, 'tool')}); the sign-in is kept in "
         f"{store.path}. A running mcpvisor connects it now."
     )
@@ -228,9 +229,9 @@ def logout(*, env: Mapping[str, str], workspace: Path | None, name: str) -> None
     store = TokenStore(paths.oauth_tokens_path(env))
     store.read()  # a corrupt store: say so rather than "not signed in"
     if store.forget(token_key(cfg, oauth_settings(name, cfg))):
-        Console(highlight=False).print(f"Signed out of [bold]{name}[/]: its tokens are deleted from {store.path}")
+        new_console(highlight=False).print(f"Signed out of [bold]{name}[/]: its tokens are deleted from {store.path}")
     else:
-        Console(highlight=False).print(f"Not signed in to [bold]{name}[/]: nothing to forget")
+        new_console(highlight=False).print(f"Not signed in to [bold]{name}[/]: nothing to forget")
 
 
 def _show_config(console: Console, cfg: McpServerConfig) -> None:
@@ -300,7 +301,7 @@ def add_server(
             "pass --force to replace it, or pick another name"
         )
     set_setting(settings, file_scope, ("mcpServers", name), entry)
-    Console(highlight=False).print(f"Added server [bold]{name}[/] to {settings.paths.of(file_scope)}")
+    new_console(highlight=False).print(f"Added server [bold]{name}[/] to {settings.paths.of(file_scope)}")
 
 
 def remove_server(*, env: Mapping[str, str], workspace: Path | None, name: str, scope: str) -> None:
@@ -312,7 +313,7 @@ def remove_server(*, env: Mapping[str, str], workspace: Path | None, name: str, 
         source = state.assembled.sources.get(name)
         where = f"; it is defined in {source.path} ({source.label}): edit that file" if source and source.path else ""
         raise ConfigError(f"cannot remove server {name!r}: it is not in {path}{where}")
-    Console(highlight=False).print(f"Removed server [bold]{name}[/] from {path}")
+    new_console(highlight=False).print(f"Removed server [bold]{name}[/] from {path}")
 
 
 def import_servers(
@@ -357,7 +358,7 @@ def import_servers(
             ]
         print(json.dumps(out, indent=2))  # noqa: T201 - the command's output
     else:
-        console = Console(highlight=False)
+        console = new_console(highlight=False)
         _print_import(console, scan.title, scan.files, planned, dry_run)
         _print_plugin_lsp(console, plugin_lsp, settings.paths.user, dry_run)
     skipped = any(item.action == "skip" for item in planned) or any(a == "skip" for _, a, _ in plugin_lsp)
@@ -490,11 +491,11 @@ def trust_folder(*, env: Mapping[str, str], workspace: Path | None) -> None:
     except (ValueError, OSError) as exc:
         raise ConfigError(f"cannot read trusted folders {str(path)!r}: {exc}; fix or delete the file") from exc
     if root in existing:
-        Console(highlight=False).print(f"{root} is already trusted")
+        new_console(highlight=False).print(f"{root} is already trusted")
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps([*map(str, existing), str(root)], indent=2) + "\n", new_mode=0o600)
-    console = Console(highlight=False)
+    console = new_console(highlight=False)
     console.print(f"Trusted {root}")
     if not load_settings(env, root).folder_trust_enabled:
         console.print("[dim]Folder trust is off (security.folderTrust.enabled), so every folder is trusted anyway.[/]")

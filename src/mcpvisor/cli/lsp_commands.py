@@ -22,6 +22,7 @@ from mcpvisor.host.lsp.config import RUNS_WORKSPACE_CODE, LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
 from mcpvisor.host.settings.loader import Settings, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
+from mcpvisor.shell.consoles import new_console
 
 __all__ = ["RUNS_WORKSPACE_CODE", "decide_lsp", "list_lsp_servers", "load_lsp_state"]
 
@@ -92,7 +93,7 @@ def list_lsp_servers(
         out = {"workspace": str(settings.root), "trusted": settings.trusted, "servers": rows, "problems": problems}
         print(json.dumps(out, indent=2))  # noqa: T201 - the command's output
         return
-    console = Console(highlight=False)
+    console = new_console(highlight=False)
     for problem in problems:
         console.print(f"[yellow]! {escape(problem)}[/]")
     console.print(f"[bold]Language servers for {escape(str(settings.root))}[/]")
@@ -137,7 +138,7 @@ def decide_lsp(*, env: Mapping[str, str], workspace: Path | None, name: str, dec
         )
     if approvals.error:
         raise ConfigError(approvals.error)
-    console = Console(highlight=False)
+    console = new_console(highlight=False)
     _show(console, name, cfg, f"{entry.source}, {entry.path}")
     if decision == "approve":
         console.print(f"[yellow]{RUNS_WORKSPACE_CODE}[/]")

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import typer
-from rich.console import Console
 
 from mcpvisor import __version__
 from mcpvisor.cli.lsp_app import lsp_app
@@ -35,6 +34,7 @@ from mcpvisor.cli.options import (
 )
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.gateway.limits import HEADER_TIMEOUT_S, MAX_CONNECTIONS, MAX_SESSIONS, SESSION_IDLE_TIMEOUT_S
+from mcpvisor.shell.consoles import new_console
 
 if TYPE_CHECKING:
     pass
@@ -92,7 +92,7 @@ async def _run_host(
     from mcpvisor.host.host import Host, HostOptions
     from mcpvisor.shell.narration import HumanOutput
 
-    console = Console(highlight=False)
+    console = new_console(highlight=False)
     options = HostOptions(
         env=env,
         workspace=workspace,
@@ -169,7 +169,7 @@ def status(
     """
     setup_logging(verbose, narrated=not as_json)
     if not as_json:
-        Console(stderr=True, highlight=False).print("[dim]Connecting to the admitted servers…[/]")
+        new_console(stderr=True, highlight=False).print("[dim]Connecting to the admitted servers…[/]")
 
     async def once() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         from mcpvisor.host.host import Host
@@ -187,7 +187,7 @@ def status(
             rows = host.server_views()
             lsp_rows = host.lsp.views()
             if not as_json:
-                console = Console(highlight=False)
+                console = new_console(highlight=False)
                 for warning in host.settings.warnings:
                     console.print(f"[yellow]! {warning}[/]")
                 render_status(console, rows, title=f"MCP servers for {host.root}")
@@ -247,7 +247,7 @@ def _parse_http(value: str) -> tuple[str, int]:
         raise typer.BadParameter(f"port {number} is out of range: use 1 to 65535", param_hint="--http")
     host = host.strip("[]") or "127.0.0.1"
     if not is_loopback(host):
-        Console(stderr=True, soft_wrap=True).print(
+        new_console(stderr=True, soft_wrap=True).print(
             f"[yellow]! serving on {host}, not loopback: other machines can reach this port; every request "
             "needs the gateway's token[/]"
         )

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from mcpvisor.core.errors import McpvisorError
 from mcpvisor.core.server_config import redact_text
+from mcpvisor.shell.consoles import new_console
 
 if TYPE_CHECKING:
     from mcpvisor.host.host import HostOptions
@@ -107,7 +107,7 @@ def setup_logging(verbose: int, *, narrated: bool = False) -> None:
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {message}", highlight=False)
+    new_console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {message}", highlight=False)
     return typer.Exit(code)
 
 

@@ -18,6 +18,7 @@ from mcpvisor.gateway.limits import DEFAULT_HTTP_LIMITS, HttpLimits
 from mcpvisor.gateway.server import DRAIN_S, Gateway
 from mcpvisor.gateway.workspaces import WorkspaceGateway
 from mcpvisor.host.host import Host, HostOptions
+from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.narration import HumanOutput
 
 __all__ = ["run_gateway"]
@@ -48,7 +49,7 @@ async def run_gateway(
     ``token`` (HTTP only): every request needs ``Authorization: Bearer <token>``; without one the
     gateway serves only on a loopback address."""
     options = dataclasses.replace(options, watch=True, client_requests=True)
-    console = Console(stderr=True, highlight=False)
+    console = new_console(stderr=True, highlight=False)
     if http is not None:
         refuse_without_token(http[0], token.value if token is not None else None)  # before any server starts
     if workspace_root is not None and not per_client_workspaces:

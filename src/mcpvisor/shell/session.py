@@ -45,6 +45,7 @@ from mcpvisor.shell.commands import (
     render_help,
     split_name,
 )
+from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.dialog import ApprovalDialog
 from mcpvisor.shell.narration import HumanOutput
 from mcpvisor.shell.render import render_call_result, render_prompt_result, render_prompts, render_tools
@@ -99,7 +100,7 @@ async def run_shell(
     A settings problem that prevents start-up raises :class:`~mcpvisor.core.errors.ConfigError`.
     """
     session = ShellSession(
-        Host(options), console if console is not None else Console(highlight=False), open_url=open_url
+        Host(options), console if console is not None else new_console(highlight=False), open_url=open_url
     )
     return await session.run(input_lines, interrupts)
 
