@@ -86,7 +86,7 @@ def test_piped_output_is_not_wrapped_unless_columns_is_set(layout: Layout, argv:
     result = CliRunner().invoke(
         app,
         [*argv, "--workspace", str(layout.root)],
-        env={**layout.env, "COLUMNS": None, "MCPVISOR_LOG_DIR": str(layout.home / "logs")},  # type: ignore[dict-item]
+        env={**layout.env, "COLUMNS": None, "MCPVISOR_LOG_DIR": str(layout.home / "logs")},
     )
     assert result.exit_code in (0, 1), result.output
     lines = result.output.splitlines()
