@@ -127,6 +127,45 @@ async def test_demo_runs_shows_the_approval_flow_and_stops_on_ctrl_c(tmp_path: P
         assert process.returncode == 0
 
 
+async def test_the_demo_removes_its_own_folder_and_its_hints_name_the_running_mcpvisor(tmp_path: Path) -> None:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    process = await anyio.open_process(
+        [sys.executable, "-m", "mcpvisor", "demo"],
+        env={**os.environ, "TMPDIR": str(scratch), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
+    )
+    async with process:
+        assert process.stdout is not None and process.stderr is not None
+        with anyio.fail_after(WAIT_S * 2):
+            out = ""
+            async for chunk in TextReceiveStream(process.stdout):
+                out += chunk
+                if "See it all" in out:
+                    break
+        [folder] = list(scratch.glob("mcpvisor-demo-*"))
+        # mcpvisor is not on that PATH: every hint runs this one, the way it was started
+        assert f"{sys.executable} -m mcpvisor mcp approve repo-tools" in out
+        assert f"{sys.executable} -m mcpvisor mcp list" in out
+        process.send_signal(signal.SIGINT)
+        with anyio.fail_after(WAIT_S):
+            await process.wait()
+        err = "".join([chunk async for chunk in TextReceiveStream(process.stderr)])
+    assert process.returncode == 0
+    assert not folder.exists()
+    assert f"Removed the demo folder {folder}" in err
+
+
+def test_a_running_mcpvisor_outside_the_path_is_named_by_its_full_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcpvisor.cli.demo import cli_command
+
+    venv_bin = Path(sys.executable).parent
+    monkeypatch.setattr(sys, "argv", [str(venv_bin / "mcpvisor"), "demo"])
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert cli_command() == str((venv_bin / "mcpvisor").resolve())
+    monkeypatch.setenv("PATH", f"{venv_bin}:/usr/bin:/bin")
+    assert cli_command() == "mcpvisor"
+
+
 async def test_ctrl_c_stops_run_and_leaves_no_server_process(tmp_path: Path) -> None:
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
     marker = tmp_path / "pids"

@@ -2,19 +2,23 @@
 
 The demo keeps everything in its own folder, including its user directory (``MCPVISOR_HOME``)
 and its server logs, so it never reads or changes the real user settings, approvals or logs;
-every command it suggests carries that ``MCPVISOR_HOME``.
+every command it suggests carries that ``MCPVISOR_HOME`` and names the mcpvisor that runs (its full path
+when it is not the one on the PATH). A folder of its own is removed when the demo stops; one named
+with ``--dir`` is kept.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DemoLayout", "create_demo"]
+__all__ = ["DemoLayout", "cli_command", "create_demo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +39,9 @@ class DemoLayout:
     def mcp_json(self) -> Path:
         return self.project / ".mcp.json"
 
-    def instructions(self) -> str:
-        env = f"MCPVISOR_HOME={self.home}"
+    def instructions(self, command: str = "mcpvisor") -> str:
+        """What to try, with ``command`` as the way to run this mcpvisor from another terminal."""
+        env = f"MCPVISOR_HOME={shlex.quote(str(self.home))} {command}"
         return "\n".join(
             [
                 "",
@@ -45,11 +50,23 @@ class DemoLayout:
                 "    add or remove a server → only that one connects or disconnects;",
                 '    add "mcp": {"excluded": ["notes"]} → notes disconnects, the others stay.',
                 f"  • The project server 'repo-tools' in [bold]{self.mcp_json}[/] waits for your approval:",
-                f"      {env} mcpvisor mcp approve repo-tools --workspace {self.project}",
+                f"      {env} mcp approve repo-tools --workspace {shlex.quote(str(self.project))}",
                 "    Then edit its args in .mcp.json: it asks for approval again.",
-                f"  • See it all: {env} mcpvisor mcp list --workspace {self.project}",
+                f"  • See it all: {env} mcp list --workspace {shlex.quote(str(self.project))}",
             ]
         )
+
+
+def cli_command() -> str:
+    """How to run the mcpvisor that is running now from another terminal: ``mcpvisor`` when that is the one
+    on the PATH, else its full path (a virtual environment that is not activated), or ``python -m``."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name == "__main__.py":
+        return f"{shlex.quote(sys.executable)} -m mcpvisor"
+    found = shutil.which("mcpvisor")
+    if found is not None and Path(found).resolve() == argv0.resolve():
+        return "mcpvisor"
+    return shlex.quote(str(argv0.resolve()))
 
 
 def _server(module: str, name: str, *args: str) -> dict[str, Any]:

@@ -207,30 +207,50 @@ def status(
 def demo(
     directory: Annotated[
         Path | None,
-        typer.Option("--dir", help="Where to create the demo (default: a new temporary folder).", metavar="DIR"),
+        typer.Option(
+            "--dir",
+            help="Where to create the demo, kept afterwards (default: a new temporary folder, removed when the "
+            "demo stops).",
+            metavar="DIR",
+        ),
     ] = None,
     as_json: JsonOpt = False,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Create a scratch workspace with bundled example servers and run the host on it."""
-    from mcpvisor.cli.demo import create_demo
+    import shlex
+    import shutil
+
+    from mcpvisor.cli.demo import cli_command, create_demo
 
     setup_logging(verbose, narrated=not as_json)
     layout = create_demo(directory)
     env = {**os.environ, "MCPVISOR_HOME": str(layout.home), "MCPVISOR_LOG_DIR": str(layout.logs)}
-    intro = layout.instructions()
-    with reported():
-        anyio.run(
-            lambda: _run_host(
-                env=env,
-                workspace=layout.project,
-                mcp_config=[],
-                allowed=None,
-                as_json=as_json,
-                intro=intro,
-                approve_command=f"MCPVISOR_HOME={layout.home} mcpvisor mcp approve {{name}} --workspace {{root}}",
+    command = cli_command()
+    home = shlex.quote(str(layout.home))
+    try:
+        with reported():
+            anyio.run(
+                lambda: _run_host(
+                    env=env,
+                    workspace=layout.project,
+                    mcp_config=[],
+                    allowed=None,
+                    as_json=as_json,
+                    intro=layout.instructions(command),
+                    approve_command=f"MCPVISOR_HOME={home} {command} mcp approve {{name}} --workspace {{root}}",
+                )
             )
-        )
+    finally:
+        err = new_console(stderr=True, highlight=False, soft_wrap=True)
+        if directory is None:  # a scratch folder of its own: nothing in it is anyone else's
+            shutil.rmtree(layout.root, ignore_errors=True)
+            err.print(f"[dim]Removed the demo folder {layout.root}.[/]")
+        else:
+            err.print(
+                f"[dim]The demo folder {layout.root} is kept; run it again with: {command} demo --dir "
+                f"{shlex.quote(str(layout.root))}[/]"
+            )
 
 
 def _parse_http(value: str) -> tuple[str, int]:
