@@ -135,7 +135,8 @@ async def test_the_demo_removes_its_own_folder_and_its_hints_name_the_running_mc
         env={**os.environ, "TMPDIR": str(scratch), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
     )
     async with process:
-        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
         with anyio.fail_after(WAIT_S * 2):
             out = ""
             async for chunk in TextReceiveStream(process.stdout):
