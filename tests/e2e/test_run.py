@@ -194,6 +194,13 @@ async def test_an_invalid_save_keeps_servers_running_and_reports_the_error(tmp_p
         [pid] = marker_pids(marker)
         assert pid_alive(pid)
         assert r.status("a") == "connected"
+        # Fixing it says so, once: the last line on screen is no longer the error.
+        save(r.layout.paths.user, {"mcpServers": {"a": server("a", marker)}})
+        await r.wait_for(lambda: bool(r.of("settings_ok")))
+        assert r.of("settings_ok") == [{"event": "settings_ok", "path": str(r.layout.paths.user)}]
+        save(r.layout.paths.user, {"mcpServers": {"a": server("a", marker)}, "ui": {"theme": "dark"}})
+        await r.next_reconcile(lambda: save(r.layout.paths.workspace, {"mcp": {"excluded": ["other"]}}))
+        assert len(r.of("settings_ok")) == 1  # a later good save is nothing to announce
 
 
 async def test_one_invalid_entry_keeps_its_last_good_config_and_the_rest_of_the_save_applies(

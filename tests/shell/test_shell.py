@@ -343,6 +343,17 @@ async def test_reload_rereads_the_files(tmp_path: Path) -> None:
 # -- leaving ----------------------------------------------------------------------------------
 
 
+async def test_a_broken_save_and_its_fix_are_both_said(tmp_path: Path) -> None:
+    a = server("a")
+    async with shell(tmp_path, user={"mcpServers": {"a": a}}) as s:
+        since = s.mark()
+        replace_text(s.layout.paths.user, '{"mcpServers": {"a": ')
+        await s.wait_for("keeping the last good configuration", since)
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {"a": a}})
+        await s.wait_for(f"✓ {s.layout.paths.user} is valid again — applied", since)
+
+
 async def test_quit_exits_with_code_0_and_leaves_no_server_process(tmp_path: Path) -> None:
     markers = [tmp_path / "a.pids", tmp_path / "proj.pids"]
     user = {"mcpServers": {"a": server("a", marker=markers[0])}}

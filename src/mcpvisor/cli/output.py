@@ -13,7 +13,7 @@ from mcpvisor.host.host import Host, HostEvent, Ready, SettingsWarning
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpPromptsChanged, McpReloadFailed
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
 from mcpvisor.host.settings.loader import SettingsError
-from mcpvisor.host.watcher import RestartRequired
+from mcpvisor.host.watcher import RestartRequired, SettingsOk
 
 __all__ = ["JsonOutput", "event_to_json"]
 
@@ -54,6 +54,8 @@ def event_to_json(host: Host, event: HostEvent) -> dict[str, Any] | None:
             "column": event.column,
             "message": event.message,
         }
+    if isinstance(event, SettingsOk):
+        return {"event": "settings_ok", "path": str(event.path)}
     if isinstance(event, RestartRequired):
         return {"event": "restart_required", "paths": list(event.paths)}
     if isinstance(event, Ready):

@@ -57,7 +57,7 @@ from mcpvisor.host.settings.loader import Settings, SettingsError, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
 from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier
 from mcpvisor.host.status import LiveServer, ServerView, describe_servers
-from mcpvisor.host.watcher import RestartRequired, SettingsChanged, SettingsWatcher
+from mcpvisor.host.watcher import RestartRequired, SettingsChanged, SettingsOk, SettingsWatcher
 
 __all__ = ["Host", "HostEvent", "HostOptions", "Ready", "SettingsWarning"]
 
@@ -78,6 +78,7 @@ HostEvent: TypeAlias = (
     McpEvent
     | HotReloadEvent
     | SettingsError
+    | SettingsOk
     | RestartRequired
     | Ready
     | SettingsWarning
@@ -254,6 +255,7 @@ class Host(StackOwner):
                 self.watcher.add_change_listener(follow_lsp)
                 self.watcher.add_change_listener(self._on_settings_changed)
                 self.watcher.add_error_listener(self._on_settings_error)
+                self.watcher.add_ok_listener(self._on_settings_ok)
                 self.watcher.add_warning_listener(self._on_settings_warning)
                 self.watcher.add_restart_listener(self._on_restart_required)
                 await stack.enter_async_context(self.watcher)
@@ -297,6 +299,9 @@ class Host(StackOwner):
             path = self.settings.paths.of(event.scope)
             if not await anyio.Path(path).exists():
                 self.emit(SettingsWarning(f"{path} was deleted: what it configured is gone (its servers are removed)"))
+
+    async def _on_settings_ok(self, ok: SettingsOk) -> None:
+        self.emit(ok)
 
     async def _on_settings_error(self, error: SettingsError) -> None:
         self._warned.discard(str(error))

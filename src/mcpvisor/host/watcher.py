@@ -54,6 +54,7 @@ __all__ = [
     "LISTENER_TIMEOUT_S",
     "RestartRequired",
     "SettingsChanged",
+    "SettingsOk",
     "SettingsWatcher",
     "WatchScope",
     "classify_change",
@@ -105,6 +106,17 @@ class SettingsChanged:
     scope: WatchScope
     paths: tuple[str, ...]
     restart_required: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SettingsOk:
+    """A file whose last save did not parse (or was invalid) parses again; its content is applied."""
+
+    scope: WatchScope
+    path: Path
+
+    def __str__(self) -> str:
+        return f"{self.path} is valid again — applied"
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +205,9 @@ class SettingsWatcher:
         self._force_polling = force_polling
         self._change_listeners: list[Listener[SettingsChanged]] = []
         self._error_listeners: list[Listener[SettingsError]] = []
+        self._ok_listeners: list[Listener[SettingsOk]] = []
+        self._broken: set[WatchScope] = set()
+        """Scopes whose last read was reported as an error (their fix is announced)."""
         self._restart_listeners: list[Listener[RestartRequired]] = []
         self._warning_listeners: list[Listener[str]] = []
         self._targets: dict[WatchScope, Path] = {}
@@ -233,6 +248,10 @@ class SettingsWatcher:
     def add_change_listener(self, fn: Listener[SettingsChanged]) -> Callable[[], None]:
         """Call ``await fn(event)`` for every :class:`SettingsChanged`; returns an unsubscribe function."""
         return _subscribe(self._change_listeners, fn)
+
+    def add_ok_listener(self, fn: Listener[SettingsOk]) -> Callable[[], None]:
+        """``fn`` hears when a file reported broken parses again (and was applied)."""
+        return _subscribe(self._ok_listeners, fn)
 
     def add_error_listener(self, fn: Listener[SettingsError]) -> Callable[[], None]:
         """Call ``await fn(error)`` when a watched file fails to read or parse (file, line, column, message)."""
@@ -424,8 +443,14 @@ class SettingsWatcher:
         result = self._settings.apply(read)
         if result.error is not None:
             logger.warning("%s; keeping the previous %s settings", result.error, scope)
+            self._broken.add(scope)
             await self._dispatch(self._error_listeners, result.error)
             return
+        if scope in self._broken:
+            self._broken.discard(scope)
+            ok = SettingsOk(scope, self._targets[scope])
+            logger.info("%s", ok)
+            await self._dispatch(self._ok_listeners, ok)
         for notice in result.kept:
             logger.warning("%s", notice)
             await self._dispatch(self._warning_listeners, notice)

@@ -16,7 +16,7 @@ from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpReloadFailed
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
 from mcpvisor.host.settings.loader import SettingsError
 from mcpvisor.host.status import plural
-from mcpvisor.host.watcher import RestartRequired
+from mcpvisor.host.watcher import RestartRequired, SettingsOk
 from mcpvisor.shell.views import render_lsp_status, render_status
 
 __all__ = ["HumanOutput", "changed_fields"]
@@ -102,6 +102,8 @@ class HumanOutput:
                 c.print(f"[yellow]- removed language server {event.server}[/]")
         elif isinstance(event, SettingsError):
             c.print(f"[red]✗ {event} — keeping the last good configuration[/]")
+        elif isinstance(event, SettingsOk):
+            c.print(f"[green]✓ {event}[/]")
         elif isinstance(event, SettingsWarning):
             c.print(f"[yellow]! {event.message}[/]")
         elif isinstance(event, RestartRequired):
