@@ -182,6 +182,25 @@ async def test_a_theme_edit_gives_no_reconcile_event(tmp_path: Path) -> None:
         assert len(r.of("reconcile")) == before + 1
 
 
+async def test_unrelated_edits_repeat_nothing_that_did_not_change(tmp_path: Path) -> None:
+    """A failed server is retried by the next reconcile, but reported as retried, not added again; a
+    server waiting for approval is announced once, not after every edit."""
+    broken = {"command": sys.executable, "args": ["-c", "import sys; sys.exit(2)"]}
+    project = {"mcpServers": {"p": server("p", tmp_path / "p")}}
+    user = {"mcpServers": {"bad": broken}}
+    async with run(tmp_path, user=user, project=project) as r:
+        first = r.of("reconcile")[0]
+        assert first["added"] == ["bad"]
+        assert "bad" in first["failed"]
+        assert len(r.of("approval_needed")) == 1
+        edited = {"mcpServers": {"bad": broken, "v": server("v", tmp_path / "v")}}
+        again = await r.next_reconcile(lambda: save(r.layout.paths.user, edited))
+        assert again["added"] == ["v"]
+        assert again["retried"] == ["bad"]
+        assert "bad" in again["failed"]
+        assert len(r.of("approval_needed")) == 1  # p still waits, as it did: nothing new to say
+
+
 async def test_an_invalid_save_keeps_servers_running_and_reports_the_error(tmp_path: Path) -> None:
     marker = tmp_path / "a"
     async with run(tmp_path, user={"mcpServers": {"a": server("a", marker)}}) as r:
@@ -365,13 +384,25 @@ async def test_human_output_has_a_status_table_and_one_line_per_change(tmp_path:
     async with process:
         await until("Ctrl-C to stop")
         assert "a · ● connected (1 tool, 0 prompts)" in output
-        assert f"? p needs approval — run: mcpvisor mcp approve p --workspace {layout.root}" in output
+        # Said once, in the table, with the command: not also as a line of its own.
+        assert f"p · ? needs approval — run: mcpvisor mcp approve p --workspace {layout.root}" in output
+        assert "? p needs approval" not in output
         save(layout.paths.user, {"mcpServers": {**servers, "a": server("a", m, "--tools", "x,y")}})
         await until("↻ restarted a (args changed)")
         save(layout.paths.user, {"mcpServers": {"a": server("a", m, "--tools", "x,y")}})
         await until("- removed b")
         save(layout.paths.user, {"mcpServers": {"a": server("a", m, "--tools", "x,y"), "c": server("c", m)}})
         await until("+ added c (1 tool)")
+        # An edit that changes nothing for p says nothing about it.
+        save(layout.paths.user, {"mcpServers": {"a": server("a", m, "--tools", "x,y"), "d": server("d", m)}})
+        await until("+ added d (1 tool)")
+        assert output.count("needs approval") == 1
+        kept = {"a": server("a", m, "--tools", "x,y"), "d": server("d", m)}
+        save(layout.paths.user, {"mcpServers": kept, "mcp": {"excluded": ["d"]}})
+        await until("○ d disabled (mcp.excluded)")
+        save(layout.paths.user, {"mcpServers": {**kept, "e": server("e", m)}, "mcp": {"excluded": ["d"]}})
+        await until("+ added e (1 tool)")
+        assert output.count("○ d disabled") == 1  # said when it changed, not after every reload
         process.send_signal(signal.SIGINT)
         with anyio.fail_after(WAIT_S):
             await process.wait()

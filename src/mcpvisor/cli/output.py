@@ -36,6 +36,7 @@ def event_to_json(host: Host, event: HostEvent) -> dict[str, Any] | None:
         return {
             "event": "reconcile",
             "added": list(event.added),
+            "retried": list(event.retried),
             "removed": list(event.removed),
             "restarted": list(event.restarted),
             "refiltered": list(event.refiltered),

@@ -52,9 +52,11 @@ class ServerStateChanged:
 
 @dataclass(frozen=True, slots=True)
 class ReconcileFinished:
-    """One reconcile pass is over. ``gated`` maps servers torn down or skipped by gating to the reason."""
+    """One reconcile pass is over. ``gated`` maps servers torn down or skipped by gating to the reason;
+    ``retried`` are servers that had failed and were started again (never also in ``added``)."""
 
     added: tuple[str, ...] = ()
+    retried: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
     restarted: tuple[str, ...] = ()
     refiltered: tuple[str, ...] = ()

@@ -89,6 +89,8 @@ class McpClientManager:
         self._log_dir = log_dir
         self._limiter = anyio.CapacityLimiter(max_concurrent_starts or default_max_starts())
         self._clients: dict[str, McpClient] = {}
+        self._failed: set[str] = set()
+        """Servers whose last start failed (started again by the next reconcile: reported as retried)."""
         self._configs: dict[str, McpServerConfig] = {}
         self._last_state: dict[str, ServerStateChanged] = {}
         self._reconnects: dict[str, anyio.CancelScope] = {}
@@ -164,6 +166,7 @@ class McpClientManager:
             self._sync_registry(name)
             logger.info("server %r: tool filters changed; re-filtered in place", name)
 
+        retried = tuple(n for n in plan.start if n in self._failed)  # failed last time: started again
         # A restarted server's old tools and prompts go before anything new is discovered.
         for name in plan.restart:
             self._purge(name)
@@ -175,8 +178,12 @@ class McpClientManager:
                 for name in plan.restart:
                     tg.start_soon(self._restart_one, name, desired[name], failed)
 
+        self._failed = (
+            self._failed - set(plan.remove) - set(plan.gate_stop) - set(plan.start) - set(plan.restart)
+        ) | set(failed)
         summary = ReconcileFinished(
-            added=plan.start,
+            added=tuple(n for n in plan.start if n not in retried),
+            retried=retried,
             removed=plan.remove,
             restarted=plan.restart,
             refiltered=plan.refilter,

@@ -34,6 +34,7 @@ from mcpvisor.host.hot_reload import (
     DesiredState,
     HotReloadEvent,
     McpPendingApprovalChanged,
+    PendingAnnouncements,
     compute_desired_state,
     register_mcp_hot_reload,
     reload_now,
@@ -127,6 +128,7 @@ class Host(StackOwner):
         self.pins = PinStore(paths.pins_path(options.env))
         self.watcher: SettingsWatcher | None = None
         self._lsp: LspSession | None = None
+        self._pending = PendingAnnouncements()
 
     # -- accessors ---------------------------------------------------------------------------
 
@@ -228,7 +230,7 @@ class Host(StackOwner):
             self._config.set_mcp_servers(state.assembled.servers)
             await self._config.initialize()
             promptable = strictly_promptable(state, self._approvals, self.root)
-            if promptable:
+            if self._pending.changed(state, promptable) and promptable:
                 self.emit(McpPendingApprovalChanged(promptable))
             self.emit(Ready())
             if opts.watch:
@@ -244,6 +246,7 @@ class Host(StackOwner):
                     emit=self.emit,
                     on_state=self._remember,
                     task_group=reloads,
+                    pending=self._pending,
                 )
 
                 async def follow_lsp(event: SettingsChanged) -> None:
@@ -338,6 +341,7 @@ class Host(StackOwner):
             emit=self.emit,
             on_state=self._remember,
             force=force,
+            pending=self._pending,
         )
 
     def held_changes(self, name: str) -> list[Change]:

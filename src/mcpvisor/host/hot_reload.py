@@ -113,6 +113,23 @@ def strictly_promptable(state: DesiredState, approvals: ApprovalStore, root: str
     return tuple(n for n in promptable if state.gating.is_allowed(n) and not state.gating.is_excluded(n))
 
 
+class PendingAnnouncements:
+    """The servers last announced as waiting for approval, each with its configuration hash:
+    :class:`McpPendingApprovalChanged` goes out when that set changes (one more server waits, one was
+    decided, a waiting one's configuration changed), never again for an edit that leaves it as it was."""
+
+    def __init__(self) -> None:
+        self._last: frozenset[tuple[str, str]] = frozenset()
+
+    def changed(self, state: DesiredState, names: tuple[str, ...]) -> bool:
+        servers = state.assembled.servers
+        key = frozenset((n, servers[n].approval_hash) for n in names if n in servers)
+        if key == self._last:
+            return False
+        self._last = key
+        return True
+
+
 async def apply_desired_state(config: Config, state: DesiredState, *, force: bool = False) -> bool:
     """Gate, push gating, reconcile. Returns whether a reconcile ran."""
     servers = dict(state.assembled.servers)
@@ -151,6 +168,7 @@ def register_mcp_hot_reload(
     emit: Callable[[HotReloadEvent], None],
     on_state: Callable[[DesiredState], object] | None = None,
     task_group: anyio.abc.TaskGroup | None = None,
+    pending: PendingAnnouncements | None = None,
 ) -> Callable[[], None]:
     """Subscribe the reconcile to ``watcher``; returns the unsubscribe function. Register once.
 
@@ -159,7 +177,9 @@ def register_mcp_hot_reload(
     """
 
     async def reload(*, force: bool = False) -> None:
-        await reload_now(settings, config, top_tier, approvals=approvals, emit=emit, on_state=on_state, force=force)
+        await reload_now(
+            settings, config, top_tier, approvals=approvals, emit=emit, on_state=on_state, force=force, pending=pending
+        )
 
     async def on_change(event: SettingsChanged) -> None:
         if event.scope == "pins":
@@ -188,8 +208,10 @@ async def reload_now(
     emit: Callable[[HotReloadEvent], None],
     on_state: Callable[[DesiredState], object] | None = None,
     force: bool = False,
+    pending: PendingAnnouncements | None = None,
 ) -> DesiredState:
-    """One pass of SPEC §8 steps 1-6 over the current in-memory settings."""
+    """One pass of SPEC §8 steps 1-6 over the current in-memory settings. With ``pending``, servers waiting
+    for approval are announced only when that set changed."""
     prompts_before = config.prompt_registry.names()
     state = compute_desired_state(settings, config, approvals, top_tier)
     if on_state is not None:
@@ -201,7 +223,7 @@ async def reload_now(
         logger.exception("%s", RELOAD_FAILED_MESSAGE)
         emit(McpReloadFailed(RELOAD_FAILED_MESSAGE, str(exc)))
     promptable = strictly_promptable(state, approvals, settings.root)
-    if promptable:
+    if (pending is None or pending.changed(state, promptable)) and promptable:
         emit(McpPendingApprovalChanged(promptable))
     prompts_after = config.prompt_registry.names()
     if prompts_after != prompts_before:

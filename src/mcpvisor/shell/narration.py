@@ -48,19 +48,28 @@ class HumanOutput:
         self._servers: dict[str, McpServerConfig] = {}
         self._announced: set[str] = set()
         self._lsp_announced: set[str] = set()
+        self._gated: dict[str, str] = {}
+        """The gating reason last said per server: a reload that leaves it as it was says nothing."""
+        self._failures: dict[str, str] = {}
+        """The start failure last said per server: a retry that fails the same way says nothing."""
 
     def __call__(self, event: HostEvent) -> None:
         c = self._console
         if isinstance(event, ReconcileFinished):
             current = self._host.config.get_mcp_servers()
             if self._ready:
-                for name in event.added:
+                for name in (*event.added, *event.retried):
                     failed = event.failed.get(name)
                     if failed:
-                        c.print(f"[red]✗ {name} failed to start:[/] {failed.split(': ', 1)[-1]}")
+                        reason = failed.split(": ", 1)[-1]
+                        if self._failures.get(name) != reason:
+                            c.print(f"[red]✗ {name} failed to start:[/] {reason}")
+                        self._failures[name] = reason
                     else:
+                        self._failures.pop(name, None)
                         tools = len(self._host.config.tool_registry.tools_of(name))
-                        c.print(f"[green]+ added {name}[/] ({plural(tools, 'tool')})")
+                        verb = "connected" if name in event.retried else "added"
+                        c.print(f"[green]+ {verb} {name}[/] ({plural(tools, 'tool')})")
                 for name in event.removed:
                     c.print(f"[yellow]- removed {name}[/]")
                 for name in event.restarted:
@@ -70,6 +79,8 @@ class HumanOutput:
                     c.print(f"[cyan]~ {name}: tool filters changed, re-filtered in place[/]")
                 for name, reason in event.gated.items():
                     reason = self._host.refine_reason(name, reason) or reason
+                    if self._gated.get(name) == reason:
+                        continue  # said already; nothing changed for it
                     if reason == "excluded":
                         c.print(f"[dim]○ {name} disabled (mcp.excluded)[/]")
                     elif reason == "not_allowed":
@@ -80,17 +91,24 @@ class HumanOutput:
                             f"or approve it after all: mcpvisor mcp approve {name}[/]",
                         )
             self._servers = current
+            self._gated = {n: self._host.refine_reason(n, r) or r for n, r in event.gated.items()}
+            for name in event.removed:
+                self._failures.pop(name, None)
             self._announced &= {n for n, r in event.gated.items() if r == "pending_approval"}
         elif isinstance(event, McpPendingApprovalChanged):
             # People get one line per server each time it starts waiting, not one per reconcile.
             fresh = [name for name in event.servers if name not in self._announced]
             self._announced = set(event.servers)
+            if not self._ready:
+                return  # the status table shown when ready says it, with the command
             for name in fresh:
                 fix = self._approve_command.format(name=name, root=self._host.root)
                 c.print(f"[yellow]? {name} needs approval — run: {fix}[/]")
         elif isinstance(event, LspPendingApprovalChanged):
             fresh = [name for name in event.servers if name not in self._lsp_announced]
             self._lsp_announced = set(event.servers)
+            if not self._ready:
+                return  # the status table shown when ready says it
             for name in fresh:
                 c.print(f"[yellow]? language server {name} needs approval — run: mcpvisor lsp approve {name}[/]")
         elif isinstance(event, LspServerChanged) and self._ready:
