@@ -123,6 +123,8 @@ class McpClient:
         """The server answered 401/403: it wants credentials."""
         self._log_dir = log_dir or default_log_dir()
         self._http_auth = http_auth
+        self._auth_in_use: Any = None
+        """What signs this connection's requests (see :data:`HttpAuth`)."""
         self._on_change = on_change
         self._on_lost = on_lost
         self._client: Client | None = None
@@ -280,6 +282,7 @@ class McpClient:
                 logger.warning("server %r lost: %s", self.name, self._lost_reason)
 
     async def _open(self, stack: AsyncExitStack) -> Client:
+        self._auth_in_use = self._auth()
         transport, self.process = await open_transport(
             stack,
             self.name,
@@ -289,9 +292,7 @@ class McpClient:
             sse_timeout_s=self.discovery_timeout_s,
             max_message_bytes=self.max_message_bytes,
             on_broken=self._on_broken,
-            auth=self._http_auth(self.name, self.config)
-            if self._http_auth and self.config.transport != "stdio"
-            else None,
+            auth=self._auth_in_use,
         )
         handler: MessageHandlerFnT = self._on_message
         asks = self._in_flight
@@ -683,6 +684,14 @@ class McpClient:
             return ServerUnavailableError(
                 f"{what} failed: the connection to server {self.name!r} closed (the server exited or crashed; "
                 f"see {self.log_path if self.config.transport == 'stdio' else self.config.target()})",
+                server=self.name,
+            )
+        wider = getattr(self._auth_in_use, "step_up_scope", None)
+        if wider:  # refused for want of scope (403 insufficient_scope): the connection itself is fine
+            self._auth_in_use.step_up_scope = None
+            return ToolCallError(
+                f"server {self.name!r} needs a wider sign-in ({wider}) — run: mcpvisor mcp login {self.name}",
+                tool=tool,
                 server=self.name,
             )
         return ToolCallError(

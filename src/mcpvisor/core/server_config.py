@@ -67,7 +67,9 @@ MIN_MESSAGE_BYTES = 1024
 HttpAuth = Callable[[str, "McpServerConfig"], Any]
 """``(server name, config) -> httpx2.Auth | None``: signs a remote server's requests (e.g. with OAuth
 tokens kept by the layer above, which owns the files). Called once per connection attempt; what it
-signs with is not part of the connection id, so a refreshed token never restarts anything."""
+signs with is not part of the connection id, so a refreshed token never restarts anything. An auth
+object may set ``step_up_scope`` (a string of scopes) when the server refused a request for want of
+scope: the request then fails saying that a wider sign-in is needed, and the connection stays."""
 
 
 def normalize_server_entry(entry: Mapping[str, Any]) -> dict[str, Any]:

@@ -66,14 +66,40 @@ class LoginRequired(McpvisorError):
 # --- what the configuration says -----------------------------------------------------------
 
 
+GRANTS: Final = ("authorization_code", "client_credentials", "identity_assertion")
+"""``oauth.grant``: a person signs in (the default), or the host gets its tokens by itself."""
+MACHINE_GRANTS: Final = ("client_credentials", "identity_assertion")
+TOKEN_ENDPOINT_AUTH_METHODS: Final = ("client_secret_basic", "client_secret_post", "none")
+SIGNING_ALGORITHMS: Final = ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256")
+
+
 @dataclass(frozen=True, slots=True)
 class OAuthSettings:
-    """A server's ``oauth`` block: a pre-registered client, the scopes to ask for, a fixed callback port."""
+    """A server's ``oauth`` block: a pre-registered client, the scopes to ask for, a fixed callback port,
+    how the client authenticates at the token endpoint, a client ID metadata document, and the grant."""
 
     client_id: str | None = None
     client_secret: str | None = None
     scopes: str | None = None
     callback_port: int | None = None
+    token_endpoint_auth_method: str | None = None
+    """Forced; else chosen from the authorization server's ``token_endpoint_auth_methods_supported``."""
+    client_metadata_url: str | None = None
+    """An https URL of a client ID metadata document, used as ``client_id`` where the server supports it."""
+    grant: str = "authorization_code"
+    private_key_file: str | None = None
+    """``private_key_jwt`` (RFC 7523) for the client-credentials grant: a PEM file, signed with
+    ``signing_algorithm``."""
+    signing_algorithm: str = "RS256"
+    issuer: str | None = None
+    """The authorization server a machine-to-machine client belongs to (else it is discovered)."""
+    idp: Mapping[str, str] | None = None
+    """For ``identity_assertion``: the identity provider's ``tokenEndpoint``, ``clientId`` and ``idToken``."""
+
+    @property
+    def machine(self) -> bool:
+        """Whether the host gets its tokens by itself (no ``mcp login``, no browser)."""
+        return self.grant in MACHINE_GRANTS
 
 
 def oauth_settings(name: str, cfg: McpServerConfig) -> OAuthSettings:
@@ -81,21 +107,60 @@ def oauth_settings(name: str, cfg: McpServerConfig) -> OAuthSettings:
     block = (cfg.model_extra or {}).get("oauth")
     if block is None:
         return OAuthSettings()
+    at = f"mcpServers.{name}.oauth"
     if not isinstance(block, Mapping):
-        raise ConfigError(f"mcpServers.{name}.oauth must be an object (clientId, clientSecret, scopes, callbackPort)")
+        raise ConfigError(f"{at} must be an object (clientId, clientSecret, scopes, callbackPort, grant, …)")
     scopes = block.get("scopes")
     if isinstance(scopes, list) and all(isinstance(s, str) for s in scopes):
         scopes = " ".join(scopes)
     port = block.get("callbackPort")
+    strings: tuple[str, ...] = ("clientId", "clientSecret", "tokenEndpointAuthMethod", "clientMetadataUrl", "grant")
+    strings += ("privateKeyFile", "signingAlgorithm", "issuer")
     for key, value, kind in (
-        ("clientId", block.get("clientId"), str),
-        ("clientSecret", block.get("clientSecret"), str),
+        *((k, block.get(k), str) for k in strings),
         ("scopes", scopes, str),
         ("callbackPort", port, int),
     ):
         if value is not None and not isinstance(value, kind):
-            raise ConfigError(f"mcpServers.{name}.oauth.{key} must be a {'string' if kind is str else 'number'}")
-    return OAuthSettings(block.get("clientId"), block.get("clientSecret"), scopes, port)
+            raise ConfigError(f"{at}.{key} must be a {'string' if kind is str else 'number'}")
+    choices = (
+        ("grant", GRANTS),
+        ("tokenEndpointAuthMethod", TOKEN_ENDPOINT_AUTH_METHODS),
+        ("signingAlgorithm", SIGNING_ALGORITHMS),
+    )
+    for key, allowed in choices:
+        if block.get(key) is not None and block[key] not in allowed:
+            raise ConfigError(f"{at}.{key} must be one of {', '.join(allowed)}, not {block[key]!r}")
+    metadata_url = block.get("clientMetadataUrl")
+    if metadata_url is not None and (
+        urlsplit(metadata_url).scheme != "https" or urlsplit(metadata_url).path in ("", "/")
+    ):
+        raise ConfigError(f"{at}.clientMetadataUrl must be an https URL with a path (the client ID metadata document)")
+    idp = block.get("idp")
+    if idp is not None and (
+        not isinstance(idp, Mapping) or not all(isinstance(idp.get(k), str) for k in ("tokenEndpoint", "idToken"))
+    ):
+        raise ConfigError(f"{at}.idp must be an object with tokenEndpoint and idToken (and clientId)")
+    settings = OAuthSettings(
+        block.get("clientId"),
+        block.get("clientSecret"),
+        scopes,
+        port,
+        token_endpoint_auth_method=block.get("tokenEndpointAuthMethod"),
+        client_metadata_url=metadata_url,
+        grant=block.get("grant") or "authorization_code",
+        private_key_file=block.get("privateKeyFile"),
+        signing_algorithm=block.get("signingAlgorithm") or "RS256",
+        issuer=block.get("issuer"),
+        idp=dict(idp) if idp is not None else None,
+    )
+    if settings.grant == "client_credentials" and not (
+        settings.client_id and (settings.client_secret or settings.private_key_file)
+    ):
+        raise ConfigError(f"{at}: the client_credentials grant needs clientId and clientSecret (or privateKeyFile)")
+    if settings.grant == "identity_assertion" and not (settings.client_id and settings.client_secret and idp):
+        raise ConfigError(f"{at}: the identity_assertion grant needs clientId, clientSecret and idp")
+    return settings
 
 
 def server_url(cfg: McpServerConfig) -> str | None:
@@ -172,10 +237,18 @@ class SignIn:
     signed_in: bool
     expires_at: float | None = None
     refreshable: bool = False
+    machine: bool = False
+    """Tokens the host gets by itself (client credentials)."""
+    wider: str | None = None
+    """Scopes the server asked for that the sign-in does not hold (``insufficient_scope``)."""
 
     def describe(self, now: float | None = None) -> str:
         if not self.signed_in:
             return "not signed in"
+        if self.wider:
+            return f"signed in; needs a wider sign-in ({self.wider})"
+        if self.machine:
+            return "signed in (client credentials)"
         if self.expires_at is None:
             return "signed in"
         left = self.expires_at - (time.time() if now is None else now)
@@ -210,8 +283,21 @@ def sign_in_state(records: Mapping[str, Any], name: str, cfg: McpServerConfig) -
         return SignIn(False)
     expires_at = record.get("expires_at")
     return SignIn(
-        True, float(expires_at) if isinstance(expires_at, int | float) else None, bool(tokens.get("refresh_token"))
+        True,
+        float(expires_at) if isinstance(expires_at, int | float) else None,
+        bool(tokens.get("refresh_token")),
+        machine=settings.machine,
+        wider=missing_scopes(record.get("scope_needed"), tokens.get("scope")),
     )
+
+
+def missing_scopes(needed: object, granted: object) -> str | None:
+    """The scopes of ``needed`` that ``granted`` does not hold (space-separated), or ``None``."""
+    if not isinstance(needed, str):
+        return None
+    held = set(granted.split()) if isinstance(granted, str) else set()
+    missing = [scope for scope in needed.split() if scope not in held]
+    return " ".join(missing) or None
 
 
 def sign_ins(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[str, str]:
@@ -225,7 +311,7 @@ def sign_ins(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[
     for name, cfg in servers.items():
         state = sign_in_state(records, name, cfg)
         if state.signed_in:
-            out[name] = state.describe()
+            out[name] = state.describe() + (f" — run: mcpvisor mcp login {name}" if state.wider else "")
     return out
 
 
@@ -255,7 +341,9 @@ class _FileTokenStorage:
         from mcp.shared.auth import OAuthClientInformationFull
 
         if self._client is not None:
-            return self._client
+            # The method chosen against the server's metadata, for a refresh before any discovery.
+            method = self._store.get(self._key).get("token_endpoint_auth_method")
+            return self._client.model_copy(update={"token_endpoint_auth_method": method}) if method else self._client
         client = self._store.get(self._key).get("client")
         return OAuthClientInformationFull.model_validate(client) if isinstance(client, dict) else None
 
@@ -277,14 +365,24 @@ def _provider(
     callback_handler: Callable[[], Awaitable[Any]] | None,
 ) -> Any:
     """An ``httpx2.Auth`` for one server. Without handlers it never starts a sign-in: a refusal it
-    cannot mend with the refresh token raises :class:`LoginRequired`."""
-    from mcp.client.auth import OAuthClientProvider
-    from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
-
+    cannot mend with the refresh token raises :class:`LoginRequired`, and a request refused for want of
+    scope (403 ``insufficient_scope``) fails alone, the wider scope remembered for the next sign-in."""
     settings = oauth_settings(name, cfg)
     url = server_url(cfg)
     assert url is not None
-    method = "client_secret_post" if settings.client_secret else "none"
+    key = token_key(cfg, settings)
+    if settings.machine:
+        from mcpvisor.host.oauth_grants import machine_provider
+
+        return machine_provider(name, url, settings, _FileTokenStorage(store, key))
+
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.client.auth.utils import extract_field_from_www_auth, extract_scope_from_www_auth, union_scopes
+    from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
+
+    # A confidential client's method is settled against the server's metadata (_choose_method); until
+    # then it is client_secret_basic, RFC 8414's default.
+    method = settings.token_endpoint_auth_method or ("client_secret_basic" if settings.client_secret else "none")
     metadata = OAuthClientMetadata(
         client_name="mcpvisor",
         redirect_uris=[redirect_uri],
@@ -303,11 +401,13 @@ def _provider(
             token_endpoint_auth_method=method,
             scope=settings.scopes,
         )
-    storage = _FileTokenStorage(store, token_key(cfg, settings), client=client)
+    storage = _FileTokenStorage(store, key, client=client)
     interactive = redirect_handler is not None
 
     class Provider(OAuthClientProvider):
         _refreshing = False
+        step_up_scope: str | None = None
+        """Scopes the server refused a request for want of (read once by the client: see core.client)."""
 
         async def _initialize(self) -> None:
             await super()._initialize()
@@ -316,8 +416,67 @@ def _provider(
             if expires_at is not None:
                 self.context.token_expiry_time = expires_at - REFRESH_MARGIN_S
 
+        def _expected_issuer(self) -> str:
+            expected: str = super()._expected_issuer()
+            if self.context.auth_server_url is not None:
+                return expected
+            # The 2025-03-26 rules (no protected resource metadata): the authorization server's metadata is
+            # found at the MCP server's origin, whatever path its issuer has, so any issuer on that origin is
+            # the server's own. RFC 8414 §3.3's exact match, which the SDK applies, refuses such servers.
+            if self.context.oauth_metadata is not None:
+                return str(self.context.oauth_metadata.issuer)
+            return _SameOrigin(expected)
+
+        def _choose_method(self) -> None:
+            """A pre-registered confidential client authenticates the way the authorization server accepts
+            (``token_endpoint_auth_methods_supported``; none listed: ``client_secret_basic``)."""
+            info = self.context.client_info
+            if client is None or info is None or settings.token_endpoint_auth_method or not settings.client_secret:
+                return
+            asm = self.context.oauth_metadata
+            supported = (asm.token_endpoint_auth_methods_supported or None) if asm is not None else None
+            chosen = "client_secret_basic"
+            if supported is not None and chosen not in supported and "client_secret_post" in supported:
+                chosen = "client_secret_post"
+            if info.token_endpoint_auth_method != chosen:
+                self.context.client_info = info.model_copy(update={"token_endpoint_auth_method": chosen})
+            store.update(key, token_endpoint_auth_method=chosen)
+
+        async def _auth_flow(self, request: Any) -> Any:
+            inner = super()._auth_flow(request)
+            try:
+                outgoing = await inner.__anext__()
+                while True:
+                    response = yield outgoing
+                    if not interactive and outgoing is request and _insufficient_scope(response):
+                        # No crash and no sign-in from a host: this request fails alone (the transport turns
+                        # the 403 into its error), and the next mcp login asks for the union of the scopes.
+                        record = store.get(key)
+                        granted = (record.get("tokens") or {}).get("scope")
+                        needed = union_scopes(
+                            union_scopes(record.get("scope_needed"), granted), extract_scope_from_www_auth(response)
+                        )
+                        self.step_up_scope = missing_scopes(needed, granted) or needed
+                        store.update(key, scope_needed=needed)
+                        logger.warning(
+                            "server %r needs a wider sign-in (%s) — run: mcpvisor mcp login %s",
+                            name,
+                            self.step_up_scope,
+                            name,
+                        )
+                        return
+                    outgoing = await inner.asend(response)
+            except StopAsyncIteration:
+                return
+            finally:
+                await inner.aclose()
+
         async def _perform_authorization(self) -> Any:
+            self._choose_method()
             if interactive:
+                # The configured scopes and what a refused request asked for, besides what the server says.
+                wanted = union_scopes(settings.scopes, store.get(key).get("scope_needed"))
+                self.context.client_metadata.scope = union_scopes(self.context.client_metadata.scope, wanted)
                 return await super()._perform_authorization()
             if self.context.can_refresh_token():
                 self._refreshing = True  # refused although unexpired: try the refresh token once
@@ -341,13 +500,38 @@ def _provider(
                 logger.info("server %r: refreshing its sign-in failed (HTTP %s)", name, response.status_code)
             return ok
 
+    def _insufficient_scope(response: Any) -> bool:
+        return bool(
+            response.status_code == 403 and extract_field_from_www_auth(response, "error") == "insufficient_scope"
+        )
+
     return Provider(
         url,
         metadata,
         storage,
         redirect_handler=redirect_handler,
         callback_handler=callback_handler,
+        client_metadata_url=settings.client_metadata_url,
     )
+
+
+class _SameOrigin(str):
+    """An expected issuer that any issuer on the same origin equals (the 2025-03-26 discovery rules)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and _origin(other) == _origin(self)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
 
 
 def http_auth_for(store: TokenStore) -> HttpAuth:
@@ -360,6 +544,15 @@ def http_auth_for(store: TokenStore) -> HttpAuth:
         except ConfigError as exc:
             logger.warning("%s", exc)
             return None
+        if settings.machine and server_url(cfg) is not None:  # gets its tokens by itself
+            return _provider(
+                store,
+                name,
+                cfg,
+                redirect_uri=f"http://127.0.0.1{CALLBACK_PATH}",
+                redirect_handler=None,
+                callback_handler=None,
+            )
         record = store.get(token_key(cfg, settings))
         if not record.get("tokens"):
             return None
@@ -420,6 +613,11 @@ class _Callback:
     @property
     def redirect_uri(self) -> str:
         return f"http://127.0.0.1:{self.port}{CALLBACK_PATH}"
+
+    def reset(self) -> None:
+        """Ready for the next redirect of the same sign-in (one sign-in may authorize twice)."""
+        self.received.clear()
+        self.done.clear()
 
     def close(self) -> None:
         self.server.shutdown()
@@ -483,6 +681,7 @@ async def login(
         before = store.get(key)
 
         async def redirect_handler(authorization_url: str) -> None:
+            callback.reset()
             opened = await anyio.to_thread.run_sync(open_url, authorization_url)
             announce(
                 f"Opening your browser to sign in to {name}. If it does not open, visit:\n  {authorization_url}"
@@ -524,6 +723,7 @@ async def login(
                     tools = len(client.tools)
                 finally:
                     await client.aclose()
+            store.update(key, scope_needed=None)  # what a refused request asked for is held now
             return tools
         except BaseException:
             if not store.get(key).get("tokens"):

@@ -76,6 +76,45 @@ SERVER_ENTRY_JSON_SCHEMA: dict[str, Any] = {
         "includeTools": _STRING_LIST,
         "excludeTools": _STRING_LIST,
         "shared": {"type": "boolean", "description": "false: one connection per session in daemon mode."},
+        "oauth": {
+            "type": "object",
+            "description": "Signing in to a remote server (mcpvisor mcp login NAME, or by itself for a "
+            "machine-to-machine grant).",
+            "properties": {
+                "clientId": {"type": "string", "description": "A pre-registered client (else registered)."},
+                "clientSecret": {"type": "string", "description": "Its secret; '${VAR}' keeps it out of the file."},
+                "scopes": {
+                    "anyOf": [{"type": "string"}, _STRING_LIST],
+                    "description": "Scopes to ask for besides what the server asks.",
+                },
+                "callbackPort": {"type": "integer", "description": "A fixed loopback port for the redirect."},
+                "tokenEndpointAuthMethod": {
+                    "enum": ["client_secret_basic", "client_secret_post", "none"],
+                    "description": "Force how the secret is sent (default: what the server lists, else Basic).",
+                },
+                "clientMetadataUrl": {
+                    "type": "string",
+                    "description": "An https URL of your client ID metadata document, used as client_id where the "
+                    "server supports it.",
+                },
+                "grant": {
+                    "enum": ["authorization_code", "client_credentials", "identity_assertion"],
+                    "description": "authorization_code: a person signs in (default); the others: no login.",
+                },
+                "privateKeyFile": {"type": "string", "description": "client_credentials with private_key_jwt."},
+                "signingAlgorithm": {"enum": ["RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256"]},
+                "issuer": {"type": "string", "description": "The authorization server a machine client belongs to."},
+                "idp": {
+                    "type": "object",
+                    "description": "identity_assertion: the identity provider's tokenEndpoint, clientId, idToken.",
+                    "properties": {
+                        "tokenEndpoint": {"type": "string"},
+                        "clientId": {"type": "string"},
+                        "idToken": {"type": "string"},
+                    },
+                },
+            },
+        },
         "maxMessageBytes": {
             "type": "integer",
             "minimum": 1024,
