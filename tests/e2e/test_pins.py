@@ -5,12 +5,51 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import signal
+import sys
 from pathlib import Path
 
-from tests.e2e.test_run import run
-from tests.helpers import marker_pids
+import anyio
+
+from tests.e2e.test_run import Run, run
+from tests.helpers import WAIT_S, marker_pids
 from tests.host.test_pins import HOSTILE, ORIGINAL, describe, server
+
+
+async def answer_at_a_terminal(r: Run, answer: str, *args: str) -> str:
+    """Run the CLI with a pseudo-terminal for stdin and stdout, type ``answer`` once it asks; its output."""
+    main, side = pty.openpty()
+    process = await anyio.open_process(
+        [sys.executable, "-m", "mcpvisor", *args, "--workspace", str(r.layout.root)],
+        stdin=side,
+        stdout=side,
+        stderr=side,
+        env={**os.environ, **r.layout.env, "COLUMNS": "200", "NO_COLOR": "1"},
+    )
+    os.close(side)
+    output = b""
+    try:
+        with anyio.fail_after(WAIT_S):
+            while b"[y/N]" not in output:
+                await anyio.wait_readable(main)
+                output += os.read(main, 65536)
+            os.write(main, answer.encode())
+            while True:
+                await anyio.wait_readable(main)
+                try:
+                    chunk = os.read(main, 65536)
+                except OSError:  # the terminal closed: the process is done
+                    break
+                if not chunk:
+                    break
+                output += chunk
+    finally:
+        os.close(main)
+        with anyio.fail_after(WAIT_S):
+            await process.wait()
+    assert process.returncode == 0, output.decode(errors="replace")
+    return output.decode(errors="replace")
 
 
 async def test_run_holds_a_changed_tool_and_mcp_approve_shows_and_accepts_the_change(tmp_path: Path) -> None:
@@ -37,13 +76,22 @@ async def test_run_holds_a_changed_tool_and_mcp_approve_shows_and_accepts_the_ch
         [row] = json.loads((await r.cli("mcp", "list", "--json")).stdout)["servers"]
         assert (row["held_tools"], row["held_prompts"]) == (["echo"], [])
 
-        accepted = await r.cli("mcp", "approve", "p")
+        # Without a terminal to ask at, the diff is shown and nothing is accepted.
+        shown = await r.cli("mcp", "approve", "p")
+        assert shown.returncode == 1
+        assert "changed 1 definition since approval" in shown.stdout
+        assert f'-  "description": "{ORIGINAL}",' in shown.stdout
+        assert "nothing was changed: p's changed definitions stay held (--yes accepts them)" in shown.stderr
+        [row] = json.loads((await r.cli("mcp", "list", "--json")).stdout)["servers"]
+        assert row["held_tools"] == ["echo"]
+
+        # At a terminal, the diff comes first, then the question; "y" accepts.
+        asked = await answer_at_a_terminal(r, "y\n", "mcp", "approve", "p")
+        assert asked.index("changed tool echo") < asked.index("Accept what p offers now?")
+        assert "Accepted what p offers now" in asked
+
+        accepted = await r.cli("mcp", "approve", "p", "--yes")  # nothing held any more: the approval stands
         assert accepted.returncode == 0, accepted.stderr
-        out = accepted.stdout
-        assert "changed 1 definition since approval" in out
-        assert "changed tool echo" in out
-        assert f'-  "description": "{ORIGINAL}",' in out
-        assert "Accepted what p offers now" in out
         await r.wait_for(lambda: (r.last_server("p") or {}).get("held_tools") == [])
         assert "mcp__p__echo" in r.last_server("p")["tools"]  # type: ignore[index]
         assert len(marker_pids(marker)) == 2  # accepting restarted nothing

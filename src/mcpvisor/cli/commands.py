@@ -7,7 +7,7 @@ and compute gating with the same function as the running host, so what they say 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -124,10 +124,19 @@ def _configured(settings: Settings, state: DesiredState, name: str, what: str) -
     return cfg
 
 
-def decide(*, env: Mapping[str, str], workspace: Path | None, name: str, decision: str) -> None:
+def decide(
+    *,
+    env: Mapping[str, str],
+    workspace: Path | None,
+    name: str,
+    decision: str,
+    confirm: Callable[[str], bool] | None = None,
+) -> None:
+    """Approve or reject server ``name``. Definitions it changed since approval are shown first and accepted
+    only when ``confirm`` says yes (``None``: accepted without asking, ``--yes``)."""
     settings, approvals, state = load_state(env, workspace)
     cfg = _configured(settings, state, name, decision)
-    if decision == "approve" and _accept_changed_definitions(env, settings, state, name, cfg):
+    if decision == "approve" and _accept_changed_definitions(env, settings, state, name, cfg, confirm):
         if not is_gated(cfg) or approvals.get_state(settings.root, name, cfg) == "approved":
             return
     if not is_gated(cfg):
@@ -151,9 +160,15 @@ def decide(*, env: Mapping[str, str], workspace: Path | None, name: str, decisio
 
 
 def _accept_changed_definitions(
-    env: Mapping[str, str], settings: Settings, state: DesiredState, name: str, cfg: McpServerConfig
+    env: Mapping[str, str],
+    settings: Settings,
+    state: DesiredState,
+    name: str,
+    cfg: McpServerConfig,
+    confirm: Callable[[str], bool] | None,
 ) -> bool:
-    """Show and accept the tool and prompt definitions of ``name`` held since approval; whether there were any."""
+    """Show the tool and prompt definitions of ``name`` held since approval, then accept them if ``confirm``
+    agrees; whether there were any. Declined: :class:`ConfigError` saying nothing changed."""
     from mcpvisor.host.pins import PinStore, accept_held, changes_since_approval, pin_mode_of
 
     store = PinStore(paths.pins_path(env))
@@ -167,6 +182,8 @@ def _accept_changed_definitions(
         "since approval:"
     )
     render_definition_changes(console, changes)
+    if confirm is not None and not confirm(f"Accept what {name} offers now?"):
+        raise ConfigError(f"nothing was changed: {name}'s changed definitions stay held (--yes accepts them)")
     accept_held(store, settings.root, name, cfg)
     console.print(f"[green]Accepted[/] what {name} offers now. A running mcpvisor serves it at once.")
     return True

@@ -4,6 +4,7 @@ SDK, except ``login``, which connects to the one server it signs in to."""
 from __future__ import annotations
 
 import os
+import sys
 from typing import Annotated
 
 import typer
@@ -47,13 +48,31 @@ def mcp_list(
 
 @mcp_app.command("approve")
 def mcp_approve(
-    name: Annotated[str, typer.Argument(help="The server to approve.", metavar="NAME")], workspace: WorkspaceOpt = None
+    name: Annotated[str, typer.Argument(help="The server to approve.", metavar="NAME")],
+    workspace: WorkspaceOpt = None,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes",
+            "-y",
+            help="Accept tool and prompt definitions the server changed since approval without asking "
+            "(without a terminal, they are only shown).",
+        ),
+    ] = False,
 ) -> None:
-    """Approve a project or workspace server's exact configuration (a running host connects it)."""
+    """Approve a project or workspace server's exact configuration (a running host connects it). Tool and
+    prompt definitions it changed since approval are shown as a diff, then accepted once you say yes."""
     from mcpvisor.cli.commands import decide
 
     with reported():
-        decide(env=dict(os.environ), workspace=workspace, name=name, decision="approve")
+        decide(env=dict(os.environ), workspace=workspace, name=name, decision="approve", confirm=None if yes else ask)
+
+
+def ask(question: str) -> bool:
+    """A yes/no question at the terminal; no terminal: no (nothing is accepted unseen by a person)."""
+    if not sys.stdin.isatty():
+        return False
+    return typer.confirm(question, default=False)
 
 
 @mcp_app.command("login")
