@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.host.oauth_settings import LoginRequired
 
 if TYPE_CHECKING:
     from mcp.client.auth import TokenStorage
 
-    from mcpvisor.host.oauth import OAuthSettings
+    from mcpvisor.host.oauth_settings import OAuthSettings
 
 __all__ = ["machine_provider"]
 
@@ -109,8 +110,6 @@ def _private_key(name: str, path: str) -> str:
 def _identity_assertion_provider(name: str, url: str, settings: OAuthSettings, storage: TokenStorage) -> Any:
     import httpx2
     from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
-
-    from mcpvisor.host.oauth import LoginRequired
 
     idp = dict(settings.idp or {})
     assert settings.client_id is not None
