@@ -22,6 +22,7 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import McpClientUpdate, PromptsChanged, ReconcileFinished, ToolsChanged
 from mcpvisor.core.registry import mcp_tool_name
 from mcpvisor.examples._options import TEXT_SCHEMA
+from mcpvisor.gateway.names import DEFAULT_NAME_BUDGET, shortened
 from mcpvisor.gateway.server import Gateway
 from mcpvisor.host.host import Host, HostEvent, HostOptions
 from tests.helpers import LIGHT, SDK, WAIT_S, wait_until
@@ -168,6 +169,37 @@ async def test_a_tool_called_by_its_own_name_reaches_the_one_server_offering_it(
         assert "no MCP server providing it" in text_of(missing)
 
 
+LONG_TOOLS = (
+    "create_or_update_pull_request_review_comment_thread_with_suggestions",
+    "create_or_update_pull_request_review_comment_thread_with_reactions",
+    "list_repository_deployment_environments_protection_rules",
+)
+
+
+async def test_names_are_served_within_the_budget_stable_and_distinct(tmp_path: Path) -> None:
+    """A client that prefixes the gateway's names (``mcp__mcpvisor__``) must stay under a model API's 64
+    characters: names are served within the budget, the short ones as they are."""
+    user = {"mcpServers": {"github": server("github", "--tools", ",".join(("echo", *LONG_TOOLS)))}}
+    async with running(tmp_path, user=user, name_budget=40) as r, Client(r.gateway.server) as client:
+        served = await tool_names(client)
+        assert "mcp__github__echo" in served  # within the budget: unchanged
+        long = sorted(served - {"mcp__github__echo"})
+        assert len(long) == 3
+        assert all(len(name) == 40 for name in long)
+        assert all(name.startswith("mcp__github__") for name in long)  # the server stays readable
+        assert len({name[:32] for name in long}) == 2  # the start of the tool's name too
+        by_tool = {tool: shortened(mcp_tool_name("github", tool), 40) for tool in LONG_TOOLS}
+        assert set(by_tool.values()) == set(long)
+        for tool, name in by_tool.items():
+            assert text_of(await client.call_tool(name, {"text": "hi"})) == f"github:{tool}:hi"
+        full = mcp_tool_name("github", LONG_TOOLS[0])  # the unshortened name is understood too
+        assert text_of(await client.call_tool(full, {"text": "x"})) == f"github:{LONG_TOOLS[0]}:x"
+        # An unrelated reload, and the same names come out.
+        save(r.layout.paths.user, {**user, "mcp": {"excluded": ["nothing"]}})
+        await r.settle()
+        assert await tool_names(client) == served
+
+
 async def test_two_servers_prompts_of_one_name_are_namespaced_routed_and_stable_across_reloads(tmp_path: Path) -> None:
     long = "x" * 70
     user = {
@@ -178,9 +210,10 @@ async def test_two_servers_prompts_of_one_name_are_namespaced_routed_and_stable_
     }
     async with running(tmp_path, user=user) as r, Client(r.gateway.server) as client:
         names = {p.name for p in (await client.list_prompts()).prompts}
-        hashed = mcp_tool_name("a", long)
+        hashed = shortened(mcp_tool_name("a", long), DEFAULT_NAME_BUDGET)
         assert names == {"mcp__a__brief", "mcp__b__brief", hashed}
-        assert len(hashed) <= 63
+        assert len(hashed) == DEFAULT_NAME_BUDGET
+        assert hashed.startswith("mcp__a__xxx")
         assert text_of(await client.get_prompt("mcp__a__brief", {"topic": "t"})) == "a:brief:t"
         assert text_of(await client.get_prompt("mcp__b__brief", {"topic": "t"})) == "b:brief:t"
         assert text_of(await client.get_prompt(hashed, {"topic": "t"})) == f"a:{long}:t"

@@ -33,7 +33,14 @@ from mcpvisor.cli.options import (
     split_names,
 )
 from mcpvisor.core.errors import ConfigError
-from mcpvisor.gateway.limits import HEADER_TIMEOUT_S, MAX_CONNECTIONS, MAX_SESSIONS, SESSION_IDLE_TIMEOUT_S
+from mcpvisor.gateway.limits import (
+    DEFAULT_NAME_BUDGET,
+    HEADER_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    MAX_SESSIONS,
+    MIN_NAME_BUDGET,
+    SESSION_IDLE_TIMEOUT_S,
+)
 from mcpvisor.shell.consoles import new_console
 
 if TYPE_CHECKING:
@@ -358,6 +365,19 @@ def serve(
             metavar="SECONDS",
         ),
     ] = HEADER_TIMEOUT_S,
+    name_budget: Annotated[
+        int,
+        typer.Option(
+            "--name-budget",
+            min=MIN_NAME_BUDGET,
+            help="The longest tool and prompt name served; longer ones are shortened to their start and a "
+            "hash (stable across reloads, never two alike). Model APIs refuse tool names over 64 "
+            "characters and clients prefix ours with their own: pick 64 minus the length of the prefix "
+            "your client adds, e.g. 49 for Claude Code's 'mcp__mcpvisor__' when you name the gateway "
+            "mcpvisor (a name of 5 more characters: 44).",
+            metavar="N",
+        ),
+    ] = DEFAULT_NAME_BUDGET,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Serve every connected server's tools, prompts and resources as one MCP server (stdio, or
@@ -404,6 +424,7 @@ def serve(
                 workspace_root=workspace_root,
                 limits=limits,
                 stop=stop,
+                name_budget=name_budget,
             )
             tg.cancel_scope.cancel()
 

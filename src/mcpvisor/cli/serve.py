@@ -14,7 +14,7 @@ from rich.console import Console
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.gateway.auth import GatewayToken
 from mcpvisor.gateway.http import WORKSPACE_HEADER, bind_http_socket, http_url, refuse_without_token
-from mcpvisor.gateway.limits import DEFAULT_HTTP_LIMITS, HttpLimits
+from mcpvisor.gateway.limits import DEFAULT_HTTP_LIMITS, DEFAULT_NAME_BUDGET, HttpLimits
 from mcpvisor.gateway.server import DRAIN_S, Gateway
 from mcpvisor.gateway.workspaces import WorkspaceGateway
 from mcpvisor.host.host import Host, HostOptions
@@ -33,6 +33,7 @@ async def run_gateway(
     workspace_root: Path | None = None,
     limits: HttpLimits = DEFAULT_HTTP_LIMITS,
     stop: anyio.Event | None = None,
+    name_budget: int = DEFAULT_NAME_BUDGET,
 ) -> None:
     """``mcpvisor serve``: run a watching :class:`Host` and serve it as one MCP server until cancelled
     (stdio: until the client closes stdin) or until ``stop`` is set: then calls in flight get
@@ -69,21 +70,29 @@ async def run_gateway(
         if http is None:
             raise ConfigError("per-client workspaces need --http: over stdio the gateway has one client")
         await _run_workspace_gateway(
-            options, http, console, serving, token=secret, workspace_root=workspace_root, limits=limits, stop=stop
+            options,
+            http,
+            console,
+            serving,
+            token=secret,
+            workspace_root=workspace_root,
+            limits=limits,
+            stop=stop,
+            name_budget=name_budget,
         )
         return
     host = Host(options)
     host.subscribe(HumanOutput(host, console))
     if http is None:
         # Nothing in mcpvisor writes to stdout, and while serving the SDK points fd 1 at stderr.
-        async with host, Gateway(host.config) as gateway, stdio_server() as (read, write):
+        async with host, Gateway(host.config, name_budget=name_budget) as gateway, stdio_server() as (read, write):
             serving(host, "stdio")
             async with _until_stopped(stop, gateway.drain, console):
                 await gateway.serve_streams(read, write)
     else:
         sock = bind_http_socket(*http)
         try:
-            async with host, Gateway(host.config) as gateway:
+            async with host, Gateway(host.config, name_budget=name_budget) as gateway:
                 serving(host, http_url(sock))  # already listening: early clients wait in the backlog
                 async with _until_stopped(stop, gateway.drain, console):
                     await gateway.serve_http_socket(sock, only_workspace=host.root, token=secret, limits=limits)
@@ -126,6 +135,7 @@ async def _run_workspace_gateway(
     workspace_root: Path | None,
     limits: HttpLimits,
     stop: anyio.Event | None,
+    name_budget: int,
 ) -> None:
     def opened(host: Host) -> None:
         if workspaces is not None:  # the default workspace opens inside __aenter__, before this is set
@@ -137,7 +147,12 @@ async def _run_workspace_gateway(
     sock = bind_http_socket(*http)
     try:
         async with WorkspaceGateway(
-            options, http_host=sock.getsockname()[0], on_open=opened, workspace_root=workspace_root, limits=limits
+            options,
+            http_host=sock.getsockname()[0],
+            on_open=opened,
+            workspace_root=workspace_root,
+            limits=limits,
+            name_budget=name_budget,
         ) as workspaces:
             serving(workspaces.default, http_url(sock))
             allowed = (

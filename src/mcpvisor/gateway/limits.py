@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "DEFAULT_HTTP_LIMITS",
+    "DEFAULT_NAME_BUDGET",
+    "MIN_NAME_BUDGET",
     "HEADER_TIMEOUT_S",
     "MAX_CONNECTIONS",
     "MAX_SESSIONS",
@@ -24,6 +26,11 @@ MAX_CONNECTIONS = 2000
 """Open TCP connections at most (``serve --max-connections``); one more is closed as it arrives."""
 HEADER_TIMEOUT_S = 10.0
 """How long a client may take to send a request's headers before its connection is closed."""
+DEFAULT_NAME_BUDGET = 64 - len("mcp__mcpvisor__")
+"""49: the longest tool or prompt name served (``serve --name-budget``): what is left of a model API's
+64-character limit once a client put ``mcp__mcpvisor__`` in front (see :mod:`mcpvisor.gateway.names`)."""
+MIN_NAME_BUDGET = 20
+"""Below this a shortened name would be little more than its hash."""
 
 
 @dataclass(frozen=True, slots=True)

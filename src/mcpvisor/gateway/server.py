@@ -76,6 +76,8 @@ from mcpvisor.gateway.http import (
     serve_asgi_socket,
     transport_security,
 )
+from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET, MIN_NAME_BUDGET
+from mcpvisor.gateway.names import ServedNames
 from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.resources import (
     ServedResource,
@@ -209,8 +211,14 @@ class Gateway(StackOwner):
         *,
         name: str = "mcpvisor",
         round_timeout_s: float = ROUND_TIMEOUT_S,
+        name_budget: int = DEFAULT_NAME_BUDGET,
     ) -> None:
+        if name_budget < MIN_NAME_BUDGET:
+            raise ValueError(f"name_budget must be at least {MIN_NAME_BUDGET}, not {name_budget}")
         self.config = config
+        self.name_budget = name_budget
+        self._tool_names: ServedNames | None = None
+        """Served tool names under the budget, rebuilt after the tools change (see :mod:`.names`)."""
         self._round_timeout_s = round_timeout_s
         self.bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self.bus)
@@ -296,13 +304,19 @@ class Gateway(StackOwner):
 
     # -- request handlers --------------------------------------------------------------------
 
+    def _names(self) -> ServedNames:
+        if self._tool_names is None:
+            self._tool_names = ServedNames(self.config.tool_registry.names(), self.name_budget)
+        return self._tool_names
+
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
-        entry = self.config.tool_registry.get_tool(name)
+        entry = self.config.tool_registry.get_tool(self._names().registered(name))
         return entry.tool.input_schema if entry is not None else None
 
     async def _on_list_tools(self, ctx: _Ctx, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         entries, next_cursor = _page(self.config.tool_registry.get_all_tools(), params, "tools/list")
-        tools = [t.tool.model_copy(update={"name": t.name}) for t in entries]
+        names = self._names()
+        tools = [t.tool.model_copy(update={"name": names.served(t.name)}) for t in entries]
         return types.ListToolsResult(tools=tools, next_cursor=next_cursor)
 
     async def _on_call_tool(
@@ -310,7 +324,8 @@ class Gateway(StackOwner):
     ) -> types.CallToolResult | types.InputRequiredResult:
         async def call(progress: Progress) -> types.CallToolResult:
             try:
-                return await self.config.call_tool(params.name, params.arguments, progress=progress)
+                name = self._names().registered(params.name)
+                return await self.config.call_tool(name, params.arguments, progress=progress)
             except McpvisorError as exc:  # not found (with the reason), unavailable, timed out, failed
                 logger.debug("gateway call to %r failed: %s", params.name, exc)
                 return _error_result(str(exc))
@@ -357,7 +372,16 @@ class Gateway(StackOwner):
         """Prompts under the tools' naming rule, ``mcp__<server>__<prompt>`` (hashed when too long or
         not a valid name): unique across servers and the same on every reload, unlike the registry's
         bare names, whose clash rule depends on which server connected first."""
+        named = self._prompts_by_full_name()
+        served = ServedNames(named, self.name_budget)
+        return {served.served(name): prompt for name, prompt in named.items()}
+
+    def _prompts_by_full_name(self) -> dict[str, RegisteredPrompt]:
         return {mcp_tool_name(p.server, p.prompt.name): p for p in self.config.prompt_registry.get_all_prompts()}
+
+    def _find_prompt(self, name: str) -> RegisteredPrompt | None:
+        """The prompt served as ``name``, or named ``name`` before shortening."""
+        return self._prompts_by_name().get(name) or self._prompts_by_full_name().get(name)
 
     async def _on_list_prompts(self, ctx: _Ctx, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
         entries, next_cursor = _page(list(self._prompts_by_name().items()), params, "prompts/list")
@@ -368,7 +392,7 @@ class Gateway(StackOwner):
         self, ctx: _Ctx, params: types.GetPromptRequestParams
     ) -> types.GetPromptResult | types.InputRequiredResult:
         # A prompt result has no error flag: failures are JSON-RPC errors carrying the same messages.
-        entry = self._prompts_by_name().get(params.name)
+        entry = self._find_prompt(params.name)
         if entry is None:
             raise MCPError(types.INVALID_PARAMS, self._prompt_not_found(params.name))
 
@@ -406,7 +430,7 @@ class Gateway(StackOwner):
         ref = params.ref
         upstream_ref: types.PromptReference | types.ResourceTemplateReference
         if isinstance(ref, types.PromptReference):
-            entry = self._prompts_by_name().get(ref.name)
+            entry = self._find_prompt(ref.name)
             if entry is None:
                 raise MCPError(types.INVALID_PARAMS, self._prompt_not_found(ref.name))
             server, upstream_ref = entry.server, ref.model_copy(update={"name": entry.prompt.name})
@@ -638,6 +662,8 @@ class Gateway(StackOwner):
         connection.exit_stack.callback(self._legacy.pop, connection, None)
 
     def _on_event(self, event: McpEvent) -> None:
+        if isinstance(event, ToolsChanged):
+            self._tool_names = None
         if isinstance(event, ToolsChanged | PromptsChanged):
             self.mark_changed(tools=isinstance(event, ToolsChanged), prompts=isinstance(event, PromptsChanged))
         elif isinstance(event, ServerStateChanged) or (isinstance(event, McpClientUpdate) and event.server):

@@ -65,6 +65,7 @@ from mcpvisor.gateway.http import (
     transport_security,
     workspace_of_header,
 )
+from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET
 from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.responses import error_response
 from mcpvisor.gateway.server import DRAIN_S, Gateway
@@ -129,9 +130,11 @@ class WorkspaceGateway(StackOwner):
         on_open: Callable[[Host], None] | None = None,
         workspace_root: Path | None = None,
         limits: HttpLimits = DEFAULT_HTTP_LIMITS,
+        name_budget: int = DEFAULT_NAME_BUDGET,
     ) -> None:
         self._options = options
         self._limits = limits
+        self._name_budget = name_budget
         self.sessions = SessionBook(limits.max_sessions)
         self._default_root = paths.workspace_root(options.workspace)
         self._workspace_root = workspace_root
@@ -267,7 +270,7 @@ class WorkspaceGateway(StackOwner):
             host = Host(options)
             if self._on_open is not None:
                 self._on_open(host)
-            async with host, Gateway(host.config) as gateway:
+            async with host, Gateway(host.config, name_budget=self._name_budget) as gateway:
                 manager = session_manager(
                     gateway.server, security=self._security_settings, limits=self._limits, event_store=workspace.replay
                 )
