@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -85,12 +85,28 @@ class RedactingFormatter(logging.Formatter):
         return redact_text(super().format(record))
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to ``sys.stderr`` as it is when a record is logged, not as it was when logging was set up:
+    the shell's line editor points it above its prompt while a line is edited."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass  # always sys.stderr
+
+
 def setup_logging(verbose: int, *, narrated: bool = False) -> None:
     """Log to stderr. ``narrated``: the command already tells people every change and problem in
     its own words, so by default only errors are logged (no line says the same thing twice)."""
     quiet = logging.ERROR if narrated else logging.WARNING
     level = quiet if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
     root = logging.getLogger()
     root.handlers[:] = [handler]

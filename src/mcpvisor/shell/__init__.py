@@ -6,8 +6,9 @@ Commands: ``/mcp``, ``/tools``, ``/prompts``, ``/call NAME [JSON]``, ``/prompt N
 the user's decision, at start or mid-session.
 
 Modules: ``session`` (the loop and the host listener), ``approval`` (the dialog's pure parts),
-``commands`` (parsing what is typed), ``render`` (tools, prompts, results), ``terminal`` (output
-above the prompt, standard input read in a thread), and the terminal views the commands share:
+``commands`` (parsing what is typed), ``render`` (tools, prompts, results), ``line_editor`` (lines
+typed at a terminal: editing, history, completion from ``completion``, output above the prompt),
+``terminal`` (pipes and files read in a thread), and the terminal views the commands share:
 ``views`` (the ``/mcp`` status table) and ``narration`` (host events as lines).
 
 Imports ``mcpvisor.host`` and ``mcpvisor.core``, and draws with rich; never the gateway or the

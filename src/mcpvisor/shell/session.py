@@ -30,6 +30,7 @@ from mcpvisor.host.host import Host, HostEvent, HostOptions
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpPromptsChanged
 from mcpvisor.host.lsp.config import LSP_KEY_PREFIX
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged
+from mcpvisor.host.paths import user_dir
 from mcpvisor.host.status import plural
 from mcpvisor.shell.approval import (
     approval_request,
@@ -47,6 +48,7 @@ from mcpvisor.shell.commands import (
 )
 from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.dialog import ApprovalDialog
+from mcpvisor.shell.line_editor import HISTORY_FILENAME, edited_lines, wants_line_editor
 from mcpvisor.shell.narration import HumanOutput
 from mcpvisor.shell.render import render_call_result, render_prompt_result, render_prompts, render_tools
 from mcpvisor.shell.terminal import Screen, stdin_lines
@@ -71,6 +73,10 @@ HELP_HINT = "Type /help for commands, /quit (or Ctrl-D) to leave."
 
 _CALL_EXAMPLE = '/call mcp__server__tool {"text": "hi"}'
 _PROMPT_EXAMPLE = '/prompt NAME {"topic": "hi"}'
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().split("\n", 1)[0]
 
 
 def open_in_browser(url: str) -> bool:
@@ -231,6 +237,15 @@ class ShellSession:
                     self._started = True
                     if input_lines is not None:
                         await self._read_eval(input_lines)
+                    elif wants_line_editor(self.console.is_terminal):
+                        self.screen.prompt_drawn_elsewhere = True
+                        async with edited_lines(
+                            message=self.screen.prompt_text,
+                            candidates=self.completion_candidates,
+                            history=user_dir(self.host.options.env) / HISTORY_FILENAME,
+                            on_interrupt=self._interrupted,
+                        ) as lines:
+                            await self._read_eval(lines)
                     else:
                         async with stdin_lines() as lines:
                             await self._read_eval(lines)
@@ -262,19 +277,45 @@ class ShellSession:
 
     async def _watch_interrupts(self, interrupts: AsyncIterable[object]) -> None:
         async for _ in interrupts:
-            if self._session_scope is None:
-                continue  # leaving already: the host's shutdown is bounded
-            if self._command_scope is not None:
-                self._command_scope.cancel()
-                continue
-            self._interrupts += 1
-            if self._interrupts >= 2 or not self._started:
-                self._exit_code = EXIT_INTERRUPTED
-                if self._session_scope is not None:
-                    self._session_scope.cancel()
-                return
-            with self.screen.above():
-                self.console.print(Text("(press Ctrl-C again to leave, or type /quit)", style="dim"))
+            self._interrupted()
+
+    def _interrupted(self) -> None:
+        """Ctrl-C: cancels a running command; at the prompt, the line, and twice in a row leaves."""
+        if self._session_scope is None:
+            return  # leaving already: the host's shutdown is bounded
+        if self._command_scope is not None:
+            self._command_scope.cancel()
+            return
+        self._interrupts += 1
+        if self._interrupts >= 2 or not self._started:
+            self._exit_code = EXIT_INTERRUPTED
+            self._session_scope.cancel()
+            return
+        with self.screen.above():
+            self.console.print(Text("(press Ctrl-C again to leave, or type /quit)", style="dim"))
+
+    def completion_candidates(self, command: str) -> dict[str, str]:
+        """What Tab offers after ``/command `` (``""``: the commands themselves), name -> description."""
+        if command == "":
+            offered = {name: description for name, (_, description) in BUILTIN_COMMANDS.items()}
+            offered.update((name, "MCP prompt") for name in self._prompt_commands)
+            return offered
+        command = ALIASES.get(command, command)
+        config = self.host.config
+        if command == "call":
+            return {tool.name: _first_line(tool.tool.description) for tool in config.tool_registry.get_all_tools()}
+        if command == "prompt":
+            return {p.name: _first_line(p.prompt.description) for p in config.prompt_registry.get_all_prompts()}
+        if command in ("approve", "reject"):
+            offered = {v.name: v.approval or "" for v in self.host.server_views() if v.approval is not None}
+            lsp = self.host.lsp.state
+            offered.update(
+                (f"{LSP_KEY_PREFIX}{name}", "language server") for name, cfg in lsp.servers.items() if is_gated(cfg)
+            )
+            return offered
+        if command == "login":
+            return {v.name: v.sign_in or "" for v in self.host.server_views() if v.transport != "stdio"}
+        return {}
 
     async def _handle(self, line: str) -> bool:
         """Run one line; True means leave."""

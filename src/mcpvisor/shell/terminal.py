@@ -37,10 +37,16 @@ class Screen:
         self.console = console
         self._prompt_text = prompt
         self._prompt: str | None = None
+        self.prompt_drawn_elsewhere = False
+        """The line editor draws the prompt and keeps output above it (:mod:`mcpvisor.shell.line_editor`)."""
 
     @property
     def draws_prompt(self) -> bool:
-        return self.console.is_terminal
+        return self.console.is_terminal and not self.prompt_drawn_elsewhere
+
+    def prompt_text(self) -> str:
+        """The prompt as it reads now (the approval dialog's question changes it)."""
+        return self._prompt_text()
 
     def show_prompt(self) -> None:
         """Draw the input prompt (terminals only); it stays displayed until a line is read."""

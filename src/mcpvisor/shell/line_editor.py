@@ -1,0 +1,129 @@
+"""Lines typed at a terminal, read with prompt_toolkit: line editing, history, completion, and output
+printed above the prompt.
+
+Used when standard input and output are both a terminal (:func:`wants_line_editor`); pipes and files
+are read line by line as they are (:func:`mcpvisor.shell.terminal.stdin_lines`). What the editor
+gives: the arrow keys, Home/End and the usual Emacs keys; Up/Down and Ctrl-R through the history of
+slash commands, kept across sessions in ``$MCPVISOR_HOME/shell-history`` (0600: call arguments may be
+private); Tab completion (:mod:`mcpvisor.shell.completion`); and everything the session prints while
+the prompt is displayed (a server was added, an approval is needed) goes above it, the line being
+typed kept as it was.
+
+Ctrl-C at the prompt is a key here (the terminal is in raw mode while a line is edited), passed to
+``on_interrupt``; while a command runs the terminal is cooked again and Ctrl-C is the signal the
+session already handles. Ctrl-D on an empty line is the end of input.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.filters import is_searching
+from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from prompt_toolkit.patch_stdout import patch_stdout
+from prompt_toolkit.search import accept_search
+
+from mcpvisor.shell.completion import ShellCompleter
+
+__all__ = ["HISTORY_FILENAME", "CommandHistory", "edited_lines", "wants_line_editor"]
+
+logger = logging.getLogger(__name__)
+
+HISTORY_FILENAME = "shell-history"
+
+
+def wants_line_editor(stdout_is_terminal: bool) -> bool:
+    """Whether lines are read with the line editor: standard input and output are both a terminal
+    that can draw one (not ``TERM=dumb``)."""
+    stdin = sys.stdin
+    try:
+        stdin_is_terminal = stdin is not None and stdin.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        stdin_is_terminal = False
+    return stdout_is_terminal and stdin_is_terminal and os.environ.get("TERM") != "dumb"
+
+
+class CommandHistory(FileHistory):
+    """The file history, keeping slash commands only (answers to the approval dialog are not worth
+    recalling), in a file only its owner reads; a history that cannot be written is not an error."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self._warned = False
+
+    def append_string(self, string: str) -> None:
+        if string.lstrip().startswith("/"):
+            super().append_string(string)
+
+    def store_string(self, string: str) -> None:
+        path = Path(self.filename)  # type: ignore[arg-type]
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+            super().store_string(string)
+        except OSError as exc:
+            if not self._warned:
+                self._warned = True
+                logger.warning("shell history not saved to %s: %s", path, exc.strerror or exc)
+
+
+def _history(path: Path | None) -> History:
+    return CommandHistory(path) if path is not None else InMemoryHistory()
+
+
+def _key_bindings() -> KeyBindings:
+    bindings = KeyBindings()
+
+    @bindings.add("enter", filter=is_searching)
+    def _run_found(event: KeyPressEvent) -> None:
+        """Enter in a Ctrl-R search runs the line found, as readline does (not only ends the search)."""
+        accept_search()
+        event.app.current_buffer.validate_and_handle()
+
+    return bindings
+
+
+@asynccontextmanager
+async def edited_lines(
+    *,
+    message: Callable[[], str],
+    candidates: Callable[[str], Mapping[str, str]],
+    history: Path | None,
+    on_interrupt: Callable[[], None],
+) -> AsyncIterator[AsyncIterator[str]]:
+    """Lines read with the line editor; ``message`` is the prompt as it reads now (asked again whenever
+    the prompt is drawn), ``candidates`` feeds completion (see :class:`ShellCompleter`)."""
+    session: PromptSession[str] = PromptSession(
+        history=_history(history),
+        completer=ShellCompleter(candidates),
+        complete_while_typing=False,
+        enable_history_search=False,  # Up recalls; Ctrl-R searches
+        key_bindings=_key_bindings(),
+    )
+
+    async def lines() -> AsyncGenerator[str, None]:
+        while True:
+            try:
+                # The session owns SIGINT (cli/main.py listens for it): prompt_toolkit must neither
+                # install nor, on leaving, remove a handler of its own.
+                line = await session.prompt_async(message, handle_sigint=False)
+            except KeyboardInterrupt:
+                on_interrupt()
+                continue
+            except EOFError:
+                return
+            yield line
+
+    with patch_stdout(raw=True):
+        iterator = lines()
+        try:
+            yield iterator
+        finally:
+            await iterator.aclose()

@@ -1,0 +1,222 @@
+"""``mcpvisor shell`` at a real pseudo-terminal: the line editor's completion, history, Ctrl-R and
+output above the prompt, the approval dialog mid-session, Ctrl-C and Ctrl-D — as a person meets them.
+Completion's pure part is checked against prompt_toolkit's own document type."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import stat
+import struct
+import sys
+import termios
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import anyio.abc
+from prompt_toolkit.completion import CompleteEvent
+from prompt_toolkit.document import Document
+
+from mcpvisor.shell.completion import ShellCompleter
+from mcpvisor.shell.line_editor import HISTORY_FILENAME
+from tests.helpers import WAIT_S
+from tests.layout import Layout, make_layout
+from tests.shell.test_shell import save, server
+
+_ESCAPE = re.compile(r"\x1b(\[[0-9;?<=>]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[()][A-Z0-9]|[=>78])")
+_CURSOR_QUERY = b"\x1b[6n"
+# Runs a command in a new session whose controlling terminal is its standard input, as a terminal
+# emulator starts a shell: then Ctrl-C typed at the terminal is SIGINT to it.
+_WITH_TERMINAL = (
+    "import fcntl, os, sys, termios; os.setsid(); fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+UP, CTRL_C, CTRL_D, CTRL_R, TAB = "\x1b[A", "\x03", "\x04", "\x12", "\t"
+
+
+_FORWARD = re.compile(r"\x1b\[(\d*)C")
+
+
+def plain(data: bytes) -> str:
+    """What a terminal shows of ``data``: cursor moves forward as spaces, other escape sequences
+    (colours, cursor moves) removed."""
+    text = _FORWARD.sub(lambda m: " " * int(m.group(1) or 1), data.decode(errors="replace"))
+    return _ESCAPE.sub("", text).replace("\r", "")
+
+
+class Terminal:
+    """A pseudo-terminal running ``mcpvisor shell``: type keys, wait for what it shows."""
+
+    def __init__(self, process: anyio.abc.Process, fd: int) -> None:
+        self.process = process
+        self.fd = fd
+        self.output = b""
+
+    def mark(self) -> int:
+        return len(self.output)
+
+    async def _read(self) -> bool:
+        await anyio.wait_readable(self.fd)
+        try:
+            chunk = os.read(self.fd, 65536)
+        except OSError:  # the shell left and the terminal closed
+            return False
+        # Answer the cursor position requests a terminal answers (the editor asks where it is).
+        for _ in range(chunk.count(_CURSOR_QUERY)):
+            os.write(self.fd, b"\x1b[1;1R")
+        self.output += chunk
+        return bool(chunk)
+
+    async def expect(self, text: str, since: int = 0) -> str:
+        with anyio.move_on_after(WAIT_S):
+            while text not in plain(self.output[since:]) and await self._read():
+                pass
+        shown = plain(self.output[since:])
+        assert text in shown, f"{text!r} never shown; the terminal showed:\n{plain(self.output)}"
+        return shown
+
+    def type(self, keys: str) -> int:
+        """Type ``keys``; returns the output mark from before them."""
+        mark = self.mark()
+        os.write(self.fd, keys.encode())
+        return mark
+
+    async def exit_code(self) -> int:
+        with anyio.fail_after(WAIT_S):
+            while await self._read():
+                pass
+            return await self.process.wait()
+
+
+@asynccontextmanager
+async def shell_at_a_terminal(layout: Layout) -> AsyncIterator[Terminal]:
+    main, side = pty.openpty()
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    process = await anyio.open_process(
+        [
+            sys.executable,
+            "-c",
+            _WITH_TERMINAL,
+            sys.executable,
+            "-m",
+            "mcpvisor",
+            "shell",
+            "--workspace",
+            str(layout.root),
+        ],
+        stdin=side,
+        stdout=side,
+        stderr=side,
+        env={**os.environ, **layout.env, "TERM": "xterm-256color", "NO_COLOR": "1"},
+    )
+    os.close(side)
+    terminal = Terminal(process, main)
+    try:
+        await terminal.expect("mcp> ")
+        yield terminal
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            os.close(main)
+
+
+async def test_completion_history_and_output_above_the_prompt_at_a_real_terminal(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    user = {"mcpServers": {"alpha": server("alpha", "--tools", "echo,slow", "--hang-on-call", "slow")}}
+    save(layout.paths.user, user)
+    async with shell_at_a_terminal(layout) as t:
+        await t.expect("Type /help")
+        # Tab completes the command, then a tool name, from the live registry.
+        since = t.type(f"/ca{TAB}")
+        await t.expect("/call", since)
+        since = t.type(f" mcp__alpha__ec{TAB}")
+        await t.expect("mcp__alpha__echo", since)
+        since = t.type(' {"text": "hi"}\r')
+        await t.expect("alpha:echo:hi", since)
+
+        # Output that arrives while a line is half typed goes above the prompt; the line is kept.
+        since = t.type("/to")
+        save(layout.paths.user, {"mcpServers": {**user["mcpServers"], "beta": server("beta")}})
+        await t.expect("beta", since)
+        since = t.type("ols\r")
+        listed = await t.expect("mcp__beta__echo", since)
+        assert "Commands start with" not in listed  # '/to' + 'ols' ran as /tools
+
+        # A project server added mid-session opens the dialog; the prompt turns into the question's.
+        since = t.mark()
+        save(layout.paths.project, {"mcpServers": {"proj": server("proj")}})
+        await t.expect("[a/A/r/s]> ", since)
+        since = t.type("a\r")
+        await t.expect("approved proj", since)
+
+        # Ctrl-C cancels a running call (the terminal is cooked again while a command runs).
+        since = t.type("/call mcp__alpha__slow\r")
+        await t.expect("still waiting for mcp__alpha__slow", since)
+        since = t.type(CTRL_C)
+        await t.expect("cancelled", since)
+
+        # Up recalls the last slash command (the dialog's answer 'a' is not kept).
+        since = t.type(UP)
+        await t.expect("/call mcp__alpha__slow", since)
+        t.type("\x15")  # Ctrl-U empties the line; Up goes on from where the history was
+        since = t.type(f"{UP}\r")
+        await t.expect("mcp__proj__echo", since)  # /tools again
+        t.type(CTRL_D)
+        assert await t.exit_code() == 0
+
+    history = Path(layout.env["MCPVISOR_HOME"]) / HISTORY_FILENAME
+    assert stat.S_IMODE(os.stat(history).st_mode) == 0o600
+    echo = '/call mcp__alpha__echo {"text": "hi"}'
+    assert kept_lines(history) == [echo, "/tools", "/call mcp__alpha__slow", "/tools"]
+
+    # The next session recalls it: Ctrl-R finds the first call, Enter runs it; Ctrl-C twice leaves.
+    async with shell_at_a_terminal(layout) as t:
+        since = t.type(f"{CTRL_R}echo")
+        await t.expect('/call mcp__alpha__echo {"text": "hi"}', since)
+        since = t.type("\r")
+        await t.expect("alpha:echo:hi", since)
+        since = t.type(CTRL_C)
+        await t.expect("press Ctrl-C again to leave", since)
+        t.type(CTRL_C)
+        assert await t.exit_code() == 130
+
+
+def kept_lines(history: Path) -> list[str]:
+    return [line[1:] for line in history.read_text().splitlines() if line.startswith("+")]
+
+
+def completions(completer: ShellCompleter, text: str) -> list[str]:
+    return [c.text for c in completer.get_completions(Document(text), CompleteEvent(completion_requested=True))]
+
+
+def test_completion_offers_commands_then_the_first_argument_only() -> None:
+    offered = {
+        "": {"call": "call a tool", "prompt": "get a prompt", "brief": "MCP prompt"},
+        "call": {"mcp__a__echo": "", "mcp__a__env": "", "mcp__b__echo": ""},
+    }
+    completer = ShellCompleter(lambda command: offered.get(command, {}))
+    assert completions(completer, "/") == ["/brief", "/call", "/prompt"]
+    assert completions(completer, "/c") == ["/call"]
+    assert completions(completer, "/call mcp__a__e") == ["mcp__a__echo", "mcp__a__env"]
+    assert completions(completer, "/call ") == ["mcp__a__echo", "mcp__a__env", "mcp__b__echo"]
+    assert completions(completer, '/call mcp__a__echo {"te') == []  # JSON is the user's to write
+    assert completions(completer, "/quit ") == []
+    assert completions(completer, "a") == []  # an answer to the dialog
+
+
+def test_the_history_file_is_written_private_and_keeps_commands_only(tmp_path: Path) -> None:
+    from mcpvisor.shell.line_editor import CommandHistory
+
+    path = tmp_path / "home" / HISTORY_FILENAME
+    history = CommandHistory(path)
+    for line in ("/tools", "a", "hello", " /mcp"):
+        history.append_string(line)
+    assert history.get_strings() == ["/tools", " /mcp"]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert list(reversed(list(CommandHistory(path).load_history_strings()))) == ["/tools", " /mcp"]
