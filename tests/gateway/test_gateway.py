@@ -355,13 +355,13 @@ async def test_every_notice_of_a_reload_leaves_once_its_tools_are_callable(tmp_p
     reacting to it finds them); a later reconcile that changes nothing exposed sends none."""
     listed_at_notice: list[set[str]] = []
     async with running(tmp_path, user={"mcpServers": {}}) as r:
-        publish = r.gateway._publish
+        publish = r.gateway.notices._publish
 
         async def recording(kinds: frozenset[str]) -> None:
             listed_at_notice.append(set(r.host.config.tool_registry.names()))
             await publish(kinds)
 
-        r.gateway._publish = recording  # type: ignore[method-assign]
+        r.gateway.notices._publish = recording  # type: ignore[method-assign]
         slow = server("slow", module=SDK)
         save(r.layout.paths.user, {"mcpServers": {"fast": server("fast"), "slow": slow}})
         await wait_until(lambda: "mcp__fast__echo" in r.host.config.tool_registry.names(), what="fast's tools")

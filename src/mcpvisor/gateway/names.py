@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from mcpvisor.core.registry import fnv1a_base36
+from mcpvisor.core.registry import RegisteredPrompt, fnv1a_base36, mcp_tool_name
 from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET, MIN_NAME_BUDGET
 
-__all__ = ["DEFAULT_NAME_BUDGET", "MIN_NAME_BUDGET", "ServedNames", "shortened"]
+__all__ = ["DEFAULT_NAME_BUDGET", "MIN_NAME_BUDGET", "ServedNames", "ServedPrompts", "shortened"]
 
 _HASH_LEN = 7
 
@@ -61,3 +61,19 @@ class ServedNames:
     def registered(self, name: str) -> str:
         """The registered name a client's ``name`` stands for (an unknown name is returned as it is)."""
         return self._registered.get(name, name)
+
+
+class ServedPrompts:
+    """Prompts under the tools' naming rule, ``mcp__<server>__<prompt>`` within the budget: unique across
+    servers and the same on every reload, unlike the registry's bare names, whose clash rule depends on
+    which server connected first."""
+
+    def __init__(self, prompts: Iterable[RegisteredPrompt], budget: int) -> None:
+        self._by_full_name = {mcp_tool_name(p.server, p.prompt.name): p for p in prompts}
+        names = ServedNames(self._by_full_name, budget)
+        self.by_name = {names.served(name): prompt for name, prompt in self._by_full_name.items()}
+        """Served name -> prompt."""
+
+    def find(self, name: str) -> RegisteredPrompt | None:
+        """The prompt served as ``name``, or named ``name`` before shortening."""
+        return self.by_name.get(name) or self._by_full_name.get(name)

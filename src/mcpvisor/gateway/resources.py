@@ -16,13 +16,21 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote
 
 import mcp_types as types
+from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
+
+from mcpvisor.gateway.protocol import RESOURCE_NOT_FOUND
+
+if TYPE_CHECKING:
+    from mcpvisor.core.manager import McpClientManager
 
 __all__ = [
     "NAMESPACE_SCHEME",
+    "ResourceRoutes",
     "ServedResource",
     "namespaced_uri",
     "parse_namespaced_uri",
@@ -80,3 +88,62 @@ def servers_matching_templates(uri: str, templates: Mapping[str, Sequence[types.
                 matching.append(server)
                 break
     return matching
+
+
+class ResourceRoutes:
+    """The resources and resource templates served now, from the connected servers of ``manager``, and
+    the route from a URI a client asks for back to the server that owns it."""
+
+    def __init__(self, manager: McpClientManager) -> None:
+        self._manager = manager
+
+    def resources(self) -> dict[str, ServedResource]:
+        clients = self._manager.clients()
+        return served_resources({name: c.resources for name, c in clients.items() if c.status == "connected"})
+
+    def templates(self) -> dict[str, list[types.ResourceTemplate]]:
+        """Server -> the resource templates it lists, for connected servers that list any."""
+        clients = self._manager.clients()
+        return {n: c.resource_templates for n, c in clients.items() if c.status == "connected" and c.resource_templates}
+
+    def served(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The URIs and templates served now (when it changes, clients are told)."""
+        templates = frozenset(t.uri_template for listed in self.templates().values() for t in listed)
+        return frozenset(self.resources()), templates
+
+    def template_owner(self, uri_template: str) -> str:
+        """The server that lists ``uri_template`` (the first by name when several do), for completion."""
+        owners = [s for s, listed in self.templates().items() if any(t.uri_template == uri_template for t in listed)]
+        if not owners:
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"cannot complete for resource template {uri_template!r}: no connected MCP server lists it",
+            )
+        return sorted(owners)[0]
+
+    def owner(self, uri: str) -> tuple[str, str]:
+        """(server, URI on it) for a URI a client asks for; MCPError naming the reason when none owns it."""
+        served = self.resources().get(uri)
+        if served is not None:
+            return served.server, str(served.resource.uri)
+        namespaced = parse_namespaced_uri(uri)
+        if namespaced is not None:
+            return namespaced
+        by_template = servers_matching_templates(uri, self.templates())
+        if len(by_template) == 1:
+            return by_template[0], uri
+        if len(by_template) > 1:
+            raise MCPError(
+                RESOURCE_NOT_FOUND,
+                f"resource {uri!r} is ambiguous: it matches resource templates of servers {', '.join(by_template)}; "
+                "read it through a URI one of them lists",
+            )
+        clients = self._manager.clients()
+        with_resources = [n for n, c in clients.items() if c.resources or c.resource_templates]
+        if len(with_resources) == 1:  # e.g. a resource_link of the only server with resources
+            return with_resources[0], uri
+        raise MCPError(
+            RESOURCE_NOT_FOUND,
+            f"resource {uri!r} not found: no connected MCP server lists it"
+            + (f" (servers with resources: {', '.join(sorted(with_resources))})" if with_resources else ""),
+        )

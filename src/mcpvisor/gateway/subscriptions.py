@@ -18,15 +18,18 @@ from typing import TYPE_CHECKING
 
 import anyio
 import mcp_types as types
+from mcp.server.connection import Connection
+from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.core.errors import McpvisorError
+from mcpvisor.gateway.notices import NOTIFY_TIMEOUT_S
 
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient, Notice
     from mcpvisor.core.config import Config
 
-__all__ = ["ResourceSubscriptions"]
+__all__ = ["ResourceSubscriptions", "Subscribers", "release_all"]
 
 logger = logging.getLogger(__name__)
 
@@ -152,3 +155,45 @@ async def release_all(subscriptions: ResourceSubscriptions, uris: list[str]) -> 
     with anyio.CancelScope(shield=True), anyio.move_on_after(RESUBSCRIBE_TIMEOUT_S):
         for uri in uris:
             await subscriptions.release(uri)
+
+
+class Subscribers:
+    """The handshake-era clients' subscriptions (``resources/subscribe``), each held upstream through
+    ``subscriptions`` until the client unsubscribes or its connection closes; :meth:`updated` tells them,
+    and the modern-era listen streams (through ``bus``), that a resource changed."""
+
+    def __init__(self, subscriptions: ResourceSubscriptions, bus: InMemorySubscriptionBus) -> None:
+        self._subscriptions = subscriptions
+        self._bus = bus
+        self._by_connection: dict[Connection, set[str]] = {}
+
+    async def subscribe(self, connection: Connection, uri: str) -> None:
+        mine = self._by_connection.get(connection)
+        if mine is not None and uri in mine:
+            return
+        await self._subscriptions.acquire(uri)
+        if mine is None:
+            mine = self._by_connection[connection] = set()
+            connection.exit_stack.push_async_callback(self._forget, connection)
+        mine.add(uri)
+
+    async def unsubscribe(self, connection: Connection, uri: str) -> None:
+        mine = self._by_connection.get(connection)
+        if mine is not None and uri in mine:
+            mine.discard(uri)
+            await self._subscriptions.release(uri)
+
+    async def _forget(self, connection: Connection) -> None:
+        """A handshake-era client went away: its subscriptions end with it."""
+        await release_all(self._subscriptions, sorted(self._by_connection.pop(connection, set())))
+
+    async def updated(self, uri: str) -> None:
+        """The resource behind gateway URI ``uri`` changed: tell who subscribed."""
+        await self._bus.publish(ResourceUpdated(uri))
+        for connection, uris in list(self._by_connection.items()):
+            if uri in uris:
+                with anyio.move_on_after(NOTIFY_TIMEOUT_S):
+                    try:
+                        await connection.send_resource_updated(uri)
+                    except Exception:  # one broken client never keeps the others from hearing
+                        logger.exception("could not tell a client that resource %r changed", uri)

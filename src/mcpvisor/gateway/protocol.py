@@ -1,0 +1,102 @@
+"""Small pieces of the server side of MCP that the gateway's parts share: the low-level server that
+advertises list changes, paging, the connection behind a request, and error results."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import mcp_types as types
+from mcp.server.connection import Connection
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.shared.exceptions import MCPError
+
+from mcpvisor.core.call_logs import LOG_LEVELS
+from mcpvisor.core.client import Progress
+
+__all__ = [
+    "PAGE_SIZE",
+    "RESOURCE_NOT_FOUND",
+    "GatewayServer",
+    "connection_of",
+    "error_result",
+    "log_level_asked",
+    "page",
+    "progress_to",
+]
+
+PAGE_SIZE = 500
+"""Listings longer than this are served in pages (``nextCursor``)."""
+RESOURCE_NOT_FOUND = -32002
+"""The JSON-RPC error code MCP uses for an unknown resource."""
+_CURSOR_PREFIX = "mcpvisor-offset-"
+
+T = TypeVar("T")
+
+
+class GatewayServer(Server[dict[str, Any]]):
+    """A low-level server that advertises ``listChanged`` for tools, prompts and resources on every transport.
+
+    The in-memory and streamable-HTTP transports call ``create_initialization_options()`` with no
+    arguments, so the default has to say it; the modern era derives it from the listen handler."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options
+            or NotificationOptions(tools_changed=True, prompts_changed=True, resources_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+def page(items: list[T], params: types.PaginatedRequestParams | None, what: str) -> tuple[list[T], str | None]:
+    """One page of ``items`` from the request's cursor, and the cursor of the next page (None: the last).
+
+    A cursor is an opaque offset into the list as it is now; if the list changes between pages the
+    client also gets a list-changed notice and starts over."""
+    start = 0
+    cursor = params.cursor if params is not None else None
+    if cursor is not None:
+        offset = cursor.removeprefix(_CURSOR_PREFIX) if cursor.startswith(_CURSOR_PREFIX) else ""
+        if not offset.isdigit():
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"invalid cursor {cursor[:40]!r} for {what}: pass the nextCursor of the previous page, or none to "
+                "start from the beginning",
+            )
+        start = int(offset)
+    end = start + PAGE_SIZE
+    return items[start:end], f"{_CURSOR_PREFIX}{end}" if end < len(items) else None
+
+
+def progress_to(ctx: ServerRequestContext[Any, Any]) -> Progress:
+    """Relays an upstream's progress on a call to the client that made it (``report_progress`` does nothing
+    when that client asked for no progress; it knows the token, or the callback in process)."""
+
+    async def relay(progress: float, total: float | None, message: str | None) -> None:
+        await ctx.session.report_progress(progress, total, message)
+
+    return relay
+
+
+def log_level_asked(params: types.RequestParams) -> types.LoggingLevel | None:
+    """The level a 2026-07-28 request asked to hear log messages from (its ``_meta``), if any."""
+    level = (params.meta or {}).get(types.LOG_LEVEL_META_KEY)
+    return next((known for known in LOG_LEVELS if known == level), None)
+
+
+def error_result(message: str) -> types.CallToolResult:
+    return types.CallToolResult(is_error=True, content=[types.TextContent(type="text", text=message)])
+
+
+def connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection | None:
+    """The per-client connection behind a request. The SDK (2.3) keeps it on the per-request session
+    only; the ``ctx.connection`` spelling is its announced public successor."""
+    connection = getattr(ctx, "connection", None) or getattr(ctx.session, "_connection", None)
+    return connection if isinstance(connection, Connection) else None
