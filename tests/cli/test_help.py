@@ -5,30 +5,31 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
+import typer.main
 from typer.testing import CliRunner
 
 from mcpvisor import __version__
 from mcpvisor.cli.main import app
 
-COMMANDS = [
-    [],
-    ["run"],
-    ["status"],
-    ["demo"],
-    ["serve"],
-    ["shell"],
-    ["settings-schema"],
-    ["mcp"],
-    ["mcp", "list"],
-    ["mcp", "approve"],
-    ["mcp", "reject"],
-    ["mcp", "add"],
-    ["mcp", "remove"],
-    ["mcp", "import"],
-    ["mcp", "trust"],
-]
+
+def every_command() -> list[list[str]]:
+    """Every command and command group the app has (hidden ones aside), read from the app itself."""
+    found: list[list[str]] = [[]]
+
+    def walk(group: Any, path: list[str]) -> None:
+        for name, command in sorted(getattr(group, "commands", {}).items()):
+            if not command.hidden:
+                found.append([*path, name])
+                walk(command, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+COMMANDS = every_command()
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "mcpvisor")

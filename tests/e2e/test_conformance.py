@@ -28,6 +28,8 @@ from mcpvisor.gateway.lazy_streams import COMMIT_AFTER_S
 from tests.helpers import LIGHT, WAIT_S, free_port
 from tests.layout import make_layout, write_json
 
+pytestmark = pytest.mark.conformance
+
 CONFORMANCE_VERSION = "0.1.16"
 NODE_PACKAGE = "node@22"  # the suite needs Node.js 22; the npm package brings its own binary
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,6 +18,8 @@ import pytest
 
 from tests.e2e.test_conformance import conformance_command, node_env
 
+pytestmark = pytest.mark.conformance
+
 DRIVER = Path(__file__).with_name("auth_client.sh")
 SCENARIO_TIMEOUT_S = 180
 CLIENT_TIMEOUT_MS = 90_000

@@ -1,0 +1,43 @@
+"""The sign-in provider (``host/oauth.py``) overrides private methods of the SDK's ``OAuthClientProvider``.
+The SDK is pinned to its minor version while that lasts (pyproject.toml); this test fails loudly, naming
+the method, when a new SDK moves one of them or changes its parameters."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+from mcp.client.auth import OAuthClientProvider
+
+from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.oauth import TokenStore, _provider
+
+
+def test_every_private_sdk_method_the_provider_overrides_still_exists_with_its_parameters(tmp_path: Path) -> None:
+    cfg = McpServerConfig.model_validate({"url": "https://mcp.example.test/mcp"})
+    provider = _provider(
+        TokenStore(tmp_path / "tokens.json"),
+        "remote",
+        cfg,
+        redirect_uri="http://127.0.0.1:1/callback",
+        redirect_handler=None,
+        callback_handler=None,
+    )
+    subclass = type(provider)
+    assert issubclass(subclass, OAuthClientProvider)
+    overridden = sorted(
+        name
+        for name, value in vars(subclass).items()
+        if name.startswith("_") and not name.startswith("__") and callable(value)
+    )
+    ours = {"_choose_method"}  # the provider's own helper, not an override
+    assert set(overridden) >= {"_initialize", "_perform_authorization", "_handle_token_response"}
+    for name in sorted(set(overridden) - ours):
+        base = getattr(OAuthClientProvider, name, None)
+        assert base is not None, (
+            f"the SDK's OAuthClientProvider has no {name} any more; host/oauth.py overrides it: adapt the "
+            "provider to the new SDK before widening the pin in pyproject.toml"
+        )
+        theirs = list(inspect.signature(base).parameters)
+        mine = list(inspect.signature(getattr(subclass, name)).parameters)
+        assert mine == theirs, f"OAuthClientProvider.{name} now takes {theirs}; host/oauth.py's override takes {mine}"
