@@ -350,17 +350,17 @@ async def test_a_modern_upstream_is_subscribed_through_a_listen_stream_of_its_ow
         assert upstream.protocol_version == "2026-07-28"
         if mode == "legacy":
             await subscribe(c, "note://a/1")
-            assert list(upstream._resource_listens) == ["note://a/1"]
+            assert upstream._notices.listened() == ["note://a/1"]
             assert await touch(c, "mcp__a__touch_resource", "note://a/1") == "notified"
             await wait_until(lambda: updated_uris(heard) == ["note://a/1"])
             await unsubscribe(c, "note://a/1")
         else:
             async with c.listen(resource_subscriptions=["note://a/1"]) as subscription:
-                assert list(upstream._resource_listens) == ["note://a/1"]
+                assert upstream._notices.listened() == ["note://a/1"]
                 assert await touch(c, "mcp__a__touch_resource", "note://a/1") == "notified"
                 event = await next_event(subscription)
                 assert isinstance(event, ResourceUpdated)
                 assert str(event.uri) == "note://a/1"
         # The last subscriber left: the upstream stream ends.
-        await wait_until(lambda: not upstream._resource_listens)
+        await wait_until(lambda: not upstream._notices.listened())
         assert r.gateway.subscriptions.subscribed() == {}

@@ -23,12 +23,11 @@ import anyio.abc
 import anyio.lowlevel
 import mcp_types as types
 from mcp import Client
-from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpvisor.core import call_logs
-from mcpvisor.core.call_logs import CallLog, rank
+from mcpvisor.core.call_logs import rank
 from mcpvisor.core.client_requests import InFlight, Progress
 from mcpvisor.core.errors import ConnectError, MessageTooLargeError, ServerUnavailableError, ToolCallError
 from mcpvisor.core.events import ServerStatus
@@ -47,15 +46,12 @@ from mcpvisor.core.server_config import (
     connection_id_of,
     redact_text,
 )
+from mcpvisor.core.server_notices import Notice, ServerNotices
 from mcpvisor.core.stdio import StdioProcess
 from mcpvisor.core.transports import explain_start_failure, open_transport
 
 if TYPE_CHECKING:
     from mcp.client.session import MessageHandlerFnT
-
-
-Notice = types.ResourceUpdatedNotification | types.LoggingMessageNotification
-"""What a connection's listeners hear (:meth:`McpClient.add_listener`)."""
 
 
 __all__ = [
@@ -72,8 +68,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_STDIO_DISCOVERY_TIMEOUT_S = 30.0
 DEFAULT_REMOTE_DISCOVERY_TIMEOUT_S = 5.0
 DEFAULT_CALL_TIMEOUT_S = 600.0
-HEAR_TIMEOUT_S = 5.0
-"""Bound on handing one log message to one caller (a stuck caller never stalls the connection)."""
 STOP_TIMEOUT_S = 10.0
 """How long a deliberate stop may take before the owner task is cancelled outright."""
 _CLIENT_INFO = types.Implementation(name="mcpvisor", version="0.1.0")
@@ -144,14 +138,8 @@ class McpClient:
         self._refresh_event = anyio.Event()
         self._started = False
         self._connection_tg: anyio.abc.TaskGroup | None = None
-        self._resource_listens: dict[str, anyio.CancelScope] = {}
-        self._listeners: list[Callable[[str, Notice], None]] = []
+        self._notices = ServerNotices(name)
         self._in_flight = InFlight(name) if client_requests else None
-        self._call_logs: list[CallLog] = []
-        self._passing_logs = 0
-        self._logs_passed = anyio.Event()
-        self._log_level: types.LoggingLevel | None = None
-        """The level last asked of a handshake-era server with ``logging/setLevel``."""
 
     # -- properties --------------------------------------------------------------------------
 
@@ -208,9 +196,6 @@ class McpClient:
             logger.warning("server %r did not stop in %.0f s; cancelling its connection", self.name, STOP_TIMEOUT_S)
             self._life.cancel()
             await self._done.wait()
-
-    async def wait_closed(self) -> None:
-        await self._done.wait()
 
     def _on_broken(self, error: MessageTooLargeError) -> None:
         self._broken = error
@@ -300,7 +285,7 @@ class McpClient:
             transport,
             mode=self._mode,
             message_handler=handler,
-            logging_callback=self._on_log,
+            logging_callback=self._notices.on_log,
             client_info=_CLIENT_INFO,
             sampling_callback=asks.sampling if asks else None,
             elicitation_callback=asks.elicitation if asks else None,
@@ -364,7 +349,7 @@ class McpClient:
             isinstance(message, types.ResourceUpdatedNotification)
             and self.protocol_version not in MODERN_PROTOCOL_VERSIONS
         ):
-            self._tell(message)  # in the 2026-07-28 era the resource's own listen stream tells (this is a copy)
+            self._notices.tell(message)  # in the 2026-07-28 era the resource's own listen stream tells (this is a copy)
         elif isinstance(message, Exception):
             logger.debug("server %r sent something unreadable: %s", self.name, message)
 
@@ -424,35 +409,7 @@ class McpClient:
     def add_listener(self, listener: Callable[[str, Notice], None]) -> Callable[[], None]:
         """``listener(server, notice)`` hears this connection's resource updates and log messages
         (synchronously: it must not block). Returns the function that removes it."""
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
-
-    def _tell(self, notice: Notice) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(self.name, notice)
-            except Exception:
-                logger.exception("a listener of server %r failed", self.name)
-
-    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
-        self._tell(types.LoggingMessageNotification(params=params))
-        # A server's log message names no call: every call in flight that asked for its level hears it.
-        hearers = [log for log in self._call_logs if rank(params.level) >= rank(log.level)]
-        if not hearers:
-            return
-        self._passing_logs += 1
-        try:
-            for log in hearers:
-                with anyio.move_on_after(HEAR_TIMEOUT_S):
-                    try:
-                        await log.hear(self.name, params)
-                    except Exception as exc:  # a caller that cannot hear any more never stops the connection
-                        logger.debug("server %r: a log message could not be passed on: %s", self.name, exc)
-        finally:
-            self._passing_logs -= 1
-            if not self._passing_logs:
-                self._logs_passed.set()
-                self._logs_passed = anyio.Event()
+        return self._notices.add(listener)
 
     async def set_logging_level(self, level: types.LoggingLevel) -> None:
         """Ask a handshake-era server that offers logging to send messages from ``level`` up (others: nothing);
@@ -460,16 +417,7 @@ class McpClient:
         client = self._client
         if client is None or self.status != "connected" or client.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return
-        if client.server_capabilities.logging is None:
-            return
-        level = min((level, *(log.level for log in self._call_logs)), key=rank)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", MCPDeprecationWarning)
-                await client.session.set_logging_level(level=level)
-            self._log_level = level
-        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            logger.debug("server %r: setting the log level failed: %s", self.name, exc)
+        await self._notices.set_logging_level(client, level)
 
     async def subscribe_resource(self, uri: str) -> None:
         """Ask the server to announce changes of ``uri``: ``resources/subscribe`` in the handshake era, a
@@ -478,8 +426,8 @@ class McpClient:
         what = f"subscribing to resource {uri!r}"
         client = self._connected_client(what)
         if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            if uri not in self._resource_listens and self._connection_tg is not None:
-                self._resource_listens[uri] = await self._connection_tg.start(self._resource_listener, client, uri)
+            if self._connection_tg is not None:
+                await self._notices.listen_for_resource(self._connection_tg, client, uri)
             return
         caps = client.server_capabilities.resources
         if caps is None or not caps.subscribe:
@@ -494,9 +442,7 @@ class McpClient:
             raise self._request_error(what, exc, tool=uri) from exc
 
     async def unsubscribe_resource(self, uri: str) -> None:
-        scope = self._resource_listens.pop(uri, None)
-        if scope is not None:
-            scope.cancel()
+        if self._notices.stop_listening(uri):
             return
         client = self._client
         if client is None or self.status != "connected" or client.protocol_version in MODERN_PROTOCOL_VERSIONS:
@@ -507,34 +453,6 @@ class McpClient:
                 await client.session.unsubscribe_resource(uri)
         except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             logger.debug("server %r: unsubscribing from %r failed: %s", self.name, uri, exc)
-
-    async def _resource_listener(
-        self, client: Client, uri: str, *, task_status: anyio.abc.TaskStatus[anyio.CancelScope]
-    ) -> None:
-        started = False
-        with anyio.CancelScope() as scope:
-            try:
-                async with client.listen(resource_subscriptions=[uri]) as sub:
-                    task_status.started(scope)
-                    started = True
-                    async for event in sub:
-                        if str(getattr(event, "uri", "")) == uri:
-                            self._tell(
-                                types.ResourceUpdatedNotification(
-                                    params=types.ResourceUpdatedNotificationParams(uri=uri)
-                                )
-                            )
-            except (ListenNotSupportedError, SubscriptionLost, MCPError) as exc:
-                if not started:
-                    raise ToolCallError(
-                        f"subscribing to resource {uri!r} failed on server {self.name!r}: {exc}",
-                        tool=uri,
-                        server=self.name,
-                    ) from exc
-                logger.debug("server %r: the subscription to %r ended: %s", self.name, uri, exc)
-            finally:
-                if self._resource_listens.get(uri) is scope:
-                    del self._resource_listens[uri]
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -628,10 +546,10 @@ class McpClient:
         log = call_logs.current()
         meta: types.RequestParamsMeta | None = None
         if log is not None:
-            self._call_logs.append(log)
+            self._notices.hear(log)
             if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
                 meta = cast(types.RequestParamsMeta, {types.LOG_LEVEL_META_KEY: log.level})
-            elif self._log_level is None or rank(log.level) < rank(self._log_level):
+            elif self._notices.log_level is None or rank(log.level) < rank(self._notices.log_level):
                 await self.set_logging_level(log.level)
         try:
             if self._in_flight is None:
@@ -641,13 +559,7 @@ class McpClient:
                     yield meta
         finally:
             if log is not None:
-                # The server wrote its messages before its answer: let those on their way reach the caller
-                # before the call returns (and its stream closes).
-                with anyio.move_on_after(HEAR_TIMEOUT_S, shield=True):
-                    await anyio.lowlevel.checkpoint()
-                    while self._passing_logs:
-                        await self._logs_passed.wait()
-                self._call_logs.remove(log)
+                await self._notices.stop_hearing(log)
 
     @contextmanager
     def _bounded(self, what: str, tool: str) -> Iterator[None]:

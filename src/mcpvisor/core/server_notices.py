@@ -1,0 +1,161 @@
+"""What one server tells beyond its answers: resource updates and log messages, for one connection.
+
+:class:`ServerNotices` keeps who listens (:meth:`add`, the gateway's subscriptions and log relay), the
+calls in flight that asked to hear the server's log messages (:mod:`mcpvisor.core.call_logs`), the
+log level last asked of a handshake-era server, and the ``subscriptions/listen`` streams that carry a
+2026-07-28 server's resource updates. :class:`~mcpvisor.core.client.McpClient` owns one per connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import mcp_types as types
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+
+from mcpvisor.core.call_logs import CallLog, rank
+from mcpvisor.core.errors import ToolCallError
+
+if TYPE_CHECKING:
+    from mcp import Client
+
+__all__ = ["HEAR_TIMEOUT_S", "Notice", "ServerNotices"]
+
+logger = logging.getLogger(__name__)
+
+HEAR_TIMEOUT_S = 5.0
+"""Bound on handing one log message to one caller (a stuck caller never stalls the connection)."""
+
+Notice = types.ResourceUpdatedNotification | types.LoggingMessageNotification
+"""What a connection's listeners hear (:meth:`ServerNotices.add`)."""
+
+
+class ServerNotices:
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self._listeners: list[Callable[[str, Notice], None]] = []
+        self._call_logs: list[CallLog] = []
+        self._passing_logs = 0
+        self._logs_passed = anyio.Event()
+        self.log_level: types.LoggingLevel | None = None
+        """The level last asked of a handshake-era server with ``logging/setLevel``."""
+        self._resource_listens: dict[str, anyio.CancelScope] = {}
+
+    # -- listeners ---------------------------------------------------------------------------
+
+    def add(self, listener: Callable[[str, Notice], None]) -> Callable[[], None]:
+        """``listener(server, notice)`` hears resource updates and log messages (synchronously: it must
+        not block). Returns the function that removes it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def tell(self, notice: Notice) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(self.server, notice)
+            except Exception:
+                logger.exception("a listener of server %r failed", self.server)
+
+    # -- log messages ------------------------------------------------------------------------
+
+    async def on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        self.tell(types.LoggingMessageNotification(params=params))
+        # A server's log message names no call: every call in flight that asked for its level hears it.
+        hearers = [log for log in self._call_logs if rank(params.level) >= rank(log.level)]
+        if not hearers:
+            return
+        self._passing_logs += 1
+        try:
+            for log in hearers:
+                with anyio.move_on_after(HEAR_TIMEOUT_S):
+                    try:
+                        await log.hear(self.server, params)
+                    except Exception as exc:  # a caller that cannot hear any more never stops the connection
+                        logger.debug("server %r: a log message could not be passed on: %s", self.server, exc)
+        finally:
+            self._passing_logs -= 1
+            if not self._passing_logs:
+                self._logs_passed.set()
+                self._logs_passed = anyio.Event()
+
+    def lowest_level(self, level: types.LoggingLevel) -> types.LoggingLevel:
+        """``level``, or lower when a call in flight asked for less severe messages."""
+        return min((level, *(log.level for log in self._call_logs)), key=rank)
+
+    async def set_logging_level(self, client: Client, level: types.LoggingLevel) -> None:
+        """``logging/setLevel`` on a handshake-era server that offers logging (others: nothing)."""
+        if client.server_capabilities.logging is None:
+            return
+        level = self.lowest_level(level)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await client.session.set_logging_level(level=level)
+            self.log_level = level
+        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            logger.debug("server %r: setting the log level failed: %s", self.server, exc)
+
+    def hear(self, log: CallLog) -> None:
+        """A call in flight hears the server's log messages from ``log.level`` up until :meth:`stop_hearing`."""
+        self._call_logs.append(log)
+
+    async def stop_hearing(self, log: CallLog) -> None:
+        """The call ends. The server wrote its messages before its answer: those on their way reach the
+        caller first (bounded, and even while the call is being cancelled)."""
+        with anyio.move_on_after(HEAR_TIMEOUT_S, shield=True):
+            await anyio.lowlevel.checkpoint()
+            while self._passing_logs:
+                await self._logs_passed.wait()
+        self._call_logs.remove(log)
+
+    # -- 2026-07-28 resource subscriptions ---------------------------------------------------
+
+    async def listen_for_resource(self, tg: anyio.abc.TaskGroup, client: Client, uri: str) -> None:
+        """Hear ``uri``'s updates on a ``subscriptions/listen`` stream of its own, in ``tg`` (the
+        connection's: the stream ends with it). Raises :class:`ToolCallError` if the server refuses."""
+        if uri not in self._resource_listens:
+            self._resource_listens[uri] = await tg.start(self._resource_listener, client, uri)
+
+    def listened(self) -> list[str]:
+        """The URIs with a listen stream open now."""
+        return list(self._resource_listens)
+
+    def stop_listening(self, uri: str) -> bool:
+        """End ``uri``'s listen stream; False when there was none."""
+        scope = self._resource_listens.pop(uri, None)
+        if scope is None:
+            return False
+        scope.cancel()
+        return True
+
+    async def _resource_listener(
+        self, client: Client, uri: str, *, task_status: anyio.abc.TaskStatus[anyio.CancelScope]
+    ) -> None:
+        started = False
+        with anyio.CancelScope() as scope:
+            try:
+                async with client.listen(resource_subscriptions=[uri]) as sub:
+                    task_status.started(scope)
+                    started = True
+                    async for event in sub:
+                        if str(getattr(event, "uri", "")) == uri:
+                            params = types.ResourceUpdatedNotificationParams(uri=uri)
+                            self.tell(types.ResourceUpdatedNotification(params=params))
+            except (ListenNotSupportedError, SubscriptionLost, MCPError) as exc:
+                if not started:
+                    raise ToolCallError(
+                        f"subscribing to resource {uri!r} failed on server {self.server!r}: {exc}",
+                        tool=uri,
+                        server=self.server,
+                    ) from exc
+                logger.debug("server %r: the subscription to %r ended: %s", self.server, uri, exc)
+            finally:
+                if self._resource_listens.get(uri) is scope:
+                    del self._resource_listens[uri]
