@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -38,10 +36,10 @@ from mcpvisor.host.oauth_settings import (
     server_url,
     token_key,
 )
-from mcpvisor.host.private_files import PrivateJsonStore
+from mcpvisor.host.oauth_store import FileTokenStorage, SignIn, TokenStore, missing_scopes, sign_in_state, sign_ins
 
 if TYPE_CHECKING:
-    from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+    pass
 
 __all__ = [
     "DEFAULT_LOGIN_TIMEOUT_S",
@@ -66,165 +64,6 @@ REFRESH_MARGIN_S: Final = 60.0
 """A token this close to its expiry is refreshed before it is used."""
 
 
-# --- the store ------------------------------------------------------------------------------
-
-
-class TokenStore(PrivateJsonStore):
-    """``{ "<server URL>[#client id]": {"client": {...}, "tokens": {...}, "expires_at": <epoch s>} }``."""
-
-    what = "the OAuth token store"
-    consequence = "nothing is signed in until it is fixed or deleted (then sign in again with mcpvisor mcp login NAME)"
-
-    def get(self, key: str) -> dict[str, Any]:
-        """One server's record (empty when there is none, or the store cannot be read)."""
-        try:
-            return dict(self.read().get(key, {}))
-        except ConfigError as exc:
-            logger.warning("%s", exc)
-            return {}
-
-    def update(self, key: str, **fields: Any) -> None:
-        """Set fields of one record (``None`` removes one; no fields left removes the record), atomically."""
-
-        def change(records: dict[str, Any]) -> None:
-            record = {k: v for k, v in {**records.get(key, {}), **fields}.items() if v is not None}
-            if record:
-                records[key] = record
-            else:
-                records.pop(key, None)
-
-        self.mutate(change)
-
-    def forget(self, key: str) -> bool:
-        """Drop a server's sign-in; whether there was one."""
-        if not self.get(key):
-            return False
-        self.update(key, client=None, tokens=None, expires_at=None)
-        return True
-
-
-@dataclass(frozen=True, slots=True)
-class SignIn:
-    """What a status view may say about a server's sign-in: never a token."""
-
-    signed_in: bool
-    expires_at: float | None = None
-    refreshable: bool = False
-    machine: bool = False
-    """Tokens the host gets by itself (client credentials)."""
-    wider: str | None = None
-    """Scopes the server asked for that the sign-in does not hold (``insufficient_scope``)."""
-
-    def describe(self, now: float | None = None) -> str:
-        if not self.signed_in:
-            return "not signed in"
-        if self.wider:
-            return f"signed in; needs a wider sign-in ({self.wider})"
-        if self.machine:
-            return "signed in (client credentials)"
-        if self.expires_at is None:
-            return "signed in"
-        left = self.expires_at - (time.time() if now is None else now)
-        if left <= 0:
-            return (
-                "signed in (token expired; it is refreshed on the next connection)"
-                if self.refreshable
-                else ("sign-in expired")
-            )
-        return f"signed in (expires in {_duration(left)})"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{max(1, round(seconds))} s"
-    if seconds < 90 * 60:
-        return f"{round(seconds / 60)} min"
-    return f"{round(seconds / 3600)} h"
-
-
-def sign_in_state(records: Mapping[str, Any], name: str, cfg: McpServerConfig) -> SignIn:
-    """Whether a remote server has a sign-in among the store's ``records`` (False for stdio servers)."""
-    if cfg.transport == "stdio":
-        return SignIn(False)
-    try:
-        settings = oauth_settings(name, cfg)
-    except ConfigError:
-        return SignIn(False)
-    record = records.get(token_key(cfg, settings), {})
-    tokens = record.get("tokens")
-    if not isinstance(tokens, dict) or not tokens.get("access_token"):
-        return SignIn(False)
-    expires_at = record.get("expires_at")
-    return SignIn(
-        True,
-        float(expires_at) if isinstance(expires_at, int | float) else None,
-        bool(tokens.get("refresh_token")),
-        machine=settings.machine,
-        wider=missing_scopes(record.get("scope_needed"), tokens.get("scope")),
-    )
-
-
-def missing_scopes(needed: object, granted: object) -> str | None:
-    """The scopes of ``needed`` that ``granted`` does not hold (space-separated), or ``None``."""
-    if not isinstance(needed, str):
-        return None
-    held = set(granted.split()) if isinstance(granted, str) else set()
-    missing = [scope for scope in needed.split() if scope not in held]
-    return " ".join(missing) or None
-
-
-def sign_ins(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[str, str]:
-    """Server -> what its sign-in looks like, for remote servers with one (never a token)."""
-    try:
-        records = store.read()  # once for every server
-    except ConfigError as exc:
-        logger.warning("%s", exc)
-        return {}
-    out: dict[str, str] = {}
-    for name, cfg in servers.items():
-        state = sign_in_state(records, name, cfg)
-        if state.signed_in:
-            out[name] = state.describe() + (f" — run: mcpvisor mcp login {name}" if state.wider else "")
-    return out
-
-
-class _FileTokenStorage:
-    """The SDK's ``TokenStorage`` over one record of the :class:`TokenStore`."""
-
-    def __init__(self, store: TokenStore, key: str, *, client: OAuthClientInformationFull | None = None) -> None:
-        self._store = store
-        self._key = key
-        self._client = client  # a pre-registered client: used as it is, never replaced
-
-    async def get_tokens(self) -> OAuthToken | None:
-        from mcp.shared.auth import OAuthToken
-
-        tokens = self._store.get(self._key).get("tokens")
-        return OAuthToken.model_validate(tokens) if isinstance(tokens, dict) else None
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
-        self._store.update(self._key, tokens=tokens.model_dump(mode="json", exclude_none=True), expires_at=expires_at)
-
-    def expires_at(self) -> float | None:
-        value = self._store.get(self._key).get("expires_at")
-        return float(value) if isinstance(value, int | float) else None
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        from mcp.shared.auth import OAuthClientInformationFull
-
-        if self._client is not None:
-            # The method chosen against the server's metadata, for a refresh before any discovery.
-            method = self._store.get(self._key).get("token_endpoint_auth_method")
-            return self._client.model_copy(update={"token_endpoint_auth_method": method}) if method else self._client
-        client = self._store.get(self._key).get("client")
-        return OAuthClientInformationFull.model_validate(client) if isinstance(client, dict) else None
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        if self._client is None:
-            self._store.update(self._key, client=client_info.model_dump(mode="json", exclude_none=True))
-
-
 # --- the provider ---------------------------------------------------------------------------
 
 
@@ -247,7 +86,7 @@ def _provider(
     if settings.machine:
         from mcpvisor.host.oauth_grants import machine_provider
 
-        return machine_provider(name, url, settings, _FileTokenStorage(store, key))
+        return machine_provider(name, url, settings, FileTokenStorage(store, key))
 
     from mcp.client.auth import OAuthClientProvider
     from mcp.client.auth.utils import extract_field_from_www_auth, extract_scope_from_www_auth, union_scopes
@@ -274,7 +113,7 @@ def _provider(
             token_endpoint_auth_method=method,
             scope=settings.scopes,
         )
-    storage = _FileTokenStorage(store, key, client=client)
+    storage = FileTokenStorage(store, key, client=client)
     interactive = redirect_handler is not None
 
     class Provider(OAuthClientProvider):

@@ -1,0 +1,181 @@
+"""The OAuth token store: one 0600 file in the user directory (``$MCPVISOR_HOME/oauth-tokens.json``),
+written like the approvals store (atomic, under a file lock), keyed by a server's URL and the configured
+client id; what a status view may say of a sign-in (never a token); and the SDK's ``TokenStorage`` over
+one record. A corrupt store fails closed: nothing is signed in, and the file is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.oauth_settings import oauth_settings, token_key
+from mcpvisor.host.private_files import PrivateJsonStore
+
+if TYPE_CHECKING:
+    from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
+__all__ = ["FileTokenStorage", "SignIn", "TokenStore", "missing_scopes", "sign_in_state", "sign_ins"]
+
+logger = logging.getLogger(__name__)
+
+
+class TokenStore(PrivateJsonStore):
+    """``{ "<server URL>[#client id]": {"client": {...}, "tokens": {...}, "expires_at": <epoch s>} }``."""
+
+    what = "the OAuth token store"
+    consequence = "nothing is signed in until it is fixed or deleted (then sign in again with mcpvisor mcp login NAME)"
+
+    def get(self, key: str) -> dict[str, Any]:
+        """One server's record (empty when there is none, or the store cannot be read)."""
+        try:
+            return dict(self.read().get(key, {}))
+        except ConfigError as exc:
+            logger.warning("%s", exc)
+            return {}
+
+    def update(self, key: str, **fields: Any) -> None:
+        """Set fields of one record (``None`` removes one; no fields left removes the record), atomically."""
+
+        def change(records: dict[str, Any]) -> None:
+            record = {k: v for k, v in {**records.get(key, {}), **fields}.items() if v is not None}
+            if record:
+                records[key] = record
+            else:
+                records.pop(key, None)
+
+        self.mutate(change)
+
+    def forget(self, key: str) -> bool:
+        """Drop a server's sign-in; whether there was one."""
+        if not self.get(key):
+            return False
+        self.update(key, client=None, tokens=None, expires_at=None)
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class SignIn:
+    """What a status view may say about a server's sign-in: never a token."""
+
+    signed_in: bool
+    expires_at: float | None = None
+    refreshable: bool = False
+    machine: bool = False
+    """Tokens the host gets by itself (client credentials)."""
+    wider: str | None = None
+    """Scopes the server asked for that the sign-in does not hold (``insufficient_scope``)."""
+
+    def describe(self, now: float | None = None) -> str:
+        if not self.signed_in:
+            return "not signed in"
+        if self.wider:
+            return f"signed in; needs a wider sign-in ({self.wider})"
+        if self.machine:
+            return "signed in (client credentials)"
+        if self.expires_at is None:
+            return "signed in"
+        left = self.expires_at - (time.time() if now is None else now)
+        if left <= 0:
+            return (
+                "signed in (token expired; it is refreshed on the next connection)"
+                if self.refreshable
+                else ("sign-in expired")
+            )
+        return f"signed in (expires in {_duration(left)})"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    return f"{round(seconds / 3600)} h"
+
+
+def sign_in_state(records: Mapping[str, Any], name: str, cfg: McpServerConfig) -> SignIn:
+    """Whether a remote server has a sign-in among the store's ``records`` (False for stdio servers)."""
+    if cfg.transport == "stdio":
+        return SignIn(False)
+    try:
+        settings = oauth_settings(name, cfg)
+    except ConfigError:
+        return SignIn(False)
+    record = records.get(token_key(cfg, settings), {})
+    tokens = record.get("tokens")
+    if not isinstance(tokens, dict) or not tokens.get("access_token"):
+        return SignIn(False)
+    expires_at = record.get("expires_at")
+    return SignIn(
+        True,
+        float(expires_at) if isinstance(expires_at, int | float) else None,
+        bool(tokens.get("refresh_token")),
+        machine=settings.machine,
+        wider=missing_scopes(record.get("scope_needed"), tokens.get("scope")),
+    )
+
+
+def missing_scopes(needed: object, granted: object) -> str | None:
+    """The scopes of ``needed`` that ``granted`` does not hold (space-separated), or ``None``."""
+    if not isinstance(needed, str):
+        return None
+    held = set(granted.split()) if isinstance(granted, str) else set()
+    missing = [scope for scope in needed.split() if scope not in held]
+    return " ".join(missing) or None
+
+
+def sign_ins(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[str, str]:
+    """Server -> what its sign-in looks like, for remote servers with one (never a token)."""
+    try:
+        records = store.read()  # once for every server
+    except ConfigError as exc:
+        logger.warning("%s", exc)
+        return {}
+    out: dict[str, str] = {}
+    for name, cfg in servers.items():
+        state = sign_in_state(records, name, cfg)
+        if state.signed_in:
+            out[name] = state.describe() + (f" — run: mcpvisor mcp login {name}" if state.wider else "")
+    return out
+
+
+class FileTokenStorage:
+    """The SDK's ``TokenStorage`` over one record of the :class:`TokenStore`."""
+
+    def __init__(self, store: TokenStore, key: str, *, client: OAuthClientInformationFull | None = None) -> None:
+        self._store = store
+        self._key = key
+        self._client = client  # a pre-registered client: used as it is, never replaced
+
+    async def get_tokens(self) -> OAuthToken | None:
+        from mcp.shared.auth import OAuthToken
+
+        tokens = self._store.get(self._key).get("tokens")
+        return OAuthToken.model_validate(tokens) if isinstance(tokens, dict) else None
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
+        self._store.update(self._key, tokens=tokens.model_dump(mode="json", exclude_none=True), expires_at=expires_at)
+
+    def expires_at(self) -> float | None:
+        value = self._store.get(self._key).get("expires_at")
+        return float(value) if isinstance(value, int | float) else None
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        from mcp.shared.auth import OAuthClientInformationFull
+
+        if self._client is not None:
+            # The method chosen against the server's metadata, for a refresh before any discovery.
+            method = self._store.get(self._key).get("token_endpoint_auth_method")
+            return self._client.model_copy(update={"token_endpoint_auth_method": method}) if method else self._client
+        client = self._store.get(self._key).get("client")
+        return OAuthClientInformationFull.model_validate(client) if isinstance(client, dict) else None
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        if self._client is None:
+            self._store.update(self._key, client=client_info.model_dump(mode="json", exclude_none=True))
