@@ -13,7 +13,7 @@ import math
 import re
 import tempfile
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -31,14 +31,7 @@ from mcpvisor.core.call_logs import rank
 from mcpvisor.core.client_requests import InFlight, Progress
 from mcpvisor.core.errors import ConnectError, MessageTooLargeError, ServerUnavailableError, ToolCallError
 from mcpvisor.core.events import ServerStatus
-from mcpvisor.core.listing import (
-    follow_list_changes,
-    list_all_prompts,
-    list_all_resource_templates,
-    list_all_resources,
-    list_all_tools,
-    listen_wanted,
-)
+from mcpvisor.core.listing import Listings, Refresher, discover, follow_list_changes, listen_wanted
 from mcpvisor.core.server_config import (
     DEFAULT_MAX_MESSAGE_BYTES,
     HttpAuth,
@@ -132,10 +125,7 @@ class McpClient:
         self._done = anyio.Event()
         self._life: anyio.CancelScope | None = None
         self._stopping = False
-        self._refresh_tools = False
-        self._refresh_prompts = False
-        self._refresh_resources = False
-        self._refresh_event = anyio.Event()
+        self._refresher = Refresher()
         self._started = False
         self._connection_tg: anyio.abc.TaskGroup | None = None
         self._notices = ServerNotices(name)
@@ -230,7 +220,7 @@ class McpClient:
             self._client = None
             was_connected = self._ready.is_set()
             self._ready.set()
-            self.tools, self.prompts, self.resources, self.resource_templates = [], [], [], []
+            self._list(Listings())
             if self._stopping:
                 self.last_error = None if was_connected else self.last_error
             elif was_connected:
@@ -248,14 +238,14 @@ class McpClient:
                 if listen_wanted(client):
                     # Subscribe before listing: a change between the two is never missed (no replay).
                     await tg.start(self._listener, client)
-                await self._discover(client)
+                self._list(await discover(client))
                 life.deadline = math.inf
                 self._client = client
                 self.last_error = None
                 self._set_status("connected")
                 self._ready.set()
                 logger.info("server %r connected (%d tools, %d prompts)", self.name, len(self.tools), len(self.prompts))
-                tg.start_soon(self._refresher, client)
+                tg.start_soon(self._refresher.run, client, self._listings, self._relisted, self._refresh_failed)
                 if self.process is not None:
                     tg.start_soon(self._watch_process, self.process)
                 await self._wake.wait()
@@ -317,25 +307,12 @@ class McpClient:
 
     # -- discovery and refresh ---------------------------------------------------------------
 
-    async def _discover(self, client: Client) -> None:
-        caps = client.server_capabilities
-        results: dict[str, list[Any]] = {}
+    def _listings(self) -> Listings:
+        return Listings(self.tools, self.prompts, self.resources, self.resource_templates)
 
-        async def fetch(kind: str, fn: Callable[[Client], Awaitable[list[Any]]]) -> None:
-            results[kind] = await fn(client)
-
-        async with anyio.create_task_group() as tg:
-            if caps.tools is not None:
-                tg.start_soon(fetch, "tools", list_all_tools)
-            if caps.prompts is not None:
-                tg.start_soon(fetch, "prompts", list_all_prompts)
-            if caps.resources is not None:
-                tg.start_soon(fetch, "resources", list_all_resources)
-                tg.start_soon(fetch, "templates", list_all_resource_templates)
-        self.tools = results.get("tools", [])
-        self.prompts = results.get("prompts", [])
-        self.resources = results.get("resources", [])
-        self.resource_templates = results.get("templates", [])
+    def _list(self, listings: Listings) -> None:
+        self.tools, self.prompts = listings.tools, listings.prompts
+        self.resources, self.resource_templates = listings.resources, listings.resource_templates
 
     async def _on_message(self, message: Any) -> None:
         """Handshake-era notices (modern servers also copy theirs here while a listen is open)."""
@@ -355,37 +332,16 @@ class McpClient:
 
     def request_refresh(self, *, tools: bool = False, prompts: bool = False, resources: bool = False) -> None:
         """Ask the owner to refetch listings. Bursts coalesce into one refetch."""
-        self._refresh_tools |= tools
-        self._refresh_prompts |= prompts
-        self._refresh_resources |= resources
-        self._refresh_event.set()
+        self._refresher.request(tools=tools, prompts=prompts, resources=resources)
 
-    async def _refresher(self, client: Client) -> None:
-        # One refresher per connection: fetches run one after another, so an older listing can
-        # never land after a newer one.
-        while True:
-            await self._refresh_event.wait()
-            self._refresh_event = anyio.Event()
-            tools, prompts, resources = self._refresh_tools, self._refresh_prompts, self._refresh_resources
-            self._refresh_tools = self._refresh_prompts = self._refresh_resources = False
-            try:
-                new_tools = await list_all_tools(client, bypass=True) if tools else self.tools
-                new_prompts = await list_all_prompts(client, bypass=True) if prompts else self.prompts
-                new_resources, new_templates = self.resources, self.resource_templates
-                if resources:
-                    new_resources = await list_all_resources(client, bypass=True)
-                    new_templates = await list_all_resource_templates(client, bypass=True)
-            except MCPError as exc:
-                logger.warning(
-                    "server %r: refreshing its listings failed: %s", self.name, redact_text(str(exc), self.config)
-                )
-                if exc.code == types.CONNECTION_CLOSED:
-                    self.mark_lost("connection closed")
-                continue
-            new = (new_tools, new_prompts, new_resources, new_templates)
-            if new != (self.tools, self.prompts, self.resources, self.resource_templates):
-                self.tools, self.prompts, self.resources, self.resource_templates = new
-                self._notify()
+    def _relisted(self, listings: Listings) -> None:
+        self._list(listings)
+        self._notify()
+
+    def _refresh_failed(self, exc: MCPError) -> None:
+        logger.warning("server %r: refreshing its listings failed: %s", self.name, redact_text(str(exc), self.config))
+        if exc.code == types.CONNECTION_CLOSED:
+            self.mark_lost("connection closed")
 
     async def _listener(self, client: Client, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         await follow_list_changes(

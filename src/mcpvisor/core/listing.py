@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.abc
@@ -19,6 +20,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 __all__ = [
+    "Listings",
+    "Refresher",
+    "discover",
     "follow_list_changes",
     "list_all_prompts",
     "list_all_resource_templates",
@@ -145,3 +149,77 @@ async def follow_list_changes(
     finally:
         if first:
             task_status.started()
+
+
+@dataclass(frozen=True, slots=True)
+class Listings:
+    """What a server lists: its tools, prompts, resources and resource templates."""
+
+    tools: list[types.Tool] = field(default_factory=list)
+    prompts: list[types.Prompt] = field(default_factory=list)
+    resources: list[types.Resource] = field(default_factory=list)
+    resource_templates: list[types.ResourceTemplate] = field(default_factory=list)
+
+
+async def discover(client: Client) -> Listings:
+    """Everything the server's capabilities say it lists, fetched concurrently."""
+    caps = client.server_capabilities
+    results: dict[str, list[Any]] = {}
+
+    async def fetch(kind: str, fn: Callable[[Client], Awaitable[list[Any]]]) -> None:
+        results[kind] = await fn(client)
+
+    async with anyio.create_task_group() as tg:
+        if caps.tools is not None:
+            tg.start_soon(fetch, "tools", list_all_tools)
+        if caps.prompts is not None:
+            tg.start_soon(fetch, "prompts", list_all_prompts)
+        if caps.resources is not None:
+            tg.start_soon(fetch, "resources", list_all_resources)
+            tg.start_soon(fetch, "templates", list_all_resource_templates)
+    return Listings(
+        results.get("tools", []), results.get("prompts", []), results.get("resources", []), results.get("templates", [])
+    )
+
+
+class Refresher:
+    """Refetches of a connection's listings when they change: a burst of requests coalesces into one
+    refetch, and refetches run one after another, so an older listing never lands after a newer one."""
+
+    def __init__(self) -> None:
+        self._tools = self._prompts = self._resources = False
+        self._wanted = anyio.Event()
+
+    def request(self, *, tools: bool = False, prompts: bool = False, resources: bool = False) -> None:
+        self._tools |= tools
+        self._prompts |= prompts
+        self._resources |= resources
+        self._wanted.set()
+
+    async def run(
+        self,
+        client: Client,
+        current: Callable[[], Listings],
+        changed: Callable[[Listings], None],
+        failed: Callable[[MCPError], None],
+    ) -> None:
+        """Until cancelled: refetch what was asked for; ``changed(new)`` when it differs from ``current()``,
+        ``failed(error)`` when a refetch fails (the next request tries again)."""
+        while True:
+            await self._wanted.wait()
+            self._wanted = anyio.Event()
+            tools, prompts, resources = self._tools, self._prompts, self._resources
+            self._tools = self._prompts = self._resources = False
+            now = current()
+            try:
+                new = Listings(
+                    await list_all_tools(client, bypass=True) if tools else now.tools,
+                    await list_all_prompts(client, bypass=True) if prompts else now.prompts,
+                    await list_all_resources(client, bypass=True) if resources else now.resources,
+                    await list_all_resource_templates(client, bypass=True) if resources else now.resource_templates,
+                )
+            except MCPError as exc:
+                failed(exc)
+                continue
+            if new != now:
+                changed(new)
