@@ -13,7 +13,7 @@ import anyio.abc
 import pytest
 
 from mcpvisor.core.client import McpClient
-from mcpvisor.core.errors import ConnectError, ServerUnavailableError
+from mcpvisor.core.errors import ConnectError, RequestTimeoutError, ServerUnavailableError
 from mcpvisor.core.server_config import McpServerConfig
 from tests.helpers import WAIT_S, free_port, http_server, light, marker_pids, pid_alive, sdk, wait_until
 
@@ -137,6 +137,24 @@ async def test_a_crash_mid_call_fails_the_call_clearly_and_reports_the_loss(tmp_
         assert client.last_error is not None
         with pytest.raises(ServerUnavailableError, match="not connected"):
             await client.call_tool("echo")
+
+
+async def test_a_call_past_its_timeout_is_a_timeout_error_naming_the_setting_and_the_connection_stays(
+    tmp_path: Path,
+) -> None:
+    cfg = light("slow", "--tools", "echo,stuck", "--hang-on-call", "stuck", timeout=300)
+    client = McpClient("slow", cfg, log_dir=tmp_path)
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        with anyio.fail_after(WAIT_S), pytest.raises(RequestTimeoutError) as raised:
+            await client.call_tool("stuck")
+        assert str(raised.value) == (
+            "call to tool 'stuck' on server 'slow' timed out after 0.3 s; "
+            "raise mcpServers.slow.timeout if it needs longer"
+        )
+        assert (raised.value.server, raised.value.tool, raised.value.timeout_s) == ("slow", "stuck", 0.3)
+        assert text(await client.call_tool("echo", {"text": "still"})) == "slow:echo:still"
+        await client.aclose()
 
 
 async def test_a_cancelled_connect_leaves_no_process(tmp_path: Path) -> None:

@@ -29,7 +29,13 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcpvisor.core import call_logs
 from mcpvisor.core.call_logs import rank
 from mcpvisor.core.client_requests import InFlight, Progress
-from mcpvisor.core.errors import ConnectError, MessageTooLargeError, ServerUnavailableError, ToolCallError
+from mcpvisor.core.errors import (
+    ConnectError,
+    MessageTooLargeError,
+    RequestTimeoutError,
+    ServerUnavailableError,
+    ToolCallError,
+)
 from mcpvisor.core.events import ServerStatus
 from mcpvisor.core.listing import Listings, Refresher, discover, follow_list_changes, listen_wanted
 from mcpvisor.core.server_config import (
@@ -524,12 +530,7 @@ class McpClient:
             with anyio.fail_after(self.call_timeout_s):
                 yield
         except TimeoutError:
-            raise ToolCallError(
-                f"{what} on server {self.name!r} timed out after {self.call_timeout_s:g} s; "
-                f"raise mcpServers.{self.name}.timeout if it needs longer",
-                tool=tool,
-                server=self.name,
-            ) from None
+            raise RequestTimeoutError(what, server=self.name, timeout_s=self.call_timeout_s, tool=tool) from None
 
     def _request_error(self, what: str, exc: BaseException, *, tool: str) -> Exception:
         if self._stopping:
@@ -539,12 +540,7 @@ class McpClient:
                 server=self.name,
             )
         if isinstance(exc, MCPError) and exc.code == types.REQUEST_TIMEOUT:
-            return ToolCallError(
-                f"{what} on server {self.name!r} timed out after {self.call_timeout_s:g} s; "
-                f"raise mcpServers.{self.name}.timeout if it needs longer",
-                tool=tool,
-                server=self.name,
-            )
+            return RequestTimeoutError(what, server=self.name, timeout_s=self.call_timeout_s, tool=tool)
         if self._broken is not None:  # the transport stopped reading: that is why the request failed
             return self._broken.during(what)
         if not isinstance(exc, MCPError) or exc.code == types.CONNECTION_CLOSED:

@@ -21,6 +21,7 @@ __all__ = [
     "ConnectError",
     "McpvisorError",
     "MessageTooLargeError",
+    "RequestTimeoutError",
     "ServerError",
     "ServerUnavailableError",
     "ToolCallError",
@@ -95,6 +96,19 @@ class ToolCallError(McpvisorError):
         super().__init__(message)
         self.tool = tool
         self.server = server
+
+
+class RequestTimeoutError(ToolCallError):
+    """A server did not answer a request within its call timeout (``mcpServers.NAME.timeout``)."""
+
+    def __init__(self, what: str, *, server: str, timeout_s: float, tool: str) -> None:
+        super().__init__(
+            f"{what} on server {server!r} timed out after {timeout_s:g} s; "
+            f"raise mcpServers.{server}.timeout if it needs longer",
+            tool=tool,
+            server=server,
+        )
+        self.timeout_s = timeout_s
 
 
 class ToolNotFoundError(ToolCallError):
