@@ -9,7 +9,8 @@ import pytest
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
-from mcpvisor.host.oauth import SignIn, missing_scopes, oauth_settings, sign_in_state, token_key
+from mcpvisor.host.oauth_settings import oauth_settings, token_key
+from mcpvisor.host.oauth_store import SignIn, missing_scopes, sign_in_state
 
 
 def entry(**oauth: Any) -> McpServerConfig:
