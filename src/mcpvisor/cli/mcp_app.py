@@ -188,7 +188,7 @@ def mcp_import(
     where they start only once approved. Entries that need what mcpvisor does not do (an input
     prompt, an env file) are listed with the reason; the exit code is then 1.
     """
-    from mcpvisor.cli.commands import import_servers
+    from mcpvisor.cli.import_command import import_servers
 
     with reported():
         code = import_servers(

@@ -1,22 +1,18 @@
-"""One connection to one MCP server, over the official SDK (SPEC §5.1).
+"""One connection to one MCP server, over the official SDK (SPEC §5.1): the requests made on it.
 
-One owner task opens and closes the connection (anyio cancel scopes are task-bound): it spawns
-or reaches the server, runs discovery under the discovery timeout, then keeps the connection
-while listening for list-changed notices from both protocol eras, and closes it when asked to
-stop or when the server goes away. Other tasks only make requests.
+:class:`McpClient` is a :class:`~mcpvisor.core.connection.ServerConnection` (one owner task keeps the
+connection; see there) that other tasks make requests on: tool calls, prompts, resources, completions,
+resource subscriptions and the log level. What the SDK raises for a request is turned into mcpvisor's
+errors in one place (:meth:`McpClient._requesting`), naming the server and, where there is one, the fix.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import re
-import tempfile
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, cast
 
 import anyio
 import anyio.abc
@@ -28,30 +24,16 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpvisor.core import call_logs
 from mcpvisor.core.call_logs import rank
-from mcpvisor.core.client_requests import InFlight, Progress
-from mcpvisor.core.errors import (
-    ConnectError,
-    MessageTooLargeError,
-    RequestTimeoutError,
-    ServerUnavailableError,
-    ToolCallError,
+from mcpvisor.core.client_requests import Progress
+from mcpvisor.core.connection import (
+    DEFAULT_CALL_TIMEOUT_S,
+    DEFAULT_REMOTE_DISCOVERY_TIMEOUT_S,
+    DEFAULT_STDIO_DISCOVERY_TIMEOUT_S,
+    ServerConnection,
 )
-from mcpvisor.core.events import ServerStatus
-from mcpvisor.core.listing import Listings, Refresher, discover, follow_list_changes, listen_wanted
-from mcpvisor.core.server_config import (
-    DEFAULT_MAX_MESSAGE_BYTES,
-    HttpAuth,
-    McpServerConfig,
-    connection_id_of,
-    redact_text,
-)
-from mcpvisor.core.server_notices import Notice, ServerNotices
-from mcpvisor.core.stdio import StdioProcess
-from mcpvisor.core.transports import explain_start_failure, open_transport
-
-if TYPE_CHECKING:
-    from mcp.client.session import MessageHandlerFnT
-
+from mcpvisor.core.errors import RequestTimeoutError, ServerUnavailableError, ToolCallError
+from mcpvisor.core.server_config import redact_text
+from mcpvisor.core.server_notices import Notice
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT_S",
@@ -64,307 +46,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_STDIO_DISCOVERY_TIMEOUT_S = 30.0
-DEFAULT_REMOTE_DISCOVERY_TIMEOUT_S = 5.0
-DEFAULT_CALL_TIMEOUT_S = 600.0
-STOP_TIMEOUT_S = 10.0
-"""How long a deliberate stop may take before the owner task is cancelled outright."""
-_CLIENT_INFO = types.Implementation(name="mcpvisor", version="0.1.0")
-_SAFE_FILENAME = re.compile(r"[^A-Za-z0-9_.-]")
 
-
-def default_log_dir() -> Path:
-    return Path(tempfile.gettempdir()) / "mcpvisor-logs"
-
-
-class McpClient:
-    """A connection to one server. Build it, ``await start(task_group)``, use it, ``await aclose()``.
-
-    ``on_change`` is called (synchronously, must not block) whenever status, tools, prompts or the
-    last error change. ``on_lost`` is called once if the connection ends without being asked to.
-    With ``client_requests`` the connection offers the server sampling, elicitation and roots and passes
-    its requests to the caller they belong to (:mod:`mcpvisor.core.client_requests`).
-    ``max_message_bytes`` bounds what the server may send in one message when its config sets no
-    ``maxMessageBytes``; a larger message drops the connection (:class:`MessageTooLargeError`).
-    """
-
-    def __init__(
-        self,
-        name: str,
-        config: McpServerConfig,
-        *,
-        log_dir: Path | None = None,
-        on_change: Callable[[McpClient], None] | None = None,
-        on_lost: Callable[[McpClient], None] | None = None,
-        http_auth: HttpAuth | None = None,
-        client_requests: bool = False,
-        max_message_bytes: int | None = None,
-    ) -> None:
-        self.name = name
-        self.config = config
-        self.max_message_bytes = config.max_message_bytes or max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES
-        self.connection_id = connection_id_of(name, config)
-        self.status: ServerStatus = "disconnected"
-        self.last_error: str | None = None
-        self.tools: list[types.Tool] = []
-        self.prompts: list[types.Prompt] = []
-        self.resources: list[types.Resource] = []
-        self.resource_templates: list[types.ResourceTemplate] = []
-        self.protocol_version: str | None = None
-        self.process: StdioProcess | None = None
-        self.needs_auth = False
-        """The server answered 401/403: it wants credentials."""
-        self._log_dir = log_dir or default_log_dir()
-        self._http_auth = http_auth
-        self._auth_in_use: Any = None
-        """What signs this connection's requests (see :data:`HttpAuth`)."""
-        self._on_change = on_change
-        self._on_lost = on_lost
-        self._client: Client | None = None
-        self._mode: str = "auto"
-        self._stop = anyio.Event()
-        self._wake = anyio.Event()
-        self._lost_reason: str | None = None
-        self._broken: MessageTooLargeError | None = None
-        """Why the transport stopped reading a server that still runs (it broke the size bound)."""
-        self._ready = anyio.Event()
-        self._done = anyio.Event()
-        self._life: anyio.CancelScope | None = None
-        self._stopping = False
-        self._refresher = Refresher()
-        self._started = False
-        self._connection_tg: anyio.abc.TaskGroup | None = None
-        self._notices = ServerNotices(name)
-        self._in_flight = InFlight(name) if client_requests else None
-
-    # -- properties --------------------------------------------------------------------------
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-    @property
-    def log_path(self) -> Path:
-        return self._log_dir / f"{_SAFE_FILENAME.sub('_', self.name)}.log"
-
-    @property
-    def discovery_timeout_s(self) -> float:
-        if self.config.discovery_timeout_ms is not None:
-            return self.config.discovery_timeout_ms / 1000
-        if self.config.transport == "stdio":
-            return DEFAULT_STDIO_DISCOVERY_TIMEOUT_S
-        return DEFAULT_REMOTE_DISCOVERY_TIMEOUT_S
-
-    @property
-    def call_timeout_s(self) -> float:
-        return self.config.timeout / 1000 if self.config.timeout is not None else DEFAULT_CALL_TIMEOUT_S
-
-    # -- lifecycle ---------------------------------------------------------------------------
-
-    async def start(self, tg: anyio.abc.TaskGroup) -> None:
-        """Connect and discover. Returns once connected; raises :class:`ConnectError` on failure.
-
-        The connection lives in an owner task in ``tg`` until :meth:`aclose`.
-        """
-        if self._started:
-            raise RuntimeError(f"client for server {self.name!r} was already started")
-        self._started = True
-        self._set_status("connecting")
-        tg.start_soon(self._own, name=f"mcp-server:{self.name}")
-        await self._ready.wait()
-        if self.status != "connected" and self._stopping:
-            raise ConnectError(f"connecting to server {self.name!r} was abandoned: it was stopped", server=self.name)
-        if self.status != "connected":
-            raise ConnectError(f"could not connect to server {self.name!r}: {self.last_error}", server=self.name)
-
-    async def aclose(self) -> None:
-        """Disconnect (a deliberate stop: never reported as lost). Safe to call more than once."""
-        self._stopping = True
-        self._stop.set()
-        self._wake.set()
-        if not self._started:
-            return
-        if not self._ready.is_set() and self._life is not None:
-            self._life.cancel()  # still connecting: abandon the attempt
-        with anyio.move_on_after(STOP_TIMEOUT_S) as scope:
-            await self._done.wait()
-        if scope.cancelled_caught and self._life is not None:
-            logger.warning("server %r did not stop in %.0f s; cancelling its connection", self.name, STOP_TIMEOUT_S)
-            self._life.cancel()
-            await self._done.wait()
-
-    def _on_broken(self, error: MessageTooLargeError) -> None:
-        self._broken = error
-        self.mark_lost(str(error))
-
-    def mark_lost(self, reason: str) -> None:
-        """Declare the connection dead (e.g. an HTTP session the server no longer knows)."""
-        if self._lost_reason is None and not self._stopping:
-            self._lost_reason = redact_text(reason, self.config)
-            self._wake.set()
-
-    async def _own(self) -> None:
-        try:
-            with anyio.CancelScope(deadline=anyio.current_time() + self.discovery_timeout_s) as life:
-                self._life = life
-                await self._connect_and_serve(life)
-            if life.cancelled_caught and not self._ready.is_set() and not self._stopping:
-                self.last_error = (
-                    f"no answer within {self.discovery_timeout_s:g} s; check that the server starts and speaks MCP "
-                    f"(its log: {self.log_path})"
-                    if self.config.transport == "stdio"
-                    else f"no answer within {self.discovery_timeout_s:g} s from {self.config.target()}"
-                )
-        except anyio.get_cancelled_exc_class():
-            self._stopping = True  # the host is shutting down: a deliberate stop, not a loss
-            raise
-        except Exception as exc:
-            if not self._stopping:
-                self.last_error = self._explain(exc)
-                logger.debug("server %r connection failed: %s", self.name, self.last_error)
-        finally:
-            self._client = None
-            was_connected = self._ready.is_set()
-            self._ready.set()
-            self._list(Listings())
-            if self._stopping:
-                self.last_error = None if was_connected else self.last_error
-            elif was_connected:
-                self.last_error = self.last_error or self._lost_reason or "connection closed"
-            self._set_status("disconnected")
-            self._done.set()
-            if was_connected and not self._stopping and self._on_lost is not None:
-                self._on_lost(self)
-
-    async def _connect_and_serve(self, life: anyio.CancelScope) -> None:
-        async with AsyncExitStack() as stack:
-            client = await self._open(stack)
-            async with anyio.create_task_group() as tg:
-                self._connection_tg = tg
-                if listen_wanted(client):
-                    # Subscribe before listing: a change between the two is never missed (no replay).
-                    await tg.start(self._listener, client)
-                self._list(await discover(client))
-                life.deadline = math.inf
-                self._client = client
-                self.last_error = None
-                self._set_status("connected")
-                self._ready.set()
-                logger.info("server %r connected (%d tools, %d prompts)", self.name, len(self.tools), len(self.prompts))
-                tg.start_soon(self._refresher.run, client, self._listings, self._relisted, self._refresh_failed)
-                if self.process is not None:
-                    tg.start_soon(self._watch_process, self.process)
-                await self._wake.wait()
-                self._client = None  # from here on a request is refused as "not connected", never sent
-                tg.cancel_scope.cancel()
-            self._connection_tg = None
-            if not self._stopping and self._lost_reason is not None:
-                self.last_error = self._lost_reason
-                logger.warning("server %r lost: %s", self.name, self._lost_reason)
-
-    async def _open(self, stack: AsyncExitStack) -> Client:
-        self._auth_in_use = self._auth()
-        transport, self.process = await open_transport(
-            stack,
-            self.name,
-            self.config,
-            log_path=self.log_path,
-            on_response=self._note_http_status,
-            sse_timeout_s=self.discovery_timeout_s,
-            max_message_bytes=self.max_message_bytes,
-            on_broken=self._on_broken,
-            auth=self._auth_in_use,
-        )
-        handler: MessageHandlerFnT = self._on_message
-        asks = self._in_flight
-        client = Client(
-            transport,
-            mode=self._mode,
-            message_handler=handler,
-            logging_callback=self._notices.on_log,
-            client_info=_CLIENT_INFO,
-            sampling_callback=asks.sampling if asks else None,
-            elicitation_callback=asks.elicitation if asks else None,
-            list_roots_callback=asks.list_roots if asks else None,
-        )
-        await stack.enter_async_context(client)
-        self.protocol_version = client.protocol_version
-        # Reconnect in the era we negotiated: no probe round trip next time (MCP-SDK-2.md pitfall 7).
-        self._mode = client.protocol_version if client.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
-        return client
-
-    def _auth(self) -> Any:
-        remote = self.config.transport != "stdio"
-        return self._http_auth(self.name, self.config) if self._http_auth is not None and remote else None
-
-    async def _note_http_status(self, response: Any) -> None:
-        """Remember that the server asked for credentials (the SDK keeps only a generic error)."""
-        if response.status_code in (401, 403):
-            self.needs_auth = True
-
-    def _explain(self, exc: BaseException) -> str:
-        """Why the connection failed, for people: never a URL's credentials, an env or header value."""
-        return redact_text(
-            explain_start_failure(
-                self.name, self.config, exc, needs_auth=self.needs_auth, process=self.process, log_path=self.log_path
-            ),
-            self.config,
-        )
-
-    # -- discovery and refresh ---------------------------------------------------------------
-
-    def _listings(self) -> Listings:
-        return Listings(self.tools, self.prompts, self.resources, self.resource_templates)
-
-    def _list(self, listings: Listings) -> None:
-        self.tools, self.prompts = listings.tools, listings.prompts
-        self.resources, self.resource_templates = listings.resources, listings.resource_templates
-
-    async def _on_message(self, message: Any) -> None:
-        """Handshake-era notices (modern servers also copy theirs here while a listen is open)."""
-        if isinstance(message, types.ToolListChangedNotification):
-            self.request_refresh(tools=True)
-        elif isinstance(message, types.PromptListChangedNotification):
-            self.request_refresh(prompts=True)
-        elif isinstance(message, types.ResourceListChangedNotification):
-            self.request_refresh(resources=True)
-        elif (
-            isinstance(message, types.ResourceUpdatedNotification)
-            and self.protocol_version not in MODERN_PROTOCOL_VERSIONS
-        ):
-            self._notices.tell(message)  # in the 2026-07-28 era the resource's own listen stream tells (this is a copy)
-        elif isinstance(message, Exception):
-            logger.debug("server %r sent something unreadable: %s", self.name, message)
-
-    def request_refresh(self, *, tools: bool = False, prompts: bool = False, resources: bool = False) -> None:
-        """Ask the owner to refetch listings. Bursts coalesce into one refetch."""
-        self._refresher.request(tools=tools, prompts=prompts, resources=resources)
-
-    def _relisted(self, listings: Listings) -> None:
-        self._list(listings)
-        self._notify()
-
-    def _refresh_failed(self, exc: MCPError) -> None:
-        logger.warning("server %r: refreshing its listings failed: %s", self.name, redact_text(str(exc), self.config))
-        if exc.code == types.CONNECTION_CLOSED:
-            self.mark_lost("connection closed")
-
-    async def _listener(self, client: Client, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        await follow_list_changes(
-            client,
-            self.request_refresh,
-            describe=lambda exc: f"server {self.name!r}" + (f" ({redact_text(str(exc), self.config)})" if exc else ""),
-            task_status=task_status,
-        )
-
-    async def _watch_process(self, process: StdioProcess) -> None:
-        await process.ended.wait()
-        if not self._stopping:
-            with anyio.move_on_after(0.5):
-                while process.returncode is None:  # noqa: ASYNC110 - the exit code has no event to wait on
-                    await anyio.sleep(0.01)
-            code = process.returncode
-            self.mark_lost(f"process exited with code {code}" if code is not None else "server closed its output")
+class McpClient(ServerConnection):
+    """A connection to one server and the requests made on it. Build it, ``await start(task_group)``,
+    use it, ``await aclose()``; see :class:`~mcpvisor.core.connection.ServerConnection` for ``on_change``,
+    ``on_lost``, ``client_requests`` and ``max_message_bytes``."""
 
     # -- resource subscriptions ---------------------------------------------------------------
 
@@ -563,15 +249,3 @@ class McpClient:
             tool=tool,
             server=self.name,
         )
-
-    # -- notification ------------------------------------------------------------------------
-
-    def _set_status(self, status: ServerStatus) -> None:
-        if status != self.status:
-            self.status = status
-            logger.debug("server %r is %s", self.name, status)
-        self._notify()
-
-    def _notify(self) -> None:
-        if self._on_change is not None:
-            self._on_change(self)

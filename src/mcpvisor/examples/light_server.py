@@ -19,17 +19,24 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import sys
 import threading
 import time
 from typing import IO, Any
 
 from mcpvisor import __version__
+from mcpvisor.examples._light_tools import (
+    BIG_TOOLS,
+    CONTROL_DESCRIPTIONS,
+    CONTROL_SCHEMAS,
+    LOG_LEVELS,
+    MIB_SCHEMA,
+    be_stubborn,
+    flood_stderr,
+    template_regex,
+    text_result,
+)
 from mcpvisor.examples._options import (
-    ASK_CLIENT_DESCRIPTION,
-    ASK_CLIENT_SCHEMA,
     CONTROL_TOOLS,
     CRASH_EXIT_CODE,
     TEXT_SCHEMA,
@@ -69,56 +76,6 @@ _KNOWN_METHODS = frozenset(
         "logging/setLevel",
     }
 )
-
-_LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
-
-_CONTROL_SCHEMAS: dict[str, dict[str, object]] = {
-    "set_tools": {
-        "type": "object",
-        "properties": {"names": {"type": "string", "description": "comma-separated tool names"}},
-        "required": ["names"],
-    },
-    "set_prompts": {
-        "type": "object",
-        "properties": {"names": {"type": "string", "description": "comma-separated prompt names"}},
-        "required": ["names"],
-    },
-    "sleep": {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]},
-    "set_resources": {
-        "type": "object",
-        "properties": {"names": {"type": "string", "description": "comma-separated resource URIs"}},
-        "required": ["names"],
-    },
-    "touch_resource": {
-        "type": "object",
-        "properties": {"uri": {"type": "string", "description": "the resource that changed"}},
-        "required": ["uri"],
-    },
-    "pid": {"type": "object", "properties": {}},
-    "ask_client": ASK_CLIENT_SCHEMA,
-    "log": {
-        "type": "object",
-        "properties": {"level": {"type": "string", "enum": list(_LOG_LEVELS)}, "text": {"type": "string"}},
-        "required": ["level", "text"],
-    },
-}
-
-_MIB_SCHEMA: dict[str, object] = {"type": "object", "properties": {"mib": {"type": "number"}}, "required": ["mib"]}
-_BIG_TOOLS = {
-    "blob": "Answer with MIB mebibytes of text (one JSON-RPC line).",
-    "spew": "Write MIB mebibytes to stdout with no newline, and never answer.",
-}
-
-_CONTROL_DESCRIPTIONS = {
-    "set_tools": "Replace the configurable tools and announce the change.",
-    "set_prompts": "Replace the configurable prompts and announce the change.",
-    "set_resources": "Replace the resources and announce the change.",
-    "touch_resource": "Announce that a resource changed to a client subscribed to it.",
-    "sleep": "Sleep for the given number of seconds, then return 'slept'.",
-    "pid": "Return the server's process id.",
-    "ask_client": ASK_CLIENT_DESCRIPTION,
-    "log": "Send a log message at the given level (if the client's level lets it through).",
-}
 
 
 class RequestError(Exception):
@@ -223,7 +180,7 @@ class LightServer:
             self._reply(call_id, {"content": [{"type": "text", "text": text}], "isError": True})
             return
         result = message.get("result")
-        self._reply(call_id, _text_result(answer_text(kind, result if isinstance(result, dict) else {})))
+        self._reply(call_id, text_result(answer_text(kind, result if isinstance(result, dict) else {})))
 
     def _ask_client(self, call_id: object, arguments: dict[str, Any]) -> None:
         kind, text, after = arguments.get("kind"), arguments.get("text", ""), arguments.get("cancel_after")
@@ -246,7 +203,7 @@ class LightServer:
         if asked is not None:
             params = {"requestId": ask_id, "reason": "the server stopped waiting"}
             self.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
-            self._reply(asked[0], _text_result("withdrawn"))
+            self._reply(asked[0], text_result("withdrawn"))
 
     def _handle_request(self, request_id: object, method: str, params: dict[str, Any]) -> None:
         if method not in _KNOWN_METHODS:
@@ -292,7 +249,7 @@ class LightServer:
             self._reply(request_id, self._complete(params))
         elif method == "logging/setLevel":
             level = params.get("level")
-            if level not in _LOG_LEVELS:
+            if level not in LOG_LEVELS:
                 raise RequestError(INVALID_PARAMS, f"unknown log level {level!r}")
             self._log_level = level
             self._reply(request_id, {})
@@ -355,11 +312,11 @@ class LightServer:
             for tool in self._configurable_tools()
         ]
         tools.extend(
-            {"name": tool, "description": _CONTROL_DESCRIPTIONS[tool], "inputSchema": _CONTROL_SCHEMAS[tool]}
+            {"name": tool, "description": CONTROL_DESCRIPTIONS[tool], "inputSchema": CONTROL_SCHEMAS[tool]}
             for tool in self._control_tools()
         )
         if self._options.big:
-            tools.extend({"name": t, "description": d, "inputSchema": _MIB_SCHEMA} for t, d in _BIG_TOOLS.items())
+            tools.extend({"name": t, "description": d, "inputSchema": MIB_SCHEMA} for t, d in BIG_TOOLS.items())
         return tools
 
     def _call_tool(self, request_id: object, params: dict[str, Any]) -> None:
@@ -373,7 +330,7 @@ class LightServer:
             os._exit(CRASH_EXIT_CODE)
         if tool == self._options.hang_on_call:
             return  # never answered; the read loop goes on serving other requests
-        if self._options.big and tool in _BIG_TOOLS:
+        if self._options.big and tool in BIG_TOOLS:
             self._big(request_id, tool, arguments)
         elif self._options.control and tool in self._control_tools():
             meta = params.get("_meta")
@@ -383,7 +340,7 @@ class LightServer:
             text = arguments.get("text", "")
             if not isinstance(text, str):
                 raise RequestError(INVALID_PARAMS, f"tool {tool!r}: argument 'text' must be a string")
-            result = _text_result(tool_text(self._options.name, tool, text))
+            result = text_result(tool_text(self._options.name, tool, text))
             slow = self._options.slow_call
             if slow is not None and slow[0] == tool:
                 threading.Thread(target=self._reply_later, args=(request_id, result, slow[1]), daemon=True).start()
@@ -396,7 +353,7 @@ class LightServer:
         self, request_id: object, tool: str, arguments: dict[str, Any], progress_token: object = None
     ) -> None:
         if tool == "pid":
-            self._reply(request_id, _text_result(str(os.getpid())))
+            self._reply(request_id, text_result(str(os.getpid())))
         elif tool == "ask_client":
             self._ask_client(request_id, arguments)
         elif tool == "sleep":
@@ -408,20 +365,20 @@ class LightServer:
             ).start()
         elif tool == "log":
             level, text = arguments.get("level"), arguments.get("text")
-            if level not in _LOG_LEVELS or not isinstance(text, str):
+            if level not in LOG_LEVELS or not isinstance(text, str):
                 raise RequestError(INVALID_PARAMS, "tool 'log': give a 'level' (debug ... emergency) and a 'text'")
-            sent = self._log_level is None or _LOG_LEVELS.index(level) >= _LOG_LEVELS.index(self._log_level)
+            sent = self._log_level is None or LOG_LEVELS.index(level) >= LOG_LEVELS.index(self._log_level)
             if sent:
                 params = {"level": level, "logger": "light", "data": text}
                 self.send({"jsonrpc": "2.0", "method": "notifications/message", "params": params})
-            self._reply(request_id, _text_result("sent" if sent else "below the level"))
+            self._reply(request_id, text_result("sent" if sent else "below the level"))
         elif tool == "touch_resource":
             uri = arguments.get("uri")
             if not isinstance(uri, str):
                 raise RequestError(INVALID_PARAMS, "tool 'touch_resource': argument 'uri' must be a string")
             if uri in self._subscribed:
                 self.send({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}})
-            self._reply(request_id, _text_result("notified" if uri in self._subscribed else "not subscribed"))
+            self._reply(request_id, text_result("notified" if uri in self._subscribed else "not subscribed"))
         else:
             names = arguments.get("names")
             if not isinstance(names, str):
@@ -429,15 +386,15 @@ class LightServer:
             if tool == "set_tools":
                 self._tools = split_names(names)
                 self._notify("notifications/tools/list_changed")
-                self._reply(request_id, _text_result(",".join(self._configurable_tools())))
+                self._reply(request_id, text_result(",".join(self._configurable_tools())))
             elif tool == "set_resources":
                 self._resources = split_names(names)
                 self._notify("notifications/resources/list_changed")
-                self._reply(request_id, _text_result(",".join(self._resources)))
+                self._reply(request_id, text_result(",".join(self._resources)))
             else:
                 self._prompts = split_names(names)
                 self._notify("notifications/prompts/list_changed")
-                self._reply(request_id, _text_result(",".join(self._prompts)))
+                self._reply(request_id, text_result(",".join(self._prompts)))
 
     def _big(self, request_id: object, tool: str, arguments: dict[str, Any]) -> None:
         mib = arguments.get("mib")
@@ -445,7 +402,7 @@ class LightServer:
             raise RequestError(INVALID_PARAMS, f"tool {tool!r}: argument 'mib' must be a number >= 0")
         size = int(mib * 1024 * 1024)
         if tool == "blob":
-            self._reply(request_id, _text_result("x" * size))
+            self._reply(request_id, text_result("x" * size))
             return
         chunk = b"x" * (1024 * 1024)
         with self._write_lock:
@@ -463,7 +420,7 @@ class LightServer:
         time.sleep(seconds)
         if progress_token is not None:
             self._progress(progress_token, seconds, seconds, "awake")
-        self._reply(request_id, _text_result("slept"))
+        self._reply(request_id, text_result("slept"))
 
     def _reply_later(self, request_id: object, result: dict[str, Any], seconds: float) -> None:
         time.sleep(seconds)
@@ -500,7 +457,7 @@ class LightServer:
         return {"messages": [{"role": "user", "content": {"type": "text", "text": text}}]}
 
     def _template_matches(self, uri: object) -> bool:
-        return isinstance(uri, str) and any(_template_regex(t).fullmatch(uri) for t in self._options.templates)
+        return isinstance(uri, str) and any(template_regex(t).fullmatch(uri) for t in self._options.templates)
 
     def _complete(self, params: dict[str, Any]) -> dict[str, Any]:
         ref, argument = params.get("ref"), params.get("argument")
@@ -514,16 +471,6 @@ class LightServer:
         return {"completion": {"values": [value], "total": 1, "hasMore": False}}
 
 
-def _template_regex(template: str) -> re.Pattern[str]:
-    """A URI template with simple ``{variable}`` expressions as a regular expression (one path segment each)."""
-    parts = re.split(r"\{[^}]*\}", template)
-    return re.compile("[^/]+".join(re.escape(part) for part in parts))
-
-
-def _text_result(text: str) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": text}], "isError": False}
-
-
 def serve(options: Options, stdin: IO[bytes], stdout: IO[bytes]) -> None:
     """Serve one connection until stdin reaches end of file."""
     if options.hang_on_initialize:
@@ -533,32 +480,6 @@ def serve(options: Options, stdin: IO[bytes], stdout: IO[bytes]) -> None:
     server = LightServer(options, stdout)
     for line in iter(stdin.readline, b""):
         server.handle_line(line)
-
-
-def be_stubborn(marker: str | None) -> None:
-    """Ignore SIGTERM, and leave a child in the same process group that ignores it too (its PID is
-    appended to the marker file as well), so only a kill of the whole group ends both."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    pid = os.fork()
-    if pid == 0:
-        os.close(0)
-        os.close(1)
-        while True:
-            time.sleep(60)
-    if marker:
-        with open(marker, "a", encoding="utf-8") as f:
-            f.write(f"{pid} child\n")
-
-
-def flood_stderr() -> None:
-    """Write to stderr as fast as the pipe takes it, forever (a server whose logging ran away)."""
-    line = ("x" * 1000 + "\n").encode()
-    while True:
-        try:
-            sys.stderr.buffer.write(line * 64)
-            sys.stderr.buffer.flush()
-        except OSError:
-            return
 
 
 def main(argv: list[str] | None = None) -> None:
