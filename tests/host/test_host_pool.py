@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.host.host import Host, HostOptions
 from tests.helpers import LIGHT, marker_pids, wait_until
@@ -40,3 +42,20 @@ async def test_two_workspaces_share_the_users_server_and_keep_their_project_serv
             await two.decide("p", "approve")
             assert len(marker_pids(proj)) == 1
             assert one.config.manager.get_client("p") is None
+
+
+async def test_a_host_and_a_pool_run_once_and_say_so_when_used_outside_async_with(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    host = Host(HostOptions(env=layout.env, workspace=layout.root, watch=False))
+    with pytest.raises(RuntimeError, match="the host is not running: use it inside `async with`"):
+        host.config  # noqa: B018 - the property is what is tested
+    async with host:
+        assert host.config.tool_registry.names() == frozenset()
+        with pytest.raises(RuntimeError, match="this Host was already entered; create a new one"):
+            await host.__aenter__()
+    with pytest.raises(RuntimeError, match="this Host was already entered"):
+        async with host:
+            pass
+    async with McpConnectionPool() as pool:
+        with pytest.raises(RuntimeError, match="this McpConnectionPool was already entered"):
+            await pool.__aenter__()

@@ -11,7 +11,7 @@ from mcpvisor.core.gating import McpGating
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.settings.mcp_servers import AssembledServers, ServerSource
-from mcpvisor.host.status import LiveServer, ServerView, describe_servers
+from mcpvisor.host.status import LiveConnection, ServerView, describe_servers
 from mcpvisor.shell.views import render_status
 
 
@@ -44,8 +44,8 @@ def test_every_state_reads_as_its_reason_in_priority_order(tmp_path: Path) -> No
     store.reject(tmp_path / "ws", "nope", servers["nope"])
     gating = McpGating(excluded=("off",), allowed=("ok", "broken", "off", "new", "nope"), pending=("new", "nope"))
     live = {
-        "ok": LiveServer("connected", 3, 1, None, "/logs/ok.log"),
-        "broken": LiveServer("disconnected", 0, 0, "process exited with code 1", "/logs/broken.log"),
+        "ok": LiveConnection("connected", 3, 1, None, "/logs/ok.log"),
+        "broken": LiveConnection("disconnected", 0, 0, "process exited with code 1", "/logs/broken.log"),
     }
     rows = describe_servers(AssembledServers(servers, sources), gating, store, tmp_path / "ws", live=live)
     text = render(rows)
@@ -66,7 +66,7 @@ def test_every_state_reads_as_its_reason_in_priority_order(tmp_path: Path) -> No
 def test_a_server_that_wants_credentials_reads_needs_authentication(tmp_path: Path) -> None:
     servers = {"r": McpServerConfig(http_url="https://example.com/mcp")}
     sources = {"r": ServerSource("User", "user", tmp_path / "s.json")}
-    live = {"r": LiveServer("disconnected", 0, 0, "the server needs authentication", None, needs_auth=True)}
+    live = {"r": LiveConnection("disconnected", 0, 0, "the server needs authentication", None, needs_auth=True)}
     rows = describe_servers(
         AssembledServers(servers, sources), McpGating(), ApprovalStore(tmp_path / "a.json"), tmp_path, live=live
     )

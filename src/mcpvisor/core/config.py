@@ -111,6 +111,7 @@ class Config(StackOwner):
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> Config:
+        self._enter_once()
         async with AsyncExitStack() as stack:
             tg = await stack.enter_async_context(anyio.create_task_group())
             self._manager = McpClientManager(

@@ -81,6 +81,9 @@ Listener: TypeAlias = Callable[[McpEvent], None]
 
 
 class EventBus:
+    """Synchronous publish/subscribe of :data:`McpEvent` within one session: a listener runs in the
+    emitter's step and must not block; one that raises is logged and never stops the others."""
+
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
 

@@ -57,6 +57,10 @@ def _refine(name: str, reason: str, rejected: frozenset[str]) -> str:
 
 
 class McpClientManager:
+    """The live connections of one session and the incremental reconcile that keeps them in line with the
+    desired servers (SPEC §5.3): only what changed is stopped, started or re-filtered; a failing server
+    never takes the others down; lost ones reconnect with back-off."""
+
     def __init__(
         self,
         config: DesiredServers,
@@ -126,16 +130,9 @@ class McpClientManager:
         """Bring the live connections in line with the config, touching only what changed."""
         if self._closed or not self._config.is_trusted_folder():
             return ReconcileFinished()
-        if self._pool is not None:
-            return await self.run_discover_all_mcp_tools_via_pool()
-        return await self._apply_plan()
-
-    async def run_discover_all_mcp_tools_via_pool(self) -> ReconcileFinished:
-        """The pool path (SPEC §5.5). The plan decides gating first: an excluded or pending server
-        never reaches ``acquire``, so a hot reload in daemon mode cannot start an unapproved server.
-        Held leases whose name is gone or whose connection id changed are released; the rest acquired."""
-        if self._closed or not self._config.is_trusted_folder():
-            return ReconcileFinished()
+        # With a pool (SPEC §5.5) the same plan applies: gating is decided first, so an excluded or pending
+        # server never reaches ``acquire`` and a hot reload in daemon mode cannot start an unapproved one;
+        # held leases whose name is gone or whose connection id changed are released, the rest acquired.
         return await self._apply_plan()
 
     async def _apply_plan(self) -> ReconcileFinished:

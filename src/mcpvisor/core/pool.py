@@ -63,6 +63,10 @@ class _Entry:
 
 
 class McpConnectionPool:
+    """Connections shared by the hosts of one process (one per workspace or client, SPEC §5.5): a server
+    configured identically (the same connection id) in several sessions runs once; each session holds a
+    lease, and the last release stops it. Enter it (``async with``) before the hosts that use it; runs once."""
+
     def __init__(
         self,
         *,
@@ -82,8 +86,12 @@ class McpConnectionPool:
         self._tg_cm: anyio.abc.TaskGroup | None = None
         self.start_count = 0
         """Connections opened in total (for tests and benchmarks)."""
+        self._entered = False
 
     async def __aenter__(self) -> McpConnectionPool:
+        if self._entered:
+            raise RuntimeError("this McpConnectionPool was already entered; create a new one to run it again")
+        self._entered = True
         tg = anyio.create_task_group()
         self._tg = await tg.__aenter__()
         self._tg_cm = tg

@@ -162,6 +162,7 @@ class Gateway(StackOwner):
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> Gateway:
+        self._enter_once()
         async with AsyncExitStack() as stack:
             tg = await stack.enter_async_context(anyio.create_task_group())
             self._tg = tg

@@ -51,7 +51,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from mcpvisor.core.errors import ConfigError
-from mcpvisor.core.lifecycle import StackOwner
+from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.gateway.http import (
     DEFAULT_HTTP_LIMITS,
@@ -153,6 +153,7 @@ class WorkspaceGateway(StackOwner):
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> WorkspaceGateway:
+        self._enter_once()
         async with AsyncExitStack() as stack:
             log_dir = self._options.log_dir or paths.log_dir(self._options.env)
             # Connections are shared between workspaces: their size limit is the gateway's own workspace's.
@@ -188,14 +189,11 @@ class WorkspaceGateway(StackOwner):
     @property
     def default(self) -> Host:
         """The host of the gateway's own workspace (clients without the header)."""
-        host = self._workspaces[self._default_root].host
-        assert host is not None, "the gateway is not running"
-        return host
+        return running(self._workspaces[self._default_root].host, "gateway")
 
     @property
     def pool(self) -> McpConnectionPool:
-        assert self._pool is not None, "the gateway is not running"
-        return self._pool
+        return running(self._pool, "gateway")
 
     def workspaces(self) -> dict[Path, Host]:
         """Workspace root -> host, for every workspace open and serving."""

@@ -25,7 +25,7 @@ import anyio
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import McpEvent
-from mcpvisor.core.lifecycle import StackOwner
+from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host import paths
@@ -57,7 +57,7 @@ from mcpvisor.host.pins import (
 from mcpvisor.host.settings.loader import Settings, SettingsError, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
 from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier
-from mcpvisor.host.status import LiveServer, ServerView, describe_servers
+from mcpvisor.host.status import LiveConnection, ServerView, describe_servers
 from mcpvisor.host.watcher import RestartRequired, SettingsChanged, SettingsOk, SettingsWatcher
 
 __all__ = ["Host", "HostEvent", "HostOptions", "Ready", "SettingsWarning"]
@@ -90,6 +90,11 @@ HostEvent: TypeAlias = (
 
 @dataclass(frozen=True)
 class HostOptions:
+    """How a :class:`Host` runs: the environment it reads (``env``: settings paths, ``MCPVISOR_HOME``,
+    ``${VAR}`` values), the workspace (default: the current folder), the command line's ``--mcp-config``
+    files and start-up ceiling, servers of this session only, whether to watch the settings files, and the
+    connection limits. Only ``env`` is required."""
+
     env: Mapping[str, str]
     workspace: Path | None = None
     mcp_config: Sequence[Path] = ()
@@ -114,6 +119,11 @@ class HostOptions:
 
 
 class Host(StackOwner):
+    """A running session that follows its settings files (SPEC §0): enter it (``async with``) to load the
+    settings, start what they admit and watch them; every save reconciles only what changed. Read it
+    through :attr:`config` (registries, calls), :attr:`state`, :meth:`server_views` and :attr:`lsp`;
+    :meth:`subscribe` to hear what happens; decide on gated servers with :meth:`decide`. Runs once."""
+
     def __init__(self, options: HostOptions) -> None:
         self.options = options
         self._listeners: list[Callable[[HostEvent], None]] = []
@@ -134,29 +144,24 @@ class Host(StackOwner):
 
     @property
     def settings(self) -> Settings:
-        assert self._settings is not None, "the host is not running"
-        return self._settings
+        return running(self._settings, "host")
 
     @property
     def config(self) -> Config:
-        assert self._config is not None, "the host is not running"
-        return self._config
+        return running(self._config, "host")
 
     @property
     def approvals(self) -> ApprovalStore:
-        assert self._approvals is not None, "the host is not running"
-        return self._approvals
+        return running(self._approvals, "host")
 
     @property
     def state(self) -> DesiredState:
-        assert self._state is not None, "the host is not running"
-        return self._state
+        return running(self._state, "host")
 
     @property
     def lsp(self) -> LspSession:
         """The language servers of this session (:mod:`mcpvisor.host.lsp`)."""
-        assert self._lsp is not None, "the host is not running"
-        return self._lsp
+        return running(self._lsp, "host")
 
     @property
     def root(self) -> Path:
@@ -176,6 +181,7 @@ class Host(StackOwner):
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> Host:
+        self._enter_once()
         opts = self.options
         env = opts.env
         async with AsyncExitStack() as stack:
@@ -415,10 +421,10 @@ class Host(StackOwner):
         return reason
 
     def server_views(self) -> list[ServerView]:
-        live: dict[str, LiveServer] = {}
+        live: dict[str, LiveConnection] = {}
         for name, client in self.config.manager.clients().items():
             held = self.config.manager.held(name)
-            live[name] = LiveServer(
+            live[name] = LiveConnection(
                 status=client.status,
                 tools=len(self.config.tool_registry.tools_of(name)),
                 prompts=len(self.config.prompt_registry.prompts_of(name)),

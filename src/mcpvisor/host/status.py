@@ -22,7 +22,7 @@ from mcpvisor.host.settings.mcp_servers import SOURCE_ORDER, AssembledServers
 __all__ = [
     "APPROVE_HINT",
     "LOGIN_HINT",
-    "LiveServer",
+    "LiveConnection",
     "ServerState",
     "ServerView",
     "describe_servers",
@@ -47,7 +47,7 @@ ServerState = Literal[
 
 
 @dataclass(frozen=True, slots=True)
-class LiveServer:
+class LiveConnection:
     """What a running host knows about one connection."""
 
     status: str
@@ -99,7 +99,7 @@ def describe_servers(
     approvals: ApprovalStore,
     root: str | os.PathLike[str],
     *,
-    live: Mapping[str, LiveServer] | None = None,
+    live: Mapping[str, LiveConnection] | None = None,
     trusted: bool = True,
     sign_ins: Mapping[str, str] | None = None,
     held: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] | None = None,
