@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import dataclasses
+import re
 from typing import Any
 
 import pytest
 
+from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.oauth_settings import OAuthSettings, oauth_settings
 from mcpvisor.host.settings.schema import (
+    SERVER_ENTRY_JSON_SCHEMA,
     SETTINGS_SCHEMA,
     flatten_schema,
     is_restart_required_key,
@@ -130,3 +135,60 @@ def test_the_json_schema_validates_settings_documents(document: dict[str, Any], 
     jsonschema = pytest.importorskip("jsonschema")
     validator = jsonschema.Draft202012Validator(settings_json_schema())
     assert validator.is_valid(document) is valid
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"([A-Z])", r"_\1", key).lower()
+
+
+def test_the_editor_schema_of_a_server_entry_is_the_model_field_by_field() -> None:
+    """Every field of ``McpServerConfig`` a user writes is in the schema, under the spelling the README
+    uses, and every property of the schema is one the model (or the oauth block) reads."""
+    properties = SERVER_ENTRY_JSON_SCHEMA["properties"]
+    set_by_the_host = {"scope", "extension_name"}  # where an entry came from: never written by people
+    read = {_snake(key) for key in properties} - {"type", "oauth"}
+    assert read == set(McpServerConfig.model_fields) - set_by_the_host
+    entry = McpServerConfig.model_validate(_EXAMPLE_ENTRY)  # the README's spellings, all understood
+    assert set(entry.model_extra or {}) == {"oauth"}
+    assert (entry.http_url, entry.discovery_timeout_ms, entry.max_message_bytes) == (
+        "https://mcp.example.test/mcp",
+        5000,
+        2048,
+    )
+
+
+_EXAMPLE_ENTRY: dict[str, Any] = {
+    "httpUrl": "https://mcp.example.test/mcp",
+    "headers": {"X-Team": "a"},
+    "timeout": 60000,
+    "discoveryTimeoutMs": 5000,
+    "trust": False,
+    "description": "d",
+    "includeTools": ["a"],
+    "excludeTools": ["b"],
+    "shared": True,
+    "maxMessageBytes": 2048,
+    "oauth": {"clientId": "c"},
+}
+
+
+def test_the_oauth_block_of_the_schema_is_what_the_host_reads_field_by_field() -> None:
+    oauth = SERVER_ENTRY_JSON_SCHEMA["properties"]["oauth"]["properties"]
+    assert {_snake(key) for key in oauth} == {f.name for f in dataclasses.fields(OAuthSettings)}
+    block = {
+        "clientId": "c",
+        "clientSecret": "s",
+        "scopes": ["a", "b"],
+        "callbackPort": 8123,
+        "tokenEndpointAuthMethod": "client_secret_post",
+        "clientMetadataUrl": "https://client.example.test/meta.json",
+        "grant": "client_credentials",
+        "privateKeyFile": "/k.pem",
+        "signingAlgorithm": "ES256",
+        "issuer": "https://as.example.test",
+        "idp": {"tokenEndpoint": "https://idp.example.test/token", "idToken": "t"},
+    }
+    assert set(block) == set(oauth)
+    settings = oauth_settings("r", McpServerConfig.model_validate({"httpUrl": "https://x.test/mcp", "oauth": block}))
+    for key in block:  # every key of the schema is read into its field
+        assert getattr(settings, _snake(key)) != getattr(OAuthSettings(), _snake(key)), key

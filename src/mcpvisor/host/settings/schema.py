@@ -14,6 +14,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mcpvisor.host.oauth_settings import GRANTS, SIGNING_ALGORITHMS, TOKEN_ENDPOINT_AUTH_METHODS
+
 __all__ = [
     "SETTINGS_SCHEMA",
     "SERVER_ENTRY_JSON_SCHEMA",
@@ -89,7 +91,7 @@ SERVER_ENTRY_JSON_SCHEMA: dict[str, Any] = {
                 },
                 "callbackPort": {"type": "integer", "description": "A fixed loopback port for the redirect."},
                 "tokenEndpointAuthMethod": {
-                    "enum": ["client_secret_basic", "client_secret_post", "none"],
+                    "enum": list(TOKEN_ENDPOINT_AUTH_METHODS),
                     "description": "Force how the secret is sent (default: what the server lists, else Basic).",
                 },
                 "clientMetadataUrl": {
@@ -98,11 +100,11 @@ SERVER_ENTRY_JSON_SCHEMA: dict[str, Any] = {
                     "server supports it.",
                 },
                 "grant": {
-                    "enum": ["authorization_code", "client_credentials", "identity_assertion"],
+                    "enum": list(GRANTS),
                     "description": "authorization_code: a person signs in (default); the others: no login.",
                 },
                 "privateKeyFile": {"type": "string", "description": "client_credentials with private_key_jwt."},
-                "signingAlgorithm": {"enum": ["RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256"]},
+                "signingAlgorithm": {"enum": list(SIGNING_ALGORITHMS)},
                 "issuer": {"type": "string", "description": "The authorization server a machine client belongs to."},
                 "idp": {
                     "type": "object",
