@@ -79,6 +79,15 @@ class Terminal:
         assert text in shown, f"{text!r} never shown; the terminal showed:\n{plain(self.output)}"
         return shown
 
+    async def answered(self, text: str, since: int, prompt: str = "mcp>") -> str:
+        """Wait for ``text``, then for the prompt drawn again after it (the next keys go to the editor)."""
+        shown = await self.expect(text, since)
+        with anyio.move_on_after(WAIT_S):
+            while prompt not in shown[shown.index(text) + len(text) :] and await self._read():
+                shown = plain(self.output[since:])
+        assert prompt in shown[shown.index(text) + len(text) :], f"no prompt after {text!r}:\n{shown}"
+        return shown
+
     def type(self, keys: str) -> int:
         """Type ``keys``; returns the output mark from before them."""
         mark = self.mark()
@@ -138,14 +147,14 @@ async def test_completion_history_and_output_above_the_prompt_at_a_real_terminal
         since = t.type(f" mcp__alpha__ec{TAB}")
         await t.expect("mcp__alpha__echo", since)
         since = t.type(' {"text": "hi"}\r')
-        await t.expect("alpha:echo:hi", since)
+        await t.answered("alpha:echo:hi", since)
 
         # Output that arrives while a line is half typed goes above the prompt; the line is kept.
         since = t.type("/to")
         save(layout.paths.user, {"mcpServers": {**user["mcpServers"], "beta": server("beta")}})
         await t.expect("beta", since)
         since = t.type("ols\r")
-        listed = await t.expect("mcp__beta__echo", since)
+        listed = await t.answered("mcp__beta__echo", since)
         assert "Commands start with" not in listed  # '/to' + 'ols' ran as /tools
 
         # A project server added mid-session opens the dialog; the prompt turns into the question's.
@@ -153,20 +162,20 @@ async def test_completion_history_and_output_above_the_prompt_at_a_real_terminal
         save(layout.paths.project, {"mcpServers": {"proj": server("proj")}})
         await t.expect("[a/A/r/s]> ", since)
         since = t.type("a\r")
-        await t.expect("approved proj", since)
+        await t.answered("approved proj", since)
 
         # Ctrl-C cancels a running call (the terminal is cooked again while a command runs).
         since = t.type("/call mcp__alpha__slow\r")
         await t.expect("still waiting for mcp__alpha__slow", since)
         since = t.type(CTRL_C)
-        await t.expect("cancelled", since)
+        await t.answered("cancelled", since)
 
         # Up recalls the last slash command (the dialog's answer 'a' is not kept).
         since = t.type(UP)
         await t.expect("/call mcp__alpha__slow", since)
         t.type("\x15")  # Ctrl-U empties the line; Up goes on from where the history was
         since = t.type(f"{UP}\r")
-        await t.expect("mcp__proj__echo", since)  # /tools again
+        await t.answered("mcp__proj__echo", since)  # /tools again
         t.type(CTRL_D)
         assert await t.exit_code() == 0
 
@@ -180,7 +189,7 @@ async def test_completion_history_and_output_above_the_prompt_at_a_real_terminal
         since = t.type(f"{CTRL_R}echo")
         await t.expect('/call mcp__alpha__echo {"text": "hi"}', since)
         since = t.type("\r")
-        await t.expect("alpha:echo:hi", since)
+        await t.answered("alpha:echo:hi", since)
         since = t.type(CTRL_C)
         await t.expect("press Ctrl-C again to leave", since)
         t.type(CTRL_C)

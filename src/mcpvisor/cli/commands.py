@@ -20,6 +20,7 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host import paths
 from mcpvisor.host.approvals import ApprovalStore, is_gated
+from mcpvisor.host.decisions import Verdict
 from mcpvisor.host.hot_reload import DesiredState, compute_desired_state
 from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted_folders
 from mcpvisor.host.settings.mcp_servers import load_top_tier
@@ -126,64 +127,49 @@ def decide(
     env: Mapping[str, str],
     workspace: Path | None,
     name: str,
-    decision: str,
+    decision: Verdict,
     confirm: Callable[[str], bool] | None = None,
 ) -> None:
     """Approve or reject server ``name``. Definitions it changed since approval are shown first and accepted
     only when ``confirm`` says yes (``None``: accepted without asking, ``--yes``)."""
+    from mcpvisor.host.decisions import decide
+    from mcpvisor.host.pins import PinStore, changes_since_approval, pin_mode_of
+
     settings, approvals, state = load_state(env, workspace)
     cfg = _configured(settings, state, name, decision)
-    if decision == "approve" and _accept_changed_definitions(env, settings, state, name, cfg, confirm):
-        if not is_gated(cfg) or approvals.get_state(settings.root, name, cfg) == "approved":
-            return
-    if not is_gated(cfg):
-        raise ConfigError(
-            f"cannot {decision} server {name!r}: it comes from your own settings "
-            f"({state.assembled.sources[name].label}), which need no approval; "
-            "only project (.mcp.json) and workspace servers are approved"
+    source = state.assembled.sources[name]
+    pins, pin_mode = PinStore(paths.pins_path(env)), pin_mode_of(settings)[0]
+    changes = changes_since_approval(pins, settings.root, name, cfg, pin_mode) if decision == "approve" else []
+    console = new_console(highlight=False)
+    if changes:
+        console.print(
+            f"Server [bold]{name}[/] ({source.label}, {source.path}) changed {plural(len(changes), 'definition')} "
+            "since approval:"
         )
-    if approvals.error:
-        raise ConfigError(approvals.error)
-    source = state.assembled.sources[name]
-    console = new_console(highlight=False)
-    console.print(f"Server [bold]{name}[/] ({source.label}, {source.path})")
-    _show_config(console, cfg)
-    if decision == "approve":
-        approvals.approve(settings.root, name, cfg)
-        console.print(f"[green]Approved[/] for {settings.root}. A running mcpvisor connects it now.")
-    else:
-        approvals.reject(settings.root, name, cfg)
-        console.print(f"[red]Rejected[/] for {settings.root}. It stays disconnected until its configuration changes.")
-
-
-def _accept_changed_definitions(
-    env: Mapping[str, str],
-    settings: Settings,
-    state: DesiredState,
-    name: str,
-    cfg: McpServerConfig,
-    confirm: Callable[[str], bool] | None,
-) -> bool:
-    """Show the tool and prompt definitions of ``name`` held since approval, then accept them if ``confirm``
-    agrees; whether there were any. Declined: :class:`ConfigError` saying nothing changed."""
-    from mcpvisor.host.pins import PinStore, accept_held, changes_since_approval, pin_mode_of
-
-    store = PinStore(paths.pins_path(env))
-    changes = changes_since_approval(store, settings.root, name, cfg, pin_mode_of(settings)[0])
-    if not changes:
-        return False
-    source = state.assembled.sources[name]
-    console = new_console(highlight=False)
-    console.print(
-        f"Server [bold]{name}[/] ({source.label}, {source.path}) changed {plural(len(changes), 'definition')} "
-        "since approval:"
+        render_definition_changes(console, changes)
+        if confirm is not None and not confirm(f"Accept what {name} offers now?"):
+            raise ConfigError(f"nothing was changed: {name}'s changed definitions stay held (--yes accepts them)")
+    approved = approvals.get_state(settings.root, name, cfg) == "approved"
+    if is_gated(cfg) and not (changes and approved):
+        console.print(f"Server [bold]{name}[/] ({source.label}, {source.path})")
+        _show_config(console, cfg)
+    decided = decide(
+        approvals,
+        pins,
+        settings.root,
+        name,
+        cfg,
+        decision,
+        pin_mode=pin_mode,
+        shown_hash=cfg.approval_hash,
+        source=source.label,
     )
-    render_definition_changes(console, changes)
-    if confirm is not None and not confirm(f"Accept what {name} offers now?"):
-        raise ConfigError(f"nothing was changed: {name}'s changed definitions stay held (--yes accepts them)")
-    accept_held(store, settings.root, name, cfg)
-    console.print(f"[green]Accepted[/] what {name} offers now. A running mcpvisor serves it at once.")
-    return True
+    if decided.accepted:
+        console.print(f"[green]Accepted[/] what {name} offers now. A running mcpvisor serves it at once.")
+    if decided.recorded and decision == "approve":
+        console.print(f"[green]Approved[/] for {settings.root}. A running mcpvisor connects it now.")
+    elif decided.recorded:
+        console.print(f"[red]Rejected[/] for {settings.root}. It stays disconnected until its configuration changes.")
 
 
 def _remote_server(

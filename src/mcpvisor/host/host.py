@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TypeAlias
 
@@ -30,6 +31,7 @@ from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host import paths
 from mcpvisor.host.approvals import ApprovalStore, is_gated
+from mcpvisor.host.decisions import Decided, Verdict, decide
 from mcpvisor.host.hot_reload import (
     DesiredState,
     HotReloadEvent,
@@ -50,7 +52,6 @@ from mcpvisor.host.pins import (
     PinGate,
     PinMode,
     PinStore,
-    accept_held,
     changes_since_approval,
     pin_mode_of,
 )
@@ -360,24 +361,43 @@ class Host(StackOwner):
         except ConfigError:
             return []
 
-    async def decide(self, name: str, decision: str) -> McpServerConfig:
-        """Approve or reject a gated server, then reconcile (approve connects it). Approving a server whose
-        definitions changed since approval accepts what it offers now (the shell showed the change)."""
-        cfg = self.state.assembled.servers.get(name)
+    async def decide(
+        self,
+        name: str,
+        decision: Verdict,
+        *,
+        shown_hash: str | None = None,
+        on_decided: Callable[[Decided], None] | None = None,
+    ) -> Decided:
+        """Approve or reject a server (:func:`mcpvisor.host.decisions.decide`: ``shown_hash`` is the
+        approval hash of the configuration the person saw), then follow it: accepted definitions are
+        served at once, a recorded verdict is reconciled (approving connects the server). ``on_decided``
+        hears the outcome once it is written, before the reconcile says what it did."""
+        state = self.state
+        cfg = state.assembled.servers.get(name)
         if cfg is None:
             raise ConfigError(f"cannot {decision} server {name!r}: no such server is configured")
-        if decision == "approve" and self.held_changes(name):
-            await anyio.to_thread.run_sync(accept_held, self.pins, self.root, name, cfg)
+        decided = await anyio.to_thread.run_sync(
+            partial(
+                decide,
+                self.approvals,
+                self.pins,
+                self.root,
+                name,
+                cfg,
+                decision,
+                pin_mode=self._pin_mode,
+                shown_hash=shown_hash,
+                source=state.assembled.sources[name].label,
+            )
+        )
+        if on_decided is not None:
+            on_decided(decided)
+        if decided.accepted:
             self.config.refresh_definitions()
-            if not is_gated(cfg) or self.approvals.get_state(self.root, name, cfg) == "approved":
-                return cfg
-        if not is_gated(cfg):
-            raise ConfigError(f"cannot {decision} server {name!r}: it is not a project or workspace server")
-        store = self.approvals
-        action = store.approve if decision == "approve" else store.reject
-        await anyio.to_thread.run_sync(action, self.root, name, cfg)
-        await self._reconcile()
-        return cfg
+        if decided.recorded:
+            await self._reconcile()
+        return decided
 
     async def sign_in(
         self,

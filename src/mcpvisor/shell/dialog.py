@@ -12,8 +12,8 @@ from collections.abc import Collection
 from rich.console import Console
 from rich.text import Text
 
-from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.approvals import is_gated
+from mcpvisor.host.decisions import ChangedSinceShown, Decided, Verdict
 from mcpvisor.host.host import Host
 from mcpvisor.host.hot_reload import strictly_promptable
 from mcpvisor.host.lsp.config import LSP_KEY_PREFIX
@@ -135,36 +135,33 @@ class ApprovalDialog:
         state = self.host.state
         return approval_request(key, state.assembled.servers[key], state.assembled.sources[key])
 
-    async def decide(self, name: str, decision: str, *, shown_hash: str | None = None) -> None:
-        """Persist a decision and reconcile. With ``shown_hash``, only for the configuration shown.
-        ``lsp:NAME`` decides on a language server."""
+    async def decide(self, name: str, decision: Verdict, *, shown_hash: str | None = None) -> None:
+        """Persist a decision and reconcile, only for the configuration shown (``shown_hash``; None: as it
+        is now). ``lsp:NAME`` decides on a language server."""
         if name.startswith(LSP_KEY_PREFIX):
             await self._decide_lsp(name, decision, shown_hash)
             return
-        cfg = self.host.state.assembled.servers.get(name)
-        if cfg is None or not is_gated(cfg):
-            await self.host.decide(name, decision)  # raises ConfigError saying why it cannot be decided
-            return
-        if self.host.approvals.error:
-            raise ConfigError(self.host.approvals.error)
-        if shown_hash is not None and cfg.approval_hash != shown_hash:
-            self._queue.discard(name)
-            self.console.print(
-                Text(f"✗ {name} not {decision}d: its configuration changed after it was shown", style="yellow")
-            )
-            self.refresh(announced=[name])  # show the new configuration, if it still waits
-            return
-        self._queue.discard(name)
-        if decision == "approve":
-            self.console.print(Text(f"✓ approved {name} — connecting", style="green"))
-        else:
-            self._gated[name] = "rejected"  # said here; the reconcile summary need not repeat it
-            self.console.print(
-                Text(f"✗ rejected {name} — it stays disconnected until its configuration changes", style="red")
-            )
-        await self.host.decide(name, decision)
 
-    async def _decide_lsp(self, key: str, decision: str, shown_hash: str | None) -> None:
+        def said(decided: Decided) -> None:
+            self._queue.discard(name)
+            if decided.recorded and decision == "approve":
+                self.console.print(Text(f"✓ approved {name} — connecting", style="green"))
+            elif decided.recorded:
+                self._gated[name] = "rejected"  # said here; the reconcile summary need not repeat it
+                self.console.print(
+                    Text(f"✗ rejected {name} — it stays disconnected until its configuration changes", style="red")
+                )
+            else:
+                self.console.print(Text(f"✓ accepted what {name} offers now", style="green"))
+
+        try:
+            await self.host.decide(name, decision, shown_hash=shown_hash, on_decided=said)
+        except ChangedSinceShown as exc:
+            self._queue.discard(name)
+            self.console.print(Text(f"✗ {exc}", style="yellow"))
+            self.refresh(announced=[name])  # show the new configuration, if it still waits
+
+    async def _decide_lsp(self, key: str, decision: Verdict, shown_hash: str | None) -> None:
         name = key.removeprefix(LSP_KEY_PREFIX)
         cfg = self.host.lsp.state.servers.get(name)
         if cfg is not None and is_gated(cfg) and shown_hash is not None and cfg.approval_hash != shown_hash:

@@ -25,7 +25,9 @@ from rich.text import Text
 
 from mcpvisor.core.errors import McpvisorError
 from mcpvisor.core.events import PromptsChanged, ReconcileFinished
+from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import is_gated
+from mcpvisor.host.decisions import Verdict
 from mcpvisor.host.host import Host, HostEvent, HostOptions
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpPromptsChanged
 from mcpvisor.host.lsp.config import LSP_KEY_PREFIX
@@ -423,7 +425,7 @@ class ShellSession:
         await self._decide_by_command("reject", argument)
         return False
 
-    async def _decide_by_command(self, decision: str, argument: str) -> None:
+    async def _decide_by_command(self, decision: Verdict, argument: str) -> None:
         name, rest = split_name(argument)
         if not name or rest:
             raise ArgumentError(f"usage: /{decision} NAME (lsp:NAME for a language server)")
@@ -447,15 +449,14 @@ class ShellSession:
                 Text(f"{name} changed {plural(len(changes), 'definition')} since approval:", style="bold")
             )
             render_definition_changes(self.console, changes)
-            if not is_gated(cfg) or self.host.approvals.get_state(self.host.root, name, cfg) == "approved":
-                await self.host.decide(name, decision)
-                self.console.print(Text(f"✓ accepted what {name} offers now", style="green"))
-                return
-        if cfg is not None:
+        if cfg is not None and is_gated(cfg) and not (changes and self._approved(name, cfg)):
             request = approval_request(name, cfg, state.assembled.sources[name])
             render_approval_request(self.console, request, intro=f"({decision})")
-        await self.dialog.decide(name, decision)
+        await self.dialog.decide(name, decision, shown_hash=cfg.approval_hash if cfg is not None else None)
         self.dialog.ask_next()
+
+    def _approved(self, name: str, cfg: McpServerConfig) -> bool:
+        return self.host.approvals.get_state(self.host.root, name, cfg) == "approved"
 
     async def _cmd_login(self, argument: str) -> bool:
         name, rest = split_name(argument)

@@ -1,0 +1,89 @@
+"""Deciding on a server, in one place for every front end: ``mcpvisor mcp approve|reject``, the shell's
+``/approve`` and ``/reject`` and its approval dialog, and a library :class:`~mcpvisor.host.host.Host`
+(SPEC §7 "Approve/Reject").
+
+What a person decides on is what they were shown: :func:`decide` takes the approval hash of the
+configuration that was shown and compares it with the configuration as it is now right beside the
+write, with nothing in between that could let the configuration change; when they differ nothing is
+written (:class:`ChangedSinceShown`) and the person is shown the new configuration. Approving a
+server whose tool or prompt definitions changed since approval accepts what it offers now
+(:mod:`mcpvisor.host.pins`); when its configuration needs no approval or is approved already, that
+is the whole decision.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.approvals import ApprovalStore, is_gated
+from mcpvisor.host.pins import Change, PinMode, PinStore, accept_held, changes_since_approval
+
+__all__ = ["ChangedSinceShown", "Decided", "Verdict", "decide"]
+
+Verdict = Literal["approve", "reject"]
+
+
+class ChangedSinceShown(ConfigError):
+    """The server's configuration changed after it was shown: nothing was decided."""
+
+    def __init__(self, name: str, verdict: str) -> None:
+        super().__init__(f"{name} not {verdict}d: its configuration changed after it was shown")
+        self.name = name
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    recorded: bool
+    """The approvals store now holds the verdict for this exact configuration (a reconcile follows)."""
+    accepted: tuple[Change, ...] = ()
+    """Tool and prompt definitions held since approval that were accepted (approving only)."""
+
+
+def decide(
+    approvals: ApprovalStore,
+    pins: PinStore,
+    root: str | os.PathLike[str],
+    name: str,
+    cfg: McpServerConfig,
+    verdict: Verdict,
+    *,
+    pin_mode: PinMode,
+    shown_hash: str | None = None,
+    source: str | None = None,
+) -> Decided:
+    """Decide on server ``name``, configured now as ``cfg``, for the project at ``root`` (blocking file I/O).
+
+    ``shown_hash``: the approval hash of the configuration the person was shown (None: ``cfg`` is what
+    was shown). ``source`` names where the server comes from, for the refusal of one that needs no
+    approval. Raises :class:`ChangedSinceShown`, or :class:`ConfigError` saying why it cannot be decided
+    (needs no approval, the store cannot be read or written)."""
+    if shown_hash is not None and cfg.approval_hash != shown_hash:
+        raise ChangedSinceShown(name, verdict)
+    accepted: tuple[Change, ...] = ()
+    if verdict == "approve" and _held(pins, root, name, cfg, pin_mode):
+        accepted = tuple(accept_held(pins, root, name, cfg))
+        if not is_gated(cfg) or approvals.get_state(root, name, cfg) == "approved":
+            return Decided(recorded=False, accepted=accepted)
+    if not is_gated(cfg):
+        origin = f"it comes from {source}, and those" if source else "servers of your own settings"
+        raise ConfigError(
+            f"cannot {verdict} server {name!r}: it is not a project or workspace server — {origin} need no "
+            "approval; only project (.mcp.json) and workspace servers are approved"
+        )
+    if approvals.error:
+        raise ConfigError(approvals.error)
+    (approvals.approve if verdict == "approve" else approvals.reject)(root, name, cfg)
+    return Decided(recorded=True, accepted=accepted)
+
+
+def _held(pins: PinStore, root: str | os.PathLike[str], name: str, cfg: McpServerConfig, mode: PinMode) -> bool:
+    """Whether definitions of ``name`` are held since approval. A pin store that cannot be read holds
+    everything of a pinned server (and says so in the status); it never stands in the way of a verdict."""
+    try:
+        return bool(changes_since_approval(pins, root, name, cfg, mode))
+    except ConfigError:
+        return False

@@ -1,0 +1,45 @@
+"""One place decides on a server for every front end: what was shown is what is decided, checked beside the
+write; a server of one's own settings needs no decision."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.approvals import ApprovalStore
+from mcpvisor.host.decisions import ChangedSinceShown, decide
+from mcpvisor.host.pins import PinStore
+
+
+def entry(scope: str | None, *args: str) -> McpServerConfig:
+    return McpServerConfig.model_validate({"command": sys.executable, "args": ["-m", "x", *args], "scope": scope})
+
+
+def test_a_verdict_counts_only_for_the_configuration_that_was_shown(tmp_path: Path) -> None:
+    approvals, pins = ApprovalStore(tmp_path / "approvals.json"), PinStore(tmp_path / "pins.json")
+    root = tmp_path / "ws"
+    root.mkdir()
+    shown, now = entry("project", "--one"), entry("project", "--two")
+    with pytest.raises(ChangedSinceShown, match="p not approved: its configuration changed after it was shown"):
+        decide(approvals, pins, root, "p", now, "approve", pin_mode="gated", shown_hash=shown.approval_hash)
+    assert approvals.get_state(root, "p", now) == "pending"
+    assert not (tmp_path / "approvals.json").exists()  # nothing was written
+
+    decided = decide(approvals, pins, root, "p", now, "approve", pin_mode="gated", shown_hash=now.approval_hash)
+    assert (decided.recorded, decided.accepted) == (True, ())
+    assert ApprovalStore(tmp_path / "approvals.json").get_state(root, "p", now) == "approved"
+    assert ApprovalStore(tmp_path / "approvals.json").get_state(root, "p", shown) == "pending"
+
+    decide(approvals, pins, root, "p", now, "reject", pin_mode="gated")
+    assert ApprovalStore(tmp_path / "approvals.json").get_state(root, "p", now) == "rejected"
+
+
+def test_a_server_of_ones_own_settings_needs_no_decision(tmp_path: Path) -> None:
+    approvals, pins = ApprovalStore(tmp_path / "approvals.json"), PinStore(tmp_path / "pins.json")
+    with pytest.raises(ConfigError, match="it comes from User settings, and those need no approval"):
+        decide(approvals, pins, tmp_path, "mine", entry(None), "approve", pin_mode="gated", source="User settings")
+    assert not (tmp_path / "approvals.json").exists()
