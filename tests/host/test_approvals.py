@@ -26,7 +26,8 @@ from mcpvisor.host.approvals import (
     root_key,
     state_from_records,
 )
-from mcpvisor.host.private_files import is_store_file
+from mcpvisor.host.private_files import TMP_SUFFIX, lock_path_of, tmp_prefix
+from mcpvisor.host.watcher import is_approvals_file
 
 
 def project(entry: dict[str, Any]) -> McpServerConfig:
@@ -304,12 +305,14 @@ def test_a_write_replaces_the_file_and_keeps_unrelated_content(
 
 
 def test_the_watcher_can_tell_the_store_files_apart(store_path: Path) -> None:
-    parent = store_path.parent
-    assert is_store_file(store_path, store_path)
-    assert is_store_file(store_path, parent / "mcp-approvals.json.lock")
-    assert is_store_file(store_path, parent / ".mcp-approvals.json.k2j3h4.tmp")
-    assert not is_store_file(store_path, parent / "settings.json")
-    assert not is_store_file(store_path, parent / "other" / "mcp-approvals.json")
+    """What the store writes beside itself (its lock, its temporary files) is the store's, for the watcher;
+    a settings file in the same folder is not. (Which folder an event is in, the watcher checks first.)"""
+    name = store_path.name
+    assert is_approvals_file(name, name)
+    assert is_approvals_file(lock_path_of(store_path).name, name)
+    assert is_approvals_file(f"{tmp_prefix(store_path)}k2j3h4{TMP_SUFFIX}", name)
+    assert not is_approvals_file("settings.json", name)
+    assert not is_approvals_file("mcp-approvals.jsonl", name)
 
 
 # --- corrupt and unreadable stores --------------------------------------------------------------

@@ -50,6 +50,7 @@ from typing import Any, Final, Literal, Protocol
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.private_files import (
     DIR_MODE,
+    LOCK_TIMEOUT_S,
     STORE_MODE,
     Signature,
     describe_read_error,
@@ -98,7 +99,6 @@ class Decidable(Protocol):
 
 
 GATED_SCOPES: Final = frozenset({"project", "workspace"})
-LOCK_TIMEOUT_S: Final = 10.0
 _DECISIONS: Final = frozenset({"approved", "rejected"})
 
 

@@ -30,7 +30,6 @@ __all__ = [
     "describe_read_error",
     "fsync_dir",
     "load_json",
-    "is_store_file",
     "lock_path_of",
     "not_saved",
     "read_private",
@@ -51,27 +50,6 @@ Signature = tuple[int, int, int]
 def lock_path_of(store_path: Path) -> Path:
     """The cross-process lock file that guards ``store_path``."""
     return store_path.with_name(store_path.name + ".lock")
-
-
-def is_store_file(store_path: Path, candidate: str | os.PathLike[str]) -> bool:
-    """Whether ``candidate`` is the store, its lock or one of its temporary files.
-
-    The settings watcher uses this to tell a change of the approvals store (re-read approvals)
-    from a change of the user's settings in the same directory.
-    """
-    cand = Path(candidate)
-    if cand.parent != store_path.parent and resolve_parent(cand) != resolve_parent(store_path):
-        return False
-    name = cand.name
-    return (
-        name == store_path.name
-        or name == lock_path_of(store_path).name
-        or (name.startswith(tmp_prefix(store_path)) and name.endswith(TMP_SUFFIX))
-    )
-
-
-def resolve_parent(path: Path) -> Path:
-    return path.parent.resolve()
 
 
 def tmp_prefix(store_path: Path) -> str:
