@@ -22,9 +22,10 @@ from mcpvisor.host import paths
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.decisions import Verdict
 from mcpvisor.host.hot_reload import DesiredState, compute_desired_state
+from mcpvisor.host.private_files import write_atomically
 from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted_folders
 from mcpvisor.host.settings.mcp_servers import load_top_tier
-from mcpvisor.host.settings.writer import delete_setting, set_setting, write_atomically
+from mcpvisor.host.settings.writer import delete_setting, set_setting
 from mcpvisor.host.status import describe_servers, plural
 from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.views import render_definition_changes, render_status

@@ -34,6 +34,7 @@ __all__ = [
     "not_saved",
     "read_private",
     "signature_of",
+    "write_atomically",
     "write_private",
 ]
 
@@ -84,31 +85,49 @@ def not_saved(path: Path, exc: OSError) -> ConfigError:
     return ConfigError(f"could not save {path}: {describe_read_error(exc)} — nothing was changed")
 
 
-def write_private(path: Path, text: str) -> Signature:
-    """Write ``text`` to a temporary file next to ``path`` and move it into place. Mode 0600.
+def write_atomically(
+    path: Path, text: str, *, mode: int | None = None, new_mode: int = 0o644, private: bool = False
+) -> Signature:
+    """Write ``text`` to a temporary file next to ``path``, flush it to disk and move it into place.
 
-    Raises :class:`ConfigError` (:func:`not_saved`) when it cannot be written, e.g. on a full disk:
-    ``path`` is then exactly as it was."""
+    The file gets ``mode`` when given; else it keeps its permission bits, and a new file gets ``new_mode``.
+    A symlinked file is written at its target, so the link stays — except a ``private`` store's, which
+    is replaced by the file itself (a store follows no link), written without creating folders (its
+    owner makes them private first). Raises :class:`ConfigError` (:func:`not_saved`) when it cannot be
+    written, e.g. on a full disk: ``path`` is then exactly as it was."""
+    target = path if private else Path(os.path.realpath(path))
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=tmp_prefix(path), suffix=TMP_SUFFIX)
+        if not private:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        if mode is None:
+            try:
+                mode = target.stat().st_mode & 0o7777
+            except FileNotFoundError:
+                mode = new_mode
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=tmp_prefix(target), suffix=TMP_SUFFIX)
     except OSError as exc:
         raise not_saved(path, exc) from exc
     try:
         with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), STORE_MODE)
+            os.fchmod(fh.fileno(), mode)
             fh.write(text.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
             st = os.fstat(fh.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(exc, OSError):
             raise not_saved(path, exc) from exc
         raise
-    fsync_dir(path.parent)
+    fsync_dir(target.parent)
     return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def write_private(path: Path, text: str) -> Signature:
+    """A store's atomic write: mode 0600, the store's own file (see :func:`write_atomically`)."""
+    return write_atomically(path, text, mode=STORE_MODE, private=True)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +23,7 @@ from typing import Any
 
 import json5
 
-from mcpvisor.host.private_files import not_saved
+from mcpvisor.host.private_files import write_atomically
 from mcpvisor.host.settings.loader import (
     FileScope,
     Settings,
@@ -42,7 +40,6 @@ __all__ = [
     "set_key",
     "set_setting",
     "split_key",
-    "write_atomically",
 ]
 
 logger = logging.getLogger(__name__)
@@ -322,37 +319,6 @@ def edit_settings_text(text: str, path: Sequence[str], value: Any = None, *, del
 
 
 # --------------------------------------------------------------------------- files
-
-
-def write_atomically(path: Path, text: str, *, new_mode: int = 0o644) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``.
-
-    A symlinked file is written at its target, so the link stays. The existing file's permission
-    bits are kept; a new file gets ``new_mode``. Parent folders are created. Raises :class:`ConfigError`
-    (:func:`not_saved`) when it cannot be written, e.g. on a full disk: the file is then as it was.
-    """
-    target = Path(os.path.realpath(path))
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            mode = target.stat().st_mode & 0o7777
-        except FileNotFoundError:
-            mode = new_mode
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise not_saved(path, exc) from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise not_saved(path, exc) from exc
-        raise
 
 
 def _read_text(path: Path) -> str | None:
