@@ -1,4 +1,5 @@
-"""Typed events the core emits, and the bus that carries them.
+"""Typed events the core emits, the bus that carries them, and the one list of listeners every
+publisher in mcpvisor keeps (:class:`Listeners`).
 
 Listeners are plain callables run synchronously in the emitting task: they must not block.
 A listener that raises is logged and never disturbs the emitter or the other listeners.
@@ -7,12 +8,13 @@ A listener that raises is logged and never disturbs the emitter or the other lis
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias
+from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 __all__ = [
     "EventBus",
+    "Listeners",
     "McpClientUpdate",
     "McpEvent",
     "PromptsChanged",
@@ -80,26 +82,51 @@ McpEvent: TypeAlias = McpClientUpdate | ServerStateChanged | ReconcileFinished |
 Listener: TypeAlias = Callable[[McpEvent], None]
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Listeners(Generic[F]):
+    """Functions that listen, in the order they were added. :meth:`add` returns the function that removes
+    one (harmless to call twice); iterating gives a snapshot, so a listener may remove itself while it
+    is being told. :meth:`tell` calls each synchronously, logging (as ``what``) one that raises."""
+
+    def __init__(self, what: str = "listener") -> None:
+        self._what = what
+        self._fns: list[F] = []
+
+    def add(self, fn: F) -> Callable[[], None]:
+        self._fns.append(fn)
+
+        def remove() -> None:
+            if fn in self._fns:
+                self._fns.remove(fn)
+
+        return remove
+
+    def __iter__(self) -> Iterator[F]:
+        return iter(list(self._fns))
+
+    def __len__(self) -> int:
+        return len(self._fns)
+
+    def tell(self, *args: Any) -> None:
+        for fn in self:
+            try:
+                fn(*args)
+            except Exception:
+                logger.exception("%s %r failed", self._what, fn)
+
+
 class EventBus:
     """Synchronous publish/subscribe of :data:`McpEvent` within one session: a listener runs in the
     emitter's step and must not block; one that raises is logged and never stops the others."""
 
     def __init__(self) -> None:
-        self._listeners: list[Listener] = []
+        self._listeners: Listeners[Listener] = Listeners("event listener")
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Add a listener; returns a function that removes it."""
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return unsubscribe
+        return self._listeners.add(listener)
 
     def emit(self, event: McpEvent) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(event)
-            except Exception:
-                logger.exception("event listener %r failed on %s", listener, type(event).__name__)
+        self._listeners.tell(event)

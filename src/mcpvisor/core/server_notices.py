@@ -22,6 +22,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from mcpvisor.core.call_logs import CallLog, rank
 from mcpvisor.core.errors import ToolCallError
+from mcpvisor.core.events import Listeners
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -40,7 +41,7 @@ Notice = types.ResourceUpdatedNotification | types.LoggingMessageNotification
 class ServerNotices:
     def __init__(self, server: str) -> None:
         self.server = server
-        self._listeners: list[Callable[[str, Notice], None]] = []
+        self._listeners: Listeners[Callable[[str, Notice], None]] = Listeners(f"listener of server {server!r}")
         self._call_logs: list[CallLog] = []
         self._passing_logs = 0
         self._logs_passed = anyio.Event()
@@ -53,15 +54,10 @@ class ServerNotices:
     def add(self, listener: Callable[[str, Notice], None]) -> Callable[[], None]:
         """``listener(server, notice)`` hears resource updates and log messages (synchronously: it must
         not block). Returns the function that removes it."""
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+        return self._listeners.add(listener)
 
     def tell(self, notice: Notice) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(self.server, notice)
-            except Exception:
-                logger.exception("a listener of server %r failed", self.server)
+        self._listeners.tell(self.server, notice)
 
     # -- log messages ------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ import anyio
 
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
-from mcpvisor.core.events import McpEvent
+from mcpvisor.core.events import Listeners, McpEvent
 from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.core.server_config import McpServerConfig
@@ -127,7 +127,7 @@ class Host(StackOwner):
 
     def __init__(self, options: HostOptions) -> None:
         self.options = options
-        self._listeners: list[Callable[[HostEvent], None]] = []
+        self._listeners: Listeners[Callable[[HostEvent], None]] = Listeners("host event listener")
         self._stack: AsyncExitStack | None = None
         self._settings: Settings | None = None
         self._config: Config | None = None
@@ -169,15 +169,12 @@ class Host(StackOwner):
         return self.settings.root
 
     def subscribe(self, listener: Callable[[HostEvent], None]) -> Callable[[], None]:
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+        """``listener(event)`` hears every :data:`HostEvent` (synchronously: it must not block); returns
+        the function that removes it."""
+        return self._listeners.add(listener)
 
     def emit(self, event: HostEvent) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(event)
-            except Exception:
-                logger.exception("host event listener failed on %s", type(event).__name__)
+        self._listeners.tell(event)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -38,12 +38,13 @@ from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import anyio
 import anyio.abc
 from watchfiles import Change, awatch
 
+from mcpvisor.core.events import Listeners
 from mcpvisor.host.settings.loader import SETTINGS_SCOPES, FileScope, Settings, SettingsError
 from mcpvisor.host.settings.schema import is_restart_required_key
 
@@ -203,13 +204,13 @@ class SettingsWatcher:
         self._debounce_s = debounce_s
         self._listener_timeout_s = listener_timeout_s
         self._force_polling = force_polling
-        self._change_listeners: list[Listener[SettingsChanged]] = []
-        self._error_listeners: list[Listener[SettingsError]] = []
-        self._ok_listeners: list[Listener[SettingsOk]] = []
+        self._change_listeners: Listeners[Listener[SettingsChanged]] = Listeners()
+        self._error_listeners: Listeners[Listener[SettingsError]] = Listeners()
+        self._ok_listeners: Listeners[Listener[SettingsOk]] = Listeners()
         self._broken: set[WatchScope] = set()
         """Scopes whose last read was reported as an error (their fix is announced)."""
-        self._restart_listeners: list[Listener[RestartRequired]] = []
-        self._warning_listeners: list[Listener[str]] = []
+        self._restart_listeners: Listeners[Listener[RestartRequired]] = Listeners()
+        self._warning_listeners: Listeners[Listener[str]] = Listeners()
         self._targets: dict[WatchScope, Path] = {}
         self._due: dict[WatchScope, float] = {}
         self._last_event: dict[WatchScope, float] = {}
@@ -247,24 +248,24 @@ class SettingsWatcher:
 
     def add_change_listener(self, fn: Listener[SettingsChanged]) -> Callable[[], None]:
         """Call ``await fn(event)`` for every :class:`SettingsChanged`; returns an unsubscribe function."""
-        return _subscribe(self._change_listeners, fn)
+        return self._change_listeners.add(fn)
 
     def add_ok_listener(self, fn: Listener[SettingsOk]) -> Callable[[], None]:
         """``fn`` hears when a file reported broken parses again (and was applied)."""
-        return _subscribe(self._ok_listeners, fn)
+        return self._ok_listeners.add(fn)
 
     def add_error_listener(self, fn: Listener[SettingsError]) -> Callable[[], None]:
         """Call ``await fn(error)`` when a watched file fails to read or parse (file, line, column, message)."""
-        return _subscribe(self._error_listeners, fn)
+        return self._error_listeners.add(fn)
 
     def add_restart_listener(self, fn: Listener[RestartRequired]) -> Callable[[], None]:
         """Call ``await fn(notice)`` when changed settings need a restart to take effect."""
-        return _subscribe(self._restart_listeners, fn)
+        return self._restart_listeners.add(fn)
 
     def add_warning_listener(self, fn: Listener[str]) -> Callable[[], None]:
         """Call ``await fn(message)`` on every save that keeps an invalid server entry's last good
         configuration (the file parsed; that one entry did not validate)."""
-        return _subscribe(self._warning_listeners, fn)
+        return self._warning_listeners.add(fn)
 
     # -- lifecycle
 
@@ -467,11 +468,11 @@ class SettingsWatcher:
         logger.info("settings changed (%s): %s", scope, ", ".join(result.changed))
         await self._dispatch(self._change_listeners, SettingsChanged(scope, result.changed, restart))
 
-    async def _dispatch(self, listeners: list[Listener[E]], event: E) -> None:
+    async def _dispatch(self, listeners: Listeners[Listener[E]], event: E) -> None:
         if not listeners:
             return
         async with anyio.create_task_group() as tg:
-            for fn in list(listeners):
+            for fn in listeners:
                 tg.start_soon(self._call, fn, event)
 
     async def _call(self, fn: Listener[E], event: E) -> None:
@@ -482,16 +483,6 @@ class SettingsWatcher:
             logger.warning("settings listener %s timed out after %.0f s", _name(fn), self._listener_timeout_s)
         except Exception:
             logger.exception("settings listener %s failed", _name(fn))
-
-
-def _subscribe(listeners: list[Any], fn: Any) -> Callable[[], None]:
-    listeners.append(fn)
-
-    def unsubscribe() -> None:
-        if fn in listeners:
-            listeners.remove(fn)
-
-    return unsubscribe
 
 
 def _name(fn: object) -> str:
