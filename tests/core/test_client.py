@@ -13,7 +13,13 @@ import anyio.abc
 import pytest
 
 from mcpvisor.core.client import McpClient
-from mcpvisor.core.errors import ConnectError, RequestTimeoutError, ServerUnavailableError
+from mcpvisor.core.errors import (
+    ConnectError,
+    RequestError,
+    RequestTimeoutError,
+    ServerUnavailableError,
+    ToolCallError,
+)
 from mcpvisor.core.server_config import McpServerConfig
 from tests.helpers import WAIT_S, free_port, http_server, light, marker_pids, pid_alive, sdk, wait_until
 
@@ -152,9 +158,32 @@ async def test_a_call_past_its_timeout_is_a_timeout_error_naming_the_setting_and
             "call to tool 'stuck' on server 'slow' timed out after 0.3 s; "
             "raise mcpServers.slow.timeout if it needs longer"
         )
-        assert (raised.value.server, raised.value.tool, raised.value.timeout_s) == ("slow", "stuck", 0.3)
+        error = raised.value
+        assert (error.kind, error.target, error.server, error.timeout_s) == ("tool", "stuck", "slow", 0.3)
+        assert isinstance(error, ToolCallError)  # a tool call's timeout is also a failed tool call
+        assert error.tool == "stuck"
         assert text(await client.call_tool("echo", {"text": "still"})) == "slow:echo:still"
         await client.aclose()
+
+
+async def test_a_failed_resource_read_is_a_request_error_of_its_kind_not_a_tool_call_error(tmp_path: Path) -> None:
+    cfg = light("docs", "--resources", "note://a/1,note://a/2", "--hang-on-read", "note://a/2", timeout=300)
+    client = McpClient("docs", cfg, log_dir=tmp_path)
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        with anyio.fail_after(WAIT_S), pytest.raises(RequestTimeoutError) as raised:
+            await client.read_resource("note://a/2")
+        assert (raised.value.kind, raised.value.target, raised.value.server) == ("resource", "note://a/2", "docs")
+        assert not isinstance(raised.value, ToolCallError)
+        assert str(raised.value).startswith("reading resource 'note://a/2' on server 'docs' timed out after 0.3 s")
+        await client.aclose()
+        plain = McpClient("plain", light("plain"), log_dir=tmp_path)  # offers no resources at all
+        await plain.start(tg)
+        with anyio.fail_after(WAIT_S), pytest.raises(RequestError) as failed:
+            await plain.subscribe_resource("note://a/1")
+        assert (failed.value.kind, failed.value.target, failed.value.server) == ("subscription", "note://a/1", "plain")
+        assert "does not offer resource subscriptions" in str(failed.value)
+        await plain.aclose()
 
 
 async def test_a_cancelled_connect_leaves_no_process(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.errors import ConfigError, ServerUnavailableError, ToolNotFoundError
+from mcpvisor.core.errors import ConfigError, NotFoundError, ServerUnavailableError, ToolNotFoundError
 from mcpvisor.core.events import McpEvent, ReconcileFinished, ServerStateChanged
 from mcpvisor.core.manager import BACKOFF_INITIAL_S
 from mcpvisor.core.server_config import McpServerConfig
@@ -330,6 +330,17 @@ async def test_tool_not_found_names_the_server_and_the_fix(config: Config) -> No
     with pytest.raises(ToolNotFoundError, match="rejected; edit its configuration") as rejected:
         await config.call_tool("mcp__p__t")
     assert rejected.value.reason == "rejected"
+    # A prompt is explained in a prompt's own words: its kind, and the server's prompts.
+    prompt = config.not_found("mcp__a__nope", "prompt")
+    assert not isinstance(prompt, ToolNotFoundError)
+    assert (prompt.kind, prompt.target, prompt.server, prompt.reason) == ("prompt", "mcp__a__nope", "a", "missing")
+    assert str(prompt) == (
+        "prompt 'mcp__a__nope' is unavailable: server 'a' does not provide it (renamed or filtered out?); "
+        "its prompts: none"
+    )
+    with pytest.raises(NotFoundError, match="prompt 'nope' not found") as missing:
+        await config.get_prompt("nope")
+    assert (missing.value.kind, missing.value.target) == ("prompt", "nope")
 
 
 async def test_restart_mcp_servers_replaces_every_process(config: Config) -> None:

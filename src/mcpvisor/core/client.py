@@ -31,9 +31,16 @@ from mcpvisor.core.connection import (
     DEFAULT_STDIO_DISCOVERY_TIMEOUT_S,
     ServerConnection,
 )
-from mcpvisor.core.errors import RequestTimeoutError, ServerUnavailableError, ToolCallError
+from mcpvisor.core.errors import (
+    RequestError,
+    RequestKind,
+    ServerUnavailableError,
+    ToolCallError,
+    request_failed,
+    timed_out,
+)
 from mcpvisor.core.server_config import redact_text
-from mcpvisor.core.server_notices import Notice
+from mcpvisor.core.server_notices import SDK_REQUEST_ERRORS, Notice
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT_S",
@@ -69,7 +76,7 @@ class McpClient(ServerConnection):
 
     async def subscribe_resource(self, uri: str) -> None:
         """Ask the server to announce changes of ``uri``: ``resources/subscribe`` in the handshake era, a
-        ``subscriptions/listen`` stream for it in the 2026-07-28 era. Raises :class:`ToolCallError`
+        ``subscriptions/listen`` stream for it in the 2026-07-28 era. Raises :class:`RequestError`
         when the server offers no subscriptions or refuses this one."""
         what = f"subscribing to resource {uri!r}"
         client = self._connected_client(what)
@@ -79,15 +86,15 @@ class McpClient(ServerConnection):
             return
         caps = client.server_capabilities.resources
         if caps is None or not caps.subscribe:
-            raise ToolCallError(
-                f"{what} failed: server {self.name!r} does not offer resource subscriptions", tool=uri, server=self.name
+            raise RequestError(
+                f"{what} failed: server {self.name!r} does not offer resource subscriptions",
+                kind="subscription",
+                target=uri,
+                server=self.name,
             )
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", MCPDeprecationWarning)  # deprecated only for the modern era
-                await client.session.subscribe_resource(uri)
-        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            raise self._request_error(what, exc, tool=uri) from exc
+        with self._requesting(what, "subscription", uri, client), warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)  # deprecated only for the modern era
+            await client.session.subscribe_resource(uri)
 
     async def unsubscribe_resource(self, uri: str) -> None:
         if self._notices.stop_listening(uri):
@@ -96,11 +103,14 @@ class McpClient(ServerConnection):
         if client is None or self.status != "connected" or client.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return  # gone with the connection
         try:
-            with warnings.catch_warnings():
+            with (
+                self._requesting(f"unsubscribing from {uri!r}", "subscription", uri, client),
+                warnings.catch_warnings(),
+            ):
                 warnings.simplefilter("ignore", MCPDeprecationWarning)
                 await client.session.unsubscribe_resource(uri)
-        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            logger.debug("server %r: unsubscribing from %r failed: %s", self.name, uri, exc)
+        except (RequestError, ServerUnavailableError) as exc:
+            logger.debug("server %r: %s", self.name, exc)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -119,13 +129,13 @@ class McpClient(ServerConnection):
         )
 
     @contextmanager
-    def _requesting(self, what: str, target: str, client: Client) -> Iterator[None]:
+    def _requesting(self, what: str, kind: RequestKind, target: str, client: Client) -> Iterator[None]:
         """Map what the SDK raises for one request made on ``client`` onto mcpvisor's errors (one place
         for every kind of request)."""
         try:
             yield
-        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            raise self._request_error(what, exc, tool=target) from exc
+        except SDK_REQUEST_ERRORS as exc:
+            raise self._request_error(what, exc, kind=kind, target=target) from exc
         except RuntimeError as exc:
             # The connection ended between taking the client and using it: the SDK refuses to send
             # ("Client must be used within an async context manager").
@@ -145,7 +155,7 @@ class McpClient(ServerConnection):
         ``progress(progress, total, message)`` hears the server's progress notifications for this call."""
         what = f"call to tool {tool!r}"
         client = self._connected_client(what)
-        with self._requesting(what, tool, client):
+        with self._requesting(what, "tool", tool, client):
             timeout = timeout_s or self.call_timeout_s
             async with self._calling(client) as meta:
                 result = await client.call_tool(
@@ -162,14 +172,14 @@ class McpClient(ServerConnection):
     async def get_prompt(self, prompt: str, arguments: dict[str, str] | None = None) -> types.GetPromptResult:
         what = f"getting prompt {prompt!r}"
         client = self._connected_client(what)
-        with self._requesting(what, prompt, client), self._bounded(what, prompt):
+        with self._requesting(what, "prompt", prompt, client), self._bounded(what, "prompt", prompt):
             async with self._calling(client) as meta:
                 return await client.get_prompt(prompt, arguments, meta=meta)
 
     async def read_resource(self, uri: str) -> types.ReadResourceResult:
         what = f"reading resource {uri!r}"
         client = self._connected_client(what)
-        with self._requesting(what, uri, client), self._bounded(what, uri):
+        with self._requesting(what, "resource", uri, client), self._bounded(what, "resource", uri):
             async with self._calling(client) as meta:
                 return await client.read_resource(uri, meta=meta)
 
@@ -183,7 +193,8 @@ class McpClient(ServerConnection):
         of = ref.name if isinstance(ref, types.PromptReference) else ref.uri
         what = f"completing argument {argument.get('name')!r} of {of!r}"
         client = self._connected_client(what)
-        with self._requesting(what, argument.get("name", ""), client), self._bounded(what, argument.get("name", "")):
+        name = argument.get("name", "")
+        with self._requesting(what, "completion", name, client), self._bounded(what, "completion", name):
             return await client.complete(ref, argument, context_arguments)
 
     @asynccontextmanager
@@ -210,15 +221,15 @@ class McpClient(ServerConnection):
                 await self._notices.stop_hearing(log)
 
     @contextmanager
-    def _bounded(self, what: str, tool: str) -> Iterator[None]:
+    def _bounded(self, what: str, kind: RequestKind, target: str) -> Iterator[None]:
         """A request the SDK gives no timeout of its own: bounded by the server's call timeout."""
         try:
             with anyio.fail_after(self.call_timeout_s):
                 yield
         except TimeoutError:
-            raise RequestTimeoutError(what, server=self.name, timeout_s=self.call_timeout_s, tool=tool) from None
+            raise timed_out(what, kind=kind, target=target, server=self.name, timeout_s=self.call_timeout_s) from None
 
-    def _request_error(self, what: str, exc: BaseException, *, tool: str) -> Exception:
+    def _request_error(self, what: str, exc: BaseException, *, kind: RequestKind, target: str) -> Exception:
         if self._stopping:
             return ServerUnavailableError(
                 f"{what} failed: server {self.name!r} was stopped while the call was in flight "
@@ -226,7 +237,7 @@ class McpClient(ServerConnection):
                 server=self.name,
             )
         if isinstance(exc, MCPError) and exc.code == types.REQUEST_TIMEOUT:
-            return RequestTimeoutError(what, server=self.name, timeout_s=self.call_timeout_s, tool=tool)
+            return timed_out(what, kind=kind, target=target, server=self.name, timeout_s=self.call_timeout_s)
         if self._broken is not None:  # the transport stopped reading: that is why the request failed
             return self._broken.during(what)
         if not isinstance(exc, MCPError) or exc.code == types.CONNECTION_CLOSED:
@@ -239,13 +250,15 @@ class McpClient(ServerConnection):
         wider = getattr(self._auth_in_use, "step_up_scope", None)
         if wider:  # refused for want of scope (403 insufficient_scope): the connection itself is fine
             self._auth_in_use.step_up_scope = None
-            return ToolCallError(
+            return request_failed(
                 f"server {self.name!r} needs a wider sign-in ({wider}) — run: mcpvisor mcp login {self.name}",
-                tool=tool,
+                kind=kind,
+                target=target,
                 server=self.name,
             )
-        return ToolCallError(
+        return request_failed(
             f"{what} on server {self.name!r} failed: {redact_text(exc.message, self.config)}",
-            tool=tool,
+            kind=kind,
+            target=target,
             server=self.name,
         )

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from mcpvisor.core.errors import ConfigError, ToolNotFoundError
+from mcpvisor.core.errors import ConfigError, NotFoundError, RequestKind, ToolNotFoundError, not_found
 from mcpvisor.core.events import EventBus, ReconcileFinished, ToolsChanged
 from mcpvisor.core.gating import McpGating, matches_any
 from mcpvisor.core.lifecycle import StackOwner
@@ -316,7 +316,7 @@ class Config(StackOwner):
             return await provider.call_tool(entry.tool.name, dict(arguments or {}), progress=progress)
         client = self.manager.get_client(entry.server) if entry is not None else None
         if entry is None or client is None:
-            raise self.tool_not_found(name)
+            raise self.not_found(name, "tool")
         return await client.call_tool(entry.tool.name, arguments, timeout_s=timeout_s, progress=progress)
 
     # -- in-process tool providers -----------------------------------------------------------
@@ -358,8 +358,8 @@ class Config(StackOwner):
         if entry is None or client is None:
             known = sorted(self.prompt_registry.names())
             listed = f"; prompts: {', '.join(known[:20])}{', …' if len(known) > 20 else ''}" if known else ""
-            raise ToolNotFoundError(
-                f"prompt {name!r} not found: no connected MCP server provides it{listed}", tool=name, reason=None
+            raise NotFoundError(
+                f"prompt {name!r} not found: no connected MCP server provides it{listed}", kind="prompt", target=name
             )
         return await client.get_prompt(entry.prompt.name, arguments)
 
@@ -396,17 +396,18 @@ class Config(StackOwner):
                 best = server
         return best
 
-    def tool_not_found(self, name: str) -> ToolNotFoundError:
-        """The explanation for a tool name that no connected server provides (SPEC §9)."""
+    def not_found(self, name: str, kind: RequestKind) -> NotFoundError:
+        """Why no connected server provides the tool or prompt (``kind``) ``name``, naming the server its
+        ``mcp__<server>__`` prefix belongs to and the fix (SPEC §9)."""
         server = self.owner_of_tool_name(name)
         if server is None:
-            return ToolNotFoundError(
-                f"tool {name!r} not found: no MCP server providing it is currently configured", tool=name
+            return not_found(
+                f"{kind} {name!r} not found: no MCP server providing it is currently configured", kind=kind, target=name
             )
         reason: str | None = self.get_mcp_server_unavailable_reason(server)
         if reason == "pending_approval" and server in self._rejected:
             reason = "rejected"
-        head = f"tool {name!r} is unavailable: server {server!r}"
+        head = f"{kind} {name!r} is unavailable: server {server!r}"
         if reason == "removed":
             text = f"{head} was removed from the configuration this session; add it back to mcpServers to use it"
         elif reason == "not_allowed":
@@ -435,14 +436,19 @@ class Config(StackOwner):
             elif client.status == "connecting":
                 text = f"{head} is still starting; retry in a moment"
             elif (held := self._manager.held(server) if self._manager is not None else None) is not None and any(
-                mcp_tool_name(server, tool) == name for tool in held.held_tools
+                mcp_tool_name(server, own) == name for own in (held.held_tools if kind == "tool" else held.held_prompts)
             ):
                 reason = "held"
                 text = (
-                    f"tool {name!r} is held back: its definition changed since server {server!r} was approved; "
+                    f"{kind} {name!r} is held back: its definition changed since server {server!r} was approved; "
                     f"review the change and accept it with: mcpvisor mcp approve {server}"
                 )
             else:
-                offered = ", ".join(sorted(t.name for t in self.tool_registry.tools_of(server))) or "none"
-                text = f"{head} does not provide it (renamed or filtered out?); its tools: {offered}"
-        return ToolNotFoundError(text, tool=name, server=server, reason=reason)
+                listed = (
+                    [t.name for t in self.tool_registry.tools_of(server)]
+                    if kind == "tool"
+                    else [p.name for p in self.prompt_registry.prompts_of(server)]
+                )
+                offered = ", ".join(sorted(listed)) or "none"
+                text = f"{head} does not provide it (renamed or filtered out?); its {kind}s: {offered}"
+        return not_found(text, kind=kind, target=name, server=server, reason=reason)

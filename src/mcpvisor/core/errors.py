@@ -8,24 +8,39 @@
     │   ├── ConnectError             could not start or reach it, or discovery failed / timed out
     │   ├── ServerUnavailableError   it is not connected (down, restarting, removed) - fails fast
     │   └── MessageTooLargeError     it sent a message over its size limit: the connection is dropped
-    └── ToolCallError                a tool call could not be made (attributes ``tool``, ``server``)
-        └── ToolNotFoundError        no connected server provides that tool; ``reason`` says why
+    └── RequestError             a request to a server failed (attributes ``kind``, ``target``, ``server``)
+        ├── ToolCallError            ... a tool call (``kind`` "tool"; ``tool`` is the ``target``)
+        ├── RequestTimeoutError      ... no answer within the server's timeout (``timeout_s``)
+        │   └── ToolCallTimeoutError     a tool call's (also a ToolCallError)
+        └── NotFoundError            no connected server provides the tool or prompt; ``reason`` says why
+            └── ToolNotFoundError        a tool's (also a ToolCallError)
+
+``request_failed``, ``timed_out`` and ``not_found`` pick the class for a kind of request.
 
 Messages follow one shape: ``<what failed> <subject!r>: <why>[; <what to do>]``.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 __all__ = [
     "ConfigError",
     "ConnectError",
     "McpvisorError",
     "MessageTooLargeError",
+    "NotFoundError",
+    "RequestError",
+    "RequestKind",
     "RequestTimeoutError",
     "ServerError",
     "ServerUnavailableError",
     "ToolCallError",
+    "ToolCallTimeoutError",
     "ToolNotFoundError",
+    "not_found",
+    "request_failed",
+    "timed_out",
 ]
 
 
@@ -89,34 +104,89 @@ def format_bytes(count: int) -> str:
     return f"{count} bytes"
 
 
-class ToolCallError(McpvisorError):
-    """A tool call could not be made."""
+RequestKind = Literal["tool", "prompt", "resource", "completion", "subscription"]
+"""What was asked of a server: a tool call, a prompt, a resource read, a completion, a subscription."""
 
-    def __init__(self, message: str, *, tool: str, server: str | None = None) -> None:
+
+class RequestError(McpvisorError):
+    """A request to a server could not be made or failed. ``kind`` says what was asked, ``target`` of
+    what (the tool or prompt name, the resource URI, the argument completed), ``server`` of whom (None
+    when no server owns the target)."""
+
+    def __init__(self, message: str, *, kind: RequestKind, target: str, server: str | None = None) -> None:
         super().__init__(message)
-        self.tool = tool
+        self.kind: RequestKind = kind
+        self.target = target
         self.server = server
 
 
-class RequestTimeoutError(ToolCallError):
+class ToolCallError(RequestError):
+    """A tool call could not be made or failed (``tool``: the name it was called by)."""
+
+    def __init__(self, message: str, *, tool: str, server: str | None = None) -> None:
+        super().__init__(message, kind="tool", target=tool, server=server)
+
+    @property
+    def tool(self) -> str:
+        return self.target
+
+
+class RequestTimeoutError(RequestError):
     """A server did not answer a request within its call timeout (``mcpServers.NAME.timeout``)."""
 
-    def __init__(self, what: str, *, server: str, timeout_s: float, tool: str) -> None:
-        super().__init__(
+    def __init__(self, what: str, *, kind: RequestKind, target: str, server: str, timeout_s: float) -> None:
+        RequestError.__init__(
+            self,
             f"{what} on server {server!r} timed out after {timeout_s:g} s; "
             f"raise mcpServers.{server}.timeout if it needs longer",
-            tool=tool,
+            kind=kind,
+            target=target,
             server=server,
         )
         self.timeout_s = timeout_s
 
 
-class ToolNotFoundError(ToolCallError):
-    """No connected server provides the tool. ``reason`` is one of ``removed``, ``not_allowed``,
-    ``excluded``, ``pending_approval``, ``rejected``, ``held`` (its definition changed since it was
-    approved), ``missing`` (admitted but not providing it), ``ambiguous`` (a tool's own name that several
-    servers offer) or ``None`` (no configured server owns that name)."""
+class ToolCallTimeoutError(RequestTimeoutError, ToolCallError):
+    """A tool call that timed out: both a :class:`RequestTimeoutError` and a :class:`ToolCallError`."""
+
+
+class NotFoundError(RequestError):
+    """No connected server provides the tool or prompt named ``target``. ``reason`` is one of ``removed``,
+    ``not_allowed``, ``excluded``, ``pending_approval``, ``rejected``, ``held`` (its definition changed
+    since it was approved), ``missing`` (admitted but not providing it), ``ambiguous`` (a tool's own name
+    that several servers offer) or ``None`` (no configured server owns that name)."""
+
+    def __init__(
+        self, message: str, *, kind: RequestKind, target: str, server: str | None = None, reason: str | None = None
+    ) -> None:
+        RequestError.__init__(self, message, kind=kind, target=target, server=server)
+        self.reason = reason
+
+
+class ToolNotFoundError(NotFoundError, ToolCallError):
+    """No connected server provides the tool (see :class:`NotFoundError` for ``reason``)."""
 
     def __init__(self, message: str, *, tool: str, server: str | None = None, reason: str | None = None) -> None:
-        super().__init__(message, tool=tool, server=server)
-        self.reason = reason
+        NotFoundError.__init__(self, message, kind="tool", target=tool, server=server, reason=reason)
+
+
+def request_failed(message: str, *, kind: RequestKind, target: str, server: str | None) -> RequestError:
+    """The error for a failed request of ``kind``: a :class:`ToolCallError` for a tool call."""
+    if kind == "tool":
+        return ToolCallError(message, tool=target, server=server)
+    return RequestError(message, kind=kind, target=target, server=server)
+
+
+def timed_out(what: str, *, kind: RequestKind, target: str, server: str, timeout_s: float) -> RequestTimeoutError:
+    """The error for a request of ``kind`` that got no answer in time."""
+    cls = ToolCallTimeoutError if kind == "tool" else RequestTimeoutError
+    return cls(what, kind=kind, target=target, server=server, timeout_s=timeout_s)
+
+
+def not_found(
+    message: str, *, kind: RequestKind, target: str, server: str | None = None, reason: str | None = None
+) -> NotFoundError:
+    """The error for a tool or prompt no connected server provides: a :class:`ToolNotFoundError` for a tool."""
+    if kind == "tool":
+        return ToolNotFoundError(message, tool=target, server=server, reason=reason)
+    return NotFoundError(message, kind=kind, target=target, server=server, reason=reason)

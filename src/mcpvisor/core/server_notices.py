@@ -21,13 +21,13 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from mcpvisor.core.call_logs import CallLog, rank
-from mcpvisor.core.errors import ToolCallError
+from mcpvisor.core.errors import RequestError
 from mcpvisor.core.events import Listeners
 
 if TYPE_CHECKING:
     from mcp import Client
 
-__all__ = ["HEAR_TIMEOUT_S", "Notice", "ServerNotices"]
+__all__ = ["HEAR_TIMEOUT_S", "SDK_REQUEST_ERRORS", "Notice", "ServerNotices"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +36,9 @@ HEAR_TIMEOUT_S = 5.0
 
 Notice = types.ResourceUpdatedNotification | types.LoggingMessageNotification
 """What a connection's listeners hear (:meth:`ServerNotices.add`)."""
+
+SDK_REQUEST_ERRORS: tuple[type[Exception], ...] = (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError)
+"""What the SDK raises for a request that failed: the server's error, or the connection closed under it."""
 
 
 class ServerNotices:
@@ -95,7 +98,7 @@ class ServerNotices:
                 warnings.simplefilter("ignore", MCPDeprecationWarning)
                 await client.session.set_logging_level(level=level)
             self.log_level = level
-        except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+        except SDK_REQUEST_ERRORS as exc:
             logger.debug("server %r: setting the log level failed: %s", self.server, exc)
 
     def hear(self, log: CallLog) -> None:
@@ -115,7 +118,7 @@ class ServerNotices:
 
     async def listen_for_resource(self, tg: anyio.abc.TaskGroup, client: Client, uri: str) -> None:
         """Hear ``uri``'s updates on a ``subscriptions/listen`` stream of its own, in ``tg`` (the
-        connection's: the stream ends with it). Raises :class:`ToolCallError` if the server refuses."""
+        connection's: the stream ends with it). Raises :class:`RequestError` if the server refuses."""
         if uri not in self._resource_listens:
             self._resource_listens[uri] = await tg.start(self._resource_listener, client, uri)
 
@@ -146,9 +149,10 @@ class ServerNotices:
                             self.tell(types.ResourceUpdatedNotification(params=params))
             except (ListenNotSupportedError, SubscriptionLost, MCPError) as exc:
                 if not started:
-                    raise ToolCallError(
+                    raise RequestError(
                         f"subscribing to resource {uri!r} failed on server {self.server!r}: {exc}",
-                        tool=uri,
+                        kind="subscription",
+                        target=uri,
                         server=self.server,
                     ) from exc
                 logger.debug("server %r: the subscription to %r ended: %s", self.server, uri, exc)

@@ -3,6 +3,8 @@ advertises list changes, paging, the connection behind a request, and error resu
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import mcp_types as types
@@ -14,9 +16,11 @@ from mcp.shared.exceptions import MCPError
 
 from mcpvisor.core.call_logs import LOG_LEVELS
 from mcpvisor.core.client import Progress
+from mcpvisor.core.errors import McpvisorError, NotFoundError
 
 __all__ = [
     "PAGE_SIZE",
+    "as_mcp_errors",
     "RESOURCE_NOT_FOUND",
     "GatewayServer",
     "connection_of",
@@ -100,3 +104,15 @@ def connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection | None:
     only; the ``ctx.connection`` spelling is its announced public successor."""
     connection = getattr(ctx, "connection", None) or getattr(ctx.session, "_connection", None)
     return connection if isinstance(connection, Connection) else None
+
+
+@contextmanager
+def as_mcp_errors() -> Iterator[None]:
+    """mcpvisor's errors as the JSON-RPC errors a client gets (for requests whose result has no error
+    flag): what no server provides is invalid params, the rest an internal error, the message as it is."""
+    try:
+        yield
+    except NotFoundError as exc:
+        raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+    except McpvisorError as exc:
+        raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc

@@ -51,7 +51,7 @@ from mcpvisor.core.call_logs import CallLog, hearing
 from mcpvisor.core.client import Progress
 from mcpvisor.core.client_requests import answering
 from mcpvisor.core.config import Config
-from mcpvisor.core.errors import McpvisorError, ToolNotFoundError
+from mcpvisor.core.errors import McpvisorError
 from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, ServerStateChanged, ToolsChanged
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.gateway.asks import ROUND_TIMEOUT_S, CallingClient, Rounds, pass_log
@@ -73,6 +73,7 @@ from mcpvisor.gateway.protocol import (
     PAGE_SIZE,
     RESOURCE_NOT_FOUND,
     GatewayServer,
+    as_mcp_errors,
     connection_of,
     error_result,
     log_level_asked,
@@ -264,12 +265,8 @@ class Gateway(StackOwner):
             raise MCPError(types.INVALID_PARAMS, self._prompt_not_found(params.name))
 
         async def get(progress: Progress) -> types.GetPromptResult:
-            try:
+            with as_mcp_errors():
                 return await self.config.get_prompt(entry.name, params.arguments)
-            except ToolNotFoundError as exc:
-                raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
-            except McpvisorError as exc:
-                raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
 
         try:
             return await self._interactive(ctx, params, get)
@@ -299,10 +296,8 @@ class Gateway(StackOwner):
             raise MCPError(types.INVALID_PARAMS, f"cannot complete: server {server!r} is not connected")
         context = params.context.arguments if params.context is not None else None
         argument = {"name": params.argument.name, "value": params.argument.value}
-        try:
+        with as_mcp_errors():
             return await client.complete(upstream_ref, argument, context)
-        except McpvisorError as exc:
-            raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
 
     async def _on_list_resources(
         self, ctx: _Ctx, params: types.PaginatedRequestParams | None
@@ -321,10 +316,8 @@ class Gateway(StackOwner):
             raise MCPError(RESOURCE_NOT_FOUND, f"resource {uri!r} is unavailable: server {server!r} is not connected")
 
         async def read(progress: Progress) -> types.ReadResourceResult:
-            try:
+            with as_mcp_errors():
                 result = await client.read_resource(upstream_uri)
-            except McpvisorError as exc:
-                raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
             if upstream_uri == uri:
                 return result
             contents = [c.model_copy(update={"uri": uri}) if str(c.uri) == upstream_uri else c for c in result.contents]
@@ -385,10 +378,7 @@ class Gateway(StackOwner):
 
     def _prompt_not_found(self, name: str) -> str:
         """Why no server provides prompt ``name``, naming the server its prefix belongs to and the fix."""
-        if self.config.owner_of_tool_name(name) is None:
-            return f"prompt {name!r} not found: no MCP server providing it is currently configured"
-        text = str(self.config.tool_not_found(name))
-        return "prompt" + text.removeprefix("tool") if text.startswith("tool") else text
+        return str(self.config.not_found(name, "prompt"))
 
     # -- change notices ----------------------------------------------------------------------
 
