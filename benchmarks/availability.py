@@ -34,6 +34,7 @@ import anyio
 from _common import Stats, Table, light, percentile, print_header, run, sdk, stats_cells, temp_log_dir, verdict
 
 from mcpvisor.core.config import Config
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.server_config import McpServerConfig
 
 PERIOD_S = 0.010
@@ -117,7 +118,7 @@ async def bench(repeats: int, probe_kind: str) -> None:
     results: dict[str, list[WindowResult]] = {phase: [] for phase in PHASES}
 
     with temp_log_dir() as logs:
-        async with Config(mcp_servers=servers, log_dir=logs) as config:
+        async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=logs)) as config:
             first = await config.initialize()
             if first is None or first.failed:
                 raise SystemExit(f"not every server connected: {first.failed if first else 'no reconcile'}")

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from _common import Stats, Table, light, print_header, run, stats_cells, temp_log_dir, verdict
 
 from mcpvisor.core.config import Config
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.server_config import McpServerConfig
 
 
@@ -49,7 +50,7 @@ async def bench(n: int, repeats: int) -> None:
     problems: list[str] = []
 
     with temp_log_dir() as logs:
-        async with Config(mcp_servers=servers, log_dir=logs) as config:
+        async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=logs)) as config:
             started = time.perf_counter()
             first = await config.initialize()
             print(f"started {n} light servers in {(time.perf_counter() - started) * 1000:.0f} ms")

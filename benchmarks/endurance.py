@@ -41,6 +41,7 @@ from _common import (
 )
 
 from mcpvisor.core.config import Config
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.server_config import McpServerConfig
 
 WARMUP_CYCLES = 20
@@ -98,7 +99,9 @@ async def bench(cycles: int) -> None:
     await settle_tasks()
     before_config = snapshot(None)
     with temp_log_dir() as logs:
-        async with Config(mcp_servers={name: light(name) for name in BASE}, log_dir=logs) as config:
+        async with Config(
+            mcp_servers={name: light(name) for name in BASE}, options=ConnectionOptions(log_dir=logs)
+        ) as config:
             await config.initialize()
 
             async def one(cycle: int) -> float:

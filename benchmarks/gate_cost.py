@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 from _common import LIGHT_MODULE, Stats, Table, light, print_header, run, stats_cells, temp_log_dir, verdict
 
 from mcpvisor.core.config import Config
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.gating import McpGating
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore
@@ -195,7 +196,7 @@ async def bench_plan(n: int, repeats: int) -> Table:
         servers_of: dict[str, dict[str, McpServerConfig]] = {}
         try:
             for label, (servers, excluded) in variants.items():
-                config = Config(mcp_servers=servers, log_dir=logs)
+                config = Config(mcp_servers=servers, options=ConnectionOptions(log_dir=logs))
                 await config.__aenter__()
                 configs[label] = config
                 config.set_excluded_mcp_servers(excluded)

@@ -30,6 +30,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcpvisor.core.config import Config
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.gateway.server import Gateway
 
 TARGET_ADDED_P50_MS = 1.0
@@ -53,7 +54,7 @@ async def bench(calls: int, rounds: int) -> None:
         servers = {"bench": light("bench", "--resources", "note://bench/1")}
         # As ``mcpvisor serve`` runs it: servers may ask the calling client (sampling, elicitation, roots).
         async with (
-            Config(mcp_servers=servers, log_dir=logs, client_requests=True) as config,
+            Config(mcp_servers=servers, options=ConnectionOptions(log_dir=logs, client_requests=True)) as config,
             Gateway(config) as gateway,
         ):
             await config.initialize()

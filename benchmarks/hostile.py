@@ -32,6 +32,7 @@ import psutil
 from _common import Table, light, print_header, run, temp_log_dir, verdict
 
 from mcpvisor.core.config import Config
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.manager import MAX_RECONNECT_ATTEMPTS
 from mcpvisor.core.server_log import LOG_BACKUPS, LOG_MAX_BYTES, LOG_RATE_BYTES_PER_S
 from mcpvisor.host.approvals import ApprovalStore
@@ -59,7 +60,7 @@ async def crash_loop(window_s: float, table: Table) -> None:
             "crashy": light("crashy", "--exit-after", "0.3", "--marker", str(marker)),
             "good": light("good", "--marker", str(good_marker)),
         }
-        async with Config(mcp_servers=servers, log_dir=logs) as config:
+        async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=logs)) as config:
             await config.initialize()
             cpu, started = cpu_seconds(), time.perf_counter()
             await anyio.sleep(window_s)
@@ -77,7 +78,7 @@ async def crash_loop(window_s: float, table: Table) -> None:
 async def stderr_flood(window_s: float, table: Table) -> None:
     with temp_log_dir() as logs:
         servers = {"loud": light("loud", "--flood-stderr")}
-        async with Config(mcp_servers=servers, log_dir=logs) as config:
+        async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=logs)) as config:
             await config.initialize()
             cpu, started = cpu_seconds(), time.perf_counter()
             await anyio.sleep(window_s)

@@ -30,6 +30,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcpvisor.core.config import Config
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.gateway.server import Gateway
 
 TOKEN = "benchmark-token"
@@ -42,7 +43,7 @@ async def bench(rounds: int, mode: str) -> tuple[list[list[str]], list[float], i
     with temp_log_dir() as logs:
         servers = {"big": light("big", "--big"), "good": light("good")}
         async with (
-            Config(mcp_servers=servers, log_dir=logs, client_requests=True) as config,
+            Config(mcp_servers=servers, options=ConnectionOptions(log_dir=logs, client_requests=True)) as config,
             Gateway(config) as gateway,
             anyio.create_task_group() as tg,
         ):

@@ -49,6 +49,7 @@ import anyio
 from _common import LIGHT_MODULE, Stats, Table, light, print_header, run, stats_cells, temp_log_dir, verdict
 
 from mcpvisor.core.config import Config
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.events import McpClientUpdate, ServerStateChanged, ToolsChanged
 from mcpvisor.host.host import Host, HostEvent, HostOptions
 from mcpvisor.host.watcher import SETTLE_S as WATCHER_SETTLE_S
@@ -188,7 +189,7 @@ def lacks_subject(host: Host) -> bool:
 
 async def floor_connect_ms(logs: Path, *args: str) -> float:
     """The standalone connect of the subject server: spawn -> tools listed."""
-    async with Config(mcp_servers={SUBJECT: light(SUBJECT, *args)}, log_dir=logs) as config:
+    async with Config(mcp_servers={SUBJECT: light(SUBJECT, *args)}, options=ConnectionOptions(log_dir=logs)) as config:
         t0 = time.perf_counter()
         result = await config.initialize()
         elapsed = (time.perf_counter() - t0) * 1000

@@ -39,6 +39,7 @@ from _common import (
 )
 
 from mcpvisor.core.config import Config
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.events import McpEvent, ServerStateChanged
 from mcpvisor.core.manager import default_max_starts
 
@@ -90,7 +91,9 @@ async def trial(n: int, limit: int) -> Trial:
     first: list[float] = []
     sampler = RssSampler(0.05)
     with temp_log_dir() as logs:
-        async with Config(mcp_servers=servers, log_dir=logs, max_concurrent_starts=limit) as config:
+        async with Config(
+            mcp_servers=servers, options=ConnectionOptions(log_dir=logs, max_concurrent_starts=limit)
+        ) as config:
 
             def on_event(event: McpEvent) -> None:
                 if isinstance(event, ServerStateChanged) and event.status == "connected" and not first:

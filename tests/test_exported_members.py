@@ -15,6 +15,7 @@ def test_public_api_is_pinned() -> None:
         "Config",
         "ConfigError",
         "ConnectError",
+        "ConnectionOptions",
         "EventBus",
         "McpClient",
         "McpClientUpdate",

@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "McpConnectionPool": "mcpvisor.core.pool",
     "McpGating": "mcpvisor.core.gating",
     "McpClient": "mcpvisor.core.client",
+    "ConnectionOptions": "mcpvisor.core.connection",
     "EventBus": "mcpvisor.core.events",
     "McpClientUpdate": "mcpvisor.core.events",
     "ServerStateChanged": "mcpvisor.core.events",
@@ -45,6 +46,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "ConnectError",
+    "ConnectionOptions",
     "EventBus",
     "McpClient",
     "McpClientUpdate",
@@ -70,6 +72,7 @@ __all__ = [
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
     from mcpvisor.core.config import Config
+    from mcpvisor.core.connection import ConnectionOptions
     from mcpvisor.core.errors import (
         ConfigError,
         ConnectError,

@@ -13,6 +13,7 @@ import anyio.abc
 import pytest
 
 from mcpvisor.core.client import McpClient
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.errors import (
     ConnectError,
     RequestError,
@@ -30,7 +31,7 @@ def text(result: object) -> str:
 
 
 async def test_stdio_server_connects_lists_and_calls(tmp_path: Path) -> None:
-    client = McpClient("a", light("a", "--tools", "x,y", "--prompts", "p"), log_dir=tmp_path)
+    client = McpClient("a", light("a", "--tools", "x,y", "--prompts", "p"), options=ConnectionOptions(log_dir=tmp_path))
     async with anyio.create_task_group() as tg:
         await client.start(tg)
         assert client.status == "connected"
@@ -50,7 +51,7 @@ async def test_stdio_server_connects_lists_and_calls(tmp_path: Path) -> None:
 
 async def test_streamable_http_server_connects_lists_and_calls(tmp_path: Path) -> None:
     async with http_server("h", "--tools", "t") as url:
-        client = McpClient("h", McpServerConfig(http_url=url), log_dir=tmp_path)
+        client = McpClient("h", McpServerConfig(http_url=url), options=ConnectionOptions(log_dir=tmp_path))
         async with anyio.create_task_group() as tg:
             await client.start(tg)
             assert [t.name for t in client.tools] == ["t"]
@@ -60,7 +61,7 @@ async def test_streamable_http_server_connects_lists_and_calls(tmp_path: Path) -
 
 async def test_sse_server_connects_and_calls(tmp_path: Path) -> None:
     async with http_server("s", "--tools", "t", transport="sse") as url:
-        client = McpClient("s", McpServerConfig(url=url), log_dir=tmp_path)
+        client = McpClient("s", McpServerConfig(url=url), options=ConnectionOptions(log_dir=tmp_path))
         async with anyio.create_task_group() as tg:
             await client.start(tg)
             assert text(await client.call_tool("t", {"text": "x"})) == "s:t:x"
@@ -73,8 +74,8 @@ async def test_list_changed_refreshes_the_tools_in_both_protocol_eras(tmp_path: 
     client = McpClient(
         "c",
         (light if era == "handshake" else sdk)("c", "--control"),
-        log_dir=tmp_path,
         on_change=lambda c: changes.append([t.name for t in c.tools]),
+        options=ConnectionOptions(log_dir=tmp_path),
     )
     async with anyio.create_task_group() as tg:
         await client.start(tg)
@@ -88,7 +89,9 @@ async def test_list_changed_refreshes_the_tools_in_both_protocol_eras(tmp_path: 
 
 
 async def test_stderr_goes_to_a_per_server_log(tmp_path: Path) -> None:
-    client = McpClient("loud", light("loud", "--stderr", "hello from the server"), log_dir=tmp_path)
+    client = McpClient(
+        "loud", light("loud", "--stderr", "hello from the server"), options=ConnectionOptions(log_dir=tmp_path)
+    )
     async with anyio.create_task_group() as tg:
         await client.start(tg)
         await client.aclose()
@@ -97,7 +100,9 @@ async def test_stderr_goes_to_a_per_server_log(tmp_path: Path) -> None:
 
 
 async def test_a_missing_command_names_the_server_and_the_field(tmp_path: Path) -> None:
-    client = McpClient("gh", McpServerConfig(command="/nonexistent/npx-not-here"), log_dir=tmp_path)
+    client = McpClient(
+        "gh", McpServerConfig(command="/nonexistent/npx-not-here"), options=ConnectionOptions(log_dir=tmp_path)
+    )
     async with anyio.create_task_group() as tg:
         with pytest.raises(ConnectError) as info:
             await client.start(tg)
@@ -109,7 +114,11 @@ async def test_a_missing_command_names_the_server_and_the_field(tmp_path: Path) 
 
 async def test_a_refused_url_names_the_server_and_the_url(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}/mcp"
-    client = McpClient("remote", McpServerConfig(http_url=url, discovery_timeout_ms=10_000), log_dir=tmp_path)
+    client = McpClient(
+        "remote",
+        McpServerConfig(http_url=url, discovery_timeout_ms=10_000),
+        options=ConnectionOptions(log_dir=tmp_path),
+    )
     async with anyio.create_task_group() as tg:
         with pytest.raises(ConnectError) as info:
             await client.start(tg)
@@ -120,7 +129,7 @@ async def test_a_refused_url_names_the_server_and_the_url(tmp_path: Path) -> Non
 async def test_a_server_that_never_answers_initialize_times_out_and_leaves_no_process(tmp_path: Path) -> None:
     marker = tmp_path / "m"
     cfg = light("mute", "--hang-on-initialize", "--marker", str(marker), discovery_timeout_ms=3000)
-    client = McpClient("mute", cfg, log_dir=tmp_path)
+    client = McpClient("mute", cfg, options=ConnectionOptions(log_dir=tmp_path))
     async with anyio.create_task_group() as tg:
         with pytest.raises(ConnectError, match=r"'mute'.*no answer within 3 s"):
             await client.start(tg)
@@ -131,7 +140,10 @@ async def test_a_server_that_never_answers_initialize_times_out_and_leaves_no_pr
 async def test_a_crash_mid_call_fails_the_call_clearly_and_reports_the_loss(tmp_path: Path) -> None:
     lost = anyio.Event()
     client = McpClient(
-        "fragile", light("fragile", "--crash-on-call", "echo"), log_dir=tmp_path, on_lost=lambda _: lost.set()
+        "fragile",
+        light("fragile", "--crash-on-call", "echo"),
+        on_lost=lambda _: lost.set(),
+        options=ConnectionOptions(log_dir=tmp_path),
     )
     async with anyio.create_task_group() as tg:
         await client.start(tg)
@@ -149,7 +161,7 @@ async def test_a_call_past_its_timeout_is_a_timeout_error_naming_the_setting_and
     tmp_path: Path,
 ) -> None:
     cfg = light("slow", "--tools", "echo,stuck", "--hang-on-call", "stuck", timeout=300)
-    client = McpClient("slow", cfg, log_dir=tmp_path)
+    client = McpClient("slow", cfg, options=ConnectionOptions(log_dir=tmp_path))
     async with anyio.create_task_group() as tg:
         await client.start(tg)
         with anyio.fail_after(WAIT_S), pytest.raises(RequestTimeoutError) as raised:
@@ -168,7 +180,7 @@ async def test_a_call_past_its_timeout_is_a_timeout_error_naming_the_setting_and
 
 async def test_a_failed_resource_read_is_a_request_error_of_its_kind_not_a_tool_call_error(tmp_path: Path) -> None:
     cfg = light("docs", "--resources", "note://a/1,note://a/2", "--hang-on-read", "note://a/2", timeout=300)
-    client = McpClient("docs", cfg, log_dir=tmp_path)
+    client = McpClient("docs", cfg, options=ConnectionOptions(log_dir=tmp_path))
     async with anyio.create_task_group() as tg:
         await client.start(tg)
         with anyio.fail_after(WAIT_S), pytest.raises(RequestTimeoutError) as raised:
@@ -177,7 +189,9 @@ async def test_a_failed_resource_read_is_a_request_error_of_its_kind_not_a_tool_
         assert not isinstance(raised.value, ToolCallError)
         assert str(raised.value).startswith("reading resource 'note://a/2' on server 'docs' timed out after 0.3 s")
         await client.aclose()
-        plain = McpClient("plain", light("plain"), log_dir=tmp_path)  # offers no resources at all
+        plain = McpClient(
+            "plain", light("plain"), options=ConnectionOptions(log_dir=tmp_path)
+        )  # offers no resources at all
         await plain.start(tg)
         with anyio.fail_after(WAIT_S), pytest.raises(RequestError) as failed:
             await plain.subscribe_resource("note://a/1")
@@ -188,7 +202,11 @@ async def test_a_failed_resource_read_is_a_request_error_of_its_kind_not_a_tool_
 
 async def test_a_cancelled_connect_leaves_no_process(tmp_path: Path) -> None:
     marker = tmp_path / "m"
-    client = McpClient("slow", light("slow", "--hang-on-initialize", "--marker", str(marker)), log_dir=tmp_path)
+    client = McpClient(
+        "slow",
+        light("slow", "--hang-on-initialize", "--marker", str(marker)),
+        options=ConnectionOptions(log_dir=tmp_path),
+    )
     outcome: list[str] = []
 
     async def connect(tg: anyio.abc.TaskGroup) -> None:
@@ -207,7 +225,7 @@ async def test_a_cancelled_connect_leaves_no_process(tmp_path: Path) -> None:
 
 
 async def test_cancelling_the_owner_task_group_leaves_no_process(tmp_path: Path) -> None:
-    client = McpClient("c", light("c"), log_dir=tmp_path)
+    client = McpClient("c", light("c"), options=ConnectionOptions(log_dir=tmp_path))
     with anyio.CancelScope() as scope:
         async with anyio.create_task_group() as tg:
             await client.start(tg)
@@ -219,7 +237,7 @@ async def test_cancelling_the_owner_task_group_leaves_no_process(tmp_path: Path)
 
 async def test_a_killed_server_is_reported_lost(tmp_path: Path) -> None:
     lost = anyio.Event()
-    client = McpClient("k", light("k"), log_dir=tmp_path, on_lost=lambda _: lost.set())
+    client = McpClient("k", light("k"), on_lost=lambda _: lost.set(), options=ConnectionOptions(log_dir=tmp_path))
     async with anyio.create_task_group() as tg:
         await client.start(tg)
         assert client.pid is not None
@@ -234,7 +252,7 @@ async def test_a_stdio_server_gets_a_small_environment_plus_its_own_env(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MCPVISOR_TEST_SHELL_SECRET", "do-not-leak")
-    client = McpClient("e", light("e", env={"GIVEN": "yes"}), log_dir=tmp_path)
+    client = McpClient("e", light("e", env={"GIVEN": "yes"}), options=ConnectionOptions(log_dir=tmp_path))
     async with anyio.create_task_group() as tg:
         await client.start(tg)
         assert client.pid is not None
@@ -261,7 +279,7 @@ async def test_connection_errors_never_show_url_credentials_query_values_or_head
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
     url = f"http://alice:PW_SECRET@127.0.0.1:{port}/mcp?api_key=QUERY_SECRET"
     cfg = McpServerConfig.model_validate({field: url, "headers": {"Authorization": "Bearer HEADER_SECRET"}})
-    client = McpClient("remote", cfg, log_dir=tmp_path)
+    client = McpClient("remote", cfg, options=ConnectionOptions(log_dir=tmp_path))
     async with listener, anyio.create_task_group() as tg:
         tg.start_soon(listener.serve, _answer_401)
         with pytest.raises(ConnectError) as info:
@@ -278,7 +296,11 @@ async def test_connection_errors_never_show_url_credentials_query_values_or_head
 
 async def test_a_server_that_ignores_stdin_close_and_sigterm_and_forks_is_killed_with_its_child(tmp_path: Path) -> None:
     marker = tmp_path / "pids"
-    client = McpClient("stubborn", light("stubborn", "--stubborn", "--marker", str(marker)), log_dir=tmp_path)
+    client = McpClient(
+        "stubborn",
+        light("stubborn", "--stubborn", "--marker", str(marker)),
+        options=ConnectionOptions(log_dir=tmp_path),
+    )
     async with anyio.create_task_group() as tg:
         await client.start(tg)
         await wait_until(lambda: len(marker_pids(marker)) == 2)
@@ -295,7 +317,7 @@ async def test_calls_racing_a_killed_server_fail_with_mcpvisor_errors_only(tmp_p
     from mcpvisor.core.config import Config
     from mcpvisor.core.errors import McpvisorError
 
-    async with Config(mcp_servers={"k": light("k")}, log_dir=tmp_path) as config:
+    async with Config(mcp_servers={"k": light("k")}, options=ConnectionOptions(log_dir=tmp_path)) as config:
         await config.initialize()
         pid = config.manager.clients()["k"].pid
         assert pid is not None

@@ -11,6 +11,7 @@ import pytest
 
 from mcpvisor.core.client import McpClient
 from mcpvisor.core.config import Config
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.errors import MessageTooLargeError
 from mcpvisor.core.http_limits import LimitedTransport, ResponseTooLarge, SSEEventTooLarge
 from mcpvisor.core.server_config import McpServerConfig
@@ -70,7 +71,7 @@ def test_the_line_splitter_scans_each_byte_once() -> None:
 
 
 async def test_a_20_mib_result_passes_over_stdio(tmp_path: Path) -> None:
-    client = McpClient("big", light("big", "--big"), log_dir=tmp_path)
+    client = McpClient("big", light("big", "--big"), options=ConnectionOptions(log_dir=tmp_path))
     async with anyio.create_task_group() as tg:
         await client.start(tg)
         result = await client.call_tool("blob", {"mib": 20})
@@ -83,7 +84,7 @@ async def test_a_server_writing_200_mib_without_a_newline_is_dropped_while_anoth
     tmp_path: Path,
 ) -> None:
     servers = {"spew": light("spew", "--big"), "good": light("good", "--tools", "echo")}
-    async with Config(mcp_servers=servers, log_dir=tmp_path) as config:
+    async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=tmp_path)) as config:
         await config.initialize()
         first_pid = config.manager.clients()["spew"].pid
         assert first_pid is not None
@@ -121,7 +122,7 @@ async def test_a_server_writing_200_mib_without_a_newline_is_dropped_while_anoth
 
 
 async def test_max_message_bytes_of_a_server_lowers_its_limit(tmp_path: Path) -> None:
-    client = McpClient("b", light("b", "--big", maxMessageBytes=MIB), log_dir=tmp_path)
+    client = McpClient("b", light("b", "--big", maxMessageBytes=MIB), options=ConnectionOptions(log_dir=tmp_path))
     async with anyio.create_task_group() as tg:
         await client.start(tg)
         assert (await client.call_tool("blob", {"mib": 0.5})).content
@@ -131,8 +132,12 @@ async def test_max_message_bytes_of_a_server_lowers_its_limit(tmp_path: Path) ->
 
 
 async def test_the_default_limit_comes_from_the_session_when_a_server_sets_none(tmp_path: Path) -> None:
-    client = McpClient("d", light("d", "--big"), log_dir=tmp_path, max_message_bytes=MIB)
-    own = McpClient("o", light("o", "--big", maxMessageBytes=4 * MIB), log_dir=tmp_path, max_message_bytes=MIB)
+    client = McpClient("d", light("d", "--big"), options=ConnectionOptions(log_dir=tmp_path, max_message_bytes=MIB))
+    own = McpClient(
+        "o",
+        light("o", "--big", maxMessageBytes=4 * MIB),
+        options=ConnectionOptions(log_dir=tmp_path, max_message_bytes=MIB),
+    )
     assert (client.max_message_bytes, own.max_message_bytes) == (MIB, 4 * MIB)
     async with anyio.create_task_group() as tg:
         await client.start(tg)
@@ -155,8 +160,10 @@ def test_max_message_bytes_is_part_of_the_connection_and_has_a_floor() -> None:
 async def test_a_2_mib_result_passes_over_streamable_http_and_a_smaller_limit_drops_it(tmp_path: Path) -> None:
     """The SDK alone reads at most 1 MiB per event; the connection's limit rules instead."""
     async with http_server("h", "--big") as url:
-        client = McpClient("h", McpServerConfig(http_url=url), log_dir=tmp_path)
-        small = McpClient("s", McpServerConfig(http_url=url, max_message_bytes=MIB), log_dir=tmp_path)
+        client = McpClient("h", McpServerConfig(http_url=url), options=ConnectionOptions(log_dir=tmp_path))
+        small = McpClient(
+            "s", McpServerConfig(http_url=url, max_message_bytes=MIB), options=ConnectionOptions(log_dir=tmp_path)
+        )
         async with anyio.create_task_group() as tg:
             await client.start(tg)
             await small.start(tg)
@@ -169,7 +176,7 @@ async def test_a_2_mib_result_passes_over_streamable_http_and_a_smaller_limit_dr
 
 async def test_the_legacy_sse_transport_says_what_it_cannot_read(tmp_path: Path) -> None:
     async with http_server("e", "--big", transport="sse") as url:
-        client = McpClient("e", McpServerConfig(url=url), log_dir=tmp_path)
+        client = McpClient("e", McpServerConfig(url=url), options=ConnectionOptions(log_dir=tmp_path))
         async with anyio.create_task_group() as tg:
             await client.start(tg)
             with pytest.raises(MessageTooLargeError, match="legacy SSE transport reads no more.*httpUrl"):

@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 
 from mcpvisor.core.config import Config
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.core.server_config import McpServerConfig
 from tests.helpers import light, marker_pids, pid_alive, wait_until
@@ -22,7 +23,7 @@ def live_pids(pool: McpConnectionPool) -> set[int]:
 async def test_two_sessions_with_the_same_server_share_one_process(tmp_path: Path) -> None:
     marker = tmp_path / "m"
     server = light("s", "--tools", "x,y", "--marker", str(marker))
-    async with McpConnectionPool(log_dir=tmp_path) as pool:
+    async with McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool:
         async with (
             Config(mcp_servers={"s": server}, pool=pool, session_id="one") as one,
             Config(mcp_servers={"s": server}, pool=pool, session_id="two") as two,
@@ -36,7 +37,7 @@ async def test_two_sessions_with_the_same_server_share_one_process(tmp_path: Pat
 
 
 async def test_sessions_project_their_own_tool_filters_onto_a_shared_connection(tmp_path: Path) -> None:
-    async with McpConnectionPool(log_dir=tmp_path) as pool:
+    async with McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool:
         async with (
             Config(mcp_servers={"s": light("s", "--tools", "x,y")}, pool=pool, session_id="one") as one,
             Config(
@@ -53,7 +54,7 @@ async def test_sessions_project_their_own_tool_filters_onto_a_shared_connection(
 async def test_changing_the_server_in_one_session_gives_it_a_new_connection_while_the_other_keeps_the_old(
     tmp_path: Path,
 ) -> None:
-    async with McpConnectionPool(log_dir=tmp_path) as pool:
+    async with McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool:
         async with (
             Config(mcp_servers={"s": light("s")}, pool=pool, session_id="one") as one,
             Config(mcp_servers={"s": light("s")}, pool=pool, session_id="two") as two,
@@ -72,7 +73,7 @@ async def test_changing_the_server_in_one_session_gives_it_a_new_connection_whil
 
 async def test_a_pending_server_added_by_a_reconcile_in_pool_mode_is_never_spawned(tmp_path: Path) -> None:
     marker = tmp_path / "pending-started"
-    async with McpConnectionPool(log_dir=tmp_path) as pool:
+    async with McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool:
         async with Config(pool=pool, session_id="one") as config:
             await config.initialize()
             config.set_pending_mcp_servers(["proj"])
@@ -90,7 +91,7 @@ async def test_a_pending_server_added_by_a_reconcile_in_pool_mode_is_never_spawn
 async def test_unshared_servers_get_one_process_per_session(tmp_path: Path) -> None:
     marker = tmp_path / "m"
     server = light("st", "--marker", str(marker), shared=False)
-    async with McpConnectionPool(log_dir=tmp_path) as pool:
+    async with McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool:
         async with (
             Config(mcp_servers={"st": server}, pool=pool, session_id="one") as one,
             Config(mcp_servers={"st": server}, pool=pool, session_id="two") as two,
@@ -103,7 +104,7 @@ async def test_unshared_servers_get_one_process_per_session(tmp_path: Path) -> N
 async def test_the_last_release_stops_the_process_and_closing_the_pool_leaves_none(tmp_path: Path) -> None:
     marker = tmp_path / "m"
     server = light("s", "--marker", str(marker))
-    async with McpConnectionPool(log_dir=tmp_path) as pool:
+    async with McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool:
         async with Config(mcp_servers={"s": server}, pool=pool, session_id="one") as one:
             await one.initialize()
             async with Config(mcp_servers={"s": server}, pool=pool, session_id="two") as two:
@@ -123,7 +124,7 @@ async def test_the_last_release_stops_the_process_and_closing_the_pool_leaves_no
 
 async def test_a_failed_connection_is_evicted_so_the_next_acquire_retries(tmp_path: Path) -> None:
     script = tmp_path / "server.sh"
-    async with McpConnectionPool(log_dir=tmp_path) as pool:
+    async with McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool:
         async with Config(mcp_servers={"s": light("s")}, pool=pool, session_id="one") as config:
             broken = McpServerConfig(command=str(script))
             await config.initialize()
@@ -139,7 +140,7 @@ async def test_a_failed_connection_is_evicted_so_the_next_acquire_retries(tmp_pa
 
 async def test_a_killed_shared_server_is_reconnected_for_every_session(tmp_path: Path) -> None:
     server = light("s")
-    async with McpConnectionPool(log_dir=tmp_path) as pool:
+    async with McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool:
         async with (
             Config(mcp_servers={"s": server}, pool=pool, session_id="one") as one,
             Config(mcp_servers={"s": server}, pool=pool, session_id="two") as two,
@@ -178,7 +179,7 @@ def flaky_server(tmp_path: Path) -> McpServerConfig:
 
 
 async def test_a_pooled_server_is_reconnected_even_after_a_failed_attempt(tmp_path: Path) -> None:
-    async with McpConnectionPool(log_dir=tmp_path) as pool:
+    async with McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool:
         async with Config(mcp_servers={"s": flaky_server(tmp_path)}, pool=pool, session_id="one") as config:
             await config.initialize()
             first = config.manager.clients()["s"]
@@ -209,7 +210,7 @@ def ignore(_: object) -> None:
 async def test_a_cancelled_waiter_leaves_no_hold_behind(tmp_path: Path) -> None:
     marker = tmp_path / "pids"
     cfg = slow_server(tmp_path, marker)
-    async with McpConnectionPool(log_dir=tmp_path) as pool, anyio.create_task_group() as tg:
+    async with McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool, anyio.create_task_group() as tg:
         tg.start_soon(lambda: pool.acquire("A", "s", cfg, on_change=ignore, on_lost=ignore))
         await wait_until(lambda: bool(pool.connections()))
         with anyio.move_on_after(0.2):
@@ -226,7 +227,7 @@ async def test_a_cancelled_waiter_leaves_no_hold_behind(tmp_path: Path) -> None:
 async def test_when_the_starter_is_cancelled_a_waiter_starts_the_server_itself(tmp_path: Path) -> None:
     marker = tmp_path / "pids"
     cfg = slow_server(tmp_path, marker)
-    async with McpConnectionPool(log_dir=tmp_path) as pool, anyio.create_task_group() as tg:
+    async with McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool, anyio.create_task_group() as tg:
         starter = anyio.CancelScope()
 
         async def start_then_give_up() -> None:

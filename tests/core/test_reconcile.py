@@ -12,6 +12,7 @@ import anyio
 import pytest
 
 from mcpvisor.core.config import Config
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.errors import ConfigError, NotFoundError, ServerUnavailableError, ToolNotFoundError
 from mcpvisor.core.events import McpEvent, ReconcileFinished, ServerStateChanged
 from mcpvisor.core.manager import BACKOFF_INITIAL_S
@@ -21,7 +22,7 @@ from tests.helpers import LIGHT, WAIT_S, free_port, http_server, light, marker_p
 
 @pytest.fixture
 async def config(tmp_path: Path) -> AsyncIterator[Config]:
-    async with Config(log_dir=tmp_path / "logs") as cfg:
+    async with Config(options=ConnectionOptions(log_dir=tmp_path / "logs")) as cfg:
         yield cfg
 
 
@@ -183,7 +184,9 @@ async def test_untrusted_folder_starts_nothing(tmp_path: Path) -> None:
 
 async def test_allow_list_ceiling_narrowing_and_unavailable_reasons(tmp_path: Path) -> None:
     servers = {n: light(n) for n in "abc"}
-    async with Config(mcp_servers=servers, allowed_mcp_server_names=["a", "b"], log_dir=tmp_path) as config:
+    async with Config(
+        mcp_servers=servers, allowed_mcp_server_names=["a", "b"], options=ConnectionOptions(log_dir=tmp_path)
+    ) as config:
         await config.initialize()
         assert set(config.manager.clients()) == {"a", "b"}
         assert config.get_mcp_server_unavailable_reason("c") == "not_allowed"
@@ -354,7 +357,7 @@ async def test_restart_mcp_servers_replaces_every_process(config: Config) -> Non
 
 
 async def test_closing_the_config_leaves_no_process(tmp_path: Path) -> None:
-    async with Config(mcp_servers={n: light(n) for n in "abc"}, log_dir=tmp_path) as config:
+    async with Config(mcp_servers={n: light(n) for n in "abc"}, options=ConnectionOptions(log_dir=tmp_path)) as config:
         await config.initialize()
         started = [pid for pid in pids(config).values() if pid is not None]
     assert len(started) == 3

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcpvisor.core.config import Config
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.registry import mcp_tool_name
 from mcpvisor.core.server_config import McpServerConfig, connection_id_of, exposure_of
 from tests.helpers import light
@@ -59,7 +60,7 @@ async def test_random_edit_sequences_keep_live_state_equal_to_the_admitted_confi
 ) -> None:
     state: dict[str, tuple[int, bool]] = {}
     with tempfile.TemporaryDirectory() as logs:
-        async with Config(log_dir=Path(logs)) as config:
+        async with Config(options=ConnectionOptions(log_dir=Path(logs))) as config:
             await config.initialize()
             for kind, arg in edits:
                 if kind == "add" and isinstance(arg, str):

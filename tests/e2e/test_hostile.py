@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.server_log import LOG_MAX_BYTES
 from mcpvisor.host.approvals import ApprovalStore
 from tests.e2e.test_run import run, server
@@ -238,7 +239,7 @@ async def test_a_server_that_keeps_crashing_is_restarted_a_bounded_number_of_tim
         "crashy": McpServerConfig.model_validate(light("crashy", marker, "--exit-after", "0.3")),
         "good": McpServerConfig.model_validate(light("good", good)),
     }
-    async with Config(mcp_servers=servers, log_dir=tmp_path / "logs") as config:
+    async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=tmp_path / "logs")) as config:
         await config.initialize()
         client = config.manager.get_client
         await wait_until(

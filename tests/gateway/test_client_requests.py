@@ -20,6 +20,7 @@ from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from mcpvisor.core.client_requests import InFlight, Progress, answering
+from mcpvisor.core.connection import ConnectionOptions
 from tests.gateway.test_gateway import ERAS, running, server, text_of
 from tests.helpers import LIGHT, SDK, WAIT_S, wait_until
 
@@ -296,7 +297,7 @@ async def test_a_library_caller_answers_what_its_calls_cause(tmp_path: Path) -> 
         name: McpServerConfig(command=sys.executable, args=("-m", module, "--name", name, "--control"))
         for name, module in (("old", LIGHT), ("new", SDK))
     }
-    async with Config(mcp_servers=servers, log_dir=tmp_path, client_requests=True) as config:
+    async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=tmp_path, client_requests=True)) as config:
         await config.initialize()
         for name in servers:
             with answering(_Named(f"agent asked by {name}")):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.host.host import Host, HostOptions
 from tests.helpers import LIGHT, marker_pids, wait_until
@@ -25,7 +26,7 @@ async def test_two_workspaces_share_the_users_server_and_keep_their_project_serv
     shared, proj = tmp_path / "shared", tmp_path / "proj"
     replace_text(layout.paths.user, json.dumps({"mcpServers": {"common": server("common", shared)}}))
     replace_text(other / ".mcp.json", json.dumps({"mcpServers": {"p": server("p", proj)}}))  # creates ws2
-    async with McpConnectionPool(log_dir=tmp_path / "logs") as pool:
+    async with McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path / "logs")) as pool:
         one = Host(HostOptions(env=layout.env, workspace=layout.root, pool=pool, session_id="one"))
         two = Host(HostOptions(env=layout.env, workspace=other, pool=pool, session_id="two"))
         async with one, two:

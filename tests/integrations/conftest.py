@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from mcpvisor.core.config import Config
+from mcpvisor.core.connection import ConnectionOptions
 from tests.helpers import light
 
 
@@ -15,7 +16,8 @@ from tests.helpers import light
 async def config(tmp_path: Path) -> AsyncIterator[Config]:
     """Servers ``a`` (tool ``echo``) and ``b`` (tools ``x``, ``y``), connected."""
     async with Config(
-        mcp_servers={"a": light("a"), "b": light("b", "--tools", "x,y")}, log_dir=tmp_path / "logs"
+        mcp_servers={"a": light("a"), "b": light("b", "--tools", "x,y")},
+        options=ConnectionOptions(log_dir=tmp_path / "logs"),
     ) as cfg:
         await cfg.initialize()
         yield cfg

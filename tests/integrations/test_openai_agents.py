@@ -9,6 +9,7 @@ from agents import Agent, RunConfig, Runner
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from mcpvisor.core.config import Config
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.integrations.openai_agents import McpvisorMCPServer
 from tests.helpers import light
 
@@ -51,7 +52,7 @@ async def test_a_removal_between_turns_changes_the_tools_and_a_late_call_gets_th
 
 async def test_prompts_are_listed_and_fetched_through_the_session(tmp_path: Path) -> None:
     servers = {"p": light("p", "--prompts", "brief")}
-    async with Config(mcp_servers=servers, log_dir=tmp_path / "logs") as config:
+    async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=tmp_path / "logs")) as config:
         await config.initialize()
         server = McpvisorMCPServer(config, name="tools")
         await server.connect()

@@ -17,12 +17,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from contextlib import AsyncExitStack
-from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.errors import ConfigError, NotFoundError, RequestKind, ToolNotFoundError, not_found
 from mcpvisor.core.events import EventBus, ReconcileFinished, ToolsChanged
 from mcpvisor.core.gating import McpGating, matches_any
@@ -37,7 +37,7 @@ from mcpvisor.core.registry import (
     ToolRegistry,
     mcp_tool_name,
 )
-from mcpvisor.core.server_config import Exposure, HttpAuth, McpServerConfig
+from mcpvisor.core.server_config import Exposure, McpServerConfig
 
 if TYPE_CHECKING:
     from mcp_types import CallToolResult, GetPromptResult
@@ -66,19 +66,14 @@ class Config(StackOwner):
         mcp_servers: Mapping[str, McpServerConfig] | None = None,
         allowed_mcp_server_names: Iterable[str] | None = None,
         trusted_folder: bool = True,
-        log_dir: Path | None = None,
-        max_concurrent_starts: int | None = None,
+        options: ConnectionOptions | None = None,
         pool: McpConnectionPool | None = None,
         session_id: str = "default",
-        http_auth: HttpAuth | None = None,
         definition_gate: DefinitionGate | None = None,
-        client_requests: bool = False,
-        max_message_bytes: int | None = None,
     ) -> None:
         self._pool = pool
-        self._max_message_bytes = max_message_bytes
-        self._client_requests = client_requests
-        self._http_auth = http_auth
+        self.options = options or ConnectionOptions()
+        """How this session's connections are made (with a ``pool``, the pool's options rule)."""
         self._definition_gate = definition_gate
         self._session_id = session_id
         self._settings_servers: dict[str, McpServerConfig] = dict(mcp_servers or {})
@@ -89,8 +84,6 @@ class Config(StackOwner):
         self._rejected: frozenset[str] = frozenset()
         self._removed: set[str] = set()
         self._trusted = trusted_folder
-        self._log_dir = log_dir
-        self._max_starts = max_concurrent_starts
         self.events = EventBus()
         self.tool_registry = ToolRegistry()
         self.prompt_registry = PromptRegistry()
@@ -106,7 +99,8 @@ class Config(StackOwner):
     @property
     def client_requests(self) -> bool:
         """Whether its connections pass what servers ask of their client to the caller (see ``McpClient``)."""
-        return self._client_requests
+        options: ConnectionOptions = self._pool.options if self._pool is not None else self.options
+        return options.client_requests
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -120,14 +114,10 @@ class Config(StackOwner):
                 events=self.events,
                 tools=self.tool_registry,
                 prompts=self.prompt_registry,
-                log_dir=self._log_dir,
-                max_concurrent_starts=self._max_starts,
+                options=self.options,
                 pool=self._pool,
                 session_id=self._session_id,
-                http_auth=self._http_auth,
                 definition_gate=self._definition_gate,
-                client_requests=self._client_requests,
-                max_message_bytes=self._max_message_bytes,
             )
             stack.push_async_callback(self._manager.aclose)
             self._stack = stack.pop_all()

@@ -14,6 +14,7 @@ import re
 import tempfile
 from collections.abc import Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,7 @@ __all__ = [
     "DEFAULT_CALL_TIMEOUT_S",
     "DEFAULT_REMOTE_DISCOVERY_TIMEOUT_S",
     "DEFAULT_STDIO_DISCOVERY_TIMEOUT_S",
+    "ConnectionOptions",
     "ServerConnection",
     "default_log_dir",
 ]
@@ -70,6 +72,25 @@ def default_log_dir() -> Path:
     return Path(tempfile.gettempdir()) / "mcpvisor-logs"
 
 
+@dataclass(frozen=True, slots=True)
+class ConnectionOptions:
+    """How a session (or a pool) makes its connections, the same for every server: one value passed
+    down from the host to each connection."""
+
+    log_dir: Path | None = None
+    """Where each stdio server's stderr is written (``<name>.log``); default: a temporary folder."""
+    max_concurrent_starts: int | None = None
+    """How many servers start at once (default: :func:`~mcpvisor.core.pool.default_max_starts`)."""
+    http_auth: HttpAuth | None = None
+    """Signs a remote server's requests (OAuth), by server name and entry."""
+    client_requests: bool = False
+    """Offer servers sampling, elicitation and roots, passed to the caller whose call caused the request
+    (:mod:`mcpvisor.core.client_requests`)."""
+    max_message_bytes: int | None = None
+    """The largest message a server may send when its entry sets no ``maxMessageBytes``; a larger one
+    drops the connection (:class:`MessageTooLargeError`)."""
+
+
 class ServerConnection:
     """A connection to one server: its owner task, discovery and listings, its loss and its stop
     (:class:`~mcpvisor.core.client.McpClient` adds the requests). Build it, ``await start(task_group)``,
@@ -77,10 +98,7 @@ class ServerConnection:
 
     ``on_change`` is called (synchronously, must not block) whenever status, tools, prompts or the
     last error change. ``on_lost`` is called once if the connection ends without being asked to.
-    With ``client_requests`` the connection offers the server sampling, elicitation and roots and passes
-    its requests to the caller they belong to (:mod:`mcpvisor.core.client_requests`).
-    ``max_message_bytes`` bounds what the server may send in one message when its config sets no
-    ``maxMessageBytes``; a larger message drops the connection (:class:`MessageTooLargeError`).
+    ``options`` say how it is made (:class:`ConnectionOptions`).
     """
 
     def __init__(
@@ -88,16 +106,14 @@ class ServerConnection:
         name: str,
         config: McpServerConfig,
         *,
-        log_dir: Path | None = None,
+        options: ConnectionOptions | None = None,
         on_change: Callable[[Any], None] | None = None,
         on_lost: Callable[[Any], None] | None = None,
-        http_auth: HttpAuth | None = None,
-        client_requests: bool = False,
-        max_message_bytes: int | None = None,
     ) -> None:
+        options = options or ConnectionOptions()
         self.name = name
         self.config = config
-        self.max_message_bytes = config.max_message_bytes or max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES
+        self.max_message_bytes = config.max_message_bytes or options.max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES
         self.connection_id = connection_id_of(name, config)
         self.status: ServerStatus = "disconnected"
         self.last_error: str | None = None
@@ -109,8 +125,8 @@ class ServerConnection:
         self.process: StdioProcess | None = None
         self.needs_auth = False
         """The server answered 401/403: it wants credentials."""
-        self._log_dir = log_dir or default_log_dir()
-        self._http_auth = http_auth
+        self._log_dir = options.log_dir or default_log_dir()
+        self._http_auth = options.http_auth
         self._auth_in_use: Any = None
         """What signs this connection's requests (see :data:`HttpAuth`)."""
         self._on_change = on_change
@@ -130,7 +146,7 @@ class ServerConnection:
         self._started = False
         self._connection_tg: anyio.abc.TaskGroup | None = None
         self._notices = ServerNotices(name)
-        self._in_flight = InFlight(name) if client_requests else None
+        self._in_flight = InFlight(name) if options.client_requests else None
 
     # -- properties --------------------------------------------------------------------------
 

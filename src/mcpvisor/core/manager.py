@@ -13,12 +13,12 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.events import (
     EventBus,
     McpClientUpdate,
@@ -30,7 +30,7 @@ from mcpvisor.core.events import (
 from mcpvisor.core.pool import default_max_starts
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, plan_reconcile
 from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, mcp_tool_name
-from mcpvisor.core.server_config import HttpAuth, McpServerConfig, connection_id_of, exposure_of
+from mcpvisor.core.server_config import McpServerConfig, connection_id_of, exposure_of
 
 if TYPE_CHECKING:
     from mcp_types import Prompt, Tool
@@ -69,19 +69,13 @@ class McpClientManager:
         events: EventBus,
         tools: ToolRegistry,
         prompts: PromptRegistry,
-        log_dir: Path | None = None,
-        max_concurrent_starts: int | None = None,
+        options: ConnectionOptions | None = None,
         pool: McpConnectionPool | None = None,
         session_id: str = "default",
-        http_auth: HttpAuth | None = None,
         definition_gate: DefinitionGate | None = None,
-        client_requests: bool = False,
-        max_message_bytes: int | None = None,
     ) -> None:
         self._config = config
-        self._max_message_bytes = max_message_bytes
-        self._http_auth = http_auth
-        self._client_requests = client_requests
+        self._options = options or ConnectionOptions()
         self._gate = definition_gate
         self._held: dict[str, Admitted] = {}
         self._pool = pool
@@ -90,8 +84,7 @@ class McpClientManager:
         self._events = events
         self._tools = tools
         self._prompts = prompts
-        self._log_dir = log_dir
-        self._limiter = anyio.CapacityLimiter(max_concurrent_starts or default_max_starts())
+        self._limiter = anyio.CapacityLimiter(self._options.max_concurrent_starts or default_max_starts())
         self._clients: dict[str, McpClient] = {}
         self._failed: set[str] = set()
         """Servers whose last start failed (started again by the next reconcile: reported as retried)."""
@@ -254,16 +247,7 @@ class McpClientManager:
             self._up_since[name] = time.monotonic()
             self._sync_registry(name)
             return
-        client = McpClient(
-            name,
-            cfg,
-            log_dir=self._log_dir,
-            on_change=self._on_client_change,
-            on_lost=self._on_lost,
-            http_auth=self._http_auth,
-            client_requests=self._client_requests,
-            max_message_bytes=self._max_message_bytes,
-        )
+        client = McpClient(name, cfg, options=self._options, on_change=self._on_client_change, on_lost=self._on_lost)
         self._clients[name] = client
         async with self._limiter:
             if self._clients.get(name) is not client:

@@ -20,15 +20,15 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.errors import ConfigError, ConnectError
-from mcpvisor.core.server_config import HttpAuth, McpServerConfig, connection_id_of
+from mcpvisor.core.server_config import McpServerConfig, connection_id_of
 
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
@@ -67,20 +67,10 @@ class McpConnectionPool:
     configured identically (the same connection id) in several sessions runs once; each session holds a
     lease, and the last release stops it. Enter it (``async with``) before the hosts that use it; runs once."""
 
-    def __init__(
-        self,
-        *,
-        log_dir: Path | None = None,
-        max_concurrent_starts: int | None = None,
-        http_auth: HttpAuth | None = None,
-        client_requests: bool = False,
-        max_message_bytes: int | None = None,
-    ) -> None:
-        self._log_dir = log_dir
-        self._max_message_bytes = max_message_bytes
-        self._http_auth = http_auth
-        self._client_requests = client_requests
-        self._limiter = anyio.CapacityLimiter(max_concurrent_starts or default_max_starts())
+    def __init__(self, options: ConnectionOptions | None = None) -> None:
+        self.options = options or ConnectionOptions()
+        """How the pool's connections are made (theirs, not the sessions': a session's own are ignored)."""
+        self._limiter = anyio.CapacityLimiter(self.options.max_concurrent_starts or default_max_starts())
         self._entries: dict[str, _Entry] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._tg_cm: anyio.abc.TaskGroup | None = None
@@ -184,16 +174,7 @@ class McpConnectionPool:
             for _, lost in list(new.holders.values()):
                 lost(client)
 
-        client = McpClient(
-            name,
-            cfg,
-            log_dir=self._log_dir,
-            on_change=fan_out_change,
-            on_lost=fan_out_lost,
-            http_auth=self._http_auth,
-            client_requests=self._client_requests,
-            max_message_bytes=self._max_message_bytes,
-        )
+        client = McpClient(name, cfg, options=self.options, on_change=fan_out_change, on_lost=fan_out_lost)
         new = _Entry(key, client)
         new.holders[session_id] = (on_change, on_lost)
         self._entries[key] = new

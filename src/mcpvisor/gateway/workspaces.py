@@ -50,6 +50,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.core.pool import McpConnectionPool
@@ -163,11 +164,13 @@ class WorkspaceGateway(StackOwner):
             )
             self._pool = await stack.enter_async_context(
                 McpConnectionPool(
-                    log_dir=log_dir,
-                    max_concurrent_starts=self._options.max_concurrent_starts,
-                    http_auth=http_auth_for(TokenStore(paths.oauth_tokens_path(self._options.env))),
-                    client_requests=self._options.client_requests,
-                    max_message_bytes=max_bytes,
+                    ConnectionOptions(
+                        log_dir=log_dir,
+                        max_concurrent_starts=self._options.max_concurrent_starts,
+                        http_auth=http_auth_for(TokenStore(paths.oauth_tokens_path(self._options.env))),
+                        client_requests=self._options.client_requests,
+                        max_message_bytes=max_bytes,
+                    )
                 )
             )
             self._tg = await stack.enter_async_context(anyio.create_task_group())

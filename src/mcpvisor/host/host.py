@@ -24,6 +24,7 @@ from typing import TypeAlias
 import anyio
 
 from mcpvisor.core.config import Config
+from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import Listeners, McpEvent
 from mcpvisor.core.lifecycle import StackOwner, running
@@ -197,14 +198,16 @@ class Host(StackOwner):
             self._config = Config(
                 allowed_mcp_server_names=opts.allowed_mcp_server_names,
                 trusted_folder=self._settings.trusted,
-                log_dir=opts.log_dir or paths.log_dir(env),
-                max_concurrent_starts=starts if isinstance(starts, int) and starts > 0 else None,
+                options=ConnectionOptions(
+                    log_dir=opts.log_dir or paths.log_dir(env),
+                    max_concurrent_starts=starts if isinstance(starts, int) and starts > 0 else None,
+                    http_auth=http_auth_for(self.tokens),
+                    client_requests=opts.client_requests,
+                    max_message_bytes=max_bytes,
+                ),
                 pool=opts.pool,
                 session_id=opts.session_id,
-                http_auth=http_auth_for(self.tokens),
                 definition_gate=PinGate(self.pins, self._settings.root, lambda: self._pin_mode),
-                client_requests=opts.client_requests,
-                max_message_bytes=max_bytes,
             )
             await stack.enter_async_context(self._config)
             self._config.events.subscribe(self.emit)

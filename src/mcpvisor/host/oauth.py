@@ -366,6 +366,7 @@ async def login(
     import anyio
 
     from mcpvisor.core.client import McpClient
+    from mcpvisor.core.connection import ConnectionOptions
 
     url = server_url(cfg)
     if url is None:
@@ -427,7 +428,7 @@ async def login(
         # Drop the stored tokens for this attempt: the server must run the whole flow (they come back on failure).
         store.update(key, tokens=None, expires_at=None)
         patient = cfg.model_copy(update={"discovery_timeout_ms": int((timeout_s + 60) * 1000)})
-        client = McpClient(name, patient, log_dir=log_dir, http_auth=lambda _n, _c: provider)
+        client = McpClient(name, patient, options=ConnectionOptions(log_dir=log_dir, http_auth=lambda _n, _c: provider))
         try:
             async with anyio.create_task_group() as tg:
                 try:
