@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 
 from mcpvisor.core.config import Config
 from mcpvisor.core.connection import ConnectionOptions
-from mcpvisor.core.registry import mcp_tool_name
-from mcpvisor.core.server_config import McpServerConfig, connection_id_of, exposure_of
+from mcpvisor.core.server_config import McpServerConfig
 from tests.helpers import light
 
 NAMES = ("a", "b", "c")
@@ -34,23 +33,18 @@ def build(name: str, version: int, hide_y: bool) -> McpServerConfig:
     )
 
 
-def check(config: Config) -> None:
-    gating = config.get_mcp_gating()
-    admitted = {
-        name: connection_id_of(name, cfg)
-        for name, cfg in config.get_mcp_servers().items()
-        if not gating.is_excluded(name) and not gating.is_pending(name)
-    }
-    live = {name: c.connection_id for name, c in config.manager.clients().items() if c.status == "connected"}
-    assert live == admitted
-    expected_tools = {
-        mcp_tool_name(name, t)
-        for name, cfg in config.get_mcp_servers().items()
-        if name in live
-        for t in TOOLS
-        if exposure_of(cfg).admits(t)
-    }
-    assert set(config.tool_registry.names()) == expected_tools
+def check(config: Config, state: dict[str, tuple[int, bool]], excluded: list[str], allowed: list[str] | None) -> None:
+    """The oracle is the test's own model of the edits (never the code under test): a server is admitted
+    when configured, not excluded and allowed (``None``: no allow-list; ``[]`` denies all); each admitted
+    server runs its latest arguments (its prompt carries the version) and shows ``y`` unless it is hidden."""
+    admitted = {name for name in state if name not in excluded and (allowed is None or name in allowed)}
+    live = {name: client for name, client in config.manager.clients().items() if client.status == "connected"}
+    assert set(live) == admitted
+    for name in admitted:
+        version, hide_y = state[name]
+        assert [prompt.name for prompt in live[name].prompts] == [f"p{version}"], name
+    expected = {f"mcp__{name}__x" for name in admitted} | {f"mcp__{name}__y" for name in admitted if not state[name][1]}
+    assert set(config.tool_registry.names()) == expected
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -59,6 +53,8 @@ async def test_random_edit_sequences_keep_live_state_equal_to_the_admitted_confi
     edits: list[tuple[str, object]],
 ) -> None:
     state: dict[str, tuple[int, bool]] = {}
+    excluded: list[str] = []
+    allowed: list[str] | None = None
     with tempfile.TemporaryDirectory() as logs:
         async with Config(options=ConnectionOptions(log_dir=Path(logs))) as config:
             await config.initialize()
@@ -72,9 +68,11 @@ async def test_random_edit_sequences_keep_live_state_equal_to_the_admitted_confi
                 elif kind == "exposure" and isinstance(arg, str) and arg in state:
                     state[arg] = (state[arg][0], not state[arg][1])
                 elif kind == "exclude" and isinstance(arg, list):
+                    excluded = list(arg)
                     config.set_excluded_mcp_servers(arg or None)
                 elif kind == "allow":
-                    config.set_allowed_mcp_servers(arg if isinstance(arg, list) else None)
+                    allowed = list(arg) if isinstance(arg, list) else None
+                    config.set_allowed_mcp_servers(allowed)
                 servers = {name: build(name, version, hide) for name, (version, hide) in state.items()}
                 await config.reinitialize_mcp_servers(servers)
-                check(config)
+                check(config, state, excluded, allowed)
