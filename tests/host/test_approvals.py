@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host import approvals as approvals_module
 from mcpvisor.host.approvals import (
     ApprovalRecord,
     ApprovalStore,
@@ -545,3 +547,20 @@ def test_two_processes_deciding_at_once_never_lose_a_decision(store_path: Path, 
     assert running.get_pending_gated_mcp_servers(servers, root) == ()
     assert ApprovalStore(store_path).get_pending_gated_mcp_servers(servers, root) == ()
     assert stat.S_IMODE(store_path.stat().st_mode) == 0o600
+
+
+def test_an_approvals_store_locked_elsewhere_records_nothing_and_says_to_try_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(approvals_module, "LOCK_TIMEOUT_S", 0.2)
+    store = ApprovalStore(tmp_path / "approvals.json")
+    root = tmp_path / "ws"
+    root.mkdir()
+    cfg = McpServerConfig.model_validate({"command": sys.executable, "args": ["-m", "x"], "scope": "project"})
+    with FileLock(store.lock_path):  # another process (here: another lock on the same file) holds it
+        with pytest.raises(ConfigError, match="another process holds the lock .*; try again"):
+            store.approve(root, "p", cfg)
+    assert not (tmp_path / "approvals.json").exists()
+    assert store.get_state(root, "p", cfg) == "pending"
+    store.approve(root, "p", cfg)  # free again: recorded
+    assert ApprovalStore(tmp_path / "approvals.json").get_state(root, "p", cfg) == "approved"
