@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     "McpConnectionPool": "mcpvisor.core.pool",
     "McpGating": "mcpvisor.core.gating",
     "McpClient": "mcpvisor.core.client",
-    "ConnectionOptions": "mcpvisor.core.connection",
+    "ConnectionOptions": "mcpvisor.core.server_config",
     "EventBus": "mcpvisor.core.events",
     "McpClientUpdate": "mcpvisor.core.events",
     "ServerStateChanged": "mcpvisor.core.events",
@@ -72,7 +72,6 @@ __all__ = [
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
     from mcpvisor.core.config import Config
-    from mcpvisor.core.connection import ConnectionOptions
     from mcpvisor.core.errors import (
         ConfigError,
         ConnectError,
@@ -95,6 +94,6 @@ if TYPE_CHECKING:
     )
     from mcpvisor.core.gating import McpGating
     from mcpvisor.core.pool import McpConnectionPool
-    from mcpvisor.core.server_config import McpServerConfig, connection_id_of
+    from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -14,7 +14,6 @@ import re
 import tempfile
 from collections.abc import Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +34,7 @@ from mcpvisor.core.events import ServerStatus
 from mcpvisor.core.listing import Listings, Refresher, discover, follow_list_changes, listen_wanted
 from mcpvisor.core.server_config import (
     DEFAULT_MAX_MESSAGE_BYTES,
-    HttpAuth,
+    ConnectionOptions,
     McpServerConfig,
     connection_id_of,
     redact_text,
@@ -52,7 +51,6 @@ __all__ = [
     "DEFAULT_CALL_TIMEOUT_S",
     "DEFAULT_REMOTE_DISCOVERY_TIMEOUT_S",
     "DEFAULT_STDIO_DISCOVERY_TIMEOUT_S",
-    "ConnectionOptions",
     "ServerConnection",
     "default_log_dir",
 ]
@@ -70,25 +68,6 @@ _SAFE_FILENAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 def default_log_dir() -> Path:
     return Path(tempfile.gettempdir()) / "mcpvisor-logs"
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionOptions:
-    """How a session (or a pool) makes its connections, the same for every server: one value passed
-    down from the host to each connection."""
-
-    log_dir: Path | None = None
-    """Where each stdio server's stderr is written (``<name>.log``); default: a temporary folder."""
-    max_concurrent_starts: int | None = None
-    """How many servers start at once (default: :func:`~mcpvisor.core.pool.default_max_starts`)."""
-    http_auth: HttpAuth | None = None
-    """Signs a remote server's requests (OAuth), by server name and entry."""
-    client_requests: bool = False
-    """Offer servers sampling, elicitation and roots, passed to the caller whose call caused the request
-    (:mod:`mcpvisor.core.client_requests`)."""
-    max_message_bytes: int | None = None
-    """The largest message a server may send when its entry sets no ``maxMessageBytes``; a larger one
-    drops the connection (:class:`MessageTooLargeError`)."""
 
 
 class ServerConnection:

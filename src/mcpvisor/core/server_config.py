@@ -13,6 +13,8 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
@@ -20,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_
 
 __all__ = [
     "CONNECTION_FIELDS",
+    "ConnectionOptions",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "MIN_MESSAGE_BYTES",
     "HttpAuth",
@@ -295,3 +298,22 @@ class Exposure(BaseModel):
 
 def exposure_of(cfg: McpServerConfig) -> Exposure:
     return Exposure(trust=cfg.trust, include_tools=cfg.include_tools, exclude_tools=cfg.exclude_tools)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionOptions:
+    """How a session (or a pool) makes its connections, the same for every server: one value passed
+    down from the host to each connection."""
+
+    log_dir: Path | None = None
+    """Where each stdio server's stderr is written (``<name>.log``); default: a temporary folder."""
+    max_concurrent_starts: int | None = None
+    """How many servers start at once (default: :func:`~mcpvisor.core.pool.default_max_starts`)."""
+    http_auth: HttpAuth | None = None
+    """Signs a remote server's requests (OAuth), by server name and entry."""
+    client_requests: bool = False
+    """Offer servers sampling, elicitation and roots, passed to the caller whose call caused the request
+    (:mod:`mcpvisor.core.client_requests`)."""
+    max_message_bytes: int | None = None
+    """The largest message a server may send when its entry sets no ``maxMessageBytes``; a larger one
+    drops the connection (:class:`~mcpvisor.core.errors.MessageTooLargeError`)."""
