@@ -34,8 +34,7 @@ import anyio
 from _common import Stats, Table, light, percentile, print_header, run, sdk, stats_cells, temp_log_dir, verdict
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.connection import ConnectionOptions
-from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 
 PERIOD_S = 0.010
 CALL_TIMEOUT_S = 5.0

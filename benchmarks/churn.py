@@ -21,8 +21,7 @@ from collections.abc import Mapping
 from _common import Stats, Table, light, print_header, run, stats_cells, temp_log_dir, verdict
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.connection import ConnectionOptions
-from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 
 
 def _pids(config: Config) -> dict[str, int | None]:

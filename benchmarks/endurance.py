@@ -41,8 +41,7 @@ from _common import (
 )
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.connection import ConnectionOptions
-from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 
 WARMUP_CYCLES = 20
 RSS_TARGET_MB = 5.0

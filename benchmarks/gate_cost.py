@@ -31,9 +31,8 @@ from typing import Any, TypeVar
 from _common import LIGHT_MODULE, Stats, Table, light, print_header, run, stats_cells, temp_log_dir, verdict
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.gating import McpGating
-from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.gating import mcp_gating_equal, mcp_servers_equal, recompute_mcp_gating
 from mcpvisor.host.hot_reload import touches_mcp

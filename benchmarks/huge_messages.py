@@ -30,7 +30,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.connection import ConnectionOptions
+from mcpvisor.core.server_config import ConnectionOptions
 from mcpvisor.gateway.server import Gateway
 
 TOKEN = "benchmark-token"

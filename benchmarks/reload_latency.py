@@ -49,8 +49,8 @@ import anyio
 from _common import LIGHT_MODULE, Stats, Table, light, print_header, run, stats_cells, temp_log_dir, verdict
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.events import McpClientUpdate, ServerStateChanged, ToolsChanged
+from mcpvisor.core.server_config import ConnectionOptions
 from mcpvisor.host.host import Host, HostEvent, HostOptions
 from mcpvisor.host.watcher import SETTLE_S as WATCHER_SETTLE_S
 from mcpvisor.host.watcher import SettingsChanged

@@ -39,9 +39,9 @@ from _common import (
 )
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.events import McpEvent, ServerStateChanged
 from mcpvisor.core.manager import default_max_starts
+from mcpvisor.core.server_config import ConnectionOptions
 
 GONE_TIMEOUT_S = 30.0
 

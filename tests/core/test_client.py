@@ -13,7 +13,6 @@ import anyio.abc
 import pytest
 
 from mcpvisor.core.client import McpClient
-from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.errors import (
     ConnectError,
     RequestError,
@@ -21,7 +20,7 @@ from mcpvisor.core.errors import (
     ServerUnavailableError,
     ToolCallError,
 )
-from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from tests.helpers import WAIT_S, free_port, http_server, light, marker_pids, pid_alive, sdk, wait_until
 
 

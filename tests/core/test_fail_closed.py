@@ -10,10 +10,9 @@ import pytest
 from mcp_types import Prompt, Tool
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.errors import ToolNotFoundError
 from mcpvisor.core.registry import Admitted
-from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from tests.helpers import light
 
 

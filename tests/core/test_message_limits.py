@@ -11,10 +11,9 @@ import pytest
 
 from mcpvisor.core.client import McpClient
 from mcpvisor.core.config import Config
-from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.errors import MessageTooLargeError
 from mcpvisor.core.http_limits import LimitedTransport, ResponseTooLarge, SSEEventTooLarge
-from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from mcpvisor.core.stdio import LineSplitter
 from tests.helpers import http_server, light, pid_alive, wait_until
 

@@ -10,9 +10,8 @@ from pathlib import Path
 import anyio
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.pool import McpConnectionPool
-from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from tests.helpers import light, marker_pids, pid_alive, wait_until
 
 
@@ -82,7 +81,7 @@ async def test_a_pending_server_added_by_a_reconcile_in_pool_mode_is_never_spawn
             assert config.last_reconcile is not None
             assert config.last_reconcile.gated == {"proj": "pending_approval"}
             # A rejected server stays pending (rejected is not approved): still never spawned.
-            config.set_rejected_mcp_servers(["proj"])
+            config.set_reason_refiner(lambda name, reason: "rejected" if name == "proj" else reason)
             await config.reinitialize_mcp_servers({"proj": light("proj", "--marker", str(marker)), "ok": light("ok")})
             assert "proj" not in config.manager.clients()
     assert not marker.exists()

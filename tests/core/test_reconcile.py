@@ -12,11 +12,10 @@ import anyio
 import pytest
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.errors import ConfigError, NotFoundError, ServerUnavailableError, ToolNotFoundError
 from mcpvisor.core.events import McpEvent, ReconcileFinished, ServerStateChanged
 from mcpvisor.core.manager import BACKOFF_INITIAL_S
-from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from tests.helpers import LIGHT, WAIT_S, free_port, http_server, light, marker_pids, pid_alive, wait_until
 
 
@@ -329,7 +328,10 @@ async def test_tool_not_found_names_the_server_and_the_fix(config: Config) -> No
             await config.call_tool(name)
         assert info.value.reason == reason, name
         assert fix in str(info.value), name
-    config.set_rejected_mcp_servers(["p"])
+    # The layer above words the reason (the host: the user rejected this pending server).
+    config.set_reason_refiner(
+        lambda name, reason: "rejected" if (name, reason) == ("p", "pending_approval") else reason
+    )
     with pytest.raises(ToolNotFoundError, match="rejected; edit its configuration") as rejected:
         await config.call_tool("mcp__p__t")
     assert rejected.value.reason == "rejected"

@@ -10,8 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.connection import ConnectionOptions
-from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from tests.helpers import light
 
 NAMES = ("a", "b", "c")

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mcpvisor.core.connection import ConnectionOptions
+from mcpvisor.core.server_config import ConnectionOptions
 from mcpvisor.core.server_log import LOG_MAX_BYTES
 from mcpvisor.host.approvals import ApprovalStore
 from tests.e2e.test_run import run, server

@@ -20,7 +20,7 @@ from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from mcpvisor.core.client_requests import InFlight, Progress, answering
-from mcpvisor.core.connection import ConnectionOptions
+from mcpvisor.core.server_config import ConnectionOptions
 from tests.gateway.test_gateway import ERAS, running, server, text_of
 from tests.helpers import LIGHT, SDK, WAIT_S, wait_until
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.pool import McpConnectionPool
+from mcpvisor.core.server_config import ConnectionOptions
 from mcpvisor.host.host import Host, HostOptions
 from tests.helpers import LIGHT, marker_pids, wait_until
 from tests.layout import make_layout, replace_text

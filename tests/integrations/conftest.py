@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.connection import ConnectionOptions
+from mcpvisor.core.server_config import ConnectionOptions
 from tests.helpers import light
 
 

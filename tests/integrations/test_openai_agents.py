@@ -9,7 +9,7 @@ from agents import Agent, RunConfig, Runner
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.connection import ConnectionOptions
+from mcpvisor.core.server_config import ConnectionOptions
 from mcpvisor.integrations.openai_agents import McpvisorMCPServer
 from tests.helpers import light
 

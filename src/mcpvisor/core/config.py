@@ -15,14 +15,13 @@ Usage::
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.errors import ConfigError, NotFoundError, RequestKind, ToolNotFoundError, not_found
 from mcpvisor.core.events import EventBus, ReconcileFinished, ToolsChanged
 from mcpvisor.core.gating import McpGating, matches_any
@@ -37,7 +36,7 @@ from mcpvisor.core.registry import (
     ToolRegistry,
     mcp_tool_name,
 )
-from mcpvisor.core.server_config import Exposure, McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions, Exposure, McpServerConfig
 
 if TYPE_CHECKING:
     from mcp_types import CallToolResult, GetPromptResult
@@ -81,7 +80,7 @@ class Config(StackOwner):
         self._runtime_servers: dict[str, McpServerConfig] = {}
         self._cli_allowed = _as_tuple(allowed_mcp_server_names)
         self._gating = McpGating(allowed=self._cli_allowed)
-        self._rejected: frozenset[str] = frozenset()
+        self._refiner: Callable[[str, str], str] | None = None
         self._removed: set[str] = set()
         self._trusted = trusted_folder
         self.events = EventBus()
@@ -205,12 +204,14 @@ class Config(StackOwner):
     def set_pending_mcp_servers(self, names: Iterable[str] | None) -> None:
         self._gating = McpGating(self._gating.excluded, self._gating.allowed, _as_tuple(names))
 
-    def set_rejected_mcp_servers(self, names: Iterable[str]) -> None:
-        """Which pending servers the user rejected: refines reasons (``rejected``), never admission."""
-        self._rejected = frozenset(names)
+    def set_reason_refiner(self, refine: Callable[[str, str], str] | None) -> None:
+        """How the layer above words a gated server's reason (SPEC §4: the host, which knows the approvals
+        store, says ``rejected`` where the core says ``pending_approval``); never changes admission."""
+        self._refiner = refine
 
-    def get_rejected_mcp_servers(self) -> frozenset[str]:
-        return self._rejected
+    def refined_reason(self, name: str, reason: str) -> str:
+        """``reason`` as the layer above words it for server ``name`` (see :meth:`set_reason_refiner`)."""
+        return self._refiner(name, reason) if self._refiner is not None else reason
 
     def set_mcp_gating(self, gating: McpGating) -> None:
         self._gating = gating
@@ -395,8 +396,8 @@ class Config(StackOwner):
                 f"{kind} {name!r} not found: no MCP server providing it is currently configured", kind=kind, target=name
             )
         reason: str | None = self.get_mcp_server_unavailable_reason(server)
-        if reason == "pending_approval" and server in self._rejected:
-            reason = "rejected"
+        if reason is not None:
+            reason = self.refined_reason(server, reason)
         head = f"{kind} {name!r} is unavailable: server {server!r}"
         if reason == "removed":
             text = f"{head} was removed from the configuration this session; add it back to mcpServers to use it"

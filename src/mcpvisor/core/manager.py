@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.events import (
     EventBus,
     McpClientUpdate,
@@ -30,7 +29,7 @@ from mcpvisor.core.events import (
 from mcpvisor.core.pool import default_max_starts
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, plan_reconcile
 from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, mcp_tool_name
-from mcpvisor.core.server_config import McpServerConfig, connection_id_of, exposure_of
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of, exposure_of
 
 if TYPE_CHECKING:
     from mcp_types import Prompt, Tool
@@ -50,10 +49,6 @@ STABLE_AFTER_S = 30.0
 """A server that stops sooner than this after it connected is crashing in a loop: each such stop
 doubles the pause before the next start, and after :data:`MAX_RECONNECT_ATTEMPTS` of them in a row it
 is left down until the next reconcile."""
-
-
-def _refine(name: str, reason: str, rejected: frozenset[str]) -> str:
-    return "rejected" if reason == "pending_approval" and name in rejected else reason
 
 
 class McpClientManager:
@@ -133,13 +128,13 @@ class McpClientManager:
         self._events.emit(McpClientUpdate(in_progress=True))
         plan = self.plan()
         desired = self._config.get_mcp_servers()
-        rejected = self._config.get_rejected_mcp_servers()
-        if rejected:  # the host's approval store knows which pending servers were rejected
-            plan = replace(
-                plan,
-                gate_stop={n: _refine(n, r, rejected) for n, r in plan.gate_stop.items()},
-                gate_skip={n: _refine(n, r, rejected) for n, r in plan.gate_skip.items()},
-            )
+        # The layer above words the reasons (a pending server the user rejected reads ``rejected``).
+        refine = self._config.refined_reason
+        plan = replace(
+            plan,
+            gate_stop={n: refine(n, r) for n, r in plan.gate_stop.items()},
+            gate_skip={n: refine(n, r) for n, r in plan.gate_skip.items()},
+        )
 
         # Removals (and gated tear-downs) first, all at once: one server slow to exit delays no other.
         if plan.remove or plan.gate_stop:

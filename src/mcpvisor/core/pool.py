@@ -26,9 +26,8 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.errors import ConfigError, ConnectError
-from mcpvisor.core.server_config import McpServerConfig, connection_id_of
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of
 
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient

@@ -50,10 +50,10 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.core.pool import McpConnectionPool
+from mcpvisor.core.server_config import ConnectionOptions
 from mcpvisor.gateway.http import (
     DEFAULT_HTTP_LIMITS,
     MCP_PATH,

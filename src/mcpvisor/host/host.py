@@ -24,12 +24,11 @@ from typing import TypeAlias
 import anyio
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.connection import ConnectionOptions
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import Listeners, McpEvent
 from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.core.pool import McpConnectionPool
-from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from mcpvisor.host import paths
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.decisions import Decided, Verdict, decide
@@ -210,6 +209,7 @@ class Host(StackOwner):
                 definition_gate=PinGate(self.pins, self._settings.root, lambda: self._pin_mode),
             )
             await stack.enter_async_context(self._config)
+            self._config.set_reason_refiner(lambda name, reason: self.refine_reason(name, reason) or reason)
             self._config.events.subscribe(self.emit)
             lsp_files = [load_lsp_file(Path(p), env) for p in opts.lsp_config]
             for lsp_file in lsp_files:
@@ -233,7 +233,6 @@ class Host(StackOwner):
             # The first discovery is a reconcile like any other.
             state = self._remember(compute_desired_state(self._settings, self._config, self._approvals, self._top_tier))
             self._config.set_mcp_gating(state.gating)
-            self._config.set_rejected_mcp_servers(state.rejected)
             self._config.set_mcp_servers(state.assembled.servers)
             await self._config.initialize()
             promptable = strictly_promptable(state, self._approvals, self.root)
@@ -252,6 +251,7 @@ class Host(StackOwner):
                     approvals=self._approvals,
                     emit=self.emit,
                     on_state=self._remember,
+                    current=lambda: self._state,
                     task_group=reloads,
                     pending=self._pending,
                 )
@@ -347,6 +347,7 @@ class Host(StackOwner):
             approvals=self.approvals,
             emit=self.emit,
             on_state=self._remember,
+            previous=self._state,
             force=force,
             pending=self._pending,
         )

@@ -130,18 +130,21 @@ class PendingAnnouncements:
         return True
 
 
-async def apply_desired_state(config: Config, state: DesiredState, *, force: bool = False) -> bool:
-    """Gate, push gating, reconcile. Returns whether a reconcile ran."""
+async def apply_desired_state(
+    config: Config, state: DesiredState, *, previous: DesiredState | None = None, force: bool = False
+) -> bool:
+    """Gate, push gating, reconcile. Returns whether a reconcile ran. A rejection (``previous``: the state
+    applied before) changes no admission but how a server's reason reads: it reconciles too, so the
+    change is said."""
     servers = dict(state.assembled.servers)
     if (
         not force
         and mcp_servers_equal(config.get_settings_mcp_servers(), servers)
         and mcp_gating_equal(config.get_mcp_gating(), state.gating)
-        and config.get_rejected_mcp_servers() == frozenset(state.rejected)
+        and (previous is None or set(previous.rejected) == set(state.rejected))
     ):
         return False
     config.set_mcp_gating(state.gating)
-    config.set_rejected_mcp_servers(state.rejected)
     await config.reinitialize_mcp_servers(servers)
     return True
 
@@ -167,6 +170,7 @@ def register_mcp_hot_reload(
     approvals: ApprovalStore,
     emit: Callable[[HotReloadEvent], None],
     on_state: Callable[[DesiredState], object] | None = None,
+    current: Callable[[], DesiredState | None] | None = None,
     task_group: anyio.abc.TaskGroup | None = None,
     pending: PendingAnnouncements | None = None,
 ) -> Callable[[], None]:
@@ -178,7 +182,15 @@ def register_mcp_hot_reload(
 
     async def reload(*, force: bool = False) -> None:
         await reload_now(
-            settings, config, top_tier, approvals=approvals, emit=emit, on_state=on_state, force=force, pending=pending
+            settings,
+            config,
+            top_tier,
+            approvals=approvals,
+            emit=emit,
+            on_state=on_state,
+            previous=current() if current is not None else None,
+            force=force,
+            pending=pending,
         )
 
     async def on_change(event: SettingsChanged) -> None:
@@ -207,6 +219,7 @@ async def reload_now(
     approvals: ApprovalStore,
     emit: Callable[[HotReloadEvent], None],
     on_state: Callable[[DesiredState], object] | None = None,
+    previous: DesiredState | None = None,
     force: bool = False,
     pending: PendingAnnouncements | None = None,
 ) -> DesiredState:
@@ -217,7 +230,7 @@ async def reload_now(
     if on_state is not None:
         on_state(state)
     try:
-        if not await apply_desired_state(config, state, force=force):
+        if not await apply_desired_state(config, state, previous=previous, force=force):
             return state  # the gate: nothing MCP-relevant changed
     except Exception as exc:
         logger.exception("%s", RELOAD_FAILED_MESSAGE)

@@ -366,7 +366,7 @@ async def login(
     import anyio
 
     from mcpvisor.core.client import McpClient
-    from mcpvisor.core.connection import ConnectionOptions
+    from mcpvisor.core.server_config import ConnectionOptions
 
     url = server_url(cfg)
     if url is None:
