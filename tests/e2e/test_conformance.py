@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from mcpvisor.gateway.lazy_streams import COMMIT_AFTER_S
 from tests.helpers import LIGHT, WAIT_S, free_port
@@ -58,22 +59,24 @@ BIN_DIR = INSTALL_DIR / "node_modules" / ".bin"
 
 
 def conformance_command() -> Path:
-    """The suite's command, installed with its Node.js on first use; run it with :func:`node_env`."""
+    """The suite's command, installed with its Node.js on first use; run it with :func:`node_env`.
+    Test processes running side by side (pytest-xdist) install it once: the first holds a lock."""
     binary = BIN_DIR / "conformance"
     marker = INSTALL_DIR / f"installed-{CONFORMANCE_VERSION}-{NODE_PACKAGE}"
-    if binary.exists() and (BIN_DIR / "node").exists() and marker.exists():
-        return binary
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.fail("the MCP conformance tests need npm (any Node.js with npm): install it, then run them again")
     INSTALL_DIR.mkdir(exist_ok=True)
-    subprocess.run(
-        [npm, "install", "--prefix", str(INSTALL_DIR), "--no-audit", "--no-fund", "--silent",
-         NODE_PACKAGE, f"@modelcontextprotocol/conformance@{CONFORMANCE_VERSION}"],
-        check=True,
-        timeout=INSTALL_TIMEOUT_S,
-    )  # fmt: skip
-    marker.touch()
+    with FileLock(INSTALL_DIR / "install.lock", timeout=INSTALL_TIMEOUT_S):
+        if binary.exists() and (BIN_DIR / "node").exists() and marker.exists():
+            return binary
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.fail("the MCP conformance tests need npm (any Node.js with npm): install it, then run them again")
+        subprocess.run(
+            [npm, "install", "--prefix", str(INSTALL_DIR), "--no-audit", "--no-fund", "--silent",
+             NODE_PACKAGE, f"@modelcontextprotocol/conformance@{CONFORMANCE_VERSION}"],
+            check=True,
+            timeout=INSTALL_TIMEOUT_S,
+        )  # fmt: skip
+        marker.touch()
     return binary
 
 

@@ -20,7 +20,7 @@ def cfg(name: str, scope: str | None = None, **fields: object) -> McpServerConfi
 
 
 def render(rows: list[ServerView], live: bool = True) -> str:
-    console = Console(record=True, width=100, file=io.StringIO())
+    console = Console(record=True, width=240, file=io.StringIO())
     render_status(console, rows, live=live)
     return console.export_text()
 
