@@ -287,17 +287,23 @@ async def test_an_in_flight_call_to_a_replaced_server_ends_with_a_clear_error(co
     await config.initialize()
     await config.reinitialize_mcp_servers({"a": light("a", "--control"), "b": light("b", "--control")})
     outcome: dict[str, object] = {}
+    sleeping = {"a": anyio.Event(), "b": anyio.Event()}
 
     async def call(server: str) -> None:
+        async def heard(progress: float, total: float | None, message: str | None) -> None:
+            sleeping[server].set()  # the server reports progress once the call reached it
+
         try:
-            outcome[server] = await config.call_tool(f"mcp__{server}__sleep", {"seconds": 4})
+            outcome[server] = await config.call_tool(f"mcp__{server}__sleep", {"seconds": 4}, progress=heard)
         except ServerUnavailableError as exc:
             outcome[server] = exc
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(call, "a")
         tg.start_soon(call, "b")
-        await anyio.sleep(1.0)  # let both calls reach their servers (they then run for 4 s)
+        with anyio.fail_after(WAIT_S):
+            for event in sleeping.values():
+                await event.wait()
         await config.reinitialize_mcp_servers(
             {"a": light("a", "--control", "--tools", "v2"), "b": light("b", "--control")}
         )
