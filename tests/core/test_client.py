@@ -173,6 +173,10 @@ async def test_a_call_past_its_timeout_is_a_timeout_error_naming_the_setting_and
         assert (error.kind, error.target, error.server, error.timeout_s) == ("tool", "stuck", "slow", 0.3)
         assert isinstance(error, ToolCallError)  # a tool call's timeout is also a failed tool call
         assert error.tool == "stuck"
+        with anyio.fail_after(WAIT_S), pytest.raises(RequestTimeoutError) as own:
+            await client.call_tool("stuck", timeout_s=0.2)  # a call's own timeout is the one it names
+        assert own.value.timeout_s == 0.2
+        assert "timed out after 0.2 s" in str(own.value)
         assert text(await client.call_tool("echo", {"text": "still"})) == "slow:echo:still"
         await client.aclose()
 

@@ -560,3 +560,10 @@ async def test_a_modern_era_client_hears_the_log_messages_of_a_call_that_asked_f
         await wait_until(lambda: len(heard) >= 1)
         logger_name = "a/light" if upstream == LIGHT else "a/sdk"
         assert [(m.level, m.data, m.logger) for m in heard] == [("error", "broken", logger_name)]
+
+
+def test_a_gateway_is_made_before_its_config_runs() -> None:
+    """``Gateway(config)`` then ``async with config, gateway``: the gateway reads the config's connections
+    only once it serves."""
+    gateway = Gateway(Config())
+    assert gateway.routes is not None

@@ -129,13 +129,15 @@ class McpClient(ServerConnection):
         )
 
     @contextmanager
-    def _requesting(self, what: str, kind: RequestKind, target: str, client: Client) -> Iterator[None]:
+    def _requesting(
+        self, what: str, kind: RequestKind, target: str, client: Client, *, timeout_s: float | None = None
+    ) -> Iterator[None]:
         """Map what the SDK raises for one request made on ``client`` onto mcpvisor's errors (one place
-        for every kind of request)."""
+        for every kind of request); ``timeout_s``: the request's own timeout, if not the server's."""
         try:
             yield
         except SDK_REQUEST_ERRORS as exc:
-            raise self._request_error(what, exc, kind=kind, target=target) from exc
+            raise self._request_error(what, exc, kind=kind, target=target, timeout_s=timeout_s) from exc
         except RuntimeError as exc:
             # The connection ended between taking the client and using it: the SDK refuses to send
             # ("Client must be used within an async context manager").
@@ -155,8 +157,8 @@ class McpClient(ServerConnection):
         ``progress(progress, total, message)`` hears the server's progress notifications for this call."""
         what = f"call to tool {tool!r}"
         client = self._connected_client(what)
-        with self._requesting(what, "tool", tool, client):
-            timeout = timeout_s or self.call_timeout_s
+        timeout = timeout_s or self.call_timeout_s
+        with self._requesting(what, "tool", tool, client, timeout_s=timeout):
             async with self._calling(client) as meta:
                 result = await client.call_tool(
                     tool, arguments or {}, read_timeout_seconds=timeout, progress_callback=progress, meta=meta
@@ -229,7 +231,9 @@ class McpClient(ServerConnection):
         except TimeoutError:
             raise timed_out(what, kind=kind, target=target, server=self.name, timeout_s=self.call_timeout_s) from None
 
-    def _request_error(self, what: str, exc: BaseException, *, kind: RequestKind, target: str) -> Exception:
+    def _request_error(
+        self, what: str, exc: BaseException, *, kind: RequestKind, target: str, timeout_s: float | None = None
+    ) -> Exception:
         if self._stopping:
             return ServerUnavailableError(
                 f"{what} failed: server {self.name!r} was stopped while the call was in flight "
@@ -237,7 +241,8 @@ class McpClient(ServerConnection):
                 server=self.name,
             )
         if isinstance(exc, MCPError) and exc.code == types.REQUEST_TIMEOUT:
-            return timed_out(what, kind=kind, target=target, server=self.name, timeout_s=self.call_timeout_s)
+            timeout = timeout_s or self.call_timeout_s
+            return timed_out(what, kind=kind, target=target, server=self.name, timeout_s=timeout)
         if self._broken is not None:  # the transport stopped reading: that is why the request failed
             return self._broken.during(what)
         if not isinstance(exc, MCPError) or exc.code == types.CONNECTION_CLOSED:

@@ -26,6 +26,7 @@ from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 from mcpvisor.gateway.protocol import RESOURCE_NOT_FOUND
 
 if TYPE_CHECKING:
+    from mcpvisor.core.config import Config
     from mcpvisor.core.manager import McpClientManager
 
 __all__ = [
@@ -91,11 +92,16 @@ def servers_matching_templates(uri: str, templates: Mapping[str, Sequence[types.
 
 
 class ResourceRoutes:
-    """The resources and resource templates served now, from the connected servers of ``manager``, and
-    the route from a URI a client asks for back to the server that owns it."""
+    """The resources and resource templates served now, from the connected servers of ``config``, and
+    the route from a URI a client asks for back to the server that owns it. Reads the config's
+    connections when asked (the config need not run yet when this is made)."""
 
-    def __init__(self, manager: McpClientManager) -> None:
-        self._manager = manager
+    def __init__(self, config: Config) -> None:
+        self._config = config
+
+    @property
+    def _manager(self) -> McpClientManager:
+        return self._config.manager
 
     def resources(self) -> dict[str, ServedResource]:
         clients = self._manager.clients()

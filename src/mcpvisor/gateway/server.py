@@ -126,7 +126,7 @@ class Gateway(StackOwner):
         self.bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self.bus)
         self.notices = ChangeNotices(self.bus)
-        self.routes = ResourceRoutes(config.manager)
+        self.routes = ResourceRoutes(config)
         self.subscriptions = ResourceSubscriptions(config, self.routes.owner, self._resource_updated)
         self._subscribers = Subscribers(self.subscriptions, self.bus)
         self._logs = LogRelay(config)

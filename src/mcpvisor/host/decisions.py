@@ -63,10 +63,14 @@ def decide(
     (needs no approval, the store cannot be read or written)."""
     if shown_hash is not None and cfg.approval_hash != shown_hash:
         raise ChangedSinceShown(name, verdict)
+    held = verdict == "approve" and _held(pins, root, name, cfg, pin_mode)
+    record = is_gated(cfg) and not (held and approvals.get_state(root, name, cfg) == "approved")
+    if record and approvals.error:
+        raise ConfigError(approvals.error)  # before anything is written: all of the verdict or none of it
     accepted: tuple[Change, ...] = ()
-    if verdict == "approve" and _held(pins, root, name, cfg, pin_mode):
+    if held:
         accepted = tuple(accept_held(pins, root, name, cfg))
-        if not is_gated(cfg) or approvals.get_state(root, name, cfg) == "approved":
+        if not record:
             return Decided(recorded=False, accepted=accepted)
     if not is_gated(cfg):
         origin = f"it comes from {source}, and those" if source else "servers of your own settings"
@@ -74,8 +78,6 @@ def decide(
             f"cannot {verdict} server {name!r}: it is not a project or workspace server — {origin} need no "
             "approval; only project (.mcp.json) and workspace servers are approved"
         )
-    if approvals.error:
-        raise ConfigError(approvals.error)
     (approvals.approve if verdict == "approve" else approvals.reject)(root, name, cfg)
     return Decided(recorded=True, accepted=accepted)
 

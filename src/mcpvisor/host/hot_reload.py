@@ -135,13 +135,13 @@ async def apply_desired_state(
 ) -> bool:
     """Gate, push gating, reconcile. Returns whether a reconcile ran. A rejection (``previous``: the state
     applied before) changes no admission but how a server's reason reads: it reconciles too, so the
-    change is said."""
+    change is said (without ``previous``, any rejection counts as new)."""
     servers = dict(state.assembled.servers)
     if (
         not force
         and mcp_servers_equal(config.get_settings_mcp_servers(), servers)
         and mcp_gating_equal(config.get_mcp_gating(), state.gating)
-        and (previous is None or set(previous.rejected) == set(state.rejected))
+        and set(previous.rejected if previous is not None else ()) == set(state.rejected)
     ):
         return False
     config.set_mcp_gating(state.gating)

@@ -147,19 +147,33 @@ class ApprovalDialog:
             if decided.recorded and decision == "approve":
                 self.console.print(Text(f"✓ approved {name} — connecting", style="green"))
             elif decided.recorded:
-                self._gated[name] = "rejected"  # said here; the reconcile summary need not repeat it
                 self.console.print(
                     Text(f"✗ rejected {name} — it stays disconnected until its configuration changes", style="red")
                 )
             else:
                 self.console.print(Text(f"✓ accepted what {name} offers now", style="green"))
 
+        before = self._gated.get(name)
+        if decision == "reject":
+            # Said here, before the store is written: a reconcile the watcher runs on seeing the write (it
+            # may come first) must not say it too.
+            self._gated[name] = "rejected"
         try:
             await self.host.decide(name, decision, shown_hash=shown_hash, on_decided=said)
         except ChangedSinceShown as exc:
+            self._restore_gated(name, before)
             self._queue.discard(name)
             self.console.print(Text(f"✗ {exc}", style="yellow"))
             self.refresh(announced=[name])  # show the new configuration, if it still waits
+        except BaseException:
+            self._restore_gated(name, before)
+            raise
+
+    def _restore_gated(self, name: str, before: str | None) -> None:
+        if before is None:
+            self._gated.pop(name, None)
+        else:
+            self._gated[name] = before
 
     async def _decide_lsp(self, key: str, decision: Verdict, shown_hash: str | None) -> None:
         name = key.removeprefix(LSP_KEY_PREFIX)
