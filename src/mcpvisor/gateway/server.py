@@ -54,6 +54,7 @@ from mcpvisor.core.config import Config
 from mcpvisor.core.errors import McpvisorError
 from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, ServerStateChanged, ToolsChanged
 from mcpvisor.core.lifecycle import StackOwner
+from mcpvisor.core.registry import mcp_tool_name
 from mcpvisor.gateway.asks import ROUND_TIMEOUT_S, CallingClient, Rounds, pass_log
 from mcpvisor.gateway.calls import DRAIN_S, SHUTTING_DOWN, InFlight, ShuttingDown
 from mcpvisor.gateway.http import (
@@ -195,8 +196,17 @@ class Gateway(StackOwner):
     # -- request handlers --------------------------------------------------------------------
 
     def _names(self) -> ServedNames:
+        """Served tool names. Tools held back since approval keep theirs (a client calling one is told
+        why it is held, and the name is the same once it is accepted)."""
         if self._tool_names is None:
-            self._tool_names = ServedNames(self.config.tool_registry.names(), self.name_budget)
+            manager = self.config.manager
+            held = {
+                mcp_tool_name(server, tool)
+                for server in manager.clients()
+                if (admitted := manager.held(server)) is not None
+                for tool in admitted.held_tools
+            }
+            self._tool_names = ServedNames(self.config.tool_registry.names() | held, self.name_budget)
         return self._tool_names
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
