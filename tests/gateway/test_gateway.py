@@ -21,6 +21,7 @@ from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import McpClientUpdate, PromptsChanged, ReconcileFinished, ToolsChanged
 from mcpvisor.core.registry import mcp_tool_name
+from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.examples._options import TEXT_SCHEMA
 from mcpvisor.gateway.names import DEFAULT_NAME_BUDGET, shortened
 from mcpvisor.gateway.server import Gateway
@@ -583,8 +584,12 @@ async def test_a_modern_era_client_hears_the_log_messages_of_a_call_that_asked_f
         assert [(m.level, m.data, m.logger) for m in heard] == [("error", "broken", logger_name)]
 
 
-def test_a_gateway_is_made_before_its_config_runs() -> None:
+async def test_a_gateway_is_made_before_its_config_runs(tmp_path: Path) -> None:
     """``Gateway(config)`` then ``async with config, gateway``: the gateway reads the config's connections
     only once it serves."""
-    gateway = Gateway(Config())
-    assert gateway.routes is not None
+    config = Config(mcp_servers={"a": McpServerConfig.model_validate(server("a"))})
+    gateway = Gateway(config)
+    async with config, gateway, Client(gateway.server) as client:
+        await config.initialize()
+        assert await tool_names(client) == {"mcp__a__echo"}
+        assert (await client.list_resources()).resources == []

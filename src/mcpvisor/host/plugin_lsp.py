@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mcpvisor.host import paths
 from mcpvisor.host.lsp.config import LspServerConfig, camel_fields
 from mcpvisor.host.settings.files import SettingsFileError, read_settings_file
 from mcpvisor.host.settings.servers import describe_validation
@@ -42,7 +43,7 @@ class PluginLsp:
 def claude_dir(env: Mapping[str, str]) -> Path:
     """Claude Code's configuration folder: ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
     configured = env.get("CLAUDE_CONFIG_DIR")
-    return Path(configured) if configured else Path(env.get("HOME") or Path.home()) / ".claude"
+    return Path(configured) if configured else paths.home(env) / ".claude"
 
 
 def _read(path: Path) -> Any:

@@ -1,8 +1,9 @@
 """Lines typed at a terminal, read with prompt_toolkit: line editing, history, completion, and output
 printed above the prompt.
 
-Used when standard input and output are both a terminal (:func:`wants_line_editor`); pipes and files
-are read line by line as they are (:func:`mcpvisor.shell.terminal.stdin_lines`). What the editor
+Used when standard input and output are both a terminal (:func:`mcpvisor.shell.terminal.wants_line_editor`);
+pipes and files are read line by line as they are (:func:`mcpvisor.shell.terminal.stdin_lines`), and
+never load prompt_toolkit. What the editor
 gives: the arrow keys, Home/End and the usual Emacs keys; Up/Down and Ctrl-R through the history of
 slash commands, kept across sessions in ``$MCPVISOR_HOME/shell-history`` (0600: call arguments may be
 private); Tab completion (:mod:`mcpvisor.shell.completion`); and everything the session prints while
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -32,22 +32,11 @@ from prompt_toolkit.search import accept_search
 
 from mcpvisor.shell.completion import ShellCompleter
 
-__all__ = ["HISTORY_FILENAME", "CommandHistory", "edited_lines", "wants_line_editor"]
+__all__ = ["HISTORY_FILENAME", "CommandHistory", "edited_lines"]
 
 logger = logging.getLogger(__name__)
 
 HISTORY_FILENAME = "shell-history"
-
-
-def wants_line_editor(stdout_is_terminal: bool) -> bool:
-    """Whether lines are read with the line editor: standard input and output are both a terminal
-    that can draw one (not ``TERM=dumb``)."""
-    stdin = sys.stdin
-    try:
-        stdin_is_terminal = stdin is not None and stdin.isatty()
-    except (AttributeError, ValueError):  # a replaced or closed stream
-        stdin_is_terminal = False
-    return stdout_is_terminal and stdin_is_terminal and os.environ.get("TERM") != "dumb"
 
 
 class CommandHistory(FileHistory):
@@ -56,6 +45,8 @@ class CommandHistory(FileHistory):
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
+        self._path = path
+        self._created = False
         self._warned = False
 
     def append_string(self, string: str) -> None:
@@ -63,15 +54,16 @@ class CommandHistory(FileHistory):
             super().append_string(string)
 
     def store_string(self, string: str) -> None:
-        path = Path(self.filename)  # type: ignore[arg-type]
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+            if not self._created:  # the first line of a session makes the file, private, if it is new
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+                os.close(os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+                self._created = True
             super().store_string(string)
         except OSError as exc:
             if not self._warned:
                 self._warned = True
-                logger.warning("shell history not saved to %s: %s", path, exc.strerror or exc)
+                logger.warning("shell history not saved to %s: %s", self._path, exc.strerror or exc)
 
 
 def _history(path: Path | None) -> History:

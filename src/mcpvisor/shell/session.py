@@ -32,6 +32,7 @@ from mcpvisor.host.host import Host, HostEvent, HostOptions
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpPromptsChanged
 from mcpvisor.host.lsp.config import LSP_KEY_PREFIX
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged
+from mcpvisor.host.oauth_store import sign_ins
 from mcpvisor.host.paths import user_dir
 from mcpvisor.host.status import plural
 from mcpvisor.shell.approval import (
@@ -50,10 +51,9 @@ from mcpvisor.shell.commands import (
 )
 from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.dialog import ApprovalDialog
-from mcpvisor.shell.line_editor import HISTORY_FILENAME, edited_lines, wants_line_editor
 from mcpvisor.shell.narration import HumanOutput
 from mcpvisor.shell.render import render_call_result, render_prompt_result, render_prompts, render_tools
-from mcpvisor.shell.terminal import Screen, stdin_lines
+from mcpvisor.shell.terminal import Screen, stdin_lines, wants_line_editor
 from mcpvisor.shell.views import render_definition_changes, render_lsp_status, render_status
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_OK", "ShellSession", "run_shell"]
@@ -240,6 +240,8 @@ class ShellSession:
                     if input_lines is not None:
                         await self._read_eval(input_lines)
                     elif wants_line_editor(self.console.is_terminal):
+                        from mcpvisor.shell.line_editor import HISTORY_FILENAME, edited_lines
+
                         self.screen.prompt_drawn_elsewhere = True
                         async with edited_lines(
                             message=self.screen.prompt_text,
@@ -308,15 +310,18 @@ class ShellSession:
             return {tool.name: _first_line(tool.tool.description) for tool in config.tool_registry.get_all_tools()}
         if command == "prompt":
             return {p.name: _first_line(p.prompt.description) for p in config.prompt_registry.get_all_prompts()}
+        servers = self.host.state.assembled.servers
         if command in ("approve", "reject"):
-            offered = {v.name: v.approval or "" for v in self.host.server_views() if v.approval is not None}
+            approvals, root = self.host.approvals, self.host.root
+            offered = {name: approvals.get_state(root, name, cfg) for name, cfg in servers.items() if is_gated(cfg)}
             lsp = self.host.lsp.state
             offered.update(
                 (f"{LSP_KEY_PREFIX}{name}", "language server") for name, cfg in lsp.servers.items() if is_gated(cfg)
             )
             return offered
         if command == "login":
-            return {v.name: v.sign_in or "" for v in self.host.server_views() if v.transport != "stdio"}
+            signed_in = sign_ins(self.host.tokens, servers)
+            return {name: signed_in.get(name, "") for name, cfg in servers.items() if cfg.transport != "stdio"}
         return {}
 
     async def _handle(self, line: str) -> bool:

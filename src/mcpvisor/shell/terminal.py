@@ -24,10 +24,21 @@ from anyio.from_thread import BlockingPortal
 from anyio.streams.memory import MemoryObjectSendStream
 from rich.console import Console
 
-__all__ = ["READ_CHUNK_BYTES", "Screen", "stdin_lines"]
+__all__ = ["READ_CHUNK_BYTES", "Screen", "stdin_lines", "wants_line_editor"]
 
 READ_CHUNK_BYTES = 4096
 _CLEAR_LINE = "\r\x1b[2K"
+
+
+def wants_line_editor(stdout_is_terminal: bool) -> bool:
+    """Whether lines are read with the line editor (:mod:`mcpvisor.shell.line_editor`): standard input
+    and output are both a terminal that can draw one (not ``TERM=dumb``)."""
+    stdin = sys.stdin
+    try:
+        stdin_is_terminal = stdin is not None and stdin.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        stdin_is_terminal = False
+    return stdout_is_terminal and stdin_is_terminal and os.environ.get("TERM") != "dumb"
 
 
 class Screen:

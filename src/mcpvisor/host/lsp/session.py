@@ -229,9 +229,12 @@ class LspSession:
         return cast("CallsResult", await self._run("outgoing_calls", {"file": file, **position}))
 
     async def diagnostics(
-        self, files: Sequence[str] | None = None, *, severity: str = "warning", wait_ms: int = 3000
+        self, files: Sequence[str] | None = None, *, severity: str = "warning", wait_ms: int | None = None
     ) -> DiagnosticsResult:
-        arguments: dict[str, Any] = {"severity": severity, "wait_ms": wait_ms}
+        """``wait_ms``: how long to wait for fresh diagnostics (default: the tool's)."""
+        arguments: dict[str, Any] = {"severity": severity}
+        if wait_ms is not None:
+            arguments["wait_ms"] = wait_ms
         if files is not None:
             arguments["files"] = list(files)
         return cast("DiagnosticsResult", await self._run("diagnostics", arguments))
