@@ -1,5 +1,6 @@
 """Shared test configuration: every async test runs on anyio's asyncio backend; the conformance tests
-need npm and are left out, loudly, where there is none (unless ``MCPVISOR_CONFORMANCE=1`` says they must run)."""
+need npm and are left out, loudly, where there is none (unless ``MCPVISOR_CONFORMANCE=1`` says they must run);
+the fleet tests need ``redis-server`` and are left out the same way (unless ``MCPVISOR_FLEET_TESTS=1``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 _left_out: list[pytest.Item] = []
+_fleet_left_out: list[pytest.Item] = []
 
 # What the terminal running the tests says of its size is not the tests' business: views are checked at
 # the widths the tests set (pytest-xdist's workers, for one, get COLUMNS=80 from their launcher).
@@ -35,12 +37,16 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without npm the conformance suite cannot be installed: leave its tests out (said in the summary),
     unless ``MCPVISOR_CONFORMANCE=1`` (as in ``.ci/run``), where they run and a missing npm fails them."""
-    if os.environ.get("MCPVISOR_CONFORMANCE") == "1" or shutil.which("npm") is not None:
-        return
-    _left_out[:] = [item for item in items if item.get_closest_marker("conformance") is not None]
-    if _left_out:
-        items[:] = [item for item in items if item.get_closest_marker("conformance") is None]
-        config.hook.pytest_deselected(items=_left_out)
+    for marker, forced, binary, left_out in (
+        ("conformance", "MCPVISOR_CONFORMANCE", "npm", _left_out),
+        ("fleet", "MCPVISOR_FLEET_TESTS", "redis-server", _fleet_left_out),
+    ):
+        if os.environ.get(forced) == "1" or shutil.which(binary) is not None:
+            continue
+        left_out[:] = [item for item in items if item.get_closest_marker(marker) is not None]
+        if left_out:
+            items[:] = [item for item in items if item.get_closest_marker(marker) is None]
+            config.hook.pytest_deselected(items=left_out)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -48,6 +54,13 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(
             f"{len(_left_out)} conformance tests not run: npm is not installed (install Node.js with npm to run "
             "them; MCPVISOR_CONFORMANCE=1 makes this an error)",
+            yellow=True,
+            bold=True,
+        )
+    if _fleet_left_out:
+        terminalreporter.write_line(
+            f"{len(_fleet_left_out)} fleet tests not run: redis-server is not installed (apt install redis-server "
+            "to run them; MCPVISOR_FLEET_TESTS=1 makes this an error)",
             yellow=True,
             bold=True,
         )

@@ -4,9 +4,11 @@ Every module's imports are read from its source, ``TYPE_CHECKING`` and function-
 so a rule holds whether or not the import runs. The rules: ``core`` imports no other mcpvisor package;
 ``host`` only ``core``; ``gateway`` and ``shell`` import ``host`` and ``core``, never each other and
 never ``cli``; ``integrations`` (the agent framework adapters) imports ``host`` and ``core`` and is
-the only package that imports a framework; nothing imports ``cli`` but ``cli`` and the entry point;
-only ``cli`` imports ``typer``, only ``cli`` and ``shell`` draw with ``rich`` or read a terminal;
-only ``host`` (and ``cli``) watch files. No import circle between modules anywhere in ``src/``.
+the only package that imports a framework; ``fleet`` (replicas sharing state through Redis) imports
+``host`` and ``core``, only ``cli`` imports it, and only it imports ``redis``; nothing imports ``cli``
+but ``cli`` and the entry point; only ``cli`` imports ``typer``, only ``cli`` and ``shell`` draw with
+``rich`` or read a terminal; only ``host`` (and ``cli``) watch files. No import circle between modules
+anywhere in ``src/``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ LAYERS: dict[str, set[str]] = {
     "gateway": {"gateway", "host", "core", "api"},
     "shell": {"shell", "host", "core", "api"},
     "integrations": {"integrations", "host", "core", "api"},
-    "cli": {"cli", "shell", "gateway", "host", "core", "api", "examples"},
+    "fleet": {"fleet", "host", "core", "api"},
+    "cli": {"cli", "shell", "gateway", "fleet", "host", "core", "api", "examples"},
     "examples": {"examples", "api"},
     "api": {"api", "core"},
     "entry": {"cli"},
@@ -48,6 +51,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "langchain_core": {"integrations"},
     "langgraph": {"integrations"},
     "agents": {"integrations"},
+    "redis": {"fleet"},
 }
 
 
@@ -153,7 +157,7 @@ def test_no_import_circle_between_modules() -> None:
 
 
 def test_every_package_has_a_docstring_saying_what_it_owns() -> None:
-    for package in ("core", "host", "gateway", "shell", "integrations", "cli"):
+    for package in ("core", "host", "gateway", "shell", "integrations", "fleet", "cli"):
         doc = ast.get_docstring(ast.parse((SRC / package / "__init__.py").read_text()))
         assert doc, f"mcpvisor.{package} has no docstring"
 

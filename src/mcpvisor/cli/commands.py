@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
+from mcpvisor.cli.fleet import approval_store
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
@@ -40,7 +41,7 @@ def load_state(
     allowed: Sequence[str] | None = None,
 ) -> tuple[Settings, ApprovalStore, DesiredState]:
     settings = load_settings(env, workspace)
-    approvals = ApprovalStore(paths.approvals_path(env))
+    approvals = approval_store(env)  # the fleet's with --fleet
     approvals.load()
     top_tier = load_top_tier(mcp_config, env)
     for layer in top_tier.mcp_config:

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from mcpvisor.cli.fleet import FleetNameOpt, FleetOpt
 from mcpvisor.cli.options import (
     AllowedLspOpt,
     JsonOpt,
@@ -57,7 +58,9 @@ _NAME = Annotated[str, typer.Argument(help="The language server (its key in .lsp
 
 
 @lsp_app.command("approve")
-def lsp_approve(name: _NAME, workspace: WorkspaceOpt = None) -> None:
+def lsp_approve(
+    name: _NAME, workspace: WorkspaceOpt = None, fleet: FleetOpt = None, fleet_name: FleetNameOpt = None
+) -> None:
     """Approve a project or workspace language server's exact configuration. An approved language server runs
     code from the workspace; a running mcpvisor may start it at once."""
     from mcpvisor.cli.lsp_commands import decide_lsp
@@ -67,7 +70,9 @@ def lsp_approve(name: _NAME, workspace: WorkspaceOpt = None) -> None:
 
 
 @lsp_app.command("reject")
-def lsp_reject(name: _NAME, workspace: WorkspaceOpt = None) -> None:
+def lsp_reject(
+    name: _NAME, workspace: WorkspaceOpt = None, fleet: FleetOpt = None, fleet_name: FleetNameOpt = None
+) -> None:
     """Reject a project or workspace language server: it never starts until its configuration changes."""
     from mcpvisor.cli.lsp_commands import decide_lsp
 

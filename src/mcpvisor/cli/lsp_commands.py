@@ -15,8 +15,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from mcpvisor.cli.fleet import approval_store
 from mcpvisor.core.errors import ConfigError
-from mcpvisor.host import paths
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.lsp.config import RUNS_WORKSPACE_CODE, LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
@@ -42,7 +42,7 @@ def load_lsp_state(
     allowed: Sequence[str] | None = None,
 ) -> tuple[Settings, ApprovalStore, LspDesiredState]:
     settings = load_settings(env, workspace)
-    approvals = ApprovalStore(paths.approvals_path(env))
+    approvals = approval_store(env)  # the fleet's with --fleet
     approvals.load()
     files = [load_lsp_file(Path(p), env) for p in lsp_config]
     for file in files:

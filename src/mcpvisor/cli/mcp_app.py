@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from mcpvisor.cli.fleet import FleetNameOpt, FleetOpt
 from mcpvisor.cli.options import AllowedOpt, JsonOpt, McpConfigOpt, WorkspaceOpt, reported, setup_logging, split_names
 
 __all__ = ["mcp_app"]
@@ -32,8 +33,11 @@ def mcp_list(
     mcp_config: McpConfigOpt = None,
     allowed_mcp_server_names: AllowedOpt = None,
     as_json: JsonOpt = False,
+    fleet: FleetOpt = None,
+    fleet_name: FleetNameOpt = None,
 ) -> None:
-    """List every configured server with its source, scope, admission and approval state."""
+    """List every configured server with its source, scope, admission and approval state (with --fleet:
+    as the fleet's approvals decide)."""
     from mcpvisor.cli.commands import list_servers
 
     with reported():
@@ -59,8 +63,11 @@ def mcp_approve(
             "(without a terminal, they are only shown).",
         ),
     ] = False,
+    fleet: FleetOpt = None,
+    fleet_name: FleetNameOpt = None,
 ) -> None:
-    """Approve a project or workspace server's exact configuration (a running host connects it). Tool and
+    """Approve a project or workspace server's exact configuration (a running host connects it; with
+    --fleet, every replica of the fleet whose configuration of it is the same). Tool and
     prompt definitions it changed since approval are shown as a diff, then accepted once you say yes."""
     from mcpvisor.cli.commands import decide
 
@@ -108,9 +115,13 @@ def mcp_logout(
 
 @mcp_app.command("reject")
 def mcp_reject(
-    name: Annotated[str, typer.Argument(help="The server to reject.", metavar="NAME")], workspace: WorkspaceOpt = None
+    name: Annotated[str, typer.Argument(help="The server to reject.", metavar="NAME")],
+    workspace: WorkspaceOpt = None,
+    fleet: FleetOpt = None,
+    fleet_name: FleetNameOpt = None,
 ) -> None:
-    """Reject a project or workspace server: it stays disconnected until its configuration changes."""
+    """Reject a project or workspace server: it stays disconnected until its configuration changes (with
+    --fleet: on every replica of the fleet)."""
     from mcpvisor.cli.commands import decide
 
     with reported():

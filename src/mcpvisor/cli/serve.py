@@ -6,11 +6,13 @@ import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 from mcp.server.stdio import stdio_server
 from rich.console import Console
 
+from mcpvisor.cli.fleet import joined
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.gateway.auth import GatewayToken
 from mcpvisor.gateway.http import WORKSPACE_HEADER, bind_http_socket, http_url, refuse_without_token
@@ -20,6 +22,9 @@ from mcpvisor.gateway.workspaces import WorkspaceGateway
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.narration import HumanOutput
+
+if TYPE_CHECKING:
+    from mcpvisor.fleet.replica import Replica
 
 __all__ = ["run_gateway"]
 
@@ -34,6 +39,7 @@ async def run_gateway(
     limits: HttpLimits = DEFAULT_HTTP_LIMITS,
     stop: anyio.Event | None = None,
     name_budget: int = DEFAULT_NAME_BUDGET,
+    replica_id: str | None = None,
 ) -> None:
     """``mcpvisor serve``: run a watching :class:`Host` and serve it as one MCP server until cancelled
     (stdio: until the client closes stdin) or until ``stop`` is set: then calls in flight get
@@ -48,8 +54,41 @@ async def run_gateway(
     folders the user owns); see :mod:`mcpvisor.gateway.workspaces`.
 
     ``token`` (HTTP only): every request needs ``Authorization: Bearer <token>``; without one the
-    gateway serves only on a loopback address."""
+    gateway serves only on a loopback address.
+
+    With a fleet (``MCPVISOR_FLEET`` in ``options.env``) this process is one of its replicas
+    (:mod:`mcpvisor.fleet`): decisions come from the fleet, settings follow the fleet's publisher, and
+    handshake sessions are named after ``replica_id`` (default: made up per process)."""
     options = dataclasses.replace(options, watch=True, client_requests=True)
+    async with joined(options, replica_id=replica_id, register=http is not None, follow_settings=True) as (
+        options,
+        replica,
+    ):
+        await _serve(
+            options,
+            replica,
+            http=http,
+            per_client_workspaces=per_client_workspaces,
+            token=token,
+            workspace_root=workspace_root,
+            limits=limits,
+            stop=stop,
+            name_budget=name_budget,
+        )
+
+
+async def _serve(
+    options: HostOptions,
+    replica: Replica | None,
+    *,
+    http: tuple[str, int] | None,
+    per_client_workspaces: bool,
+    token: GatewayToken | None,
+    workspace_root: Path | None,
+    limits: HttpLimits,
+    stop: anyio.Event | None,
+    name_budget: int,
+) -> None:
     console = new_console(stderr=True, highlight=False)
     if http is not None:
         refuse_without_token(http[0], token.value if token is not None else None)  # before any server starts
@@ -79,6 +118,7 @@ async def run_gateway(
             limits=limits,
             stop=stop,
             name_budget=name_budget,
+            replica=replica,
         )
         return
     host = Host(options)
@@ -86,6 +126,8 @@ async def run_gateway(
     if http is None:
         # Nothing in mcpvisor writes to stdout, and while serving the SDK points fd 1 at stderr.
         async with host, Gateway(host.config, name_budget=name_budget) as gateway, stdio_server() as (read, write):
+            if replica is not None:
+                await replica.attach(host, publish=True)
             serving(host, "stdio")
             async with _until_stopped(stop, gateway.drain, console):
                 await gateway.serve_streams(read, write)
@@ -93,9 +135,18 @@ async def run_gateway(
         sock = bind_http_socket(*http)
         try:
             async with host, Gateway(host.config, name_budget=name_budget) as gateway:
+                if replica is not None:
+                    await replica.attach(host, publish=True)
+                    replica.serve_at(http_url(sock))
                 serving(host, http_url(sock))  # already listening: early clients wait in the backlog
                 async with _until_stopped(stop, gateway.drain, console):
-                    await gateway.serve_http_socket(sock, only_workspace=host.root, token=secret, limits=limits)
+                    await gateway.serve_http_socket(
+                        sock,
+                        only_workspace=host.root,
+                        token=secret,
+                        limits=limits,
+                        wrap=replica.router if replica is not None else None,
+                    )
         finally:
             sock.close()
 
@@ -136,8 +187,11 @@ async def _run_workspace_gateway(
     limits: HttpLimits,
     stop: anyio.Event | None,
     name_budget: int,
+    replica: Replica | None,
 ) -> None:
     def opened(host: Host) -> None:
+        if replica is not None and workspaces is not None:
+            replica.attach_soon(host)
         if workspaces is not None:  # the default workspace opens inside __aenter__, before this is set
             where = host.options.workspace
             console.print(f"[dim]mcpvisor gateway: opening workspace {where} for a client[/]", soft_wrap=True)
@@ -154,6 +208,9 @@ async def _run_workspace_gateway(
             limits=limits,
             name_budget=name_budget,
         ) as workspaces:
+            if replica is not None:
+                await replica.attach(workspaces.default, publish=True)  # the default workspace's files are published
+                replica.serve_at(http_url(sock))
             serving(workspaces.default, http_url(sock))
             allowed = (
                 f"a folder under {workspace_root}"
@@ -162,6 +219,6 @@ async def _run_workspace_gateway(
             )
             console.print(f"[dim]Clients may name {allowed} in the {WORKSPACE_HEADER} header.[/]", soft_wrap=True)
             async with _until_stopped(stop, workspaces.drain, console):
-                await workspaces.serve_http_socket(sock, token=token)
+                await workspaces.serve_http_socket(sock, token=token, wrap=replica.router if replica else None)
     finally:
         sock.close()

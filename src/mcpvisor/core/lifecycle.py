@@ -25,6 +25,11 @@ class StackOwner:
     _stack: AsyncExitStack | None = None
     _entered = False
 
+    @property
+    def is_running(self) -> bool:
+        """Whether it was entered and has not exited."""
+        return self._stack is not None
+
     def _enter_once(self) -> None:
         """Call first in ``__aenter__``: refuses a second entry, running or finished."""
         if self._entered:

@@ -475,6 +475,7 @@ class Gateway(StackOwner):
         only_workspace: Path | None = None,
         token: str | None = None,
         limits: HttpLimits = DEFAULT_HTTP_LIMITS,
+        wrap: Callable[[Any], Any] | None = None,
         task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve streamable HTTP on a listening socket (see :func:`bind_http_socket`, which it closes)
@@ -482,11 +483,14 @@ class Gateway(StackOwner):
         ``HTTP_SHUTDOWN_S``, the SDK's session manager stops.
 
         With ``only_workspace``, a request whose workspace header names another folder is refused
-        (HTTP 400) instead of being silently served this workspace's servers. ``limits``: see :class:`HttpLimits`."""
+        (HTTP 400) instead of being silently served this workspace's servers. ``limits``: see :class:`HttpLimits`.
+        ``wrap`` puts an ASGI layer in front of the app, behind authentication (a fleet replica's router)."""
         try:
             app: Any = self.http_app(host=sock.getsockname()[0], limits=limits)
             if only_workspace is not None:
                 app = OneWorkspace(app, only_workspace)
+            if wrap is not None:
+                app = wrap(app)
         except BaseException:
             sock.close()
             raise

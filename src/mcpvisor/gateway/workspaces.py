@@ -39,6 +39,7 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -373,12 +374,14 @@ class WorkspaceGateway(StackOwner):
         sock: socket.socket,
         *,
         token: str | None = None,
+        wrap: Callable[[Any], Any] | None = None,
         task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve on a listening socket (which it closes) until cancelled; listen streams end first.
-        With ``token`` every request needs ``Authorization: Bearer <token>`` (required off loopback)."""
+        With ``token`` every request needs ``Authorization: Bearer <token>`` (required off loopback);
+        ``wrap`` puts an ASGI layer in front of the app, behind authentication."""
         await serve_asgi_socket(
-            self.http_app(),
+            self.http_app() if wrap is None else wrap(self.http_app()),
             sock,
             on_stop=self.close_listen_streams,
             token=token,

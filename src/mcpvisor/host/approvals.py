@@ -42,7 +42,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
@@ -211,6 +211,12 @@ class ApprovalStore:
     @property
     def lock_path(self) -> Path:
         return lock_path_of(self._path)
+
+    def on_external_change(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """``listener()`` hears decisions that reach this store other than through its file (a fleet's
+        store: :mod:`mcpvisor.fleet`); returns the function that removes it. The file store has none:
+        the settings watcher sees its file change."""
+        return lambda: None
 
     @property
     def error(self) -> str | None:

@@ -59,7 +59,14 @@ from mcpvisor.host.settings.loader import Settings, SettingsError, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
 from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier
 from mcpvisor.host.status import LiveConnection, ServerView, describe_servers
-from mcpvisor.host.watcher import RestartRequired, SettingsChanged, SettingsOk, SettingsWatcher
+from mcpvisor.host.watcher import (
+    DEFAULT_WATCHED_SCOPES,
+    RestartRequired,
+    SettingsChanged,
+    SettingsOk,
+    SettingsWatcher,
+    WatchScope,
+)
 
 __all__ = ["Host", "HostEvent", "HostOptions", "Ready", "SettingsWarning"]
 
@@ -117,6 +124,12 @@ class HostOptions:
     """``--lsp-config`` files: language servers in the ``.lsp.json`` format, above every other source."""
     allowed_lsp_server_names: Sequence[str] | None = None
     """``--allowed-lsp-server-names``: a ceiling ``lsp.allowed`` in the settings can only narrow."""
+    watched_scopes: Sequence[WatchScope] = DEFAULT_WATCHED_SCOPES
+    """The files the watcher follows (with ``watch``): a fleet replica follows the fleet's settings instead
+    of its own settings files, and its decisions come from the fleet, so it watches only the stores."""
+    approvals: ApprovalStore | None = None
+    """Where decisions on gated servers are kept, when not in the user folder's file (a fleet's store:
+    :mod:`mcpvisor.fleet`); its changes reconcile as an edit of the file would."""
 
 
 class Host(StackOwner):
@@ -184,7 +197,7 @@ class Host(StackOwner):
         env = opts.env
         async with AsyncExitStack() as stack:
             self._settings = load_settings(env, opts.workspace)
-            self._approvals = ApprovalStore(paths.approvals_path(env))
+            self._approvals = opts.approvals or ApprovalStore(paths.approvals_path(env))
             self._approvals.load()
             self.tokens = TokenStore(paths.oauth_tokens_path(env))
             self._pin_mode, _ = pin_mode_of(self._settings)
@@ -242,7 +255,7 @@ class Host(StackOwner):
             if opts.watch:
                 reloads = await stack.enter_async_context(anyio.create_task_group())
                 stack.callback(reloads.cancel_scope.cancel)  # on exit, abandon reloads still running
-                self.watcher = SettingsWatcher(self._settings)
+                self.watcher = SettingsWatcher(self._settings, scopes=opts.watched_scopes)
                 register_mcp_hot_reload(
                     self.watcher,
                     self._settings,
@@ -269,6 +282,12 @@ class Host(StackOwner):
                 self.watcher.add_warning_listener(self._on_settings_warning)
                 self.watcher.add_restart_listener(self._on_restart_required)
                 await stack.enter_async_context(self.watcher)
+                watcher = self.watcher
+
+                def decisions_changed() -> None:  # decided elsewhere (a fleet's store): as if its file changed
+                    reloads.start_soon(watcher.announce, SettingsChanged("approvals", ()))
+
+                stack.callback(self._approvals.on_external_change(decisions_changed))
             self._stack = stack.pop_all()
         return self
 
@@ -305,7 +324,7 @@ class Host(StackOwner):
             self.emit(event)
 
     async def _on_settings_changed(self, event: SettingsChanged) -> None:
-        if event.scope in ("user", "workspace", "project"):
+        if event.scope in ("user", "workspace", "project") and event.scope in self.options.watched_scopes:
             path = self.settings.paths.of(event.scope)
             if not await anyio.Path(path).exists():
                 self.emit(SettingsWarning(f"{path} was deleted: what it configured is gone (its servers are removed)"))

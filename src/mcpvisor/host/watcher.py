@@ -267,6 +267,11 @@ class SettingsWatcher:
         configuration (the file parsed; that one entry did not validate)."""
         return self._warning_listeners.add(fn)
 
+    async def announce(self, event: SettingsChanged) -> None:
+        """Tell the change listeners about a change that did not come through a watched file (settings
+        applied from elsewhere, a store kept in a fleet): they act on it as on an edit."""
+        await self._dispatch(self._change_listeners, event)
+
     # -- lifecycle
 
     async def __aenter__(self) -> SettingsWatcher:

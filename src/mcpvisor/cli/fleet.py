@@ -1,0 +1,129 @@
+"""``--fleet``: where a command finds the fleet store, and how a running command joins it.
+
+The fleet URL comes from ``--fleet`` or ``MCPVISOR_FLEET`` only (never from a workspace or a
+repository, which could otherwise point a gateway at a store of its own choosing); ``--fleet-name``
+or ``MCPVISOR_FLEET_NAME`` picks one fleet among several in one Redis. ``--fleet`` is the same as
+setting ``MCPVISOR_FLEET`` for the command: every part of it then reads one environment.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Annotated, Final
+
+import typer
+
+if TYPE_CHECKING:
+    from mcpvisor.fleet.replica import Replica
+    from mcpvisor.fleet.store import FleetStore
+    from mcpvisor.host.approvals import ApprovalStore
+    from mcpvisor.host.host import HostOptions
+
+__all__ = ["FleetOpt", "FleetNameOpt", "approval_store", "fleet_store", "joined"]
+
+FLEET_ENV: Final = "MCPVISOR_FLEET"
+FLEET_NAME_ENV: Final = "MCPVISOR_FLEET_NAME"
+FRESHNESS_ENV: Final = "MCPVISOR_FLEET_FRESHNESS_S"
+
+
+def _set_env(name: str) -> Callable[[str | None], str | None]:
+    def callback(value: str | None) -> str | None:
+        if value:
+            os.environ[name] = value
+        return value
+
+    return callback
+
+
+FleetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--fleet",
+        metavar="URL",
+        callback=_set_env(FLEET_ENV),
+        help="Share approvals (and, for serve, settings and sessions) with the other replicas of a fleet kept "
+        "in Redis: redis://HOST:PORT/DB or unix:///PATH. Default: $MCPVISOR_FLEET.",
+    ),
+]
+FleetNameOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--fleet-name",
+        metavar="NAME",
+        callback=_set_env(FLEET_NAME_ENV),
+        help="Which fleet in that Redis (default: $MCPVISOR_FLEET_NAME, else 'default').",
+    ),
+]
+
+
+def fleet_store(env: Mapping[str, str]) -> FleetStore | None:
+    """The fleet store this command was pointed at, or ``None``."""
+    url = env.get(FLEET_ENV, "").strip()
+    if not url:
+        return None
+    from mcpvisor.fleet.store import FleetStore
+
+    return FleetStore(url, fleet=env.get(FLEET_NAME_ENV, "").strip() or "default")
+
+
+def _freshness(env: Mapping[str, str]) -> float:
+    from mcpvisor.core.errors import ConfigError
+    from mcpvisor.fleet.approvals import DEFAULT_FRESHNESS_S
+
+    raw = env.get(FRESHNESS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_FRESHNESS_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0.5 <= value <= 300:
+        raise ConfigError(f"cannot use {FRESHNESS_ENV}={raw!r}: expected seconds between 0.5 and 300")
+    return value
+
+
+def approval_store(env: Mapping[str, str]) -> ApprovalStore:
+    """The approvals a management command reads and decides in: the fleet's, or the user folder's file."""
+    store = fleet_store(env)
+    if store is None:
+        from mcpvisor.host import paths
+        from mcpvisor.host.approvals import ApprovalStore
+
+        return ApprovalStore(paths.approvals_path(env))
+    from mcpvisor.fleet.approvals import FleetApprovalStore
+
+    store.ping()
+    return FleetApprovalStore(store, freshness_s=_freshness(env))
+
+
+@asynccontextmanager
+async def joined(
+    options: HostOptions, *, replica_id: str | None = None, register: bool = False, follow_settings: bool = False
+) -> AsyncIterator[tuple[HostOptions, Replica | None]]:
+    """Join the fleet (when one is named) for the time of the body: the options come back with the
+    fleet's approvals in them, with the running :class:`Replica` (``None`` without a fleet).
+    ``register``: list this process among the replicas (a gateway serving HTTP); ``follow_settings``:
+    the hosts take their settings from the fleet, not from their files (a gateway)."""
+    store = fleet_store(options.env)
+    if store is None:
+        if replica_id is not None:
+            from mcpvisor.core.errors import ConfigError
+
+            raise ConfigError("--replica-id names this process in a fleet: it needs --fleet (or MCPVISOR_FLEET)")
+        yield options, None
+        return
+    import dataclasses
+
+    from mcpvisor.fleet.replica import Replica
+
+    replica = Replica(store, replica_id=replica_id, freshness_s=_freshness(options.env), register=register)
+    joined_options = dataclasses.replace(options, approvals=replica.approvals)
+    if follow_settings:  # its settings are the fleet's, its decisions too: it watches only its own stores
+        joined_options = dataclasses.replace(joined_options, watched_scopes=("tokens", "pins"))
+    try:
+        async with replica:
+            yield joined_options, replica
+    finally:
+        store.close()

@@ -1,0 +1,98 @@
+"""``mcpvisor fleet ...``: look at a fleet of gateway replicas, and acknowledge a store reset."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import typer
+
+from mcpvisor.cli.fleet import FleetNameOpt, FleetOpt, fleet_store
+from mcpvisor.cli.options import JsonOpt, reported, setup_logging
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.shell.consoles import new_console
+
+__all__ = ["fleet_app"]
+
+fleet_app = typer.Typer(
+    help="Look at the replicas of a fleet (mcpvisor serve --fleet URL) and acknowledge a store reset.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+
+@fleet_app.callback()
+def _fleet_root() -> None:
+    """Look at the replicas of a fleet (mcpvisor serve --fleet URL) and acknowledge a store reset."""
+    setup_logging(0, narrated=True)
+
+
+def _store() -> Any:
+    store = fleet_store(os.environ)
+    if store is None:
+        raise ConfigError("no fleet named: pass --fleet URL or set MCPVISOR_FLEET")
+    store.ping()
+    return store
+
+
+@fleet_app.command("status")
+def fleet_status(fleet: FleetOpt = None, fleet_name: FleetNameOpt = None, as_json: JsonOpt = False) -> None:
+    """List the live replicas: address, settings generation applied and its lag, decisions revision, the
+    settings publisher, and any replica that holds its gated servers (store unreachable or rewound).
+    Exits 1 when a replica reports a problem or lags behind the published settings."""
+    with reported():
+        store = _store()
+        replicas = store.replicas()
+        gen = store.settings_generation()
+        rev = store.revision()
+        publisher = store.publisher()
+    now = time.time()
+    rows = [
+        {
+            "id": r["id"],
+            "address": r.get("addr", ""),
+            "settings_generation": int(r.get("gen") or 0),
+            "lag": gen - int(r.get("gen") or 0),
+            "revision": int(r.get("rev") or 0),
+            "publisher": r["id"] == publisher,
+            "seen_s_ago": round(now - float(r.get("seen") or now), 1),
+            "up_s": round(now - float(r.get("started") or now)),
+            "problem": r.get("error") or None,
+        }
+        for r in replicas
+    ]
+    if as_json:
+        out = {"fleet": store.keys.fleet, "settings_generation": gen, "revision": rev, "replicas": rows}
+        typer.echo(json.dumps(out, indent=2))
+    else:
+        console = new_console(highlight=False)
+        console.print(
+            f"fleet {store.keys.fleet}: settings generation {gen}, decisions revision {rev}, {len(rows)} replica(s)",
+            soft_wrap=True,
+        )
+        for row in rows:
+            role = " (publisher)" if row["publisher"] else ""
+            lag = "up to date" if row["lag"] <= 0 else f"{row['lag']} generation(s) behind"
+            console.print(
+                f"  {row['id']}{role}  {row['address'] or '-'}  settings {row['settings_generation']} ({lag})  "
+                f"revision {row['revision']}  up {row['up_s']} s",
+                soft_wrap=True,
+            )
+            if row["problem"]:
+                console.print(f"    [red]! {row['problem']}[/]", soft_wrap=True)
+        if not rows:
+            console.print("  no replica is running")
+    if any(row["problem"] or row["lag"] > 0 for row in rows):
+        raise typer.Exit(1)
+
+
+@fleet_app.command("ack-reset")
+def fleet_ack_reset(fleet: FleetOpt = None, fleet_name: FleetNameOpt = None) -> None:
+    """Trust the fleet store's decisions as they are now, after it lost some (a failover, a restore): the
+    replicas that hold every gated server because its revision went backwards follow it again. Check
+    the decisions first (mcpvisor mcp list --fleet URL)."""
+    with reported():
+        rev = _store().ack_reset()
+    new_console(highlight=False).print(f"fleet store acknowledged at revision {rev}: replicas follow it again")

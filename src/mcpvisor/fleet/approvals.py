@@ -1,0 +1,272 @@
+"""Approvals kept in the fleet store, read from an in-memory mirror.
+
+:class:`FleetApprovalStore` is an :class:`~mcpvisor.host.approvals.ApprovalStore` whose records come
+from Redis: the pure decisions (``state_from_records`` and the rest) are the file store's, so a
+replica reads a server approved only when the fleet's record carries the hash of *its own*
+configuration. The hot path (every gating decision, every status view) reads the mirror; nothing
+there touches the network. The mirror is fed by :class:`~mcpvisor.fleet.follower.Follower`.
+
+It fails closed:
+
+- a mirror that has not heard from the store for ``freshness_s`` holds every gated server (reads as
+  pending) until the store answers again and the mirror was read whole;
+- a store whose revision went *below* one this replica applied (lost writes after a failover, a
+  wiped or restored store) is distrusted (every gated server pending) until an operator runs
+  ``mcpvisor fleet ack-reset``;
+- a record that does not parse, or has an unknown status, is no record (pending).
+
+Decisions are compare-and-set against the record's revision as this store last read it: a decision
+made over one the person was not shown is refused ("changed meanwhile, look again").
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.events import Listeners
+from mcpvisor.fleet.store import FleetRecord, FleetStore, redact
+from mcpvisor.host.approvals import (
+    ApprovalRecord,
+    ApprovalStore,
+    Decidable,
+    Decision,
+    Kind,
+    root_key,
+)
+
+__all__ = ["DEFAULT_FRESHNESS_S", "FleetApprovalStore"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_FRESHNESS_S = 15.0
+"""How long a mirror may go without hearing from the store before gated servers are held."""
+
+
+class FleetApprovalStore(ApprovalStore):
+    """The approvals of one fleet. :meth:`load` reads every record (blocking: for commands and start-up);
+    a running replica's :class:`~mcpvisor.fleet.follower.Follower` keeps the mirror current."""
+
+    def __init__(self, store: FleetStore, *, freshness_s: float = DEFAULT_FRESHNESS_S) -> None:
+        super().__init__(Path(os.devnull))
+        self.store = store
+        self.freshness_s = freshness_s
+        self._fleet: dict[str, dict[str, FleetRecord]] = {}
+        self._max_rev = 0
+        self._rewound_at: int | None = None
+        self._unreachable_since: float | None = None
+        self._followed = False
+        self._last_heard = time.monotonic()
+        self._changes: Listeners[Callable[[], None]] = Listeners("fleet approvals listener")
+        self._lock = threading.RLock()
+
+    # -- health ---------------------------------------------------------------------------------
+
+    @property
+    def error(self) -> str | None:
+        with self._lock:
+            if self._rewound_at is not None:
+                return (
+                    f"the fleet store {redact(self.store.url)} went back to revision {self._rewound_at} after "
+                    f"this replica applied {self._max_rev} (decisions were lost); every project and workspace "
+                    "server is held until an operator checks the decisions and runs 'mcpvisor fleet ack-reset'"
+                )
+            if self._unreachable_since is not None:
+                since = time.strftime("%H:%M:%S", time.localtime(self._unreachable_since))
+                return (
+                    f"the fleet store {redact(self.store.url)} has not answered since {since}; project and "
+                    "workspace servers are held until it answers again (user servers keep running)"
+                )
+            return self._error
+
+    @property
+    def usable(self) -> bool:
+        """Whether the mirror may be trusted now: read, fresh and not rewound."""
+        with self._lock:
+            return self._loaded and self._error is None and self._unreachable_since is None and self._rewound_at is None
+
+    @property
+    def revision(self) -> int:
+        """The highest store revision this mirror applied."""
+        return self._max_rev
+
+    def on_external_change(self, listener: Callable[[], None]) -> Callable[[], None]:
+        return self._changes.add(listener)
+
+    def changed(self) -> None:
+        """Tell the listeners (the hosts) that what the mirror says changed."""
+        self._changes.tell()
+
+    # -- the mirror, fed by the follower --------------------------------------------------------
+
+    def replace_all(self, rev: int, records: dict[str, dict[str, FleetRecord]]) -> None:
+        """A whole read of the store: the mirror becomes it (unless the store went backwards)."""
+        with self._lock:
+            self._loaded = True
+            self._error = None
+            self._heard()
+            if rev < self._max_rev:
+                self._rewind(rev)
+                return
+            self._fleet = records
+            self._max_rev = rev
+
+    def apply(self, key: str, name: str, record: FleetRecord | None, rev: int) -> None:
+        """One changed record, from the log (``rev``: the store's revision when it was read)."""
+        with self._lock:
+            self._heard()
+            if rev < self._max_rev:
+                self._rewind(rev)
+                return
+            servers = self._fleet.setdefault(key, {})
+            if record is None:
+                servers.pop(name, None)
+            else:
+                servers[name] = record
+            self._max_rev = max(self._max_rev, rev)
+
+    def acknowledge(self, rev: int) -> None:
+        """The operator trusts the store as it is now (``fleet ack-reset``): its revision becomes the floor."""
+        with self._lock:
+            if self._rewound_at is not None:
+                logger.warning("fleet store revision %d acknowledged: decisions are read from it again", rev)
+            self._rewound_at = None
+            self._max_rev = rev
+
+    def note_revision(self, rev: int) -> None:
+        """The store's current revision, read beside the log: a value below what was applied is a rewind."""
+        with self._lock:
+            self._heard()
+            if rev < self._max_rev:
+                self._rewind(rev)
+
+    def check_fresh(self) -> bool:
+        """Mark the mirror stale when it has not heard from the store for ``freshness_s``; whether that
+        changed its state (the hosts must reconcile then)."""
+        with self._lock:
+            if self._unreachable_since is not None or time.monotonic() - self._last_heard < self.freshness_s:
+                return False
+            self._unreachable_since = time.time() - self.freshness_s
+        logger.warning("%s", self.error)
+        return True
+
+    def recovered(self) -> bool:
+        """Whether the mirror was stale and is fresh again (after a whole read)."""
+        with self._lock:
+            if self._unreachable_since is None:
+                return False
+            self._unreachable_since = None
+        logger.info("fleet store %s answers again: gated servers follow its decisions", redact(self.store.url))
+        return True
+
+    def _heard(self) -> None:
+        self._last_heard = time.monotonic()
+
+    def _rewind(self, rev: int) -> None:
+        if self._rewound_at is None:
+            self._rewound_at = rev
+            logger.error("%s", self.error)
+
+    # -- ApprovalStore ------------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        if not self._loaded:
+            self._load()
+
+    def _load(self) -> None:
+        """Read every record now (blocking). An unreachable store leaves every gated server pending."""
+        import redis
+
+        try:
+            rev, records = self.store.read_approvals()
+        except (redis.RedisError, OSError) as exc:
+            with self._lock:
+                self._loaded = True
+                self._set_error(
+                    f"cannot read decisions from the fleet store {redact(self.store.url)}: {exc}; every project "
+                    "and workspace server stays pending until it answers"
+                )
+            return
+        self.replace_all(rev, records)
+
+    def load(self) -> None:
+        """Read every record now, unless a follower already keeps the mirror current."""
+        if not (self._followed and self._loaded):
+            self._load()
+
+    def reload(self) -> None:
+        """Nothing to re-read while a follower keeps the mirror current; a whole read otherwise."""
+        if not self._followed:
+            self.load()
+
+    def follow(self) -> None:
+        """A follower keeps the mirror current from now on (:meth:`reload` no longer reads)."""
+        self._followed = True
+
+    def _records_for(self, root: str | os.PathLike[str], kind: Kind = "mcp") -> Mapping[str, ApprovalRecord]:
+        self._refresh()
+        with self._lock:
+            if not self.usable:
+                return {}
+            return _decisions(self._fleet.get(root_key(root, kind), {}))
+
+    def snapshot(self) -> dict[str, dict[str, ApprovalRecord]]:
+        self._refresh()
+        with self._lock:
+            return {key: dict(_decisions(servers)) for key, servers in self._fleet.items()} if self.usable else {}
+
+    def revision_of(self, root: str | os.PathLike[str], name: str, kind: Kind = "mcp") -> int:
+        """The revision of ``name``'s record as last read (0: none): what a decision is compared against."""
+        with self._lock:
+            record = self._fleet.get(root_key(root, kind), {}).get(name)
+            return record.rev if record is not None else 0
+
+    def _decide(self, root: str | os.PathLike[str], name: str, cfg: Decidable, status: Decision, kind: Kind) -> None:
+        import redis
+
+        key = root_key(root, kind)
+        verb = "approval" if status == "approved" else "rejection"
+        with self._lock:
+            if self._rewound_at is not None or self._error is not None:
+                raise ConfigError(f"could not record {verb} of server {name!r}: {self.error}")
+            expected = self.revision_of(root, name, kind)
+        try:
+            rev = self.store.decide(key, name, cfg.approval_hash, status, expected_rev=expected, by=_who())
+        except (redis.RedisError, OSError) as exc:
+            raise ConfigError(
+                f"could not record {verb} of server {name!r} in the fleet store {redact(self.store.url)}: {exc}; "
+                "nothing was recorded, try again when it answers"
+            ) from exc
+        if rev is None:
+            self._load()
+            raise ConfigError(
+                f"could not record {verb} of server {name!r}: another decision on it reached the fleet store "
+                "since it was read; look at its state again and decide again"
+            )
+        self.apply(key, name, FleetRecord(cfg.approval_hash, status, rev, _who(), time.time()), rev)
+        what = "MCP server" if kind == "mcp" else "language server"
+        logger.info("%s %r %s for project %s in fleet %s", what, name, status, key, self.store.keys.fleet)
+
+
+def _decisions(records: Mapping[str, FleetRecord]) -> dict[str, ApprovalRecord]:
+    out: dict[str, ApprovalRecord] = {}
+    for name, record in records.items():
+        if record.status == "approved":
+            out[name] = ApprovalRecord(hash=record.hash, status="approved")
+        elif record.status == "rejected":
+            out[name] = ApprovalRecord(hash=record.hash, status="rejected")
+    return out
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{os.uname().nodename}:{os.getpid()}"

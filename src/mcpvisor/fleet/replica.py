@@ -1,0 +1,384 @@
+"""One replica of a fleet: follows the store's log, keeps its registry entry alive, and publishes
+settings while it holds the publisher lease.
+
+Enter a :class:`Replica` (``async with``) before the hosts it serves, give each host its
+:attr:`~Replica.approvals` (``HostOptions.approvals``), then :meth:`~Replica.attach` the hosts once they
+run. Three tasks run meanwhile:
+
+- the **follower** reads the store whole, then the change log from where it stood (``XREAD BLOCK``):
+  a changed approval record updates the mirror and reconciles the hosts; a new settings generation is
+  applied to every host; an operator's ``ack-reset`` lifts the rewind guard. A connection that drops is
+  re-made with back-off and followed by a whole read (the log may have been trimmed meanwhile);
+- the **watchdog** holds every gated server once the mirror has not heard from the store for
+  ``freshness_s``;
+- the **heartbeat** refreshes ``replica:<id>`` (its address, settings generation applied, revision)
+  every :data:`HEARTBEAT_S` with a :data:`REGISTRY_TTL_MS` expiry, and takes or renews the publisher
+  lease; the holder publishes its hosts' settings files on start and after every change.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+import anyio.abc
+import httpx2
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.lifecycle import StackOwner, running
+from mcpvisor.fleet.approvals import DEFAULT_FRESHNESS_S, FleetApprovalStore
+from mcpvisor.fleet.routing import OwnerRouter
+from mcpvisor.fleet.settings import PUBLISHED_SCOPES, Snapshot, apply_snapshot, now, read_snapshot_texts
+from mcpvisor.fleet.store import LOG_MAXLEN, PUBLISH, RENEW, FleetStore, new_replica_id, parse_record, redact
+from mcpvisor.host.settings.loader import Settings, load_settings
+from mcpvisor.host.watcher import SettingsChanged, SettingsWatcher
+
+if TYPE_CHECKING:
+    import redis.asyncio
+
+    from mcpvisor.host.host import Host
+
+__all__ = ["HEARTBEAT_S", "LEASE_MS", "REGISTRY_TTL_MS", "Replica"]
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_S: Final = 3.0
+REGISTRY_TTL_MS: Final = 10_000
+"""A replica that stopped refreshing its entry for this long is gone: its sessions answer 404."""
+LEASE_MS: Final = 10_000
+"""The publisher lease: another replica takes it over this long after its holder stopped renewing."""
+BLOCK_MS: Final = 5_000
+FORWARD_CONNECT_TIMEOUT_S: Final = 1.0
+"""A session's owner that does not accept a connection within this is taken as gone (404)."""
+RETRY_S: Final = (0.2, 0.5, 1.0, 2.0)
+"""Pauses before reconnecting to the store, one per failure in a row (the last repeats)."""
+
+
+class Replica(StackOwner):
+    """This process as one replica of the fleet in ``store``. Runs once."""
+
+    def __init__(
+        self,
+        store: FleetStore,
+        *,
+        replica_id: str | None = None,
+        freshness_s: float = DEFAULT_FRESHNESS_S,
+        register: bool = True,
+    ) -> None:
+        """``register``: list this process in the fleet's registry (a gateway replica; a shell that only
+        shares decisions does not)."""
+        if replica_id is not None and (not replica_id or "." in replica_id or len(replica_id) > 64):
+            raise ConfigError(f"cannot use replica id {replica_id!r}: use 1-64 characters without a dot")
+        self.store = store
+        self.id = replica_id or new_replica_id()
+        self.approvals = FleetApprovalStore(store, freshness_s=freshness_s)
+        self.address = ""
+        self._register = register
+        self.started = time.time()
+        self._hosts: list[Host] = []
+        self._source: Settings | None = None
+        """The settings files this replica publishes while it holds the lease (its default workspace's)."""
+        self._source_watcher: SettingsWatcher | None = None
+        self._snapshot: Snapshot | None = None
+        self.applied_gen = 0
+        self.publisher = False
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._apply_lock: anyio.Lock | None = None
+        self._wake: anyio.Event | None = None
+        self._http: httpx2.AsyncClient | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether this replica applied the fleet's settings at least once (``/readyz``)."""
+        return self.applied_gen > 0
+
+    def readiness(self) -> dict[str, Any]:
+        """What ``/readyz`` says besides its status code."""
+        return {
+            "ready": self.ready,
+            "replica": self.id,
+            "settingsGeneration": self.applied_gen,
+            "publisher": self.publisher,
+            "approvals": self.approvals.error or "ok",
+        }
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Replica:
+        self._enter_once()
+        self._apply_lock = anyio.Lock()
+        self._wake = anyio.Event()
+        await anyio.to_thread.run_sync(self.store.ping)
+        async with AsyncExitStack() as stack:
+            self._http = await stack.enter_async_context(
+                httpx2.AsyncClient(timeout=httpx2.Timeout(None, connect=FORWARD_CONNECT_TIMEOUT_S))
+            )
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.push_async_callback(self._leave)
+            stack.callback(self._tg.cancel_scope.cancel)
+            await self._tg.start(self._follow)
+            self.approvals.follow()
+            self._tg.start_soon(self._watchdog)
+            self._tg.start_soon(self._heartbeat)
+            self._stack = stack.pop_all()
+        logger.info("fleet %s: replica %s joined %s", self.store.keys.fleet, self.id, redact(self.store.url))
+        return self
+
+    def router(self, app: Any) -> OwnerRouter:
+        """``app`` (a gateway's ASGI app) behind this replica's router: ``/readyz``, sessions named by
+        their owner and forwarded to it (:mod:`mcpvisor.fleet.routing`)."""
+        if self._http is None:
+            raise RuntimeError("the replica is not running")
+        return OwnerRouter(app, self, self._http)
+
+    def serve_at(self, address: str) -> None:
+        """This replica's gateway listens at ``address`` (its URL): other replicas forward its sessions there."""
+        self.address = address
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _leave(self) -> None:
+        """Leave the registry and give up the lease at once (others need not wait for expiry)."""
+        if self._source_watcher is not None:
+            self._source_watcher.stop()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
+            client = self.store.async_client()
+            try:
+                await client.delete(self.store.keys.replica(self.id))
+                if self.publisher:
+                    await client.eval(_RELEASE, 1, self.store.keys.lease, self.id)
+            except Exception as exc:  # the store may be the reason we stop
+                logger.debug("fleet: could not leave the registry: %s", exc)
+            finally:
+                await client.aclose()
+
+    async def attach(self, host: Host, *, publish: bool = False) -> None:
+        """Serve ``host`` from the fleet: the current settings snapshot applies to it before this returns,
+        every later one as it comes, and its gated servers follow the fleet's decisions. With ``publish``,
+        the settings files of ``host``'s folder are the ones this replica publishes while it holds the
+        lease (watched by a watcher of their own: the hosts follow the fleet, not their files)."""
+        tg = running(self._tg, "replica")
+        self._hosts.append(host)
+        if publish and self._source is None:
+            self._source = await anyio.to_thread.run_sync(load_settings, host.options.env, host.root)
+            watcher = SettingsWatcher(self._source, scopes=PUBLISHED_SCOPES)
+            watcher.add_change_listener(self._on_source_change)
+            self._source_watcher = watcher
+            await tg.start(watcher.run)
+        if self._snapshot is not None:
+            await self._apply_to([host], self._snapshot)
+        if self._wake is not None:
+            self._wake.set()
+
+    def attach_soon(self, host: Host) -> None:
+        """:meth:`attach` from synchronous code (a workspace opened for a client)."""
+        running(self._tg, "replica").start_soon(self.attach, host)
+
+    # -- following the log ----------------------------------------------------------------------
+
+    async def _follow(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        import redis
+
+        keys = self.store.keys
+        failures = 0
+        started = False
+        while True:
+            client = self.store.async_client()
+            try:
+                last_id = await self._read_whole(client)
+                failures = 0
+                if not started:
+                    started = True
+                    task_status.started()
+                block_ms = int(min(BLOCK_MS, self.approvals.freshness_s * 1000 / 3))
+                while True:
+                    batch = await client.xread({keys.log: last_id}, block=block_ms, count=500)
+                    self.approvals.note_revision(int(await client.get(keys.rev) or 0))
+                    last_id = await self._take(client, batch, last_id)
+            except (redis.RedisError, OSError) as exc:
+                if failures == 0:
+                    logger.warning("fleet store %s: %s; reconnecting", redact(self.store.url), exc)
+                if not started:  # the hosts start anyway: every gated server stays held meanwhile
+                    started = True
+                    task_status.started()
+                await anyio.sleep(RETRY_S[min(failures, len(RETRY_S) - 1)])
+                failures += 1
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await client.aclose()
+
+    async def _read_whole(self, client: redis.asyncio.Redis) -> str:
+        """Read every record and the settings snapshot; the log id to follow from."""
+        keys = self.store.keys
+        newest = await client.xrevrange(keys.log, count=1)
+        last_id = newest[0][0] if newest else "0-0"
+        roots = sorted(str(key) for key in await client.smembers(keys.roots))
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.get(keys.rev)
+            for key in roots:
+                pipe.hgetall(keys.approvals(key))
+            rev, *hashes = await pipe.execute()
+        records = {
+            key: {str(name): rec for name, raw in fields.items() if (rec := parse_record(raw)) is not None}
+            for key, fields in zip(roots, hashes, strict=True)
+        }
+        self.approvals.replace_all(int(rev or 0), records)
+        self.approvals.recovered()
+        self.approvals.changed()
+        await self._settings_from(client)
+        return str(last_id)
+
+    async def _take(self, client: redis.asyncio.Redis, batch: Any, last_id: str) -> str:
+        keys = self.store.keys
+        changed = settings = acknowledged = False
+        for _stream, entries in batch or ():
+            for entry_id, fields in entries:
+                last_id = entry_id
+                kind = fields.get("kind")
+                if kind == "appr":
+                    raw = await client.hget(keys.approvals(fields["key"]), fields["name"])
+                    self.approvals.apply(fields["key"], fields["name"], parse_record(raw), int(fields["rev"]))
+                    changed = True
+                elif kind == "settings":
+                    settings = True
+                elif kind == "ack":
+                    self.approvals.acknowledge(int(fields["rev"]))
+                    acknowledged = True
+        if acknowledged:
+            await self._read_whole(client)
+        elif changed:
+            self.approvals.changed()
+        if settings:
+            await self._settings_from(client)
+        return last_id
+
+    async def _settings_from(self, client: redis.asyncio.Redis) -> None:
+        fields = await client.hgetall(self.store.keys.settings)
+        snapshot = Snapshot.parse({str(k): str(v) for k, v in fields.items()})
+        if snapshot is None or snapshot.gen <= self.applied_gen:
+            return
+        self._snapshot = snapshot
+        await self._apply_to(list(self._hosts), snapshot)
+        self.applied_gen = snapshot.gen
+
+    async def _apply_to(self, hosts: list[Host], snapshot: Snapshot) -> None:
+        async with running(self._apply_lock, "replica"):
+            for host in hosts:
+                if not host.is_running:
+                    self._hosts.remove(host)
+                    continue
+                try:
+                    await apply_snapshot(host, snapshot)
+                except Exception:
+                    logger.exception("fleet settings generation %d could not be applied", snapshot.gen)
+
+    async def _watchdog(self) -> None:
+        while True:
+            await anyio.sleep(min(1.0, self.approvals.freshness_s / 4))
+            if self.approvals.check_fresh():
+                self.approvals.changed()
+
+    # -- registry and lease ---------------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        import redis
+
+        keys = self.store.keys
+        client = self.store.async_client()
+        try:
+            while True:
+                try:
+                    await self._beat(client)
+                except (redis.RedisError, OSError) as exc:
+                    logger.debug("fleet heartbeat failed: %s", exc)
+                    if self.publisher:
+                        self.publisher = False
+                        logger.warning("fleet %s: replica %s stops publishing settings", keys.fleet, self.id)
+                with anyio.move_on_after(HEARTBEAT_S):
+                    await running(self._wake, "replica").wait()
+                self._wake = anyio.Event()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await client.aclose()
+
+    async def _beat(self, client: redis.asyncio.Redis) -> None:
+        keys = self.store.keys
+        if self._register:
+            await self._list_self(client)
+        if self._source is None:
+            return
+        if self.publisher:
+            if not await client.eval(RENEW, 1, keys.lease, self.id, LEASE_MS):
+                self.publisher = False
+                logger.warning("fleet %s: replica %s lost the publisher lease", keys.fleet, self.id)
+        elif await client.set(keys.lease, self.id, nx=True, px=LEASE_MS):
+            self.publisher = True
+            logger.info("fleet %s: replica %s publishes the settings", keys.fleet, self.id)
+            await self._publish()
+
+    async def _list_self(self, client: redis.asyncio.Redis) -> None:
+        keys = self.store.keys
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.hset(
+                keys.replica(self.id),
+                mapping={
+                    "addr": self.address,
+                    "started": repr(self.started),
+                    "gen": self.applied_gen,
+                    "rev": self.approvals.revision,
+                    "seen": now(),
+                    "publisher": int(self.publisher),
+                    "error": self.approvals.error or "",
+                },
+            )
+            pipe.pexpire(keys.replica(self.id), REGISTRY_TTL_MS)
+            await pipe.execute()
+
+    async def _on_source_change(self, event: SettingsChanged) -> None:
+        if self.publisher:
+            await self._publish()
+
+    async def _publish(self) -> None:
+        import redis
+
+        source = self._source
+        if source is None:
+            return
+        texts = await anyio.to_thread.run_sync(read_snapshot_texts, source)
+        if texts is None:
+            return
+        snapshot = Snapshot(0, str(source.root), texts, self.id)
+        keys = self.store.keys
+        client = self.store.async_client()
+        try:
+            gen = await client.eval(
+                PUBLISH, 3, keys.settings, keys.log, keys.lease, snapshot.sha, snapshot.files, "", now(), self.id,
+                LOG_MAXLEN,
+            )  # fmt: skip
+        except (redis.RedisError, OSError) as exc:
+            logger.warning("fleet %s: could not publish settings: %s", keys.fleet, exc)
+            return
+        finally:
+            await client.aclose()
+        if int(gen) < 0:
+            self.publisher = False
+        else:
+            logger.info("fleet %s: settings generation %d published", keys.fleet, int(gen))
+
+    async def address_of(self, replica_id: str) -> str | None:
+        """The listen address of a live replica, or ``None`` when it is not in the registry."""
+        client = self.store.async_client()
+        try:
+            addr = await client.hget(self.store.keys.replica(replica_id), "addr")
+        finally:
+            await client.aclose()
+        return str(addr) if addr else None
+
+
+_RELEASE: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""

@@ -1,0 +1,126 @@
+"""Settings across a fleet: one replica publishes its settings files, every replica applies them.
+
+The replica that holds the publisher lease watches its settings files (a settings watcher of its own)
+and, on every change that parses, writes the raw texts of the published scopes as one snapshot:
+generation + 1, a sha256, one log entry. The texts are published *unexpanded*: ``${VAR}`` expands on
+each replica from its own environment, so secrets never enter the store.
+
+Every replica, the publisher included, applies the newest snapshot to its hosts through the
+settings watcher's own path (:meth:`~mcpvisor.host.settings.loader.Settings.apply`, then the change
+event the watcher would have sent): only what changed is reconciled. The user scope applies to every
+host; the workspace's own files (workspace settings, ``.mcp.json``, ``.lsp.json``) only to a host whose
+folder is the publisher's. Local ceilings stay local: the enforced system scope is never published.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from mcpvisor.host.settings.files import SettingsFileError, parse_settings_text
+from mcpvisor.host.settings.loader import ScopeRead, Settings
+from mcpvisor.host.settings.scopes import FileScope
+from mcpvisor.host.watcher import SettingsChanged
+
+if TYPE_CHECKING:
+    from mcpvisor.host.host import Host
+
+__all__ = ["PUBLISHED_SCOPES", "Snapshot", "apply_snapshot", "read_snapshot_texts"]
+
+logger = logging.getLogger(__name__)
+
+PUBLISHED_SCOPES: Final[tuple[FileScope, ...]] = ("user", "workspace", "project", "lsp_project")
+"""The scopes a publisher shares; ``system`` (enforced) and ``system_defaults`` stay each replica's own."""
+WORKSPACE_SCOPES: Final[frozenset[FileScope]] = frozenset({"workspace", "project", "lsp_project"})
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One published generation: the publisher's workspace folder and each scope's raw text (``None``: no file)."""
+
+    gen: int
+    root: str
+    texts: Mapping[FileScope, str | None]
+    by: str = ""
+
+    @property
+    def files(self) -> str:
+        return json.dumps({"root": self.root, "texts": dict(self.texts)}, sort_keys=True)
+
+    @property
+    def sha(self) -> str:
+        return hashlib.sha256(self.files.encode()).hexdigest()
+
+    @classmethod
+    def parse(cls, fields: Mapping[str, str]) -> Snapshot | None:
+        """The snapshot stored in the ``settings`` hash, or ``None`` when there is none (or it is unreadable)."""
+        try:
+            gen = int(fields["gen"])
+            data = json.loads(fields["files"])
+            texts = {scope: data["texts"].get(scope) for scope in PUBLISHED_SCOPES}
+            return cls(gen, str(data["root"]), texts, str(fields.get("by", "")))
+        except (KeyError, ValueError, TypeError, AttributeError):
+            return None
+
+
+def read_snapshot_texts(source: Settings) -> dict[FileScope, str | None] | None:
+    """The published scopes' raw texts as the files are now, or ``None`` when one does not parse (a
+    half-saved file is never published; the next good save is). Blocking: run it in a thread."""
+    texts: dict[FileScope, str | None] = {}
+    for scope in PUBLISHED_SCOPES:
+        path = source.paths.of(scope)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            texts[scope] = None
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            logger.warning("not publishing settings: cannot read %s: %s", path, exc)
+            return None
+        try:
+            parse_settings_text(text, path)
+        except SettingsFileError as exc:
+            logger.info("not publishing settings while %s does not parse: %s", path, exc)
+            return None
+        texts[scope] = text
+    return texts
+
+
+async def apply_snapshot(host: Host, snapshot: Snapshot) -> tuple[str, ...]:
+    """Apply one snapshot to ``host`` as its watcher would apply an edit; the dotted paths that changed."""
+    changed_all: list[str] = []
+    same_folder = Path(snapshot.root) == host.root
+    for scope in PUBLISHED_SCOPES:
+        if scope in WORKSPACE_SCOPES and not same_folder:
+            continue
+        text = snapshot.texts.get(scope)
+        path = host.settings.paths.of(scope)
+        label = Path(f"{path} (from fleet generation {snapshot.gen})")
+        if text is None:
+            read = ScopeRead(scope, None)
+        else:
+            try:
+                read = ScopeRead(scope, parse_settings_text(text, label))
+            except SettingsFileError as exc:
+                read = ScopeRead(scope, None, exc.report)
+        result = host.settings.apply(read)
+        if result.error is not None:
+            logger.warning("%s; keeping the previous %s settings", result.error, scope)
+            continue
+        if not result.changed:
+            continue
+        changed_all.extend(result.changed)
+        logger.info("fleet settings generation %d changed (%s): %s", snapshot.gen, scope, ", ".join(result.changed))
+        if host.watcher is not None:
+            await host.watcher.announce(SettingsChanged(scope, result.changed))
+    return tuple(changed_all)
+
+
+def now() -> str:
+    return repr(time.time())

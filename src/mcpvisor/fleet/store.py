@@ -1,0 +1,309 @@
+"""The fleet store: records, their change log and the settings snapshot in one Redis (SPEC-level
+design: replicas share decisions and settings through Redis).
+
+Every key lives under ``mcpv:{<fleet>}:`` (the braces are a Redis Cluster hash tag: the scripts below
+touch several keys, which must sit in one slot):
+
+==================  ===========================================================================
+``rev``             the records' revision counter: every record change increments it
+``log``             a capped stream, one entry per change (``kind`` ``appr``, ``settings``, ``ack``)
+``roots``           the set of approval keys in use (``<root>`` or ``lsp:<root>``)
+``appr:<key>``      hash: server name -> JSON ``{hash, status, rev, by, at}``
+``settings``        hash: ``gen``, ``sha``, ``files`` (JSON of the raw settings texts), ``by``, ``at``
+``lease:publisher`` the replica id of the one replica that publishes settings (expires)
+``replica:<id>``    hash: ``addr``, ``started``, ``gen``, ``seen`` of a live replica (expires)
+==================  ===========================================================================
+
+Each change is one Lua script that checks, writes, bumps ``rev`` and appends to ``log`` at once, so
+a record never changes without its log entry (a reader that follows the log misses nothing).
+:class:`FleetStore` holds the URL and builds clients; it does no I/O until asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from mcpvisor.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    import redis
+    import redis.asyncio
+
+__all__ = [
+    "FLEET_ENV",
+    "LOG_MAXLEN",
+    "FleetRecord",
+    "FleetStore",
+    "Keys",
+    "fleet_unreachable",
+    "new_replica_id",
+    "parse_record",
+]
+
+FLEET_ENV: Final = "MCPVISOR_FLEET"
+"""The environment variable naming the fleet store when ``--fleet`` is not given."""
+LOG_MAXLEN: Final = 100_000
+"""Entries the change log keeps (approximately): a replica further behind reads the records whole."""
+SOCKET_TIMEOUT_S: Final = 8.0
+"""A command that has not answered after this long counts as the store being unreachable (the log
+reader blocks at most :data:`~mcpvisor.fleet.mirror.BLOCK_MS` less than this)."""
+CONNECT_TIMEOUT_S: Final = 3.0
+
+DECIDE: Final = """
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if ARGV[4] ~= '' then
+  local seen = 0
+  if current then seen = cjson.decode(current)['rev'] or 0 end
+  if tostring(seen) ~= ARGV[4] then return {0, seen} end
+end
+local rev = redis.call('INCR', KEYS[2])
+local record = cjson.encode({hash=ARGV[2], status=ARGV[3], rev=rev, by=ARGV[5], at=tonumber(ARGV[6])})
+redis.call('HSET', KEYS[1], ARGV[1], record)
+redis.call('SADD', KEYS[4], ARGV[7])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', 'kind', 'appr', 'key', ARGV[7], 'name', ARGV[1], 'rev', rev)
+return {1, rev}
+"""
+"""KEYS: appr:<key>, rev, log, roots. ARGV: name, hash, status, expected rev ('' = any), by, at, key,
+maxlen. Returns ``{1, rev}`` once written, ``{0, rev seen}`` when the record changed since it was shown."""
+
+PUBLISH: Final = """
+if redis.call('GET', KEYS[3]) ~= ARGV[5] then return -1 end
+if redis.call('HGET', KEYS[1], 'sha') == ARGV[1] then return tonumber(redis.call('HGET', KEYS[1], 'gen')) end
+local gen = redis.call('HINCRBY', KEYS[1], 'gen', 1)
+redis.call('HSET', KEYS[1], 'sha', ARGV[1], 'files', ARGV[2], 'by', ARGV[5], 'at', ARGV[4])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'kind', 'settings', 'gen', gen)
+return gen
+"""
+"""KEYS: settings, log, lease. ARGV: sha, files, (unused), at, replica id, maxlen. Only the lease holder
+publishes (-1 otherwise); the same texts publish nothing and return the current generation."""
+
+RENEW: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+"""KEYS: the lease. ARGV: holder, ms. Extends the lease only for its holder."""
+
+ACK: Final = """
+local rev = tonumber(redis.call('GET', KEYS[1]) or '0')
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', 'kind', 'ack', 'rev', rev)
+return rev
+"""
+"""KEYS: rev, log. The operator's acknowledgement that the store's revision may be lower than before."""
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The key names of one fleet."""
+
+    fleet: str
+
+    def _k(self, rest: str) -> str:
+        return f"mcpv:{{{self.fleet}}}:{rest}"
+
+    @property
+    def rev(self) -> str:
+        return self._k("rev")
+
+    @property
+    def log(self) -> str:
+        return self._k("log")
+
+    @property
+    def roots(self) -> str:
+        return self._k("roots")
+
+    @property
+    def settings(self) -> str:
+        return self._k("settings")
+
+    @property
+    def lease(self) -> str:
+        return self._k("lease:publisher")
+
+    def approvals(self, key: str) -> str:
+        return self._k(f"appr:{key}")
+
+    def replica(self, replica_id: str) -> str:
+        return self._k(f"replica:{replica_id}")
+
+    @property
+    def replica_prefix(self) -> str:
+        return self._k("replica:")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRecord:
+    """One decision as the fleet store holds it."""
+
+    hash: str
+    status: str
+    rev: int
+    by: str = ""
+    at: float = 0.0
+
+
+def parse_record(raw: str | bytes | None) -> FleetRecord | None:
+    """A record from its JSON; ``None`` for a missing or unreadable one (which reads as pending)."""
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+        return FleetRecord(
+            hash=str(data["hash"]),
+            status=str(data["status"]),
+            rev=int(data["rev"]),
+            by=str(data.get("by", "")),
+            at=float(data.get("at", 0.0)),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def new_replica_id() -> str:
+    """A replica id unique per process start (never inherited across a fork): host, pid and 6 random
+    characters. Dots are left out: a handshake session id names its owner as ``<replica>.<id>``."""
+    host = socket.gethostname().split(".", 1)[0] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def fleet_unreachable(url: str, exc: BaseException) -> ConfigError:
+    return ConfigError(
+        f"cannot reach the fleet store {redact(url)}: {exc or type(exc).__name__}; "
+        "start it (or fix --fleet / MCPVISOR_FLEET) and try again"
+    )
+
+
+def redact(url: str) -> str:
+    """The URL without a password (``redis://:secret@host`` -> ``redis://:***@host``)."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    auth, where = rest.rsplit("@", 1)
+    user = auth.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{where}"
+
+
+class FleetStore:
+    """One fleet in one Redis: its URL, its name and its clients (made on first use)."""
+
+    def __init__(self, url: str, *, fleet: str = "default") -> None:
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError(
+                f"cannot use fleet store {redact(url)!r}: expected a redis://, rediss:// or unix:// URL "
+                "(e.g. redis://127.0.0.1:6379/0 or unix:///run/redis/redis.sock)"
+            )
+        self.url = url
+        self.keys = Keys(fleet)
+        self._sync: redis.Redis | None = None
+
+    def __repr__(self) -> str:
+        return f"FleetStore({redact(self.url)!r}, fleet={self.keys.fleet!r})"
+
+    def sync_client(self) -> redis.Redis:
+        """A blocking client, for management commands and for decisions made off the event loop."""
+        if self._sync is None:
+            try:
+                import redis
+            except ImportError as exc:  # pragma: no cover - the extra is part of the dev install
+                raise ConfigError("--fleet needs the redis client: pip install 'mcpvisor[fleet]'") from exc
+            self._sync = redis.Redis.from_url(
+                self.url,
+                socket_timeout=SOCKET_TIMEOUT_S,
+                socket_connect_timeout=CONNECT_TIMEOUT_S,
+                decode_responses=True,
+            )
+        return self._sync
+
+    def async_client(self) -> redis.asyncio.Redis:
+        """A new asyncio client (each long-running task owns its own)."""
+        try:
+            import redis.asyncio
+        except ImportError as exc:  # pragma: no cover
+            raise ConfigError("--fleet needs the redis client: pip install 'mcpvisor[fleet]'") from exc
+        return redis.asyncio.Redis.from_url(
+            self.url,
+            socket_timeout=SOCKET_TIMEOUT_S,
+            socket_connect_timeout=CONNECT_TIMEOUT_S,
+            decode_responses=True,
+        )
+
+    def close(self) -> None:
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
+
+    # -- blocking operations (CLI, decisions) ---------------------------------------------------
+
+    def ping(self) -> None:
+        """Raise :class:`ConfigError` naming the store when it does not answer."""
+        import redis
+
+        try:
+            self.sync_client().ping()
+        except (redis.RedisError, OSError) as exc:
+            raise fleet_unreachable(self.url, exc) from exc
+
+    def read_approvals(self) -> tuple[int, dict[str, dict[str, FleetRecord]]]:
+        """The revision and every approval record, read in one transaction."""
+        client = self.sync_client()
+        roots = sorted(str(key) for key in client.smembers(self.keys.roots))
+        pipe = client.pipeline(transaction=True)
+        pipe.get(self.keys.rev)
+        for key in roots:
+            pipe.hgetall(self.keys.approvals(key))
+        rev, *hashes = pipe.execute()
+        out: dict[str, dict[str, FleetRecord]] = {}
+        for key, fields in zip(roots, hashes, strict=True):
+            out[key] = {name: rec for name, raw in fields.items() if (rec := parse_record(raw)) is not None}
+        return int(rev or 0), out
+
+    def decide(self, key: str, name: str, digest: str, status: str, *, expected_rev: int | None, by: str) -> int | None:
+        """Write one decision; the new revision, or ``None`` when the record changed since ``expected_rev``."""
+        client = self.sync_client()
+        written, rev = client.eval(
+            DECIDE,
+            4,
+            self.keys.approvals(key),
+            self.keys.rev,
+            self.keys.log,
+            self.keys.roots,
+            name,
+            digest,
+            status,
+            "" if expected_rev is None else str(expected_rev),
+            by,
+            repr(time.time()),
+            key,
+            LOG_MAXLEN,
+        )
+        return int(rev) if int(written) == 1 else None
+
+    def ack_reset(self) -> int:
+        """Tell every replica that the store's current revision is to be trusted; returns it."""
+        return int(self.sync_client().eval(ACK, 2, self.keys.rev, self.keys.log, LOG_MAXLEN))
+
+    def replicas(self) -> list[dict[str, Any]]:
+        """The live replicas' registry entries (each with its ``id``), and the settings generation."""
+        client = self.sync_client()
+        out: list[dict[str, Any]] = []
+        for key in sorted(client.scan_iter(match=self.keys.replica_prefix + "*", count=200)):
+            fields = {str(k): str(v) for k, v in client.hgetall(key).items()}
+            if fields:
+                out.append({"id": str(key).removeprefix(self.keys.replica_prefix), **fields})
+        return out
+
+    def settings_generation(self) -> int:
+        return int(self.sync_client().hget(self.keys.settings, "gen") or 0)
+
+    def publisher(self) -> str | None:
+        value = self.sync_client().get(self.keys.lease)
+        return str(value) if value is not None else None
+
+    def revision(self) -> int:
+        return int(self.sync_client().get(self.keys.rev) or 0)
