@@ -121,7 +121,7 @@ async def joined(
     replica = Replica(store, replica_id=replica_id, freshness_s=_freshness(options.env), register=register)
     joined_options = dataclasses.replace(options, approvals=replica.approvals)
     if follow_settings:  # its settings are the fleet's, its decisions too: it watches only its own stores
-        joined_options = dataclasses.replace(joined_options, watched_scopes=("tokens", "pins"))
+        joined_options = dataclasses.replace(joined_options, watched_scopes=("tokens", "pins"), settings_source=replica)
     try:
         async with replica:
             yield joined_options, replica

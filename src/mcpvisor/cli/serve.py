@@ -125,18 +125,24 @@ async def _serve(
     host.subscribe(HumanOutput(host, console))
     if http is None:
         # Nothing in mcpvisor writes to stdout, and while serving the SDK points fd 1 at stderr.
-        async with host, Gateway(host.config, name_budget=name_budget) as gateway, stdio_server() as (read, write):
+        served_as = replica.id if replica is not None else None
+        async with (
+            host,
+            Gateway(host.config, name_budget=name_budget, replica=served_as) as gateway,
+            stdio_server() as (read, write),
+        ):
             if replica is not None:
-                await replica.attach(host, publish=True)
+                await replica.publish_from(host.options.env, host.root)
             serving(host, "stdio")
             async with _until_stopped(stop, gateway.drain, console):
                 await gateway.serve_streams(read, write)
     else:
         sock = bind_http_socket(*http)
         try:
-            async with host, Gateway(host.config, name_budget=name_budget) as gateway:
+            served_as = replica.id if replica is not None else None
+            async with host, Gateway(host.config, name_budget=name_budget, replica=served_as) as gateway:
                 if replica is not None:
-                    await replica.attach(host, publish=True)
+                    await replica.publish_from(host.options.env, host.root)
                     replica.serve_at(http_url(sock))
                 serving(host, http_url(sock))  # already listening: early clients wait in the backlog
                 async with _until_stopped(stop, gateway.drain, console):
@@ -190,8 +196,6 @@ async def _run_workspace_gateway(
     replica: Replica | None,
 ) -> None:
     def opened(host: Host) -> None:
-        if replica is not None and workspaces is not None:
-            replica.attach_soon(host)
         if workspaces is not None:  # the default workspace opens inside __aenter__, before this is set
             where = host.options.workspace
             console.print(f"[dim]mcpvisor gateway: opening workspace {where} for a client[/]", soft_wrap=True)
@@ -207,9 +211,10 @@ async def _run_workspace_gateway(
             workspace_root=workspace_root,
             limits=limits,
             name_budget=name_budget,
+            replica=replica.id if replica else None,
         ) as workspaces:
-            if replica is not None:
-                await replica.attach(workspaces.default, publish=True)  # the default workspace's files are published
+            if replica is not None:  # the default workspace's files are the ones published
+                await replica.publish_from(workspaces.default.options.env, workspaces.default.root)
                 replica.serve_at(http_url(sock))
             serving(workspaces.default, http_url(sock))
             allowed = (

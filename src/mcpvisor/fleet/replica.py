@@ -1,9 +1,11 @@
 """One replica of a fleet: follows the store's log, keeps its registry entry alive, and publishes
 settings while it holds the publisher lease.
 
-Enter a :class:`Replica` (``async with``) before the hosts it serves, give each host its
-:attr:`~Replica.approvals` (``HostOptions.approvals``), then :meth:`~Replica.attach` the hosts once they
-run. Three tasks run meanwhile:
+Enter a :class:`Replica` (``async with``) before the hosts it serves and give each host its
+:attr:`~Replica.approvals` (``HostOptions.approvals``) and, for a gateway, the replica itself as its
+settings source (``HostOptions.settings_source``: a host starts from the fleet's settings, then follows
+every snapshot); :meth:`~Replica.publish_from` names the files this replica publishes while it holds
+the lease. Three tasks run meanwhile:
 
 - the **follower** reads the store whole, then the change log from where it stood (``XREAD BLOCK``):
   a changed approval record updates the mirror and reconciles the hosts; a new settings generation is
@@ -20,7 +22,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -31,7 +35,14 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.fleet.approvals import DEFAULT_FRESHNESS_S, FleetApprovalStore
 from mcpvisor.fleet.routing import OwnerRouter
-from mcpvisor.fleet.settings import PUBLISHED_SCOPES, Snapshot, apply_snapshot, now, read_snapshot_texts
+from mcpvisor.fleet.settings import (
+    PUBLISHED_SCOPES,
+    Snapshot,
+    apply_snapshot,
+    apply_to_settings,
+    now,
+    read_snapshot_texts,
+)
 from mcpvisor.fleet.store import LOG_MAXLEN, PUBLISH, RENEW, FleetStore, new_replica_id, parse_record, redact
 from mcpvisor.host.settings.loader import Settings, load_settings
 from mcpvisor.host.watcher import SettingsChanged, SettingsWatcher
@@ -155,27 +166,37 @@ class Replica(StackOwner):
             finally:
                 await client.aclose()
 
-    async def attach(self, host: Host, *, publish: bool = False) -> None:
-        """Serve ``host`` from the fleet: the current settings snapshot applies to it before this returns,
-        every later one as it comes, and its gated servers follow the fleet's decisions. With ``publish``,
-        the settings files of ``host``'s folder are the ones this replica publishes while it holds the
-        lease (watched by a watcher of their own: the hosts follow the fleet, not their files)."""
+    # -- the hosts' settings source ----------------------------------------------------------------
+
+    def prime(self, settings: Settings) -> None:
+        """A host's settings, just read from its files, become the fleet's before anything starts."""
+        if self._snapshot is not None:
+            apply_to_settings(settings, self._snapshot)
+
+    def follow(self, host: Host) -> Callable[[], None]:
+        """``host`` runs: every later snapshot applies to it (one it missed since :meth:`prime`, at once)."""
         tg = running(self._tg, "replica")
         self._hosts.append(host)
-        if publish and self._source is None:
-            self._source = await anyio.to_thread.run_sync(load_settings, host.options.env, host.root)
-            watcher = SettingsWatcher(self._source, scopes=PUBLISHED_SCOPES)
-            watcher.add_change_listener(self._on_source_change)
-            self._source_watcher = watcher
-            await tg.start(watcher.run)
         if self._snapshot is not None:
-            await self._apply_to([host], self._snapshot)
-        if self._wake is not None:
-            self._wake.set()
+            tg.start_soon(self._apply_to, [host], self._snapshot)
 
-    def attach_soon(self, host: Host) -> None:
-        """:meth:`attach` from synchronous code (a workspace opened for a client)."""
-        running(self._tg, "replica").start_soon(self.attach, host)
+        def stop() -> None:
+            if host in self._hosts:
+                self._hosts.remove(host)
+
+        return stop
+
+    async def publish_from(self, env: Mapping[str, str], root: Path) -> None:
+        """Publish the settings files of ``root`` (with ``env``'s user folder) while this replica holds the
+        lease: a watcher of their own follows them (the hosts follow the fleet, not their files)."""
+        tg = running(self._tg, "replica")
+        self._source = await anyio.to_thread.run_sync(load_settings, env, root)
+        watcher = SettingsWatcher(self._source, scopes=PUBLISHED_SCOPES)
+        watcher.add_change_listener(self._on_source_change)
+        self._source_watcher = watcher
+        await tg.start(watcher.run)
+        if self._wake is not None:
+            self._wake.set()  # take the lease now if it is free
 
     # -- following the log ----------------------------------------------------------------------
 
@@ -251,6 +272,8 @@ class Replica(StackOwner):
             await self._read_whole(client)
         elif changed:
             self.approvals.changed()
+        if (changed or acknowledged) and self._wake is not None:
+            self._wake.set()  # the registry shows the revision applied now
         if settings:
             await self._settings_from(client)
         return last_id
@@ -263,13 +286,12 @@ class Replica(StackOwner):
         self._snapshot = snapshot
         await self._apply_to(list(self._hosts), snapshot)
         self.applied_gen = snapshot.gen
+        if self._wake is not None:
+            self._wake.set()  # the registry says so now, not at the next heartbeat
 
     async def _apply_to(self, hosts: list[Host], snapshot: Snapshot) -> None:
         async with running(self._apply_lock, "replica"):
             for host in hosts:
-                if not host.is_running:
-                    self._hosts.remove(host)
-                    continue
                 try:
                     await apply_snapshot(host, snapshot)
                 except Exception:

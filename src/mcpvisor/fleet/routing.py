@@ -2,7 +2,8 @@
 
 - ``GET /readyz`` answers 200 once the replica applied the fleet's settings, 503 before (a load
   balancer's health check: traffic only reaches replicas that reconciled).
-- 2026-07-28 requests carry no session: they are served where they land.
+- 2026-07-28 requests carry no session: they are served where they land, except the retry of a call
+  waiting for input: its ``requestState`` names the replica where the call runs, which gets it.
 - A handshake-era session id names its owner: the SDK's id ``S`` leaves this replica as
   ``<replica>.S``. A request whose ``Mcp-Session-Id`` names this replica is served with the prefix
   taken off; one naming another live replica is forwarded once to it (streamed both ways, the
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
@@ -26,6 +29,8 @@ logger = logging.getLogger(__name__)
 
 SESSION_HEADER: Final = b"mcp-session-id"
 HOP_HEADER: Final = "x-mcpvisor-hop"
+ROUND_PREFIX: Final = "mcpvisor-round-"
+"""How the gateway's ``requestState`` begins (:mod:`mcpvisor.gateway.asks`); a fleet's names its replica next."""
 MAX_FORWARD_BODY: Final = 16 * 1024 * 1024
 """The largest request body forwarded to an owner (the owner applies its own, smaller limits)."""
 _HOP_BY_HOP: Final = frozenset(
@@ -67,7 +72,7 @@ class OwnerRouter:
         headers: list[tuple[bytes, bytes]] = list(scope.get("headers") or ())
         session = next((v.decode("latin-1") for k, v in headers if k == SESSION_HEADER), None)
         if session is None:
-            await self._app(scope, receive, self._naming_sessions(send))
+            await self._sessionless(scope, receive, send, headers)
             return
         owner, dot, local = session.partition(".")
         if not dot or not local:
@@ -84,7 +89,36 @@ class OwnerRouter:
         if not address:
             await _not_found(send, f"replica {owner} that held session {session!r} is gone; start a new session")
             return
-        await self._forward(scope, receive, send, address, owner)
+        gone = partial(_not_found, send, f"replica {owner} that held this session does not answer; start a new session")
+        await self._forward(scope, receive, send, address, owner, gone=gone)
+
+    async def _sessionless(
+        self, scope: dict[str, Any], receive: Any, send: Any, headers: list[tuple[bytes, bytes]]
+    ) -> None:
+        """A request without a session: served here, unless it continues an input round another replica
+        holds (its ``requestState`` names the owner): then forwarded there, or answered that the round is
+        gone (the client makes the call again)."""
+        if scope.get("method") != "POST":
+            await self._app(scope, receive, self._naming_sessions(send))
+            return
+        body, more = await _read_body(receive)
+        if body is None:
+            return  # the client went away
+        owner = _round_owner(body) if b'"requestState"' in body else None
+        if owner is None or owner == self._replica.id:
+            await self._app(scope, _replay(body, more, receive), self._naming_sessions(send))
+            return
+        message = (
+            f"the call waiting for input was held by replica {owner}, which is gone; make the call again "
+            "without requestState"
+        )
+        address = None if any(k == HOP_HEADER.encode() for k, _ in headers) else await self._replica.address_of(owner)
+        if address is None:
+            await _rpc_error(send, body, message)
+            return
+        await self._forward(
+            scope, _replay(body, more, receive), send, address, owner, gone=partial(_rpc_error, send, body, message)
+        )
 
     def _naming_sessions(self, send: Any) -> Any:
         """``send`` with the SDK's session id prefixed by this replica's id on the way out."""
@@ -103,7 +137,18 @@ class OwnerRouter:
     async def _readyz(self, send: Any) -> None:
         await _respond(send, 200 if self._replica.ready else 503, self._replica.readiness())
 
-    async def _forward(self, scope: dict[str, Any], receive: Any, send: Any, address: str, owner: str) -> None:
+    async def _forward(
+        self,
+        scope: dict[str, Any],
+        receive: Any,
+        send: Any,
+        address: str,
+        owner: str,
+        *,
+        gone: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Send the request to ``owner`` at ``address`` and its answer back; ``gone`` answers when the owner
+        does not take the connection (it died and the registry has not noticed yet)."""
         body = bytearray()
         while True:
             message = await receive()
@@ -126,8 +171,8 @@ class OwnerRouter:
         try:
             response = await self._client.send(request, stream=True)
         except httpx2.TransportError as exc:
-            logger.info("fleet: replica %s does not answer (%s): its sessions are gone", owner, exc)
-            await _not_found(send, f"replica {owner} that held this session does not answer; start a new session")
+            logger.info("fleet: replica %s does not answer (%s): what it held is gone", owner, exc)
+            await gone()
             return
         try:
             out = [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP]
@@ -140,6 +185,50 @@ class OwnerRouter:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             await response.aclose()
+
+
+async def _read_body(receive: Any) -> tuple[bytes | None, bool]:
+    """The request's body as far as one message goes (``more``: the rest still to come), ``None`` when the
+    client disconnected. A round's retry is one small JSON body: it comes whole in the first message."""
+    message = await receive()
+    if message["type"] == "http.disconnect":
+        return None, False
+    return message.get("body", b""), bool(message.get("more_body"))
+
+
+def _replay(first: bytes, more: bool, receive: Any) -> Any:
+    """``receive`` with the message already read given back first."""
+    given = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": first, "more_body": more}
+        message: dict[str, Any] = await receive()
+        return message
+
+    return replay
+
+
+def _round_owner(body: bytes) -> str | None:
+    """The replica named by a request's ``requestState`` (``mcpvisor-round-<replica>.<token>``), if any."""
+    try:
+        state = json.loads(body).get("params", {}).get("requestState")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(state, str) or not state.startswith(ROUND_PREFIX):
+        return None
+    owner, dot, _ = state.removeprefix(ROUND_PREFIX).partition(".")
+    return owner if dot and owner else None
+
+
+async def _rpc_error(send: Any, body: bytes, message: str) -> None:
+    try:
+        request_id = json.loads(body).get("id")
+    except (ValueError, AttributeError):
+        request_id = None
+    await _respond(send, 200, {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": message}})
 
 
 async def _not_found(send: Any, message: str) -> None:

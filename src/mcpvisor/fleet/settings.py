@@ -31,7 +31,7 @@ from mcpvisor.host.watcher import SettingsChanged
 if TYPE_CHECKING:
     from mcpvisor.host.host import Host
 
-__all__ = ["PUBLISHED_SCOPES", "Snapshot", "apply_snapshot", "read_snapshot_texts"]
+__all__ = ["PUBLISHED_SCOPES", "Snapshot", "apply_snapshot", "apply_to_settings", "read_snapshot_texts"]
 
 logger = logging.getLogger(__name__)
 
@@ -92,16 +92,16 @@ def read_snapshot_texts(source: Settings) -> dict[FileScope, str | None] | None:
     return texts
 
 
-async def apply_snapshot(host: Host, snapshot: Snapshot) -> tuple[str, ...]:
-    """Apply one snapshot to ``host`` as its watcher would apply an edit; the dotted paths that changed."""
-    changed_all: list[str] = []
-    same_folder = Path(snapshot.root) == host.root
+def apply_to_settings(settings: Settings, snapshot: Snapshot) -> list[tuple[FileScope, tuple[str, ...]]]:
+    """Apply one snapshot to ``settings`` in memory (no I/O); each scope that changed with its dotted paths.
+    A scope whose text does not parse keeps its previous content (and says so in the log)."""
+    changed: list[tuple[FileScope, tuple[str, ...]]] = []
+    same_folder = Path(snapshot.root) == settings.root
     for scope in PUBLISHED_SCOPES:
         if scope in WORKSPACE_SCOPES and not same_folder:
             continue
         text = snapshot.texts.get(scope)
-        path = host.settings.paths.of(scope)
-        label = Path(f"{path} (from fleet generation {snapshot.gen})")
+        label = Path(f"{settings.paths.of(scope)} (from fleet generation {snapshot.gen})")
         if text is None:
             read = ScopeRead(scope, None)
         else:
@@ -109,17 +109,20 @@ async def apply_snapshot(host: Host, snapshot: Snapshot) -> tuple[str, ...]:
                 read = ScopeRead(scope, parse_settings_text(text, label))
             except SettingsFileError as exc:
                 read = ScopeRead(scope, None, exc.report)
-        result = host.settings.apply(read)
+        result = settings.apply(read)
         if result.error is not None:
             logger.warning("%s; keeping the previous %s settings", result.error, scope)
-            continue
-        if not result.changed:
-            continue
-        changed_all.extend(result.changed)
-        logger.info("fleet settings generation %d changed (%s): %s", snapshot.gen, scope, ", ".join(result.changed))
+        elif result.changed:
+            logger.info("fleet settings generation %d changed (%s): %s", snapshot.gen, scope, ", ".join(result.changed))
+            changed.append((scope, result.changed))
+    return changed
+
+
+async def apply_snapshot(host: Host, snapshot: Snapshot) -> None:
+    """Apply one snapshot to a running ``host`` as its watcher would apply an edit: only what changed reconciles."""
+    for scope, paths in apply_to_settings(host.settings, snapshot):
         if host.watcher is not None:
-            await host.watcher.announce(SettingsChanged(scope, result.changed))
-    return tuple(changed_all)
+            await host.watcher.announce(SettingsChanged(scope, paths))
 
 
 def now() -> str:

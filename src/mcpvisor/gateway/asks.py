@@ -279,9 +279,14 @@ class _Call(_Asking, Generic[R]):
 class Rounds:
     """The calls of 2026-07-28-era clients whose servers asked for input, between the clients' rounds."""
 
-    def __init__(self, tg: anyio.abc.TaskGroup, *, timeout_s: float = ROUND_TIMEOUT_S) -> None:
+    def __init__(
+        self, tg: anyio.abc.TaskGroup, *, timeout_s: float = ROUND_TIMEOUT_S, owner: str | None = None
+    ) -> None:
+        """``owner``: the replica of a fleet these rounds live on, named in every ``request_state``
+        (``mcpvisor-round-<owner>.<token>``) so that a retry landing on another replica reaches this one."""
         self._tg = tg
         self._timeout_s = timeout_s
+        self._prefix = _STATE_PREFIX + (f"{owner}." if owner else "")
         self._open: dict[str, _Call[Any]] = {}
 
     def __len__(self) -> int:
@@ -318,7 +323,7 @@ class Rounds:
             raise
         if not isinstance(outcome, dict):
             return outcome
-        state = _STATE_PREFIX + secrets.token_urlsafe(18)
+        state = self._prefix + secrets.token_urlsafe(18)
         self._open[state] = running
         self._tg.start_soon(self._expire, state, running, running.round)
         return types.InputRequiredResult(

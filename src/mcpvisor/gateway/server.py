@@ -36,10 +36,7 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.models import InitializationOptions
 from mcp.server.stdio import stdio_server
-from mcp.server.subscriptions import (
-    InMemorySubscriptionBus,
-    ListenHandler,
-)
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
@@ -96,18 +93,13 @@ __all__ = ["DRAIN_S", "PAGE_SIZE", "SHUTTING_DOWN", "Gateway"]
 logger = logging.getLogger(__name__)
 
 _Ctx: TypeAlias = ServerRequestContext[dict[str, Any]]
-
-
 R = TypeVar("R", bound=BaseModel)
 
 
 class Gateway(StackOwner):
-    """One MCP server over one :class:`Config`'s live registries.
-
-    Enter it (``async with``) to follow the config's change events; then serve it with
-    :meth:`serve_stdio`, :meth:`serve_streams`, :meth:`serve_http`, or mount :meth:`http_app`.
-    ``server`` is the low-level SDK server (``mcp.Client(gateway.server)`` connects in process).
-    """
+    """One MCP server over one :class:`Config`'s live registries. Enter it (``async with``) to follow the
+    config's change events; then serve it with :meth:`serve_stdio`, :meth:`serve_streams`, :meth:`serve_http`,
+    or mount :meth:`http_app`. ``server`` is the SDK's low-level server (``mcp.Client(gateway.server)``)."""
 
     def __init__(
         self,
@@ -116,6 +108,7 @@ class Gateway(StackOwner):
         name: str = "mcpvisor",
         round_timeout_s: float = ROUND_TIMEOUT_S,
         name_budget: int = DEFAULT_NAME_BUDGET,
+        replica: str | None = None,
     ) -> None:
         if name_budget < MIN_NAME_BUDGET:
             raise ValueError(f"name_budget must be at least {MIN_NAME_BUDGET}, not {name_budget}")
@@ -124,6 +117,7 @@ class Gateway(StackOwner):
         self._tool_names: ServedNames | None = None
         """Served tool names under the budget, rebuilt after the tools change (see :mod:`.names`)."""
         self._round_timeout_s = round_timeout_s
+        self._replica = replica  # the fleet replica this gateway is (--fleet): its input rounds name it
         self.bus = InMemorySubscriptionBus()
         self._listen = ListenHandler(self.bus)
         self.notices = ChangeNotices(self.bus)
@@ -168,7 +162,7 @@ class Gateway(StackOwner):
         async with AsyncExitStack() as stack:
             tg = await stack.enter_async_context(anyio.create_task_group())
             self._tg = tg
-            self._rounds = Rounds(tg, timeout_s=self._round_timeout_s)
+            self._rounds = Rounds(tg, timeout_s=self._round_timeout_s, owner=self._replica)
             stack.callback(tg.cancel_scope.cancel)
             stack.callback(self._listen.close)  # listen streams end gracefully (the client re-listens)
             self._served_resources = self.routes.served()  # what is served already needs no notice
@@ -482,9 +476,9 @@ class Gateway(StackOwner):
         until cancelled, then shut down in order: listen streams end, open requests get
         ``HTTP_SHUTDOWN_S``, the SDK's session manager stops.
 
-        With ``only_workspace``, a request whose workspace header names another folder is refused
-        (HTTP 400) instead of being silently served this workspace's servers. ``limits``: see :class:`HttpLimits`.
-        ``wrap`` puts an ASGI layer in front of the app, behind authentication (a fleet replica's router)."""
+        With ``only_workspace``, a request whose workspace header names another folder is refused (HTTP
+        400) instead of being silently served this workspace's servers. ``limits``: see :class:`HttpLimits`;
+        ``wrap``: an ASGI layer in front of the app, behind authentication (a fleet replica's router)."""
         try:
             app: Any = self.http_app(host=sock.getsockname()[0], limits=limits)
             if only_workspace is not None:

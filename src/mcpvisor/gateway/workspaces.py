@@ -133,8 +133,10 @@ class WorkspaceGateway(StackOwner):
         workspace_root: Path | None = None,
         limits: HttpLimits = DEFAULT_HTTP_LIMITS,
         name_budget: int = DEFAULT_NAME_BUDGET,
+        replica: str | None = None,
     ) -> None:
         self._options = options
+        self._replica = replica
         self._limits = limits
         self._name_budget = name_budget
         self.sessions = SessionBook(limits.max_sessions)
@@ -272,7 +274,7 @@ class WorkspaceGateway(StackOwner):
             host = Host(options)
             if self._on_open is not None:
                 self._on_open(host)
-            async with host, Gateway(host.config, name_budget=self._name_budget) as gateway:
+            async with host, Gateway(host.config, name_budget=self._name_budget, replica=self._replica) as gateway:
                 manager = session_manager(
                     gateway.server, security=self._security_settings, limits=self._limits, event_store=workspace.replay
                 )

@@ -19,7 +19,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TypeAlias
+from typing import Protocol, TypeAlias
 
 import anyio
 
@@ -127,9 +127,23 @@ class HostOptions:
     watched_scopes: Sequence[WatchScope] = DEFAULT_WATCHED_SCOPES
     """The files the watcher follows (with ``watch``): a fleet replica follows the fleet's settings instead
     of its own settings files, and its decisions come from the fleet, so it watches only the stores."""
+    settings_source: SettingsSource | None = None
+    """Settings that come from elsewhere than the files (a fleet's): it primes the settings as read, before
+    anything starts, and applies its later changes to the running host (``watched_scopes`` leave the files out)."""
     approvals: ApprovalStore | None = None
     """Where decisions on gated servers are kept, when not in the user folder's file (a fleet's store:
     :mod:`mcpvisor.fleet`); its changes reconcile as an edit of the file would."""
+
+
+class SettingsSource(Protocol):
+    """A source of settings other than the files (:class:`~mcpvisor.fleet.replica.Replica`)."""
+
+    def prime(self, settings: Settings) -> None:
+        """Make ``settings``, just read from the files, the source's (in memory)."""
+
+    def follow(self, host: Host) -> Callable[[], None]:
+        """Apply later changes to the running ``host`` (through its watcher's listeners); returns the
+        function that stops."""
 
 
 class Host(StackOwner):
@@ -197,6 +211,8 @@ class Host(StackOwner):
         env = opts.env
         async with AsyncExitStack() as stack:
             self._settings = load_settings(env, opts.workspace)
+            if opts.settings_source is not None:
+                opts.settings_source.prime(self._settings)
             self._approvals = opts.approvals or ApprovalStore(paths.approvals_path(env))
             self._approvals.load()
             self.tokens = TokenStore(paths.oauth_tokens_path(env))
@@ -288,6 +304,8 @@ class Host(StackOwner):
                     reloads.start_soon(watcher.announce, SettingsChanged("approvals", ()))
 
                 stack.callback(self._approvals.on_external_change(decisions_changed))
+            if opts.settings_source is not None:
+                stack.callback(opts.settings_source.follow(self))
             self._stack = stack.pop_all()
         return self
 

@@ -1,0 +1,126 @@
+"""Approvals in the fleet store, against a real redis-server: decisions compare-and-set, a replica's
+mirror follows the log, and fails closed when the store goes quiet or back in revision."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.fleet.approvals import FleetApprovalStore
+from mcpvisor.fleet.replica import Replica
+from mcpvisor.fleet.store import FleetStore, parse_record, redact
+from mcpvisor.host.approvals import root_key
+from tests.fleet.conftest import RedisServer
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.fleet
+
+ROOT = Path("/srv/project")
+
+
+@dataclass(frozen=True)
+class Cfg:
+    approval_hash: str
+    scope: str = "project"
+
+
+def command_store(server: RedisServer) -> FleetApprovalStore:
+    """A management command's view: read whole, no follower."""
+    store = FleetApprovalStore(FleetStore(server.url))
+    store.load()
+    return store
+
+
+def test_a_decision_reaches_another_reader_bound_to_its_hash(redis_server: RedisServer) -> None:
+    command_store(redis_server).approve(ROOT, "p", Cfg("h1"))
+    reader = command_store(redis_server)
+    assert reader.get_state(ROOT, "p", Cfg("h1")) == "approved"
+    assert reader.get_state(ROOT, "p", Cfg("h2")) == "pending"  # another configuration: asked again
+    assert reader.get_state(ROOT, "p", Cfg("h1"), "lsp") == "pending"  # a language server of that name is not it
+    command_store(redis_server).reject(ROOT, "p", Cfg("h1"))
+    assert command_store(redis_server).get_state(ROOT, "p", Cfg("h1")) == "rejected"
+
+
+def test_a_decision_over_one_the_person_did_not_see_is_refused(redis_server: RedisServer) -> None:
+    shown = command_store(redis_server)  # what one person looked at: no decision yet
+    command_store(redis_server).reject(ROOT, "p", Cfg("h1"))  # meanwhile someone else rejected it
+    with pytest.raises(ConfigError, match="another decision on it reached the fleet store"):
+        shown.approve(ROOT, "p", Cfg("h1"))
+    assert command_store(redis_server).get_state(ROOT, "p", Cfg("h1")) == "rejected"
+    shown.approve(ROOT, "p", Cfg("h1"))  # re-read by the refusal: deciding again is what the person saw
+    assert command_store(redis_server).get_state(ROOT, "p", Cfg("h1")) == "approved"
+
+
+def test_an_unreadable_record_reads_as_pending(redis_server: RedisServer) -> None:
+    keys = FleetStore(redis_server.url).keys
+    with redis_server.client() as client:
+        client.sadd(keys.roots, root_key(ROOT))
+        client.hset(keys.approvals(root_key(ROOT)), mapping={"p": "{not json", "q": json.dumps({"hash": "h1"})})
+        client.hset(keys.approvals(root_key(ROOT)), "r", json.dumps({"hash": "h1", "status": "maybe", "rev": 1}))
+    store = command_store(redis_server)
+    for name in "pqr":
+        assert store.get_state(ROOT, name, Cfg("h1")) == "pending"
+    assert parse_record(None) is None
+
+
+def test_an_unreachable_store_leaves_every_gated_server_pending_and_says_why(tmp_path: Path) -> None:
+    store = FleetApprovalStore(FleetStore(f"unix://{tmp_path}/none.sock"))
+    store.load()
+    assert store.get_state(ROOT, "p", Cfg("h1")) == "pending"
+    assert store.error is not None
+    assert "cannot read decisions from the fleet store" in store.error
+    with pytest.raises(ConfigError, match="could not record approval"):
+        store.approve(ROOT, "p", Cfg("h1"))
+
+
+def test_fleet_urls_are_checked_and_their_passwords_never_shown() -> None:
+    with pytest.raises(ConfigError, match="expected a redis://, rediss:// or unix:// URL"):
+        FleetStore("http://localhost:6379")
+    assert redact("redis://:hunter2@db:6379/0") == "redis://:***@db:6379/0"
+    assert "hunter2" not in repr(FleetStore("redis://user:hunter2@db:6379/0"))
+    with pytest.raises(ConfigError, match="without a dot"):
+        Replica(FleetStore("redis://db"), replica_id="a.b")
+
+
+async def test_a_replica_follows_decisions_and_holds_gated_servers_while_the_store_is_gone(
+    redis_server: RedisServer,
+) -> None:
+    heard: list[str] = []
+    async with Replica(FleetStore(redis_server.url), freshness_s=1.0, register=False) as replica:
+        mirror = replica.approvals
+        mirror.on_external_change(lambda: heard.append("changed"))
+        command_store(redis_server).approve(ROOT, "p", Cfg("h1"))
+        await wait_until(
+            lambda: mirror.get_state(ROOT, "p", Cfg("h1")) == "approved", what="the approval on the replica"
+        )
+        assert heard  # the hosts are told (they reconcile)
+        redis_server.kill()
+        await wait_until(lambda: mirror.get_state(ROOT, "p", Cfg("h1")) == "pending", what="gated servers held")
+        assert mirror.error is not None
+        assert "has not answered since" in mirror.error
+        redis_server.start()  # with its data (append-only file)
+        await wait_until(lambda: mirror.get_state(ROOT, "p", Cfg("h1")) == "approved", what="recovery")
+        assert mirror.error is None
+
+
+async def test_a_store_that_went_back_in_revision_is_distrusted_until_acknowledged(redis_server: RedisServer) -> None:
+    async with Replica(FleetStore(redis_server.url), register=False) as replica:
+        mirror = replica.approvals
+        for digest in ("h0", "h1"):
+            command_store(redis_server).approve(ROOT, "p", Cfg(digest))  # revision 2
+        await wait_until(lambda: mirror.revision == 2, what="revision 2 on the replica")
+        with redis_server.client() as client:
+            client.flushall()  # the store lost its writes (a failover, a restore)
+        command_store(redis_server).approve(ROOT, "p", Cfg("h1"))  # revision 1 again
+        await wait_until(lambda: mirror.error is not None, what="the rewind noticed")
+        assert "went back to revision 1" in (mirror.error or "")
+        assert mirror.get_state(ROOT, "p", Cfg("h1")) == "pending"  # held, though the record says approved
+        with pytest.raises(ConfigError, match="ack-reset"):
+            mirror.reject(ROOT, "p", Cfg("h1"))
+        assert FleetStore(redis_server.url).ack_reset() == 1
+        await wait_until(lambda: mirror.get_state(ROOT, "p", Cfg("h1")) == "approved", what="trust after ack-reset")
+        assert mirror.error is None

@@ -1,0 +1,306 @@
+"""Two ``mcpvisor serve --fleet`` replicas with different homes and one real redis-server: a decision made
+by a third process reaches both, a settings edit on the publisher reaches the other, a handshake
+session is forwarded to its owner or refused at once, and without Redis both hold the gated server
+while the user's server keeps answering."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client, MCPError, types
+
+from tests.fleet.conftest import RedisServer
+from tests.gateway.test_client_requests import Answers
+from tests.gateway.test_gateway import server
+from tests.helpers import WAIT_S, free_port, wait_until
+from tests.layout import replace_text
+
+pytestmark = pytest.mark.fleet
+
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+
+
+@dataclass
+class Replica:
+    id: str
+    port: int
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass
+class Fleet:
+    root: Path
+    url: str
+    tmp: Path
+    replicas: list[Replica]
+
+    def env(self, home: Path) -> dict[str, str]:
+        """A process's environment: its own home, no system settings."""
+        return {
+            **os.environ,
+            "HOME": str(home),
+            "MCPVISOR_HOME": str(home / ".mcpvisor"),
+            "MCPVISOR_SYSTEM_DEFAULTS_PATH": str(self.tmp / "etc" / "system-defaults.json"),
+            "MCPVISOR_SYSTEM_SETTINGS_PATH": str(self.tmp / "etc" / "settings.json"),
+        }
+
+    def start(self, rid: str, home: Path, **extra_env: str) -> Replica:
+        env = {**self.env(home), **extra_env}
+        port = free_port()
+        log = self.tmp / f"{rid}.stderr"
+        args = ["serve", "--http", f"127.0.0.1:{port}", "--no-auth", "--workspace", str(self.root)]
+        with log.open("wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "mcpvisor", *args, "--fleet", self.url, "--replica-id", rid, "-v"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        replica = Replica(rid, port, env, proc, log)
+        self.replicas.append(replica)
+        return replica
+
+    def command(self, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "mcpvisor", *args, "--fleet", self.url],
+            env=self.env(home),
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+        )
+
+
+@contextlib.contextmanager
+def fleet_of(tmp_path: Path, redis_server: RedisServer) -> Iterator[Fleet]:
+    root = tmp_path / "ws"
+    root.mkdir()
+    replace_text(root / ".mcp.json", json.dumps({"mcpServers": {"p": server("p")}}))
+    fleet = Fleet(root, redis_server.url, tmp_path, [])
+    try:
+        yield fleet
+    finally:
+        for replica in fleet.replicas:
+            if replica.proc.poll() is None:
+                replica.proc.send_signal(signal.SIGTERM)
+        for replica in fleet.replicas:
+            try:
+                replica.proc.wait(timeout=WAIT_S)
+            except subprocess.TimeoutExpired:
+                replica.proc.kill()
+
+
+async def ready(replica: Replica) -> None:
+    """Until ``/readyz`` answers 200: the replica applied the fleet's settings."""
+    async with httpx2.AsyncClient() as http:
+        with anyio.fail_after(WAIT_S):
+            while True:
+                try:
+                    if (await http.get(replica.url + "/readyz")).status_code == 200:
+                        return
+                except httpx2.TransportError:
+                    pass
+                assert replica.proc.poll() is None, replica.log.read_text()
+                await anyio.sleep(0.05)  # nothing to wait on but the port and its answer
+
+
+@contextlib.asynccontextmanager
+async def client(replica: Replica) -> AsyncIterator[Client]:
+    async with Client(replica.url + "/mcp") as c:
+        yield c
+
+
+async def tools(replica: Replica) -> set[str]:
+    async with client(replica) as c:
+        return {tool.name for tool in (await c.list_tools(cache_mode="bypass")).tools}
+
+
+async def wait_tools(replica: Replica, wanted: set[str], *, absent: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+    current: set[str] = set()
+
+    async def check() -> bool:
+        nonlocal current
+        current = await tools(replica)
+        return wanted <= current and not (absent & current)
+
+    with anyio.fail_after(WAIT_S):
+        while not await check():  # noqa: ASYNC110 - a remote process's tool list: no event reaches this test
+            await anyio.sleep(0.1)
+
+
+async def echo(replica: Replica, tool: str) -> str:
+    async with client(replica) as c:
+        result = await c.call_tool(tool, {"text": "hi"})
+    [content] = result.content
+    return str(getattr(content, "text", ""))
+
+
+async def test_two_replicas_share_decisions_settings_and_sessions(tmp_path: Path, redis_server: RedisServer) -> None:
+    with fleet_of(tmp_path, redis_server) as fleet:
+        home_a, home_b, home_c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+        replace_text(home_a / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {"u": server("u")}}))
+        a = fleet.start("ra", home_a)
+        await ready(a)  # the first replica up publishes its settings files
+        b = fleet.start("rb", home_b)  # no settings of its own: it serves the fleet's
+        await ready(b)
+        for replica in (a, b):
+            await wait_tools(replica, {"mcp__u__echo"}, absent={"mcp__p__echo"})  # p waits for approval
+
+        # A decision made by a third process, with a home of its own, reaches both.
+        approved = fleet.command("mcp", "approve", "p", "--workspace", str(fleet.root), home=home_c)
+        assert approved.returncode == 0, approved.stderr
+        for replica in (a, b):
+            await wait_tools(replica, {"mcp__p__echo", "mcp__u__echo"})
+        listed = fleet.command("mcp", "list", "--workspace", str(fleet.root), "--json", home=home_c)
+        [p_row] = [row for row in json.loads(listed.stdout)["servers"] if row["name"] == "p"]
+        assert p_row["approval"] == "approved"
+        rejected = fleet.command("mcp", "reject", "p", "--workspace", str(fleet.root), home=home_c)
+        assert rejected.returncode == 0, rejected.stderr
+        for replica in (a, b):
+            await wait_tools(replica, {"mcp__u__echo"}, absent={"mcp__p__echo"})
+
+        # An edit of the publisher's settings file reaches the other replica; B's own files play no part.
+        replace_text(home_a / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {"v": server("v")}}))
+        await wait_tools(b, {"mcp__v__echo"}, absent={"mcp__u__echo"})
+        assert "v:echo:hi" in await echo(b, "mcp__v__echo")
+
+        await wait_until(lambda: fleet_lag(fleet, home_c) == 0, what="every replica on the newest settings")
+        status = fleet.command("fleet", "status", "--json", home=home_c)
+        assert status.returncode == 0, status.stdout + status.stderr
+        rows = {row["id"]: row for row in json.loads(status.stdout)["replicas"]}
+        assert set(rows) == {"ra", "rb"}
+        assert rows["ra"]["publisher"]
+        assert not rows["rb"]["publisher"]
+        assert rows["ra"]["address"] == a.url + "/mcp"
+        assert rows["ra"]["revision"] == rows["rb"]["revision"] == 2  # the approval and the rejection
+
+        # A handshake session made on A: sent to B it is forwarded to A; once A is gone, B answers 404 at once.
+        async with httpx2.AsyncClient(headers=ACCEPT) as http:
+            made = await http.post(a.url + "/mcp", json=INITIALIZE)
+            session = made.headers["mcp-session-id"]
+            assert session.startswith("ra.")
+            headers = {"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
+            note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert (await http.post(b.url + "/mcp", json=note, headers=headers)).status_code == 202
+            listed_on_b = await http.post(
+                b.url + "/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=headers
+            )
+            assert listed_on_b.status_code == 200
+            assert "mcp__v__echo" in listed_on_b.text
+            foreign = await http.post(b.url + "/mcp", json=note, headers={**headers, "Mcp-Session-Id": "abc"})
+            assert foreign.status_code == 404
+            a.proc.kill()  # kill -9: A never leaves the registry by itself
+            a.proc.wait()
+            began = time.monotonic()
+            gone = await http.post(
+                b.url + "/mcp", json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, headers=headers
+            )
+            took = time.monotonic() - began
+        assert gone.status_code == 404
+        assert "start a new session" in gone.json()["error"]["message"]
+        assert took < 5.0  # at once, not after a forwarding timeout (the registry still lists A for 10 s)
+
+
+def fleet_lag(fleet: Fleet, home: Path) -> int:
+    out = json.loads(fleet.command("fleet", "status", "--json", home=home).stdout)
+    return max(int(row["lag"]) for row in out["replicas"])
+
+
+async def test_without_redis_both_replicas_hold_the_gated_server_and_the_users_server_answers(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    with fleet_of(tmp_path, redis_server) as fleet:
+        home_a, home_b = tmp_path / "a", tmp_path / "b"
+        replace_text(home_a / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {"u": server("u")}}))
+        a = fleet.start("ra", home_a, MCPVISOR_FLEET_FRESHNESS_S="2")
+        await ready(a)
+        b = fleet.start("rb", home_b, MCPVISOR_FLEET_FRESHNESS_S="2")
+        await ready(b)
+        approved = fleet.command("mcp", "approve", "p", "--workspace", str(fleet.root), home=tmp_path / "c")
+        assert approved.returncode == 0, approved.stderr
+        for replica in (a, b):
+            await wait_tools(replica, {"mcp__p__echo", "mcp__u__echo"})
+
+        redis_server.kill()
+        for replica in (a, b):
+            await wait_tools(replica, {"mcp__u__echo"}, absent={"mcp__p__echo"})
+            assert "u:echo:hi" in await echo(replica, "mcp__u__echo")
+        async with httpx2.AsyncClient() as http:
+            said = (await http.get(a.url + "/readyz")).json()
+        assert "has not answered since" in said["approvals"]
+
+        redis_server.start()  # with its data: the approval is still there
+        for replica in (a, b):
+            await wait_tools(replica, {"mcp__p__echo", "mcp__u__echo"})
+
+
+async def test_a_round_retry_landing_on_another_replica_reaches_the_call_waiting_for_input(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """2026-07-28: a call whose server asked for input runs on in the replica that received it; the
+    client's retry carries ``requestState`` naming that replica, so wherever it lands it reaches the call."""
+    with fleet_of(tmp_path, redis_server) as fleet:
+        home_a = tmp_path / "a"
+        control = {"mcpServers": {"k": server("k", "--control")}}
+        replace_text(home_a / ".mcpvisor" / "settings.json", json.dumps(control))
+        a = fleet.start("ra", home_a)
+        await ready(a)
+        b = fleet.start("rb", tmp_path / "b")
+        await ready(b)
+        await wait_tools(b, {"mcp__k__ask_client"})
+        async with (
+            Answers().client(a.url + "/mcp", mode="auto") as on_a,
+            Answers().client(b.url + "/mcp", mode="auto") as on_b,
+        ):
+            first = await on_a.session.call_tool("mcp__k__ask_client", {"kind": "roots"}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
+            assert first.request_state is not None
+            assert first.request_state.startswith("mcpvisor-round-ra.")
+            assert first.input_requests is not None
+            [key] = first.input_requests
+            answer = types.ListRootsResult(roots=[types.Root(uri="file:///from/b")])
+            done = await on_b.session.call_tool(
+                "mcp__k__ask_client",
+                {"kind": "roots"},
+                input_responses={key: answer},
+                request_state=first.request_state,
+                allow_input_required=True,
+            )
+            assert isinstance(done, types.CallToolResult)
+            assert "roots: file:///from/b" in str(done.content)
+            # A round whose replica is gone is answered at once: make the call again.
+            again = await on_a.session.call_tool("mcp__k__ask_client", {"kind": "roots"}, allow_input_required=True)
+            assert isinstance(again, types.InputRequiredResult)
+            a.proc.kill()
+            a.proc.wait()
+            with pytest.raises(MCPError, match="which is gone; make the call again"):
+                await on_b.session.call_tool(
+                    "mcp__k__ask_client",
+                    {"kind": "roots"},
+                    input_responses={key: answer},
+                    request_state=again.request_state,
+                    allow_input_required=True,
+                )
