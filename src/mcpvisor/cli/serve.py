@@ -19,11 +19,14 @@ from mcpvisor.gateway.http import WORKSPACE_HEADER, bind_http_socket, http_url, 
 from mcpvisor.gateway.limits import DEFAULT_HTTP_LIMITS, DEFAULT_NAME_BUDGET, HttpLimits
 from mcpvisor.gateway.server import DRAIN_S, Gateway
 from mcpvisor.gateway.workspaces import WorkspaceGateway
+from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.narration import HumanOutput
 
 if TYPE_CHECKING:
+    from mcp.server.subscriptions import SubscriptionBus
+
     from mcpvisor.fleet.replica import Replica
 
 __all__ = ["run_gateway"]
@@ -128,7 +131,7 @@ async def _serve(
         served_as = replica.id if replica is not None else None
         async with (
             host,
-            Gateway(host.config, name_budget=name_budget, replica=served_as) as gateway,
+            Gateway(host.config, name_budget=name_budget, replica=served_as, bus=_bus(replica, host)) as gateway,
             stdio_server() as (read, write),
         ):
             if replica is not None:
@@ -140,7 +143,8 @@ async def _serve(
         sock = bind_http_socket(*http)
         try:
             served_as = replica.id if replica is not None else None
-            async with host, Gateway(host.config, name_budget=name_budget, replica=served_as) as gateway:
+            bus = _bus(replica, host)
+            async with host, Gateway(host.config, name_budget=name_budget, replica=served_as, bus=bus) as gateway:
                 if replica is not None:
                     await replica.publish_from(host.options.env, host.root)
                     replica.serve_at(http_url(sock))
@@ -155,6 +159,13 @@ async def _serve(
                     )
         finally:
             sock.close()
+
+
+def _bus(replica: Replica | None, host: Host) -> SubscriptionBus | None:
+    """The listen bus of a fleet replica's workspace (its root as the host will resolve it)."""
+    if replica is None:
+        return None
+    return replica.bus_for(paths.workspace_root(host.options.workspace))
 
 
 @asynccontextmanager
@@ -212,6 +223,7 @@ async def _run_workspace_gateway(
             limits=limits,
             name_budget=name_budget,
             replica=replica.id if replica else None,
+            bus_for=replica.bus_for if replica else None,
         ) as workspaces:
             if replica is not None:  # the default workspace's files are the ones published
                 await replica.publish_from(workspaces.default.options.env, workspaces.default.root)

@@ -34,6 +34,7 @@ import httpx2
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.fleet.approvals import DEFAULT_FRESHNESS_S, FleetApprovalStore
+from mcpvisor.fleet.bus import FleetBus
 from mcpvisor.fleet.routing import OwnerRouter
 from mcpvisor.fleet.settings import (
     PUBLISHED_SCOPES,
@@ -97,6 +98,7 @@ class Replica(StackOwner):
         self.applied_gen = 0
         self.publisher = False
         self._tg: anyio.abc.TaskGroup | None = None
+        self._buses: dict[Path, FleetBus] = {}
         self._apply_lock: anyio.Lock | None = None
         self._wake: anyio.Event | None = None
         self._http: httpx2.AsyncClient | None = None
@@ -389,6 +391,15 @@ class Replica(StackOwner):
             self.publisher = False
         else:
             logger.info("fleet %s: settings generation %d published", keys.fleet, int(gen))
+
+    def bus_for(self, root: Path) -> FleetBus:
+        """The listen bus of one workspace (made and started on first use): its gateway publishes on it, and
+        every other replica's changes to that workspace reach its listen streams through it."""
+        bus = self._buses.get(root)
+        if bus is None:
+            bus = self._buses[root] = FleetBus(self.store, self.id, root)
+            running(self._tg, "replica").start_soon(bus.run)
+        return bus
 
     async def address_of(self, replica_id: str) -> str | None:
         """The listen address of a live replica, or ``None`` when it is not in the registry."""

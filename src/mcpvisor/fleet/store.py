@@ -12,6 +12,7 @@ touch several keys, which must sit in one slot):
 ``settings``        hash: ``gen``, ``sha``, ``files`` (JSON of the raw settings texts), ``by``, ``at``
 ``lease:publisher`` the replica id of the one replica that publishes settings (expires)
 ``replica:<id>``    hash: ``addr``, ``started``, ``gen``, ``seen`` of a live replica (expires)
+``bus:<workspace>``  pub/sub channel: one workspace's list-changed notices, for every replica's listen streams
 ==================  ===========================================================================
 
 Each change is one Lua script that checks, writes, bumps ``rev`` and appends to ``log`` at once, so
@@ -128,6 +129,10 @@ class Keys:
 
     def approvals(self, key: str) -> str:
         return self._k(f"appr:{key}")
+
+    def bus(self, workspace: str) -> str:
+        """The pub/sub channel of one workspace's listen notices."""
+        return self._k(f"bus:{workspace}")
 
     def replica(self, replica_id: str) -> str:
         return self._k(f"replica:{replica_id}")

@@ -1,6 +1,6 @@
 """List-changed notices to every client of the gateway, in both protocol eras, coalesced per step.
 
-- modern era (2026-07-28): ``bus.publish(ToolsListChanged())`` on the ``InMemorySubscriptionBus`` that
+- modern era (2026-07-28): ``bus.publish(ToolsListChanged())`` on the subscription bus (in memory, or a fleet's) that
   ``ListenHandler(bus)`` serves (``subscriptions/listen`` streams);
 - handshake era: ``Connection.send_tool_list_changed()`` on every live handshake connection, seen by
   :meth:`ChangeNotices.middleware` from its ``initialize`` on and forgotten when it closes.
@@ -19,9 +19,9 @@ import anyio.lowlevel
 from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.subscriptions import (
-    InMemorySubscriptionBus,
     PromptsListChanged,
     ResourcesListChanged,
+    SubscriptionBus,
     ToolsListChanged,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -45,7 +45,7 @@ _MODERN_NOTICES: dict[str, type[ToolsListChanged | PromptsListChanged | Resource
 class ChangeNotices:
     """Who hears about changes, and the loop (:meth:`run`, in the gateway's task group) that tells them."""
 
-    def __init__(self, bus: InMemorySubscriptionBus) -> None:
+    def __init__(self, bus: SubscriptionBus) -> None:
         self.bus = bus
         self._legacy: dict[Connection, None] = {}
         self._pending: set[str] = set()

@@ -36,7 +36,7 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.models import InitializationOptions
 from mcp.server.stdio import stdio_server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, SubscriptionBus
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
@@ -109,6 +109,7 @@ class Gateway(StackOwner):
         round_timeout_s: float = ROUND_TIMEOUT_S,
         name_budget: int = DEFAULT_NAME_BUDGET,
         replica: str | None = None,
+        bus: SubscriptionBus | None = None,
     ) -> None:
         if name_budget < MIN_NAME_BUDGET:
             raise ValueError(f"name_budget must be at least {MIN_NAME_BUDGET}, not {name_budget}")
@@ -118,7 +119,7 @@ class Gateway(StackOwner):
         """Served tool names under the budget, rebuilt after the tools change (see :mod:`.names`)."""
         self._round_timeout_s = round_timeout_s
         self._replica = replica  # the fleet replica this gateway is (--fleet): its input rounds name it
-        self.bus = InMemorySubscriptionBus()
+        self.bus: SubscriptionBus = bus or InMemorySubscriptionBus()  # a fleet's reaches every replica's clients
         self._listen = ListenHandler(self.bus)
         self.notices = ChangeNotices(self.bus)
         self.routes = ResourceRoutes(config)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import anyio
 import mcp_types as types
 from mcp.server.connection import Connection
-from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
+from mcp.server.subscriptions import ResourceUpdated, SubscriptionBus
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.core.errors import McpvisorError
@@ -162,7 +162,7 @@ class Subscribers:
     ``subscriptions`` until the client unsubscribes or its connection closes; :meth:`updated` tells them,
     and the modern-era listen streams (through ``bus``), that a resource changed."""
 
-    def __init__(self, subscriptions: ResourceSubscriptions, bus: InMemorySubscriptionBus) -> None:
+    def __init__(self, subscriptions: ResourceSubscriptions, bus: SubscriptionBus) -> None:
         self._subscriptions = subscriptions
         self._bus = bus
         self._by_connection: dict[Connection, set[str]] = {}

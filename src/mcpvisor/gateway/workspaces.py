@@ -44,6 +44,7 @@ from typing import Any
 import anyio
 import anyio.abc
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.subscriptions import SubscriptionBus
 from mcp.server.transport_security import TransportSecurityMiddleware
 from mcp_types import INTERNAL_ERROR
 from starlette.applications import Starlette
@@ -134,9 +135,13 @@ class WorkspaceGateway(StackOwner):
         limits: HttpLimits = DEFAULT_HTTP_LIMITS,
         name_budget: int = DEFAULT_NAME_BUDGET,
         replica: str | None = None,
+        bus_for: Callable[[Path], SubscriptionBus] | None = None,
     ) -> None:
+        """``replica`` and ``bus_for``: a fleet replica's id (its input rounds name it) and each workspace's
+        listen bus (every replica's changes reach the listen streams)."""
         self._options = options
         self._replica = replica
+        self._bus_for = bus_for
         self._limits = limits
         self._name_budget = name_budget
         self.sessions = SessionBook(limits.max_sessions)
@@ -274,7 +279,15 @@ class WorkspaceGateway(StackOwner):
             host = Host(options)
             if self._on_open is not None:
                 self._on_open(host)
-            async with host, Gateway(host.config, name_budget=self._name_budget, replica=self._replica) as gateway:
+            async with (
+                host,
+                Gateway(
+                    host.config,
+                    name_budget=self._name_budget,
+                    replica=self._replica,
+                    bus=self._bus_for(workspace.root) if self._bus_for is not None else None,
+                ) as gateway,
+            ):
                 manager = session_manager(
                     gateway.server, security=self._security_settings, limits=self._limits, event_store=workspace.replay
                 )
