@@ -190,12 +190,14 @@ async def test_two_replicas_share_decisions_settings_and_sessions(tmp_path: Path
         await wait_until(lambda: fleet_lag(fleet, home_c) == 0, what="every replica on the newest settings")
         status = fleet.command("fleet", "status", "--json", home=home_c)
         assert status.returncode == 0, status.stdout + status.stderr
-        rows = {row["id"]: row for row in json.loads(status.stdout)["replicas"]}
+        said = json.loads(status.stdout)
+        rows = {row["id"]: row for row in said["replicas"]}
         assert set(rows) == {"ra", "rb"}
         assert rows["ra"]["publisher"]
         assert not rows["rb"]["publisher"]
         assert rows["ra"]["address"] == a.url + "/mcp"
-        assert rows["ra"]["revision"] == rows["rb"]["revision"] == 2  # the approval and the rejection
+        # The approval, p's first pin and the rejection: both replicas applied the store's revision.
+        assert rows["ra"]["revision"] == rows["rb"]["revision"] == said["revision"] == 3
 
         # A handshake session made on A: sent to B it is forwarded to A; once A is gone, B answers 404 at once.
         async with httpx2.AsyncClient(headers=ACCEPT) as http:

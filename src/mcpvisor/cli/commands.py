@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from mcpvisor.cli.fleet import approval_store
+from mcpvisor.cli.fleet import approval_store, pin_store
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
@@ -61,14 +61,14 @@ def list_servers(
 ) -> None:
     settings, approvals, state = load_state(env, workspace, mcp_config, allowed)
     from mcpvisor.host.oauth import TokenStore, sign_ins
-    from mcpvisor.host.pins import PinStore, held_names, pin_mode_of
+    from mcpvisor.host.pins import held_names, pin_mode_of
 
     signed = sign_ins(TokenStore(paths.oauth_tokens_path(env)), state.assembled.servers)
     mode, mode_problems = pin_mode_of(settings)
     problems = [*(str(e) for e in settings.errors.values()), *settings.warnings, *state.assembled.warnings]
     problems += mode_problems
     try:
-        held = held_names(PinStore(paths.pins_path(env)), settings.root, state.assembled.servers, mode)
+        held = held_names(pin_store(env), settings.root, state.assembled.servers, mode)
     except ConfigError as exc:
         held = {}
         problems.append(str(exc))
@@ -135,12 +135,12 @@ def decide(
     """Approve or reject server ``name``. Definitions it changed since approval are shown first and accepted
     only when ``confirm`` says yes (``None``: accepted without asking, ``--yes``)."""
     from mcpvisor.host.decisions import decide
-    from mcpvisor.host.pins import PinStore, changes_since_approval, pin_mode_of
+    from mcpvisor.host.pins import changes_since_approval, pin_mode_of
 
     settings, approvals, state = load_state(env, workspace)
     cfg = _configured(settings, state, name, decision)
     source = state.assembled.sources[name]
-    pins, pin_mode = PinStore(paths.pins_path(env)), pin_mode_of(settings)[0]
+    pins, pin_mode = pin_store(env), pin_mode_of(settings)[0]
     changes = changes_since_approval(pins, settings.root, name, cfg, pin_mode) if decision == "approve" else []
     console = new_console(highlight=False)
     if changes:

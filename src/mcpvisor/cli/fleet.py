@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     from mcpvisor.fleet.store import FleetStore
     from mcpvisor.host.approvals import ApprovalStore
     from mcpvisor.host.host import HostOptions
+    from mcpvisor.host.pins import PinStore
 
-__all__ = ["FleetOpt", "FleetNameOpt", "approval_store", "fleet_store", "joined"]
+__all__ = ["FleetNameOpt", "FleetOpt", "approval_store", "fleet_store", "joined", "pin_store"]
 
 FLEET_ENV: Final = "MCPVISOR_FLEET"
 FLEET_NAME_ENV: Final = "MCPVISOR_FLEET_NAME"
@@ -98,6 +99,19 @@ def approval_store(env: Mapping[str, str]) -> ApprovalStore:
     return FleetApprovalStore(store, freshness_s=_freshness(env))
 
 
+def pin_store(env: Mapping[str, str]) -> PinStore:
+    """The tool pins a management command reads and accepts in: the fleet's, or the user folder's file."""
+    store = fleet_store(env)
+    if store is None:
+        from mcpvisor.host import paths
+        from mcpvisor.host.pins import PinStore
+
+        return PinStore(paths.pins_path(env))
+    from mcpvisor.fleet.pins import FleetPinStore
+
+    return FleetPinStore(store)
+
+
 @asynccontextmanager
 async def joined(
     options: HostOptions, *, replica_id: str | None = None, register: bool = False, follow_settings: bool = False
@@ -119,7 +133,7 @@ async def joined(
     from mcpvisor.fleet.replica import Replica
 
     replica = Replica(store, replica_id=replica_id, freshness_s=_freshness(options.env), register=register)
-    joined_options = dataclasses.replace(options, approvals=replica.approvals)
+    joined_options = dataclasses.replace(options, approvals=replica.approvals, pins=replica.pins)
     if follow_settings:  # its settings are the fleet's, its decisions too: it watches only its own stores
         joined_options = dataclasses.replace(joined_options, watched_scopes=("tokens", "pins"), settings_source=replica)
     try:

@@ -35,6 +35,7 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.fleet.approvals import DEFAULT_FRESHNESS_S, FleetApprovalStore
 from mcpvisor.fleet.bus import FleetBus
+from mcpvisor.fleet.pins import FleetPinStore
 from mcpvisor.fleet.routing import OwnerRouter
 from mcpvisor.fleet.settings import (
     PUBLISHED_SCOPES,
@@ -87,6 +88,7 @@ class Replica(StackOwner):
         self.store = store
         self.id = replica_id or new_replica_id()
         self.approvals = FleetApprovalStore(store, freshness_s=freshness_s)
+        self.pins = FleetPinStore(store)
         self.address = ""
         self._register = register
         self.started = time.time()
@@ -256,7 +258,7 @@ class Replica(StackOwner):
 
     async def _take(self, client: redis.asyncio.Redis, batch: Any, last_id: str) -> str:
         keys = self.store.keys
-        changed = settings = acknowledged = False
+        changed = settings = acknowledged = pins = False
         for _stream, entries in batch or ():
             for entry_id, fields in entries:
                 last_id = entry_id
@@ -267,6 +269,8 @@ class Replica(StackOwner):
                     changed = True
                 elif kind == "settings":
                     settings = True
+                elif kind == "pins":
+                    pins = True
                 elif kind == "ack":
                     self.approvals.acknowledge(int(fields["rev"]))
                     acknowledged = True
@@ -276,6 +280,8 @@ class Replica(StackOwner):
             self.approvals.changed()
         if (changed or acknowledged) and self._wake is not None:
             self._wake.set()  # the registry shows the revision applied now
+        if pins:
+            self.pins.changed()
         if settings:
             await self._settings_from(client)
         return last_id

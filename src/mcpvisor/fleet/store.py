@@ -6,9 +6,10 @@ touch several keys, which must sit in one slot):
 
 ==================  ===========================================================================
 ``rev``             the records' revision counter: every record change increments it
-``log``             a capped stream, one entry per change (``kind`` ``appr``, ``settings``, ``ack``)
+``log``             a capped stream, one entry per change (``kind`` ``appr``, ``pins``, ``settings``, ``ack``)
 ``roots``           the set of approval keys in use (``<root>`` or ``lsp:<root>``)
 ``appr:<key>``      hash: server name -> JSON ``{hash, status, rev, by, at}``
+``pins``            hash: scope -> JSON of that scope's pinned servers (:mod:`mcpvisor.fleet.pins`)
 ``settings``        hash: ``gen``, ``sha``, ``files`` (JSON of the raw settings texts), ``by``, ``at``
 ``lease:publisher`` the replica id of the one replica that publishes settings (expires)
 ``replica:<id>``    hash: ``addr``, ``started``, ``gen``, ``seen`` of a live replica (expires)
@@ -122,6 +123,10 @@ class Keys:
     @property
     def settings(self) -> str:
         return self._k("settings")
+
+    @property
+    def pins(self) -> str:
+        return self._k("pins")
 
     @property
     def lease(self) -> str:

@@ -130,6 +130,8 @@ class HostOptions:
     settings_source: SettingsSource | None = None
     """Settings that come from elsewhere than the files (a fleet's): it primes the settings as read, before
     anything starts, and applies its later changes to the running host (``watched_scopes`` leave the files out)."""
+    pins: PinStore | None = None
+    """Where tool and prompt pins are kept, when not in the user folder's file (a fleet's store)."""
     approvals: ApprovalStore | None = None
     """Where decisions on gated servers are kept, when not in the user folder's file (a fleet's store:
     :mod:`mcpvisor.fleet`); its changes reconcile as an edit of the file would."""
@@ -163,7 +165,7 @@ class Host(StackOwner):
         self._state: DesiredState | None = None
         self._warned: set[str] = set()
         self._pin_mode: PinMode = DEFAULT_PIN_MODE
-        self.pins = PinStore(paths.pins_path(options.env))
+        self.pins = options.pins or PinStore(paths.pins_path(options.env))
         self.watcher: SettingsWatcher | None = None
         self._lsp: LspSession | None = None
         self._pending = PendingAnnouncements()
@@ -304,6 +306,11 @@ class Host(StackOwner):
                     reloads.start_soon(watcher.announce, SettingsChanged("approvals", ()))
 
                 stack.callback(self._approvals.on_external_change(decisions_changed))
+
+                def pins_changed() -> None:  # pinned elsewhere (a fleet's store): definitions are checked again
+                    reloads.start_soon(watcher.announce, SettingsChanged("pins", ()))
+
+                stack.callback(self.pins.on_external_change(pins_changed))
             if opts.settings_source is not None:
                 stack.callback(opts.settings_source.follow(self))
             self._stack = stack.pop_all()

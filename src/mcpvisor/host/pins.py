@@ -166,6 +166,29 @@ class PinStore(PrivateJsonStore):
         record = self.read().get(scope, {}).get(name)
         return record if isinstance(record, dict) else None
 
+    def on_external_change(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """``listener()`` hears pins changed other than through this store's file (a fleet's store:
+        :mod:`mcpvisor.fleet`); returns the function that removes it. The file store has none: the
+        settings watcher sees its file change."""
+        return lambda: None
+
+    def create(
+        self, scope: str, name: str, record: Mapping[str, Any], *, timeout_s: float = 10.0
+    ) -> dict[str, Any] | None:
+        """Pin ``record`` unless a record for the same configuration exists by now (another process pinned
+        it first): then that one is returned and nothing is written. ``None``: ``record`` was written."""
+        winner: list[dict[str, Any]] = []
+
+        def change(records: dict[str, Any]) -> None:
+            existing = records.get(scope, {}).get(name)
+            if isinstance(existing, dict) and existing.get("config") == record.get("config"):
+                winner.append(existing)
+                return
+            records.setdefault(scope, {})[name] = dict(record)
+
+        self.mutate(change, timeout_s=timeout_s)
+        return winner[0] if winner else None
+
     def put(self, scope: str, name: str, record: Mapping[str, Any] | None, *, timeout_s: float = 10.0) -> None:
         def change(records: dict[str, Any]) -> None:
             servers = records.setdefault(scope, {})
@@ -223,11 +246,17 @@ class PinGate:
                 logger.warning("%s", exc)
             return Admitted((), (), tuple(t.name for t in tools), tuple(p.name for p in prompts))
         if record is None or record.get("config") != cfg.approval_hash:
-            # First use of this configuration (approved just now, or a user server first seen): pin it.
+            # First use of this configuration (approved just now, or a user server first seen): pin it, unless
+            # another process (a fleet's other replica) pinned it first: then compare with what it pinned.
             fresh = {"config": cfg.approval_hash, "tools": _entries(current["tools"])}
             fresh["prompts"] = _entries(current["prompts"])
-            self._write(scope, name, fresh)
-            return Admitted(tools, prompts)
+            try:
+                record = self._store.create(scope, name, fresh, timeout_s=GATE_LOCK_TIMEOUT_S)
+            except (ConfigError, OSError) as exc:
+                logger.warning("could not record the tool definitions of server %r: %s", name, exc)
+                record = None
+            if record is None:
+                return Admitted(tools, prompts)
         held: dict[str, dict[str, Any]] = {}
         for kind, held_key in _KINDS:
             pinned = record.get(kind, {})
