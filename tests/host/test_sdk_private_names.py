@@ -30,7 +30,7 @@ def test_every_private_sdk_method_the_provider_overrides_still_exists_with_its_p
         for name, value in vars(subclass).items()
         if name.startswith("_") and not name.startswith("__") and callable(value)
     )
-    ours = {"_choose_method"}  # the provider's own helper, not an override
+    ours = {"_choose_method", "_refresh_due", "_adopt_stored_tokens", "_note_step_up"}  # its own helpers
     assert set(overridden) >= {"_initialize", "_perform_authorization", "_handle_token_response"}
     for name in sorted(set(overridden) - ours):
         base = getattr(OAuthClientProvider, name, None)
@@ -41,3 +41,21 @@ def test_every_private_sdk_method_the_provider_overrides_still_exists_with_its_p
         theirs = list(inspect.signature(base).parameters)
         mine = list(inspect.signature(getattr(subclass, name)).parameters)
         assert mine == theirs, f"OAuthClientProvider.{name} now takes {theirs}; host/oauth.py's override takes {mine}"
+
+
+def test_the_sdk_state_the_refresh_turn_reads_is_still_there(tmp_path: Path) -> None:
+    """The provider reads whether the SDK initialized its context, and asks the context whether its token is
+    valid and can be refreshed, to decide whether a request refreshes first (one process at a time)."""
+    cfg = McpServerConfig.model_validate({"url": "https://mcp.example.test/mcp"})
+    provider = _provider(
+        TokenStore(tmp_path / "tokens.json"),
+        "remote",
+        cfg,
+        redirect_uri="http://127.0.0.1:1/callback",
+        redirect_handler=None,
+        callback_handler=None,
+    )
+    assert provider._initialized is False
+    assert provider.context.is_token_valid() is False
+    assert provider.context.can_refresh_token() is False
+    assert provider._refresh_due() is False  # nothing stored: nothing to refresh

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from mcpvisor.cli.fleet import approval_store, pin_store
+from mcpvisor.cli.fleet import approval_store, pin_store, token_store
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
@@ -60,10 +60,10 @@ def list_servers(
     as_json: bool,
 ) -> None:
     settings, approvals, state = load_state(env, workspace, mcp_config, allowed)
-    from mcpvisor.host.oauth import TokenStore, sign_ins
+    from mcpvisor.host.oauth import sign_ins
     from mcpvisor.host.pins import held_names, pin_mode_of
 
-    signed = sign_ins(TokenStore(paths.oauth_tokens_path(env)), state.assembled.servers)
+    signed = sign_ins(token_store(env), state.assembled.servers)
     mode, mode_problems = pin_mode_of(settings)
     problems = [*(str(e) for e in settings.errors.values()), *settings.warnings, *state.assembled.warnings]
     problems += mode_problems
@@ -197,11 +197,10 @@ def login(*, env: Mapping[str, str], workspace: Path | None, name: str, timeout_
 
     import anyio
 
-    from mcpvisor.host.oauth import TokenStore
     from mcpvisor.host.oauth import login as sign_in
 
     _, cfg = _remote_server(env, workspace, name, "sign in to")
-    store = TokenStore(paths.oauth_tokens_path(env))
+    store = token_store(env)
     err = new_console(stderr=True, highlight=False)
 
     def open_url(url: str) -> bool:
@@ -220,18 +219,18 @@ def login(*, env: Mapping[str, str], workspace: Path | None, name: str, timeout_
     )
     new_console(highlight=False).print(
         f"[green]Signed in[/] to [bold]{name}[/] ({plural(tools, 'tool')}); the sign-in is kept in "
-        f"{store.path}. A running mcpvisor connects it now."
+        f"{store.place}. A running mcpvisor connects it now."
     )
 
 
 def logout(*, env: Mapping[str, str], workspace: Path | None, name: str) -> None:
-    from mcpvisor.host.oauth import TokenStore, oauth_settings, token_key
+    from mcpvisor.host.oauth import oauth_settings, token_key
 
     _, cfg = _remote_server(env, workspace, name, "sign out of")
-    store = TokenStore(paths.oauth_tokens_path(env))
+    store = token_store(env)
     store.read()  # a corrupt store: say so rather than "not signed in"
     if store.forget(token_key(cfg, oauth_settings(name, cfg))):
-        new_console(highlight=False).print(f"Signed out of [bold]{name}[/]: its tokens are deleted from {store.path}")
+        new_console(highlight=False).print(f"Signed out of [bold]{name}[/]: its tokens are deleted from {store.place}")
     else:
         new_console(highlight=False).print(f"Not signed in to [bold]{name}[/]: nothing to forget")
 

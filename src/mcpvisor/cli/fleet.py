@@ -8,6 +8,7 @@ setting ``MCPVISOR_FLEET`` for the command: every part of it then reads one envi
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -20,9 +21,21 @@ if TYPE_CHECKING:
     from mcpvisor.fleet.store import FleetStore
     from mcpvisor.host.approvals import ApprovalStore
     from mcpvisor.host.host import HostOptions
+    from mcpvisor.host.oauth_store import TokenStore
     from mcpvisor.host.pins import PinStore
 
-__all__ = ["FleetNameOpt", "FleetOpt", "approval_store", "fleet_store", "joined", "pin_store"]
+__all__ = [
+    "FleetNameOpt",
+    "FleetOpt",
+    "approval_store",
+    "fleet_store",
+    "joined",
+    "pin_store",
+    "token_store",
+    "with_fleet_stores",
+]
+
+logger = logging.getLogger(__name__)
 
 FLEET_ENV: Final = "MCPVISOR_FLEET"
 FLEET_NAME_ENV: Final = "MCPVISOR_FLEET_NAME"
@@ -99,6 +112,23 @@ def approval_store(env: Mapping[str, str]) -> ApprovalStore:
     return FleetApprovalStore(store, freshness_s=_freshness(env))
 
 
+def token_store(env: Mapping[str, str]) -> TokenStore:
+    """The OAuth sign-ins a command reads and stores: the fleet's (with a fleet key), or the user folder's file."""
+    store = fleet_store(env)
+    if store is not None:
+        from mcpvisor.fleet.sealing import FleetKey
+
+        key = FleetKey.from_env(env)
+        if key is not None:
+            from mcpvisor.fleet.tokens import FleetTokenStore
+
+            return FleetTokenStore(store, key)
+    from mcpvisor.host import paths
+    from mcpvisor.host.oauth_store import TokenStore
+
+    return TokenStore(paths.oauth_tokens_path(env))
+
+
 def pin_store(env: Mapping[str, str]) -> PinStore:
     """The tool pins a management command reads and accepts in: the fleet's, or the user folder's file."""
     store = fleet_store(env)
@@ -110,6 +140,17 @@ def pin_store(env: Mapping[str, str]) -> PinStore:
     from mcpvisor.fleet.pins import FleetPinStore
 
     return FleetPinStore(store)
+
+
+def with_fleet_stores(options: HostOptions) -> HostOptions:
+    """``options`` with the fleet's approvals, pins and sign-ins when a fleet is named (a command that
+    connects once, such as ``status``: it reads them, it does not follow them)."""
+    if fleet_store(options.env) is None:
+        return options
+    import dataclasses
+
+    env = options.env
+    return dataclasses.replace(options, approvals=approval_store(env), pins=pin_store(env), tokens=token_store(env))
 
 
 @asynccontextmanager
@@ -131,9 +172,19 @@ async def joined(
     import dataclasses
 
     from mcpvisor.fleet.replica import Replica
+    from mcpvisor.fleet.sealing import FleetKey
 
-    replica = Replica(store, replica_id=replica_id, freshness_s=_freshness(options.env), register=register)
+    key = FleetKey.from_env(options.env)
+    replica = Replica(store, replica_id=replica_id, freshness_s=_freshness(options.env), register=register, key=key)
     joined_options = dataclasses.replace(options, approvals=replica.approvals, pins=replica.pins)
+    if replica.tokens is not None:
+        joined_options = dataclasses.replace(joined_options, tokens=replica.tokens)
+    else:
+        logger.warning(
+            "fleet %s: no fleet key (MCPVISOR_FLEET_KEY or MCPVISOR_FLEET_KEY_FILE): OAuth sign-ins stay with "
+            "each replica; set one to share them",
+            store.keys.fleet,
+        )
     if follow_settings:  # its settings are the fleet's, its decisions too: it watches only its own stores
         joined_options = dataclasses.replace(joined_options, watched_scopes=("tokens", "pins"), settings_source=replica)
     try:

@@ -6,7 +6,6 @@ which costs about a second: everything that connects imports it lazily.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -18,7 +17,7 @@ import anyio
 import typer
 
 from mcpvisor import __version__
-from mcpvisor.cli.fleet import FleetNameOpt, FleetOpt, approval_store, fleet_store, joined
+from mcpvisor.cli.fleet import FleetNameOpt, FleetOpt, joined, with_fleet_stores
 from mcpvisor.cli.fleet_app import fleet_app
 from mcpvisor.cli.lsp_app import lsp_app
 from mcpvisor.cli.mcp_app import mcp_app
@@ -201,9 +200,7 @@ def status(
             lsp_config=lsp_config,
             allowed_lsp=allowed_lsp_server_names,
         )
-        if fleet_store(options.env) is not None:
-            options = dataclasses.replace(options, approvals=approval_store(options.env))
-        async with Host(options) as host:
+        async with Host(with_fleet_stores(options)) as host:
             rows = host.server_views()
             lsp_rows = host.lsp.views()
             if not as_json:

@@ -92,9 +92,12 @@ def mcp_login(
         bool, typer.Option("--browser/--no-browser", help="Open a browser (otherwise only print the URL).")
     ] = True,
     workspace: WorkspaceOpt = None,
+    fleet: FleetOpt = None,
+    fleet_name: FleetNameOpt = None,
 ) -> None:
     """Sign in to a remote server with OAuth (browser, then a redirect to this machine); tokens are kept
-    0600 in the user directory and refreshed by themselves."""
+    0600 in the user directory and refreshed by themselves (with --fleet and a fleet key in
+    MCPVISOR_FLEET_KEY: sealed in the fleet store, for every replica, refreshed by one at a time)."""
     from mcpvisor.cli.commands import login
 
     with reported():
@@ -105,8 +108,10 @@ def mcp_login(
 def mcp_logout(
     name: Annotated[str, typer.Argument(help="The remote server to sign out of.", metavar="NAME")],
     workspace: WorkspaceOpt = None,
+    fleet: FleetOpt = None,
+    fleet_name: FleetNameOpt = None,
 ) -> None:
-    """Forget a remote server's OAuth sign-in (its tokens)."""
+    """Forget a remote server's OAuth sign-in (its tokens; with --fleet and a fleet key: the fleet's)."""
     from mcpvisor.cli.commands import logout
 
     with reported():

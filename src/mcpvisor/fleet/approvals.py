@@ -31,7 +31,7 @@ from pathlib import Path
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import Listeners
-from mcpvisor.fleet.store import FleetRecord, FleetStore, redact
+from mcpvisor.fleet.store import FleetRecord, FleetStore, parse_record, redact
 from mcpvisor.host.approvals import (
     ApprovalRecord,
     ApprovalStore,
@@ -59,6 +59,7 @@ class FleetApprovalStore(ApprovalStore):
         self.freshness_s = freshness_s
         self._fleet: dict[str, dict[str, FleetRecord]] = {}
         self._max_rev = 0
+        self._epoch = 0
         self._rewound_at: int | None = None
         self._unreachable_since: float | None = None
         self._followed = False
@@ -93,7 +94,7 @@ class FleetApprovalStore(ApprovalStore):
 
     @property
     def revision(self) -> int:
-        """The highest store revision this mirror applied."""
+        """The highest store revision this mirror has seen."""
         return self._max_rev
 
     def on_external_change(self, listener: Callable[[], None]) -> Callable[[], None]:
@@ -104,47 +105,48 @@ class FleetApprovalStore(ApprovalStore):
         self._changes.tell()
 
     # -- the mirror, fed by the follower --------------------------------------------------------
+    #
+    # Rewinds are told only by the store's own revision, read in order by one reader (the follower, or a
+    # command's single whole read): records arrive out of order (a decision applies its own record at once,
+    # a whole read overlaps the log), and a record is kept only when it is newer than the one held.
 
-    def replace_all(self, rev: int, records: dict[str, dict[str, FleetRecord]]) -> None:
-        """A whole read of the store: the mirror becomes it (unless the store went backwards)."""
+    def replace_all(self, rev: int, records: dict[str, dict[str, FleetRecord]], epoch: int = 0) -> None:
+        """A whole read of the store (its revision, records and acknowledgement epoch, read together).
+        A revision below one seen before is a rewind, unless an operator acknowledged since (``epoch``)."""
         with self._lock:
             self._loaded = True
             self._error = None
             self._heard()
+            if epoch > self._epoch:
+                if self._rewound_at is not None:
+                    logger.warning("fleet store acknowledged at revision %d: decisions are read from it again", rev)
+                self._epoch, self._rewound_at, self._max_rev = epoch, None, rev
             if rev < self._max_rev:
                 self._rewind(rev)
                 return
             self._fleet = records
             self._max_rev = rev
 
-    def apply(self, key: str, name: str, record: FleetRecord | None, rev: int) -> None:
-        """One changed record, from the log (``rev``: the store's revision when it was read)."""
+    def apply(self, key: str, name: str, record: FleetRecord | None) -> None:
+        """One changed record, as read from the store after its log entry (or as this process wrote it)."""
         with self._lock:
             self._heard()
-            if rev < self._max_rev:
-                self._rewind(rev)
-                return
             servers = self._fleet.setdefault(key, {})
+            held = servers.get(name)
             if record is None:
                 servers.pop(name, None)
-            else:
+            elif held is None or record.rev >= held.rev:
                 servers[name] = record
-            self._max_rev = max(self._max_rev, rev)
-
-    def acknowledge(self, rev: int) -> None:
-        """The operator trusts the store as it is now (``fleet ack-reset``): its revision becomes the floor."""
-        with self._lock:
-            if self._rewound_at is not None:
-                logger.warning("fleet store revision %d acknowledged: decisions are read from it again", rev)
-            self._rewound_at = None
-            self._max_rev = rev
 
     def note_revision(self, rev: int) -> None:
-        """The store's current revision, read beside the log: a value below what was applied is a rewind."""
+        """The store's current revision, read by the follower after each read of the log: a value below
+        one seen before is a rewind. The log being read again also ends a stale spell."""
         with self._lock:
             self._heard()
             if rev < self._max_rev:
                 self._rewind(rev)
+            else:
+                self._max_rev = rev
 
     def check_fresh(self) -> bool:
         """Mark the mirror stale when it has not heard from the store for ``freshness_s``; whether that
@@ -184,7 +186,7 @@ class FleetApprovalStore(ApprovalStore):
         import redis
 
         try:
-            rev, records = self.store.read_approvals()
+            rev, records, epoch = self.store.read_approvals()
         except (redis.RedisError, OSError) as exc:
             with self._lock:
                 self._loaded = True
@@ -193,7 +195,7 @@ class FleetApprovalStore(ApprovalStore):
                     "and workspace server stays pending until it answers"
                 )
             return
-        self.replace_all(rev, records)
+        self.replace_all(rev, records, epoch)
 
     def load(self) -> None:
         """Read every record now, unless a follower already keeps the mirror current."""
@@ -221,6 +223,16 @@ class FleetApprovalStore(ApprovalStore):
         with self._lock:
             return {key: dict(_decisions(servers)) for key, servers in self._fleet.items()} if self.usable else {}
 
+    def _reread(self, key: str, name: str) -> None:
+        """Read one record again after a refused decision (what the person is to look at now)."""
+        import redis
+
+        try:
+            raw = self.store.sync_client().hget(self.store.keys.approvals(key), name)
+        except (redis.RedisError, OSError):
+            return
+        self.apply(key, name, parse_record(raw))
+
     def revision_of(self, root: str | os.PathLike[str], name: str, kind: Kind = "mcp") -> int:
         """The revision of ``name``'s record as last read (0: none): what a decision is compared against."""
         with self._lock:
@@ -244,12 +256,12 @@ class FleetApprovalStore(ApprovalStore):
                 "nothing was recorded, try again when it answers"
             ) from exc
         if rev is None:
-            self._load()
+            self._reread(key, name)
             raise ConfigError(
                 f"could not record {verb} of server {name!r}: another decision on it reached the fleet store "
                 "since it was read; look at its state again and decide again"
             )
-        self.apply(key, name, FleetRecord(cfg.approval_hash, status, rev, _who(), time.time()), rev)
+        self.apply(key, name, FleetRecord(cfg.approval_hash, status, rev, _who(), time.time()))
         what = "MCP server" if kind == "mcp" else "language server"
         logger.info("%s %r %s for project %s in fleet %s", what, name, status, key, self.store.keys.fleet)
 

@@ -37,6 +37,7 @@ from mcpvisor.fleet.approvals import DEFAULT_FRESHNESS_S, FleetApprovalStore
 from mcpvisor.fleet.bus import FleetBus
 from mcpvisor.fleet.pins import FleetPinStore
 from mcpvisor.fleet.routing import OwnerRouter
+from mcpvisor.fleet.sealing import FleetKey
 from mcpvisor.fleet.settings import (
     PUBLISHED_SCOPES,
     Snapshot,
@@ -46,6 +47,7 @@ from mcpvisor.fleet.settings import (
     read_snapshot_texts,
 )
 from mcpvisor.fleet.store import LOG_MAXLEN, PUBLISH, RENEW, FleetStore, new_replica_id, parse_record, redact
+from mcpvisor.fleet.tokens import FleetTokenStore
 from mcpvisor.host.settings.loader import Settings, load_settings
 from mcpvisor.host.watcher import SettingsChanged, SettingsWatcher
 
@@ -80,15 +82,18 @@ class Replica(StackOwner):
         replica_id: str | None = None,
         freshness_s: float = DEFAULT_FRESHNESS_S,
         register: bool = True,
+        key: FleetKey | None = None,
     ) -> None:
         """``register``: list this process in the fleet's registry (a gateway replica; a shell that only
-        shares decisions does not)."""
+        shares decisions does not). ``key``: the fleet key; with it the OAuth tokens are the fleet's too
+        (:attr:`tokens`), without it each replica keeps its own."""
         if replica_id is not None and (not replica_id or "." in replica_id or len(replica_id) > 64):
             raise ConfigError(f"cannot use replica id {replica_id!r}: use 1-64 characters without a dot")
         self.store = store
         self.id = replica_id or new_replica_id()
         self.approvals = FleetApprovalStore(store, freshness_s=freshness_s)
         self.pins = FleetPinStore(store)
+        self.tokens = FleetTokenStore(store, key) if key is not None else None
         self.address = ""
         self._register = register
         self.started = time.time()
@@ -182,7 +187,7 @@ class Replica(StackOwner):
         tg = running(self._tg, "replica")
         self._hosts.append(host)
         if self._snapshot is not None:
-            tg.start_soon(self._apply_to, [host], self._snapshot)
+            tg.start_soon(self._apply_to, [host])
 
         def stop() -> None:
             if host in self._hosts:
@@ -222,9 +227,13 @@ class Replica(StackOwner):
                 while True:
                     batch = await client.xread({keys.log: last_id}, block=block_ms, count=500)
                     self.approvals.note_revision(int(await client.get(keys.rev) or 0))
+                    if self.approvals.recovered():  # the log is continuous: a stale spell ends with its reading
+                        self.approvals.changed()
                     last_id = await self._take(client, batch, last_id)
-            except (redis.RedisError, OSError) as exc:
-                if failures == 0:
+            except Exception as exc:  # the store's errors, and any entry this version cannot read
+                if not isinstance(exc, redis.RedisError | OSError):
+                    logger.exception("fleet: following the change log failed; reading the store whole again")
+                elif failures == 0:
                     logger.warning("fleet store %s: %s; reconnecting", redact(self.store.url), exc)
                 if not started:  # the hosts start anyway: every gated server stays held meanwhile
                     started = True
@@ -236,69 +245,74 @@ class Replica(StackOwner):
                     await client.aclose()
 
     async def _read_whole(self, client: redis.asyncio.Redis) -> str:
-        """Read every record and the settings snapshot; the log id to follow from."""
+        """Read every record and the settings snapshot; the log id to follow from (taken first: entries
+        written meanwhile are read again, and a record older than the one held is never kept)."""
         keys = self.store.keys
         newest = await client.xrevrange(keys.log, count=1)
         last_id = newest[0][0] if newest else "0-0"
         roots = sorted(str(key) for key in await client.smembers(keys.roots))
         async with client.pipeline(transaction=True) as pipe:
             pipe.get(keys.rev)
+            pipe.get(keys.epoch)
             for key in roots:
                 pipe.hgetall(keys.approvals(key))
-            rev, *hashes = await pipe.execute()
+            rev, epoch, *hashes = await pipe.execute()
         records = {
             key: {str(name): rec for name, raw in fields.items() if (rec := parse_record(raw)) is not None}
             for key, fields in zip(roots, hashes, strict=True)
         }
-        self.approvals.replace_all(int(rev or 0), records)
+        self.approvals.replace_all(int(rev or 0), records, int(epoch or 0))
         self.approvals.recovered()
         self.approvals.changed()
+        self.pins.changed()
         await self._settings_from(client)
         return str(last_id)
 
     async def _take(self, client: redis.asyncio.Redis, batch: Any, last_id: str) -> str:
         keys = self.store.keys
-        changed = settings = acknowledged = pins = False
+        kinds: set[str] = set()
         for _stream, entries in batch or ():
             for entry_id, fields in entries:
                 last_id = entry_id
-                kind = fields.get("kind")
+                kind = str(fields.get("kind"))
+                kinds.add(kind)
                 if kind == "appr":
-                    raw = await client.hget(keys.approvals(fields["key"]), fields["name"])
-                    self.approvals.apply(fields["key"], fields["name"], parse_record(raw), int(fields["rev"]))
-                    changed = True
-                elif kind == "settings":
-                    settings = True
-                elif kind == "pins":
-                    pins = True
-                elif kind == "ack":
-                    self.approvals.acknowledge(int(fields["rev"]))
-                    acknowledged = True
-        if acknowledged:
-            await self._read_whole(client)
-        elif changed:
+                    key, name = fields.get("key"), fields.get("name")
+                    if not isinstance(key, str) or not isinstance(name, str):
+                        logger.warning("fleet: skipping a change log entry without key and name: %r", fields)
+                        continue
+                    self.approvals.apply(key, name, parse_record(await client.hget(keys.approvals(key), name)))
+        if "ack" in kinds:  # an operator trusts the store again: read it whole (with its epoch)
+            return await self._read_whole(client)
+        if "appr" in kinds:
             self.approvals.changed()
-        if (changed or acknowledged) and self._wake is not None:
-            self._wake.set()  # the registry shows the revision applied now
-        if pins:
+            if self._wake is not None:
+                self._wake.set()  # the registry shows the revision applied now
+        if "pins" in kinds:
             self.pins.changed()
-        if settings:
+        if "tok" in kinds and self.tokens is not None:
+            self.tokens.changed()
+        if "settings" in kinds:
             await self._settings_from(client)
         return last_id
 
     async def _settings_from(self, client: redis.asyncio.Redis) -> None:
         fields = await client.hgetall(self.store.keys.settings)
         snapshot = Snapshot.parse({str(k): str(v) for k, v in fields.items()})
-        if snapshot is None or snapshot.gen <= self.applied_gen:
-            return
+        if snapshot is None or (self._snapshot is not None and snapshot.sha == self._snapshot.sha):
+            return  # a newer text, not only a higher generation: a store that lost its data restarts at 1
         self._snapshot = snapshot
-        await self._apply_to(list(self._hosts), snapshot)
+        await self._apply_to(list(self._hosts))
         self.applied_gen = snapshot.gen
         if self._wake is not None:
             self._wake.set()  # the registry says so now, not at the next heartbeat
 
-    async def _apply_to(self, hosts: list[Host], snapshot: Snapshot) -> None:
+    async def _apply_to(self, hosts: list[Host]) -> None:
+        """Apply the newest snapshot (read under the lock: never an older one after a newer)."""
         async with running(self._apply_lock, "replica"):
+            snapshot = self._snapshot
+            if snapshot is None:
+                return
             for host in hosts:
                 try:
                     await apply_snapshot(host, snapshot)

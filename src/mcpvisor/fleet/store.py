@@ -6,10 +6,13 @@ touch several keys, which must sit in one slot):
 
 ==================  ===========================================================================
 ``rev``             the records' revision counter: every record change increments it
-``log``             a capped stream, one entry per change (``kind`` ``appr``, ``pins``, ``settings``, ``ack``)
+``epoch``           counts operators' acknowledgements of a store that lost writes (``fleet ack-reset``)
+``log``             a capped stream, one entry per change (``kind`` ``appr``, ``pins``, ``tok``, ``settings``, ``ack``)
 ``roots``           the set of approval keys in use (``<root>`` or ``lsp:<root>``)
 ``appr:<key>``      hash: server name -> JSON ``{hash, status, rev, by, at}``
 ``pins``            hash: scope -> JSON of that scope's pinned servers (:mod:`mcpvisor.fleet.pins`)
+``tokens``          hash: token key -> the record sealed with the fleet key (:mod:`mcpvisor.fleet.tokens`)
+``lock:tok:<key>``  the replica refreshing that token (expires); ``fresh:tok:<key>``: it was just refreshed
 ``settings``        hash: ``gen``, ``sha``, ``files`` (JSON of the raw settings texts), ``by``, ``at``
 ``lease:publisher`` the replica id of the one replica that publishes settings (expires)
 ``replica:<id>``    hash: ``addr``, ``started``, ``gen``, ``seen`` of a live replica (expires)
@@ -93,10 +96,12 @@ return 0
 
 ACK: Final = """
 local rev = tonumber(redis.call('GET', KEYS[1]) or '0')
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', 'kind', 'ack', 'rev', rev)
+local epoch = redis.call('INCR', KEYS[3])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', 'kind', 'ack', 'rev', rev, 'epoch', epoch)
 return rev
 """
-"""KEYS: rev, log. The operator's acknowledgement that the store's revision may be lower than before."""
+"""KEYS: rev, log, epoch. The operator's acknowledgement that the store's revision may be lower than before:
+kept in ``epoch`` (a replica that missed the log entry sees it on its next whole read)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +118,10 @@ class Keys:
         return self._k("rev")
 
     @property
+    def epoch(self) -> str:
+        return self._k("epoch")
+
+    @property
     def log(self) -> str:
         return self._k("log")
 
@@ -127,6 +136,16 @@ class Keys:
     @property
     def pins(self) -> str:
         return self._k("pins")
+
+    @property
+    def tokens(self) -> str:
+        return self._k("tokens")
+
+    def token_lock(self, digest: str) -> str:
+        return self._k(f"lock:tok:{digest}")
+
+    def token_fresh(self, digest: str) -> str:
+        return self._k(f"fresh:tok:{digest}")
 
     @property
     def lease(self) -> str:
@@ -259,19 +278,20 @@ class FleetStore:
         except (redis.RedisError, OSError) as exc:
             raise fleet_unreachable(self.url, exc) from exc
 
-    def read_approvals(self) -> tuple[int, dict[str, dict[str, FleetRecord]]]:
-        """The revision and every approval record, read in one transaction."""
+    def read_approvals(self) -> tuple[int, dict[str, dict[str, FleetRecord]], int]:
+        """The revision, every approval record and the acknowledgement epoch, read in one transaction."""
         client = self.sync_client()
         roots = sorted(str(key) for key in client.smembers(self.keys.roots))
         pipe = client.pipeline(transaction=True)
         pipe.get(self.keys.rev)
+        pipe.get(self.keys.epoch)
         for key in roots:
             pipe.hgetall(self.keys.approvals(key))
-        rev, *hashes = pipe.execute()
+        rev, epoch, *hashes = pipe.execute()
         out: dict[str, dict[str, FleetRecord]] = {}
         for key, fields in zip(roots, hashes, strict=True):
             out[key] = {name: rec for name, raw in fields.items() if (rec := parse_record(raw)) is not None}
-        return int(rev or 0), out
+        return int(rev or 0), out, int(epoch or 0)
 
     def decide(self, key: str, name: str, digest: str, status: str, *, expected_rev: int | None, by: str) -> int | None:
         """Write one decision; the new revision, or ``None`` when the record changed since ``expected_rev``."""
@@ -296,7 +316,7 @@ class FleetStore:
 
     def ack_reset(self) -> int:
         """Tell every replica that the store's current revision is to be trusted; returns it."""
-        return int(self.sync_client().eval(ACK, 2, self.keys.rev, self.keys.log, LOG_MAXLEN))
+        return int(self.sync_client().eval(ACK, 3, self.keys.rev, self.keys.log, self.keys.epoch, LOG_MAXLEN))
 
     def replicas(self) -> list[dict[str, Any]]:
         """The live replicas' registry entries (each with its ``id``), and the settings generation."""

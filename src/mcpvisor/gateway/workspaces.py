@@ -175,7 +175,9 @@ class WorkspaceGateway(StackOwner):
                     ConnectionOptions(
                         log_dir=log_dir,
                         max_concurrent_starts=self._options.max_concurrent_starts,
-                        http_auth=http_auth_for(TokenStore(paths.oauth_tokens_path(self._options.env))),
+                        http_auth=http_auth_for(
+                            self._options.tokens or TokenStore(paths.oauth_tokens_path(self._options.env))
+                        ),
                         client_requests=self._options.client_requests,
                         max_message_bytes=max_bytes,
                     )

@@ -130,6 +130,8 @@ class HostOptions:
     settings_source: SettingsSource | None = None
     """Settings that come from elsewhere than the files (a fleet's): it primes the settings as read, before
     anything starts, and applies its later changes to the running host (``watched_scopes`` leave the files out)."""
+    tokens: TokenStore | None = None
+    """Where OAuth sign-ins are kept, when not in the user folder's file (a fleet's store)."""
     pins: PinStore | None = None
     """Where tool and prompt pins are kept, when not in the user folder's file (a fleet's store)."""
     approvals: ApprovalStore | None = None
@@ -217,7 +219,7 @@ class Host(StackOwner):
                 opts.settings_source.prime(self._settings)
             self._approvals = opts.approvals or ApprovalStore(paths.approvals_path(env))
             self._approvals.load()
-            self.tokens = TokenStore(paths.oauth_tokens_path(env))
+            self.tokens = opts.tokens or TokenStore(paths.oauth_tokens_path(env))
             self._pin_mode, _ = pin_mode_of(self._settings)
             self._top_tier = load_top_tier(opts.mcp_config, env, opts.session_servers)
             for layer in self._top_tier.mcp_config:
@@ -311,6 +313,11 @@ class Host(StackOwner):
                     reloads.start_soon(watcher.announce, SettingsChanged("pins", ()))
 
                 stack.callback(self.pins.on_external_change(pins_changed))
+
+                def signed_in() -> None:  # a sign-in stored elsewhere (a fleet's store): reconnect what needs it
+                    reloads.start_soon(watcher.announce, SettingsChanged("tokens", ()))
+
+                stack.callback(self.tokens.on_external_change(signed_in))
             if opts.settings_source is not None:
                 stack.callback(opts.settings_source.follow(self))
             self._stack = stack.pop_all()

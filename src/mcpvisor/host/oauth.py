@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -154,34 +156,55 @@ def _provider(
                 self.context.client_info = info.model_copy(update={"token_endpoint_auth_method": chosen})
             store.update(key, token_endpoint_auth_method=chosen)
 
+        def _refresh_due(self) -> bool:
+            """Whether this request refreshes the sign-in first (no store read once initialized)."""
+            if self._initialized:
+                return not self.context.is_token_valid() and self.context.can_refresh_token()
+            expires_at = storage.expires_at()
+            return expires_at is not None and expires_at - REFRESH_MARGIN_S <= time.time()
+
+        async def _adopt_stored_tokens(self) -> None:
+            """Another process refreshed meanwhile (a fleet's replica): use what it stored while it is unexpired."""
+            if not self._initialized:
+                await self._initialize()
+            self.context.current_tokens = await storage.get_tokens()
+            expires_at = storage.expires_at()
+            if expires_at is not None:
+                self.context.token_expiry_time = expires_at
+
         async def _auth_flow(self, request: Any) -> Any:
-            inner = super()._auth_flow(request)
-            try:
-                outgoing = await inner.__anext__()
-                while True:
-                    response = yield outgoing
-                    if not interactive and outgoing is request and _insufficient_scope(response):
-                        # No crash and no sign-in from a host: this request fails alone (the transport turns
-                        # the 403 into its error), and the next mcp login asks for the union of the scopes.
-                        record = store.get(key)
-                        granted = (record.get("tokens") or {}).get("scope")
-                        needed = union_scopes(
-                            union_scopes(record.get("scope_needed"), granted), extract_scope_from_www_auth(response)
-                        )
-                        self.step_up_scope = missing_scopes(needed, granted) or needed
-                        store.update(key, scope_needed=needed)
-                        logger.warning(
-                            "server %r needs a wider sign-in (%s) — run: mcpvisor mcp login %s",
-                            name,
-                            self.step_up_scope,
-                            name,
-                        )
-                        return
-                    outgoing = await inner.asend(response)
-            except StopAsyncIteration:
-                return
-            finally:
-                await inner.aclose()
+            async with AsyncExitStack() as turn:
+                # One process refreshes at a time (refresh tokens rotate: one used twice may revoke the grant).
+                if not interactive and self._refresh_due():
+                    if not await turn.enter_async_context(store.refresh_turn(key)):
+                        await self._adopt_stored_tokens()
+                inner = super()._auth_flow(request)
+                try:
+                    outgoing = await inner.__anext__()
+                    while True:
+                        response = yield outgoing
+                        if not interactive and outgoing is request and _insufficient_scope(response):
+                            self._note_step_up(response)
+                            return
+                        outgoing = await inner.asend(response)
+                except StopAsyncIteration:
+                    return
+                finally:
+                    await inner.aclose()
+
+        def _note_step_up(self, response: Any) -> None:
+            """No crash and no sign-in from a host: this request fails alone (the transport turns the 403
+            into its error), and the next mcp login asks for the union of the scopes."""
+            record = store.get(key)
+            granted = (record.get("tokens") or {}).get("scope")
+            needed = union_scopes(
+                union_scopes(record.get("scope_needed"), granted), extract_scope_from_www_auth(response)
+            )
+            self.step_up_scope = missing_scopes(needed, granted) or needed
+            store.update(key, scope_needed=needed)
+            logger.warning(
+                "server %r needs a wider sign-in (%s) — run: mcpvisor mcp login %s", name, self.step_up_scope, name
+            )
 
         async def _perform_authorization(self) -> Any:
             self._choose_method()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,17 @@ class TokenStore(PrivateJsonStore):
                 records.pop(key, None)
 
         self.mutate(change)
+
+    def on_external_change(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """``listener()`` hears sign-ins stored other than through this store's file (a fleet's store); returns
+        the function that removes it. The file store has none: the settings watcher sees its file change."""
+        return lambda: None
+
+    @asynccontextmanager
+    async def refresh_turn(self, key: str) -> AsyncIterator[bool]:
+        """Whether this process refreshes ``key``'s tokens now (``True``), or another one just did and its
+        tokens are to be read again (``False``; a fleet's store). The file store: always this process."""
+        yield True
 
     def forget(self, key: str) -> bool:
         """Drop a server's sign-in; whether there was one."""

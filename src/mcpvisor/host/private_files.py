@@ -173,6 +173,11 @@ class PrivateJsonStore:
     def __init__(self, path: Path) -> None:
         self.path = path
 
+    @property
+    def place(self) -> str:
+        """Where the records are kept, as people read it."""
+        return str(self.path)
+
     def read(self) -> dict[str, Any]:
         """Every record; :class:`ConfigError` naming the file when it is unreadable or corrupt."""
         try:

@@ -1,0 +1,113 @@
+"""Record stores kept in the fleet store: the pins' and the OAuth tokens' (``{key: {record}}`` as the
+file stores hold them, one Redis hash field per key).
+
+A change is one optimistic transaction: ``WATCH`` the hash, read it, let the caller change the records,
+then ``MULTI``: write what changed, bump the revision and append one entry to the change log — tried
+again when another process changed the hash meanwhile, so nothing is lost and a create-only write
+(the first pin of a configuration) has exactly one winner. Other replicas hear the change through
+the log (:meth:`FleetRecords.changed`). Reads go to Redis; an unreachable store raises
+:class:`~mcpvisor.core.errors.ConfigError`, and each store's callers fail closed on it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any, ClassVar, Final
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.events import Listeners
+from mcpvisor.fleet.store import LOG_MAXLEN, FleetStore, redact
+from mcpvisor.host.private_files import LOCK_TIMEOUT_S
+
+__all__ = ["ATTEMPTS", "FleetRecords"]
+
+logger = logging.getLogger(__name__)
+
+ATTEMPTS: Final = 20
+"""Tries of one change while others keep changing the same hash meanwhile."""
+
+
+class FleetRecords:
+    """The ``read``/``mutate`` of a :class:`~mcpvisor.host.private_files.PrivateJsonStore`, over one Redis
+    hash. Mixed in before the file store's class, whose record logic it keeps."""
+
+    what: ClassVar[str]
+    consequence: ClassVar[str]
+    log_kind: ClassVar[str]
+    """The change log entry's ``kind``: how the other replicas know what to re-read."""
+
+    def _fleet_init(self, store: FleetStore, hash_key: str) -> None:
+        self.store = store
+        self.hash_key = hash_key
+        self.where = f"in {redact(store.url)} (fleet {store.keys.fleet})"
+        self._changes: Listeners[Callable[[], None]] = Listeners(f"fleet {self.log_kind} listener")
+
+    @property
+    def place(self) -> str:
+        return f"the fleet store {redact(self.store.url)} (fleet {self.store.keys.fleet})"
+
+    def encode(self, key: str, record: Any) -> str:
+        return json.dumps(record, sort_keys=True)
+
+    def decode(self, key: str, text: str) -> Any:
+        return json.loads(text)
+
+    def on_external_change(self, listener: Callable[[], None]) -> Callable[[], None]:
+        return self._changes.add(listener)
+
+    def changed(self) -> None:
+        """Another process changed the records (the log said so): tell the listeners."""
+        self._changes.tell()
+
+    def read(self) -> dict[str, Any]:
+        import redis
+
+        try:
+            fields = self.store.sync_client().hgetall(self.hash_key)
+        except (redis.RedisError, OSError) as exc:
+            raise ConfigError(f"cannot read {self.what} {self.where}: {exc}; {self.consequence}") from exc
+        return self._records(fields)
+
+    def mutate(self, change: Callable[[dict[str, Any]], object], *, timeout_s: float = LOCK_TIMEOUT_S) -> None:
+        import redis
+
+        keys = self.store.keys
+        try:
+            with self.store.sync_client().pipeline(transaction=True) as pipe:
+                for _ in range(ATTEMPTS):
+                    try:
+                        pipe.watch(self.hash_key)  # type: ignore[no-untyped-call]
+                        before = self._records(pipe.hgetall(self.hash_key))
+                        after = json.loads(json.dumps(before))
+                        change(after)
+                        pipe.multi()
+                        for key in before.keys() - after.keys():
+                            pipe.hdel(self.hash_key, key)
+                        for key, record in after.items():
+                            if before.get(key) != record:
+                                pipe.hset(self.hash_key, key, self.encode(key, record))
+                        if before != after:
+                            pipe.incr(keys.rev)
+                            pipe.xadd(keys.log, {"kind": self.log_kind}, maxlen=LOG_MAXLEN, approximate=True)
+                        pipe.execute()
+                        return
+                    except redis.WatchError:
+                        continue  # changed meanwhile: read it again
+        except (redis.RedisError, OSError) as exc:
+            raise ConfigError(f"could not save {self.what} {self.where}: {exc} — nothing was changed") from exc
+        raise ConfigError(f"{self.what} {self.where} kept changing under {ATTEMPTS} tries; try again")
+
+    def _records(self, fields: Any) -> dict[str, Any]:
+        records: dict[str, Any] = {}
+        for key, text in dict(fields).items():
+            try:
+                record = self.decode(str(key), str(text))
+            except ValueError:
+                record = None
+            if not isinstance(record, dict):
+                why = f"the record of {str(key)!r} is unreadable"
+                raise ConfigError(f"cannot read {self.what} {self.where}: {why}; {self.consequence}")
+            records[str(key)] = record
+        return records

@@ -1,0 +1,101 @@
+"""The fleet key: what seals the fleet's secrets (OAuth tokens) before they enter the store.
+
+``MCPVISOR_FLEET_KEY`` holds one or more secrets separated by commas (or ``MCPVISOR_FLEET_KEY_FILE``
+names a file readable by its owner only, one secret per line): the first seals, every one opens, so a
+key is rotated by putting the new one first and dropping the old one once everything was sealed again.
+Each secret must be at least 32 characters. Sealing is AES-256-GCM under a key derived from the secret
+with HKDF-SHA256, the record's own key as associated data (a sealed record moved to another key does
+not open), a random 96-bit nonce per seal.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from mcpvisor.core.errors import ConfigError
+
+__all__ = ["KEY_ENV", "KEY_FILE_ENV", "FleetKey"]
+
+KEY_ENV: Final = "MCPVISOR_FLEET_KEY"
+KEY_FILE_ENV: Final = "MCPVISOR_FLEET_KEY_FILE"
+MIN_SECRET: Final = 32
+_PREFIX: Final = "v1."
+_INFO: Final = b"mcpvisor fleet seal v1"
+
+
+class FleetKey:
+    """A key ring: :meth:`seal` with the first key, :meth:`open` with any."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+        if not secrets:
+            raise ConfigError(f"the fleet key is empty: set {KEY_ENV} to a secret of at least {MIN_SECRET} characters")
+        for secret in secrets:
+            if len(secret) < MIN_SECRET:
+                raise ConfigError(
+                    f"a fleet key secret is {len(secret)} characters long: use at least {MIN_SECRET} "
+                    "(e.g. the output of: openssl rand -base64 48)"
+                )
+        self._keys: list[tuple[bytes, bytes]] = []
+        for secret in secrets:
+            derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_INFO).derive(secret.encode())
+            self._keys.append((hashlib.sha256(derived).digest()[:4], derived))
+
+    def __repr__(self) -> str:
+        return f"FleetKey({len(self._keys)} key(s))"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> FleetKey | None:
+        """The key named by the environment, or ``None`` when none is set. :class:`ConfigError` for a key
+        that is too short or a key file others may read."""
+        value = env.get(KEY_ENV, "").strip()
+        if value:
+            return cls([s.strip() for s in value.split(",") if s.strip()])
+        name = env.get(KEY_FILE_ENV, "").strip()
+        if not name:
+            return None
+        path = Path(name).expanduser()
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+            if mode & 0o077:
+                raise ConfigError(f"fleet key file {path} may be read by others (mode {mode:o}): chmod 600 {path}")
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read fleet key file {path}: {exc.strerror or exc}") from exc
+        return cls([line.strip() for line in text.splitlines() if line.strip()])
+
+    def seal(self, plaintext: bytes, context: str) -> str:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        key_id, key = self._keys[0]
+        nonce = os.urandom(12)
+        sealed = AESGCM(key).encrypt(nonce, plaintext, context.encode())
+        return _PREFIX + base64.urlsafe_b64encode(key_id + nonce + sealed).decode()
+
+    def open(self, token: str, context: str) -> bytes:
+        """The plaintext; :class:`ValueError` when no key of the ring opens it (or it was moved or changed)."""
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        if not token.startswith(_PREFIX):
+            raise ValueError("not sealed by a fleet key")
+        try:
+            raw = base64.urlsafe_b64decode(token.removeprefix(_PREFIX))
+        except (ValueError, TypeError) as exc:
+            raise ValueError("not sealed by a fleet key") from exc
+        key_id, nonce, sealed = raw[:4], raw[4:16], raw[16:]
+        for kid, key in self._keys:
+            if kid == key_id:
+                try:
+                    return AESGCM(key).decrypt(nonce, sealed, context.encode())
+                except InvalidTag as exc:
+                    raise ValueError("sealed record does not open: changed, or moved to another key") from exc
+        raise ValueError("sealed with a fleet key that is not in MCPVISOR_FLEET_KEY any more")

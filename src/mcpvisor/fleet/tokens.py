@@ -1,0 +1,100 @@
+"""OAuth tokens kept in the fleet store, sealed with the fleet key, refreshed by one replica at a time.
+
+:class:`FleetTokenStore` is a :class:`~mcpvisor.host.oauth_store.TokenStore` whose records live in one
+Redis hash (``tokens``), each sealed (:mod:`mcpvisor.fleet.sealing`): Redis never holds a token in
+clear. A sign-in made anywhere (``mcpvisor mcp login NAME --fleet URL``) reaches every replica.
+
+Refreshing is one replica's job: OAuth 2.1 refresh-token rotation treats a refresh token used twice as
+stolen and may revoke the whole grant, so :meth:`FleetTokenStore.refresh_turn` hands the turn to the
+one replica that takes ``lock:tok:<key>`` (``SET NX PX``, released by compare-and-delete); the others
+wait for it to finish (at most :data:`WAIT_S`) and use the tokens it stored, as does a replica that
+wants to refresh within :data:`FRESH_MS` of that refresh (``fresh:tok:<key>``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+
+from mcpvisor.fleet.records import FleetRecords
+from mcpvisor.fleet.sealing import FleetKey
+from mcpvisor.fleet.store import FleetStore
+from mcpvisor.host.oauth_store import TokenStore
+
+__all__ = ["LOCK_MS", "WAIT_S", "FleetTokenStore"]
+
+logger = logging.getLogger(__name__)
+
+LOCK_MS: Final = 30_000
+"""The longest a refresh may hold the turn (a crashed holder's turn passes on after this)."""
+WAIT_S: Final = 10.0
+"""How long a replica waits for another one's refresh before it refreshes itself."""
+POLL_S: Final = 0.05
+FRESH_MS: Final = 10_000
+"""A refresh this recent serves every replica: one that wants to refresh uses what it stored instead."""
+
+_RELEASE: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class FleetTokenStore(FleetRecords, TokenStore):
+    """The OAuth tokens of one fleet (see the module)."""
+
+    what = "the fleet's OAuth token store"
+    log_kind = "tok"
+
+    def __init__(self, store: FleetStore, key: FleetKey) -> None:
+        TokenStore.__init__(self, Path(os.devnull))
+        self._fleet_init(store, store.keys.tokens)
+        self._key = key
+
+    def encode(self, key: str, record: Any) -> str:
+        return self._key.seal(json.dumps(record, sort_keys=True).encode(), key)
+
+    def decode(self, key: str, text: str) -> Any:
+        return json.loads(self._key.open(text, key))
+
+    @asynccontextmanager
+    async def refresh_turn(self, key: str) -> AsyncIterator[bool]:
+        import redis
+
+        digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+        lock, fresh = self.store.keys.token_lock(digest), self.store.keys.token_fresh(digest)
+        holder = secrets.token_hex(8)
+        client = self.store.async_client()
+        mine = False
+        try:
+            try:
+                mine = not await client.exists(fresh) and bool(await client.set(lock, holder, nx=True, px=LOCK_MS))
+                if mine and await client.exists(fresh):  # refreshed between the two questions
+                    await client.eval(_RELEASE, 1, lock, holder)
+                    mine = False
+                if not mine:
+                    with anyio.move_on_after(WAIT_S):
+                        while await client.exists(lock):  # noqa: ASYNC110 - another process's lock
+                            await anyio.sleep(POLL_S)
+            except (redis.RedisError, OSError) as exc:
+                logger.warning("fleet: cannot coordinate a token refresh (%s); refreshing here", exc)
+                mine = True
+            yield mine
+            if mine:  # what this process stored serves every replica for a while
+                await client.set(fresh, holder, px=FRESH_MS)
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    if mine:
+                        await client.eval(_RELEASE, 1, lock, holder)
+                except (redis.RedisError, OSError):
+                    pass  # it expires by itself
+                await client.aclose()

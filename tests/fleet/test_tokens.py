@@ -1,0 +1,143 @@
+"""OAuth sign-ins in the fleet store, against a real redis-server and the OAuth example server: sealed
+with the fleet key (Redis never holds a token in clear), made once for every replica, and refreshed by
+exactly one process when several need it at once (refresh tokens rotate: a second use would be refused)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.fleet.sealing import FleetKey
+from mcpvisor.fleet.store import FleetStore
+from mcpvisor.fleet.tokens import FleetTokenStore
+from tests.e2e.test_oauth import FOLLOW, start_server
+from tests.fleet.conftest import RedisServer
+from tests.helpers import WAIT_S
+from tests.layout import make_layout, write_json
+
+pytestmark = pytest.mark.fleet
+
+SECRET = "correct horse battery staple and more"
+OTHER = "another secret of at least thirty-two chars"
+
+
+def test_a_sealed_record_opens_only_with_its_key_and_its_place() -> None:
+    key = FleetKey([SECRET])
+    sealed = key.seal(b"token", "https://a.example/mcp")
+    assert b"token" not in sealed.encode()
+    assert key.open(sealed, "https://a.example/mcp") == b"token"
+    with pytest.raises(ValueError, match="does not open"):
+        key.open(sealed, "https://b.example/mcp")  # moved to another record
+    with pytest.raises(ValueError, match="not in MCPVISOR_FLEET_KEY"):
+        FleetKey([OTHER]).open(sealed, "https://a.example/mcp")
+    rotated = FleetKey([OTHER, SECRET])  # the new key first: it seals, the old one still opens
+    assert rotated.open(sealed, "https://a.example/mcp") == b"token"
+    with pytest.raises(ValueError, match="not in MCPVISOR_FLEET_KEY"):
+        FleetKey([SECRET]).open(rotated.seal(b"t2", "k"), "k")  # sealed with the new key: the old ring cannot
+    with pytest.raises(ConfigError, match="at least 32"):
+        FleetKey(["short"])
+
+
+def test_the_fleet_key_comes_from_the_environment_or_a_private_file(tmp_path: Path) -> None:
+    assert FleetKey.from_env({}) is None
+    assert FleetKey.from_env({"MCPVISOR_FLEET_KEY": f"{OTHER},{SECRET}"}) is not None
+    path = tmp_path / "fleet.key"
+    path.write_text(SECRET + "\n")
+    path.chmod(0o644)
+    with pytest.raises(ConfigError, match="chmod 600"):
+        FleetKey.from_env({"MCPVISOR_FLEET_KEY_FILE": str(path)})
+    path.chmod(0o600)
+    assert FleetKey.from_env({"MCPVISOR_FLEET_KEY_FILE": str(path)}) is not None
+
+
+def test_tokens_are_sealed_in_redis_and_unreadable_without_the_key(redis_server: RedisServer) -> None:
+    store = FleetTokenStore(FleetStore(redis_server.url), FleetKey([SECRET]))
+    store.update("https://a.example/mcp", tokens={"access_token": "AT-secret", "refresh_token": "RT-secret"})
+    with redis_server.client() as client:
+        raw = json.dumps(client.hgetall(store.store.keys.tokens))
+    assert "AT-secret" not in raw
+    assert "RT-secret" not in raw
+    assert store.get("https://a.example/mcp")["tokens"]["access_token"] == "AT-secret"
+    wrong = FleetTokenStore(FleetStore(redis_server.url), FleetKey([OTHER]))
+    with pytest.raises(ConfigError, match="unreadable"):
+        wrong.read()
+    assert wrong.get("https://a.example/mcp") == {}  # what a host reads: not signed in
+
+
+async def test_exactly_one_of_several_processes_takes_the_refresh_turn(redis_server: RedisServer) -> None:
+    turns: list[bool] = []
+
+    async def one() -> None:
+        store = FleetTokenStore(FleetStore(redis_server.url), FleetKey([SECRET]))
+        async with store.refresh_turn("https://a.example/mcp") as mine:
+            turns.append(mine)
+            if mine:
+                await anyio.sleep(0.3)  # the refresh; the others wait for it to end
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(one)
+    assert sorted(turns) == [False, False, False, True]
+
+
+def test_one_sign_in_serves_every_process_and_exactly_one_refreshes(tmp_path: Path, redis_server: RedisServer) -> None:
+    """Three processes with homes of their own connect at once to a server whose access tokens live 2 s:
+    each needs a refresh before its first request; one makes it, the others use what it stored."""
+    for server in start_server(tmp_path, "--token-lifetime", "2"):
+        mcpvisor = partial(run_mcpvisor, tmp_path, server.url, redis_server.url)
+        login = mcpvisor("signer", "mcp", "login", "sec")
+        assert login.returncode == 0, login.stderr
+        assert "the fleet store" in login.stdout
+        assert not (tmp_path / "signer" / "home" / ".mcpvisor" / "oauth-tokens.json").exists()
+        assert server.events() == ["register", "authorize", "token"]
+        with ThreadPoolExecutor(3) as pool:
+            results = list(pool.map(partial(status_of, mcpvisor), ["r1", "r2", "r3"]))
+        for result in results:
+            [row] = json.loads(result.stdout)["servers"]
+            assert row["state"] == "connected", result.stderr
+        assert server.events().count("refresh") == 1
+        for home in ("r1", "r2", "r3"):  # nothing was kept on the replicas' own disks
+            store_file = tmp_path / home / "home" / ".mcpvisor" / "oauth-tokens.json"
+            assert not store_file.exists() or stat.S_IMODE(store_file.stat().st_mode) == 0o600
+
+
+def run_mcpvisor(
+    tmp_path: Path, server_url: str, fleet_url: str, home: str, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``mcpvisor ARGS`` with a home of its own (a user server ``sec``), the fleet and its key; its browser
+    follows the sign-in redirect."""
+    browser = tmp_path / "browser.py"
+    browser.write_text(FOLLOW)
+    layout = make_layout(tmp_path / home)
+    write_json(layout.paths.user, {"mcpServers": {"sec": {"type": "http", "url": server_url}}})
+    env = {
+        **os.environ,
+        **layout.env,
+        "BROWSER": f"{sys.executable} {browser} %s",
+        "MCPVISOR_FLEET": fleet_url,
+        "MCPVISOR_FLEET_KEY": SECRET,
+    }
+    env.pop("DISPLAY", None)
+    return subprocess.run(
+        [sys.executable, "-m", "mcpvisor", *args, "--workspace", str(layout.root)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S * 2,
+    )
+
+
+def status_of(mcpvisor: Any, home: str) -> subprocess.CompletedProcess[str]:
+    result: subprocess.CompletedProcess[str] = mcpvisor(home, "status", "--json")
+    return result
