@@ -81,6 +81,11 @@ def test_fleet_urls_are_checked_and_their_passwords_never_shown() -> None:
     with pytest.raises(ConfigError, match="expected a redis://, rediss:// or unix:// URL"):
         FleetStore("http://localhost:6379")
     assert redact("redis://:hunter2@db:6379/0") == "redis://:***@db:6379/0"
+    assert redact("redis://db:6379/0?password=hunter2&db=1") == "redis://db:6379/0?password=***&db=1"
+    assert (
+        redact("unix:///run/redis.sock?username=u&password=hunter2")
+        == "unix:///run/redis.sock?username=***&password=***"
+    )
     assert "hunter2" not in repr(FleetStore("redis://user:hunter2@db:6379/0"))
     with pytest.raises(ConfigError, match="without a dot"):
         Replica(FleetStore("redis://db"), replica_id="a.b")
@@ -124,3 +129,12 @@ async def test_a_store_that_went_back_in_revision_is_distrusted_until_acknowledg
         assert FleetStore(redis_server.url).ack_reset() == 1
         await wait_until(lambda: mirror.get_state(ROOT, "p", Cfg("h1")) == "approved", what="trust after ack-reset")
         assert mirror.error is None
+
+
+async def test_two_live_processes_never_share_a_replica_id(redis_server: RedisServer) -> None:
+    async with Replica(FleetStore(redis_server.url), replica_id="r1"):
+        with pytest.raises(ConfigError, match="'r1' is in use by another running replica"):
+            async with Replica(FleetStore(redis_server.url), replica_id="r1"):
+                pass
+    async with Replica(FleetStore(redis_server.url), replica_id="r1"):  # it left the registry on its way out
+        pass

@@ -21,6 +21,7 @@ the lease. Three tasks run meanwhile:
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
@@ -36,7 +37,7 @@ from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.fleet.approvals import DEFAULT_FRESHNESS_S, FleetApprovalStore
 from mcpvisor.fleet.bus import FleetBus
 from mcpvisor.fleet.pins import FleetPinStore
-from mcpvisor.fleet.routing import OwnerRouter
+from mcpvisor.fleet.routing import FleetUnavailable, OwnerRouter
 from mcpvisor.fleet.sealing import FleetKey
 from mcpvisor.fleet.settings import (
     PUBLISHED_SCOPES,
@@ -46,7 +47,15 @@ from mcpvisor.fleet.settings import (
     now,
     read_snapshot_texts,
 )
-from mcpvisor.fleet.store import LOG_MAXLEN, PUBLISH, RENEW, FleetStore, new_replica_id, parse_record, redact
+from mcpvisor.fleet.store import (
+    LOG_MAXLEN,
+    PUBLISH,
+    FleetStore,
+    fleet_unreachable,
+    new_replica_id,
+    parse_record,
+    redact,
+)
 from mcpvisor.fleet.tokens import FleetTokenStore
 from mcpvisor.host.settings.loader import Settings, load_settings
 from mcpvisor.host.watcher import SettingsChanged, SettingsWatcher
@@ -66,6 +75,7 @@ REGISTRY_TTL_MS: Final = 10_000
 LEASE_MS: Final = 10_000
 """The publisher lease: another replica takes it over this long after its holder stopped renewing."""
 BLOCK_MS: Final = 5_000
+FORWARD_CONNECTIONS: Final = 1000
 FORWARD_CONNECT_TIMEOUT_S: Final = 1.0
 """A session's owner that does not accept a connection within this is taken as gone (404)."""
 RETRY_S: Final = (0.2, 0.5, 1.0, 2.0)
@@ -95,6 +105,7 @@ class Replica(StackOwner):
         self.pins = FleetPinStore(store)
         self.tokens = FleetTokenStore(store, key) if key is not None else None
         self.address = ""
+        self._nonce = secrets.token_hex(8)
         self._register = register
         self.started = time.time()
         self._hosts: list[Host] = []
@@ -109,6 +120,7 @@ class Replica(StackOwner):
         self._apply_lock: anyio.Lock | None = None
         self._wake: anyio.Event | None = None
         self._http: httpx2.AsyncClient | None = None
+        self._registry: redis.asyncio.Redis | None = None
 
     @property
     def ready(self) -> bool:
@@ -132,10 +144,20 @@ class Replica(StackOwner):
         self._apply_lock = anyio.Lock()
         self._wake = anyio.Event()
         await anyio.to_thread.run_sync(self.store.ping)
+        if self._register:
+            await anyio.to_thread.run_sync(self._claim_id)
         async with AsyncExitStack() as stack:
+            # Replica to replica, never through a proxy (the requests carry clients' tokens); a full pool
+            # answers at once rather than queueing a forward for ever.
             self._http = await stack.enter_async_context(
-                httpx2.AsyncClient(timeout=httpx2.Timeout(None, connect=FORWARD_CONNECT_TIMEOUT_S))
+                httpx2.AsyncClient(
+                    timeout=httpx2.Timeout(None, connect=FORWARD_CONNECT_TIMEOUT_S, pool=FORWARD_CONNECT_TIMEOUT_S),
+                    limits=httpx2.Limits(max_connections=FORWARD_CONNECTIONS, max_keepalive_connections=64),
+                    trust_env=False,
+                )
             )
+            self._registry = self.store.async_client()
+            stack.push_async_callback(self._registry.aclose)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             stack.push_async_callback(self._leave)
             stack.callback(self._tg.cancel_scope.cancel)
@@ -159,6 +181,22 @@ class Replica(StackOwner):
         self.address = address
         if self._wake is not None:
             self._wake.set()
+
+    def _claim_id(self) -> None:
+        """Refuse an id another live replica has: two processes must never both own ``<id>.*`` sessions."""
+        import redis
+
+        try:
+            claimed = self.store.sync_client().eval(
+                CLAIM, 1, self.store.keys.replica(self.id), self._nonce, REGISTRY_TTL_MS
+            )
+        except (redis.RedisError, OSError) as exc:
+            raise fleet_unreachable(self.store.url, exc) from exc
+        if not claimed:
+            raise ConfigError(
+                f"replica id {self.id!r} is in use by another running replica of fleet {self.store.keys.fleet!r}: "
+                f"pick another --replica-id (or wait {REGISTRY_TTL_MS // 1000} s if that replica just stopped)"
+            )
 
     async def _leave(self) -> None:
         """Leave the registry and give up the lease at once (others need not wait for expiry)."""
@@ -354,14 +392,16 @@ class Replica(StackOwner):
             await self._list_self(client)
         if self._source is None:
             return
-        if self.publisher:
-            if not await client.eval(RENEW, 1, keys.lease, self.id, LEASE_MS):
+        taken = int(await client.eval(TAKE_LEASE, 1, keys.lease, self.id, LEASE_MS))
+        if not taken:
+            if self.publisher:
                 self.publisher = False
                 logger.warning("fleet %s: replica %s lost the publisher lease", keys.fleet, self.id)
-        elif await client.set(keys.lease, self.id, nx=True, px=LEASE_MS):
+            return
+        if not self.publisher:
             self.publisher = True
             logger.info("fleet %s: replica %s publishes the settings", keys.fleet, self.id)
-            await self._publish()
+        await self._publish()  # the same texts publish nothing; a publish that failed is made again
 
     async def _list_self(self, client: redis.asyncio.Redis) -> None:
         keys = self.store.keys
@@ -376,6 +416,7 @@ class Replica(StackOwner):
                     "seen": now(),
                     "publisher": int(self.publisher),
                     "error": self.approvals.error or "",
+                    "nonce": self._nonce,
                 },
             )
             pipe.pexpire(keys.replica(self.id), REGISTRY_TTL_MS)
@@ -422,14 +463,32 @@ class Replica(StackOwner):
         return bus
 
     async def address_of(self, replica_id: str) -> str | None:
-        """The listen address of a live replica, or ``None`` when it is not in the registry."""
-        client = self.store.async_client()
+        """The listen address of a live replica, or ``None`` when it is not in the registry;
+        :class:`FleetUnavailable` when the registry cannot be read."""
+        import redis
+
         try:
-            addr = await client.hget(self.store.keys.replica(replica_id), "addr")
-        finally:
-            await client.aclose()
+            addr = await running(self._registry, "replica").hget(self.store.keys.replica(replica_id), "addr")
+        except (redis.RedisError, OSError) as exc:
+            raise FleetUnavailable(str(exc)) from exc
         return str(addr) if addr else None
 
+
+TAKE_LEASE: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 2 end
+return 0
+"""
+"""KEYS: the lease. ARGV: holder, ms. Renews the holder's lease (1), takes a free one (2), or 0."""
+
+CLAIM: Final = """
+local held = redis.call('HGET', KEYS[1], 'nonce')
+if held and held ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'nonce', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+"""KEYS: the replica's registry entry. ARGV: this process's nonce, ms. 0: another live process has the id."""
 
 _RELEASE: Final = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end

@@ -21,9 +21,10 @@ from functools import partial
 from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
+import anyio
 import httpx2
 
-__all__ = ["HOP_HEADER", "OwnerRouter"]
+__all__ = ["HOP_HEADER", "FleetUnavailable", "OwnerRouter"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,10 @@ _HOP_BY_HOP: Final = frozenset(
 )
 
 ASGIApp = Any
+
+
+class FleetUnavailable(Exception):
+    """The fleet's registry cannot be read now (the store does not answer)."""
 
 
 class Routed(Protocol):
@@ -82,15 +87,29 @@ class OwnerRouter:
             inner = [(k, local.encode("latin-1") if k == SESSION_HEADER else v) for k, v in headers]
             await self._app({**scope, "headers": inner}, receive, self._naming_sessions(send))
             return
-        if any(k == HOP_HEADER.encode() for k, _ in headers):
-            await _not_found(send, f"session {session!r} belongs to replica {owner}, which this request came from")
+        address = await self._owner_address(owner, headers, send)
+        if address is None:
             return
-        address = await self._replica.address_of(owner)
         if not address:
             await _not_found(send, f"replica {owner} that held session {session!r} is gone; start a new session")
             return
+        body = await _read_body(receive, send)
+        if body is None:
+            return
         gone = partial(_not_found, send, f"replica {owner} that held this session does not answer; start a new session")
-        await self._forward(scope, receive, send, address, owner, gone=gone)
+        await self._forward(scope, body, receive, send, address, owner, gone=gone)
+
+    async def _owner_address(self, owner: str, headers: list[tuple[bytes, bytes]], send: Any) -> str | None:
+        """Where ``owner`` listens: its address, ``""`` when it is gone (or this request was forwarded once
+        already: never twice), ``None`` when the registry cannot be read now (answered here: 503)."""
+        if any(k == HOP_HEADER.encode() for k, _ in headers):
+            return ""
+        try:
+            return await self._replica.address_of(owner) or ""
+        except FleetUnavailable as exc:
+            logger.info("fleet: cannot look up replica %s: %s", owner, exc)
+            await _respond(send, 503, {"error": "the fleet store does not answer; try again"}, retry_after=1)
+            return None
 
     async def _sessionless(
         self, scope: dict[str, Any], receive: Any, send: Any, headers: list[tuple[bytes, bytes]]
@@ -101,24 +120,24 @@ class OwnerRouter:
         if scope.get("method") != "POST":
             await self._app(scope, receive, self._naming_sessions(send))
             return
-        body, more = await _read_body(receive)
+        body = await _read_body(receive, send)
         if body is None:
-            return  # the client went away
+            return  # the client went away, or the body was too large (answered)
         owner = _round_owner(body) if b'"requestState"' in body else None
         if owner is None or owner == self._replica.id:
-            await self._app(scope, _replay(body, more, receive), self._naming_sessions(send))
+            await self._app(scope, _replay(body, receive), self._naming_sessions(send))
+            return
+        address = await self._owner_address(owner, headers, send)
+        if address is None:
             return
         message = (
             f"the call waiting for input was held by replica {owner}, which is gone; make the call again "
             "without requestState"
         )
-        address = None if any(k == HOP_HEADER.encode() for k, _ in headers) else await self._replica.address_of(owner)
-        if address is None:
+        if not address:
             await _rpc_error(send, body, message)
             return
-        await self._forward(
-            scope, _replay(body, more, receive), send, address, owner, gone=partial(_rpc_error, send, body, message)
-        )
+        await self._forward(scope, body, receive, send, address, owner, gone=partial(_rpc_error, send, body, message))
 
     def _naming_sessions(self, send: Any) -> Any:
         """``send`` with the SDK's session id prefixed by this replica's id on the way out."""
@@ -140,6 +159,7 @@ class OwnerRouter:
     async def _forward(
         self,
         scope: dict[str, Any],
+        body: bytes,
         receive: Any,
         send: Any,
         address: str,
@@ -147,19 +167,9 @@ class OwnerRouter:
         *,
         gone: Callable[[], Awaitable[None]],
     ) -> None:
-        """Send the request to ``owner`` at ``address`` and its answer back; ``gone`` answers when the owner
-        does not take the connection (it died and the registry has not noticed yet)."""
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            if len(body) > MAX_FORWARD_BODY:
-                await _respond(send, 413, {"error": "request body too large to forward"})
-                return
-            if not message.get("more_body"):
-                break
+        """Send the request (its ``body`` read already) to ``owner`` at ``address`` and stream its answer
+        back until it ends or the client leaves; ``gone`` answers when the owner does not take the
+        connection (it died and the registry has not noticed yet)."""
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"] if k not in _HOP_BY_HOP]
         headers.append((HOP_HEADER, self._replica.id))
         query = scope.get("query_string") or b""
@@ -167,7 +177,7 @@ class OwnerRouter:
         url = f"{where.scheme}://{where.netloc}" + (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         if query:
             url += "?" + query.decode("latin-1")
-        request = self._client.build_request(scope["method"], url, headers=headers, content=bytes(body))
+        request = self._client.build_request(scope["method"], url, headers=headers, content=body)
         try:
             response = await self._client.send(request, stream=True)
         except httpx2.TransportError as exc:
@@ -177,34 +187,51 @@ class OwnerRouter:
         try:
             out = [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP]
             await send({"type": "http.response.start", "status": response.status_code, "headers": out})
-            async for chunk in response.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except httpx2.TransportError as exc:  # the owner died mid-stream: end our stream too
-            logger.info("fleet: replica %s stopped answering mid-response: %s", owner, exc)
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            async with anyio.create_task_group() as tg:
+
+                async def until_the_client_leaves() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    tg.cancel_scope.cancel()  # a stream the client left is closed at the owner too
+
+                tg.start_soon(until_the_client_leaves)
+                try:
+                    async for chunk in response.aiter_raw():
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                except httpx2.TransportError as exc:  # the owner died mid-stream: end our stream too
+                    logger.info("fleet: replica %s stopped answering mid-response: %s", owner, exc)
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                tg.cancel_scope.cancel()
         finally:
-            await response.aclose()
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
 
 
-async def _read_body(receive: Any) -> tuple[bytes | None, bool]:
-    """The request's body as far as one message goes (``more``: the rest still to come), ``None`` when the
-    client disconnected. A round's retry is one small JSON body: it comes whole in the first message."""
-    message = await receive()
-    if message["type"] == "http.disconnect":
-        return None, False
-    return message.get("body", b""), bool(message.get("more_body"))
+async def _read_body(receive: Any, send: Any) -> bytes | None:
+    """The whole request body (at most :data:`MAX_FORWARD_BODY`); ``None`` when the client left, or the
+    body was too large (answered 413)."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        body += message.get("body", b"")
+        if len(body) > MAX_FORWARD_BODY:
+            await _respond(send, 413, {"error": f"a request body larger than {MAX_FORWARD_BODY} bytes"})
+            return None
+        if not message.get("more_body"):
+            return bytes(body)
 
 
-def _replay(first: bytes, more: bool, receive: Any) -> Any:
-    """``receive`` with the message already read given back first."""
+def _replay(body: bytes, receive: Any) -> Any:
+    """``receive`` with the body already read given back first, whole."""
     given = False
 
     async def replay() -> dict[str, Any]:
         nonlocal given
         if not given:
             given = True
-            return {"type": "http.request", "body": first, "more_body": more}
+            return {"type": "http.request", "body": body, "more_body": False}
         message: dict[str, Any] = await receive()
         return message
 
@@ -235,8 +262,10 @@ async def _not_found(send: Any, message: str) -> None:
     await _respond(send, 404, {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}})
 
 
-async def _respond(send: Any, status: int, body: dict[str, Any]) -> None:
+async def _respond(send: Any, status: int, body: dict[str, Any], *, retry_after: int | None = None) -> None:
     data = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})

@@ -33,6 +33,7 @@ import socket
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import parse_qsl, urlsplit
 
 from mcpvisor.core.errors import ConfigError
 
@@ -87,12 +88,6 @@ return gen
 """
 """KEYS: settings, log, lease. ARGV: sha, files, (unused), at, replica id, maxlen. Only the lease holder
 publishes (-1 otherwise); the same texts publish nothing and return the current generation."""
-
-RENEW: Final = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
-"""
-"""KEYS: the lease. ARGV: holder, ms. Extends the lease only for its holder."""
 
 ACK: Final = """
 local rev = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -209,13 +204,22 @@ def fleet_unreachable(url: str, exc: BaseException) -> ConfigError:
 
 
 def redact(url: str) -> str:
-    """The URL without a password (``redis://:secret@host`` -> ``redis://:***@host``)."""
-    if "@" not in url or "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    auth, where = rest.rsplit("@", 1)
-    user = auth.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{where}"
+    """The URL without its secrets: a password in its user part (``redis://:***@host``) and the values of
+    ``password`` and ``username`` query parameters (which redis-py also reads)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<an unreadable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        auth, where = netloc.rsplit("@", 1)
+        netloc = f"{auth.split(':', 1)[0]}:***@{where}" if ":" in auth else f"{auth}@{where}"
+    query = "&".join(
+        f"{name}=***" if name.lower() in ("password", "username") else f"{name}={value}" if value else name
+        for name, value in parse_qsl(parts.query, keep_blank_values=True)
+    )
+    out = f"{parts.scheme}://{netloc}{parts.path}"  # urlunsplit would drop the empty host of unix:///path
+    return out + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
 
 
 class FleetStore:

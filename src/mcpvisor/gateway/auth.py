@@ -106,12 +106,15 @@ class BearerAuth:
     ``WWW-Authenticate: Bearer`` and a JSON-RPC error, before anything else sees it. The scheme is
     case-insensitive (RFC 9110 §11.1); the token is compared in constant time."""
 
+    OPEN_PATHS = frozenset({"/readyz"})
+    """Answered without a token: a load balancer's health check (a fleet replica's readiness; elsewhere 404)."""
+
     def __init__(self, app: ASGIApp, token: str) -> None:
         self._app = app
         self._expected = token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self._authorized(scope):
+        if scope["type"] == "http" and scope.get("path") not in self.OPEN_PATHS and not self._authorized(scope):
             await self._refuse(scope, receive, send)
             return
         await self._app(scope, receive, send)
