@@ -306,3 +306,10 @@ async def test_a_round_retry_landing_on_another_replica_reaches_the_call_waiting
                     request_state=again.request_state,
                     allow_input_required=True,
                 )
+
+
+def text(result: types.CallToolResult) -> str:
+    """The text of a one-text result."""
+    [content] = result.content
+    assert isinstance(content, types.TextContent)
+    return content.text
