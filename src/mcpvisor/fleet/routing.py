@@ -66,26 +66,30 @@ class OwnerRouter:
         self._app = app
         self._replica = replica
         self._client = client
+        self._own = replica.id.encode() + b"."
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope.get("type") != "http":
+        if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        if scope.get("path") == "/readyz":
-            await self._readyz(send)
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        index = _session_index(headers)
+        if index < 0:
+            if scope["path"] == "/readyz":
+                await self._readyz(send)
+            else:
+                await self._sessionless(scope, receive, send, headers)
             return
-        headers: list[tuple[bytes, bytes]] = list(scope.get("headers") or ())
-        session = next((v.decode("latin-1") for k, v in headers if k == SESSION_HEADER), None)
-        if session is None:
-            await self._sessionless(scope, receive, send, headers)
+        value = headers[index][1]
+        if value.startswith(self._own) and len(value) > len(self._own):  # the hot path: a session held here
+            inner = list(headers)
+            inner[index] = (SESSION_HEADER, value[len(self._own) :])
+            await self._app({**scope, "headers": inner}, receive, self._naming_sessions(send))
             return
+        session = value.decode("latin-1")
         owner, dot, local = session.partition(".")
         if not dot or not local:
             await _not_found(send, f"session {session!r} was not made by this fleet; start a new session")
-            return
-        if owner == self._replica.id:
-            inner = [(k, local.encode("latin-1") if k == SESSION_HEADER else v) for k, v in headers]
-            await self._app({**scope, "headers": inner}, receive, self._naming_sessions(send))
             return
         address = await self._owner_address(owner, headers, send)
         if address is None:
@@ -141,14 +145,16 @@ class OwnerRouter:
 
     def _naming_sessions(self, send: Any) -> Any:
         """``send`` with the SDK's session id prefixed by this replica's id on the way out."""
-        prefix = self._replica.id.encode() + b"."
+        prefix = self._own
 
         async def named(message: dict[str, Any]) -> None:
-            if message.get("type") == "http.response.start":
-                message = dict(message)
-                message["headers"] = [
-                    (k, prefix + v if k.lower() == SESSION_HEADER else v) for k, v in message.get("headers") or ()
-                ]
+            if message["type"] == "http.response.start":
+                message = {
+                    **message,
+                    "headers": [
+                        (k, prefix + v if k.lower() == SESSION_HEADER else v) for k, v in message.get("headers") or ()
+                    ],
+                }
             await send(message)
 
         return named
@@ -205,6 +211,14 @@ class OwnerRouter:
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
+
+
+def _session_index(headers: list[tuple[bytes, bytes]]) -> int:
+    """Where the session header is among ``headers`` (ASGI lower-cases names), or -1."""
+    for index, (name, _) in enumerate(headers):
+        if name == SESSION_HEADER:
+            return index
+    return -1
 
 
 async def _read_body(receive: Any, send: Any) -> bytes | None:
