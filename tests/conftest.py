@@ -1,6 +1,6 @@
 """Shared test configuration: every async test runs on anyio's asyncio backend; the conformance tests
 need npm and are left out, loudly, where there is none (unless ``MCPVISOR_CONFORMANCE=1`` says they must run);
-the fleet tests need ``redis-server`` and are left out the same way (unless ``MCPVISOR_FLEET_TESTS=1``)."""
+the fleet tests need ``redis-server`` and ``haproxy`` and are left out the same way (unless ``MCPVISOR_FLEET_TESTS=1``)."""
 
 from __future__ import annotations
 
@@ -37,11 +37,11 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without npm the conformance suite cannot be installed: leave its tests out (said in the summary),
     unless ``MCPVISOR_CONFORMANCE=1`` (as in ``.ci/run``), where they run and a missing npm fails them."""
-    for marker, forced, binary, left_out in (
-        ("conformance", "MCPVISOR_CONFORMANCE", "npm", _left_out),
-        ("fleet", "MCPVISOR_FLEET_TESTS", "redis-server", _fleet_left_out),
+    for marker, forced, binaries, left_out in (
+        ("conformance", "MCPVISOR_CONFORMANCE", ("npm",), _left_out),
+        ("fleet", "MCPVISOR_FLEET_TESTS", ("redis-server", "haproxy"), _fleet_left_out),
     ):
-        if os.environ.get(forced) == "1" or shutil.which(binary) is not None:
+        if os.environ.get(forced) == "1" or all(shutil.which(binary) for binary in binaries):
             continue
         left_out[:] = [item for item in items if item.get_closest_marker(marker) is not None]
         if left_out:
@@ -59,8 +59,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         )
     if _fleet_left_out:
         terminalreporter.write_line(
-            f"{len(_fleet_left_out)} fleet tests not run: redis-server is not installed (apt install redis-server "
-            "to run them; MCPVISOR_FLEET_TESTS=1 makes this an error)",
+            f"{len(_fleet_left_out)} fleet tests not run: redis-server or haproxy is not installed (apt install "
+            "redis-server haproxy to run them; MCPVISOR_FLEET_TESTS=1 makes this an error)",
             yellow=True,
             bold=True,
         )
