@@ -28,6 +28,7 @@ run hostile.py
 run huge_messages.py
 run lsp.py
 run peers.py
+run fleet.py
 
 echo
 if ((${#failed[@]})); then
