@@ -1,6 +1,7 @@
 """Shared test configuration: every async test runs on anyio's asyncio backend; the conformance tests
-need npm and are left out, loudly, where there is none (unless ``MCPVISOR_CONFORMANCE=1`` says they must run);
-the fleet tests need ``redis-server`` and ``haproxy`` and are left out the same way (unless ``MCPVISOR_FLEET_TESTS=1``)."""
+need npm and are left out, loudly, where there is none (unless ``MCPVISOR_CONFORMANCE=1`` says they must
+run); the fleet tests need ``redis-server`` and ``haproxy`` and are left out the same way (unless
+``MCPVISOR_FLEET_TESTS=1``)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
@@ -73,13 +74,54 @@ FleetNameOpt = Annotated[
 
 
 def fleet_store(env: Mapping[str, str]) -> FleetStore | None:
-    """The fleet store this command was pointed at, or ``None``."""
-    url = env.get(FLEET_ENV, "").strip()
-    if not url:
-        return None
+    """The fleet store this command was pointed at, or ``None``: ``--fleet`` / ``MCPVISOR_FLEET``, else the
+    ``fleet`` block of the enforced (system) settings, else the user's; never a workspace's."""
     from mcpvisor.fleet.store import FleetStore
 
-    return FleetStore(url, fleet=env.get(FLEET_NAME_ENV, "").strip() or "default")
+    url = env.get(FLEET_ENV, "").strip()
+    if url:
+        return FleetStore(url, fleet=env.get(FLEET_NAME_ENV, "").strip() or "default")
+    found = _fleet_in_settings(env)
+    if found is None:
+        return None
+    url, name = found
+    return FleetStore(url, fleet=env.get(FLEET_NAME_ENV, "").strip() or name)
+
+
+def _fleet_in_settings(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """``(url, name)`` from the ``fleet`` block of the system settings, else the user's."""
+    from mcpvisor.core.errors import ConfigError
+    from mcpvisor.host import paths
+    from mcpvisor.host.settings.files import SettingsFileError, read_settings_file
+
+    for path in (paths.system_settings_path(env), paths.user_settings_path(env)):
+        try:
+            data = read_settings_file(path)
+        except SettingsFileError:
+            if _mentions_fleet(path):
+                raise  # its fleet cannot be read: the command must not decide outside it (the error names the file)
+            continue  # a file that does not parse names no fleet; the command itself reports it
+        block = data.get("fleet") if data is not None else None
+        if block is None:
+            continue
+        url = block.get("url") if isinstance(block, dict) else None
+        if not isinstance(url, str) or not url.strip():
+            raise ConfigError(f"{path}: 'fleet' must be an object with a 'url', e.g. {FLEET_EXAMPLE}")
+        name = block.get("name", "default")
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{path}: 'fleet.name' must be a non-empty string")
+        return url.strip(), name.strip()
+    return None
+
+
+def _mentions_fleet(path: Path) -> bool:
+    try:
+        return '"fleet"' in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+FLEET_EXAMPLE: Final = '{"fleet": {"url": "redis://127.0.0.1:6379/0"}}'
 
 
 def _freshness(env: Mapping[str, str]) -> float:

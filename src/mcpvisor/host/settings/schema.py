@@ -284,6 +284,17 @@ SETTINGS_SCHEMA: Mapping[str, SettingDefinition] = {
             ),
         ),
     ),
+    "fleet": _obj(
+        "The fleet this host's gateway and commands join (replicas sharing one Redis), read from user and "
+        "enforced (system) settings only: a workspace can never name it. --fleet and MCPVISOR_FLEET win.",
+        restart=True,
+        url=SettingDefinition(
+            "string", "redis://HOST:PORT/DB, rediss://... or unix:///PATH.", requires_restart=True, show_in_dialog=False
+        ),
+        name=SettingDefinition(
+            "string", "Which fleet in that Redis (default 'default').", requires_restart=True, show_in_dialog=False
+        ),
+    ),
     "ui": _obj(
         "Terminal user interface.",
         restart=False,
