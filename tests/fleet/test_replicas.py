@@ -313,3 +313,24 @@ def text(result: types.CallToolResult) -> str:
     [content] = result.content
     assert isinstance(content, types.TextContent)
     return content.text
+
+
+async def test_the_publisher_lease_moves_on_when_its_holder_dies(tmp_path: Path, redis_server: RedisServer) -> None:
+    with fleet_of(tmp_path, redis_server) as fleet:
+        home_a, home_b = tmp_path / "a", tmp_path / "b"
+        replace_text(home_a / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {"u": server("u")}}))
+        replace_text(home_b / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {}}))
+        a = fleet.start("ra", home_a)
+        await ready(a)
+        b = fleet.start("rb", home_b)
+        await ready(b)
+        await wait_tools(b, {"mcp__u__echo"})  # A's files are the fleet's
+        a.proc.kill()  # kill -9: it never gives the lease back
+        a.proc.wait()
+        # Within the lease's 10 s (and one heartbeat) B publishes: its own files are the fleet's now.
+        await wait_tools(b, set(), absent={"mcp__u__echo"})
+        replace_text(home_b / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {"w": server("w")}}))
+        await wait_tools(b, {"mcp__w__echo"})
+        said = json.loads(fleet.command("fleet", "status", "--json", home=tmp_path / "c").stdout)
+        publishers = [row["id"] for row in said["replicas"] if row["publisher"]]
+        assert publishers == ["rb"]
