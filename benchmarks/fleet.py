@@ -15,8 +15,11 @@ server as every upstream, the official SDK client.
 3. **Owner death** (3 replicas): a handshake session held by a replica that is then killed with
    SIGKILL, used on another replica → time to the 404 that tells the client to start a new session;
    meanwhile a 2026-07-28 client calls a tool on a surviving replica every 10 ms (failed calls).
+4. **Redis stopped** (2 replicas, the default 15 s freshness, a durable Redis): Redis killed → when each
+   replica withdraws an approved project server, while a user server's calls go on (failed calls);
+   Redis started again with its data → when each replica serves the project server again.
 
-    .venv/bin/python benchmarks/fleet.py [--rounds N] [--seconds S]
+    .venv/bin/python benchmarks/fleet.py [--rounds N] [--seconds S] [--cost-rounds N] [--only PART]
 """
 
 from __future__ import annotations
@@ -75,28 +78,34 @@ def free_port() -> int:
         return port
 
 
-@contextlib.contextmanager
-def redis_server(folder: Path) -> Iterator[str]:
+def start_redis(folder: Path, *, durable: bool = False) -> subprocess.Popen[bytes]:
+    """A redis-server on a unix socket in ``folder`` (``durable``: append-only file, fsync on every write)."""
     binary = shutil.which("redis-server")
     if binary is None:
         sys.exit("redis-server is not installed: apt install redis-server")
     sock = folder / "r.sock"
+    persistence = ["--appendonly", "yes", "--appendfsync", "always"] if durable else ["--appendonly", "no"]
     proc = subprocess.Popen(
         [binary, "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700", "--dir", str(folder),
-         "--save", "", "--appendonly", "no"],
+         "--save", "", *persistence],
         stdout=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = time.monotonic() + TIMEOUT_S
     while True:
         try:
             redis.Redis(unix_socket_path=str(sock)).ping()
-            break
+            return proc
         except redis.ConnectionError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def redis_server(folder: Path) -> Iterator[str]:
+    proc = start_redis(folder)
     try:
-        yield f"unix://{sock}"
+        yield f"unix://{folder / 'r.sock'}"
     finally:
         proc.terminate()
         proc.wait()
@@ -351,6 +360,78 @@ async def owner_death(folder: Path, fleet_url: str, rounds: int) -> tuple[list[f
     return refusals, calls, failed
 
 
+# --------------------------------------------------------------------------- 4. Redis stopped
+
+
+@dataclass
+class Outage:
+    held_s: list[float]
+    back_s: list[float]
+    calls: int
+    failed: int
+
+
+async def outage(folder: Path) -> Outage:
+    """Two replicas (default freshness, 15 s) serve an approved project server and a user server; Redis is
+    killed: when each replica withdraws the project server, whether the user server keeps answering; Redis
+    comes back with its data: when each replica serves the project server again."""
+    store_dir = folder / "redis"
+    store_dir.mkdir(parents=True)
+    proc = start_redis(store_dir, durable=True)
+    url = f"unix://{store_dir / 'r.sock'}"
+    root = folder / "ws"
+    write(root / ".mcp.json", {"mcpServers": {"p": light("p")}})
+    bench = Bench(folder, root, url)
+    write(bench.home("r1") / ".mcpvisor" / "settings.json", {"mcpServers": {"u": light("u")}})
+    calls = failed = 0
+    try:
+        replicas = [await bench.start("r1"), await bench.start("r2")]
+        from mcpvisor.core.server_config import McpServerConfig
+        from mcpvisor.host.approvals import root_key
+
+        digest = McpServerConfig.model_validate({**light("p"), "scope": "project"}).approval_hash
+        FleetStore(url).decide(root_key(root), "p", digest, "approved", expected_rev=None, by="bench")
+        async with contextlib.AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(Client(r.url + "/mcp")) for r in replicas]
+
+            async def when(present: bool, since: float) -> list[float]:
+                out = []
+                with anyio.fail_after(TIMEOUT_S * 2):
+                    for c in clients:
+                        while ("mcp__p__echo" in await names(c)) != present:  # noqa: ASYNC110 - other processes
+                            await anyio.sleep(0.05)
+                        out.append(time.perf_counter() - since)
+                return out
+
+            await when(True, time.perf_counter())
+            stop = anyio.Event()
+
+            async def prober() -> None:
+                nonlocal calls, failed
+                while not stop.is_set():
+                    for c in clients:
+                        try:
+                            failed += (await c.call_tool("mcp__u__echo", {"text": "x"})).is_error
+                        except Exception:
+                            failed += 1
+                        calls += 1
+                    await anyio.sleep(0.1)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(prober)
+                proc.kill()
+                proc.wait()
+                held = await when(False, time.perf_counter())
+                proc = start_redis(store_dir, durable=True)
+                back = await when(True, time.perf_counter())
+                stop.set()
+        return Outage(held, back, calls, failed)
+    finally:
+        bench.stop_all()
+        proc.terminate()
+        proc.wait()
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -360,10 +441,13 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each throughput window")
     parser.add_argument("--cost-rounds", type=int, default=5, help="file/fleet alternations for the per-call cost")
     parser.add_argument(
-        "--only", choices=["convergence", "cost", "death"], action="append", help="run only these parts (repeatable)"
+        "--only",
+        choices=["convergence", "cost", "death", "outage"],
+        action="append",
+        help="run only these parts (repeatable)",
     )
     args = parser.parse_args()
-    parts = set(args.only or ["convergence", "cost", "death"])
+    parts = set(args.only or ["convergence", "cost", "death", "outage"])
     version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()  # noqa: ASYNC221
     print_header(
         "Fleet: replicas sharing decisions and settings through Redis",
@@ -378,6 +462,8 @@ async def main() -> None:
                 await report_cost(base, url, args.cost_rounds, args.seconds)
             if "death" in parts:
                 await report_death(base, url, max(3, args.rounds // 2))
+        if "outage" in parts:
+            await report_outage(base / "outage")
 
 
 async def report_convergence(base: Path, url: str, rounds: int) -> None:
@@ -424,6 +510,15 @@ async def report_death(base: Path, url: str, rounds: int) -> None:
     table.add("its handshake session on another replica -> 404 (ms)", *stats_cells(refusals))
     table.print()
     print(f"2026-07-28 client on a surviving replica meanwhile: {calls} calls, {failed} failed")
+
+
+async def report_outage(folder: Path) -> None:
+    seen = await outage(folder)
+    table = Table("Redis killed, then started again with its data (2 replicas, freshness 15 s)", ["what", "r1", "r2"])
+    table.add("project server withdrawn after (s)", *(f"{v:.1f}" for v in seen.held_s))
+    table.add("served again after Redis is back (s)", *(f"{v:.2f}" for v in seen.back_s))
+    table.print()
+    print(f"the user server meanwhile: {seen.calls} calls, {seen.failed} failed")
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def test_a_decision_reaches_another_reader_bound_to_its_hash(redis_server: Redis
 def test_a_decision_over_one_the_person_did_not_see_is_refused(redis_server: RedisServer) -> None:
     shown = command_store(redis_server)  # what one person looked at: no decision yet
     command_store(redis_server).reject(ROOT, "p", Cfg("h1"))  # meanwhile someone else rejected it
-    with pytest.raises(ConfigError, match="another decision on it reached the fleet store"):
+    with pytest.raises(ConfigError, match="another decision on it was made since it was shown"):
         shown.approve(ROOT, "p", Cfg("h1"))
     assert command_store(redis_server).get_state(ROOT, "p", Cfg("h1")) == "rejected"
     shown.approve(ROOT, "p", Cfg("h1"))  # re-read by the refusal: deciding again is what the person saw
@@ -138,3 +138,16 @@ async def test_two_live_processes_never_share_a_replica_id(redis_server: RedisSe
                 pass
     async with Replica(FleetStore(redis_server.url), replica_id="r1"):  # it left the registry on its way out
         pass
+
+
+def test_a_decision_names_the_record_it_was_shown(redis_server: RedisServer) -> None:
+    from mcpvisor.host.approvals import DecidedSinceShown
+
+    mine = command_store(redis_server)
+    shown = mine.stamp(ROOT, "p")
+    theirs = command_store(redis_server)
+    theirs.reject(ROOT, "p", Cfg("h1"))
+    mine.load()  # even with the newer record read since, what was shown decides
+    with pytest.raises(DecidedSinceShown):
+        mine.approve(ROOT, "p", Cfg("h1"), shown=shown)
+    assert command_store(redis_server).get_state(ROOT, "p", Cfg("h1")) == "rejected"

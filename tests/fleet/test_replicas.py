@@ -268,9 +268,10 @@ async def test_a_round_retry_landing_on_another_replica_reaches_the_call_waiting
         home_a = tmp_path / "a"
         control = {"mcpServers": {"k": server("k", "--control")}}
         replace_text(home_a / ".mcpvisor" / "settings.json", json.dumps(control))
-        a = fleet.start("ra", home_a)
+        fleet_key = "a fleet key of at least thirty-two characters"
+        a = fleet.start("ra", home_a, MCPVISOR_FLEET_KEY=fleet_key)
         await ready(a)
-        b = fleet.start("rb", tmp_path / "b")
+        b = fleet.start("rb", tmp_path / "b", MCPVISOR_FLEET_KEY=fleet_key)
         await ready(b)
         await wait_tools(b, {"mcp__k__ask_client"})
         async with (
@@ -296,6 +297,16 @@ async def test_a_round_retry_landing_on_another_replica_reaches_the_call_waiting
             # A round whose replica is gone is answered at once: make the call again.
             again = await on_a.session.call_tool("mcp__k__ask_client", {"kind": "roots"}, allow_input_required=True)
             assert isinstance(again, types.InputRequiredResult)
+            assert again.request_state is not None
+            # A round name the fleet did not make (here: one naming another replica) is refused, not forwarded.
+            with pytest.raises(MCPError, match="requestState was not made by this fleet"):
+                await on_b.session.call_tool(
+                    "mcp__k__ask_client",
+                    {"kind": "roots"},
+                    input_responses={key: answer},
+                    request_state=again.request_state.replace("-ra.", "-rx.", 1),
+                    allow_input_required=True,
+                )
             a.proc.kill()
             a.proc.wait()
             with pytest.raises(MCPError, match="which is gone; make the call again"):

@@ -564,3 +564,20 @@ def test_an_approvals_store_locked_elsewhere_records_nothing_and_says_to_try_aga
     assert store.get_state(root, "p", cfg) == "pending"
     store.approve(root, "p", cfg)  # free again: recorded
     assert ApprovalStore(tmp_path / "approvals.json").get_state(root, "p", cfg) == "approved"
+
+
+def test_a_decision_over_one_made_after_the_question_was_shown_is_refused(tmp_path: Path) -> None:
+    """Two people answering at once: the second answer names the record as it was shown, and a decision
+    made meanwhile is never overwritten unseen (the file store compares it under the lock)."""
+    from mcpvisor.host.approvals import DecidedSinceShown
+
+    cfg = project({"command": "x"})
+    root, store = tmp_path / "project", tmp_path / "home" / "a.json"
+    mine, theirs = ApprovalStore(store), ApprovalStore(store)
+    shown = mine.stamp(root, "p")
+    theirs.reject(root, "p", cfg)
+    with pytest.raises(DecidedSinceShown, match="another decision on it was made since it was shown"):
+        mine.approve(root, "p", cfg, shown=shown)
+    assert ApprovalStore(store).get_state(root, "p", cfg) == "rejected"
+    mine.approve(root, "p", cfg, shown=mine.stamp(root, "p"))  # looked again: decided
+    assert ApprovalStore(store).get_state(root, "p", cfg) == "approved"

@@ -151,6 +151,7 @@ def decide(
         render_definition_changes(console, changes)
         if confirm is not None and not confirm(f"Accept what {name} offers now?"):
             raise ConfigError(f"nothing was changed: {name}'s changed definitions stay held (--yes accepts them)")
+    stamp = approvals.stamp(settings.root, name)  # the decision as it is shown: another one meanwhile is refused
     approved = approvals.get_state(settings.root, name, cfg) == "approved"
     if is_gated(cfg) and not (changes and approved):
         console.print(f"Server [bold]{name}[/] ({source.label}, {source.path})")
@@ -164,6 +165,7 @@ def decide(
         decision,
         pin_mode=pin_mode,
         shown_hash=cfg.approval_hash,
+        shown_stamp=stamp,
         source=source.label,
     )
     if decided.accepted:

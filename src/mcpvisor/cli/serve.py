@@ -128,10 +128,10 @@ async def _serve(
     host.subscribe(HumanOutput(host, console))
     if http is None:
         # Nothing in mcpvisor writes to stdout, and while serving the SDK points fd 1 at stderr.
-        served_as = replica.id if replica is not None else None
+        served_as = replica.round_state if replica is not None else None
         async with (
             host,
-            Gateway(host.config, name_budget=name_budget, replica=served_as, bus=_bus(replica, host)) as gateway,
+            Gateway(host.config, name_budget=name_budget, round_state=served_as, bus=_bus(replica, host)) as gateway,
             stdio_server() as (read, write),
         ):
             if replica is not None:
@@ -142,9 +142,9 @@ async def _serve(
     else:
         sock = bind_http_socket(*http)
         try:
-            served_as = replica.id if replica is not None else None
+            served_as = replica.round_state if replica is not None else None
             bus = _bus(replica, host)
-            async with host, Gateway(host.config, name_budget=name_budget, replica=served_as, bus=bus) as gateway:
+            async with host, Gateway(host.config, name_budget=name_budget, round_state=served_as, bus=bus) as gateway:
                 if replica is not None:
                     await replica.publish_from(host.options.env, host.root)
                     replica.serve_at(http_url(sock))
@@ -222,7 +222,7 @@ async def _run_workspace_gateway(
             workspace_root=workspace_root,
             limits=limits,
             name_budget=name_budget,
-            replica=replica.id if replica else None,
+            round_state=replica.round_state if replica else None,
             bus_for=replica.bus_for if replica else None,
         ) as workspaces:
             if replica is not None:  # the default workspace's files are the ones published

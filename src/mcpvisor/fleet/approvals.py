@@ -36,6 +36,7 @@ from mcpvisor.host.approvals import (
     ApprovalRecord,
     ApprovalStore,
     Decidable,
+    DecidedSinceShown,
     Decision,
     Kind,
     root_key,
@@ -239,7 +240,18 @@ class FleetApprovalStore(ApprovalStore):
             record = self._fleet.get(root_key(root, kind), {}).get(name)
             return record.rev if record is not None else 0
 
-    def _decide(self, root: str | os.PathLike[str], name: str, cfg: Decidable, status: Decision, kind: Kind) -> None:
+    def stamp(self, root: str | os.PathLike[str], name: str, kind: Kind = "mcp") -> str:
+        return f"rev:{self.revision_of(root, name, kind)}"
+
+    def _decide(
+        self,
+        root: str | os.PathLike[str],
+        name: str,
+        cfg: Decidable,
+        status: Decision,
+        kind: Kind,
+        shown: str | None = None,
+    ) -> None:
         import redis
 
         key = root_key(root, kind)
@@ -248,6 +260,11 @@ class FleetApprovalStore(ApprovalStore):
             if self._rewound_at is not None or self._error is not None:
                 raise ConfigError(f"could not record {verb} of server {name!r}: {self.error}")
             expected = self.revision_of(root, name, kind)
+            if shown is not None:
+                try:
+                    expected = int(shown.removeprefix("rev:"))
+                except ValueError:
+                    raise DecidedSinceShown(name, verb) from None
         try:
             rev = self.store.decide(key, name, cfg.approval_hash, status, expected_rev=expected, by=_who())
         except (redis.RedisError, OSError) as exc:
@@ -257,10 +274,7 @@ class FleetApprovalStore(ApprovalStore):
             ) from exc
         if rev is None:
             self._reread(key, name)
-            raise ConfigError(
-                f"could not record {verb} of server {name!r}: another decision on it reached the fleet store "
-                "since it was read; look at its state again and decide again"
-            )
+            raise DecidedSinceShown(name, verb)
         self.apply(key, name, FleetRecord(cfg.approval_hash, status, rev, _who(), time.time()))
         what = "MCP server" if kind == "mcp" else "language server"
         logger.info("%s %r %s for project %s in fleet %s", what, name, status, key, self.store.keys.fleet)

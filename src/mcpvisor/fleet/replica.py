@@ -37,7 +37,7 @@ from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.fleet.approvals import DEFAULT_FRESHNESS_S, FleetApprovalStore
 from mcpvisor.fleet.bus import FleetBus
 from mcpvisor.fleet.pins import FleetPinStore
-from mcpvisor.fleet.routing import FleetUnavailable, OwnerRouter
+from mcpvisor.fleet.routing import ROUND_PREFIX, FleetUnavailable, OwnerRouter
 from mcpvisor.fleet.sealing import FleetKey
 from mcpvisor.fleet.settings import (
     PUBLISHED_SCOPES,
@@ -104,6 +104,7 @@ class Replica(StackOwner):
         self.approvals = FleetApprovalStore(store, freshness_s=freshness_s)
         self.pins = FleetPinStore(store)
         self.tokens = FleetTokenStore(store, key) if key is not None else None
+        self._key = key
         self.address = ""
         self._nonce = secrets.token_hex(8)
         self._register = register
@@ -175,6 +176,26 @@ class Replica(StackOwner):
         if self._http is None:
             raise RuntimeError("the replica is not running")
         return OwnerRouter(app, self, self._http)
+
+    def round_state(self, token: str) -> str:
+        """The ``requestState`` of an input round on this replica: ``mcpvisor-round-<replica>.<token>``, and a tag
+        of the fleet key when there is one (a replica forwards only rounds the fleet named)."""
+        state = f"{ROUND_PREFIX}{self.id}.{token}"
+        return f"{state}.{self._key.mac(state)}" if self._key is not None else state
+
+    def round_owner(self, state: str) -> str | None:
+        """The replica a ``requestState`` names (``None``: not a fleet's round); :class:`ValueError` when its
+        tag is not the fleet key's (made up, or changed)."""
+        if not state.startswith(ROUND_PREFIX):
+            return None
+        owner, dot, rest = state.removeprefix(ROUND_PREFIX).partition(".")
+        if not dot or not owner or not rest:
+            return None
+        if self._key is not None:
+            named, _, tag = state.rpartition(".")
+            if not tag or named.count(".") < 1 or not self._key.verify(named, tag):
+                raise ValueError("requestState was not made by this fleet")
+        return owner
 
     def serve_at(self, address: str) -> None:
         """This replica's gateway listens at ``address`` (its URL): other replicas forward its sessions there."""

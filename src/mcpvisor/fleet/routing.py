@@ -56,6 +56,8 @@ class Routed(Protocol):
 
     def readiness(self) -> dict[str, Any]: ...
 
+    def round_owner(self, state: str) -> str | None: ...
+
     async def address_of(self, replica_id: str) -> str | None: ...
 
 
@@ -127,7 +129,12 @@ class OwnerRouter:
         body = await _read_body(receive, send)
         if body is None:
             return  # the client went away, or the body was too large (answered)
-        owner = _round_owner(body) if b'"requestState"' in body else None
+        state = _request_state(body) if b'"requestState"' in body else None
+        try:
+            owner = self._replica.round_owner(state) if state is not None else None
+        except ValueError as exc:
+            await _rpc_error(send, body, f"{exc}; make the call again without it")
+            return
         if owner is None or owner == self._replica.id:
             await self._app(scope, _replay(body, receive), self._naming_sessions(send))
             return
@@ -252,16 +259,13 @@ def _replay(body: bytes, receive: Any) -> Any:
     return replay
 
 
-def _round_owner(body: bytes) -> str | None:
-    """The replica named by a request's ``requestState`` (``mcpvisor-round-<replica>.<token>``), if any."""
+def _request_state(body: bytes) -> str | None:
+    """A request's ``params.requestState``, if it has one."""
     try:
         state = json.loads(body).get("params", {}).get("requestState")
     except (ValueError, AttributeError):
         return None
-    if not isinstance(state, str) or not state.startswith(ROUND_PREFIX):
-        return None
-    owner, dot, _ = state.removeprefix(ROUND_PREFIX).partition(".")
-    return owner if dot and owner else None
+    return state if isinstance(state, str) else None
 
 
 async def _rpc_error(send: Any, body: bytes, message: str) -> None:

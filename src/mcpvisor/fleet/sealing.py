@@ -1,4 +1,5 @@
-"""The fleet key: what seals the fleet's secrets (OAuth tokens) before they enter the store.
+"""The fleet key: what seals the fleet's secrets (OAuth tokens) before they enter the store, and signs the
+names of input rounds (a replica forwards only a round another replica of the fleet named).
 
 ``MCPVISOR_FLEET_KEY`` holds one or more secrets separated by commas (or ``MCPVISOR_FLEET_KEY_FILE``
 names a file readable by its owner only, one secret per line): the first seals, every one opens, so a
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import os
 import stat
 from collections.abc import Mapping
@@ -27,6 +29,7 @@ KEY_FILE_ENV: Final = "MCPVISOR_FLEET_KEY_FILE"
 MIN_SECRET: Final = 32
 _PREFIX: Final = "v1."
 _INFO: Final = b"mcpvisor fleet seal v1"
+_MAC_INFO: Final = b"mcpvisor fleet mac v1"
 
 
 class FleetKey:
@@ -45,9 +48,13 @@ class FleetKey:
                     "(e.g. the output of: openssl rand -base64 48)"
                 )
         self._keys: list[tuple[bytes, bytes]] = []
+        self._macs: list[bytes] = []
         for secret in secrets:
             derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_INFO).derive(secret.encode())
             self._keys.append((hashlib.sha256(derived).digest()[:4], derived))
+            self._macs.append(
+                HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_MAC_INFO).derive(secret.encode())
+            )
 
     def __repr__(self) -> str:
         return f"FleetKey({len(self._keys)} key(s))"
@@ -71,6 +78,19 @@ class FleetKey:
         except OSError as exc:
             raise ConfigError(f"cannot read fleet key file {path}: {exc.strerror or exc}") from exc
         return cls([line.strip() for line in text.splitlines() if line.strip()])
+
+    def mac(self, text: str) -> str:
+        """A tag that only the fleet's key makes for ``text`` (HMAC-SHA256, 128 bits, URL-safe)."""
+        digest = hmac.new(self._macs[0], text.encode(), hashlib.sha256).digest()[:16]
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+    def verify(self, text: str, tag: str) -> bool:
+        """Whether ``tag`` is :meth:`mac` of ``text`` under any key of the ring (compared in constant time)."""
+        for key in self._macs:
+            digest = hmac.new(key, text.encode(), hashlib.sha256).digest()[:16]
+            if hmac.compare_digest(base64.urlsafe_b64encode(digest).decode().rstrip("="), tag):
+                return True
+        return False
 
     def seal(self, plaintext: bytes, context: str) -> str:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM

@@ -280,13 +280,13 @@ class Rounds:
     """The calls of 2026-07-28-era clients whose servers asked for input, between the clients' rounds."""
 
     def __init__(
-        self, tg: anyio.abc.TaskGroup, *, timeout_s: float = ROUND_TIMEOUT_S, owner: str | None = None
+        self, tg: anyio.abc.TaskGroup, *, timeout_s: float = ROUND_TIMEOUT_S, name: Callable[[str], str] | None = None
     ) -> None:
-        """``owner``: the replica of a fleet these rounds live on, named in every ``request_state``
-        (``mcpvisor-round-<owner>.<token>``) so that a retry landing on another replica reaches this one."""
+        """``name`` makes a round's ``request_state`` from a random token (default ``mcpvisor-round-<token>``);
+        a fleet replica's names the replica the call runs on, so a retry landing elsewhere reaches it."""
         self._tg = tg
         self._timeout_s = timeout_s
-        self._prefix = _STATE_PREFIX + (f"{owner}." if owner else "")
+        self._name = name or (lambda token: _STATE_PREFIX + token)
         self._open: dict[str, _Call[Any]] = {}
 
     def __len__(self) -> int:
@@ -323,7 +323,7 @@ class Rounds:
             raise
         if not isinstance(outcome, dict):
             return outcome
-        state = self._prefix + secrets.token_urlsafe(18)
+        state = self._name(secrets.token_urlsafe(18))
         self._open[state] = running
         self._tg.start_soon(self._expire, state, running, running.round)
         return types.InputRequiredResult(

@@ -108,7 +108,7 @@ class Gateway(StackOwner):
         name: str = "mcpvisor",
         round_timeout_s: float = ROUND_TIMEOUT_S,
         name_budget: int = DEFAULT_NAME_BUDGET,
-        replica: str | None = None,
+        round_state: Callable[[str], str] | None = None,
         bus: SubscriptionBus | None = None,
     ) -> None:
         if name_budget < MIN_NAME_BUDGET:
@@ -118,7 +118,7 @@ class Gateway(StackOwner):
         self._tool_names: ServedNames | None = None
         """Served tool names under the budget, rebuilt after the tools change (see :mod:`.names`)."""
         self._round_timeout_s = round_timeout_s
-        self._replica = replica  # the fleet replica this gateway is (--fleet): its input rounds name it
+        self._round_state = round_state  # a fleet replica's (--fleet): its input rounds name it
         self.bus: SubscriptionBus = bus or InMemorySubscriptionBus()  # a fleet's reaches every replica's clients
         self._listen = ListenHandler(self.bus)
         self.notices = ChangeNotices(self.bus)
@@ -163,7 +163,7 @@ class Gateway(StackOwner):
         async with AsyncExitStack() as stack:
             tg = await stack.enter_async_context(anyio.create_task_group())
             self._tg = tg
-            self._rounds = Rounds(tg, timeout_s=self._round_timeout_s, owner=self._replica)
+            self._rounds = Rounds(tg, timeout_s=self._round_timeout_s, name=self._round_state)
             stack.callback(tg.cancel_scope.cancel)
             stack.callback(self._listen.close)  # listen streams end gracefully (the client re-listens)
             self._served_resources = self.routes.served()  # what is served already needs no notice

@@ -134,13 +134,13 @@ class WorkspaceGateway(StackOwner):
         workspace_root: Path | None = None,
         limits: HttpLimits = DEFAULT_HTTP_LIMITS,
         name_budget: int = DEFAULT_NAME_BUDGET,
-        replica: str | None = None,
+        round_state: Callable[[str], str] | None = None,
         bus_for: Callable[[Path], SubscriptionBus] | None = None,
     ) -> None:
-        """``replica`` and ``bus_for``: a fleet replica's id (its input rounds name it) and each workspace's
-        listen bus (every replica's changes reach the listen streams)."""
+        """``round_state`` and ``bus_for``: a fleet replica's names of input rounds (they name the replica) and
+        each workspace's listen bus (every replica's changes reach the listen streams)."""
         self._options = options
-        self._replica = replica
+        self._round_state = round_state
         self._bus_for = bus_for
         self._limits = limits
         self._name_budget = name_budget
@@ -286,7 +286,7 @@ class WorkspaceGateway(StackOwner):
                 Gateway(
                     host.config,
                     name_budget=self._name_budget,
-                    replica=self._replica,
+                    round_state=self._round_state,
                     bus=self._bus_for(workspace.root) if self._bus_for is not None else None,
                 ) as gateway,
             ):

@@ -71,6 +71,7 @@ __all__ = [
     "ApprovalState",
     "ApprovalStore",
     "Decision",
+    "DecidedSinceShown",
     "StoreRecords",
     "is_gated",
     "parse_store",
@@ -178,6 +179,21 @@ def parse_store(text: str) -> dict[str, dict[str, ApprovalRecord]]:
             parsed[name] = ApprovalRecord(hash=digest, status=status)
         out[root] = parsed
     return out
+
+
+class DecidedSinceShown(ConfigError):
+    """Another decision on the server was recorded after the question was shown: nothing was written."""
+
+    def __init__(self, name: str, verb: str) -> None:
+        super().__init__(
+            f"could not record {verb} of server {name!r}: another decision on it was made since it was shown; "
+            "look at its state again and decide again"
+        )
+        self.name = name
+
+
+def _stamp(record: ApprovalRecord | None) -> str:
+    return "none" if record is None else f"{record.status}:{record.hash}"
 
 
 def _is_inside(path: Path, root: Path) -> bool:
@@ -329,15 +345,36 @@ class ApprovalStore:
 
     # -- writes -------------------------------------------------------------------------------
 
-    def approve(self, root: str | os.PathLike[str], name: str, cfg: Decidable, kind: Kind = "mcp") -> None:
-        """Record that the user approved this exact configuration of ``name`` for ``root``."""
-        self._decide(root, name, cfg, "approved", kind)
+    def stamp(self, root: str | os.PathLike[str], name: str, kind: Kind = "mcp") -> str:
+        """What ``name``'s record is now, as an opaque text that changes with every decision on it: taken when a
+        question is shown, and given to :meth:`approve` / :meth:`reject` as ``shown``."""
+        with self._mutex:
+            self._refresh()
+            return _stamp(self._records.get(root_key(root, kind), {}).get(name))
 
-    def reject(self, root: str | os.PathLike[str], name: str, cfg: Decidable, kind: Kind = "mcp") -> None:
-        """Record that the user rejected this exact configuration of ``name`` for ``root``."""
-        self._decide(root, name, cfg, "rejected", kind)
+    def approve(
+        self, root: str | os.PathLike[str], name: str, cfg: Decidable, kind: Kind = "mcp", *, shown: str | None = None
+    ) -> None:
+        """Record that the user approved this exact configuration of ``name`` for ``root``. With ``shown`` (a
+        :meth:`stamp`), only if no other decision on it was made since: else :class:`DecidedSinceShown`."""
+        self._decide(root, name, cfg, "approved", kind, shown)
 
-    def _decide(self, root: str | os.PathLike[str], name: str, cfg: Decidable, status: Decision, kind: Kind) -> None:
+    def reject(
+        self, root: str | os.PathLike[str], name: str, cfg: Decidable, kind: Kind = "mcp", *, shown: str | None = None
+    ) -> None:
+        """Record that the user rejected this exact configuration of ``name`` for ``root`` (``shown``: see
+        :meth:`approve`)."""
+        self._decide(root, name, cfg, "rejected", kind, shown)
+
+    def _decide(
+        self,
+        root: str | os.PathLike[str],
+        name: str,
+        cfg: Decidable,
+        status: Decision,
+        kind: Kind,
+        shown: str | None = None,
+    ) -> None:
         key = root_key(root)
         verb = "approval" if status == "approved" else "rejection"
         if self._inside(Path(key)):
@@ -353,7 +390,7 @@ class ApprovalStore:
             try:
                 self._path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
                 with FileLock(self.lock_path, timeout=LOCK_TIMEOUT_S, mode=STORE_MODE):
-                    self._write_locked(root_key(root, kind), name, record, verb)
+                    self._write_locked(root_key(root, kind), name, record, verb, shown)
             except Timeout as exc:
                 raise ConfigError(
                     f"could not record {verb} of server {name!r}: another process holds the lock "
@@ -364,7 +401,7 @@ class ApprovalStore:
         what = "MCP server" if kind == "mcp" else "language server"
         logger.info("%s %r %s for project %s", what, name, status, key)
 
-    def _write_locked(self, key: str, name: str, record: ApprovalRecord, verb: str) -> None:
+    def _write_locked(self, key: str, name: str, record: ApprovalRecord, verb: str, shown: str | None) -> None:
         # Read-modify-write from the file itself, never from memory: another process may have
         # decided since we last read it.
         try:
@@ -377,6 +414,8 @@ class ApprovalStore:
                 f"could not record {verb} of server {name!r}: the approvals store {str(self._path)!r} "
                 f"cannot be read ({describe_read_error(exc)}); fix or delete the file, then decide again"
             ) from exc
+        if shown is not None and _stamp(parse_store(text).get(key, {}).get(name)) != shown:
+            raise DecidedSinceShown(name, verb)  # beside the write, under the lock: nothing decided unseen
         # Keep whatever else the file holds (e.g. extra keys in records) as it is.
         raw: dict[str, Any] = load_json(text) if text.strip() else {}
         servers = raw.setdefault(key, {})

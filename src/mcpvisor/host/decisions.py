@@ -19,10 +19,10 @@ from typing import Literal
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
-from mcpvisor.host.approvals import ApprovalStore, is_gated
+from mcpvisor.host.approvals import ApprovalStore, DecidedSinceShown, is_gated
 from mcpvisor.host.pins import Change, PinMode, PinStore, accept_held, changes_since_approval
 
-__all__ = ["ChangedSinceShown", "Decided", "Verdict", "decide"]
+__all__ = ["ChangedSinceShown", "DecidedSinceShown", "Decided", "Verdict", "decide"]
 
 Verdict = Literal["approve", "reject"]
 
@@ -53,12 +53,15 @@ def decide(
     *,
     pin_mode: PinMode,
     shown_hash: str | None = None,
+    shown_stamp: str | None = None,
     source: str | None = None,
 ) -> Decided:
     """Decide on server ``name``, configured now as ``cfg``, for the project at ``root`` (blocking file I/O).
 
     ``shown_hash``: the approval hash of the configuration the person was shown (None: ``cfg`` is what
-    was shown). ``source`` names where the server comes from, for the refusal of one that needs no
+    was shown); ``shown_stamp``: the record as it was then (:meth:`ApprovalStore.stamp`; None: as it is now)
+    — a decision made meanwhile by someone else is never overwritten unseen (:class:`DecidedSinceShown`).
+    ``source`` names where the server comes from, for the refusal of one that needs no
     approval. Raises :class:`ChangedSinceShown`, or :class:`ConfigError` saying why it cannot be decided
     (needs no approval, the store cannot be read or written)."""
     if shown_hash is not None and cfg.approval_hash != shown_hash:
@@ -78,7 +81,7 @@ def decide(
             f"cannot {verdict} server {name!r}: it is not a project or workspace server — {origin} need no "
             "approval; only project (.mcp.json) and workspace servers are approved"
         )
-    (approvals.approve if verdict == "approve" else approvals.reject)(root, name, cfg)
+    (approvals.approve if verdict == "approve" else approvals.reject)(root, name, cfg, shown=shown_stamp)
     return Decided(recorded=True, accepted=accepted)
 
 

@@ -419,6 +419,7 @@ class Host(StackOwner):
         decision: Verdict,
         *,
         shown_hash: str | None = None,
+        shown_stamp: str | None = None,
         on_decided: Callable[[Decided], None] | None = None,
     ) -> Decided:
         """Approve or reject a server (:func:`mcpvisor.host.decisions.decide`: ``shown_hash`` is the
@@ -440,6 +441,7 @@ class Host(StackOwner):
                 decision,
                 pin_mode=self._pin_mode,
                 shown_hash=shown_hash,
+                shown_stamp=shown_stamp,
                 source=state.assembled.sources[name].label,
             )
         )

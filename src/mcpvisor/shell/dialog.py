@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from mcpvisor.host.approvals import is_gated
-from mcpvisor.host.decisions import ChangedSinceShown, Decided, Verdict
+from mcpvisor.host.decisions import ChangedSinceShown, Decided, DecidedSinceShown, Verdict
 from mcpvisor.host.host import Host
 from mcpvisor.host.hot_reload import strictly_promptable
 from mcpvisor.host.lsp.config import LSP_KEY_PREFIX
@@ -41,6 +41,7 @@ class ApprovalDialog:
         self.console = console
         self._gated = gated
         self._queue = ApprovalQueue()
+        self._stamps: dict[str, str] = {}
         self._ready = False
         self.asked: str | None = None
         """The server whose question is open (answers go to :meth:`answer`)."""
@@ -95,6 +96,8 @@ class ApprovalDialog:
         if head[0] == self.asked and not force:
             return
         self.asked = head[0]
+        if not head[0].startswith(LSP_KEY_PREFIX):  # the decision as shown: one made meanwhile is not overwritten
+            self._stamps[head[0]] = self.host.approvals.stamp(self.host.root, head[0])
         render_question(self.console, head[0], waiting=len(self._queue))
         self.question_shown = True
 
@@ -117,7 +120,7 @@ class ApprovalDialog:
             for waiting, waiting_hash in self._queue.snapshot():
                 await self.decide(waiting, "approve", shown_hash=waiting_hash)
         else:
-            await self.decide(name, choice, shown_hash=shown)
+            await self.decide(name, choice, shown_hash=shown, shown_stamp=self._stamps.pop(name, None))
         self.ask_next()
 
     def _configured(self, key: str) -> object | None:
@@ -135,9 +138,12 @@ class ApprovalDialog:
         state = self.host.state
         return approval_request(key, state.assembled.servers[key], state.assembled.sources[key])
 
-    async def decide(self, name: str, decision: Verdict, *, shown_hash: str | None = None) -> None:
+    async def decide(
+        self, name: str, decision: Verdict, *, shown_hash: str | None = None, shown_stamp: str | None = None
+    ) -> None:
         """Persist a decision and reconcile, only for the configuration shown (``shown_hash``; None: as it
-        is now). ``lsp:NAME`` decides on a language server."""
+        is now) and over the decision shown (``shown_stamp``; None: as it is now). ``lsp:NAME`` decides on a
+        language server."""
         if name.startswith(LSP_KEY_PREFIX):
             await self._decide_lsp(name, decision, shown_hash)
             return
@@ -159,8 +165,8 @@ class ApprovalDialog:
             # may come first) must not say it too.
             self._gated[name] = "rejected"
         try:
-            await self.host.decide(name, decision, shown_hash=shown_hash, on_decided=said)
-        except ChangedSinceShown as exc:
+            await self.host.decide(name, decision, shown_hash=shown_hash, shown_stamp=shown_stamp, on_decided=said)
+        except (ChangedSinceShown, DecidedSinceShown) as exc:
             self._restore_gated(name, before)
             self._queue.discard(name)
             self.console.print(Text(f"✗ {exc}", style="yellow"))
