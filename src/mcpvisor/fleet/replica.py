@@ -78,8 +78,11 @@ BLOCK_MS: Final = 5_000
 FORWARD_CONNECTIONS: Final = 1000
 FORWARD_CONNECT_TIMEOUT_S: Final = 1.0
 """A session's owner that does not accept a connection within this is taken as gone (404)."""
-RETRY_S: Final = (0.2, 0.5, 1.0, 2.0)
-"""Pauses before reconnecting to the store, one per failure in a row (the last repeats)."""
+RETRY_S: Final = (0.1, 0.25, 0.5, 1.0)
+"""Pauses before reconnecting to the store, one per failure in a row (the last repeats): a replica follows
+Redis again within about a second of its return."""
+WATCHDOG_S: Final = 0.25
+"""How often the mirror's freshness is checked: gated servers are held at most this long after it expires."""
 
 
 class Replica(StackOwner):
@@ -380,7 +383,7 @@ class Replica(StackOwner):
 
     async def _watchdog(self) -> None:
         while True:
-            await anyio.sleep(min(1.0, self.approvals.freshness_s / 4))
+            await anyio.sleep(min(WATCHDOG_S, self.approvals.freshness_s / 4))
             if self.approvals.check_fresh():
                 self.approvals.changed()
 
