@@ -40,8 +40,11 @@ def lsp_list(
     lsp_config: LspConfigOpt = None,
     allowed_lsp_server_names: AllowedLspOpt = None,
     as_json: JsonOpt = False,
+    fleet: FleetOpt = None,
+    fleet_name: FleetNameOpt = None,
 ) -> None:
-    """List every configured language server with its source, command, files and admission."""
+    """List every configured language server with its source, command, files and admission (with --fleet:
+    as the fleet's approvals decide)."""
     from mcpvisor.cli.lsp_commands import list_lsp_servers
 
     with reported():
