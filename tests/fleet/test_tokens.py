@@ -92,9 +92,10 @@ async def test_exactly_one_of_several_processes_takes_the_refresh_turn(redis_ser
 
 
 def test_one_sign_in_serves_every_process_and_exactly_one_refreshes(tmp_path: Path, redis_server: RedisServer) -> None:
-    """Three processes with homes of their own connect at once to a server whose access tokens live 2 s:
-    each needs a refresh before its first request; one makes it, the others use what it stored."""
-    for server in start_server(tmp_path, "--token-lifetime", "2"):
+    """Three processes with homes of their own connect at once to a server whose access tokens live 30 s,
+    less than the minute before expiry when a token is refreshed: each wants a refresh before its first
+    request; one makes it, the others use what it stored."""
+    for server in start_server(tmp_path, "--token-lifetime", "30"):
         mcpvisor = partial(run_mcpvisor, tmp_path, server.url, redis_server.url)
         login = mcpvisor("signer", "mcp", "login", "sec")
         assert login.returncode == 0, login.stderr

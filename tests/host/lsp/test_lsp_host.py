@@ -232,7 +232,10 @@ async def test_servers_start_on_first_use_and_stop_when_idle(tmp_path: Path) -> 
         await s.ok("document_symbols", file="models.py")
         pid = s.pid("python")
         assert pid is not None
-        await wait_until(lambda: not pid_alive(pid), timeout_s=WAIT_S, what="the idle server to stop")
+        server = s.host.lsp.manager.servers()["python"]
+        await wait_until(
+            lambda: not pid_alive(pid) and server.state == "stopped", timeout_s=WAIT_S, what="the idle server to stop"
+        )  # its process gone *and* its stop finished (under load the first comes well before the second)
         status = await s.ok("status")
         assert status["servers"][0]["state"] == "idle"
         await s.ok("document_symbols", file="models.py")  # starts again on the next call
