@@ -80,15 +80,26 @@ async def test_exactly_one_of_several_processes_takes_the_refresh_turn(redis_ser
 
     async def one() -> None:
         store = FleetTokenStore(FleetStore(redis_server.url), FleetKey([SECRET]))
-        async with store.refresh_turn("https://a.example/mcp") as mine:
-            turns.append(mine)
-            if mine:
-                await anyio.sleep(0.3)  # the refresh; the others wait for it to end
+        turn = await store.refresh_turn("https://a.example/mcp")
+        turns.append(turn is not None)
+        if turn is not None:
+            await anyio.sleep(0.3)  # the refresh; the others wait for it to end
+            await turn.release(True)
 
     async with anyio.create_task_group() as tg:
         for _ in range(4):
             tg.start_soon(one)
     assert sorted(turns) == [False, False, False, True]
+    late = await FleetTokenStore(FleetStore(redis_server.url), FleetKey([SECRET])).refresh_turn("https://a.example/mcp")
+    assert late is None  # just refreshed: a process that wants to refresh now uses what was stored
+
+
+async def test_no_turn_is_given_while_the_store_does_not_answer(tmp_path: Path) -> None:
+    """Without the store nobody can know whether another replica is refreshing: no refresh then (a refresh
+    token used twice may revoke the whole grant)."""
+    store = FleetTokenStore(FleetStore(f"unix://{tmp_path}/none.sock"), FleetKey([SECRET]))
+    with pytest.raises(ConfigError, match="does not answer"):
+        await store.refresh_turn("https://a.example/mcp")
 
 
 def test_one_sign_in_serves_every_process_and_exactly_one_refreshes(tmp_path: Path, redis_server: RedisServer) -> None:

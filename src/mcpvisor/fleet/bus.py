@@ -127,7 +127,7 @@ class FleetBus:
 
         started = False
         while True:
-            client = self._store.async_client()
+            client = self._store.async_client(decode=False)  # a message that is not UTF-8 is only a bad message
             try:
                 async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(self.channel)
@@ -135,8 +135,11 @@ class FleetBus:
                         started = True
                         task_status.started()
                     await self._deliver(pubsub)
-            except (redis.RedisError, OSError) as exc:
-                logger.debug("fleet bus %s: %s (%s); listening again", self.channel, exc, redact(self._store.url))
+            except Exception as exc:  # the store's errors, and anything a message could raise: never the gateway's end
+                if not isinstance(exc, redis.RedisError | OSError):
+                    logger.exception("fleet bus %s: listening failed; listening again", self.channel)
+                else:
+                    logger.debug("fleet bus %s: %s (%s); listening again", self.channel, exc, redact(self._store.url))
                 if not started:  # the gateway serves anyway: its own notices still reach its clients
                     started = True
                     task_status.started()
@@ -149,7 +152,9 @@ class FleetBus:
         async for message in pubsub.listen():
             if message.get("type") != "message":
                 continue
-            decoded = decode_event(str(message.get("data")))
+            data = message.get("data")
+            text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)
+            decoded = decode_event(text)
             if decoded is None or decoded[0] == self._replica:
                 continue
             self.received += 1

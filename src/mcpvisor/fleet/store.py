@@ -59,7 +59,10 @@ LOG_MAXLEN: Final = 100_000
 SOCKET_TIMEOUT_S: Final = 8.0
 """A command that has not answered after this long counts as the store being unreachable (the log
 reader blocks at most :data:`~mcpvisor.fleet.mirror.BLOCK_MS` less than this)."""
-CONNECT_TIMEOUT_S: Final = 3.0
+CONNECT_TIMEOUT_S: Final = 2.0
+SYNC_TIMEOUT_S: Final = 2.0
+"""The blocking client's bound (decisions, pins, sign-ins): a host may call it on its event loop, so a store
+that stopped answering costs at most this long before the caller fails closed."""
 
 DECIDE: Final = """
 local current = redis.call('HGET', KEYS[1], ARGV[1])
@@ -247,14 +250,14 @@ class FleetStore:
                 raise ConfigError("--fleet needs the redis client: pip install 'mcpvisor[fleet]'") from exc
             self._sync = redis.Redis.from_url(
                 self.url,
-                socket_timeout=SOCKET_TIMEOUT_S,
+                socket_timeout=SYNC_TIMEOUT_S,
                 socket_connect_timeout=CONNECT_TIMEOUT_S,
                 decode_responses=True,
             )
         return self._sync
 
-    def async_client(self) -> redis.asyncio.Redis:
-        """A new asyncio client (each long-running task owns its own)."""
+    def async_client(self, *, decode: bool = True) -> redis.asyncio.Redis:
+        """A new asyncio client (each long-running task owns its own); ``decode=False`` gives bytes."""
         try:
             import redis.asyncio
         except ImportError as exc:  # pragma: no cover
@@ -263,7 +266,7 @@ class FleetStore:
             self.url,
             socket_timeout=SOCKET_TIMEOUT_S,
             socket_connect_timeout=CONNECT_TIMEOUT_S,
-            decode_responses=True,
+            decode_responses=decode,
         )
 
     def close(self) -> None:

@@ -18,17 +18,17 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
 import anyio
 
+from mcpvisor.core.errors import ConfigError
 from mcpvisor.fleet.records import FleetRecords
 from mcpvisor.fleet.sealing import FleetKey
 from mcpvisor.fleet.store import FleetStore
-from mcpvisor.host.oauth_store import TokenStore
+from mcpvisor.host.oauth_store import RefreshTurn, TokenStore
 
 __all__ = ["LOCK_MS", "WAIT_S", "FleetTokenStore"]
 
@@ -65,36 +65,42 @@ class FleetTokenStore(FleetRecords, TokenStore):
     def decode(self, key: str, text: str) -> Any:
         return json.loads(self._key.open(text, key))
 
-    @asynccontextmanager
-    async def refresh_turn(self, key: str) -> AsyncIterator[bool]:
+    async def refresh_turn(self, key: str) -> RefreshTurn | None:
         import redis
 
         digest = hashlib.sha256(key.encode()).hexdigest()[:32]
         lock, fresh = self.store.keys.token_lock(digest), self.store.keys.token_fresh(digest)
         holder = secrets.token_hex(8)
         client = self.store.async_client()
-        mine = False
         try:
-            try:
-                mine = not await client.exists(fresh) and bool(await client.set(lock, holder, nx=True, px=LOCK_MS))
-                if mine and await client.exists(fresh):  # refreshed between the two questions
-                    await client.eval(_RELEASE, 1, lock, holder)
-                    mine = False
-                if not mine:
-                    with anyio.move_on_after(WAIT_S):
-                        while await client.exists(lock):  # noqa: ASYNC110 - another process's lock
-                            await anyio.sleep(POLL_S)
-            except (redis.RedisError, OSError) as exc:
-                logger.warning("fleet: cannot coordinate a token refresh (%s); refreshing here", exc)
-                mine = True
-            yield mine
-            if mine:  # what this process stored serves every replica for a while
-                await client.set(fresh, holder, px=FRESH_MS)
+            if not await client.exists(fresh) and await client.set(lock, holder, nx=True, px=LOCK_MS):
+                if not await client.exists(fresh):  # not refreshed between the two questions
+                    return RefreshTurn(partial(self._release, lock, fresh, holder))
+                await client.eval(_RELEASE, 1, lock, holder)
+            with anyio.move_on_after(WAIT_S):  # another process refreshes: wait for it to finish
+                while await client.exists(lock):  # noqa: ASYNC110 - another process's lock
+                    await anyio.sleep(POLL_S)
+            return None
+        except (redis.RedisError, OSError) as exc:
+            raise ConfigError(
+                f"cannot take the turn to refresh a sign-in: {self.where} does not answer ({exc}); the sign-in is "
+                "refreshed when it answers again"
+            ) from exc
         finally:
             with anyio.CancelScope(shield=True):
-                try:
-                    if mine:
-                        await client.eval(_RELEASE, 1, lock, holder)
-                except (redis.RedisError, OSError):
-                    pass  # it expires by itself
+                await client.aclose()
+
+    async def _release(self, lock: str, fresh: str, holder: str, refreshed: bool) -> None:
+        import redis
+
+        client = self.store.async_client()
+        try:
+            with anyio.CancelScope(shield=True):
+                if refreshed:  # what this process stored serves every replica for a while
+                    await client.set(fresh, holder, px=FRESH_MS)
+                await client.eval(_RELEASE, 1, lock, holder)
+        except (redis.RedisError, OSError) as exc:
+            logger.warning("fleet: could not release a token refresh turn (%s); it expires by itself", exc)
+        finally:
+            with anyio.CancelScope(shield=True):
                 await client.aclose()

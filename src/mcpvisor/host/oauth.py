@@ -22,7 +22,6 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -38,7 +37,15 @@ from mcpvisor.host.oauth_settings import (
     server_url,
     token_key,
 )
-from mcpvisor.host.oauth_store import FileTokenStorage, SignIn, TokenStore, missing_scopes, sign_in_state, sign_ins
+from mcpvisor.host.oauth_store import (
+    FileTokenStorage,
+    RefreshTurn,
+    SignIn,
+    TokenStore,
+    missing_scopes,
+    sign_in_state,
+    sign_ins,
+)
 
 if TYPE_CHECKING:
     pass
@@ -63,6 +70,8 @@ logger = logging.getLogger(__name__)
 CALLBACK_PATH: Final = "/callback"
 DEFAULT_LOGIN_TIMEOUT_S: Final = 300.0
 REFRESH_MARGIN_S: Final = 60.0
+TURN_TRIES: Final = 4
+"""Times a host asks for the turn to refresh a sign-in before it gives up (each waits up to 10 s)."""
 """A token this close to its expiry is refreshed before it is used."""
 
 
@@ -120,6 +129,7 @@ def _provider(
 
     class Provider(OAuthClientProvider):
         _refreshing = False
+        _turn: RefreshTurn | None = None
         step_up_scope: str | None = None
         """Scopes the server refused a request for want of (read once by the client: see core.client)."""
 
@@ -163,21 +173,47 @@ def _provider(
             expires_at = storage.expires_at()
             return expires_at is not None and expires_at - REFRESH_MARGIN_S <= time.time()
 
-        async def _adopt_stored_tokens(self) -> None:
-            """Another process refreshed meanwhile (a fleet's replica): use what it stored while it is unexpired."""
+        async def _adopt_stored_tokens(self) -> float | None:
+            """The newest stored tokens (this process's or another's) become the ones in use, unexpired for as
+            long as they are (no margin); returns when they expire."""
             if not self._initialized:
                 await self._initialize()
             self.context.current_tokens = await storage.get_tokens()
             expires_at = storage.expires_at()
             if expires_at is not None:
                 self.context.token_expiry_time = expires_at
+            return expires_at
+
+        async def _take_turn(self) -> None:
+            """Before a refresh: refresh tokens rotate, and one used twice may revoke the whole grant, so one
+            process at a time refreshes (a fleet's store), always with the newest stored refresh token; a
+            process that finds another's refresh done uses its tokens."""
+            for _ in range(TURN_TRIES):
+                try:
+                    turn = await store.refresh_turn(key)
+                except ConfigError:
+                    expires_at = await self._adopt_stored_tokens()
+                    if expires_at is not None and expires_at > time.time():
+                        return  # unexpired still: used as it is, refreshed once the store answers
+                    raise
+                expires_at = await self._adopt_stored_tokens()
+                if turn is None:  # another process refreshed: its tokens, unless they expired meanwhile
+                    if expires_at is not None and expires_at > time.time():
+                        return
+                    continue
+                if expires_at is not None and expires_at - REFRESH_MARGIN_S > time.time():
+                    await turn.release(False)  # refreshed just before this turn: nothing to do
+                    return
+                self._turn = turn  # released when the new tokens are stored (or the flow ends)
+                if expires_at is not None:
+                    self.context.token_expiry_time = expires_at - REFRESH_MARGIN_S  # the SDK refreshes now
+                return
+            raise LoginRequired(f"server {name!r}: another process keeps the turn to refresh its sign-in; try again")
 
         async def _auth_flow(self, request: Any) -> Any:
-            async with AsyncExitStack() as turn:
-                # One process refreshes at a time (refresh tokens rotate: one used twice may revoke the grant).
+            try:
                 if not interactive and self._refresh_due():
-                    if not await turn.enter_async_context(store.refresh_turn(key)):
-                        await self._adopt_stored_tokens()
+                    await self._take_turn()
                 inner = super()._auth_flow(request)
                 try:
                     outgoing = await inner.__anext__()
@@ -191,6 +227,13 @@ def _provider(
                     return
                 finally:
                     await inner.aclose()
+            finally:
+                await self._end_turn(False)
+
+        async def _end_turn(self, refreshed: bool) -> None:
+            turn, self._turn = self._turn, None
+            if turn is not None:
+                await turn.release(refreshed)
 
         def _note_step_up(self, response: Any) -> None:
             """No crash and no sign-in from a host: this request fails alone (the transport turns the 403
@@ -215,6 +258,10 @@ def _provider(
                 return await super()._perform_authorization()
             if self.context.can_refresh_token():
                 self._refreshing = True  # refused although unexpired: try the refresh token once
+                if self._turn is None:
+                    turn = await store.refresh_turn(key)
+                    await self._adopt_stored_tokens()  # the newest refresh token, whoever stored it
+                    self._turn = turn
                 return await self._refresh_token()
             raise LoginRequired(f"server {name!r} needs authentication — run: mcpvisor mcp login {name}")
 
@@ -231,6 +278,7 @@ def _provider(
 
         async def _handle_refresh_response(self, response: Any) -> bool:
             ok = await super()._handle_refresh_response(response)
+            await self._end_turn(ok)  # the new tokens are stored: the turn passes on
             if not ok:
                 logger.info("server %r: refreshing its sign-in failed (HTTP %s)", name, response.status_code)
             return ok

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +20,21 @@ from mcpvisor.host.private_files import PrivateJsonStore
 if TYPE_CHECKING:
     from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
-__all__ = ["FileTokenStorage", "SignIn", "TokenStore", "missing_scopes", "sign_in_state", "sign_ins"]
+__all__ = ["FileTokenStorage", "RefreshTurn", "SignIn", "TokenStore", "missing_scopes", "sign_in_state", "sign_ins"]
 
 logger = logging.getLogger(__name__)
+
+
+class RefreshTurn:
+    """This process's turn to refresh one sign-in; :meth:`release` says whether it refreshed (idempotent)."""
+
+    def __init__(self, release: Callable[[bool], Awaitable[None]] | None = None) -> None:
+        self._release = release
+
+    async def release(self, refreshed: bool) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            await release(refreshed)
 
 
 class TokenStore(PrivateJsonStore):
@@ -57,11 +68,12 @@ class TokenStore(PrivateJsonStore):
         the function that removes it. The file store has none: the settings watcher sees its file change."""
         return lambda: None
 
-    @asynccontextmanager
-    async def refresh_turn(self, key: str) -> AsyncIterator[bool]:
-        """Whether this process refreshes ``key``'s tokens now (``True``), or another one just did and its
-        tokens are to be read again (``False``; a fleet's store). The file store: always this process."""
-        yield True
+    async def refresh_turn(self, key: str) -> RefreshTurn | None:
+        """Take the turn to refresh ``key``'s tokens: a :class:`RefreshTurn` (this process refreshes, then
+        releases it), or ``None`` when another process refreshed meanwhile (read the store again). The file
+        store: always this process. :class:`ConfigError` when the turn cannot be known now (a fleet's store
+        that does not answer: no refresh then, or a refresh token could be used twice)."""
+        return RefreshTurn()
 
     def forget(self, key: str) -> bool:
         """Drop a server's sign-in; whether there was one."""
