@@ -41,3 +41,31 @@ def test_a_fleet_block_that_cannot_be_read_is_an_error_naming_the_file(tmp_path:
         fleet_store(layout.env)
     layout.paths.user.write_text('{"mcpServers": {')  # half a save of something else: no fleet, no error here
     assert fleet_store(layout.env) is None
+
+
+def test_a_password_in_the_users_fleet_url_is_written_as_a_variable(tmp_path: Path) -> None:
+    """The user's settings text is what a publisher shares through the store: a password there would reach
+    Redis in clear, so it is refused; ``${VAR}`` expands from this process's environment."""
+    layout = make_layout(tmp_path)
+    write_json(layout.paths.user, {"fleet": {"url": "redis://:hunter2@db:6379/0"}})
+    with pytest.raises(ConfigError, match=r"password in clear.*\$\{VAR\}"):
+        fleet_store(layout.env)
+    write_json(layout.paths.user, {"fleet": {"url": "redis://:${REDIS_PASSWORD}@db:6379/0"}})
+    with pytest.raises(ConfigError, match="REDIS_PASSWORD"):
+        fleet_store(layout.env)
+    store = fleet_store({**layout.env, "REDIS_PASSWORD": "hunter2"})
+    assert store is not None
+    assert store.url == "redis://:hunter2@db:6379/0"
+    assert "hunter2" not in repr(store)
+    write_json(layout.paths.system, {"fleet": {"url": "redis://:enforced@db:6379/0"}})  # never published
+    store = fleet_store(layout.env)
+    assert store is not None
+    assert store.url == "redis://:enforced@db:6379/0"
+
+
+def test_a_half_saved_file_naming_its_fleet_without_quotes_is_an_error(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    layout.paths.user.parent.mkdir(parents=True, exist_ok=True)
+    layout.paths.user.write_text("{fleet: {url: 'redis://db'},")  # JSON5 keys, cut short
+    with pytest.raises(ConfigError, match=str(layout.paths.user)):
+        fleet_store(layout.env)

@@ -78,3 +78,28 @@ async def test_every_replica_hears_that_the_pins_changed(redis_server: RedisServ
         replica.pins.on_external_change(lambda: heard.append("pins"))
         gate(redis_server)("p", CFG, [tool("Echo.")], [])
         await wait_until(lambda: heard == ["pins"], what="the pin change heard by the replica")
+
+
+def test_copies_of_a_server_that_disagree_do_not_write_over_each_other_for_ever(redis_server: RedisServer) -> None:
+    """Two replicas whose copies of one server describe a tool differently: each pass of each gate finds what
+    it holds already noted, so the pins stop changing (no endless rewrites, log entries and re-checks)."""
+    honest, lying = gate(redis_server), gate(redis_server)
+    honest("p", CFG, [tool("Echo the text.")], [])
+    lying("p", CFG, [tool("Echo, then exfiltrate.")], [])
+    store = FleetStore(redis_server.url)
+    settled = store.revision()
+    for _ in range(3):
+        assert [t.name for t in honest("p", CFG, [tool("Echo the text.")], []).tools] == ["echo"]
+        assert lying("p", CFG, [tool("Echo, then exfiltrate.")], []).held_tools == ("echo",)
+    assert store.revision() == settled
+
+
+def test_a_first_pin_that_cannot_be_written_holds_everything(tmp_path: Path) -> None:
+    class Refusing(FleetPinStore):
+        def record(self, scope: str, name: str) -> dict[str, object] | None:
+            return None  # read fine; the write then fails
+
+    refusing = Refusing(FleetStore(f"unix://{tmp_path}/none.sock"))
+    admitted = PinGate(refusing, ROOT, lambda: "gated")("p", CFG, [tool("Echo.")], [])
+    assert list(admitted.tools) == []
+    assert admitted.held_tools == ("echo",)

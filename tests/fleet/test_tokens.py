@@ -70,9 +70,8 @@ def test_tokens_are_sealed_in_redis_and_unreadable_without_the_key(redis_server:
     assert "RT-secret" not in raw
     assert store.get("https://a.example/mcp")["tokens"]["access_token"] == "AT-secret"
     wrong = FleetTokenStore(FleetStore(redis_server.url), FleetKey([OTHER]))
-    with pytest.raises(ConfigError, match="unreadable"):
-        wrong.read()
-    assert wrong.get("https://a.example/mcp") == {}  # what a host reads: not signed in
+    assert wrong.read() == {}  # a record it cannot open is left out (that server is not signed in), not the rest
+    assert wrong.get("https://a.example/mcp") == {}
 
 
 async def test_exactly_one_of_several_processes_takes_the_refresh_turn(redis_server: RedisServer) -> None:

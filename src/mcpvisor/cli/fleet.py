@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Final
+from urllib.parse import parse_qsl, urlsplit
 
 import typer
 
@@ -92,6 +94,7 @@ def _fleet_in_settings(env: Mapping[str, str]) -> tuple[str, str] | None:
     """``(url, name)`` from the ``fleet`` block of the system settings, else the user's."""
     from mcpvisor.core.errors import ConfigError
     from mcpvisor.host import paths
+    from mcpvisor.host.settings.expand import expand_string
     from mcpvisor.host.settings.files import SettingsFileError, read_settings_file
 
     for path in (paths.system_settings_path(env), paths.user_settings_path(env)):
@@ -110,15 +113,37 @@ def _fleet_in_settings(env: Mapping[str, str]) -> tuple[str, str] | None:
         name = block.get("name", "default")
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{path}: 'fleet.name' must be a non-empty string")
-        return url.strip(), name.strip()
+        if path == paths.user_settings_path(env) and _has_password(url):
+            # The user's settings file is what a fleet's publisher shares (raw) through the store itself.
+            raise ConfigError(
+                f"{path}: 'fleet.url' holds a password in clear, and this file's text is published to the fleet's "
+                "store: write it as ${VAR} (e.g. redis://:${REDIS_PASSWORD}@host:6379/0) and set VAR in the "
+                "environment"
+            )
+        missing: set[str] = set()
+        expanded = expand_string(url.strip(), env, missing)
+        if missing:
+            raise ConfigError(f"{path}: 'fleet.url' uses ${{{sorted(missing)[0]}}}, which is not set")
+        return expanded, name.strip()
     return None
 
 
 def _mentions_fleet(path: Path) -> bool:
     try:
-        return '"fleet"' in path.read_text(encoding="utf-8", errors="replace")
+        return (
+            re.search(r"""(^|[{,\s"'])fleet["']?\s*:""", path.read_text(encoding="utf-8", errors="replace")) is not None
+        )
     except OSError:
         return False
+
+
+def _has_password(url: str) -> bool:
+    """Whether a URL carries a password itself (not as ``${VAR}``): in its user part, or a query parameter."""
+    parts = urlsplit(url.strip())
+    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+    secret = userinfo.partition(":")[2] if ":" in userinfo else ""
+    secret += "".join(v for k, v in parse_qsl(parts.query) if k.lower() == "password")
+    return bool(secret) and "${" not in secret
 
 
 FLEET_EXAMPLE: Final = '{"fleet": {"url": "redis://127.0.0.1:6379/0"}}'

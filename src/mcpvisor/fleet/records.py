@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
+import random
+import time
 from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
@@ -25,8 +27,10 @@ __all__ = ["ATTEMPTS", "FleetRecords"]
 
 logger = logging.getLogger(__name__)
 
-ATTEMPTS: Final = 20
+ATTEMPTS: Final = 50
 """Tries of one change while others keep changing the same hash meanwhile."""
+RETRY_PAUSE_S: Final = 0.01
+"""The longest random pause before a try that follows a conflict (writers that collided spread out)."""
 
 
 class FleetRecords:
@@ -37,6 +41,8 @@ class FleetRecords:
     consequence: ClassVar[str]
     log_kind: ClassVar[str]
     """The change log entry's ``kind``: how the other replicas know what to re-read."""
+    skip_unreadable: ClassVar[bool] = False
+    """Leave a record that cannot be read out (and say so once) instead of refusing the whole store."""
 
     def _fleet_init(self, store: FleetStore, hash_key: str) -> None:
         self.store = store
@@ -47,6 +53,12 @@ class FleetRecords:
     @property
     def place(self) -> str:
         return f"the fleet store {redact(self.store.url)} (fleet {self.store.keys.fleet})"
+
+    def _warn_once(self, message: str) -> None:
+        warned: set[str] = self.__dict__.setdefault("_warned", set())
+        if message not in warned:
+            warned.add(message)
+            logger.warning("%s", message)
 
     def encode(self, key: str, record: Any) -> str:
         return json.dumps(record, sort_keys=True)
@@ -94,7 +106,8 @@ class FleetRecords:
                         pipe.execute()
                         return
                     except redis.WatchError:
-                        continue  # changed meanwhile: read it again
+                        time.sleep(random.uniform(0, RETRY_PAUSE_S))  # changed meanwhile: read it again, a moment later
+                        continue
         except (redis.RedisError, OSError) as exc:
             raise ConfigError(f"could not save {self.what} {self.where}: {exc} — nothing was changed") from exc
         raise ConfigError(f"{self.what} {self.where} kept changing under {ATTEMPTS} tries; try again")
@@ -108,6 +121,9 @@ class FleetRecords:
                 record = None
             if not isinstance(record, dict):
                 why = f"the record of {str(key)!r} is unreadable"
+                if self.skip_unreadable:
+                    self._warn_once(f"{self.what} {self.where}: {why}; it is left out ({self.consequence})")
+                    continue
                 raise ConfigError(f"cannot read {self.what} {self.where}: {why}; {self.consequence}")
             records[str(key)] = record
         return records

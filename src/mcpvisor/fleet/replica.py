@@ -327,6 +327,8 @@ class Replica(StackOwner):
         self.approvals.recovered()
         self.approvals.changed()
         self.pins.changed()
+        if self.tokens is not None:  # a sign-in made while this replica did not follow the log
+            self.tokens.changed()
         await self._settings_from(client)
         return str(last_id)
 

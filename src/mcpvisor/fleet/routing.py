@@ -193,6 +193,9 @@ class OwnerRouter:
         request = self._client.build_request(scope["method"], url, headers=headers, content=body)
         try:
             response = await self._client.send(request, stream=True)
+        except httpx2.PoolTimeout:  # this replica has too many forwards open: busy, not gone
+            await _respond(send, 503, {"error": "too many forwarded requests; try again"}, retry_after=1)
+            return
         except httpx2.TransportError as exc:
             logger.info("fleet: replica %s does not answer (%s): what it held is gone", owner, exc)
             await gone()

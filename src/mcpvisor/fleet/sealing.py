@@ -2,8 +2,10 @@
 names of input rounds (a replica forwards only a round another replica of the fleet named).
 
 ``MCPVISOR_FLEET_KEY`` holds one or more secrets separated by commas (or ``MCPVISOR_FLEET_KEY_FILE``
-names a file readable by its owner only, one secret per line): the first seals, every one opens, so a
-key is rotated by putting the new one first and dropping the old one once everything was sealed again.
+names a file readable by its owner only, one secret per line): the first seals, every one opens. To
+rotate: add the new secret *second* on every replica, then move it first, then drop the old one once
+every sign-in was stored again (a refresh or a login does that); a record sealed with a secret no
+longer in the ring reads as not signed in.
 Each secret must be at least 32 characters. Sealing is AES-256-GCM under a key derived from the secret
 with HKDF-SHA256, the record's own key as associated data (a sealed record moved to another key does
 not open), a random 96-bit nonce per seal.

@@ -52,7 +52,9 @@ class FleetTokenStore(FleetRecords, TokenStore):
     """The OAuth tokens of one fleet (see the module)."""
 
     what = "the fleet's OAuth token store"
+    consequence = "that server is not signed in until it signs in again (mcpvisor mcp login NAME --fleet URL)"
     log_kind = "tok"
+    skip_unreadable = True  # one record sealed with a key no longer in the ring costs that sign-in, not all
 
     def __init__(self, store: FleetStore, key: FleetKey) -> None:
         TokenStore.__init__(self, Path(os.devnull))

@@ -66,6 +66,8 @@ def decide(
     (needs no approval, the store cannot be read or written)."""
     if shown_hash is not None and cfg.approval_hash != shown_hash:
         raise ChangedSinceShown(name, verdict)
+    if shown_stamp is not None and is_gated(cfg) and approvals.stamp(root, name) != shown_stamp:
+        raise DecidedSinceShown(name, "approval" if verdict == "approve" else "rejection")  # before any write
     held = verdict == "approve" and _held(pins, root, name, cfg, pin_mode)
     record = is_gated(cfg) and not (held and approvals.get_state(root, name, cfg) == "approved")
     if record and approvals.error:

@@ -252,9 +252,9 @@ class PinGate:
             fresh["prompts"] = _entries(current["prompts"])
             try:
                 record = self._store.create(scope, name, fresh, timeout_s=GATE_LOCK_TIMEOUT_S)
-            except (ConfigError, OSError) as exc:
-                logger.warning("could not record the tool definitions of server %r: %s", name, exc)
-                record = None
+            except (ConfigError, OSError) as exc:  # nothing pinned: nothing admitted unpinned either
+                logger.warning("could not record the tool definitions of server %r: %s; holding them", name, exc)
+                return Admitted((), (), tuple(t.name for t in tools), tuple(p.name for p in prompts))
             if record is None:
                 return Admitted(tools, prompts)
         held: dict[str, dict[str, Any]] = {}
@@ -265,9 +265,13 @@ class PinGate:
                 for n, entry in _entries(current[kind]).items()
                 if not isinstance(pinned.get(n), dict) or pinned[n].get("sha256") != entry["sha256"]
             }
-        if any(held[key] != record.get(key, {}) for _, key in _KINDS):
+        # Held definitions are added to the record, never taken off here (accepting them does that): copies of
+        # one server that say different things (a fleet's replicas) then each find theirs already noted,
+        # instead of writing over each other's for ever.
+        if any(_unnoted(held[key], record.get(key, {})) for _, key in _KINDS):
+            noted = {key: {**record.get(key, {}), **held[key]} for _, key in _KINDS}
             updated = {k: v for k, v in record.items() if k not in ("heldTools", "heldPrompts")}
-            self._write(scope, name, {**updated, **{k: v for k, v in held.items() if v}})
+            self._write(scope, name, {**updated, **{k: v for k, v in noted.items() if v}})
         return Admitted(
             [t for t in tools if t.name not in held["heldTools"]],
             [p for p in prompts if p.name not in held["heldPrompts"]],
@@ -280,6 +284,11 @@ class PinGate:
             self._store.put(scope, name, record, timeout_s=GATE_LOCK_TIMEOUT_S)
         except (ConfigError, OSError) as exc:
             logger.warning("could not record the tool definitions of server %r: %s", name, exc)
+
+
+def _unnoted(held: Mapping[str, Mapping[str, Any]], noted: Mapping[str, Any]) -> bool:
+    """Whether a held definition is not in the record's held ones yet (by name and digest)."""
+    return any(not isinstance(noted.get(n), dict) or noted[n].get("sha256") != e["sha256"] for n, e in held.items())
 
 
 # --- reviewing and accepting ------------------------------------------------------------------

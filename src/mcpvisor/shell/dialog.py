@@ -96,8 +96,9 @@ class ApprovalDialog:
         if head[0] == self.asked and not force:
             return
         self.asked = head[0]
-        if not head[0].startswith(LSP_KEY_PREFIX):  # the decision as shown: one made meanwhile is not overwritten
-            self._stamps[head[0]] = self.host.approvals.stamp(self.host.root, head[0])
+        for waiting, _ in self._queue.snapshot():  # the decisions as shown: one made meanwhile is not overwritten
+            if not waiting.startswith(LSP_KEY_PREFIX):
+                self._stamps[waiting] = self.host.approvals.stamp(self.host.root, waiting)
         render_question(self.console, head[0], waiting=len(self._queue))
         self.question_shown = True
 
@@ -118,7 +119,9 @@ class ApprovalDialog:
             self.console.print(Text(f"  skipped {name}: it stays pending; /approve {name} when ready", style="dim"))
         elif choice == "approve_all":
             for waiting, waiting_hash in self._queue.snapshot():
-                await self.decide(waiting, "approve", shown_hash=waiting_hash)
+                await self.decide(
+                    waiting, "approve", shown_hash=waiting_hash, shown_stamp=self._stamps.pop(waiting, None)
+                )
         else:
             await self.decide(name, choice, shown_hash=shown, shown_stamp=self._stamps.pop(name, None))
         self.ask_next()
