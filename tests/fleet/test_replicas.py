@@ -24,6 +24,7 @@ from mcp import Client, MCPError, types
 from tests.fleet.conftest import RedisServer
 from tests.gateway.test_client_requests import Answers
 from tests.gateway.test_gateway import server
+from tests.gateway.test_workspaces import client_for
 from tests.helpers import WAIT_S, free_port, wait_until
 from tests.layout import replace_text
 
@@ -68,11 +69,11 @@ class Fleet:
             "MCPVISOR_SYSTEM_SETTINGS_PATH": str(self.tmp / "etc" / "settings.json"),
         }
 
-    def start(self, rid: str, home: Path, **extra_env: str) -> Replica:
+    def start(self, rid: str, home: Path, *extra_args: str, **extra_env: str) -> Replica:
         env = {**self.env(home), **extra_env}
         port = free_port()
         log = self.tmp / f"{rid}.stderr"
-        args = ["serve", "--http", f"127.0.0.1:{port}", "--no-auth", "--workspace", str(self.root)]
+        args = ["serve", "--http", f"127.0.0.1:{port}", "--no-auth", "--workspace", str(self.root), *extra_args]
         with log.open("wb") as err:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "mcpvisor", *args, "--fleet", self.url, "--replica-id", rid, "-v"],
@@ -345,3 +346,23 @@ async def test_the_publisher_lease_moves_on_when_its_holder_dies(tmp_path: Path,
         said = json.loads(fleet.command("fleet", "status", "--json", home=tmp_path / "c").stdout)
         publishers = [row["id"] for row in said["replicas"] if row["publisher"]]
         assert publishers == ["rb"]
+
+
+async def test_a_replica_serving_per_client_workspaces_follows_the_fleet(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """Each workspace a client opens has its listen bus while it is open; decisions reach its host."""
+    with fleet_of(tmp_path, redis_server) as fleet:
+        home = tmp_path / "a"
+        replace_text(home / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {"u": server("u")}}))
+        a = fleet.start("ra", home, "--per-client-workspaces", "--workspace-root", str(tmp_path))
+        await ready(a)
+        async with client_for(a.url + "/mcp", fleet.root, mode="auto") as c:
+            names = {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}
+            assert "mcp__u__echo" in names
+            assert "mcp__p__echo" not in names
+            approved = fleet.command("mcp", "approve", "p", "--workspace", str(fleet.root), home=tmp_path / "c")
+            assert approved.returncode == 0, approved.stderr
+            with anyio.fail_after(WAIT_S):
+                while "mcp__p__echo" not in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:  # noqa: ASYNC110
+                    await anyio.sleep(0.1)

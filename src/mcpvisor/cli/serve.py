@@ -223,7 +223,7 @@ async def _run_workspace_gateway(
             limits=limits,
             name_budget=name_budget,
             round_state=replica.round_state if replica else None,
-            bus_for=replica.bus_for if replica else None,
+            bus_for=replica.workspace_bus if replica else None,
         ) as workspaces:
             if replica is not None:  # the default workspace's files are the ones published
                 await replica.publish_from(workspaces.default.options.env, workspaces.default.root)

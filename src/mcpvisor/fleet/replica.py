@@ -23,8 +23,8 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -478,6 +478,18 @@ class Replica(StackOwner):
             self.publisher = False
         else:
             logger.info("fleet %s: settings generation %d published", keys.fleet, int(gen))
+
+    @asynccontextmanager
+    async def workspace_bus(self, root: Path) -> AsyncIterator[FleetBus]:
+        """The listen bus of a workspace opened for a client, for as long as it is open (its Redis
+        connections and tasks end with it)."""
+        bus = FleetBus(self.store, self.id, root)
+        async with anyio.create_task_group() as tg:
+            await tg.start(bus.run)
+            try:
+                yield bus
+            finally:
+                tg.cancel_scope.cancel()
 
     def bus_for(self, root: Path) -> FleetBus:
         """The listen bus of one workspace (made and started on first use): its gateway publishes on it, and

@@ -36,7 +36,7 @@ import logging
 import math
 import socket
 from collections.abc import Callable
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,10 +135,11 @@ class WorkspaceGateway(StackOwner):
         limits: HttpLimits = DEFAULT_HTTP_LIMITS,
         name_budget: int = DEFAULT_NAME_BUDGET,
         round_state: Callable[[str], str] | None = None,
-        bus_for: Callable[[Path], SubscriptionBus] | None = None,
+        bus_for: Callable[[Path], AbstractAsyncContextManager[SubscriptionBus]] | None = None,
     ) -> None:
         """``round_state`` and ``bus_for``: a fleet replica's names of input rounds (they name the replica) and
-        each workspace's listen bus (every replica's changes reach the listen streams)."""
+        each workspace's listen bus, entered while the workspace is open (every replica's changes reach the
+        listen streams)."""
         self._options = options
         self._round_state = round_state
         self._bus_for = bus_for
@@ -281,14 +282,11 @@ class WorkspaceGateway(StackOwner):
             host = Host(options)
             if self._on_open is not None:
                 self._on_open(host)
+            bus_of = self._bus_for(workspace.root) if self._bus_for is not None else nullcontext(None)
             async with (
+                bus_of as bus,
                 host,
-                Gateway(
-                    host.config,
-                    name_budget=self._name_budget,
-                    round_state=self._round_state,
-                    bus=self._bus_for(workspace.root) if self._bus_for is not None else None,
-                ) as gateway,
+                Gateway(host.config, name_budget=self._name_budget, round_state=self._round_state, bus=bus) as gateway,
             ):
                 manager = session_manager(
                     gateway.server, security=self._security_settings, limits=self._limits, event_store=workspace.replay
