@@ -103,3 +103,16 @@ def test_a_first_pin_that_cannot_be_written_holds_everything(tmp_path: Path) -> 
     admitted = PinGate(refusing, ROOT, lambda: "gated")("p", CFG, [tool("Echo.")], [])
     assert list(admitted.tools) == []
     assert admitted.held_tools == ("echo",)
+
+
+async def test_a_replica_checks_definitions_against_its_mirror_and_holds_them_once_it_is_stale(
+    redis_server: RedisServer,
+) -> None:
+    async with Replica(FleetStore(redis_server.url), freshness_s=1.0, register=False) as replica:
+        gate(redis_server)("p", CFG, [tool("Echo.")], [])  # another process pins
+        await wait_until(lambda: replica.pins.read() != {}, what="the pin in the replica's mirror")
+        mirrored = PinGate(replica.pins, ROOT, lambda: "gated")
+        redis_server.kill()
+        assert [t.name for t in mirrored("p", CFG, [tool("Echo.")], []).tools] == ["echo"]  # no Redis needed
+        await wait_until(lambda: not replica.approvals.usable, what="the mirror going stale")
+        assert mirrored("p", CFG, [tool("Echo.")], []).held_tools == ("echo",)  # fail closed

@@ -104,6 +104,7 @@ class FleetRecords:
                             pipe.incr(keys.rev)
                             pipe.xadd(keys.log, {"kind": self.log_kind}, maxlen=LOG_MAXLEN, approximate=True)
                         pipe.execute()
+                        self._written(after)
                         return
                     except redis.WatchError:
                         time.sleep(random.uniform(0, RETRY_PAUSE_S))  # changed meanwhile: read it again, a moment later
@@ -111,6 +112,9 @@ class FleetRecords:
         except (redis.RedisError, OSError) as exc:
             raise ConfigError(f"could not save {self.what} {self.where}: {exc} — nothing was changed") from exc
         raise ConfigError(f"{self.what} {self.where} kept changing under {ATTEMPTS} tries; try again")
+
+    def _written(self, records: dict[str, Any]) -> None:
+        """This process just wrote ``records`` (a store with a mirror takes them at once)."""
 
     def _records(self, fields: Any) -> dict[str, Any]:
         records: dict[str, Any] = {}

@@ -105,7 +105,7 @@ class Replica(StackOwner):
         self.store = store
         self.id = replica_id or new_replica_id()
         self.approvals = FleetApprovalStore(store, freshness_s=freshness_s)
-        self.pins = FleetPinStore(store)
+        self.pins = FleetPinStore(store, fresh=lambda: self.approvals.usable)
         self.tokens = FleetTokenStore(store, key) if key is not None else None
         self._key = key
         self.address = ""
@@ -324,6 +324,7 @@ class Replica(StackOwner):
             for key, fields in zip(roots, hashes, strict=True)
         }
         self.approvals.replace_all(int(rev or 0), records, int(epoch or 0))
+        self.pins.mirror(await client.hgetall(keys.pins))
         self.approvals.recovered()
         self.approvals.changed()
         self.pins.changed()
@@ -353,6 +354,7 @@ class Replica(StackOwner):
             if self._wake is not None:
                 self._wake.set()  # the registry shows the revision applied now
         if "pins" in kinds:
+            self.pins.mirror(await client.hgetall(keys.pins))
             self.pins.changed()
         if "tok" in kinds and self.tokens is not None:
             self.tokens.changed()
