@@ -1,4 +1,4 @@
-"""An approve/reject/edit storm from several processes while two replicas run: whatever the order in
+"""An approve/reject/edit storm from four processes while two replicas run: whatever the order in
 which decisions and edits reach the store and the replicas, no replica ever runs a configuration of the
 gated server that nobody approved (each replica checks the fleet's record against the hash of its own
 configuration)."""
@@ -22,8 +22,8 @@ from tests.layout import replace_text
 
 pytestmark = pytest.mark.fleet
 
-WORKERS = 3
-OPS = 6
+WORKERS = 4
+OPS = 5
 
 
 def variant(n: int) -> dict[str, object]:
