@@ -37,7 +37,7 @@ from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.fleet.approvals import DEFAULT_FRESHNESS_S, FleetApprovalStore
 from mcpvisor.fleet.bus import FleetBus
 from mcpvisor.fleet.pins import FleetPinStore
-from mcpvisor.fleet.routing import ROUND_PREFIX, FleetUnavailable, OwnerRouter
+from mcpvisor.fleet.routing import FleetUnavailable, OwnerRouter, round_name, round_owner
 from mcpvisor.fleet.sealing import FleetKey
 from mcpvisor.fleet.settings import (
     PUBLISHED_SCOPES,
@@ -50,8 +50,9 @@ from mcpvisor.fleet.settings import (
 from mcpvisor.fleet.store import (
     LOG_MAXLEN,
     PUBLISH,
+    RELEASE,
+    TAKE_LEASE,
     FleetStore,
-    fleet_unreachable,
     new_replica_id,
     parse_record,
     redact,
@@ -149,7 +150,7 @@ class Replica(StackOwner):
         self._wake = anyio.Event()
         await anyio.to_thread.run_sync(self.store.ping)
         if self._register:
-            await anyio.to_thread.run_sync(self._claim_id)
+            await anyio.to_thread.run_sync(self.store.claim, self.id, self._nonce, REGISTRY_TTL_MS)
         async with AsyncExitStack() as stack:
             # Replica to replica, never through a proxy (the requests carry clients' tokens); a full pool
             # answers at once rather than queueing a forward for ever.
@@ -181,46 +182,18 @@ class Replica(StackOwner):
         return OwnerRouter(app, self, self._http)
 
     def round_state(self, token: str) -> str:
-        """The ``requestState`` of an input round on this replica: ``mcpvisor-round-<replica>.<token>``, and a tag
-        of the fleet key when there is one (a replica forwards only rounds the fleet named)."""
-        state = f"{ROUND_PREFIX}{self.id}.{token}"
-        return f"{state}.{self._key.mac(state)}" if self._key is not None else state
+        """The ``requestState`` of an input round on this replica (see :func:`~mcpvisor.fleet.routing.round_name`)."""
+        return round_name(self.id, token, self._key)
 
     def round_owner(self, state: str) -> str | None:
-        """The replica a ``requestState`` names (``None``: not a fleet's round); :class:`ValueError` when its
-        tag is not the fleet key's (made up, or changed)."""
-        if not state.startswith(ROUND_PREFIX):
-            return None
-        owner, dot, rest = state.removeprefix(ROUND_PREFIX).partition(".")
-        if not dot or not owner or not rest:
-            return None
-        if self._key is not None:
-            named, _, tag = state.rpartition(".")
-            if not tag or named.count(".") < 1 or not self._key.verify(named, tag):
-                raise ValueError("requestState was not made by this fleet")
-        return owner
+        """The replica a ``requestState`` names (see :func:`~mcpvisor.fleet.routing.round_owner`)."""
+        return round_owner(state, self._key)
 
     def serve_at(self, address: str) -> None:
         """This replica's gateway listens at ``address`` (its URL): other replicas forward its sessions there."""
         self.address = address
         if self._wake is not None:
             self._wake.set()
-
-    def _claim_id(self) -> None:
-        """Refuse an id another live replica has: two processes must never both own ``<id>.*`` sessions."""
-        import redis
-
-        try:
-            claimed = self.store.sync_client().eval(
-                CLAIM, 1, self.store.keys.replica(self.id), self._nonce, REGISTRY_TTL_MS
-            )
-        except (redis.RedisError, OSError) as exc:
-            raise fleet_unreachable(self.store.url, exc) from exc
-        if not claimed:
-            raise ConfigError(
-                f"replica id {self.id!r} is in use by another running replica of fleet {self.store.keys.fleet!r}: "
-                f"pick another --replica-id (or wait {REGISTRY_TTL_MS // 1000} s if that replica just stopped)"
-            )
 
     async def _leave(self) -> None:
         """Leave the registry and give up the lease at once (others need not wait for expiry)."""
@@ -231,7 +204,7 @@ class Replica(StackOwner):
             try:
                 await client.delete(self.store.keys.replica(self.id))
                 if self.publisher:
-                    await client.eval(_RELEASE, 1, self.store.keys.lease, self.id)
+                    await client.eval(RELEASE, 1, self.store.keys.lease, self.id)
             except Exception as exc:  # the store may be the reason we stop
                 logger.debug("fleet: could not leave the registry: %s", exc)
             finally:
@@ -512,25 +485,3 @@ class Replica(StackOwner):
         except (redis.RedisError, OSError) as exc:
             raise FleetUnavailable(str(exc)) from exc
         return str(addr) if addr else None
-
-
-TAKE_LEASE: Final = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 2 end
-return 0
-"""
-"""KEYS: the lease. ARGV: holder, ms. Renews the holder's lease (1), takes a free one (2), or 0."""
-
-CLAIM: Final = """
-local held = redis.call('HGET', KEYS[1], 'nonce')
-if held and held ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'nonce', ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-"""
-"""KEYS: the replica's registry entry. ARGV: this process's nonce, ms. 0: another live process has the id."""
-
-_RELEASE: Final = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""

@@ -24,7 +24,9 @@ from urllib.parse import urlsplit
 import anyio
 import httpx2
 
-__all__ = ["HOP_HEADER", "FleetUnavailable", "OwnerRouter"]
+from mcpvisor.fleet.sealing import FleetKey
+
+__all__ = ["HOP_HEADER", "FleetUnavailable", "OwnerRouter", "round_name", "round_owner"]
 
 logger = logging.getLogger(__name__)
 
@@ -221,6 +223,28 @@ class OwnerRouter:
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()
+
+
+def round_name(replica: str, token: str, key: FleetKey | None) -> str:
+    """The ``requestState`` of an input round on ``replica``: ``mcpvisor-round-<replica>.<token>``, and a tag
+    of the fleet key when there is one (a replica forwards only rounds the fleet named)."""
+    state = f"{ROUND_PREFIX}{replica}.{token}"
+    return f"{state}.{key.mac(state)}" if key is not None else state
+
+
+def round_owner(state: str, key: FleetKey | None) -> str | None:
+    """The replica a ``requestState`` names (``None``: not a fleet's round); :class:`ValueError` when its
+    tag is not the fleet key's (made up, or changed)."""
+    if not state.startswith(ROUND_PREFIX):
+        return None
+    owner, dot, rest = state.removeprefix(ROUND_PREFIX).partition(".")
+    if not dot or not owner or not rest:
+        return None
+    if key is not None:
+        named, _, tag = state.rpartition(".")
+        if not tag or named.count(".") < 1 or not key.verify(named, tag):
+            raise ValueError("requestState was not made by this fleet")
+    return owner
 
 
 def _session_index(headers: list[tuple[bytes, bytes]]) -> int:

@@ -102,6 +102,29 @@ return rev
 kept in ``epoch`` (a replica that missed the log entry sees it on its next whole read)."""
 
 
+TAKE_LEASE: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 2 end
+return 0
+"""
+"""KEYS: the lease. ARGV: holder, ms. Renews the holder's lease (1), takes a free one (2), or 0."""
+
+CLAIM: Final = """
+local held = redis.call('HGET', KEYS[1], 'nonce')
+if held and held ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'nonce', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+"""KEYS: the replica's registry entry. ARGV: this process's nonce, ms. 0: another live process has the id."""
+
+RELEASE: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+"""KEYS: a lock or lease. ARGV: holder. Deletes it only for its holder."""
+
+
 @dataclass(frozen=True, slots=True)
 class Keys:
     """The key names of one fleet."""
@@ -284,6 +307,21 @@ class FleetStore:
             self.sync_client().ping()
         except (redis.RedisError, OSError) as exc:
             raise fleet_unreachable(self.url, exc) from exc
+
+    def claim(self, replica_id: str, nonce: str, ttl_ms: int) -> None:
+        """Take ``replica_id`` for this process (``nonce``), refused when another live replica has it: two
+        processes must never both own ``<id>.*`` sessions."""
+        import redis
+
+        try:
+            claimed = self.sync_client().eval(CLAIM, 1, self.keys.replica(replica_id), nonce, ttl_ms)
+        except (redis.RedisError, OSError) as exc:
+            raise fleet_unreachable(self.url, exc) from exc
+        if not claimed:
+            raise ConfigError(
+                f"replica id {replica_id!r} is in use by another running replica of fleet {self.keys.fleet!r}: "
+                f"pick another --replica-id (or wait {ttl_ms // 1000} s if that replica just stopped)"
+            )
 
     def read_approvals(self) -> tuple[int, dict[str, dict[str, FleetRecord]], int]:
         """The revision, every approval record and the acknowledgement epoch, read in one transaction."""

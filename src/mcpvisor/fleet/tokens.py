@@ -27,7 +27,7 @@ import anyio
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.fleet.records import FleetRecords
 from mcpvisor.fleet.sealing import FleetKey
-from mcpvisor.fleet.store import FleetStore
+from mcpvisor.fleet.store import RELEASE, FleetStore
 from mcpvisor.host.oauth_store import RefreshTurn, TokenStore
 
 __all__ = ["LOCK_MS", "WAIT_S", "FleetTokenStore"]
@@ -41,11 +41,6 @@ WAIT_S: Final = 10.0
 POLL_S: Final = 0.05
 FRESH_MS: Final = 10_000
 """A refresh this recent serves every replica: one that wants to refresh uses what it stored instead."""
-
-_RELEASE: Final = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 
 
 class FleetTokenStore(FleetRecords, TokenStore):
@@ -78,7 +73,7 @@ class FleetTokenStore(FleetRecords, TokenStore):
             if not await client.exists(fresh) and await client.set(lock, holder, nx=True, px=LOCK_MS):
                 if not await client.exists(fresh):  # not refreshed between the two questions
                     return RefreshTurn(partial(self._release, lock, fresh, holder))
-                await client.eval(_RELEASE, 1, lock, holder)
+                await client.eval(RELEASE, 1, lock, holder)
             with anyio.move_on_after(WAIT_S):  # another process refreshes: wait for it to finish
                 while await client.exists(lock):  # noqa: ASYNC110 - another process's lock
                     await anyio.sleep(POLL_S)
@@ -100,7 +95,7 @@ class FleetTokenStore(FleetRecords, TokenStore):
             with anyio.CancelScope(shield=True):
                 if refreshed:  # what this process stored serves every replica for a while
                     await client.set(fresh, holder, px=FRESH_MS)
-                await client.eval(_RELEASE, 1, lock, holder)
+                await client.eval(RELEASE, 1, lock, holder)
         except (redis.RedisError, OSError) as exc:
             logger.warning("fleet: could not release a token refresh turn (%s); it expires by itself", exc)
         finally:

@@ -14,12 +14,12 @@ Usage::
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Protocol, TypeAlias
+from typing import TypeAlias
 
 import anyio
 
@@ -27,8 +27,7 @@ from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import Listeners, McpEvent
 from mcpvisor.core.lifecycle import StackOwner, running
-from mcpvisor.core.pool import McpConnectionPool
-from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions
 from mcpvisor.host import paths
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.decisions import Decided, Verdict, decide
@@ -46,6 +45,7 @@ from mcpvisor.host.limits import max_message_bytes_of
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
 from mcpvisor.host.lsp.session import LspSession, touches_lsp
 from mcpvisor.host.oauth import DEFAULT_LOGIN_TIMEOUT_S, TokenStore, check_sign_in, http_auth_for, login, sign_ins
+from mcpvisor.host.options import HostOptions, SettingsSource
 from mcpvisor.host.pins import (
     DEFAULT_PIN_MODE,
     Change,
@@ -59,16 +59,9 @@ from mcpvisor.host.settings.loader import Settings, SettingsError, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
 from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier
 from mcpvisor.host.status import LiveConnection, ServerView, describe_servers
-from mcpvisor.host.watcher import (
-    DEFAULT_WATCHED_SCOPES,
-    RestartRequired,
-    SettingsChanged,
-    SettingsOk,
-    SettingsWatcher,
-    WatchScope,
-)
+from mcpvisor.host.watcher import RestartRequired, SettingsChanged, SettingsOk, SettingsWatcher
 
-__all__ = ["Host", "HostEvent", "HostOptions", "Ready", "SettingsWarning"]
+__all__ = ["Host", "HostEvent", "HostOptions", "Ready", "SettingsSource", "SettingsWarning"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,60 +87,6 @@ HostEvent: TypeAlias = (
     | LspServerChanged
     | LspPendingApprovalChanged
 )
-
-
-@dataclass(frozen=True)
-class HostOptions:
-    """How a :class:`Host` runs: the environment it reads (``env``: settings paths, ``MCPVISOR_HOME``,
-    ``${VAR}`` values), the workspace (default: the current folder), the command line's ``--mcp-config``
-    files and start-up ceiling, servers of this session only, whether to watch the settings files, and the
-    connection limits. Only ``env`` is required."""
-
-    env: Mapping[str, str]
-    workspace: Path | None = None
-    mcp_config: Sequence[Path] = ()
-    allowed_mcp_server_names: Sequence[str] | None = None
-    session_servers: Mapping[str, McpServerConfig] = field(default_factory=dict)
-    watch: bool = True
-    log_dir: Path | None = None
-    max_concurrent_starts: int | None = None
-    pool: McpConnectionPool | None = None
-    """Share identical servers with other hosts in this process (one per workspace or client)."""
-    session_id: str = "default"
-    client_requests: bool = False
-    """Offer the servers sampling, elicitation and roots, answered by the caller whose call caused the
-    request (:mod:`mcpvisor.core.client_requests`); the gateway sets it. With a ``pool``, the pool's setting rules."""
-    max_message_bytes: int | None = None
-    """The largest message a server may send when its config sets none; default: ``mcp.maxMessageBytes`` in
-    the settings, else 64 MiB. With a ``pool``, the pool's setting rules."""
-    lsp_config: Sequence[Path] = ()
-    """``--lsp-config`` files: language servers in the ``.lsp.json`` format, above every other source."""
-    allowed_lsp_server_names: Sequence[str] | None = None
-    """``--allowed-lsp-server-names``: a ceiling ``lsp.allowed`` in the settings can only narrow."""
-    watched_scopes: Sequence[WatchScope] = DEFAULT_WATCHED_SCOPES
-    """The files the watcher follows (with ``watch``): a fleet replica follows the fleet's settings instead
-    of its own settings files, and its decisions come from the fleet, so it watches only the stores."""
-    settings_source: SettingsSource | None = None
-    """Settings that come from elsewhere than the files (a fleet's): it primes the settings as read, before
-    anything starts, and applies its later changes to the running host (``watched_scopes`` leave the files out)."""
-    tokens: TokenStore | None = None
-    """Where OAuth sign-ins are kept, when not in the user folder's file (a fleet's store)."""
-    pins: PinStore | None = None
-    """Where tool and prompt pins are kept, when not in the user folder's file (a fleet's store)."""
-    approvals: ApprovalStore | None = None
-    """Where decisions on gated servers are kept, when not in the user folder's file (a fleet's store:
-    :mod:`mcpvisor.fleet`); its changes reconcile as an edit of the file would."""
-
-
-class SettingsSource(Protocol):
-    """A source of settings other than the files (:class:`~mcpvisor.fleet.replica.Replica`)."""
-
-    def prime(self, settings: Settings) -> None:
-        """Make ``settings``, just read from the files, the source's (in memory)."""
-
-    def follow(self, host: Host) -> Callable[[], None]:
-        """Apply later changes to the running ``host`` (through its watcher's listeners); returns the
-        function that stops."""
 
 
 class Host(StackOwner):

@@ -19,16 +19,15 @@ part of the connection id, so a refresh never restarts anything.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 from mcpvisor.core.errors import ConfigError, McpvisorError
 from mcpvisor.core.server_config import HttpAuth, McpServerConfig, redact_url
+from mcpvisor.host.oauth_callback import CALLBACK_PATH, Callback
 from mcpvisor.host.oauth_settings import (
     LoginRequired,
     check_sign_in,
@@ -67,7 +66,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CALLBACK_PATH: Final = "/callback"
 DEFAULT_LOGIN_TIMEOUT_S: Final = 300.0
 REFRESH_MARGIN_S: Final = 60.0
 TURN_TRIES: Final = 4
@@ -327,20 +325,13 @@ def http_auth_for(store: TokenStore) -> HttpAuth:
         except ConfigError as exc:
             logger.warning("%s", exc)
             return None
-        if settings.machine and server_url(cfg) is not None:  # gets its tokens by itself
-            return _provider(
-                store,
-                name,
-                cfg,
-                redirect_uri=f"http://127.0.0.1{CALLBACK_PATH}",
-                redirect_handler=None,
-                callback_handler=None,
-            )
-        record = store.get(token_key(cfg, settings))
-        if not record.get("tokens"):
-            return None
-        client = record.get("client")
-        redirect = (client or {}).get("redirect_uris", [None])[0] if isinstance(client, dict) else None
+        redirect = None
+        if not (settings.machine and server_url(cfg) is not None):  # a machine grant gets its tokens by itself
+            record = store.get(token_key(cfg, settings))
+            if not record.get("tokens"):
+                return None
+            client = record.get("client")
+            redirect = (client or {}).get("redirect_uris", [None])[0] if isinstance(client, dict) else None
         return _provider(
             store,
             name,
@@ -354,58 +345,6 @@ def http_auth_for(store: TokenStore) -> HttpAuth:
 
 
 # --- signing in -----------------------------------------------------------------------------
-
-
-class _Callback:
-    """A one-shot HTTP server on loopback that receives the authorization redirect."""
-
-    def __init__(self, port: int) -> None:
-        received: dict[str, str] = {}
-        done = threading.Event()
-        self.received, self.done = received, done
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                parts = urlsplit(self.path)
-                if parts.path != CALLBACK_PATH:
-                    self.send_error(404)
-                    return
-                query = {k: v[0] for k, v in parse_qs(parts.query).items()}
-                ok = "code" in query
-                body = (
-                    "Signed in: you can close this tab and go back to mcpvisor."
-                    if ok
-                    else f"Sign-in failed: {query.get('error_description') or query.get('error') or 'no code'}."
-                )
-                self.send_response(200 if ok else 400)
-                self.send_header("Content-Type", "text/plain; charset=utf-8")
-                self.end_headers()
-                self.wfile.write(body.encode())
-                if not done.is_set():
-                    received.update(query)
-                    done.set()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return  # the query holds the code: never logged
-
-        self.server = HTTPServer(("127.0.0.1", port), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def redirect_uri(self) -> str:
-        return f"http://127.0.0.1:{self.port}{CALLBACK_PATH}"
-
-    def reset(self) -> None:
-        """Ready for the next redirect of the same sign-in (one sign-in may authorize twice)."""
-        self.received.clear()
-        self.done.clear()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.done.set()  # a worker thread still waiting for the redirect (a cancelled sign-in) ends now
 
 
 def _stored_port(store: TokenStore, key: str) -> int | None:
@@ -452,13 +391,13 @@ async def login(
     store.read()  # a corrupt store: refuse before anything starts
     port = settings.callback_port or _stored_port(store, key) or 0
     try:
-        callback = _Callback(port)
+        callback = Callback(port)
     except OSError:
         if settings.callback_port:
             raise ConfigError(
                 f"cannot receive the sign-in on port {port} (mcpServers.{name}.oauth.callbackPort): it is in use"
             ) from None
-        callback = _Callback(0)
+        callback = Callback(0)
     try:
         if not settings.client_id and port and callback.port != port:
             store.update(key, client=None)  # registered for another redirect port: register again
