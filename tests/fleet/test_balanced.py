@@ -5,7 +5,6 @@ retry per call."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,29 +17,17 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.fleet.balancer import balancer
 from tests.fleet.conftest import RedisServer
-from tests.fleet.test_replicas import Fleet, fleet_of, ready, text
+from tests.fleet.test_replicas import text, three_replicas
 from tests.gateway.test_client_requests import Answers
 from tests.gateway.test_gateway import server
 from tests.helpers import WAIT_S
-from tests.layout import replace_text
 
 pytestmark = pytest.mark.fleet
 
 CALLS = 40
 
 
-@asynccontextmanager
-async def three_replicas(tmp_path: Path, redis_server: RedisServer) -> AsyncIterator[Fleet]:
-    with fleet_of(tmp_path, redis_server) as fleet:
-        home = tmp_path / "r1"
-        replace_text(home / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {"k": server("k", "--control")}}))
-        first = fleet.start("r1", home)
-        await ready(first)
-        for rid in ("r2", "r3"):
-            fleet.start(rid, tmp_path / rid)
-        for replica in fleet.replicas:
-            await ready(replica)
-        yield fleet
+CONTROL = {"k": server("k", "--control")}
 
 
 @asynccontextmanager
@@ -63,7 +50,7 @@ async def client(url: str, mode: str) -> AsyncIterator[Client]:
 async def test_every_call_through_a_round_robin_balancer_succeeds(
     tmp_path: Path, redis_server: RedisServer, mode: str
 ) -> None:
-    async with three_replicas(tmp_path, redis_server) as fleet:
+    async with three_replicas(tmp_path, redis_server, CONTROL) as fleet:
         async with balancer([r.url for r in fleet.replicas]) as (url, lb):
             async with client(url, mode) as c:
                 tools = {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}
@@ -84,7 +71,7 @@ async def test_every_call_through_a_round_robin_balancer_succeeds(
 async def test_a_replica_killed_mid_load_costs_a_modern_client_at_most_one_retry_per_call(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
-    async with three_replicas(tmp_path, redis_server) as fleet:
+    async with three_replicas(tmp_path, redis_server, CONTROL) as fleet:
         victim = fleet.replicas[2]
         async with balancer([r.url for r in fleet.replicas]) as (url, _), client(url, "auto") as c:
             retried = failed = 0

@@ -4,7 +4,6 @@ ready replica, and calls of both eras succeed."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,10 +14,9 @@ import pytest
 from mcp import Client
 
 from tests.fleet.conftest import RedisServer
-from tests.fleet.test_replicas import fleet_of, ready, text
+from tests.fleet.test_replicas import text, three_replicas
 from tests.gateway.test_gateway import server
 from tests.helpers import WAIT_S, free_port
-from tests.layout import replace_text
 
 pytestmark = pytest.mark.fleet
 
@@ -41,15 +39,7 @@ def test_the_documented_configuration_is_valid() -> None:
 async def test_calls_through_haproxy_in_front_of_three_replicas(
     tmp_path: Path, redis_server: RedisServer, mode: str
 ) -> None:
-    with fleet_of(tmp_path, redis_server) as fleet:
-        home = tmp_path / "r1"
-        replace_text(home / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {"u": server("u")}}))
-        first = fleet.start("r1", home)
-        await ready(first)
-        for rid in ("r2", "r3"):
-            fleet.start(rid, tmp_path / rid)
-        for replica in fleet.replicas:
-            await ready(replica)
+    async with three_replicas(tmp_path, redis_server, {"u": server("u")}) as fleet:
         port = free_port()
         config = CONFIG.read_text().replace("127.0.0.1:8765", f"127.0.0.1:{port}")
         for index, replica in enumerate(fleet.replicas, 1):

@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
@@ -112,6 +113,20 @@ def fleet_of(tmp_path: Path, redis_server: RedisServer) -> Iterator[Fleet]:
                 replica.proc.wait(timeout=WAIT_S)
             except subprocess.TimeoutExpired:
                 replica.proc.kill()
+
+
+@contextlib.asynccontextmanager
+async def three_replicas(tmp_path: Path, redis_server: RedisServer, servers: dict[str, Any]) -> AsyncIterator[Fleet]:
+    """Replicas r1 (the publisher: ``servers`` are its user settings), r2 and r3, all ready."""
+    with fleet_of(tmp_path, redis_server) as fleet:
+        home = tmp_path / "r1"
+        replace_text(home / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": servers}))
+        await ready(fleet.start("r1", home))
+        for rid in ("r2", "r3"):
+            fleet.start(rid, tmp_path / rid)
+        for replica in fleet.replicas:
+            await ready(replica)
+        yield fleet
 
 
 async def ready(replica: Replica) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from typing import Any
 
 from mcp.client.auth import OAuthClientProvider
 
@@ -13,9 +14,10 @@ from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.oauth import TokenStore, _provider
 
 
-def test_every_private_sdk_method_the_provider_overrides_still_exists_with_its_parameters(tmp_path: Path) -> None:
+def host_provider(tmp_path: Path) -> Any:
+    """The provider a host signs a remote server's requests with (no sign-in handlers)."""
     cfg = McpServerConfig.model_validate({"url": "https://mcp.example.test/mcp"})
-    provider = _provider(
+    return _provider(
         TokenStore(tmp_path / "tokens.json"),
         "remote",
         cfg,
@@ -23,6 +25,10 @@ def test_every_private_sdk_method_the_provider_overrides_still_exists_with_its_p
         redirect_handler=None,
         callback_handler=None,
     )
+
+
+def test_every_private_sdk_method_the_provider_overrides_still_exists_with_its_parameters(tmp_path: Path) -> None:
+    provider = host_provider(tmp_path)
     subclass = type(provider)
     assert issubclass(subclass, OAuthClientProvider)
     overridden = sorted(
@@ -46,15 +52,7 @@ def test_every_private_sdk_method_the_provider_overrides_still_exists_with_its_p
 def test_the_sdk_state_the_refresh_turn_reads_is_still_there(tmp_path: Path) -> None:
     """The provider reads whether the SDK initialized its context, and asks the context whether its token is
     valid and can be refreshed, to decide whether a request refreshes first (one process at a time)."""
-    cfg = McpServerConfig.model_validate({"url": "https://mcp.example.test/mcp"})
-    provider = _provider(
-        TokenStore(tmp_path / "tokens.json"),
-        "remote",
-        cfg,
-        redirect_uri="http://127.0.0.1:1/callback",
-        redirect_handler=None,
-        callback_handler=None,
-    )
+    provider = host_provider(tmp_path)
     assert provider._initialized is False
     assert provider.context.is_token_valid() is False
     assert provider.context.can_refresh_token() is False
