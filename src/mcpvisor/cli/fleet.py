@@ -168,28 +168,20 @@ def _freshness(env: Mapping[str, str]) -> float:
 def approval_store(env: Mapping[str, str]) -> ApprovalStore:
     """The approvals a management command reads and decides in: the fleet's, or the user folder's file."""
     store = fleet_store(env)
-    if store is None:
-        from mcpvisor.host import paths
-        from mcpvisor.host.approvals import ApprovalStore
+    if store is not None:
+        return _fleet_approvals(store, env)
+    from mcpvisor.host import paths
+    from mcpvisor.host.approvals import ApprovalStore
 
-        return ApprovalStore(paths.approvals_path(env))
-    from mcpvisor.fleet.approvals import FleetApprovalStore
-
-    store.ping()
-    return FleetApprovalStore(store, freshness_s=_freshness(env))
+    return ApprovalStore(paths.approvals_path(env))
 
 
 def token_store(env: Mapping[str, str]) -> TokenStore:
     """The OAuth sign-ins a command reads and stores: the fleet's (with a fleet key), or the user folder's file."""
     store = fleet_store(env)
-    if store is not None:
-        from mcpvisor.fleet.sealing import FleetKey
-
-        key = FleetKey.from_env(env)
-        if key is not None:
-            from mcpvisor.fleet.tokens import FleetTokenStore
-
-            return FleetTokenStore(store, key)
+    tokens = _fleet_tokens(store, env) if store is not None else None
+    if tokens is not None:
+        return tokens
     from mcpvisor.host import paths
     from mcpvisor.host.oauth_store import TokenStore
 
@@ -199,25 +191,48 @@ def token_store(env: Mapping[str, str]) -> TokenStore:
 def pin_store(env: Mapping[str, str]) -> PinStore:
     """The tool pins a management command reads and accepts in: the fleet's, or the user folder's file."""
     store = fleet_store(env)
-    if store is None:
-        from mcpvisor.host import paths
-        from mcpvisor.host.pins import PinStore
+    if store is not None:
+        from mcpvisor.fleet.pins import FleetPinStore
 
-        return PinStore(paths.pins_path(env))
-    from mcpvisor.fleet.pins import FleetPinStore
+        return FleetPinStore(store)
+    from mcpvisor.host import paths
+    from mcpvisor.host.pins import PinStore
 
-    return FleetPinStore(store)
+    return PinStore(paths.pins_path(env))
 
 
 def with_fleet_stores(options: HostOptions) -> HostOptions:
     """``options`` with the fleet's approvals, pins and sign-ins when a fleet is named (a command that
-    connects once, such as ``status``: it reads them, it does not follow them)."""
-    if fleet_store(options.env) is None:
+    connects once, such as ``status``: it reads them, it does not follow them), over one store."""
+    store = fleet_store(options.env)
+    if store is None:
         return options
     import dataclasses
 
-    env = options.env
-    return dataclasses.replace(options, approvals=approval_store(env), pins=pin_store(env), tokens=token_store(env))
+    from mcpvisor.fleet.pins import FleetPinStore
+
+    approvals = _fleet_approvals(store, options.env)
+    tokens = _fleet_tokens(store, options.env)
+    return dataclasses.replace(options, approvals=approvals, pins=FleetPinStore(store), tokens=tokens)
+
+
+def _fleet_approvals(store: FleetStore, env: Mapping[str, str]) -> ApprovalStore:
+    from mcpvisor.fleet.approvals import FleetApprovalStore
+
+    store.ping()
+    return FleetApprovalStore(store, freshness_s=_freshness(env))
+
+
+def _fleet_tokens(store: FleetStore, env: Mapping[str, str]) -> TokenStore | None:
+    """The fleet's sign-ins, sealed with the fleet key; ``None`` without a key (each process keeps its own)."""
+    from mcpvisor.fleet.sealing import FleetKey
+
+    key = FleetKey.from_env(env)
+    if key is None:
+        return None
+    from mcpvisor.fleet.tokens import FleetTokenStore
+
+    return FleetTokenStore(store, key)
 
 
 @asynccontextmanager
