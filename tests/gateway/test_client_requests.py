@@ -107,7 +107,10 @@ async def test_sampling_elicitation_and_roots_reach_the_calling_client_and_its_a
 async def test_the_clients_progress_on_a_servers_request_reaches_the_server(tmp_path: Path) -> None:
     answers = Answers()
     user = {"mcpServers": {"a": server("a", "--control")}}
-    async with running(tmp_path, user=user, client_requests=True) as r, answers.client(r.gateway.server) as client:
+    async with (
+        running(tmp_path, user=user, client_requests=True, processes=True) as r,
+        answers.client(r.gateway.server) as client,
+    ):
         log = Path(r.layout.env["MCPVISOR_LOG_DIR"]) / "a.log"
         assert text_of(await ask(client, "sampling", "slowly")) == "sampled: an answer to slowly"
         # The light server asked with progress token ask-1; the gateway gave the client a token of its own.
@@ -120,7 +123,10 @@ async def test_a_client_that_offers_nothing_is_not_asked_and_the_server_hears_wh
     tmp_path: Path, upstream: str, mode: str
 ) -> None:
     user = {"mcpServers": {"a": server("a", "--control", module=upstream)}}
-    async with running(tmp_path, user=user, client_requests=True) as r, Client(r.gateway.server, mode=mode) as c:
+    async with (
+        running(tmp_path, user=user, client_requests=True, processes=True) as r,
+        Client(r.gateway.server, mode=mode) as c,
+    ):
         result = await ask(c, "sampling", "hello")
         assert result.is_error
         assert "server 'a' asked for sampling, but the client calling it through mcpvisor does not offer sampling" in (
@@ -135,7 +141,7 @@ async def test_a_modern_era_client_answers_in_rounds_and_a_call_it_abandons_is_c
     client never comes back to is cancelled upstream after the round timeout, and its state is refused."""
     user = {"mcpServers": {"a": server("a", "--control")}}
     async with (
-        running(tmp_path, user=user, client_requests=True, round_timeout_s=0.5) as r,
+        running(tmp_path, user=user, client_requests=True, processes=True, round_timeout_s=0.5) as r,
         Answers().client(r.gateway.server, mode="auto") as client,
     ):
         session = client.session
@@ -197,7 +203,7 @@ async def test_calls_from_two_clients_in_flight_make_a_request_ambiguous_and_it_
 async def test_a_call_the_client_cancels_is_cancelled_at_the_server(tmp_path: Path, mode: str) -> None:
     user = {"mcpServers": {"a": server("a", "--control")}}
     async with (
-        running(tmp_path, user=user, client_requests=True) as r,
+        running(tmp_path, user=user, client_requests=True, processes=True) as r,
         Answers().client(r.gateway.server, mode=mode) as client,
     ):
         log = Path(r.layout.env["MCPVISOR_LOG_DIR"]) / "a.log"

@@ -23,6 +23,7 @@ from mcpvisor.core.events import McpClientUpdate, PromptsChanged, ReconcileFinis
 from mcpvisor.core.registry import mcp_tool_name
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.examples._options import TEXT_SCHEMA
+from mcpvisor.examples.in_memory import light_servers_in_memory
 from mcpvisor.gateway.names import DEFAULT_NAME_BUDGET, shortened
 from mcpvisor.gateway.server import Gateway
 from mcpvisor.host.host import Host, HostEvent, HostOptions
@@ -111,14 +112,25 @@ class Running:
 
 @asynccontextmanager
 async def running(
-    tmp_path: Path, *, user: Any = None, project: Any = None, client_requests: bool = False, **gateway_options: Any
+    tmp_path: Path,
+    *,
+    user: Any = None,
+    project: Any = None,
+    client_requests: bool = False,
+    processes: bool = False,
+    **gateway_options: Any,
 ) -> AsyncIterator[Running]:
+    """A host and its gateway on real settings files and the real watcher; light servers are served in memory
+    unless the test is about their ``processes``."""
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
     if user is not None:
         save(layout.paths.user, user)
     if project is not None:
         save(layout.paths.project, project)
-    host = Host(HostOptions(env=layout.env, workspace=layout.root, client_requests=client_requests))
+    in_memory = None if processes else light_servers_in_memory
+    host = Host(
+        HostOptions(env=layout.env, workspace=layout.root, client_requests=client_requests, in_memory=in_memory)
+    )
     excluded_at_reconcile: list[tuple[str, ...]] = []
 
     def record(event: HostEvent) -> None:
@@ -294,7 +306,7 @@ async def test_a_removed_servers_tool_is_an_error_result_saying_it_was_removed(t
 
 async def test_upstream_failures_are_error_results_and_the_gateway_keeps_serving(tmp_path: Path) -> None:
     user = {"mcpServers": {"a": server("a", "--tools", "echo,boom", "--crash-on-call", "boom")}}
-    async with running(tmp_path, user=user) as r, Client(r.gateway.server) as client:
+    async with running(tmp_path, user=user, processes=True) as r, Client(r.gateway.server) as client:
         refused = await client.call_tool("mcp__a__echo", {"text": 42})  # the server answers with a JSON-RPC error
         assert refused.is_error
         assert "argument 'text' must be a string" in text_of(refused)

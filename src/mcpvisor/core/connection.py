@@ -106,6 +106,7 @@ class ServerConnection:
         """The server answered 401/403: it wants credentials."""
         self._log_dir = options.log_dir or default_log_dir()
         self._http_auth = options.http_auth
+        self._in_memory = options.in_memory
         self._auth_in_use: Any = None
         """What signs this connection's requests (see :data:`HttpAuth`)."""
         self._on_change = on_change
@@ -264,6 +265,7 @@ class ServerConnection:
             max_message_bytes=self.max_message_bytes,
             on_broken=self._on_broken,
             auth=self._auth_in_use,
+            in_memory=self._in_memory,
         )
         handler: MessageHandlerFnT = self._on_message
         asks = self._in_flight

@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +27,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
     "MIN_MESSAGE_BYTES",
     "HttpAuth",
+    "InMemoryServers",
     "Exposure",
     "McpServerConfig",
     "Scope",
@@ -68,6 +70,10 @@ MIN_MESSAGE_BYTES = 1024
 """The smallest ``maxMessageBytes`` accepted: below it not even an ``initialize`` answer fits."""
 
 HttpAuth = Callable[[str, "McpServerConfig"], Any]
+InMemoryServers = Callable[[str, "McpServerConfig"], AbstractAsyncContextManager[Any] | None]
+"""Serves a server entry inside this process instead of reaching it: called with the server's name and
+entry, it returns a context whose entering yields the connection's two message streams (the SDK's
+``TransportStreams``, as its ``InMemoryTransport`` does), or ``None`` to reach the server as configured."""
 """``(server name, config) -> httpx2.Auth | None``: signs a remote server's requests (e.g. with OAuth
 tokens kept by the layer above, which owns the files). Called once per connection attempt; what it
 signs with is not part of the connection id, so a refreshed token never restarts anything. An auth
@@ -317,3 +323,6 @@ class ConnectionOptions:
     max_message_bytes: int | None = None
     """The largest message a server may send when its entry sets no ``maxMessageBytes``; a larger one
     drops the connection (:class:`~mcpvisor.core.errors.MessageTooLargeError`)."""
+    in_memory: InMemoryServers | None = None
+    """Servers served inside this process rather than spawned or reached (protocol-level tests, embedding):
+    :func:`mcpvisor.examples.in_memory.light_servers_in_memory` serves the light example server so."""

@@ -14,7 +14,7 @@ import anyio
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.core.errors import ConnectError, McpvisorError, MessageTooLargeError
-from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_config import InMemoryServers, McpServerConfig
 from mcpvisor.core.server_log import ServerLog
 from mcpvisor.core.stdio import StdioProcess, open_stdio_transport
 
@@ -32,6 +32,7 @@ async def open_transport(
     max_message_bytes: int,
     on_broken: Callable[[MessageTooLargeError], None],
     auth: Any = None,
+    in_memory: InMemoryServers | None = None,
 ) -> tuple[Any, StdioProcess | None]:
     """Enter ``cfg``'s transport on ``stack``: ``(transport for mcp.Client, the stdio process or None)``.
 
@@ -40,7 +41,11 @@ async def open_transport(
     ``httpx2.Auth``, e.g. an OAuth provider) when given. No message may be larger than
     ``max_message_bytes``: a larger one is reported to ``on_broken`` and fails what was waiting for it.
     Raises :class:`ConnectError` naming the config field to fix when the executable or working
-    directory does not exist."""
+    directory does not exist. A server ``in_memory`` serves (see :data:`InMemoryServers`) is neither
+    spawned nor reached: its streams are the transport, and there is no process."""
+    served = in_memory(name, cfg) if in_memory is not None else None
+    if served is not None:
+        return _FixedStreams(await stack.enter_async_context(served)), None
     transport: Any
     process: StdioProcess | None = None
     if cfg.command is not None:

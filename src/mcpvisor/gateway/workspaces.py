@@ -181,6 +181,7 @@ class WorkspaceGateway(StackOwner):
                         ),
                         client_requests=self._options.client_requests,
                         max_message_bytes=max_bytes,
+                        in_memory=self._options.in_memory,
                     )
                 )
             )

@@ -175,6 +175,7 @@ class Host(StackOwner):
                     http_auth=http_auth_for(self.tokens),
                     client_requests=opts.client_requests,
                     max_message_bytes=max_bytes,
+                    in_memory=opts.in_memory,
                 ),
                 pool=opts.pool,
                 session_id=opts.session_id,

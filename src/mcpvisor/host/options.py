@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mcpvisor.core.pool import McpConnectionPool
-from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_config import InMemoryServers, McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.oauth_store import TokenStore
 from mcpvisor.host.pins import PinStore
@@ -43,6 +43,9 @@ class HostOptions:
     max_message_bytes: int | None = None
     """The largest message a server may send when its config sets none; default: ``mcp.maxMessageBytes`` in
     the settings, else 64 MiB. With a ``pool``, the pool's setting rules."""
+    in_memory: InMemoryServers | None = None
+    """Servers served inside this process rather than spawned or reached (protocol-level tests, embedding;
+    see :class:`~mcpvisor.core.server_config.ConnectionOptions`). With a ``pool``, the pool's setting rules."""
     lsp_config: Sequence[Path] = ()
     """``--lsp-config`` files: language servers in the ``.lsp.json`` format, above every other source."""
     allowed_lsp_server_names: Sequence[str] | None = None

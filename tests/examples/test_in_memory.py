@@ -1,0 +1,100 @@
+"""The light example server served in memory: what the process answers, without the process."""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client, MCPError
+from mcp.client._transport import TransportStreams
+
+from mcpvisor.core.config import Config
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
+from mcpvisor.examples.in_memory import NEEDS_A_PROCESS, light_servers_in_memory
+from tests.helpers import LIGHT, WAIT_S
+
+pytestmark = pytest.mark.anyio
+
+
+def light(name: str, *args: str) -> McpServerConfig:
+    return McpServerConfig(command=sys.executable, args=["-m", LIGHT, "--name", name, *args])
+
+
+def text_of(result: types.CallToolResult) -> str:
+    [content] = result.content
+    assert isinstance(content, types.TextContent)
+    return content.text
+
+
+async def test_a_client_gets_the_same_answers_as_from_the_process() -> None:
+    changed = anyio.Event()
+
+    async def on_message(message: object) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    served = light_servers_in_memory("a", light("a", "--tools", "echo,x", "--prompts", "p", "--control"))
+    assert served is not None
+    async with served as streams, Client(_Streams(streams), mode="legacy", message_handler=on_message) as client:
+        assert {tool.name for tool in (await client.list_tools()).tools} >= {"echo", "x", "set_tools", "sleep"}
+        assert text_of(await client.call_tool("x", {"text": "hi"})) == "a:x:hi"
+        [message] = (await client.get_prompt("p", {"topic": "cats"})).messages
+        assert isinstance(message.content, types.TextContent)
+        assert message.content.text == "a:p:cats"
+        # A delayed answer comes from the server's own thread; a notice comes before the answer that caused it.
+        assert text_of(await client.call_tool("sleep", {"seconds": 0.05})) == "slept"
+        assert text_of(await client.call_tool("set_tools", {"names": "y"})) == "y"
+        with anyio.fail_after(WAIT_S):
+            await changed.wait()
+        assert "y" in {tool.name for tool in (await client.list_tools(cache_mode="bypass")).tools}
+        with pytest.raises(MCPError, match="^tool 'pid': this server is served in memory, without a process$"):
+            await client.call_tool("pid", {})
+
+
+async def test_only_light_server_entries_are_served_and_what_needs_a_process_is_refused_by_name() -> None:
+    assert light_servers_in_memory("s", McpServerConfig(command=sys.executable, args=["-m", "other"])) is None
+    assert light_servers_in_memory("s", McpServerConfig(url="http://127.0.0.1:9/mcp")) is None
+    for flag in NEEDS_A_PROCESS.values():
+        argument = [] if flag in ("--stubborn", "--flood-stderr", "--big") else ["1" if flag == "--exit-after" else "v"]
+        with pytest.raises(ValueError, match=f"server 's' cannot be served in memory: {flag} needs a process"):
+            light_servers_in_memory("s", light("s", flag, *argument))
+
+
+async def test_a_config_serves_its_light_servers_in_memory_and_spawns_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    servers = {"a": light("a"), "b": light("b", "--tools", "t"), "real": light("real", "--marker", str(marker))}
+    async with Config(options=ConnectionOptions(log_dir=tmp_path, in_memory=_unless_marked)) as config:
+        config.set_mcp_servers(servers)
+        await config.initialize()
+        assert text_of(await config.call_tool("mcp__a__echo", {"text": "hi"})) == "a:echo:hi"
+        assert text_of(await config.call_tool("mcp__b__t", {"text": "yo"})) == "b:t:yo"
+        assert text_of(await config.call_tool("mcp__real__echo", {"text": "1"})) == "real:echo:1"
+        clients = config.manager.clients()
+        assert clients["a"].pid is None
+        assert clients["b"].pid is None
+        [line] = marker.read_text().splitlines()
+        assert line == f"{clients['real'].pid} real"
+        assert clients["real"].pid != os.getpid()
+
+
+def _unless_marked(name: str, cfg: McpServerConfig) -> AbstractAsyncContextManager[TransportStreams] | None:
+    """In memory, but the entry with a marker is spawned (the hook decides per entry)."""
+    return None if "--marker" in (cfg.args or ()) else light_servers_in_memory(name, cfg)
+
+
+class _Streams:
+    """Already open streams as a transport for the SDK's ``Client``."""
+
+    def __init__(self, streams: TransportStreams) -> None:
+        self._streams = streams
+
+    async def __aenter__(self) -> TransportStreams:
+        return self._streams
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
