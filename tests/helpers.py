@@ -7,12 +7,15 @@ import os
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
 
 from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.examples.in_memory import NEEDS_A_PROCESS, light_servers_in_memory
 
 LIGHT = "mcpvisor.examples.light_server"
 SDK = "mcpvisor.examples.sdk_server"
@@ -32,6 +35,14 @@ def sdk(name: str, *args: str, **fields: object) -> McpServerConfig:
     return McpServerConfig.model_validate(
         {"command": sys.executable, "args": ["-m", SDK, "--name", name, *args], **fields}
     )
+
+
+def in_memory_unless_a_process_is_needed(name: str, cfg: McpServerConfig) -> AbstractAsyncContextManager[Any] | None:
+    """``in_memory`` for a protocol-level test: light servers in memory, but an entry whose options are about
+    its process (a marker file with the PID, a crash, stderr... :data:`NEEDS_A_PROCESS`) is spawned."""
+    if any(flag in (cfg.args or ()) for flag in NEEDS_A_PROCESS.values()):
+        return None
+    return light_servers_in_memory(name, cfg)
 
 
 async def wait_until(condition: Callable[[], bool], timeout_s: float = WAIT_S, what: str = "condition") -> None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from mcpvisor.core.config import Config
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
+from mcpvisor.examples.in_memory import light_servers_in_memory
 from tests.helpers import light
 
 NAMES = ("a", "b", "c")
@@ -46,7 +47,7 @@ def check(config: Config, state: dict[str, tuple[int, bool]], excluded: list[str
     assert set(config.tool_registry.names()) == expected
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(edits=st.lists(edit, min_size=1, max_size=8))
 async def test_random_edit_sequences_keep_live_state_equal_to_the_admitted_config(
     edits: list[tuple[str, object]],
@@ -55,7 +56,7 @@ async def test_random_edit_sequences_keep_live_state_equal_to_the_admitted_confi
     excluded: list[str] = []
     allowed: list[str] | None = None
     with tempfile.TemporaryDirectory() as logs:
-        async with Config(options=ConnectionOptions(log_dir=Path(logs))) as config:
+        async with Config(options=ConnectionOptions(log_dir=Path(logs), in_memory=light_servers_in_memory)) as config:
             await config.initialize()
             for kind, arg in edits:
                 if kind == "add" and isinstance(arg, str):

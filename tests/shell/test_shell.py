@@ -20,7 +20,7 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.host import HostOptions
 from mcpvisor.shell import EXIT_INTERRUPTED, EXIT_OK, run_shell
 from mcpvisor.shell.session import HELP_HINT
-from tests.helpers import LIGHT, WAIT_S, marker_pids, pid_alive, wait_until
+from tests.helpers import LIGHT, WAIT_S, in_memory_unless_a_process_is_needed, marker_pids, pid_alive, wait_until
 from tests.layout import Layout, make_layout, replace_text
 
 
@@ -96,7 +96,7 @@ async def shell(
 
     async def run() -> None:
         s.code = await run_shell(
-            HostOptions(env=layout.env, workspace=layout.root),
+            HostOptions(env=layout.env, workspace=layout.root, in_memory=in_memory_unless_a_process_is_needed),
             console=s.console,
             input_lines=s.shell_input,
             interrupts=s.shell_interrupts,
