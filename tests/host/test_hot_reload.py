@@ -147,7 +147,7 @@ async def test_edits_during_a_reconcile_coalesce_into_one_more_pass(tmp_path: Pa
     async with session(tmp_path, user={"mcpServers": {}}) as s:
         before = len(s.rec.reconciles())
         # A server that never answers keeps the first reconcile busy for its discovery timeout.
-        slow = {**server("slow", "--hang-on-initialize"), "discoveryTimeoutMs": 4000}
+        slow = {**server("slow", "--hang-on-initialize"), "discoveryTimeoutMs": 2000}
         save(s.layout.paths.user, {"mcpServers": {"slow": slow}})
         await s.rec.wait_for(lambda: "slow" in s.host.config.manager.clients())
         save(s.layout.paths.user, {"mcpServers": {"slow": slow, "b": server("b")}})
