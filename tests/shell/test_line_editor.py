@@ -48,6 +48,48 @@ def plain(data: bytes) -> str:
     return _ESCAPE.sub("", text).replace("\r", "")
 
 
+_TOKEN = re.compile(r"\x1b\[([0-9;?<=>]*)[ -/]*([@-~])|" + _ESCAPE.pattern + r"|\x1b|[\x00-\x1f]|[^\x00-\x1f\x1b]+")
+
+
+def screen_lines(data: bytes) -> list[str]:
+    """The lines a terminal shows after ``data``, cursor moves applied. The editor redraws only what
+    changed: when a completion lands a frame after the text it completes (a loaded machine), the
+    rest of the word is written after a move back up to the line, and the line reads whole only here."""
+    rows: list[list[str]] = [[]]
+    row = col = 0
+    for token in _TOKEN.finditer(data.decode(errors="replace")):
+        piece, params, final = token.group(0), token.group(1), token.group(2)
+        if final is not None:
+            n = int(params) if params.isdigit() else 1
+            if final == "A":
+                row = max(0, row - n)
+            elif final == "B":
+                row += n
+            elif final == "C":
+                col += n
+            elif final == "D":
+                col = max(0, col - n)
+            elif final in "JK" and params in ("", "0") and row < len(rows):  # erase to the end
+                del rows[row][col:]
+                if final == "J":
+                    del rows[row + 1 :]
+            elif final == "K" and params == "2" and row < len(rows):  # erase the line
+                rows[row].clear()
+        elif piece == "\r":
+            col = 0
+        elif piece == "\n":
+            row += 1
+        elif piece == "\b":
+            col = max(0, col - 1)
+        elif piece >= " ":  # text (escape sequences and other control characters sort before " ")
+            rows.extend([] for _ in range(row + 1 - len(rows)))
+            line = rows[row]
+            line.extend(" " * (col - len(line)))
+            line[col : col + len(piece)] = piece
+            col += len(piece)
+    return ["".join(line).rstrip() for line in rows]
+
+
 class Terminal:
     """A pseudo-terminal running ``mcpvisor shell``: type keys, wait for what it shows."""
 
@@ -71,13 +113,20 @@ class Terminal:
         self.output += chunk
         return bool(chunk)
 
+    def shows(self, text: str, since: int = 0) -> bool:
+        """Whether ``text`` was shown since ``since``: in the output, or on a line of the screen that
+        output changed (see :func:`screen_lines`)."""
+        if text in plain(self.output[since:]):
+            return True
+        before, now = screen_lines(self.output[:since]), screen_lines(self.output)
+        return any(text in line for i, line in enumerate(now) if i >= len(before) or line != before[i])
+
     async def expect(self, text: str, since: int = 0) -> str:
         with anyio.move_on_after(WAIT_S):
-            while text not in plain(self.output[since:]) and await self._read():
+            while not self.shows(text, since) and await self._read():
                 pass
-        shown = plain(self.output[since:])
-        assert text in shown, f"{text!r} never shown; the terminal showed:\n{plain(self.output)}"
-        return shown
+        assert self.shows(text, since), f"{text!r} never shown; the terminal showed:\n{plain(self.output)}"
+        return plain(self.output[since:])
 
     async def answered(self, text: str, since: int, prompt: str = "mcp>") -> str:
         """Wait for ``text``, then for the prompt drawn again after it (the next keys go to the editor)."""
