@@ -21,6 +21,12 @@ for _size in ("COLUMNS", "LINES"):
     os.environ.pop(_size, None)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: two workers per core. Most tests wait on server processes, files and sockets rather than
+    the CPU (on 2 cores: 4 workers take 0.74x the time 2 take)."""
+    return 2 * (os.cpu_count() or 1)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
