@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 from mcpvisor.core.call_logs import CallLog, hearing
 from mcpvisor.core.client_requests import Progress, answering, refusal
 
-__all__ = ["ROUND_TIMEOUT_S", "CallingClient", "Rounds", "pass_log", "served_logger"]
+__all__ = ["ROUND_TIMEOUT_S", "CallingClient", "OffersNothing", "Rounds", "pass_log", "served_logger"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,32 @@ def _not_offered(server: str, what: str) -> types.ErrorData:
 
 def _ended(server: str, what: str) -> types.ErrorData:
     return refusal(f"server {server!r} asked for {what} after the call it belongs to ended")
+
+
+class OffersNothing:
+    """The answerer for a client that declared none of sampling, elicitation and roots: whatever a server
+    asks during its calls is refused at once, saying so (as :class:`CallingClient` would refuse it)."""
+
+    def __init__(self, client: Hashable) -> None:
+        self._client = client
+
+    @property
+    def client(self) -> Hashable:
+        return self._client
+
+    async def create_message(
+        self, server: str, params: types.CreateMessageRequestParams, progress: Progress | None = None
+    ) -> types.ErrorData:
+        return _not_offered(server, _sampling(params)[0])
+
+    async def elicit(
+        self, server: str, params: types.ElicitRequestParams, progress: Progress | None = None
+    ) -> types.ErrorData:
+        url = isinstance(params, types.ElicitRequestURLParams)
+        return _not_offered(server, "URL elicitation" if url else "elicitation")
+
+    async def list_roots(self, server: str, progress: Progress | None = None) -> types.ErrorData:
+        return _not_offered(server, "roots")
 
 
 class _Asking:

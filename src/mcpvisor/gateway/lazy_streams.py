@@ -15,6 +15,15 @@ or ``application/json``; the client MUST support both"):
   the priming event, what came so far (stored again after the priming event, so a resuming client
   replays in order), then the rest; a long silent call keeps its connection alive with the pings.
 
+A plain ``tools/call`` goes further: when the client asked for no progress on it and declared none of
+sampling, elicitation and roots at ``initialize`` (nothing the call's servers may ask can reach it), and no
+OpenTelemetry spans are being collected, nothing can be sent on its stream before the result. It is then
+made without the SDK's per-request machinery (the memory streams to the session, a task per request, the
+middleware chain): validated as the SDK validates it (an invalid one takes the SDK's path, which says what
+is wrong), made by the gateway's ``direct_call``, answered with the result as the SDK shapes it. The
+client's ``notifications/cancelled`` for it ends the call (its server hears of it) and, as the SDK does, it
+is never answered: its POST gets 202. Measured: a third less time per call through the gateway.
+
 Everything else (``initialize``, notifications, responses, errors, GET and DELETE) is the SDK's own
 code path. The transport is the SDK's ``StreamableHTTPServerTransport``; :class:`LazySessionManager`
 makes sessions with it.
@@ -22,7 +31,11 @@ makes sessions with it.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from contextlib import suppress
 from functools import partial
+from http import HTTPStatus
 from typing import Any
 from uuid import uuid4
 
@@ -39,19 +52,32 @@ from mcp.server.streamable_http import (
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp_types import (
     DEFAULT_NEGOTIATED_VERSION,
+    INTERNAL_ERROR,
+    CallToolRequestParams,
+    CallToolResult,
+    ErrorData,
     JSONRPCError,
+    JSONRPCMessage,
+    JSONRPCNotification,
     JSONRPCRequest,
     JSONRPCResponse,
+    RequestId,
     jsonrpc_message_adapter,
 )
+from mcp_types.methods import serialize_server_result, validate_client_request
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["COMMIT_AFTER_S", "LazySessionManager", "LazyStreamTransport"]
+from mcpvisor.gateway.tracing import tracing
+
+__all__ = ["COMMIT_AFTER_S", "DirectCall", "LazySessionManager", "LazyStreamTransport"]
+
+logger = logging.getLogger(__name__)
 
 COMMIT_AFTER_S = 5.0
 """A request silent this long gets its SSE stream (whose pings keep the connection alive)."""
@@ -59,12 +85,24 @@ COMMIT_AFTER_S = 5.0
 _CLOSED = object()
 """The request's stream closed before anything came (the session ended, or the stream was closed)."""
 
+DirectCall = Callable[[CallToolRequestParams, Hashable], Awaitable[CallToolResult]]
+"""Makes a plain call for a client (the key its calls are known by) that offers nothing servers may ask."""
+_CLIENT_REQUESTS = ("sampling", "elicitation", "roots")
+_CALL = "tools/call"
+
 
 class LazyStreamTransport(StreamableHTTPServerTransport):
     """The SDK's transport, answering a request POST with JSON unless the request streams (see the module)."""
 
+    direct_call: DirectCall | None = None
+    """Makes the plain calls that need no stream (see the module); ``None``: every call takes the SDK's path."""
+    _offers_nothing = False
+    """The client declared none of sampling, elicitation and roots at ``initialize``."""
+    _direct: dict[RequestId, anyio.CancelScope] | None = None
+    """The calls made directly, by request id: a ``notifications/cancelled`` ends one."""
+
     async def _handle_post_request(self, scope: Scope, request: Request, receive: Receive, send: Send) -> None:
-        message = await _plain_request(request)
+        message = self._note(await _message(request))
         if message is None or self.is_json_response_enabled or self._read_stream_writer is None:
             await super()._handle_post_request(scope, request, receive, send)  # the SDK's path, errors included
             return
@@ -76,6 +114,10 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
         if not await self._validate_request_headers(request, send):
             return
         protocol_version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER, DEFAULT_NEGOTIATED_VERSION)
+        params = self._plain_call(message, protocol_version)
+        if params is not None:
+            await self._call_directly(message.id, params, protocol_version, scope, receive, send)
+            return
         request_id = str(message.id)
         events_in: MemoryObjectSendStream[EventMessage]
         events: MemoryObjectReceiveStream[EventMessage]
@@ -109,6 +151,104 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
             )(scope, receive, send)
             return
         await self._stream(scope, receive, send, request_id, priming_event, pending, closed=first is _CLOSED)
+
+    async def terminate(self) -> None:
+        """End the session, and with it the calls made directly (the SDK ends its own requests' handlers)."""
+        for call in list((self._direct or {}).values()):
+            call.cancel()
+        await super().terminate()
+
+    def _note(self, message: JSONRPCMessage | None) -> JSONRPCRequest | None:
+        """What the SDK's path would not tell: the client's capabilities at ``initialize``, the cancellation of a
+        call made directly. Returns the request this module answers (not ``initialize``), if it is one."""
+        if isinstance(message, JSONRPCNotification):
+            if message.method == "notifications/cancelled" and self._direct:
+                call = self._direct.get(cancelled_request_id_from_params(message.params))  # type: ignore[arg-type]
+                if call is not None:
+                    call.cancel()
+            return None  # accepted by the SDK's path (which ignores a cancellation of a request it never saw)
+        if not isinstance(message, JSONRPCRequest):
+            return None
+        if message.method == "initialize":
+            capabilities = (message.params or {}).get("capabilities")
+            offered = capabilities if isinstance(capabilities, Mapping) else {}
+            self._offers_nothing = not any(offered.get(kind) is not None for kind in _CLIENT_REQUESTS)
+            return None
+        return message
+
+    def _plain_call(self, message: JSONRPCRequest, protocol_version: str) -> CallToolRequestParams | None:
+        """The params of a call that can stream nothing and is valid as the SDK validates it, else ``None``."""
+        if message.method != _CALL or self.direct_call is None or not self._offers_nothing or tracing():
+            return None
+        params = message.params or {}
+        meta = params.get("_meta")
+        if isinstance(meta, Mapping) and meta.get("progressToken") is not None:
+            return None
+        try:
+            validate_client_request(_CALL, protocol_version, params)
+            return CallToolRequestParams.model_validate(params, by_name=False)
+        except (KeyError, ValueError):  # an unknown version, invalid params: the SDK's path answers it
+            return None
+
+    async def _call_directly(
+        self,
+        request_id: RequestId,
+        params: CallToolRequestParams,
+        protocol_version: str,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """Make a plain call and answer it with JSON; one silent for :data:`COMMIT_AFTER_S` gets its SSE stream
+        (as any request does here), the answer an event on it, stored for a client that resumes the stream."""
+        direct_call = self.direct_call
+        assert direct_call is not None
+        calls = self._direct if self._direct is not None else {}
+        self._direct = calls
+        call = calls[request_id] = anyio.CancelScope()
+        answered = anyio.Event()
+        answer: list[JSONRPCResponse | JSONRPCError] = []  # none: the client cancelled the call
+
+        async def make() -> None:
+            try:
+                with call:
+                    result = await direct_call(params, self)
+                if not call.cancelled_caught:
+                    answer.append(_answer(request_id, params, protocol_version, result))
+            finally:
+                calls.pop(request_id, None)
+                answered.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(make)
+            with anyio.move_on_after(COMMIT_AFTER_S):
+                await answered.wait()
+            if answered.is_set():  # never answered when cancelled, as the SDK does: the POST is accepted
+                status = HTTPStatus.OK if answer else HTTPStatus.ACCEPTED
+                await self._create_json_response(answer[0] if answer else None, status)(scope, receive, send)
+                return
+            stream_id = str(request_id)
+            events_in: MemoryObjectSendStream[EventMessage]
+            events_in, events = anyio.create_memory_object_stream(REQUEST_STREAM_BUFFER_SIZE)
+            self._request_streams[stream_id] = (events_in, events)
+            tg.start_soon(self._send_answer, stream_id, events_in, answered, answer)
+            priming_event = await self._mint_priming_event(stream_id, protocol_version)
+            await self._stream(scope, receive, send, stream_id, priming_event, [], closed=False)
+
+    async def _send_answer(
+        self,
+        stream_id: str,
+        events_in: MemoryObjectSendStream[EventMessage],
+        answered: anyio.Event,
+        answer: list[JSONRPCResponse | JSONRPCError],
+    ) -> None:
+        """The answer of a call that got its stream, once there is one: stored (a client that lost the stream
+        resumes it), then sent; a cancelled call's stream just ends."""
+        await answered.wait()
+        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            async with events_in:
+                if answer:
+                    await events_in.send(await self._restored(stream_id, EventMessage(answer[0])))
 
     async def _restored(self, request_id: str, event_message: EventMessage) -> EventMessage:
         if self._event_store is None:
@@ -183,6 +323,10 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
 class LazySessionManager(StreamableHTTPSessionManager):
     """The SDK's session manager, whose sessions use :class:`LazyStreamTransport`."""
 
+    def __init__(self, *args: Any, direct_call: DirectCall | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._direct_call = direct_call
+
     def _admit_session(self, requestor: Any) -> StreamableHTTPServerTransport | None:
         if self.max_sessions is not None and len(self._server_instances) >= self.max_sessions:
             return None
@@ -194,6 +338,7 @@ class LazySessionManager(StreamableHTTPSessionManager):
             retry_interval=self.retry_interval,
             idle_timeout=self.session_idle_timeout,
         )
+        transport.direct_call = self._direct_call
         session_id = transport.mcp_session_id
         assert session_id is not None
         if requestor is not None:
@@ -202,20 +347,33 @@ class LazySessionManager(StreamableHTTPSessionManager):
         return transport
 
 
-_INTERNAL_ERROR = -32603
+_INTERNAL_ERROR = INTERNAL_ERROR
 _INTERNAL_ERROR_STATUS: Any = 500
 
 
-async def _plain_request(request: Request) -> JSONRPCRequest | None:
-    """The POST's message when it is a request other than ``initialize`` (the case handled here), else ``None``.
-    The body stays cached on ``request`` for the SDK's own path."""
+async def _message(request: Request) -> JSONRPCMessage | None:
+    """The POST's message, if it is one (else the SDK's path answers it). The body stays cached on ``request``
+    for the SDK's own path."""
     try:
-        message = jsonrpc_message_adapter.validate_python(pydantic_core.from_json(await request.body()), by_name=False)
+        return jsonrpc_message_adapter.validate_python(pydantic_core.from_json(await request.body()), by_name=False)
     except (ValueError, ValidationError):
         return None
-    if not isinstance(message, JSONRPCRequest) or message.method == "initialize":
-        return None
-    return message
+
+
+def _answer(
+    request_id: RequestId, params: CallToolRequestParams, protocol_version: str, result: CallToolResult
+) -> JSONRPCResponse | JSONRPCError:
+    """A call's result as the SDK's runner shapes it for ``protocol_version``, or its error when the result
+    is invalid there (the detail stays in the log: it may echo the result)."""
+    try:
+        wire = serialize_server_result(
+            _CALL, protocol_version, result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        )
+    except ValidationError:
+        logger.exception("the result of a call to %r is invalid", params.name)
+        error = ErrorData(code=INTERNAL_ERROR, message="Handler returned an invalid result")
+        return JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
+    return JSONRPCResponse(jsonrpc="2.0", id=request_id, result=wire)
 
 
 def _is_response(event_message: EventMessage) -> bool:

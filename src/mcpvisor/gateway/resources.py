@@ -23,11 +23,12 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import InvalidUriTemplate, UriTemplate
 
-from mcpvisor.gateway.protocol import RESOURCE_NOT_FOUND
+from mcpvisor.gateway.protocol import RESOURCE_NOT_FOUND, as_mcp_errors
 
 if TYPE_CHECKING:
     from mcpvisor.core.config import Config
     from mcpvisor.core.manager import McpClientManager
+    from mcpvisor.gateway.names import ServedPrompts
 
 __all__ = [
     "NAMESPACE_SCHEME",
@@ -153,3 +154,25 @@ class ResourceRoutes:
             f"resource {uri!r} not found: no connected MCP server lists it"
             + (f" (servers with resources: {', '.join(sorted(with_resources))})" if with_resources else ""),
         )
+
+
+async def complete(
+    config: Config, prompts: ServedPrompts, routes: ResourceRoutes, params: types.CompleteRequestParams
+) -> types.CompleteResult:
+    """Completion of a prompt's or a resource template's argument, answered by the server that owns it."""
+    ref = params.ref
+    upstream_ref: types.PromptReference | types.ResourceTemplateReference
+    if isinstance(ref, types.PromptReference):
+        entry = prompts.find(ref.name)
+        if entry is None:
+            raise MCPError(types.INVALID_PARAMS, str(config.not_found(ref.name, "prompt")))
+        server, upstream_ref = entry.server, ref.model_copy(update={"name": entry.prompt.name})
+    else:
+        server, upstream_ref = routes.template_owner(ref.uri), ref
+    client = config.manager.get_client(server)
+    if client is None:
+        raise MCPError(types.INVALID_PARAMS, f"cannot complete: server {server!r} is not connected")
+    context = params.context.arguments if params.context is not None else None
+    argument = {"name": params.argument.name, "value": params.argument.value}
+    with as_mcp_errors():
+        return await client.complete(upstream_ref, argument, context)

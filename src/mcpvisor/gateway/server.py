@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import socket
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -52,7 +52,7 @@ from mcpvisor.core.errors import McpvisorError
 from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, ServerStateChanged, ToolsChanged
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.registry import mcp_tool_name
-from mcpvisor.gateway.asks import ROUND_TIMEOUT_S, CallingClient, Rounds, pass_log
+from mcpvisor.gateway.asks import ROUND_TIMEOUT_S, CallingClient, OffersNothing, Rounds, pass_log
 from mcpvisor.gateway.calls import DRAIN_S, SHUTTING_DOWN, InFlight, ShuttingDown
 from mcpvisor.gateway.http import (
     DEFAULT_HTTP_LIMITS,
@@ -79,12 +79,15 @@ from mcpvisor.gateway.protocol import (
     progress_to,
 )
 from mcpvisor.gateway.replay import ReplayBuffer
-from mcpvisor.gateway.resources import ResourceRoutes
+from mcpvisor.gateway.resources import ResourceRoutes, complete
 from mcpvisor.gateway.sessions import ServedBy, SessionBook, session_manager
 from mcpvisor.gateway.subscriptions import ResourceSubscriptions, Subscribers, release_all
 from mcpvisor.gateway.tracing import only_when_tracing
 
 if TYPE_CHECKING:
+    from mcp.server.streamable_http import EventStore
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from mcp.server.transport_security import TransportSecuritySettings
     from mcp.shared._stream_protocols import ReadStream, WriteStream  # the types of Server.run's streams
     from mcp.shared.message import SessionMessage
 
@@ -217,21 +220,30 @@ class Gateway(StackOwner):
     async def _on_call_tool(
         self, ctx: _Ctx, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
-        async def call(progress: Progress) -> types.CallToolResult:
-            try:
-                name = self._names().registered(params.name)
-                return await self.config.call_tool(name, params.arguments, progress=progress)
-            except McpvisorError as exc:  # not found (with the reason), unavailable, timed out, failed
-                logger.debug("gateway call to %r failed: %s", params.name, exc)
-                return error_result(str(exc))
-            except Exception as exc:  # request boundary: a client never sees a crash
-                logger.exception("gateway call to tool %r failed", params.name)
-                return error_result(f"call to tool {params.name!r} failed: {type(exc).__name__}: {exc}")
-
         try:
-            return await self._interactive(ctx, params, call)
+            return await self._interactive(ctx, params, partial(self._call_tool, params))
         except ShuttingDown:
             return error_result(f"call to tool {params.name!r} failed: {SHUTTING_DOWN}")
+
+    async def call_tool_directly(self, params: types.CallToolRequestParams, client: Hashable) -> types.CallToolResult:
+        """A handshake-era call that can involve its client in nothing (see :mod:`.lazy_streams`), made without the
+        SDK's per-request machinery; answered as :meth:`_on_call_tool` answers it, a drain included."""
+        try:
+            with answering(OffersNothing(client)):
+                return await self._in_flight.run(partial(self._call_tool, params, None))
+        except ShuttingDown:
+            return error_result(f"call to tool {params.name!r} failed: {SHUTTING_DOWN}")
+
+    async def _call_tool(self, params: types.CallToolRequestParams, progress: Progress | None) -> types.CallToolResult:
+        try:
+            name = self._names().registered(params.name)
+            return await self.config.call_tool(name, params.arguments, progress=progress)
+        except McpvisorError as exc:  # not found (with the reason), unavailable, timed out, failed
+            logger.debug("gateway call to %r failed: %s", params.name, exc)
+            return error_result(str(exc))
+        except Exception as exc:  # request boundary: a client never sees a crash
+            logger.exception("gateway call to tool %r failed", params.name)
+            return error_result(f"call to tool {params.name!r} failed: {type(exc).__name__}: {exc}")
 
     async def _interactive(
         self, ctx: _Ctx, params: types.InputResponseRequestParams, call: Callable[[Progress], Awaitable[R]]
@@ -286,23 +298,7 @@ class Gateway(StackOwner):
         return types.ListResourceTemplatesResult(resource_templates=served, next_cursor=next_cursor)
 
     async def _on_completion(self, ctx: _Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
-        """Completion of a prompt's or a resource template's argument, answered by the server that owns it."""
-        ref = params.ref
-        upstream_ref: types.PromptReference | types.ResourceTemplateReference
-        if isinstance(ref, types.PromptReference):
-            entry = self._prompts().find(ref.name)
-            if entry is None:
-                raise MCPError(types.INVALID_PARAMS, self._prompt_not_found(ref.name))
-            server, upstream_ref = entry.server, ref.model_copy(update={"name": entry.prompt.name})
-        else:
-            server, upstream_ref = self.routes.template_owner(ref.uri), ref
-        client = self.config.manager.get_client(server)
-        if client is None:
-            raise MCPError(types.INVALID_PARAMS, f"cannot complete: server {server!r} is not connected")
-        context = params.context.arguments if params.context is not None else None
-        argument = {"name": params.argument.name, "value": params.argument.value}
-        with as_mcp_errors():
-            return await client.complete(upstream_ref, argument, context)
+        return await complete(self.config, self._prompts(), self.routes, params)
 
     async def _on_list_resources(
         self, ctx: _Ctx, params: types.PaginatedRequestParams | None
@@ -437,9 +433,7 @@ class Gateway(StackOwner):
     def http_app(self, *, host: str = "127.0.0.1", limits: HttpLimits = DEFAULT_HTTP_LIMITS) -> Starlette:
         """The streamable-HTTP ASGI app (path :data:`MCP_PATH`); ``host`` decides DNS-rebinding protection,
         ``limits`` how many handshake-era sessions it keeps and for how long (:mod:`mcpvisor.gateway.sessions`)."""
-        manager = session_manager(
-            self.server, security=transport_security(host), limits=limits, event_store=ReplayBuffer()
-        )
+        manager = self.session_manager(transport_security(host), limits, ReplayBuffer())
         self.sessions = SessionBook(limits.max_sessions)
 
         @asynccontextmanager
@@ -448,6 +442,14 @@ class Gateway(StackOwner):
                 yield
 
         return Starlette(routes=[Route(MCP_PATH, endpoint=ServedBy(self.sessions, manager))], lifespan=lifespan)
+
+    def session_manager(
+        self, security: TransportSecuritySettings | None, limits: HttpLimits, replay: EventStore | None
+    ) -> StreamableHTTPSessionManager:
+        """The SDK's session manager for this gateway's HTTP sessions (:func:`.sessions.session_manager`)."""
+        return session_manager(
+            self.server, security=security, limits=limits, event_store=replay, direct_call=self.call_tool_directly
+        )
 
     async def serve_http(
         self,

@@ -39,7 +39,7 @@ from mcp_types import INTERNAL_ERROR
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 from starlette.types import Message, Receive, Scope, Send
 
-from mcpvisor.gateway.lazy_streams import LazySessionManager
+from mcpvisor.gateway.lazy_streams import DirectCall, LazySessionManager
 from mcpvisor.gateway.limits import HttpLimits
 from mcpvisor.gateway.responses import error_response
 
@@ -64,11 +64,14 @@ def session_manager(
     security: TransportSecuritySettings | None,
     limits: HttpLimits,
     event_store: EventStore | None,
+    direct_call: DirectCall | None = None,
 ) -> StreamableHTTPSessionManager:
     """The SDK's session manager as the gateway runs it: idle sessions expire, the cap is the
     :class:`SessionBook`'s (across managers), SSE streams start with a priming event and a ``retry``, and a
-    request that streams nothing is answered with plain JSON (:mod:`mcpvisor.gateway.lazy_streams`)."""
+    request that streams nothing is answered with plain JSON, a plain call made by ``direct_call``
+    (:mod:`mcpvisor.gateway.lazy_streams`)."""
     return LazySessionManager(
+        direct_call=direct_call,
         app=server,
         security_settings=security,
         session_idle_timeout=limits.session_idle_timeout_s,

@@ -72,7 +72,7 @@ from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET
 from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.responses import error_response
 from mcpvisor.gateway.server import DRAIN_S, Gateway
-from mcpvisor.gateway.sessions import SessionBook, session_manager
+from mcpvisor.gateway.sessions import SessionBook
 from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.limits import max_message_bytes_of
@@ -289,9 +289,7 @@ class WorkspaceGateway(StackOwner):
                 host,
                 Gateway(host.config, name_budget=self._name_budget, round_state=self._round_state, bus=bus) as gateway,
             ):
-                manager = session_manager(
-                    gateway.server, security=self._security_settings, limits=self._limits, event_store=workspace.replay
-                )
+                manager = gateway.session_manager(self._security_settings, self._limits, workspace.replay)
                 async with manager.run():
                     workspace.host, workspace.gateway, workspace.manager = host, gateway, manager
                     workspace.ready.set()

@@ -1,0 +1,160 @@
+"""Plain calls made without the SDK's per-request machinery (:mod:`mcpvisor.gateway.lazy_streams`): over real
+HTTP, the same answers and refusals as on the SDK's path, a client's cancellation reaching the server, a
+session's end ending them; and a client that could be asked something keeps the SDK's path."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+import pytest
+
+from tests.gateway.test_gateway import Running, running, server
+from tests.gateway.test_limits import ACCEPT, VERSION, call, initialize
+from tests.helpers import WAIT_S, wait_until
+
+pytestmark = pytest.mark.anyio
+
+ROOTS: dict[str, Any] = {"roots": {"listChanged": False}}
+
+
+@dataclass
+class Served:
+    url: str
+    through_sdk: list[str]
+    """The tools called through the SDK's handler: the calls that took its path."""
+    running: Running
+
+    def calls_in_flight(self) -> int:
+        """How many calls the connection to server ``a`` has sent and not had answered."""
+        connection = self.running.host.config.manager.get_client("a")
+        return 0 if connection is None or connection._in_flight is None else len(connection._in_flight._calls)
+
+
+@asynccontextmanager
+async def served(tmp_path: Path, *args: str, processes: bool = False) -> AsyncIterator[Served]:
+    """A gateway over HTTP with server ``a`` (``--control`` plus ``args``) as ``serve`` runs it (client
+    requests on)."""
+    user = {"mcpServers": {"a": server("a", "--control", *args)}}
+    async with (
+        running(tmp_path, user=user, client_requests=True, processes=processes) as r,
+        anyio.create_task_group() as tg,
+    ):
+        through_sdk: list[str] = []
+        handler = r.gateway._on_call_tool
+
+        async def spied(ctx: Any, params: Any) -> Any:
+            through_sdk.append(params.name)
+            return await handler(ctx, params)
+
+        r.gateway.server.add_request_handler("tools/call", types.CallToolRequestParams, spied)
+        url: str = await tg.start(lambda task_status: r.gateway.serve_http(task_status=task_status))
+        yield Served(url, through_sdk, r)
+        tg.cancel_scope.cancel()
+
+
+async def session(http: httpx2.AsyncClient, url: str, capabilities: dict[str, Any]) -> dict[str, str]:
+    """Open a handshake-era session declaring ``capabilities``; returns the headers of its requests."""
+    opening = initialize()
+    opening["params"]["capabilities"] = capabilities
+    response = await http.post(url, json=opening, headers=ACCEPT)
+    assert response.status_code == 200, response.text
+    headers = {**ACCEPT, "mcp-session-id": response.headers["mcp-session-id"], "MCP-Protocol-Version": VERSION}
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert (await http.post(url, json=initialized, headers=headers)).status_code == 202
+    return headers
+
+
+async def test_a_plain_call_is_answered_as_the_sdks_path_answers_it(tmp_path: Path) -> None:
+    requests = [
+        call("mcp__a__echo", {"text": "hi"}),
+        call("mcp__a__nothing", {}),  # an error result naming the server's tools
+        call("mcp__a__ask_client", {"kind": "sampling", "text": "q"}),  # refused: the client offers no sampling
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"arguments": {}}},  # invalid: no name
+    ]
+    async with served(tmp_path) as s, httpx2.AsyncClient(timeout=WAIT_S) as http:
+        url = s.url
+        plain, asked = await session(http, url, {}), await session(http, url, ROOTS)
+        for request in requests:
+            direct = await http.post(url, json=request, headers=plain)
+            assert direct.headers["content-type"] == "application/json"
+            assert direct.headers["mcp-session-id"] == plain["mcp-session-id"]
+            sdk = await http.post(url, json=request, headers=asked)
+            assert direct.status_code == sdk.status_code
+            assert direct.json() == sdk.json(), request
+        assert direct.json()["error"]["code"] == -32602  # the SDK's path said what is wrong with the last one
+        texts = [
+            (await http.post(url, json=request, headers=plain)).json()["result"]["content"][0]["text"]
+            for request in requests[:3]
+        ]
+    assert texts[0] == "a:echo:hi"
+    assert "mcp__a__echo" in texts[1]
+    assert "does not offer sampling" in texts[2]
+    # Only the client that could be asked something went through the SDK's handler (its three valid calls).
+    assert s.through_sdk == ["mcp__a__echo", "mcp__a__nothing", "mcp__a__ask_client"]
+
+
+async def test_a_call_asking_for_progress_takes_the_sdks_path(tmp_path: Path) -> None:
+    request = call("mcp__a__sleep", {"seconds": 0.01})
+    request["params"]["_meta"] = {"progressToken": "p1"}
+    async with served(tmp_path) as s, httpx2.AsyncClient(timeout=WAIT_S) as http:
+        streamed = await http.post(s.url, json=request, headers=await session(http, s.url, {}))
+    assert streamed.headers["content-type"].startswith("text/event-stream")
+    assert '"progressToken":"p1"' in streamed.text
+    assert s.through_sdk == ["mcp__a__sleep"]
+
+
+async def test_a_plain_call_the_client_cancels_ends_at_its_server_and_is_never_answered(tmp_path: Path) -> None:
+    async with (
+        served(tmp_path, "--hang-on-call", "stuck", "--tools", "echo,stuck", processes=True) as s,
+        httpx2.AsyncClient(timeout=WAIT_S) as http,
+    ):
+        headers = await session(http, s.url, {})
+        log = tmp_path / "logs" / "a.log"
+        answers: list[httpx2.Response] = []
+        async with anyio.create_task_group() as tg:
+
+            async def make() -> None:
+                answers.append(await http.post(s.url, json=call("mcp__a__stuck", {}, request_id=7), headers=headers))
+
+            tg.start_soon(make)
+            await wait_until(lambda: s.calls_in_flight() == 1, what="the call sent to the server (it never answers)")
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}
+            assert (await http.post(s.url, json=cancel, headers=headers)).status_code == 202
+        [answer] = answers
+        assert answer.status_code == 202
+        assert answer.content == b""
+        await wait_until(lambda: "cancelled request" in log.read_text(), what="the server hearing the cancellation")
+        assert s.calls_in_flight() == 0
+        # The session goes on.
+        echo = await http.post(s.url, json=call("mcp__a__echo", {"text": "on"}), headers=headers)
+        assert echo.json()["result"]["content"] == [{"type": "text", "text": "a:echo:on"}]
+    assert s.through_sdk == []
+
+
+async def test_ending_the_session_ends_its_plain_calls(tmp_path: Path) -> None:
+    async with (
+        served(tmp_path, "--hang-on-call", "stuck", "--tools", "echo,stuck") as s,
+        httpx2.AsyncClient(timeout=WAIT_S) as http,
+    ):
+        headers = await session(http, s.url, {})
+        answers: list[httpx2.Response] = []
+        async with anyio.create_task_group() as tg:
+
+            async def make() -> None:
+                answers.append(await http.post(s.url, json=call("mcp__a__stuck", {}), headers=headers))
+
+            tg.start_soon(make)
+            await wait_until(lambda: s.calls_in_flight() == 1, what="the call sent to the server (it never answers)")
+            assert (await http.delete(s.url, headers=headers)).status_code == 200
+        [answer] = answers
+        assert answer.status_code == 202
+        await wait_until(lambda: s.calls_in_flight() == 0, what="the call ended at the server")
+        assert (await http.post(s.url, json=call("mcp__a__echo", {}), headers=headers)).status_code == 404
+    assert s.through_sdk == []
