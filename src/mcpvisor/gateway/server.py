@@ -23,8 +23,8 @@ from __future__ import annotations
 import logging
 import socket
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
-from contextlib import AsyncExitStack, ExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from contextlib import AsyncExitStack, ExitStack
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
@@ -80,7 +80,7 @@ from mcpvisor.gateway.protocol import (
 )
 from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.resources import ResourceRoutes, complete
-from mcpvisor.gateway.sessions import ServedBy, SessionBook, session_manager
+from mcpvisor.gateway.sessions import OnePath, ServedBy, SessionBook, session_manager
 from mcpvisor.gateway.subscriptions import ResourceSubscriptions, Subscribers, release_all
 from mcpvisor.gateway.tracing import only_when_tracing
 
@@ -430,18 +430,14 @@ class Gateway(StackOwner):
         async with stdio_server() as (read, write):
             await self.serve_streams(read, write)
 
-    def http_app(self, *, host: str = "127.0.0.1", limits: HttpLimits = DEFAULT_HTTP_LIMITS) -> Starlette:
+    def http_app(self, *, host: str = "127.0.0.1", limits: HttpLimits = DEFAULT_HTTP_LIMITS) -> OnePath:
         """The streamable-HTTP ASGI app (path :data:`MCP_PATH`); ``host`` decides DNS-rebinding protection,
         ``limits`` how many handshake-era sessions it keeps and for how long (:mod:`mcpvisor.gateway.sessions`)."""
         manager = self.session_manager(transport_security(host), limits, ReplayBuffer())
         self.sessions = SessionBook(limits.max_sessions)
-
-        @asynccontextmanager
-        async def lifespan(app: Starlette) -> AsyncIterator[None]:
-            async with manager.run():
-                yield
-
-        return Starlette(routes=[Route(MCP_PATH, endpoint=ServedBy(self.sessions, manager))], lifespan=lifespan)
+        mcp = ServedBy(self.sessions, manager)
+        app = Starlette(routes=[Route(MCP_PATH, endpoint=mcp)], lifespan=lambda _: manager.run())  # the SDK's sessions
+        return OnePath(MCP_PATH, mcp, app)
 
     def session_manager(
         self, security: TransportSecuritySettings | None, limits: HttpLimits, replay: EventStore | None

@@ -37,13 +37,13 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import INTERNAL_ERROR
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcpvisor.gateway.lazy_streams import DirectCall, LazySessionManager
 from mcpvisor.gateway.limits import HttpLimits
 from mcpvisor.gateway.responses import error_response
 
-__all__ = ["RETRY_AFTER_S", "SSE_RETRY_MS", "ServedBy", "SessionBook", "session_manager"]
+__all__ = ["RETRY_AFTER_S", "SSE_RETRY_MS", "OnePath", "ServedBy", "SessionBook", "session_manager"]
 
 logger = logging.getLogger(__name__)
 
@@ -207,6 +207,23 @@ class SessionBook:
         for session in list(self._sessions.values()):
             await session.close()
         self._sessions.clear()
+
+
+class OnePath:
+    """ASGI: requests for ``path`` straight to ``endpoint``, everything else (other paths, the lifespan) to
+    ``app``. Every request of a session is for one path: Starlette's routing and middleware in front of it
+    cost each of them as much as the rest of the HTTP layer's own work does."""
+
+    def __init__(self, path: str, endpoint: ASGIApp, app: ASGIApp) -> None:
+        self._path = path
+        self._endpoint = endpoint
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == self._path:
+            await self._endpoint(scope, receive, send)
+        else:
+            await self._app(scope, receive, send)
 
 
 class ServedBy:

@@ -72,7 +72,7 @@ from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET
 from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.responses import error_response
 from mcpvisor.gateway.server import DRAIN_S, Gateway
-from mcpvisor.gateway.sessions import SessionBook
+from mcpvisor.gateway.sessions import OnePath, SessionBook
 from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.limits import max_message_bytes_of
@@ -366,9 +366,9 @@ class WorkspaceGateway(StackOwner):
         finally:
             self._release(workspace)
 
-    def http_app(self) -> Starlette:
+    def http_app(self) -> OnePath:
         """The streamable-HTTP ASGI app (path :data:`MCP_PATH`)."""
-        return Starlette(routes=[Route(MCP_PATH, endpoint=self)])
+        return OnePath(MCP_PATH, self, Starlette(routes=[Route(MCP_PATH, endpoint=self)]))
 
     async def serve_http(
         self,
