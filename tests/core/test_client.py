@@ -48,6 +48,25 @@ async def test_stdio_server_connects_lists_and_calls(tmp_path: Path) -> None:
     assert not pid_alive(pid)
 
 
+async def test_concurrent_calls_larger_than_the_pipe_never_interleave_on_the_servers_stdin(tmp_path: Path) -> None:
+    """The task that sends a message writes it to the server's stdin: 24 calls at once, each argument larger
+    than a pipe's buffer (so writers wait for the server to read), each answered with its own text."""
+    client = McpClient("a", light("a"), options=ConnectionOptions(log_dir=tmp_path))
+    texts = [f"{i:02d}" * 50_000 for i in range(24)]  # 100 kB each
+    answers: dict[int, str] = {}
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+
+        async def call(i: int) -> None:
+            answers[i] = text(await client.call_tool("echo", {"text": texts[i]}))
+
+        async with anyio.create_task_group() as calls:
+            for i in range(len(texts)):
+                calls.start_soon(call, i)
+        await client.aclose()
+    assert answers == {i: f"a:echo:{t}" for i, t in enumerate(texts)}
+
+
 async def test_streamable_http_server_connects_lists_and_calls(tmp_path: Path) -> None:
     async with http_server("h", "--tools", "t") as url:
         client = McpClient("h", McpServerConfig(http_url=url), options=ConnectionOptions(log_dir=tmp_path))
