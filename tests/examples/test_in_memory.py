@@ -40,7 +40,7 @@ async def test_a_client_gets_the_same_answers_as_from_the_process() -> None:
 
     served = light_servers_in_memory("a", light("a", "--tools", "echo,x", "--prompts", "p", "--control"))
     assert served is not None
-    async with served as streams, Client(_Streams(streams), mode="legacy", message_handler=on_message) as client:
+    async with Client(served, mode="legacy", message_handler=on_message) as client:  # the streams are a transport
         assert {tool.name for tool in (await client.list_tools()).tools} >= {"echo", "x", "set_tools", "sleep"}
         assert text_of(await client.call_tool("x", {"text": "hi"})) == "a:x:hi"
         [message] = (await client.get_prompt("p", {"topic": "cats"})).messages
@@ -85,16 +85,3 @@ async def test_a_config_serves_its_light_servers_in_memory_and_spawns_nothing(tm
 def _unless_marked(name: str, cfg: McpServerConfig) -> AbstractAsyncContextManager[TransportStreams] | None:
     """In memory, but the entry with a marker is spawned (the hook decides per entry)."""
     return None if "--marker" in (cfg.args or ()) else light_servers_in_memory(name, cfg)
-
-
-class _Streams:
-    """Already open streams as a transport for the SDK's ``Client``."""
-
-    def __init__(self, streams: TransportStreams) -> None:
-        self._streams = streams
-
-    async def __aenter__(self) -> TransportStreams:
-        return self._streams
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        return None
