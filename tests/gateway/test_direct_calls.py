@@ -4,6 +4,7 @@ session's end ending them; and a client that could be asked something keeps the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -15,8 +16,9 @@ import httpx2
 import mcp_types as types
 import pytest
 
+from mcpvisor.gateway import lazy_streams
 from tests.gateway.test_gateway import Running, running, server
-from tests.gateway.test_limits import ACCEPT, VERSION, call, initialize
+from tests.gateway.test_limits import ACCEPT, VERSION, call, initialize, sse_messages
 from tests.helpers import WAIT_S, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -110,12 +112,18 @@ async def test_a_call_asking_for_progress_takes_the_sdks_path(tmp_path: Path) ->
     assert s.through_sdk == ["mcp__a__sleep"]
 
 
-async def test_a_plain_call_the_client_cancels_ends_at_its_server_and_is_never_answered(tmp_path: Path) -> None:
+@pytest.mark.parametrize("capabilities", [{}, ROOTS], ids=["direct", "sdk"])
+@pytest.mark.parametrize("cancelled_id", [7, "7"])
+async def test_a_plain_call_the_client_cancels_ends_at_its_server_and_is_answered_cancelled(
+    tmp_path: Path, capabilities: dict[str, Any], cancelled_id: object
+) -> None:
+    """Either path: the server hears of it, the call is answered ``Request cancelled`` (the handshake era ends a
+    request's stream only with an answer), whether the cancellation names the id as a number or a string."""
     async with (
         served(tmp_path, "--hang-on-call", "stuck", "--tools", "echo,stuck", processes=True) as s,
         httpx2.AsyncClient(timeout=WAIT_S) as http,
     ):
-        headers = await session(http, s.url, {})
+        headers = await session(http, s.url, capabilities)
         log = tmp_path / "logs" / "a.log"
         answers: list[httpx2.Response] = []
         async with anyio.create_task_group() as tg:
@@ -125,25 +133,26 @@ async def test_a_plain_call_the_client_cancels_ends_at_its_server_and_is_never_a
 
             tg.start_soon(make)
             await wait_until(lambda: s.calls_in_flight() == 1, what="the call sent to the server (it never answers)")
-            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": cancelled_id}}
             assert (await http.post(s.url, json=cancel, headers=headers)).status_code == 202
         [answer] = answers
-        assert answer.status_code == 202
-        assert answer.content == b""
+        assert answer.status_code == 200
+        assert answer.json() == {"jsonrpc": "2.0", "id": 7, "error": {"code": -32800, "message": "Request cancelled"}}
         await wait_until(lambda: "cancelled request" in log.read_text(), what="the server hearing the cancellation")
         assert s.calls_in_flight() == 0
         # The session goes on.
         echo = await http.post(s.url, json=call("mcp__a__echo", {"text": "on"}), headers=headers)
         assert echo.json()["result"]["content"] == [{"type": "text", "text": "a:echo:on"}]
-    assert s.through_sdk == []
+    assert s.through_sdk == ([] if capabilities == {} else ["mcp__a__stuck", "mcp__a__echo"])
 
 
-async def test_ending_the_session_ends_its_plain_calls(tmp_path: Path) -> None:
+@pytest.mark.parametrize("capabilities", [{}, ROOTS], ids=["direct", "sdk"])
+async def test_ending_the_session_ends_its_plain_calls(tmp_path: Path, capabilities: dict[str, Any]) -> None:
     async with (
         served(tmp_path, "--hang-on-call", "stuck", "--tools", "echo,stuck") as s,
         httpx2.AsyncClient(timeout=WAIT_S) as http,
     ):
-        headers = await session(http, s.url, {})
+        headers = await session(http, s.url, capabilities)
         answers: list[httpx2.Response] = []
         async with anyio.create_task_group() as tg:
 
@@ -154,7 +163,56 @@ async def test_ending_the_session_ends_its_plain_calls(tmp_path: Path) -> None:
             await wait_until(lambda: s.calls_in_flight() == 1, what="the call sent to the server (it never answers)")
             assert (await http.delete(s.url, headers=headers)).status_code == 200
         [answer] = answers
-        assert answer.status_code == 202
+        # Unanswered: the stream the client may resume ends after its priming event (the SDK's answer too).
+        assert answer.status_code == 200
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        assert answer.text.startswith("id: ")
+        assert sse_messages(answer.text) == []
         await wait_until(lambda: s.calls_in_flight() == 0, what="the call ended at the server")
         assert (await http.post(s.url, json=call("mcp__a__echo", {}), headers=headers)).status_code == 404
-    assert s.through_sdk == []
+
+
+@pytest.mark.parametrize("capabilities", [{}, ROOTS], ids=["direct", "sdk"])
+async def test_a_call_whose_stream_was_lost_is_answered_on_the_resumed_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capabilities: dict[str, Any]
+) -> None:
+    """A silent call gets its SSE stream; the client loses it after the priming event and resumes it with
+    ``Last-Event-ID``: the answer arrives on the resumed stream."""
+    monkeypatch.setattr(lazy_streams, "COMMIT_AFTER_S", 0.2)
+    async with served(tmp_path) as s, httpx2.AsyncClient(timeout=WAIT_S) as http:
+        headers = await session(http, s.url, capabilities)
+        async with http.stream("POST", s.url, json=call("mcp__a__sleep", {"seconds": 1.5}), headers=headers) as first:
+            assert first.headers["content-type"].startswith("text/event-stream")
+            async for line in first.aiter_lines():
+                if line.startswith("id: "):
+                    last_event_id = line[len("id: ") :]
+                    break  # the priming event: the connection drops here
+        answer: dict[str, Any] = {}
+        async with http.stream("GET", s.url, headers={**headers, "Last-Event-ID": last_event_id}) as resumed:
+            async for line in resumed.aiter_lines():
+                if line.startswith("data: {"):
+                    answer = json.loads(line[len("data: ") :])
+                    break
+    assert answer["result"]["content"] == [{"type": "text", "text": "slept"}]
+    assert s.through_sdk == ([] if capabilities == {} else ["mcp__a__sleep"])
+
+
+async def test_a_session_whose_initialize_was_refused_gets_no_call_made(tmp_path: Path) -> None:
+    """The direct path opens only once the SDK accepted ``initialize``: before that a call is refused as the
+    SDK refuses it."""
+    async with served(tmp_path) as s, httpx2.AsyncClient(timeout=WAIT_S) as http:
+        opening = initialize()
+        del opening["params"]["clientInfo"]
+        response = await http.post(s.url, json=opening, headers=ACCEPT)
+        headers = {**ACCEPT, "mcp-session-id": response.headers["mcp-session-id"], "MCP-Protocol-Version": VERSION}
+        refused = await http.post(s.url, json=call("mcp__a__echo", {"text": "x"}), headers=headers)
+        listed = await http.post(s.url, json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, headers=headers)
+    assert "error" in _json_or_event(refused)
+    assert _json_or_event(refused)["error"] == _json_or_event(listed)["error"]
+
+
+def _json_or_event(response: httpx2.Response) -> dict[str, Any]:
+    """The message a POST was answered with, as JSON or as the last event of its stream."""
+    if response.headers["content-type"].startswith("text/event-stream"):
+        return sse_messages(response.text)[-1]
+    return dict(response.json())

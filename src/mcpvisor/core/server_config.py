@@ -70,15 +70,15 @@ MIN_MESSAGE_BYTES = 1024
 """The smallest ``maxMessageBytes`` accepted: below it not even an ``initialize`` answer fits."""
 
 HttpAuth = Callable[[str, "McpServerConfig"], Any]
-InMemoryServers = Callable[[str, "McpServerConfig"], AbstractAsyncContextManager[Any] | None]
-"""Serves a server entry inside this process instead of reaching it: called with the server's name and
-entry, it returns a context whose entering yields the connection's two message streams (the SDK's
-``TransportStreams``, as its ``InMemoryTransport`` does), or ``None`` to reach the server as configured."""
 """``(server name, config) -> httpx2.Auth | None``: signs a remote server's requests (e.g. with OAuth
 tokens kept by the layer above, which owns the files). Called once per connection attempt; what it
 signs with is not part of the connection id, so a refreshed token never restarts anything. An auth
 object may set ``step_up_scope`` (a string of scopes) when the server refused a request for want of
 scope: the request then fails saying that a wider sign-in is needed, and the connection stays."""
+InMemoryServers = Callable[[str, "McpServerConfig"], AbstractAsyncContextManager[Any] | None]
+"""Serves a server entry inside this process instead of reaching it: called with the server's name and
+entry, it returns a context whose entering yields the connection's two message streams (the SDK's
+``TransportStreams``, as its ``InMemoryTransport`` does), or ``None`` to reach the server as configured."""
 
 
 def normalize_server_entry(entry: Mapping[str, Any]) -> dict[str, Any]:

@@ -193,13 +193,14 @@ class _StdoutMessages:
         return self._pending.popleft()
 
     def _end(self) -> None:
+        """The server's output ended (closed, or unreadable): what was parsed is still received first."""
         self._ended = True
-        self._pending.clear()
         self._handle.ended.set()
 
     def close(self) -> None:
-        """End the stream: a receive waiting for the server's output returns ``EndOfStream``."""
-        self._end()
+        """End the stream (the connection is closing, or its stdin broke): what was parsed is still received,
+        then ``EndOfStream``, also for a receive waiting for the server's output."""
+        self._ended = True
         if self._reading is not None:
             self._reading.cancel()
 

@@ -5,7 +5,8 @@ For protocol-level tests and embedding (the SDK's ``InMemoryTransport`` is the m
 :class:`~mcpvisor.core.server_config.ConnectionOptions`), and every entry that runs
 ``python -m mcpvisor.examples.light_server ARGS`` is served by a :class:`LightServer` in this process, with the
 same tools, prompts, resources and answers; other entries are reached as configured. Nothing is spawned, so a
-connection opens in well under a millisecond instead of the tens a process takes.
+connection opens in well under a millisecond instead of the tens a process takes. It runs on asyncio (as
+mcpvisor does): the server's own threads hand their answers to the event loop with ``call_soon_threadsafe``.
 
 What is about a process needs the real one, and such an entry is refused with its option named rather than
 quietly served otherwise: a crash or an exit timer, a marker file with the PID, stderr output, a server that

@@ -195,7 +195,9 @@ class LightServer:
         self._asked[ask_id] = (call_id, kind)
         self.send({"jsonrpc": "2.0", "id": ask_id, **request})
         if isinstance(after, int | float) and not isinstance(after, bool):
-            threading.Timer(after, self._withdraw, (ask_id,)).start()
+            timer = threading.Timer(after, self._withdraw, (ask_id,))
+            timer.daemon = True  # never keeps a process (or a test run serving it in memory) alive
+            timer.start()
 
     def _withdraw(self, ask_id: str) -> None:
         """``cancel_after``: cancel our request to the client; the call returns 'withdrawn'."""

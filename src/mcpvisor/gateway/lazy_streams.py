@@ -42,6 +42,7 @@ from uuid import uuid4
 import anyio
 import pydantic_core
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.streamable_http import (
     CONTENT_TYPE_SSE,
     MCP_SESSION_ID_HEADER,
@@ -51,6 +52,7 @@ from mcp.server.streamable_http import (
     StreamableHTTPServerTransport,
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp_types import (
@@ -75,7 +77,7 @@ from starlette.types import Receive, Scope, Send
 
 from mcpvisor.gateway.tracing import tracing
 
-__all__ = ["COMMIT_AFTER_S", "DirectCall", "LazySessionManager", "LazyStreamTransport"]
+__all__ = ["COMMIT_AFTER_S", "DirectCall", "LazySessionManager", "LazyStreamTransport", "note_initialize"]
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +91,10 @@ DirectCall = Callable[[CallToolRequestParams, Hashable], Awaitable[CallToolResul
 """Makes a plain call for a client (the key its calls are known by) that offers nothing servers may ask."""
 _CLIENT_REQUESTS = ("sampling", "elicitation", "roots")
 _CALL = "tools/call"
+_TRANSPORT_KEY = "mcpvisor.transport"
+"""Where an ``initialize`` request's ASGI scope names its transport, for :func:`note_initialize`."""
+_REQUEST_CANCELLED = -32800
+_SESSION_ENDED = "Session terminated before the request completed"
 
 
 class LazyStreamTransport(StreamableHTTPServerTransport):
@@ -99,11 +105,19 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
     _offers_nothing = False
     """The client declared none of sampling, elicitation and roots at ``initialize``."""
     _direct: dict[RequestId, anyio.CancelScope] | None = None
-    """The calls made directly, by request id: a ``notifications/cancelled`` ends one."""
+    """The calls made directly, by request id (as the SDK correlates them): a ``notifications/cancelled`` ends one."""
+    _ending = False
+    """The session is ending: its calls made directly are being ended."""
 
     async def _handle_post_request(self, scope: Scope, request: Request, receive: Receive, send: Send) -> None:
-        message = self._note(await _message(request))
-        if message is None or self.is_json_response_enabled or self._read_stream_writer is None:
+        parsed = await _message(request)
+        if isinstance(parsed, JSONRPCRequest) and parsed.method == "initialize":
+            scope[_TRANSPORT_KEY] = (
+                self  # the client's capabilities are noted once the SDK accepted it (note_initialize)
+            )
+        message = parsed if isinstance(parsed, JSONRPCRequest) and parsed.method != "initialize" else None
+        cancelled = self._cancelled_call(parsed)
+        if (message is None and cancelled is None) or self.is_json_response_enabled or self._read_stream_writer is None:
             await super()._handle_post_request(scope, request, receive, send)  # the SDK's path, errors included
             return
         if not await self._validate_accept_header(request, scope, send):
@@ -113,6 +127,11 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
             return
         if not await self._validate_request_headers(request, send):
             return
+        if cancelled is not None:  # a call made directly: the SDK would ignore it, never having seen the call
+            cancelled.cancel()
+            await self._create_json_response(None, HTTPStatus.ACCEPTED)(scope, receive, send)
+            return
+        assert message is not None
         protocol_version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER, DEFAULT_NEGOTIATED_VERSION)
         params = self._plain_call(message, protocol_version)
         if params is not None:
@@ -146,35 +165,27 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
         pending = [await self._restored(request_id, first)] if isinstance(first, EventMessage) else []
         if first is _CLOSED and priming_event is None:
             await self._clean_up_memory_streams(request_id)
-            await self._create_error_response(
-                "Session terminated before the request completed", _INTERNAL_ERROR_STATUS, _INTERNAL_ERROR
-            )(scope, receive, send)
+            await self._create_error_response(_SESSION_ENDED, _INTERNAL_ERROR_STATUS, _INTERNAL_ERROR)(
+                scope, receive, send
+            )
             return
         await self._stream(scope, receive, send, request_id, priming_event, pending, closed=first is _CLOSED)
 
     async def terminate(self) -> None:
         """End the session, and with it the calls made directly (the SDK ends its own requests' handlers)."""
+        self._ending = True
         for call in list((self._direct or {}).values()):
             call.cancel()
         await super().terminate()
 
-    def _note(self, message: JSONRPCMessage | None) -> JSONRPCRequest | None:
-        """What the SDK's path would not tell: the client's capabilities at ``initialize``, the cancellation of a
-        call made directly. Returns the request this module answers (not ``initialize``), if it is one."""
-        if isinstance(message, JSONRPCNotification):
-            if message.method == "notifications/cancelled" and self._direct:
-                call = self._direct.get(cancelled_request_id_from_params(message.params))  # type: ignore[arg-type]
-                if call is not None:
-                    call.cancel()
-            return None  # accepted by the SDK's path (which ignores a cancellation of a request it never saw)
-        if not isinstance(message, JSONRPCRequest):
+    def _cancelled_call(self, message: JSONRPCMessage | None) -> anyio.CancelScope | None:
+        """The call made directly that ``message`` cancels, if it is a ``notifications/cancelled`` for one."""
+        if not self._direct or not isinstance(message, JSONRPCNotification):
             return None
-        if message.method == "initialize":
-            capabilities = (message.params or {}).get("capabilities")
-            offered = capabilities if isinstance(capabilities, Mapping) else {}
-            self._offers_nothing = not any(offered.get(kind) is not None for kind in _CLIENT_REQUESTS)
+        if message.method != "notifications/cancelled":
             return None
-        return message
+        cancelled = cancelled_request_id_from_params(message.params)
+        return self._direct.get(coerce_request_id(cancelled)) if cancelled is not None else None
 
     def _plain_call(self, message: JSONRPCRequest, protocol_version: str) -> CallToolRequestParams | None:
         """The params of a call that can stream nothing and is valid as the SDK validates it, else ``None``."""
@@ -200,14 +211,22 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
         send: Send,
     ) -> None:
         """Make a plain call and answer it with JSON; one silent for :data:`COMMIT_AFTER_S` gets its SSE stream
-        (as any request does here), the answer an event on it, stored for a client that resumes the stream."""
+        (as any request does here), the answer an event on it, stored for a client that resumes the stream. As
+        on the SDK's path, a call the client cancels is answered ``Request cancelled`` (this era ends a
+        request's stream only with an answer), and one whose session ends is not answered."""
         direct_call = self.direct_call
         assert direct_call is not None
+        if self._ending:
+            await self._create_error_response(_SESSION_ENDED, _INTERNAL_ERROR_STATUS, _INTERNAL_ERROR)(
+                scope, receive, send
+            )
+            return
         calls = self._direct if self._direct is not None else {}
         self._direct = calls
-        call = calls[request_id] = anyio.CancelScope()
+        key = coerce_request_id(request_id)
+        call = calls[key] = anyio.CancelScope()
         answered = anyio.Event()
-        answer: list[JSONRPCResponse | JSONRPCError] = []  # none: the client cancelled the call
+        answer: list[JSONRPCResponse | JSONRPCError | None] = []  # None: the session ended
 
         async def make() -> None:
             try:
@@ -215,40 +234,58 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
                     result = await direct_call(params, self)
                 if not call.cancelled_caught:
                     answer.append(_answer(request_id, params, protocol_version, result))
+                elif self._ending:
+                    answer.append(None)
+                else:
+                    error = ErrorData(code=_REQUEST_CANCELLED, message="Request cancelled")
+                    answer.append(JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
             finally:
-                calls.pop(request_id, None)
+                if calls.get(key) is call:  # not a later call that reused the id
+                    del calls[key]
                 answered.set()
 
+        # Until the answer comes or the stream is committed, the call is this request's; after that, a client
+        # that leaves does not end it (as on the SDK's path), and this request waits for it to end.
         async with anyio.create_task_group() as tg:
             tg.start_soon(make)
             with anyio.move_on_after(COMMIT_AFTER_S):
                 await answered.wait()
-            if answered.is_set():  # never answered when cancelled, as the SDK does: the POST is accepted
-                status = HTTPStatus.OK if answer else HTTPStatus.ACCEPTED
-                await self._create_json_response(answer[0] if answer else None, status)(scope, receive, send)
-                return
             stream_id = str(request_id)
+            if answered.is_set() and answer[0] is not None:
+                await self._create_json_response(answer[0])(scope, receive, send)
+                return
+            if answered.is_set():  # the session ended: as on the SDK's path, a stream that ends unanswered
+                priming_event = await self._mint_priming_event(stream_id, protocol_version)
+                if priming_event is None:
+                    await self._create_error_response(_SESSION_ENDED, _INTERNAL_ERROR_STATUS, _INTERNAL_ERROR)(
+                        scope, receive, send
+                    )
+                else:
+                    await self._stream(scope, receive, send, stream_id, priming_event, [], closed=True)
+                return
             events_in: MemoryObjectSendStream[EventMessage]
             events_in, events = anyio.create_memory_object_stream(REQUEST_STREAM_BUFFER_SIZE)
             self._request_streams[stream_id] = (events_in, events)
-            tg.start_soon(self._send_answer, stream_id, events_in, answered, answer)
             priming_event = await self._mint_priming_event(stream_id, protocol_version)
+            tg.start_soon(self._send_answer, stream_id, answered, answer)
             await self._stream(scope, receive, send, stream_id, priming_event, [], closed=False)
 
     async def _send_answer(
-        self,
-        stream_id: str,
-        events_in: MemoryObjectSendStream[EventMessage],
-        answered: anyio.Event,
-        answer: list[JSONRPCResponse | JSONRPCError],
+        self, stream_id: str, answered: anyio.Event, answer: list[JSONRPCResponse | JSONRPCError | None]
     ) -> None:
         """The answer of a call that got its stream, once there is one: stored (a client that lost the stream
-        resumes it), then sent; a cancelled call's stream just ends."""
+        resumes it), then sent on the request's stream as it is then (a resumed one included), as the SDK's
+        router sends; the stream of a call whose session ended just ends."""
         await answered.wait()
-        with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            async with events_in:
-                if answer:
-                    await events_in.send(await self._restored(stream_id, EventMessage(answer[0])))
+        [message] = answer
+        if message is None:
+            await self._clean_up_memory_streams(stream_id)
+            return
+        event = await self._restored(stream_id, EventMessage(message))
+        streams = self._request_streams.get(stream_id)
+        if streams is not None:
+            with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                await streams[0].send(event)
 
     async def _restored(self, request_id: str, event_message: EventMessage) -> EventMessage:
         if self._event_store is None:
@@ -349,6 +386,21 @@ class LazySessionManager(StreamableHTTPSessionManager):
 
 _INTERNAL_ERROR = INTERNAL_ERROR
 _INTERNAL_ERROR_STATUS: Any = 500
+
+
+async def note_initialize(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """Server middleware: once the SDK accepted a handshake-era ``initialize`` (the chain returned), the session's
+    transport notes whether the client offers anything its servers could ask of it: a client that offers
+    nothing gets its plain calls made directly (see the module)."""
+    result = await call_next(ctx)
+    if ctx.method == "initialize":
+        scope = getattr(ctx.request, "scope", None)
+        transport = scope.get(_TRANSPORT_KEY) if isinstance(scope, dict) else None
+        if isinstance(transport, LazyStreamTransport):
+            offered = (ctx.params or {}).get("capabilities")
+            offered = offered if isinstance(offered, Mapping) else {}
+            transport._offers_nothing = not any(offered.get(kind) is not None for kind in _CLIENT_REQUESTS)
+    return result
 
 
 async def _message(request: Request) -> JSONRPCMessage | None:

@@ -63,6 +63,7 @@ from mcpvisor.gateway.http import (
     serve_asgi_socket,
     transport_security,
 )
+from mcpvisor.gateway.lazy_streams import note_initialize
 from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET, MIN_NAME_BUDGET
 from mcpvisor.gateway.log_relay import LogRelay
 from mcpvisor.gateway.names import ServedNames, ServedPrompts
@@ -157,7 +158,7 @@ class Gateway(StackOwner):
                 on_subscriptions_listen=self._listen_with_subscriptions,
                 on_set_logging_level=self._on_set_logging_level,
             )
-        self.server.middleware = [*only_when_tracing(self.server.middleware), self.notices.middleware]
+        self.server.middleware = [*only_when_tracing(self.server.middleware), self.notices.middleware, note_initialize]
 
     # -- lifecycle ---------------------------------------------------------------------------
 
