@@ -20,9 +20,12 @@ sampling, elicitation and roots at ``initialize`` (nothing the call's servers ma
 OpenTelemetry spans are being collected, nothing can be sent on its stream before the result. It is then
 made without the SDK's per-request machinery (the memory streams to the session, a task per request, the
 middleware chain): validated as the SDK validates it (an invalid one takes the SDK's path, which says what
-is wrong), made by the gateway's ``direct_call``, answered with the result as the SDK shapes it. The
-client's ``notifications/cancelled`` for it ends the call (its server hears of it) and, as the SDK does, it
-is never answered: its POST gets 202. Measured: a third less time per call through the gateway.
+is wrong), made by the gateway's ``direct_call``, answered with the result as the SDK shapes it. Everything
+else behaves as on the SDK's path: a call silent for :data:`COMMIT_AFTER_S` gets its stream (its answer is
+stored for a client that resumes it); the client's ``notifications/cancelled`` ends the call (its server
+hears of it) and the call is answered ``Request cancelled``; a call whose session ends is not answered.
+The client's capabilities are noted by :func:`note_initialize` once the SDK accepted its ``initialize``.
+Measured: the gateway's CPU per call 0.77 → 0.66 ms, p50 on one light server 1.83 → 1.66 ms.
 
 Everything else (``initialize``, notifications, responses, errors, GET and DELETE) is the SDK's own
 code path. The transport is the SDK's ``StreamableHTTPServerTransport``; :class:`LazySessionManager`
