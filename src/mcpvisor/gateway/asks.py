@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 from mcpvisor.core.call_logs import CallLog, hearing
 from mcpvisor.core.client_requests import Progress, answering, refusal
 
-__all__ = ["ROUND_TIMEOUT_S", "CallingClient", "OffersNothing", "Rounds", "pass_log", "served_logger"]
+__all__ = ["ROUND_TIMEOUT_S", "CallingClient", "OffersNothing", "Rounds", "offers_input", "pass_log", "served_logger"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +72,13 @@ async def pass_log(ctx: Ctx, server: str, params: types.LoggingMessageNotificati
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MCPDeprecationWarning)  # logging is deprecated, not gone, in 2026-07-28
         await ctx.session.send_log_message(params.level, params.data, name)
+
+
+def offers_input(ctx: Ctx) -> bool:
+    """Whether the client behind ``ctx`` declared any of sampling, elicitation and roots: a call whose client
+    declared none needs no input rounds (whatever its servers ask is refused at once, saying so)."""
+    have = ctx.session.client_capabilities
+    return have is not None and any(kind is not None for kind in (have.sampling, have.elicitation, have.roots))
 
 
 def _not_offered(server: str, what: str) -> types.ErrorData:

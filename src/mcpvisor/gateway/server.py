@@ -52,7 +52,7 @@ from mcpvisor.core.errors import McpvisorError
 from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, ServerStateChanged, ToolsChanged
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.registry import mcp_tool_name
-from mcpvisor.gateway.asks import ROUND_TIMEOUT_S, CallingClient, OffersNothing, Rounds, pass_log
+from mcpvisor.gateway.asks import ROUND_TIMEOUT_S, CallingClient, OffersNothing, Rounds, offers_input, pass_log
 from mcpvisor.gateway.calls import DRAIN_S, SHUTTING_DOWN, InFlight, ShuttingDown
 from mcpvisor.gateway.http import (
     DEFAULT_HTTP_LIMITS,
@@ -259,7 +259,9 @@ class Gateway(StackOwner):
     ) -> R | types.InputRequiredResult:
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         level = log_level_asked(params) if modern else None
-        if modern and self.config.client_requests and self._rounds is not None:
+        rounds = modern and self.config.client_requests and self._rounds is not None
+        if rounds and (params.request_state is not None or offers_input(ctx)):  # else its asks are refused at once
+            assert self._rounds is not None
             return await self._rounds.run(ctx, params, call, log_level=level)
         with answering(CallingClient(ctx, connection_of(ctx))), ExitStack() as stack:
             if level is not None:
