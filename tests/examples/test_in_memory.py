@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import anyio
 import mcp_types as types
 import pytest
 from mcp import Client, MCPError
-from mcp.client._transport import TransportStreams
 
 from mcpvisor.core.config import Config
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from mcpvisor.examples.in_memory import NEEDS_A_PROCESS, light_servers_in_memory
-from tests.helpers import LIGHT, WAIT_S
+from tests.helpers import LIGHT, WAIT_S, in_memory_unless_a_process_is_needed
 
 pytestmark = pytest.mark.anyio
 
@@ -68,7 +66,9 @@ async def test_only_light_server_entries_are_served_and_what_needs_a_process_is_
 async def test_a_config_serves_its_light_servers_in_memory_and_spawns_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "marker"
     servers = {"a": light("a"), "b": light("b", "--tools", "t"), "real": light("real", "--marker", str(marker))}
-    async with Config(options=ConnectionOptions(log_dir=tmp_path, in_memory=_unless_marked)) as config:
+    async with Config(
+        options=ConnectionOptions(log_dir=tmp_path, in_memory=in_memory_unless_a_process_is_needed)
+    ) as config:
         config.set_mcp_servers(servers)
         await config.initialize()
         assert text_of(await config.call_tool("mcp__a__echo", {"text": "hi"})) == "a:echo:hi"
@@ -80,8 +80,3 @@ async def test_a_config_serves_its_light_servers_in_memory_and_spawns_nothing(tm
         [line] = marker.read_text().splitlines()
         assert line == f"{clients['real'].pid} real"
         assert clients["real"].pid != os.getpid()
-
-
-def _unless_marked(name: str, cfg: McpServerConfig) -> AbstractAsyncContextManager[TransportStreams] | None:
-    """In memory, but the entry with a marker is spawned (the hook decides per entry)."""
-    return None if "--marker" in (cfg.args or ()) else light_servers_in_memory(name, cfg)

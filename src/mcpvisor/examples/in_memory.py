@@ -30,7 +30,7 @@ from mcp.shared.message import SessionMessage
 from mcpvisor.examples._options import Options, parse_options
 from mcpvisor.examples.light_server import INVALID_PARAMS, LightServer, RequestError
 
-__all__ = ["LIGHT_MODULE", "NEEDS_A_PROCESS", "light_servers_in_memory", "serve_in_memory"]
+__all__ = ["LIGHT_MODULE", "NEEDS_A_PROCESS", "NeedsAProcess", "light_servers_in_memory", "serve_in_memory"]
 
 LIGHT_MODULE = "mcpvisor.examples.light_server"
 NEEDS_A_PROCESS = {
@@ -45,17 +45,21 @@ NEEDS_A_PROCESS = {
 """Options (attribute -> flag) whose subject is the process or its pipes: refused in memory."""
 
 
+class NeedsAProcess(ValueError):
+    """A light server entry whose options are about its process (:data:`NEEDS_A_PROCESS`)."""
+
+
 def light_servers_in_memory(name: str, cfg: Any) -> AbstractAsyncContextManager[TransportStreams] | None:
     """An :data:`~mcpvisor.core.server_config.InMemoryServers` for the light example server: its streams
     when ``cfg`` runs ``python -m mcpvisor.examples.light_server ...``, else ``None``. Raises
-    :class:`ValueError` naming the option when the entry needs a process (:data:`NEEDS_A_PROCESS`)."""
+    :class:`NeedsAProcess` naming the option when the entry needs a process (:data:`NEEDS_A_PROCESS`)."""
     args = list(cfg.args or ()) if cfg.command is not None else []
     if args[:2] != ["-m", LIGHT_MODULE]:
         return None
     options = parse_options(args[2:], f"python -m {LIGHT_MODULE}")
     needing = [flag for attribute, flag in NEEDS_A_PROCESS.items() if getattr(options, attribute)]
     if needing:
-        raise ValueError(f"server {name!r} cannot be served in memory: {', '.join(needing)} needs a process")
+        raise NeedsAProcess(f"server {name!r} cannot be served in memory: {', '.join(needing)} needs a process")
     return serve_in_memory(options)
 
 

@@ -57,6 +57,10 @@ def _sampling(params: types.CreateMessageRequestParams) -> tuple[str, types.Clie
     )
 
 
+def _elicitation(params: types.ElicitRequestParams) -> str:
+    return "URL elicitation" if isinstance(params, types.ElicitRequestURLParams) else "elicitation"
+
+
 _ROOTS = types.ClientCapabilities(roots=types.RootsCapability())
 
 
@@ -74,11 +78,12 @@ async def pass_log(ctx: Ctx, server: str, params: types.LoggingMessageNotificati
         await ctx.session.send_log_message(params.level, params.data, name)
 
 
-def offers_input(ctx: Ctx) -> bool:
-    """Whether the client behind ``ctx`` declared any of sampling, elicitation and roots: a call whose client
-    declared none needs no input rounds (whatever its servers ask is refused at once, saying so)."""
-    have = ctx.session.client_capabilities
-    return have is not None and any(kind is not None for kind in (have.sampling, have.elicitation, have.roots))
+def offers_input(capabilities: types.ClientCapabilities | None) -> bool:
+    """Whether a client declared any of sampling, elicitation and roots: the calls of one that declared none
+    need no way of asking it anything (whatever their servers ask is refused at once, saying so)."""
+    if capabilities is None:
+        return False
+    return any(kind is not None for kind in (capabilities.sampling, capabilities.elicitation, capabilities.roots))
 
 
 def _not_offered(server: str, what: str) -> types.ErrorData:
@@ -111,8 +116,7 @@ class OffersNothing:
     async def elicit(
         self, server: str, params: types.ElicitRequestParams, progress: Progress | None = None
     ) -> types.ErrorData:
-        url = isinstance(params, types.ElicitRequestURLParams)
-        return _not_offered(server, "URL elicitation" if url else "elicitation")
+        return _not_offered(server, _elicitation(params))
 
     async def list_roots(self, server: str, progress: Progress | None = None) -> types.ErrorData:
         return _not_offered(server, "roots")
@@ -140,7 +144,7 @@ class _Asking:
     ) -> types.ElicitResult | types.ErrorData:
         have = self.ctx.session.client_capabilities
         url = isinstance(params, types.ElicitRequestURLParams)
-        what = "URL elicitation" if url else "elicitation"
+        what = _elicitation(params)
         if have is None or have.elicitation is None or (url and have.elicitation.url is None):
             return _not_offered(server, what)
         return await self._ask(server, what, types.ElicitRequest(params=params), types.ElicitResult, progress)

@@ -49,6 +49,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.streamable_http import (
     CONTENT_TYPE_SSE,
     MCP_SESSION_ID_HEADER,
+    REQUEST_CANCELLED,
     REQUEST_STREAM_BUFFER_SIZE,
     EventMessage,
     SSEEvent,
@@ -63,6 +64,7 @@ from mcp_types import (
     INTERNAL_ERROR,
     CallToolRequestParams,
     CallToolResult,
+    ClientCapabilities,
     ErrorData,
     JSONRPCError,
     JSONRPCMessage,
@@ -78,6 +80,7 @@ from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from mcpvisor.gateway.asks import offers_input
 from mcpvisor.gateway.tracing import tracing
 
 __all__ = ["COMMIT_AFTER_S", "DirectCall", "LazySessionManager", "LazyStreamTransport", "note_initialize"]
@@ -92,32 +95,32 @@ _CLOSED = object()
 
 DirectCall = Callable[[CallToolRequestParams, Hashable], Awaitable[CallToolResult]]
 """Makes a plain call for a client (the key its calls are known by) that offers nothing servers may ask."""
-_CLIENT_REQUESTS = ("sampling", "elicitation", "roots")
 _CALL = "tools/call"
 _TRANSPORT_KEY = "mcpvisor.transport"
 """Where an ``initialize`` request's ASGI scope names its transport, for :func:`note_initialize`."""
-_REQUEST_CANCELLED = -32800
 _SESSION_ENDED = "Session terminated before the request completed"
 
 
 class LazyStreamTransport(StreamableHTTPServerTransport):
     """The SDK's transport, answering a request POST with JSON unless the request streams (see the module)."""
 
-    direct_call: DirectCall | None = None
-    """Makes the plain calls that need no stream (see the module); ``None``: every call takes the SDK's path."""
-    _offers_nothing = False
-    """The client declared none of sampling, elicitation and roots at ``initialize``."""
-    _direct: dict[RequestId, anyio.CancelScope] | None = None
-    """The calls made directly, by request id (as the SDK correlates them): a ``notifications/cancelled`` ends one."""
-    _ending = False
-    """The session is ending: its calls made directly are being ended."""
+    def __init__(self, *args: Any, direct_call: DirectCall | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.direct_call = direct_call
+        """Makes the plain calls that need no stream (see the module); ``None``: every call takes the SDK's path."""
+        self._offers_nothing = False
+        """The client declared none of sampling, elicitation and roots at ``initialize``."""
+        self._direct: dict[RequestId, anyio.CancelScope] = {}
+        """The calls made directly, by request id (as the SDK correlates them): a ``notifications/cancelled``
+        ends one."""
+        self._ending = False
+        """The session is ending: its calls made directly are being ended."""
 
     async def _handle_post_request(self, scope: Scope, request: Request, receive: Receive, send: Send) -> None:
         parsed = await _message(request)
         if isinstance(parsed, JSONRPCRequest) and parsed.method == "initialize":
-            scope[_TRANSPORT_KEY] = (
-                self  # the client's capabilities are noted once the SDK accepted it (note_initialize)
-            )
+            # The client's capabilities are noted once the SDK accepted it (note_initialize).
+            scope[_TRANSPORT_KEY] = self
         message = parsed if isinstance(parsed, JSONRPCRequest) and parsed.method != "initialize" else None
         cancelled = self._cancelled_call(parsed)
         if (message is None and cancelled is None) or self.is_json_response_enabled or self._read_stream_writer is None:
@@ -166,18 +169,15 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
         # is stored again after it, so that every event id the client sees resumes in order.
         priming_event = await self._mint_priming_event(request_id, protocol_version)
         pending = [await self._restored(request_id, first)] if isinstance(first, EventMessage) else []
-        if first is _CLOSED and priming_event is None:
-            await self._clean_up_memory_streams(request_id)
-            await self._create_error_response(_SESSION_ENDED, _INTERNAL_ERROR_STATUS, _INTERNAL_ERROR)(
-                scope, receive, send
-            )
+        if first is _CLOSED:
+            await self._unanswered(scope, receive, send, request_id, priming_event)
             return
-        await self._stream(scope, receive, send, request_id, priming_event, pending, closed=first is _CLOSED)
+        await self._stream(scope, receive, send, request_id, priming_event, pending, closed=False)
 
     async def terminate(self) -> None:
         """End the session, and with it the calls made directly (the SDK ends its own requests' handlers)."""
         self._ending = True
-        for call in list((self._direct or {}).values()):
+        for call in list(self._direct.values()):
             call.cancel()
         await super().terminate()
 
@@ -220,12 +220,9 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
         direct_call = self.direct_call
         assert direct_call is not None
         if self._ending:
-            await self._create_error_response(_SESSION_ENDED, _INTERNAL_ERROR_STATUS, _INTERNAL_ERROR)(
-                scope, receive, send
-            )
+            await self._unanswered(scope, receive, send, str(request_id), None)
             return
-        calls = self._direct if self._direct is not None else {}
-        self._direct = calls
+        calls = self._direct
         key = coerce_request_id(request_id)
         call = calls[key] = anyio.CancelScope()
         answered = anyio.Event()
@@ -240,7 +237,7 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
                 elif self._ending:
                     answer.append(None)
                 else:
-                    error = ErrorData(code=_REQUEST_CANCELLED, message="Request cancelled")
+                    error = ErrorData(code=REQUEST_CANCELLED, message="Request cancelled")
                     answer.append(JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
             finally:
                 if calls.get(key) is call:  # not a later call that reused the id
@@ -257,14 +254,9 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
             if answered.is_set() and answer[0] is not None:
                 await self._create_json_response(answer[0])(scope, receive, send)
                 return
-            if answered.is_set():  # the session ended: as on the SDK's path, a stream that ends unanswered
+            if answered.is_set():  # the session ended
                 priming_event = await self._mint_priming_event(stream_id, protocol_version)
-                if priming_event is None:
-                    await self._create_error_response(_SESSION_ENDED, _INTERNAL_ERROR_STATUS, _INTERNAL_ERROR)(
-                        scope, receive, send
-                    )
-                else:
-                    await self._stream(scope, receive, send, stream_id, priming_event, [], closed=True)
+                await self._unanswered(scope, receive, send, stream_id, priming_event)
                 return
             events_in: MemoryObjectSendStream[EventMessage]
             events_in, events = anyio.create_memory_object_stream(REQUEST_STREAM_BUFFER_SIZE)
@@ -289,6 +281,17 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
         if streams is not None:
             with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                 await streams[0].send(event)
+
+    async def _unanswered(
+        self, scope: Scope, receive: Receive, send: Send, request_id: str, priming_event: SSEEvent | None
+    ) -> None:
+        """Answer a request whose session ended before its answer as the SDK does: a stream that ends after its
+        priming event, or, for a client that could not resume one, 500."""
+        if priming_event is not None:
+            await self._stream(scope, receive, send, request_id, priming_event, [], closed=True)
+            return
+        await self._clean_up_memory_streams(request_id)
+        await self._create_error_response(_SESSION_ENDED, _INTERNAL_ERROR_STATUS, INTERNAL_ERROR)(scope, receive, send)
 
     async def _restored(self, request_id: str, event_message: EventMessage) -> EventMessage:
         if self._event_store is None:
@@ -377,8 +380,8 @@ class LazySessionManager(StreamableHTTPSessionManager):
             security_settings=self.security_settings,
             retry_interval=self.retry_interval,
             idle_timeout=self.session_idle_timeout,
+            direct_call=self._direct_call,
         )
-        transport.direct_call = self._direct_call
         session_id = transport.mcp_session_id
         assert session_id is not None
         if requestor is not None:
@@ -387,7 +390,6 @@ class LazySessionManager(StreamableHTTPSessionManager):
         return transport
 
 
-_INTERNAL_ERROR = INTERNAL_ERROR
 _INTERNAL_ERROR_STATUS: Any = 500
 
 
@@ -399,10 +401,9 @@ async def note_initialize(ctx: ServerRequestContext[Any, Any], call_next: CallNe
     if ctx.method == "initialize":
         scope = getattr(ctx.request, "scope", None)
         transport = scope.get(_TRANSPORT_KEY) if isinstance(scope, dict) else None
-        if isinstance(transport, LazyStreamTransport):
-            offered = (ctx.params or {}).get("capabilities")
-            offered = offered if isinstance(offered, Mapping) else {}
-            transport._offers_nothing = not any(offered.get(kind) is not None for kind in _CLIENT_REQUESTS)
+        if isinstance(transport, LazyStreamTransport):  # the SDK validated the params: they parse
+            capabilities = ClientCapabilities.model_validate((ctx.params or {}).get("capabilities") or {})
+            transport._offers_nothing = not offers_input(capabilities)
     return result
 
 

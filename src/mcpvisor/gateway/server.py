@@ -259,10 +259,10 @@ class Gateway(StackOwner):
     ) -> R | types.InputRequiredResult:
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         level = log_level_asked(params) if modern else None
-        rounds = modern and self.config.client_requests and self._rounds is not None
-        if rounds and (params.request_state is not None or offers_input(ctx)):  # else its asks are refused at once
-            assert self._rounds is not None
-            return await self._rounds.run(ctx, params, call, log_level=level)
+        rounds = self._rounds if modern and self.config.client_requests else None
+        # A client that offers nothing a server could ask needs no rounds: its servers' asks are refused at once.
+        if rounds is not None and (params.request_state is not None or offers_input(ctx.session.client_capabilities)):
+            return await rounds.run(ctx, params, call, log_level=level)
         with answering(CallingClient(ctx, connection_of(ctx))), ExitStack() as stack:
             if level is not None:
                 stack.enter_context(hearing(CallLog(level, partial(pass_log, ctx))))
