@@ -6,12 +6,14 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 
 import anyio
 import anyio.abc
 import pytest
 
+from mcpvisor.core import stdio
 from mcpvisor.core.client import McpClient
 from mcpvisor.core.errors import (
     ConnectError,
@@ -48,9 +50,15 @@ async def test_stdio_server_connects_lists_and_calls(tmp_path: Path) -> None:
     assert not pid_alive(pid)
 
 
-async def test_concurrent_calls_larger_than_the_pipe_never_interleave_on_the_servers_stdin(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pipe", ["asyncio StreamWriter", "anyio stream"])
+async def test_concurrent_calls_larger_than_the_pipe_never_interleave_on_the_servers_stdin(
+    tmp_path: Path, pipe: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The task that sends a message writes it to the server's stdin: 24 calls at once, each argument larger
-    than a pipe's buffer (so writers wait for the server to read), each answered with its own text."""
+    than a pipe's buffer (so writers wait for the server to read), each answered with its own text. Written
+    to the pipe's StreamWriter (asyncio), or through anyio's stream (any other backend)."""
+    if pipe == "anyio stream":
+        monkeypatch.setattr(stdio, "asyncio_writer", lambda stream: None)
     client = McpClient("a", light("a"), options=ConnectionOptions(log_dir=tmp_path))
     texts = [f"{i:02d}" * 50_000 for i in range(24)]  # 100 kB each
     answers: dict[int, str] = {}
@@ -65,6 +73,16 @@ async def test_concurrent_calls_larger_than_the_pipe_never_interleave_on_the_ser
                 calls.start_soon(call, i)
         await client.aclose()
     assert answers == {i: f"a:echo:{t}" for i, t in enumerate(texts)}
+
+
+async def test_on_asyncio_messages_go_to_the_stdin_pipes_stream_writer() -> None:
+    """anyio's stream around a process's stdin yields to the loop after every send; the transport writes to
+    the ``StreamWriter`` inside it. If an anyio release moves that writer, this fails (rather than every call
+    quietly taking the slower path)."""
+    async with await anyio.open_process([sys.executable, "-c", "import sys; sys.stdin.read()"]) as process:
+        assert process.stdin is not None
+        assert stdio.asyncio_writer(process.stdin) is not None
+        await process.stdin.aclose()
 
 
 async def test_streamable_http_server_connects_lists_and_calls(tmp_path: Path) -> None:
