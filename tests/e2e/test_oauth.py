@@ -18,8 +18,9 @@ from typing import Any
 import anyio
 import pytest
 
+from mcpvisor.host.host import Host, HostOptions
 from tests.e2e.test_run import run
-from tests.helpers import LIGHT, WAIT_S, free_port
+from tests.helpers import LIGHT, WAIT_S, free_port, wait_until
 from tests.layout import Layout, make_layout, write_json
 from tests.shell.test_shell import shell
 
@@ -189,6 +190,28 @@ async def test_a_sign_in_reaches_a_running_host_without_a_restart(tmp_path: Path
         assert login.returncode == 0, login.stderr.decode()
         await r.wait_for(lambda: r.status("sec") == "connected")
         assert r.last_server("sec")["tools"] == ["mcp__sec__echo"]  # type: ignore[index]
+
+
+async def test_a_sign_in_made_elsewhere_serves_a_connected_servers_next_call(tmp_path: Path, server: Server) -> None:
+    """A host whose connection is up keeps it: after ``mcpvisor mcp login`` in another process, its next call
+    carries the new tokens as they are (the old ones were revoked meanwhile: a call with them would be refused,
+    and mended only by refreshing with the new refresh token). A scope step-up needs this: there the old
+    token is refused for want of scope, and a refresh cannot widen it."""
+    layout = setup(tmp_path, server)
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+        await wait_until(lambda: host.config.manager.clients()["sec"].status == "connected", what="sec connected")
+        client = host.config.manager.clients()["sec"]
+        assert (await host.config.call_tool("mcp__sec__echo", {"text": "a"})).content[0].text == "secure:echo:a"  # type: ignore[union-attr]
+        server.revoke_all()
+        seen = host.tokens.generation
+        login = await anyio.to_thread.run_sync(lambda: cli(layout, "mcp", "login", "sec"))
+        assert login.returncode == 0, login.stderr
+        await wait_until(lambda: host.tokens.generation != seen, what="the host to see the token store change")
+        result = await host.config.call_tool("mcp__sec__echo", {"text": "b"})
+        assert result.content[0].text == "secure:echo:b"  # type: ignore[union-attr]
+        assert server.events()[-2:] == ["authorize", "token"]  # the new sign-in, used as it is: no refresh
+        assert host.config.manager.clients()["sec"] is client  # the same connection, not a reconnect
 
 
 @pytest.mark.parametrize(

@@ -128,10 +128,13 @@ def _provider(
     class Provider(OAuthClientProvider):
         _refreshing = False
         _turn: RefreshTurn | None = None
+        _seen = -1
+        """The token store's generation whose tokens are in use; after a newer one they are read again."""
         step_up_scope: str | None = None
         """Scopes the server refused a request for want of (read once by the client: see core.client)."""
 
         async def _initialize(self) -> None:
+            self._seen = store.generation
             await super()._initialize()
             # The SDK forgets when a stored token expires: a token near its end is refreshed first.
             expires_at = storage.expires_at()
@@ -176,6 +179,7 @@ def _provider(
             long as they are (no margin); returns when they expire."""
             if not self._initialized:
                 await self._initialize()
+            self._seen = store.generation
             self.context.current_tokens = await storage.get_tokens()
             expires_at = storage.expires_at()
             if expires_at is not None:
@@ -210,6 +214,10 @@ def _provider(
 
         async def _auth_flow(self, request: Any) -> Any:
             try:
+                if not interactive and self._initialized and self._seen != store.generation:
+                    # Signed in again since (a wider scope, another account, a sign-out): the stored tokens
+                    # serve this request, on the connection as it is.
+                    await self._adopt_stored_tokens()
                 if not interactive and self._refresh_due():
                     await self._take_turn()
                 inner = super()._auth_flow(request)

@@ -42,6 +42,14 @@ class TokenStore(PrivateJsonStore):
 
     what = "the OAuth token store"
     consequence = "nothing is signed in until it is fixed or deleted (then sign in again with mcpvisor mcp login NAME)"
+    generation = 0
+    """Counts the changes this process knows of (its own writes, :meth:`changed`): a live connection that has
+    not seen the current one takes the stored tokens before its next request."""
+
+    def changed(self) -> None:
+        """The stored sign-ins may have changed (e.g. ``mcpvisor mcp login`` in another process): live
+        connections take the stored tokens before their next request, without reconnecting."""
+        self.generation += 1
 
     def get(self, key: str) -> dict[str, Any]:
         """One server's record (empty when there is none, or the store cannot be read)."""
@@ -62,6 +70,7 @@ class TokenStore(PrivateJsonStore):
                 records.pop(key, None)
 
         self.mutate(change)
+        self.changed()
 
     def on_external_change(self, listener: Callable[[], None]) -> Callable[[], None]:
         """``listener()`` hears sign-ins stored other than through this store's file (a fleet's store); returns
