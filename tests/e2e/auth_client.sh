@@ -14,13 +14,13 @@
 #      client id the suite expects (clientMetadataUrl), and for the machine-to-machine scenarios the grant
 #      (auth/client-credentials-*: grant client_credentials; auth/cross-app-access-*: grant
 #      identity_assertion with the identity provider's idp block) and the authorization server's issuer.
-#   2. `mcpvisor mcp login t --no-browser` (not for a machine-to-machine grant), "visiting" every
-#      authorization URL it prints with curl -L: the suite's authorization server redirects /authorize
-#      straight to the redirect URI, mcpvisor's loopback callback, which completes the sign-in;
-#   3. `mcpvisor status --json`: server t must be "connected";
-#   4. call the scenario server's one tool, `test-tool`, through `mcpvisor shell` (commands on stdin; it
-#      answers the text "test"). When a signed-in call asks for a new sign-in (a scope step-up), sign in
-#      again once and call again, as a person would.
+#   2. one `mcpvisor shell` session, commands on stdin: `/login t` (not for a machine-to-machine grant, which
+#      signs in by itself), whose "browser" is curl -L: the suite's authorization server redirects /authorize
+#      straight to the redirect URI, mcpvisor's loopback callback, which completes the sign-in; then `/mcp`,
+#      the status view, where server t must be connected; then a call of the scenario server's one tool,
+#      `test-tool`, which answers the text "test". When the signed-in call asks for a wider sign-in (a scope
+#      step-up), a second session signs in again and calls again, as a person would.
+#   (`mcpvisor mcp login` and `mcpvisor status --json` with a sign-in are tests/e2e/test_oauth.py's.)
 #
 # Environment: MCPVISOR (the mcpvisor command), PYTHON (default:
 # the python next to MCPVISOR, else python3), MCPVISOR_AUTHCONF_KEEP=1 keeps the scratch folder.
@@ -34,7 +34,6 @@ CONTEXT="${MCP_CONFORMANCE_CONTEXT:-}"
 MCPVISOR="${MCPVISOR:?set MCPVISOR to the mcpvisor command}"
 PY="${PYTHON:-$(dirname "$MCPVISOR")/python}"
 [ -x "$PY" ] || PY=python3
-LOGIN_TIMEOUT_S=20
 CIMD_URL="https://conformance-test.local/client-metadata.json"  # the suite's fixed URL-based client id
 
 SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/mcpvisor-authconf.XXXXXX")"
@@ -97,72 +96,59 @@ PYEOF
 log "settings: $(tr -d '\n ' <"$MCPVISOR_HOME/settings.json" |
   sed -E 's/"(clientSecret|idToken)":"[^"]*"/"\1":"***"/g')"
 
-# 2. sign in -------------------------------------------------------------------------------------------
-login() {
-  # Visits every authorization URL the sign-in prints, in order, as a person would (one sign-in may ask
-  # twice, e.g. for a scope step-up), until `mcpvisor mcp login` exits.
-  local out="$SCRATCH/login.$1.log" pid url visited=0 n rc
-  "$MCPVISOR" mcp login t --no-browser --timeout "$LOGIN_TIMEOUT_S" >"$out" 2>&1 &
-  pid=$!
-  while :; do
-    n=0
-    while read -r url; do
-      n=$((n + 1))
-      [ "$n" -le "$visited" ] && continue
-      visited=$n
-      log "login $1: visiting authorization URL $n: $url"
-      # -L follows /authorize's redirect to mcpvisor's loopback callback, which completes the sign-in.
-      curl -sS -L --max-time 10 -o "$SCRATCH/callback.$1.$n.txt" \
-        -w "driver[$SCENARIO]: login $1: the callback answered HTTP %{http_code}\n" "$url" >&2
-    done < <(grep -Eo 'https?://[^[:space:]]+' "$out" 2>/dev/null | grep -E '[?&]response_type=code')
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  wait "$pid"
+# 2. one shell session -----------------------------------------------------------------------------------
+# The browser the shell opens the sign-in page in is curl -L: the suite's authorization server redirects
+# /authorize straight to the redirect URI, mcpvisor's loopback callback, which completes the sign-in.
+cat >"$SCRATCH/browser.sh" <<BROWSER
+#!/usr/bin/env bash
+echo "driver[$SCENARIO]: browser: visiting \$1" >&2
+curl -sS -L --max-time 10 -o /dev/null -w "driver[$SCENARIO]: browser: the callback answered HTTP %{http_code}\n" "\$1" >&2
+BROWSER
+chmod +x "$SCRATCH/browser.sh"
+export BROWSER="$SCRATCH/browser.sh %s"
+unset DISPLAY WAYLAND_DISPLAY
+
+session() {
+  # One `mcpvisor shell` fed the given commands on stdin, one after another; its output is kept.
+  local label=$1 rc
+  shift
+  printf '%s\n' "$@" | "$MCPVISOR" shell >"$SCRATCH/shell.$label.out" 2>&1
   rc=$?
-  sed "s/^/  login $1| /" "$out" >&2
-  log "login $1: exit $rc after $visited authorization URL(s)"
+  sed "s/^/  shell $label| /" "$SCRATCH/shell.$label.out" >&2
+  log "shell $label ($*): exit $rc"
   return "$rc"
 }
 
-status=0 signed_in=0
-if grep -qE '"grant": "(client_credentials|identity_assertion)"' "$MCPVISOR_HOME/settings.json"; then
-  log "machine-to-machine grant: no sign-in, the host gets its token by itself"
-elif login 1; then
-  signed_in=1
-else
-  status=1
-fi
-
-# 3. the status view -----------------------------------------------------------------------------------
-"$MCPVISOR" status --json >"$SCRATCH/status.json" 2>"$SCRATCH/status.err"
-rc=$?
-sed 's/^/  status| /' "$SCRATCH/status.err" >&2
-state="$("$PY" -c 'import json, sys
-s = json.load(open(sys.argv[1]))["servers"][0]
-print(s["state"], "|", s.get("sign_in"), "|", s.get("error"))' "$SCRATCH/status.json" 2>&1)"
-log "status --json: exit $rc; server t: $state"
-case "$state" in connected*) before_call=$status ;; *) status=1 before_call=1 ;; esac
-
-# 4. a tool call ---------------------------------------------------------------------------------------
-call() {
-  printf '/call mcp__t__test-tool {}\n' | "$MCPVISOR" shell >"$SCRATCH/call.$1.out" 2>&1
-  local rc=$?
-  sed "s/^/  call $1| /" "$SCRATCH/call.$1.out" >&2
-  log "call $1: shell exit $rc"
-  # `mcpvisor shell` exits 0 after a failed /call too: the answer, a line "test", is what tells.
-  [ "$rc" = 0 ] && grep -qxE '[[:space:]]*test[[:space:]]*' "$SCRATCH/call.$1.out" &&
-    ! grep -qiE 'error|failed|needs authentication|mcpvisor mcp login' "$SCRATCH/call.$1.out"
+called() {
+  # What the shell printed after the last line matching $2 (the status row, or the sign-in) is the call's
+  # answer: a line "test" and no error. (`mcpvisor shell` exits 0 after a failed /call too.)
+  local answer
+  answer="$(awk -v marker="$2" '$0 ~ marker { text = ""; next } { text = text $0 "\n" } END { printf "%s", text }' "$1")"
+  grep -qxE '[[:space:]]*test[[:space:]]*' <<<"$answer" && ! grep -qiE 'error|failed|needs authentication|needs a wider' <<<"$answer"
 }
 
-if call 1; then
+CALL='/call mcp__t__test-tool {}'
+status=0
+if grep -qE '"grant": "(client_credentials|identity_assertion)"' "$MCPVISOR_HOME/settings.json"; then
+  log "machine-to-machine grant: no sign-in, the host gets its token by itself"
+  session 1 /mcp "$CALL" || status=1
+else
+  session 1 '/login t' /mcp "$CALL" || status=1
+  grep -q '✓ signed in to t' "$SCRATCH/shell.1.out" || { log "the sign-in did not succeed"; status=1; }
+fi
+# The status view: server t is connected before the call.
+grep -qE '^[[:space:]]*t · ● connected' "$SCRATCH/shell.1.out" || { log "the status view does not show t connected"; status=1; }
+if called "$SCRATCH/shell.1.out" 't · ● connected'; then
   log "tool call succeeded"
+elif grep -q 'needs a wider sign-in' "$SCRATCH/shell.1.out"; then
+  # A scope step-up: the signed-in call asks for a wider sign-in. Sign in again once and call again.
+  log "signed in, yet the call asks for a wider sign-in (scope step-up): signing in again, calling again"
+  before=$status
+  status=1
+  session 2 '/login t' "$CALL" && grep -q '✓ signed in to t' "$SCRATCH/shell.2.out" &&
+    called "$SCRATCH/shell.2.out" '✓ signed in to t' && status=$before
 else
   status=1
-  if [ "$signed_in" = 1 ] && grep -q 'mcpvisor mcp login' "$SCRATCH/call.1.out"; then
-    log "signed in, yet the call asks for a new sign-in (scope step-up): signing in again, calling again"
-    login 2 && call 2 && status=$before_call
-  fi
 fi
 log "done: exit $status"
 exit "$status"

@@ -1,10 +1,10 @@
 """The official MCP conformance suite's client ``auth/*`` scenarios with the real ``mcpvisor`` CLI as the
 client: ``tests/e2e/auth_client.sh`` writes a settings entry for the suite's test server (with the
-pre-registered client the scenario hands over), runs ``mcpvisor mcp login t --no-browser`` and follows
-the printed URL with curl (the suite's authorization server redirects straight back), then checks
-``mcpvisor status --json`` and calls the server's tool through ``mcpvisor shell`` — signing in again once
-when the call asks for a wider sign-in, as a person would. Machine-to-machine grants sign in by
-themselves. Every scenario must pass with no failure and no warning."""
+pre-registered client the scenario hands over), then in one ``mcpvisor shell`` session signs in with
+``/login t`` (its "browser" is curl, and the suite's authorization server redirects straight back), looks
+at the status view and calls the server's tool — signing in again once, in a second session, when the call
+asks for a wider sign-in, as a person would. Machine-to-machine grants sign in by themselves. Every scenario
+must pass with no failure and no warning."""
 
 from __future__ import annotations
 
