@@ -138,8 +138,7 @@ def _provider(
             await super()._initialize()
             # The SDK forgets when a stored token expires: a token near its end is refreshed first.
             expires_at = storage.expires_at()
-            if expires_at is not None:
-                self.context.token_expiry_time = expires_at - REFRESH_MARGIN_S
+            self.context.token_expiry_time = expires_at - REFRESH_MARGIN_S if expires_at is not None else None
 
         def _expected_issuer(self) -> str:
             expected: str = super()._expected_issuer()
@@ -215,9 +214,9 @@ def _provider(
         async def _auth_flow(self, request: Any) -> Any:
             try:
                 if not interactive and self._initialized and self._seen != store.generation:
-                    # Signed in again since (a wider scope, another account, a sign-out): the stored tokens
-                    # serve this request, on the connection as it is.
-                    await self._adopt_stored_tokens()
+                    # Signed in again since (a wider scope, another account, a sign-out): the stored sign-in
+                    # (tokens and client) serves this request, on the connection as it is.
+                    await self._initialize()
                 if not interactive and self._refresh_due():
                     await self._take_turn()
                 inner = super()._auth_flow(request)
