@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 from mcpvisor.host.host import Host, HostOptions
+from mcpvisor.host.oauth_store import TokenStore
 from tests.e2e.test_run import run
 from tests.helpers import LIGHT, WAIT_S, free_port, wait_until
 from tests.layout import Layout, make_layout, write_json
@@ -212,6 +213,23 @@ async def test_a_sign_in_made_elsewhere_serves_a_connected_servers_next_call(tmp
         assert result.content[0].text == "secure:echo:b"  # type: ignore[union-attr]
         assert server.events()[-2:] == ["authorize", "token"]  # the new sign-in, used as it is: no refresh
         assert host.config.manager.clients()["sec"] is client  # the same connection, not a reconnect
+
+
+async def test_a_sign_in_under_way_elsewhere_leaves_a_connected_servers_tokens_in_use(
+    tmp_path: Path, server: Server
+) -> None:
+    """``mcpvisor mcp login`` clears the stored tokens while its browser is open: a running host's connection
+    goes on with the tokens it has until the sign-in is done (or the server refuses them)."""
+    layout = setup(tmp_path, server)
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+        await wait_until(lambda: host.config.manager.clients()["sec"].status == "connected", what="sec connected")
+        [key] = json.loads(store_path(layout).read_text())
+        seen = host.tokens.generation
+        TokenStore(store_path(layout)).update(key, tokens=None, expires_at=None)  # what login writes first
+        await wait_until(lambda: host.tokens.generation != seen, what="the host to see the token store change")
+        result = await host.config.call_tool("mcp__sec__echo", {"text": "b"})
+        assert result.content[0].text == "secure:echo:b"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(

@@ -18,12 +18,14 @@ import anyio
 import pytest
 
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.events import ReconcileFinished
 from mcpvisor.fleet.sealing import FleetKey
 from mcpvisor.fleet.store import FleetStore
 from mcpvisor.fleet.tokens import FleetTokenStore
+from mcpvisor.host.host import Host, HostOptions
 from tests.e2e.test_oauth import FOLLOW, start_server
 from tests.fleet.conftest import RedisServer
-from tests.helpers import WAIT_S
+from tests.helpers import WAIT_S, wait_until
 from tests.layout import make_layout, write_json
 
 pytestmark = pytest.mark.fleet
@@ -152,3 +154,23 @@ def run_mcpvisor(
 def status_of(mcpvisor: Any, home: str) -> subprocess.CompletedProcess[str]:
     result: subprocess.CompletedProcess[str] = mcpvisor(home, "status", "--json")
     return result
+
+
+async def test_a_sign_in_stored_or_reported_by_the_fleet_reaches_the_hosts_connections_once(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """A write to the fleet's token store, and one the fleet's log reports from another replica, each tell this
+    host's connections once to look at the stored sign-in again (the report also reconnects what is down), and
+    nothing more: the report is not taken for another one."""
+    tokens = FleetTokenStore(FleetStore(redis_server.url), FleetKey([SECRET]))
+    layout = make_layout(tmp_path)
+    reconciles: list[ReconcileFinished] = []
+    async with Host(HostOptions(env=layout.env, workspace=layout.root, tokens=tokens)) as host:
+        host.subscribe(lambda event: reconciles.append(event) if isinstance(event, ReconcileFinished) else None)
+        before = tokens.generation
+        tokens.update("https://a.example/mcp", tokens={"access_token": "A"})  # e.g. a refresh stored here
+        assert tokens.generation == before + 1
+        seen = len(reconciles)
+        tokens.changed()  # as the replica does when the fleet's log reports another replica's sign-in
+        await wait_until(lambda: len(reconciles) > seen, what="the reconcile the report asks for")
+        assert tokens.generation == before + 2

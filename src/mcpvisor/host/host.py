@@ -296,8 +296,8 @@ class Host(StackOwner):
             self.emit(event)
 
     async def _on_settings_changed(self, event: SettingsChanged) -> None:
-        if event.scope == "tokens":  # signed in (or out) elsewhere: connected servers use the stored tokens next
-            self.tokens.changed()
+        if event.scope == "tokens":  # signed in elsewhere: connected servers use the stored sign-in next
+            self.tokens.note_sign_ins_changed()
         if event.scope in ("user", "workspace", "project") and event.scope in self.options.watched_scopes:
             path = self.settings.paths.of(event.scope)
             if not await anyio.Path(path).exists():

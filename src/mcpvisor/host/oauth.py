@@ -214,9 +214,13 @@ def _provider(
         async def _auth_flow(self, request: Any) -> Any:
             try:
                 if not interactive and self._initialized and self._seen != store.generation:
-                    # Signed in again since (a wider scope, another account, a sign-out): the stored sign-in
-                    # (tokens and client) serves this request, on the connection as it is.
-                    await self._initialize()
+                    # Signed in again since (a wider scope, another account): the stored sign-in (tokens and
+                    # client) serves this request, on the connection as it is. A record without tokens is a
+                    # sign-in under way (it clears them until the browser comes back) or a sign-out: the
+                    # tokens in use stay until the server refuses them.
+                    self._seen = store.generation
+                    if await storage.get_tokens() is not None:
+                        await self._initialize()
                 if not interactive and self._refresh_due():
                     await self._take_turn()
                 inner = super()._auth_flow(request)

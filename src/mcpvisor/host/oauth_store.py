@@ -43,12 +43,12 @@ class TokenStore(PrivateJsonStore):
     what = "the OAuth token store"
     consequence = "nothing is signed in until it is fixed or deleted (then sign in again with mcpvisor mcp login NAME)"
     generation = 0
-    """Counts the changes this process knows of (its own writes, :meth:`changed`): a live connection that has
-    not seen the current one takes the stored tokens before its next request."""
+    """Counts the changes this process knows of (its own writes, :meth:`note_sign_ins_changed`): a live
+    connection that has not seen the current one looks at the stored sign-in before its next request."""
 
-    def changed(self) -> None:
+    def note_sign_ins_changed(self) -> None:
         """The stored sign-ins may have changed (e.g. ``mcpvisor mcp login`` in another process): live
-        connections take the stored tokens before their next request, without reconnecting."""
+        connections take a completed sign-in before their next request, without reconnecting."""
         self.generation += 1
 
     def get(self, key: str) -> dict[str, Any]:
@@ -70,7 +70,7 @@ class TokenStore(PrivateJsonStore):
                 records.pop(key, None)
 
         self.mutate(change)
-        self.changed()
+        self.note_sign_ins_changed()
 
     def on_external_change(self, listener: Callable[[], None]) -> Callable[[], None]:
         """``listener()`` hears sign-ins stored other than through this store's file (a fleet's store); returns
