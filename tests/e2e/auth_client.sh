@@ -35,6 +35,7 @@ MCPVISOR="${MCPVISOR:?set MCPVISOR to the mcpvisor command}"
 PY="${PYTHON:-$(dirname "$MCPVISOR")/python}"
 [ -x "$PY" ] || PY=python3
 CIMD_URL="https://conformance-test.local/client-metadata.json"  # the suite's fixed URL-based client id
+SESSION_TIMEOUT_S=40  # each shell session (a step-up has two; the suite gives the client 90 s)
 
 SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/mcpvisor-authconf.XXXXXX")"
 if [ "${MCPVISOR_AUTHCONF_KEEP:-0}" = 1 ]; then
@@ -109,10 +110,11 @@ export BROWSER="$SCRATCH/browser.sh %s"
 unset DISPLAY WAYLAND_DISPLAY
 
 session() {
-  # One `mcpvisor shell` fed the given commands on stdin, one after another; its output is kept.
+  # One `mcpvisor shell` fed the given commands on stdin, one after another; its output is kept. A sign-in
+  # whose browser failed would wait for its callback for minutes: the session gets SESSION_TIMEOUT_S.
   local label=$1 rc
   shift
-  printf '%s\n' "$@" | "$MCPVISOR" shell >"$SCRATCH/shell.$label.out" 2>&1
+  printf '%s\n' "$@" | timeout -k 5 "$SESSION_TIMEOUT_S" "$MCPVISOR" shell >"$SCRATCH/shell.$label.out" 2>&1
   rc=$?
   sed "s/^/  shell $label| /" "$SCRATCH/shell.$label.out" >&2
   log "shell $label ($*): exit $rc"
