@@ -14,13 +14,9 @@ from mcp import Client, MCPError
 from mcpvisor.core.config import Config
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from mcpvisor.examples.in_memory import NEEDS_A_PROCESS, light_servers_in_memory
-from tests.helpers import LIGHT, WAIT_S, in_memory_unless_a_process_is_needed
+from tests.helpers import WAIT_S, in_memory_unless_a_process_is_needed, light
 
 pytestmark = pytest.mark.anyio
-
-
-def light(name: str, *args: str) -> McpServerConfig:
-    return McpServerConfig(command=sys.executable, args=["-m", LIGHT, "--name", name, *args])
 
 
 def text_of(result: types.CallToolResult) -> str:

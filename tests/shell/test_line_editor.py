@@ -113,28 +113,33 @@ class Terminal:
         self.output += chunk
         return bool(chunk)
 
-    def shows(self, text: str, since: int = 0) -> bool:
+    def shows(self, text: str, since: int, before: list[str]) -> bool:
         """Whether ``text`` was shown since ``since``: in the output, or on a line of the screen that
-        output changed (see :func:`screen_lines`)."""
+        output changed from ``before``, the screen at ``since`` (see :func:`screen_lines`)."""
         if text in plain(self.output[since:]):
             return True
-        before, now = screen_lines(self.output[:since]), screen_lines(self.output)
+        now = screen_lines(self.output)
         return any(text in line for i, line in enumerate(now) if i >= len(before) or line != before[i])
 
     async def expect(self, text: str, since: int = 0) -> str:
+        before = screen_lines(self.output[:since])
         with anyio.move_on_after(WAIT_S):
-            while not self.shows(text, since) and await self._read():
+            while not self.shows(text, since, before) and await self._read():
                 pass
-        assert self.shows(text, since), f"{text!r} never shown; the terminal showed:\n{plain(self.output)}"
+        assert self.shows(text, since, before), f"{text!r} never shown; the terminal showed:\n{plain(self.output)}"
         return plain(self.output[since:])
 
     async def answered(self, text: str, since: int, prompt: str = "mcp>") -> str:
         """Wait for ``text``, then for the prompt drawn again after it (the next keys go to the editor)."""
         shown = await self.expect(text, since)
+
+        def after_text() -> str:  # from ``since`` when the text was seen on the screen only
+            return shown[shown.index(text) + len(text) :] if text in shown else shown
+
         with anyio.move_on_after(WAIT_S):
-            while prompt not in shown[shown.index(text) + len(text) :] and await self._read():
+            while prompt not in after_text() and await self._read():
                 shown = plain(self.output[since:])
-        assert prompt in shown[shown.index(text) + len(text) :], f"no prompt after {text!r}:\n{shown}"
+        assert prompt in after_text(), f"no prompt after {text!r}:\n{shown}"
         return shown
 
     def type(self, keys: str) -> int:

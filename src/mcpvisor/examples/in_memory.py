@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import IO, Any, cast
@@ -89,9 +88,8 @@ async def serve_in_memory(options: Options) -> AsyncIterator[TransportStreams]:
     async def pump() -> None:
         async with from_client:
             async for session_message in from_client:
-                if not options.hang_on_initialize:  # that server never answers anything
-                    data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    server.handle_line(data.encode())
+                data = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                server.handle_line(data.encode())
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(pump)
@@ -105,19 +103,17 @@ async def serve_in_memory(options: Options) -> AsyncIterator[TransportStreams]:
 
 class _Lines:
     """The server's stdout: each complete line is handed to ``deliver`` on the event loop, from any thread,
-    never blocking (the server writes under its own lock, so lines keep their order)."""
+    never blocking (the server writes under its own lock, one writer at a time, so lines keep their order)."""
 
     def __init__(self, deliver: Callable[[bytes], None], call_soon_threadsafe: Callable[..., object]) -> None:
         self._deliver = deliver
         self._call_soon_threadsafe = call_soon_threadsafe
         self._buffer = bytearray()
-        self._lock = threading.Lock()
 
     def write(self, data: bytes) -> int:
-        with self._lock:
-            self._buffer += data
-            *lines, rest = self._buffer.split(b"\n")
-            self._buffer = bytearray(rest)
+        self._buffer += data
+        *lines, rest = self._buffer.split(b"\n")
+        self._buffer = bytearray(rest)
         for line in lines:
             if line.strip():
                 try:

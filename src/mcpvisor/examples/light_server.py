@@ -129,8 +129,8 @@ class LightServer:
     # -- input ---------------------------------------------------------------------------------
 
     def handle_line(self, line: bytes) -> None:
-        if not line.strip():
-            return
+        if self._options.hang_on_initialize or not line.strip():
+            return  # (--hang-on-initialize: never answer anything, not even initialize)
         try:
             message = json.loads(line)
         except ValueError:
@@ -475,10 +475,6 @@ class LightServer:
 
 def serve(options: Options, stdin: IO[bytes], stdout: IO[bytes]) -> None:
     """Serve one connection until stdin reaches end of file."""
-    if options.hang_on_initialize:
-        for _ in iter(stdin.readline, b""):
-            pass  # never answer anything, not even initialize
-        return
     server = LightServer(options, stdout)
     for line in iter(stdin.readline, b""):
         server.handle_line(line)
