@@ -18,7 +18,7 @@ import pytest
 
 from mcpvisor.gateway import lazy_streams
 from tests.gateway.test_gateway import Running, running, server
-from tests.gateway.test_limits import ACCEPT, VERSION, call, initialize, sse_messages
+from tests.gateway.test_limits import ACCEPT, VERSION, call, initialize, open_session, sse_messages
 from tests.helpers import WAIT_S, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -63,14 +63,8 @@ async def served(tmp_path: Path, *args: str, processes: bool = False) -> AsyncIt
 
 async def session(http: httpx2.AsyncClient, url: str, capabilities: dict[str, Any]) -> dict[str, str]:
     """Open a handshake-era session declaring ``capabilities``; returns the headers of its requests."""
-    opening = initialize()
-    opening["params"]["capabilities"] = capabilities
-    response = await http.post(url, json=opening, headers=ACCEPT)
-    assert response.status_code == 200, response.text
-    headers = {**ACCEPT, "mcp-session-id": response.headers["mcp-session-id"], "MCP-Protocol-Version": VERSION}
-    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    assert (await http.post(url, json=initialized, headers=headers)).status_code == 202
-    return headers
+    session_id = await open_session(http, url, capabilities)
+    return {**ACCEPT, "mcp-session-id": session_id, "MCP-Protocol-Version": VERSION}
 
 
 async def test_a_plain_call_is_answered_as_the_sdks_path_answers_it(tmp_path: Path) -> None:
@@ -168,7 +162,7 @@ async def test_ending_the_session_ends_its_plain_calls(tmp_path: Path, capabilit
         assert answer.headers["content-type"].startswith("text/event-stream")
         assert answer.text.startswith("id: ")
         assert sse_messages(answer.text) == []
-        await wait_until(lambda: s.calls_in_flight() == 0, what="the call ended at the server")
+        await wait_until(lambda: s.calls_in_flight() == 0, what="the call to the server ended")
         assert (await http.post(s.url, json=call("mcp__a__echo", {}), headers=headers)).status_code == 404
 
 

@@ -56,8 +56,11 @@ async def gateway_at(tmp_path: Path, limits: HttpLimits) -> AsyncIterator[tuple[
         tg.cancel_scope.cancel()
 
 
-async def open_session(http: httpx2.AsyncClient, url: str) -> str:
-    response = await http.post(url, json=initialize(), headers=ACCEPT)
+async def open_session(http: httpx2.AsyncClient, url: str, capabilities: dict[str, Any] | None = None) -> str:
+    """Open a handshake-era session (declaring ``capabilities``, none by default); returns its id."""
+    opening = initialize()
+    opening["params"]["capabilities"] = capabilities or {}
+    response = await http.post(url, json=opening, headers=ACCEPT)
     assert response.status_code == 200, response.text
     session = response.headers["mcp-session-id"]
     headers = {**ACCEPT, "mcp-session-id": session, "MCP-Protocol-Version": VERSION}

@@ -113,8 +113,6 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
         self._direct: dict[RequestId, anyio.CancelScope] = {}
         """The calls made directly, by request id (as the SDK correlates them): a ``notifications/cancelled``
         ends one."""
-        self._ending = False
-        """The session is ending: its calls made directly are being ended."""
 
     async def _handle_post_request(self, scope: Scope, request: Request, receive: Receive, send: Send) -> None:
         parsed = await _message(request)
@@ -176,9 +174,8 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
 
     async def terminate(self) -> None:
         """End the session, and with it the calls made directly (the SDK ends its own requests' handlers)."""
-        self._ending = True
         for call in list(self._direct.values()):
-            call.cancel()
+            call.cancel()  # they see is_terminated: the SDK's terminate() sets it before anything else
         await super().terminate()
 
     def _cancelled_call(self, message: JSONRPCMessage | None) -> anyio.CancelScope | None:
@@ -219,7 +216,7 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
         request's stream only with an answer), and one whose session ends is not answered."""
         direct_call = self.direct_call
         assert direct_call is not None
-        if self._ending:
+        if self.is_terminated:
             await self._unanswered(scope, receive, send, str(request_id), None)
             return
         calls = self._direct
@@ -234,7 +231,7 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
                     result = await direct_call(params, self)
                 if not call.cancelled_caught:
                     answer.append(_answer(request_id, params, protocol_version, result))
-                elif self._ending:
+                elif self.is_terminated:
                     answer.append(None)
                 else:
                     error = ErrorData(code=REQUEST_CANCELLED, message="Request cancelled")

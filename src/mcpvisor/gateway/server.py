@@ -282,7 +282,7 @@ class Gateway(StackOwner):
         # A prompt result has no error flag: failures are JSON-RPC errors carrying the same messages.
         entry = self._prompts().find(params.name)
         if entry is None:
-            raise MCPError(types.INVALID_PARAMS, self._prompt_not_found(params.name))
+            raise MCPError(types.INVALID_PARAMS, str(self.config.not_found(params.name, "prompt")))
 
         async def get(progress: Progress) -> types.GetPromptResult:
             with as_mcp_errors():
@@ -379,10 +379,6 @@ class Gateway(StackOwner):
             raise MCPError(types.INVALID_REQUEST, "logging/setLevel needs a connection that stays open")
         await self._logs.set_level(connection, params.level)
         return types.EmptyResult()
-
-    def _prompt_not_found(self, name: str) -> str:
-        """Why no server provides prompt ``name``, naming the server its prefix belongs to and the fix."""
-        return str(self.config.not_found(name, "prompt"))
 
     # -- change notices ----------------------------------------------------------------------
 
