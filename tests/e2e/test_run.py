@@ -52,9 +52,12 @@ class Run:
             self._updated = anyio.Event()
 
     async def wait_for(self, condition: Callable[[], bool]) -> None:
-        with anyio.fail_after(WAIT_S):
-            while not condition():
-                await self._updated.wait()
+        try:
+            with anyio.fail_after(WAIT_S):
+                while not condition():
+                    await self._updated.wait()
+        except TimeoutError:
+            raise AssertionError(f"timed out after {WAIT_S:g} s; the last events: {self.events[-4:]}") from None
 
     def of(self, kind: str) -> list[Event]:
         return [e for e in self.events if e["event"] == kind]

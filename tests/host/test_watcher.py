@@ -328,6 +328,54 @@ async def test_a_settings_folder_and_file_created_at_once_after_start_are_picked
         assert env.scope_changes_for("user") == [SettingsChanged("user", ("mcpServers.u.command",))]
 
 
+class _Watching(logging.Handler):
+    """Hears the watcher say which folders it watches (its debug log)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.folders: list[str] = []
+        self.updated = anyio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("watching "):
+            self.folders.append(message.removeprefix("watching "))
+            self.updated.set()
+            self.updated = anyio.Event()
+
+
+async def test_a_folder_created_while_the_watch_is_being_armed_is_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    layout = make_layout(tmp_path)
+    settings_dir = layout.paths.user.parent  # home/.mcpvisor: neither exists yet
+    real_awatch = watchfiles.awatch
+
+    def racing_awatch(*paths: Any, **kwargs: Any) -> Any:
+        # Another process's `mkdir -p home/.mcpvisor` lands after the watcher chose `home` to watch and
+        # before the watch on it is armed: the armed watch never hears of `.mcpvisor`.
+        if settings_dir.parent.exists() and not settings_dir.exists():
+            settings_dir.mkdir()
+        return real_awatch(*paths, **kwargs)
+
+    monkeypatch.setattr(watcher_module, "awatch", racing_awatch)
+    heard = _Watching()
+    caplog.set_level(logging.DEBUG, logger=watcher_module.__name__)
+    watcher_logger = logging.getLogger(watcher_module.__name__)
+    watcher_logger.addHandler(heard)
+    try:
+        async with watching(layout, scopes=("user",)) as env:
+            settings_dir.parent.mkdir()
+            with anyio.fail_after(WAIT_S, reason=f"never watched {settings_dir}"):
+                while str(settings_dir) not in heard.folders:  # no other event comes to set it right
+                    await heard.updated.wait()
+            write_json(env.paths.user, {"mcpServers": {"u": {"command": "u"}}})
+            await env.rec.wait_for(lambda: bool(env.scope_changes_for("user")))
+            assert env.scope_changes_for("user") == [SettingsChanged("user", ("mcpServers.u.command",))]
+    finally:
+        watcher_logger.removeHandler(heard)
+
+
 async def test_the_workspace_mcp_json_is_watched(layout: Layout) -> None:
     async with watching(layout) as env:
         write_json(env.paths.project, {"mcpServers": {"p": {"command": "p"}}})

@@ -338,6 +338,10 @@ class SettingsWatcher:
                 tg.start_soon(self._consume, current, stop)
                 # The consumer arms the OS watch in its first step, before it first suspends.
                 await anyio.lowlevel.checkpoint()
+                # A folder created between choosing the folders and arming the watch (another process's
+                # `mkdir -p` before its write) sends the armed watch no event: choose again at once.
+                if self._watch_dirs() != current:
+                    stop.set()
                 # Whatever changed while no watch was armed (before the first one, or events lost
                 # while re-arming) is caught by re-reading every scope and comparing content.
                 self._mark(current)
