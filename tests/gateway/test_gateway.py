@@ -69,9 +69,15 @@ class Notices:
         self._arrived = anyio.Event()
 
     async def wait_for(self, *, tools: int = 0, prompts: int = 0) -> None:
-        with anyio.fail_after(WAIT_S):
-            while self.tools < tools or self.prompts < prompts:
-                await self._arrived.wait()
+        try:
+            with anyio.fail_after(WAIT_S):
+                while self.tools < tools or self.prompts < prompts:
+                    await self._arrived.wait()
+        except TimeoutError:
+            raise AssertionError(
+                f"timed out after {WAIT_S:g} s waiting for {tools} tools/list_changed and {prompts} "
+                f"prompts/list_changed; {self.tools} and {self.prompts} came"
+            ) from None
 
 
 async def next_event(subscription: Subscription) -> object:

@@ -47,9 +47,12 @@ class Recorder:
         self._updated = anyio.Event()
 
     async def wait_for(self, condition: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-        with anyio.fail_after(timeout_s):
-            while not condition():
-                await self._updated.wait()
+        try:
+            with anyio.fail_after(timeout_s):
+                while not condition():
+                    await self._updated.wait()
+        except TimeoutError:
+            raise AssertionError(f"timed out after {timeout_s:g} s; the last events: {self.events[-4:]}") from None
 
     def reconciles(self) -> list[ReconcileFinished]:
         return [e for e in self.events if isinstance(e, ReconcileFinished)]

@@ -63,9 +63,13 @@ class Recorder:
         self._bump()
 
     async def wait_for(self, condition: Callable[[], bool]) -> None:
-        with anyio.fail_after(WAIT_S):
-            while not condition():
-                await self._updated.wait()
+        try:
+            with anyio.fail_after(WAIT_S):
+                while not condition():
+                    await self._updated.wait()
+        except TimeoutError:
+            seen = f"changes {self.changes}, errors {self.errors}, restart notices {self.restarts}"
+            raise AssertionError(f"timed out after {WAIT_S:g} s; heard {seen}") from None
 
     def scope_changes(self, scope: str) -> list[SettingsChanged]:
         return [c for c in self.changes if c.scope == scope]
