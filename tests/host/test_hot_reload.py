@@ -16,6 +16,7 @@ import pytest
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import McpClientUpdate, ReconcileFinished
 from mcpvisor.core.gating import McpGating
+from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.host import Host, HostEvent, HostOptions, SettingsWarning
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, mcp_gating_equal
 from mcpvisor.host.settings.loader import SettingsError
@@ -221,6 +222,33 @@ async def test_a_project_server_waits_for_approval_and_approving_connects_it(tmp
         prompts = len(s.rec.prompts())
         await s.settle()
         assert len(s.rec.prompts()) == prompts  # approved: never prompts again
+
+
+async def test_an_approval_made_while_the_host_starts_its_servers_is_followed(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    started = tmp_path / "slow.pids"
+    # A server that never answers initialize holds the host's start for its whole discovery timeout.
+    slow = {**server("slow", "--hang-on-initialize", marker=started), "discoveryTimeoutMs": 4000}
+    save(layout.paths.user, {"mcpServers": {"slow": slow}})
+    save(layout.paths.project, {"mcpServers": {"p": server("p")}})
+    approved = anyio.Event()
+
+    async def approve_while_the_host_starts() -> None:  # as `mcpvisor mcp approve p` in another process
+        await wait_until(started.exists, what="the slow server to start")
+        cfg = layout.settings().project.servers["p"].config
+        ApprovalStore(layout.paths.approvals).approve(layout.root, "p", cfg)
+        approved.set()
+
+    rec = Recorder()
+    host = Host(HostOptions(env=layout.env, workspace=layout.root))
+    host.subscribe(rec)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(approve_while_the_host_starts)
+        async with host:
+            assert approved.is_set()  # before the host's start was over (its watcher was not running yet)
+            await rec.wait_for(lambda: host.config.manager.clients().get("p") is not None)
+            client = host.config.manager.clients()["p"]
+            await rec.wait_for(lambda: client.status == "connected")
 
 
 async def test_a_hash_change_of_an_approved_server_prompts_again_and_stops_it(tmp_path: Path) -> None:

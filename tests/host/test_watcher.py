@@ -155,9 +155,10 @@ def test_classify_change() -> None:
         "project": Path("/w/.mcp.json"),
     }
     cases = {
-        "/h/.mcpvisor/settings.json": ({"user"}, False),
-        "/h/.mcpvisor/..data": ({"user"}, False),
-        "/h/.mcpvisor/.settings.json.x.tmp": ({"user"}, False),
+        # A store's folder's other files concern it too (a `..data` swap replaces it without touching it).
+        "/h/.mcpvisor/settings.json": ({"user", "approvals"}, False),
+        "/h/.mcpvisor/..data": ({"user", "approvals"}, False),
+        "/h/.mcpvisor/.settings.json.x.tmp": ({"user", "approvals"}, False),
         "/h/.mcpvisor/mcp-approvals.json": ({"approvals"}, False),
         "/h/.mcpvisor/mcp-approvals.json.lock": ({"approvals"}, False),
         "/h/.mcpvisor/mcp-approvals.json.tmp123": ({"approvals"}, False),

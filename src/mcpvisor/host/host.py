@@ -59,7 +59,7 @@ from mcpvisor.host.settings.loader import Settings, SettingsError, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
 from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier
 from mcpvisor.host.status import LiveConnection, ServerView, describe_servers
-from mcpvisor.host.watcher import RestartRequired, SettingsChanged, SettingsOk, SettingsWatcher
+from mcpvisor.host.watcher import RestartRequired, SettingsChanged, SettingsOk, SettingsWatcher, read_store_states
 
 __all__ = ["Host", "HostEvent", "HostOptions", "Ready", "SettingsSource", "SettingsWarning"]
 
@@ -156,6 +156,8 @@ class Host(StackOwner):
             self._settings = load_settings(env, opts.workspace)
             if opts.settings_source is not None:
                 opts.settings_source.prime(self._settings)
+            # The stores as they are before they are read: one written before the watcher starts is announced.
+            stores = read_store_states(self._settings) if opts.watch else None
             self._approvals = opts.approvals or ApprovalStore(paths.approvals_path(env))
             self._approvals.load()
             self.tokens = opts.tokens or TokenStore(paths.oauth_tokens_path(env))
@@ -215,7 +217,7 @@ class Host(StackOwner):
             if opts.watch:
                 reloads = await stack.enter_async_context(anyio.create_task_group())
                 stack.callback(reloads.cancel_scope.cancel)  # on exit, abandon reloads still running
-                self.watcher = SettingsWatcher(self._settings, scopes=opts.watched_scopes)
+                self.watcher = SettingsWatcher(self._settings, scopes=opts.watched_scopes, store_states=stores)
                 register_mcp_hot_reload(
                     self.watcher,
                     self._settings,

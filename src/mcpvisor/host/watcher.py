@@ -6,8 +6,9 @@ approvals store. How:
 - **Folders, not files**, non-recursively: an editor's write-then-rename replaces the file's inode,
   and a Kubernetes ConfigMap mount swaps a ``..data`` symlink while ``settings.json`` itself never
   changes. Any event in a scope's folder re-reads that scope's file and compares its content
-  (except the approvals store's own files — ``mcp-approvals.json``, ``.lock``, ``.tmp*`` — which
-  belong to the ``approvals`` scope even though they share the user folder).
+  (except a store's own files — e.g. ``mcp-approvals.json``, ``.lock``, ``.tmp*`` — which belong to
+  that store only, though they share the user folder). Paths are made absolute (the OS watch reports
+  absolute ones).
 - **Missing files and folders**: the nearest existing ancestor is watched; when a folder on the way
   appears (or a watched one vanishes) the watch is re-armed and the affected scopes re-checked.
 - **Debounce, without paying it on every save**: a scope is read :data:`SETTLE_S` after its last
@@ -21,8 +22,10 @@ approvals store. How:
   formatting-only saves); a parse error (an empty file from a non-atomic save included) → the
   previous state is kept and the :class:`SettingsError` goes to the error listeners; every changed
   path restart-required → a :class:`RestartRequired` notice and no event; otherwise one
-  :class:`SettingsChanged` event. The approvals store is not diffed: when its bytes change the
-  event is ``SettingsChanged("approvals", ())`` and the store re-reads itself.
+  :class:`SettingsChanged` event. A store (approvals, tokens, pins) is not diffed: when its file is
+  written (even back to the same bytes: the app may have acted on what was there in between) the
+  event is ``SettingsChanged("approvals", ())`` and the store re-reads itself. What a store's file is
+  compared with is what the app read at its start (``store_states``), not what it was when the watch began.
 
 Listeners are async callables, run concurrently under a timeout; one that fails or times out is
 logged and never stops the watcher. Use it as ``async with SettingsWatcher(settings) as watcher``
@@ -31,14 +34,13 @@ or run :meth:`SettingsWatcher.run` in a task group (``await tg.start(watcher.run
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import anyio
 import anyio.abc
@@ -47,6 +49,17 @@ from watchfiles import Change, awatch
 from mcpvisor.core.events import Listeners
 from mcpvisor.host.settings.loader import SETTINGS_SCOPES, FileScope, Settings, SettingsError
 from mcpvisor.host.settings.schema import is_restart_required_key
+from mcpvisor.host.watched_files import (
+    STORE_SCOPES,
+    StoreState,
+    WatchScope,
+    classify_change,
+    is_approvals_file,
+    nearest_existing_dir,
+    read_store_state,
+    read_store_states,
+    store_files,
+)
 
 __all__ = [
     "DEBOUNCE_S",
@@ -61,13 +74,10 @@ __all__ = [
     "classify_change",
     "is_approvals_file",
     "nearest_existing_dir",
+    "read_store_states",
 ]
 
 logger = logging.getLogger(__name__)
-
-WatchScope = Literal[
-    "system_defaults", "user", "workspace", "system", "project", "lsp_project", "approvals", "tokens", "pins"
-]
 
 DEFAULT_WATCHED_SCOPES: tuple[WatchScope, ...] = (
     "user",
@@ -79,8 +89,6 @@ DEFAULT_WATCHED_SCOPES: tuple[WatchScope, ...] = (
     "pins",
 )
 
-STORE_SCOPES: tuple[WatchScope, ...] = ("approvals", "tokens", "pins")
-"""Stores in the user folder that are not settings: a change is their own event, never a settings diff."""
 DEBOUNCE_S = 0.3
 """The coalescing window per scope (see the module): saves after a reload within it wait for its end."""
 SETTLE_S = 0.03
@@ -132,57 +140,6 @@ E = TypeVar("E")
 Listener = Callable[[E], Awaitable[None]]
 
 
-def is_approvals_file(name: str, store_name: str) -> bool:
-    """Whether a file name belongs to the approvals store: the store, its lock, its temporary files."""
-    return name == store_name or name.startswith((f"{store_name}.", f".{store_name}"))
-
-
-def nearest_existing_dir(folder: Path, is_dir: Callable[[Path], bool] = Path.is_dir) -> Path:
-    """``folder`` itself if it exists, else its nearest existing ancestor."""
-    for candidate in (folder, *folder.parents):
-        if is_dir(candidate):
-            return candidate
-    return Path(folder.anchor or "/")
-
-
-def classify_change(path: Path, targets: Mapping[WatchScope, Path]) -> tuple[set[WatchScope], bool]:
-    """Which scopes a file event concerns, and whether it touches a folder on the way to a target.
-
-    An event in a target's folder concerns that scope — except the approvals store's files, which
-    concern only ``approvals``. An event on a target's folder or one of its ancestors (a folder
-    created or removed) asks for the watch to be re-armed.
-    """
-    owner = next(
-        (
-            store
-            for store in STORE_SCOPES
-            if (target := targets.get(store)) is not None
-            and path.parent == target.parent
-            and is_approvals_file(path.name, target.name)
-        ),
-        None,
-    )
-    scopes: set[WatchScope] = set()
-    rearm = False
-    for scope, target in targets.items():
-        folder = target.parent
-        if path.parent == folder and owner == (scope if scope in STORE_SCOPES else None):
-            scopes.add(scope)
-        if path == folder or path in folder.parents:
-            rearm = True
-    return scopes, rearm
-
-
-def _file_digest(path: Path) -> bytes | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).digest()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        logger.warning("cannot read %s: %s", path, exc.strerror or exc)
-        return None
-
-
 class SettingsWatcher:
     """Watches settings files and turns edits into :class:`SettingsChanged` events.
 
@@ -198,6 +155,7 @@ class SettingsWatcher:
         debounce_s: float = DEBOUNCE_S,
         listener_timeout_s: float = LISTENER_TIMEOUT_S,
         force_polling: bool | None = None,
+        store_states: Mapping[WatchScope, StoreState | None] | None = None,
     ) -> None:
         self._settings = settings
         self._scopes = tuple(dict.fromkeys(scopes))
@@ -222,18 +180,16 @@ class SettingsWatcher:
         self._awatch_stop = anyio.Event()
         self._closing = False
         self._run_scope: anyio.CancelScope | None = None
-        self._store_digests: dict[WatchScope, bytes | None] = {}
+        self._store_states: dict[WatchScope, StoreState | None] = dict(store_states or {})
+        """Per store: its file as last announced (or as the app read it: :func:`read_store_states`)."""
         self._exit_stack: AsyncExitStack | None = None
 
     def _target_of(self, scope: WatchScope) -> Path | None:
-        """The file watched for ``scope``: a store's file, or an active settings scope's file (else None)."""
-        if scope == "approvals":
-            return self._settings.paths.approvals
-        if scope == "tokens":
-            return self._settings.paths.oauth_tokens
-        if scope == "pins":
-            return self._settings.paths.pins
-        return self._settings.paths.of(scope) if self._settings.is_active(scope) else None
+        """The file watched for ``scope``: a store's file, or an active settings scope's file (else None);
+        absolute, as the OS watch reports its events."""
+        if scope == "approvals" or scope == "tokens" or scope == "pins":  # STORE_SCOPES, spelled out for mypy
+            return store_files(self._settings.paths)[scope].absolute()
+        return self._settings.paths.of(scope).absolute() if self._settings.is_active(scope) else None
 
     @property
     def settings(self) -> Settings:
@@ -304,8 +260,8 @@ class SettingsWatcher:
         self._closing = False
         self._targets = {scope: path for scope in self._scopes if (path := self._target_of(scope)) is not None}
         for store in STORE_SCOPES:
-            if store in self._targets:
-                self._store_digests[store] = await anyio.to_thread.run_sync(_file_digest, self._targets[store])
+            if store in self._targets and store not in self._store_states:
+                self._store_states[store] = await anyio.to_thread.run_sync(read_store_state, self._targets[store])
         with anyio.CancelScope() as scope:
             self._run_scope = scope
             try:
@@ -431,9 +387,9 @@ class SettingsWatcher:
 
     async def _process(self, scope: WatchScope) -> None:
         if scope == "approvals" or scope == "tokens" or scope == "pins":  # STORE_SCOPES, spelled out for mypy
-            digest = await anyio.to_thread.run_sync(_file_digest, self._targets[scope])
-            if digest != self._store_digests.get(scope):
-                self._store_digests[scope] = digest
+            state = await anyio.to_thread.run_sync(read_store_state, self._targets[scope])
+            if state != self._store_states.get(scope):
+                self._store_states[scope] = state
                 logger.info("%s store changed: %s", scope, self._targets[scope])
                 await self._dispatch(self._change_listeners, SettingsChanged(scope, ()))
             return

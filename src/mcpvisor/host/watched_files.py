@@ -1,0 +1,106 @@
+"""Which files the settings watcher watches and what an event in a folder concerns (pure helpers, and the
+store files' states the watcher compares)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Literal
+
+from mcpvisor.host.settings.loader import Settings, SettingsPaths
+
+__all__ = [
+    "STORE_SCOPES",
+    "StoreState",
+    "WatchScope",
+    "classify_change",
+    "is_approvals_file",
+    "nearest_existing_dir",
+    "read_store_state",
+    "read_store_states",
+    "store_files",
+]
+
+logger = logging.getLogger(__name__)
+
+WatchScope = Literal[
+    "system_defaults", "user", "workspace", "system", "project", "lsp_project", "approvals", "tokens", "pins"
+]
+
+STORE_SCOPES: tuple[WatchScope, ...] = ("approvals", "tokens", "pins")
+"""Stores in the user folder that are not settings: a change is their own event, never a settings diff."""
+
+StoreState = tuple[int, int, int, bytes]
+"""A store's file as read: its inode, size, modification time (ns) and a hash of its bytes. A file written
+back byte for byte is a new state too (an atomic write is a new inode): the app may have acted on what was
+there in between, so it is told."""
+
+
+def store_files(paths: SettingsPaths) -> dict[WatchScope, Path]:
+    """The file of each store."""
+    return {"approvals": paths.approvals, "tokens": paths.oauth_tokens, "pins": paths.pins}
+
+
+def read_store_state(path: Path) -> StoreState | None:
+    """``path``'s state (None: no file, or it cannot be read, which is logged)."""
+    try:
+        with path.open("rb") as file:
+            data = file.read()
+            st = os.fstat(file.fileno())
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        logger.warning("cannot read %s: %s", path, exc.strerror or exc)
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, hashlib.sha256(data).digest())
+
+
+def read_store_states(settings: Settings) -> dict[WatchScope, StoreState | None]:
+    """What the stores' files are now (blocking file I/O). Read before the app loads its stores and handed to
+    the watcher it starts later, a store written in between is announced once the watcher runs."""
+    return {scope: read_store_state(path.absolute()) for scope, path in store_files(settings.paths).items()}
+
+
+def is_approvals_file(name: str, store_name: str) -> bool:
+    """Whether a file name belongs to the approvals store: the store, its lock, its temporary files."""
+    return name == store_name or name.startswith((f"{store_name}.", f".{store_name}"))
+
+
+def nearest_existing_dir(folder: Path, is_dir: Callable[[Path], bool] = Path.is_dir) -> Path:
+    """``folder`` itself if it exists, else its nearest existing ancestor."""
+    for candidate in (folder, *folder.parents):
+        if is_dir(candidate):
+            return candidate
+    return Path(folder.anchor or "/")
+
+
+def classify_change(path: Path, targets: Mapping[WatchScope, Path]) -> tuple[set[WatchScope], bool]:
+    """Which scopes a file event concerns, and whether it touches a folder on the way to a target.
+
+    An event in a target's folder concerns that scope — except a store's own files (the store, its lock,
+    its temporary files), which concern only that store. An event on a target's folder or one of its
+    ancestors (a folder created or removed) asks for the watch to be re-armed.
+    """
+    owner = next(
+        (
+            store
+            for store in STORE_SCOPES
+            if (target := targets.get(store)) is not None
+            and path.parent == target.parent
+            and is_approvals_file(path.name, target.name)
+        ),
+        None,
+    )
+    scopes: set[WatchScope] = set()
+    rearm = False
+    for scope, target in targets.items():
+        folder = target.parent
+        # A store hears unowned events too: a ConfigMap-style mount swaps its `..data` link, not the file.
+        if path.parent == folder and (owner is None or owner == scope):
+            scopes.add(scope)
+        if path == folder or path in folder.parents:
+            rearm = True
+    return scopes, rearm

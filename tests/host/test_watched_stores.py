@@ -1,0 +1,71 @@
+"""The stores' files (approvals, tokens, pins) under the real watcher: what the app read of them is what a
+change is measured against, and every way a store's file can change is heard."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from mcpvisor.host.watcher import SettingsChanged, read_store_states
+from tests.host.test_watcher import watching
+from tests.layout import make_layout, replace_text, write_json
+
+
+async def test_a_store_written_after_the_app_read_it_and_before_the_watcher_started_is_announced(
+    tmp_path: Path,
+) -> None:
+    layout = make_layout(tmp_path)
+    write_json(layout.paths.approvals, {"v": 1})
+    read = read_store_states(layout.settings())  # the app reads its stores ...
+    write_json(layout.paths.approvals, {"v": 2})  # ... another process writes one while the app starts ...
+    async with watching(layout, scopes=("user", "approvals"), store_states=read) as env:  # ... then it watches
+        await env.rec.wait_for(lambda: bool(env.scope_changes_for("approvals")))
+        assert env.scope_changes_for("approvals") == [SettingsChanged("approvals", ())]
+
+
+async def test_a_store_written_back_byte_for_byte_is_announced(tmp_path: Path) -> None:
+    # Approve t, then revoke it: the file holds what it held before, yet the app may have started t meanwhile.
+    layout = make_layout(tmp_path)
+    replace_text(layout.paths.approvals, json.dumps({"v": "A"}))
+    async with watching(layout, scopes=("user", "approvals")) as env:
+        replace_text(layout.paths.approvals, json.dumps({"v": "A"}))
+        await env.rec.wait_for(lambda: bool(env.scope_changes_for("approvals")))
+        assert env.scope_changes_for("approvals") == [SettingsChanged("approvals", ())]
+
+
+async def test_a_store_in_a_configmap_style_mount_is_followed_when_its_data_link_is_swapped(tmp_path: Path) -> None:
+    mount = tmp_path / "mount"
+    layout = make_layout(tmp_path / "layout", MCPVISOR_HOME=str(mount))
+    (mount / "..v1").mkdir(parents=True)
+    write_json(mount / "..v1" / "mcp-approvals.json", {"v": 1})
+    (mount / "..data").symlink_to("..v1")
+    (mount / "mcp-approvals.json").symlink_to("..data/mcp-approvals.json")
+    assert layout.paths.approvals == mount / "mcp-approvals.json"
+    async with watching(layout, scopes=("user", "approvals")) as env:
+        write_json(layout.paths.user, {"mcpServers": {"u": {"command": "u"}}})  # past the watcher's first reading
+        await env.rec.wait_for(lambda: bool(env.scope_changes_for("user")))
+        (mount / "..v2").mkdir()
+        write_json(mount / "..v2" / "mcp-approvals.json", {"v": 2})
+        (mount / "..data_tmp").symlink_to("..v2")
+        os.replace(mount / "..data_tmp", mount / "..data")  # the store's own link is never touched
+        await env.rec.wait_for(lambda: bool(env.scope_changes_for("approvals")))
+        assert env.scope_changes_for("approvals") == [SettingsChanged("approvals", ())]
+
+
+async def test_a_relative_user_folder_is_watched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    layout = make_layout(tmp_path, MCPVISOR_HOME="relative-home")
+    assert not layout.paths.user.is_absolute()
+    write_json(layout.paths.user, {"mcpServers": {"u": {"command": "u1"}}})
+    layout.paths.workspace.parent.mkdir()
+    async with watching(layout, scopes=("user", "approvals", "workspace")) as env:
+        write_json(layout.paths.workspace, {"mcpServers": {"w": {"command": "w"}}})  # past the first reading
+        await env.rec.wait_for(lambda: bool(env.scope_changes_for("workspace")))
+        write_json(layout.paths.user, {"mcpServers": {"u": {"command": "u2"}}})
+        await env.rec.wait_for(lambda: bool(env.scope_changes_for("user")))
+        assert env.settings.merged.mcp_servers["u"].config.command == "u2"
+        write_json(layout.paths.approvals, {"v": 1})
+        await env.rec.wait_for(lambda: bool(env.scope_changes_for("approvals")))
