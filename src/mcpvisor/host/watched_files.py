@@ -18,6 +18,7 @@ __all__ = [
     "WatchScope",
     "classify_change",
     "is_approvals_file",
+    "linked_targets",
     "nearest_existing_dir",
     "read_store_state",
     "read_store_states",
@@ -75,6 +76,22 @@ def nearest_existing_dir(folder: Path, is_dir: Callable[[Path], bool] = Path.is_
         if is_dir(candidate):
             return candidate
     return Path(folder.anchor or "/")
+
+
+def linked_targets(targets: Mapping[WatchScope, Path]) -> dict[WatchScope, Path]:
+    """The targets that are symbolic links into another folder (a dotfiles manager links settings in), each
+    as what it links to: an edit there is an edit of the scope, though its own folder hears nothing."""
+    linked: dict[WatchScope, Path] = {}
+    for scope, target in targets.items():
+        try:
+            if not target.is_symlink():
+                continue
+            resolved = target.resolve()
+        except (OSError, RuntimeError):  # gone meanwhile, or a loop of links (RuntimeError before Python 3.13)
+            continue
+        if resolved.parent != target.parent:
+            linked[scope] = resolved
+    return linked
 
 
 def classify_change(path: Path, targets: Mapping[WatchScope, Path]) -> tuple[set[WatchScope], bool]:

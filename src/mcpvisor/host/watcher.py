@@ -55,6 +55,7 @@ from mcpvisor.host.watched_files import (
     WatchScope,
     classify_change,
     is_approvals_file,
+    linked_targets,
     nearest_existing_dir,
     read_store_state,
     read_store_states,
@@ -281,8 +282,13 @@ class SettingsWatcher:
 
     # -- watching
 
-    def _watch_dirs(self) -> dict[WatchScope, Path]:
-        return {scope: nearest_existing_dir(target.parent) for scope, target in self._targets.items()}
+    def _watch_dirs(self) -> dict[WatchScope, tuple[Path, ...]]:
+        """The folders watched for each scope: its file's, and the folder of what it links to (if it does)."""
+        links = linked_targets(self._targets)
+        return {
+            scope: tuple(dict.fromkeys(nearest_existing_dir(t.parent) for t in (target, links.get(scope)) if t))
+            for scope, target in self._targets.items()
+        }
 
     async def _watch_loop(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         started = False
@@ -305,8 +311,8 @@ class SettingsWatcher:
                     started = True
                     task_status.started()
 
-    async def _consume(self, current: dict[WatchScope, Path], stop: anyio.Event) -> None:
-        folders = sorted(set(current.values()))
+    async def _consume(self, current: dict[WatchScope, tuple[Path, ...]], stop: anyio.Event) -> None:
+        folders = sorted({folder for scope_folders in current.values() for folder in scope_folders})
         logger.debug("watching %s", ", ".join(map(str, folders)))
         try:
             watch = awatch(
@@ -340,13 +346,15 @@ class SettingsWatcher:
                 logger.warning("cannot watch settings folders (%s); retrying", exc)
                 await anyio.sleep(FAILED_WATCH_RETRY_S)
 
-    def _on_batch(self, batch: set[tuple[Change, str]], current: Mapping[WatchScope, Path]) -> bool:
+    def _on_batch(self, batch: set[tuple[Change, str]], current: Mapping[WatchScope, tuple[Path, ...]]) -> bool:
         """Mark the scopes the events concern; return whether the watch must be re-armed."""
         rearm = False
+        links = linked_targets(self._targets)
         for _change, raw in batch:
-            scopes, touches_folder = classify_change(Path(raw), self._targets)
-            self._mark(scopes)
-            rearm = rearm or touches_folder
+            for targets in (self._targets, links):
+                scopes, touches_folder = classify_change(Path(raw), targets)
+                self._mark(scopes)
+                rearm = rearm or touches_folder
         return rearm or self._watch_dirs() != current
 
     def _mark(self, scopes: Iterable[WatchScope]) -> None:

@@ -1,5 +1,6 @@
-"""The stores' files (approvals, tokens, pins) under the real watcher: what the app read of them is what a
-change is measured against, and every way a store's file can change is heard."""
+"""Files the real watcher must hear however they change: the stores (approvals, tokens, pins) — measured
+against what the app read of them, whichever way their file is written — settings files linked in from
+another folder, and paths given relative to the working folder."""
 
 from __future__ import annotations
 
@@ -69,3 +70,30 @@ async def test_a_relative_user_folder_is_watched(tmp_path: Path, monkeypatch: py
         assert env.settings.merged.mcp_servers["u"].config.command == "u2"
         write_json(layout.paths.approvals, {"v": 1})
         await env.rec.wait_for(lambda: bool(env.scope_changes_for("approvals")))
+
+
+async def test_a_settings_file_linked_in_from_another_folder_is_followed(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    dotfiles = tmp_path / "dotfiles"
+    write_json(dotfiles / "mcpvisor.json", {"mcpServers": {"u": {"command": "u1"}}})
+    layout.paths.user.parent.mkdir(parents=True)
+    layout.paths.user.symlink_to(dotfiles / "mcpvisor.json")  # as stow or a dotfiles manager links it in
+    layout.paths.workspace.parent.mkdir()
+    async with watching(layout, scopes=("user", "workspace")) as env:
+        write_json(layout.paths.workspace, {"mcpServers": {"w": {"command": "w"}}})  # past the first reading
+        await env.rec.wait_for(lambda: bool(env.scope_changes_for("workspace")))
+        # An editor's save, then a write in place.
+        replace_text(dotfiles / "mcpvisor.json", json.dumps({"mcpServers": {"u": {"command": "u2"}}}))
+        await env.rec.wait_for(lambda: len(env.scope_changes_for("user")) == 1)
+        write_json(dotfiles / "mcpvisor.json", {"mcpServers": {"u": {"command": "u3"}}})
+        await env.rec.wait_for(lambda: len(env.scope_changes_for("user")) == 2)
+        assert env.settings.merged.mcp_servers["u"].config.command == "u3"
+        # Linked elsewhere: the new folder is followed.
+        write_json(tmp_path / "other" / "mcpvisor.json", {"mcpServers": {"u": {"command": "u4"}}})
+        swap = layout.paths.user.with_name("link.tmp")
+        swap.symlink_to(tmp_path / "other" / "mcpvisor.json")
+        os.replace(swap, layout.paths.user)
+        await env.rec.wait_for(lambda: len(env.scope_changes_for("user")) == 3)
+        write_json(tmp_path / "other" / "mcpvisor.json", {"mcpServers": {"u": {"command": "u5"}}})
+        await env.rec.wait_for(lambda: len(env.scope_changes_for("user")) == 4)
+        assert env.settings.merged.mcp_servers["u"].config.command == "u5"
