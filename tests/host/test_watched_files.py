@@ -1,16 +1,20 @@
 """Files the real watcher must hear however they change: the stores (approvals, tokens, pins) — measured
 against what the app read of them, whichever way their file is written — settings files linked in from
-another folder, and paths given relative to the working folder."""
+another folder, and paths given relative to the working folder; and a broken file told once, not on
+every other file's event in its folder."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
 import pytest
 
-from mcpvisor.host.watcher import SettingsChanged, read_store_states
+from mcpvisor.host.settings.loader import SettingsError
+from mcpvisor.host.watcher import SettingsChanged, SettingsOk, SettingsWatcher, read_store_states
+from tests.helpers import wait_until
 from tests.host.test_watcher import watching
 from tests.layout import make_layout, replace_text, write_json
 
@@ -97,3 +101,37 @@ async def test_a_settings_file_linked_in_from_another_folder_is_followed(tmp_pat
         write_json(tmp_path / "other" / "mcpvisor.json", {"mcpServers": {"u": {"command": "u5"}}})
         await env.rec.wait_for(lambda: len(env.scope_changes_for("user")) == 4)
         assert env.settings.merged.mcp_servers["u"].config.command == "u5"
+
+
+async def test_a_broken_settings_file_is_told_once_until_it_is_saved_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="mcpvisor.host.watcher")
+    layout = make_layout(tmp_path)
+    layout.paths.user.parent.mkdir(parents=True)
+    layout.paths.user.write_text('{"mcpServers": {"a": ')  # broken before the start: told when the app loaded it
+    settings = layout.settings()
+    assert "user" in settings.errors
+    watcher = SettingsWatcher(settings, scopes=("user",))
+    errors: list[SettingsError] = []
+    fixed: list[SettingsOk] = []
+
+    async def on_error(error: SettingsError) -> None:
+        errors.append(error)
+
+    async def on_ok(ok: SettingsOk) -> None:
+        fixed.append(ok)
+
+    watcher.add_error_listener(on_error)
+    watcher.add_ok_listener(on_ok)
+    async with watcher:
+        # An editor writes its swap file beside it, again and again: the same broken file, nothing new to tell.
+        for size in range(1, 4):
+            (layout.paths.user.parent / ".settings.json.swp").write_bytes(b"x" * size)
+        await wait_until(lambda: "re-read: still broken as told" in caplog.text, what="a re-read of the broken file")
+        assert errors == []
+        layout.paths.user.write_text('{"mcpServers": {"b": ')  # saved, still broken: told
+        await wait_until(lambda: len(errors) == 1, what="the error of the new save")
+        layout.paths.user.write_text('{"mcpServers": {}}')  # fixed: told
+        await wait_until(lambda: len(fixed) == 1, what="the fix")
+    assert len(errors) == 1

@@ -14,13 +14,13 @@ from mcpvisor.host.settings.loader import Settings, SettingsPaths
 
 __all__ = [
     "STORE_SCOPES",
-    "StoreState",
+    "FileState",
     "WatchScope",
     "classify_change",
     "is_approvals_file",
     "linked_targets",
     "nearest_existing_dir",
-    "read_store_state",
+    "read_file_state",
     "read_store_states",
     "store_files",
 ]
@@ -34,8 +34,8 @@ WatchScope = Literal[
 STORE_SCOPES: tuple[WatchScope, ...] = ("approvals", "tokens", "pins")
 """Stores in the user folder that are not settings: a change is their own event, never a settings diff."""
 
-StoreState = tuple[int, int, int, bytes]
-"""A store's file as read: its inode, size, modification time (ns) and a hash of its bytes. A file written
+FileState = tuple[int, int, int, bytes]
+"""A file as read: its inode, size, modification time (ns) and a hash of its bytes. A store's file written
 back byte for byte is a new state too (an atomic write is a new inode): the app may have acted on what was
 there in between, so it is told."""
 
@@ -45,7 +45,7 @@ def store_files(paths: SettingsPaths) -> dict[WatchScope, Path]:
     return {"approvals": paths.approvals, "tokens": paths.oauth_tokens, "pins": paths.pins}
 
 
-def read_store_state(path: Path) -> StoreState | None:
+def read_file_state(path: Path) -> FileState | None:
     """``path``'s state (None: no file, or it cannot be read, which is logged)."""
     try:
         with path.open("rb") as file:
@@ -59,10 +59,10 @@ def read_store_state(path: Path) -> StoreState | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns, hashlib.sha256(data).digest())
 
 
-def read_store_states(settings: Settings) -> dict[WatchScope, StoreState | None]:
+def read_store_states(settings: Settings) -> dict[WatchScope, FileState | None]:
     """What the stores' files are now (blocking file I/O). Read before the app loads its stores and handed to
     the watcher it starts later, a store written in between is announced once the watcher runs."""
-    return {scope: read_store_state(path.absolute()) for scope, path in store_files(settings.paths).items()}
+    return {scope: read_file_state(path.absolute()) for scope, path in store_files(settings.paths).items()}
 
 
 def is_approvals_file(name: str, store_name: str) -> bool:

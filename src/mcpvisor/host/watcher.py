@@ -51,13 +51,13 @@ from mcpvisor.host.settings.loader import SETTINGS_SCOPES, FileScope, Settings, 
 from mcpvisor.host.settings.schema import is_restart_required_key
 from mcpvisor.host.watched_files import (
     STORE_SCOPES,
-    StoreState,
+    FileState,
     WatchScope,
     classify_change,
     is_approvals_file,
     linked_targets,
     nearest_existing_dir,
-    read_store_state,
+    read_file_state,
     read_store_states,
     store_files,
 )
@@ -156,7 +156,7 @@ class SettingsWatcher:
         debounce_s: float = DEBOUNCE_S,
         listener_timeout_s: float = LISTENER_TIMEOUT_S,
         force_polling: bool | None = None,
-        store_states: Mapping[WatchScope, StoreState | None] | None = None,
+        store_states: Mapping[WatchScope, FileState | None] | None = None,
     ) -> None:
         self._settings = settings
         self._scopes = tuple(dict.fromkeys(scopes))
@@ -168,6 +168,9 @@ class SettingsWatcher:
         self._ok_listeners: Listeners[Listener[SettingsOk]] = Listeners()
         self._broken: set[WatchScope] = set()
         """Scopes whose last read was reported as an error (their fix is announced)."""
+        self._told: dict[WatchScope, tuple[FileState | None, SettingsError | None, tuple[str, ...] | None]] = {}
+        """Per settings scope with a problem: the file, its error and its kept entries' notices as last told; a
+        re-read of the same file (another file's event in its folder) tells them again only if they changed."""
         self._restart_listeners: Listeners[Listener[RestartRequired]] = Listeners()
         self._warning_listeners: Listeners[Listener[str]] = Listeners()
         self._targets: dict[WatchScope, Path] = {}
@@ -181,7 +184,7 @@ class SettingsWatcher:
         self._awatch_stop = anyio.Event()
         self._closing = False
         self._run_scope: anyio.CancelScope | None = None
-        self._store_states: dict[WatchScope, StoreState | None] = dict(store_states or {})
+        self._store_states: dict[WatchScope, FileState | None] = dict(store_states or {})
         """Per store: its file as last announced (or as the app read it: :func:`read_store_states`)."""
         self._exit_stack: AsyncExitStack | None = None
 
@@ -262,7 +265,15 @@ class SettingsWatcher:
         self._targets = {scope: path for scope in self._scopes if (path := self._target_of(scope)) is not None}
         for store in STORE_SCOPES:
             if store in self._targets and store not in self._store_states:
-                self._store_states[store] = await anyio.to_thread.run_sync(read_store_state, self._targets[store])
+                self._store_states[store] = await anyio.to_thread.run_sync(read_file_state, self._targets[store])
+        for broken, error in self._settings.errors.items():  # the app told these when it loaded its settings
+            if broken in self._targets:
+                self._broken.add(broken)
+                self._told[broken] = (
+                    await anyio.to_thread.run_sync(read_file_state, self._targets[broken]),
+                    error,
+                    None,
+                )
         with anyio.CancelScope() as scope:
             self._run_scope = scope
             try:
@@ -395,7 +406,7 @@ class SettingsWatcher:
 
     async def _process(self, scope: WatchScope) -> None:
         if scope == "approvals" or scope == "tokens" or scope == "pins":  # STORE_SCOPES, spelled out for mypy
-            state = await anyio.to_thread.run_sync(read_store_state, self._targets[scope])
+            state = await anyio.to_thread.run_sync(read_file_state, self._targets[scope])
             if state != self._store_states.get(scope):
                 self._store_states[scope] = state
                 logger.info("%s store changed: %s", scope, self._targets[scope])
@@ -415,7 +426,19 @@ class SettingsWatcher:
         self._confirming.discard(scope)
         self._quiet_until[scope] = anyio.current_time() + self._debounce_s
         result = self._settings.apply(read)
+        told = kept_told = False
+        if result.error is not None or result.kept:
+            state = await anyio.to_thread.run_sync(read_file_state, self._targets[scope])
+            last = self._told.get(scope)
+            told = last is not None and last[0] == state and last[1] == result.error
+            kept_told = told and last is not None and last[2] == tuple(result.kept)
+            self._told[scope] = (state, result.error, tuple(result.kept))
+        else:
+            self._told.pop(scope, None)
         if result.error is not None:
+            if told:
+                logger.debug("%s settings re-read: still broken as told", scope)
+                return
             logger.warning("%s; keeping the previous %s settings", result.error, scope)
             self._broken.add(scope)
             await self._dispatch(self._error_listeners, result.error)
@@ -425,7 +448,7 @@ class SettingsWatcher:
             ok = SettingsOk(scope, self._targets[scope])
             logger.info("%s", ok)
             await self._dispatch(self._ok_listeners, ok)
-        for notice in result.kept:
+        for notice in () if kept_told else result.kept:
             logger.warning("%s", notice)
             await self._dispatch(self._warning_listeners, notice)
         if not result.changed:
