@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mcpvisor.host import watcher as watcher_module
 from mcpvisor.host.settings.loader import SettingsError
 from mcpvisor.host.watcher import SettingsChanged, SettingsOk, SettingsWatcher, read_store_states
 from tests.helpers import wait_until
@@ -135,3 +136,23 @@ async def test_a_broken_settings_file_is_told_once_until_it_is_saved_again(
         layout.paths.user.write_text('{"mcpServers": {}}')  # fixed: told
         await wait_until(lambda: len(fixed) == 1, what="the fix")
     assert len(errors) == 1
+
+
+async def test_a_watched_folder_whose_parent_is_renamed_is_followed_at_its_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watcher_module, "FOLDER_CHECK_S", 0.1)
+    layout = make_layout(tmp_path)
+    write_json(layout.paths.user, {"mcpServers": {"u": {"command": "u1"}}})
+    layout.paths.workspace.parent.mkdir()
+    async with watching(layout, scopes=("user", "workspace")) as env:
+        write_json(layout.paths.workspace, {"mcpServers": {"w": {"command": "w"}}})  # past the first reading
+        await env.rec.wait_for(lambda: bool(env.scope_changes_for("workspace")))
+        # The OS watch follows the folder it was set on, now home.old/.mcpvisor: nothing happens there.
+        layout.home.rename(tmp_path / "home.old")
+        write_json(layout.paths.user, {"mcpServers": {"u": {"command": "u2"}}})  # a new ~/.mcpvisor/settings.json
+        await env.rec.wait_for(
+            lambda: (
+                "u" in env.settings.merged.mcp_servers and env.settings.merged.mcp_servers["u"].config.command == "u2"
+            )
+        )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -15,14 +15,17 @@ from mcpvisor.host.settings.loader import Settings, SettingsPaths
 __all__ = [
     "STORE_SCOPES",
     "FileState",
+    "FolderIdentity",
     "WatchScope",
     "classify_change",
+    "folder_identities",
     "is_approvals_file",
     "linked_targets",
     "nearest_existing_dir",
     "read_file_state",
     "read_store_states",
     "store_files",
+    "watch_folders",
 ]
 
 logger = logging.getLogger(__name__)
@@ -38,6 +41,23 @@ FileState = tuple[int, int, int, bytes]
 """A file as read: its inode, size, modification time (ns) and a hash of its bytes. A store's file written
 back byte for byte is a new state too (an atomic write is a new inode): the app may have acted on what was
 there in between, so it is told."""
+
+
+FolderIdentity = tuple[int, int]
+"""A folder's device and inode: what an OS watch on it follows, whatever its path says later."""
+
+
+def folder_identities(folders: Iterable[Path]) -> dict[Path, FolderIdentity | None]:
+    """Each folder's identity now (None: it is gone)."""
+    identities: dict[Path, FolderIdentity | None] = {}
+    for folder in folders:
+        try:
+            st = folder.stat()
+        except OSError:
+            identities[folder] = None
+        else:
+            identities[folder] = (st.st_dev, st.st_ino)
+    return identities
 
 
 def store_files(paths: SettingsPaths) -> dict[WatchScope, Path]:
@@ -92,6 +112,16 @@ def linked_targets(targets: Mapping[WatchScope, Path]) -> dict[WatchScope, Path]
         if resolved.parent != target.parent:
             linked[scope] = resolved
     return linked
+
+
+def watch_folders(targets: Mapping[WatchScope, Path]) -> dict[WatchScope, tuple[Path, ...]]:
+    """The folders watched for each scope: its file's, and the folder of what it links to (if it does); the
+    nearest existing ones."""
+    links = linked_targets(targets)
+    return {
+        scope: tuple(dict.fromkeys(nearest_existing_dir(t.parent) for t in (target, links.get(scope)) if t))
+        for scope, target in targets.items()
+    }
 
 
 def classify_change(path: Path, targets: Mapping[WatchScope, Path]) -> tuple[set[WatchScope], bool]:

@@ -52,14 +52,17 @@ from mcpvisor.host.settings.schema import is_restart_required_key
 from mcpvisor.host.watched_files import (
     STORE_SCOPES,
     FileState,
+    FolderIdentity,
     WatchScope,
     classify_change,
+    folder_identities,
     is_approvals_file,
     linked_targets,
     nearest_existing_dir,
     read_file_state,
     read_store_states,
     store_files,
+    watch_folders,
 )
 
 __all__ = [
@@ -80,15 +83,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_WATCHED_SCOPES: tuple[WatchScope, ...] = (
-    "user",
-    "workspace",
-    "project",
-    "lsp_project",
-    "approvals",
-    "tokens",
-    "pins",
-)
+DEFAULT_WATCHED_SCOPES: tuple[WatchScope, ...] = ("user", "workspace", "project", "lsp_project", *STORE_SCOPES)
 
 DEBOUNCE_S = 0.3
 """The coalescing window per scope (see the module): saves after a reload within it wait for its end."""
@@ -102,6 +97,8 @@ REARM_RETRY_S = 0.1
 """Pause before re-arming after the watch could not be set up (a folder vanished meanwhile)."""
 FAILED_WATCH_RETRY_S = 5.0
 """Pause before trying again when even a polling watch could not be set up."""
+FOLDER_CHECK_S = 5.0
+"""How often the watched folders are checked to still be the ones watched (see ``_check_folders``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,21 +291,18 @@ class SettingsWatcher:
     # -- watching
 
     def _watch_dirs(self) -> dict[WatchScope, tuple[Path, ...]]:
-        """The folders watched for each scope: its file's, and the folder of what it links to (if it does)."""
-        links = linked_targets(self._targets)
-        return {
-            scope: tuple(dict.fromkeys(nearest_existing_dir(t.parent) for t in (target, links.get(scope)) if t))
-            for scope, target in self._targets.items()
-        }
+        return watch_folders(self._targets)
 
     async def _watch_loop(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         started = False
         while not self._closing:
             current = self._watch_dirs()
+            armed = folder_identities(folder for folders in current.values() for folder in folders)
             stop = anyio.Event()
             self._awatch_stop = stop
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._consume, current, stop)
+                tg.start_soon(self._check_folders, armed, stop)
                 # The consumer arms the OS watch in its first step, before it first suspends.
                 await anyio.lowlevel.checkpoint()
                 # A folder created between choosing the folders and arming the watch (another process's
@@ -322,7 +316,23 @@ class SettingsWatcher:
                     started = True
                     task_status.started()
 
+    async def _check_folders(self, armed: Mapping[Path, FolderIdentity | None], stop: anyio.Event) -> None:
+        """Re-arm when a watched folder is no longer the one watched: a folder symlink pointed elsewhere, or
+        a folder above it renamed, sends the watch on the old folder nothing."""
+        while not stop.is_set():
+            with anyio.move_on_after(FOLDER_CHECK_S):
+                await stop.wait()
+            if not stop.is_set() and folder_identities(armed) != armed:
+                logger.debug("a watched folder was replaced; re-arming")
+                stop.set()
+
     async def _consume(self, current: dict[WatchScope, tuple[Path, ...]], stop: anyio.Event) -> None:
+        try:
+            await self._watch(current, stop)
+        finally:
+            stop.set()  # the watch ended: so does the check of its folders
+
+    async def _watch(self, current: dict[WatchScope, tuple[Path, ...]], stop: anyio.Event) -> None:
         folders = sorted({folder for scope_folders in current.values() for folder in scope_folders})
         logger.debug("watching %s", ", ".join(map(str, folders)))
         try:
