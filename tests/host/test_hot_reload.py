@@ -16,6 +16,7 @@ import pytest
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import McpClientUpdate, ReconcileFinished
 from mcpvisor.core.gating import McpGating
+from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.host import Host, HostEvent, HostOptions, SettingsWarning
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, mcp_gating_equal
@@ -249,6 +250,24 @@ async def test_an_approval_made_while_the_host_starts_its_servers_is_followed(tm
             await rec.wait_for(lambda: host.config.manager.clients().get("p") is not None)
             client = host.config.manager.clients()["p"]
             await rec.wait_for(lambda: client.status == "connected")
+
+
+async def test_a_server_rejected_elsewhere_while_its_start_waits_for_a_slot_never_starts(tmp_path: Path) -> None:
+    slow_started, x_started = tmp_path / "slow.pids", tmp_path / "x.pids"
+    entries = {
+        # Never answers initialize: holds the one start slot for its whole discovery timeout.
+        "slow": {**server("slow", "--hang-on-initialize", marker=slow_started), "discoveryTimeoutMs": 3000},
+        "x": server("x", marker=x_started),
+    }
+    async with session(tmp_path, max_concurrent_starts=1) as s:
+        store = ApprovalStore(s.layout.paths.approvals)
+        for name, entry in entries.items():
+            store.approve(s.layout.root, name, McpServerConfig.from_entry(entry, scope="project"))
+        save(s.layout.paths.project, {"mcpServers": entries})
+        await wait_until(slow_started.exists, what="the slow server to take the start slot")
+        store.reject(s.layout.root, "x", McpServerConfig.from_entry(entries["x"], scope="project"))  # elsewhere
+        await s.rec.wait_for(lambda: any(r.gated.get("x") == "rejected" for r in s.rec.reconciles()))
+        assert not x_started.exists()  # its planned start saw the rejection once it had a slot
 
 
 async def test_a_hash_change_of_an_approved_server_prompts_again_and_stops_it(tmp_path: Path) -> None:

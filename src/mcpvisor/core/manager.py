@@ -231,12 +231,14 @@ class McpClientManager:
 
         self._configs[name] = cfg
         if self._pool is not None:
+            if not self._still_admitted(name):
+                return
             self.connect_count += 1
             client = await self._pool.acquire(
                 self._session_id, name, cfg, on_change=self._on_client_change, on_lost=self._on_lost
             )
-            if self._configs.get(name) is not cfg or self._closed:
-                await self._pool.release(self._session_id, client)  # superseded while acquiring
+            if self._configs.get(name) is not cfg or self._closed or not self._still_admitted(name):
+                await self._pool.release(self._session_id, client)  # superseded or gated while acquiring
                 return
             self._clients[name] = client
             self._up_since[name] = time.monotonic()
@@ -247,9 +249,24 @@ class McpClientManager:
         async with self._limiter:
             if self._clients.get(name) is not client:
                 return  # superseded while waiting for a start slot
+            if not self._still_admitted(name):
+                del self._clients[name]
+                return
             self.connect_count += 1
             await client.start(self._tg)
             self._up_since[name] = time.monotonic()
+
+    def _still_admitted(self, name: str) -> bool:
+        """Whether ``name`` may still start: a start waits (for a slot, a pass, a backoff) and the gating may
+        have changed meanwhile — a rejection made elsewhere must stop a start already planned, not follow
+        it. A start it stops is the next pass's (the gating change asked for one): that pass says why."""
+        config, gating = self._config, self._config.get_mcp_gating()
+        admitted = name in config.get_mcp_servers() and not (gating.is_excluded(name) or gating.is_pending(name))
+        if admitted and config.is_trusted_folder():
+            return True
+        self._configs.pop(name, None)
+        logger.info("server %r: not started, no longer admitted", name)
+        return False
 
     async def _close(self, client: McpClient) -> None:
         if self._pool is not None:
