@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,7 @@ from mcpvisor.host.approvals import (
 )
 from mcpvisor.host.private_files import TMP_SUFFIX, lock_path_of, tmp_prefix
 from mcpvisor.host.watcher import is_approvals_file
+from tests.helpers import WAIT_S
 
 
 def project(entry: dict[str, Any]) -> McpServerConfig:
@@ -581,3 +585,35 @@ def test_a_decision_over_one_made_after_the_question_was_shown_is_refused(tmp_pa
     assert ApprovalStore(store).get_state(root, "p", cfg) == "rejected"
     mine.approve(root, "p", cfg, shown=mine.stamp(root, "p"))  # looked again: decided
     assert ApprovalStore(store).get_state(root, "p", cfg) == "approved"
+
+
+def test_a_decision_waiting_for_the_lock_leaves_reading_the_store_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While another process holds the lock, a decision made in this one waits for it; the host's gating reads
+    the store on its event loop all the while and must not wait with it."""
+    monkeypatch.setattr(approvals_module, "LOCK_TIMEOUT_S", 2 * WAIT_S)  # what a reader waits without the fix
+    caplog.set_level(logging.DEBUG, logger="filelock")
+    store = ApprovalStore(tmp_path / "approvals.json")
+    root = tmp_path / "ws"
+    root.mkdir()
+    cfg = project({"command": "x"})
+    deciding = threading.Thread(target=store.approve, args=(root, "p", cfg))
+    waiting = threading.Event()
+
+    class Heard(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if threading.current_thread() is deciding and record.getMessage().startswith("Attempting to acquire"):
+                waiting.set()
+
+    heard = Heard()
+    logging.getLogger("filelock").addHandler(heard)
+    try:
+        with FileLock(store.lock_path), ThreadPoolExecutor(1) as reader:  # another process holds the lock
+            deciding.start()
+            assert waiting.wait(WAIT_S), "the decision never tried to take the lock"
+            assert reader.submit(store.get_state, root, "p", cfg).result(timeout=WAIT_S) == "pending"
+        deciding.join(WAIT_S)
+    finally:
+        logging.getLogger("filelock").removeHandler(heard)
+    assert store.get_state(root, "p", cfg) == "approved"

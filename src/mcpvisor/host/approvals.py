@@ -386,18 +386,19 @@ class ApprovalStore:
         record = ApprovalRecord(hash=cfg.approval_hash, status=status)
         from filelock import FileLock, Timeout  # only writers lock: a session that only reads never loads it
 
-        with self._mutex:
-            try:
-                self._path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-                with FileLock(self.lock_path, timeout=LOCK_TIMEOUT_S, mode=STORE_MODE):
-                    self._write_locked(root_key(root, kind), name, record, verb, shown)
-            except Timeout as exc:
-                raise ConfigError(
-                    f"could not record {verb} of server {name!r}: another process holds the lock "
-                    f"{str(self.lock_path)!r}; try again"
-                ) from exc
-            except OSError as exc:  # the folder or the lock file could not be made
-                raise not_saved(self._path, exc) from exc
+        try:
+            self._path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+            # The file lock first: while another process holds it (up to LOCK_TIMEOUT_S), readers of this
+            # store in this process (the host's gating, on its event loop) must not wait on the mutex too.
+            with FileLock(self.lock_path, timeout=LOCK_TIMEOUT_S, mode=STORE_MODE), self._mutex:
+                self._write_locked(root_key(root, kind), name, record, verb, shown)
+        except Timeout as exc:
+            raise ConfigError(
+                f"could not record {verb} of server {name!r}: another process holds the lock "
+                f"{str(self.lock_path)!r}; try again"
+            ) from exc
+        except OSError as exc:  # the folder or the lock file could not be made
+            raise not_saved(self._path, exc) from exc
         what = "MCP server" if kind == "mcp" else "language server"
         logger.info("%s %r %s for project %s", what, name, status, key)
 
