@@ -209,6 +209,24 @@ async def test_an_empty_allow_list_denies_all(tmp_path: Path) -> None:
         assert s.live() == set()
 
 
+async def test_a_folder_trusted_or_no_longer_trusted_since_the_start_is_followed_on_reload(tmp_path: Path) -> None:
+    marker = tmp_path / "u.pids"
+    user = {"mcpServers": {"u": server("u", marker=marker)}, "security": {"folderTrust": {"enabled": True}}}
+    async with session(tmp_path, user=user) as s:
+        assert not s.host.settings.trusted
+        assert s.live() == set()  # an untrusted folder starts nothing
+        save(s.layout.paths.trusted_folders, [str(s.layout.root)])  # `mcpvisor mcp trust` in another terminal
+        await s.host.reload()
+        await s.rec.wait_for(lambda: s.live() == {"u"})
+        [pid] = marker_pids(marker)
+        save(s.layout.paths.trusted_folders, [])
+        await s.host.reload()
+        assert s.live() == set()
+        assert s.host.config.manager.clients() == {}
+        await wait_until(lambda: not pid_alive(pid), what="u's process to end")
+        assert any("no longer trusted" in str(e) for e in s.rec.events)
+
+
 # -- approvals (SPEC §11 "Approvals") ---------------------------------------------------------------
 
 

@@ -229,6 +229,11 @@ class Config(StackOwner):
     def is_trusted_folder(self) -> bool:
         return self._trusted
 
+    def set_trusted_folder(self, trusted: bool) -> None:
+        """The folder's trust as decided again (a reload after ``mcpvisor mcp trust``); the next reconcile
+        starts what it admits, or — no longer trusted — stops every server."""
+        self._trusted = trusted
+
     def get_mcp_server_unavailable_reason(self, name: str) -> UnavailableReason | None:
         """Why a server is not admitted, checked in order: removed, not allowed, excluded, pending."""
         merged = self.get_merged_mcp_servers()

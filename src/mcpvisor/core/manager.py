@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -116,7 +117,12 @@ class McpClientManager:
 
     async def discover_all_mcp_tools_incremental(self) -> ReconcileFinished:
         """Bring the live connections in line with the config, touching only what changed."""
-        if self._closed or not self._config.is_trusted_folder():
+        if self._closed:
+            return ReconcileFinished()
+        if not self._config.is_trusted_folder():  # nothing runs in an untrusted folder (trust revoked: all stop)
+            async with anyio.create_task_group() as tg:
+                for name in list(self._clients):
+                    tg.start_soon(partial(self._stop, name, reason=None, purge_first=True))
             return ReconcileFinished()
         # With a pool (SPEC §5.5) the same plan applies: gating is decided first, so an excluded or pending
         # server never reaches ``acquire`` and a hot reload in daemon mode cannot start an unapproved one;

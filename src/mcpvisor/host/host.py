@@ -325,7 +325,13 @@ class Host(StackOwner):
         """Re-read every settings file and reconcile the MCP servers and the language servers (``/reload``)."""
         await anyio.to_thread.run_sync(self.settings.load)
         self.approvals.reload()
-        state = await self._reconcile()
+        trusted = self.settings.trusted
+        trust_changed = trusted != self.config.is_trusted_folder()
+        if trust_changed:  # trusted (or no longer) since: the reconcile follows, even if nothing else changed
+            self.config.set_trusted_folder(trusted)
+            if not trusted:
+                self.emit(SettingsWarning(f"folder {self.root} is no longer trusted: its MCP servers stop"))
+        state = await self._reconcile(force=trust_changed)
         await self._reload_lsp()
         return state
 
