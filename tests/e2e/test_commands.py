@@ -68,6 +68,19 @@ def test_approve_names_the_problem_for_unknown_and_own_servers(tmp_path: Path) -
     assert "need no approval" in own.stderr
 
 
+def test_approve_shows_the_entry_as_written_not_as_this_environment_expands_it(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    entry = {"command": "${TOOL:-npx}", "args": ["srv", "--name", "${XNAME:-evil}", "--token", "${TOKEN}"]}
+    replace_text(layout.paths.project, json.dumps({"mcpServers": {"p": entry}}))
+    env = {**layout.env, "XNAME": "good", "TOKEN": "t0ps3cret"}
+    shown = cli("mcp", "approve", "p", "--workspace", str(layout.root), env=env)
+    assert shown.returncode == 0, shown.stderr
+    out = " ".join(shown.stdout.split())
+    assert 'command: ${TOOL:-npx} args: ["srv", "--name", "${XNAME:-evil}", "--token", "${TOKEN}"]' in out
+    assert "${…} is filled in from the environment of the mcpvisor that runs it" in out
+    assert "t0ps3cret" not in shown.stdout + shown.stderr
+
+
 def test_add_and_remove_edit_the_settings_file(tmp_path: Path) -> None:
     layout = make_layout(tmp_path)
     added = cli("mcp", "add", "t", "--workspace", str(layout.root), "--", "node", "server.js", env=layout.env)

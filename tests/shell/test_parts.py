@@ -14,6 +14,7 @@ from mcp_types import CallToolResult, ImageContent, TextContent
 from rich.console import Console
 
 from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.settings.expand import expand_vars
 from mcpvisor.host.settings.mcp_servers import ServerSource
 from mcpvisor.shell.approval import ApprovalQueue, approval_request, parse_choice, render_approval_request
 from mcpvisor.shell.commands import (
@@ -120,6 +121,22 @@ def test_an_approval_request_for_a_remote_server_shows_its_url_and_only_the_name
     assert "    url:     https://example.test/mcp (http)" in text
     assert "    headers: Authorization (values hidden)" in text
     assert "t0ps3cret" not in text
+
+
+def test_an_approval_request_shows_the_entry_as_written_not_as_this_environment_expands_it() -> None:
+    # The approval covers the entry as written: whatever ${XNAME} says where it runs (and a secret stays one).
+    entry = {"command": "${TOOL:-npx}", "args": ["srv", "--name", "${XNAME:-evil}", "--token", "${TOKEN}"]}
+    environment = {"XNAME": "good", "TOKEN": "t0ps3cret"}
+    cfg = McpServerConfig.from_entry(entry, expand=lambda e: expand_vars(e, environment), scope="project")
+    assert cfg.args == ("srv", "--name", "good", "--token", "t0ps3cret")
+    console = recording()
+    render_approval_request(console, approval_request("p", cfg, ServerSource("Project .mcp.json", "project", None)))
+    assert console.export_text().splitlines() == [
+        "? p needs approval — Project .mcp.json",
+        "    command: ${TOOL:-npx}",
+        '    args:    ["srv", "--name", "${XNAME:-evil}", "--token", "${TOKEN}"]',
+        "    ${…} is filled in from the environment of the mcpvisor that runs it",
+    ]
 
 
 def test_the_queue_adds_announced_servers_in_order_and_drops_decided_or_changed_ones() -> None:

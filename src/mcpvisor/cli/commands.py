@@ -238,18 +238,26 @@ def logout(*, env: Mapping[str, str], workspace: Path | None, name: str) -> None
 
 
 def _show_config(console: Console, cfg: McpServerConfig) -> None:
+    """What is approved: the entry as written, before ``${VAR}`` expansion (the shell's dialog shows the same)."""
+    from mcpvisor.shell.approval import FROM_ENVIRONMENT
+
+    shown = cfg.approved_value
+    command, args, cwd, url = shown("command"), list(shown("args") or ()), shown("cwd"), None
     if cfg.command is not None:
-        console.print(f"  command: {cfg.command}")
-        if cfg.args:
-            console.print(f"  args:    {json.dumps(list(cfg.args))}")
-        if cfg.cwd:
-            console.print(f"  cwd:     {cfg.cwd}")
+        console.print(f"  command: {command}")
+        if args:
+            console.print(f"  args:    {json.dumps(args)}")
+        if cwd:
+            console.print(f"  cwd:     {cwd}")
     else:
-        console.print(f"  url:     {cfg.http_url or cfg.url} ({cfg.transport})")
+        url = shown("http_url") or shown("url")
+        console.print(f"  url:     {url} ({cfg.transport})")
     if cfg.env:
         console.print(f"  env:     {', '.join(sorted(cfg.env))} (values hidden)")
     if cfg.headers:
         console.print(f"  headers: {', '.join(sorted(cfg.headers))} (values hidden)")
+    if any("${" in str(value) for value in (command, *args, cwd, url) if value):
+        console.print(f"  [yellow]{FROM_ENVIRONMENT}[/]", highlight=False)
 
 
 def check_scope(scope: str) -> Literal["user", "workspace"]:

@@ -143,6 +143,7 @@ class McpServerConfig(BaseModel):
 
     _approval_hash: str | None = PrivateAttr(default=None)
     _content_key: str | None = PrivateAttr(default=None)
+    _literal: dict[str, Any] | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -188,7 +189,13 @@ class McpServerConfig(BaseModel):
         expanded = expand(literal) if expand is not None else literal
         cfg = cls.model_validate({**expanded, **overrides})
         cfg._approval_hash = approval_hash(literal)
+        cfg._literal = literal
         return cfg
+
+    def approved_value(self, key: str) -> Any:
+        """``key``'s value as the entry wrote it, before ``${VAR}`` expansion: what an approval covers (and shows:
+        a ``${VAR}`` runs whatever the environment of the process that runs it says, and may hold a secret)."""
+        return self._literal.get(key) if self._literal is not None else getattr(self, key)
 
     @property
     def transport(self) -> TransportKind:

@@ -82,19 +82,28 @@ class ApprovalRequest:
     """What approving means, said plainly (language servers run workspace code)."""
 
 
+FROM_ENVIRONMENT = "${…} is filled in from the environment of the mcpvisor that runs it"
+
+
 def approval_request(name: str, cfg: McpServerConfig, source: ServerSource) -> ApprovalRequest:
+    """An MCP server as the dialog shows it: as its entry wrote it (before ``${VAR}`` expansion), as approved."""
+    shown = cfg.approved_value
+    command, args, cwd = shown("command"), tuple(shown("args") or ()), shown("cwd")
+    url = (shown("http_url") or shown("url")) if cfg.command is None else None
+    variables = any("${" in str(value) for value in (command, *args, cwd, url) if value)
     return ApprovalRequest(
         name=name,
         hash=cfg.approval_hash,
         source=source.label,
         file=str(source.path) if source.path is not None else None,
         transport=cfg.transport,
-        command=cfg.command,
-        args=tuple(cfg.args),
-        cwd=cfg.cwd,
-        url=(cfg.http_url or cfg.url) if cfg.command is None else None,
+        command=command,
+        args=args,
+        cwd=cwd,
+        url=url,
         env_keys=tuple(sorted(cfg.env or {})),
         header_keys=tuple(sorted(cfg.headers or {})),
+        note=FROM_ENVIRONMENT if variables else None,
     )
 
 
