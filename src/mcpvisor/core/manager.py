@@ -225,6 +225,15 @@ class McpClientManager:
         from mcpvisor.core.errors import ConnectError
 
         self._cancel_reconnect(name)
+        current = self._clients.get(name)
+        if current is not None:  # planned while down: a reconnect may have run since
+            if current.status == "connected" and current.connection_id == connection_id_of(name, cfg):
+                self._configs[name] = cfg  # it brought this very connection up: keep it
+                self._sync_registry(name)
+                return
+            if self._pool is None:  # a start replaces the old client: close it, never leave it running unowned
+                del self._clients[name]
+                await self._close(current)
         try:
             await self._open(name, cfg)
         except ConnectError as exc:
@@ -238,13 +247,19 @@ class McpClientManager:
         self._configs[name] = cfg
         if self._pool is not None:
             if not self._still_admitted(name):
+                self._forget_unstarted(name)
                 return
             self.connect_count += 1
             client = await self._pool.acquire(
                 self._session_id, name, cfg, on_change=self._on_client_change, on_lost=self._on_lost
             )
-            if self._configs.get(name) is not cfg or self._closed or not self._still_admitted(name):
-                await self._pool.release(self._session_id, client)  # superseded or gated while acquiring
+            now = self._configs.get(name)  # a re-filter meanwhile changes the config, not the connection
+            if now is None or connection_id_of(name, now) != client.connection_id or self._closed:
+                await self._pool.release(self._session_id, client)  # superseded while acquiring
+                return
+            if not self._still_admitted(name):
+                await self._pool.release(self._session_id, client)
+                self._forget_unstarted(name)
                 return
             self._clients[name] = client
             self._up_since[name] = time.monotonic()
@@ -256,8 +271,7 @@ class McpClientManager:
             if self._clients.get(name) is not client:
                 return  # superseded while waiting for a start slot
             if not self._still_admitted(name):
-                del self._clients[name]
-                return
+                return  # left unstarted (disconnected) for the next pass to remove or gate
             self.connect_count += 1
             await client.start(self._tg)
             self._up_since[name] = time.monotonic()
@@ -270,9 +284,14 @@ class McpClientManager:
         admitted = name in config.get_mcp_servers() and not (gating.is_excluded(name) or gating.is_pending(name))
         if admitted and config.is_trusted_folder():
             return True
-        self._configs.pop(name, None)
         logger.info("server %r: not started, no longer admitted", name)
         return False
+
+    def _forget_unstarted(self, name: str) -> None:
+        """A start that did not happen leaves no config behind, unless a client is still held (its config
+        is how the next pass finds it to stop)."""
+        if name not in self._clients:
+            self._configs.pop(name, None)
 
     async def _close(self, client: McpClient) -> None:
         if self._pool is not None:
