@@ -15,7 +15,7 @@ import pytest
 from mcpvisor.core import connection
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import McpvisorError
-from mcpvisor.core.events import McpClientUpdate, McpEvent
+from mcpvisor.core.events import McpClientUpdate, McpEvent, ReconcileFinished
 from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from tests.helpers import LIGHT, WAIT_S, light, marker_pids, pid_alive, wait_until
@@ -125,3 +125,21 @@ async def test_a_reconnect_that_straddles_a_re_filter_brings_the_server_back_fil
         hold.unlink()
         await wait_until(lambda: config.manager.clients()["x"].status == "connected", what="x back")
         assert set(config.tool_registry.names()) == {"mcp__x__boom"}
+
+
+async def test_a_restart_asked_for_during_a_pass_runs_after_it(tmp_path: Path) -> None:
+    async with running(tmp_path, pooled=False) as config:
+        config.set_mcp_servers({"a": light("a")})
+        await config.initialize()
+        finished: list[ReconcileFinished] = []
+        config.events.subscribe(lambda e: finished.append(e) if isinstance(e, ReconcileFinished) else None)
+        planned = passes_planned(config)
+        slow = light("slow", "--hang-on-initialize", discoveryTimeoutMs=1500)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(config.reinitialize_mcp_servers, {"a": light("a"), "slow": slow})
+            await planned.wait()
+            tg.start_soon(config.restart_mcp_servers)
+        # The pass ran to its end undisturbed (slow timed out; not stopped under it), then the restart ran.
+        assert len(finished) == 2
+        assert "no answer within 1.5 s" in finished[0].failed["slow"]
+        assert config.manager.clients()["a"].status == "connected"

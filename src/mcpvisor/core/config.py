@@ -282,10 +282,19 @@ class Config(StackOwner):
         return self.last_reconcile
 
     async def restart_mcp_servers(self) -> ReconcileFinished | None:
-        """Disconnect and reconnect every server (an explicit request; hot reload never does this)."""
+        """Disconnect and reconnect every server (an explicit request; hot reload never does this). Never beside
+        a reconcile pass: it waits for a running one, and one asked for meanwhile runs after it."""
         if not self._initialized or self._manager is None:
             return None
-        return await self.manager.restart_mcp_servers()
+        while self._reconcile_done is not None:
+            await self._reconcile_done.wait()
+        done = self._reconcile_done = anyio.Event()
+        try:
+            self.last_reconcile = await self._manager.restart_mcp_servers()
+        finally:
+            self._reconcile_done = None
+            done.set()
+        return self.last_reconcile
 
     def refresh_definitions(self) -> None:
         """Run the definition gate again over every connected server's tools and prompts."""
