@@ -143,3 +143,21 @@ async def test_a_restart_asked_for_during_a_pass_runs_after_it(tmp_path: Path) -
         assert len(finished) == 2
         assert "no answer within 1.5 s" in finished[0].failed["slow"]
         assert config.manager.clients()["a"].status == "connected"
+
+
+@pytest.mark.parametrize("pooled", [True, False], ids=["pool", "no pool"])
+async def test_a_server_removed_while_its_restart_stops_the_old_process_is_reported_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pooled: bool
+) -> None:
+    monkeypatch.setattr(connection, "STOP_TIMEOUT_S", 2.0)  # the stubborn server's old process stops slowly
+    async with running(tmp_path, pooled=pooled) as config:
+        config.set_mcp_servers({"x": light("x", "--stubborn")})
+        await config.initialize()
+        planned = passes_planned(config)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(config.reinitialize_mcp_servers, {"x": light("x", "--stubborn", "--tools", "echo,other")})
+            await planned.wait()  # a restart: the old process is stopping
+            tg.start_soon(config.reinitialize_mcp_servers, {})  # and x is removed meanwhile
+        assert config.manager.clients() == {}
+        assert config.manager.snapshot() == {}  # nothing left that still says "connected"
+        assert not config.tool_registry.names()

@@ -219,10 +219,14 @@ async def test_a_folder_trusted_or_no_longer_trusted_since_the_start_is_followed
         await s.host.reload()
         await s.rec.wait_for(lambda: s.live() == {"u"})
         [pid] = marker_pids(marker)
+        save(s.layout.paths.project, {"mcpServers": {"p": server("p")}})  # the folder's own files are watched now
+        await s.rec.wait_for(lambda: any(prompt.servers == ("p",) for prompt in s.rec.prompts()))
         save(s.layout.paths.trusted_folders, [])
         await s.host.reload()
         assert s.live() == set()
         assert s.host.config.manager.clients() == {}
+        assert s.rec.reconciles()[-1].removed == ("u",)
+        assert "u" not in s.host.config.manager.snapshot()
         await wait_until(lambda: not pid_alive(pid), what="u's process to end")
         assert any("no longer trusted" in str(e) for e in s.rec.events)
 

@@ -14,6 +14,7 @@ import pytest
 
 from mcpvisor.host import watcher as watcher_module
 from mcpvisor.host.settings.loader import SettingsError
+from mcpvisor.host.watched_files import watch_folders
 from mcpvisor.host.watcher import SettingsChanged, SettingsOk, SettingsWatcher, read_store_states
 from tests.helpers import wait_until
 from tests.host.test_watcher import watching
@@ -156,3 +157,20 @@ async def test_a_watched_folder_whose_parent_is_renamed_is_followed_at_its_path(
                 "u" in env.settings.merged.mcp_servers and env.settings.merged.mcp_servers["u"].config.command == "u2"
             )
         )
+
+
+def test_a_link_into_a_folder_this_process_cannot_list_leaves_that_folder_unwatched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A settings file linked into a folder that can be read through but not listed (mode 0711, another
+    # owner): watching that folder fails, and would take every other folder's watch with it.
+    closed = tmp_path / "closed"
+    write_json(closed / "settings.json", {})
+    target = tmp_path / "home" / "settings.json"
+    target.parent.mkdir()
+    target.symlink_to(closed / "settings.json")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != closed and real_access(path, mode))
+    assert watch_folders({"user": target}) == {"user": (target.parent,)}
+    monkeypatch.setattr(os, "access", real_access)
+    assert watch_folders({"user": target}) == {"user": (target.parent, closed)}

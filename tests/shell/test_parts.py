@@ -16,7 +16,13 @@ from rich.console import Console
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.settings.expand import expand_vars
 from mcpvisor.host.settings.mcp_servers import ServerSource
-from mcpvisor.shell.approval import ApprovalQueue, approval_request, parse_choice, render_approval_request
+from mcpvisor.shell.approval import (
+    ApprovalQueue,
+    approval_request,
+    names_variables,
+    parse_choice,
+    render_approval_request,
+)
 from mcpvisor.shell.commands import (
     ArgumentError,
     Command,
@@ -137,6 +143,8 @@ def test_an_approval_request_shows_the_entry_as_written_not_as_this_environment_
         '    args:    ["srv", "--name", "${XNAME:-evil}", "--token", "${TOKEN}"]',
         "    ${…} is filled in from the environment of the mcpvisor that runs it",
     ]
+    assert names_variables("--dir=$HOME")  # the bare form is expanded too
+    assert not names_variables("costs $5", None, "")
 
 
 def test_the_queue_adds_announced_servers_in_order_and_drops_decided_or_changed_ones() -> None:

@@ -239,7 +239,7 @@ def logout(*, env: Mapping[str, str], workspace: Path | None, name: str) -> None
 
 def _show_config(console: Console, cfg: McpServerConfig) -> None:
     """What is approved: the entry as written, before ``${VAR}`` expansion (the shell's dialog shows the same)."""
-    from mcpvisor.shell.approval import FROM_ENVIRONMENT
+    from mcpvisor.shell.approval import FROM_ENVIRONMENT, names_variables
 
     shown = cfg.approved_value
     command, args, cwd, url = shown("command"), list(shown("args") or ()), shown("cwd"), None
@@ -256,7 +256,7 @@ def _show_config(console: Console, cfg: McpServerConfig) -> None:
         console.print(f"  env:     {', '.join(sorted(cfg.env))} (values hidden)")
     if cfg.headers:
         console.print(f"  headers: {', '.join(sorted(cfg.headers))} (values hidden)")
-    if any("${" in str(value) for value in (command, *args, cwd, url) if value):
+    if names_variables(command, *args, cwd, url):
         console.print(f"  [yellow]{FROM_ENVIRONMENT}[/]", highlight=False)
 
 

@@ -13,7 +13,6 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -120,10 +119,18 @@ class McpClientManager:
         if self._closed:
             return ReconcileFinished()
         if not self._config.is_trusted_folder():  # nothing runs in an untrusted folder (trust revoked: all stop)
+            stopping = tuple(self._clients)
+            if not stopping:
+                return ReconcileFinished()
+            started_at = time.perf_counter()
+            self._events.emit(McpClientUpdate(in_progress=True))
             async with anyio.create_task_group() as tg:
-                for name in list(self._clients):
-                    tg.start_soon(partial(self._stop, name, reason=None, purge_first=True))
-            return ReconcileFinished()
+                for name in stopping:
+                    tg.start_soon(self.remove_server, name)
+            summary = ReconcileFinished(removed=stopping, duration_ms=(time.perf_counter() - started_at) * 1000)
+            self._events.emit(McpClientUpdate(in_progress=False))
+            self._events.emit(summary)
+            return summary
         # With a pool (SPEC §5.5) the same plan applies: gating is decided first, so an excluded or pending
         # server never reaches ``acquire`` and a hot reload in daemon mode cannot start an unapproved one;
         # held leases whose name is gone or whose connection id changed are released, the rest acquired.
@@ -292,6 +299,10 @@ class McpClientManager:
         is how the next pass finds it to stop)."""
         if name not in self._clients:
             self._configs.pop(name, None)
+            if name in self._config.get_merged_mcp_servers():
+                self._publish_state(name)  # down (its old client was stopped): the next pass says why
+            else:
+                self._publish_removed(name)
 
     async def _close(self, client: McpClient) -> None:
         if self._pool is not None:

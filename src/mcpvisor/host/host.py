@@ -329,6 +329,8 @@ class Host(StackOwner):
         trust_changed = trusted != self.config.is_trusted_folder()
         if trust_changed:  # trusted (or no longer) since: the reconcile follows, even if nothing else changed
             self.config.set_trusted_folder(trusted)
+            if self.watcher is not None:
+                self.watcher.retarget()  # the folder's own settings files are watched, or no longer
             if not trusted:
                 self.emit(SettingsWarning(f"folder {self.root} is no longer trusted: its MCP servers stop"))
         state = await self._reconcile(force=trust_changed)

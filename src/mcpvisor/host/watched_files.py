@@ -109,7 +109,8 @@ def linked_targets(targets: Mapping[WatchScope, Path]) -> dict[WatchScope, Path]
             resolved = target.resolve()
         except (OSError, RuntimeError):  # gone meanwhile, or a loop of links (RuntimeError before Python 3.13)
             continue
-        if resolved.parent != target.parent:
+        # A folder this process cannot list cannot be watched (and would stop the whole watch): left out.
+        if resolved.parent != target.parent and os.access(nearest_existing_dir(resolved.parent), os.R_OK | os.X_OK):
             linked[scope] = resolved
     return linked
 

@@ -192,6 +192,15 @@ class SettingsWatcher:
             return store_files(self._settings.paths)[scope].absolute()
         return self._settings.paths.of(scope).absolute() if self._settings.is_active(scope) else None
 
+    def _chosen_targets(self) -> dict[WatchScope, Path]:
+        return {scope: path for scope in self._scopes if (path := self._target_of(scope)) is not None}
+
+    def retarget(self) -> None:
+        """Choose the watched files again and re-arm (the folder's trust changed: its workspace settings and
+        ``.mcp.json`` are now watched, or no longer); every scope is re-read against memory."""
+        self._targets = self._chosen_targets()
+        self._awatch_stop.set()
+
     @property
     def settings(self) -> Settings:
         return self._settings
@@ -259,7 +268,7 @@ class SettingsWatcher:
         if self._run_scope is not None:
             raise RuntimeError("this SettingsWatcher is already running")
         self._closing = False
-        self._targets = {scope: path for scope in self._scopes if (path := self._target_of(scope)) is not None}
+        self._targets = self._chosen_targets()
         for store in STORE_SCOPES:
             if store in self._targets and store not in self._store_states:
                 self._store_states[store] = await anyio.to_thread.run_sync(read_file_state, self._targets[store])

@@ -10,6 +10,7 @@ approve a configuration the user has not seen. The session (``session.py``) driv
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -83,6 +84,12 @@ class ApprovalRequest:
 
 
 FROM_ENVIRONMENT = "${…} is filled in from the environment of the mcpvisor that runs it"
+_VARIABLE = re.compile(r"\$(\{|[A-Za-z_])")
+
+
+def names_variables(*values: object) -> bool:
+    """Whether any of ``values`` (as written) names an environment variable: ``${VAR}`` or ``$VAR``."""
+    return any(_VARIABLE.search(str(value)) for value in values if value)
 
 
 def approval_request(name: str, cfg: McpServerConfig, source: ServerSource) -> ApprovalRequest:
@@ -90,7 +97,7 @@ def approval_request(name: str, cfg: McpServerConfig, source: ServerSource) -> A
     shown = cfg.approved_value
     command, args, cwd = shown("command"), tuple(shown("args") or ()), shown("cwd")
     url = (shown("http_url") or shown("url")) if cfg.command is None else None
-    variables = any("${" in str(value) for value in (command, *args, cwd, url) if value)
+    variables = names_variables(command, *args, cwd, url)
     return ApprovalRequest(
         name=name,
         hash=cfg.approval_hash,
