@@ -14,7 +14,7 @@ import pytest
 
 from mcpvisor.host import watcher as watcher_module
 from mcpvisor.host.settings.loader import SettingsError
-from mcpvisor.host.watched_files import watch_folders
+from mcpvisor.host.watched_files import read_file_state, watch_folders
 from mcpvisor.host.watcher import SettingsChanged, SettingsOk, SettingsWatcher, read_store_states
 from tests.helpers import wait_until
 from tests.host.test_watcher import watching
@@ -174,3 +174,18 @@ def test_a_link_into_a_folder_this_process_cannot_list_leaves_that_folder_unwatc
     assert watch_folders({"user": target}) == {"user": (target.parent,)}
     monkeypatch.setattr(os, "access", real_access)
     assert watch_folders({"user": target}) == {"user": (target.parent, closed)}
+
+
+def test_an_unreadable_store_is_said_once_not_on_every_read(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    loop = tmp_path / "mcp-approvals.json"
+    loop.symlink_to(loop)  # a link to itself: every read fails the same way
+    for _ in range(3):  # e.g. three settings saves beside it, each re-reading the stores
+        assert read_file_state(loop) is None
+    assert caplog.text.count("cannot read") == 1
+    loop.unlink()
+    write_json(loop, {})
+    assert read_file_state(loop) is not None  # readable again: a later failure is said again
+    loop.unlink()
+    loop.symlink_to(loop)
+    assert read_file_state(loop) is None
+    assert caplog.text.count("cannot read") == 2

@@ -65,17 +65,26 @@ def store_files(paths: SettingsPaths) -> dict[WatchScope, Path]:
     return {"approvals": paths.approvals, "tokens": paths.oauth_tokens, "pins": paths.pins}
 
 
+_unreadable: dict[Path, str] = {}
+"""Files whose read failed, with the reason last logged: said once, not on every event in their folder."""
+
+
 def read_file_state(path: Path) -> FileState | None:
-    """``path``'s state (None: no file, or it cannot be read, which is logged)."""
+    """``path``'s state (None: no file, or it cannot be read, which is logged once per reason)."""
     try:
         with path.open("rb") as file:
             data = file.read()
             st = os.fstat(file.fileno())
     except FileNotFoundError:
+        _unreadable.pop(path, None)
         return None
     except OSError as exc:
-        logger.warning("cannot read %s: %s", path, exc.strerror or exc)
+        reason = str(exc.strerror or exc)
+        if _unreadable.get(path) != reason:
+            _unreadable[path] = reason
+            logger.warning("cannot read %s: %s", path, reason)
         return None
+    _unreadable.pop(path, None)
     return (st.st_ino, st.st_size, st.st_mtime_ns, hashlib.sha256(data).digest())
 
 
