@@ -252,3 +252,16 @@ def test_config_module_does_not_import_the_mcp_sdk() -> None:
         "assert 'mcp' not in sys.modules and 'mcp_types' not in sys.modules, 'the mcp SDK was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+MAX_MODULE_LINES = 500
+"""Readable sizes: a module that grows past this is split by concern."""
+
+
+def test_no_module_is_over_500_lines() -> None:
+    package = Path(__file__).resolve().parents[1] / "src" / "mcpvisor"
+    sizes = {
+        str(p.relative_to(package)): len(p.read_text(encoding="utf-8").splitlines()) for p in package.rglob("*.py")
+    }
+    assert len(sizes) > 100  # the package itself, not an empty folder
+    assert {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES} == {}

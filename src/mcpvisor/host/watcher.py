@@ -166,8 +166,7 @@ class SettingsWatcher:
         self._broken: set[WatchScope] = set()
         """Scopes whose last read was reported as an error (their fix is announced)."""
         self._told: dict[WatchScope, tuple[FileState | None, SettingsError | None, tuple[str, ...] | None]] = {}
-        """Per settings scope with a problem: the file, its error and its kept entries' notices as last told; a
-        re-read of the same file (another file's event in its folder) tells them again only if they changed."""
+        """Per scope with a problem: its file, error and kept entries' notices as last told (told again on change)."""
         self._restart_listeners: Listeners[Listener[RestartRequired]] = Listeners()
         self._warning_listeners: Listeners[Listener[str]] = Listeners()
         self._targets: dict[WatchScope, Path] = {}
@@ -192,13 +191,10 @@ class SettingsWatcher:
             return store_files(self._settings.paths)[scope].absolute()
         return self._settings.paths.of(scope).absolute() if self._settings.is_active(scope) else None
 
-    def _chosen_targets(self) -> dict[WatchScope, Path]:
-        return {scope: path for scope in self._scopes if (path := self._target_of(scope)) is not None}
-
     def retarget(self) -> None:
-        """Choose the watched files again and re-arm (the folder's trust changed: its workspace settings and
-        ``.mcp.json`` are now watched, or no longer); every scope is re-read against memory."""
-        self._targets = self._chosen_targets()
+        """Choose the watched files (again: the folder's trust changed, so its workspace settings and
+        ``.mcp.json`` are watched, or no longer) and re-arm; every scope is re-read against memory."""
+        self._targets = {scope: path for scope in self._scopes if (path := self._target_of(scope)) is not None}
         self._awatch_stop.set()
 
     @property
@@ -268,7 +264,7 @@ class SettingsWatcher:
         if self._run_scope is not None:
             raise RuntimeError("this SettingsWatcher is already running")
         self._closing = False
-        self._targets = self._chosen_targets()
+        self.retarget()
         for store in STORE_SCOPES:
             if store in self._targets and store not in self._store_states:
                 self._store_states[store] = await anyio.to_thread.run_sync(read_file_state, self._targets[store])
