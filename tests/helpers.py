@@ -56,6 +56,23 @@ async def wait_until(condition: Callable[[], bool], timeout_s: float = WAIT_S, w
         raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}") from None
 
 
+async def wait_woken(
+    condition: Callable[[], bool],
+    woken: Callable[[], anyio.Event],
+    *,
+    seen: Callable[[], str],
+    timeout_s: float = WAIT_S,
+) -> None:
+    """Wait until ``condition`` holds, checking it whenever ``woken()`` (a recorder's current "something came"
+    event) is set; a timeout fails with what was ``seen``."""
+    try:
+        with anyio.fail_after(timeout_s):
+            while not condition():
+                await woken().wait()
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout_s:g} s; {seen()}") from None
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -16,7 +16,7 @@ import anyio
 import anyio.abc
 from anyio.streams.text import TextReceiveStream
 
-from tests.helpers import LIGHT, WAIT_S, marker_pids, pid_alive, wait_until
+from tests.helpers import LIGHT, WAIT_S, marker_pids, pid_alive, wait_until, wait_woken
 from tests.layout import Layout, make_layout, replace_text
 
 Event = dict[str, Any]
@@ -52,12 +52,7 @@ class Run:
             self._updated = anyio.Event()
 
     async def wait_for(self, condition: Callable[[], bool]) -> None:
-        try:
-            with anyio.fail_after(WAIT_S):
-                while not condition():
-                    await self._updated.wait()
-        except TimeoutError:
-            raise AssertionError(f"timed out after {WAIT_S:g} s; the last events: {self.events[-4:]}") from None
+        await wait_woken(condition, lambda: self._updated, seen=lambda: f"the last events: {self.events[-4:]}")
 
     def of(self, kind: str) -> list[Event]:
         return [e for e in self.events if e["event"] == kind]

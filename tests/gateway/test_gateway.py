@@ -27,7 +27,7 @@ from mcpvisor.examples.in_memory import light_servers_in_memory
 from mcpvisor.gateway.names import DEFAULT_NAME_BUDGET, shortened
 from mcpvisor.gateway.server import Gateway
 from mcpvisor.host.host import Host, HostEvent, HostOptions
-from tests.helpers import LIGHT, SDK, WAIT_S, wait_until
+from tests.helpers import LIGHT, SDK, WAIT_S, wait_until, wait_woken
 from tests.layout import Layout, make_layout, replace_text
 
 ERAS = ["legacy", "auto"]
@@ -69,15 +69,13 @@ class Notices:
         self._arrived = anyio.Event()
 
     async def wait_for(self, *, tools: int = 0, prompts: int = 0) -> None:
-        try:
-            with anyio.fail_after(WAIT_S):
-                while self.tools < tools or self.prompts < prompts:
-                    await self._arrived.wait()
-        except TimeoutError:
-            raise AssertionError(
-                f"timed out after {WAIT_S:g} s waiting for {tools} tools/list_changed and {prompts} "
-                f"prompts/list_changed; {self.tools} and {self.prompts} came"
-            ) from None
+        await wait_woken(
+            lambda: self.tools >= tools and self.prompts >= prompts,
+            lambda: self._arrived,
+            seen=lambda: (
+                f"{self.tools} tools/list_changed and {self.prompts} prompts/list_changed of {tools} and {prompts}"
+            ),
+        )
 
 
 async def next_event(subscription: Subscription) -> object:

@@ -21,7 +21,7 @@ from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.host import Host, HostEvent, HostOptions, SettingsWarning
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, mcp_gating_equal
 from mcpvisor.host.settings.loader import SettingsError
-from tests.helpers import LIGHT, WAIT_S, marker_pids, pid_alive, wait_until
+from tests.helpers import LIGHT, WAIT_S, marker_pids, pid_alive, wait_until, wait_woken
 from tests.layout import Layout, make_layout, replace_text
 
 
@@ -49,12 +49,8 @@ class Recorder:
         self._updated = anyio.Event()
 
     async def wait_for(self, condition: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-        try:
-            with anyio.fail_after(timeout_s):
-                while not condition():
-                    await self._updated.wait()
-        except TimeoutError:
-            raise AssertionError(f"timed out after {timeout_s:g} s; the last events: {self.events[-4:]}") from None
+        seen = lambda: f"the last events: {self.events[-4:]}"  # noqa: E731
+        await wait_woken(condition, lambda: self._updated, seen=seen, timeout_s=timeout_s)
 
     def reconciles(self) -> list[ReconcileFinished]:
         return [e for e in self.events if isinstance(e, ReconcileFinished)]

@@ -33,6 +33,7 @@ from mcpvisor.host.watcher import (
     is_approvals_file,
     nearest_existing_dir,
 )
+from tests.helpers import wait_woken
 from tests.layout import Layout, make_layout, replace_text, write_json
 
 WAIT_S = 20.0
@@ -63,13 +64,8 @@ class Recorder:
         self._bump()
 
     async def wait_for(self, condition: Callable[[], bool]) -> None:
-        try:
-            with anyio.fail_after(WAIT_S):
-                while not condition():
-                    await self._updated.wait()
-        except TimeoutError:
-            seen = f"changes {self.changes}, errors {self.errors}, restart notices {self.restarts}"
-            raise AssertionError(f"timed out after {WAIT_S:g} s; heard {seen}") from None
+        heard = lambda: f"heard changes {self.changes}, errors {self.errors}, restart notices {self.restarts}"  # noqa: E731
+        await wait_woken(condition, lambda: self._updated, seen=heard, timeout_s=WAIT_S)
 
     def scope_changes(self, scope: str) -> list[SettingsChanged]:
         return [c for c in self.changes if c.scope == scope]

@@ -105,8 +105,9 @@ class McpClientManager:
 
     def plan(self) -> ReconcilePlan:
         config = self._config
-        merged = config.get_merged_mcp_servers()
-        desired = config.get_mcp_servers()
+        trusted = config.is_trusted_folder()  # an untrusted folder wants nothing running
+        merged = config.get_merged_mcp_servers() if trusted else {}
+        desired = config.get_mcp_servers() if trusted else {}
         not_allowed = {name: cfg for name, cfg in merged.items() if name not in desired}
         live = {
             name: LiveServer(client.connection_id, exposure_of(self._configs[name]), client.status != "disconnected")
@@ -116,21 +117,9 @@ class McpClientManager:
 
     async def discover_all_mcp_tools_incremental(self) -> ReconcileFinished:
         """Bring the live connections in line with the config, touching only what changed."""
-        if self._closed:
+        # Nothing runs in an untrusted folder: a pass there only stops what trust, since revoked, had started.
+        if self._closed or (not self._config.is_trusted_folder() and not self._clients):
             return ReconcileFinished()
-        if not self._config.is_trusted_folder():  # nothing runs in an untrusted folder (trust revoked: all stop)
-            stopping = tuple(self._clients)
-            if not stopping:
-                return ReconcileFinished()
-            started_at = time.perf_counter()
-            self._events.emit(McpClientUpdate(in_progress=True))
-            async with anyio.create_task_group() as tg:
-                for name in stopping:
-                    tg.start_soon(self.remove_server, name)
-            summary = ReconcileFinished(removed=stopping, duration_ms=(time.perf_counter() - started_at) * 1000)
-            self._events.emit(McpClientUpdate(in_progress=False))
-            self._events.emit(summary)
-            return summary
         # With a pool (SPEC §5.5) the same plan applies: gating is decided first, so an excluded or pending
         # server never reaches ``acquire`` and a hot reload in daemon mode cannot start an unapproved one;
         # held leases whose name is gone or whose connection id changed are released, the rest acquired.
@@ -287,10 +276,10 @@ class McpClientManager:
         """Whether ``name`` may still start: a start waits (for a slot, a pass, a backoff) and the gating may
         have changed meanwhile — a rejection made elsewhere must stop a start already planned, not follow
         it. A start it stops is the next pass's (the gating change asked for one): that pass says why."""
-        config, gating = self._config, self._config.get_mcp_gating()
-        admitted = name in config.get_mcp_servers() and not (gating.is_excluded(name) or gating.is_pending(name))
-        if admitted and config.is_trusted_folder():
-            return True
+        config = self._config
+        if config.is_trusted_folder() and name in config.get_mcp_servers():
+            if config.get_mcp_server_unavailable_reason(name) is None:
+                return True
         logger.info("server %r: not started, no longer admitted", name)
         return False
 

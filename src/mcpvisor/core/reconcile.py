@@ -30,6 +30,8 @@ class DesiredServers(Protocol):
 
     def is_trusted_folder(self) -> bool: ...
 
+    def get_mcp_server_unavailable_reason(self, name: str) -> str | None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class LiveServer:
