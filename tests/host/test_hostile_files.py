@@ -4,24 +4,35 @@ file (and line and column where the text has them) or the server."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, TimeoutError
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.approvals import ApprovalStore
+from mcpvisor.host.file_reads import read_regular
 from mcpvisor.host.hot_reload import compute_desired_state
 from mcpvisor.host.oauth import TokenStore
 from mcpvisor.host.pins import PinStore
+from mcpvisor.host.settings.files import SettingsFileError
 from mcpvisor.host.settings.loader import load_settings
 from mcpvisor.host.settings.mcp_servers import load_top_tier
+from mcpvisor.host.settings.writer import set_setting
+from mcpvisor.host.watched_files import read_file_state
 from tests.layout import make_layout
 
+T = TypeVar("T")
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=12))
@@ -132,3 +143,73 @@ def read_or_error(store: TokenStore | PinStore) -> dict[str, Any] | str:
         return store.read()
     except ConfigError as exc:
         return str(exc)
+
+
+# --------------------------------------------------------------------------- not a file at all
+
+# git keeps symbolic links: a cloned project may hold `.mcp.json -> /dev/zero` (an endless read) or a
+# link to a named pipe (whose open waits for a writer). Each is refused at once, naming the file.
+SPECIAL = ["/dev/zero", "fifo"]
+
+
+def _special(path: Path, kind: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(kind)
+
+
+def _within(seconds: float, call: Callable[[], T], *, fifos: Iterable[Path]) -> T:
+    """``call()``'s result, or a failure after ``seconds`` (a blocked open of a pipe is released first)."""
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(call)
+        try:
+            return future.result(timeout=seconds)
+        except TimeoutError:
+            for fifo in fifos:  # let the blocked reader go, so the test ends
+                with contextlib.suppress(OSError):
+                    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            raise AssertionError(f"{call} blocked for {seconds} s") from None
+
+
+@pytest.mark.parametrize("kind", SPECIAL)
+def test_a_settings_file_that_is_a_device_or_a_pipe_is_refused_naming_it(tmp_path: Path, kind: str) -> None:
+    layout = make_layout(tmp_path)
+    files = (layout.paths.project, layout.paths.lsp_project)
+    for path in files:
+        _special(path, kind)
+    loaded = _within(20, lambda: load_settings(layout.env, layout.root), fifos=files)
+    for scope in ("project", "lsp_project"):
+        message = str(loaded.errors[scope])
+        assert names_the_file(message, layout.paths.of(scope))
+        assert "not a regular file" in message
+    for path in files:  # the watcher's view of the file
+        assert _within(20, partial(read_file_state, path), fifos=files) is None
+    with pytest.raises(SettingsFileError, match="not a regular file"):  # and `mcp add` edits nothing
+        _within(20, lambda: set_setting(loaded, "project", ["mcpServers", "x"], {"command": "x"}), fifos=files)
+    _special(layout.paths.user, kind)  # the user's own file: the folder's trust cannot be told, so none
+    user = (layout.paths.user,)
+    loaded = _within(20, lambda: load_settings(layout.env, layout.root), fifos=user)
+    assert "not a regular file" in str(loaded.errors["user"])
+    assert not loaded.trusted
+
+
+@pytest.mark.parametrize("kind", SPECIAL)
+def test_a_store_that_is_a_device_or_a_pipe_fails_closed_naming_it(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "approvals.json"
+    _special(path, kind)
+    approvals = ApprovalStore(path)
+    _within(20, approvals.load, fifos=[path])
+    assert approvals.error is not None
+    assert names_the_file(approvals.error, path), approvals.error
+
+
+def test_a_file_longer_than_its_size_says_is_read_no_further_than_the_limit() -> None:
+    # /proc files say size 0 and hold more: the bound holds however large the file turns out to be.
+    st, data = read_regular(Path("/proc/self/maps"), 1 << 20)
+    assert st.st_size == 0
+    assert len(data) > 100
+    with pytest.raises(OSError, match="may be at most") as caught:
+        read_regular(Path("/proc/self/maps"), 100)
+    assert caught.value.errno == errno.EFBIG

@@ -281,6 +281,8 @@ def add_server(
     force: bool = False,
 ) -> None:
     file_scope = check_scope(scope)
+    if name.startswith("-"):
+        raise ConfigError(f"cannot add server {name!r}: a server name cannot start with '-' (an option goes before --)")
     entry: dict[str, Any] = {}
     if url and command:
         raise ConfigError(f"cannot add server {name!r}: give either a command (after --) or --url, not both")

@@ -133,7 +133,8 @@ def mcp_reject(
         decide(env=dict(os.environ), workspace=workspace, name=name, decision="reject")
 
 
-@mcp_app.command("add", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+# Unknown options are errors (a misspelt --scope must not end up in the command); what follows `--` is the command.
+@mcp_app.command("add", context_settings={"allow_extra_args": True})
 def mcp_add(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Server name.", metavar="NAME")],

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from mcpvisor.host.settings.files import SettingsFileError, parse_settings_text
+from mcpvisor.host.settings.files import SettingsFileError, parse_settings_text, read_settings_text
 from mcpvisor.host.settings.loader import ScopeRead, Settings
 from mcpvisor.host.settings.scopes import FileScope
 from mcpvisor.host.watcher import SettingsChanged
@@ -76,13 +76,13 @@ def read_snapshot_texts(source: Settings) -> dict[FileScope, str | None] | None:
     for scope in PUBLISHED_SCOPES:
         path = source.paths.of(scope)
         try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+            text = read_settings_text(path)
+        except SettingsFileError as exc:
+            logger.warning("not publishing settings: %s", exc)
+            return None
+        if text is None:
             texts[scope] = None
             continue
-        except (OSError, UnicodeDecodeError) as exc:
-            logger.warning("not publishing settings: cannot read %s: %s", path, exc)
-            return None
         try:
             parse_settings_text(text, path)
         except SettingsFileError as exc:

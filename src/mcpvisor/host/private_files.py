@@ -9,16 +9,15 @@ object of records, read whole, changed one record at a time under the cross-proc
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
-import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.host.file_reads import read_regular
 
 __all__ = [
     "DIR_MODE",
@@ -68,13 +67,7 @@ def signature_of(path: Path) -> Signature | None:
 def read_private(path: Path) -> tuple[Signature | None, bytes | None]:
     """The file's signature and bytes, both from one open file; ``(None, None)`` if it is missing."""
     try:
-        with path.open("rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise OSError(f"{path} is not a regular file")
-            if st.st_size > MAX_STORE_BYTES:
-                raise OSError(errno.EFBIG, f"It is {st.st_size / 1024 / 1024:.1f} MB, more than any store should be")
-            data = fh.read()
+        st, data = read_regular(path, MAX_STORE_BYTES, what="a store")
     except FileNotFoundError:
         return None, None
     return (st.st_ino, st.st_size, st.st_mtime_ns), data

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
+from mcpvisor.host.file_reads import read_regular
 from mcpvisor.host.settings.loader import Settings, SettingsPaths
 
 __all__ = [
@@ -65,6 +66,9 @@ def store_files(paths: SettingsPaths) -> dict[WatchScope, Path]:
     return {"approvals": paths.approvals, "tokens": paths.oauth_tokens, "pins": paths.pins}
 
 
+MAX_WATCHED_BYTES = 64 * 1024 * 1024
+"""The most of a watched file read to tell its state (settings and stores refuse far less)."""
+
 _unreadable: dict[Path, str] = {}
 """Files whose read failed, with the reason last logged: said once, not on every event in their folder."""
 
@@ -72,9 +76,7 @@ _unreadable: dict[Path, str] = {}
 def read_file_state(path: Path) -> FileState | None:
     """``path``'s state (None: no file, or it cannot be read, which is logged once per reason)."""
     try:
-        with path.open("rb") as file:
-            data = file.read()
-            st = os.fstat(file.fileno())
+        st, data = read_regular(path, MAX_WATCHED_BYTES)
     except FileNotFoundError:
         _unreadable.pop(path, None)
         return None

@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 
+from mcpvisor.host.file_reads import read_regular
 from mcpvisor.host.lsp.text import Lines, NoSuchFile, uri_of
 
 __all__ = ["MAX_OPEN_DOCUMENTS", "Document", "Documents", "next_sync_number"]
@@ -67,11 +68,7 @@ def _regular_file_stat(path: Path) -> os.stat_result | None:
 
 
 def _read(path: Path) -> tuple[os.stat_result, bytes]:
-    with path.open("rb") as fh:
-        st = os.fstat(fh.fileno())
-        if st.st_size > MAX_DOCUMENT_BYTES:
-            raise OSError(f"{path.name} is {st.st_size // (1024 * 1024)} MiB: too large to send to a language server")
-        return st, fh.read()
+    return read_regular(path, MAX_DOCUMENT_BYTES, what="a document sent to a language server")
 
 
 class Documents:

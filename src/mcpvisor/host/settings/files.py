@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +12,7 @@ import json5
 import pyjson5
 
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.host.file_reads import read_regular
 
 logger = logging.getLogger(__name__)
 
@@ -131,17 +130,15 @@ def _readable(message: str) -> str:
     return f"unexpected {shown}"
 
 
-def _read_text(path: Path) -> str:
-    """The file's text; ``OSError`` for what cannot be read (a folder, no permission, over the size limit)."""
-    with path.open("rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        if size > MAX_SETTINGS_BYTES:
-            raise OSError(
-                errno.EFBIG,
-                f"it is {size / 1024 / 1024:.1f} MB; a settings file may be at most "
-                f"{MAX_SETTINGS_BYTES // 1024 // 1024} MB",
-            )
-        return fh.read().decode("utf-8")
+def read_settings_text(path: Path) -> str | None:
+    """A settings file's text; ``None`` when it does not exist. Raises :class:`SettingsFileError` for what
+    cannot be read (a folder, a pipe or device, no permission, over the size limit, not UTF-8)."""
+    try:
+        return read_regular(path, MAX_SETTINGS_BYTES, what="a settings file")[1].decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsFileError(SettingsError(path, f"cannot read the file: {_reason(exc)}")) from exc
 
 
 def _reason(exc: OSError | UnicodeDecodeError) -> str:
@@ -152,23 +149,15 @@ def _reason(exc: OSError | UnicodeDecodeError) -> str:
 
 def read_settings_file(path: Path) -> dict[str, Any] | None:
     """Read and parse one settings file; ``None`` when it does not exist. Raises :class:`SettingsFileError`."""
-    try:
-        text = _read_text(path)
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SettingsFileError(SettingsError(path, f"cannot read the file: {_reason(exc)}")) from exc
-    return parse_settings_text(text, path)
+    text = read_settings_text(path)
+    return None if text is None else parse_settings_text(text, path)
 
 
 def read_json_any(path: Path) -> Any:
     """Any JSON value from a file (``None`` when it does not exist). Raises :class:`SettingsFileError`."""
-    try:
-        text = _read_text(path)
-    except FileNotFoundError:
+    text = read_settings_text(path)
+    if text is None:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SettingsFileError(SettingsError(path, f"cannot read the file: {_reason(exc)}")) from exc
     try:
         return loads(text)
     except ValueError as exc:

@@ -24,10 +24,10 @@ from typing import Any
 import json5
 
 from mcpvisor.host.private_files import write_atomically
+from mcpvisor.host.settings.files import read_settings_text
 from mcpvisor.host.settings.loader import (
     FileScope,
     Settings,
-    SettingsError,
     SettingsFileError,
     parse_settings_text,
     values_equal,
@@ -321,15 +321,6 @@ def edit_settings_text(text: str, path: Sequence[str], value: Any = None, *, del
 # --------------------------------------------------------------------------- files
 
 
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SettingsFileError(SettingsError(path, f"cannot read the file: {exc}")) from exc
-
-
 def _render(path: Path, text: str | None, parts: Sequence[str], value: Any, delete: bool, expected: Any) -> str:
     if text is not None:
         try:
@@ -345,7 +336,7 @@ def _render(path: Path, text: str | None, parts: Sequence[str], value: Any, dele
 def _apply(settings: Settings, scope: FileScope, key: str | Sequence[str], value: Any, *, delete: bool) -> bool:
     parts = split_key(key)
     path = settings.paths.of(scope)
-    text = _read_text(path)
+    text = read_settings_text(path)
     on_disk = parse_settings_text(text, path) if text is not None else {}
     if delete:
         new_disk, found_on_disk = delete_key(on_disk, parts)
