@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,7 +21,8 @@ from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.host import Host, HostEvent, HostOptions, SettingsWarning
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, mcp_gating_equal
-from mcpvisor.host.settings.loader import SettingsError
+from mcpvisor.host.settings.loader import ScopeRead, Settings, SettingsError
+from mcpvisor.host.settings.scopes import FileScope
 from tests.helpers import LIGHT, WAIT_S, marker_pids, pid_alive, wait_until, wait_woken
 from tests.layout import Layout, make_layout, replace_text
 
@@ -225,6 +227,63 @@ async def test_a_folder_trusted_or_no_longer_trusted_since_the_start_is_followed
         assert "u" not in s.host.config.manager.snapshot()
         await wait_until(lambda: not pid_alive(pid), what="u's process to end")
         assert any("no longer trusted" in str(e) for e in s.rec.events)
+
+
+class PausedRead:
+    """Holds the first read of the project file made in a worker thread (``/reload``'s) just after it
+    read the file, until :meth:`release`: what the event loop sees meanwhile is what a reader sees."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reading = threading.Event()
+        self._go = threading.Event()
+        real = Settings.read_scope
+
+        def read_scope(settings: Settings, scope: FileScope) -> ScopeRead:
+            read = real(settings, scope)
+            if scope == "project" and threading.current_thread() is not threading.main_thread():
+                if not self.reading.is_set():
+                    self.reading.set()
+                    self._go.wait(WAIT_S)
+            return read
+
+        monkeypatch.setattr(Settings, "read_scope", read_scope)
+
+    async def read(self) -> None:
+        assert await anyio.to_thread.run_sync(self.reading.wait, WAIT_S), "the reload never read the project file"
+
+    def release(self) -> None:
+        self._go.set()
+
+
+async def test_while_a_reload_reads_the_files_the_loop_still_sees_the_whole_last_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with session(tmp_path, project={"mcpServers": {"p": server("p")}}) as s:
+        replace_text(s.layout.paths.lsp_project, "{")  # a broken file: its error must stay told meanwhile
+        await s.rec.wait_for(lambda: "lsp_project" in s.host.settings.errors)
+        paused = PausedRead(monkeypatch)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(s.host.reload)
+            await paused.read()
+            assert set(s.host.settings.data("project")["mcpServers"]) == {"p"}
+            assert "lsp_project" in s.host.settings.errors
+            paused.release()
+        assert set(s.host.settings.project.servers) == {"p"}
+
+
+async def test_a_save_applied_while_a_reload_reads_the_files_is_not_undone_by_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with session(tmp_path, project={"mcpServers": {"p": server("p")}}) as s:
+        paused = PausedRead(monkeypatch)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(s.host.reload)
+            await paused.read()  # the reload has read the file as it was
+            save(s.layout.paths.project, {"mcpServers": {"p": server("p"), "q": server("q")}})
+            await s.rec.wait_for(lambda: "q" in s.host.settings.project.servers)  # the watcher applied the save
+            paused.release()
+        assert set(s.host.settings.project.servers) == {"p", "q"}
+        assert s.rec.prompts()[-1].servers == ("p", "q")
 
 
 # -- approvals (SPEC §11 "Approvals") ---------------------------------------------------------------

@@ -323,7 +323,14 @@ class Host(StackOwner):
 
     async def reload(self) -> DesiredState:
         """Re-read every settings file and reconcile the MCP servers and the language servers (``/reload``)."""
-        await anyio.to_thread.run_sync(self.settings.load)
+        # Read in a worker thread, applied here at once: the loop never sees a half-loaded state. A scope
+        # changed in memory meanwhile (the watcher applied a newer save, the app wrote) is read again.
+        while True:
+            generations = self.settings.generations()
+            read = await anyio.to_thread.run_sync(self.settings.read_files)
+            if self.settings.generations() == generations:
+                break
+        self.settings.load(read)
         self.approvals.reload()
         trusted = self.settings.trusted
         trust_changed = trusted != self.config.is_trusted_folder()

@@ -78,6 +78,7 @@ __all__ = [
     "FILE_SCOPES",
     "SETTINGS_SCOPES",
     "FileScope",
+    "LoadRead",
     "MergedSettings",
     "ScopeLayer",
     "ScopeRead",
@@ -161,6 +162,19 @@ class ScopeRead:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadRead:
+    """Every file a :meth:`Settings.load` needs, read without touching the settings (:meth:`Settings.read_files`
+    in a worker thread); the load then applies it at once, so no reader ever sees a half-loaded state."""
+
+    scopes: Mapping[FileScope, ScopeRead]
+    trusted_folders: Any = None
+    """The trusted-folders file's JSON (``None``: no file)."""
+    trusted_folders_error: SettingsFileError | None = None
+    workspace_is_user: bool = False
+    """The workspace settings file is the user's (the workspace root is the home folder)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ScopeReload:
     """What a reload of one scope did: the changed dotted paths, or the error (previous state kept)."""
 
@@ -218,6 +232,10 @@ class Settings:
         """Counts the changes of a scope's in-memory content; a reader compares it around a slow read."""
         return self._generation[scope]
 
+    def generations(self) -> tuple[int, ...]:
+        """:meth:`generation` of every scope: equal before and after a slow read, nothing changed meanwhile."""
+        return tuple(self._generation.values())
+
     def read_scope(self, scope: FileScope) -> ScopeRead:
         """Read one scope's file without touching the state (safe to run in a worker thread)."""
         try:
@@ -225,33 +243,50 @@ class Settings:
         except SettingsFileError as exc:
             return ScopeRead(scope, None, exc.report)
 
-    def load(self) -> None:
-        """Read every scope and decide folder trust. Errors are kept in :attr:`errors`, never raised.
+    def read_files(self) -> LoadRead:
+        """Read every file :meth:`load` needs without touching the state (safe to run in a worker thread).
+        A repository scope's file is read even when the folder turns out untrusted; it is not applied then."""
+        try:
+            folders, folders_error = read_json_any(self.paths.trusted_folders), None
+        except SettingsFileError as exc:
+            folders, folders_error = None, exc
+        return LoadRead(
+            {scope: self.read_scope(scope) for scope in FILE_SCOPES},
+            folders,
+            folders_error,
+            _same_file(self.paths.workspace, self.paths.user),
+        )
+
+    def load(self, read: LoadRead | None = None) -> None:
+        """Apply :meth:`read_files` (read now when not given) and decide folder trust. Errors are kept in
+        :attr:`errors`, never raised; nothing here reads a file once ``read`` is given.
 
         On a reload (``/reload``), a scope whose file does not parse keeps its last good content, and
         the folder keeps its trust decision: a half-saved file never drops servers."""
+        if read is None:
+            read = self.read_files()
         reloading = self._loaded
         previous = self._data
         self.errors.clear()
         self._data = {scope: {} for scope in FILE_SCOPES}
         for scope in TRUST_SCOPES:
-            self._store(self.read_scope(scope), previous if reloading else None)
+            self._store(read.scopes[scope], previous if reloading else None)
         layers = [ScopeLayer(s, self.paths.of(s), self._data[s]) for s in TRUST_SCOPES]
         self.folder_trust_enabled = folder_trust_enabled(layers)
         if reloading and any(scope in self.errors for scope in TRUST_SCOPES):
             pass  # keep the trust decided from the last good content
         else:
-            self.trusted, self.trust_warnings = self._decide_trust()
+            self.trusted, self.trust_warnings = self._decide_trust(read)
         self._loaded = True
         self._inactive = set()
         if not self.trusted:
             self._inactive.update(REPOSITORY_SCOPES)
             logger.info("folder %s is not trusted: its settings and .mcp.json are ignored", self.root)
-        if _same_file(self.paths.workspace, self.paths.user):
+        if read.workspace_is_user:
             self._inactive.add("workspace")
         for repo_scope in REPOSITORY_SCOPES:
             if self.is_active(repo_scope):
-                self._store(self.read_scope(repo_scope), previous if reloading else None)
+                self._store(read.scopes[repo_scope], previous if reloading else None)
         for error in self.errors.values():
             logger.warning("%s", error)
         for file_scope in FILE_SCOPES:
@@ -259,7 +294,7 @@ class Settings:
         self._invalidate()
         self._log_warnings()
 
-    def _decide_trust(self) -> tuple[bool, tuple[str, ...]]:
+    def _decide_trust(self, read: LoadRead) -> tuple[bool, tuple[str, ...]]:
         broken = [str(self.paths.of(scope)) for scope in TRUST_SCOPES if scope in self.errors]
         if broken:
             # Folder trust might be enabled in the file that failed to parse: fail closed.
@@ -271,8 +306,9 @@ class Settings:
             return True, ()
         path = self.paths.trusted_folders
         try:
-            data = read_json_any(path)
-            folders = parse_trusted_folders(data if data is not None else [])
+            if read.trusted_folders_error is not None:
+                raise read.trusted_folders_error
+            folders = parse_trusted_folders(read.trusted_folders if read.trusted_folders is not None else [])
         except (SettingsFileError, ValueError) as exc:
             return False, (f"cannot read trusted folders {path}: {exc}; treating {self.root} as untrusted",)
         return is_folder_trusted(self.root, folders), ()
