@@ -193,6 +193,31 @@ async def test_a_crash_mid_call_fails_the_call_clearly_and_reports_the_loss(tmp_
             await client.call_tool("echo")
 
 
+@pytest.mark.parametrize("code", [-32000, -32001, -32603])
+async def test_an_error_the_server_answers_with_fails_the_call_only_whatever_its_code(
+    tmp_path: Path, code: int
+) -> None:
+    # -32000 is also the SDK's own code for a closed connection, -32001 its timeout: a server's error with
+    # either code is still the server's answer, not a lost connection nor a timeout.
+    lost: list[object] = []
+    cfg = light("s", "--tools", "echo,boom", "--error-on-call", f"boom={code}")
+    client = McpClient("s", cfg, on_lost=lost.append, options=ConnectionOptions(log_dir=tmp_path))
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        pid = client.process.pid if client.process is not None else None
+        for _ in range(3):
+            with anyio.fail_after(WAIT_S), pytest.raises(ToolCallError) as raised:
+                await client.call_tool("boom")
+            assert not isinstance(raised.value, RequestTimeoutError)
+            assert str(raised.value) == "call to tool 'boom' on server 's' failed: boom failed on purpose"
+        assert client.status == "connected"
+        assert lost == []
+        assert text(await client.call_tool("echo", {"text": "still"})) == "s:echo:still"
+        assert client.process is not None
+        assert client.process.pid == pid
+        await client.aclose()
+
+
 async def test_a_call_past_its_timeout_is_a_timeout_error_naming_the_setting_and_the_connection_stays(
     tmp_path: Path,
 ) -> None:

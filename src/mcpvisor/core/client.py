@@ -30,6 +30,8 @@ from mcpvisor.core.connection import (
     DEFAULT_REMOTE_DISCOVERY_TIMEOUT_S,
     DEFAULT_STDIO_DISCOVERY_TIMEOUT_S,
     ServerConnection,
+    closed_in_sdk,
+    timed_out_in_sdk,
 )
 from mcpvisor.core.errors import (
     RequestError,
@@ -240,12 +242,12 @@ class McpClient(ServerConnection):
                 "(its configuration changed or it was removed); retry the call",
                 server=self.name,
             )
-        if isinstance(exc, MCPError) and exc.code == types.REQUEST_TIMEOUT:
+        if isinstance(exc, MCPError) and timed_out_in_sdk(exc):
             timeout = timeout_s or self.call_timeout_s
             return timed_out(what, kind=kind, target=target, server=self.name, timeout_s=timeout)
         if self._broken is not None:  # the transport stopped reading: that is why the request failed
             return self._broken.during(what)
-        if not isinstance(exc, MCPError) or exc.code == types.CONNECTION_CLOSED:
+        if not isinstance(exc, MCPError) or closed_in_sdk(exc):
             self.mark_lost("connection closed during a request")
             return ServerUnavailableError(
                 f"{what} failed: the connection to server {self.name!r} closed (the server exited or crashed; "

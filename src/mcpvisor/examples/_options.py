@@ -20,6 +20,7 @@ The command line is a contract used by the demo, the tests and the benchmarks::
     --crash-on-call TOOL   calling TOOL exits the process with code 3, without replying
     --hang-on-call TOOL    calling TOOL never returns; other requests are still served
     --hang-on-initialize   never answer initialize (nor the modern server/discover probe)
+    --error-on-call TOOL=CODE  answer calls of TOOL with a JSON-RPC error of CODE (light server)
     --exit-after SECONDS   exit by itself with code 4 after SECONDS
     --stubborn             ignore SIGTERM and stdin closing, and keep a child that does the same
 
@@ -56,6 +57,7 @@ class Options:
         "big",
         "control",
         "crash_on_call",
+        "error_on_call",
         "exit_after_s",
         "hang_on_call",
         "hang_on_initialize",
@@ -90,6 +92,7 @@ class Options:
         self.big: bool = getattr(namespace, "big", False)
         self.hang_on_read: str | None = getattr(namespace, "hang_on_read", None)
         self.slow_call: tuple[str, float] | None = _slow_call(getattr(namespace, "slow_call", None))
+        self.error_on_call: tuple[str, int] | None = _error_on_call(getattr(namespace, "error_on_call", None))
         self.stderr: str | None = namespace.stderr
         self.control: bool = namespace.control
         self.crash_on_call: str | None = namespace.crash_on_call
@@ -129,6 +132,16 @@ def _slow_call(value: str | None) -> tuple[str, float] | None:
         return tool, float(seconds)
     except ValueError:
         raise SystemExit(f"--slow-call: give TOOL=SECONDS, not {value!r}") from None
+
+
+def _error_on_call(value: str | None) -> tuple[str, int] | None:
+    if value is None:
+        return None
+    tool, _, code = value.partition("=")
+    try:
+        return tool, int(code)
+    except ValueError:
+        raise SystemExit(f"--error-on-call: give TOOL=CODE, not {value!r}") from None
 
 
 def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
@@ -171,6 +184,11 @@ def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
             "--slow-call",
             metavar="TOOL=SECONDS",
             help="answer calls of the configurable tool TOOL after SECONDS, sending nothing meanwhile (light server)",
+        )
+        parser.add_argument(
+            "--error-on-call",
+            metavar="TOOL=CODE",
+            help="answer calls of TOOL with a JSON-RPC error of code CODE, as a server's own failure (light server)",
         )
         parser.add_argument(
             "--garbage-stdout", action="store_true", help="write a line that is not JSON-RPC before every message"

@@ -332,6 +332,8 @@ class LightServer:
             os._exit(CRASH_EXIT_CODE)
         if tool == self._options.hang_on_call:
             return  # never answered; the read loop goes on serving other requests
+        if self._options.error_on_call is not None and tool == self._options.error_on_call[0]:
+            raise RequestError(self._options.error_on_call[1], f"{tool} failed on purpose")
         if self._options.big and tool in BIG_TOOLS:
             self._big(request_id, tool, arguments)
         elif self._options.control and tool in self._control_tools():
