@@ -53,7 +53,11 @@ CONTROL_SCHEMAS: dict[str, dict[str, object]] = {
     "ask_client": ASK_CLIENT_SCHEMA,
     "log": {
         "type": "object",
-        "properties": {"level": {"type": "string", "enum": list(LOG_LEVELS)}, "text": {"type": "string"}},
+        "properties": {
+            "level": {"type": "string", "enum": list(LOG_LEVELS)},
+            "text": {"type": "string"},
+            "count": {"type": "integer", "minimum": 1, "description": "send COUNT messages: 'TEXT #1', 'TEXT #2', ..."},
+        },
         "required": ["level", "text"],
     },
 }
@@ -74,6 +78,16 @@ CONTROL_DESCRIPTIONS = {
     "ask_client": ASK_CLIENT_DESCRIPTION,
     "log": "Send a log message at the given level (if the client's level lets it through).",
 }
+
+
+def log_messages(level: str, text: str, count: object = None) -> list[dict[str, object]]:
+    """The ``notifications/message`` the ``log`` tool sends (logger ``light``): ``text``, or with a ``count``
+    that many, ``TEXT #1``, ``TEXT #2``, ..."""
+    texts = [text] if count is None else [f"{text} #{i}" for i in range(1, int(str(count)) + 1)]
+    return [
+        {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": level, "logger": "light", "data": t}}
+        for t in texts
+    ]
 
 
 def be_stubborn(marker: str | None) -> None:

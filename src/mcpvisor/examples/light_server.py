@@ -33,6 +33,7 @@ from mcpvisor.examples._light_tools import (
     MIB_SCHEMA,
     be_stubborn,
     flood_stderr,
+    log_messages,
     template_regex,
     text_result,
 )
@@ -372,9 +373,8 @@ class LightServer:
             if level not in LOG_LEVELS or not isinstance(text, str):
                 raise RequestError(INVALID_PARAMS, "tool 'log': give a 'level' (debug ... emergency) and a 'text'")
             sent = self._log_level is None or LOG_LEVELS.index(level) >= LOG_LEVELS.index(self._log_level)
-            if sent:
-                params = {"level": level, "logger": "light", "data": text}
-                self.send({"jsonrpc": "2.0", "method": "notifications/message", "params": params})
+            for message in log_messages(level, text, arguments.get("count")) if sent else []:
+                self.send(message)
             self._reply(request_id, text_result("sent" if sent else "below the level"))
         elif tool == "touch_resource":
             uri = arguments.get("uri")

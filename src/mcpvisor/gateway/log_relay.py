@@ -4,6 +4,10 @@ Once a client sets a level, the gateway listens to every connected server's log 
 server for the lowest level any client wants, and passes each message on to every client whose level
 lets it through, its logger named after the server. A server that (re)connects is heard and told the
 level too. A stuck or broken client never keeps the others from hearing.
+
+Each client has a queue of at most :data:`QUEUE_MESSAGES` messages and one task passing them on: a
+server that logs faster than a client reads loses that client the messages over the bound (it is told
+how many, once the queue moves again), never the gateway its memory.
 """
 
 from __future__ import annotations
@@ -11,10 +15,12 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import anyio
 import anyio.abc
 import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPDeprecationWarning
 
@@ -28,11 +34,25 @@ __all__ = ["LogRelay"]
 
 logger = logging.getLogger(__name__)
 
+QUEUE_MESSAGES = 256
+"""Log messages waiting for one client at most; more are dropped (and counted) until it catches up."""
+
+_Message = tuple[str, types.LoggingMessageNotificationParams]
+
+
+@dataclass(eq=False)
+class _Listener:
+    """One client that asked for log messages: its level, its queue, and what the queue had to drop."""
+
+    level: types.LoggingLevel
+    queue: MemoryObjectSendStream[_Message]
+    dropped: int = 0
+
 
 class LogRelay:
     def __init__(self, config: Config) -> None:
         self._config = config
-        self._levels: dict[Connection, types.LoggingLevel] = {}
+        self._listeners: dict[Connection, _Listener] = {}
         self._heard: dict[str, tuple[McpClient, Callable[[], None]]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -48,22 +68,32 @@ class LogRelay:
 
     async def set_level(self, connection: Connection, level: types.LoggingLevel) -> None:
         """``connection``'s client wants the servers' log messages from ``level`` up (until it closes)."""
-        if connection not in self._levels:
-            connection.exit_stack.callback(self._levels.pop, connection, None)
-        self._levels[connection] = level
+        listener = self._listeners.get(connection)
+        if listener is not None:
+            listener.level = level
+        elif self._tg is not None:
+            send, receive = anyio.create_memory_object_stream[_Message](QUEUE_MESSAGES)
+            listener = self._listeners[connection] = _Listener(level, send)
+            connection.exit_stack.callback(self._forget, connection)
+            self._tg.start_soon(self._pass_on, connection, listener, receive)
         self._hear_all()
         await self._set_upstream_levels()
 
+    def _forget(self, connection: Connection) -> None:
+        listener = self._listeners.pop(connection, None)
+        if listener is not None:
+            listener.queue.close()  # its task ends
+
     def server_connected(self, server: str) -> None:
         """A server (re)connected: hear it, and tell it the level, if any client asked for messages."""
-        if not self._levels:
+        if not self._listeners:
             return
         self._hear_all()
         if self._tg is not None:
             self._tg.start_soon(self._set_upstream_levels, [server])
 
     def _lowest_level(self) -> types.LoggingLevel | None:
-        levels = list(self._levels.values())
+        levels = [listener.level for listener in self._listeners.values()]
         if not levels:
             return None
         return min(levels, key=rank)
@@ -79,7 +109,7 @@ class LogRelay:
 
     def _hear_all(self) -> None:
         """Listen to every connected server's log messages (once a client asked for them)."""
-        if not self._levels:
+        if not self._listeners:
             return
         for name, client in self._config.manager.clients().items():
             heard = self._heard.get(name)
@@ -90,19 +120,35 @@ class LogRelay:
             self._heard[name] = (client, client.add_listener(self._on_upstream_notice))
 
     def _on_upstream_notice(self, server: str, notice: Notice) -> None:
-        if isinstance(notice, types.LoggingMessageNotification) and self._tg is not None:
-            self._tg.start_soon(self._relay, server, notice.params)
+        if not isinstance(notice, types.LoggingMessageNotification):
+            return
+        severity = rank(notice.params.level)
+        for listener in self._listeners.values():
+            if severity >= rank(listener.level):
+                try:
+                    listener.queue.send_nowait((server, notice.params))
+                except anyio.WouldBlock:
+                    listener.dropped += 1
+                except anyio.ClosedResourceError:
+                    pass  # the client is gone
 
-    async def _relay(self, server: str, params: types.LoggingMessageNotificationParams) -> None:
-        """One upstream log message to every client whose level lets it through."""
-        severity = rank(params.level)
-        logger_name = served_logger(server, params)
-        for connection, level in list(self._levels.items()):
-            if severity >= rank(level):
-                with anyio.move_on_after(NOTIFY_TIMEOUT_S):
-                    try:
-                        with warnings.catch_warnings():
-                            warnings.simplefilter("ignore", MCPDeprecationWarning)  # handshake-era clients only
-                            await connection.log(params.level, params.data, logger_name)
-                    except Exception:  # one broken client never keeps the others from hearing
-                        logger.exception("could not pass a log message of server %r to a client", server)
+    async def _pass_on(
+        self, connection: Connection, listener: _Listener, queue: MemoryObjectReceiveStream[_Message]
+    ) -> None:
+        """Pass ``listener``'s queue on to its client, one message at a time, until the client goes."""
+        async with queue:
+            async for server, params in queue:
+                await self._send(connection, params.level, params.data, served_logger(server, params))
+                if listener.dropped:
+                    dropped, listener.dropped = listener.dropped, 0
+                    text = f"{dropped} log messages of the servers were dropped: they came faster than this client read"
+                    await self._send(connection, "warning", text, "mcpvisor")
+
+    async def _send(self, connection: Connection, level: types.LoggingLevel, data: object, name: str) -> None:
+        with anyio.move_on_after(NOTIFY_TIMEOUT_S):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", MCPDeprecationWarning)  # handshake-era clients only
+                    await connection.log(level, data, name)
+            except Exception:  # one broken client never keeps the others from hearing
+                logger.exception("could not pass a log message to a client (logger %r)", name)
