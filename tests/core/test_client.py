@@ -218,6 +218,39 @@ async def test_an_error_the_server_answers_with_fails_the_call_only_whatever_its
         await client.aclose()
 
 
+MALFORMED_SERVER = """
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" in msg:
+        result = {
+            "initialize": {"protocolVersion": msg.get("params", {}).get("protocolVersion"),
+                           "capabilities": {"tools": {}}, "serverInfo": {"name": "bad", "version": "1"}},
+            "tools/list": {"tools": [{"name": "t", "inputSchema": {"type": "object"}}]},
+            "tools/call": {"content": "the-key-is-" + sys.argv[1]},
+        }.get(msg.get("method"), {})
+        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"""
+
+
+async def test_an_answer_that_is_not_valid_mcp_fails_the_call_saying_where_without_its_values(tmp_path: Path) -> None:
+    script = tmp_path / "malformed.py"
+    script.write_text(MALFORMED_SERVER)
+    cfg = McpServerConfig(command=sys.executable, args=[str(script), "${KEY}"], env={"KEY": "s3cr3t"})
+    client = McpClient("bad", cfg, options=ConnectionOptions(log_dir=tmp_path))
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        with anyio.fail_after(WAIT_S), pytest.raises(ToolCallError) as raised:
+            await client.call_tool("t")
+        assert str(raised.value) == (
+            "call to tool 't' on server 'bad' failed: "
+            "its answer is not valid MCP (content: Input should be a valid list)"
+        )
+        assert raised.value.__cause__ is None  # nor in a chained error's text
+        assert client.status == "connected"
+        await client.aclose()
+
+
 async def test_a_call_past_its_timeout_is_a_timeout_error_naming_the_setting_and_the_connection_stays(
     tmp_path: Path,
 ) -> None:

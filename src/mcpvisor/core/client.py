@@ -21,6 +21,7 @@ import mcp_types as types
 from mcp import Client
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from mcpvisor.core import call_logs
 from mcpvisor.core.call_logs import rank
@@ -140,6 +141,10 @@ class McpClient(ServerConnection):
             yield
         except SDK_REQUEST_ERRORS as exc:
             raise self._request_error(what, exc, kind=kind, target=target, timeout_s=timeout_s) from exc
+        except ValidationError as exc:  # the answer is not what MCP says it must be; its values are not shown
+            problems = redact_text(_invalid_answer(exc), self.config)
+            message = f"{what} on server {self.name!r} failed: its answer is not valid MCP ({problems})"
+            raise request_failed(message, kind=kind, target=target, server=self.name) from None
         except RuntimeError as exc:
             # The connection ended between taking the client and using it: the SDK refuses to send
             # ("Client must be used within an async context manager").
@@ -269,3 +274,13 @@ class McpClient(ServerConnection):
             target=target,
             server=self.name,
         )
+
+
+def _invalid_answer(exc: ValidationError, most: int = 3) -> str:
+    """Where and how an answer breaks its model, without the values it holds (a secret may be among them)."""
+    problems = [
+        f"{'.'.join(str(part) for part in error['loc']) or 'the result'}: {error['msg']}"
+        for error in exc.errors(include_url=False, include_input=False, include_context=False)
+    ]
+    more = f"; and {len(problems) - most} more" if len(problems) > most else ""
+    return "; ".join(problems[:most]) + more
