@@ -8,7 +8,7 @@ and compute gating with the same function as the running host, so what they say 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -51,6 +51,16 @@ def load_state(
     return settings, approvals, state
 
 
+def config_problems(settings: Settings, approvals_error: str | None, *more: Iterable[str]) -> list[str]:
+    """Every problem of the configuration, each once: the files that cannot be read or parsed and the
+    approvals store first, then the warnings (an invalid entry, an unknown key, an undefined variable)."""
+    errors = [str(error) for error in settings.errors.values()]
+    problems = [*errors, *([approvals_error] if approvals_error else []), *settings.warnings]
+    for extra in more:
+        problems.extend(extra)
+    return list(dict.fromkeys(problems))
+
+
 def list_servers(
     *,
     env: Mapping[str, str],
@@ -65,8 +75,7 @@ def list_servers(
 
     signed = sign_ins(token_store(env), state.assembled.servers)
     mode, mode_problems = pin_mode_of(settings)
-    problems = [*(str(e) for e in settings.errors.values()), *settings.warnings, *state.assembled.warnings]
-    problems += mode_problems
+    problems = config_problems(settings, approvals.error, state.assembled.warnings, mode_problems)
     try:
         held = held_names(pin_store(env), settings.root, state.assembled.servers, mode)
     except ConfigError as exc:
@@ -81,8 +90,6 @@ def list_servers(
         sign_ins=signed,
         held=held,
     )
-    if approvals.error:
-        problems.append(approvals.error)
     if as_json:
         out: dict[str, Any] = {
             "workspace": str(settings.root),

@@ -182,13 +182,15 @@ def status(
     """Connect every admitted server once, show the status view, and exit (with --fleet: as the
     fleet's approvals decide).
 
-    Exits 1 when an admitted server failed to connect (after the view), 0 otherwise.
+    Exits 1 when a settings file or the approvals store cannot be read, or an admitted server failed to
+    connect (after the view), 0 otherwise.
     """
     setup_logging(verbose, narrated=not as_json)
     if not as_json:
         new_console(stderr=True, highlight=False).print("[dim]Connecting to the admitted servers…[/]")
 
-    async def once() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    async def once() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str], bool]:
+        from mcpvisor.cli.commands import config_problems
         from mcpvisor.host.host import Host
         from mcpvisor.shell.views import render_lsp_status, render_status
 
@@ -203,20 +205,22 @@ def status(
         async with Host(with_fleet_stores(options)) as host:
             rows = host.server_views()
             lsp_rows = host.lsp.views()
+            problems = config_problems(host.settings, host.approvals.error, host.state.assembled.warnings)
+            broken = bool(host.settings.errors) or host.approvals.error is not None
             if not as_json:
                 console = new_console(highlight=False)
-                for warning in host.settings.warnings:
-                    console.print(f"[yellow]! {warning}[/]")
+                for problem in problems:
+                    console.print(f"[yellow]! {problem}[/]")
                 render_status(console, rows, title=f"MCP servers for {host.root}")
                 render_lsp_status(console, lsp_rows, show_target=True)
-        return [row.to_json() for row in rows], [row.to_json() for row in lsp_rows]
+        return [row.to_json() for row in rows], [row.to_json() for row in lsp_rows], problems, broken
 
     with reported():
-        rows, lsp_rows = anyio.run(once)
+        rows, lsp_rows, problems, broken = anyio.run(once)
     if as_json:
-        typer.echo(json.dumps({"servers": rows, "language_servers": lsp_rows}, indent=2))
+        typer.echo(json.dumps({"servers": rows, "language_servers": lsp_rows, "problems": problems}, indent=2))
     failed = [row["name"] for row in rows if row["state"] == "disconnected" and row["error"]]
-    if failed:
+    if failed or broken:
         raise typer.Exit(1)
 
 

@@ -1,0 +1,53 @@
+"""``status`` and ``mcp list`` say what is wrong with the configuration, each problem once; a file that
+cannot be read fails ``status``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from mcpvisor.cli.main import app
+from tests.layout import Layout, make_layout, write_json
+
+
+@pytest.fixture
+def layout(tmp_path_factory: pytest.TempPathFactory) -> Layout:
+    return make_layout(tmp_path_factory.mktemp("problems"))
+
+
+def invoke(layout: Layout, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, [*args, "--workspace", str(layout.root)], env=layout.env)
+    return result.exit_code, result.stdout
+
+
+def test_status_shows_a_settings_file_that_does_not_parse_with_its_position_and_fails(layout: Layout) -> None:
+    layout.paths.user.parent.mkdir(parents=True)
+    layout.paths.user.write_text('{"mcpServers": {\n')
+    code, out = invoke(layout, "status")
+    assert code == 1
+    assert f"invalid settings file {layout.paths.user}:2:1" in " ".join(out.split())
+    code, out = invoke(layout, "status", "--json")
+    assert code == 1
+    [problem, *_] = json.loads(out)["problems"]
+    assert problem.startswith(f"invalid settings file {layout.paths.user}:2:1")
+
+
+def test_status_shows_an_approvals_store_that_cannot_be_read_and_fails(layout: Layout) -> None:
+    layout.paths.approvals.parent.mkdir(parents=True)
+    layout.paths.approvals.write_text("{garbage")
+    layout.paths.approvals.chmod(0o600)
+    code, out = invoke(layout, "status", "--json")
+    assert code == 1
+    assert any(str(layout.paths.approvals) in problem for problem in json.loads(out)["problems"])
+
+
+def test_each_problem_is_said_once(layout: Layout) -> None:
+    write_json(layout.paths.project, {"mcpServers": {"p": {"command": "x", "env": {"REF": "${UNSET_FOR_THIS_TEST}"}}}})
+    for command in (["mcp", "list", "--json"], ["status", "--json"]):
+        code, out = invoke(layout, *command)
+        problems = json.loads(out)["problems"]
+        undefined = [p for p in problems if "UNSET_FOR_THIS_TEST" in p]
+        assert len(undefined) == 1, (command, problems)
+        assert code == 0, (command, problems)
