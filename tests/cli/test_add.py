@@ -36,6 +36,8 @@ def saved(layout: Layout) -> dict[str, object]:
         (["x", "--scpoe", "workspace", "--", "echo", "hi"], "No such option: --scpoe"),
         (["x", "npx", "-y", "pkg"], "No such option: -y"),
         (["--", "-s", "echo"], "a server name cannot start with '-'"),
+        (["", "--", "echo"], "cannot add a server without a name"),
+        (["x", "--sse", "--", "echo"], "--sse says the --url is an SSE endpoint"),
     ],
 )
 def test_an_unknown_option_or_a_name_like_an_option_is_refused_and_nothing_is_written(
@@ -51,3 +53,27 @@ def test_everything_after_the_double_dash_is_the_command_options_included(layout
     code, output = add(layout, "--scope", "user", "x", "--", "npx", "-y", "pkg", "--scope", "z")
     assert code == 0, output
     assert saved(layout) == {"x": {"command": "npx", "args": ["-y", "pkg", "--scope", "z"]}}
+
+
+def test_a_workspace_server_added_says_it_waits_for_approval_and_remove_points_at_its_scope(layout: Layout) -> None:
+    code, output = add(layout, "--scope", "workspace", "w", "--", "echo", "hi")
+    assert code == 0, output
+    assert f"It starts once approved: mcpvisor mcp approve w --workspace {layout.root}" in " ".join(output.split())
+    result = CliRunner().invoke(app, ["mcp", "remove", "w", "--workspace", str(layout.root)], env=layout.env)
+    assert result.exit_code == 1
+    assert f"it is in {layout.paths.workspace}: pass --scope workspace" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("where", ["missing", "file"])
+def test_a_workspace_that_is_not_an_existing_folder_is_refused_and_nothing_is_created(
+    layout: Layout, where: str
+) -> None:
+    target = layout.root / "typo" / "a" if where == "missing" else layout.root / "a-file"
+    if where == "file":
+        target.write_text("")
+    result = CliRunner().invoke(
+        app, ["mcp", "add", "x", "--scope", "workspace", "--workspace", str(target), "--", "y"], env=layout.env
+    )
+    assert result.exit_code == 2
+    assert "Invalid value for '--workspace'" in " ".join(result.output.split())
+    assert not (layout.root / "typo").exists()

@@ -59,3 +59,16 @@ def test_shell_completion_completes_commands() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["import"]
+
+
+def test_run_help_names_every_event_run_json_prints() -> None:
+    import re
+    from pathlib import Path
+
+    from mcpvisor.cli import output
+
+    events = set(re.findall(r'"event": "([a-z_]+)"', Path(output.__file__).read_text()))
+    assert len(events) >= 10
+    result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    said = set(re.findall(r"[a-z_]+", result.output.split("one JSON object per line:")[1]))
+    assert events <= said, events - said

@@ -15,6 +15,7 @@ from mcpvisor.core.server_config import (
     connection_id_of,
     exposure_of,
     normalize_server_entry,
+    redact_text,
 )
 
 BASE: dict[str, Any] = {
@@ -175,3 +176,8 @@ def test_exposure_filters_exclude_wins_over_include() -> None:
 def test_target_hides_url_credentials_and_query_values() -> None:
     cfg = McpServerConfig(http_url="https://user:pw@example.com/mcp?token=s3cret&x=1", headers={"Authorization": "B"})
     assert cfg.target() == "https://example.com/mcp?token=***&x=***"
+
+
+def test_a_url_in_parentheses_is_redacted_and_the_parenthesis_kept() -> None:
+    text = "ConnectError: refused (reaching http://127.0.0.1:1/mcp?key=s3cret)"
+    assert redact_text(text) == "ConnectError: refused (reaching http://127.0.0.1:1/mcp?key=***)"

@@ -51,7 +51,9 @@ class Shell:
         return len(self.text())
 
     async def wait_for(self, text: str, since: int = 0) -> str:
-        await wait_until(lambda: text in self.text(since), what=repr(text))
+        """Wait until ``text`` was printed since ``since`` (the console may have wrapped it across lines)."""
+        words = " ".join(text.split())
+        await wait_until(lambda: words in " ".join(self.text(since).split()), what=repr(text))
         return self.text(since)
 
     async def type(self, line: str) -> None:
@@ -348,7 +350,7 @@ async def test_a_broken_save_and_its_fix_are_both_said(tmp_path: Path) -> None:
     async with shell(tmp_path, user={"mcpServers": {"a": a}}) as s:
         since = s.mark()
         replace_text(s.layout.paths.user, '{"mcpServers": {"a": ')
-        await s.wait_for("keeping the last good configuration", since)
+        await s.wait_for("its last good content (if any) stays in force", since)
         since = s.mark()
         save(s.layout.paths.user, {"mcpServers": {"a": a}})
         await s.wait_for(f"✓ {s.layout.paths.user} is valid again — applied", since)

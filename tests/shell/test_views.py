@@ -31,6 +31,7 @@ def test_every_state_reads_as_its_reason_in_priority_order(tmp_path: Path) -> No
     servers = {
         "ok": cfg("ok", env={"TOKEN": "hunter2"}),
         "broken": cfg("broken"),
+        "gone": cfg("gone"),
         "off": cfg("off"),
         "denied": cfg("denied"),
         "new": cfg("new", "project"),
@@ -42,17 +43,24 @@ def test_every_state_reads_as_its_reason_in_priority_order(tmp_path: Path) -> No
     }
     store = ApprovalStore(tmp_path / "approvals.json")
     store.reject(tmp_path / "ws", "nope", servers["nope"])
-    gating = McpGating(excluded=("off",), allowed=("ok", "broken", "off", "new", "nope"), pending=("new", "nope"))
+    gating = McpGating(
+        excluded=("off",), allowed=("ok", "broken", "gone", "off", "new", "nope"), pending=("new", "nope")
+    )
+    broken_log, gone_log = tmp_path / "broken.log", tmp_path / "gone.log"
+    broken_log.write_text("Traceback (most recent call last):\n")
+    gone_log.write_text("")  # it never started: nothing to see there
     live = {
         "ok": LiveConnection("connected", 3, 1, None, "/logs/ok.log"),
-        "broken": LiveConnection("disconnected", 0, 0, "process exited with code 1", "/logs/broken.log"),
+        "broken": LiveConnection("disconnected", 0, 0, "process exited with code 1", str(broken_log)),
+        "gone": LiveConnection("disconnected", 0, 0, "executable 'gone' not found", str(gone_log)),
     }
     rows = describe_servers(AssembledServers(servers, sources), gating, store, tmp_path / "ws", live=live)
     text = render(rows)
     assert text.splitlines() == [
         f"User ({user})",
-        "  broken · ✗ disconnected — process exited with code 1; see error logs: /logs/broken.log",
+        f"  broken · ✗ disconnected — process exited with code 1; see error logs: {broken_log}",
         "  denied · ○ not allowed (not in mcp.allowed or --allowed-mcp-server-names)",
+        "  gone · ✗ disconnected — executable 'gone' not found",
         "  off · ○ disabled (in mcp.excluded)",
         "  ok · ● connected (3 tools, 1 prompt)",
         f"Project .mcp.json ({project})",

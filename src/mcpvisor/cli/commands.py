@@ -288,8 +288,12 @@ def add_server(
     force: bool = False,
 ) -> None:
     file_scope = check_scope(scope)
+    if not name.strip():
+        raise ConfigError("cannot add a server without a name: mcpvisor mcp add NAME -- CMD ARGS")
     if name.startswith("-"):
         raise ConfigError(f"cannot add server {name!r}: a server name cannot start with '-' (an option goes before --)")
+    if sse and not url:
+        raise ConfigError(f"cannot add server {name!r}: --sse says the --url is an SSE endpoint; give the --url")
     entry: dict[str, Any] = {}
     if url and command:
         raise ConfigError(f"cannot add server {name!r}: give either a command (after --) or --url, not both")
@@ -321,7 +325,10 @@ def add_server(
             "pass --force to replace it, or pick another name"
         )
     set_setting(settings, file_scope, ("mcpServers", name), entry)
-    new_console(highlight=False).print(f"Added server [bold]{name}[/] to {settings.paths.of(file_scope)}")
+    console = new_console(highlight=False)
+    console.print(f"Added server [bold]{name}[/] to {settings.paths.of(file_scope)}")
+    if file_scope == "workspace":  # the folder's own settings: gated like .mcp.json
+        console.print(f"It starts once approved: mcpvisor mcp approve {name} --workspace {settings.root}")
 
 
 def remove_server(*, env: Mapping[str, str], workspace: Path | None, name: str, scope: str) -> None:
@@ -332,6 +339,9 @@ def remove_server(*, env: Mapping[str, str], workspace: Path | None, name: str, 
         _, _, state = load_state(env, workspace)
         source = state.assembled.sources.get(name)
         where = f"; it is defined in {source.path} ({source.label}): edit that file" if source and source.path else ""
+        other: Literal["user", "workspace"] = "workspace" if file_scope == "user" else "user"
+        if source is not None and source.path == settings.paths.of(other):
+            where = f"; it is in {source.path}: pass --scope {other}"
         raise ConfigError(f"cannot remove server {name!r}: it is not in {path}{where}")
     new_console(highlight=False).print(f"Removed server [bold]{name}[/] from {path}")
 

@@ -150,7 +150,8 @@ def run(
     With --fleet, approvals are the fleet's and decisions made anywhere in it apply at once.
 
     With --json, prints one JSON object per line: ready, server, reconcile, approval_needed,
-    settings_error, restart_required, warning, error, prompts_changed.
+    settings_error, settings_ok, restart_required, warning, error, prompts_changed, lsp_server,
+    lsp_approval_needed.
     """
     setup_logging(verbose, narrated=not as_json)
     with reported():

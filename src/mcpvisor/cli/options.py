@@ -38,7 +38,13 @@ __all__ = [
 WorkspaceOpt = Annotated[
     Path | None,
     typer.Option(
-        "--workspace", "-w", help="Workspace root (default: the current directory).", show_default=False, metavar="DIR"
+        "--workspace",
+        "-w",
+        help="Workspace root (default: the current directory); an existing folder.",
+        show_default=False,
+        metavar="DIR",
+        exists=True,
+        file_okay=False,
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output (JSON).")]

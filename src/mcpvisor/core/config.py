@@ -427,7 +427,7 @@ class Config(StackOwner):
         elif reason == "excluded":
             text = f"{head} is excluded; remove {server!r} from mcp.excluded in your settings"
         elif reason == "pending_approval":
-            text = f"{head} needs approval; approve it with /mcp or run: mcpvisor mcp approve {server}"
+            text = f"{head} needs approval; run: mcpvisor mcp approve {server} (in the shell: /approve {server})"
         elif reason == "rejected":
             text = (
                 f"{head} was rejected; edit its configuration to be asked again, or run: mcpvisor mcp approve {server}"

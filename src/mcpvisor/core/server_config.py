@@ -240,7 +240,9 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()]+")
+"""A URL in a message: up to a space, a quote, an angle bracket or a parenthesis (text around a URL often
+wraps it in one)."""
 _MIN_SECRET_LEN = 4
 
 

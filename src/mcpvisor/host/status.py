@@ -197,10 +197,20 @@ def state_text(
     if row.error:
         shows_log = row.log_path is not None and row.log_path in row.error
         hint = (
-            f"; see error logs: {row.log_path}" if row.log_path and row.transport == "stdio" and not shows_log else ""
+            f"; see error logs: {row.log_path}"
+            if row.log_path and row.transport == "stdio" and not shows_log and _has_content(row.log_path)
+            else ""
         )
         return "✗", f"disconnected — {row.error}{hint}", "red"
     return "○", "disconnected", "dim"
+
+
+def _has_content(path: str) -> bool:
+    """Whether the server's log holds anything (a server that never started left it empty)."""
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False
 
 
 def short_command(target: str) -> str:

@@ -119,7 +119,7 @@ class HumanOutput:
             elif event.state == "removed":
                 c.print(f"[yellow]- removed language server {event.server}[/]")
         elif isinstance(event, SettingsError):
-            c.print(f"[red]✗ {event} — keeping the last good configuration[/]")
+            c.print(f"[red]✗ {event} — until it is fixed, its last good content (if any) stays in force[/]")
         elif isinstance(event, SettingsOk):
             c.print(f"[green]✓ {event}[/]")
         elif isinstance(event, SettingsWarning):

@@ -70,7 +70,11 @@ def test_a_truncated_file_is_a_parse_error_with_a_position() -> None:
     assert info.value.report.column is not None
 
 
-@pytest.mark.parametrize(("text", "kind"), [("[1, 2]", "an array"), ('"x"', "a str"), ("3", "a int")])
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [("[1, 2]", "an array"), ('"x"', "a string"), ("3", "a number"), ("2.5", "a number"), ("true", "true or false")]
+    + [("null", "null")],
+)
 def test_a_document_that_is_not_an_object_names_the_file(text: str, kind: str) -> None:
     with pytest.raises(SettingsFileError, match=f"/x/settings.json.*found {kind}"):
         parse_settings_text(text, P)

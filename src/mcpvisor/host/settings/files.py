@@ -110,10 +110,19 @@ def parse_settings_text(text: str, path: Path) -> dict[str, Any]:
         column = int(match["col"]) if match["col"] else None
         raise SettingsFileError(SettingsError(path, _readable(match["msg"]), int(match["line"]), column)) from exc
     if not isinstance(value, dict):
-        kind = "an array" if isinstance(value, list) else f"a {type(value).__name__}"
+        kind = _JSON_KINDS.get(type(value), "a value")
         raise SettingsFileError(SettingsError(path, f"expected a JSON object at the top level, found {kind}", 1, 1))
     return value
 
+
+_JSON_KINDS: dict[type, str] = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "true or false",
+    type(None): "null",
+}
 
 _UNEXPECTED = re.compile(r'^Unexpected "(?P<char>.)"$', re.DOTALL)
 _CHARACTER_NAMES = {" ": "space", "\t": "tab", "\n": "line break", "\r": "carriage return"}
