@@ -4,6 +4,7 @@ cannot be read fails ``status``."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -51,3 +52,20 @@ def test_each_problem_is_said_once(layout: Layout) -> None:
         undefined = [p for p in problems if "UNSET_FOR_THIS_TEST" in p]
         assert len(undefined) == 1, (command, problems)
         assert code == 0, (command, problems)
+
+
+@pytest.mark.parametrize("where", ["elsewhere", "in the workspace"])
+def test_a_fix_hint_works_from_where_it_is_printed(
+    layout: Layout, where: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    write_json(layout.paths.project, {"mcpServers": {"p": {"command": "x"}}})
+    monkeypatch.chdir(layout.root if where == "in the workspace" else tmp_path)
+    for command in (["mcp", "list"], ["status"]):
+        code, out = invoke(layout, *command)
+        said = " ".join(out.split())
+        assert code == 0, out
+        if where == "in the workspace":
+            assert "needs approval — run: mcpvisor mcp approve p" in said
+            assert "--workspace" not in said
+        else:
+            assert f"needs approval — run: mcpvisor mcp approve p --workspace {layout.root}" in said

@@ -27,7 +27,7 @@ from mcpvisor.host.private_files import write_atomically
 from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted_folders
 from mcpvisor.host.settings.mcp_servers import load_top_tier
 from mcpvisor.host.settings.writer import delete_setting, set_setting
-from mcpvisor.host.status import describe_servers, plural
+from mcpvisor.host.status import command_hints, describe_servers, plural
 from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.views import render_definition_changes, render_status
 
@@ -116,7 +116,11 @@ def list_servers(
     console = new_console(highlight=False)
     for problem in problems:
         console.print(f"[yellow]! {problem}[/]")
-    render_status(console, rows, live=False, title=f"MCP servers for {settings.root}", show_target=True)
+    approve_hint, login_hint = command_hints(settings.root)
+    title = f"MCP servers for {settings.root}"
+    render_status(
+        console, rows, live=False, title=title, show_target=True, approve_hint=approve_hint, login_hint=login_hint
+    )
 
 
 def _configured(settings: Settings, state: DesiredState, name: str, what: str) -> McpServerConfig:

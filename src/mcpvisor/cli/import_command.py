@@ -18,6 +18,7 @@ from mcpvisor.host.importers import SOURCES, ImportLevel, PlannedImport, plan_im
 from mcpvisor.host.plugin_lsp import PluginLsp, scan_plugin_lsp_servers
 from mcpvisor.host.settings.loader import Settings, load_settings
 from mcpvisor.host.settings.writer import set_setting
+from mcpvisor.host.status import command_hints
 from mcpvisor.shell.consoles import new_console
 
 __all__ = ["import_servers"]
@@ -66,7 +67,7 @@ def import_servers(
         print(json.dumps(out, indent=2))  # noqa: T201 - the command's output
     else:
         console = new_console(highlight=False)
-        _print_import(console, scan.title, scan.files, planned, dry_run)
+        _print_import(console, scan.title, scan.files, planned, dry_run, settings.root)
         _print_plugin_lsp(console, plugin_lsp, settings.paths.user, dry_run)
     skipped = any(item.action == "skip" for item in planned) or any(a == "skip" for _, a, _ in plugin_lsp)
     return 1 if skipped else 0
@@ -146,7 +147,7 @@ _MARKS = {"add": "[green]+[/]", "replace": "[yellow]~[/]", "present": "[dim]=[/]
 
 
 def _print_import(
-    console: Console, title: str, files: Sequence[Any], planned: Sequence[PlannedImport], dry_run: bool
+    console: Console, title: str, files: Sequence[Any], planned: Sequence[PlannedImport], dry_run: bool, root: Path
 ) -> None:
     for f in files:
         if f.exists and f.note:
@@ -185,6 +186,7 @@ def _print_import(
     gated = [i.candidate.name for i in planned if i.candidate.level == "workspace" and i.action in ("add", "replace")]
     if gated:
         console.print(
-            f"Workspace servers start only once approved: mcpvisor mcp approve {escape(gated[0])}"
+            "Workspace servers start only once approved: "
+            + escape(command_hints(root)[0].format(name=gated[0]))
             + (f" (and {len(gated) - 1} more)" if len(gated) > 1 else "")
         )

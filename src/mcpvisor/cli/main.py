@@ -193,6 +193,7 @@ def status(
     async def once() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str], bool]:
         from mcpvisor.cli.commands import config_problems
         from mcpvisor.host.host import Host
+        from mcpvisor.host.status import command_hints
         from mcpvisor.shell.views import render_lsp_status, render_status
 
         options = host_options(
@@ -212,7 +213,9 @@ def status(
                 console = new_console(highlight=False)
                 for problem in problems:
                     console.print(f"[yellow]! {problem}[/]")
-                render_status(console, rows, title=f"MCP servers for {host.root}")
+                approve_hint, login_hint = command_hints(host.root)
+                title = f"MCP servers for {host.root}"
+                render_status(console, rows, title=title, approve_hint=approve_hint, login_hint=login_hint)
                 render_lsp_status(console, lsp_rows, show_target=True)
         return [row.to_json() for row in rows], [row.to_json() for row in lsp_rows], problems, broken
 

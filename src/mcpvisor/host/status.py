@@ -9,6 +9,7 @@ Secrets (env values, headers) are never part of a row.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -91,6 +92,20 @@ class ServerView:
 
 APPROVE_HINT = "mcpvisor mcp approve {name}"
 LOGIN_HINT = "mcpvisor mcp login {name}"
+
+
+def command_hints(root: str | os.PathLike[str]) -> tuple[str, str]:
+    """The approve and login hints (``{name}`` in each) that work where they are printed: with
+    ``--workspace ROOT`` unless ``root`` is the current directory (run elsewhere, they would name another
+    workspace)."""
+    try:
+        here = Path.cwd().resolve() == Path(root).resolve()
+    except OSError:
+        here = False
+    if here:
+        return APPROVE_HINT, LOGIN_HINT
+    workspace = f" --workspace {shlex.quote(str(root))}".replace("{", "{{").replace("}", "}}")
+    return APPROVE_HINT + workspace, LOGIN_HINT + workspace
 
 
 def describe_servers(
