@@ -23,6 +23,11 @@ def invoke(layout: Layout, *args: str) -> tuple[int, str]:
     return result.exit_code, result.stdout
 
 
+def failing(layout: Layout, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, [*args, "--workspace", str(layout.root)], env=layout.env)
+    return result.exit_code, result.stderr
+
+
 def test_status_shows_a_settings_file_that_does_not_parse_with_its_position_and_fails(layout: Layout) -> None:
     layout.paths.user.parent.mkdir(parents=True)
     layout.paths.user.write_text('{"mcpServers": {\n')
@@ -69,3 +74,16 @@ def test_a_fix_hint_works_from_where_it_is_printed(
             assert "--workspace" not in said
         else:
             assert f"needs approval — run: mcpvisor mcp approve p --workspace {layout.root}" in said
+
+
+def test_approving_a_server_that_is_not_in_force_says_why(layout: Layout) -> None:
+    write_json(layout.paths.project, {"mcpServers": {"r": {"command": ["python"]}}})
+    code, out = failing(layout, "mcp", "approve", "r")
+    assert code == 1
+    assert "its entry is not valid (skipped MCP server 'r'" in " ".join(out.split())
+    write_json(layout.paths.user, {"security": {"folderTrust": {"enabled": True}}})
+    for command in (["mcp", "approve", "r"], ["lsp", "approve", "py"]):
+        code, out = failing(layout, *command)
+        assert code == 1
+        assert f"{layout.root} is not trusted" in " ".join(out.split())
+        assert "run: mcpvisor mcp trust --workspace" in " ".join(out.split())

@@ -268,7 +268,7 @@ def test_login_refuses_what_it_cannot_sign_in_to(tmp_path: Path) -> None:
         "plain": "refusing to sign in to server 'plain' over plain HTTP (http://mcp.example.invalid/mcp)",
         "local": "it runs a command (stdio), there is nothing to sign in to",
         "proj": "not approved; approve it first: mcpvisor mcp approve proj",
-        "nope": "no server of that name is configured",
+        "nope": "no MCP server of that name is configured",
     }
     for name, message in cases.items():
         result = cli(layout, "mcp", "login", name, browser=NOTHING)

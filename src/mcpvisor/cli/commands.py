@@ -8,6 +8,7 @@ and compute gating with the same function as the running host, so what they say 
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -124,15 +125,33 @@ def list_servers(
 
 
 def _configured(settings: Settings, state: DesiredState, name: str, what: str) -> McpServerConfig:
-    """Server ``name`` as configured, or :class:`ConfigError` listing the configured ones."""
+    """Server ``name`` as configured, or :class:`ConfigError` saying why it is not."""
     cfg = state.assembled.servers.get(name)
     if cfg is None:
-        known = ", ".join(sorted(state.assembled.servers)) or "none"
-        raise ConfigError(
-            f"cannot {what} server {name!r}: no server of that name is configured for {settings.root} "
-            f"(configured: {known}); check the name or pass --workspace"
-        )
+        warnings = (*settings.warnings, *state.assembled.warnings)
+        raise not_configured(settings, name, f"{what} server", "MCP server", state.assembled.servers, warnings)
     return cfg
+
+
+def not_configured(
+    settings: Settings, name: str, doing: str, kind: str, known: Iterable[str], warnings: Iterable[str]
+) -> ConfigError:
+    """Why ``name`` is not among the configured servers (``kind``: "MCP server" or "language server"), with
+    the fix that applies: its entry is invalid, the folder is not trusted, or no entry has that name."""
+    head = f"cannot {doing} {name!r}"
+    for warning in warnings:
+        if warning.startswith(f"skipped {kind} {name!r}"):
+            return ConfigError(f"{head}: its entry is not valid ({warning})")
+    if not settings.trusted:
+        return ConfigError(
+            f"{head}: {settings.root} is not trusted, so its own settings files are not read; "
+            f"if you trust it, run: mcpvisor mcp trust --workspace {shlex.quote(str(settings.root))}"
+        )
+    listed = ", ".join(sorted(known)) or "none"
+    return ConfigError(
+        f"{head}: no {kind} of that name is configured for {settings.root} (configured: {listed}); "
+        "check the name or pass --workspace"
+    )
 
 
 def decide(

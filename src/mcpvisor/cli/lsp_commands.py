@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from mcpvisor.cli.commands import not_configured
 from mcpvisor.cli.fleet import approval_store
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.approvals import ApprovalStore, is_gated
@@ -125,11 +126,8 @@ def decide_lsp(*, env: Mapping[str, str], workspace: Path | None, name: str, dec
     settings, approvals, state = load_lsp_state(env, workspace)
     cfg = state.servers.get(name)
     if cfg is None:
-        known = ", ".join(sorted(state.servers)) or "none"
-        raise ConfigError(
-            f"cannot {decision} language server {name!r}: none of that name is configured for {settings.root} "
-            f"(configured: {known}); check the name or pass --workspace"
-        )
+        warnings = (*settings.warnings, *state.warnings)
+        raise not_configured(settings, name, f"{decision} language server", "language server", state.servers, warnings)
     entry = state.assembled.sources[name]
     if not is_gated(cfg):
         raise ConfigError(
