@@ -15,11 +15,12 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from rich.console import Console
+from rich.markup import escape
 
 from mcpvisor.cli.fleet import approval_store, pin_store, token_store
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
-from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_config import CODE_LOADING_ENV, McpServerConfig
 from mcpvisor.host import paths
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.decisions import Verdict
@@ -116,7 +117,7 @@ def list_servers(
         return
     console = new_console(highlight=False)
     for problem in problems:
-        console.print(f"[yellow]! {problem}[/]")
+        console.print(f"[yellow]! {escape(problem)}[/]")
     approve_hint, login_hint = command_hints(settings.root)
     title = f"MCP servers for {settings.root}"
     render_status(
@@ -184,7 +185,7 @@ def decide(
     stamp = approvals.stamp(settings.root, name)  # the decision as it is shown: another one meanwhile is refused
     approved = approvals.get_state(settings.root, name, cfg) == "approved"
     if is_gated(cfg) and not (changes and approved):
-        console.print(f"Server [bold]{name}[/] ({source.label}, {source.path})")
+        console.print(f"Server [bold]{escape(name)}[/] ({escape(source.label)}, {escape(str(source.path))})")
         _show_config(console, cfg)
     decided = decide(
         approvals,
@@ -199,7 +200,7 @@ def decide(
         source=source.label,
     )
     if decided.accepted:
-        console.print(f"[green]Accepted[/] what {name} offers now. A running mcpvisor serves it at once.")
+        console.print(f"[green]Accepted[/] what {escape(name)} offers now. A running mcpvisor serves it at once.")
     if decided.recorded and decision == "approve":
         console.print(f"[green]Approved[/] for {settings.root}. A running mcpvisor connects it now.")
     elif decided.recorded:
@@ -262,9 +263,11 @@ def logout(*, env: Mapping[str, str], workspace: Path | None, name: str) -> None
     store = token_store(env)
     store.read()  # a corrupt store: say so rather than "not signed in"
     if store.forget(token_key(cfg, oauth_settings(name, cfg))):
-        new_console(highlight=False).print(f"Signed out of [bold]{name}[/]: its tokens are deleted from {store.place}")
+        new_console(highlight=False).print(
+            f"Signed out of [bold]{escape(name)}[/]: its tokens are deleted from {escape(str(store.place))}"
+        )
     else:
-        new_console(highlight=False).print(f"Not signed in to [bold]{name}[/]: nothing to forget")
+        new_console(highlight=False).print(f"Not signed in to [bold]{escape(name)}[/]: nothing to forget")
 
 
 def _show_config(console: Console, cfg: McpServerConfig) -> None:
@@ -274,18 +277,21 @@ def _show_config(console: Console, cfg: McpServerConfig) -> None:
     shown = cfg.approved_value
     command, args, cwd, url = shown("command"), list(shown("args") or ()), shown("cwd"), None
     if cfg.command is not None:
-        console.print(f"  command: {command}")
+        console.print(f"  command: {escape(str(command))}")
         if args:
-            console.print(f"  args:    {json.dumps(args)}")
+            console.print(f"  args:    {escape(json.dumps(args))}")
         if cwd:
-            console.print(f"  cwd:     {cwd}")
+            console.print(f"  cwd:     {escape(str(cwd))}")
     else:
         url = shown("http_url") or shown("url")
-        console.print(f"  url:     {url} ({cfg.transport})")
-    if cfg.env:
-        console.print(f"  env:     {', '.join(sorted(cfg.env))} (values hidden)")
+        console.print(f"  url:     {escape(str(url))} ({cfg.transport})")
+    for key, value in cfg.code_loading_env():
+        console.print(f"  env:     {escape(key)}={escape(value)} (decides what code runs)")
+    hidden = sorted(key for key in cfg.env or {} if not CODE_LOADING_ENV.match(key))
+    if hidden:
+        console.print(f"  env:     {escape(', '.join(hidden))} (values hidden)")
     if cfg.headers:
-        console.print(f"  headers: {', '.join(sorted(cfg.headers))} (values hidden)")
+        console.print(f"  headers: {escape(', '.join(sorted(cfg.headers)))} (values hidden)")
     if names_variables(command, *args, cwd, url):
         console.print(f"  [yellow]{FROM_ENVIRONMENT}[/]", highlight=False)
 
@@ -349,9 +355,9 @@ def add_server(
         )
     set_setting(settings, file_scope, ("mcpServers", name), entry)
     console = new_console(highlight=False)
-    console.print(f"Added server [bold]{name}[/] to {settings.paths.of(file_scope)}")
+    console.print(f"Added server [bold]{escape(name)}[/] to {escape(str(settings.paths.of(file_scope)))}")
     if file_scope == "workspace":  # the folder's own settings: gated like .mcp.json
-        console.print(f"It starts once approved: mcpvisor mcp approve {name} --workspace {settings.root}")
+        console.print(f"It starts once approved: mcpvisor mcp approve {name} --workspace {settings.root}", markup=False)
 
 
 def remove_server(*, env: Mapping[str, str], workspace: Path | None, name: str, scope: str) -> None:
@@ -366,7 +372,7 @@ def remove_server(*, env: Mapping[str, str], workspace: Path | None, name: str, 
         if source is not None and source.path == settings.paths.of(other):
             where = f"; it is in {source.path}: pass --scope {other}"
         raise ConfigError(f"cannot remove server {name!r}: it is not in {path}{where}")
-    new_console(highlight=False).print(f"Removed server [bold]{name}[/] from {path}")
+    new_console(highlight=False).print(f"Removed server [bold]{escape(name)}[/] from {escape(str(path))}")
 
 
 def trust_folder(*, env: Mapping[str, str], workspace: Path | None) -> None:

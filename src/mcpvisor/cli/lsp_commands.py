@@ -112,12 +112,12 @@ def _show(console: Console, name: str, cfg: LspServerConfig, where: str) -> None
     console.print(f"Language server [bold]{escape(name)}[/] ({escape(where)})")
     console.print(f"  command:    {escape(cfg.target())}")
     console.print(
-        f"  files:      {', '.join(f'{e} ({lang})' for e, lang in sorted(cfg.extension_to_language.items()))}"
+        f"  files:      {escape(', '.join(f'{e} ({lang})' for e, lang in sorted(cfg.extension_to_language.items())))}"
     )
     if cfg.workspace_folder:
         console.print(f"  folder:     {escape(cfg.workspace_folder)}")
     if cfg.env:
-        console.print(f"  env:        {', '.join(sorted(cfg.env))} (values hidden)")
+        console.print(f"  env:        {escape(', '.join(sorted(cfg.env)))} (values hidden)")
     if cfg.initialization_options is not None:
         console.print(f"  init:       {escape(json.dumps(cfg.initialization_options))[:300]}")
 

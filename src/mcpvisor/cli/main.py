@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import typer
+from rich.markup import escape
 
 from mcpvisor import __version__
 from mcpvisor.cli.fleet import FleetNameOpt, FleetOpt, joined, with_fleet_stores
@@ -212,7 +213,7 @@ def status(
             if not as_json:
                 console = new_console(highlight=False)
                 for problem in problems:
-                    console.print(f"[yellow]! {problem}[/]")
+                    console.print(f"[yellow]! {escape(problem)}[/]")
                 approve_hint, login_hint = command_hints(host.root)
                 title = f"MCP servers for {host.root}"
                 render_status(console, rows, title=title, approve_hint=approve_hint, login_hint=login_hint)

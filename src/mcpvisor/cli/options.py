@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from mcpvisor.core.errors import McpvisorError
 from mcpvisor.core.server_config import redact_text
@@ -129,7 +130,7 @@ def setup_logging(verbose: int, *, narrated: bool = False) -> None:
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    new_console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {message}", highlight=False)
+    new_console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
 
 

@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
 
 __all__ = [
+    "CODE_LOADING_ENV",
     "CONNECTION_FIELDS",
     "ConnectionOptions",
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -192,6 +193,12 @@ class McpServerConfig(BaseModel):
         cfg._literal = literal
         return cfg
 
+    def code_loading_env(self) -> tuple[tuple[str, str], ...]:
+        """The env entries that decide what code the server runs (:data:`CODE_LOADING_ENV`), as written: an
+        approval shows them with their values, which hold paths and flags rather than secrets."""
+        env = self.approved_value("env") or {}
+        return tuple((key, str(env[key])) for key in sorted(env) if CODE_LOADING_ENV.match(key))
+
     def approved_value(self, key: str) -> Any:
         """``key``'s value as the entry wrote it, before ``${VAR}`` expansion: what an approval covers (and shows:
         a ``${VAR}`` runs whatever the environment of the process that runs it says, and may hold a secret)."""
@@ -239,6 +246,14 @@ def redact_url(url: str) -> str:
     query = "&".join(f"{k}=***" for k, _ in parse_qsl(parts.query, keep_blank_values=True))
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
+
+CODE_LOADING_ENV = re.compile(
+    r"^(LD_.*|DYLD_.*|PATH|NODE_OPTIONS|NODE_PATH|PYTHONSTARTUP|PYTHONPATH|PYTHONHOME|BASH_ENV|ENV"
+    r"|PERL5OPT|PERL5LIB|PERLLIB|RUBYOPT|RUBYLIB|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|JDK_JAVA_OPTIONS)$",
+    re.IGNORECASE,
+)
+"""Environment variables that make a process load code of their value's choosing (a preloaded library, a
+module path, a start-up script, interpreter flags) or choose the programs a bare command name runs."""
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()]+")
 """A URL in a message: up to a space, a quote, an angle bracket or a parenthesis (text around a URL often

@@ -18,7 +18,7 @@ from typing import Literal
 from rich.console import Console
 from rich.text import Text
 
-from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.core.server_config import CODE_LOADING_ENV, McpServerConfig
 from mcpvisor.host.lsp.config import LSP_KEY_PREFIX, RUNS_WORKSPACE_CODE, LspServerConfig
 from mcpvisor.host.settings.mcp_servers import ServerSource
 from mcpvisor.shell.views import indented
@@ -63,7 +63,8 @@ def parse_choice(text: str) -> Choice | None:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalRequest:
-    """One server as the dialog shows it. Never holds an env or header value."""
+    """One server as the dialog shows it. Never holds a header value, nor an env value but those that
+    decide what code runs (``code_env``: ``NODE_OPTIONS=--require ./x.js`` is what is approved)."""
 
     name: str
     hash: str
@@ -76,7 +77,9 @@ class ApprovalRequest:
     cwd: str | None
     url: str | None
     env_keys: tuple[str, ...]
+    """The env variables whose values are not shown (they may hold secrets)."""
     header_keys: tuple[str, ...]
+    code_env: tuple[tuple[str, str], ...] = ()
     files: tuple[str, ...] = ()
     """A language server's extensions (empty for an MCP server)."""
     note: str | None = None
@@ -108,8 +111,9 @@ def approval_request(name: str, cfg: McpServerConfig, source: ServerSource) -> A
         args=args,
         cwd=cwd,
         url=url,
-        env_keys=tuple(sorted(cfg.env or {})),
+        env_keys=tuple(sorted(key for key in cfg.env or {} if not CODE_LOADING_ENV.match(key))),
         header_keys=tuple(sorted(cfg.headers or {})),
+        code_env=cfg.code_loading_env(),
         note=FROM_ENVIRONMENT if variables else None,
     )
 
@@ -156,6 +160,8 @@ def render_approval_request(console: Console, request: ApprovalRequest, *, intro
             lines.append(("cwd", request.cwd))
     else:
         lines.append(("url", f"{request.url} ({request.transport})"))
+    for key, value in request.code_env:
+        lines.append(("env", f"{key}={value} (decides what code runs)"))
     if request.env_keys:
         lines.append(("env", f"{', '.join(request.env_keys)} (values hidden)"))
     if request.header_keys:
