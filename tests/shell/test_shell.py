@@ -345,6 +345,14 @@ async def test_reload_rereads_the_files(tmp_path: Path) -> None:
 # -- leaving ----------------------------------------------------------------------------------
 
 
+async def test_what_a_settings_file_names_is_printed_as_written_never_read_as_markup(tmp_path: Path) -> None:
+    a = server("a")
+    async with shell(tmp_path, user={"mcpServers": {"a": a}}) as s:
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {"a": a, "[conceal]b[/conceal]": server("b")}})
+        await s.wait_for("+ added [conceal]b[/conceal] (1 tool)", since)
+
+
 async def test_a_broken_save_and_its_fix_are_both_said(tmp_path: Path) -> None:
     a = server("a")
     async with shell(tmp_path, user={"mcpServers": {"a": a}}) as s:

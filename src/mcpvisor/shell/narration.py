@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rich.console import Console
+from rich.markup import escape
 
 from mcpvisor.core.events import ReconcileFinished, ServerStateChanged
 from mcpvisor.core.server_config import CONNECTION_FIELDS, McpServerConfig
@@ -63,28 +64,28 @@ class HumanOutput:
                     if failed:
                         reason = failed.split(": ", 1)[-1]
                         if self._failures.get(name) != reason:
-                            c.print(f"[red]✗ {name} failed to start:[/] {reason}")
+                            c.print(f"[red]✗ {escape(str(name))} failed to start:[/] {escape(str(reason))}")
                         self._failures[name] = reason
                     else:
                         self._failures.pop(name, None)
                         tools = len(self._host.config.tool_registry.tools_of(name))
                         verb = "connected" if name in event.retried else "added"
-                        c.print(f"[green]+ {verb} {name}[/] ({plural(tools, 'tool')})")
+                        c.print(f"[green]+ {verb} {escape(str(name))}[/] ({plural(tools, 'tool')})")
                 for name in event.removed:
-                    c.print(f"[yellow]- removed {name}[/]")
+                    c.print(f"[yellow]- removed {escape(str(name))}[/]")
                 for name in event.restarted:
                     fields = ", ".join(changed_fields(self._servers.get(name), current.get(name)))
-                    c.print(f"[cyan]↻ restarted {name}[/] ({fields} changed)")
+                    c.print(f"[cyan]↻ restarted {escape(str(name))}[/] ({escape(fields)} changed)")
                 for name in event.refiltered:
-                    c.print(f"[cyan]~ {name}: tool filters changed, re-filtered in place[/]")
+                    c.print(f"[cyan]~ {escape(str(name))}: tool filters changed, re-filtered in place[/]")
                 for name, reason in event.gated.items():
                     reason = self._host.refine_reason(name, reason) or reason
                     if self._gated.get(name) == reason:
                         continue  # said already; nothing changed for it
                     if reason == "excluded":
-                        c.print(f"[dim]○ {name} disabled (mcp.excluded)[/]")
+                        c.print(f"[dim]○ {escape(str(name))} disabled (mcp.excluded)[/]")
                     elif reason == "not_allowed":
-                        c.print(f"[dim]○ {name} not allowed[/]")
+                        c.print(f"[dim]○ {escape(str(name))} not allowed[/]")
                     elif reason == "rejected":
                         c.print(
                             f"[red]✗ {name} rejected — edit its config to be asked again, "
@@ -103,33 +104,40 @@ class HumanOutput:
                 return  # the status table shown when ready says it, with the command
             for name in fresh:
                 fix = self._approve_command.format(name=name, root=self._host.root)
-                c.print(f"[yellow]? {name} needs approval — run: {fix}[/]")
+                c.print(f"[yellow]? {escape(str(name))} needs approval — run: {escape(str(fix))}[/]")
         elif isinstance(event, LspPendingApprovalChanged):
             fresh = [name for name in event.servers if name not in self._lsp_announced]
             self._lsp_announced = set(event.servers)
             if not self._ready:
                 return  # the status table shown when ready says it
             for name in fresh:
-                c.print(f"[yellow]? language server {name} needs approval — run: mcpvisor lsp approve {name}[/]")
+                c.print(
+                    f"[yellow]? language server {escape(str(name))} needs approval — "
+                    f"run: mcpvisor lsp approve {escape(str(name))}[/]"
+                )
         elif isinstance(event, LspServerChanged) and self._ready:
             if event.state == "ready":
-                c.print(f"[green]● language server {event.server} ready[/] (pid {event.pid})")
+                c.print(f"[green]● language server {escape(str(event.server))} ready[/] (pid {escape(str(event.pid))})")
             elif event.state == "failed" and event.error:
-                c.print(f"[red]✗ language server {event.server} failed: {event.error}[/]")
+                c.print(f"[red]✗ language server {escape(str(event.server))} failed: {escape(str(event.error))}[/]")
             elif event.state == "removed":
-                c.print(f"[yellow]- removed language server {event.server}[/]")
+                c.print(f"[yellow]- removed language server {escape(str(event.server))}[/]")
         elif isinstance(event, SettingsError):
-            c.print(f"[red]✗ {event} — until it is fixed, its last good content (if any) stays in force[/]")
+            c.print(
+                f"[red]✗ {escape(str(event))} — until it is fixed, its last good content (if any) stays in force[/]"
+            )
         elif isinstance(event, SettingsOk):
-            c.print(f"[green]✓ {event}[/]")
+            c.print(f"[green]✓ {escape(str(event))}[/]")
         elif isinstance(event, SettingsWarning):
-            c.print(f"[yellow]! {event.message}[/]")
+            c.print(f"[yellow]! {escape(str(event.message))}[/]")
         elif isinstance(event, RestartRequired):
-            c.print(f"[yellow]! restart required for: {', '.join(event.paths)} (other changes were applied)[/]")
+            c.print(
+                f"[yellow]! restart required for: {escape(str(', '.join(event.paths)))} (other changes were applied)[/]"
+            )
         elif isinstance(event, McpReloadFailed):
-            c.print(f"[red]✗ {event.message} ({event.detail})[/]")
+            c.print(f"[red]✗ {escape(str(event.message))} ({escape(str(event.detail))})[/]")
         elif isinstance(event, ServerStateChanged) and self._ready and event.status == "disconnected" and event.error:
-            c.print(f"[red]✗ {event.server} disconnected: {event.error}[/]")
+            c.print(f"[red]✗ {escape(str(event.server))} disconnected: {escape(str(event.error))}[/]")
         elif isinstance(event, Ready):
             self._ready = True
             hint = self._approve_command.replace("{root}", str(self._host.root))
