@@ -113,6 +113,9 @@ class LanguageServer:
         self.documents = Documents(self._notify)
         self._published: dict[str, Published] = {}
         self._publish_sequence = 0
+        self._fresh_after = 0
+        """Diagnostics published before this sync number are stale whatever version they name: they came from an
+        earlier process (whose document versions started again at 1) or were computed under earlier settings."""
         self._published_event = anyio.Event()
 
     # -- properties ---------------------------------------------------------------------------
@@ -200,6 +203,8 @@ class LanguageServer:
             ) as connection:
                 self._connection = connection
                 self.pid = connection.process.pid
+                self._published.clear()  # what an earlier process published is not this one's
+                self._fresh_after = next_sync_number()
                 with anyio.fail_after(self.config.startup_timeout_s):
                     result = await connection.request("initialize", self._initialize_params())
                 self.capabilities = dict((result or {}).get("capabilities") or {})
@@ -275,6 +280,8 @@ class LanguageServer:
         extensions it no longer answers for."""
         settings_changed = config.settings != self.config.settings
         self.config = config
+        if settings_changed:  # what was published was computed under the old settings
+            self._fresh_after = next_sync_number()
         connection = self._connection
         if connection is None or self.state not in ("starting", "ready"):
             return
@@ -376,7 +383,7 @@ class LanguageServer:
 
     def _fresh(self, doc: Document) -> bool:
         published = self._published.get(doc.uri)
-        if published is None:
+        if published is None or published.sequence < self._fresh_after:
             return False
         if published.version is not None:
             return published.version >= doc.version

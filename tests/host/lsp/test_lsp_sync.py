@@ -1,0 +1,43 @@
+"""What a language server is told of the files, and how fresh its answers are, with real servers (pylsp and
+basedpyright): diagnostics across restarts and settings changes, files edited or deleted behind its back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.helpers import wait_until
+from tests.host.lsp.test_lsp_host import basedpyright, pylsp, session
+from tests.layout import replace_text
+
+LONG_WAIT_MS = 30_000
+"""A diagnostics wait long enough for a cold server on a loaded machine (a fresh answer ends it early)."""
+
+
+async def test_diagnostics_published_before_a_restart_are_never_fresh_after_it(tmp_path: Path) -> None:
+    """basedpyright numbers its diagnostics by document version, and a restarted server sees version 1 again:
+    the error it published for the old text's version 1 must not pass for the fixed text's."""
+    async with session(tmp_path, user={"lspServers": {"python": basedpyright()}}, watch=False) as s:
+        bad = s.layout.root / "bad.py"
+        bad.write_text("x: int = 'a'\n")
+        before = await s.ok("diagnostics", files=["bad.py"], severity="error", wait_ms=LONG_WAIT_MS)
+        assert before["files"][0]["fresh"] is True
+        assert before["files"][0]["diagnostics"]
+        server = s.host.lsp.manager.servers()["python"]
+        await server.stop()  # what an idle stop does; the next call starts it again
+        bad.write_text("x: int = 1\n")
+        after = await s.ok("diagnostics", files=["bad.py"], severity="error", wait_ms=LONG_WAIT_MS)
+        assert after["files"] == [{"file": "bad.py", "fresh": True, "diagnostics": []}]
+
+
+async def test_diagnostics_from_before_a_live_settings_change_are_not_fresh(tmp_path: Path) -> None:
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}) as s:
+        bad = s.layout.root / "bad.py"
+        bad.write_text("x = undefined_name\n")
+        first = await s.ok("diagnostics", files=["bad.py"])
+        assert first["files"][0]["diagnostics"]
+        quiet = pylsp(settings={"pylsp": {"plugins": {"pyflakes": {"enabled": False}}}})
+        replace_text(s.layout.paths.user, json.dumps({"lspServers": {"python": quiet}}))
+        await wait_until(lambda: s.host.lsp.manager.servers()["python"].config.settings is not None, what="the edit")
+        after = await s.ok("diagnostics", files=["bad.py"], wait_ms=LONG_WAIT_MS)  # the file is untouched
+        assert after["files"] == [{"file": "bad.py", "fresh": True, "diagnostics": []}]
