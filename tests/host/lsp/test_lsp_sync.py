@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.helpers import wait_until
 from tests.host.lsp.test_lsp_host import basedpyright, pylsp, session
@@ -41,3 +44,22 @@ async def test_diagnostics_from_before_a_live_settings_change_are_not_fresh(tmp_
         await wait_until(lambda: s.host.lsp.manager.servers()["python"].config.settings is not None, what="the edit")
         after = await s.ok("diagnostics", files=["bad.py"], wait_ms=LONG_WAIT_MS)  # the file is untouched
         assert after["files"] == [{"file": "bad.py", "fresh": True, "diagnostics": []}]
+
+
+@pytest.mark.parametrize("server", [pylsp(), basedpyright()], ids=["pylsp", "basedpyright"])
+async def test_open_documents_edited_or_deleted_on_disk_are_synced_before_a_call_that_names_another(
+    tmp_path: Path, server: dict[str, Any]
+) -> None:
+    async with session(tmp_path, user={"lspServers": {"python": server}}, watch=False) as s:
+        await s.ok("document_symbols", file="models.py")  # models.py is open on the server now
+        before = await s.ok("go_to_definition", file="service.py", line=3, character=6)
+        assert [(loc["file"], loc["line"]) for loc in before["locations"]] == [("models.py", 9)]
+        models = s.layout.root / "models.py"
+        models.write_text("import os\n\n\n" + models.read_text())  # three lines above everything
+        after = await s.ok("go_to_definition", file="service.py", line=3, character=6)
+        assert [(loc["file"], loc["line"]) for loc in after["locations"]] == [("models.py", 12)]
+        assert after["locations"][0]["preview"] == "def make_user(name: str) -> User:"
+        models.unlink()
+        await s.ok("hover", file="service.py", line=3, character=6)
+        open_now = s.host.lsp.manager.servers()["python"].documents.paths()
+        assert open_now == [s.layout.root / "service.py"]  # the deleted one was closed

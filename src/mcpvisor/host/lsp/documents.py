@@ -1,16 +1,18 @@
 """What a language server has been told of the files it answers for, kept in step with the disk (LSP.md §6.4).
 
-Agents edit files behind the server's back. Before any request that names a file, :meth:`Documents.sync`
-looks at the file on disk: a file the server has not seen is opened (``didOpen``); one whose size or
-modification time moved since it was sent is read again and, when its text really changed, sent whole
-(``didChange``, then ``didSave``); a file gone from disk is closed (``didClose``). Open files are capped
-(least recently used closed first). After a restart the server is told of the open set again (:meth:`replay`).
+Agents edit files behind the server's back. Before any request, :meth:`Documents.refresh` looks at every
+open file on disk and :meth:`Documents.sync` at the file the request names: a file the server has not seen
+is opened (``didOpen``); one whose size or modification time moved since it was sent is read again and, when
+its text really changed, sent whole (``didChange``, then ``didSave``); a file gone from disk is closed
+(``didClose``). Open files are capped (least recently used closed first). After a restart the server is told
+of the open set again (:meth:`replay`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import os
 import stat
 from collections import OrderedDict
@@ -25,6 +27,8 @@ from mcpvisor.host.file_reads import read_regular
 from mcpvisor.host.lsp.text import Lines, NoSuchFile, uri_of
 
 __all__ = ["MAX_OPEN_DOCUMENTS", "Document", "Documents", "next_sync_number"]
+
+logger = logging.getLogger(__name__)
 
 MAX_OPEN_DOCUMENTS = 200
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
@@ -100,7 +104,24 @@ class Documents:
         async with self._lock:
             return await self._sync(path, language_id)
 
-    async def _sync(self, path: Path, language_id: str) -> Document:
+    async def refresh(self) -> None:
+        """Bring every open document in step with the disk, one ``stat`` each: the server answers about one file
+        from what it was told of the others. A changed file is sent again, a deleted one closed, and one that
+        can no longer be read (grown too large, unreadable) closed too, rather than left stale on the server."""
+        async with self._lock:
+            for doc in list(self._open.values()):
+                st = _regular_file_stat(doc.path)
+                if st is not None and (st.st_mtime_ns, st.st_size) == (doc.mtime_ns, doc.size):
+                    continue
+                try:
+                    await self._sync(doc.path, doc.language_id, touch=False)
+                except NoSuchFile:
+                    continue
+                except OSError as exc:
+                    logger.debug("closing %s: it can no longer be sent: %s", doc.path, exc)
+                    await self._close(doc)
+
+    async def _sync(self, path: Path, language_id: str, *, touch: bool = True) -> Document:
         doc = self._open.get(path)
         st = _regular_file_stat(path)
         if st is None:
@@ -108,7 +129,8 @@ class Documents:
                 await self._close(doc)
             raise NoSuchFile(str(path))
         if doc is not None:
-            self._open.move_to_end(path)
+            if touch:
+                self._open.move_to_end(path)
             if (st.st_mtime_ns, st.st_size) == (doc.mtime_ns, doc.size):
                 return doc
         if st.st_size > _THREAD_READ_BYTES:

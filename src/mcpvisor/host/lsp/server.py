@@ -316,6 +316,11 @@ class LanguageServer:
         self.last_used = time.monotonic()
         return await self.documents.sync(path, language)
 
+    async def sync_open(self) -> None:
+        """Bring every document open on the server in step with the disk (before a request: its answer about
+        one file depends on what it was told of the others)."""
+        await self.documents.refresh()
+
     async def _notify(self, method: str, params: Any) -> None:
         connection = self._connection
         if connection is not None:

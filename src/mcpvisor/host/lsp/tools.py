@@ -158,12 +158,15 @@ class LspTools:
 
         return text_of
 
-    async def _server_for(self, file: Any) -> tuple[LanguageServer, Path]:
+    async def _server_for(self, file: Any, *, sync_open: bool = True) -> tuple[LanguageServer, Path]:
+        """The ready server for ``file`` and its path; ``sync_open``: with its open documents in step with the disk."""
         if not isinstance(file, str) or not file:
             raise ToolFailure("give 'file': a file of the workspace (relative to it, or absolute inside it)")
         path = resolve_file(file, self.root)
         route = self.manager.route(path)
         await self.manager.ready(route.server)
+        if sync_open:
+            await route.server.sync_open()
         return route.server, path
 
     def _require(self, server: LanguageServer, tool: str) -> None:
@@ -298,6 +301,7 @@ class LspTools:
             if not server.supports("workspaceSymbolProvider"):
                 continue
             asked += 1
+            await server.sync_open()
             raw = await self._request(server, "workspace/symbol", {"query": query})
             found += normalize.workspace_symbols(raw, server=server.name, root=self.root, text_of=self._text_of(server))
         if not asked:
@@ -340,11 +344,15 @@ class LspTools:
             if not targets:
                 raise ToolFailure("no document is open yet: name the 'files' to check")
         elif isinstance(files, list) and all(isinstance(f, str) for f in files):
-            targets = [await self._server_for(f) for f in files]
+            targets = [await self._server_for(f, sync_open=False) for f in files]
         else:
             raise ToolFailure("'files' must be a list of files of the workspace")
         out: list[FileDiagnostics] = []
+        synced: set[LanguageServer] = set()
         for server, path in targets:
+            if server not in synced:
+                synced.add(server)
+                await server.sync_open()
             doc = await server.sync(path)
             fresh, raw = await server.diagnostics(doc, wait_s)
             found = normalize.diagnostics(raw, path=path, root=self.root, text_of=self._text_of(server))
