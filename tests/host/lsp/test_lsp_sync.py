@@ -63,3 +63,16 @@ async def test_open_documents_edited_or_deleted_on_disk_are_synced_before_a_call
         await s.ok("hover", file="service.py", line=3, character=6)
         open_now = s.host.lsp.manager.servers()["python"].documents.paths()
         assert open_now == [s.layout.root / "service.py"]  # the deleted one was closed
+
+
+async def test_diagnostics_of_every_open_document_close_a_deleted_one_and_report_the_rest(tmp_path: Path) -> None:
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        (s.layout.root / "a.py").write_text("import os\n")
+        (s.layout.root / "old.py").write_text("import sys\n")
+        await s.ok("diagnostics", files=["a.py", "old.py"])
+        (s.layout.root / "old.py").unlink()
+        report = await s.ok("diagnostics")
+        assert [(f["file"], [d["message"] for d in f["diagnostics"]]) for f in report["files"]] == [
+            ("a.py", ["'os' imported but unused"])
+        ]
+        assert s.host.lsp.manager.servers()["python"].documents.paths() == [s.layout.root / "a.py"]

@@ -48,7 +48,7 @@ from mcpvisor.host.lsp.results import (
 )
 from mcpvisor.host.lsp.server import LanguageServer
 from mcpvisor.host.lsp.status import describe_state
-from mcpvisor.host.lsp.text import relative, resolve_file, to_wire
+from mcpvisor.host.lsp.text import NoSuchFile, relative, resolve_file, to_wire
 from mcpvisor.host.lsp.tool_specs import CAPABILITY, DIAGNOSTICS_WAIT_MS, TOOL_NAMES, TOOLS, WHAT, ToolFailure
 
 __all__ = ["LSP_PROVIDER", "TOOL_NAMES", "LspTools", "ToolFailure"]
@@ -353,7 +353,12 @@ class LspTools:
             if server not in synced:
                 synced.add(server)
                 await server.sync_open()
-            doc = await server.sync(path)
+            try:
+                doc = await server.sync(path)
+            except NoSuchFile:
+                if files is not None:
+                    raise
+                continue  # an open document deleted on disk: closed, not reported
             fresh, raw = await server.diagnostics(doc, wait_s)
             found = normalize.diagnostics(raw, path=path, root=self.root, text_of=self._text_of(server))
             kept = [d for d in found if _SEVERITY_RANK[d.severity] <= threshold]
