@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from mcpvisor.host.lsp import tools
 from tests.helpers import wait_until
-from tests.host.lsp.test_lsp_host import basedpyright, pylsp, session
+from tests.host.lsp.test_lsp_host import basedpyright, language_server_processes, pylsp, session, text
 from tests.layout import replace_text
 
 LONG_WAIT_MS = 30_000
@@ -76,3 +77,35 @@ async def test_diagnostics_of_every_open_document_close_a_deleted_one_and_report
             ("a.py", ["'os' imported but unused"])
         ]
         assert s.host.lsp.manager.servers()["python"].documents.paths() == [s.layout.root / "a.py"]
+
+
+async def test_a_request_that_is_not_answered_in_time_is_a_tool_error_that_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tools, "REQUEST_TIMEOUT_S", 0.5)
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        await s.ok("document_symbols", file="models.py")
+        server = s.host.lsp.manager.servers()["python"]
+        [process] = [p for p in language_server_processes(s.layout.root) if p.pid != server.pid]
+        process.suspend()  # alive, but answers nothing
+        try:
+            result = await s.call("hover", file="service.py", line=3, character=6)
+        finally:
+            process.resume()
+        assert result.is_error
+        assert text(result) == (
+            "textDocument/hover failed: language server 'python' did not answer within 0.5 s; retry in a moment "
+            f"(it may still be indexing the workspace), and if it never answers, see its log {server.log_path}"
+        )
+
+
+async def test_a_file_too_large_to_send_is_a_tool_error_that_names_the_server(tmp_path: Path) -> None:
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        (s.layout.root / "big.py").write_text("x = 1\n" * (3 * 1024 * 1024))  # 18 MiB
+        result = await s.call("document_symbols", file="big.py")
+        assert result.is_error
+        assert text(result) == (
+            "textDocument/didOpen failed: big.py cannot be sent to language server 'python': It is 18.0 MB; "
+            "a document sent to a language server may be at most 16 MB; language servers are not sent files that "
+            "large (generated code, data): ask about another file"
+        )

@@ -5,17 +5,28 @@
     McpvisorError
     └── LspError                  talking to a language server failed
         ├── LspRequestError       it answered a request with a JSON-RPC error (``code``, ``method``)
+        ├── LspRequestTimedOut    it did not answer a request in time (``method``, ``timeout_s``)
+        ├── LspDocumentUnreadable a file could not be read to be sent to it (``path``, ``method``)
         ├── LspConnectionClosed   its process ended or its output closed before an answer (``reason``)
         └── LspMessageTooLarge    it sent a frame over the limit or a header that is not LSP (``limit``)
 """
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
 from typing import Any
 
 from mcpvisor.core.errors import McpvisorError, format_bytes
 
-__all__ = ["LspConnectionClosed", "LspError", "LspMessageTooLarge", "LspRequestError"]
+__all__ = [
+    "LspConnectionClosed",
+    "LspDocumentUnreadable",
+    "LspError",
+    "LspMessageTooLarge",
+    "LspRequestError",
+    "LspRequestTimedOut",
+]
 
 
 class LspError(McpvisorError):
@@ -33,6 +44,40 @@ class LspRequestError(LspError):
         self.data = data
         self.method = method
         self.server = server
+
+
+class LspRequestTimedOut(LspError):
+    """The server did not answer a request within ``timeout_s`` (it was told to give it up); ``log`` is its log."""
+
+    def __init__(self, *, server: str, method: str, timeout_s: float, log: Path) -> None:
+        super().__init__(
+            f"{method} failed: language server {server!r} did not answer within {timeout_s:g} s; retry in a moment "
+            f"(it may still be indexing the workspace), and if it never answers, see its log {log}"
+        )
+        self.server = server
+        self.method = method
+        self.timeout_s = timeout_s
+        self.log = log
+
+
+class LspDocumentUnreadable(LspError):
+    """A file could not be read to be sent to the server (``method``: ``textDocument/didOpen`` or
+    ``didChange``); ``file`` is how the caller named it, ``error`` the :class:`OSError` read raised."""
+
+    def __init__(self, *, server: str, method: str, file: str, error: OSError) -> None:
+        if error.errno == errno.EFBIG:
+            fix = "language servers are not sent files that large (generated code, data): ask about another file"
+        elif error.errno in (errno.EACCES, errno.EPERM):
+            fix = "make it readable to mcpvisor"
+        else:
+            fix = "check that it is a readable regular file"
+        super().__init__(
+            f"{method} failed: {file} cannot be sent to language server {server!r}: {error.strerror or error}; {fix}"
+        )
+        self.server = server
+        self.method = method
+        self.file = file
+        self.error = error
 
 
 class LspConnectionClosed(LspError):

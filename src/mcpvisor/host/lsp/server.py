@@ -26,6 +26,7 @@ from mcpvisor import __version__
 from mcpvisor.core.server_log import ServerLog
 from mcpvisor.host.lsp.config import LspServerConfig
 from mcpvisor.host.lsp.documents import Document, Documents, next_sync_number
+from mcpvisor.host.lsp.errors import LspDocumentUnreadable, LspRequestTimedOut
 from mcpvisor.host.lsp.jsonrpc import (
     CONTENT_MODIFIED,
     METHOD_NOT_FOUND,
@@ -35,7 +36,7 @@ from mcpvisor.host.lsp.jsonrpc import (
     LspRequestError,
     open_lsp_connection,
 )
-from mcpvisor.host.lsp.text import path_of, uri_of
+from mcpvisor.host.lsp.text import path_of, relative, uri_of
 
 __all__ = ["CLIENT_CAPABILITIES", "LanguageServer", "ServerState"]
 
@@ -295,15 +296,22 @@ class LanguageServer:
 
     # -- requests ----------------------------------------------------------------------------
 
-    async def request(self, method: str, params: Any) -> Any:
-        """A request on the running server; ``ContentModified`` is retried a few times."""
+    async def request(self, method: str, params: Any, *, timeout_s: float | None = None) -> Any:
+        """A request on the running server; ``ContentModified`` is retried a few times. Raises
+        :class:`LspRequestTimedOut` when one attempt is not answered within ``timeout_s``."""
         for attempt in range(CONTENT_MODIFIED_RETRIES + 1):
             connection = self._connection
             if connection is None:
                 raise LspConnectionClosed(server=self.name, reason=self.last_error or "it is not running")
             try:
                 self.last_used = time.monotonic()
-                return await connection.request(method, params)
+                return await connection.request(method, params, timeout_s=timeout_s)
+            except TimeoutError as exc:
+                if timeout_s is None:
+                    raise
+                raise LspRequestTimedOut(
+                    server=self.name, method=method, timeout_s=timeout_s, log=self.log_path
+                ) from exc
             except LspRequestError as exc:
                 if exc.code != CONTENT_MODIFIED or attempt == CONTENT_MODIFIED_RETRIES:
                     raise
@@ -311,10 +319,18 @@ class LanguageServer:
         raise AssertionError("unreachable")
 
     async def sync(self, path: Path) -> Document:
-        """Bring ``path`` up to date on the server (see :mod:`mcpvisor.host.lsp.documents`)."""
+        """Bring ``path`` up to date on the server (see :mod:`mcpvisor.host.lsp.documents`). Raises
+        :class:`LspDocumentUnreadable` when it cannot be read (too large, unreadable)."""
         language = self.config.extension_to_language.get(path.suffix.lower(), "plaintext")
         self.last_used = time.monotonic()
-        return await self.documents.sync(path, language)
+        opened = self.documents.get(path) is not None
+        try:
+            return await self.documents.sync(path, language)
+        except OSError as exc:
+            method = "textDocument/didChange" if opened else "textDocument/didOpen"
+            raise LspDocumentUnreadable(
+                server=self.name, method=method, file=relative(path, self.root), error=exc
+            ) from exc
 
     async def sync_open(self) -> None:
         """Bring every document open on the server in step with the disk (before a request: its answer about
@@ -367,13 +383,16 @@ class LanguageServer:
 
     # -- diagnostics ----------------------------------------------------------------------------
 
-    async def diagnostics(self, doc: Document, wait_s: float) -> tuple[bool, list[dict[str, Any]]]:
-        """``(fresh, diagnostics)`` for ``doc`` as last synced: pulled when the server offers it, else the
-        published ones once they are at least as new as the text it was sent (waiting up to ``wait_s``),
-        else the last known ones with ``fresh`` False."""
+    async def diagnostics(
+        self, doc: Document, wait_s: float, *, timeout_s: float | None = None
+    ) -> tuple[bool, list[dict[str, Any]]]:
+        """``(fresh, diagnostics)`` for ``doc`` as last synced: pulled when the server offers it (``timeout_s``
+        bounds that request), else the published ones once they are at least as new as the text it was sent
+        (waiting up to ``wait_s``), else the last known ones with ``fresh`` False."""
         if self.supports("diagnosticProvider"):
             try:
-                report = await self.request("textDocument/diagnostic", {"textDocument": {"uri": doc.uri}})
+                params = {"textDocument": {"uri": doc.uri}}
+                report = await self.request("textDocument/diagnostic", params, timeout_s=timeout_s)
             except LspRequestError as exc:
                 logger.debug("language server %r: pulling diagnostics failed: %s", self.name, exc)
             else:

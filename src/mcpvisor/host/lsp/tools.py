@@ -207,10 +207,7 @@ class LspTools:
         return found[0]
 
     async def _request(self, server: LanguageServer, method: str, params: Any) -> Any:
-        import anyio
-
-        with anyio.fail_after(REQUEST_TIMEOUT_S):
-            return await server.request(method, params)
+        return await server.request(method, params, timeout_s=REQUEST_TIMEOUT_S)
 
     # -- the tools ----------------------------------------------------------------------------------------
 
@@ -359,7 +356,7 @@ class LspTools:
                 if files is not None:
                     raise
                 continue  # an open document deleted on disk: closed, not reported
-            fresh, raw = await server.diagnostics(doc, wait_s)
+            fresh, raw = await server.diagnostics(doc, wait_s, timeout_s=REQUEST_TIMEOUT_S)
             found = normalize.diagnostics(raw, path=path, root=self.root, text_of=self._text_of(server))
             kept = [d for d in found if _SEVERITY_RANK[d.severity] <= threshold]
             out.append(FileDiagnostics(file=relative(path, self.root), fresh=fresh, diagnostics=kept))
