@@ -339,8 +339,10 @@ class Host(StackOwner):
             if self.watcher is not None:
                 self.watcher.retarget()  # the folder's own settings files are watched, or no longer
             if not trusted:
-                self.emit(SettingsWarning(f"folder {self.root} is no longer trusted: its MCP servers stop"))
+                stopping = "its MCP servers and language servers stop"
+                self.emit(SettingsWarning(f"folder {self.root} is no longer trusted: {stopping}"))
         state = await self._reconcile(force=trust_changed)
+        self.lsp.set_trusted(trusted)  # the language servers follow the same decision in their reconcile
         await self._reload_lsp()
         return state
 

@@ -308,3 +308,21 @@ async def test_a_crashed_server_restarts_while_restart_on_crash_allows(tmp_path:
         found = await s.ok("go_to_definition", file="service.py", line=3, character=6)
         assert found["locations"][0]["line"] == 9  # its documents were opened again on the new process
         assert server.crashes == 1
+
+
+async def test_folder_trust_gained_or_lost_since_the_start_is_followed_on_reload(tmp_path: Path) -> None:
+    user = {"lspServers": {"python": pylsp()}, "security": {"folderTrust": {"enabled": True}}}
+    async with session(tmp_path, user=user, watch=False) as s:
+        untrusted = f"language server 'python' does not start: the folder {s.layout.root} is not trusted"
+        assert text(await s.call("hover", file="models.py", line=1, character=7)).startswith(untrusted)
+        replace_text(s.layout.paths.trusted_folders, json.dumps([str(s.layout.root)]))  # `mcpvisor mcp trust`
+        await s.host.reload()
+        await s.ok("hover", file="models.py", line=1, character=7)
+        pid = s.pid("python")
+        assert pid is not None
+
+        replace_text(s.layout.paths.trusted_folders, "[]")
+        await s.host.reload()
+        await wait_until(lambda: not pid_alive(pid), what="the language server of the untrusted folder to stop")
+        assert text(await s.call("hover", file="models.py", line=1, character=7)).startswith(untrusted)
+        assert not language_server_processes(s.layout.root)

@@ -159,6 +159,11 @@ class LspSession:
         if promptable:
             self._emit(LspPendingApprovalChanged(promptable))
 
+    def set_trusted(self, trusted: bool) -> None:
+        """The folder's trust as decided again (a reload after ``mcpvisor mcp trust``): the next :meth:`reload`
+        starts what it admits, or — no longer trusted — stops every language server, as for MCP servers."""
+        self.manager.trusted = trusted
+
     async def reload(self) -> LspDesiredState:
         """Follow the settings as they are in memory now. One step on the event loop (the manager hands stops
         and starts to the servers' own tasks), so it never interleaves with another reconcile, MCP or LSP."""
