@@ -27,6 +27,7 @@ __all__ = [
     "ConnectionOptions",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "MIN_MESSAGE_BYTES",
+    "REPOSITORY_SCOPES",
     "HttpAuth",
     "InMemoryServers",
     "Exposure",
@@ -43,6 +44,9 @@ __all__ = [
 ]
 
 Scope = Literal["project", "workspace", "system"]
+REPOSITORY_SCOPES = frozenset({"project", "workspace"})
+"""The scopes a repository writes (``.mcp.json``, ``.mcpvisor/settings.json``): its servers wait for approval, and
+a bare ``command`` of theirs is looked up on the host's PATH, never on their own ``env.PATH``."""
 TransportKind = Literal["stdio", "sse", "http"]
 
 # camelCase and other common spellings -> canonical field names.

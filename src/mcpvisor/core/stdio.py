@@ -21,8 +21,10 @@ SIGKILL, each step a named constant, so a cancelled caller never leaks a live se
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
+import shutil
 import signal
 import subprocess
 from collections import deque
@@ -47,6 +49,7 @@ __all__ = [
     "TERMINATE_GRACE_S",
     "LineSplitter",
     "StdioProcess",
+    "on_host_path",
     "open_stdio_transport",
 ]
 
@@ -89,6 +92,23 @@ def child_environment(env: Mapping[str, str] | None) -> dict[str, str]:
     return get_default_environment() | dict(env or {})
 
 
+def on_host_path(command: str) -> str:
+    """``command`` as the host's own PATH finds it (an absolute path) when it is a bare name; any other
+    command (one with a folder in it) as it is.
+
+    For the servers a repository defines: spawned under the config's ``env``, a bare name would be looked
+    up on the config's ``env.PATH``, which the repository may point at its own folders (``tools/pylsp``)
+    so that the name the user approved runs a program of the repository's choice.
+    Raises :class:`FileNotFoundError` when the host's PATH has no such executable."""
+    if os.sep in command or (os.altsep is not None and os.altsep in command):
+        return command
+    host_path = get_default_environment().get("PATH", os.defpath)
+    found = shutil.which(command, path=host_path)
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, "not found on the host's PATH", command)
+    return os.path.abspath(found)
+
+
 @asynccontextmanager
 async def open_stdio_transport(
     command: str,
@@ -100,17 +120,19 @@ async def open_stdio_transport(
     server: str = "",
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     on_broken: Callable[[MessageTooLargeError], None] | None = None,
+    host_path: bool = False,
 ) -> AsyncIterator[tuple[TransportStreams, StdioProcess]]:
     """Spawn ``command`` in its own process group and bridge its stdio to the SDK's streams; its stderr
     goes to ``log`` (which is closed when the transport ends). A message over ``max_message_bytes``
     ends reading: ``on_broken`` hears the :class:`MessageTooLargeError` (naming ``server``) first, then
-    the read stream closes and ``ended`` is set.
+    the read stream closes and ``ended`` is set. ``host_path``: a bare ``command`` is looked up on the
+    host's PATH, never on ``env.PATH`` (:func:`on_host_path`; for a server a repository defines).
 
     Raises ``OSError`` (e.g. ``FileNotFoundError``) when the process cannot be spawned.
     """
     try:
         process = await anyio.open_process(
-            [command, *args],
+            [on_host_path(command) if host_path else command, *args],
             env=child_environment(env),
             cwd=cwd,
             stderr=subprocess.PIPE,

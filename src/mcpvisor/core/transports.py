@@ -14,7 +14,7 @@ import anyio
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.core.errors import ConnectError, McpvisorError, MessageTooLargeError
-from mcpvisor.core.server_config import InMemoryServers, McpServerConfig
+from mcpvisor.core.server_config import REPOSITORY_SCOPES, InMemoryServers, McpServerConfig
 from mcpvisor.core.server_log import ServerLog
 from mcpvisor.core.stdio import StdioProcess, open_stdio_transport
 
@@ -51,6 +51,7 @@ async def open_transport(
     if cfg.command is not None:
         # A server may print anything it was given, secrets included: the log is the user's alone (0600).
         log = ServerLog(log_path)
+        host_path = cfg.scope in REPOSITORY_SCOPES
         try:
             streams, process = await stack.enter_async_context(
                 open_stdio_transport(
@@ -62,6 +63,7 @@ async def open_transport(
                     server=name,
                     max_message_bytes=max_message_bytes,
                     on_broken=on_broken,
+                    host_path=host_path,
                 )
             )
         except FileNotFoundError as exc:
@@ -69,8 +71,14 @@ async def open_transport(
             what, missing, field = (
                 ("working directory", cfg.cwd, "cwd") if bad_cwd else ("executable", cfg.command, "command")
             )
+            where = (
+                " on the host's PATH (a repository's server never runs what its own env.PATH finds)"
+                if host_path and not bad_cwd
+                else ""
+            )
             raise ConnectError(
-                f"could not start server {name!r}: {what} {missing!r} not found; check mcpServers.{name}.{field}",
+                f"could not start server {name!r}: {what} {missing!r} not found{where}; "
+                f"check mcpServers.{name}.{field}",
                 server=name,
             ) from exc
         except PermissionError as exc:

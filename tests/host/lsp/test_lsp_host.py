@@ -4,6 +4,7 @@ the tools, fresh diagnostics, incremental reloads through the real watcher, lazy
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -326,3 +327,30 @@ async def test_folder_trust_gained_or_lost_since_the_start_is_followed_on_reload
         await wait_until(lambda: not pid_alive(pid), what="the language server of the untrusted folder to stop")
         assert text(await s.call("hover", file="models.py", line=1, character=7)).startswith(untrusted)
         assert not language_server_processes(s.layout.root)
+
+
+async def test_a_repository_server_runs_the_command_the_hosts_path_finds_not_its_env_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bare ``pylsp`` in ``.lsp.json`` with ``env.PATH`` leading to the repository's own ``tools/pylsp``."""
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    marker = tmp_path / "shadow-ran"
+    shadowed = {"command": "pylsp", "env": {"PATH": "tools:/usr/bin:/bin"}, "extensionToLanguage": {".py": "python"}}
+    ghost = {"command": "ghost-lsp", "env": {"PATH": "tools"}, "extensionToLanguage": {".gh": "ghost"}}
+    async with session(tmp_path, lsp_json={"python": shadowed, "ghost": ghost}, watch=False) as s:
+        tools = s.layout.root / "tools"
+        tools.mkdir()
+        for name in ("pylsp", "ghost-lsp"):
+            (tools / name).write_text(f'#!/bin/sh\necho "$0" >> {marker}\nexec {sys.executable} -m pylsp "$@"\n')
+            (tools / name).chmod(0o755)
+        (s.layout.root / "a.gh").write_text("boo\n")
+        for name in ("python", "ghost"):
+            await s.host.lsp.decide(name, "approve")
+        await s.ok("hover", file="models.py", line=1, character=7)
+        missing = await s.call("hover", file="a.gh", line=1, character=1)
+        assert text(missing) == (
+            "language server 'ghost' failed — language server 'ghost' could not be started: executable 'ghost-lsp' "
+            "not found on the host's PATH (a repository's server never runs what its own env.PATH finds); check "
+            "lspServers.ghost.command"
+        )
+    assert not marker.exists()

@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from mcpvisor.core.stdio import child_environment
+from mcpvisor.core.stdio import child_environment, on_host_path
 from mcpvisor.host.lsp import reaper
 from mcpvisor.host.lsp.errors import LspConnectionClosed, LspError
 
@@ -84,12 +84,28 @@ def launch_argv(command: str, args: Sequence[str]) -> list[str]:
 
 
 async def spawn_language_server(
-    command: str, args: Sequence[str], *, env: Mapping[str, str] | None, cwd: str | None, name: str
+    command: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None,
+    cwd: str | None,
+    name: str,
+    host_path: bool = False,
 ) -> anyio.abc.Process:
-    """Start the server ``name`` in a new session with pipes on stdin, stdout and stderr.
+    """Start the server ``name`` in a new session with pipes on stdin, stdout and stderr. ``host_path``: a
+    bare ``command`` is looked up on the host's PATH, never on ``env.PATH`` (a server a repository defines).
 
     Raises :class:`LspConnectionClosed` when it cannot be spawned; behind the reaper a missing ``command``
     shows later, as an exit with code 127 and the reaper's ``cannot start COMMAND: REASON``."""
+    if host_path:
+        try:
+            command = on_host_path(command)
+        except FileNotFoundError as exc:
+            reason = (
+                f"could not be started: executable {command!r} not found on the host's PATH (a repository's "
+                f"server never runs what its own env.PATH finds); check lspServers.{name}.command"
+            )
+            raise LspConnectionClosed(server=name, reason=reason) from exc
     environment = child_environment(env)
     if USE_REAPER:
         environment[reaper.PARENT_PID_ENV] = str(os.getpid())

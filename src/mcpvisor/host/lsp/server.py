@@ -24,7 +24,7 @@ import anyio.abc
 
 from mcpvisor import __version__
 from mcpvisor.core.server_log import ServerLog
-from mcpvisor.host.lsp.config import LspServerConfig
+from mcpvisor.host.lsp.config import GATED_LSP_SCOPES, LspServerConfig
 from mcpvisor.host.lsp.documents import Document, Documents, next_sync_number
 from mcpvisor.host.lsp.errors import LspDocumentUnreadable, LspRequestTimedOut
 from mcpvisor.host.lsp.jsonrpc import (
@@ -200,6 +200,7 @@ class LanguageServer:
                 on_notification=self._on_notification,
                 on_request=self._on_request,
                 shutdown_timeout_s=self.config.shutdown_timeout_s,
+                host_path=self.config.scope in GATED_LSP_SCOPES,
                 **({"max_message_bytes": self._max_message_bytes} if self._max_message_bytes else {}),
             ) as connection:
                 self._connection = connection
