@@ -59,6 +59,16 @@ def test_a_repository_may_not_set_environment_that_injects_code(key: str) -> Non
     assert LspServerConfig.from_entry(entry).env == {key: "/tmp/evil"}  # the user's own settings may
 
 
+@pytest.mark.parametrize("folder", ["..", "sub/../..", "/etc", "~/elsewhere"])
+def test_a_repository_server_may_not_lead_its_workspace_folder_out_of_the_workspace(folder: str) -> None:
+    entry = {**PYLSP, "workspaceFolder": folder}
+    for scope in ("project", "workspace"):
+        with pytest.raises(ValueError, match="must stay inside the workspace"):
+            LspServerConfig.from_entry(entry, scope=scope)
+    assert LspServerConfig.from_entry(entry).workspace_folder == folder  # the user's own settings may
+    assert LspServerConfig.from_entry({**PYLSP, "workspaceFolder": "sub/pkg"}, scope="project").workspace_folder
+
+
 def test_socket_transports_are_for_the_users_own_settings_only() -> None:
     entry = {"transport": "tcp", "socket": {"host": "127.0.0.1", "port": 9999}, "extensionToLanguage": {".x": "x"}}
     assert LspServerConfig.from_entry(entry).transport == "tcp"

@@ -354,3 +354,31 @@ async def test_a_repository_server_runs_the_command_the_hosts_path_finds_not_its
             "lspServers.ghost.command"
         )
     assert not marker.exists()
+
+
+async def test_a_repository_server_whose_workspace_folder_leads_out_of_the_workspace_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    entries = {
+        "python": pylsp(workspaceFolder=".."),
+        "linked": pylsp(workspaceFolder="link", extensionToLanguage={".pyi": "python"}),
+    }
+    async with session(tmp_path, lsp_json=entries, watch=False) as s:
+        lsp_json = s.layout.root / ".lsp.json"
+        assert (
+            f"skipped language server 'python' in {lsp_json}: workspaceFolder: a repository's language server must "
+            "stay inside the workspace; give a folder relative to it, without '..' (or leave it out: the workspace "
+            "itself); fix python"
+        ) in s.host.lsp.warnings()
+        assert "python" not in s.host.lsp.state.servers
+
+        (s.layout.root / "link").symlink_to(outside)  # inside by its name, outside once followed
+        (s.layout.root / "api.pyi").write_text("def f() -> int: ...\n")
+        await s.host.lsp.decide("linked", "approve")
+        refused = await s.call("document_symbols", file="api.pyi")
+        assert text(refused) == (
+            "language server 'linked' failed — language server 'linked' could not be started: its workspaceFolder "
+            f"resolves to {outside.resolve()}, outside the workspace {s.layout.root.resolve()}; a repository's server "
+            "must stay inside it: fix linked.workspaceFolder"
+        )
+        assert not language_server_processes(outside.resolve())

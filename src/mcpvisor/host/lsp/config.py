@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Mapping
+from pathlib import PurePath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -37,6 +38,14 @@ __all__ = [
     "lsp_approval_hash",
     "normalize_lsp_entry",
 ]
+
+
+def leaves_the_workspace(folder: str) -> bool:
+    """Whether a ``workspaceFolder`` leads out of the workspace by its spelling alone: absolute, from a home
+    folder (``~``) or through ``..`` (a link inside the workspace is checked where it is followed)."""
+    path = PurePath(folder)
+    return path.is_absolute() or folder.startswith("~") or ".." in path.parts
+
 
 RUNS_WORKSPACE_CODE = (
     "An approved language server runs code from this workspace (its build files, plugins and import hooks): "
@@ -154,6 +163,11 @@ class LspServerConfig(BaseModel):
                 )
             if self.transport != "stdio":
                 raise ValueError(f"transport: {self.transport!r} is allowed only in your own settings")
+            if self.workspace_folder is not None and leaves_the_workspace(self.workspace_folder):
+                raise ValueError(
+                    "workspaceFolder: a repository's language server must stay inside the workspace; give a "
+                    "folder relative to it, without '..' (or leave it out: the workspace itself)"
+                )
         return self
 
     @classmethod

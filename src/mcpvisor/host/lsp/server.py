@@ -187,9 +187,24 @@ class LanguageServer:
         if self.state == "stopping":
             await self._done.wait()
 
+    def _check_folder(self) -> None:
+        """A repository's server runs in the workspace: its ``workspaceFolder`` must not lead out through a link."""
+        if self.config.scope not in GATED_LSP_SCOPES or not self.config.workspace_folder:
+            return
+        root = self.root.resolve()
+        if not self.folder.is_relative_to(root):
+            raise LspConnectionClosed(
+                server=self.name,
+                reason=(
+                    f"could not be started: its workspaceFolder resolves to {self.folder}, outside the workspace "
+                    f"{root}; a repository's server must stay inside it: fix {self.name}.workspaceFolder"
+                ),
+            )
+
     async def _own(self) -> None:
-        log = ServerLog(self.log_path)
         try:
+            self._check_folder()
+            log = ServerLog(self.log_path)
             async with open_lsp_connection(
                 self.config.command or "",
                 self.config.args,
