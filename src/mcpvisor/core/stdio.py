@@ -369,22 +369,24 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-async def stop_process(process: anyio.abc.Process) -> None:
-    """Close stdin, wait, SIGTERM the group, wait, SIGKILL. Every step bounded."""
+async def stop_process(process: anyio.abc.Process, *, at_once: bool = False) -> None:
+    """Close stdin, wait, SIGTERM the group, wait, SIGKILL. Every step bounded. ``at_once``: SIGKILL the
+    group without the graces (a server that never got going has nothing to finish)."""
     if process.stdin is not None:
         with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             await process.stdin.aclose()
-    exited = await _wait_exit(process, STDIN_CLOSE_GRACE_S)
+    exited = await _wait_exit(process, 0 if at_once else STDIN_CLOSE_GRACE_S)
     pgid = process.pid
     if exited and not _group_alive(pgid):
         pass
     else:
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-        with anyio.move_on_after(TERMINATE_GRACE_S):
-            while _group_alive(pgid):
-                _ = process.returncode
-                await anyio.sleep(EXIT_POLL_S)
+        if not at_once:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGTERM)
+            with anyio.move_on_after(TERMINATE_GRACE_S):
+                while _group_alive(pgid):
+                    _ = process.returncode
+                    await anyio.sleep(EXIT_POLL_S)
         if _group_alive(pgid):
             with suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)

@@ -382,3 +382,27 @@ async def test_a_repository_server_whose_workspace_folder_leads_out_of_the_works
             "must stay inside it: fix linked.workspaceFolder"
         )
         assert not language_server_processes(outside.resolve())
+
+
+async def test_a_server_that_never_answers_initialize_is_killed_and_reported_failed_by_the_call_that_waited(
+    tmp_path: Path,
+) -> None:
+    mute = {"command": "sleep", "args": ["1000"], "extensionToLanguage": {".py": "python"}, "startupTimeout": 1000}
+    async with session(tmp_path, user={"lspServers": {"python": mute}}, watch=False) as s:
+        server = s.host.lsp.manager.servers()["python"]
+        async with anyio.create_task_group() as tg:
+            calls: list[CallToolResult] = []
+
+            async def call() -> None:
+                calls.append(await s.call("hover", file="models.py", line=1, character=7))
+
+            tg.start_soon(call)
+            await wait_until(lambda: server.pid is not None, what="the server to be spawned")
+            pid = server.pid
+        assert text(calls[0]) == (
+            f"language server 'python' failed — no answer to 'initialize' within 1 s; raise "
+            f"lspServers.python.startupTimeout if it needs longer (its log: {server.log_path})"
+        )
+        assert server.state == "failed"
+        assert pid is not None
+        assert not pid_alive(pid)

@@ -89,6 +89,8 @@ class LspConnection:
     ) -> None:
         self.process = process
         self.name = name
+        self.initialized = False
+        """Whether the server answered ``initialize``: only then is it asked to ``shutdown`` when it stops."""
         self._stdin = stdin
         self._on_notification = on_notification
         self._on_request = on_request
@@ -125,6 +127,8 @@ class LspConnection:
             raise TimeoutError(f"{method} to language server {self.name!r} timed out after {timeout_s:g} s")
         if pending.error is not None:
             raise pending.error
+        if method == "initialize":
+            self.initialized = True
         return pending.result
 
     async def notify(self, method: str, params: Any = None) -> None:
@@ -285,7 +289,8 @@ async def open_lsp_connection(
 ) -> AsyncIterator[LspConnection]:
     """Spawn the language server ``name`` in its own process group and talk JSON-RPC to it; its stderr goes
     to ``log`` (closed when the connection ends). Leaving the context asks the server to ``shutdown`` and
-    ``exit`` (each bounded by ``shutdown_timeout_s``), then stops its whole process group. An exception
+    ``exit`` (each bounded by ``shutdown_timeout_s``), then stops its whole process group; a server that
+    never answered ``initialize`` has its process group killed at once. An exception
     from the body leaves the context as it is, not wrapped in an exception group. ``host_path``: a bare
     ``command`` is looked up on the host's PATH, never on ``env.PATH`` (a server a repository defines).
 
@@ -324,8 +329,11 @@ async def open_lsp_connection(
                 yield connection
             finally:
                 with anyio.CancelScope(shield=True):
-                    await _shut_down(connection, handle, shutdown_timeout_s)
-                    await stop_process(process)
+                    if connection.initialized:
+                        await _shut_down(connection, handle, shutdown_timeout_s)
+                        await stop_process(process)
+                    else:  # it never answered initialize: a shutdown would wait for nothing, twice
+                        await stop_process(process, at_once=True)
                     with anyio.move_on_after(STDERR_DRAIN_S):
                         await stderr_done.wait()  # its last words reach the log before anyone reads it
                     with anyio.move_on_after(EXIT_REPORT_S):

@@ -35,6 +35,9 @@ BACKOFF_MAX_S = 30.0
 STABLE_AFTER_S = 30.0
 """A server that ran this long before it crashed starts its restart count afresh."""
 IDLE_CHECK_S = 5.0
+FAILED_START_REPORT_S = 2.0
+"""Past its startupTimeout, how long a call waits for a server that did not answer ``initialize`` to be
+killed and reported failed (rather than answer "starting" for a server that is about to fail)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +237,7 @@ class LspManager:
         await server.wait_stopped()  # a call right after an idle stop began starts it again once it ended
         if server.state in ("stopped", "failed"):
             self._start(server)
-        if not await server.wait_ready():
+        if not await server.wait_ready(server.config.startup_timeout_s + FAILED_START_REPORT_S):
             if server.state == "starting":
                 raise Unroutable(f"server {server.name!r} is starting (indexing); retry in a few seconds")
             raise Unroutable(f"language server {server.name!r} failed — {server.last_error}")
