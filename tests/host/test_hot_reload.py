@@ -286,6 +286,24 @@ async def test_a_save_applied_while_a_reload_reads_the_files_is_not_undone_by_it
         assert s.rec.prompts()[-1].servers == ("p", "q")
 
 
+async def test_a_user_settings_file_broken_at_start_and_fixed_since_lets_the_folder_start_its_servers(
+    tmp_path: Path,
+) -> None:
+    # Broken at start, the user's file may have enabled folder trust: the folder is untrusted until it parses.
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    replace_text(layout.paths.user, '{"mcpServers": {')
+    rec = Recorder()
+    host = Host(HostOptions(env=layout.env, workspace=layout.root))
+    rec.host = host
+    host.subscribe(rec)
+    async with host:
+        assert not host.settings.trusted
+        save(layout.paths.user, {"mcpServers": {"e": server("e")}})
+        await rec.wait_for(lambda: "e" in host.config.manager.clients())
+        assert host.settings.trusted
+        assert not host.settings.trust_undecided
+
+
 # -- approvals (SPEC §11 "Approvals") ---------------------------------------------------------------
 
 

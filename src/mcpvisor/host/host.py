@@ -58,6 +58,7 @@ from mcpvisor.host.pins import (
 from mcpvisor.host.settings.loader import Settings, SettingsError, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
 from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier
+from mcpvisor.host.settings.scopes import TRUST_SCOPES
 from mcpvisor.host.status import LiveConnection, ServerView, describe_servers
 from mcpvisor.host.watcher import RestartRequired, SettingsChanged, SettingsOk, SettingsWatcher, read_store_states
 
@@ -237,7 +238,16 @@ class Host(StackOwner):
                             self.approvals.reload()
                         reloads.start_soon(self._reload_lsp)
 
+                async def follow_trust(event: SettingsChanged) -> None:
+                    # A user or system file that did not parse at start left trust undecided (fail closed);
+                    # fixed, trust is decided as /reload decides it, and the folder's servers follow.
+                    settings = self.settings
+                    if event.scope in TRUST_SCOPES and settings.trust_undecided:
+                        if not any(scope in settings.errors for scope in TRUST_SCOPES):
+                            reloads.start_soon(self.reload)
+
                 self.watcher.add_change_listener(follow_lsp)
+                self.watcher.add_change_listener(follow_trust)
                 self.watcher.add_change_listener(self._on_settings_changed)
                 self.watcher.add_error_listener(self._on_settings_error)
                 self.watcher.add_ok_listener(self._on_settings_ok)

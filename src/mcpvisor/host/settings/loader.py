@@ -206,6 +206,9 @@ class Settings:
         self.errors: dict[FileScope, SettingsError] = {}
         """The current read/parse error of each scope whose last reload failed."""
         self.trusted = True
+        self.trust_undecided = False
+        """Trust was decided while a user or system settings file did not parse (fail closed): once they all
+        parse, a full :meth:`load` decides it (the host does so when the watcher reports them fixed)."""
         self.folder_trust_enabled = False
         self.trust_warnings: tuple[str, ...] = ()
         self._data: dict[FileScope, dict[str, Any]] = {scope: {} for scope in FILE_SCOPES}
@@ -277,6 +280,7 @@ class Settings:
             pass  # keep the trust decided from the last good content
         else:
             self.trusted, self.trust_warnings = self._decide_trust(read)
+            self.trust_undecided = any(scope in self.errors for scope in TRUST_SCOPES)
         self._loaded = True
         self._inactive = set()
         if not self.trusted:
