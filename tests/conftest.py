@@ -6,8 +6,10 @@ run); the fleet tests need ``redis-server`` and ``haproxy`` and are left out the
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import shutil
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -71,3 +73,18 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             yellow=True,
             bold=True,
         )
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_found() -> Iterator[None]:
+    """A command run in the test process (typer's CliRunner) sets up logging for a terminal: the root
+    logger's handlers and the levels of every logger. Put back after each test, or a later test's
+    ``caplog`` hears nothing below ERROR."""
+    root = logging.getLogger()
+    handlers, root_level = root.handlers[:], root.level
+    levels = {name: logging.getLogger(name).level for name in logging.root.manager.loggerDict}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(root_level)
+    for name in logging.root.manager.loggerDict:
+        logging.getLogger(name).setLevel(levels.get(name, logging.NOTSET))
