@@ -251,6 +251,42 @@ async def test_an_answer_that_is_not_valid_mcp_fails_the_call_saying_where_witho
         await client.aclose()
 
 
+REFUSING_SERVER = """
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    if msg.get("method") == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "refusing", "version": "1"}}
+        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+    else:
+        error = {"code": -32603, "message": "no tools for you"}
+        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": error}), flush=True)
+"""
+
+
+async def test_a_server_that_answers_its_listing_with_an_error_is_down_with_that_error_not_an_exit_code(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "refusing.py"
+    script.write_text(REFUSING_SERVER)
+    client = McpClient(
+        "refusing",
+        McpServerConfig(command=sys.executable, args=[str(script)]),
+        options=ConnectionOptions(log_dir=tmp_path),
+    )
+    async with anyio.create_task_group() as tg:
+        with pytest.raises(ConnectError) as raised:
+            await client.start(tg)
+    assert str(raised.value) == (
+        "could not connect to server 'refusing': "
+        "the server answered its start-up requests with an error: no tools for you (code -32603)"
+    )
+    assert client.status == "disconnected"
+
+
 async def test_a_call_past_its_timeout_is_a_timeout_error_naming_the_setting_and_the_connection_stays(
     tmp_path: Path,
 ) -> None:

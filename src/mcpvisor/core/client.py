@@ -31,8 +31,6 @@ from mcpvisor.core.connection import (
     DEFAULT_REMOTE_DISCOVERY_TIMEOUT_S,
     DEFAULT_STDIO_DISCOVERY_TIMEOUT_S,
     ServerConnection,
-    closed_in_sdk,
-    timed_out_in_sdk,
 )
 from mcpvisor.core.errors import (
     RequestError,
@@ -44,6 +42,7 @@ from mcpvisor.core.errors import (
 )
 from mcpvisor.core.server_config import redact_text
 from mcpvisor.core.server_notices import SDK_REQUEST_ERRORS, Notice
+from mcpvisor.core.transports import closed_in_sdk, timed_out_in_sdk
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT_S",

@@ -41,7 +41,7 @@ from mcpvisor.core.server_config import (
 )
 from mcpvisor.core.server_notices import ServerNotices
 from mcpvisor.core.stdio import StdioProcess
-from mcpvisor.core.transports import explain_start_failure, open_transport
+from mcpvisor.core.transports import closed_in_sdk, explain_start_failure, open_transport
 
 if TYPE_CHECKING:
     from mcp.client.session import MessageHandlerFnT
@@ -52,9 +52,7 @@ __all__ = [
     "DEFAULT_REMOTE_DISCOVERY_TIMEOUT_S",
     "DEFAULT_STDIO_DISCOVERY_TIMEOUT_S",
     "ServerConnection",
-    "closed_in_sdk",
     "default_log_dir",
-    "timed_out_in_sdk",
 ]
 
 logger = logging.getLogger(__name__)
@@ -70,21 +68,6 @@ _SAFE_FILENAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 def default_log_dir() -> Path:
     return Path(tempfile.gettempdir()) / "mcpvisor-logs"
-
-
-_SDK_TIMED_OUT = re.compile(r"Request '[^']*' timed out")
-
-
-def closed_in_sdk(exc: MCPError) -> bool:
-    """Whether ``exc`` is the SDK's own word that the connection closed, rather than an error the server
-    answered with the same code: -32000 opens JSON-RPC's server-error range, and servers use it for anything
-    (taking one of those for a lost connection would restart a healthy server on every failing call)."""
-    return exc.code == types.CONNECTION_CLOSED and exc.message == "Connection closed" and exc.data is None
-
-
-def timed_out_in_sdk(exc: MCPError) -> bool:
-    """Whether ``exc`` is the SDK's own timeout of a request, rather than a server's error with code -32001."""
-    return exc.code == types.REQUEST_TIMEOUT and exc.data is None and _SDK_TIMED_OUT.fullmatch(exc.message) is not None
 
 
 class ServerConnection:

@@ -5,12 +5,14 @@ Secrets never reach a message: the caller redacts with ``redact_text`` before sh
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.core.errors import ConnectError, McpvisorError, MessageTooLargeError
@@ -18,7 +20,14 @@ from mcpvisor.core.server_config import REPOSITORY_SCOPES, InMemoryServers, McpS
 from mcpvisor.core.server_log import ServerLog
 from mcpvisor.core.stdio import StdioProcess, open_stdio_transport
 
-__all__ = ["describe_failure", "explain_start_failure", "flatten", "open_transport"]
+__all__ = [
+    "closed_in_sdk",
+    "describe_failure",
+    "explain_start_failure",
+    "flatten",
+    "open_transport",
+    "timed_out_in_sdk",
+]
 
 
 async def open_transport(
@@ -161,6 +170,21 @@ def flatten(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
+_SDK_TIMED_OUT = re.compile(r"Request '[^']*' timed out")
+
+
+def closed_in_sdk(exc: MCPError) -> bool:
+    """Whether ``exc`` is the SDK's own word that the connection closed, rather than an error the server
+    answered with the same code: -32000 opens JSON-RPC's server-error range, and servers use it for anything
+    (taking one of those for a lost connection would restart a healthy server on every failing call)."""
+    return exc.code == types.CONNECTION_CLOSED and exc.message == "Connection closed" and exc.data is None
+
+
+def timed_out_in_sdk(exc: MCPError) -> bool:
+    """Whether ``exc`` is the SDK's own timeout of a request, rather than a server's error with code -32001."""
+    return exc.code == types.REQUEST_TIMEOUT and exc.data is None and _SDK_TIMED_OUT.fullmatch(exc.message) is not None
+
+
 def explain_start_failure(
     name: str,
     cfg: McpServerConfig,
@@ -190,6 +214,9 @@ def explain_start_failure(
     for leaf in flatten(exc):
         if isinstance(leaf, ConnectError):
             return str(leaf).split(": ", 1)[-1]
+    for leaf in flatten(exc):
+        if isinstance(leaf, MCPError) and not closed_in_sdk(leaf) and not timed_out_in_sdk(leaf):
+            return f"the server answered its start-up requests with an error: {leaf.message} (code {leaf.code})"
     reason = describe_failure(exc)
     if cfg.transport == "stdio":
         code = process.returncode if process is not None else None
