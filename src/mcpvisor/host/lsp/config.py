@@ -18,23 +18,22 @@ what an edit does to a running server:
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Callable, Mapping
 from pathlib import PurePath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from mcpvisor.core.server_config import canonical_json
+from mcpvisor.core.server_config import CODE_LOADING_ENV, canonical_json
 
 __all__ = [
+    "refused_in_a_repository",
     "GATED_LSP_SCOPES",
     "LSP_KEY_PREFIX",
     "RUNS_WORKSPACE_CODE",
     "camel_fields",
     "LspScope",
     "LspServerConfig",
-    "REFUSED_PROJECT_ENV",
     "lsp_approval_hash",
     "normalize_lsp_entry",
 ]
@@ -76,8 +75,12 @@ _POLICY_KEYS = frozenset({"startup_timeout", "shutdown_timeout", "restart_on_cra
 _NOT_APPROVAL_KEYS = frozenset({"scope", *_POLICY_KEYS})
 _CONNECTION_KEYS = ("command", "args", "env", "transport", "socket", "workspace_folder", "initialization_options")
 
-REFUSED_PROJECT_ENV = re.compile(r"^(LD_.*|DYLD_.*|NODE_OPTIONS|PYTHONSTARTUP|PYTHONPATH)$", re.IGNORECASE)
-"""Environment variables a repository's entry may not set: each makes the server run code of its choice."""
+
+def refused_in_a_repository(key: str) -> bool:
+    """Whether a repository's entry may not set the environment variable ``key``: each of
+    :data:`~mcpvisor.core.server_config.CODE_LOADING_ENV` makes the server run code of its choice, but
+    ``PATH`` (the command itself is looked up on the host's PATH; what the server starts may need it)."""
+    return CODE_LOADING_ENV.match(key) is not None and key.upper() != "PATH"
 
 
 def normalize_lsp_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -155,7 +158,7 @@ class LspServerConfig(BaseModel):
         if self.max_restarts is not None and self.max_restarts < 0:
             raise ValueError("maxRestarts: must be 0 or more")
         if self.scope in GATED_LSP_SCOPES:
-            refused = sorted(k for k in self.env or {} if REFUSED_PROJECT_ENV.match(k))
+            refused = sorted(k for k in self.env or {} if refused_in_a_repository(k))
             if refused:
                 raise ValueError(
                     f"env: a repository may not set {', '.join(refused)} (it would make the server run code of "
