@@ -87,3 +87,11 @@ def test_approving_a_server_that_is_not_in_force_says_why(layout: Layout) -> Non
         assert code == 1
         assert f"{layout.root} is not trusted" in " ".join(out.split())
         assert "run: mcpvisor mcp trust --workspace" in " ".join(out.split())
+
+
+def test_mcp_list_says_the_scope_of_every_server(layout: Layout) -> None:
+    write_json(layout.paths.user, {"mcpServers": {"u": {"command": "x"}}})
+    write_json(layout.paths.project, {"mcpServers": {"p": {"command": "x"}}})
+    code, out = invoke(layout, "mcp", "list", "--json")
+    assert code == 0
+    assert {row["name"]: row["scope"] for row in json.loads(out)["servers"]} == {"u": "user", "p": "project"}

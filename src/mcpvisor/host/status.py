@@ -150,7 +150,7 @@ def describe_servers(
                 name=name,
                 source=source.label,
                 file=str(source.path) if source.path is not None else None,
-                scope=cfg.scope,
+                scope=cfg.scope or source.scope,
                 transport=cfg.transport,
                 target=cfg.target(),
                 state=state,
