@@ -49,12 +49,12 @@ def test_the_token_is_generated_once_with_mode_0600_and_reused(tmp_path: Path) -
 
 def test_the_environment_wins_then_the_token_file(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
-    token_file.write_text("from-file\n")
+    token_file.write_text("from-the-token-file\n")
     token_file.chmod(0o600)
-    env = {"MCPVISOR_HOME": str(tmp_path / "home"), TOKEN_ENV: "from-env"}
-    assert load_gateway_token(env, token_file) == GatewayToken("from-env", f"${TOKEN_ENV}")
+    env = {"MCPVISOR_HOME": str(tmp_path / "home"), TOKEN_ENV: "from-the-environment"}
+    assert load_gateway_token(env, token_file) == GatewayToken("from-the-environment", f"${TOKEN_ENV}")
     del env[TOKEN_ENV]
-    assert load_gateway_token(env, token_file).value == "from-file"
+    assert load_gateway_token(env, token_file).value == "from-the-token-file"
     assert not gateway_token_path(env).exists()  # nothing generated when a token was given
 
 
@@ -239,3 +239,16 @@ async def test_a_malformed_workspace_header_is_a_short_400_never_a_500(tmp_path:
             assert len(response.text) < 600
             assert "Traceback" not in response.text
         assert set(gateway.workspaces()) == {setup.default}
+
+
+@pytest.mark.parametrize("where", ["environment", "file"])
+def test_a_token_short_enough_to_guess_is_refused_naming_where_it_came_from(tmp_path: Path, where: str) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("xq7Zk\n")
+    token_file.chmod(0o600)
+    env = {"MCPVISOR_HOME": str(tmp_path / "home")} | ({TOKEN_ENV: "xq7Zk"} if where == "environment" else {})
+    source = f"${TOKEN_ENV}" if where == "environment" else str(token_file)
+    with pytest.raises(ConfigError, match=r"has 5 characters; use at least 16") as caught:
+        load_gateway_token(env, token_file)
+    assert source in str(caught.value)
+    assert "xq7Zk" not in str(caught.value)

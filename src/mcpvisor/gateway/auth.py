@@ -33,6 +33,8 @@ __all__ = [
 ]
 
 TOKEN_ENV = "MCPVISOR_GATEWAY_TOKEN"
+MIN_TOKEN_CHARS = 16
+"""The shortest token the gateway accepts from the environment or a file (the one it makes has 43)."""
 TOKEN_FILENAME = "gateway-token"
 _TOKEN_BYTES = 32
 _MAX_TOKEN_FILE_BYTES = 4096
@@ -65,16 +67,29 @@ def load_gateway_token(env: Mapping[str, str], token_file: Path | None = None) -
     naming the file and the fix when a file is empty, unreadable or readable by others."""
     from_env = env.get(TOKEN_ENV, "").strip()
     if from_env:
-        return GatewayToken(from_env, f"${TOKEN_ENV}")
+        return _long_enough(GatewayToken(from_env, f"${TOKEN_ENV}"))
     if token_file is not None:
-        return GatewayToken(_read_token_file(token_file.expanduser(), option="--token-file"), str(token_file))
+        value = _read_token_file(token_file.expanduser(), option="--token-file")
+        return _long_enough(GatewayToken(value, str(token_file)))
     path = gateway_token_path(env)
     if path.exists():
-        return GatewayToken(_read_token_file(path, option=None), str(path))
+        return _long_enough(GatewayToken(_read_token_file(path, option=None), str(path)))
     path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     value = secrets.token_urlsafe(_TOKEN_BYTES)
     write_private(path, value + "\n")
     return GatewayToken(value, str(path), generated=True)
+
+
+def _long_enough(token: GatewayToken) -> GatewayToken:
+    """``token``, unless it is short enough to be guessed: a bearer token is all that stands between the
+    network and every tool the gateway serves."""
+    if len(token.value) < MIN_TOKEN_CHARS:
+        raise ConfigError(
+            f"the gateway token in {token.source} has {len(token.value)} characters; use at least "
+            f"{MIN_TOKEN_CHARS} random ones, e.g. the output of: "
+            "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
+    return token
 
 
 def _read_token_file(path: Path, *, option: str | None) -> str:
