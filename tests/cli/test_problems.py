@@ -95,3 +95,21 @@ def test_mcp_list_says_the_scope_of_every_server(layout: Layout) -> None:
     code, out = invoke(layout, "mcp", "list", "--json")
     assert code == 0
     assert {row["name"]: row["scope"] for row in json.loads(out)["servers"]} == {"u": "user", "p": "project"}
+
+
+def test_status_says_a_language_server_whose_command_is_not_there_before_its_first_use_fails(
+    layout: Layout,
+) -> None:
+    servers = {
+        "gone": {"command": "no-such-language-server-xyz", "extensionToLanguage": {".py": "python"}},
+        "here": {"command": "python3", "extensionToLanguage": {".md": "markdown"}},
+    }
+    write_json(layout.paths.user, {"lspServers": servers})
+    code, out = invoke(layout, "status", "--json")
+    assert code == 0, out
+    states = {row["name"]: row["state"] for row in json.loads(out)["language_servers"]}
+    assert states["gone"] == (
+        "stopped — its command 'no-such-language-server-xyz' is not found, so its first use will fail: "
+        "fix gone.command"
+    )
+    assert states["here"] == "stopped (starts on first use)"

@@ -267,7 +267,7 @@ class LspSession:
                     path=str(entry.path) if entry.path is not None else None,
                     target=cfg.target(),
                     extensions=tuple(sorted(cfg.extension_to_language)),
-                    state=describe_state(self.manager, name, server, reason),
+                    state=describe_state(self.manager, name, server, reason, cfg),
                     pid=server.pid if server is not None else None,
                     open_documents=len(server.documents) if running and server is not None else 0,
                     error=server.last_error if server is not None and server.state == "failed" else None,

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import TYPE_CHECKING
+
+from mcpvisor.core.stdio import on_host_path
+from mcpvisor.host.lsp.config import GATED_LSP_SCOPES, LspServerConfig
 
 if TYPE_CHECKING:
     from mcpvisor.host.lsp.manager import LspManager
@@ -11,8 +16,15 @@ if TYPE_CHECKING:
 __all__ = ["describe_state"]
 
 
-def describe_state(manager: LspManager, name: str, server: LanguageServer | None, reason: str | None) -> str:
-    """One language server's state as people read it."""
+def describe_state(
+    manager: LspManager,
+    name: str,
+    server: LanguageServer | None,
+    reason: str | None,
+    cfg: LspServerConfig | None = None,
+) -> str:
+    """One language server's state as people read it (``cfg``: its entry, to tell a command that is not
+    there before its first use fails on it)."""
     if reason == "untrusted":
         return "not started: the folder is not trusted"
     if reason == "pending_approval":
@@ -23,6 +35,9 @@ def describe_state(manager: LspManager, name: str, server: LanguageServer | None
         return "disabled (in lsp.excluded)"
     if reason == "not_allowed":
         return "not allowed"
+    missing = cfg is not None and (server is None or server.state == "stopped") and _command_missing(cfg)
+    if missing and cfg is not None:
+        return f"stopped — its command {cfg.command!r} is not found, so its first use will fail: fix {name}.command"
     if server is None:
         return "stopped"
     if server.state == "ready":
@@ -32,3 +47,22 @@ def describe_state(manager: LspManager, name: str, server: LanguageServer | None
     if server.state == "failed":
         return "failed"
     return "idle" if manager.is_idle(name) else "stopped (starts on first use)"
+
+
+def _command_missing(cfg: LspServerConfig) -> bool:
+    """Whether the server's command cannot be found: a bare name on the PATH it would be looked up on (the
+    host's for a repository's server, else its own ``env.PATH`` or the host's), an absolute path that is no
+    executable file. A relative path is the server's folder's business: never said missing."""
+    command = cfg.command
+    if not command:
+        return False
+    if os.sep in command:
+        return os.path.isabs(command) and not os.access(command, os.X_OK)
+    if cfg.scope in GATED_LSP_SCOPES:
+        try:
+            on_host_path(command)
+        except FileNotFoundError:
+            return True
+        return False
+    path = (cfg.env or {}).get("PATH") or os.environ.get("PATH", os.defpath)
+    return shutil.which(command, path=path) is None
