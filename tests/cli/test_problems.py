@@ -81,12 +81,23 @@ def test_approving_a_server_that_is_not_in_force_says_why(layout: Layout) -> Non
     code, out = failing(layout, "mcp", "approve", "r")
     assert code == 1
     assert "its entry is not valid (skipped MCP server 'r'" in " ".join(out.split())
-    write_json(layout.paths.user, {"security": {"folderTrust": {"enabled": True}}})
+    write_json(layout.paths.lsp_project, {"py": {"command": "pylsp", "extensionToLanguage": {".py": "python"}}})
+    write_json(
+        layout.paths.user, {"security": {"folderTrust": {"enabled": True}}, "mcpServers": {"helper": {"command": "x"}}}
+    )
     for command in (["mcp", "approve", "r"], ["lsp", "approve", "py"]):
         code, out = failing(layout, *command)
         assert code == 1
         assert f"{layout.root} is not trusted" in " ".join(out.split())
         assert "run: mcpvisor mcp trust --workspace" in " ".join(out.split())
+    code, out = failing(layout, "mcp", "approve", "helpr")  # a typo is a typo, trusted or not
+    assert "no MCP server of that name is configured" in " ".join(out.split())
+    assert "(configured: helper)" in " ".join(out.split())
+    result = CliRunner().invoke(
+        app, ["mcp", "add", "--scope", "workspace", "w", "--workspace", str(layout.root), "--", "x"], env=layout.env
+    )
+    assert result.exit_code == 0, result.output
+    assert f"{layout.root} is not trusted, so its own settings are not read" in " ".join(result.stdout.split())
 
 
 def test_mcp_list_says_the_scope_of_every_server(layout: Layout) -> None:
@@ -109,7 +120,6 @@ def test_status_says_a_language_server_whose_command_is_not_there_before_its_fir
     assert code == 0, out
     states = {row["name"]: row["state"] for row in json.loads(out)["language_servers"]}
     assert states["gone"] == (
-        "stopped — its command 'no-such-language-server-xyz' is not found, so its first use will fail: "
-        "fix gone.command"
+        "stopped — its command 'no-such-language-server-xyz' is not found, so its first use will fail: fix gone.command"
     )
     assert states["here"] == "stopped (starts on first use)"

@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from mcpvisor.core import stdio
 from mcpvisor.core.client import McpClient
@@ -23,6 +24,7 @@ from mcpvisor.core.errors import (
     ToolCallError,
 )
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
+from mcpvisor.core.transports import closed_in_sdk, explain_start_failure
 from tests.helpers import WAIT_S, free_port, http_server, light, marker_pids, pid_alive, sdk, wait_until
 
 
@@ -248,6 +250,23 @@ async def test_an_answer_that_is_not_valid_mcp_fails_the_call_saying_where_witho
         )
         assert raised.value.__cause__ is None  # nor in a chained error's text
         assert client.status == "connected"
+        await client.aclose()
+
+
+async def test_arguments_that_make_no_valid_request_are_refused_before_sending_not_blamed_on_the_server(
+    tmp_path: Path,
+) -> None:
+    client = McpClient("a", light("a", "--tools", "x", "--prompts", "p"), options=ConnectionOptions(log_dir=tmp_path))
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        with pytest.raises(RequestError) as prompt:
+            await client.get_prompt("p", {"topic": 3})  # type: ignore[dict-item]
+        assert str(prompt.value) == (
+            "getting prompt 'p' on server 'a' was not sent: "
+            "its arguments are not valid (arguments.topic: Input should be a valid string)"
+        )
+        with pytest.raises(ToolCallError, match="was not sent: its arguments are not valid"):
+            await client.call_tool("x", ["not", "a", "dict"])  # type: ignore[arg-type]
         await client.aclose()
 
 
@@ -486,3 +505,31 @@ async def test_calls_racing_a_killed_server_fail_with_mcpvisor_errors_only(tmp_p
         assert not any("context manager" in str(f) for f in failures)
         result = await config.call_tool("mcp__k__echo", {"text": "back"})
         assert text(result) == "k:echo:back"
+
+
+@pytest.mark.parametrize(
+    ("message", "closed"),
+    [
+        ("Connection closed", True),
+        ("SSE stream failed: peer closed connection", True),
+        ("SSE stream ended without a response", True),
+        ("SSE stream ended and reconnection attempts were exhausted", True),
+        ("Connection closed by the tool's own upstream, retry later", False),
+        ("internal failure", False),
+    ],
+)
+def test_the_sdks_own_words_for_a_lost_connection_are_told_from_a_servers_error_with_the_same_code(
+    message: str, closed: bool
+) -> None:
+    assert closed_in_sdk(MCPError(code=-32000, message=message)) is closed
+    assert not closed_in_sdk(MCPError(code=-32000, message=message, data={"from": "the server"}))
+
+
+def test_a_remote_servers_start_up_error_says_which_url() -> None:
+    cfg = McpServerConfig(http_url="http://127.0.0.1:9/mcp?key=s3cret")
+    error = MCPError(code=-32603, message="Server returned an error response")
+    said = explain_start_failure("r", cfg, error, needs_auth=False, process=None, log_path=Path("/x.log"))
+    assert said == (
+        "the server answered its start-up requests with an error: Server returned an error response (code -32603) "
+        "(reaching http://127.0.0.1:9/mcp?key=***)"
+    )

@@ -181,3 +181,18 @@ def test_target_hides_url_credentials_and_query_values() -> None:
 def test_a_url_in_parentheses_is_redacted_and_the_parenthesis_kept() -> None:
     text = "ConnectError: refused (reaching http://127.0.0.1:1/mcp?key=s3cret)"
     assert redact_text(text) == "ConnectError: refused (reaching http://127.0.0.1:1/mcp?key=***)"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("reach https://bot:s3cr(et)pw@api.example.com/mcp failed", "reach https://api.example.com/mcp failed"),
+        (
+            "GET https://api.example.com/mcp?api_key=ab(c)d3f4 failed",
+            "GET https://api.example.com/mcp?api_key=*** failed",
+        ),
+        ("(see https://h/mcp?k=a(b)c)", "(see https://h/mcp?k=***)"),
+    ],
+)
+def test_parentheses_inside_a_url_are_redacted_with_it(text: str, shown: str) -> None:
+    assert redact_text(text) == shown

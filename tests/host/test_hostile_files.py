@@ -24,6 +24,7 @@ from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.file_reads import read_regular
 from mcpvisor.host.hot_reload import compute_desired_state
 from mcpvisor.host.oauth import TokenStore
+from mcpvisor.host.oauth_grants import _private_key
 from mcpvisor.host.pins import PinStore
 from mcpvisor.host.settings.files import SettingsFileError
 from mcpvisor.host.settings.loader import load_settings
@@ -213,3 +214,12 @@ def test_a_file_longer_than_its_size_says_is_read_no_further_than_the_limit() ->
     with pytest.raises(OSError, match="may be at most") as caught:
         read_regular(Path("/proc/self/maps"), 100)
     assert caught.value.errno == errno.EFBIG
+
+
+@pytest.mark.parametrize("kind", SPECIAL)
+def test_a_private_key_file_that_is_a_device_or_a_pipe_is_refused_naming_it(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "key.pem"
+    _special(path, kind)
+    with pytest.raises(ConfigError, match="privateKeyFile .*not a regular file") as caught:
+        _within(20, partial(_private_key, "s", str(path)), fifos=[path])
+    assert str(path) in str(caught.value)

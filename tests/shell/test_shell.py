@@ -17,6 +17,7 @@ import pytest
 from rich.console import Console
 
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.host import HostOptions
 from mcpvisor.shell import EXIT_INTERRUPTED, EXIT_OK, run_shell
 from mcpvisor.shell.session import HELP_HINT
@@ -351,6 +352,13 @@ async def test_what_a_settings_file_names_is_printed_as_written_never_read_as_ma
         since = s.mark()
         save(s.layout.paths.user, {"mcpServers": {"a": a, "[conceal]b[/conceal]": server("b")}})
         await s.wait_for("+ added [conceal]b[/conceal] (1 tool)", since)
+        since = s.mark()
+        name = "[conceal]p[/conceal]"
+        save(s.layout.paths.project, {"mcpServers": {name: server("p")}})
+        await s.wait_for(f"Approve {name}?", since)
+        cfg = s.layout.settings().project.servers[name].config
+        ApprovalStore(s.layout.paths.approvals).reject(s.layout.root, name, cfg)  # as `mcp reject` elsewhere
+        await s.wait_for(f"✗ {name} rejected — edit its config to be asked again", since)
 
 
 async def test_a_broken_save_and_its_fix_are_both_said(tmp_path: Path) -> None:

@@ -63,6 +63,17 @@ def config_problems(settings: Settings, approvals_error: str | None, *more: Iter
     return list(dict.fromkeys(problems))
 
 
+def _in_the_folders_own_files(settings: Settings, name: str, kind: str) -> bool:
+    """Whether the folder's own files (read here even when it is not trusted) define server ``name``."""
+    lsp = kind == "language server"
+    for scope in ("lsp_project", "workspace") if lsp else ("project", "workspace"):
+        data = settings.read_scope(scope).data or {}
+        servers = data if scope == "lsp_project" else data.get("lspServers" if lsp else "mcpServers")
+        if isinstance(servers, dict) and name in servers:
+            return True
+    return False
+
+
 def list_servers(
     *,
     env: Mapping[str, str],
@@ -143,7 +154,7 @@ def not_configured(
     for warning in warnings:
         if warning.startswith(f"skipped {kind} {name!r}"):
             return ConfigError(f"{head}: its entry is not valid ({warning})")
-    if not settings.trusted:
+    if not settings.trusted and _in_the_folders_own_files(settings, name, kind):
         return ConfigError(
             f"{head}: {settings.root} is not trusted, so its own settings files are not read; "
             f"if you trust it, run: mcpvisor mcp trust --workspace {shlex.quote(str(settings.root))}"
@@ -356,7 +367,13 @@ def add_server(
     set_setting(settings, file_scope, ("mcpServers", name), entry)
     console = new_console(highlight=False)
     console.print(f"Added server [bold]{escape(name)}[/] to {escape(str(settings.paths.of(file_scope)))}")
-    if file_scope == "workspace":  # the folder's own settings: gated like .mcp.json
+    if file_scope == "workspace" and not settings.trusted:  # the folder's own settings are not even read
+        console.print(
+            f"{settings.root} is not trusted, so its own settings are not read: if you trust it, run "
+            f"mcpvisor mcp trust --workspace {shlex.quote(str(settings.root))}, then approve the server",
+            markup=False,
+        )
+    elif file_scope == "workspace":  # the folder's own settings: gated like .mcp.json
         console.print(f"It starts once approved: mcpvisor mcp approve {name} --workspace {settings.root}", markup=False)
 
 

@@ -129,10 +129,12 @@ def _fleet_in_settings(env: Mapping[str, str]) -> tuple[str, str] | None:
 
 
 def _mentions_fleet(path: Path) -> bool:
+    from mcpvisor.host.file_reads import read_regular
+    from mcpvisor.host.settings.files import MAX_SETTINGS_BYTES
+
     try:
-        return (
-            re.search(r"""(^|[{,\s"'])fleet["']?\s*:""", path.read_text(encoding="utf-8", errors="replace")) is not None
-        )
+        text = read_regular(path, MAX_SETTINGS_BYTES)[1].decode("utf-8", errors="replace")
+        return re.search(r"""(^|[{,\s"'])fleet["']?\s*:""", text) is not None
     except OSError:
         return False
 

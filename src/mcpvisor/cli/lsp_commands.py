@@ -18,6 +18,7 @@ from rich.markup import escape
 from mcpvisor.cli.commands import not_configured
 from mcpvisor.cli.fleet import approval_store
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.server_config import CODE_LOADING_ENV
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.lsp.config import RUNS_WORKSPACE_CODE, LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
@@ -116,8 +117,12 @@ def _show(console: Console, name: str, cfg: LspServerConfig, where: str) -> None
     )
     if cfg.workspace_folder:
         console.print(f"  folder:     {escape(cfg.workspace_folder)}")
-    if cfg.env:
-        console.print(f"  env:        {escape(', '.join(sorted(cfg.env)))} (values hidden)")
+    for key, value in sorted((cfg.env or {}).items()):
+        if CODE_LOADING_ENV.match(key):
+            console.print(f"  env:        {escape(key)}={escape(value)} (decides what code runs)")
+    hidden = sorted(key for key in cfg.env or {} if not CODE_LOADING_ENV.match(key))
+    if hidden:
+        console.print(f"  env:        {escape(', '.join(hidden))} (values hidden)")
     if cfg.initialization_options is not None:
         console.print(f"  init:       {escape(json.dumps(cfg.initialization_options))[:300]}")
 

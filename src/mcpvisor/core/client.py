@@ -140,9 +140,12 @@ class McpClient(ServerConnection):
             yield
         except SDK_REQUEST_ERRORS as exc:
             raise self._request_error(what, exc, kind=kind, target=target, timeout_s=timeout_s) from exc
-        except ValidationError as exc:  # the answer is not what MCP says it must be; its values are not shown
+        except ValidationError as exc:  # a model refused: the server's answer, or the request made of the arguments
             problems = redact_text(_invalid_answer(exc), self.config)
-            message = f"{what} on server {self.name!r} failed: its answer is not valid MCP ({problems})"
+            if exc.title.endswith("Result"):  # the values are not shown (a secret may be among them)
+                message = f"{what} on server {self.name!r} failed: its answer is not valid MCP ({problems})"
+            else:
+                message = f"{what} on server {self.name!r} was not sent: its arguments are not valid ({problems})"
             raise request_failed(message, kind=kind, target=target, server=self.name) from None
         except RuntimeError as exc:
             # The connection ended between taking the client and using it: the SDK refuses to send

@@ -252,23 +252,33 @@ def redact_url(url: str) -> str:
 
 
 CODE_LOADING_ENV = re.compile(
-    r"^(LD_.*|DYLD_.*|PATH|NODE_OPTIONS|NODE_PATH|PYTHONSTARTUP|PYTHONPATH|PYTHONHOME|BASH_ENV|ENV"
+    r"^(LD_.*|DYLD_.*|PATH|NODE_OPTIONS|NODE_PATH|PYTHONSTARTUP|PYTHONPATH|PYTHONHOME|PYTHONUSERBASE|BASH_ENV|ENV"
+    r"|ZDOTDIR|HOME|XDG_CONFIG_HOME|GIT_CONFIG_GLOBAL|GIT_CONFIG_SYSTEM|GCONV_PATH|CLASSPATH"
     r"|PERL5OPT|PERL5LIB|PERLLIB|RUBYOPT|RUBYLIB|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|JDK_JAVA_OPTIONS)$",
     re.IGNORECASE,
 )
 """Environment variables that make a process load code of their value's choosing (a preloaded library, a
-module path, a start-up script, interpreter flags) or choose the programs a bare command name runs."""
+module path, a start-up script, interpreter flags, a home or configuration folder whose files run code) or
+choose the programs a bare command name runs (``PATH``: also the interpreter of a ``#!/usr/bin/env node``
+script such as ``npx``)."""
 
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()]+")
-"""A URL in a message: up to a space, a quote, an angle bracket or a parenthesis (text around a URL often
-wraps it in one)."""
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+"""A URL in a message: up to a space, a quote or an angle bracket. Parentheses may be part of it (a password,
+a query value); one that closes more than the URL opened is the text's (:func:`_redact_url_in_text`)."""
 _MIN_SECRET_LEN = 4
+
+
+def _redact_url_in_text(match: re.Match[str]) -> str:
+    url, tail = match.group(0), ""
+    while url.endswith(")") and url.count(")") > url.count("("):  # "(reaching http://h/mcp?k=v)"
+        url, tail = url[:-1], ")" + tail
+    return redact_url(url) + tail
 
 
 def redact_text(text: str, cfg: McpServerConfig | None = None) -> str:
     """``text`` fit to show people: every URL in it redacted (:func:`redact_url`), and the values of
     ``cfg``'s env and headers replaced by ``***`` wherever they appear."""
-    text = _URL.sub(lambda m: redact_url(m.group(0)), text)
+    text = _URL.sub(_redact_url_in_text, text)
     if cfg is not None:
         for value in (*(cfg.env or {}).values(), *(cfg.headers or {}).values()):
             if len(value) >= _MIN_SECRET_LEN:

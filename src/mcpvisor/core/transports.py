@@ -171,13 +171,19 @@ def flatten(exc: BaseException) -> list[BaseException]:
 
 
 _SDK_TIMED_OUT = re.compile(r"Request '[^']*' timed out")
+_SDK_CLOSED = re.compile(
+    r"Connection closed|SSE stream failed: .*|SSE stream ended without a response"
+    r"|SSE stream ended and reconnection attempts were exhausted",
+    re.DOTALL,
+)
+"""What the SDK says, with code -32000, when a connection (or an HTTP request's own event stream) is gone."""
 
 
 def closed_in_sdk(exc: MCPError) -> bool:
     """Whether ``exc`` is the SDK's own word that the connection closed, rather than an error the server
     answered with the same code: -32000 opens JSON-RPC's server-error range, and servers use it for anything
     (taking one of those for a lost connection would restart a healthy server on every failing call)."""
-    return exc.code == types.CONNECTION_CLOSED and exc.message == "Connection closed" and exc.data is None
+    return exc.code == types.CONNECTION_CLOSED and exc.data is None and _SDK_CLOSED.fullmatch(exc.message) is not None
 
 
 def timed_out_in_sdk(exc: MCPError) -> bool:
@@ -216,7 +222,8 @@ def explain_start_failure(
             return str(leaf).split(": ", 1)[-1]
     for leaf in flatten(exc):
         if isinstance(leaf, MCPError) and not closed_in_sdk(leaf) and not timed_out_in_sdk(leaf):
-            return f"the server answered its start-up requests with an error: {leaf.message} (code {leaf.code})"
+            where = "" if cfg.transport == "stdio" else f" (reaching {cfg.target()})"
+            return f"the server answered its start-up requests with an error: {leaf.message} (code {leaf.code}){where}"
     reason = describe_failure(exc)
     if cfg.transport == "stdio":
         code = process.returncode if process is not None else None

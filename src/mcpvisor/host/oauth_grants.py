@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.host.file_reads import read_regular
 from mcpvisor.host.oauth_settings import LoginRequired
 
 if TYPE_CHECKING:
@@ -100,11 +101,16 @@ def _secret_method(settings: OAuthSettings) -> Literal["client_secret_basic", "c
     )
 
 
+MAX_KEY_FILE_BYTES = 64 * 1024
+"""A PEM private key is a few kB; a file larger than this is not one."""
+
+
 def _private_key(name: str, path: str) -> str:
     try:
-        return Path(path).expanduser().read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read mcpServers.{name}.oauth.privateKeyFile {path}: {exc.strerror or exc}") from exc
+        return read_regular(Path(path).expanduser(), MAX_KEY_FILE_BYTES, what="a private key file")[1].decode()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = "it is not text" if isinstance(exc, UnicodeDecodeError) else exc.strerror or str(exc)
+        raise ConfigError(f"cannot read mcpServers.{name}.oauth.privateKeyFile {path}: {reason}") from None
 
 
 def _identity_assertion_provider(name: str, url: str, settings: OAuthSettings, storage: TokenStorage) -> Any:

@@ -130,8 +130,9 @@ def lsp_approval_request(name: str, cfg: LspServerConfig, source: str, path: str
         args=tuple(cfg.args),
         cwd=cfg.workspace_folder,
         url=None,
-        env_keys=tuple(sorted(cfg.env or {})),
+        env_keys=tuple(sorted(key for key in cfg.env or {} if not CODE_LOADING_ENV.match(key))),
         header_keys=(),
+        code_env=tuple((key, value) for key, value in sorted((cfg.env or {}).items()) if CODE_LOADING_ENV.match(key)),
         files=tuple(f"{ext} ({lang})" for ext, lang in sorted(cfg.extension_to_language.items())),
         note=RUNS_WORKSPACE_CODE,
     )

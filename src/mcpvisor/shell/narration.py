@@ -88,8 +88,8 @@ class HumanOutput:
                         c.print(f"[dim]○ {escape(str(name))} not allowed[/]")
                     elif reason == "rejected":
                         c.print(
-                            f"[red]✗ {name} rejected — edit its config to be asked again, "
-                            f"or approve it after all: mcpvisor mcp approve {name}[/]",
+                            f"[red]✗ {escape(str(name))} rejected — edit its config to be asked again, "
+                            f"or approve it after all: mcpvisor mcp approve {escape(str(name))}[/]",
                         )
             self._servers = current
             self._gated = {n: self._host.refine_reason(n, r) or r for n, r in event.gated.items()}

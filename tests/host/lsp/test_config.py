@@ -52,7 +52,7 @@ def test_an_invalid_entry_says_what_to_fix(entry: dict[str, Any], problem: str) 
 @pytest.mark.parametrize(
     "key",
     ["LD_PRELOAD", "ld_library_path", "DYLD_INSERT_LIBRARIES", "NODE_OPTIONS", "PYTHONPATH"]
-    + ["PYTHONHOME", "BASH_ENV", "NODE_PATH", "PERL5OPT", "RUBYOPT", "JAVA_TOOL_OPTIONS"],
+    + ["PYTHONHOME", "BASH_ENV", "NODE_PATH", "PERL5OPT", "RUBYOPT", "JAVA_TOOL_OPTIONS", "PYTHONUSERBASE", "HOME"],
 )
 def test_a_repository_may_not_set_environment_that_injects_code(key: str) -> None:
     entry = {**PYLSP, "env": {key: "/tmp/evil"}}

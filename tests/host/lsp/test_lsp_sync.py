@@ -66,12 +66,18 @@ async def test_open_documents_edited_or_deleted_on_disk_are_synced_before_a_call
         assert open_now == [s.layout.root / "service.py"]  # the deleted one was closed
 
 
-async def test_diagnostics_of_every_open_document_close_a_deleted_one_and_report_the_rest(tmp_path: Path) -> None:
+@pytest.mark.parametrize("change", ["deleted", "grown too large to send"])
+async def test_diagnostics_of_every_open_document_close_a_deleted_one_and_report_the_rest(
+    tmp_path: Path, change: str
+) -> None:
     async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
         (s.layout.root / "a.py").write_text("import os\n")
         (s.layout.root / "old.py").write_text("import sys\n")
         await s.ok("diagnostics", files=["a.py", "old.py"])
-        (s.layout.root / "old.py").unlink()
+        if change == "deleted":
+            (s.layout.root / "old.py").unlink()
+        else:  # regenerated: 18 MiB
+            (s.layout.root / "old.py").write_text("x = 1\n" * (3 * 1024 * 1024))
         report = await s.ok("diagnostics")
         assert [(f["file"], [d["message"] for d in f["diagnostics"]]) for f in report["files"]] == [
             ("a.py", ["'os' imported but unused"])

@@ -15,7 +15,6 @@ Every tool is read-only: ``rename_preview`` writes nothing.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ import mcp_types as types
 from pydantic import BaseModel
 
 from mcpvisor.core.client_requests import Progress
+from mcpvisor.host.file_reads import read_regular
 from mcpvisor.host.lsp import normalize
 from mcpvisor.host.lsp.documents import Document
 from mcpvisor.host.lsp.jsonrpc import LspError
@@ -147,11 +147,7 @@ class LspTools:
                 return text
             if path not in cache:
                 try:
-                    cache[path] = (
-                        path.read_text(encoding="utf-8", errors="replace")
-                        if path.is_file() and os.path.getsize(path) <= _PREVIEW_READ_BYTES
-                        else None
-                    )
+                    cache[path] = read_regular(path, _PREVIEW_READ_BYTES)[1].decode("utf-8", errors="replace")
                 except OSError:
                     cache[path] = None
             return cache[path]
@@ -350,6 +346,8 @@ class LspTools:
             if server not in synced:
                 synced.add(server)
                 await server.sync_open()
+            if files is None and server.documents.get(path) is None:
+                continue  # an open document closed by sync_open (deleted, grown too large, unreadable): not reported
             try:
                 doc = await server.sync(path)
             except NoSuchFile:
