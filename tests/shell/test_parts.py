@@ -12,6 +12,7 @@ import anyio
 import pytest
 from mcp_types import CallToolResult, ImageContent, TextContent
 from rich.console import Console
+from rich.text import Text
 from typer.testing import CliRunner
 
 from mcpvisor.cli.main import app
@@ -34,8 +35,10 @@ from mcpvisor.shell.commands import (
     parse_json_object,
     parse_prompt_arguments,
 )
+from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.render import first_line, render_call_result
 from mcpvisor.shell.terminal import Screen, stdin_lines
+from mcpvisor.shell.views import indented
 from tests.helpers import WAIT_S, wait_until
 from tests.layout import make_layout, write_json
 
@@ -183,6 +186,32 @@ def test_an_approval_request_shows_what_decides_the_code_that_runs_and_hides_not
     assert "NODE_OPTIONS=--require ./evil.js (decides what code runs)" in shown
     assert "env:     API_KEY (values hidden)" in shown
     assert "t0ps3cret" not in result.output
+
+
+def test_what_others_wrote_reaches_the_terminal_with_its_control_characters_shown_not_obeyed(tmp_path: Path) -> None:
+    # An escape sequence in a repository's entry would let the approval show one command while another runs.
+    fake = "./evil.sh\x1b[2K\x1b[1G    command: npx"
+    layout = make_layout(tmp_path)
+    write_json(layout.paths.project, {"mcpServers": {"helper": {"command": fake, "args": ["-y", "srv"]}}})
+    result = CliRunner().invoke(app, ["mcp", "approve", "helper", "--workspace", str(layout.root)], env=layout.env)
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output
+    assert "command: ./evil.sh␛[2K␛[1G    command: npx" in result.stdout
+    # every console of the package: text, styled text, indented text, right-to-left overrides
+    out = io.StringIO()
+    console = new_console(file=out, highlight=False, force_terminal=True)
+    console.print(Text("result \x1b]0;title \x1b[2J", style="bold"))
+    console.print(indented(Text("tool \x9b31m \u202eevil"), 2))
+    console.print("[green]ok[/] \x1b[31m")
+    printed = out.getvalue()
+    assert "\x1b]0;" not in printed
+    assert "\x1b[2J" not in printed
+    assert "\x9b" not in printed
+    assert "\u202e" not in printed
+    assert "result ␛]0;title ␛[2J" in printed
+    assert "tool \ufffd31m \ufffdevil" in printed
+    assert "\x1b[32mok" in printed  # the console's own styling is untouched
+    assert "␛[31m" in printed
 
 
 def test_a_language_servers_approval_shows_the_path_it_runs_under(tmp_path: Path) -> None:

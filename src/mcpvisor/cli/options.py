@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from mcpvisor.core.errors import McpvisorError
 from mcpvisor.core.server_config import redact_text
-from mcpvisor.shell.consoles import new_console
+from mcpvisor.shell.consoles import new_console, visible
 
 if TYPE_CHECKING:
     from mcpvisor.host.host import HostOptions
@@ -86,10 +86,10 @@ AllowedOpt = Annotated[
 
 class RedactingFormatter(logging.Formatter):
     """Every URL in a log line loses its credentials and query values, whoever logged it (the SDK logs
-    the endpoint it connects to at debug level)."""
+    the endpoint it connects to at debug level); control characters are shown, not sent to the terminal."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact_text(super().format(record))
+        return visible(redact_text(super().format(record)))
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

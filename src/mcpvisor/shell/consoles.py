@@ -1,5 +1,12 @@
 """Consoles for people and for pipes: output to a terminal wraps to its width (or ``COLUMNS``); output
-to a pipe or a file is not wrapped at all, so paths, commands and diff lines stay whole for ``grep``."""
+to a pipe or a file is not wrapped at all, so paths, commands and diff lines stay whole for ``grep``.
+
+What these consoles print comes in part from others: a repository's settings, a server's tool
+descriptions and results. A terminal takes an escape sequence in any of it for a command (clear the
+line, move the cursor, set the title), so an approval could show one command while another runs.
+Every console here prints control characters as visible symbols (``ESC`` as ``␛``), and bidirectional
+overrides as ``�``; its own styling is unaffected.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +14,11 @@ import os
 import sys
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleRenderable, RenderHook
+from rich.padding import Padding
+from rich.text import Text
 
-__all__ = ["UNWRAPPED_WIDTH", "new_console"]
+__all__ = ["UNWRAPPED_WIDTH", "new_console", "visible"]
 
 UNWRAPPED_WIDTH = 100_000
 """The width given to output that is not a terminal: wide enough that no line is wrapped."""
@@ -20,7 +29,40 @@ def new_console(*, stderr: bool = False, **options: Any) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     if "width" not in options and not os.environ.get("COLUMNS") and not _is_terminal(stream):
         options["width"] = UNWRAPPED_WIDTH
-    return Console(stderr=stderr, **options)
+    console = Console(stderr=stderr, **options)
+    console.push_render_hook(_ShowControls())
+    return console
+
+
+_CONTROLS = {code: chr(0x2400 + code) for code in range(0x20) if code not in (0x09, 0x0A)}  # ␀ ... ␟
+_CONTROLS |= {0x7F: "\u2421"} | dict.fromkeys(range(0x80, 0xA0), "\ufffd")  # DEL; C1, whose 0x9B opens a sequence
+_CONTROLS |= dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A)], "\ufffd")  # bidi overrides, isolates
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character but tab and newline as a visible symbol of the same length."""
+    return text.translate(_CONTROLS)
+
+
+class _ShowControls(RenderHook):
+    """Shows the control characters of everything printed (:func:`visible`): text, and text indented."""
+
+    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
+        return [_shown(renderable) for renderable in renderables]
+
+
+def _shown(renderable: ConsoleRenderable) -> ConsoleRenderable:
+    if isinstance(renderable, Text):
+        shown = visible(renderable.plain)
+        if shown == renderable.plain:
+            return renderable
+        copy = renderable.copy()
+        copy.plain = shown  # one symbol per character: the styles' spans stay where they were
+        return copy
+    if isinstance(renderable, Padding) and isinstance(renderable.renderable, ConsoleRenderable):
+        edges = (renderable.top, renderable.right, renderable.bottom, renderable.left)
+        return Padding(_shown(renderable.renderable), edges, style=renderable.style, expand=renderable.expand)
+    return renderable
 
 
 def _is_terminal(stream: Any) -> bool:
