@@ -25,6 +25,7 @@ from mcpvisor.host.file_reads import read_regular
 from mcpvisor.host.hot_reload import compute_desired_state
 from mcpvisor.host.oauth import TokenStore
 from mcpvisor.host.oauth_grants import _private_key
+from mcpvisor.host.oauth_store import FileTokenStorage
 from mcpvisor.host.pins import PinStore
 from mcpvisor.host.settings.files import SettingsFileError
 from mcpvisor.host.settings.loader import load_settings
@@ -223,3 +224,19 @@ def test_a_private_key_file_that_is_a_device_or_a_pipe_is_refused_naming_it(tmp_
     with pytest.raises(ConfigError, match="privateKeyFile .*not a regular file") as caught:
         _within(20, partial(_private_key, "s", str(path)), fifos=[path])
     assert str(path) in str(caught.value)
+
+
+async def test_a_token_store_record_that_fails_validation_is_an_error_that_never_shows_its_values(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "oauth-tokens.json"
+    key = "http://127.0.0.1:8124/mcp"
+    path.write_text(json.dumps({key: {"tokens": {"token_type": 7, "refresh_token": "RT-SECRET-abc123"}}}))
+    path.chmod(0o600)
+    storage = FileTokenStorage(TokenStore(path), key)
+    with pytest.raises(ConfigError) as caught:
+        await storage.get_tokens()
+    said = str(caught.value)
+    assert "RT-SECRET" not in said
+    assert str(path) in said
+    assert f"the tokens stored for {key} fail validation (access_token: Field required" in said

@@ -37,6 +37,7 @@ from mcpvisor.core.errors import (
     RequestKind,
     ServerUnavailableError,
     ToolCallError,
+    describe_invalid,
     request_failed,
     timed_out,
 )
@@ -141,7 +142,7 @@ class McpClient(ServerConnection):
         except SDK_REQUEST_ERRORS as exc:
             raise self._request_error(what, exc, kind=kind, target=target, timeout_s=timeout_s) from exc
         except ValidationError as exc:  # a model refused: the server's answer, or the request made of the arguments
-            problems = redact_text(_invalid_answer(exc), self.config)
+            problems = redact_text(describe_invalid(exc), self.config)
             if exc.title.endswith("Result"):  # the values are not shown (a secret may be among them)
                 message = f"{what} on server {self.name!r} failed: its answer is not valid MCP ({problems})"
             else:
@@ -276,13 +277,3 @@ class McpClient(ServerConnection):
             target=target,
             server=self.name,
         )
-
-
-def _invalid_answer(exc: ValidationError, most: int = 3) -> str:
-    """Where and how an answer breaks its model, without the values it holds (a secret may be among them)."""
-    problems = [
-        f"{'.'.join(str(part) for part in error['loc']) or 'the result'}: {error['msg']}"
-        for error in exc.errors(include_url=False, include_input=False, include_context=False)
-    ]
-    more = f"; and {len(problems) - most} more" if len(problems) > most else ""
-    return "; ".join(problems[:most]) + more

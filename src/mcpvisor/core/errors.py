@@ -22,12 +22,16 @@ Messages follow one shape: ``<what failed> <subject!r>: <why>[; <what to do>]``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 __all__ = [
     "ConfigError",
     "ConnectError",
     "McpvisorError",
+    "describe_invalid",
     "MessageTooLargeError",
     "NotFoundError",
     "RequestError",
@@ -190,3 +194,13 @@ def not_found(
     if kind == "tool":
         return ToolNotFoundError(message, tool=target, server=server, reason=reason)
     return NotFoundError(message, kind=kind, target=target, server=server, reason=reason)
+
+
+def describe_invalid(exc: ValidationError, most: int = 3) -> str:
+    """Where and how a value breaks its model, without the values it holds (a secret may be among them)."""
+    problems = [
+        f"{'.'.join(str(part) for part in error['loc']) or 'the result'}: {error['msg']}"
+        for error in exc.errors(include_url=False, include_input=False, include_context=False)
+    ]
+    more = f"; and {len(problems) - most} more" if len(problems) > most else ""
+    return "; ".join(problems[:most]) + more

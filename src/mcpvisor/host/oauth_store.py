@@ -10,15 +10,16 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.errors import ConfigError, describe_invalid
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.oauth_settings import oauth_settings, token_key
 from mcpvisor.host.private_files import PrivateJsonStore
 
 if TYPE_CHECKING:
     from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+    from pydantic import BaseModel
 
 __all__ = ["FileTokenStorage", "RefreshTurn", "SignIn", "TokenStore", "missing_scopes", "sign_in_state", "sign_ins"]
 
@@ -177,6 +178,9 @@ def sign_ins(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[
     return out
 
 
+M = TypeVar("M", bound="BaseModel")
+
+
 class FileTokenStorage:
     """The SDK's ``TokenStorage`` over one record of the :class:`TokenStore`."""
 
@@ -189,11 +193,24 @@ class FileTokenStorage:
         from mcp.shared.auth import OAuthToken
 
         tokens = self._store.get(self._key).get("tokens")
-        return OAuthToken.model_validate(tokens) if isinstance(tokens, dict) else None
+        return self._valid(OAuthToken, tokens, "tokens") if isinstance(tokens, dict) else None
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
         self._store.update(self._key, tokens=tokens.model_dump(mode="json", exclude_none=True), expires_at=expires_at)
+
+    def _valid(self, model: type[M], value: dict[str, Any], what: str) -> M:
+        """``value`` as ``model``; one that is not is an error naming the store and the record, never its
+        values (a token may be among them)."""
+        from pydantic import ValidationError
+
+        try:
+            return model.model_validate(value)
+        except ValidationError as exc:
+            raise ConfigError(
+                f"in {self._store.path}, the {what} stored for {self._key} fail validation ({describe_invalid(exc)}); "
+                "sign out and in again (mcpvisor mcp logout NAME, then mcpvisor mcp login NAME)"
+            ) from None
 
     def expires_at(self) -> float | None:
         value = self._store.get(self._key).get("expires_at")
@@ -207,7 +224,9 @@ class FileTokenStorage:
             method = self._store.get(self._key).get("token_endpoint_auth_method")
             return self._client.model_copy(update={"token_endpoint_auth_method": method}) if method else self._client
         client = self._store.get(self._key).get("client")
-        return OAuthClientInformationFull.model_validate(client) if isinstance(client, dict) else None
+        return (
+            self._valid(OAuthClientInformationFull, client, "registered client") if isinstance(client, dict) else None
+        )
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         if self._client is None:
