@@ -270,6 +270,42 @@ async def test_arguments_that_make_no_valid_request_are_refused_before_sending_n
         await client.aclose()
 
 
+ODD_ANSWERS_SERVER = r"""
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, answer = msg.get("method"), {}
+    if method == "initialize":
+        answer = {"result": {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                             "serverInfo": {"name": "odd", "version": "1"}}}
+    elif method == "tools/list":
+        answer = {"result": {"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in ("name", "list")]}}
+    elif method == "tools/call" and msg["params"]["name"] == "name":  # a file name that is not UTF-8, as json writes it
+        answer = {"result": {"content": [{"type": "text", "text": "caf\udce9.txt"}]}}
+    elif method == "tools/call":
+        answer = {"result": ["not", "an", "object"]}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], **answer}) + "\n")
+    sys.stdout.flush()
+"""
+
+
+async def test_an_answer_the_strict_parser_refuses_is_read_leniently_or_fails_its_call_at_once(tmp_path: Path) -> None:
+    script = tmp_path / "odd.py"
+    script.write_text(ODD_ANSWERS_SERVER)
+    cfg = McpServerConfig(command=sys.executable, args=[str(script)], timeout=60_000)
+    client = McpClient("odd", cfg, options=ConnectionOptions(log_dir=tmp_path))
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        with anyio.fail_after(WAIT_S):  # never the call's 60 s timeout
+            assert text(await client.call_tool("name")) == "caf\ufffd.txt"
+            with pytest.raises(ToolCallError, match="its answer is not valid JSON-RPC"):
+                await client.call_tool("list")
+        assert client.status == "connected"
+        await client.aclose()
+
+
 REFUSING_SERVER = """
 import json, sys
 for line in sys.stdin:

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -39,8 +41,9 @@ import mcp_types as types
 from mcp.client._transport import TransportStreams
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
-from mcpvisor.core.errors import MessageTooLargeError
+from mcpvisor.core.errors import MessageTooLargeError, describe_invalid
 from mcpvisor.core.server_config import DEFAULT_MAX_MESSAGE_BYTES
 from mcpvisor.core.server_log import ServerLog, pump_stderr
 
@@ -342,11 +345,46 @@ def _parse_line(line: bytes) -> SessionMessage | Exception:
         return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
     except ValueError as exc:
         try:
-            line.decode()
+            text = line.decode()
         except UnicodeDecodeError:  # not UTF-8: read it as the old text decoder did, bad bytes replaced
             return _parse_line(line.decode(errors="replace").encode())
-        logger.debug("unparsable line from a server: %.200r", line[:200])
+        return _parse_leniently(text, exc)
+
+
+def _parse_leniently(text: str, exc: ValueError) -> SessionMessage | Exception:
+    """A line the strict parser refused: read by the standard library, which takes a lone surrogate escape
+    (``json.dumps`` of a file name that is not UTF-8 writes one); such a character reads as U+FFFD. An answer
+    that still does not validate fails its request at once instead of leaving it to its timeout."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        logger.debug("unparsable line from a server: %.200r", text[:200])
         return exc
+    try:
+        return SessionMessage(
+            types.jsonrpc_message_adapter.validate_python(_without_lone_surrogates(data), by_name=False)
+        )
+    except (ValueError, RecursionError) as invalid:
+        logger.debug("invalid message from a server: %.200r", text[:200])
+        request_id = data.get("id") if isinstance(data, dict) else None
+        if not isinstance(request_id, str | int) or isinstance(request_id, bool) or "method" in data:
+            return invalid
+        why = describe_invalid(invalid) if isinstance(invalid, ValidationError) else type(invalid).__name__
+        error = types.ErrorData(code=types.INTERNAL_ERROR, message=f"its answer is not valid JSON-RPC ({why})")
+        return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+
+def _without_lone_surrogates(value: object) -> object:
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(key): _without_lone_surrogates(item) for key, item in value.items()}
+    return value
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 async def _wait_exit(process: anyio.abc.Process, timeout_s: float) -> bool:
