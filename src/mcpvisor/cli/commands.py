@@ -208,6 +208,7 @@ def decide(
         pin_mode=pin_mode,
         shown_hash=cfg.approval_hash,
         shown_stamp=stamp,
+        shown_changes=changes if confirm is not None else None,  # --yes: as they are
         source=source.label,
     )
     if decided.accepted:

@@ -14,6 +14,7 @@ is the whole decision.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -54,13 +55,16 @@ def decide(
     pin_mode: PinMode,
     shown_hash: str | None = None,
     shown_stamp: str | None = None,
+    shown_changes: Sequence[Change] | None = None,
     source: str | None = None,
 ) -> Decided:
     """Decide on server ``name``, configured now as ``cfg``, for the project at ``root`` (blocking file I/O).
 
     ``shown_hash``: the approval hash of the configuration the person was shown (None: ``cfg`` is what
     was shown); ``shown_stamp``: the record as it was then (:meth:`ApprovalStore.stamp`; None: as it is now)
-    — a decision made meanwhile by someone else is never overwritten unseen (:class:`DecidedSinceShown`).
+    — a decision made meanwhile by someone else is never overwritten unseen (:class:`DecidedSinceShown`);
+    ``shown_changes``: the held definitions the person was shown (None: as they are), the only ones accepted
+    (:class:`~mcpvisor.host.pins.HeldChangedSinceShown` when they differ by the time of the write).
     ``source`` names where the server comes from, for the refusal of one that needs no
     approval. Raises :class:`ChangedSinceShown`, or :class:`ConfigError` saying why it cannot be decided
     (needs no approval, the store cannot be read or written)."""
@@ -74,7 +78,7 @@ def decide(
         raise ConfigError(approvals.error)  # before anything is written: all of the verdict or none of it
     accepted: tuple[Change, ...] = ()
     if held:
-        accepted = tuple(accept_held(pins, root, name, cfg))
+        accepted = tuple(accept_held(pins, root, name, cfg, shown=shown_changes))
         if not record:
             return Decided(recorded=False, accepted=accepted)
     if not is_gated(cfg):

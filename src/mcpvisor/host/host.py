@@ -14,7 +14,7 @@ Usage::
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from functools import partial
@@ -391,10 +391,12 @@ class Host(StackOwner):
         *,
         shown_hash: str | None = None,
         shown_stamp: str | None = None,
+        shown_changes: Sequence[Change] | None = None,
         on_decided: Callable[[Decided], None] | None = None,
     ) -> Decided:
         """Approve or reject a server (:func:`mcpvisor.host.decisions.decide`: ``shown_hash`` is the
-        approval hash of the configuration the person saw), then follow it: accepted definitions are
+        approval hash of the configuration the person saw, ``shown_changes`` the held definitions they
+        saw), then follow it: accepted definitions are
         served at once, a recorded verdict is reconciled (approving connects the server). ``on_decided``
         hears the outcome once it is written, before the reconcile says what it did."""
         state = self.state
@@ -413,6 +415,7 @@ class Host(StackOwner):
                 pin_mode=self._pin_mode,
                 shown_hash=shown_hash,
                 shown_stamp=shown_stamp,
+                shown_changes=shown_changes,
                 source=state.assembled.sources[name].label,
             )
         )

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from mcpvisor.host.settings.loader import FileScope, Settings
 
 __all__ = [
+    "HeldChangedSinceShown",
     "DEFAULT_PIN_MODE",
     "Change",
     "PinGate",
@@ -338,14 +339,37 @@ def diff_lines(change: Change) -> list[str]:
     )[2:]
 
 
-def accept_held(store: PinStore, root: str | os.PathLike[str], name: str, cfg: McpServerConfig) -> list[Change]:
-    """Pin what server ``name`` now offers in place of its held definitions; returns what was accepted."""
+class HeldChangedSinceShown(ConfigError):
+    """The definitions held for a server are not the ones that were shown: nothing was accepted."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"nothing was accepted: what {name} offers changed after it was shown; look at it again "
+            f"(mcpvisor mcp approve {name})"
+        )
+        self.name = name
+
+
+def accept_held(
+    store: PinStore,
+    root: str | os.PathLike[str],
+    name: str,
+    cfg: McpServerConfig,
+    *,
+    shown: Sequence[Change] | None = None,
+) -> list[Change]:
+    """Pin what server ``name`` now offers in place of its held definitions; returns what was accepted.
+    ``shown``: the changes the person was shown (None: accept as they are); when the held ones differ by the
+    time of the write, nothing is accepted (:class:`HeldChangedSinceShown`)."""
     scope = pin_scope(root, cfg)
     accepted: list[Change] = []
 
     def change(records: dict[str, Any]) -> None:
         record = records.get(scope, {}).get(name)
-        accepted.extend(held_changes(record, cfg))
+        held = held_changes(record, cfg)
+        if shown is not None and held != list(shown):  # checked under the store's lock, beside the write
+            raise HeldChangedSinceShown(name)
+        accepted.extend(held)
         if not accepted or record is None:
             return
         for kind, held_key in _KINDS:

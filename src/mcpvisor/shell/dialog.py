@@ -7,7 +7,7 @@ a server whose configuration changed after it was shown is asked about again, wi
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from rich.console import Console
 from rich.text import Text
@@ -17,6 +17,7 @@ from mcpvisor.host.decisions import ChangedSinceShown, Decided, DecidedSinceShow
 from mcpvisor.host.host import Host
 from mcpvisor.host.hot_reload import strictly_promptable
 from mcpvisor.host.lsp.config import LSP_KEY_PREFIX
+from mcpvisor.host.pins import Change, HeldChangedSinceShown
 from mcpvisor.shell.approval import (
     ApprovalQueue,
     ApprovalRequest,
@@ -142,11 +143,17 @@ class ApprovalDialog:
         return approval_request(key, state.assembled.servers[key], state.assembled.sources[key])
 
     async def decide(
-        self, name: str, decision: Verdict, *, shown_hash: str | None = None, shown_stamp: str | None = None
+        self,
+        name: str,
+        decision: Verdict,
+        *,
+        shown_hash: str | None = None,
+        shown_stamp: str | None = None,
+        shown_changes: Sequence[Change] | None = None,
     ) -> None:
         """Persist a decision and reconcile, only for the configuration shown (``shown_hash``; None: as it
-        is now) and over the decision shown (``shown_stamp``; None: as it is now). ``lsp:NAME`` decides on a
-        language server."""
+        is now), over the decision shown (``shown_stamp``; None: as it is now) and accepting only the held
+        definitions shown (``shown_changes``; None: as they are). ``lsp:NAME`` decides on a language server."""
         if name.startswith(LSP_KEY_PREFIX):
             await self._decide_lsp(name, decision, shown_hash)
             return
@@ -168,8 +175,15 @@ class ApprovalDialog:
             # may come first) must not say it too.
             self._gated[name] = "rejected"
         try:
-            await self.host.decide(name, decision, shown_hash=shown_hash, shown_stamp=shown_stamp, on_decided=said)
-        except (ChangedSinceShown, DecidedSinceShown) as exc:
+            await self.host.decide(
+                name,
+                decision,
+                shown_hash=shown_hash,
+                shown_stamp=shown_stamp,
+                shown_changes=shown_changes,
+                on_decided=said,
+            )
+        except (ChangedSinceShown, DecidedSinceShown, HeldChangedSinceShown) as exc:
             self._restore_gated(name, before)
             self._queue.discard(name)
             self.console.print(Text(f"✗ {exc}", style="yellow"))

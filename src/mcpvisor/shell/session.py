@@ -457,7 +457,8 @@ class ShellSession:
         if cfg is not None and is_gated(cfg) and not (changes and self._approved(name, cfg)):
             request = approval_request(name, cfg, state.assembled.sources[name])
             render_approval_request(self.console, request, intro=f"({decision})")
-        await self.dialog.decide(name, decision, shown_hash=cfg.approval_hash if cfg is not None else None)
+        shown_hash = cfg.approval_hash if cfg is not None else None
+        await self.dialog.decide(name, decision, shown_hash=shown_hash, shown_changes=changes)
         self.dialog.ask_next()
 
     def _approved(self, name: str, cfg: McpServerConfig) -> bool:
