@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from mcpvisor.core.errors import ToolCallError
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.oauth_store import TokenStore
 from tests.e2e.test_run import run
@@ -401,3 +404,38 @@ def test_a_failing_authorization_server_is_one_clear_error_and_nothing_is_stored
         status = cli(layout, "status").stdout
         assert "sec · 🔒 needs authentication — run: mcpvisor mcp login sec" in status
         assert "local · ● connected (1 tool" in status
+
+
+async def test_a_scope_step_up_is_signed_in_by_the_next_login_and_the_refused_call_then_succeeds(
+    tmp_path: Path,
+) -> None:
+    """The server refuses a call for want of a scope (403 insufficient_scope): the next ``mcp login`` asks for
+    it — in a new client's registration as in the authorization request — and the same call then succeeds,
+    also after a sign-out (the registration is made again for the wider scope)."""
+    for server in start_server(tmp_path, "--tools", "echo,admin", "--needs-scope", "admin=mcp:write"):
+        layout = setup(tmp_path, server)
+
+        async def command(*args: str, layout: Layout = layout) -> None:
+            done = await anyio.to_thread.run_sync(partial(cli, layout, *args))
+            assert done.returncode == 0, done.stderr
+
+        async def step_up(host: Host) -> None:
+            with pytest.raises(ToolCallError, match=re.escape("needs a wider sign-in (mcp:write)")):
+                await host.config.call_tool("mcp__sec__admin", {})
+            seen = host.tokens.generation
+            await command("mcp", "login", "sec")
+            await wait_until(lambda: host.tokens.generation != seen, what="the host to see the token store change")
+            assert text_of(await host.config.call_tool("mcp__sec__admin", {})) == "secure:admin:"
+
+        await command("mcp", "login", "sec")
+        async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+            await step_up(host)
+        await command("mcp", "logout", "sec")  # a new client is registered at the next sign-in
+        await command("mcp", "login", "sec")
+        async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+            await step_up(host)
+
+
+def text_of(result: Any) -> str:
+    [content] = result.content
+    return str(content.text)

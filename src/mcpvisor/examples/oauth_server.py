@@ -12,6 +12,8 @@ tests and demos on loopback:
 - ``--issuer URL`` advertises another authorization server (e.g. one that is down) in the resource's
   metadata;
 - ``--garbage-token-endpoint`` makes ``/token`` answer 200 with a body that is not a token response;
+- ``--needs-scope TOOL=SCOPE`` refuses a call of TOOL made with a token without SCOPE: 403
+  ``insufficient_scope`` naming the scope, as a server asking for a wider sign-in (a scope step-up);
 - ``--marker PATH`` appends a line per event (``register``, ``authorize``, ``token``, ``refresh``) so a
   test can count them.
 
@@ -22,6 +24,7 @@ Everything lives in memory: a restart forgets clients and tokens.
 from __future__ import annotations
 
 import argparse
+import json
 import secrets
 import time
 from typing import Any
@@ -204,8 +207,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--garbage-token-endpoint", action="store_true", help="answer /token with a body that is not a token response"
     )
+    parser.add_argument(
+        "--needs-scope",
+        metavar="TOOL=SCOPE",
+        action="append",
+        default=[],
+        help="refuse a call of TOOL without SCOPE (403 insufficient_scope); repeatable",
+    )
     args = parser.parse_args(argv)
-    server, _ = build_server(
+    server, provider = build_server(
         name=args.name,
         host=args.host,
         port=args.port,
@@ -221,7 +231,45 @@ def main(argv: list[str] | None = None) -> None:
             return Response("<html>upstream proxy error</html>", media_type="text/html")
 
         app.router.routes.insert(0, Route("/token", garbage, methods=["POST"]))
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    needs = dict(item.partition("=")[::2] for item in args.needs_scope)
+    served: Any = _StepUp(app, provider, needs, f"http://{args.host}:{args.port}") if needs else app
+    uvicorn.run(served, host=args.host, port=args.port, log_level="warning")
+
+
+class _StepUp:
+    """ASGI middleware: a ``tools/call`` of a tool in ``needs`` made with a token that lacks its scope gets 403
+    ``insufficient_scope`` with the scope in ``WWW-Authenticate`` (RFC 6750 §3.1)."""
+
+    def __init__(self, app: Any, provider: DemoOAuthProvider, needs: dict[str, str], base: str) -> None:
+        self.app, self.provider, self.needs, self.base = app, provider, needs, base
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/mcp" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        messages: list[Any] = []
+        while not messages or messages[-1].get("more_body"):
+            messages.append(await receive())
+        try:
+            request = json.loads(b"".join(m.get("body", b"") for m in messages))
+        except ValueError:
+            request = None
+        call = request.get("params") if isinstance(request, dict) and request.get("method") == "tools/call" else None
+        needed = self.needs.get(str(call.get("name"))) if isinstance(call, dict) else None
+        token = dict(scope["headers"]).get(b"authorization", b"").decode().partition(" ")[2]
+        held = self.provider.access.get(token)
+        if needed and held is not None and needed not in held.scopes:
+            challenge = (
+                f'Bearer error="insufficient_scope", scope="{needed}", '
+                f'resource_metadata="{self.base}/.well-known/oauth-protected-resource/mcp"'
+            )
+            await Response(status_code=403, headers={"WWW-Authenticate": challenge})(scope, receive, send)
+            return
+
+        async def replay() -> Any:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
 
 
 if __name__ == "__main__":

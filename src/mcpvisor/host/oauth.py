@@ -18,9 +18,10 @@ part of the connection id, so a refresh never restarts anything.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
@@ -99,19 +100,26 @@ def _provider(
 
     from mcp.client.auth import OAuthClientProvider
     from mcp.client.auth.utils import extract_field_from_www_auth, extract_scope_from_www_auth, union_scopes
-    from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
+    from mcp.shared.auth import OAuthClientInformationFull
 
     # A confidential client's method is settled against the server's metadata (_choose_method); until
     # then it is client_secret_basic, RFC 8414's default.
     method = settings.token_endpoint_auth_method or ("client_secret_basic" if settings.client_secret else "none")
-    metadata = OAuthClientMetadata(
+    interactive = redirect_handler is not None
+    # A sign-in asks for the configured scopes and what a refused request asked for, besides what the server
+    # says: in the registration of a new client as in the authorization request (the SDK sets the scope it
+    # chose between the two, so the metadata keeps ours in whatever it is given).
+    wanted = union_scopes(settings.scopes, store.get(key).get("scope_needed")) if interactive else None
+
+    metadata = _widening_metadata()(
         client_name="mcpvisor",
         redirect_uris=[redirect_uri],
         grant_types=["authorization_code", "refresh_token"],
         response_types=["code"],
         token_endpoint_auth_method=method if settings.client_id else None,
-        scope=settings.scopes,
+        scope=union_scopes(settings.scopes, wanted),
     )
+    metadata.wanted = wanted
     client = None
     if settings.client_id:
         client = OAuthClientInformationFull(
@@ -123,7 +131,6 @@ def _provider(
             scope=settings.scopes,
         )
     storage = FileTokenStorage(store, key, client=client)
-    interactive = redirect_handler is not None
 
     class Provider(OAuthClientProvider):
         _refreshing = False
@@ -261,10 +268,7 @@ def _provider(
         async def _perform_authorization(self) -> Any:
             self._choose_method()
             if interactive:
-                # The configured scopes and what a refused request asked for, besides what the server says.
-                wanted = union_scopes(settings.scopes, store.get(key).get("scope_needed"))
-                self.context.client_metadata.scope = union_scopes(self.context.client_metadata.scope, wanted)
-                return await super()._perform_authorization()
+                return await super()._perform_authorization()  # the scope: see Metadata
             if self.context.can_refresh_token():
                 self._refreshing = True  # refused although unexpired: try the refresh token once
                 if self._turn is None:
@@ -305,6 +309,41 @@ def _provider(
         callback_handler=callback_handler,
         client_metadata_url=settings.client_metadata_url,
     )
+
+
+@functools.cache
+def _widening_metadata() -> type[Any]:
+    """The SDK's client metadata, whose scope keeps what the sign-in wants (``wanted``) in whatever it is set to."""
+    from mcp.client.auth.utils import union_scopes
+    from mcp.shared.auth import OAuthClientMetadata
+    from pydantic import PrivateAttr
+
+    class WideningMetadata(OAuthClientMetadata):
+        _wanted: str | None = PrivateAttr(default=None)
+
+        @property
+        def wanted(self) -> str | None:
+            return self._wanted
+
+        @wanted.setter
+        def wanted(self, scopes: str | None) -> None:
+            self._wanted = scopes
+
+        def __setattr__(self, field: str, value: Any) -> None:
+            super().__setattr__(field, union_scopes(value, self._wanted) if field == "scope" else value)
+
+    return WideningMetadata
+
+
+def _registered_for(record: Mapping[str, Any], scopes: str | None) -> bool:
+    """Whether a dynamically registered client in ``record`` (if any) was registered for the scopes a sign-in
+    asks now (``scopes``, and what a refused request asked for): an authorization server refuses a client
+    the scopes it was not registered with (one registered with none holds for none)."""
+    client = record.get("client")
+    if not isinstance(client, dict):
+        return True
+    wanted = set(f"{scopes or ''} {record.get('scope_needed') or ''}".split())
+    return wanted <= set(str(client.get("scope") or "").split())
 
 
 class _SameOrigin(str):
@@ -412,6 +451,8 @@ async def login(
     try:
         if not settings.client_id and port and callback.port != port:
             store.update(key, client=None)  # registered for another redirect port: register again
+        elif not settings.client_id and not _registered_for(store.get(key), settings.scopes):
+            store.update(key, client=None)  # registered for fewer scopes than a sign-in asks now: register again
         before = store.get(key)
 
         async def redirect_handler(authorization_url: str) -> None:
