@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mcpvisor.core.errors import ToolCallError
+from mcpvisor.core.errors import ServerUnavailableError, ToolCallError
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.oauth_store import TokenStore
 from tests.e2e.test_run import run
@@ -216,6 +216,26 @@ async def test_a_sign_in_made_elsewhere_serves_a_connected_servers_next_call(tmp
         assert result.content[0].text == "secure:echo:b"  # type: ignore[union-attr]
         assert server.events()[-2:] == ["authorize", "token"]  # the new sign-in, used as it is: no refresh
         assert host.config.manager.clients()["sec"] is client  # the same connection, not a reconnect
+
+
+async def test_a_call_whose_sign_in_is_revoked_under_it_says_so_not_that_the_server_crashed(
+    tmp_path: Path, server: Server
+) -> None:
+    layout = setup(tmp_path, server)
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+        assert text_of(await host.config.call_tool("mcp__sec__echo", {"text": "a"})) == "secure:echo:a"
+        server.revoke_all()  # the user revokes access at the provider
+        with pytest.raises(ServerUnavailableError) as refused:
+            await host.config.call_tool("mcp__sec__echo", {"text": "b"})
+        assert str(refused.value) == (
+            "call to tool 'echo' failed: server 'sec' refused its refresh token (signed out or revoked) — "
+            "run: mcpvisor mcp login sec"
+        )
+        client = host.config.manager.clients()["sec"]
+        await wait_until(lambda: client.status == "disconnected", what="sec down")
+        assert client.last_error is not None
+        assert "run: mcpvisor mcp login sec" in client.last_error
 
 
 async def test_a_sign_in_under_way_elsewhere_leaves_a_connected_servers_tokens_in_use(

@@ -255,6 +255,11 @@ class McpClient(ServerConnection):
             return timed_out(what, kind=kind, target=target, server=self.name, timeout_s=timeout)
         if self._broken is not None:  # the transport stopped reading: that is why the request failed
             return self._broken.during(what)
+        refused = getattr(self._auth_in_use, "sign_in_refused", None)
+        if refused:  # the sign-in failed under the request (revoked, signed out): that ended the connection
+            self._auth_in_use.sign_in_refused = None
+            self.mark_lost(refused)
+            return ServerUnavailableError(f"{what} failed: {refused}", server=self.name)
         if not isinstance(exc, MCPError) or closed_in_sdk(exc):
             self.mark_lost("connection closed during a request")
             return ServerUnavailableError(

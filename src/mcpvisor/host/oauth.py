@@ -139,6 +139,12 @@ def _provider(
         """The token store's generation whose tokens are in use; after a newer one they are read again."""
         step_up_scope: str | None = None
         """Scopes the server refused a request for want of (read once by the client: see core.client)."""
+        sign_in_refused: str | None = None
+        """Why a request found no usable sign-in (it ends the connection; the client says this, not 'closed')."""
+
+        def _refused(self, message: str) -> LoginRequired:
+            self.sign_in_refused = message
+            return LoginRequired(message)
 
         async def _initialize(self) -> None:
             self._seen = store.generation
@@ -276,14 +282,14 @@ def _provider(
                     await self._adopt_stored_tokens()  # the newest refresh token, whoever stored it
                     self._turn = turn
                 return await self._refresh_token()
-            raise LoginRequired(f"server {name!r} needs authentication — run: mcpvisor mcp login {name}")
+            raise self._refused(f"server {name!r} needs authentication — run: mcpvisor mcp login {name}")
 
         async def _handle_token_response(self, response: Any) -> None:
             if not self._refreshing:
                 return await super()._handle_token_response(response)
             self._refreshing = False
             if not await self._handle_refresh_response(response):
-                raise LoginRequired(
+                raise self._refused(
                     f"server {name!r} refused its refresh token (signed out or revoked) — "
                     f"run: mcpvisor mcp login {name}"
                 )
