@@ -18,10 +18,9 @@ part of the connection id, so a refresh never restarts anything.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
@@ -29,6 +28,7 @@ from urllib.parse import urlsplit
 from mcpvisor.core.errors import ConfigError, McpvisorError
 from mcpvisor.core.server_config import HttpAuth, McpServerConfig, redact_url
 from mcpvisor.host.oauth_callback import CALLBACK_PATH, Callback
+from mcpvisor.host.oauth_registration import registered_for, widening_metadata
 from mcpvisor.host.oauth_settings import (
     LoginRequired,
     check_sign_in,
@@ -111,7 +111,7 @@ def _provider(
     # chose between the two, so the metadata keeps ours in whatever it is given).
     wanted = union_scopes(settings.scopes, store.get(key).get("scope_needed")) if interactive else None
 
-    metadata = _widening_metadata()(
+    metadata = widening_metadata()(
         client_name="mcpvisor",
         redirect_uris=[redirect_uri],
         grant_types=["authorization_code", "refresh_token"],
@@ -142,7 +142,7 @@ def _provider(
         sign_in_refused: str | None = None
         """Why a request found no usable sign-in (it ends the connection; the client says this, not 'closed')."""
 
-        def _refused(self, message: str) -> LoginRequired:
+        def refusal(self, message: str) -> LoginRequired:
             self.sign_in_refused = message
             return LoginRequired(message)
 
@@ -282,14 +282,14 @@ def _provider(
                     await self._adopt_stored_tokens()  # the newest refresh token, whoever stored it
                     self._turn = turn
                 return await self._refresh_token()
-            raise self._refused(f"server {name!r} needs authentication — run: mcpvisor mcp login {name}")
+            raise self.refusal(f"server {name!r} needs authentication — run: mcpvisor mcp login {name}")
 
         async def _handle_token_response(self, response: Any) -> None:
             if not self._refreshing:
                 return await super()._handle_token_response(response)
             self._refreshing = False
             if not await self._handle_refresh_response(response):
-                raise self._refused(
+                raise self.refusal(
                     f"server {name!r} refused its refresh token (signed out or revoked) — "
                     f"run: mcpvisor mcp login {name}"
                 )
@@ -315,41 +315,6 @@ def _provider(
         callback_handler=callback_handler,
         client_metadata_url=settings.client_metadata_url,
     )
-
-
-@functools.cache
-def _widening_metadata() -> type[Any]:
-    """The SDK's client metadata, whose scope keeps what the sign-in wants (``wanted``) in whatever it is set to."""
-    from mcp.client.auth.utils import union_scopes
-    from mcp.shared.auth import OAuthClientMetadata
-    from pydantic import PrivateAttr
-
-    class WideningMetadata(OAuthClientMetadata):
-        _wanted: str | None = PrivateAttr(default=None)
-
-        @property
-        def wanted(self) -> str | None:
-            return self._wanted
-
-        @wanted.setter
-        def wanted(self, scopes: str | None) -> None:
-            self._wanted = scopes
-
-        def __setattr__(self, field: str, value: Any) -> None:
-            super().__setattr__(field, union_scopes(value, self._wanted) if field == "scope" else value)
-
-    return WideningMetadata
-
-
-def _registered_for(record: Mapping[str, Any], scopes: str | None) -> bool:
-    """Whether a dynamically registered client in ``record`` (if any) was registered for the scopes a sign-in
-    asks now (``scopes``, and what a refused request asked for): an authorization server refuses a client
-    the scopes it was not registered with (one registered with none holds for none)."""
-    client = record.get("client")
-    if not isinstance(client, dict):
-        return True
-    wanted = set(f"{scopes or ''} {record.get('scope_needed') or ''}".split())
-    return wanted <= set(str(client.get("scope") or "").split())
 
 
 class _SameOrigin(str):
@@ -457,7 +422,7 @@ async def login(
     try:
         if not settings.client_id and port and callback.port != port:
             store.update(key, client=None)  # registered for another redirect port: register again
-        elif not settings.client_id and not _registered_for(store.get(key), settings.scopes):
+        elif not settings.client_id and not registered_for(store.get(key), settings.scopes):
             store.update(key, client=None)  # registered for fewer scopes than a sign-in asks now: register again
         before = store.get(key)
 
