@@ -123,3 +123,18 @@ def test_status_says_a_language_server_whose_command_is_not_there_before_its_fir
         "stopped — its command 'no-such-language-server-xyz' is not found, so its first use will fail: fix gone.command"
     )
     assert states["here"] == "stopped (starts on first use)"
+
+
+def test_a_corrupt_token_store_is_a_problem_of_status_and_mcp_list(layout: Layout) -> None:
+    tokens = layout.paths.approvals.parent / "oauth-tokens.json"
+    tokens.parent.mkdir(parents=True, exist_ok=True)
+    tokens.write_text("{garbage")
+    tokens.chmod(0o600)
+    write_json(layout.paths.user, {"mcpServers": {"r": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
+    code, out = invoke(layout, "status", "--json")
+    assert code == 1
+    assert any(str(tokens) in problem for problem in json.loads(out)["problems"])
+    code, out = invoke(layout, "mcp", "list", "--json")
+    listed = json.loads(out)
+    assert any(str(tokens) in problem for problem in listed["problems"])
+    assert listed["servers"][0]["sign_in"] is None

@@ -127,14 +127,16 @@ async def test_list_changed_refreshes_the_tools_in_both_protocol_eras(tmp_path: 
 
 
 async def test_stderr_goes_to_a_per_server_log(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
     client = McpClient(
-        "loud", light("loud", "--stderr", "hello from the server"), options=ConnectionOptions(log_dir=tmp_path)
+        "loud", light("loud", "--stderr", "hello from the server"), options=ConnectionOptions(log_dir=logs)
     )
     async with anyio.create_task_group() as tg:
         await client.start(tg)
         await client.aclose()
     assert "hello from the server" in client.log_path.read_text()
     assert client.log_path.stat().st_mode & 0o777 == 0o600
+    assert logs.stat().st_mode & 0o777 == 0o700  # a folder made for them is the user's alone too
 
 
 async def test_a_missing_command_names_the_server_and_the_field(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from mcpvisor.host import paths
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.decisions import Verdict
 from mcpvisor.host.hot_reload import DesiredState, compute_desired_state
-from mcpvisor.host.private_files import write_atomically
+from mcpvisor.host.private_files import PrivateJsonStore, write_atomically
 from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted_folders
 from mcpvisor.host.settings.mcp_servers import load_top_tier
 from mcpvisor.host.settings.writer import delete_setting, set_setting
@@ -74,6 +74,17 @@ def _in_the_folders_own_files(settings: Settings, name: str, kind: str) -> bool:
     return False
 
 
+def store_problems(*stores: PrivateJsonStore) -> list[str]:
+    """What is wrong with each store that cannot be read (a corrupt OAuth token store, say)."""
+    problems = []
+    for store in stores:
+        try:
+            store.read()
+        except ConfigError as exc:
+            problems.append(str(exc))
+    return problems
+
+
 def list_servers(
     *,
     env: Mapping[str, str],
@@ -86,9 +97,12 @@ def list_servers(
     from mcpvisor.host.oauth import sign_ins
     from mcpvisor.host.pins import held_names, pin_mode_of
 
-    signed = sign_ins(token_store(env), state.assembled.servers)
+    tokens = token_store(env)
+    signed = sign_ins(tokens, state.assembled.servers)
     mode, mode_problems = pin_mode_of(settings)
-    problems = config_problems(settings, approvals.error, state.assembled.warnings, mode_problems)
+    problems = config_problems(
+        settings, approvals.error, state.assembled.warnings, mode_problems, store_problems(tokens)
+    )
     try:
         held = held_names(pin_store(env), settings.root, state.assembled.servers, mode)
     except ConfigError as exc:
@@ -119,6 +133,7 @@ def list_servers(
                     "approval": r.approval,
                     "held_tools": list(r.held_tools),
                     "held_prompts": list(r.held_prompts),
+                    "sign_in": r.sign_in,
                 }
                 for r in rows
             ],

@@ -192,7 +192,7 @@ def status(
         new_console(stderr=True, highlight=False).print("[dim]Connecting to the admitted servers…[/]")
 
     async def once() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str], bool]:
-        from mcpvisor.cli.commands import config_problems
+        from mcpvisor.cli.commands import config_problems, store_problems
         from mcpvisor.host.host import Host
         from mcpvisor.host.status import command_hints
         from mcpvisor.shell.views import render_lsp_status, render_status
@@ -208,8 +208,9 @@ def status(
         async with Host(with_fleet_stores(options)) as host:
             rows = host.server_views()
             lsp_rows = host.lsp.views()
-            problems = config_problems(host.settings, host.approvals.error, host.state.assembled.warnings)
-            broken = bool(host.settings.errors) or host.approvals.error is not None
+            unreadable = store_problems(host.tokens)
+            problems = config_problems(host.settings, host.approvals.error, host.state.assembled.warnings, unreadable)
+            broken = bool(host.settings.errors) or host.approvals.error is not None or bool(unreadable)
             if not as_json:
                 console = new_console(highlight=False)
                 for problem in problems:

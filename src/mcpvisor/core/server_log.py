@@ -30,7 +30,7 @@ class ServerLog:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # made here: the user's alone, as the logs
         self._fd = self._open()
         self._size = os.fstat(self._fd).st_size
 
