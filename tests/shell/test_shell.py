@@ -361,6 +361,13 @@ async def test_what_a_settings_file_names_is_printed_as_written_never_read_as_ma
         await s.wait_for(f"✗ {name} rejected — edit its config to be asked again", since)
 
 
+async def test_the_start_says_it_is_connecting_and_how_to_leave_before_anything_else(tmp_path: Path) -> None:
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
+        await s.wait_for(HELP_HINT)
+        text = s.text()
+        assert text.index("Connecting to the admitted servers… (Ctrl-C leaves)") < text.index("a · ●")
+
+
 async def test_a_broken_save_and_its_fix_are_both_said(tmp_path: Path) -> None:
     a = server("a")
     async with shell(tmp_path, user={"mcpServers": {"a": a}}) as s:
