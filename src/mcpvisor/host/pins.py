@@ -230,6 +230,8 @@ class PinGate:
         self._root = root
         self._mode = mode
         self._warned: str | None = None
+        self._noted: dict[tuple[str, str], dict[str, dict[str, str]]] = {}
+        """(scope, server) -> held key -> definition name -> digest this gate found held on its last pass."""
 
     def __call__(self, name: str, cfg: McpServerConfig, tools: Sequence[Tool], prompts: Sequence[Prompt]) -> Admitted:
         if not is_pinned(self._mode(), cfg):
@@ -266,11 +268,24 @@ class PinGate:
                 for n, entry in _entries(current[kind]).items()
                 if not isinstance(pinned.get(n), dict) or pinned[n].get("sha256") != entry["sha256"]
             }
-        # Held definitions are added to the record, never taken off here (accepting them does that): copies of
-        # one server that say different things (a fleet's replicas) then each find theirs already noted,
-        # instead of writing over each other's for ever.
-        if any(_unnoted(held[key], record.get(key, {})) for _, key in _KINDS):
-            noted = {key: {**record.get(key, {}), **held[key]} for _, key in _KINDS}
+        # Held definitions are added to the record; one is taken off only by the gate that found it held, once its
+        # server no longer offers it (accepting takes them all off): copies of one server that say different
+        # things (a fleet's replicas) then each find theirs already noted, instead of writing over each other's
+        # for ever, and a server that went back to what was approved no longer reads as changed.
+        mine = self._noted.setdefault((scope, name), {})
+        stale = {
+            key: {
+                n
+                for n, digest in mine.get(key, {}).items()
+                if _digest(record.get(key, {}).get(n)) == digest and _digest(held[key].get(n)) != digest
+            }
+            for _, key in _KINDS
+        }
+        for _, key in _KINDS:
+            mine[key] = {n: entry["sha256"] for n, entry in held[key].items()}
+        if any(stale.values()) or any(_unnoted(held[key], record.get(key, {})) for _, key in _KINDS):
+            kept = {key: {n: e for n, e in record.get(key, {}).items() if n not in stale[key]} for _, key in _KINDS}
+            noted = {key: {**kept[key], **held[key]} for _, key in _KINDS}
             updated = {k: v for k, v in record.items() if k not in ("heldTools", "heldPrompts")}
             self._write(scope, name, {**updated, **{k: v for k, v in noted.items() if v}})
         return Admitted(
@@ -285,6 +300,10 @@ class PinGate:
             self._store.put(scope, name, record, timeout_s=GATE_LOCK_TIMEOUT_S)
         except (ConfigError, OSError) as exc:
             logger.warning("could not record the tool definitions of server %r: %s", name, exc)
+
+
+def _digest(entry: Any) -> str | None:
+    return entry.get("sha256") if isinstance(entry, dict) else None
 
 
 def _unnoted(held: Mapping[str, Mapping[str, Any]], noted: Mapping[str, Any]) -> bool:
