@@ -56,8 +56,8 @@ class Server:
         urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{self.port}/admin/revoke-all", method="POST"))
 
 
-def start_server(tmp_path: Path, *args: str) -> Iterator[Server]:
-    port = free_port()
+def start_server(tmp_path: Path, *args: str, port: int | None = None) -> Iterator[Server]:
+    port = port or free_port()
     marker = tmp_path / "oauth-events"
     log = (tmp_path / "oauth-server.log").open("wb")
     process = subprocess.Popen(
@@ -459,3 +459,18 @@ async def test_a_scope_step_up_is_signed_in_by_the_next_login_and_the_refused_ca
 def text_of(result: Any) -> str:
     [content] = result.content
     return str(content.text)
+
+
+def test_a_client_registration_the_server_forgot_is_made_again_at_the_next_sign_in(tmp_path: Path) -> None:
+    port = free_port()
+    for server in start_server(tmp_path, port=port):
+        layout = setup(tmp_path, server)
+        assert cli(layout, "mcp", "login", "sec").returncode == 0
+    (tmp_path / "again").mkdir()
+    for _ in start_server(tmp_path / "again", port=port):  # restarted: it forgot its clients
+        forgotten = cli(layout, "mcp", "login", "sec", "--timeout", "2")
+        assert forgotten.returncode == 1
+        said = " ".join(forgotten.stderr.split())
+        assert "an error page about the client means the server forgot the client registered earlier" in said
+        again = cli(layout, "mcp", "login", "sec")
+        assert again.returncode == 0, again.stderr

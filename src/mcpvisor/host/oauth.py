@@ -440,9 +440,18 @@ async def login(
 
             got = await anyio.to_thread.run_sync(callback.done.wait, timeout_s, abandon_on_cancel=True)
             if not got:
+                reused = not settings.client_id and before.get("client") is not None
+                if reused:  # the server may have forgotten it (a restart): its page then shows an error
+                    store.update(key, client=None)
                 raise ConfigError(
-                    f"no sign-in to {name!r} within {timeout_s:g} s (was the browser closed?); "
-                    f"run mcpvisor mcp login {name} again"
+                    f"no sign-in to {name!r} within {timeout_s:g} s (was the browser closed?"
+                    + (
+                        "; an error page about the client means the server forgot the client registered earlier, "
+                        "which is registered again next time"
+                        if reused
+                        else ""
+                    )
+                    + f"); run mcpvisor mcp login {name} again"
                 )
             query = callback.received
             if "code" not in query:
