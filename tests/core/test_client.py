@@ -308,6 +308,75 @@ async def test_an_answer_the_strict_parser_refuses_is_read_leniently_or_fails_it
         await client.aclose()
 
 
+ODD_HTTP_SERVER = r"""
+import json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, body=b"", kind="application/json"):
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self.reply(405)
+
+    def do_DELETE(self):
+        self.reply(200)
+
+    def do_POST(self):
+        msg = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if "id" not in msg:
+            return self.reply(202)
+        method, result = msg.get("method"), {}
+        if method == "initialize":
+            result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                      "serverInfo": {"name": "odd", "version": "1"}}
+        elif method == "tools/list":
+            result = {"tools": [{"name": "list", "inputSchema": {"type": "object"}}]}
+        elif method == "tools/call":
+            result = ["not", "an", "object", "api_key=" + sys.argv[2]]
+        self.reply(200, json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}).encode())
+
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+async def test_a_remote_answer_that_is_not_valid_json_rpc_fails_the_call_without_quoting_it(tmp_path: Path) -> None:
+    script = tmp_path / "odd_http.py"
+    script.write_text(ODD_HTTP_SERVER)
+    port = free_port()
+    process = await anyio.open_process([sys.executable, str(script), str(port), "sk-LIVE-SECRET-123"])
+    try:
+        await wait_until(lambda: _answers(port), what="the HTTP server to listen")
+        cfg = McpServerConfig(http_url=f"http://127.0.0.1:{port}/mcp")
+        client = McpClient("odd", cfg, options=ConnectionOptions(log_dir=tmp_path))
+        async with anyio.create_task_group() as tg:
+            await client.start(tg)
+            with anyio.fail_after(WAIT_S), pytest.raises(ToolCallError) as raised:
+                await client.call_tool("list")
+            assert str(raised.value) == (
+                "call to tool 'list' on server 'odd' failed: its answer is not valid JSON-RPC (not shown)"
+            )
+            await client.aclose()
+    finally:
+        process.kill()
+        await process.aclose()
+
+
+def _answers(port: int) -> bool:
+    import socket
+
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+    return False
+
+
 REFUSING_SERVER = """
 import json, sys
 for line in sys.stdin:

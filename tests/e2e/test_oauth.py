@@ -22,6 +22,7 @@ import pytest
 
 from mcpvisor.core.errors import ServerUnavailableError, ToolCallError
 from mcpvisor.host.host import Host, HostOptions
+from mcpvisor.host.oauth_registration import registered_for
 from mcpvisor.host.oauth_store import TokenStore
 from tests.e2e.test_run import run
 from tests.helpers import LIGHT, WAIT_S, free_port, wait_until
@@ -474,3 +475,34 @@ def test_a_client_registration_the_server_forgot_is_made_again_at_the_next_sign_
         assert "an error page about the client means the server forgot the client registered earlier" in said
         again = cli(layout, "mcp", "login", "sec")
         assert again.returncode == 0, again.stderr
+
+
+def test_a_step_up_sign_in_abandoned_leaves_the_sign_in_as_it_was(tmp_path: Path, server: Server) -> None:
+    layout = setup(tmp_path, server)
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    [key] = json.loads(store_path(layout).read_text())
+    store = TokenStore(store_path(layout))
+    store.update(key, scope_needed="mcp:write")  # a call was refused for want of it
+    signed_in = store.get(key)
+    abandoned = cli(layout, "mcp", "login", "sec", "--timeout", "1", browser=NOTHING)
+    assert abandoned.returncode == 1
+    after = store.get(key)
+    assert after["client"] == signed_in["client"]  # the tokens stay with the client they were issued to
+    assert after["tokens"] == signed_in["tokens"]
+
+
+@pytest.mark.parametrize(
+    ("client", "needed", "stands"),
+    [
+        (None, "mcp:write", True),  # nothing registered yet
+        ({"client_id": "c"}, None, True),  # no step-up: a registration without a scope stands
+        ({"client_id": "c", "scope": "mcp:read"}, None, True),
+        ({"client_id": "c", "scope": "mcp:read"}, "mcp:write", False),
+        ({"client_id": "c"}, "mcp:write", False),
+        ({"client_id": "c", "scope": "mcp:read mcp:write"}, "mcp:write", True),
+    ],
+)
+def test_a_registration_is_made_again_only_for_a_scope_a_refused_request_asked_for(
+    client: dict[str, str] | None, needed: str | None, stands: bool
+) -> None:
+    assert registered_for({"client": client, "scope_needed": needed}) is stands

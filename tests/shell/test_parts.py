@@ -12,6 +12,7 @@ import anyio
 import pytest
 from mcp_types import CallToolResult, ImageContent, TextContent
 from rich.console import Console
+from rich.padding import Padding
 from rich.text import Text
 from typer.testing import CliRunner
 
@@ -212,6 +213,20 @@ def test_what_others_wrote_reaches_the_terminal_with_its_control_characters_show
     assert "tool \ufffd31m \ufffdevil" in printed
     assert "\x1b[32mok" in printed  # the console's own styling is untouched
     assert "␛[31m" in printed
+    out.truncate(0)
+    out.seek(0)
+    console.print(Padding("[red]padded \x1b[2J text[/]", (0, 0, 0, 2)))  # a string inside: read as markup
+    assert "padded ␛[2J text" in out.getvalue()
+    # A tool's colours are kept as styles (a test runner's PASSED in green); other sequences are dropped.
+    out.truncate(0)
+    out.seek(0)
+    coloured = CallToolResult(content=[TextContent(type="text", text="\x1b[32mPASSED\x1b[0m 3 tests\x1b]0;title\x07")])
+    render_call_result(console, coloured)
+    shown = out.getvalue()
+    assert "\x1b[32mPASSED" in shown
+    assert "␛" not in shown
+    assert "\x1b]0;" not in shown
+    assert "3 tests" in shown
 
 
 def test_a_language_servers_approval_shows_the_path_it_runs_under(tmp_path: Path) -> None:

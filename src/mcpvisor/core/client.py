@@ -256,15 +256,21 @@ class McpClient(ServerConnection):
         if self._broken is not None:  # the transport stopped reading: that is why the request failed
             return self._broken.during(what)
         refused = getattr(self._auth_in_use, "sign_in_refused", None)
-        if refused:  # the sign-in failed under the request (revoked, signed out): that ended the connection
-            self._auth_in_use.sign_in_refused = None
-            self.mark_lost(refused)
+        if refused:  # the sign-in failed under a request (revoked, signed out): that ended this connection
+            self.mark_lost(refused)  # (its provider is this connection's: every request failing with it says so)
             return ServerUnavailableError(f"{what} failed: {refused}", server=self.name)
         if not isinstance(exc, MCPError) or closed_in_sdk(exc):
             self.mark_lost("connection closed during a request")
             return ServerUnavailableError(
                 f"{what} failed: the connection to server {self.name!r} closed (the server exited or crashed; "
                 f"see {self.log_path if self.config.transport == 'stdio' else self.config.target()})",
+                server=self.name,
+            )
+        if isinstance(exc, MCPError) and exc.code == types.PARSE_ERROR and exc.message.startswith("Failed to parse"):
+            return request_failed(  # the SDK's text quotes the answer, which may hold a secret
+                f"{what} on server {self.name!r} failed: its answer is not valid JSON-RPC (not shown)",
+                kind=kind,
+                target=target,
                 server=self.name,
             )
         wider = getattr(self._auth_in_use, "step_up_scope", None)

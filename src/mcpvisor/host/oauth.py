@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
@@ -351,8 +351,7 @@ def http_auth_for(store: TokenStore) -> HttpAuth:
             record = store.get(token_key(cfg, settings))
             if not record.get("tokens"):
                 return None
-            client = record.get("client")
-            redirect = (client or {}).get("redirect_uris", [None])[0] if isinstance(client, dict) else None
+            redirect = _stored_redirect(record)
         return _provider(
             store,
             name,
@@ -368,14 +367,18 @@ def http_auth_for(store: TokenStore) -> HttpAuth:
 # --- signing in -----------------------------------------------------------------------------
 
 
-def _stored_port(store: TokenStore, key: str) -> int | None:
-    client = store.get(key).get("client")
+def _stored_redirect(record: Mapping[str, Any]) -> str | None:
+    """The stored client's first redirect URI, if the record holds one that is a loopback URL."""
+    client = record.get("client")
     uris = client.get("redirect_uris") if isinstance(client, dict) else None
-    if isinstance(uris, list) and uris and isinstance(uris[0], str):
-        parts = urlsplit(uris[0])
-        if parts.hostname == "127.0.0.1" and parts.port:
-            return parts.port
+    if isinstance(uris, list) and uris and isinstance(uris[0], str) and urlsplit(uris[0]).hostname == "127.0.0.1":
+        return uris[0]
     return None
+
+
+def _stored_port(store: TokenStore, key: str) -> int | None:
+    redirect = _stored_redirect(store.get(key))
+    return urlsplit(redirect).port if redirect is not None else None
 
 
 async def login(
@@ -420,10 +423,12 @@ async def login(
             ) from None
         callback = Callback(0)
     try:
+        original = store.get(key)
+        forgotten: list[bool] = []  # a reused registration found forgotten: not put back on failure
         if not settings.client_id and port and callback.port != port:
             store.update(key, client=None)  # registered for another redirect port: register again
-        elif not settings.client_id and not registered_for(store.get(key), settings.scopes):
-            store.update(key, client=None)  # registered for fewer scopes than a sign-in asks now: register again
+        elif not settings.client_id and not registered_for(original):
+            store.update(key, client=None)  # registered without the scope a refused request asked for: again
         before = store.get(key)
 
         async def redirect_handler(authorization_url: str) -> None:
@@ -443,6 +448,7 @@ async def login(
                 reused = not settings.client_id and before.get("client") is not None
                 if reused:  # the server may have forgotten it (a restart): its page then shows an error
                     store.update(key, client=None)
+                    forgotten.append(True)
                 raise ConfigError(
                     f"no sign-in to {name!r} within {timeout_s:g} s (was the browser closed?"
                     + (
@@ -482,7 +488,10 @@ async def login(
             return tools
         except BaseException:
             if not store.get(key).get("tokens"):
-                store.update(key, tokens=before.get("tokens"), expires_at=before.get("expires_at"))
+                restored = {"tokens": original.get("tokens"), "expires_at": original.get("expires_at")}
+                if not settings.client_id and not forgotten:  # the tokens go back with the client they were issued to
+                    restored["client"] = original.get("client")
+                store.update(key, **restored)
             raise
     finally:
         callback.close()

@@ -38,12 +38,11 @@ def widening_metadata() -> type[Any]:
     return WideningMetadata
 
 
-def registered_for(record: Mapping[str, Any], scopes: str | None) -> bool:
-    """Whether a dynamically registered client in ``record`` (if any) was registered for the scopes a sign-in
-    asks now (``scopes``, and what a refused request asked for): an authorization server refuses a client
-    the scopes it was not registered with (one registered with none holds for none)."""
-    client = record.get("client")
-    if not isinstance(client, dict):
+def registered_for(record: Mapping[str, Any]) -> bool:
+    """Whether a dynamically registered client in ``record`` (if any) may ask for the scopes a refused request
+    asked for (a scope step-up): an authorization server refuses a client the scopes it was not registered
+    with. Without a step-up the client stands (a server may leave the scope out of its registration answer)."""
+    client, needed = record.get("client"), set(str(record.get("scope_needed") or "").split())
+    if not isinstance(client, dict) or not needed:
         return True
-    wanted = set(f"{scopes or ''} {record.get('scope_needed') or ''}".split())
-    return wanted <= set(str(client.get("scope") or "").split())
+    return needed <= set(str(client.get("scope") or "").split())

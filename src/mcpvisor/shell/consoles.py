@@ -30,7 +30,7 @@ def new_console(*, stderr: bool = False, **options: Any) -> Console:
     if "width" not in options and not os.environ.get("COLUMNS") and not _is_terminal(stream):
         options["width"] = UNWRAPPED_WIDTH
     console = Console(stderr=stderr, **options)
-    console.push_render_hook(_ShowControls())
+    console.push_render_hook(_ShowControls(console))
     return console
 
 
@@ -45,10 +45,23 @@ def visible(text: str) -> str:
 
 
 class _ShowControls(RenderHook):
-    """Shows the control characters of everything printed (:func:`visible`): text, and text indented."""
+    """Shows the control characters of everything printed (:func:`visible`): text, and text indented (a
+    string in it is read as the console reads one: markup)."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
 
     def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
-        return [_shown(renderable) for renderable in renderables]
+        return [self._shown(renderable) for renderable in renderables]
+
+    def _shown(self, renderable: ConsoleRenderable | str) -> ConsoleRenderable:
+        if isinstance(renderable, str):
+            renderable = self._console.render_str(renderable)
+        if isinstance(renderable, Padding) and isinstance(renderable.renderable, ConsoleRenderable | str):
+            edges = (renderable.top, renderable.right, renderable.bottom, renderable.left)
+            inner = self._shown(renderable.renderable)
+            return Padding(inner, edges, style=renderable.style, expand=renderable.expand)
+        return _shown(renderable)
 
 
 def _shown(renderable: ConsoleRenderable) -> ConsoleRenderable:
@@ -59,9 +72,6 @@ def _shown(renderable: ConsoleRenderable) -> ConsoleRenderable:
         copy = renderable.copy()
         copy.plain = shown  # one symbol per character: the styles' spans stay where they were
         return copy
-    if isinstance(renderable, Padding) and isinstance(renderable.renderable, ConsoleRenderable):
-        edges = (renderable.top, renderable.right, renderable.bottom, renderable.left)
-        return Padding(_shown(renderable.renderable), edges, style=renderable.style, expand=renderable.expand)
     return renderable
 
 

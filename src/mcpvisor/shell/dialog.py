@@ -120,11 +120,12 @@ class ApprovalDialog:
             self.console.print(Text(f"  skipped {name}: it stays pending; /approve {name} when ready", style="dim"))
         elif choice == "approve_all":
             for waiting, waiting_hash in self._queue.snapshot():
-                await self.decide(
-                    waiting, "approve", shown_hash=waiting_hash, shown_stamp=self._stamps.pop(waiting, None)
-                )
-        else:
-            await self.decide(name, choice, shown_hash=shown, shown_stamp=self._stamps.pop(name, None))
+                stamp = self._stamps.pop(waiting, None)
+                await self.decide(waiting, "approve", shown_hash=waiting_hash, shown_stamp=stamp, shown_changes=())
+        else:  # the dialog shows no held definitions: approving here accepts none (/approve NAME shows them)
+            await self.decide(
+                name, choice, shown_hash=shown, shown_stamp=self._stamps.pop(name, None), shown_changes=()
+            )
         self.ask_next()
 
     def _configured(self, key: str) -> object | None:

@@ -100,11 +100,13 @@ def render_call_result(console: Console, result: CallToolResult) -> None:
     if not parts and result.structured_content is not None:
         parts = [json.dumps(result.structured_content, indent=2)]
     text = "\n".join(parts)
+    # A tool's colours (a test runner's, a linter's) are kept as styles; any other escape sequence is dropped,
+    # and what control characters remain the console shows as symbols.
     if result.is_error:
         console.print(Text("✗ the tool reported an error:", style="red"))
-        console.print(Text(text or "(no details)", style="red"), soft_wrap=True)
+        console.print(Text.from_ansi(text, style="red") if text else Text("(no details)", style="red"), soft_wrap=True)
         return
-    console.print(Text(text) if text else Text("(empty result)", style="dim"), soft_wrap=True)
+    console.print(Text.from_ansi(text) if text else Text("(empty result)", style="dim"), soft_wrap=True)
 
 
 def render_prompt_result(console: Console, result: GetPromptResult) -> None:
