@@ -236,7 +236,8 @@ async def test_a_server_that_keeps_crashing_is_restarted_a_bounded_number_of_tim
     monkeypatch.setattr(manager, "MAX_RECONNECT_ATTEMPTS", 3)
     marker, good = tmp_path / "crashy.pids", tmp_path / "good.pids"
     servers = {
-        "crashy": McpServerConfig.model_validate(light("crashy", marker, "--exit-after", "0.3")),
+        # Long enough to finish starting on a loaded machine (under coverage), then it crashes.
+        "crashy": McpServerConfig.model_validate(light("crashy", marker, "--exit-after", "1.5")),
         "good": McpServerConfig.model_validate(light("good", good)),
     }
     async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=tmp_path / "logs")) as config:
