@@ -54,6 +54,7 @@ __all__ = [
     "StdioProcess",
     "on_host_path",
     "open_stdio_transport",
+    "without_lone_surrogates",
 ]
 
 logger = logging.getLogger(__name__)
@@ -362,7 +363,7 @@ def _parse_leniently(text: str, exc: ValueError) -> SessionMessage | Exception:
         return exc
     try:
         return SessionMessage(
-            types.jsonrpc_message_adapter.validate_python(_without_lone_surrogates(data), by_name=False)
+            types.jsonrpc_message_adapter.validate_python(without_lone_surrogates(data), by_name=False)
         )
     except (ValueError, RecursionError) as invalid:
         logger.debug("invalid message from a server: %.200r", text[:200])
@@ -374,13 +375,15 @@ def _parse_leniently(text: str, exc: ValueError) -> SessionMessage | Exception:
         return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
 
 
-def _without_lone_surrogates(value: object) -> object:
+def without_lone_surrogates(value: object) -> object:
+    """``value`` (parsed JSON) with every lone surrogate in its strings as U+FFFD: the standard library's
+    parser keeps one from a ``\\udce9`` escape, and nothing can encode it to send it on."""
     if isinstance(value, str):
         return _LONE_SURROGATE.sub("\ufffd", value)
     if isinstance(value, list):
-        return [_without_lone_surrogates(item) for item in value]
+        return [without_lone_surrogates(item) for item in value]
     if isinstance(value, dict):
-        return {_without_lone_surrogates(key): _without_lone_surrogates(item) for key, item in value.items()}
+        return {without_lone_surrogates(key): without_lone_surrogates(item) for key, item in value.items()}
     return value
 
 

@@ -114,6 +114,9 @@ def main() -> int:
             send({"id": request_id, "result": None})
         elif method == "oversize":
             write(b"Content-Length: 999999999999\r\n\r\n")
+        elif method == "odd-bytes":  # a byte that is not UTF-8 and a lone surrogate escape, as some servers write
+            body = b'{"jsonrpc": "2.0", "id": %d, "result": {"name": "caf\xe9 caf\\udce9.txt"}}' % int(str(request_id))
+            write(b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
         elif method == "malformed":
             write(b"Content-Type: application/vscode-jsonrpc\r\n\r\n{}")
         elif method == "long-header":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -112,6 +113,15 @@ async def test_a_request_gets_its_result_and_leaving_shuts_the_server_down(tmp_p
     assert not pid_alive(pid)
     with pytest.raises(LspConnectionClosed, match="echo failed: language server 'fake' exited with code 0"):
         await connection.request("echo")
+
+
+async def test_an_answer_with_bytes_that_are_not_utf8_or_a_lone_surrogate_is_read_with_u_fffd(tmp_path: Path) -> None:
+    async with fake(tmp_path) as connection:
+        await connection.request("initialize", {"processId": None, "capabilities": {}})
+        with anyio.fail_after(WAIT_S):  # never the request's time limit
+            result = await connection.request("odd-bytes")
+        assert result == {"name": "caf\ufffd caf\ufffd.txt"}
+        json.dumps(result).encode()  # it can be sent on
 
 
 async def test_concurrent_requests_complete_in_the_order_the_server_answers(tmp_path: Path) -> None:

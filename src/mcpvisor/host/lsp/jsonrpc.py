@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ import anyio.abc
 
 from mcpvisor.core.server_config import DEFAULT_MAX_MESSAGE_BYTES
 from mcpvisor.core.server_log import ServerLog, pump_stderr
-from mcpvisor.core.stdio import stop_process
+from mcpvisor.core.stdio import stop_process, without_lone_surrogates
 from mcpvisor.host.lsp.errors import LspConnectionClosed, LspError, LspMessageTooLarge, LspRequestError
 from mcpvisor.host.lsp.framing import FrameReader
 from mcpvisor.host.lsp.process import LspProcess, StderrTail, spawn_language_server
@@ -48,6 +49,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 CONTENT_MODIFIED = -32801
 REQUEST_CANCELLED = -32800
@@ -162,10 +165,12 @@ class LspConnection:
 
     def _dispatch(self, body: bytes) -> None:
         try:
-            message = json.loads(body)
-        except ValueError:
+            message = json.loads(body.decode(errors="replace"))  # bytes that are not UTF-8 read as U+FFFD
+        except (ValueError, RecursionError):
             logger.warning("language server %r sent a message that is not JSON (%d bytes)", self.name, len(body))
             return
+        if _SURROGATE_ESCAPE.search(body):  # a lone one cannot be sent on (only checked for where one may be)
+            message = without_lone_surrogates(message)
         if not isinstance(message, dict):
             logger.warning("language server %r sent a JSON-RPC message that is not an object", self.name)
             return
