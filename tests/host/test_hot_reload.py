@@ -8,6 +8,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -318,6 +319,24 @@ async def test_a_project_server_waits_for_approval_and_approving_connects_it(tmp
         prompts = len(s.rec.prompts())
         await s.settle()
         assert len(s.rec.prompts()) == prompts  # approved: never prompts again
+
+
+async def test_a_project_server_runs_in_its_workspace_folder_and_two_workspaces_run_two_servers(
+    tmp_path: Path,
+) -> None:
+    # A relative marker path lands in the server's working folder: the workspace root, not this process's.
+    entry = {"command": sys.executable, "args": ["-m", LIGHT, "--name", "p", "--marker", "here.pids"]}
+    roots = []
+    for name in ("one", "two"):
+        async with session(tmp_path / name, project={"mcpServers": {"p": entry}}) as s:
+            await s.host.decide("p", "approve")
+            await s.rec.wait_for(partial(lambda s: s.live() == {"p"}, s))
+            roots.append(s.layout.root)
+            config = s.host.state.assembled.servers["p"]
+            assert config.cwd == str(s.layout.root)
+            assert config.approved_value("cwd") is None  # what was approved is the entry as written
+    assert [len(marker_pids(root / "here.pids")) for root in roots] == [1, 1]
+    assert not (Path.cwd() / "here.pids").exists()
 
 
 async def test_an_approval_made_while_the_host_starts_its_servers_is_followed(tmp_path: Path) -> None:

@@ -146,11 +146,35 @@ def assemble_mcp_servers(
         chosen.update(layer)
     file_layers = [project, *top.mcp_config]
     return AssembledServers(
-        servers={name: entry.config for name, entry in chosen.items()},
+        servers={name: in_its_folder(entry.config, entry.scope, root) for name, entry in chosen.items()},
         sources={name: ServerSource(SOURCE_LABELS[e.scope], e.scope, e.path) for name, e in chosen.items()},
         warnings=tuple(w for layer in file_layers for w in layer.warnings),
         errors=tuple(layer.error for layer in file_layers if layer.error is not None),
     )
+
+
+_placed: dict[tuple[int, str], tuple[McpServerConfig, McpServerConfig]] = {}
+
+
+def in_its_folder(cfg: McpServerConfig, scope: ServerScope, root: Path) -> McpServerConfig:
+    """A repository's stdio server (``.mcp.json``, the workspace settings) runs in the folder it belongs to:
+    its ``cwd`` is the workspace root unless it names one (a relative one is taken from the root). Two
+    workspaces' identical entries are then two servers, each running its own folder's code. The same object
+    for the same entry and root on every reload (comparing maps stays cheap)."""
+    if scope not in ("project", "workspace") or cfg.command is None:
+        return cfg
+    if cfg.cwd is not None and Path(cfg.cwd).is_absolute():
+        return cfg
+    cwd = str(root / cfg.cwd) if cfg.cwd is not None else str(root)
+    key = (id(cfg), cwd)
+    hit = _placed.get(key)
+    if hit is not None and hit[0] is cfg:
+        return hit[1]
+    if len(_placed) >= 4096:
+        _placed.clear()
+    placed = cfg.model_copy(update={"cwd": cwd})  # the approval hash and the entry as written go along
+    _placed[key] = (cfg, placed)
+    return placed
 
 
 def assemble_from_settings(settings: Settings, top_tier: TopTier | None = None) -> AssembledServers:
