@@ -382,5 +382,6 @@ async def test_a_full_gateway_refuses_another_workspace_with_503(tmp_path: Path)
                 headers={"Accept": "application/json, text/event-stream"},
             )
         assert response.status_code == 503
+        assert response.headers["Retry-After"] == "5"  # a client backs off, as from a full session book
         assert "already serves 2 workspaces" in response.json()["error"]["message"]
         assert set(gateway.workspaces()) == {setup.default, setup.a}

@@ -72,7 +72,7 @@ from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET
 from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.responses import error_response
 from mcpvisor.gateway.server import DRAIN_S, Gateway
-from mcpvisor.gateway.sessions import OnePath, SessionBook
+from mcpvisor.gateway.sessions import RETRY_AFTER_S, OnePath, SessionBook
 from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.limits import max_message_bytes_of
@@ -354,7 +354,8 @@ class WorkspaceGateway(StackOwner):
                 f"cannot open workspace {str(root)!r}: the gateway already serves {self._max_workspaces} "
                 "workspaces; try again once the clients of other workspaces have gone"
             )
-            await error_response(message, 503, INTERNAL_ERROR)(scope, receive, send)
+            retry = {"Retry-After": str(RETRY_AFTER_S)}  # as for a full session book: a client backs off
+            await error_response(message, 503, INTERNAL_ERROR, headers=retry)(scope, receive, send)
             return
         try:
             await workspace.ready.wait()
