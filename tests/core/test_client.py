@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -222,6 +223,14 @@ async def test_an_error_the_server_answers_with_fails_the_call_only_whatever_its
         await client.aclose()
 
 
+def scripted(tmp_path: Path, name: str, source: str, *args: str, **fields: Any) -> McpClient:
+    """A client of server ``name``, a Python script written here: it sends what no example server would."""
+    script = tmp_path / f"{name}.py"
+    script.write_text(source)
+    cfg = McpServerConfig(command=sys.executable, args=[str(script), *args], **fields)
+    return McpClient(name, cfg, options=ConnectionOptions(log_dir=tmp_path))
+
+
 MALFORMED_SERVER = """
 import json, sys
 for line in sys.stdin:
@@ -238,10 +247,7 @@ for line in sys.stdin:
 
 
 async def test_an_answer_that_is_not_valid_mcp_fails_the_call_saying_where_without_its_values(tmp_path: Path) -> None:
-    script = tmp_path / "malformed.py"
-    script.write_text(MALFORMED_SERVER)
-    cfg = McpServerConfig(command=sys.executable, args=[str(script), "${KEY}"], env={"KEY": "s3cr3t"})
-    client = McpClient("bad", cfg, options=ConnectionOptions(log_dir=tmp_path))
+    client = scripted(tmp_path, "bad", MALFORMED_SERVER, "${KEY}", env={"KEY": "s3cr3t"})
     async with anyio.create_task_group() as tg:
         await client.start(tg)
         with anyio.fail_after(WAIT_S), pytest.raises(ToolCallError) as raised:
@@ -294,10 +300,7 @@ for line in sys.stdin:
 
 
 async def test_an_answer_the_strict_parser_refuses_is_read_leniently_or_fails_its_call_at_once(tmp_path: Path) -> None:
-    script = tmp_path / "odd.py"
-    script.write_text(ODD_ANSWERS_SERVER)
-    cfg = McpServerConfig(command=sys.executable, args=[str(script)], timeout=60_000)
-    client = McpClient("odd", cfg, options=ConnectionOptions(log_dir=tmp_path))
+    client = scripted(tmp_path, "odd", ODD_ANSWERS_SERVER, timeout=60_000)
     async with anyio.create_task_group() as tg:
         await client.start(tg)
         with anyio.fail_after(WAIT_S):  # never the call's 60 s timeout
@@ -396,13 +399,7 @@ for line in sys.stdin:
 async def test_a_server_that_answers_its_listing_with_an_error_is_down_with_that_error_not_an_exit_code(
     tmp_path: Path,
 ) -> None:
-    script = tmp_path / "refusing.py"
-    script.write_text(REFUSING_SERVER)
-    client = McpClient(
-        "refusing",
-        McpServerConfig(command=sys.executable, args=[str(script)]),
-        options=ConnectionOptions(log_dir=tmp_path),
-    )
+    client = scripted(tmp_path, "refusing", REFUSING_SERVER)
     async with anyio.create_task_group() as tg:
         with pytest.raises(ConnectError) as raised:
             await client.start(tg)

@@ -34,6 +34,10 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 CRASH_EXIT_CODE = 3
 """Exit code of a process whose `--crash-on-call` tool was called."""
@@ -91,8 +95,9 @@ class Options:
         self.garbage_stdout: bool = getattr(namespace, "garbage_stdout", False)
         self.big: bool = getattr(namespace, "big", False)
         self.hang_on_read: str | None = getattr(namespace, "hang_on_read", None)
-        self.slow_call: tuple[str, float] | None = _slow_call(getattr(namespace, "slow_call", None))
-        self.error_on_call: tuple[str, int] | None = _error_on_call(getattr(namespace, "error_on_call", None))
+        slow, error = getattr(namespace, "slow_call", None), getattr(namespace, "error_on_call", None)
+        self.slow_call: tuple[str, float] | None = _tool_and(slow, float, "--slow-call TOOL=SECONDS")
+        self.error_on_call: tuple[str, int] | None = _tool_and(error, int, "--error-on-call TOOL=CODE")
         self.stderr: str | None = namespace.stderr
         self.control: bool = namespace.control
         self.crash_on_call: str | None = namespace.crash_on_call
@@ -124,24 +129,16 @@ def prompt_text(server: str, prompt: str, topic: str) -> str:
     return f"{server}:{prompt}:{topic}"
 
 
-def _slow_call(value: str | None) -> tuple[str, float] | None:
+def _tool_and(value: str | None, read: Callable[[str], T], usage: str) -> tuple[str, T] | None:
+    """``TOOL=VALUE`` as ``(tool, read(value))``; a value ``read`` refuses exits saying ``usage`` (``--OPT TOOL=X``)."""
     if value is None:
         return None
-    tool, _, seconds = value.partition("=")
+    tool, _, given = value.partition("=")
     try:
-        return tool, float(seconds)
+        return tool, read(given)
     except ValueError:
-        raise SystemExit(f"--slow-call: give TOOL=SECONDS, not {value!r}") from None
-
-
-def _error_on_call(value: str | None) -> tuple[str, int] | None:
-    if value is None:
-        return None
-    tool, _, code = value.partition("=")
-    try:
-        return tool, int(code)
-    except ValueError:
-        raise SystemExit(f"--error-on-call: give TOOL=CODE, not {value!r}") from None
+        option, _, form = usage.partition(" ")
+        raise SystemExit(f"{option}: give {form}, not {value!r}") from None
 
 
 def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:

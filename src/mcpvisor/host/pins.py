@@ -264,9 +264,7 @@ class PinGate:
         for kind, held_key in _KINDS:
             pinned = record.get(kind, {})
             held[held_key] = {
-                n: entry
-                for n, entry in _entries(current[kind]).items()
-                if not isinstance(pinned.get(n), dict) or pinned[n].get("sha256") != entry["sha256"]
+                n: entry for n, entry in _entries(current[kind]).items() if _digest(pinned.get(n)) != entry["sha256"]
             }
         # Held definitions are added to the record; one is taken off only by the gate that found it held, once its
         # server no longer offers it (accepting takes them all off): copies of one server that say different
@@ -303,12 +301,13 @@ class PinGate:
 
 
 def _digest(entry: Any) -> str | None:
+    """A pinned or held record entry's digest (None: no entry, or not one)."""
     return entry.get("sha256") if isinstance(entry, dict) else None
 
 
 def _unnoted(held: Mapping[str, Mapping[str, Any]], noted: Mapping[str, Any]) -> bool:
     """Whether a held definition is not in the record's held ones yet (by name and digest)."""
-    return any(not isinstance(noted.get(n), dict) or noted[n].get("sha256") != e["sha256"] for n, e in held.items())
+    return any(_digest(noted.get(n)) != e["sha256"] for n, e in held.items())
 
 
 # --- reviewing and accepting ------------------------------------------------------------------

@@ -61,18 +61,11 @@ class _ShowControls(RenderHook):
             edges = (renderable.top, renderable.right, renderable.bottom, renderable.left)
             inner = self._shown(renderable.renderable)
             return Padding(inner, edges, style=renderable.style, expand=renderable.expand)
-        return _shown(renderable)
-
-
-def _shown(renderable: ConsoleRenderable) -> ConsoleRenderable:
-    if isinstance(renderable, Text):
-        shown = visible(renderable.plain)
-        if shown == renderable.plain:
-            return renderable
-        copy = renderable.copy()
-        copy.plain = shown  # one symbol per character: the styles' spans stay where they were
-        return copy
-    return renderable
+        if isinstance(renderable, Text) and (shown := visible(renderable.plain)) != renderable.plain:
+            copy = renderable.copy()
+            copy.plain = shown  # one symbol per character: the styles' spans stay where they were
+            return copy
+        return renderable
 
 
 def _is_terminal(stream: Any) -> bool:
