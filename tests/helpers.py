@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shlex
+import shutil
 import socket
+import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -19,6 +24,7 @@ from mcpvisor.examples.in_memory import NeedsAProcess, light_servers_in_memory
 
 LIGHT = "mcpvisor.examples.light_server"
 SDK = "mcpvisor.examples.sdk_server"
+TESTS = Path(__file__).resolve().parent
 WAIT_S = 30.0
 """Bound on anything a test waits for; generous for a slow shared machine."""
 
@@ -130,3 +136,39 @@ async def http_server(
         with anyio.CancelScope(shield=True):
             await process.wait()
         await process.aclose()
+
+
+_forkserver: tuple[subprocess.Popen[bytes], str] | None = None
+
+
+def mcpvisor_command() -> str:
+    """An executable that runs ``mcpvisor ARGS...`` as ``python -m mcpvisor ARGS...`` would, forked from a
+    process of this worker's that has already imported the package and the SDK (``tests/cli_forkserver.py``
+    says what that does and does not prove). Started on first use, ended with the worker."""
+    global _forkserver
+    if _forkserver is None:
+        folder = Path(tempfile.mkdtemp(prefix="mcpvisor-cli-"))
+        sock = folder / "sock"
+        server = subprocess.Popen(
+            [sys.executable, str(TESTS / "cli_forkserver.py"), str(sock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert server.stdout is not None
+        ready = server.stdout.readline()
+        if ready != b"ready\n":
+            raise RuntimeError(f"the mcpvisor fork server did not start (exit code {server.wait()})")
+        command = folder / "mcpvisor"
+        shim = " ".join(
+            shlex.quote(part) for part in (sys.executable, "-S", "-E", str(TESTS / "cli_forked.py"), str(sock))
+        )
+        command.write_text(f'#!/bin/sh\nexec {shim} "$@"\n')
+        command.chmod(0o755)
+
+        def stop() -> None:
+            assert server.stdin is not None
+            server.stdin.close()
+            server.wait(timeout=WAIT_S)
+            shutil.rmtree(folder, ignore_errors=True)
+
+        atexit.register(stop)
+        _forkserver = (server, str(command))
+    return _forkserver[1]

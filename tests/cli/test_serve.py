@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sys
 from functools import partial
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.host import HostOptions
 from tests.gateway.test_gateway import next_event, save, server, text_of, tool_names, wait_for_port
 from tests.gateway.test_workspaces import client_for, make_setup
-from tests.helpers import WAIT_S, free_port, marker_pids, pid_alive, wait_until
+from tests.helpers import WAIT_S, free_port, marker_pids, mcpvisor_command, pid_alive, wait_until
 from tests.layout import make_layout
 
 
@@ -71,7 +70,7 @@ async def test_mcpvisor_serve_over_stdio_in_a_subprocess_serves_follows_edits_an
     marker = tmp_path / "pids"
     save(layout.paths.user, {"mcpServers": {"a": server("a", "--marker", str(marker))}})
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "mcpvisor", "serve", "--workspace", str(layout.root)], env=layout.env
+        command=mcpvisor_command(), args=["serve", "--workspace", str(layout.root)], env=layout.env
     )
     errlog = tmp_path / "gateway.stderr"
     with errlog.open("w") as err:
@@ -97,7 +96,7 @@ async def test_mcpvisor_serve_passes_what_a_server_asks_to_the_calling_client(tm
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
     save(layout.paths.user, {"mcpServers": {"a": server("a", "--control")}})
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "mcpvisor", "serve", "--workspace", str(layout.root)], env=layout.env
+        command=mcpvisor_command(), args=["serve", "--workspace", str(layout.root)], env=layout.env
     )
     answers = Answers()
     with (tmp_path / "gateway.stderr").open("w") as err:
@@ -139,7 +138,7 @@ async def test_mcpvisor_serve_per_client_workspaces_in_a_subprocess_serves_each_
 ) -> None:
     setup = make_setup(tmp_path)
     port = free_port()
-    command = [sys.executable, "-m", "mcpvisor", "serve", "--http", f"127.0.0.1:{port}", "--per-client-workspaces"]
+    command = [mcpvisor_command(), "serve", "--http", f"127.0.0.1:{port}", "--per-client-workspaces"]
     errlog = tmp_path / "gateway.stderr"
     with errlog.open("w") as err:
         process = await anyio.open_process(
@@ -187,7 +186,7 @@ async def test_on_sigterm_calls_in_flight_finish_or_are_told_the_gateway_is_shut
     marker = tmp_path / "pids"
     save(layout.paths.user, {"mcpServers": {"a": server("a", "--control", "--marker", str(marker))}})
     port = free_port()
-    command = [sys.executable, "-m", "mcpvisor", "serve", "--http", f"127.0.0.1:{port}", "--no-auth"]
+    command = [mcpvisor_command(), "serve", "--http", f"127.0.0.1:{port}", "--no-auth"]
     errlog = tmp_path / "gateway.stderr"
     outcomes: dict[str, str] = {}
     with errlog.open("w") as err:

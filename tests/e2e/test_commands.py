@@ -13,13 +13,13 @@ import anyio
 import pytest
 from anyio.streams.text import TextReceiveStream
 
-from tests.helpers import LIGHT, WAIT_S, marker_pids, pid_alive, wait_until
+from tests.helpers import LIGHT, WAIT_S, marker_pids, mcpvisor_command, pid_alive, wait_until
 from tests.layout import make_layout, replace_text
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mcpvisor", *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=60
+        [mcpvisor_command(), *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=60
     )
 
 
@@ -111,7 +111,7 @@ def test_a_missing_mcp_config_file_is_a_clear_error(tmp_path: Path) -> None:
 async def test_demo_runs_shows_the_approval_flow_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     demo_dir = tmp_path / "demo"
     process = await anyio.open_process(
-        [sys.executable, "-m", "mcpvisor", "demo", "--json", "--dir", str(demo_dir)],
+        [mcpvisor_command(), "demo", "--json", "--dir", str(demo_dir)],
         env={**os.environ, "MCPVISOR_LOG_DIR": str(tmp_path / "logs")},
         stderr=subprocess.DEVNULL,
     )
@@ -144,7 +144,7 @@ async def test_the_demo_removes_its_own_folder_and_its_hints_name_the_running_mc
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     process = await anyio.open_process(
-        [sys.executable, "-m", "mcpvisor", "demo"],
+        [mcpvisor_command(), "demo"],
         env={**os.environ, "TMPDIR": str(scratch), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
     )
     async with process:
@@ -186,7 +186,7 @@ async def test_ctrl_c_stops_run_and_leaves_no_server_process(tmp_path: Path) -> 
     servers = {n: {"command": sys.executable, "args": ["-m", LIGHT, "--marker", str(marker)]} for n in "ab"}
     replace_text(layout.paths.user, json.dumps({"mcpServers": servers}))
     process = await anyio.open_process(
-        [sys.executable, "-m", "mcpvisor", "run", "--json", "--workspace", str(layout.root)],
+        [mcpvisor_command(), "run", "--json", "--workspace", str(layout.root)],
         env={**os.environ, **layout.env},
         stderr=subprocess.DEVNULL,
     )
@@ -214,7 +214,7 @@ def test_shell_runs_commands_from_piped_input_and_leaves_no_process(tmp_path: Pa
     server = {"command": sys.executable, "args": ["-m", LIGHT, "--name", "a", "--marker", str(marker)]}
     replace_text(layout.paths.user, json.dumps({"mcpServers": {"a": server}}))
     result = subprocess.run(
-        [sys.executable, "-m", "mcpvisor", "shell", "--workspace", str(layout.root)],
+        [mcpvisor_command(), "shell", "--workspace", str(layout.root)],
         input='/tools\n/call mcp__a__echo {"text": "hi"}\n/call mcp__zzz__x\n/quit\n',
         env={**os.environ, **layout.env, "COLUMNS": "200"},
         capture_output=True,

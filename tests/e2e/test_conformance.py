@@ -26,7 +26,7 @@ import pytest
 from filelock import FileLock
 
 from mcpvisor.gateway.lazy_streams import COMMIT_AFTER_S
-from tests.helpers import LIGHT, WAIT_S, free_port
+from tests.helpers import LIGHT, WAIT_S, free_port, mcpvisor_command
 from tests.layout import make_layout, write_json
 
 pytestmark = pytest.mark.conformance
@@ -112,7 +112,7 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     ]
     write_json(layout.paths.user, {"mcpServers": {"demo": {"command": upstream[0], "args": upstream[1:]}}})
     port = free_port()
-    command = [sys.executable, "-m", "mcpvisor", "serve", "--http", f"127.0.0.1:{port}", "--no-auth"]
+    command = [mcpvisor_command(), "serve", "--http", f"127.0.0.1:{port}", "--no-auth"]
     log = layout.home / "serve.log"
     with log.open("wb") as err:
         process = subprocess.Popen(

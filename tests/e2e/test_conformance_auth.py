@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_conformance import conformance_command, node_env
+from tests.helpers import mcpvisor_command
 
 pytestmark = pytest.mark.conformance
 
@@ -60,8 +61,7 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_the_cli_passes_the_official_client_auth_scenario(driver: Path, scenario: str, tmp_path: Path) -> None:
-    mcpvisor = Path(sys.executable).with_name("mcpvisor")
-    env = {**node_env(), "MCPVISOR": str(mcpvisor), "PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
+    env = {**node_env(), "MCPVISOR": mcpvisor_command(), "PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
     result = subprocess.run(
         [str(conformance_command()), "client", "--command", str(driver), "--scenario", scenario,
          "--timeout", str(CLIENT_TIMEOUT_MS), "-o", str(tmp_path / "results")],

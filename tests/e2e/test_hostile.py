@@ -23,7 +23,7 @@ from mcpvisor.core.server_config import ConnectionOptions
 from mcpvisor.core.server_log import LOG_MAX_BYTES
 from mcpvisor.host.approvals import ApprovalStore
 from tests.e2e.test_run import run, server
-from tests.helpers import LIGHT, WAIT_S, marker_pids, wait_until
+from tests.helpers import LIGHT, WAIT_S, marker_pids, mcpvisor_command, wait_until
 from tests.layout import make_layout, replace_text
 
 # -- junk saves -----------------------------------------------------------------------------------
@@ -181,7 +181,7 @@ async def test_a_secret_in_env_headers_url_credentials_or_query_never_appears_in
         outputs.append(json.dumps(r.events))
     layout = r.layout
     verbose = await anyio.run_process(
-        [sys.executable, "-m", "mcpvisor", "status", "-vv", "--workspace", str(layout.root)],
+        [mcpvisor_command(), "status", "-vv", "--workspace", str(layout.root)],
         env={**os.environ, **layout.env},
         check=False,
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,7 +19,7 @@ from mcpvisor.gateway.workspaces import WorkspaceGateway
 from mcpvisor.host.host import HostOptions
 from tests.gateway.test_gateway import text_of, wait_for_port
 from tests.gateway.test_workspaces import client_for
-from tests.helpers import WAIT_S, free_port, wait_until
+from tests.helpers import WAIT_S, free_port, mcpvisor_command, wait_until
 from tests.host.lsp.test_lsp_host import MODELS, SERVICE, language_server_processes, pylsp
 from tests.layout import Layout, make_layout, replace_text
 
@@ -36,7 +35,7 @@ def project(tmp_path: Path) -> Layout:
 @asynccontextmanager
 async def serving(layout: Layout) -> AsyncIterator[tuple[anyio.abc.Process, str]]:
     port = free_port()
-    command = [sys.executable, "-m", "mcpvisor", "serve", "--http", f"127.0.0.1:{port}", "--no-auth"]
+    command = [mcpvisor_command(), "serve", "--http", f"127.0.0.1:{port}", "--no-auth"]
     with (layout.home.parent / "serve.log").open("w") as err:
         process = await anyio.open_process(
             [*command, "--workspace", str(layout.root)], env={**os.environ, **layout.env}, stderr=err
@@ -62,7 +61,7 @@ async def test_mcpvisor_serve_serves_a_repositorys_language_server_once_approved
         assert not language_server_processes(layout.root)
 
         approve = await anyio.run_process(
-            [sys.executable, "-m", "mcpvisor", "lsp", "approve", "python", "--workspace", str(layout.root)],
+            [mcpvisor_command(), "lsp", "approve", "python", "--workspace", str(layout.root)],
             env={**os.environ, **layout.env},
             check=False,
         )

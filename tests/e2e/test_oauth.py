@@ -25,7 +25,7 @@ from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.oauth_registration import registered_for
 from mcpvisor.host.oauth_store import TokenStore
 from tests.e2e.test_run import run
-from tests.helpers import LIGHT, WAIT_S, free_port, wait_until
+from tests.helpers import LIGHT, WAIT_S, free_port, mcpvisor_command, wait_until
 from tests.layout import Layout, make_layout, write_json
 from tests.shell.test_shell import shell
 
@@ -102,7 +102,7 @@ def cli(layout: Layout, *args: str, browser: str = FOLLOW) -> subprocess.Complet
     env = {**os.environ, **layout.env, "BROWSER": f"{sys.executable} {script} %s"}
     env.pop("DISPLAY", None)
     return subprocess.run(
-        [sys.executable, "-m", "mcpvisor", *args, "--workspace", str(layout.root)],
+        [mcpvisor_command(), *args, "--workspace", str(layout.root)],
         env=env,
         capture_output=True,
         text=True,
@@ -188,7 +188,7 @@ async def test_a_sign_in_reaches_a_running_host_without_a_restart(tmp_path: Path
         script = tmp_path / "browser.py"
         script.write_text(FOLLOW)
         login = await anyio.run_process(
-            [sys.executable, "-m", "mcpvisor", "mcp", "login", "sec", "--workspace", str(r.layout.root)],
+            [mcpvisor_command(), "mcp", "login", "sec", "--workspace", str(r.layout.root)],
             env={**os.environ, **r.layout.env, "BROWSER": f"{sys.executable} {script} %s"},
             check=False,
         )
@@ -363,7 +363,7 @@ async def test_a_shell_login_with_no_browser_prints_the_url_and_ctrl_c_cancels_i
 def test_a_cli_sign_in_interrupted_with_ctrl_c_ends_the_process_at_once(tmp_path: Path, server: Server) -> None:
     """Nothing is left waiting for the browser's redirect (it used to hold the process until --timeout)."""
     layout = setup(tmp_path, server)
-    command = [sys.executable, "-m", "mcpvisor", "mcp", "login", "sec", "--no-browser", "--workspace", str(layout.root)]
+    command = [mcpvisor_command(), "mcp", "login", "sec", "--no-browser", "--workspace", str(layout.root)]
     env = {**os.environ, **layout.env}
     with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as process:
         try:

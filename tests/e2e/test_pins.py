@@ -7,13 +7,12 @@ import json
 import os
 import pty
 import signal
-import sys
 from pathlib import Path
 
 import anyio
 
 from tests.e2e.test_run import Run, run
-from tests.helpers import WAIT_S, marker_pids
+from tests.helpers import WAIT_S, marker_pids, mcpvisor_command
 from tests.host.test_pins import HOSTILE, ORIGINAL, describe, server
 
 
@@ -21,7 +20,7 @@ async def answer_at_a_terminal(r: Run, answer: str, *args: str) -> str:
     """Run the CLI with a pseudo-terminal for stdin and stdout, type ``answer`` once it asks; its output."""
     main, side = pty.openpty()
     process = await anyio.open_process(
-        [sys.executable, "-m", "mcpvisor", *args, "--workspace", str(r.layout.root)],
+        [mcpvisor_command(), *args, "--workspace", str(r.layout.root)],
         stdin=side,
         stdout=side,
         stderr=side,

@@ -16,7 +16,7 @@ import anyio
 import anyio.abc
 from anyio.streams.text import TextReceiveStream
 
-from tests.helpers import LIGHT, WAIT_S, marker_pids, pid_alive, wait_until, wait_woken
+from tests.helpers import LIGHT, WAIT_S, marker_pids, mcpvisor_command, pid_alive, wait_until, wait_woken
 from tests.layout import Layout, make_layout, replace_text
 
 Event = dict[str, Any]
@@ -73,7 +73,7 @@ class Run:
 
     async def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         result = await anyio.run_process(
-            [sys.executable, "-m", "mcpvisor", *args, "--workspace", str(self.layout.root)],
+            [mcpvisor_command(), *args, "--workspace", str(self.layout.root)],
             env={**os.environ, **self.layout.env},
             check=False,
         )
@@ -90,7 +90,7 @@ async def run(tmp_path: Path, *, user: Any = None, project: Any = None) -> Async
     if project is not None:
         save(layout.paths.project, project)
     process = await anyio.open_process(
-        [sys.executable, "-m", "mcpvisor", "run", "--json", "--workspace", str(layout.root)],
+        [mcpvisor_command(), "run", "--json", "--workspace", str(layout.root)],
         env={**os.environ, **layout.env},
         stderr=subprocess.DEVNULL,
     )
@@ -337,7 +337,7 @@ async def test_status_json_connects_admitted_servers_only_and_hides_secrets(tmp_
     save(layout.paths.user, {"mcpServers": {"a": secret_server}})
     save(layout.paths.project, {"mcpServers": {"p": server("p", marker)}})
     result = await anyio.run_process(
-        [sys.executable, "-m", "mcpvisor", "status", "--json", "--workspace", str(layout.root)],
+        [mcpvisor_command(), "status", "--json", "--workspace", str(layout.root)],
         env={**os.environ, **layout.env},
     )
     out = result.stdout.decode()
@@ -348,7 +348,7 @@ async def test_status_json_connects_admitted_servers_only_and_hides_secrets(tmp_
     assert not marker.exists()
     assert "very-secret-value" not in out
     human = await anyio.run_process(
-        [sys.executable, "-m", "mcpvisor", "status", "--workspace", str(layout.root)],
+        [mcpvisor_command(), "status", "--workspace", str(layout.root)],
         env={**os.environ, **layout.env, "COLUMNS": "200"},
     )
     text = human.stdout.decode()
@@ -364,7 +364,7 @@ async def test_human_output_has_a_status_table_and_one_line_per_change(tmp_path:
     save(layout.paths.user, {"mcpServers": servers})
     save(layout.paths.project, {"mcpServers": {"p": server("p", m)}})
     process = await anyio.open_process(
-        [sys.executable, "-m", "mcpvisor", "run", "--workspace", str(layout.root)],
+        [mcpvisor_command(), "run", "--workspace", str(layout.root)],
         env={**os.environ, **layout.env, "COLUMNS": "250"},
         stderr=subprocess.DEVNULL,
     )

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from tests.fleet.conftest import RedisServer
 from tests.gateway.test_client_requests import Answers
 from tests.gateway.test_gateway import server
 from tests.gateway.test_workspaces import client_for
-from tests.helpers import WAIT_S, free_port, wait_until
+from tests.helpers import WAIT_S, free_port, mcpvisor_command, wait_until
 from tests.layout import replace_text
 
 pytestmark = pytest.mark.fleet
@@ -77,7 +76,7 @@ class Fleet:
         args = ["serve", "--http", f"127.0.0.1:{port}", "--no-auth", "--workspace", str(self.root), *extra_args]
         with log.open("wb") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "mcpvisor", *args, "--fleet", self.url, "--replica-id", rid, "-v"],
+                [mcpvisor_command(), *args, "--fleet", self.url, "--replica-id", rid, "-v"],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -88,7 +87,7 @@ class Fleet:
 
     def command(self, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "mcpvisor", *args, "--fleet", self.url],
+            [mcpvisor_command(), *args, "--fleet", self.url],
             env=self.env(home),
             capture_output=True,
             text=True,

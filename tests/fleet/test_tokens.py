@@ -25,7 +25,7 @@ from mcpvisor.fleet.tokens import FleetTokenStore
 from mcpvisor.host.host import Host, HostOptions
 from tests.e2e.test_oauth import FOLLOW, start_server
 from tests.fleet.conftest import RedisServer
-from tests.helpers import WAIT_S, wait_until
+from tests.helpers import WAIT_S, mcpvisor_command, wait_until
 from tests.layout import make_layout, write_json
 
 pytestmark = pytest.mark.fleet
@@ -143,7 +143,7 @@ def run_mcpvisor(
     }
     env.pop("DISPLAY", None)
     return subprocess.run(
-        [sys.executable, "-m", "mcpvisor", *args, "--workspace", str(layout.root)],
+        [mcpvisor_command(), *args, "--workspace", str(layout.root)],
         env=env,
         capture_output=True,
         text=True,

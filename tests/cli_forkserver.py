@@ -1,0 +1,212 @@
+"""The ``mcpvisor`` commands the tests run, as real processes forked from one that has already imported the
+package and the ``mcp`` SDK: ``python tests/cli_forkserver.py SOCKET``, one per pytest worker (started by
+``tests.helpers.mcpvisor_command``), ending when its standard input closes.
+
+Why: a command's start is mostly importing the SDK (about 0.6 CPU-s, 0.9 under coverage), and the suite
+runs a couple of hundred commands on a 2-core machine. A forked command is still its own process — its own
+pid, file descriptors, working folder, environment, umask, signals and exit status — reached through
+``tests/cli_forked.py``, a stdlib-only stand-in started the way the command would be, which hands over its
+argv, environment, folder, umask and standard streams (``SCM_RIGHTS``), passes on the signals it gets and
+exits as the command did. A stand-in that dies (SIGKILL) takes its command with it.
+
+What a forked command does not prove — the interpreter starting, the entry point, which modules a command
+imports — stays proven by the tests that start ``python -m mcpvisor`` themselves (``tests/cli/test_help.py``,
+``tests/host/settings/test_no_sdk_import.py``, the terminal tests of ``tests/shell/test_line_editor.py``).
+
+Protocol (``AF_UNIX``, ``SOCK_SEQPACKET``): the stand-in sends one JSON message ``{"argv", "env", "cwd",
+"umask"}`` with its fds 0, 1 and 2; the server answers ``pid N`` once forked and ``exit STATUS`` (a wait
+status) when the command has ended.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import io
+import json
+import os
+import pkgutil
+import selectors
+import signal
+import socket
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+MAX_MESSAGE = 1 << 20
+"""Bound on one request (argv and environment)."""
+
+
+def preload() -> None:
+    """Import every module a command may import lazily, so that the forked command finds them loaded."""
+    import mcpvisor
+
+    skip = ("mcpvisor.__main__", "mcpvisor.examples")
+    for module in pkgutil.walk_packages(mcpvisor.__path__, "mcpvisor."):
+        if not module.name.startswith(skip):
+            importlib.import_module(module.name)
+    try:
+        import uvloop  # noqa: F401 - `serve` runs on it where it is installed
+    except ImportError:
+        pass
+
+
+def main() -> None:
+    path = sys.argv[1]
+    preload()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path)
+    listener.listen(64)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "accept")
+    selector.register(sys.stdin, selectors.EVENT_READ, "stdin")
+    children: dict[int, tuple[socket.socket, int]] = {}  # pidfd -> (stand-in connection, pid)
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    while True:
+        for key, _ in selector.select():
+            if key.data == "stdin":
+                if not os.read(sys.stdin.fileno(), 4096):
+                    for connection, pid in children.values():
+                        _kill(pid)
+                        connection.close()
+                    return
+            elif key.data == "accept":
+                connection, _ = listener.accept()
+                started = _start(connection, listener, selector)
+                if started is None:
+                    connection.close()
+                    continue
+                pidfd, pid = started
+                children[pidfd] = (connection, pid)
+                selector.register(pidfd, selectors.EVENT_READ, "exit")
+                selector.register(connection, selectors.EVENT_READ, ("gone", pid))
+            elif key.data == "exit":
+                pidfd = key.fd
+                connection, pid = children.pop(pidfd)
+                selector.unregister(pidfd)
+                if connection in selector.get_map():
+                    selector.unregister(connection)
+                os.close(pidfd)
+                _, status = os.waitpid(pid, 0)
+                try:
+                    connection.send(f"exit {status}".encode())
+                except OSError:
+                    pass  # the stand-in is gone
+                connection.close()
+            else:  # the stand-in's end closed before its command ended: it was killed, so is the command
+                _kill(key.data[1])
+                selector.unregister(key.fileobj)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _start(
+    connection: socket.socket, listener: socket.socket, selector: selectors.BaseSelector
+) -> tuple[int, int] | None:
+    message, fds, _, _ = socket.recv_fds(connection, MAX_MESSAGE, 3)
+    if len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        return None
+    request = json.loads(message)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            selector.close()
+            listener.close()
+            connection.close()
+            code = _run_command(request, fds)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        os._exit(code)
+    for fd in fds:
+        os.close(fd)
+    connection.send(f"pid {pid}".encode())
+    return os.pidfd_open(pid), pid
+
+
+def _run_command(request: dict[str, Any], fds: list[int]) -> int:
+    """In the forked child: become the command the stand-in was asked to run, run it, and say its exit code."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    os.chdir(request["cwd"])
+    os.umask(request["umask"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    _fresh_standard_streams()
+    sys.argv = [
+        str(Path(importlib.import_module("mcpvisor").__file__ or "").with_name("__main__.py")),
+        *request["argv"],
+    ]
+    from mcpvisor.cli.main import main as mcpvisor
+
+    code = 0
+    try:
+        mcpvisor()
+    except SystemExit as stop:
+        code = _exit_code(stop.code)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        _finish()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # as Python ends on an uncaught KeyboardInterrupt
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    _finish()
+    return code
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    sys.stderr.write(f"{code}\n")
+    return 1
+
+
+def _finish() -> None:
+    """What an interpreter does on the way out: exit handlers (coverage saves its data there), then flush."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _fresh_standard_streams() -> None:
+    """Standard streams as a new interpreter would make them for these fds and this environment."""
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    encoding, _, errors = (os.environ.get("PYTHONIOENCODING") or "utf-8").partition(":")
+
+    def stream(fd: int, mode: str, stream_errors: str) -> io.TextIOWrapper:
+        raw = io.FileIO(fd, mode, closefd=False)
+        tty = raw.isatty()
+        if mode == "r":
+            return io.TextIOWrapper(io.BufferedReader(raw), encoding=encoding, errors=stream_errors, line_buffering=tty)
+        return io.TextIOWrapper(
+            io.BufferedWriter(raw),
+            encoding=encoding,
+            errors=stream_errors,
+            line_buffering=tty or unbuffered,
+            write_through=unbuffered,
+        )
+
+    sys.stdin = stream(0, "r", errors or "strict")
+    sys.stdout = stream(1, "w", errors or "strict")
+    sys.stderr = stream(2, "w", "backslashreplace")
+
+
+if __name__ == "__main__":
+    main()
