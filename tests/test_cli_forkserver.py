@@ -67,7 +67,9 @@ def test_a_command_whose_stand_in_is_killed_ends_with_it(tmp_path: Path) -> None
     marker = tmp_path / "pids"
     settings = {"mcpServers": {"u": {"command": sys.executable, "args": ["-m", LIGHT, "--marker", str(marker)]}}}
     (tmp_path / "home" / ".mcpvisor" / "settings.json").write_text(json.dumps(settings))
-    process = subprocess.Popen([mcpvisor_command(), "run"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    process = subprocess.Popen(
+        [mcpvisor_command(), "run"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
     deadline = time.monotonic() + WAIT_S
     while not marker_pids(marker):
         assert time.monotonic() < deadline, "the server never started"
