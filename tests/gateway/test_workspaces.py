@@ -91,6 +91,7 @@ async def client_for(
     *,
     mode: str = "auto",
     message_handler: Any = None,
+    logging_callback: Any = None,
     token: str | None = None,
 ) -> AsyncIterator[Client]:
     """The SDK client over streamable HTTP, naming ``workspace`` in the header (``None``: no header),
@@ -100,7 +101,12 @@ async def client_for(
         headers["Authorization"] = f"Bearer {token}"
     async with (
         httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(WAIT_S, read=300)) as http,
-        Client(streamable_http_client(url, http_client=http), mode=mode, message_handler=message_handler) as client,
+        Client(
+            streamable_http_client(url, http_client=http),
+            mode=mode,
+            message_handler=message_handler,
+            logging_callback=logging_callback,
+        ) as client,
     ):
         yield client
 

@@ -69,18 +69,34 @@ class McpClient(ServerConnection):
         (synchronously: it must not block). Returns the function that removes it."""
         return self._notices.add(listener)
 
-    async def set_logging_level(self, level: types.LoggingLevel) -> None:
+    async def set_logging_level(self, level: types.LoggingLevel, *, asker: object = None) -> None:
         """Ask a handshake-era server that offers logging to send messages from ``level`` up (others: nothing);
-        never above what a call in flight asked for."""
+        never above what a call in flight asked for, nor above what another ``asker`` (a gateway sharing
+        this connection) still wants: each asker's latest level counts, until :meth:`forget_logging_level`."""
+        if asker is not None:
+            self._notices.asked_levels[asker] = level
         client = self._client
         if client is None or self.status != "connected" or client.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return
         await self._notices.set_logging_level(client, level)
 
+    def forget_logging_level(self, asker: object) -> None:
+        """``asker`` no longer wants log messages: its level no longer holds the next one down."""
+        self._notices.asked_levels.pop(asker, None)
+
     async def subscribe_resource(self, uri: str) -> None:
         """Ask the server to announce changes of ``uri``: ``resources/subscribe`` in the handshake era, a
         ``subscriptions/listen`` stream for it in the 2026-07-28 era. Raises :class:`RequestError`
-        when the server offers no subscriptions or refuses this one."""
+        when the server offers no subscriptions or refuses this one. Counted: the server is asked once
+        however many users of this connection subscribe, and :meth:`unsubscribe_resource` ends it only
+        for the last of them."""
+        if self._subscribers[uri]:
+            self._subscribers[uri] += 1
+            return
+        await self._subscribe(uri)
+        self._subscribers[uri] += 1
+
+    async def _subscribe(self, uri: str) -> None:
         what = f"subscribing to resource {uri!r}"
         client = self._connected_client(what)
         if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
@@ -100,6 +116,11 @@ class McpClient(ServerConnection):
             await client.session.subscribe_resource(uri)
 
     async def unsubscribe_resource(self, uri: str) -> None:
+        """One subscriber of ``uri`` fewer; the last one ends the subscription at the server."""
+        if self._subscribers[uri] > 1:
+            self._subscribers[uri] -= 1
+            return
+        self._subscribers.pop(uri, None)
         if self._notices.stop_listening(uri):
             return
         client = self._client

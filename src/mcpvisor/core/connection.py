@@ -12,6 +12,7 @@ import logging
 import math
 import re
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -126,6 +127,8 @@ class ServerConnection:
         self._started = False
         self._connection_tg: anyio.abc.TaskGroup | None = None
         self._notices = ServerNotices(name)
+        self._subscribers: Counter[str] = Counter()
+        """Resource URI -> how many of this connection's users (gateways) subscribed to it here."""
         self._in_flight = InFlight(name) if options.client_requests else None
 
     # -- properties --------------------------------------------------------------------------

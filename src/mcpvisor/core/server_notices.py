@@ -50,6 +50,8 @@ class ServerNotices:
         self._logs_passed = anyio.Event()
         self.log_level: types.LoggingLevel | None = None
         """The level last asked of a handshake-era server with ``logging/setLevel``."""
+        self.asked_levels: dict[object, types.LoggingLevel] = {}
+        """What each user of the connection (a gateway sharing it) last asked for."""
         self._resource_listens: dict[str, anyio.CancelScope] = {}
 
     # -- listeners ---------------------------------------------------------------------------
@@ -85,8 +87,9 @@ class ServerNotices:
                 self._logs_passed = anyio.Event()
 
     def lowest_level(self, level: types.LoggingLevel) -> types.LoggingLevel:
-        """``level``, or lower when a call in flight asked for less severe messages."""
-        return min((level, *(log.level for log in self._call_logs)), key=rank)
+        """``level``, or lower when a call in flight or another user of the connection asked for less severe
+        messages."""
+        return min((level, *self.asked_levels.values(), *(log.level for log in self._call_logs)), key=rank)
 
     async def set_logging_level(self, client: Client, level: types.LoggingLevel) -> None:
         """``logging/setLevel`` on a handshake-era server that offers logging (others: nothing)."""

@@ -2,8 +2,9 @@
 
 Once a client sets a level, the gateway listens to every connected server's log messages, asks each
 server for the lowest level any client wants, and passes each message on to every client whose level
-lets it through, its logger named after the server. A server that (re)connects is heard and told the
-level too. A stuck or broken client never keeps the others from hearing.
+lets it through, its logger named after the server. A server shared with other workspaces' gateways
+(per-client workspaces) is asked for the lowest level any of them wants. A server that (re)connects is
+heard and told the level too. A stuck or broken client never keeps the others from hearing.
 
 Each client has a queue of at most :data:`QUEUE_MESSAGES` messages and one task passing them on: a
 server that logs faster than a client reads loses that client the messages over the bound (it is told
@@ -16,6 +17,7 @@ import logging
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import anyio
 import anyio.abc
@@ -62,8 +64,9 @@ class LogRelay:
 
     def stop(self) -> None:
         """Stop listening to the servers."""
-        for _, remove in self._heard.values():
+        for client, remove in self._heard.values():
             remove()
+            client.forget_logging_level(self)
         self._heard.clear()
 
     async def set_level(self, connection: Connection, level: types.LoggingLevel) -> None:
@@ -83,6 +86,9 @@ class LogRelay:
         listener = self._listeners.pop(connection, None)
         if listener is not None:
             listener.queue.close()  # its task ends
+        if not self._listeners:  # the level this gateway asked for no longer holds a shared server's down
+            for client, _ in self._heard.values():
+                client.forget_logging_level(self)
 
     def server_connected(self, server: str) -> None:
         """A server (re)connected: hear it, and tell it the level, if any client asked for messages."""
@@ -105,7 +111,7 @@ class LogRelay:
         async with anyio.create_task_group() as tg:
             for name, client in self._config.manager.clients().items():
                 if servers is None or name in servers:
-                    tg.start_soon(client.set_logging_level, level)
+                    tg.start_soon(partial(client.set_logging_level, level, asker=self))
 
     def _hear_all(self) -> None:
         """Listen to every connected server's log messages (once a client asked for them)."""

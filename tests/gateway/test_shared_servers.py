@@ -1,0 +1,62 @@
+"""A server two workspaces share (per-client workspaces: one process, one connection in the pool) serves
+each as if it were its own: one workspace's log level or unsubscribing never takes from the other what
+it asked for. Real HTTP, the SDK's client, the light example server."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from mcp.shared.exceptions import MCPDeprecationWarning
+
+from tests.gateway.test_gateway import save, server, text_of
+from tests.gateway.test_log_relay import Heard
+from tests.gateway.test_resources import subscribe, touch, unsubscribe, updated_uris
+from tests.gateway.test_workspaces import client_for, make_setup, serving
+from tests.helpers import wait_until
+
+
+async def test_a_shared_server_logs_from_the_lowest_level_any_workspace_asked_for(tmp_path: Path) -> None:
+    setup = make_setup(tmp_path)
+    save(setup.layout.paths.user, {"mcpServers": {"common": server("common", "--control")}})
+    in_a_heard, in_b_heard = Heard(), Heard()
+    async with (
+        serving(setup) as (_, url),
+        client_for(url, setup.a, mode="legacy", logging_callback=in_a_heard) as in_a,
+        client_for(url, setup.b, mode="legacy", logging_callback=in_b_heard) as in_b,
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            await in_a.set_logging_level("debug")
+            await in_b.set_logging_level("error")  # asked last, of the same server process
+        assert text_of(await in_b.call_tool("mcp__common__log", {"level": "info", "text": "for-a"})) == "sent"
+        assert text_of(await in_b.call_tool("mcp__common__log", {"level": "error", "text": "for-both"})) == "sent"
+        await wait_until(
+            lambda: "for-both" in in_a_heard.messages and "for-both" in in_b_heard.messages,
+            what="both clients to hear the error",
+        )
+        assert in_a_heard.messages == ["for-a", "for-both"]  # the server still logs what A asked for
+        assert in_b_heard.messages == ["for-both"]
+
+
+async def test_one_workspace_unsubscribing_leaves_anothers_subscription_to_a_shared_server(tmp_path: Path) -> None:
+    setup = make_setup(tmp_path)
+    user = {"mcpServers": {"common": server("common", "--resources", "note://c/1", "--control")}}
+    save(setup.layout.paths.user, user)
+    heard: list[object] = []
+
+    async def on_message(message: object) -> None:
+        heard.append(message)
+
+    async with (
+        serving(setup) as (_, url),
+        client_for(url, setup.a, mode="legacy", message_handler=on_message) as in_a,
+        client_for(url, setup.b, mode="legacy") as in_b,
+    ):
+        await subscribe(in_a, "note://c/1")
+        await subscribe(in_b, "note://c/1")
+        await unsubscribe(in_b, "note://c/1")
+        assert await touch(in_b, "mcp__common__touch_resource", "note://c/1") == "notified"  # A still subscribes
+        await wait_until(lambda: updated_uris(heard) == ["note://c/1"], what="A to hear the update")
+        await unsubscribe(in_a, "note://c/1")
+        assert await touch(in_b, "mcp__common__touch_resource", "note://c/1") == "not subscribed"
