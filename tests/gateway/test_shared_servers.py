@@ -12,7 +12,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from tests.gateway.test_gateway import save, server, text_of
 from tests.gateway.test_log_relay import Heard
 from tests.gateway.test_resources import subscribe, touch, unsubscribe, updated_uris
-from tests.gateway.test_workspaces import client_for, make_setup, serving
+from tests.gateway.test_workspaces import approve, client_for, make_setup, serving, the_gateway
 from tests.helpers import wait_until
 
 
@@ -60,3 +60,28 @@ async def test_one_workspace_unsubscribing_leaves_anothers_subscription_to_a_sha
         await wait_until(lambda: updated_uris(heard) == ["note://c/1"], what="A to hear the update")
         await unsubscribe(in_a, "note://c/1")
         assert await touch(in_b, "mcp__common__touch_resource", "note://c/1") == "not subscribed"
+
+
+async def test_two_workspaces_servers_of_one_name_write_two_logs(tmp_path: Path) -> None:
+    setup = make_setup(tmp_path)
+    for root, said in ((setup.a, "from-a"), (setup.b, "from-b")):
+        entry = server("p", "--stderr", said)
+        save(root / ".mcp.json", {"mcpServers": {"p": entry}})
+        approve(setup.layout, root, "p", entry)
+    async with (
+        serving(setup) as (gateway, url),
+        client_for(url, setup.a) as in_a,
+        client_for(url, setup.b) as in_b,
+    ):
+        assert text_of(await in_a.call_tool("mcp__p__echo", {"text": "x"})) == "p:echo:x"
+        assert text_of(await in_b.call_tool("mcp__p__echo", {"text": "x"})) == "p:echo:x"
+        logs = {}
+        for root in (setup.a, setup.b):
+            client = the_gateway(gateway, root).config.manager.get_client("p")
+            assert client is not None
+            logs[root] = client.log_path
+        assert logs[setup.a] != logs[setup.b]
+        await wait_until(lambda: all(path.exists() and path.read_text().strip() for path in logs.values()))
+        assert logs[setup.a].read_text().strip() == "from-a"  # never the other workspace's server's lines
+        assert logs[setup.b].read_text().strip() == "from-b"
+        assert {logs[setup.a].name, logs[setup.b].name} & {"p.log"}  # one of them keeps the plain name

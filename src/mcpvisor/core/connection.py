@@ -89,9 +89,13 @@ class ServerConnection:
         options: ConnectionOptions | None = None,
         on_change: Callable[[Any], None] | None = None,
         on_lost: Callable[[Any], None] | None = None,
+        log_name: str | None = None,
     ) -> None:
         options = options or ConnectionOptions()
         self.name = name
+        self._log_name = log_name or name
+        """What the log file is named after: the server's name, unless another session runs a server of
+        that name from another configuration (see :meth:`McpConnectionPool.acquire`)."""
         self.config = config
         self.max_message_bytes = config.max_message_bytes or options.max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES
         self.connection_id = connection_id_of(name, config)
@@ -139,7 +143,7 @@ class ServerConnection:
 
     @property
     def log_path(self) -> Path:
-        return self._log_dir / f"{_SAFE_FILENAME.sub('_', self.name)}.log"
+        return self._log_dir / f"{_SAFE_FILENAME.sub('_', self._log_name)}.log"
 
     @property
     def discovery_timeout_s(self) -> float:

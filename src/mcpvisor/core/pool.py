@@ -16,6 +16,7 @@ Usage::
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Callable
@@ -173,7 +174,14 @@ class McpConnectionPool:
             for _, lost in list(new.holders.values()):
                 lost(client)
 
-        client = McpClient(name, cfg, options=self.options, on_change=fan_out_change, on_lost=fan_out_lost)
+        client = McpClient(
+            name,
+            cfg,
+            options=self.options,
+            on_change=fan_out_change,
+            on_lost=fan_out_lost,
+            log_name=self._log_name(key, session_id, name),
+        )
         new = _Entry(key, client)
         new.holders[session_id] = (on_change, on_lost)
         self._entries[key] = new
@@ -195,6 +203,19 @@ class McpConnectionPool:
             new.ready.set()
         logger.debug("pool: %s started for session %r", key, session_id)
         return client
+
+    def _log_name(self, key: str, session_id: str, name: str) -> str:
+        """The server's name, or, when a server of that name runs from another configuration for another
+        session (two workspaces' project servers ``db``), the name and a digest of the connection: two
+        processes never write one log file."""
+        others = [
+            entry
+            for entry in self._entries.values()
+            if entry.client.name == name and entry.key != key and session_id not in entry.holders
+        ]
+        if not others:
+            return name
+        return f"{name}.{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
     async def release(self, session_id: str, client: McpClient) -> None:
         """Drop ``session_id``'s hold on ``client``; the last holder stops the process."""
