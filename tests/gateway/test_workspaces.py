@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import httpx2
+import mcp_types as types
 import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
@@ -91,11 +92,11 @@ async def client_for(
     *,
     mode: str = "auto",
     message_handler: Any = None,
-    logging_callback: Any = None,
     token: str | None = None,
+    **client_options: Any,
 ) -> AsyncIterator[Client]:
     """The SDK client over streamable HTTP, naming ``workspace`` in the header (``None``: no header),
-    with ``token`` as its bearer token."""
+    with ``token`` as its bearer token (``client_options``: the SDK client's own, such as callbacks)."""
     headers = {WORKSPACE_HEADER: str(workspace)} if workspace is not None else {}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
@@ -105,7 +106,7 @@ async def client_for(
             streamable_http_client(url, http_client=http),
             mode=mode,
             message_handler=message_handler,
-            logging_callback=logging_callback,
+            **client_options,
         ) as client,
     ):
         yield client
@@ -391,3 +392,39 @@ async def test_a_full_gateway_refuses_another_workspace_with_503(tmp_path: Path)
         assert response.headers["Retry-After"] == "5"  # a client backs off, as from a full session book
         assert "already serves 2 workspaces" in response.json()["error"]["message"]
         assert set(gateway.workspaces()) == {setup.default, setup.a}
+
+
+async def test_a_call_waiting_for_its_clients_answers_keeps_its_workspace_open(tmp_path: Path) -> None:
+    """A 2026-07-28-era call whose server asked for input has no request in flight between the rounds: the
+    workspace stays open for it (here while another workspace, idle as long, closes)."""
+    setup = make_setup(tmp_path)
+    save(setup.layout.paths.user, {"mcpServers": {"common": server("common", "--control")}})
+
+    async def roots(_context: object) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[])
+
+    options = HostOptions(env=setup.layout.env, workspace=setup.default, client_requests=True)
+    async with WorkspaceGateway(options, idle_s=0.2) as gateway, anyio.create_task_group() as tg:
+        url = await tg.start(gateway.serve_http, "127.0.0.1", 0)
+        async with client_for(url, setup.a, list_roots_callback=roots) as in_a:
+            first = await in_a.session.call_tool(
+                "mcp__common__ask_client", {"kind": "roots"}, allow_input_required=True
+            )
+            assert isinstance(first, types.InputRequiredResult)
+            assert first.input_requests is not None
+            [key] = first.input_requests
+            async with client_for(url, setup.b) as in_b:
+                assert "mcp__common__echo" in await tool_names(in_b)
+            await wait_until(lambda: setup.b not in gateway.workspaces(), what="the idle workspace B to close")
+            assert setup.a in gateway.workspaces()
+            answer = types.ListRootsResult(roots=[types.Root(uri="file:///answered/later")])
+            done = await in_a.session.call_tool(
+                "mcp__common__ask_client",
+                {"kind": "roots"},
+                input_responses={key: answer},
+                request_state=first.request_state,
+                allow_input_required=True,
+            )
+            assert isinstance(done, types.CallToolResult)
+            assert text_of(done) == "roots: file:///answered/later"
+        tg.cancel_scope.cancel()

@@ -187,6 +187,10 @@ class Gateway(StackOwner):
         """How many handshake-era client connections are live."""
         return self.notices.legacy_connections()
 
+    def rounds_waiting(self) -> int:
+        """How many calls of 2026-07-28-era clients wait for their clients' answers between rounds."""
+        return len(self._rounds) if self._rounds is not None else 0
+
     @property
     def notices_sent(self) -> int:
         """How many coalesced rounds of list-changed notices went out (for tests and status)."""

@@ -17,10 +17,11 @@ is answered with HTTP 400 and a JSON-RPC error naming the header and the fix.
 
 Lifecycle: a workspace's host opens on the first request naming it (concurrent first requests wait
 for the same one). It closes once it has had no request in flight (an open listen or GET stream
-counts) and no live handshake-era session for ``idle_s`` (by default the session idle timeout, so an
-abandoned client's workspace closes twice that long after its last request); the next request opens
-it afresh. The default workspace stays open. Sessions are counted across workspaces against one cap
-(:mod:`mcpvisor.gateway.sessions`). On exit every host closes, then the pool, so no process remains.
+counts), no live handshake-era session and no call waiting for its client's next round for ``idle_s``
+(by default the session idle timeout, so an abandoned client's workspace closes twice that long after
+its last request); the next request opens it afresh. The default workspace stays open. Sessions are
+counted across workspaces against one cap (:mod:`mcpvisor.gateway.sessions`). On exit every host
+closes, then the pool, so no process remains.
 
 Usage::
 
@@ -318,8 +319,10 @@ class WorkspaceGateway(StackOwner):
             timeout = math.inf
             if workspace.default or workspace.in_flight:
                 pass  # wait for the stop, or for the last request to end
-            elif gateway.legacy_sessions():
-                workspace.last_used = anyio.current_time()  # a live session is a use
+            elif gateway.legacy_sessions() or gateway.rounds_waiting():
+                # A live session is a use, and so is a call waiting for its client's answers between rounds
+                # (it ends by itself after its round timeout).
+                workspace.last_used = anyio.current_time()
                 timeout = SESSION_POLL_S
             else:
                 timeout = workspace.last_used + self._idle_s - anyio.current_time()
