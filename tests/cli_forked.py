@@ -1,8 +1,8 @@
-"""Stand-in for one ``mcpvisor`` command forked by ``tests/cli_forkserver.py``:
-``python -S -E tests/cli_forked.py SOCKET ARGS...`` hands over its argv, environment, folder, umask and
-standard streams, passes on the signals it gets, and exits as the command did (a command ended by a signal
-ends this process with the same signal). Standard library only, and started without ``site``: it costs a
-few milliseconds, not the command's imports.
+"""Stand-in for one ``python -m MODULE ARGS...`` forked by ``tests/cli_forkserver.py``:
+``python -S -E tests/cli_forked.py SOCKET -m MODULE ARGS...`` hands over the module, its arguments,
+environment, folder, umask and standard streams, passes on the signals it gets, and exits as the process
+did (one ended by a signal ends this process with the same signal). Standard library only, and started
+without ``site``: it costs a few milliseconds, not the module's imports.
 """
 
 import json
@@ -15,10 +15,13 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signa
 
 
 def main() -> None:
-    path, argv = sys.argv[1], sys.argv[2:]
+    path, flag, module, argv = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    if flag != "-m":
+        sys.stderr.write("cli_forked: only `-m MODULE ARGS...` runs here\n")
+        os._exit(2)
     umask = os.umask(0)
     os.umask(umask)
-    request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "umask": umask}
+    request = {"module": module, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "umask": umask}
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     connection.connect(path)
     pid = 0

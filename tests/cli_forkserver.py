@@ -1,21 +1,23 @@
-"""The ``mcpvisor`` commands the tests run, as real processes forked from one that has already imported the
-package and the ``mcp`` SDK: ``python tests/cli_forkserver.py SOCKET``, one per pytest worker (started by
-``tests.helpers.mcpvisor_command``), ending when its standard input closes.
+"""The ``mcpvisor`` commands and the SDK-based example servers the tests run, as real processes forked from
+one that has already imported the package and the ``mcp`` SDK: ``python tests/cli_forkserver.py SOCKET``,
+one per pytest worker (started by ``tests.helpers.forked_python``), ending when its standard input closes.
 
-Why: a command's start is mostly importing the SDK (about 0.6 CPU-s, 0.9 under coverage), and the suite
-runs a couple of hundred commands on a 2-core machine. A forked command is still its own process — its own
-pid, file descriptors, working folder, environment, umask, signals and exit status — reached through
-``tests/cli_forked.py``, a stdlib-only stand-in started the way the command would be, which hands over its
-argv, environment, folder, umask and standard streams (``SCM_RIGHTS``), passes on the signals it gets and
-exits as the command did. A stand-in that dies (SIGKILL) takes its command with it.
+Why: such a process's start is mostly importing the SDK (about 0.6 CPU-s, 0.9 under coverage), and the
+suite runs a couple of hundred of them on a 2-core machine. A forked one is still its own process — its
+own pid, file descriptors, working folder, environment, umask, signals and exit status — reached through
+``tests/cli_forked.py``, a stdlib-only stand-in started the way ``python -m MODULE`` would be, which hands
+over the module, its arguments, environment, folder, umask and standard streams (``SCM_RIGHTS``), passes
+on the signals it gets and exits as the process did. A stand-in that dies (SIGKILL) takes its process
+with it.
 
-What a forked command does not prove — the interpreter starting, the entry point, which modules a command
+What a forked process does not prove — the interpreter starting, the entry point, which modules a command
 imports — stays proven by the tests that start ``python -m mcpvisor`` themselves (``tests/cli/test_help.py``,
 ``tests/host/settings/test_no_sdk_import.py``, the terminal tests of ``tests/shell/test_line_editor.py``).
+The stdlib example server (``light_server``, 30 ms to start) is always started for real.
 
-Protocol (``AF_UNIX``, ``SOCK_SEQPACKET``): the stand-in sends one JSON message ``{"argv", "env", "cwd",
-"umask"}`` with its fds 0, 1 and 2; the server answers ``pid N`` once forked and ``exit STATUS`` (a wait
-status) when the command has ended.
+Protocol (``AF_UNIX``, ``SOCK_SEQPACKET``): the stand-in sends one JSON message ``{"module", "argv",
+"env", "cwd", "umask"}`` with its fds 0, 1 and 2; the server answers ``pid N`` once forked and
+``exit STATUS`` (a wait status) when the process has ended.
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ import io
 import json
 import os
 import pkgutil
+import runpy
 import selectors
 import signal
 import socket
 import sys
 import traceback
-from pathlib import Path
 from typing import Any
 
 MAX_MESSAGE = 1 << 20
@@ -42,9 +44,8 @@ def preload() -> None:
     """Import every module a command may import lazily, so that the forked command finds them loaded."""
     import mcpvisor
 
-    skip = ("mcpvisor.__main__", "mcpvisor.examples")
     for module in pkgutil.walk_packages(mcpvisor.__path__, "mcpvisor."):
-        if not module.name.startswith(skip):
+        if module.name != "mcpvisor.__main__":  # which runs the command line
             importlib.import_module(module.name)
     try:
         import uvloop  # noqa: F401 - `serve` runs on it where it is installed
@@ -134,7 +135,8 @@ def _start(
 
 
 def _run_command(request: dict[str, Any], fds: list[int]) -> int:
-    """In the forked child: become the command the stand-in was asked to run, run it, and say its exit code."""
+    """In the forked child: become ``python -m MODULE ARGS...`` as the stand-in was asked, run it, and say its
+    exit code."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
@@ -143,15 +145,11 @@ def _run_command(request: dict[str, Any], fds: list[int]) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     _fresh_standard_streams()
-    sys.argv = [
-        str(Path(importlib.import_module("mcpvisor").__file__ or "").with_name("__main__.py")),
-        *request["argv"],
-    ]
-    from mcpvisor.cli.main import main as mcpvisor
+    sys.argv = ["-m", *request["argv"]]  # runpy puts the module's file first, as `python -m` does
 
     code = 0
     try:
-        mcpvisor()
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         code = _exit_code(stop.code)
     except KeyboardInterrupt:

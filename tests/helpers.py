@@ -39,7 +39,7 @@ def light(name: str, *args: str, **fields: object) -> McpServerConfig:
 def sdk(name: str, *args: str, **fields: object) -> McpServerConfig:
     """An SDK-based example server (about a second to start)."""
     return McpServerConfig.model_validate(
-        {"command": sys.executable, "args": ["-m", SDK, "--name", name, *args], **fields}
+        {"command": forked_python(), "args": ["-m", SDK, "--name", name, *args], **fields}
     )
 
 
@@ -114,7 +114,7 @@ async def http_server(
     """Run the SDK example server over HTTP on loopback (a free port unless given); yields its URL."""
     port = port or free_port()
     process = await anyio.open_process(
-        [sys.executable, "-m", SDK, "--name", name, "--transport", transport, "--port", str(port), *args],
+        [forked_python(), "-m", SDK, "--name", name, "--transport", transport, "--port", str(port), *args],
         stdout=None,
         stderr=None,
     )
@@ -138,30 +138,28 @@ async def http_server(
         await process.aclose()
 
 
-_forkserver: tuple[subprocess.Popen[bytes], str] | None = None
+_forked: Path | None = None
 
 
-def mcpvisor_command() -> str:
-    """An executable that runs ``mcpvisor ARGS...`` as ``python -m mcpvisor ARGS...`` would, forked from a
-    process of this worker's that has already imported the package and the SDK (``tests/cli_forkserver.py``
-    says what that does and does not prove). Started on first use, ended with the worker."""
-    global _forkserver
-    if _forkserver is None:
-        folder = Path(tempfile.mkdtemp(prefix="mcpvisor-cli-"))
+def forked_python() -> str:
+    """An executable that runs ``-m MODULE ARGS...`` as this Python would, forked from a process of this
+    worker's that has already imported the package and the SDK (``tests/cli_forkserver.py`` says what that
+    does and does not prove). For the ``mcpvisor`` commands and the SDK-based example servers; started on
+    first use, ended with the worker."""
+    global _forked
+    if _forked is None:
+        folder = Path(tempfile.mkdtemp(prefix="mcpvisor-forked-"))
         sock = folder / "sock"
         server = subprocess.Popen(
             [sys.executable, str(TESTS / "cli_forkserver.py"), str(sock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
         assert server.stdout is not None
-        ready = server.stdout.readline()
-        if ready != b"ready\n":
-            raise RuntimeError(f"the mcpvisor fork server did not start (exit code {server.wait()})")
-        command = folder / "mcpvisor"
-        shim = " ".join(
-            shlex.quote(part) for part in (sys.executable, "-S", "-E", str(TESTS / "cli_forked.py"), str(sock))
-        )
-        command.write_text(f'#!/bin/sh\nexec {shim} "$@"\n')
-        command.chmod(0o755)
+        if server.stdout.readline() != b"ready\n":
+            raise RuntimeError(f"the fork server did not start (exit code {server.wait()})")
+        shim = " ".join(shlex.quote(part) for part in (sys.executable, "-S", "-E", str(TESTS / "cli_forked.py")))
+        for name, module in (("python", ""), ("mcpvisor", "-m mcpvisor ")):
+            (folder / name).write_text(f'#!/bin/sh\nexec {shim} {shlex.quote(str(sock))} {module}"$@"\n')
+            (folder / name).chmod(0o755)
 
         def stop() -> None:
             assert server.stdin is not None
@@ -170,5 +168,17 @@ def mcpvisor_command() -> str:
             shutil.rmtree(folder, ignore_errors=True)
 
         atexit.register(stop)
-        _forkserver = (server, str(command))
-    return _forkserver[1]
+        _forked = folder
+    return str(_forked / "python")
+
+
+def mcpvisor_command() -> str:
+    """An executable that runs ``mcpvisor ARGS...`` as ``python -m mcpvisor ARGS...`` would (forked: see
+    :func:`forked_python`)."""
+    return str(Path(forked_python()).with_name("mcpvisor"))
+
+
+def python_for(module: str) -> str:
+    """The Python to start example server ``module`` with: forked for the SDK-based ones (a second of
+    imports each), this one for the stdlib light server (30 ms)."""
+    return sys.executable if module == LIGHT else forked_python()

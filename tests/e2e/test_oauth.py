@@ -25,7 +25,7 @@ from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.oauth_registration import registered_for
 from mcpvisor.host.oauth_store import TokenStore
 from tests.e2e.test_run import run
-from tests.helpers import LIGHT, WAIT_S, free_port, mcpvisor_command, wait_until
+from tests.helpers import LIGHT, WAIT_S, forked_python, free_port, mcpvisor_command, wait_until
 from tests.layout import Layout, make_layout, write_json
 from tests.shell.test_shell import shell
 
@@ -62,7 +62,7 @@ def start_server(tmp_path: Path, *args: str, port: int | None = None) -> Iterato
     marker = tmp_path / "oauth-events"
     log = (tmp_path / "oauth-server.log").open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", OAUTH, "--port", str(port), "--marker", str(marker), *args], stderr=log, stdout=log
+        [forked_python(), "-m", OAUTH, "--port", str(port), "--marker", str(marker), *args], stderr=log, stdout=log
     )
     try:
         import time

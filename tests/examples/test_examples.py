@@ -23,6 +23,7 @@ from mcp.client.subscriptions import PromptsListChanged, ToolsListChanged
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from mcpvisor.examples._options import CONTROL_TOOLS
+from tests.helpers import forked_python, python_for
 
 # Marked at collection time: if async tests are only marked in pytest_collection_modifyitems (as the
 # first tests/conftest.py did), anyio's plugin rebuilds each item with a fresh callspec and drops the
@@ -48,7 +49,7 @@ INITIALIZE = {
 
 
 def server(module: str, *args: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, args=["-m", module, *args])
+    return StdioServerParameters(command=python_for(module), args=["-m", module, *args])
 
 
 def text_of(result: types.CallToolResult) -> str:
@@ -332,7 +333,7 @@ async def test_hang_on_initialize_never_answers_the_handshake(server_module: str
 @contextlib.asynccontextmanager
 async def http_server(*args: str) -> AsyncIterator[int]:
     port = free_port()
-    command = [sys.executable, "-m", SDK, "--port", str(port), *args]
+    command = [forked_python(), "-m", SDK, "--port", str(port), *args]
     process = await anyio.open_process(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     async with process:
         try:

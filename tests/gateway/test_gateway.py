@@ -4,7 +4,6 @@ example servers, real settings files, the real watcher (SPEC §0.3, §9 "Gateway
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from mcpvisor.examples.in_memory import light_servers_in_memory
 from mcpvisor.gateway.names import DEFAULT_NAME_BUDGET, shortened
 from mcpvisor.gateway.server import Gateway
 from mcpvisor.host.host import Host, HostEvent, HostOptions
-from tests.helpers import LIGHT, SDK, WAIT_S, wait_until, wait_woken
+from tests.helpers import LIGHT, SDK, WAIT_S, python_for, wait_until, wait_woken
 from tests.layout import Layout, make_layout, replace_text
 
 ERAS = ["legacy", "auto"]
@@ -35,7 +34,7 @@ ERAS = ["legacy", "auto"]
 
 
 def server(name: str, *args: str, module: str = LIGHT) -> dict[str, Any]:
-    return {"command": sys.executable, "args": ["-m", module, "--name", name, *args]}
+    return {"command": python_for(module), "args": ["-m", module, "--name", name, *args]}
 
 
 def save(path: Path, data: Any) -> None:
