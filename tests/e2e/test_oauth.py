@@ -11,6 +11,7 @@ import signal
 import stat
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from functools import partial
@@ -52,6 +53,20 @@ class Server:
 
     def events(self) -> list[str]:
         return self.marker.read_text().split() if self.marker.exists() else []
+
+    def accepts(self, access_token: str) -> bool:
+        """Whether the MCP endpoint takes ``access_token`` (a request with it is not refused with 401)."""
+        request = urllib.request.Request(
+            self.url,
+            data=b"{}",
+            headers={"Authorization": f"Bearer {access_token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            urllib.request.urlopen(request).close()
+        except urllib.error.HTTPError as refused:
+            return refused.code != 401
+        return True
 
     def revoke_all(self) -> None:
         urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{self.port}/admin/revoke-all", method="POST"))
@@ -156,12 +171,29 @@ def test_login_signs_in_and_hosts_use_the_stored_sign_in_until_logout(tmp_path: 
     assert not [s for s in secrets if s in everything]
     assert server.events() == ["register", "authorize", "token"]  # no second sign-in, no refresh
 
+    [tokens] = [record["tokens"] for record in json.loads(store_path(layout).read_text()).values()]
+    assert server.accepts(tokens["access_token"])
     logout = cli(layout, "mcp", "logout", "sec")
     assert logout.returncode == 0, logout.stderr
     assert "Signed out of sec" in logout.stdout
+    assert f"revoked at http://127.0.0.1:{server.port}/revoke" in logout.stdout
+    assert server.events()[-2:] == ["revoke", "revoke"]  # the refresh token, then the access token
+    assert not server.accepts(tokens["access_token"])  # signed out at the server, not only here
+    assert not [s for s in secrets if s in logout.stdout + logout.stderr]
     assert json.loads(store_path(layout).read_text()) == {}
     assert status_row(layout)["state"] == "needs_auth"
     assert "Not signed in to sec" in cli(layout, "mcp", "logout", "sec").stdout
+
+
+def test_logout_deletes_the_sign_in_even_when_the_authorization_server_is_gone(tmp_path: Path) -> None:
+    for server in start_server(tmp_path):
+        layout = setup(tmp_path, server)
+        assert cli(layout, "mcp", "login", "sec").returncode == 0
+    logout = cli(layout, "mcp", "logout", "sec")  # the server has stopped
+    assert logout.returncode == 0, logout.stderr
+    assert "Signed out of sec" in logout.stdout
+    assert "the authorization server could not be reached" in logout.stdout
+    assert json.loads(store_path(layout).read_text()) == {}
 
 
 def test_an_expired_token_is_refreshed_and_a_revoked_one_asks_for_a_new_sign_in(tmp_path: Path) -> None:

@@ -284,14 +284,26 @@ def login(*, env: Mapping[str, str], workspace: Path | None, name: str, timeout_
 
 
 def logout(*, env: Mapping[str, str], workspace: Path | None, name: str) -> None:
+    import anyio
+
     from mcpvisor.host.oauth import oauth_settings, token_key
+    from mcpvisor.host.oauth_revocation import revoke
+    from mcpvisor.host.oauth_settings import server_url
 
     _, cfg = _remote_server(env, workspace, name, "sign out of")
+    settings = oauth_settings(name, cfg)
+    key = token_key(cfg, settings)
     store = token_store(env)
     store.read()  # a corrupt store: say so rather than "not signed in"
-    if store.forget(token_key(cfg, oauth_settings(name, cfg))):
+    record = store.get(key)
+    revoked = ""
+    if record.get("tokens"):
+        new_console(stderr=True, highlight=False).print("[dim]Revoking the sign-in at the authorization server…[/]")
+        revoked = f"; {anyio.run(revoke, server_url(cfg) or '', record, settings)}"
+    if store.forget(key):
         new_console(highlight=False).print(
             f"Signed out of [bold]{escape(name)}[/]: its tokens are deleted from {escape(str(store.place))}"
+            f"{escape(revoked)}"
         )
     else:
         new_console(highlight=False).print(f"Not signed in to [bold]{escape(name)}[/]: nothing to forget")

@@ -111,7 +111,8 @@ def mcp_logout(
     fleet: FleetOpt = None,
     fleet_name: FleetNameOpt = None,
 ) -> None:
-    """Forget a remote server's OAuth sign-in (its tokens; with --fleet and a fleet key: the fleet's)."""
+    """Sign out of a remote server: revoke its OAuth tokens at the authorization server where it offers
+    revocation, and forget them (with --fleet and a fleet key: the fleet's)."""
     from mcpvisor.cli.commands import logout
 
     with reported():

@@ -14,8 +14,8 @@ tests and demos on loopback:
 - ``--garbage-token-endpoint`` makes ``/token`` answer 200 with a body that is not a token response;
 - ``--needs-scope TOOL=SCOPE`` refuses a call of TOOL made with a token without SCOPE: 403
   ``insufficient_scope`` naming the scope, as a server asking for a wider sign-in (a scope step-up);
-- ``--marker PATH`` appends a line per event (``register``, ``authorize``, ``token``, ``refresh``) so a
-  test can count them.
+- ``--marker PATH`` appends a line per event (``register``, ``authorize``, ``token``, ``refresh``,
+  ``revoke``) so a test can count them.
 
 Tools: the configurable tools of the other examples (``--tools``, each returns ``"{name}:{tool}:{text}"``).
 Everything lives in memory: a restart forgets clients and tokens.
@@ -127,6 +127,7 @@ class DemoOAuthProvider(OAuthAuthorizationServerProvider[AuthorizationCode, Refr
     async def revoke_token(self, token: AccessToken | RefreshToken) -> None:
         self.access.pop(token.token, None)
         self.refresh.pop(token.token, None)
+        self._mark("revoke")
 
     def revoke_all(self) -> None:
         self.access.clear()

@@ -1,0 +1,110 @@
+"""Signing out revokes the sign-in at the authorization server (RFC 7009), where it offers revocation.
+
+``mcpvisor mcp logout`` deletes the tokens it keeps; before that, :func:`revoke` finds the server's
+authorization server (its protected resource metadata, as signing in does, or the ``issuer`` of the
+entry's ``oauth`` block) and, when that server's metadata names a ``revocation_endpoint``, revokes the
+refresh token and then the access token there, authenticating as the client that got them. Whatever it
+finds — no revocation offered, the server unreachable, a refusal — is said, and the local sign-in is
+deleted all the same: signing out never fails because the server is down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+
+from mcpvisor.host.oauth_settings import OAuthSettings
+
+__all__ = ["REVOKE_TIMEOUT_S", "revoke"]
+
+REVOKE_TIMEOUT_S = 10.0
+"""Bound on the whole revocation (discovery and both requests)."""
+
+_REQUEST_TIMEOUT_S = 5.0
+
+
+async def revoke(server_url: str, record: Mapping[str, Any], settings: OAuthSettings) -> str:
+    """Revoke the sign-in ``record`` (a token store record) holds for ``server_url``; returns what happened,
+    as a clause for the person ("revoked at https://auth.example.com", "… offers no revocation")."""
+    import httpx2
+
+    tokens = record.get("tokens") or {}
+    held = [(tokens[kind], kind) for kind in ("refresh_token", "access_token") if tokens.get(kind)]
+    if not held:
+        return "there were no tokens to revoke"
+    try:
+        with anyio.fail_after(REVOKE_TIMEOUT_S):
+            async with httpx2.AsyncClient(timeout=_REQUEST_TIMEOUT_S, follow_redirects=False) as http:
+                issuer = settings.issuer or await _authorization_server(http, server_url)
+                endpoint = await _revocation_endpoint(http, issuer, server_url)
+                if endpoint is None:
+                    return f"the authorization server {issuer or server_url} offers no revocation"
+                for token, hint in held:
+                    answer = await http.post(endpoint, **_authenticated(record, settings, token, hint))
+                    if answer.status_code != 200:
+                        refused = f"HTTP {answer.status_code} from {endpoint}"
+                        return f"the authorization server refused to revoke them ({refused})"
+    except TimeoutError:
+        return f"the authorization server did not answer within {REVOKE_TIMEOUT_S:g} s"
+    except httpx2.HTTPError as exc:
+        return f"the authorization server could not be reached ({type(exc).__name__})"
+    return f"revoked at {endpoint}"
+
+
+async def _authorization_server(http: Any, server_url: str) -> str | None:
+    """The first authorization server the MCP server's protected resource metadata names, if any."""
+    from mcp.client.auth.utils import build_protected_resource_metadata_discovery_urls
+    from mcp.shared.auth import ProtectedResourceMetadata
+    from pydantic import ValidationError
+
+    for url in build_protected_resource_metadata_discovery_urls(None, server_url):
+        answer = await http.get(url)
+        if answer.status_code != 200:
+            continue
+        try:
+            metadata = ProtectedResourceMetadata.model_validate_json(answer.content)
+        except ValidationError:
+            continue
+        if metadata.authorization_servers:
+            return str(metadata.authorization_servers[0])
+    return None
+
+
+async def _revocation_endpoint(http: Any, issuer: str | None, server_url: str) -> str | None:
+    from mcp.client.auth.utils import build_oauth_authorization_server_metadata_discovery_urls
+    from mcp.shared.auth import OAuthMetadata
+    from pydantic import ValidationError
+
+    for url in build_oauth_authorization_server_metadata_discovery_urls(issuer, server_url):
+        answer = await http.get(url)
+        if answer.status_code != 200:
+            continue
+        try:
+            metadata = OAuthMetadata.model_validate_json(answer.content)
+        except ValidationError:
+            continue
+        return str(metadata.revocation_endpoint) if metadata.revocation_endpoint else None
+    return None
+
+
+def _authenticated(record: Mapping[str, Any], settings: OAuthSettings, token: str, hint: str) -> dict[str, Any]:
+    """The revocation request's form and client authentication, as the token endpoint got them."""
+    client = record.get("client") or {}
+    client_id = client.get("client_id") or settings.client_id
+    secret = client.get("client_secret") or settings.client_secret
+    method = (
+        record.get("token_endpoint_auth_method")
+        or client.get("token_endpoint_auth_method")
+        or settings.token_endpoint_auth_method
+        or ("client_secret_basic" if secret else "none")
+    )
+    data = {"token": token, "token_type_hint": hint}
+    if method == "client_secret_basic" and client_id and secret:
+        return {"data": data, "auth": (client_id, secret)}
+    if client_id:
+        data["client_id"] = client_id
+    if method == "client_secret_post" and secret:
+        data["client_secret"] = secret
+    return {"data": data}
