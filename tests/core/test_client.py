@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ from mcpvisor.core.errors import (
 )
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from mcpvisor.core.transports import closed_in_sdk, explain_start_failure
-from tests.helpers import WAIT_S, free_port, http_server, light, marker_pids, pid_alive, sdk, wait_until
+from tests.helpers import LIGHT, WAIT_S, free_port, http_server, light, marker_pids, pid_alive, sdk, wait_until
 
 
 def text(result: object) -> str:
@@ -196,6 +197,24 @@ async def test_a_crash_mid_call_fails_the_call_clearly_and_reports_the_loss(tmp_
         assert client.last_error is not None
         with pytest.raises(ServerUnavailableError, match="not connected"):
             await client.call_tool("echo")
+
+
+async def test_a_server_that_exits_is_lost_even_when_a_child_it_left_holds_its_stdout(tmp_path: Path) -> None:
+    """``sleep & exec server``: the server crashes and the background ``sleep`` keeps its stdout open, so its
+    output never ends (as under uvloop, whose spawn leaks the server's stdio to itself and its children):
+    the exit is what tells."""
+    script = f"sleep 600 & exec {shlex.quote(sys.executable)} -m {LIGHT} --name fragile --crash-on-call echo"
+    cfg = McpServerConfig.model_validate({"command": "sh", "args": ["-c", script]})
+    lost = anyio.Event()
+    client = McpClient("fragile", cfg, on_lost=lambda _: lost.set(), options=ConnectionOptions(log_dir=tmp_path))
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        with anyio.fail_after(WAIT_S), pytest.raises(ServerUnavailableError, match="'fragile'"):
+            await client.call_tool("echo")
+        with anyio.fail_after(WAIT_S):
+            await lost.wait()
+        assert "exited with code 3" in (client.last_error or "")
+        await client.aclose()
 
 
 @pytest.mark.parametrize("code", [-32000, -32001, -32603])

@@ -2,7 +2,10 @@
 
 The SDK's ``stdio_client`` hides the child process: no PID, no exit code, no death signal.
 This transport yields the SDK's two message streams *and* a :class:`StdioProcess` that knows
-the PID and sets ``ended`` when the server closes its stdout (it exited or crashed).
+the PID and sets ``ended`` when the server closes its stdout (it exited or crashed) — or when it exited
+with its stdout still open elsewhere: a child it left running holds it (``cmd & exec server``), or,
+under uvloop, the server itself, to which uvloop's spawn leaks copies of its stdio sockets (and so to
+every child it starts). What it wrote before it exited is still read for :data:`EXIT_DRAIN_S`.
 
 Reading is linear and bounded: the bytes a server writes are scanned for newlines once
 (:class:`LineSplitter`), and a message longer than the connection's limit ends the connection with
@@ -69,6 +72,8 @@ EXIT_POLL_S = 0.01
 READ_CHUNK_BYTES = 1024 * 1024
 STDERR_DRAIN_S = 1.0
 """How long what a stopped server left in its stderr pipe may take to reach its log."""
+EXIT_DRAIN_S = 1.0
+"""How long the output of a server that exited is still read when its stdout stays open elsewhere."""
 
 
 @dataclass(eq=False)
@@ -166,8 +171,15 @@ async def open_stdio_transport(
             log.close()
             stderr_done.set()
 
+    async def exit_watcher() -> None:
+        await process.wait()
+        with anyio.move_on_after(EXIT_DRAIN_S):
+            await handle.ended.wait()
+        read_stream.end()
+
     async with anyio.create_task_group() as tg:
         tg.start_soon(stderr_copier)
+        tg.start_soon(exit_watcher)
         try:
             yield (read_stream, write_stream), handle
         finally:
@@ -223,6 +235,12 @@ class _StdoutMessages:
         """The server's output ended (closed, or unreadable): what was parsed is still received first."""
         self._ended = True
         self._handle.ended.set()
+
+    def end(self) -> None:
+        """The server exited: its output ends as if it had closed its stdout."""
+        self._end()
+        if self._reading is not None:
+            self._reading.cancel()
 
     def close(self) -> None:
         """End the stream (the connection is closing, or its stdin broke): what was parsed is still received,
