@@ -61,3 +61,31 @@ def test_the_status_says_a_wider_sign_in_is_needed_and_how_a_machine_client_is_s
     assert SignIn(True, machine=True).describe() == "signed in (client credentials)"
     assert missing_scopes("a b", "a b c") is None
     assert missing_scopes("a b", None) == "a b"
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"tokens": "garbage"},
+        {"tokens": {"access_token": 5}},
+        {"tokens": {"access_token": "a", "token_type": "MAC"}},
+        {"tokens": {"access_token": "a", "refresh_token": ["r"]}},
+        {"tokens": {"access_token": "a"}, "expires_at": "soon"},
+        "not a record",
+    ],
+)
+def test_a_stored_sign_in_the_sdk_could_not_read_is_called_unreadable_not_signed_in(record: object) -> None:
+    cfg = entry()
+    state = sign_in_state({token_key(cfg, oauth_settings("t", cfg)): record}, "t", cfg)
+    assert state.unreadable
+    assert state.describe() == "the stored sign-in is unreadable"
+
+
+def test_a_readable_sign_in_and_none_are_told_apart_from_an_unreadable_one() -> None:
+    cfg = entry()
+    key = token_key(cfg, oauth_settings("t", cfg))
+    good = sign_in_state({key: {"tokens": {"access_token": "a", "token_type": "bearer"}, "expires_at": None}}, "t", cfg)
+    assert (good.signed_in, good.unreadable) == (True, False)
+    for records in ({}, {key: {"client": {"client_id": "c"}}}):  # a registration without tokens is no sign-in
+        none = sign_in_state(records, "t", cfg)
+        assert (none.signed_in, none.unreadable) == (False, False)

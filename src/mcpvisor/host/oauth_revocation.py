@@ -30,10 +30,15 @@ async def revoke(server_url: str, record: Mapping[str, Any], settings: OAuthSett
     as a clause for the person ("revoked at https://auth.example.com", "… offers no revocation")."""
     import httpx2
 
-    tokens = record.get("tokens") or {}
-    held = [(tokens[kind], kind) for kind in ("refresh_token", "access_token") if tokens.get(kind)]
+    tokens = record.get("tokens")
+    tokens = tokens if isinstance(tokens, Mapping) else {}  # unreadable tokens: nothing to revoke
+    held = [(tokens[kind], kind) for kind in ("refresh_token", "access_token") if isinstance(tokens.get(kind), str)]
     if not held:
-        return "there were no tokens to revoke"
+        return (
+            "the stored tokens were unreadable: nothing was revoked"
+            if tokens or record.get("tokens")
+            else ("there were no tokens to revoke")
+        )
     try:
         with anyio.fail_after(REVOKE_TIMEOUT_S):
             async with httpx2.AsyncClient(timeout=_REQUEST_TIMEOUT_S, follow_redirects=False) as http:

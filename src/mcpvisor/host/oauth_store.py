@@ -104,8 +104,12 @@ class SignIn:
     """Tokens the host gets by itself (client credentials)."""
     wider: str | None = None
     """Scopes the server asked for that the sign-in does not hold (``insufficient_scope``)."""
+    unreadable: bool = False
+    """A record is kept but its tokens are not tokens (edited by hand, or written by something else)."""
 
     def describe(self, now: float | None = None) -> str:
+        if self.unreadable:
+            return "the stored sign-in is unreadable"
         if not self.signed_in:
             return "not signed in"
         if self.wider:
@@ -141,9 +145,11 @@ def sign_in_state(records: Mapping[str, Any], name: str, cfg: McpServerConfig) -
     except ConfigError:
         return SignIn(False)
     record = records.get(token_key(cfg, settings), {})
-    tokens = record.get("tokens")
-    if not isinstance(tokens, dict) or not tokens.get("access_token"):
+    tokens = record.get("tokens") if isinstance(record, Mapping) else record
+    if tokens is None:
         return SignIn(False)
+    if not _token_shaped(tokens) or not isinstance(record.get("expires_at"), int | float | None):
+        return SignIn(False, unreadable=True)
     expires_at = record.get("expires_at")
     return SignIn(
         True,
@@ -151,6 +157,22 @@ def sign_in_state(records: Mapping[str, Any], name: str, cfg: McpServerConfig) -
         bool(tokens.get("refresh_token")),
         machine=settings.machine,
         wider=missing_scopes(record.get("scope_needed"), tokens.get("scope")),
+    )
+
+
+def _token_shaped(tokens: object) -> bool:
+    """Whether a record's ``tokens`` are what the SDK's ``OAuthToken`` reads (checked without the SDK, which
+    the commands that show sign-ins never import)."""
+    if not isinstance(tokens, Mapping):
+        return False
+    token_type = tokens.get("token_type", "Bearer")
+    return (
+        isinstance(tokens.get("access_token"), str)
+        and bool(tokens["access_token"])
+        and isinstance(token_type, str)
+        and token_type.title() == "Bearer"
+        and all(isinstance(tokens.get(key), str | None) for key in ("refresh_token", "scope"))
+        and isinstance(tokens.get("expires_in"), int | None)
     )
 
 
@@ -173,7 +195,9 @@ def sign_ins(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[
     out: dict[str, str] = {}
     for name, cfg in servers.items():
         state = sign_in_state(records, name, cfg)
-        if state.signed_in:
+        if state.unreadable:
+            out[name] = f"{state.describe()} — run: mcpvisor mcp logout {name}, then mcpvisor mcp login {name}"
+        elif state.signed_in:
             out[name] = state.describe() + (f" — run: mcpvisor mcp login {name}" if state.wider else "")
     return out
 
