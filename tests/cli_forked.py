@@ -28,10 +28,13 @@ def main() -> None:
     early: list[int] = []
 
     def forward(number: int, _frame: object) -> None:
-        if pid:
-            os.kill(pid, number)
-        else:
+        if not pid:
             early.append(number)
+            return
+        try:
+            os.kill(pid, number)
+        except ProcessLookupError:
+            pass  # it has just ended: its exit status is on its way
 
     for number in FORWARDED:
         signal.signal(number, forward)
@@ -50,7 +53,8 @@ def main() -> None:
             status = int(value)
             if os.WIFSIGNALED(status):
                 ended_by = os.WTERMSIG(status)
-                signal.signal(ended_by, signal.SIG_DFL)
+                if ended_by not in (signal.SIGKILL, signal.SIGSTOP):  # whose handling cannot be set
+                    signal.signal(ended_by, signal.SIG_DFL)
                 os.kill(os.getpid(), ended_by)
             os._exit(os.waitstatus_to_exitcode(status))
 

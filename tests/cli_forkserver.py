@@ -45,8 +45,12 @@ def preload() -> None:
     import mcpvisor
 
     for module in pkgutil.walk_packages(mcpvisor.__path__, "mcpvisor."):
-        if module.name != "mcpvisor.__main__":  # which runs the command line
+        # Not what runs as __main__ (the command line, the example servers): runpy runs those afresh.
+        if module.name != "mcpvisor.__main__" and not module.name.startswith("mcpvisor.examples."):
             importlib.import_module(module.name)
+    import mcp.server.mcpserver  # noqa: F401 - what the SDK-based example servers are built on
+    import uvicorn  # noqa: F401
+
     try:
         import uvloop  # noqa: F401 - `serve` runs on it where it is installed
     except ImportError:
@@ -67,6 +71,8 @@ def main() -> None:
     sys.stdout.flush()
     while True:
         for key, _ in selector.select():
+            if selector.get_map().get(key.fd) is not key:
+                continue  # taken off earlier in this round (its process ended and its stand-in left at once)
             if key.data == "stdin":
                 if not os.read(sys.stdin.fileno(), 4096):
                     for connection, pid in children.values():
@@ -82,12 +88,13 @@ def main() -> None:
                 pidfd, pid = started
                 children[pidfd] = (connection, pid)
                 selector.register(pidfd, selectors.EVENT_READ, "exit")
-                selector.register(connection, selectors.EVENT_READ, ("gone", pid))
+                if connection.fileno() >= 0:
+                    selector.register(connection, selectors.EVENT_READ, ("gone", pidfd))
             elif key.data == "exit":
                 pidfd = key.fd
                 connection, pid = children.pop(pidfd)
                 selector.unregister(pidfd)
-                if connection in selector.get_map():
+                if connection.fileno() >= 0 and connection in selector.get_map():
                     selector.unregister(connection)
                 os.close(pidfd)
                 _, status = os.waitpid(pid, 0)
@@ -96,9 +103,11 @@ def main() -> None:
                 except OSError:
                     pass  # the stand-in is gone
                 connection.close()
-            else:  # the stand-in's end closed before its command ended: it was killed, so is the command
-                _kill(key.data[1])
+            else:  # the stand-in's end closed before its process ended: it was killed, so is the process
                 selector.unregister(key.fileobj)
+                child = children.get(key.data[1])
+                if child is not None:  # not reaped yet, so its pid is still its own
+                    _kill(child[1])
 
 
 def _kill(pid: int) -> None:
@@ -111,12 +120,18 @@ def _kill(pid: int) -> None:
 def _start(
     connection: socket.socket, listener: socket.socket, selector: selectors.BaseSelector
 ) -> tuple[int, int] | None:
-    message, fds, _, _ = socket.recv_fds(connection, MAX_MESSAGE, 3)
-    if len(fds) != 3:
+    try:
+        message, fds, _, _ = socket.recv_fds(connection, MAX_MESSAGE, 3)
+    except OSError:
+        return None
+    try:
+        request = json.loads(message)
+        if len(fds) != 3 or not isinstance(request, dict):
+            raise ValueError("not a request")
+    except ValueError:  # a stand-in gone before it asked, or not one: never the server's end
         for fd in fds:
             os.close(fd)
         return None
-    request = json.loads(message)
     pid = os.fork()
     if pid == 0:
         try:
@@ -130,8 +145,13 @@ def _start(
         os._exit(code)
     for fd in fds:
         os.close(fd)
-    connection.send(f"pid {pid}".encode())
-    return os.pidfd_open(pid), pid
+    pidfd = os.pidfd_open(pid)
+    try:
+        connection.send(f"pid {pid}".encode())
+    except OSError:  # its stand-in left before it started: it goes too (and is reaped as any other)
+        _kill(pid)
+        connection.close()
+    return pidfd, pid
 
 
 def _run_command(request: dict[str, Any], fds: list[int]) -> int:
@@ -188,9 +208,9 @@ def _fresh_standard_streams() -> None:
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
     encoding, _, errors = (os.environ.get("PYTHONIOENCODING") or "utf-8").partition(":")
 
-    def stream(fd: int, mode: str, stream_errors: str) -> io.TextIOWrapper:
+    def stream(fd: int, mode: str, stream_errors: str, *, line_buffered: bool = False) -> io.TextIOWrapper:
         raw = io.FileIO(fd, mode, closefd=False)
-        tty = raw.isatty()
+        tty = raw.isatty() or line_buffered
         if mode == "r":
             return io.TextIOWrapper(io.BufferedReader(raw), encoding=encoding, errors=stream_errors, line_buffering=tty)
         return io.TextIOWrapper(
@@ -203,7 +223,7 @@ def _fresh_standard_streams() -> None:
 
     sys.stdin = stream(0, "r", errors or "strict")
     sys.stdout = stream(1, "w", errors or "strict")
-    sys.stderr = stream(2, "w", "backslashreplace")
+    sys.stderr = stream(2, "w", "backslashreplace", line_buffered=True)  # as Python's always is
 
 
 if __name__ == "__main__":

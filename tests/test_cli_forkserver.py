@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import LIGHT, WAIT_S, marker_pids, mcpvisor_command, pid_alive
+from tests.helpers import LIGHT, SDK, WAIT_S, forked_python, marker_pids, mcpvisor_command, pid_alive
 
 REAL = [sys.executable, "-m", "mcpvisor"]
 
@@ -80,3 +81,32 @@ def test_a_command_whose_stand_in_is_killed_ends_with_it(tmp_path: Path) -> None
     while pid_alive(server):  # the command was killed, so its server's stdin closed
         assert time.monotonic() < deadline, "the command outlived its stand-in"
         time.sleep(0.05)
+
+
+def test_a_request_that_is_not_one_leaves_the_fork_server_serving(tmp_path: Path) -> None:
+    sock = Path(forked_python()).with_name("sock")
+    for garbage in (b"not json", b"[1, 2]"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as connection:
+            connection.connect(str(sock))
+            socket.send_fds(connection, [garbage], [0, 1, 2])
+            assert connection.recv(64) == b""  # refused: the connection is closed
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as connection:
+        connection.connect(str(sock))  # a stand-in that leaves before it asks
+    result = subprocess.run([mcpvisor_command(), "--version"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_forked_process_killed_by_sigkill_ends_its_stand_in_so(tmp_path: Path) -> None:
+    marker = tmp_path / "pids"
+    process = subprocess.Popen(
+        [forked_python(), "-m", SDK, "--marker", str(marker)], stdin=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + WAIT_S
+    while not marker_pids(marker):
+        assert time.monotonic() < deadline, "the server never started"
+        time.sleep(0.05)  # nothing to wait on but the marker file
+    [pid] = marker_pids(marker)
+    os.kill(pid, signal.SIGKILL)
+    _, said = process.communicate(timeout=WAIT_S)
+    assert process.returncode == -signal.SIGKILL
+    assert b"Error" not in said
