@@ -538,3 +538,33 @@ def test_a_registration_is_made_again_only_for_a_scope_a_refused_request_asked_f
     client: dict[str, str] | None, needed: str | None, stands: bool
 ) -> None:
     assert registered_for({"client": client, "scope_needed": needed}) is stands
+
+
+@pytest.mark.parametrize("method", ["client_secret_basic", "client_secret_post"])
+def test_a_sign_in_is_revoked_whichever_way_its_client_authenticates(
+    tmp_path: Path, server: Server, method: str
+) -> None:
+    """Against the SDK's own authorization server (whose revocation endpoint wants a client secret, even in
+    the form from a client that uses HTTP Basic: the fallback is exercised)."""
+    from mcpvisor.host.oauth_revocation import revoke
+    from mcpvisor.host.oauth_settings import OAuthSettings
+
+    registration = {
+        "redirect_uris": ["http://127.0.0.1:1/callback"],
+        "token_endpoint_auth_method": method,
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+    }
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{server.port}/register",
+        data=json.dumps(registration).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request) as answer:
+        client = json.load(answer)
+    record = {"client": client, "tokens": {"access_token": "a-token", "refresh_token": "a-refresh"}}
+    said = anyio.run(revoke, f"{server.url}?api_key=s3cret", record, OAuthSettings())
+    assert said == f"revoked at http://127.0.0.1:{server.port}/revoke"  # a 200: the client was authenticated
+    gone = anyio.run(revoke, f"http://127.0.0.1:{free_port()}/mcp?api_key=s3cret", record, OAuthSettings())
+    assert "could not be reached" in gone
+    assert "s3cret" not in said + gone

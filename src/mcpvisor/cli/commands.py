@@ -297,10 +297,13 @@ def logout(*, env: Mapping[str, str], workspace: Path | None, name: str) -> None
     store.read()  # a corrupt store: say so rather than "not signed in"
     record = store.get(key)
     revoked = ""
-    if record.get("tokens"):
-        new_console(stderr=True, highlight=False).print("[dim]Revoking the sign-in at the authorization server…[/]")
-        revoked = f"; {anyio.run(revoke, server_url(cfg) or '', record, settings)}"
-    if store.forget(key):
+    try:
+        if record.get("tokens"):
+            new_console(stderr=True, highlight=False).print("[dim]Revoking the sign-in at the authorization server…[/]")
+            revoked = f"; {anyio.run(revoke, server_url(cfg) or '', record, settings)}"
+    finally:  # interrupted or failed, the sign-in is deleted all the same
+        forgotten = store.forget(key)
+    if forgotten:
         new_console(highlight=False).print(
             f"Signed out of [bold]{escape(name)}[/]: its tokens are deleted from {escape(str(store.place))}"
             f"{escape(revoked)}"

@@ -10,11 +10,14 @@ deleted all the same: signing out never fails because the server is down.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 
+from mcpvisor.core.server_config import redact_url
 from mcpvisor.host.oauth_settings import OAuthSettings
 
 __all__ = ["REVOKE_TIMEOUT_S", "revoke"]
@@ -39,23 +42,31 @@ async def revoke(server_url: str, record: Mapping[str, Any], settings: OAuthSett
             if tokens or record.get("tokens")
             else ("there were no tokens to revoke")
         )
+    shown = redact_url(server_url)
     try:
         with anyio.fail_after(REVOKE_TIMEOUT_S):
             async with httpx2.AsyncClient(timeout=_REQUEST_TIMEOUT_S, follow_redirects=False) as http:
                 issuer = settings.issuer or await _authorization_server(http, server_url)
                 endpoint = await _revocation_endpoint(http, issuer, server_url)
                 if endpoint is None:
-                    return f"the authorization server {issuer or server_url} offers no revocation"
+                    return f"the authorization server {redact_url(issuer) if issuer else shown} offers no revocation"
                 for token, hint in held:
-                    answer = await http.post(endpoint, **_authenticated(record, settings, token, hint))
+                    request = _authenticated(record, settings, token, hint)
+                    answer = await http.post(endpoint, **request)
+                    if answer.status_code in (400, 401) and "headers" in request:
+                        # Servers built on the SDK want the secret in the form at their revocation endpoint
+                        # as well, from a client that authenticates with HTTP Basic: asked once more so.
+                        answer = await http.post(endpoint, **_authenticated(record, settings, token, hint, form=True))
                     if answer.status_code != 200:
-                        refused = f"HTTP {answer.status_code} from {endpoint}"
+                        refused = f"HTTP {answer.status_code} from {redact_url(endpoint)}"
                         return f"the authorization server refused to revoke them ({refused})"
     except TimeoutError:
         return f"the authorization server did not answer within {REVOKE_TIMEOUT_S:g} s"
     except httpx2.HTTPError as exc:
         return f"the authorization server could not be reached ({type(exc).__name__})"
-    return f"revoked at {endpoint}"
+    except Exception as exc:  # a URL httpx refuses, an answer it cannot read: never a reason to keep the tokens
+        return f"revoking them failed ({type(exc).__name__})"
+    return f"revoked at {redact_url(endpoint)}"
 
 
 async def _authorization_server(http: Any, server_url: str) -> str | None:
@@ -94,8 +105,11 @@ async def _revocation_endpoint(http: Any, issuer: str | None, server_url: str) -
     return None
 
 
-def _authenticated(record: Mapping[str, Any], settings: OAuthSettings, token: str, hint: str) -> dict[str, Any]:
-    """The revocation request's form and client authentication, as the token endpoint got them."""
+def _authenticated(
+    record: Mapping[str, Any], settings: OAuthSettings, token: str, hint: str, *, form: bool = False
+) -> dict[str, Any]:
+    """The revocation request's form and client authentication, as the token endpoint got them (``form``:
+    the secret goes in the form too)."""
     client = record.get("client") or {}
     client_id = client.get("client_id") or settings.client_id
     secret = client.get("client_secret") or settings.client_secret
@@ -106,10 +120,12 @@ def _authenticated(record: Mapping[str, Any], settings: OAuthSettings, token: st
         or ("client_secret_basic" if secret else "none")
     )
     data = {"token": token, "token_type_hint": hint}
-    if method == "client_secret_basic" and client_id and secret:
-        return {"data": data, "auth": (client_id, secret)}
     if client_id:
-        data["client_id"] = client_id
-    if method == "client_secret_post" and secret:
+        data["client_id"] = client_id  # also with HTTP Basic: servers built on the SDK read it from the form
+    if secret and (method == "client_secret_post" or form):
         data["client_secret"] = secret
+    if method == "client_secret_basic" and client_id and secret:
+        # RFC 6749 §2.3.1: the credentials are form-urlencoded before they are joined and encoded.
+        credentials = f"{quote(client_id, safe='')}:{quote(secret, safe='')}".encode()
+        return {"data": data, "headers": {"Authorization": f"Basic {base64.b64encode(credentials).decode()}"}}
     return {"data": data}
