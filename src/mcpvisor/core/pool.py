@@ -72,6 +72,8 @@ class McpConnectionPool:
         """How the pool's connections are made (theirs, not the sessions': a session's own are ignored)."""
         self._limiter = anyio.CapacityLimiter(self.options.max_concurrent_starts or default_max_starts())
         self._entries: dict[str, _Entry] = {}
+        self._log_names: dict[str, str] = {}
+        """Pool key -> the name its server's log is written under (:meth:`_log_name`)."""
         self._tg: anyio.abc.TaskGroup | None = None
         self._tg_cm: anyio.abc.TaskGroup | None = None
         self.start_count = 0
@@ -208,14 +210,17 @@ class McpConnectionPool:
         """The server's name, or, when a server of that name runs from another configuration for another
         session (two workspaces' project servers ``db``), the name and a digest of the connection: two
         processes never write one log file."""
+        named = self._log_names.get(key)
+        if named is not None:  # kept for the pool's life: a reconnection writes on in the same log
+            return named
         others = [
             entry
             for entry in self._entries.values()
             if entry.client.name == name and entry.key != key and session_id not in entry.holders
         ]
-        if not others:
-            return name
-        return f"{name}.{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+        named = f"{name}.{hashlib.sha256(key.encode()).hexdigest()[:8]}" if others else name
+        self._log_names[key] = named
+        return named
 
     async def release(self, session_id: str, client: McpClient) -> None:
         """Drop ``session_id``'s hold on ``client``; the last holder stops the process."""

@@ -121,8 +121,9 @@ class LogRelay:
             heard = self._heard.get(name)
             if heard is not None and heard[0] is client:
                 continue
-            if heard is not None:
+            if heard is not None:  # a new connection: the old one no longer hears, nor keeps this relay's level
                 heard[1]()
+                heard[0].forget_logging_level(self)
             self._heard[name] = (client, client.add_listener(self._on_upstream_notice))
 
     def _on_upstream_notice(self, server: str, notice: Notice) -> None:

@@ -116,7 +116,8 @@ class ResourceSubscriptions:
                         await client.subscribe_resource(entry.uri)
                     except McpvisorError as exc:
                         logger.warning("could not subscribe again to %r on server %r: %s", entry.uri, server, exc)
-                entry.client = client
+                    else:
+                        entry.client = client  # only a subscription counted there is given up there
 
     def client_of(self, server: str, uri: str) -> McpClient | None:
         """The connection an upstream subscription was last made on (None: there is none)."""
