@@ -4,16 +4,19 @@ it asked for. Real HTTP, the SDK's client, the light example server."""
 
 from __future__ import annotations
 
+import os
+import signal
 import warnings
 from pathlib import Path
 
 from mcp.shared.exceptions import MCPDeprecationWarning
 
+from mcpvisor.gateway.server import Gateway
 from tests.gateway.test_gateway import save, server, text_of
 from tests.gateway.test_log_relay import Heard
 from tests.gateway.test_resources import subscribe, touch, unsubscribe, updated_uris
 from tests.gateway.test_workspaces import approve, client_for, make_setup, serving, the_gateway
-from tests.helpers import wait_until
+from tests.helpers import marker_pids, wait_until
 
 
 async def test_a_shared_server_logs_from_the_lowest_level_any_workspace_asked_for(tmp_path: Path) -> None:
@@ -85,3 +88,36 @@ async def test_two_workspaces_servers_of_one_name_write_two_logs(tmp_path: Path)
         assert logs[setup.a].read_text().strip() == "from-a"  # never the other workspace's server's lines
         assert logs[setup.b].read_text().strip() == "from-b"
         assert {logs[setup.a].name, logs[setup.b].name} & {"p.log"}  # one of them keeps the plain name
+
+
+def status_of(gateway: Gateway) -> str | None:
+    client = gateway.config.manager.get_client("p")
+    return client.status if client is not None else None
+
+
+async def test_a_servers_log_stays_its_own_across_a_restart(tmp_path: Path) -> None:
+    setup = make_setup(tmp_path)
+    markers = {root: tmp_path / f"{root.name}.pids" for root in (setup.a, setup.b)}
+    for root in (setup.a, setup.b):
+        entry = server("p", "--marker", str(markers[root]))
+        save(root / ".mcp.json", {"mcpServers": {"p": entry}})
+        approve(setup.layout, root, "p", entry)
+    async with (
+        serving(setup) as (gateway, url),
+        client_for(url, setup.a) as in_a,
+        client_for(url, setup.b) as in_b,
+    ):
+        assert text_of(await in_a.call_tool("mcp__p__echo", {"text": "x"})) == "p:echo:x"
+        assert text_of(await in_b.call_tool("mcp__p__echo", {"text": "x"})) == "p:echo:x"
+
+        def log_of(root: Path) -> Path:
+            client = the_gateway(gateway, root).config.manager.get_client("p")
+            assert client is not None
+            return client.log_path
+
+        before = {root: log_of(root) for root in (setup.a, setup.b)}
+        [pid] = marker_pids(markers[setup.a])
+        os.kill(pid, signal.SIGKILL)  # A's server crashes and is started again
+        await wait_until(lambda: len(marker_pids(markers[setup.a])) == 2, what="A's server to start again")
+        await wait_until(lambda: status_of(the_gateway(gateway, setup.a)) == "connected", what="A to reconnect")
+        assert {root: log_of(root) for root in (setup.a, setup.b)} == before
