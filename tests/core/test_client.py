@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shlex
@@ -26,6 +27,7 @@ from mcpvisor.core.errors import (
     ToolCallError,
 )
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
+from mcpvisor.core.server_log import ServerLog
 from mcpvisor.core.transports import closed_in_sdk, explain_start_failure
 from tests.helpers import LIGHT, WAIT_S, free_port, http_server, light, marker_pids, pid_alive, sdk, wait_until
 
@@ -215,6 +217,23 @@ async def test_a_server_that_exits_is_lost_even_when_a_child_it_left_holds_its_s
             await lost.wait()
         assert "exited with code 3" in (client.last_error or "")
         await client.aclose()
+
+
+async def test_what_a_server_wrote_before_it_exited_reaches_a_reader_that_comes_late(tmp_path: Path) -> None:
+    """Its stdout stays open (a background child holds it), and the reader is busy elsewhere for longer than
+    the drain time when the server exits: what the server wrote is still read, then its output ends."""
+    note = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "last words"}}
+    script = f"sleep 600 & printf '%s\\n' {shlex.quote(json.dumps(note))}"
+    log = ServerLog(tmp_path / "s.log")
+    async with stdio.open_stdio_transport("sh", ["-c", script], env=None, cwd=None, log=log) as ((read, _), process):
+        with anyio.fail_after(WAIT_S):
+            while process.returncode is None:  # noqa: ASYNC110 - the exit code has no event to wait on
+                await anyio.sleep(0.02)
+        await anyio.sleep(2 * stdio.EXIT_DRAIN_S)  # the reader is busy elsewhere meanwhile
+        with anyio.fail_after(WAIT_S):
+            assert "last words" in repr(await read.receive())
+            with pytest.raises(anyio.EndOfStream):
+                await read.receive()
 
 
 @pytest.mark.parametrize("code", [-32000, -32001, -32603])

@@ -5,7 +5,8 @@ This transport yields the SDK's two message streams *and* a :class:`StdioProcess
 the PID and sets ``ended`` when the server closes its stdout (it exited or crashed) — or when it exited
 with its stdout still open elsewhere: a child it left running holds it (``cmd & exec server``), or,
 under uvloop, the server itself, to which uvloop's spawn leaks copies of its stdio sockets (and so to
-every child it starts). What it wrote before it exited is still read for :data:`EXIT_DRAIN_S`.
+every child it starts). What it wrote before it exited is still read: the output ends once the reader
+has waited :data:`EXIT_DRAIN_S` for more.
 
 Reading is linear and bounded: the bytes a server writes are scanned for newlines once
 (:class:`LineSplitter`), and a message longer than the connection's limit ends the connection with
@@ -73,7 +74,8 @@ READ_CHUNK_BYTES = 1024 * 1024
 STDERR_DRAIN_S = 1.0
 """How long what a stopped server left in its stderr pipe may take to reach its log."""
 EXIT_DRAIN_S = 1.0
-"""How long the output of a server that exited is still read when its stdout stays open elsewhere."""
+"""How long the reader of a server that exited must have waited for more output, with none coming, before
+its output ends when its stdout stays open elsewhere."""
 
 
 @dataclass(eq=False)
@@ -173,9 +175,11 @@ async def open_stdio_transport(
 
     async def exit_watcher() -> None:
         await process.wait()
-        with anyio.move_on_after(EXIT_DRAIN_S):
-            await handle.ended.wait()
-        read_stream.end()
+        while not handle.ended.is_set():
+            with anyio.move_on_after(EXIT_DRAIN_S):
+                await handle.ended.wait()
+            if read_stream.waiting_for() >= EXIT_DRAIN_S:  # nothing came while it waited: nothing will
+                read_stream.end()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(stderr_copier)
@@ -210,17 +214,21 @@ class _StdoutMessages:
         self._pending: deque[SessionMessage | Exception] = deque()
         self._reading: anyio.CancelScope | None = None
         self._ended = False
+        self._waiting_since: float | None = None
 
     async def receive(self) -> SessionMessage | Exception:
         while not self._pending:
             if self._ended:
                 raise anyio.EndOfStream
             with anyio.CancelScope() as self._reading:
+                self._waiting_since = anyio.current_time()
                 try:
                     chunk = await self._stdout.receive(READ_CHUNK_BYTES)
                 except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                     self._end()
                     continue
+                finally:
+                    self._waiting_since = None
             if self._reading.cancelled_caught:  # closed while it waited
                 continue
             lines = self._splitter.feed(chunk)
@@ -235,6 +243,12 @@ class _StdoutMessages:
         """The server's output ended (closed, or unreadable): what was parsed is still received first."""
         self._ended = True
         self._handle.ended.set()
+
+    def waiting_for(self) -> float:
+        """How long the reader has been waiting for the server's output (0 while it is busy elsewhere: a
+        stalled reader has not read what is there yet)."""
+        since = self._waiting_since
+        return 0.0 if since is None else anyio.current_time() - since
 
     def end(self) -> None:
         """The server exited: its output ends as if it had closed its stdout."""
