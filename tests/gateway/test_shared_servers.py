@@ -121,3 +121,26 @@ async def test_a_servers_log_stays_its_own_across_a_restart(tmp_path: Path) -> N
         await wait_until(lambda: len(marker_pids(markers[setup.a])) == 2, what="A's server to start again")
         await wait_until(lambda: status_of(the_gateway(gateway, setup.a)) == "connected", what="A to reconnect")
         assert {root: log_of(root) for root in (setup.a, setup.b)} == before
+
+
+async def test_two_workspaces_language_servers_of_one_name_write_two_logs(tmp_path: Path) -> None:
+    setup = make_setup(tmp_path)
+    save(
+        setup.layout.paths.user,
+        {"lspServers": {"python": {"command": "pylsp", "extensionToLanguage": {".py": "python"}}}},
+    )
+    async with (
+        serving(setup) as (gateway, url),
+        client_for(url, setup.a) as in_a,
+        client_for(url, setup.b) as in_b,
+        client_for(url, None) as in_default,
+    ):
+        for client in (in_a, in_b, in_default):
+            await client.list_tools()
+        logs = {root: host.lsp.manager.servers()["python"].log_path for root, host in gateway.workspaces().items()}
+        assert set(logs) == {setup.default, setup.a, setup.b}
+        assert len(set(logs.values())) == 3
+        base = Path(setup.layout.env["MCPVISOR_LOG_DIR"])
+        assert logs[setup.default] == base / "lsp-python.log"  # the gateway's own workspace: where it always was
+        assert logs[setup.a].parent.parent == base / "workspaces"
+        assert logs[setup.a].parent.name.startswith("a-")

@@ -32,9 +32,11 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import logging
 import math
+import re
 import socket
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, nullcontext
@@ -80,7 +82,18 @@ from mcpvisor.host.limits import max_message_bytes_of
 from mcpvisor.host.oauth import TokenStore, http_auth_for
 from mcpvisor.host.settings.loader import load_settings
 
-__all__ = ["MAX_WORKSPACES", "WorkspaceGateway"]
+__all__ = ["MAX_WORKSPACES", "WorkspaceGateway", "workspace_log_dir"]
+
+
+def workspace_log_dir(base: Path, root: Path) -> Path:
+    """Where a workspace other than the gateway's own keeps the logs its host writes (its language
+    servers'): a folder of its own, so that two workspaces' servers of one name never write one file. (The
+    MCP servers' connections are the pool's, which names their logs apart itself.)"""
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:8]
+    return base / "workspaces" / f"{_UNSAFE.sub('_', root.name) or 'root'}-{digest}"
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +171,7 @@ class WorkspaceGateway(StackOwner):
         self._serial = itertools.count(1)
         self._tg: anyio.abc.TaskGroup | None = None
         self._pool: McpConnectionPool | None = None
+        self._log_dir = Path()
         self._stack: AsyncExitStack | None = None
         self._closing = False
 
@@ -166,7 +180,7 @@ class WorkspaceGateway(StackOwner):
     async def __aenter__(self) -> WorkspaceGateway:
         self._enter_once()
         async with AsyncExitStack() as stack:
-            log_dir = self._options.log_dir or paths.log_dir(self._options.env)
+            log_dir = self._log_dir = self._options.log_dir or paths.log_dir(self._options.env)
             # Connections are shared between workspaces: their size limit is the gateway's own workspace's.
             max_bytes = (
                 self._options.max_message_bytes
@@ -279,6 +293,7 @@ class WorkspaceGateway(StackOwner):
             workspace=workspace.root,
             pool=self._pool,
             session_id=f"{workspace.root}#{workspace.serial}",  # unique: a reopened workspace may overlap the old
+            log_dir=self._log_dir if workspace.default else workspace_log_dir(self._log_dir, workspace.root),
         )
         try:
             host = Host(options)
