@@ -14,8 +14,10 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
 
 from mcpvisor.core import stdio
 from mcpvisor.core.client import McpClient
@@ -234,6 +236,27 @@ async def test_what_a_server_wrote_before_it_exited_reaches_a_reader_that_comes_
             assert "last words" in repr(await read.receive())
             with pytest.raises(anyio.EndOfStream):
                 await read.receive()
+
+
+async def test_a_server_that_exits_is_told_even_when_a_send_broke_its_input_first(tmp_path: Path) -> None:
+    """Its stdout stays open (a background child holds it) and a message sent after the exit breaks its stdin,
+    which closes the reader: the exit is still told."""
+    log = ServerLog(tmp_path / "s.log")
+    ping = SessionMessage(types.JSONRPCRequest(jsonrpc="2.0", id=1, method="ping"))
+    async with stdio.open_stdio_transport("sh", ["-c", "sleep 600 & sleep 0.3"], env=None, cwd=None, log=log) as (
+        (read, write),
+        process,
+    ):
+        with anyio.fail_after(WAIT_S):
+            while process.returncode is None:  # noqa: ASYNC110 - the exit code has no event to wait on
+                await anyio.sleep(0.02)
+            with contextlib.suppress(anyio.BrokenResourceError):
+                while True:
+                    await write.send(ping)
+                    await anyio.sleep(0.02)
+            with pytest.raises(anyio.EndOfStream):
+                await read.receive()
+            await process.ended.wait()
 
 
 @pytest.mark.parametrize("code", [-32000, -32001, -32603])

@@ -248,3 +248,22 @@ async def test_when_the_starter_is_cancelled_a_waiter_starts_the_server_itself(t
         assert pool.holders_of(key) == {"B"}
         assert pool.connections()[key] is waiter[0]
         assert pool.connections()[key].status == "connected"
+
+
+async def test_two_live_connections_never_share_a_log_whatever_came_before(tmp_path: Path) -> None:
+    def nop(_client: object) -> None:
+        return None
+
+    in_a, in_b = light("db", "--tools", "x"), light("db", "--tools", "y")  # two workspaces' "db"
+    async with McpConnectionPool(ConnectionOptions(log_dir=tmp_path)) as pool:
+        a = await pool.acquire("A", "db", in_a, on_change=nop, on_lost=nop)
+        assert a.log_path.name == "db.log"
+        await pool.release("A", a)  # workspace A closes...
+        b = await pool.acquire("B", "db", in_b, on_change=nop, on_lost=nop)
+        assert b.log_path.name == "db.log"  # ...so B's is the only "db" running
+        again = await pool.acquire("A", "db", in_a, on_change=nop, on_lost=nop)  # A comes back
+        assert again.log_path != b.log_path
+        for _ in range(5):  # A closing and coming back keeps no more than what runs
+            await pool.release("A", again)
+            again = await pool.acquire("A", "db", in_a, on_change=nop, on_lost=nop)
+        assert len(pool._log_names) == 2

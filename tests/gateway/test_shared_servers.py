@@ -143,4 +143,5 @@ async def test_two_workspaces_language_servers_of_one_name_write_two_logs(tmp_pa
         base = Path(setup.layout.env["MCPVISOR_LOG_DIR"])
         assert logs[setup.default] == base / "lsp-python.log"  # the gateway's own workspace: where it always was
         assert logs[setup.a].parent.parent == base / "workspaces"
+        assert (base / "workspaces").stat().st_mode & 0o777 == 0o700  # it names the workspaces
         assert logs[setup.a].parent.name.startswith("a-")

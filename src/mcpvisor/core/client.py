@@ -90,12 +90,13 @@ class McpClient(ServerConnection):
         when the server offers no subscriptions or refuses this one. Counted: the server is asked once
         however many users of this connection subscribe, and :meth:`unsubscribe_resource` ends it only
         for the last of them."""
-        lapsed = self._client is not None and self._client.protocol_version in MODERN_PROTOCOL_VERSIONS
-        if self._subscribers[uri] and not (lapsed and uri not in self._notices.listened()):
+        async with self._subscribing:  # one at a time: two first subscribers would open two listen streams
+            lapsed = self._client is not None and self._client.protocol_version in MODERN_PROTOCOL_VERSIONS
+            if self._subscribers[uri] and not (lapsed and uri not in self._notices.listened()):
+                self._subscribers[uri] += 1
+                return
+            await self._subscribe(uri)  # the first, or a listen stream that ended by itself: made again
             self._subscribers[uri] += 1
-            return
-        await self._subscribe(uri)  # the first, or a listen stream that ended by itself: made again
-        self._subscribers[uri] += 1
 
     async def _subscribe(self, uri: str) -> None:
         what = f"subscribing to resource {uri!r}"

@@ -133,6 +133,7 @@ class ServerConnection:
         self._notices = ServerNotices(name)
         self._subscribers: Counter[str] = Counter()
         """Resource URI -> how many of this connection's users (gateways) subscribed to it here."""
+        self._subscribing = anyio.Lock()
         self._in_flight = InFlight(name) if options.client_requests else None
 
     # -- properties --------------------------------------------------------------------------

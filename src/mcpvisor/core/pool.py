@@ -210,9 +210,17 @@ class McpConnectionPool:
         """The server's name, or, when a server of that name runs from another configuration for another
         session (two workspaces' project servers ``db``), the name and a digest of the connection: two
         processes never write one log file."""
+        live = {entry.key for entry in self._entries.values()}
+        self._log_names = {k: v for k, v in self._log_names.items() if k in live or k == key}  # bounded
+        others = [entry for entry in self._entries.values() if entry.key != key and session_id not in entry.holders]
+        taken = {self._log_names.get(entry.key) for entry in others}
         named = self._log_names.get(key)
-        if named is not None:  # kept for the pool's life: a reconnection writes on in the same log
-            return named
+        if named is not None and named not in taken:
+            return named  # a reconnection writes on in the same log
+        clash = name in taken or any(entry.client.name == name for entry in others)
+        named = f"{name}.{hashlib.sha256(key.encode()).hexdigest()[:8]}" if clash else name
+        self._log_names[key] = named
+        return named
         others = [
             entry
             for entry in self._entries.values()

@@ -178,7 +178,8 @@ async def open_stdio_transport(
         while not handle.ended.is_set():
             with anyio.move_on_after(EXIT_DRAIN_S):
                 await handle.ended.wait()
-            if read_stream.waiting_for() >= EXIT_DRAIN_S:  # nothing came while it waited: nothing will
+            # Nothing came while it waited: nothing will. (Closed - its stdin broke - it reads no more.)
+            if read_stream.closed or read_stream.waiting_for() >= EXIT_DRAIN_S:
                 read_stream.end()
 
     async with anyio.create_task_group() as tg:
@@ -243,6 +244,11 @@ class _StdoutMessages:
         """The server's output ended (closed, or unreadable): what was parsed is still received first."""
         self._ended = True
         self._handle.ended.set()
+
+    @property
+    def closed(self) -> bool:
+        """Whether the stream has ended or was closed: nothing more is read from the server."""
+        return self._ended
 
     def waiting_for(self) -> float:
         """How long the reader has been waiting for the server's output (0 while it is busy elsewhere: a

@@ -90,7 +90,7 @@ def workspace_log_dir(base: Path, root: Path) -> Path:
     servers'): a folder of its own, so that two workspaces' servers of one name never write one file. (The
     MCP servers' connections are the pool's, which names their logs apart itself.)"""
     digest = hashlib.sha256(str(root).encode()).hexdigest()[:8]
-    return base / "workspaces" / f"{_UNSAFE.sub('_', root.name) or 'root'}-{digest}"
+    return base / "workspaces" / f"{_UNSAFE.sub('_', root.name)[:64] or 'root'}-{digest}"
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -296,6 +296,8 @@ class WorkspaceGateway(StackOwner):
             log_dir=self._log_dir if workspace.default else workspace_log_dir(self._log_dir, workspace.root),
         )
         try:
+            if not workspace.default:  # private, as the log folder is: it names the workspaces
+                await anyio.Path(self._log_dir / "workspaces").mkdir(mode=0o700, parents=True, exist_ok=True)
             host = Host(options)
             if self._on_open is not None:
                 self._on_open(host)
