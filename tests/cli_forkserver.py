@@ -38,6 +38,8 @@ from typing import Any
 
 MAX_MESSAGE = 1 << 20
 """Bound on one request (argv and environment)."""
+REQUEST_TIMEOUT_S = 5.0
+"""How long a stand-in that connected may take to send its request."""
 
 
 def preload() -> None:
@@ -120,10 +122,12 @@ def _kill(pid: int) -> None:
 def _start(
     connection: socket.socket, listener: socket.socket, selector: selectors.BaseSelector
 ) -> tuple[int, int] | None:
+    connection.settimeout(REQUEST_TIMEOUT_S)  # a stand-in stopped before it asked holds up no other
     try:
         message, fds, _, _ = socket.recv_fds(connection, MAX_MESSAGE, 3)
-    except OSError:
+    except OSError:  # TimeoutError included
         return None
+    connection.settimeout(None)
     try:
         request = json.loads(message)
         if len(fds) != 3 or not isinstance(request, dict):
