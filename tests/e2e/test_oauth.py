@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -568,3 +569,30 @@ def test_a_sign_in_is_revoked_whichever_way_its_client_authenticates(
     gone = anyio.run(revoke, f"http://127.0.0.1:{free_port()}/mcp?api_key=s3cret", record, OAuthSettings())
     assert "could not be reached" in gone
     assert "s3cret" not in said + gone
+
+
+def test_ctrl_c_during_logouts_revocation_skips_it_and_still_signs_out(tmp_path: Path) -> None:
+    with socket.socket() as silent:  # an authorization server that never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/mcp"
+        layout = make_layout(tmp_path)
+        write_json(layout.paths.user, {"mcpServers": {"sec": {"type": "http", "url": url}}})
+        store = store_path(layout)
+        store.write_text(json.dumps({url: {"tokens": {"access_token": "a-token", "token_type": "Bearer"}}}))
+        store.chmod(0o600)
+        process = subprocess.Popen(
+            [mcpvisor_command(), "mcp", "logout", "sec", "--workspace", str(layout.root)],
+            env={**os.environ, **layout.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stderr is not None
+        assert "Revoking the sign-in" in process.stderr.readline()
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=WAIT_S)
+    assert process.returncode == 0
+    assert "Signed out of sec" in out
+    assert "skipped (Ctrl-C)" in out
+    assert json.loads(store.read_text()) == {}

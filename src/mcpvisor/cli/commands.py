@@ -299,9 +299,13 @@ def logout(*, env: Mapping[str, str], workspace: Path | None, name: str) -> None
     revoked = ""
     try:
         if record.get("tokens"):
-            new_console(stderr=True, highlight=False).print("[dim]Revoking the sign-in at the authorization server…[/]")
+            new_console(stderr=True, highlight=False).print(
+                "[dim]Revoking the sign-in at the authorization server… (Ctrl-C skips it)[/]"
+            )
             revoked = f"; {anyio.run(revoke, server_url(cfg) or '', record, settings)}"
-    finally:  # interrupted or failed, the sign-in is deleted all the same
+    except KeyboardInterrupt:
+        revoked = "; revoking them at the authorization server was skipped (Ctrl-C)"
+    finally:  # skipped or failed, the sign-in is deleted all the same
         forgotten = store.forget(key)
     if forgotten:
         new_console(highlight=False).print(
