@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -254,3 +255,56 @@ async def test_a_server_that_keeps_crashing_is_restarted_a_bounded_number_of_tim
         # A reload restarts it (a deliberate start counts afresh).
         await config.restart_mcp_servers()
         await wait_until(lambda: len(marker_pids(marker)) >= 5)
+
+
+GARBLED_SERVER = """
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class Garbled(BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = b"<html>session=SECRET-IN-THE-ANSWER</html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self.send_response(405)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Garbled)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def test_a_remote_servers_answer_that_is_not_json_rpc_is_named_not_quoted(tmp_path: Path) -> None:
+    """The SDK's parse error quotes the answer (its transport logs it with a traceback): a session cookie or a
+    token in an error page must not reach the terminal."""
+    garbled = subprocess.Popen([sys.executable, "-c", GARBLED_SERVER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert garbled.stdout is not None
+        url = f"http://127.0.0.1:{garbled.stdout.readline().strip()}/mcp"
+        layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+        replace_text(layout.paths.user, json.dumps({"mcpServers": {"web": {"type": "http", "url": url}}}))
+        result = subprocess.run(
+            [mcpvisor_command(), "status", "--workspace", str(layout.root)],
+            env={**os.environ, **layout.env, "COLUMNS": "200"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        garbled.kill()
+        garbled.communicate()
+    assert result.returncode == 1
+    said = result.stdout + result.stderr
+    assert "answer to its start-up requests is not valid JSON-RPC (not shown)" in said
+    assert "SECRET-IN-THE-ANSWER" not in said
+    assert "Traceback" not in said

@@ -127,6 +127,11 @@ def setup_logging(verbose: int, *, narrated: bool = False) -> None:
     # The SDK's sign-in logs its failures with a traceback that can quote a token response; the error
     # people see says what failed in one line.
     logging.getLogger("mcp.client.auth").setLevel(logging.CRITICAL)
+    # Its HTTP transports log an answer they cannot parse at ERROR, with a traceback that quotes it; the
+    # server's state says so in one line, without the answer.
+    if verbose < 2:
+        for transport in ("mcp.client.streamable_http", "mcp.client.sse"):
+            logging.getLogger(transport).setLevel(logging.CRITICAL)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

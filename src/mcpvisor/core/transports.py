@@ -223,6 +223,9 @@ def explain_start_failure(
     for leaf in flatten(exc):
         if isinstance(leaf, MCPError) and not closed_in_sdk(leaf) and not timed_out_in_sdk(leaf):
             where = "" if cfg.transport == "stdio" else f" (reaching {cfg.target()})"
+            if leaf.code == types.PARSE_ERROR and leaf.message.startswith("Failed to parse"):
+                # The SDK's text quotes the answer, which may hold a secret.
+                return f"the server's answer to its start-up requests is not valid JSON-RPC (not shown){where}"
             return f"the server answered its start-up requests with an error: {leaf.message} (code {leaf.code}){where}"
     reason = describe_failure(exc)
     if cfg.transport == "stdio":
