@@ -9,13 +9,15 @@ import signal
 import warnings
 from pathlib import Path
 
+from mcp import Client
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from mcpvisor.gateway.server import Gateway
+from mcpvisor.core.client import McpClient
+from mcpvisor.gateway.workspaces import WorkspaceGateway
 from tests.gateway.test_gateway import save, server, text_of
 from tests.gateway.test_log_relay import Heard
 from tests.gateway.test_resources import subscribe, touch, unsubscribe, updated_uris
-from tests.gateway.test_workspaces import approve, client_for, make_setup, serving, the_gateway
+from tests.gateway.test_workspaces import Setup, approve, client_for, make_setup, serving, the_gateway
 from tests.helpers import marker_pids, wait_until
 
 
@@ -65,24 +67,41 @@ async def test_one_workspace_unsubscribing_leaves_anothers_subscription_to_a_sha
         assert await touch(in_b, "mcp__common__touch_resource", "note://c/1") == "not subscribed"
 
 
-async def test_two_workspaces_servers_of_one_name_write_two_logs(tmp_path: Path) -> None:
-    setup = make_setup(tmp_path)
-    for root, said in ((setup.a, "from-a"), (setup.b, "from-b")):
-        entry = server("p", "--stderr", said)
+def approve_p_in(setup: Setup, args: dict[Path, tuple[str, ...]]) -> None:
+    """An approved project server ``p`` in each workspace of ``args``, started with that workspace's args."""
+    for root, extra in args.items():
+        entry = server("p", *extra)
         save(root / ".mcp.json", {"mcpServers": {"p": entry}})
         approve(setup.layout, root, "p", entry)
+
+
+async def call_p(*clients: Client) -> None:
+    for client in clients:
+        assert text_of(await client.call_tool("mcp__p__echo", {"text": "x"})) == "p:echo:x"
+
+
+def status_of_p(gateway: WorkspaceGateway, root: Path) -> str | None:
+    """``p``'s status in ``root``'s workspace (None while it has no connection: between two)."""
+    client = the_gateway(gateway, root).config.manager.get_client("p")
+    return client.status if client is not None else None
+
+
+def client_of_p(gateway: WorkspaceGateway, root: Path) -> McpClient:
+    client = the_gateway(gateway, root).config.manager.get_client("p")
+    assert client is not None
+    return client
+
+
+async def test_two_workspaces_servers_of_one_name_write_two_logs(tmp_path: Path) -> None:
+    setup = make_setup(tmp_path)
+    approve_p_in(setup, {setup.a: ("--stderr", "from-a"), setup.b: ("--stderr", "from-b")})
     async with (
         serving(setup) as (gateway, url),
         client_for(url, setup.a) as in_a,
         client_for(url, setup.b) as in_b,
     ):
-        assert text_of(await in_a.call_tool("mcp__p__echo", {"text": "x"})) == "p:echo:x"
-        assert text_of(await in_b.call_tool("mcp__p__echo", {"text": "x"})) == "p:echo:x"
-        logs = {}
-        for root in (setup.a, setup.b):
-            client = the_gateway(gateway, root).config.manager.get_client("p")
-            assert client is not None
-            logs[root] = client.log_path
+        await call_p(in_a, in_b)
+        logs = {root: client_of_p(gateway, root).log_path for root in (setup.a, setup.b)}
         assert logs[setup.a] != logs[setup.b]
         await wait_until(lambda: all(path.exists() and path.read_text().strip() for path in logs.values()))
         assert logs[setup.a].read_text().strip() == "from-a"  # never the other workspace's server's lines
@@ -90,37 +109,22 @@ async def test_two_workspaces_servers_of_one_name_write_two_logs(tmp_path: Path)
         assert {logs[setup.a].name, logs[setup.b].name} & {"p.log"}  # one of them keeps the plain name
 
 
-def status_of(gateway: Gateway) -> str | None:
-    client = gateway.config.manager.get_client("p")
-    return client.status if client is not None else None
-
-
 async def test_a_servers_log_stays_its_own_across_a_restart(tmp_path: Path) -> None:
     setup = make_setup(tmp_path)
     markers = {root: tmp_path / f"{root.name}.pids" for root in (setup.a, setup.b)}
-    for root in (setup.a, setup.b):
-        entry = server("p", "--marker", str(markers[root]))
-        save(root / ".mcp.json", {"mcpServers": {"p": entry}})
-        approve(setup.layout, root, "p", entry)
+    approve_p_in(setup, {root: ("--marker", str(marker)) for root, marker in markers.items()})
     async with (
         serving(setup) as (gateway, url),
         client_for(url, setup.a) as in_a,
         client_for(url, setup.b) as in_b,
     ):
-        assert text_of(await in_a.call_tool("mcp__p__echo", {"text": "x"})) == "p:echo:x"
-        assert text_of(await in_b.call_tool("mcp__p__echo", {"text": "x"})) == "p:echo:x"
-
-        def log_of(root: Path) -> Path:
-            client = the_gateway(gateway, root).config.manager.get_client("p")
-            assert client is not None
-            return client.log_path
-
-        before = {root: log_of(root) for root in (setup.a, setup.b)}
+        await call_p(in_a, in_b)
+        before = {root: client_of_p(gateway, root).log_path for root in (setup.a, setup.b)}
         [pid] = marker_pids(markers[setup.a])
         os.kill(pid, signal.SIGKILL)  # A's server crashes and is started again
         await wait_until(lambda: len(marker_pids(markers[setup.a])) == 2, what="A's server to start again")
-        await wait_until(lambda: status_of(the_gateway(gateway, setup.a)) == "connected", what="A to reconnect")
-        assert {root: log_of(root) for root in (setup.a, setup.b)} == before
+        await wait_until(lambda: status_of_p(gateway, setup.a) == "connected", what="A to reconnect")
+        assert {root: client_of_p(gateway, root).log_path for root in (setup.a, setup.b)} == before
 
 
 async def test_two_workspaces_language_servers_of_one_name_write_two_logs(tmp_path: Path) -> None:

@@ -91,8 +91,9 @@ class McpClient(ServerConnection):
         however many users of this connection subscribe, and :meth:`unsubscribe_resource` ends it only
         for the last of them."""
         async with self._subscribing:  # one at a time: two first subscribers would open two listen streams
-            lapsed = self._client is not None and self._client.protocol_version in MODERN_PROTOCOL_VERSIONS
-            if self._subscribers[uri] and not (lapsed and uri not in self._notices.listened()):
+            modern = self._client is not None and self._client.protocol_version in MODERN_PROTOCOL_VERSIONS
+            stream_gone = modern and uri not in self._notices.listened()
+            if self._subscribers[uri] and not stream_gone:
                 self._subscribers[uri] += 1
                 return
             await self._subscribe(uri)  # the first, or a listen stream that ended by itself: made again

@@ -11,8 +11,8 @@ deleted all the same: signing out never fails because the server is down.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import anyio
@@ -20,7 +20,12 @@ import anyio
 from mcpvisor.core.server_config import redact_url
 from mcpvisor.host.oauth_settings import OAuthSettings
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
 __all__ = ["REVOKE_TIMEOUT_S", "revoke"]
+
+M = TypeVar("M", bound="BaseModel")
 
 REVOKE_TIMEOUT_S = 10.0
 """Bound on the whole revocation (discovery and both requests)."""
@@ -33,23 +38,18 @@ async def revoke(server_url: str, record: Mapping[str, Any], settings: OAuthSett
     as a clause for the person ("revoked at https://auth.example.com", "… offers no revocation")."""
     import httpx2
 
-    tokens = record.get("tokens")
-    tokens = tokens if isinstance(tokens, Mapping) else {}  # unreadable tokens: nothing to revoke
+    stored = record.get("tokens")
+    tokens = stored if isinstance(stored, Mapping) else {}
     held = [(tokens[kind], kind) for kind in ("refresh_token", "access_token") if isinstance(tokens.get(kind), str)]
     if not held:
-        return (
-            "the stored tokens were unreadable: nothing was revoked"
-            if tokens or record.get("tokens")
-            else ("there were no tokens to revoke")
-        )
-    shown = redact_url(server_url)
+        return "the stored tokens were unreadable: nothing was revoked" if stored else "there were no tokens to revoke"
     try:
         with anyio.fail_after(REVOKE_TIMEOUT_S):
             async with httpx2.AsyncClient(timeout=_REQUEST_TIMEOUT_S, follow_redirects=False) as http:
                 issuer = settings.issuer or await _authorization_server(http, server_url)
                 endpoint = await _revocation_endpoint(http, issuer, server_url)
                 if endpoint is None:
-                    return f"the authorization server {redact_url(issuer) if issuer else shown} offers no revocation"
+                    return f"the authorization server {redact_url(issuer or server_url)} offers no revocation"
                 for token, hint in held:
                     request = _authenticated(record, settings, token, hint)
                     answer = await http.post(endpoint, **request)
@@ -73,35 +73,37 @@ async def _authorization_server(http: Any, server_url: str) -> str | None:
     """The first authorization server the MCP server's protected resource metadata names, if any."""
     from mcp.client.auth.utils import build_protected_resource_metadata_discovery_urls
     from mcp.shared.auth import ProtectedResourceMetadata
-    from pydantic import ValidationError
 
-    for url in build_protected_resource_metadata_discovery_urls(None, server_url):
-        answer = await http.get(url)
-        if answer.status_code != 200:
-            continue
-        try:
-            metadata = ProtectedResourceMetadata.model_validate_json(answer.content)
-        except ValidationError:
-            continue
-        if metadata.authorization_servers:
-            return str(metadata.authorization_servers[0])
-    return None
+    urls = build_protected_resource_metadata_discovery_urls(None, server_url)
+    found = await _first_metadata(http, urls, ProtectedResourceMetadata, lambda m: bool(m.authorization_servers))
+    return str(found.authorization_servers[0]) if found is not None else None
 
 
 async def _revocation_endpoint(http: Any, issuer: str | None, server_url: str) -> str | None:
     from mcp.client.auth.utils import build_oauth_authorization_server_metadata_discovery_urls
     from mcp.shared.auth import OAuthMetadata
+
+    urls = build_oauth_authorization_server_metadata_discovery_urls(issuer, server_url)
+    found = await _first_metadata(http, urls, OAuthMetadata)
+    return str(found.revocation_endpoint) if found is not None and found.revocation_endpoint else None
+
+
+async def _first_metadata(
+    http: Any, urls: list[str], model: type[M], wanted: Callable[[M], bool] = lambda _: True
+) -> M | None:
+    """The first of ``urls`` that answers 200 with a valid ``model`` that is ``wanted``."""
     from pydantic import ValidationError
 
-    for url in build_oauth_authorization_server_metadata_discovery_urls(issuer, server_url):
+    for url in urls:
         answer = await http.get(url)
         if answer.status_code != 200:
             continue
         try:
-            metadata = OAuthMetadata.model_validate_json(answer.content)
+            metadata = model.model_validate_json(answer.content)
         except ValidationError:
             continue
-        return str(metadata.revocation_endpoint) if metadata.revocation_endpoint else None
+        if wanted(metadata):
+            return metadata
     return None
 
 
