@@ -321,6 +321,18 @@ async def test_a_project_server_waits_for_approval_and_approving_connects_it(tmp
         assert len(s.rec.prompts()) == prompts  # approved: never prompts again
 
 
+async def test_a_misspelled_verdict_is_refused_and_decides_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "p-started"
+    async with session(tmp_path, project={"mcpServers": {"p": server("p", marker=marker)}}) as s:
+        for typo in ("approved", "yes", "Reject"):
+            with pytest.raises(ValueError, match=f"verdict '{typo}' on server 'p' is neither 'approve' nor 'reject'"):
+                await s.host.decide("p", typo)  # type: ignore[arg-type]  # what an untyped caller may pass
+        assert s.host.approvals.get_state(s.layout.root, "p", s.host.state.assembled.servers["p"]) == "pending"
+        assert not s.layout.paths.approvals.exists()
+        await s.host.decide("p", "approve")
+        await s.rec.wait_for(lambda: s.live() == {"p"})
+
+
 async def test_a_project_server_runs_in_its_workspace_folder_and_two_workspaces_run_two_servers(
     tmp_path: Path,
 ) -> None:

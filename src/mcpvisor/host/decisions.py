@@ -16,16 +16,24 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore, DecidedSinceShown, is_gated
 from mcpvisor.host.pins import Change, PinMode, PinStore, accept_held, changes_since_approval
 
-__all__ = ["ChangedSinceShown", "DecidedSinceShown", "Decided", "Verdict", "decide"]
+__all__ = ["VERDICTS", "ChangedSinceShown", "Decided", "DecidedSinceShown", "Verdict", "check_verdict", "decide"]
 
 Verdict = Literal["approve", "reject"]
+VERDICTS: frozenset[str] = frozenset(get_args(Verdict))
+
+
+def check_verdict(verdict: str, name: str) -> None:
+    """Raise ``ValueError`` unless ``verdict`` is one of :data:`VERDICTS`: a typo (``"approved"``) must never
+    be written down as a rejection."""
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict {verdict!r} on server {name!r} is neither 'approve' nor 'reject'")
 
 
 class ChangedSinceShown(ConfigError):
@@ -68,6 +76,7 @@ def decide(
     ``source`` names where the server comes from, for the refusal of one that needs no
     approval. Raises :class:`ChangedSinceShown`, or :class:`ConfigError` saying why it cannot be decided
     (needs no approval, the store cannot be read or written)."""
+    check_verdict(verdict, name)
     if shown_hash is not None and cfg.approval_hash != shown_hash:
         raise ChangedSinceShown(name, verdict)
     if shown_stamp is not None and is_gated(cfg) and approvals.stamp(root, name) != shown_stamp:

@@ -30,7 +30,7 @@ from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.core.server_config import ConnectionOptions
 from mcpvisor.host import paths
 from mcpvisor.host.approvals import ApprovalStore, is_gated
-from mcpvisor.host.decisions import Decided, Verdict, decide
+from mcpvisor.host.decisions import Decided, Verdict, check_verdict, decide
 from mcpvisor.host.hot_reload import (
     DesiredState,
     HotReloadEvent,
@@ -399,6 +399,7 @@ class Host(StackOwner):
         saw), then follow it: accepted definitions are
         served at once, a recorded verdict is reconciled (approving connects the server). ``on_decided``
         hears the outcome once it is written, before the reconcile says what it did."""
+        check_verdict(decision, name)
         state = self.state
         cfg = state.assembled.servers.get(name)
         if cfg is None:
