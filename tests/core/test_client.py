@@ -145,6 +145,61 @@ async def test_stderr_goes_to_a_per_server_log(tmp_path: Path) -> None:
     assert logs.stat().st_mode & 0o777 == 0o700  # a folder made for them is the user's alone too
 
 
+async def test_a_log_others_could_read_or_redirect_is_never_written(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    readable = logs / "loud.log"
+    readable.write_text("")
+    readable.chmod(0o666)  # made by someone else's umask, or on purpose
+    client = McpClient("loud", light("loud", "--stderr", "TOKEN=hunter2"), options=ConnectionOptions(log_dir=logs))
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        await client.aclose()
+    assert "TOKEN=hunter2" in readable.read_text()
+    assert readable.stat().st_mode & 0o777 == 0o600
+
+    elsewhere = tmp_path / "victim.txt"
+    elsewhere.write_text("")
+    (logs / "link.log").symlink_to(elsewhere)  # a planted link would aim the server's writes at another file
+    linked = McpClient("link", light("link", "--stderr", "TOKEN=hunter2"), options=ConnectionOptions(log_dir=logs))
+    async with anyio.create_task_group() as tg:
+        with pytest.raises(ConnectError, match=r"server 'link': log file .*link\.log is a symbolic link; remove it"):
+            await linked.start(tg)
+    assert elsewhere.read_text() == ""
+
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    client = McpClient("x", light("x"), options=ConnectionOptions(log_dir=not_a_folder))
+    async with anyio.create_task_group() as tg:
+        with pytest.raises(ConnectError) as info:
+            await client.start(tg)
+    assert f"cannot write its log {not_a_folder / 'x.log'} (File exists: {not_a_folder})" in str(info.value)
+    assert "set MCPVISOR_LOG_DIR to a folder of your own" in str(info.value)
+
+
+def test_a_log_folder_or_file_of_another_user_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "mine.log").write_text("")
+    real = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: real + 1)  # as if another user had made them
+    with pytest.raises(OSError, match=r"log folder .*logs belongs to another user; set MCPVISOR_LOG_DIR"):
+        ServerLog(tmp_path / "logs" / "mine.log")
+    monkeypatch.setattr(os, "getuid", lambda: real)
+    ServerLog(tmp_path / "logs" / "mine.log").close()
+
+
+async def test_without_a_log_folder_servers_log_where_the_host_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MCPVISOR_LOG_DIR", str(tmp_path / "mine"))
+    client = McpClient("loud", light("loud", "--stderr", "hello"))
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        await client.aclose()
+    assert client.log_path == tmp_path / "mine" / "loud.log"
+    assert "hello" in client.log_path.read_text()
+
+
 async def test_a_missing_command_names_the_server_and_the_field(tmp_path: Path) -> None:
     client = McpClient(
         "gh", McpServerConfig(command="/nonexistent/npx-not-here"), options=ConnectionOptions(log_dir=tmp_path)

@@ -127,6 +127,7 @@ async def test_servers_that_crash_flood_write_garbage_or_hang_never_disturb_the_
         assert r.last_server("garbled")["tools"] == ["mcp__garbled__echo"]  # type: ignore[index]
         await r.wait_for(lambda: (r.last_server("stuck") or {}).get("error") is not None)
         assert "no answer within 1.5 s" in r.last_server("stuck")["error"]  # type: ignore[index]
+        assert "set mcpServers.stuck.discoveryTimeoutMs" in r.last_server("stuck")["error"]  # type: ignore[index]
         # The crashing server is restarted, with a growing pause between tries.
         await wait_until(lambda: len(marker_pids(m["crashy"])) >= 3, timeout_s=WAIT_S * 2)
         # The flooding one stays connected; its log is capped, private, and rotates.

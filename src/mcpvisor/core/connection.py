@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
-import tempfile
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -26,6 +26,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcpvisor.core import server_log
 from mcpvisor.core.client_requests import InFlight
 from mcpvisor.core.errors import (
     ConnectError,
@@ -68,7 +69,9 @@ _SAFE_FILENAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 def default_log_dir() -> Path:
-    return Path(tempfile.gettempdir()) / "mcpvisor-logs"
+    """Where servers log when :attr:`ConnectionOptions.log_dir` is not set: as the host's
+    (:func:`mcpvisor.core.server_log.default_log_dir` of this process's environment)."""
+    return server_log.default_log_dir(os.environ)
 
 
 class ServerConnection:
@@ -208,11 +211,12 @@ class ServerConnection:
                 self._life = life
                 await self._connect_and_serve(life)
             if life.cancelled_caught and not self._ready.is_set() and not self._stopping:
+                longer = f"a server that needs longer may have it: set mcpServers.{self.name}.discoveryTimeoutMs"
                 self.last_error = (
                     f"no answer within {self.discovery_timeout_s:g} s; check that the server starts and speaks MCP "
-                    f"(its log: {self.log_path})"
+                    f"(its log: {self.log_path}); {longer}"
                     if self.config.transport == "stdio"
-                    else f"no answer within {self.discovery_timeout_s:g} s from {self.config.target()}"
+                    else f"no answer within {self.discovery_timeout_s:g} s from {self.config.target()}; {longer}"
                 )
         except anyio.get_cancelled_exc_class():
             self._stopping = True  # the host is shutting down: a deliberate stop, not a loss

@@ -9,13 +9,23 @@ floods its stderr can neither fill the disk nor eat the host's CPU: the log rota
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
 import anyio
 import anyio.abc
 
-__all__ = ["LOG_BACKUPS", "LOG_MAX_BYTES", "LOG_RATE_BYTES_PER_S", "ServerLog", "pump_stderr"]
+__all__ = [
+    "LOG_BACKUPS",
+    "LOG_MAX_BYTES",
+    "LOG_RATE_BYTES_PER_S",
+    "ServerLog",
+    "default_log_dir",
+    "log_problem",
+    "pump_stderr",
+]
 
 LOG_MAX_BYTES: Final = 5 * 1024 * 1024
 LOG_BACKUPS: Final = 1
@@ -23,19 +33,55 @@ LOG_RATE_BYTES_PER_S: Final = 1024 * 1024
 _READ_CHUNK: Final = 64 * 1024
 
 
+def default_log_dir(env: Mapping[str, str]) -> Path:
+    """Per-server stderr logs: ``$MCPVISOR_LOG_DIR``; else ``logs`` in ``$MCPVISOR_HOME`` when that is set;
+    else the user's XDG state folder (``~/.local/state/mcpvisor/logs``) — never a folder other users share."""
+    override = env.get("MCPVISOR_LOG_DIR")
+    if override:
+        return Path(override).expanduser()
+    home = env.get("MCPVISOR_HOME")
+    if home:
+        return Path(home).expanduser() / "logs"
+    state = env.get("XDG_STATE_HOME")
+    base = Path(state) if state else Path(env.get("HOME") or Path.home()) / ".local" / "state"
+    return base / "mcpvisor" / "logs"
+
+
 class ServerLog:
-    """Appends to ``path`` (0600), rotating ``path`` -> ``path.1`` when it would pass ``max_bytes``."""
+    """Appends to ``path`` (0600), rotating ``path`` -> ``path.1`` when it would pass ``max_bytes``.
+
+    The log is the user's alone: its folder is made 0700, and a folder or file that belongs to another user,
+    or a log that is a symbolic link or not a regular file, is refused with :class:`OSError` (someone who
+    could plant them would read what the server prints, or aim its writes at another file); a log file
+    readable by others is made 0600."""
 
     def __init__(self, path: Path, *, max_bytes: int = LOG_MAX_BYTES, backups: int = LOG_BACKUPS) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.backups = backups
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # made here: the user's alone, as the logs
+        _check_owner(path.parent, os.stat(path.parent), "log folder")
         self._fd = self._open()
         self._size = os.fstat(self._fd).st_size
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            if os.path.islink(self.path):
+                raise OSError(f"log file {self.path} is a symbolic link; remove it") from exc
+            raise
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(f"log file {self.path} is not a regular file; remove it")
+            _check_owner(self.path, info, "log file")
+            if info.st_mode & 0o077:
+                os.fchmod(fd, 0o600)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def write(self, data: bytes) -> None:
         if self._size and self._size + len(data) > self.max_bytes:
@@ -59,6 +105,19 @@ class ServerLog:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def log_problem(path: Path, exc: OSError) -> str:
+    """Why a server's log at ``path`` cannot be written, and the fix, from what :class:`ServerLog` raised."""
+    if exc.strerror is None:  # one of ServerLog's own refusals: it names the file and the fix
+        return str(exc)
+    where = exc.filename if exc.filename is not None else path
+    return f"cannot write its log {path} ({exc.strerror}: {where}); set MCPVISOR_LOG_DIR to a folder of your own"
+
+
+def _check_owner(path: Path, info: os.stat_result, what: str) -> None:
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        raise OSError(f"{what} {path} belongs to another user; set MCPVISOR_LOG_DIR to a folder of your own")
 
 
 async def pump_stderr(

@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from mcpvisor.core.errors import ConnectError, McpvisorError, MessageTooLargeError
 from mcpvisor.core.server_config import REPOSITORY_SCOPES, InMemoryServers, McpServerConfig
-from mcpvisor.core.server_log import ServerLog
+from mcpvisor.core.server_log import ServerLog, log_problem
 from mcpvisor.core.stdio import StdioProcess, open_stdio_transport
 
 __all__ = [
@@ -59,7 +59,10 @@ async def open_transport(
     process: StdioProcess | None = None
     if cfg.command is not None:
         # A server may print anything it was given, secrets included: the log is the user's alone (0600).
-        log = ServerLog(log_path)
+        try:
+            log = ServerLog(log_path)
+        except OSError as exc:
+            raise ConnectError(f"could not start server {name!r}: {log_problem(log_path, exc)}", server=name) from exc
         host_path = cfg.scope in REPOSITORY_SCOPES
         try:
             streams, process = await stack.enter_async_context(
@@ -266,7 +269,8 @@ def describe_failure(exc: BaseException) -> str:
     leaf = leaves[0]
     if isinstance(leaf, MCPError):
         return f"server answered error {leaf.code}: {leaf.message}"
-    text = str(leaf) or type(leaf).__name__
+    lines = str(leaf).strip().splitlines()
+    text = lines[0].strip() if lines else type(leaf).__name__  # e.g. httpx adds a line pointing at MDN
     return text if type(leaf).__name__ in text else f"{type(leaf).__name__}: {text}"
 
 

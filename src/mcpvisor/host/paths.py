@@ -6,6 +6,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from mcpvisor.core.server_log import default_log_dir
+
 __all__ = [
     "APPROVALS_FILENAME",
     "SETTINGS_DIRNAME",
@@ -94,11 +96,4 @@ def log_dir(env: Mapping[str, str]) -> Path:
     """Per-server stderr logs: ``$MCPVISOR_LOG_DIR``; else ``logs`` in ``$MCPVISOR_HOME`` when that is set (a
     scratch home keeps everything inside it; the watcher watches folders non-recursively, so log writes
     there are never settings events); else the XDG state folder."""
-    override = env.get("MCPVISOR_LOG_DIR")
-    if override:
-        return Path(override).expanduser()
-    if env.get("MCPVISOR_HOME"):
-        return user_dir(env) / "logs"
-    state = env.get("XDG_STATE_HOME")
-    base = Path(state) if state else _home(env) / ".local" / "state"
-    return base / "mcpvisor" / "logs"
+    return default_log_dir(env)

@@ -245,6 +245,21 @@ async def test_servers_start_on_first_use_and_stop_when_idle(tmp_path: Path) -> 
         assert states.count("ready") == 2
 
 
+async def test_a_planted_log_link_is_refused_and_the_call_says_so(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "lsp-python.log").symlink_to(victim)
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}) as s:
+        refused = await s.call("document_symbols", file="models.py")
+        assert text(refused).startswith("language server 'python' failed — language server 'python' could not be ")
+        assert f"started: log file {tmp_path / 'logs' / 'lsp-python.log'} is a symbolic link; remove it" in text(
+            refused
+        )
+        assert not language_server_processes(s.layout.root)
+    assert victim.read_text() == ""
+
+
 async def test_a_call_while_a_server_is_stopping_starts_it_again(tmp_path: Path) -> None:
     async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
         await s.ok("document_symbols", file="models.py")

@@ -23,7 +23,7 @@ import anyio
 import anyio.abc
 
 from mcpvisor import __version__
-from mcpvisor.core.server_log import ServerLog
+from mcpvisor.core.server_log import ServerLog, log_problem
 from mcpvisor.host.lsp.config import GATED_LSP_SCOPES, LspServerConfig
 from mcpvisor.host.lsp.documents import Document, Documents, next_sync_number
 from mcpvisor.host.lsp.errors import LspDocumentUnreadable, LspRequestTimedOut
@@ -204,7 +204,12 @@ class LanguageServer:
     async def _own(self) -> None:
         try:
             self._check_folder()
-            log = ServerLog(self.log_path)
+            try:
+                log = ServerLog(self.log_path)
+            except OSError as exc:
+                raise LspConnectionClosed(
+                    server=self.name, reason=f"could not be started: {log_problem(self.log_path, exc)}"
+                ) from exc
             async with open_lsp_connection(
                 self.config.command or "",
                 self.config.args,
