@@ -112,6 +112,34 @@ async def test_sse_server_connects_and_calls(tmp_path: Path) -> None:
             await client.aclose()
 
 
+async def test_a_server_of_the_other_http_transport_gets_a_one_line_reason_and_the_fix(tmp_path: Path) -> None:
+    async with http_server("h", "--tools", "t") as url:
+        client = McpClient("h", McpServerConfig(url=url), options=ConnectionOptions(log_dir=tmp_path))
+        async with anyio.create_task_group() as tg:
+            with pytest.raises(ConnectError) as info:
+                await client.start(tg)
+    assert str(info.value) == (
+        f"could not connect to server 'h': HTTPStatusError: Client error '400 Bad Request' for url '{url}' "
+        f'(reaching {url}); if it speaks streamable HTTP, set mcpServers.h.type to "http"'
+    )  # one line: httpx's second one, pointing at MDN, is left out
+
+    async with http_server("s", "--tools", "t", transport="sse") as url:
+        client = McpClient("s", McpServerConfig(http_url=url), options=ConnectionOptions(log_dir=tmp_path))
+        async with anyio.create_task_group() as tg:
+            with pytest.raises(ConnectError) as info:
+                await client.start(tg)
+    assert str(info.value) == (
+        "could not connect to server 's': the server answered its start-up request with an HTTP error status "
+        f'(reaching {url}); check the URL, and if it speaks the older SSE transport, set mcpServers.s.type to "sse"'
+    )
+    async with http_server("h", "--tools", "t") as url:
+        missing = url.removesuffix("/mcp") + "/nothing-here"
+        client = McpClient("h", McpServerConfig(http_url=missing), options=ConnectionOptions(log_dir=tmp_path))
+        async with anyio.create_task_group() as tg:
+            with pytest.raises(ConnectError, match=r"answered its start-up request with HTTP 404 \(Not Found\)"):
+                await client.start(tg)
+
+
 @pytest.mark.parametrize("era", ["handshake", "modern"])
 async def test_list_changed_refreshes_the_tools_in_both_protocol_eras(tmp_path: Path, era: str) -> None:
     changes: list[list[str]] = []
@@ -747,9 +775,9 @@ def test_the_sdks_own_words_for_a_lost_connection_are_told_from_a_servers_error_
 
 def test_a_remote_servers_start_up_error_says_which_url() -> None:
     cfg = McpServerConfig(http_url="http://127.0.0.1:9/mcp?key=s3cret")
-    error = MCPError(code=-32603, message="Server returned an error response")
+    error = MCPError(code=-32603, message="Internal error")
     said = explain_start_failure("r", cfg, error, needs_auth=False, process=None, log_path=Path("/x.log"))
     assert said == (
-        "the server answered its start-up requests with an error: Server returned an error response (code -32603) "
+        "the server answered its start-up requests with an error: Internal error (code -32603) "
         "(reaching http://127.0.0.1:9/mcp?key=***)"
     )

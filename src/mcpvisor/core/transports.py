@@ -226,6 +226,12 @@ def explain_start_failure(
     for leaf in flatten(exc):
         if isinstance(leaf, MCPError) and not closed_in_sdk(leaf) and not timed_out_in_sdk(leaf):
             where = "" if cfg.transport == "stdio" else f" (reaching {cfg.target()})"
+            status = _SDK_HTTP_STATUSES.get((leaf.code, leaf.message)) if cfg.transport == "http" else None
+            if status is not None:  # the SDK's stand-in for an HTTP status, not an answer of the server's
+                return (
+                    f"the server answered its start-up request with {status}{where}; check the URL, and if it "
+                    f'speaks the older SSE transport, set mcpServers.{name}.type to "sse"'
+                )
             if leaf.code == types.PARSE_ERROR and leaf.message.startswith("Failed to parse"):
                 # The SDK's text quotes the answer, which may hold a secret.
                 return f"the server's answer to its start-up requests is not valid JSON-RPC (not shown){where}"
@@ -236,7 +242,23 @@ def explain_start_failure(
         if code is not None:
             return f"process exited with code {code} during start-up; see its log {log_path}"
         return f"{reason}; see its log {log_path}"
-    return f"{reason} (reaching {cfg.target()})"
+    return f"{reason} (reaching {cfg.target()}){_transport_hint(exc, name, cfg)}"
+
+
+_SDK_HTTP_STATUSES = {
+    (types.METHOD_NOT_FOUND, "Not Found"): "HTTP 404 (Not Found)",
+    (types.INTERNAL_ERROR, "Server returned an error response"): "an HTTP error status",
+}
+"""The errors the SDK's streamable HTTP client makes of an HTTP error status, and what they stand for."""
+
+
+def _transport_hint(exc: BaseException, name: str, cfg: McpServerConfig) -> str:
+    """The fix when an HTTP status says an SSE server may speak streamable HTTP: a ``url`` without a ``type``
+    is the older SSE transport, which a streamable HTTP endpoint refuses (400, 405 or 406)."""
+    statuses = {getattr(getattr(leaf, "response", None), "status_code", None) for leaf in flatten(exc)}
+    if cfg.transport == "sse" and statuses & {400, 405, 406}:
+        return f'; if it speaks streamable HTTP, set mcpServers.{name}.type to "http"'
+    return ""
 
 
 def _auth_failure(leaf: BaseException) -> str:
