@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from mcpvisor.core.server_config import (
     normalize_server_entry,
     redact_text,
 )
+from mcpvisor.host.settings.expand import expand_vars
 
 BASE: dict[str, Any] = {
     "command": "node",
@@ -102,6 +104,22 @@ def test_target_shows_the_command_line_or_url_without_secrets() -> None:
     cfg = McpServerConfig.model_validate(BASE)
     assert cfg.target() == "node server.js --port 1"
     assert "secret" not in cfg.target()
+
+
+def test_what_a_variable_stands_for_is_shown_as_written_never_its_value() -> None:
+    env = {"TOKEN": "argsecret-777", "HOME": "/home/me"}
+    expand = partial(expand_vars, env=env)
+    entry = {"command": "${HOME}/bin/tool", "args": ["--api-key", "${TOKEN}", "--key=$TOKEN"]}
+    cfg = McpServerConfig.from_entry(entry, expand=expand)
+    assert cfg.args == ("--api-key", "argsecret-777", "--key=argsecret-777")  # what runs
+    assert cfg.target() == "${HOME}/bin/tool --api-key ${TOKEN} --key=$TOKEN"
+    said = redact_text("could not start /home/me/bin/tool: it printed argsecret-777 (--key=argsecret-777)", cfg)
+    assert said == "could not start ${HOME}/bin/tool: it printed ${TOKEN} (--key=$TOKEN)"
+
+    remote = McpServerConfig.from_entry({"type": "http", "url": "https://h.example/${TOKEN}/mcp?k=1"}, expand=expand)
+    assert remote.http_url == "https://h.example/argsecret-777/mcp?k=1"
+    assert remote.target() == "https://h.example/${TOKEN}/mcp?k=***"
+    assert "argsecret" not in redact_text(f"failed (reaching {remote.http_url})", remote)
 
 
 def _shuffled(d: dict[str, Any], order: list[int]) -> dict[str, Any]:

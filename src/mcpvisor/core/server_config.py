@@ -236,11 +236,29 @@ class McpServerConfig(BaseModel):
         return self.model_dump(mode="json", exclude_unset=True)
 
     def target(self) -> str:
-        """What this server runs or reaches, for people: command line or URL. Never secrets:
-        env and header values are left out, and a URL loses its credentials and query values."""
+        """What this server runs or reaches, for people: command line or URL, as the entry wrote them (a
+        ``${VAR}`` in them may stand for a secret). Never secrets: env and header values are left out, and a
+        URL loses its credentials and query values."""
         if self.command is not None:
-            return " ".join([self.command, *self.args])
-        return redact_url(self.http_url or self.url or "")
+            args = self.approved_value("args")
+            written = args if isinstance(args, list) and len(args) == len(self.args) else self.args
+            return " ".join(str(part) for part in [self.approved_value("command") or self.command, *written])
+        for key in ("http_url", "url"):
+            if (url := getattr(self, key)) is not None:
+                written_url = self.approved_value(key)
+                return redact_url(written_url if isinstance(written_url, str) else url)
+        return ""
+
+    def expansions(self) -> list[tuple[str, str]]:
+        """``(value as run, as written)`` for the command, each argument and the URL that ``${VAR}`` expansion
+        changed, longest first: what :func:`redact_text` puts back as written."""
+        pairs = [(self.command, self.approved_value("command")), (self.http_url, self.approved_value("http_url"))]
+        pairs.append((self.url, self.approved_value("url")))
+        written_args = self.approved_value("args")
+        if isinstance(written_args, list) and len(written_args) == len(self.args):
+            pairs.extend(zip(self.args, written_args, strict=True))
+        changed = {run: str(written) for run, written in pairs if run and isinstance(written, str) and run != written}
+        return sorted(changed.items(), key=lambda pair: -len(pair[0]))
 
 
 def redact_url(url: str) -> str:
@@ -276,8 +294,13 @@ def _redact_url_in_text(match: re.Match[str]) -> str:
 
 
 def redact_text(text: str, cfg: McpServerConfig | None = None) -> str:
-    """``text`` fit to show people: every URL in it redacted (:func:`redact_url`), and the values of
-    ``cfg``'s env and headers replaced by ``***`` wherever they appear."""
+    """``text`` fit to show people: ``cfg``'s command, arguments and URL as written wherever ``${VAR}``
+    expansion changed them, every URL redacted (:func:`redact_url`), and the values of ``cfg``'s env and
+    headers replaced by ``***`` wherever they appear."""
+    if cfg is not None:
+        for run, written in cfg.expansions():
+            if len(run) >= _MIN_SECRET_LEN:
+                text = text.replace(run, written)
     text = _URL.sub(_redact_url_in_text, text)
     if cfg is not None:
         for value in (*(cfg.env or {}).values(), *(cfg.headers or {}).values()):
