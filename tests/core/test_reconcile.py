@@ -54,6 +54,22 @@ async def test_add_mcp_servers_refuses_after_init(config: Config) -> None:
         config.add_mcp_servers({"b": light("b")})
 
 
+async def test_a_plain_entry_instead_of_a_server_config_is_refused_at_once(config: Config) -> None:
+    entry = {"command": sys.executable, "args": ["-m", LIGHT, "--name", "a"]}
+    said = r"server 'a' is a dict, not an McpServerConfig: .* McpServerConfig.from_entry\(entry\)"
+    with pytest.raises(TypeError, match=said):
+        Config(mcp_servers={"a": entry})  # type: ignore[dict-item]  # what an untyped caller may pass
+    for layer in (config.set_mcp_servers, config.add_mcp_servers, config.set_extension_mcp_servers):
+        with pytest.raises(TypeError, match=said):
+            layer({"a": entry})  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match=said):
+        config.add_runtime_mcp_server("a", entry)  # type: ignore[arg-type]
+    assert config.get_merged_mcp_servers() == {}
+    config.set_mcp_servers({"a": McpServerConfig.from_entry(entry)})
+    await config.initialize()
+    assert tools(config) == {"mcp__a__echo"}
+
+
 async def test_reinitialize_before_initialize_is_a_safe_no_op(config: Config, tmp_path: Path) -> None:
     marker = tmp_path / "m"
     await config.reinitialize_mcp_servers({"a": light("a", "--marker", str(marker))})

@@ -75,7 +75,7 @@ class Config(StackOwner):
         """How this session's connections are made (with a ``pool``, the pool's options rule)."""
         self._definition_gate = definition_gate
         self._session_id = session_id
-        self._settings_servers: dict[str, McpServerConfig] = dict(mcp_servers or {})
+        self._settings_servers: dict[str, McpServerConfig] = _checked(mcp_servers or {})
         self._extension_servers: dict[str, McpServerConfig] = {}
         self._runtime_servers: dict[str, McpServerConfig] = {}
         self._cli_allowed = _as_tuple(allowed_mcp_server_names)
@@ -150,7 +150,7 @@ class Config(StackOwner):
     def set_mcp_servers(self, servers: Mapping[str, McpServerConfig]) -> None:
         """Replace (not merge) the settings layer. Allowed at any time; removals take effect."""
         before = set(self.get_merged_mcp_servers())
-        self._settings_servers = dict(servers)
+        self._settings_servers = _checked(servers)
         after = set(self.get_merged_mcp_servers())
         self._removed = (self._removed | (before - after)) - after
 
@@ -161,20 +161,20 @@ class Config(StackOwner):
                 "cannot add MCP servers after initialisation: use set_mcp_servers() or "
                 "reinitialize_mcp_servers() to change servers at run time"
             )
-        self._settings_servers.update(servers)
+        self._settings_servers.update(_checked(servers))
 
     def get_settings_mcp_servers(self) -> dict[str, McpServerConfig]:
         return dict(self._settings_servers)
 
     def set_extension_mcp_servers(self, servers: Mapping[str, McpServerConfig]) -> None:
         before = set(self.get_merged_mcp_servers())
-        self._extension_servers = dict(servers)
+        self._extension_servers = _checked(servers)
         after = set(self.get_merged_mcp_servers())
         self._removed = (self._removed | (before - after)) - after
 
     def add_runtime_mcp_server(self, name: str, config: McpServerConfig) -> None:
         """Add a server that wins over every other layer (takes effect at the next reconcile)."""
-        self._runtime_servers[name] = config
+        self._runtime_servers[name] = _checked({name: config})[name]
         self._removed.discard(name)
 
     def remove_runtime_mcp_server(self, name: str) -> None:
@@ -457,3 +457,15 @@ class Config(StackOwner):
                 offered = ", ".join(sorted(listed)) or "none"
                 text = f"{head} does not provide it (renamed or filtered out?); its {kind}s: {offered}"
         return not_found(text, kind=kind, target=name, server=server, reason=reason)
+
+
+def _checked(servers: Mapping[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+    """``servers`` as a dict, once each is known to be an :class:`McpServerConfig` (a plain settings-file entry
+    would only fail at connect time, deep in a task group)."""
+    for name, cfg in servers.items():
+        if not isinstance(cfg, McpServerConfig):
+            raise TypeError(
+                f"server {name!r} is a {type(cfg).__name__}, not an McpServerConfig: build it with "
+                f"McpServerConfig(command=...) or, from a settings-file entry, McpServerConfig.from_entry(entry)"
+            )
+    return dict(servers)
