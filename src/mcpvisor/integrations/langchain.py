@@ -7,7 +7,7 @@ Two ways in:
 - :class:`McpvisorMiddleware` for ``langchain.agents.create_agent``: it offers the current tools at
   every model call and runs mcpvisor's tool calls, so one agent follows every edit::
 
-      async with Host(HostOptions()) as host:
+      async with Host(HostOptions(env=os.environ)) as host:
           agent = create_agent(model, tools=[], middleware=[McpvisorMiddleware(host)])
           await agent.ainvoke({"messages": [("user", "...")]})
 

@@ -2,7 +2,7 @@
 
 ::
 
-    async with Host(HostOptions()) as host:
+    async with Host(HostOptions(env=os.environ)) as host:
         agent = Agent(name="assistant", mcp_servers=[McpvisorMCPServer(host)])
         await Runner.run(agent, "...")
 

@@ -2,7 +2,7 @@
 
 ::
 
-    async with Host(HostOptions()) as host:
+    async with Host(HostOptions(env=os.environ)) as host:
         agent = Agent("openai:gpt-5", toolsets=[McpvisorToolset(host)])
         await agent.run("...")
 
