@@ -254,6 +254,36 @@ def test_config_module_does_not_import_the_mcp_sdk() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_the_first_connection_imports_the_sdk_off_the_event_loop(tmp_path: Path) -> None:
+    """A program that shares its event loop with a web server keeps answering while the SDK loads."""
+    code = f"""
+import sys, threading, anyio
+from pathlib import Path
+from mcpvisor.core.config import Config
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
+
+importers = []
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name in ("mcp", "mcpvisor.core.client"):
+            importers.append((name, threading.current_thread() is threading.main_thread()))
+        return None
+
+sys.meta_path.insert(0, Watch())
+
+async def main():
+    light = McpServerConfig(command=sys.executable, args=["-m", "mcpvisor.examples.light_server", "--name", "a"])
+    async with Config(mcp_servers={{"a": light}}, options=ConnectionOptions(log_dir=Path({str(tmp_path)!r}))) as cfg:
+        await cfg.initialize()
+        assert set(cfg.tool_registry.names()) == {{"mcp__a__echo"}}, cfg.tool_registry.names()
+
+anyio.run(main)
+assert importers and not any(on_loop for _, on_loop in importers), importers
+"""
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 MAX_MODULE_LINES = 500
 """Readable sizes: a module that grows past this is split by concern."""
 

@@ -9,7 +9,9 @@ respawns.
 
 from __future__ import annotations
 
+import importlib
 import logging
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 
 from mcpvisor.core.events import (
     EventBus,
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["BACKOFF_INITIAL_S", "BACKOFF_MAX_S", "MAX_RECONNECT_ATTEMPTS", "McpClientManager", "default_max_starts"]
 
 logger = logging.getLogger(__name__)
+_CLIENT_MODULE = "mcpvisor.core.client"
 
 BACKOFF_INITIAL_S = 0.5
 BACKOFF_MAX_S = 30.0
@@ -238,6 +242,10 @@ class McpClientManager:
 
     async def _open(self, name: str, cfg: McpServerConfig) -> None:
         """Start (or, with a pool, acquire) a connection for ``name``. Raises ConnectError."""
+        if _CLIENT_MODULE not in sys.modules:
+            # The first connection imports the SDK (about half a second of CPU): off the event loop, which
+            # the program may share with a web server, so that it keeps answering meanwhile.
+            await anyio.to_thread.run_sync(importlib.import_module, _CLIENT_MODULE)
         from mcpvisor.core.client import McpClient
 
         self._configs[name] = cfg
