@@ -54,7 +54,9 @@ def test_split_key() -> None:
 def test_set_key_and_delete_key_copy() -> None:
     data: dict[str, Any] = {"mcp": {"allowed": ["a"]}, "x": 1}
     assert set_key(data, ("mcp", "excluded"), ["b"]) == {"mcp": {"allowed": ["a"], "excluded": ["b"]}, "x": 1}
-    assert set_key(data, ("x", "y"), 2) == {"mcp": {"allowed": ["a"]}, "x": {"y": 2}}
+    assert set_key({"x": None}, ("x", "y"), 2) == {"x": {"y": 2}}  # null holds nothing to lose
+    with pytest.raises(writer.NotAnObject, match="x is a number, not an object"):
+        set_key(data, ("x", "y"), 2)  # the 1 would be gone
     assert delete_key(data, ("mcp", "allowed")) == ({"mcp": {}, "x": 1}, True)
     assert delete_key(data, ("mcp", "nope")) == (data, False)
     assert delete_key(data, ("x", "y")) == (data, False)
@@ -72,7 +74,6 @@ def test_set_key_and_delete_key_copy() -> None:
         (COMMENTED, ("ui",), None, True),
         (COMMENTED, ("mcp", "excluded"), ["q"], False),
         (COMMENTED, ("ui", "theme"), "light", False),
-        (COMMENTED, ("ui", "theme", "deep"), 1, False),
         ("{}", ("mcpServers", "a"), {"command": "a"}, False),
         ("{\n}\n", ("a",), 1, False),
         ('{"a": 1}', ("b",), 2, False),
@@ -165,6 +166,20 @@ def test_an_unparsable_file_is_never_overwritten(layout: Layout) -> None:
     with pytest.raises(SettingsFileError):
         set_setting(settings, "user", "ui.theme", "x")
     assert layout.paths.user.read_text() == '{"mcpServers": '
+
+
+@pytest.mark.parametrize("servers", ['["keep-me", {"x": 1}]', '"oops"', "3"])
+def test_a_server_is_never_added_over_what_is_not_an_object(layout: Layout, servers: str) -> None:
+    text = f'{{\n  // mine\n  "mcpServers": {servers}\n}}\n'
+    layout.paths.user.parent.mkdir(parents=True)
+    layout.paths.user.write_text(text)
+    settings = layout.settings()
+    with pytest.raises(ConfigError) as info:
+        set_setting(settings, "user", ("mcpServers", "b"), {"command": "echo"})
+    assert str(info.value).startswith(f"cannot set mcpServers.b in {layout.paths.user}: mcpServers is ")
+    assert str(info.value).endswith("not an object; fix or remove mcpServers there first (the file is left as it is)")
+    assert layout.paths.user.read_text() == text
+    assert "b" not in settings.merged.mcp_servers
 
 
 def test_a_symlinked_settings_file_stays_a_symlink(layout: Layout, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import json5
 
+from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.private_files import write_atomically
 from mcpvisor.host.settings.files import read_settings_text
 from mcpvisor.host.settings.loader import (
@@ -58,16 +59,32 @@ def split_key(key: str | Sequence[str]) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- pure edits of data
 
 
-def set_key(data: Mapping[str, Any], path: Sequence[str], value: Any) -> dict[str, Any]:
-    """A copy of ``data`` with ``path`` set to ``value`` (missing or non-object parents become objects)."""
+class NotAnObject(ValueError):
+    """A parent of the key to set holds a value that is not an object: setting the key would drop it."""
+
+    def __init__(self, key: Sequence[str], value: Any) -> None:
+        super().__init__(f"{'.'.join(key)} is {_kind(value)}, not an object")
+        self.key = tuple(key)
+
+
+def set_key(data: Mapping[str, Any], path: Sequence[str], value: Any, *, _at: Sequence[str] = ()) -> dict[str, Any]:
+    """A copy of ``data`` with ``path`` set to ``value``; missing (or null) parents become objects. Raises
+    :class:`NotAnObject` when a parent holds anything else: nothing a person wrote is dropped silently."""
     out = dict(data)
     head, rest = path[0], path[1:]
     if not rest:
         out[head] = value
     else:
         child = out.get(head)
-        out[head] = set_key(child if isinstance(child, Mapping) else {}, rest, value)
+        if child is not None and not isinstance(child, Mapping):
+            raise NotAnObject((*_at, head), child)
+        out[head] = set_key(child or {}, rest, value, _at=(*_at, head))
     return out
+
+
+def _kind(value: Any) -> str:
+    names = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return names.get(type(value), type(value).__name__)
 
 
 def delete_key(data: Mapping[str, Any], path: Sequence[str]) -> tuple[dict[str, Any], bool]:
@@ -345,8 +362,14 @@ def _apply(settings: Settings, scope: FileScope, key: str | Sequence[str], value
             settings.replace_scope_data(scope, new_memory)
             return found_in_memory
     else:
-        new_disk = set_key(on_disk, parts, value)
-        new_memory = set_key(settings.data(scope), parts, value)
+        try:
+            new_disk = set_key(on_disk, parts, value)
+            new_memory = set_key(settings.data(scope), parts, value)
+        except NotAnObject as exc:
+            raise ConfigError(
+                f"cannot set {'.'.join(parts)} in {path}: {exc}; fix or remove {'.'.join(exc.key)} there first "
+                "(the file is left as it is)"
+            ) from exc
     rendered = _render(path, text, parts, value, delete, new_disk)
     previous = dict(settings.data(scope))
     settings.replace_scope_data(scope, new_memory)
