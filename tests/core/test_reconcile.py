@@ -406,6 +406,20 @@ async def test_a_lost_http_server_fails_calls_fast_and_is_reconnected_when_it_re
         assert result.content[0].text == "h:echo:again"  # type: ignore[union-attr]
 
 
+async def test_a_reconcile_leaves_a_crashed_server_to_its_reconnect_pause_and_never_calls_it_added(
+    config: Config,
+) -> None:
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"q": light("q", "--exit-after", "0.2")})
+    await wait_until(lambda: config.manager.clients()["q"].status == "disconnected")
+    # Down a fraction of a second after it connected: its reconnect waits 1 s, which a save must not skip.
+    summary = await config.reconcile()
+    assert summary is not None
+    assert "q" not in summary.added
+    assert "q" in summary.kept
+    await wait_until(lambda: config.manager.clients()["q"].status == "connected")  # the reconnect loop's start
+
+
 async def test_a_reconnect_after_a_crash_keeps_the_current_tool_filters(config: Config) -> None:
     await config.initialize()
     await config.reinitialize_mcp_servers({"s": light("s", "--tools", "a,b,boom", "--crash-on-call", "boom")})

@@ -157,7 +157,15 @@ class McpClientManager:
             self._sync_registry(name)
             logger.info("server %r: tool filters changed; re-filtered in place", name)
 
-        retried = tuple(n for n in plan.start if n in self._failed)  # failed last time: started again
+        # A server that went down with its configuration unchanged: its reconnect loop starts it after its pause
+        # (a save meanwhile must not skip the pause of one crashing in a loop); without one, it is a retry.
+        lost = {
+            n for n in plan.start if (c := self._clients.get(n)) and c.connection_id == connection_id_of(n, desired[n])
+        }
+        waiting = tuple(n for n in plan.start if n in lost and n in self._reconnects)
+        plan = replace(plan, start=tuple(n for n in plan.start if n not in waiting), keep=(*plan.keep, *waiting))
+        retried = tuple(n for n in plan.start if n in self._failed or n in lost)  # started again
+        changed = tuple(n for n in plan.start if n in self._clients and n not in lost)  # down, and since edited
         # A restarted server's old tools and prompts go before anything new is discovered.
         for name in plan.restart:
             self._purge(name)
@@ -173,10 +181,10 @@ class McpClientManager:
             self._failed - set(plan.remove) - set(plan.gate_stop) - set(plan.start) - set(plan.restart)
         ) | set(failed)
         summary = ReconcileFinished(
-            added=tuple(n for n in plan.start if n not in retried),
+            added=tuple(n for n in plan.start if n not in retried and n not in changed),
             retried=retried,
             removed=plan.remove,
-            restarted=plan.restart,
+            restarted=(*plan.restart, *changed),
             refiltered=plan.refilter,
             kept=plan.keep,
             gated={**plan.gate_stop, **plan.gate_skip},
