@@ -108,6 +108,19 @@ def test_a_missing_mcp_config_file_is_a_clear_error(tmp_path: Path) -> None:
     assert str(missing) in result.stderr
 
 
+def test_run_json_tells_an_error_that_stops_it_as_an_event(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"mcpServers": ')
+    result = cli("run", "--json", "--mcp-config", str(broken), "--workspace", str(layout.root), env=layout.env)
+    assert result.returncode == 1
+    said = f"invalid settings file {broken}:1:16: unexpected end of input"
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [
+        {"event": "error", "message": said, "fatal": True}
+    ]
+    assert f"error: {said}" in result.stderr
+
+
 async def test_demo_runs_shows_the_approval_flow_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     demo_dir = tmp_path / "demo"
     process = await anyio.open_process(

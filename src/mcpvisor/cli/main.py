@@ -152,10 +152,10 @@ def run(
 
     With --json, prints one JSON object per line: ready, server, reconcile, approval_needed,
     settings_error, settings_ok, restart_required, warning, error, prompts_changed, lsp_server,
-    lsp_approval_needed.
+    lsp_approval_needed; an error that stops it is an error event with "fatal": true.
     """
     setup_logging(verbose, narrated=not as_json)
-    with reported():
+    with reported(json_events=as_json):
         anyio.run(
             lambda: _run_host(
                 env=dict(os.environ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -152,14 +153,17 @@ def own_error(exc: BaseException) -> McpvisorError | None:
 
 
 @contextmanager
-def reported() -> Iterator[None]:
-    """Turn mcpvisor's own errors into one red line on stderr and exit code 1."""
+def reported(*, json_events: bool = False) -> Iterator[None]:
+    """Turn mcpvisor's own errors into one red line on stderr and exit code 1; with ``json_events`` (a command
+    printing events as JSON lines), also into an ``error`` event with ``"fatal": true`` on stdout."""
     try:
         yield
     except (McpvisorError, BaseExceptionGroup) as exc:
         own = own_error(exc)
         if own is None:
             raise
+        if json_events:
+            print(json.dumps({"event": "error", "message": str(own), "fatal": True}), flush=True)
         raise fail(str(own)) from None
 
 
