@@ -163,7 +163,7 @@ def reported(*, json_events: bool = False) -> Iterator[None]:
         if own is None:
             raise
         if json_events:
-            print(json.dumps({"event": "error", "message": str(own), "fatal": True}), flush=True)
+            typer.echo(json.dumps({"event": "error", "message": str(own), "fatal": True}))
         raise fail(str(own)) from None
 
 
