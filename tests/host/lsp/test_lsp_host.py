@@ -252,7 +252,7 @@ async def test_a_planted_log_link_is_refused_and_the_call_says_so(tmp_path: Path
     (tmp_path / "logs" / "lsp-python.log").symlink_to(victim)
     async with session(tmp_path, user={"lspServers": {"python": pylsp()}}) as s:
         refused = await s.call("document_symbols", file="models.py")
-        assert text(refused).startswith("language server 'python' failed — language server 'python' could not be ")
+        assert text(refused).startswith("language server 'python' failed — could not be ")
         assert f"started: log file {tmp_path / 'logs' / 'lsp-python.log'} is a symbolic link; remove it" in text(
             refused
         )
@@ -364,9 +364,9 @@ async def test_a_repository_server_runs_the_command_the_hosts_path_finds_not_its
         await s.ok("hover", file="models.py", line=1, character=7)
         missing = await s.call("hover", file="a.gh", line=1, character=1)
         assert text(missing) == (
-            "language server 'ghost' failed — language server 'ghost' could not be started: executable 'ghost-lsp' "
-            "not found on the host's PATH (a repository's server never runs what its own env.PATH finds); check "
-            "lspServers.ghost.command"
+            "language server 'ghost' failed — could not be started: executable 'ghost-lsp' not found on the "
+            "host's PATH (a repository's server never runs what its own env.PATH finds); check ghost.command in "
+            "its .lsp.json"
         )
     assert not marker.exists()
 
@@ -392,7 +392,7 @@ async def test_a_repository_server_whose_workspace_folder_leads_out_of_the_works
         await s.host.lsp.decide("linked", "approve")
         refused = await s.call("document_symbols", file="api.pyi")
         assert text(refused) == (
-            "language server 'linked' failed — language server 'linked' could not be started: its workspaceFolder "
+            "language server 'linked' failed — could not be started: its workspaceFolder "
             f"resolves to {outside.resolve()}, outside the workspace {s.layout.root.resolve()}; a repository's server "
             "must stay inside it: fix linked.workspaceFolder"
         )

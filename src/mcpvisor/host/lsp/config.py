@@ -119,6 +119,11 @@ class LspServerConfig(BaseModel):
 
     _approval_hash: str | None = PrivateAttr(default=None)
 
+    def field(self, name: str, key: str) -> str:
+        """Where ``key`` of the entry ``name`` is written, for a fix: ``NAME.KEY`` in a ``.lsp.json`` (or a
+        ``--lsp-config`` file), ``lspServers.NAME.KEY`` in a settings file."""
+        return f"{name}.{key} in its .lsp.json" if self.scope in ("project", "cli") else f"lspServers.{name}.{key}"
+
     @model_validator(mode="before")
     @classmethod
     def _normalize(cls, data: Any) -> Any:

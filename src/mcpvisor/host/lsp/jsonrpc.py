@@ -291,19 +291,23 @@ async def open_lsp_connection(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     shutdown_timeout_s: float = 5.0,
     host_path: bool = False,
+    command_field: str | None = None,
 ) -> AsyncIterator[LspConnection]:
     """Spawn the language server ``name`` in its own process group and talk JSON-RPC to it; its stderr goes
     to ``log`` (closed when the connection ends). Leaving the context asks the server to ``shutdown`` and
     ``exit`` (each bounded by ``shutdown_timeout_s``), then stops its whole process group; a server that
     never answered ``initialize`` has its process group killed at once. An exception
     from the body leaves the context as it is, not wrapped in an exception group. ``host_path``: a bare
-    ``command`` is looked up on the host's PATH, never on ``env.PATH`` (a server a repository defines).
+    ``command`` is looked up on the host's PATH, never on ``env.PATH`` (a server a repository defines);
+    ``command_field`` names where the entry writes it, for the fix when it is not found.
 
     Raises :class:`LspConnectionClosed` when the process cannot be spawned (behind the reaper, a missing
     ``command`` fails the first request instead: ``exited with code 127: cannot start COMMAND: ...``).
     """
     try:
-        process = await spawn_language_server(command, args, env=env, cwd=cwd, name=name, host_path=host_path)
+        process = await spawn_language_server(
+            command, args, env=env, cwd=cwd, name=name, host_path=host_path, command_field=command_field
+        )
     except BaseException:
         log.close()
         raise

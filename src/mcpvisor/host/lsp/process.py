@@ -91,9 +91,11 @@ async def spawn_language_server(
     cwd: str | None,
     name: str,
     host_path: bool = False,
+    command_field: str | None = None,
 ) -> anyio.abc.Process:
     """Start the server ``name`` in a new session with pipes on stdin, stdout and stderr. ``host_path``: a
     bare ``command`` is looked up on the host's PATH, never on ``env.PATH`` (a server a repository defines).
+    ``command_field`` names where the entry writes its command (default ``lspServers.NAME.command``).
 
     Raises :class:`LspConnectionClosed` when it cannot be spawned; behind the reaper a missing ``command``
     shows later, as an exit with code 127 and the reaper's ``cannot start COMMAND: REASON``."""
@@ -103,7 +105,7 @@ async def spawn_language_server(
         except FileNotFoundError as exc:
             reason = (
                 f"could not be started: executable {command!r} not found on the host's PATH (a repository's "
-                f"server never runs what its own env.PATH finds); check lspServers.{name}.command"
+                f"server never runs what its own env.PATH finds); check {command_field or f'lspServers.{name}.command'}"
             )
             raise LspConnectionClosed(server=name, reason=reason) from exc
     environment = child_environment(env)

@@ -221,6 +221,7 @@ class LanguageServer:
                 on_request=self._on_request,
                 shutdown_timeout_s=self.config.shutdown_timeout_s,
                 host_path=self.config.scope in GATED_LSP_SCOPES,
+                command_field=self.config.field(self.name, "command"),
                 **({"max_message_bytes": self._max_message_bytes} if self._max_message_bytes else {}),
             ) as connection:
                 self._connection = connection
@@ -261,10 +262,10 @@ class LanguageServer:
         except TimeoutError:
             self.last_error = (
                 f"no answer to 'initialize' within {self.config.startup_timeout_s:g} s; raise "
-                f"lspServers.{self.name}.startupTimeout if it needs longer (its log: {self.log_path})"
+                f"{self.config.field(self.name, 'startupTimeout')} if it needs longer (its log: {self.log_path})"
             )
         except LspError as exc:
-            self.last_error = str(exc)
+            self.last_error = str(exc).removeprefix(f"language server {self.name!r} ")  # callers name the server
         except Exception as exc:  # task boundary: one broken server never takes the others down
             logger.exception("language server %r failed", self.name)
             self.last_error = f"{type(exc).__name__}: {exc}"
