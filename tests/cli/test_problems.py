@@ -120,7 +120,8 @@ def test_status_says_a_language_server_whose_command_is_not_there_before_its_fir
     assert code == 0, out
     states = {row["name"]: row["state"] for row in json.loads(out)["language_servers"]}
     assert states["gone"] == (
-        "stopped — its command 'no-such-language-server-xyz' is not found, so its first use will fail: fix gone.command"
+        "stopped — its command 'no-such-language-server-xyz' is not found, so its first use will fail: fix "
+        "lspServers.gone.command"
     )
     assert states["here"] == "stopped (starts on first use)"
 

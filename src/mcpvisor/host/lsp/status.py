@@ -37,7 +37,8 @@ def describe_state(
         return "not allowed"
     missing = cfg is not None and (server is None or server.state == "stopped") and _command_missing(cfg)
     if missing and cfg is not None:
-        return f"stopped — its command {cfg.command!r} is not found, so its first use will fail: fix {name}.command"
+        fix = cfg.field(name, "command")
+        return f"stopped — its command {cfg.command!r} is not found, so its first use will fail: fix {fix}"
     if server is None:
         return "stopped"
     if server.state == "ready":
