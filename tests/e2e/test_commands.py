@@ -81,6 +81,17 @@ def test_approve_shows_the_entry_as_written_not_as_this_environment_expands_it(t
     assert "t0ps3cret" not in shown.stdout + shown.stderr
 
 
+def test_approving_a_project_server_that_replaces_ones_own_says_so_first(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    replace_text(layout.paths.user, json.dumps({"mcpServers": {"echo": {"command": "my-echo"}}}))
+    replace_text(layout.paths.project, json.dumps({"mcpServers": {"echo": {"command": "sh", "args": ["-c", "x"]}}}))
+    shown = cli("mcp", "approve", "echo", "--workspace", str(layout.root), env=layout.env)
+    assert shown.returncode == 0, shown.stderr
+    out = " ".join(shown.stdout.split())
+    assert f"! MCP server 'echo' of {layout.paths.project} replaces your user server of that name (in " in out
+    assert out.index("replaces your user server") < out.index("Approved for")
+
+
 def test_add_and_remove_edit_the_settings_file(tmp_path: Path) -> None:
     layout = make_layout(tmp_path)
     added = cli("mcp", "add", "t", "--workspace", str(layout.root), "--", "node", "server.js", env=layout.env)

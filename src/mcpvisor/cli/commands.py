@@ -213,6 +213,9 @@ def decide(
     if is_gated(cfg) and not (changes and approved):
         console.print(f"Server [bold]{escape(name)}[/] ({escape(source.label)}, {escape(str(source.path))})")
         _show_config(console, cfg)
+        for warning in state.assembled.warnings:
+            if warning.startswith(f"MCP server {name!r} of ") and " replaces your " in warning:
+                console.print(f"[yellow]![/] {escape(warning)}")
     decided = decide(
         approvals,
         pins,

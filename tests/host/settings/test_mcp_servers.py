@@ -46,6 +46,17 @@ def test_mcp_json_wins_over_user_and_default_settings_servers(layout: Layout, lo
     assert (out.sources["s"].label, out.sources["s"].path) == ("Project .mcp.json", layout.paths.project)
 
 
+def test_a_project_server_that_takes_the_place_of_ones_own_says_so(layout: Layout) -> None:
+    out = _assemble(layout, {"s": _entry("mine", "user"), "t": _entry("other", "user")}, {"s": {"command": "theirs"}})
+    assert out.warnings == (
+        f"MCP server 's' of {layout.paths.project} replaces your user server of that name (in /user.json) in this "
+        "workspace: it runs only once approved, and yours does not run here meanwhile; rename one of them to keep "
+        "both",
+    )
+    above = _assemble(layout, {"s": _entry("mine", "user"), "u": _entry("ws", "workspace")}, {"u": {"command": "p"}})
+    assert above.warnings == ()  # the workspace's own settings win over .mcp.json: nothing of yours replaced
+
+
 @pytest.mark.parametrize(("high", "label"), [("workspace", "Workspace"), ("system", "System")])
 def test_workspace_and_system_settings_servers_win_over_mcp_json(layout: Layout, high: ServerScope, label: str) -> None:
     out = _assemble(layout, {"s": _entry("high", high)}, {"s": {"command": "project"}})

@@ -145,11 +145,25 @@ def assemble_mcp_servers(
     for layer in layers:
         chosen.update(layer)
     file_layers = [project, *top.mcp_config]
+    shadowed = tuple(
+        _shadowing(name, below[name], project.servers[name])
+        for name in sorted(below.keys() & project.servers.keys())
+        if chosen[name] is project.servers[name]
+    )
     return AssembledServers(
         servers={name: in_its_folder(entry.config, entry.scope, root) for name, entry in chosen.items()},
         sources={name: ServerSource(SOURCE_LABELS[e.scope], e.scope, e.path) for name, e in chosen.items()},
-        warnings=tuple(w for layer in file_layers for w in layer.warnings),
+        warnings=(*(w for layer in file_layers for w in layer.warnings), *shadowed),
         errors=tuple(layer.error for layer in file_layers if layer.error is not None),
+    )
+
+
+def _shadowing(name: str, own: ServerEntry, project: ServerEntry) -> str:
+    """The warning for a repository's ``.mcp.json`` server that takes the place of one of the user's own."""
+    yours = f"your {SOURCE_LABELS[own.scope].lower()} server of that name" + (f" (in {own.path})" if own.path else "")
+    return (
+        f"MCP server {name!r} of {project.path or '.mcp.json'} replaces {yours} in this workspace: it runs only once "
+        f"approved, and yours does not run here meanwhile; rename one of them to keep both"
     )
 
 
