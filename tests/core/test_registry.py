@@ -66,6 +66,17 @@ def test_prompt_clash_gives_the_later_one_a_server_prefix() -> None:
     assert reg.names() == {"review"}
 
 
+def test_a_prompt_whose_prefixed_name_is_taken_too_gets_the_qualified_one_and_is_never_dropped() -> None:
+    reg = PromptRegistry()
+    reg.set_server_prompts("a", [Prompt(name="p"), Prompt(name="b_p")])
+    reg.set_server_prompts("b", [Prompt(name="p"), Prompt(name="p")])  # the second p: the same name again
+    assert {(e.name, e.server, e.prompt.name) for e in reg.get_all_prompts()} == {
+        ("p", "a", "p"),
+        ("b_p", "a", "b_p"),
+        ("mcp__b__p", "b", "p"),
+    }
+
+
 def test_a_name_another_server_already_has_gets_the_hashed_form_instead() -> None:
     reg = ToolRegistry()
     reg.set_server_tools("a", [tool("b__c")], Exposure())

@@ -8,6 +8,7 @@ providers. Prompts register by bare name; on a clash the later one becomes ``<se
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from mcpvisor.core.server_config import Exposure, McpServerConfig
 
 if TYPE_CHECKING:
     from mcp_types import Prompt, Tool
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "MAX_TOOL_NAME_LEN",
@@ -163,10 +166,18 @@ class PromptRegistry:
             return False
         self.remove_prompts_by_server(server)
         names: list[str] = []
+        offered: set[str] = set()
         for prompt in prompts:
-            name = prompt.name if prompt.name not in self._by_name else f"{server}_{prompt.name}"
-            if name in self._by_name:
+            if prompt.name in offered:
                 continue  # the same prompt name twice from one server: keep the first
+            offered.add(prompt.name)
+            # The first server to offer a name keeps it bare; another gets its server's name in front, and if even
+            # that is taken (a prompt of the first named so), the gateway's qualified name, which nothing takes.
+            candidates = (prompt.name, f"{server}_{prompt.name}", mcp_tool_name(server, prompt.name))
+            name = next((c for c in candidates if c not in self._by_name), None)
+            if name is None:
+                logger.warning("prompt %r of server %r left out: every name for it is taken", prompt.name, server)
+                continue
             self._by_name[name] = RegisteredPrompt(name, server, prompt)
             names.append(name)
         if names:
