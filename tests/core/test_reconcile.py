@@ -374,10 +374,12 @@ async def test_restart_mcp_servers_replaces_every_process(config: Config) -> Non
     await config.initialize()
     await config.reinitialize_mcp_servers({"a": light("a"), "b": light("b")})
     before = pids(config)
-    await config.restart_mcp_servers()
+    summary = await config.restart_mcp_servers()
     after = pids(config)
     assert set(after) == {"a", "b"}
     assert all(after[n] != before[n] for n in after)
+    assert summary is not None
+    assert (summary.added, sorted(summary.restarted)) == ((), ["a", "b"])
 
 
 async def test_closing_the_config_leaves_no_process(tmp_path: Path) -> None:

@@ -129,7 +129,8 @@ class McpClientManager:
         # held leases whose name is gone or whose connection id changed are released, the rest acquired.
         return await self._apply_plan()
 
-    async def _apply_plan(self) -> ReconcileFinished:
+    async def _apply_plan(self, restarting: frozenset[str] = frozenset()) -> ReconcileFinished:
+        """The reconcile; ``restarting``: servers stopped for a restart, whose start it reports as one."""
         started_at = time.perf_counter()
         self._events.emit(McpClientUpdate(in_progress=True))
         plan = self.plan()
@@ -165,7 +166,7 @@ class McpClientManager:
         waiting = tuple(n for n in plan.start if n in lost and n in self._reconnects)
         plan = replace(plan, start=tuple(n for n in plan.start if n not in waiting), keep=(*plan.keep, *waiting))
         retried = tuple(n for n in plan.start if n in self._failed or n in lost)  # started again
-        changed = tuple(n for n in plan.start if n in self._clients and n not in lost)  # down, and since edited
+        changed = tuple(n for n in plan.start if (n in self._clients and n not in lost) or n in restarting)
         # A restarted server's old tools and prompts go before anything new is discovered.
         for name in plan.restart:
             self._purge(name)
@@ -197,10 +198,13 @@ class McpClientManager:
 
     async def restart_mcp_servers(self) -> ReconcileFinished:
         """Full wipe and reconnect of everything (explicit request, benchmark baseline)."""
+        stopped = frozenset(self._clients)
         async with anyio.create_task_group() as tg:
-            for name in list(self._clients):
+            for name in stopped:
                 tg.start_soon(self._stop_quietly, name)
-        return await self.discover_all_mcp_tools_incremental()
+        if self._closed or (not self._config.is_trusted_folder() and not self._clients):
+            return ReconcileFinished()
+        return await self._apply_plan(restarting=stopped)
 
     async def remove_server(self, name: str) -> None:
         """Disconnect ``name``, drop its tools and prompts, forget its status."""
