@@ -17,7 +17,7 @@ from mcp import Client, MCPError
 from mcp.client.subscriptions import PromptsListChanged, Subscription, ToolsListChanged
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.errors import ConfigError, ToolNotFoundError
 from mcpvisor.core.events import McpClientUpdate, PromptsChanged, ReconcileFinished, ToolsChanged
 from mcpvisor.core.registry import mcp_tool_name
 from mcpvisor.core.server_config import McpServerConfig
@@ -235,6 +235,8 @@ async def test_a_held_tool_keeps_its_short_name_and_a_call_by_it_says_why_it_is_
         held = text_of(await client.call_tool(served, {"text": "hi"}))
         assert "is held back: its definition changed since server 'p' was approved" in held
         assert "mcpvisor mcp approve p" in held
+        with pytest.raises(ToolNotFoundError, match=f"tool 'mcp__p__{long}' is held back: its definition changed"):
+            await r.host.config.call_tool(long, {"text": "hi"})  # a library caller, by the tool's own name
 
 
 async def test_two_servers_prompts_of_one_name_are_namespaced_routed_and_stable_across_reloads(tmp_path: Path) -> None:

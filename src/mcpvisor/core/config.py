@@ -392,6 +392,19 @@ class Config(StackOwner):
             )
         return found[0] if found else None
 
+    def _holder_of_own_name(self, name: str, kind: RequestKind) -> str | None:
+        """The one connected server that holds back a tool or prompt (``kind``) it names ``name``, if one does."""
+        if name.startswith(TOOL_PREFIX) or self._manager is None:
+            return None
+        manager = self._manager
+        holders = [
+            server
+            for server in manager.clients()
+            if (held := manager.held(server)) is not None
+            and name in (held.held_tools if kind == "tool" else held.held_prompts)
+        ]
+        return holders[0] if len(holders) == 1 else None
+
     def owner_of_tool_name(self, name: str) -> str | None:
         """The configured or removed server whose ``mcp__<server>__`` prefix is the longest match."""
         candidates = set(self.get_merged_mcp_servers()) | self._removed
@@ -405,6 +418,8 @@ class Config(StackOwner):
         """Why no connected server provides the tool or prompt (``kind``) ``name``, naming the server its
         ``mcp__<server>__`` prefix belongs to and the fix (SPEC §9)."""
         server = self.owner_of_tool_name(name)
+        if server is None and (holder := self._holder_of_own_name(name, kind)) is not None:
+            return self.not_found(mcp_tool_name(holder, name), kind)  # called by its own name, and held
         if server is None:
             return not_found(
                 f"{kind} {name!r} not found: no MCP server providing it is currently configured", kind=kind, target=name
