@@ -104,6 +104,7 @@ async def test_a_name_no_server_ever_had_gets_the_reason_and_unknown_names_stay_
                 tool_calls=[
                     {"name": "mcp__ghost__t", "args": {}, "id": "g", "type": "tool_call"},
                     {"name": "nonsense", "args": {}, "id": "n", "type": "tool_call"},
+                    {"name": "echo", "args": {"text": "bare"}, "id": "e", "type": "tool_call"},
                 ],
             )
         return AIMessage(content="end")
@@ -114,6 +115,7 @@ async def test_a_name_no_server_ever_had_gets_the_reason_and_unknown_names_stay_
     assert "no MCP server providing it is currently configured" in replies["g"]
     assert "nonsense" in replies["n"]
     assert "not a valid tool" in replies["n"]
+    assert replies["e"] == "a:echo:bare"  # a tool's own name, without its mcp__a__ prefix, still reaches it
 
 
 async def test_toolkit_tools_follow_the_registry_and_carry_the_mcp_result(config: Config) -> None:

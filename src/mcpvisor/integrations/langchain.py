@@ -142,4 +142,11 @@ class McpvisorMiddleware(AgentMiddleware[Any, Any]):
             )
         if request.tool is not None or name.startswith(TOOL_PREFIX):
             return await handler(request.override(tool=McpvisorTool.departed(config, name)))
+        own = config.tool_registry.find_by_own_name(name)  # a model that left out the mcp__<server>__ prefix
+        if len(own) == 1:
+            return await handler(
+                request.override(tool=McpvisorTool.of(config, own[0], timeout_s=self.toolkit.timeout_s))
+            )
+        if own:  # several servers offer it: the call answers which names to use
+            return await handler(request.override(tool=McpvisorTool.departed(config, name)))
         return await handler(request)
