@@ -92,6 +92,25 @@ def test_approving_a_project_server_that_replaces_ones_own_says_so_first(tmp_pat
     assert out.index("replaces your user server") < out.index("Approved for")
 
 
+def test_add_and_approve_say_when_the_settings_keep_the_server_from_running(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    replace_text(layout.paths.user, json.dumps({"mcp": {"excluded": ["b"]}}))
+    replace_text(layout.paths.workspace, json.dumps({"mcp": {"allowed": ["c", "w"]}}))
+    where = ("--workspace", str(layout.root))
+    added = cli("mcp", "add", "b", *where, "--", "echo", env=layout.env)
+    assert added.returncode == 0, added.stderr
+    said = " ".join(added.stdout.split())
+    assert f"But it does not run: it is in mcp.excluded of {layout.paths.user}; remove it there." in said
+    replace_text(layout.paths.workspace, json.dumps({"mcp": {"allowed": ["c"]}}))
+    cli("mcp", "add", "w", "--scope", "workspace", *where, "--", "echo", env=layout.env)
+    approved = cli("mcp", "approve", "w", *where, env=layout.env)
+    said = " ".join(approved.stdout.split())
+    assert f"But it does not run: it is not in mcp.allowed of {layout.paths.workspace}; add it there." in said
+    assert "connects it now" not in said
+    plain = cli("mcp", "add", "c", *where, "--", "echo", env=layout.env)
+    assert "does not run" not in plain.stdout
+
+
 def test_add_and_remove_edit_the_settings_file(tmp_path: Path) -> None:
     layout = make_layout(tmp_path)
     added = cli("mcp", "add", "t", "--workspace", str(layout.root), "--", "node", "server.js", env=layout.env)

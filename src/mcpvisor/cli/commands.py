@@ -20,6 +20,7 @@ from rich.markup import escape
 from mcpvisor.cli.fleet import approval_store, pin_store, token_store
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.gating import matches_any
 from mcpvisor.core.server_config import CODE_LOADING_ENV, McpServerConfig
 from mcpvisor.host import paths
 from mcpvisor.host.approvals import ApprovalStore, is_gated
@@ -28,6 +29,7 @@ from mcpvisor.host.hot_reload import DesiredState, compute_desired_state
 from mcpvisor.host.private_files import PrivateJsonStore, write_atomically
 from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted_folders
 from mcpvisor.host.settings.mcp_servers import load_top_tier
+from mcpvisor.host.settings.scopes import SettingsScope
 from mcpvisor.host.settings.writer import delete_setting, set_setting
 from mcpvisor.host.status import command_hints, describe_servers, plural
 from mcpvisor.shell.consoles import new_console
@@ -232,7 +234,9 @@ def decide(
     if decided.accepted:
         console.print(f"[green]Accepted[/] what {escape(name)} offers now. A running mcpvisor serves it at once.")
     if decided.recorded and decision == "approve":
-        console.print(f"[green]Approved[/] for {settings.root}. A running mcpvisor connects it now.")
+        blocked = will_not_start(settings, name)
+        then = f"But {blocked}." if blocked else "A running mcpvisor connects it now."
+        console.print(f"[green]Approved[/] for {escape(str(settings.root))}. {escape(then)}")
     elif decided.recorded:
         console.print(f"[red]Rejected[/] for {settings.root}. It stays disconnected until its configuration changes.")
 
@@ -411,8 +415,34 @@ def add_server(
             f"mcpvisor mcp trust --workspace {shlex.quote(str(settings.root))}, then approve the server",
             markup=False,
         )
+    elif (blocked := will_not_start(settings, name)) is not None:
+        console.print(f"But {blocked}.", markup=False)
     elif file_scope == "workspace":  # the folder's own settings: gated like .mcp.json
         console.print(f"It starts once approved: mcpvisor mcp approve {name} --workspace {settings.root}", markup=False)
+
+
+def will_not_start(settings: Settings, name: str) -> str | None:
+    """Why server ``name`` will not start whatever is decided on it, naming the files and the fix (None:
+    nothing in the settings stops it)."""
+    merged = settings.merged
+    if merged.excluded and matches_any(name, merged.excluded):
+        files = [str(settings.paths.of(s)) for s in _GATING_SCOPES if _listed(settings.data(s), "excluded", name)]
+        return f"it does not run: it is in mcp.excluded of {', '.join(files) or 'the settings'}; remove it there"
+    narrowing = [
+        str(settings.paths.of(s)) for s, patterns in merged.allowed_by_scope.items() if not matches_any(name, patterns)
+    ]
+    if narrowing:
+        return f"it does not run: it is not in mcp.allowed of {', '.join(narrowing)}; add it there"
+    return None
+
+
+_GATING_SCOPES: tuple[SettingsScope, ...] = ("system_defaults", "user", "workspace", "system")
+
+
+def _listed(data: Mapping[str, Any], key: str, name: str) -> bool:
+    mcp = data.get("mcp")
+    patterns = mcp.get(key) if isinstance(mcp, Mapping) else None
+    return isinstance(patterns, list) and matches_any(name, [p for p in patterns if isinstance(p, str)])
 
 
 def remove_server(*, env: Mapping[str, str], workspace: Path | None, name: str, scope: str) -> None:
