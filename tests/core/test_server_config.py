@@ -106,6 +106,14 @@ def test_target_shows_the_command_line_or_url_without_secrets() -> None:
     assert "secret" not in cfg.target()
 
 
+def test_env_values_are_strings_numbers_or_booleans_and_null_objects_and_arrays_are_refused() -> None:
+    cfg = McpServerConfig.model_validate({"command": "x", "env": {"A": 1, "B": True, "C": "c"}})
+    assert cfg.env == {"A": "1", "B": "true", "C": "c"}
+    for value, kind in ((None, "null"), ({"x": 1}, "an object"), ([1], "an array")):
+        with pytest.raises(ValidationError, match=f"the value of 'D' is {kind}; write a string"):
+            McpServerConfig.model_validate({"command": "x", "env": {"D": value}})
+
+
 def test_what_a_variable_stands_for_is_shown_as_written_never_its_value() -> None:
     env = {"TOKEN": "argsecret-777", "HOME": "/home/me"}
     expand = partial(expand_vars, env=env)

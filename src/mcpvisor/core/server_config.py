@@ -160,9 +160,15 @@ class McpServerConfig(BaseModel):
     @field_validator("env", "headers", mode="before")
     @classmethod
     def _stringify_values(cls, value: Any) -> Any:
-        if isinstance(value, Mapping):
-            return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
-        return value
+        """Numbers and booleans are written as JSON writes them (``1``, ``true``); null, an object or an array
+        is refused: the text a server would get (``"null"``) is never what was meant."""
+        if not isinstance(value, Mapping):
+            return value
+        for key, item in value.items():
+            if item is None or isinstance(item, Mapping | list | tuple):
+                kind = "null" if item is None else "an object" if isinstance(item, Mapping) else "an array"
+                raise ValueError(f"the value of {key!r} is {kind}; write a string (or a number or true/false)")
+        return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
 
     @model_validator(mode="after")
     def _check_transport(self) -> McpServerConfig:
