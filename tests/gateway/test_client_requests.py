@@ -264,8 +264,9 @@ async def test_in_flight_routing_names_the_server_and_the_reason() -> None:
     nobody = calls.answerer("a roots request")
     assert isinstance(nobody, types.ErrorData)
     assert nobody.message == (
-        "mcpvisor cannot answer a roots request for server 'files': no client call to it is in flight "
-        "(mcpvisor passes such requests to the client whose call caused them)"
+        "mcpvisor cannot answer a roots request for server 'files': no call to it is in flight from a client that "
+        "answers such requests (mcpvisor passes them to the client whose call caused them; a program using "
+        "mcpvisor as a library answers them inside `with answering(...)`)"
     )
 
     async def hold(answerer: _Named, *, task_status: anyio.abc.TaskStatus[None]) -> None:
@@ -312,4 +313,4 @@ async def test_a_library_caller_answers_what_its_calls_cause(tmp_path: Path) -> 
         # Outside answering(...): nobody to ask, and the server hears why.
         refused = await config.call_tool("mcp__old__ask_client", {"kind": "roots"})
         assert refused.is_error
-        assert "no client call to it is in flight" in text_of(refused)
+        assert "no call to it is in flight from a client that answers such requests" in text_of(refused)

@@ -108,8 +108,9 @@ class InFlight:
             return self._calls[-1]
         if not clients:
             return refusal(
-                f"mcpvisor cannot answer {what} for server {self.server!r}: no client call to it is in flight "
-                "(mcpvisor passes such requests to the client whose call caused them)"
+                f"mcpvisor cannot answer {what} for server {self.server!r}: no call to it is in flight from a client "
+                "that answers such requests (mcpvisor passes them to the client whose call caused them; a program "
+                "using mcpvisor as a library answers them inside `with answering(...)`)"
             )
         return refusal(
             f"mcpvisor cannot answer {what} for server {self.server!r}: calls from {len(clients)} clients are in "
