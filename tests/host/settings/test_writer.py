@@ -159,6 +159,14 @@ def test_the_project_file_can_be_edited(layout: Layout) -> None:
     assert settings.project.servers["p"].config.scope == "project"
 
 
+def test_an_empty_file_is_written_afresh(layout: Layout) -> None:
+    layout.paths.user.parent.mkdir(parents=True)
+    layout.paths.user.write_text(" \n")  # made with touch, or emptied
+    settings = layout.settings()
+    set_setting(settings, "user", ("mcpServers", "b"), {"command": "echo"})
+    assert json.loads(layout.paths.user.read_text()) == {"mcpServers": {"b": {"command": "echo"}}}
+
+
 def test_an_unparsable_file_is_never_overwritten(layout: Layout) -> None:
     layout.paths.user.parent.mkdir(parents=True)
     layout.paths.user.write_text('{"mcpServers": ')

@@ -354,6 +354,8 @@ def _apply(settings: Settings, scope: FileScope, key: str | Sequence[str], value
     parts = split_key(key)
     path = settings.paths.of(scope)
     text = read_settings_text(path)
+    if text is not None and not text.removeprefix("\ufeff").strip():
+        text = None  # an empty file (made with touch, say) holds nothing to keep: written afresh
     on_disk = parse_settings_text(text, path) if text is not None else {}
     if delete:
         new_disk, found_on_disk = delete_key(on_disk, parts)
