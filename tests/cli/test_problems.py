@@ -31,9 +31,10 @@ def failing(layout: Layout, *args: str) -> tuple[int, str]:
 def test_status_shows_a_settings_file_that_does_not_parse_with_its_position_and_fails(layout: Layout) -> None:
     layout.paths.user.parent.mkdir(parents=True)
     layout.paths.user.write_text('{"mcpServers": {\n')
-    code, out = invoke(layout, "status")
-    assert code == 1
-    assert f"invalid settings file {layout.paths.user}:2:1" in " ".join(out.split())
+    for command in ("status", "mcp list"):
+        code, out = invoke(layout, *command.split())
+        assert code == 1, command
+        assert f"invalid settings file {layout.paths.user}:2:1" in " ".join(out.split())
     code, out = invoke(layout, "status", "--json")
     assert code == 1
     [problem, *_] = json.loads(out)["problems"]
@@ -44,9 +45,10 @@ def test_status_shows_an_approvals_store_that_cannot_be_read_and_fails(layout: L
     layout.paths.approvals.parent.mkdir(parents=True)
     layout.paths.approvals.write_text("{garbage")
     layout.paths.approvals.chmod(0o600)
-    code, out = invoke(layout, "status", "--json")
-    assert code == 1
-    assert any(str(layout.paths.approvals) in problem for problem in json.loads(out)["problems"])
+    for command in (["status", "--json"], ["mcp", "list", "--json"]):
+        code, out = invoke(layout, *command)
+        assert code == 1, command
+        assert any(str(layout.paths.approvals) in problem for problem in json.loads(out)["problems"])
 
 
 def test_each_problem_is_said_once(layout: Layout) -> None:

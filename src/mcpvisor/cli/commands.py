@@ -94,7 +94,9 @@ def list_servers(
     mcp_config: Sequence[Path],
     allowed: Sequence[str] | None,
     as_json: bool,
-) -> None:
+) -> bool:
+    """Print every configured server with its admission; whether a settings file or a store could not be read
+    (the command then exits 1, as ``status`` does)."""
     settings, approvals, state = load_state(env, workspace, mcp_config, allowed)
     from mcpvisor.host.oauth import sign_ins
     from mcpvisor.host.pins import held_names, pin_mode_of
@@ -102,9 +104,9 @@ def list_servers(
     tokens = token_store(env)
     signed = sign_ins(tokens, state.assembled.servers)
     mode, mode_problems = pin_mode_of(settings)
-    problems = config_problems(
-        settings, approvals.error, state.assembled.warnings, mode_problems, store_problems(tokens)
-    )
+    unreadable = store_problems(tokens)
+    broken = bool(settings.errors) or approvals.error is not None or bool(unreadable)
+    problems = config_problems(settings, approvals.error, state.assembled.warnings, mode_problems, unreadable)
     try:
         held = held_names(pin_store(env), settings.root, state.assembled.servers, mode)
     except ConfigError as exc:
@@ -142,7 +144,7 @@ def list_servers(
             "problems": problems,
         }
         print(json.dumps(out, indent=2))  # noqa: T201 - the command's output
-        return
+        return broken
     console = new_console(highlight=False)
     for problem in problems:
         console.print(f"[yellow]! {escape(problem)}[/]")
@@ -151,6 +153,7 @@ def list_servers(
     render_status(
         console, rows, live=False, title=title, show_target=True, approve_hint=approve_hint, login_hint=login_hint
     )
+    return broken
 
 
 def _configured(settings: Settings, state: DesiredState, name: str, what: str) -> McpServerConfig:

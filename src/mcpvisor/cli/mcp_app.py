@@ -41,13 +41,15 @@ def mcp_list(
     from mcpvisor.cli.commands import list_servers
 
     with reported():
-        list_servers(
+        broken = list_servers(
             env=dict(os.environ),
             workspace=workspace,
             mcp_config=list(mcp_config or []),
             allowed=split_names(allowed_mcp_server_names),
             as_json=as_json,
         )
+    if broken:
+        raise typer.Exit(1)
 
 
 @mcp_app.command("approve")
