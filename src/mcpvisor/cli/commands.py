@@ -148,7 +148,7 @@ def list_servers(
     console = new_console(highlight=False)
     for problem in problems:
         console.print(f"[yellow]! {escape(problem)}[/]")
-    approve_hint, login_hint = command_hints(settings.root)
+    approve_hint, login_hint = command_hints(settings.root, approvals_error=approvals.error)
     title = f"MCP servers for {settings.root}"
     render_status(
         console, rows, live=False, title=title, show_target=True, approve_hint=approve_hint, login_hint=login_hint
