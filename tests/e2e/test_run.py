@@ -237,7 +237,7 @@ async def test_one_invalid_entry_keeps_its_last_good_config_and_the_rest_of_the_
         assert reconcile["removed"] == []
         [warning] = [w["message"] for w in r.of("warning") if "invalid entry" in w["message"]]
         assert warning.startswith(f"invalid entry in {r.layout.paths.user} (mcpServers.a.args: expected a list)")
-        assert "still running the last good configuration" in warning
+        assert "the last good configuration of MCP server 'a' stays in force" in warning
         assert marker_pids(m["a"]) == [a_pid]
         assert pid_alive(a_pid)
         assert r.status("a") == "connected"

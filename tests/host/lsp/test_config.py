@@ -130,7 +130,7 @@ def test_a_bad_entry_keeps_its_last_good_one_and_a_broken_file_keeps_the_last_go
     servers = settings.lsp_project.servers
     assert (servers["a"].config.command, servers["b"].config.command) == ("pylsp", "c")
     notice = next(
-        w for w in settings.warnings if "still running the last good configuration of language server 'a'" in w
+        w for w in settings.warnings if "the last good configuration of language server 'a' stays in force" in w
     )
     assert "(a: extensionToLanguage: expected an object)" in notice
     replace_text(lsp_json, '{"a": {"command": ')  # half a save

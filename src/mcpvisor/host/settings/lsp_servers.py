@@ -173,8 +173,8 @@ def keep_last_good_lsp_entries(
             kept[name] = old
             at = f"{key}.{name}" if key else str(name)
             notices.append(
-                f"invalid entry in {path} ({at}: {problem}) — still running the last good configuration of "
-                f"language server {name!r}; fix the entry and save to apply it"
+                f"invalid entry in {path} ({at}: {problem}) — the last good configuration of "
+                f"language server {name!r} stays in force; fix the entry and save to apply it"
             )
     if not kept:
         return entries, ()

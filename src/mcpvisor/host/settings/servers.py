@@ -195,8 +195,8 @@ def keep_last_good_entries(
         if isinstance(problem, str):
             kept[name] = old
             notices.append(
-                f"invalid entry in {path} ({_located(key, name, problem)}) — still running the last good "
-                f"configuration of MCP server {name!r}; fix the entry and save to apply it"
+                f"invalid entry in {path} ({_located(key, name, problem)}) — the last good "
+                f"configuration of MCP server {name!r} stays in force; fix the entry and save to apply it"
             )
     if not kept:
         return data, ()
