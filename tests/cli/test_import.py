@@ -270,6 +270,8 @@ def test_bad_input_names_the_file_and_writes_nothing(layout: Layout) -> None:
     assert missing.exit_code == 1
     assert "no Gemini CLI configuration found; looked in:" in missing.output
     assert str(layout.home / ".gemini" / "settings.json") in missing.output
+    claude = run(layout, "--from", "claude-code")
+    assert claude.output.count(str(layout.home / ".claude.json")) == 1  # read for both levels, named once
     unknown = run(layout, "--from", "notepad")
     assert unknown.exit_code == 1
     assert "unknown source 'notepad' for --from: use one of claude-desktop" in unknown.output

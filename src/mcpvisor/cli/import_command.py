@@ -42,7 +42,7 @@ def import_servers(
     scan = scan_source(source, env, settings.root, levels=levels)
     plugin_lsp = _plan_plugin_lsp(env, settings, force) if source == "claude-code" and "user" in levels else []
     if not scan.found and not plugin_lsp:
-        looked = "\n  ".join(str(f.path) for f in scan.files)
+        looked = "\n  ".join(dict.fromkeys(str(f.path) for f in scan.files))  # a file read for two levels: once
         raise ConfigError(f"no {scan.title} configuration found; looked in:\n  {looked}")
     for level in levels:
         if level in settings.errors:
