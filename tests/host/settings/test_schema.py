@@ -102,7 +102,7 @@ def test_unknown_keys_are_listed_by_dotted_path_server_entries_are_free_form() -
 def test_type_mismatches_name_the_key_and_the_expected_type() -> None:
     data = {"mcp": {"allowed": "a", "excluded": [1]}, "ui": {"theme": 3}, "general": {"debugMode": 1}}
     assert type_mismatches(data) == [
-        "mcp.allowed should be array, got string",
+        'mcp.allowed should be array, got string; taken as ["a"]',
         "mcp.excluded should be an array of strings",
         "ui.theme should be string, got integer",
         "general.debugMode should be boolean, got integer",

@@ -10,6 +10,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -379,6 +380,10 @@ def _is_type(value: Any, kind: SettingType) -> bool:
     return isinstance(value, _PY_TYPES[kind])
 
 
+_ONE_PATTERN_LISTS = frozenset({"mcp.allowed", "mcp.excluded", "lsp.allowed", "lsp.excluded"})
+"""Pattern lists where a lone string is taken as a list of that one pattern."""
+
+
 def _walk_types(data: Mapping[str, Any], schema: Mapping[str, SettingDefinition], prefix: str) -> Iterator[str]:
     for key, value in data.items():
         definition = schema.get(key)
@@ -386,7 +391,8 @@ def _walk_types(data: Mapping[str, Any], schema: Mapping[str, SettingDefinition]
             continue
         path = f"{prefix}{key}"
         if not _is_type(value, definition.type):
-            yield f"{path} should be {definition.type}, got {_json_type(value)}"
+            taken = f"; taken as [{json.dumps(value)}]" if path in _ONE_PATTERN_LISTS and isinstance(value, str) else ""
+            yield f"{path} should be {definition.type}, got {_json_type(value)}{taken}"
         elif definition.items is not None and not all(_is_type(item, definition.items) for item in value):
             yield f"{path} should be an array of {definition.items}s"
         elif definition.properties:
