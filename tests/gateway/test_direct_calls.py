@@ -191,6 +191,27 @@ async def test_a_call_whose_stream_was_lost_is_answered_on_the_resumed_stream(
     assert s.through_sdk == ([] if capabilities == {} else ["mcp__a__sleep"])
 
 
+async def test_a_session_resumes_only_its_own_streams_and_a_finished_one_ends(tmp_path: Path) -> None:
+    """Every client numbers its requests from 0: a stream kept under the bare request id would let one client
+    replay another's answers with a guessed ``Last-Event-ID``."""
+    request = call("mcp__a__sleep", {"seconds": 0.3})
+    request["params"]["_meta"] = {"progressToken": "p1"}  # answered on an SSE stream, whose events are kept
+    async with served(tmp_path) as s, httpx2.AsyncClient(timeout=WAIT_S) as http:
+        alice, bob = await session(http, s.url, {}), await session(http, s.url, {})
+        streamed = await http.post(s.url, json=request, headers=alice)
+        [first_id, *_] = [line[len("id: ") :] for line in streamed.text.splitlines() if line.startswith("id: ")]
+        assert '"text":"slept"' in streamed.text  # alice's answer
+        stream, _, _ = first_id.rpartition("/")
+        for guess in (first_id, f"{request['id']}/0", f"{stream.partition(':')[2]}/0"):
+            with anyio.fail_after(WAIT_S):  # a stream that resumes nothing ends at once
+                replayed = await http.get(s.url, headers={**bob, "Last-Event-ID": guess})
+            assert replayed.status_code == 200
+            assert "slept" not in replayed.text, guess
+        with anyio.fail_after(WAIT_S):  # her own: what followed, then the stream ends (the call was answered)
+            own = await http.get(s.url, headers={**alice, "Last-Event-ID": first_id})
+        assert '"text":"slept"' in own.text
+
+
 async def test_a_session_whose_initialize_was_refused_gets_no_call_made(tmp_path: Path) -> None:
     """The direct path opens only once the SDK accepted ``initialize``: before that a call is refused as the
     SDK refuses it."""

@@ -14,12 +14,12 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from mcp_types import JSONRPCResponse
+from mcp_types import JSONRPCNotification, JSONRPCResponse
 
 from mcpvisor.gateway import http as gateway_http
 from mcpvisor.gateway import lazy_streams
 from mcpvisor.gateway.http import HttpLimits
-from mcpvisor.gateway.replay import ReplayBuffer
+from mcpvisor.gateway.replay import ReplayBuffer, SessionEvents
 from mcpvisor.gateway.server import Gateway
 from mcpvisor.gateway.sessions import RETRY_AFTER_S, SSE_RETRY_MS
 from tests.gateway.test_gateway import running, server
@@ -305,22 +305,52 @@ def _message(text: str) -> Any:
     return JSONRPCResponse(jsonrpc="2.0", id=1, result={"content": [{"type": "text", "text": text}]})
 
 
+def _progress(text: str) -> Any:
+    params = {"progressToken": "p", "progress": 0, "message": text}
+    return JSONRPCNotification(jsonrpc="2.0", method="notifications/progress", params=params)
+
+
 async def test_the_replay_buffer_resumes_after_the_last_event_seen() -> None:
     buffer = ReplayBuffer()
     first = await buffer.store_event("s", None)  # the priming event
-    ids = [await buffer.store_event("s", _message(str(n))) for n in range(3)]
+    ids = [await buffer.store_event("s", _progress(str(n))) for n in range(3)]
     await buffer.store_event("other", _message("x"))
     sent: list[str] = []
 
     async def send(event: Any) -> None:
-        sent.append(event.message.result["content"][0]["text"])
+        message = event.message
+        sent.append(message.params["message"] if hasattr(message, "params") else message.result["content"][0]["text"])
 
-    assert await buffer.replay_events_after(first, send) == "s"
+    assert await buffer.replay_events_after(first, send) == "s"  # unanswered yet: what follows comes live
     assert sent == ["0", "1", "2"]
     sent.clear()
     assert await buffer.replay_events_after(ids[1], send) == "s"
     assert sent == ["2"]
     assert await buffer.replay_events_after("unknown/1", send) is None
+    assert await buffer.replay_events_after("s/99", send) is None  # an id it never issued
+    assert await buffer.replay_events_after("s/١", send) is None  # digits, but not ASCII ones
+    sent.clear()
+    await buffer.store_event("s", _message("answer"))
+    assert await buffer.replay_events_after(ids[2], send) is None  # answered: the resumed stream ends after it
+    assert sent == ["answer"]
+
+
+async def test_a_sessions_view_of_the_replay_buffer_resumes_only_its_own_streams() -> None:
+    buffer = ReplayBuffer()
+    alice, bob = SessionEvents(buffer, "alice"), SessionEvents(buffer, "bob")
+    first = await alice.store_event("0", None)
+    await alice.store_event("0", _progress("hers"))
+    await bob.store_event("0", None)
+    sent: list[str] = []
+
+    async def send(event: Any) -> None:
+        sent.append(event.message.params["message"])
+
+    assert await bob.replay_events_after(first, send) is None
+    assert await bob.replay_events_after("0/1", send) is None
+    assert sent == []
+    assert await alice.replay_events_after(first, send) == "0"  # her stream id, as her transport knows it
+    assert sent == ["hers"]
 
 
 @pytest.mark.parametrize("bound", ["events", "bytes", "streams"])

@@ -81,6 +81,7 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from mcpvisor.gateway.asks import offers_input
+from mcpvisor.gateway.replay import ReplayBuffer, SessionEvents
 from mcpvisor.gateway.tracing import tracing
 
 __all__ = ["COMMIT_AFTER_S", "DirectCall", "LazySessionManager", "LazyStreamTransport", "note_initialize"]
@@ -370,17 +371,17 @@ class LazySessionManager(StreamableHTTPSessionManager):
     def _admit_session(self, requestor: Any) -> StreamableHTTPServerTransport | None:
         if self.max_sessions is not None and len(self._server_instances) >= self.max_sessions:
             return None
+        session_id = uuid4().hex
+        shared = self.event_store
         transport = LazyStreamTransport(
-            mcp_session_id=uuid4().hex,
+            mcp_session_id=session_id,
             is_json_response_enabled=self.json_response,
-            event_store=self.event_store,
+            event_store=SessionEvents(shared, session_id) if isinstance(shared, ReplayBuffer) else shared,
             security_settings=self.security_settings,
             retry_interval=self.retry_interval,
             idle_timeout=self.session_idle_timeout,
             direct_call=self._direct_call,
         )
-        session_id = transport.mcp_session_id
-        assert session_id is not None
         if requestor is not None:
             self._session_owners[session_id] = requestor
         self._server_instances[session_id] = transport

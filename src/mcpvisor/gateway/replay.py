@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
-from mcp_types import JSONRPCMessage
+from mcp_types import JSONRPCError, JSONRPCMessage, JSONRPCResponse
 
-__all__ = ["ReplayBuffer"]
+__all__ = ["ReplayBuffer", "SessionEvents"]
 
 MAX_STREAMS = 1024
 MAX_EVENTS = 64
@@ -86,17 +86,43 @@ class ReplayBuffer(EventStore):
         self._size -= size
 
     async def replay_events_after(self, last_event_id: EventId, send_callback: EventCallback) -> StreamId | None:
+        """Send what the stream of ``last_event_id`` kept after it; its stream id, for the rest to follow, or
+        ``None`` when there is nothing to resume (an id never issued, events lost to the bounds) or nothing more
+        will come (the request's answer was stored: the resumed stream ends once it is sent)."""
         stream_id, _, number = last_event_id.rpartition("/")
         stream = self._streams.get(stream_id)
-        if stream is None or not number.isdigit():
+        if stream is None or not (number.isascii() and number.isdigit()) or len(number) > 20:
             return None
         after = int(number)
-        if stream.dropped_through > after:
-            return None  # some of what followed is gone
+        if stream.dropped_through > after or not stream.events and after > stream.dropped_through:
+            return None  # some of what followed is gone, or nothing was ever sent after it
+        if stream.events and after > stream.events[-1][0]:
+            return None  # an event id this stream never issued
+        answered = False
         for sequence, message, _ in list(stream.events):
+            answered = answered or isinstance(message, JSONRPCResponse | JSONRPCError)
             if sequence > after and message is not None:
                 await send_callback(EventMessage(message, f"{stream_id}/{sequence}"))
-        return stream_id
+        return None if answered else stream_id
+
+
+class SessionEvents(EventStore):
+    """One session's view of a shared :class:`ReplayBuffer`: its streams are kept under its session id, and a
+    ``Last-Event-ID`` of another session's resumes nothing. Stream ids are the JSON-RPC request ids, which every
+    client numbers from 0: without the session in them, one client could replay another's answers."""
+
+    def __init__(self, buffer: ReplayBuffer, session_id: str) -> None:
+        self._buffer = buffer
+        self._prefix = f"{session_id}:"
+
+    async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
+        return await self._buffer.store_event(self._prefix + stream_id, message)
+
+    async def replay_events_after(self, last_event_id: EventId, send_callback: EventCallback) -> StreamId | None:
+        if not last_event_id.startswith(self._prefix):
+            return None  # another session's event, or none of this gateway's
+        stream_id = await self._buffer.replay_events_after(last_event_id, send_callback)
+        return stream_id.removeprefix(self._prefix) if stream_id is not None else None
 
 
 def _estimate(message: JSONRPCMessage | None) -> int:
