@@ -508,6 +508,17 @@ async def test_long_listings_are_served_in_pages_and_a_bad_cursor_is_refused(tmp
         assert "invalid cursor 'not-ours' for tools/list: pass the nextCursor of the previous page" in (
             caught.value.message
         )
+        prefix = cursor_prefix(page.next_cursor or (await client.list_tools(cache_mode="bypass")).next_cursor)
+        for forged in (prefix + "9" * 5000, prefix + "١٢"):  # a number Python will not convert; non-ASCII digits
+            with pytest.raises(MCPError) as caught:
+                await client.list_tools(cursor=forged, cache_mode="bypass")
+            assert caught.value.code == types.INVALID_PARAMS
+            assert "pass the nextCursor of the previous page" in caught.value.message
+
+
+def cursor_prefix(cursor: str | None) -> str:
+    assert cursor is not None
+    return cursor.rstrip("0123456789")
 
 
 @pytest.mark.parametrize("client_requests", [False, True], ids=["plain", "client-requests"])

@@ -68,7 +68,7 @@ def page(items: list[T], params: types.PaginatedRequestParams | None, what: str)
     cursor = params.cursor if params is not None else None
     if cursor is not None:
         offset = cursor.removeprefix(_CURSOR_PREFIX) if cursor.startswith(_CURSOR_PREFIX) else ""
-        if not offset.isdigit():
+        if not (offset.isascii() and offset.isdigit()) or len(offset) > 18:  # ours are short ASCII numbers
             raise MCPError(
                 types.INVALID_PARAMS,
                 f"invalid cursor {cursor[:40]!r} for {what}: pass the nextCursor of the previous page, or none to "
