@@ -191,6 +191,32 @@ async def test_a_call_whose_stream_was_lost_is_answered_on_the_resumed_stream(
     assert s.through_sdk == ([] if capabilities == {} else ["mcp__a__sleep"])
 
 
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ([call("mcp__a__echo", {"text": "x"})], "batches are not supported: send one JSON-RPC message per POST"),
+        (42, "the body must be one JSON-RPC message (an object)"),
+        ({**call("mcp__a__echo", {}), "jsonrpc": "1.0"}, "'jsonrpc' must be \"2.0\""),
+        ({**call("mcp__a__echo", {}), "id": None}, "an 'id' must be a string or an integer"),
+        ({**call("mcp__a__echo", {}), "id": 1.5}, "an 'id' must be a string or an integer"),
+        ({**call("mcp__a__echo", {}), "id": True}, "an 'id' must be a string or an integer"),
+        ({**call("mcp__a__echo", {}), "params": []}, "'params' must be an object"),
+        ({"jsonrpc": "2.0", "hello": "world"}, "a message needs a 'method' (a request or notification) or an 'id'"),
+    ],
+)
+async def test_what_is_not_one_json_rpc_message_is_refused_saying_why(tmp_path: Path, body: Any, said: str) -> None:
+    """Before, an id of another type made the request a notification (202, never answered: the client waited)
+    and a batch got pydantic's whole validation dump."""
+    async with served(tmp_path) as s, httpx2.AsyncClient(timeout=WAIT_S) as http:
+        headers = await session(http, s.url, {})
+        answer = await http.post(s.url, json=body, headers=headers)
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["code"] == types.INVALID_REQUEST
+    assert error["message"].startswith(f"Invalid Request: {said}")
+    assert len(error["message"]) < 200
+
+
 async def test_a_session_resumes_only_its_own_streams_and_a_finished_one_ends(tmp_path: Path) -> None:
     """Every client numbers its requests from 0: a stream kept under the bare request id would let one client
     replay another's answers with a guessed ``Last-Event-ID``."""

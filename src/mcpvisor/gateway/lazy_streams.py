@@ -62,6 +62,7 @@ from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp_types import (
     DEFAULT_NEGOTIATED_VERSION,
     INTERNAL_ERROR,
+    INVALID_REQUEST,
     CallToolRequestParams,
     CallToolResult,
     ClientCapabilities,
@@ -117,6 +118,11 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
 
     async def _handle_post_request(self, scope: Scope, request: Request, receive: Receive, send: Send) -> None:
         parsed = await _message(request)
+        if isinstance(parsed, str):
+            await self._create_error_response(f"Invalid Request: {parsed}", HTTPStatus.BAD_REQUEST, INVALID_REQUEST)(
+                scope, receive, send
+            )
+            return
         if isinstance(parsed, JSONRPCRequest) and parsed.method == "initialize":
             # The client's capabilities are noted once the SDK accepted it (note_initialize).
             scope[_TRANSPORT_KEY] = self
@@ -405,13 +411,37 @@ async def note_initialize(ctx: ServerRequestContext[Any, Any], call_next: CallNe
     return result
 
 
-async def _message(request: Request) -> JSONRPCMessage | None:
-    """The POST's message, if it is one (else the SDK's path answers it). The body stays cached on ``request``
-    for the SDK's own path."""
+async def _message(request: Request) -> JSONRPCMessage | str | None:
+    """The POST's message; what makes it no single JSON-RPC message, said for the client; or None (the SDK's
+    path answers it: not JSON at all, or params it words better). The body stays cached on ``request``."""
     try:
-        return jsonrpc_message_adapter.validate_python(pydantic_core.from_json(await request.body()), by_name=False)
-    except (ValueError, ValidationError):
+        data = pydantic_core.from_json(await request.body())
+    except ValueError:
         return None
+    problem = _shape_problem(data)
+    if problem is not None:
+        return problem
+    try:
+        return jsonrpc_message_adapter.validate_python(data, by_name=False)
+    except ValidationError:
+        return None
+
+
+def _shape_problem(data: Any) -> str | None:
+    """Why ``data`` is not one JSON-RPC message as MCP has them (a batch, an id of another type…), or None."""
+    if isinstance(data, list):
+        return "batches are not supported: send one JSON-RPC message per POST"
+    if not isinstance(data, dict):
+        return "the body must be one JSON-RPC message (an object)"
+    if data.get("jsonrpc") != "2.0":
+        return "'jsonrpc' must be \"2.0\""
+    if "id" in data and (isinstance(data["id"], bool) or not isinstance(data["id"], int | str)):
+        return "an 'id' must be a string or an integer"
+    if "params" in data and not isinstance(data["params"], dict):
+        return "'params' must be an object"
+    if "method" not in data and "id" not in data:
+        return "a message needs a 'method' (a request or notification) or an 'id' (a response)"
+    return None
 
 
 def _answer(
