@@ -230,3 +230,41 @@ async def test_on_sigterm_calls_in_flight_finish_or_are_told_the_gateway_is_shut
     assert outcomes["late"] == outcomes["long"]
     await wait_until(lambda: not any(pid_alive(pid) for pid in marker_pids(marker)), what="no server left")
     assert "calls in flight get up to 5 s to finish" in errlog.read_text()
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_every_progress_notification_of_a_call_reaches_the_client_before_its_answer(
+    tmp_path: Path, mode: str
+) -> None:
+    """The SDK relays each upstream progress notification in a task of its own: the answer overtook the last
+    one, and a 2026-07-28 request's stream, closed with the answer, dropped it (seen under serve's loop)."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    save(layout.paths.user, {"mcpServers": {"a": server("a", "--control")}})
+    port = free_port()
+    command = [mcpvisor_command(), "serve", "--http", f"127.0.0.1:{port}", "--no-auth", "--workspace", str(layout.root)]
+    heard: list[str | None] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append(message)
+
+    process = await anyio.open_process(command, env={**os.environ, **layout.env})
+    async with process:
+        try:
+            await wait_for_port(port)
+            async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as client:
+                for seconds in (0.2, 0.5):
+                    heard.clear()
+                    result = await client.call_tool(
+                        "mcp__a__sleep", {"seconds": seconds}, progress_callback=on_progress
+                    )
+                    assert text_of(result) == "slept"
+                    await wait_until(lambda: len(heard) == 2, timeout_s=3, what="both progress notifications")
+                    assert heard == ["sleeping", "awake"]
+        finally:
+            process.send_signal(signal.SIGTERM)  # it stops its servers
+            with anyio.CancelScope(shield=True), anyio.move_on_after(WAIT_S):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+                with anyio.CancelScope(shield=True):
+                    await process.wait()

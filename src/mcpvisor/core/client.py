@@ -192,11 +192,14 @@ class McpClient(ServerConnection):
         what = f"call to tool {tool!r}"
         client = self._connected_client(what)
         timeout = timeout_s or self.call_timeout_s
+        relay = _InOrder(progress) if progress is not None else None
         with self._requesting(what, "tool", tool, client, timeout_s=timeout):
             async with self._calling(client) as meta:
                 result = await client.call_tool(
-                    tool, arguments or {}, read_timeout_seconds=timeout, progress_callback=progress, meta=meta
+                    tool, arguments or {}, read_timeout_seconds=timeout, progress_callback=relay, meta=meta
                 )
+        if relay is not None:
+            await relay.settled()
         if not isinstance(result, types.CallToolResult):
             raise ToolCallError(
                 f"call to tool {tool!r} on server {self.name!r} returned an unexpected result",
@@ -312,3 +315,38 @@ class McpClient(ServerConnection):
             target=target,
             server=self.name,
         )
+
+
+PROGRESS_SETTLE_S = 1.0
+"""How long a call's answer waits for the relay of the progress notifications that came before it."""
+
+
+class _InOrder:
+    """A call's progress callback run one notification at a time, in the order they came, each finished before
+    the call returns: the SDK runs each in a task of its own, so the answer could overtake the last one (and a
+    2026-07-28 request's stream, closed with the answer, would then drop it)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._lock = anyio.Lock()
+        self._running = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        self._running += 1
+        if self._idle.is_set():
+            self._idle = anyio.Event()
+        try:
+            async with self._lock:
+                await self._progress(progress, total, message)
+        finally:
+            self._running -= 1
+            if not self._running:
+                self._idle.set()
+
+    async def settled(self) -> None:
+        """Once every notification that came before the answer is relayed (at most :data:`PROGRESS_SETTLE_S`)."""
+        await anyio.lowlevel.checkpoint()  # a relay the answer's arrival scheduled after it gets to start
+        with anyio.move_on_after(PROGRESS_SETTLE_S):
+            await self._idle.wait()
