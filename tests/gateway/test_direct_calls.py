@@ -217,6 +217,17 @@ async def test_what_is_not_one_json_rpc_message_is_refused_saying_why(tmp_path: 
     assert len(error["message"]) < 200
 
 
+async def test_the_calls_of_a_client_that_asked_for_log_messages_take_the_sdks_path(tmp_path: Path) -> None:
+    """There the gateway asks a 2026-07-28 server for the messages, which it logs only to requests that ask."""
+    async with served(tmp_path) as s, httpx2.AsyncClient(timeout=WAIT_S) as http:
+        headers = await session(http, s.url, {})
+        assert (await http.post(s.url, json=call("mcp__a__echo", {"text": "1"}), headers=headers)).status_code == 200
+        level = {"jsonrpc": "2.0", "id": 90, "method": "logging/setLevel", "params": {"level": "info"}}
+        assert (await http.post(s.url, json=level, headers=headers)).status_code == 200
+        assert (await http.post(s.url, json=call("mcp__a__echo", {"text": "2"}), headers=headers)).status_code == 200
+    assert s.through_sdk == ["mcp__a__echo"]  # the second call only
+
+
 async def test_a_session_resumes_only_its_own_streams_and_a_finished_one_ends(tmp_path: Path) -> None:
     """Every client numbers its requests from 0: a stream kept under the bare request id would let one client
     replay another's answers with a guessed ``Last-Event-ID``."""

@@ -586,6 +586,38 @@ async def test_upstream_log_messages_reach_the_clients_whose_level_lets_them_thr
 
 
 @pytest.mark.parametrize("client_requests", [False, True], ids=["plain", "client-requests"])
+async def test_a_handshake_era_client_hears_a_modern_era_servers_log_messages_once(
+    tmp_path: Path, client_requests: bool
+) -> None:
+    """A 2026-07-28 server logs only to requests that ask in their ``_meta``: calls made for a handshake-era client
+    that set a level ask for it (and a handshake-era server's messages still reach it once)."""
+    import warnings
+
+    from mcp.shared.exceptions import MCPDeprecationWarning
+
+    heard: list[types.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        heard.append(params)
+
+    user = {"mcpServers": {"m": server("m", "--control", module=SDK), "h": server("h", "--control")}}
+    async with (
+        running(tmp_path, user=user, client_requests=client_requests) as r,
+        Client(r.gateway.server, mode="legacy", logging_callback=on_log) as client,
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            await client.set_logging_level("info")
+        for name in ("m", "h"):
+            assert text_of(await client.call_tool(f"mcp__{name}__log", {"level": "info", "text": f"from {name}"})) == (
+                "sent"
+            )
+        await wait_until(lambda: len(heard) >= 2)
+        await client.list_tools()  # a round trip: what went out meanwhile has arrived
+        assert sorted(str(m.data) for m in heard) == ["from h", "from m"]
+
+
+@pytest.mark.parametrize("client_requests", [False, True], ids=["plain", "client-requests"])
 @pytest.mark.parametrize("upstream", [LIGHT, SDK])
 async def test_a_modern_era_client_hears_the_log_messages_of_a_call_that_asked_for_them(
     tmp_path: Path, upstream: str, client_requests: bool

@@ -42,6 +42,9 @@ class CallLog:
 
     level: types.LoggingLevel
     hear: Callable[[str, types.LoggingMessageNotificationParams], Awaitable[None]]
+    ask_only: bool = False
+    """Only ask a 2026-07-28 server for its messages (in the request's ``_meta``): the caller hears them as it hears
+    any server's, through the connection's listeners (``hear`` is not called)."""
 
 
 _call_log: ContextVar[CallLog | None] = ContextVar("mcpvisor_call_log", default=None)

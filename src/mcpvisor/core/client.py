@@ -243,6 +243,10 @@ class McpClient(ServerConnection):
         request's ``_meta``."""
         log = call_logs.current()
         meta: types.RequestParamsMeta | None = None
+        if log is not None and log.ask_only:
+            if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                meta = cast(types.RequestParamsMeta, {types.LOG_LEVEL_META_KEY: log.level})
+            log = None
         if log is not None:
             self._notices.hear(log)
             if client.protocol_version in MODERN_PROTOCOL_VERSIONS:

@@ -98,6 +98,7 @@ _CLOSED = object()
 DirectCall = Callable[[CallToolRequestParams, Hashable], Awaitable[CallToolResult]]
 """Makes a plain call for a client (the key its calls are known by) that offers nothing servers may ask."""
 _CALL = "tools/call"
+_NOTED = frozenset({"initialize", "logging/setLevel"})
 _TRANSPORT_KEY = "mcpvisor.transport"
 """Where an ``initialize`` request's ASGI scope names its transport, for :func:`note_initialize`."""
 _SESSION_ENDED = "Session terminated before the request completed"
@@ -123,8 +124,8 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
                 scope, receive, send
             )
             return
-        if isinstance(parsed, JSONRPCRequest) and parsed.method == "initialize":
-            # The client's capabilities are noted once the SDK accepted it (note_initialize).
+        if isinstance(parsed, JSONRPCRequest) and parsed.method in _NOTED:
+            # Its capabilities, or its wish for log messages, are noted once the SDK accepted it (note_initialize).
             scope[_TRANSPORT_KEY] = self
         message = parsed if isinstance(parsed, JSONRPCRequest) and parsed.method != "initialize" else None
         cancelled = self._cancelled_call(parsed)
@@ -402,12 +403,14 @@ async def note_initialize(ctx: ServerRequestContext[Any, Any], call_next: CallNe
     transport notes whether the client offers anything its servers could ask of it: a client that offers
     nothing gets its plain calls made directly (see the module)."""
     result = await call_next(ctx)
-    if ctx.method == "initialize":
+    if ctx.method in _NOTED:
         scope = getattr(ctx.request, "scope", None)
         transport = scope.get(_TRANSPORT_KEY) if isinstance(scope, dict) else None
-        if isinstance(transport, LazyStreamTransport):  # the SDK validated the params: they parse
+        if isinstance(transport, LazyStreamTransport) and ctx.method == "initialize":  # the SDK validated the params
             capabilities = ClientCapabilities.model_validate((ctx.params or {}).get("capabilities") or {})
             transport._offers_nothing = not offers_input(capabilities)
+        elif isinstance(transport, LazyStreamTransport):  # logging/setLevel: its calls ask for log messages
+            transport._offers_nothing = False  # on the SDK's path (the gateway asks 2026-07-28 servers per call)
     return result
 
 

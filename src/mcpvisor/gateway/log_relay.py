@@ -82,6 +82,16 @@ class LogRelay:
         self._hear_all()
         await self._set_upstream_levels()
 
+    def level_of(self, connection: Connection | None) -> types.LoggingLevel | None:
+        """The level ``connection``'s client asked for, if it did."""
+        listener = self._listeners.get(connection) if connection is not None else None
+        return listener.level if listener is not None else None
+
+    @property
+    def listening(self) -> bool:
+        """Whether any client asked for log messages."""
+        return bool(self._listeners)
+
     def _forget(self, connection: Connection) -> None:
         listener = self._listeners.pop(connection, None)
         if listener is not None:

@@ -6,8 +6,7 @@ When the exposed set changes the gateway tells its clients, in both protocol era
 (:mod:`mcpvisor.gateway.notices`). Notices never trail the change: one goes out in the step after the
 registries changed (what changed in the same step goes out together), so a client reacting to it
 finds the new tools, and a tool is never callable for long without its notice, however long the rest
-of its reconcile takes. Upstream failures become ``CallToolResult(is_error=True)``, never a JSON-RPC
-error.
+of its reconcile takes. Upstream failures become ``CallToolResult(is_error=True)``, never JSON-RPC errors.
 
 Usage::
 
@@ -267,9 +266,12 @@ class Gateway(StackOwner):
         # A client that offers nothing a server could ask needs no rounds: its servers' asks are refused at once.
         if rounds is not None and (params.request_state is not None or offers_input(ctx.session.client_capabilities)):
             return await rounds.run(ctx, params, call, log_level=level)
-        with answering(CallingClient(ctx, connection_of(ctx))), ExitStack() as stack:
-            if level is not None:
-                stack.enter_context(hearing(CallLog(level, partial(pass_log, ctx))))
+        connection = connection_of(ctx)
+        with answering(CallingClient(ctx, connection)), ExitStack() as stack:
+            # A 2026-07-28 server logs only to requests that ask: a handshake-era client's level asks (the relay hears).
+            asked = level or (None if modern else self._logs.level_of(connection))
+            if asked is not None:
+                stack.enter_context(hearing(CallLog(asked, partial(pass_log, ctx), ask_only=level is None)))
             return await call(progress_to(ctx))
 
     def _prompts(self) -> ServedPrompts:
@@ -406,8 +408,7 @@ class Gateway(StackOwner):
             self._check_resources()
 
     def _check_resources(self) -> None:
-        """Resources change when servers connect or leave, or a server's own list changed: announce it when
-        the served URIs or templates differ."""
+        """Resources change when servers connect or leave, or a server's list changed: announce a change."""
         served = self.routes.served()
         if served != self._served_resources:
             self._served_resources = served
