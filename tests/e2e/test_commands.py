@@ -251,6 +251,37 @@ async def test_ctrl_c_stops_run_and_leaves_no_server_process(tmp_path: Path) -> 
         await wait_until(lambda pid=pid: not pid_alive(pid))  # type: ignore[misc]
 
 
+@pytest.mark.parametrize("command", ["run", "shell"])
+@pytest.mark.parametrize("ending", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+async def test_a_kill_or_a_closed_terminal_stops_the_session_and_its_servers(
+    tmp_path: Path, command: str, ending: signal.Signals
+) -> None:
+    """Before, the shell died of SIGTERM and SIGHUP (and run of SIGHUP) without stopping its servers: one that
+    does not end when its input closes (--stubborn) ran on for good."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "pids"
+    server = {"command": sys.executable, "args": ["-m", LIGHT, "--name", "a", "--marker", str(marker), "--stubborn"]}
+    replace_text(layout.paths.user, json.dumps({"mcpServers": {"a": server}}))
+    process = await anyio.open_process(
+        [mcpvisor_command(), command, "--workspace", str(layout.root)],
+        env={**os.environ, **layout.env},
+        stderr=subprocess.DEVNULL,
+    )  # the shell's input: a pipe left open, so it waits for commands
+    async with process:
+        try:
+            await wait_until(lambda: bool(marker_pids(marker)), what="the server to start")
+            await anyio.sleep(0.5)  # past the start: the session waits for its next command or edit
+            process.send_signal(ending)
+            with anyio.fail_after(WAIT_S * 2):
+                await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+        assert process.returncode == 0
+    pids = marker_pids(marker)  # the server, and the child it keeps
+    await wait_until(lambda: not any(pid_alive(pid) for pid in pids), what="the server to be stopped")
+
+
 def test_shell_runs_commands_from_piped_input_and_leaves_no_process(tmp_path: Path) -> None:
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
     marker = tmp_path / "pids"

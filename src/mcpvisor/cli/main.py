@@ -303,16 +303,27 @@ def shell(
     async def main() -> int:
         async with joined(options) as (fleet_options, _):
             with anyio.open_signal_receiver(signal.SIGINT) as sigint:
-                return await run_shell(fleet_options, interrupts=sigint)
+                code = 0  # SIGTERM, or SIGHUP (its terminal closed): ends it as /quit does
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_cancel_on_signal, tg.cancel_scope, _ENDING)
+                    code = await run_shell(fleet_options, interrupts=sigint)
+                    tg.cancel_scope.cancel()
+                return code
 
     with reported():
         code = anyio.run(main)
     raise typer.Exit(code)
 
 
-async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
+_ENDING = (signal.SIGTERM, signal.SIGHUP)
+"""The signals that end a session as its own way out does (stopping its servers): a kill, a terminal that closed."""
+
+
+async def _cancel_on_signal(
+    scope: anyio.CancelScope, signals: tuple[signal.Signals, ...] = (signal.SIGINT, *_ENDING)
+) -> None:
+    with anyio.open_signal_receiver(*signals) as received:
+        async for _ in received:
             scope.cancel()
             return
 
