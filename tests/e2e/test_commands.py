@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -251,7 +253,7 @@ async def test_ctrl_c_stops_run_and_leaves_no_server_process(tmp_path: Path) -> 
         await wait_until(lambda pid=pid: not pid_alive(pid))  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("command", ["run", "shell"])
+@pytest.mark.parametrize("command", ["run", "shell", "serve"])
 @pytest.mark.parametrize("ending", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 async def test_a_kill_or_a_closed_terminal_stops_the_session_and_its_servers(
     tmp_path: Path, command: str, ending: signal.Signals
@@ -280,6 +282,43 @@ async def test_a_kill_or_a_closed_terminal_stops_the_session_and_its_servers(
         assert process.returncode == 0
     pids = marker_pids(marker)  # the server, and the child it keeps
     await wait_until(lambda: not any(pid_alive(pid) for pid in pids), what="the server to be stopped")
+
+
+def test_serve_at_a_terminal_stops_on_ctrl_c_and_leaves_the_terminal_as_it_was(tmp_path: Path) -> None:
+    """The SDK read stdin in a thread no stop could interrupt: Ctrl-C waited for Enter."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "pids"
+    server = {"command": sys.executable, "args": ["-m", LIGHT, "--name", "a", "--marker", str(marker)]}
+    replace_text(layout.paths.user, json.dumps({"mcpServers": {"a": server}}))
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [mcpvisor_command(), "serve", "--workspace", str(layout.root)],
+            stdin=terminal,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, **layout.env},
+        )
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while not marker_pids(marker) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            [pid] = marker_pids(marker)
+            time.sleep(0.5)  # serving: waiting for its client's next line
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=WAIT_S) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        assert os.get_blocking(terminal)  # the terminal's mode, shared with the shell that started it, is back
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    deadline = time.monotonic() + WAIT_S
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(pid)
 
 
 def test_shell_runs_commands_from_piped_input_and_leaves_no_process(tmp_path: Path) -> None:

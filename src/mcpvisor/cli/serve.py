@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
-from mcp.server.stdio import stdio_server
 from rich.console import Console
 
 from mcpvisor.cli.fleet import joined
@@ -18,6 +17,7 @@ from mcpvisor.gateway.auth import GatewayToken
 from mcpvisor.gateway.http import WORKSPACE_HEADER, bind_http_socket, http_url, refuse_without_token
 from mcpvisor.gateway.limits import DEFAULT_HTTP_LIMITS, DEFAULT_NAME_BUDGET, HttpLimits
 from mcpvisor.gateway.server import DRAIN_S, Gateway
+from mcpvisor.gateway.stdio import stdio_streams
 from mcpvisor.gateway.workspaces import WorkspaceGateway
 from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
@@ -132,7 +132,7 @@ async def _serve(
         async with (
             host,
             Gateway(host.config, name_budget=name_budget, round_state=served_as, bus=_bus(replica, host)) as gateway,
-            stdio_server() as (read, write),
+            stdio_streams() as (read, write),
         ):
             if replica is not None:
                 await replica.publish_from(host.options.env, host.root)

@@ -235,8 +235,9 @@ def fast_event_loop() -> dict[str, Any]:
 
 
 async def _stop_on_signal(stop: anyio.Event, scope: anyio.CancelScope) -> None:
-    """The first SIGINT or SIGTERM asks for an orderly stop (``stop``); a second one cancels at once."""
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    """The first SIGINT, SIGTERM or SIGHUP (its terminal closed) asks for an orderly stop (``stop``); a second one
+    cancels at once."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for _ in signals:
             if stop.is_set():
                 scope.cancel()

@@ -34,7 +34,6 @@ import anyio.lowlevel
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.models import InitializationOptions
-from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, SubscriptionBus
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -81,6 +80,7 @@ from mcpvisor.gateway.protocol import (
 from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.resources import ResourceRoutes, complete
 from mcpvisor.gateway.sessions import OnePath, ServedBy, SessionBook, session_manager
+from mcpvisor.gateway.stdio import stdio_streams
 from mcpvisor.gateway.subscriptions import ResourceSubscriptions, Subscribers, release_all
 from mcpvisor.gateway.tracing import only_when_tracing
 
@@ -431,7 +431,7 @@ class Gateway(StackOwner):
 
     async def serve_stdio(self) -> None:
         """Serve one client over this process's stdin and stdout until stdin closes."""
-        async with stdio_server() as (read, write):
+        async with stdio_streams() as (read, write):
             await self.serve_streams(read, write)
 
     def http_app(self, *, host: str = "127.0.0.1", limits: HttpLimits = DEFAULT_HTTP_LIMITS) -> OnePath:
