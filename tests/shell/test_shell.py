@@ -341,6 +341,9 @@ async def test_approve_and_reject_commands_refuse_servers_that_need_no_approval(
 async def test_reload_rereads_the_files(tmp_path: Path) -> None:
     async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
         await s.run("/reload", "✓ settings re-read — no MCP changes")
+        replace_text(s.layout.paths.user, '{\n "mcpServers": {')
+        out = await s.run("/reload", "✗ settings re-read, but a file does not parse")
+        assert "✓" not in out
 
 
 # -- leaving ----------------------------------------------------------------------------------

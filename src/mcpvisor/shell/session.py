@@ -421,7 +421,10 @@ class ShellSession:
         before = self._reconciles
         await self.host.reload()
         changed = "" if self._reconciles > before else " — no MCP changes"
-        self.console.print(Text(f"✓ settings re-read{changed}", style="green"))
+        if self.host.settings.errors:  # said above, with where: the last good configuration stays in force
+            self.console.print(Text(f"✗ settings re-read, but a file does not parse{changed}", style="red"))
+        else:
+            self.console.print(Text(f"✓ settings re-read{changed}", style="green"))
         return False
 
     async def _cmd_approve(self, argument: str) -> bool:
