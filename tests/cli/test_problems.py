@@ -50,8 +50,8 @@ def test_status_shows_an_approvals_store_that_cannot_be_read_and_fails(layout: L
         assert code == 1, command
         assert any(str(layout.paths.approvals) in problem for problem in json.loads(out)["problems"])
     write_json(layout.paths.project, {"mcpServers": {"p": {"command": "x"}}})
-    for command in ("status", "mcp list"):
-        code, out = invoke(layout, *command.split())
+    for words in ("status", "mcp list"):
+        code, out = invoke(layout, *words.split())
         assert "needs approval — run: mcpvisor mcp approve p" in " ".join(out.split())
         assert "once the approvals store can be read again (see above)" in " ".join(out.split())
 
