@@ -338,6 +338,20 @@ async def test_approve_and_reject_commands_refuse_servers_that_need_no_approval(
         await s.run("/approve", "usage: /approve NAME")
 
 
+async def test_a_server_that_never_started_is_said_to_have_failed_once_and_a_crash_to_have_disconnected(
+    tmp_path: Path,
+) -> None:
+    crashing = server("c", "--crash-on-call", "echo")
+    async with shell(tmp_path, user={"mcpServers": {"c": crashing}}) as s:
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {"c": crashing, "bad": {"command": "/nonexistent/bin/tool"}}})
+        await s.wait_for("✗ bad failed to start: executable '/nonexistent/bin/tool' not found", since)
+        await s.run('/call mcp__c__echo {"text": "x"}', "✗ c disconnected")
+        out = " ".join(s.text(since).split())
+        assert "bad disconnected" not in out  # it never connected
+        assert out.count("✗ c disconnected") == 1
+
+
 async def test_reload_rereads_the_files(tmp_path: Path) -> None:
     async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
         await s.run("/reload", "✓ settings re-read — no MCP changes")

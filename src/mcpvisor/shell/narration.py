@@ -53,6 +53,9 @@ class HumanOutput:
         """The gating reason last said per server: a reload that leaves it as it was says nothing."""
         self._failures: dict[str, str] = {}
         """The start failure last said per server: a retry that fails the same way says nothing."""
+        self._up: set[str] = set()
+        """The servers connected since last said: only they can be said to have disconnected (a start that
+        failed is said by the reconcile's 'failed to start')."""
 
     def __call__(self, event: HostEvent) -> None:
         c = self._console
@@ -136,7 +139,11 @@ class HumanOutput:
             )
         elif isinstance(event, McpReloadFailed):
             c.print(f"[red]✗ {escape(str(event.message))} ({escape(str(event.detail))})[/]")
-        elif isinstance(event, ServerStateChanged) and self._ready and event.status == "disconnected" and event.error:
+        elif isinstance(event, ServerStateChanged) and event.status != "disconnected":
+            if event.status == "connected":
+                self._up.add(event.server)
+        elif isinstance(event, ServerStateChanged) and self._ready and event.error and event.server in self._up:
+            self._up.discard(event.server)
             c.print(f"[red]✗ {escape(str(event.server))} disconnected: {escape(str(event.error))}[/]")
         elif isinstance(event, Ready):
             self._ready = True
