@@ -296,10 +296,30 @@ async def test_approve_all_connects_every_waiting_server(tmp_path: Path) -> None
         assert "? p1 needs approval" in out
         assert "? p2 needs approval" in out  # every server approve-all would start was shown
         assert "(2 waiting)" in out
+        since = s.mark()
         await s.type("A")
         await s.wait_for("+ added p2")
         await s.run('/call mcp__p1__echo {"text":"1"}', "p1:echo:1")
         await s.run('/call mcp__p2__echo {"text":"2"}', "p2:echo:2")
+        said = s.text(since)
+        assert "Approve p2?" not in said  # not asked about what the answer was approving
+        assert "no decision needed" not in said
+
+
+async def test_approving_language_servers_in_the_dialog_says_only_that_they_were_approved(tmp_path: Path) -> None:
+    async with shell(tmp_path) as s:
+        pylsp = {"command": sys.executable, "args": ["-m", "pylsp"], "extensionToLanguage": {".py": "python"}}
+        replace_text(s.layout.root / ".lsp.json", json.dumps({"one": pylsp, "two": pylsp}))
+        await s.wait_for("Approve language server one?")
+        since = s.mark()
+        await s.type("a")
+        await s.wait_for("✓ approved language server one", since)
+        await s.wait_for("Approve language server two?", since)
+        await s.type("A")
+        await s.wait_for("✓ approved language server two", since)
+        said = s.text(since)
+        assert "no decision needed" not in said  # before, the answer's own decision read as made elsewhere
+        assert said.count("Approve language server two?") == 1
 
 
 async def test_answers_are_checked_and_commands_still_run_while_the_dialog_is_open(tmp_path: Path) -> None:

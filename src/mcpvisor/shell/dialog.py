@@ -48,6 +48,8 @@ class ApprovalDialog:
         """The server whose question is open (answers go to :meth:`answer`)."""
         self.question_shown = False
         """Whether the open question is the last thing on screen."""
+        self._deciding: frozenset[str] = frozenset()
+        """The servers an answer is deciding on now: their leaving the queue is the answer's, said by it."""
 
     def open(self) -> None:
         """The first discovery is shown: from now on waiting servers are asked about."""
@@ -74,6 +76,8 @@ class ApprovalDialog:
 
     def _present(self, change: QueueChange, promptable: Collection[str]) -> None:
         for name in change.dropped:
+            if name in self._deciding:
+                continue
             why = (
                 "it was removed from the configuration"
                 if self._configured(name) is None
@@ -86,7 +90,8 @@ class ApprovalDialog:
                 self.asked = None
         for name in change.added:
             render_approval_request(self.console, self.request(name))
-        self.ask_next(force=bool(change.added))  # new details pushed the question out of sight
+        if not self._deciding:  # else the answer asks next, once it is done
+            self.ask_next(force=bool(change.added))  # new details pushed the question out of sight
 
     def ask_next(self, *, force: bool = False) -> None:
         """Ask about the first waiting server, unless that question is already the open one."""
@@ -119,13 +124,22 @@ class ApprovalDialog:
             self._queue.skip(name)
             self.console.print(Text(f"  skipped {name}: it stays pending; /approve {name} when ready", style="dim"))
         elif choice == "approve_all":
-            for waiting, waiting_hash in self._queue.snapshot():
-                stamp = self._stamps.pop(waiting, None)
-                await self.decide(waiting, "approve", shown_hash=waiting_hash, shown_stamp=stamp, shown_changes=())
+            waiting = self._queue.snapshot()
+            self._deciding = frozenset(key for key, _ in waiting)
+            try:
+                for key, waiting_hash in waiting:
+                    stamp = self._stamps.pop(key, None)
+                    await self.decide(key, "approve", shown_hash=waiting_hash, shown_stamp=stamp, shown_changes=())
+            finally:
+                self._deciding = frozenset()
         else:  # the dialog shows no held definitions: approving here accepts none (/approve NAME shows them)
-            await self.decide(
-                name, choice, shown_hash=shown, shown_stamp=self._stamps.pop(name, None), shown_changes=()
-            )
+            self._deciding = frozenset({name})
+            try:
+                await self.decide(
+                    name, choice, shown_hash=shown, shown_stamp=self._stamps.pop(name, None), shown_changes=()
+                )
+            finally:
+                self._deciding = frozenset()
         self.ask_next()
 
     def _configured(self, key: str) -> object | None:
