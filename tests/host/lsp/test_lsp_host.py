@@ -182,6 +182,10 @@ async def test_calls_that_cannot_be_answered_say_why(tmp_path: Path) -> None:
         assert text(no_symbol) == "no symbol 'Nobody' in models.py; list them with document_symbols"
         past = await s.call("hover", file="models.py", line=500, character=1)
         assert "line 500 is past the end of models.py (10 lines)" in text(past)
+        misnamed = await s.call("diagnostics", file="../../etc/passwd.py")  # it takes 'files'
+        assert misnamed.is_error
+        assert text(misnamed).startswith("diagnostics has no argument 'file'; it takes: ")
+        assert "files" in text(misnamed)
 
 
 async def test_an_edit_of_one_entry_restarts_and_re_asks_for_that_one_alone(tmp_path: Path) -> None:

@@ -146,6 +146,10 @@ _SPECS: dict[str, _Spec] = {
     ),
 }
 TOOL_NAMES = tuple(_SPECS)
+ARGUMENTS: dict[str, frozenset[str]] = {
+    name: frozenset(spec.input_schema["properties"]) for name, spec in _SPECS.items()
+}
+"""Each tool's argument names (its input schema's properties)."""
 _ANNOTATIONS = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
 CAPABILITY = {
     "go_to_definition": "definitionProvider",

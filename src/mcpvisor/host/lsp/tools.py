@@ -49,7 +49,15 @@ from mcpvisor.host.lsp.results import (
 from mcpvisor.host.lsp.server import LanguageServer
 from mcpvisor.host.lsp.status import describe_state
 from mcpvisor.host.lsp.text import NoSuchFile, relative, resolve_file, to_wire
-from mcpvisor.host.lsp.tool_specs import CAPABILITY, DIAGNOSTICS_WAIT_MS, TOOL_NAMES, TOOLS, WHAT, ToolFailure
+from mcpvisor.host.lsp.tool_specs import (
+    ARGUMENTS,
+    CAPABILITY,
+    DIAGNOSTICS_WAIT_MS,
+    TOOL_NAMES,
+    TOOLS,
+    WHAT,
+    ToolFailure,
+)
 
 __all__ = ["LSP_PROVIDER", "TOOL_NAMES", "LspTools", "ToolFailure"]
 
@@ -130,6 +138,11 @@ class LspTools:
         handler = self._handlers.get(tool)
         if handler is None:
             raise ToolFailure(f"no tool {tool!r} among the language server tools: {', '.join(TOOL_NAMES)}")
+        known = ARGUMENTS[tool]
+        unknown = sorted(set(arguments) - known)
+        if unknown:  # a misspelled name would be left out without a word, and the answer be about something else
+            takes = ", ".join(sorted(known)) or "no arguments"
+            raise ToolFailure(f"{tool} has no argument {', '.join(map(repr, unknown))}; it takes: {takes}")
         try:
             return await handler(arguments)
         except ToolFailure:
