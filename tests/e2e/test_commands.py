@@ -284,6 +284,34 @@ async def test_a_kill_or_a_closed_terminal_stops_the_session_and_its_servers(
     await wait_until(lambda: not any(pid_alive(pid) for pid in pids), what="the server to be stopped")
 
 
+async def test_run_names_every_file_it_watches_and_where_a_restart_is_needed(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    replace_text(layout.paths.user, json.dumps({"mcpServers": {}}))
+    process = await anyio.open_process(
+        [mcpvisor_command(), "run", "--workspace", str(layout.root)],
+        env={**os.environ, **layout.env, "COLUMNS": "400"},
+        stderr=subprocess.STDOUT,
+    )
+    async with process:
+        assert process.stdout is not None
+        output = ""
+        try:
+            with anyio.fail_after(WAIT_S):
+                async for chunk in TextReceiveStream(process.stdout):
+                    output += chunk
+                    if "Ctrl-C to stop" in " ".join(output.split()):
+                        replace_text(layout.paths.user, json.dumps({"mcp": {"serverCommand": "x"}}))
+                    if "take effect when mcpvisor restarts" in " ".join(output.split()):
+                        break
+        finally:
+            process.send_signal(signal.SIGINT)
+            with anyio.fail_after(WAIT_S):
+                await process.wait()
+    said = " ".join(output.split())
+    assert f"{layout.root / '.lsp.json'} — edit them and the servers follow" in said
+    assert f"! mcp.serverCommand in {layout.paths.user} take effect when mcpvisor restarts" in said
+
+
 def test_serve_at_a_terminal_stops_on_ctrl_c_and_leaves_the_terminal_as_it_was(tmp_path: Path) -> None:
     """The SDK read stdin in a thread no stop could interrupt: Ctrl-C waited for Enter."""
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))

@@ -116,9 +116,10 @@ async def _follow(
     from mcpvisor.shell.narration import HumanOutput
 
     def after_ready() -> None:
-        files = [str(host.settings.paths.user), str(host.settings.paths.project)]
+        paths = host.settings.paths
+        files = [str(paths.user), str(paths.project), str(paths.lsp_project), *map(str, host.options.lsp_config)]
         if host.settings.is_active("workspace"):
-            files.insert(1, str(host.settings.paths.workspace))
+            files.insert(1, str(paths.workspace))
         console.print(f"[dim]Watching {', '.join(files)} — edit them and the servers follow. Ctrl-C to stop.[/]")
         if intro:
             console.print(intro)

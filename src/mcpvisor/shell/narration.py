@@ -134,9 +134,9 @@ class HumanOutput:
         elif isinstance(event, SettingsWarning):
             c.print(f"[yellow]! {escape(str(event.message))}[/]")
         elif isinstance(event, RestartRequired):
-            c.print(
-                f"[yellow]! restart required for: {escape(str(', '.join(event.paths)))} (other changes were applied)[/]"
-            )
+            where = escape(str(self._host.settings.paths.of(event.scope)))
+            keys = escape(str(", ".join(event.paths)))
+            c.print(f"[yellow]! {keys} in {where} take effect when mcpvisor restarts (other changes were applied)[/]")
         elif isinstance(event, McpReloadFailed):
             c.print(f"[red]✗ {escape(str(event.message))} ({escape(str(event.detail))})[/]")
         elif isinstance(event, ServerStateChanged) and event.status != "disconnected":
