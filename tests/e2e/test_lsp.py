@@ -57,7 +57,7 @@ async def test_mcpvisor_serve_serves_a_repositorys_language_server_once_approved
         args = {"file": "service.py", "line": 3, "character": 6}
         refused = await client.call_tool("mcp__lsp__go_to_definition", args)
         assert refused.is_error
-        assert text_of(refused) == "language server 'python' needs approval — run: mcpvisor lsp approve python"
+        assert text_of(refused).startswith("language server 'python' needs approval — run: mcpvisor lsp approve python")
         assert not language_server_processes(layout.root)
 
         approve = await anyio.run_process(

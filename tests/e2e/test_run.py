@@ -417,7 +417,7 @@ async def test_run_json_tells_of_language_servers_waiting_for_approval_and_of_th
         await r.wait_for(lambda: bool(r.of("lsp_approval_needed")))
         assert r.of("lsp_approval_needed")[-1]["servers"] == ["python"]
         states = [e["state"] for e in r.of("lsp_server") if e["server"] == "python"]
-        assert states[-1] == "needs approval — run: mcpvisor lsp approve python"
+        assert states[-1].startswith("needs approval — run: mcpvisor lsp approve python")
         approved = await r.cli("lsp", "approve", "python")
         assert approved.returncode == 0, approved.stderr
         await r.wait_for(

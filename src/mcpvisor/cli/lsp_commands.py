@@ -24,13 +24,13 @@ from mcpvisor.host.lsp.config import RUNS_WORKSPACE_CODE, LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
 from mcpvisor.host.settings.loader import Settings, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
+from mcpvisor.host.status import lsp_approve_hint
 from mcpvisor.shell.consoles import new_console
 
 __all__ = ["RUNS_WORKSPACE_CODE", "decide_lsp", "list_lsp_servers", "load_lsp_state"]
 
 
 _STATES = {
-    "pending_approval": "needs approval — run: mcpvisor lsp approve {name}",
     "rejected": "rejected — edit config to re-approve",
     "excluded": "disabled (in lsp.excluded)",
     "not_allowed": "not allowed",
@@ -54,11 +54,13 @@ def load_lsp_state(
     return settings, approvals, state
 
 
-def configured_state(state: LspDesiredState, name: str, trusted: bool) -> str:
+def configured_state(state: LspDesiredState, name: str, trusted: bool, root: Path) -> str:
     """What a host would do with ``name`` (nothing runs here)."""
     if not trusted:
         return "not started: the folder is not trusted"
     reason = state.reason(name)
+    if reason == "pending_approval":
+        return f"needs approval — run: {lsp_approve_hint(root, name)}"
     if reason is not None:
         return _STATES[reason].format(name=name)
     return "approved; starts on first use" if is_gated(state.servers[name]) else "starts on first use"
@@ -87,7 +89,7 @@ def list_lsp_servers(
                 "file": str(entry.path) if entry.path is not None else None,
                 "command": cfg.target(),
                 "extensions": sorted(cfg.extension_to_language),
-                "state": configured_state(state, name, settings.trusted),
+                "state": configured_state(state, name, settings.trusted, settings.root),
                 "admission": state.reason(name) or "allowed",
             }
         )

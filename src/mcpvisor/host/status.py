@@ -109,6 +109,11 @@ def command_hints(root: str | os.PathLike[str], *, approvals_error: str | None =
     return approve, LOGIN_HINT + workspace
 
 
+def lsp_approve_hint(root: str | os.PathLike[str], name: str) -> str:
+    """The command that approves language server ``name``, working where it is printed (:func:`command_hints`)."""
+    return command_hints(root)[0].replace(" mcp approve ", " lsp approve ", 1).format(name=name)
+
+
 def describe_servers(
     assembled: AssembledServers,
     gating: McpGating,

@@ -25,6 +25,7 @@ from mcpvisor.core.errors import McpvisorError
 from mcpvisor.host.lsp.config import LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, LspPlan, plan_lsp_reconcile
 from mcpvisor.host.lsp.server import LanguageServer
+from mcpvisor.host.status import lsp_approve_hint
 
 __all__ = ["BACKOFF_INITIAL_S", "LspManager", "Route", "Unroutable"]
 
@@ -214,11 +215,11 @@ class LspManager:
             )
         reason = self.state.reason(name)
         if reason == "pending_approval":
-            return f"language server {name!r} needs approval — run: mcpvisor lsp approve {name}"
+            return f"language server {name!r} needs approval — run: {lsp_approve_hint(self.root, name)}"
         if reason == "rejected":
             return (
                 f"language server {name!r} was rejected — edit its configuration to be asked again, or run: "
-                f"mcpvisor lsp approve {name}"
+                f"{lsp_approve_hint(self.root, name)}"
             )
         if reason == "excluded":
             return f"language server {name!r} is excluded; remove it from lsp.excluded in your settings"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from mcpvisor.core.stdio import on_host_path
 from mcpvisor.host.lsp.config import GATED_LSP_SCOPES, LspServerConfig
+from mcpvisor.host.status import lsp_approve_hint
 
 if TYPE_CHECKING:
     from mcpvisor.host.lsp.manager import LspManager
@@ -28,7 +29,7 @@ def describe_state(
     if reason == "untrusted":
         return "not started: the folder is not trusted"
     if reason == "pending_approval":
-        return f"needs approval — run: mcpvisor lsp approve {name}"
+        return f"needs approval — run: {lsp_approve_hint(manager.root, name)}"
     if reason == "rejected":
         return "rejected — edit config to re-approve"
     if reason == "excluded":
