@@ -228,6 +228,16 @@ async def test_without_a_log_folder_servers_log_where_the_host_does(
     assert "hello" in client.log_path.read_text()
 
 
+async def test_a_lost_connection_reads_disconnected_at_once_not_after_its_teardown(tmp_path: Path) -> None:
+    """The status view said 'connected' for the second the teardown took, while calls already failed."""
+    client = McpClient("a", light("a", "--stubborn"), options=ConnectionOptions(log_dir=tmp_path))
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        client.mark_lost("the server went away")
+        assert (client.status, client.last_error) == ("disconnected", "the server went away")
+        await client.aclose()
+
+
 async def test_a_missing_command_names_the_server_and_the_field(tmp_path: Path) -> None:
     client = McpClient(
         "gh", McpServerConfig(command="/nonexistent/npx-not-here"), options=ConnectionOptions(log_dir=tmp_path)

@@ -203,6 +203,9 @@ class ServerConnection:
         """Declare the connection dead (e.g. an HTTP session the server no longer knows)."""
         if self._lost_reason is None and not self._stopping:
             self._lost_reason = redact_text(reason, self.config)
+            if self.status == "connected":  # said at once: the teardown that follows may take a second
+                self.last_error = self._lost_reason
+                self._set_status("disconnected")
             self._wake.set()
 
     async def _own(self) -> None:
