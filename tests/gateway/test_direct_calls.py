@@ -228,6 +228,21 @@ async def test_the_calls_of_a_client_that_asked_for_log_messages_take_the_sdks_p
     assert s.through_sdk == ["mcp__a__echo"]  # the second call only
 
 
+async def test_an_unsupported_protocol_version_header_is_named_with_the_versions_spoken(tmp_path: Path) -> None:
+    async with served(tmp_path) as s, httpx2.AsyncClient(timeout=WAIT_S) as http:
+        with_session = await session(http, s.url, {})
+        for headers in (
+            {**ACCEPT, "MCP-Protocol-Version": "1999-01-01"},
+            {**with_session, "MCP-Protocol-Version": "1999"},
+        ):
+            answer = await http.post(s.url, json=call("mcp__a__echo", {"text": "x"}), headers=headers)
+            assert answer.status_code == 400
+            message = answer.json()["error"]["message"]
+            assert message.startswith("unsupported MCP-Protocol-Version '1999")
+            assert "this gateway speaks " in message
+            assert VERSION in message
+
+
 async def test_a_session_resumes_only_its_own_streams_and_a_finished_one_ends(tmp_path: Path) -> None:
     """Every client numbers its requests from 0: a stream kept under the bare request id would let one client
     replay another's answers with a guessed ``Last-Event-ID``."""

@@ -36,7 +36,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import INTERNAL_ERROR
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcpvisor.gateway.lazy_streams import DirectCall, LazySessionManager
@@ -119,6 +119,13 @@ class SessionBook:
         headers = dict(scope.get("headers") or ())
         version = headers.get(_VERSION_HEADER)
         if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+            if version.decode("latin-1") not in MODERN_PROTOCOL_VERSIONS:
+                spoken = ", ".join(sorted({*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS}))
+                message = (
+                    f"unsupported MCP-Protocol-Version {version.decode('latin-1')[:40]!r}; this gateway speaks {spoken}"
+                )
+                await error_response(message, 400)(scope, receive, send)
+                return
             await manager.handle_request(scope, receive, send)  # the 2026-07-28 era has no sessions
             return
         session_id = headers.get(_SESSION_HEADER)
