@@ -34,6 +34,14 @@ from mcpvisor.core.transports import closed_in_sdk, explain_start_failure
 from tests.helpers import LIGHT, WAIT_S, free_port, http_server, light, marker_pids, pid_alive, sdk, wait_until
 
 
+async def crash_and_lose(client: McpClient, lost: anyio.Event) -> None:
+    """Call the tool that makes server 'fragile' crash (the call fails), then wait until the loss is reported."""
+    with anyio.fail_after(WAIT_S), pytest.raises(ServerUnavailableError, match="'fragile'"):
+        await client.call_tool("echo")
+    with anyio.fail_after(WAIT_S):
+        await lost.wait()
+
+
 def text(result: object) -> str:
     content = getattr(result, "content")  # noqa: B009 - keeps the helper independent of the result type
     return str(content[0].text)
@@ -286,10 +294,7 @@ async def test_a_crash_mid_call_fails_the_call_clearly_and_reports_the_loss(tmp_
     )
     async with anyio.create_task_group() as tg:
         await client.start(tg)
-        with anyio.fail_after(WAIT_S), pytest.raises(ServerUnavailableError, match="'fragile'"):
-            await client.call_tool("echo")
-        with anyio.fail_after(WAIT_S):
-            await lost.wait()
+        await crash_and_lose(client, lost)
         assert client.status == "disconnected"
         assert client.last_error is not None
         with pytest.raises(ServerUnavailableError, match="not connected"):
@@ -306,10 +311,7 @@ async def test_a_server_that_exits_is_lost_even_when_a_child_it_left_holds_its_s
     client = McpClient("fragile", cfg, on_lost=lambda _: lost.set(), options=ConnectionOptions(log_dir=tmp_path))
     async with anyio.create_task_group() as tg:
         await client.start(tg)
-        with anyio.fail_after(WAIT_S), pytest.raises(ServerUnavailableError, match="'fragile'"):
-            await client.call_tool("echo")
-        with anyio.fail_after(WAIT_S):
-            await lost.wait()
+        await crash_and_lose(client, lost)
         assert "exited with code 3" in (client.last_error or "")
         await client.aclose()
 

@@ -29,7 +29,6 @@ from mcpvisor.host.hot_reload import DesiredState, compute_desired_state
 from mcpvisor.host.private_files import PrivateJsonStore, write_atomically
 from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted_folders
 from mcpvisor.host.settings.mcp_servers import load_top_tier
-from mcpvisor.host.settings.scopes import SettingsScope
 from mcpvisor.host.settings.writer import delete_setting, set_setting
 from mcpvisor.host.status import command_hints, describe_servers, plural
 from mcpvisor.shell.consoles import new_console
@@ -218,9 +217,8 @@ def decide(
     if is_gated(cfg) and not (changes and approved):
         console.print(f"Server [bold]{escape(name)}[/] ({escape(source.label)}, {escape(str(source.path))})")
         _show_config(console, cfg)
-        for warning in state.assembled.warnings:
-            if warning.startswith(f"MCP server {name!r} of ") and " replaces your " in warning:
-                console.print(f"[yellow]![/] {escape(warning)}")
+        if (replaces := state.assembled.shadowed.get(name)) is not None:
+            console.print(f"[yellow]![/] {escape(replaces)}")
     decided = decide(
         approvals,
         pins,
@@ -428,24 +426,17 @@ def will_not_start(settings: Settings, name: str) -> str | None:
     """Why server ``name`` will not start whatever is decided on it, naming the files and the fix (None:
     nothing in the settings stops it)."""
     merged = settings.merged
-    if merged.excluded and matches_any(name, merged.excluded):
-        files = [str(settings.paths.of(s)) for s in _GATING_SCOPES if _listed(settings.data(s), "excluded", name)]
-        return f"it does not run: it is in mcp.excluded of {', '.join(files) or 'the settings'}; remove it there"
+    excluding = [
+        str(settings.paths.of(s)) for s, patterns in merged.excluded_by_scope.items() if matches_any(name, patterns)
+    ]
+    if excluding:
+        return f"it does not run: it is in mcp.excluded of {', '.join(excluding)}; remove it there"
     narrowing = [
         str(settings.paths.of(s)) for s, patterns in merged.allowed_by_scope.items() if not matches_any(name, patterns)
     ]
     if narrowing:
         return f"it does not run: it is not in mcp.allowed of {', '.join(narrowing)}; add it there"
     return None
-
-
-_GATING_SCOPES: tuple[SettingsScope, ...] = ("system_defaults", "user", "workspace", "system")
-
-
-def _listed(data: Mapping[str, Any], key: str, name: str) -> bool:
-    mcp = data.get("mcp")
-    patterns = mcp.get(key) if isinstance(mcp, Mapping) else None
-    return isinstance(patterns, list) and matches_any(name, [p for p in patterns if isinstance(p, str)])
 
 
 def remove_server(*, env: Mapping[str, str], workspace: Path | None, name: str, scope: str) -> None:

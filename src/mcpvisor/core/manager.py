@@ -121,9 +121,6 @@ class McpClientManager:
 
     async def discover_all_mcp_tools_incremental(self) -> ReconcileFinished:
         """Bring the live connections in line with the config, touching only what changed."""
-        # Nothing runs in an untrusted folder: a pass there only stops what trust, since revoked, had started.
-        if self._closed or (not self._config.is_trusted_folder() and not self._clients):
-            return ReconcileFinished()
         # With a pool (SPEC §5.5) the same plan applies: gating is decided first, so an excluded or pending
         # server never reaches ``acquire`` and a hot reload in daemon mode cannot start an unapproved one;
         # held leases whose name is gone or whose connection id changed are released, the rest acquired.
@@ -131,6 +128,9 @@ class McpClientManager:
 
     async def _apply_plan(self, restarting: frozenset[str] = frozenset()) -> ReconcileFinished:
         """The reconcile; ``restarting``: servers stopped for a restart, whose start it reports as one."""
+        # Nothing runs in an untrusted folder: a pass there only stops what trust, since revoked, had started.
+        if self._closed or (not self._config.is_trusted_folder() and not self._clients):
+            return ReconcileFinished()
         started_at = time.perf_counter()
         self._events.emit(McpClientUpdate(in_progress=True))
         plan = self.plan()
@@ -202,8 +202,6 @@ class McpClientManager:
         async with anyio.create_task_group() as tg:
             for name in stopped:
                 tg.start_soon(self._stop_quietly, name)
-        if self._closed or (not self._config.is_trusted_folder() and not self._clients):
-            return ReconcileFinished()
         return await self._apply_plan(restarting=stopped)
 
     async def remove_server(self, name: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,23 +246,25 @@ class McpServerConfig(BaseModel):
         ``${VAR}`` in them may stand for a secret). Never secrets: env and header values are left out, and a
         URL loses its credentials and query values."""
         if self.command is not None:
-            args = self.approved_value("args")
-            written = args if isinstance(args, list) and len(args) == len(self.args) else self.args
-            return " ".join(str(part) for part in [self.approved_value("command") or self.command, *written])
+            command = self.approved_value("command")
+            return " ".join(map(str, [command if isinstance(command, str) else self.command, *self._written_args()]))
         for key in ("http_url", "url"):
             if (url := getattr(self, key)) is not None:
                 written_url = self.approved_value(key)
                 return redact_url(written_url if isinstance(written_url, str) else url)
         return ""
 
+    def _written_args(self) -> Sequence[Any]:
+        """The arguments as the entry wrote them (before ``${VAR}`` expansion), one for each argument run."""
+        written = self.approved_value("args")
+        return written if isinstance(written, list) and len(written) == len(self.args) else self.args
+
     def expansions(self) -> list[tuple[str, str]]:
         """``(value as run, as written)`` for the command, each argument and the URL that ``${VAR}`` expansion
         changed, longest first: what :func:`redact_text` puts back as written."""
         pairs = [(self.command, self.approved_value("command")), (self.http_url, self.approved_value("http_url"))]
         pairs.append((self.url, self.approved_value("url")))
-        written_args = self.approved_value("args")
-        if isinstance(written_args, list) and len(written_args) == len(self.args):
-            pairs.extend(zip(self.args, written_args, strict=True))
+        pairs.extend(zip(self.args, self._written_args(), strict=True))
         changed = {run: str(written) for run, written in pairs if run and isinstance(written, str) and run != written}
         return sorted(changed.items(), key=lambda pair: -len(pair[0]))
 

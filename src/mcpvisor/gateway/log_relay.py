@@ -87,11 +87,6 @@ class LogRelay:
         listener = self._listeners.get(connection) if connection is not None else None
         return listener.level if listener is not None else None
 
-    @property
-    def listening(self) -> bool:
-        """Whether any client asked for log messages."""
-        return bool(self._listeners)
-
     def _forget(self, connection: Connection) -> None:
         listener = self._listeners.pop(connection, None)
         if listener is not None:

@@ -94,10 +94,9 @@ class ReplayBuffer(EventStore):
         if stream is None or not (number.isascii() and number.isdigit()) or len(number) > 20:
             return None
         after = int(number)
-        if stream.dropped_through > after or not stream.events and after > stream.dropped_through:
-            return None  # some of what followed is gone, or nothing was ever sent after it
-        if stream.events and after > stream.events[-1][0]:
-            return None  # an event id this stream never issued
+        issued = stream.events[-1][0] if stream.events else stream.dropped_through  # the stream's last event id
+        if stream.dropped_through > after or after > issued:
+            return None  # some of what followed is gone, or an event id this stream never issued
         answered = False
         for sequence, message, _ in list(stream.events):
             answered = answered or isinstance(message, JSONRPCResponse | JSONRPCError)

@@ -118,12 +118,11 @@ class SessionBook:
         """Serve one HTTP request through ``manager``, keeping the books."""
         headers = dict(scope.get("headers") or ())
         version = headers.get(_VERSION_HEADER)
-        if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
-            if version.decode("latin-1") not in MODERN_PROTOCOL_VERSIONS:
+        asked = version.decode("latin-1") if version is not None else None
+        if asked is not None and asked not in HANDSHAKE_PROTOCOL_VERSIONS:
+            if asked not in MODERN_PROTOCOL_VERSIONS:
                 spoken = ", ".join(sorted({*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS}))
-                message = (
-                    f"unsupported MCP-Protocol-Version {version.decode('latin-1')[:40]!r}; this gateway speaks {spoken}"
-                )
+                message = f"unsupported MCP-Protocol-Version {asked[:40]!r}; this gateway speaks {spoken}"
                 await error_response(message, 400)(scope, receive, send)
                 return
             await manager.handle_request(scope, receive, send)  # the 2026-07-28 era has no sessions

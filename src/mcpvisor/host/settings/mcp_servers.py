@@ -93,6 +93,9 @@ class AssembledServers:
     sources: Mapping[str, ServerSource]
     warnings: tuple[str, ...] = ()
     errors: tuple[SettingsError, ...] = ()
+    shadowed: Mapping[str, str] = field(default_factory=dict)
+    """For each ``.mcp.json`` server that takes the place of one of the user's own: the warning that says so (it
+    is among ``warnings`` too)."""
 
     def grouped(self) -> dict[SourceLabel, list[str]]:
         """Server names by source label, in :data:`SOURCE_ORDER` (empty groups left out), names sorted."""
@@ -145,16 +148,17 @@ def assemble_mcp_servers(
     for layer in layers:
         chosen.update(layer)
     file_layers = [project, *top.mcp_config]
-    shadowed = tuple(
-        _shadowing(name, below[name], project.servers[name])
+    shadowed = {
+        name: _shadowing(name, below[name], project.servers[name])
         for name in sorted(below.keys() & project.servers.keys())
         if chosen[name] is project.servers[name]
-    )
+    }
     return AssembledServers(
         servers={name: in_its_folder(entry.config, entry.scope, root) for name, entry in chosen.items()},
         sources={name: ServerSource(SOURCE_LABELS[e.scope], e.scope, e.path) for name, e in chosen.items()},
-        warnings=(*(w for layer in file_layers for w in layer.warnings), *shadowed),
+        warnings=(*(w for layer in file_layers for w in layer.warnings), *shadowed.values()),
         errors=tuple(layer.error for layer in file_layers if layer.error is not None),
+        shadowed=shadowed,
     )
 
 

@@ -71,6 +71,8 @@ class MergedSettings:
     mcp_servers: Mapping[str, ServerEntry]
     excluded: tuple[str, ...] | None
     allowed_by_scope: Mapping[SettingsScope, tuple[str, ...]]
+    excluded_by_scope: Mapping[SettingsScope, tuple[str, ...]]
+    """The ``mcp.excluded`` of each scope that sets one (``excluded`` is their union)."""
     warnings: tuple[str, ...] = ()
 
     @property
@@ -127,7 +129,7 @@ def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> Merg
     """
     data: dict[str, Any] = {}
     servers: dict[str, ServerEntry] = {}
-    excluded: list[str] | None = None
+    excluded_by_scope: dict[SettingsScope, tuple[str, ...]] = {}
     allowed: dict[SettingsScope, tuple[str, ...]] = {}
     warnings: list[str] = []
     for layer in layers:
@@ -144,11 +146,10 @@ def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> Merg
                 )
                 warnings.extend([problem] if problem else [])
             if "excluded" in mcp:
-                patterns, problem = _pattern_list(
+                excluded_by_scope[layer.scope], problem = _pattern_list(
                     expand_vars(mcp["excluded"], env, missing), what="mcp.excluded", where=where, on_invalid=("*",)
                 )
                 warnings.extend([problem] if problem else [])
-                excluded = [*(excluded or []), *(p for p in patterns if p not in (excluded or []))]
             rest["mcp"] = {k: v for k, v in mcp.items() if k not in ("allowed", "excluded")}
         _deep_merge(data, expand_vars(rest, env, missing))
         warnings.extend(f"undefined environment variable {var!r} in {where} expanded to ''" for var in sorted(missing))
@@ -157,6 +158,8 @@ def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> Merg
         )
         servers.update(built)
         warnings.extend(more)
+    all_excluded = [p for patterns in excluded_by_scope.values() for p in patterns]
+    excluded = list(dict.fromkeys(all_excluded)) if excluded_by_scope else None
     if isinstance(data.get("mcp"), dict):
         if excluded is not None:
             data["mcp"]["excluded"] = list(excluded)
@@ -170,6 +173,7 @@ def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> Merg
         excluded=tuple(excluded) if excluded is not None else None,
         allowed_by_scope=allowed,
         warnings=tuple(warnings),
+        excluded_by_scope=excluded_by_scope,
     )
 
 
