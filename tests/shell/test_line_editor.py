@@ -230,6 +230,10 @@ async def test_completion_history_and_output_above_the_prompt_at_a_real_terminal
         t.type("\x15")  # Ctrl-U empties the line; Up goes on from where the history was
         since = t.type(f"{UP}\r")
         await t.answered("mcp__proj__echo", since)  # /tools again
+        # The aliases complete too.
+        since = t.type(f"/ex{TAB}")
+        await t.expect("/exit", since)
+        t.type("\x15")
         t.type(CTRL_D)
         assert await t.exit_code() == 0
 

@@ -304,6 +304,7 @@ class ShellSession:
         """What Tab offers after ``/command `` (``""``: the commands themselves), name -> description."""
         if command == "":
             offered = {name: description for name, (_, description) in BUILTIN_COMMANDS.items()}
+            offered.update((alias, f"same as /{name}") for alias, name in ALIASES.items())
             offered.update((name, "MCP prompt") for name in self._prompt_commands)
             return offered
         command = ALIASES.get(command, command)
