@@ -448,13 +448,15 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-async def stop_process(process: anyio.abc.Process, *, at_once: bool = False) -> None:
-    """Close stdin, wait, SIGTERM the group, wait, SIGKILL. Every step bounded. ``at_once``: SIGKILL the
-    group without the graces (a server that never got going has nothing to finish)."""
+async def stop_process(
+    process: anyio.abc.Process, *, at_once: bool = False, exit_grace_s: float = STDIN_CLOSE_GRACE_S
+) -> None:
+    """Close stdin, wait (``exit_grace_s``), SIGTERM the group, wait, SIGKILL. Every step bounded. ``at_once``:
+    SIGKILL the group without the graces (a server that never got going has nothing to finish)."""
     if process.stdin is not None:
         with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             await process.stdin.aclose()
-    exited = await _wait_exit(process, 0 if at_once else STDIN_CLOSE_GRACE_S)
+    exited = await _wait_exit(process, 0 if at_once else exit_grace_s)
     pgid = process.pid
     if exited and not _group_alive(pgid):
         pass

@@ -107,6 +107,7 @@ async def test_a_request_gets_its_result_and_leaving_shuts_the_server_down(tmp_p
             "n": [1, 2.5, None],
         }
         pid = connection.process.pid
+        assert pid is not None
         assert pid_alive(pid)
     assert connection.process.returncode == 0  # it exited by itself on "exit"
     assert connection.closed()
@@ -252,6 +253,7 @@ async def test_a_frame_over_the_limit_fails_pending_requests_and_the_server_is_s
             "so its connection is dropped"
         )
         pid = connection.process.pid
+        assert pid is not None
     assert not pid_alive(pid)
 
 
@@ -360,5 +362,6 @@ async def test_pylsp_initializes_and_leaves_no_process_behind(tmp_path: Path) ->
             await connection.notify("initialized", {})
         assert result["capabilities"]["hoverProvider"] is True
         pid = connection.process.pid
+        assert pid is not None
     assert connection.process.returncode == 0
     assert not pid_alive(pid)

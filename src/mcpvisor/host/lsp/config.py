@@ -154,8 +154,8 @@ class LspServerConfig(BaseModel):
             raise ValueError('extensionToLanguage: required, e.g. {".py": "python"}: files are routed by extension')
         if self.transport == "stdio" and not self.command:
             raise ValueError("command: required for a stdio language server")
-        if self.transport != "stdio" and self.socket is None:
-            raise ValueError(f"socket: required with transport {self.transport!r}")
+        if self.transport != "stdio":
+            self.address()  # checked here: a server that cannot be reached is refused with its entry
         for name in ("startup_timeout", "shutdown_timeout"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -231,6 +231,26 @@ class LspServerConfig(BaseModel):
             return " ".join([self.command or "", *self.args])
         where = self.socket if isinstance(self.socket, str) else canonical_json(self.socket)
         return f"{self.transport} {where}" + (f" (started with {self.command})" if self.command else "")
+
+    def address(self) -> tuple[str, int] | str:
+        """Where a ``tcp`` or ``socket`` server listens: ``(host, port)``, or a Unix socket's path (relative:
+        to the server's folder). Raises ``ValueError`` saying how to write ``socket``."""
+        value = self.socket
+        if isinstance(value, Mapping) and set(value) == {"path"}:
+            value = value["path"]
+        if isinstance(value, str):
+            if not value.strip():
+                raise ValueError("socket: the Unix socket's path is empty")
+            return value
+        if isinstance(value, Mapping) and "port" in value and set(value) <= {"host", "port"}:
+            host, port = value.get("host", "127.0.0.1"), value["port"]
+            if isinstance(host, str) and host.strip() and isinstance(port, int) and not isinstance(port, bool):
+                if 0 < port < 65536:
+                    return host.strip(), port
+        raise ValueError(
+            f"socket: required with transport {self.transport!r} and written as "
+            '{"host": "127.0.0.1", "port": 2087} (host optional; port 1-65535) or {"path": "/run/lsp.sock"}'
+        )
 
     def languages(self) -> list[str]:
         return sorted(set(self.extension_to_language.values()))

@@ -29,7 +29,13 @@ from mcpvisor.core.server_log import ServerLog, pump_stderr
 from mcpvisor.core.stdio import stop_process, without_lone_surrogates
 from mcpvisor.host.lsp.errors import LspConnectionClosed, LspError, LspMessageTooLarge, LspRequestError
 from mcpvisor.host.lsp.framing import FrameReader
-from mcpvisor.host.lsp.process import LspProcess, StderrTail, spawn_language_server
+from mcpvisor.host.lsp.process import (
+    LspProcess,
+    StderrTail,
+    connect_language_server,
+    connection_target,
+    spawn_language_server,
+)
 
 __all__ = [
     "CONTENT_MODIFIED",
@@ -63,6 +69,9 @@ CANCEL_SEND_S = 1.0
 """How long telling the server that a request was given up (``$/cancelRequest``) may take."""
 STDERR_DRAIN_S = 1.0
 """How long what a stopped server left in its stderr pipe may take to reach its log."""
+SOCKET_EXIT_GRACE_S = 0.5
+"""How long a server mcpvisor started and spoke to over a socket may take to exit once it closed the
+connection after ``exit`` (a server that serves other clients too runs on: it is then stopped)."""
 
 Notification = Callable[[str, Any], None]
 """``(method, params)`` of a notification from the server; called on the reader task, so it must not block."""
@@ -102,9 +111,19 @@ class LspConnection:
         self._pending: dict[int, _Pending] = {}
         self._ended_reason = "was stopped"
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._over_socket = False
 
     def closed(self) -> bool:
         return self.process.ended.is_set()
+
+    @property
+    def over_socket(self) -> bool:
+        return self._over_socket
+
+    @property
+    def ended_reason(self) -> str:
+        """How the server ended (``closed the connection``, ``exited with code 1: LAST LINE``...)."""
+        return self._ended_reason
 
     async def request(self, method: str, params: Any = None, *, timeout_s: float | None = None) -> Any:
         """Send a request and wait for its result; ``TimeoutError`` after ``timeout_s`` (the server is told
@@ -233,7 +252,11 @@ class LspConnection:
         self.process.ended.set()
 
     async def _read(
-        self, stdout: anyio.abc.ByteReceiveStream, frames: FrameReader, stderr: StderrTail, stderr_done: anyio.Event
+        self,
+        stdout: anyio.abc.ByteReceiveStream,
+        frames: FrameReader,
+        stderr: StderrTail | None,
+        stderr_done: anyio.Event,
     ) -> None:
         """The reader task: frames in, dispatched, until the output ends or breaks the bounds."""
         reason = "was stopped"
@@ -264,7 +287,10 @@ class LspConnection:
             await self.process.wait_exit(EXIT_REPORT_S)
             await stderr_done.wait()
         code = self.process.returncode
-        reason = "closed its output" if code is None else f"exited with code {code}"
+        if code is not None:
+            reason = f"exited with code {code}"
+        else:
+            reason = "closed the connection" if self._over_socket else "closed its output"
         last_line = stderr.last_line() if stderr is not None else ""
         return f"{reason}: {last_line}" if last_line else reason
 
@@ -279,7 +305,7 @@ def _encode(message: dict[str, Any]) -> bytes:
 
 @asynccontextmanager
 async def open_lsp_connection(
-    command: str,
+    command: str | None,
     args: Sequence[str],
     *,
     env: Mapping[str, str] | None,
@@ -292,6 +318,9 @@ async def open_lsp_connection(
     shutdown_timeout_s: float = 5.0,
     host_path: bool = False,
     command_field: str | None = None,
+    address: tuple[str, int] | str | None = None,
+    connect_timeout_s: float = 30.0,
+    socket_field: str = "socket",
 ) -> AsyncIterator[LspConnection]:
     """Spawn the language server ``name`` in its own process group and talk JSON-RPC to it; its stderr goes
     to ``log`` (closed when the connection ends). Leaving the context asks the server to ``shutdown`` and
@@ -301,60 +330,106 @@ async def open_lsp_connection(
     ``command`` is looked up on the host's PATH, never on ``env.PATH`` (a server a repository defines);
     ``command_field`` names where the entry writes it, for the fix when it is not found.
 
-    Raises :class:`LspConnectionClosed` when the process cannot be spawned (behind the reaper, a missing
-    ``command`` fails the first request instead: ``exited with code 127: cannot start COMMAND: ...``).
-    """
-    try:
-        process = await spawn_language_server(
-            command, args, env=env, cwd=cwd, name=name, host_path=host_path, command_field=command_field
-        )
-    except BaseException:
-        log.close()
-        raise
-    # No awaits until the task group is entered, or a cancellation here would leak the process.
-    assert process.stdin is not None
-    assert process.stdout is not None
-    assert process.stderr is not None
-    handle = LspProcess(pid=process.pid, _process=process)
-    connection = LspConnection(handle, process.stdin, name=name, on_notification=on_notification, on_request=on_request)
-    stderr, stderr_done = StderrTail(process.stderr), anyio.Event()
+    With an ``address`` (``(host, port)`` or a Unix socket's path) the server is spoken to over a socket,
+    tried for up to ``connect_timeout_s`` while it does not listen yet (``socket_field``: where the entry
+    writes it); ``command``, when given, is started first (its stdout and stderr both go to ``log``) and
+    stopped with the connection; without one the server is someone else's and only the connection ends.
 
-    async def copy_stderr() -> None:
+    Raises :class:`LspConnectionClosed` when the process cannot be spawned or the socket not reached
+    (behind the reaper, a missing ``command`` fails the first request instead: ``exited with code 127:
+    cannot start COMMAND: ...``).
+    """
+    process: anyio.abc.Process | None = None
+    if address is None or command:
         try:
-            await pump_stderr(stderr, log)
+            process = await spawn_language_server(
+                command or "",
+                args,
+                env=env,
+                cwd=cwd,
+                name=name,
+                host_path=host_path,
+                command_field=command_field,
+                output_only=address is not None,
+            )
+        except BaseException:
+            log.close()
+            raise
+    # No awaits until the task group is entered, or a cancellation here would leak the process.
+    handle = LspProcess(pid=process.pid if process is not None else None, _process=process)
+    output_stream = None if process is None else process.stderr if address is None else process.stdout
+    output = StderrTail(output_stream) if output_stream is not None else None
+    output_done = anyio.Event()
+
+    async def copy_output() -> None:
+        try:
+            if output is not None:
+                await pump_stderr(output, log)
         finally:
             log.close()
-            stderr_done.set()
+            output_done.set()
 
+    connection: LspConnection | None = None
+    socket: anyio.abc.ByteStream | None = None
     lone: BaseException | None = None
     try:
         async with anyio.create_task_group() as tg:
-            connection._task_group = tg
-            frames = FrameReader(max_message_bytes, server=name)
-            tg.start_soon(connection._read, process.stdout, frames, stderr, stderr_done)
-            tg.start_soon(copy_stderr)
-            logger.info("language server %r started (pid %d)", name, process.pid)
+            tg.start_soon(copy_output)
             try:
+                if address is None:
+                    assert process is not None
+                    assert process.stdin is not None
+                    assert process.stdout is not None
+                    send: anyio.abc.ByteSendStream = process.stdin
+                    receive: anyio.abc.ByteReceiveStream = process.stdout
+                else:
+                    folder = cwd or "."
+                    socket = await connect_language_server(
+                        address,
+                        folder=folder,
+                        timeout_s=connect_timeout_s,
+                        name=name,
+                        field=socket_field,
+                        process=handle if process is not None else None,
+                        output=output,
+                    )
+                    send = receive = socket
+                connection = LspConnection(
+                    handle, send, name=name, on_notification=on_notification, on_request=on_request
+                )
+                connection._task_group = tg
+                connection._over_socket = socket is not None
+                frames = FrameReader(max_message_bytes, server=name)
+                tg.start_soon(connection._read, receive, frames, output, output_done)
+                if process is not None:
+                    logger.info("language server %r started (pid %d)", name, process.pid)
+                else:
+                    logger.info("language server %r connected (%s)", name, connection_target(address))
                 yield connection
             finally:
                 with anyio.CancelScope(shield=True):
-                    if connection.initialized:
+                    initialized = connection is not None and connection.initialized
+                    if connection is not None and initialized:
                         await _shut_down(connection, handle, shutdown_timeout_s)
-                        await stop_process(process)
-                    else:  # it never answered initialize: a shutdown would wait for nothing, twice
-                        await stop_process(process, at_once=True)
+                    if socket is not None:
+                        await socket.aclose()
+                    if process is not None:  # a server that never answered initialize has nothing to finish
+                        grace = {} if socket is None else {"exit_grace_s": SOCKET_EXIT_GRACE_S}
+                        await stop_process(process, at_once=not initialized, **grace)
                     with anyio.move_on_after(STDERR_DRAIN_S):
-                        await stderr_done.wait()  # its last words reach the log before anyone reads it
-                    with anyio.move_on_after(EXIT_REPORT_S):
-                        await handle.ended.wait()
+                        await output_done.wait()  # its last words reach the log before anyone reads it
+                    if connection is not None:
+                        with anyio.move_on_after(EXIT_REPORT_S):
+                            await handle.ended.wait()
                 tg.cancel_scope.cancel()
-                logger.info("language server %r stopped (exit code %s)", name, process.returncode)
+                if process is not None:
+                    logger.info("language server %r stopped (exit code %s)", name, process.returncode)
     except BaseExceptionGroup as group:
         if len(group.exceptions) != 1:
             raise
         lone = group.exceptions[0]
     if lone is not None:
-        raise lone  # the body's own exception (the reader and the stderr copier raise none)
+        raise lone  # the body's own exception (the reader and the output copier raise none)
 
 
 async def _shut_down(connection: LspConnection, process: LspProcess, timeout_s: float) -> None:
@@ -369,6 +444,9 @@ async def _shut_down(connection: LspConnection, process: LspProcess, timeout_s: 
                 logger.debug("language server %r refused to shut down: %s", connection.name, exc)
         with anyio.move_on_after(timeout_s):
             await connection.notify("exit")
-            await process.wait_exit(timeout_s)
+            if connection.over_socket:
+                await process.ended.wait()  # it closed the connection (one that serves others may run on)
+            else:
+                await process.wait_exit(timeout_s)
     except LspError as exc:
         logger.debug("language server %r did not shut down cleanly: %s", connection.name, exc)

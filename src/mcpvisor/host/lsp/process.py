@@ -7,6 +7,7 @@ Stopping it is :func:`mcpvisor.core.stdio.stop_process`'s (close stdin, SIGTERM 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,13 +20,24 @@ from mcpvisor.core.stdio import child_environment, on_host_path
 from mcpvisor.host.lsp import reaper
 from mcpvisor.host.lsp.errors import LspConnectionClosed, LspError
 
-__all__ = ["STDERR_TAIL_BYTES", "USE_REAPER", "LspProcess", "StderrTail", "launch_argv", "spawn_language_server"]
+__all__ = [
+    "STDERR_TAIL_BYTES",
+    "USE_REAPER",
+    "LspProcess",
+    "StderrTail",
+    "connect_language_server",
+    "connection_target",
+    "launch_argv",
+    "spawn_language_server",
+]
 
 USE_REAPER = sys.platform == "linux"
 """Whether servers start behind the reaper (it needs ``PR_SET_PDEATHSIG``)."""
 STDERR_TAIL_BYTES = 4 * 1024
 """How much of a server's latest stderr is kept to explain why it ended before it said anything."""
 EXIT_POLL_S = 0.01
+CONNECT_RETRY_S = 0.05
+"""How often a server that does not listen yet is tried again."""
 
 
 @dataclass(eq=False)
@@ -33,7 +45,8 @@ class LspProcess:
     """The running server as the host sees it. On Linux ``pid`` is the reaper's: it leads the process
     group the server runs in, and exits with the server's exit code."""
 
-    pid: int
+    pid: int | None
+    """``None``: a server mcpvisor only connects to."""
     ended: anyio.Event = field(default_factory=anyio.Event)
     """Set when the server closed its stdout (it exited, crashed or was killed), or when its output could
     not be read any more (``failure`` says why)."""
@@ -47,7 +60,10 @@ class LspProcess:
 
     async def wait_exit(self, timeout_s: float) -> bool:
         """Whether the process exited within ``timeout_s`` (polls ``returncode``, as ``core.stdio`` does:
-        ``wait()`` would also wait for pipes a grandchild holds)."""
+        ``wait()`` would also wait for pipes a grandchild holds); at once ``False`` for a server mcpvisor only
+        connects to."""
+        if self._process is None:
+            return False
         with anyio.move_on_after(timeout_s):
             while self.returncode is None:  # noqa: ASYNC110 - the exit code has no event to wait on
                 await anyio.sleep(EXIT_POLL_S)
@@ -92,8 +108,10 @@ async def spawn_language_server(
     name: str,
     host_path: bool = False,
     command_field: str | None = None,
+    output_only: bool = False,
 ) -> anyio.abc.Process:
-    """Start the server ``name`` in a new session with pipes on stdin, stdout and stderr. ``host_path``: a
+    """Start the server ``name`` in a new session with pipes on stdin, stdout and stderr (``output_only``: a
+    server spoken to over a socket, its stdout and stderr in one pipe, ``process.stdout``). ``host_path``: a
     bare ``command`` is looked up on the host's PATH, never on ``env.PATH`` (a server a repository defines).
     ``command_field`` names where the entry writes its command (default ``lspServers.NAME.command``).
 
@@ -112,6 +130,67 @@ async def spawn_language_server(
     if USE_REAPER:
         environment[reaper.PARENT_PID_ENV] = str(os.getpid())
     try:
-        return await anyio.open_process(launch_argv(command, args), env=environment, cwd=cwd, start_new_session=True)
+        return await anyio.open_process(
+            launch_argv(command, args),
+            env=environment,
+            cwd=cwd,
+            start_new_session=True,
+            stderr=subprocess.STDOUT if output_only else subprocess.PIPE,
+        )
     except OSError as exc:
         raise LspConnectionClosed(server=name, reason=f"could not be started: {exc}") from exc
+
+
+async def connect_language_server(
+    address: tuple[str, int] | str,
+    *,
+    folder: str,
+    timeout_s: float,
+    name: str,
+    field: str,
+    process: LspProcess | None,
+    output: StderrTail | None = None,
+) -> anyio.abc.ByteStream:
+    """Connect to a language server listening on ``address`` (``(host, port)`` or a Unix socket's path,
+    relative to ``folder``), trying again every :data:`CONNECT_RETRY_S` while nothing listens yet, for at
+    most ``timeout_s`` or until the server ``process`` mcpvisor started for it has exited (``output``: its
+    output, whose last line says why). Raises :class:`LspConnectionClosed` saying where it tried and what
+    to fix (``field``: where ``socket`` is written)."""
+    where = connection_target(address)
+    path = _socket_path(folder, address) if isinstance(address, str) else ""
+    problem: OSError | None = None
+    with anyio.move_on_after(timeout_s):
+        while process is None or process.returncode is None:
+            try:
+                if isinstance(address, tuple):
+                    return await anyio.connect_tcp(*address)
+                return await anyio.connect_unix(path)
+            except OSError as exc:  # anyio's connect_tcp wraps each address's failure: the first says why
+                cause = exc.__cause__
+                found = cause.exceptions[0] if isinstance(cause, BaseExceptionGroup) else cause
+                problem = found if isinstance(found, OSError) else exc
+            await anyio.sleep(CONNECT_RETRY_S)
+    if process is not None and process.returncode is not None:
+        await anyio.sleep(CONNECT_RETRY_S)  # its last words reach the pipe's reader
+        last_line = output.last_line() if output is not None else ""
+        reason = f"exited with code {process.returncode} before it listened on {where}"
+        raise LspConnectionClosed(server=name, reason=f"{reason}: {last_line}" if last_line else reason)
+    if problem is None:
+        reason = "no answer"
+    else:
+        reason = os.strerror(problem.errno) if problem.errno else str(problem)
+    fix = "check that it listens there" if process is not None else "start it, or give it a command to run"
+    raise LspConnectionClosed(
+        server=name,
+        reason=f"could not connect to {where} within {timeout_s:g} s ({reason[:1].lower()}{reason[1:]}); "
+        f"{fix} (see {field})",
+    )
+
+
+def connection_target(address: tuple[str, int] | str | None) -> str:
+    """``host:port`` or a socket's path, for people."""
+    return f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
+
+
+def _socket_path(folder: str, path: str) -> str:
+    return os.path.join(folder, os.path.expanduser(path))

@@ -210,9 +210,12 @@ class LanguageServer:
                 raise LspConnectionClosed(
                     server=self.name, reason=f"could not be started: {log_problem(self.log_path, exc)}"
                 ) from exc
+            config = self.config
+            address = config.address() if config.transport != "stdio" else None
+            started = anyio.current_time()
             async with open_lsp_connection(
-                self.config.command or "",
-                self.config.args,
+                config.command,
+                config.args,
                 env=self.config.env,
                 cwd=str(self.folder),
                 log=log,
@@ -222,13 +225,16 @@ class LanguageServer:
                 shutdown_timeout_s=self.config.shutdown_timeout_s,
                 host_path=self.config.scope in GATED_LSP_SCOPES,
                 command_field=self.config.field(self.name, "command"),
+                address=address,
+                connect_timeout_s=config.startup_timeout_s,
+                socket_field=config.field(self.name, "socket"),
                 **({"max_message_bytes": self._max_message_bytes} if self._max_message_bytes else {}),
             ) as connection:
                 self._connection = connection
                 self.pid = connection.process.pid
                 self._published.clear()  # what an earlier process published is not this one's
                 self._fresh_after = next_sync_number()
-                with anyio.fail_after(self.config.startup_timeout_s):
+                with anyio.fail_after(max(config.startup_timeout_s - (anyio.current_time() - started), 0.1)):
                     result = await connection.request("initialize", self._initialize_params())
                 self.capabilities = dict((result or {}).get("capabilities") or {})
                 await connection.notify("initialized", {})
@@ -283,6 +289,8 @@ class LanguageServer:
         process = connection.process
         if process.failure is not None:
             return str(process.failure)
+        if connection.over_socket:
+            return f"{connection.ended_reason}; see its log {self.log_path}"
         code = process.returncode
         return f"the process exited{f' with code {code}' if code is not None else ''}; see its log {self.log_path}"
 

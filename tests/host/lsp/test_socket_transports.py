@@ -1,0 +1,163 @@
+"""Language servers spoken to over a socket (``transport: "tcp"`` or ``"socket"``), with the real python-lsp-server:
+one mcpvisor starts and stops itself (``pylsp --tcp``), one already running that only the connection ends, one
+behind a Unix socket, and one nobody listens for."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+
+from tests.helpers import free_port, pid_alive, wait_until
+from tests.host.lsp.test_lsp_host import language_server_processes, session
+
+PYLSP_TCP = [sys.executable, "-m", "pylsp", "--tcp", "--host", "127.0.0.1"]
+
+RELAY = """
+import asyncio, sys
+
+async def serve(reader, writer):
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pylsp", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+    )
+
+    async def pipe(source, sink):
+        while chunk := await source.read(65536):
+            sink.write(chunk)
+            await sink.drain()
+        sink.close()
+
+    await asyncio.gather(pipe(reader, server.stdin), pipe(server.stdout, writer))
+    await server.wait()
+
+async def main():
+    async with await asyncio.start_unix_server(serve, path=sys.argv[1]):
+        print("listening", flush=True)
+        await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+def tcp_entry(port: int, **more: Any) -> dict[str, Any]:
+    return {"transport": "tcp", "socket": {"port": port}, "extensionToLanguage": {".py": "python"}, **more}
+
+
+def definition_of(found: dict[str, Any]) -> list[tuple[str, int]]:
+    return [(loc["file"], loc["line"]) for loc in found["locations"]]
+
+
+async def test_a_tcp_server_mcpvisor_starts_answers_and_is_stopped_with_the_host(tmp_path: Path) -> None:
+    port = free_port()
+    entry = tcp_entry(port, command=PYLSP_TCP[0], args=[*PYLSP_TCP[1:], "--port", str(port), "-v"])
+    async with session(tmp_path, user={"lspServers": {"python": entry}}, watch=False) as s:
+        found = await s.ok("go_to_definition", file="service.py", line=3, character=6)
+        assert definition_of(found) == [("models.py", 9)]
+        [status] = (await s.ok("status"))["servers"]
+        assert status["state"] == "ready"
+        assert status["pid"] == s.pid("python")
+        processes = language_server_processes(s.layout.root)  # pylsp, and the reaper in front of it
+        assert processes
+        assert all("--tcp" in process.cmdline() for process in processes)
+    assert not any(pid_alive(process.pid) for process in processes)  # pylsp --tcp serves on after 'exit'...
+    log = (tmp_path / "logs" / "lsp-python.log").read_text()
+    assert f"Serving PythonLSPServer on (127.0.0.1, {port})" in log  # its output reaches its log
+
+
+async def test_a_running_tcp_server_is_only_connected_to_and_serves_on_after_the_host(tmp_path: Path) -> None:
+    port = free_port()
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    async with await anyio.open_process([*PYLSP_TCP, "--port", str(port)], cwd=folder) as external:
+        try:
+            for round in (1, 2):  # the second host connects again: the server outlived the first
+                async with session(tmp_path / f"host{round}", user={"lspServers": {"python": tcp_entry(port)}}) as s:
+                    found = await s.ok("go_to_definition", file="service.py", line=3, character=6)
+                    assert definition_of(found) == [("models.py", 9)]
+                    [status] = (await s.ok("status"))["servers"]
+                    assert status["state"] == "ready"
+                    assert status.get("pid") is None
+                assert external.returncode is None
+        finally:
+            external.terminate()
+
+
+async def test_a_server_behind_a_unix_socket_answers(tmp_path: Path) -> None:
+    relay = tmp_path / "relay.py"
+    relay.write_text(RELAY)
+    path = tmp_path / "lsp.sock"
+    async with await anyio.open_process([sys.executable, str(relay), str(path)]) as process:
+        try:
+            assert process.stdout is not None
+            assert b"listening" in await process.stdout.receive()
+            entry = {"transport": "socket", "socket": {"path": str(path)}, "extensionToLanguage": {".py": "python"}}
+            async with session(tmp_path / "host", user={"lspServers": {"python": entry}}, watch=False) as s:
+                found = await s.ok("go_to_definition", file="service.py", line=3, character=6)
+                assert definition_of(found) == [("models.py", 9)]
+        finally:
+            process.terminate()
+
+
+async def test_nobody_listening_fails_within_the_startup_timeout_naming_the_address_and_the_fix(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    user = {"lspServers": {"python": tcp_entry(port, startupTimeout=1000)}}
+    async with session(tmp_path, user=user, watch=False) as s:
+        result = await s.call("hover", file="service.py", line=3, character=6)
+        assert result.is_error
+        [content] = result.content
+        assert f"could not connect to 127.0.0.1:{port} within 1 s (connection refused)" in getattr(content, "text", "")
+        assert "start it, or give it a command to run (see lspServers.python.socket)" in getattr(content, "text", "")
+
+
+async def test_a_started_server_that_exits_before_it_listens_says_so_with_its_last_words(tmp_path: Path) -> None:
+    port = free_port()
+    script = "import sys; print('no licence for this machine', file=sys.stderr); sys.exit(3)"
+    entry = tcp_entry(port, command=sys.executable, args=["-c", script])
+    async with session(tmp_path, user={"lspServers": {"python": entry}}, watch=False) as s:
+        result = await s.call("hover", file="service.py", line=3, character=6)
+        assert result.is_error
+        [content] = result.content
+        assert f"exited with code 3 before it listened on 127.0.0.1:{port}: no licence for this machine" in getattr(
+            content, "text", ""
+        )
+
+
+async def test_a_server_that_closes_the_connection_is_reported_as_such(tmp_path: Path) -> None:
+    """An external server that goes away while connected: the status says the connection closed."""
+    port = free_port()
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    async with session(tmp_path / "host", user={"lspServers": {"python": tcp_entry(port)}}, watch=False) as s:
+        async with await anyio.open_process([*PYLSP_TCP, "--port", str(port)], cwd=folder) as external:
+            await s.ok("hover", file="service.py", line=3, character=6)
+            external.kill()
+        await wait_until(
+            lambda: s.host.lsp.manager.servers()["python"].state == "failed", what="the server to be seen gone"
+        )
+        assert "closed the connection" in (s.host.lsp.manager.servers()["python"].last_error or "")
+
+
+@pytest.mark.parametrize(
+    ("socket", "problem"),
+    [
+        (None, "socket: required with transport 'tcp'"),
+        ({"host": "127.0.0.1"}, "port 1-65535"),
+        ({"port": 70000}, "port 1-65535"),
+        ({"port": "2087"}, "port 1-65535"),
+        ({"path": ""}, "the Unix socket's path is empty"),
+        ({"port": 2087, "tls": True}, 'written as {"host": "127.0.0.1", "port": 2087}'),
+    ],
+)
+def test_a_socket_that_cannot_be_reached_is_refused_with_the_entry(socket: Any, problem: str) -> None:
+    from mcpvisor.host.lsp.config import LspServerConfig
+
+    entry = {"transport": "tcp", "extensionToLanguage": {".py": "python"}} | ({"socket": socket} if socket else {})
+    with pytest.raises(ValueError, match="socket: ") as caught:
+        LspServerConfig.from_entry(entry)
+    assert problem in str(caught.value)
