@@ -422,6 +422,18 @@ async def test_a_reconcile_leaves_a_crashed_server_to_its_reconnect_pause_and_ne
     await wait_until(lambda: config.manager.clients()["q"].status == "connected")  # the reconnect loop's start
 
 
+async def test_a_save_while_a_lost_server_is_torn_down_leaves_it_to_its_reconnect_pause(config: Config) -> None:
+    """The status says "disconnected" as soon as the loss is known; the reconnect loop starts once the teardown
+    is over. A reconcile in between must not start the server at once (it would skip the pause)."""
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"q": light("q")})
+    config.manager.clients()["q"].mark_lost("the session was refused")
+    summary = await config.reconcile()
+    assert summary is not None
+    assert (summary.retried, summary.kept) == ((), ("q",))
+    await wait_until(lambda: config.manager.clients()["q"].status == "connected")  # the reconnect loop's start
+
+
 async def test_a_reconnect_after_a_crash_keeps_the_current_tool_filters(config: Config) -> None:
     await config.initialize()
     await config.reinitialize_mcp_servers({"s": light("s", "--tools", "a,b,boom", "--crash-on-call", "boom")})

@@ -146,6 +146,11 @@ class ServerConnection:
         return self.process.pid if self.process is not None else None
 
     @property
+    def ending(self) -> bool:
+        """The connection is known lost and its teardown is not over (``on_lost`` comes after it)."""
+        return self._lost_reason is not None and not self._done.is_set()
+
+    @property
     def log_path(self) -> Path:
         return self._log_dir / f"{_SAFE_FILENAME.sub('_', self._log_name)}.log"
 

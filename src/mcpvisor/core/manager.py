@@ -159,11 +159,12 @@ class McpClientManager:
             logger.info("server %r: tool filters changed; re-filtered in place", name)
 
         # A server that went down with its configuration unchanged: its reconnect loop starts it after its pause
-        # (a save meanwhile must not skip the pause of one crashing in a loop); without one, it is a retry.
+        # (a save meanwhile must not skip the pause of one crashing in a loop; the loop starts once the lost
+        # connection's teardown is over); without one, it is a retry.
         lost = {
             n for n in plan.start if (c := self._clients.get(n)) and c.connection_id == connection_id_of(n, desired[n])
         }
-        waiting = tuple(n for n in plan.start if n in lost and n in self._reconnects)
+        waiting = tuple(n for n in plan.start if n in lost and (n in self._reconnects or self._clients[n].ending))
         plan = replace(plan, start=tuple(n for n in plan.start if n not in waiting), keep=(*plan.keep, *waiting))
         retried = tuple(n for n in plan.start if n in self._failed or n in lost)  # started again
         changed = tuple(n for n in plan.start if (n in self._clients and n not in lost) or n in restarting)
