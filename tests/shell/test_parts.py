@@ -189,6 +189,70 @@ def test_an_approval_request_shows_what_decides_the_code_that_runs_and_hides_not
     assert "t0ps3cret" not in result.output
 
 
+def test_an_approval_request_names_the_variables_env_and_headers_copy_from_the_environment(tmp_path: Path) -> None:
+    # FOO=${GITHUB_TOKEN} hands the user's token to a repository's server (a header sends it off the machine):
+    # the approval says which variable goes where, never a value.
+    entry = {
+        "type": "http",
+        "url": "https://example.test/mcp",
+        "headers": {"X-Api": "Bearer ${GITHUB_TOKEN}", "X-Plain": "t0ps3cret"},
+    }
+    cfg = McpServerConfig.from_entry(entry, expand=lambda e: expand_vars(e, {"GITHUB_TOKEN": "ghp_s3cret"}))
+    console = recording()
+    render_approval_request(console, approval_request("h", cfg, ServerSource("Project .mcp.json", "project", None)))
+    assert console.export_text().splitlines() == [
+        "? h needs approval — Project .mcp.json",
+        "    url:     https://example.test/mcp (http)",
+        "    headers: X-Api, X-Plain (values hidden)",
+        "    reads:   ${GITHUB_TOKEN} -> header X-Api",
+        "    ${…} is filled in from the environment of the mcpvisor that runs it",
+    ]
+    layout = make_layout(tmp_path, GITHUB_TOKEN="ghp_s3cret")
+    project = {"p1": {"command": "srv", "env": {"FOO": "${GITHUB_TOKEN}", "B": "$HOME/x:${B:-1}"}}}
+    write_json(layout.paths.project, {"mcpServers": project})
+    result = CliRunner().invoke(app, ["mcp", "approve", "p1", "--workspace", str(layout.root)], env=layout.env)
+    assert result.exit_code == 0, result.output
+    assert "  reads:   ${HOME} -> env B, ${B} -> env B, ${GITHUB_TOKEN} -> env FOO" in result.stdout
+    assert "${…} is filled in from the environment" in result.stdout
+    assert "ghp_s3cret" not in result.output
+
+
+def test_a_language_servers_approval_shows_its_whole_entry_as_written(tmp_path: Path) -> None:
+    # Settings and initialization options can make a server run a program (pylsp's pylint executable): all of
+    # both is shown, and the command line as written, not as this environment expands it.
+    entry = {
+        "command": "pylsp",
+        "args": ["--token-file", "${TOK}"],
+        "extensionToLanguage": {".py": "python"},
+        "env": {"PATH": "${TOK}", "KEY": "${TOK}"},
+        "initializationOptions": {"aaaa": "x" * 300, "zzz": {"evil": "/tmp/evil.sh"}},
+        "settings": {"pylsp": {"plugins": {"pylint": {"enabled": True, "executable": "./evil.sh"}}}},
+    }
+    layout = make_layout(tmp_path, TOK="tok-s3cret-999")
+    write_json(layout.root / ".lsp.json", {"python": entry})
+    result = CliRunner().invoke(app, ["lsp", "approve", "python", "--workspace", str(layout.root)], env=layout.env)
+    assert result.exit_code == 0, result.output
+    shown = result.stdout
+    assert "  command: pylsp" in shown
+    assert '  args:    ["--token-file", "${TOK}"]' in shown
+    assert "  env:     PATH=${TOK} (decides what code runs)" in shown
+    assert "  reads:   ${TOK} -> env KEY, ${TOK} -> env PATH" in shown
+    assert '"zzz": {"evil": "/tmp/evil.sh"}' in shown.replace("\n", "")
+    assert '  settings:{"pylsp": {"plugins": {"pylint": {"enabled": true, "executable": "./evil.sh"}}}}' in shown
+    assert "tok-s3cret-999" not in result.output
+
+    cfg = LspServerConfig.from_entry(entry, expand=lambda e: expand_vars(e, {"TOK": "tok-s3cret-999"}))
+    console = recording()
+    render_approval_request(console, lsp_approval_request("python", cfg, "project", None))
+    text = console.export_text()
+    assert '    settings:{"pylsp": {"plugins": {"pylint": {"enabled": true, "executable": "./evil.sh"}}}}' in text
+    assert "tok-s3cret-999" not in text
+    for command in (["lsp", "list"], ["status"]):  # lists and status show the command line as written too
+        listed = CliRunner().invoke(app, [*command, "--workspace", str(layout.root)], env=layout.env)
+        assert "pylsp --token-file ${TOK}" in listed.stdout, listed.output
+        assert "tok-s3cret-999" not in listed.output
+
+
 def test_what_others_wrote_reaches_the_terminal_with_its_control_characters_shown_not_obeyed(tmp_path: Path) -> None:
     # An escape sequence in a repository's entry would let the approval show one command while another runs.
     fake = "./evil.sh\x1b[2K\x1b[1G    command: npx"

@@ -21,16 +21,18 @@ from mcpvisor.cli.fleet import approval_store, pin_store, token_store
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.gating import matches_any
-from mcpvisor.core.server_config import CODE_LOADING_ENV, McpServerConfig
+from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host import paths
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.decisions import Verdict
 from mcpvisor.host.hot_reload import DesiredState, compute_desired_state
+from mcpvisor.host.lsp.config import RUNS_WORKSPACE_CODE
 from mcpvisor.host.private_files import PrivateJsonStore, write_atomically
 from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted_folders
 from mcpvisor.host.settings.mcp_servers import load_top_tier
 from mcpvisor.host.settings.writer import delete_setting, set_setting
 from mcpvisor.host.status import command_hints, describe_servers, plural
+from mcpvisor.shell.approval import ApprovalRequest, approval_lines, approval_request
 from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.views import render_definition_changes, render_status
 
@@ -216,7 +218,7 @@ def decide(
     approved = approvals.get_state(settings.root, name, cfg) == "approved"
     if is_gated(cfg) and not (changes and approved):
         console.print(f"Server [bold]{escape(name)}[/] ({escape(source.label)}, {escape(str(source.path))})")
-        _show_config(console, cfg)
+        show_approval_lines(console, approval_request(name, cfg, source))
         if (replaces := state.assembled.shadowed.get(name)) is not None:
             console.print(f"[yellow]![/] {escape(replaces)}")
     decided = decide(
@@ -324,30 +326,13 @@ def logout(*, env: Mapping[str, str], workspace: Path | None, name: str) -> None
         new_console(highlight=False).print(f"Not signed in to [bold]{escape(name)}[/]: nothing to forget")
 
 
-def _show_config(console: Console, cfg: McpServerConfig) -> None:
-    """What is approved: the entry as written, before ``${VAR}`` expansion (the shell's dialog shows the same)."""
-    from mcpvisor.shell.approval import FROM_ENVIRONMENT, names_variables
-
-    shown = cfg.approved_value
-    command, args, cwd, url = shown("command"), list(shown("args") or ()), shown("cwd"), None
-    if cfg.command is not None:
-        console.print(f"  command: {escape(str(command))}")
-        if args:
-            console.print(f"  args:    {escape(json.dumps(args))}")
-        if cwd:
-            console.print(f"  cwd:     {escape(str(cwd))}")
-    else:
-        url = shown("http_url") or shown("url")
-        console.print(f"  url:     {escape(str(url))} ({cfg.transport})")
-    for key, value in cfg.code_loading_env():
-        console.print(f"  env:     {escape(key)}={escape(value)} (decides what code runs)")
-    hidden = sorted(key for key in cfg.env or {} if not CODE_LOADING_ENV.match(key))
-    if hidden:
-        console.print(f"  env:     {escape(', '.join(hidden))} (values hidden)")
-    if cfg.headers:
-        console.print(f"  headers: {escape(', '.join(sorted(cfg.headers)))} (values hidden)")
-    if names_variables(command, *args, cwd, url):
-        console.print(f"  [yellow]{FROM_ENVIRONMENT}[/]", highlight=False)
+def show_approval_lines(console: Console, request: ApprovalRequest) -> None:
+    """What is approved, as the shell's dialog shows it: the entry as written, before ``${VAR}`` expansion."""
+    for label, value in approval_lines(request):
+        console.print(f"  {label + ':':<9}{escape(value)}")
+    for note in request.notes:
+        if note != RUNS_WORKSPACE_CODE:  # said with the decision
+            console.print(f"  [yellow]{escape(note)}[/]", highlight=False)
 
 
 def check_scope(scope: str) -> Literal["user", "workspace"]:

@@ -15,16 +15,16 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from mcpvisor.cli.commands import not_configured
+from mcpvisor.cli.commands import not_configured, show_approval_lines
 from mcpvisor.cli.fleet import approval_store
 from mcpvisor.core.errors import ConfigError
-from mcpvisor.core.server_config import CODE_LOADING_ENV
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.lsp.config import RUNS_WORKSPACE_CODE, LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
 from mcpvisor.host.settings.loader import Settings, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
 from mcpvisor.host.status import lsp_approve_hint
+from mcpvisor.shell.approval import lsp_approval_request
 from mcpvisor.shell.consoles import new_console
 
 __all__ = ["RUNS_WORKSPACE_CODE", "decide_lsp", "list_lsp_servers", "load_lsp_state"]
@@ -111,22 +111,9 @@ def list_lsp_servers(
         )
 
 
-def _show(console: Console, name: str, cfg: LspServerConfig, where: str) -> None:
-    console.print(f"Language server [bold]{escape(name)}[/] ({escape(where)})")
-    console.print(f"  command:    {escape(cfg.target())}")
-    console.print(
-        f"  files:      {escape(', '.join(f'{e} ({lang})' for e, lang in sorted(cfg.extension_to_language.items())))}"
-    )
-    if cfg.workspace_folder:
-        console.print(f"  folder:     {escape(cfg.workspace_folder)}")
-    for key, value in sorted((cfg.env or {}).items()):
-        if CODE_LOADING_ENV.match(key):
-            console.print(f"  env:        {escape(key)}={escape(value)} (decides what code runs)")
-    hidden = sorted(key for key in cfg.env or {} if not CODE_LOADING_ENV.match(key))
-    if hidden:
-        console.print(f"  env:        {escape(', '.join(hidden))} (values hidden)")
-    if cfg.initialization_options is not None:
-        console.print(f"  init:       {escape(json.dumps(cfg.initialization_options))[:300]}")
+def _show(console: Console, name: str, cfg: LspServerConfig, source: str, path: Path | None) -> None:
+    console.print(f"Language server [bold]{escape(name)}[/] ({escape(source)}, {escape(str(path))})")
+    show_approval_lines(console, lsp_approval_request(name, cfg, source, str(path) if path else None))
 
 
 def decide_lsp(*, env: Mapping[str, str], workspace: Path | None, name: str, decision: str) -> None:
@@ -144,7 +131,7 @@ def decide_lsp(*, env: Mapping[str, str], workspace: Path | None, name: str, dec
     if approvals.error:
         raise ConfigError(approvals.error)
     console = new_console(highlight=False)
-    _show(console, name, cfg, f"{entry.source}, {entry.path}")
+    _show(console, name, cfg, entry.source, entry.path)
     if decision == "approve":
         console.print(f"[yellow]{RUNS_WORKSPACE_CODE}[/]")
         approvals.approve(settings.root, name, cfg, "lsp")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +41,7 @@ __all__ = [
     "normalize_server_entry",
     "redact_text",
     "redact_url",
+    "redact_values",
 ]
 
 Scope = Literal["project", "workspace", "system"]
@@ -305,15 +306,21 @@ def redact_text(text: str, cfg: McpServerConfig | None = None) -> str:
     """``text`` fit to show people: ``cfg``'s command, arguments and URL as written wherever ``${VAR}``
     expansion changed them, every URL redacted (:func:`redact_url`), and the values of ``cfg``'s env and
     headers replaced by ``***`` wherever they appear."""
-    if cfg is not None:
-        for run, written in cfg.expansions():
-            if len(run) >= _MIN_SECRET_LEN:
-                text = text.replace(run, written)
+    if cfg is None:
+        return _URL.sub(_redact_url_in_text, text)
+    return redact_values(text, cfg.expansions(), (*(cfg.env or {}).values(), *(cfg.headers or {}).values()))
+
+
+def redact_values(text: str, expansions: Iterable[tuple[str, str]], secrets: Iterable[str]) -> str:
+    """:func:`redact_text` for any configuration: each ``(value as run, as written)`` of ``expansions`` put
+    back as written, every URL redacted, each of ``secrets`` replaced by ``***``."""
+    for run, written in expansions:
+        if len(run) >= _MIN_SECRET_LEN:
+            text = text.replace(run, written)
     text = _URL.sub(_redact_url_in_text, text)
-    if cfg is not None:
-        for value in (*(cfg.env or {}).values(), *(cfg.headers or {}).values()):
-            if len(value) >= _MIN_SECRET_LEN:
-                text = text.replace(value, "***")
+    for value in secrets:
+        if len(value) >= _MIN_SECRET_LEN:
+            text = text.replace(value, "***")
     return text
 
 

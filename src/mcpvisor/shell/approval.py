@@ -20,6 +20,7 @@ from rich.text import Text
 
 from mcpvisor.core.server_config import CODE_LOADING_ENV, McpServerConfig
 from mcpvisor.host.lsp.config import LSP_KEY_PREFIX, RUNS_WORKSPACE_CODE, LspServerConfig
+from mcpvisor.host.settings.expand import variables_in
 from mcpvisor.host.settings.mcp_servers import ServerSource
 from mcpvisor.shell.views import indented
 
@@ -28,7 +29,9 @@ __all__ = [
     "ApprovalQueue",
     "ApprovalRequest",
     "Choice",
+    "approval_lines",
     "approval_request",
+    "copied_variables",
     "lsp_approval_request",
     "parse_choice",
     "render_approval_request",
@@ -63,8 +66,9 @@ def parse_choice(text: str) -> Choice | None:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalRequest:
-    """One server as the dialog shows it. Never holds a header value, nor an env value but those that
-    decide what code runs (``code_env``: ``NODE_OPTIONS=--require ./x.js`` is what is approved)."""
+    """One server as the dialog shows it, as its entry wrote it (before ``${VAR}`` expansion). Never holds a
+    header value, nor an env value but those that decide what code runs (``code_env``: ``NODE_OPTIONS=--require
+    ./x.js`` is what is approved)."""
 
     name: str
     hash: str
@@ -80,10 +84,16 @@ class ApprovalRequest:
     """The env variables whose values are not shown (they may hold secrets)."""
     header_keys: tuple[str, ...]
     code_env: tuple[tuple[str, str], ...] = ()
+    reads: tuple[str, ...] = ()
+    """What the server is given of the environment of the mcpvisor that runs it: ``${GITHUB_TOKEN} -> env
+    FOO`` (names only: an env value or a header that copies a variable may carry a secret off the machine)."""
     files: tuple[str, ...] = ()
     """A language server's extensions (empty for an MCP server)."""
-    note: str | None = None
-    """What approving means, said plainly (language servers run workspace code)."""
+    details: tuple[tuple[str, str], ...] = ()
+    """More of the entry that decides what runs, in full: a language server's initialization options and
+    settings (either can make it run a program)."""
+    notes: tuple[str, ...] = ()
+    """What approving means, said plainly (language servers run workspace code; ``${VAR}`` is filled in)."""
 
 
 FROM_ENVIRONMENT = "${…} is filled in from the environment of the mcpvisor that runs it"
@@ -95,12 +105,23 @@ def names_variables(*values: object) -> bool:
     return any(_VARIABLE.search(str(value)) for value in values if value)
 
 
+def copied_variables(**written: object) -> tuple[str, ...]:
+    """``${VAR} -> env FOO`` for each variable that a value of the mappings in ``written`` (``env=...``,
+    ``header=...``; as written) copies from the environment."""
+    copies: list[str] = []
+    for kind, values in written.items():
+        if isinstance(values, Mapping):
+            for key, value in sorted(values.items()):
+                copies.extend(f"${{{name}}} -> {kind} {key}" for name in variables_in(str(value)))
+    return tuple(copies)
+
+
 def approval_request(name: str, cfg: McpServerConfig, source: ServerSource) -> ApprovalRequest:
     """An MCP server as the dialog shows it: as its entry wrote it (before ``${VAR}`` expansion), as approved."""
     shown = cfg.approved_value
     command, args, cwd = shown("command"), tuple(shown("args") or ()), shown("cwd")
     url = (shown("http_url") or shown("url")) if cfg.command is None else None
-    variables = names_variables(command, *args, cwd, url)
+    reads = copied_variables(env=shown("env"), header=shown("headers"))
     return ApprovalRequest(
         name=name,
         hash=cfg.approval_hash,
@@ -114,33 +135,73 @@ def approval_request(name: str, cfg: McpServerConfig, source: ServerSource) -> A
         env_keys=tuple(sorted(key for key in cfg.env or {} if not CODE_LOADING_ENV.match(key))),
         header_keys=tuple(sorted(cfg.headers or {})),
         code_env=cfg.code_loading_env(),
-        note=FROM_ENVIRONMENT if variables else None,
+        reads=reads,
+        notes=(FROM_ENVIRONMENT,) if reads or names_variables(command, *args, cwd, url) else (),
     )
 
 
 def lsp_approval_request(name: str, cfg: LspServerConfig, source: str, path: str | None) -> ApprovalRequest:
-    """A language server as the dialog shows it (keyed ``lsp:NAME`` in the queue)."""
+    """A language server as the dialog shows it (keyed ``lsp:NAME`` in the queue): its whole entry as written
+    but the values of env variables that decide no code."""
+    shown = cfg.approved_value
+    command, args, env = shown("command"), tuple(map(str, shown("args") or ())), shown("env")
+    written_env = env if isinstance(env, Mapping) else {}
+    socket = shown("socket")
+    details = tuple(
+        (label, json.dumps(value, ensure_ascii=False))
+        for label, value in (("init", shown("initialization_options")), ("settings", shown("settings")))
+        if value is not None
+    )
+    reads = copied_variables(env=written_env)
+    variables = reads or names_variables(command, *args, cfg.workspace_folder, *(v for _, v in details), socket)
     return ApprovalRequest(
         name=f"{LSP_KEY_PREFIX}{name}",
         hash=cfg.approval_hash,
         source="Project .lsp.json" if source == "project" else "Workspace settings (lspServers)",
         file=path,
         transport=cfg.transport,
-        command=cfg.command,
-        args=tuple(cfg.args),
-        cwd=cfg.workspace_folder,
-        url=None,
-        env_keys=tuple(sorted(key for key in cfg.env or {} if not CODE_LOADING_ENV.match(key))),
+        command=command if isinstance(command, str) else None,
+        args=args,
+        cwd=shown("workspace_folder"),
+        url=None if cfg.transport == "stdio" else f"{json.dumps(socket)}",
+        env_keys=tuple(sorted(key for key in written_env if not CODE_LOADING_ENV.match(key))),
         header_keys=(),
-        code_env=tuple((key, value) for key, value in sorted((cfg.env or {}).items()) if CODE_LOADING_ENV.match(key)),
+        code_env=tuple((key, str(value)) for key, value in sorted(written_env.items()) if CODE_LOADING_ENV.match(key)),
+        reads=reads,
         files=tuple(f"{ext} ({lang})" for ext, lang in sorted(cfg.extension_to_language.items())),
-        note=RUNS_WORKSPACE_CODE,
+        details=details,
+        notes=(RUNS_WORKSPACE_CODE, *((FROM_ENVIRONMENT,) if variables else ())),
     )
 
 
 def shown_name(key: str) -> str:
     """A queue key as people read it: ``language server python`` for ``lsp:python``."""
     return f"language server {key.removeprefix(LSP_KEY_PREFIX)}" if key.startswith(LSP_KEY_PREFIX) else key
+
+
+def approval_lines(request: ApprovalRequest) -> list[tuple[str, str]]:
+    """``(label, value)`` for each line of what ``request`` shows, in order."""
+    lines: list[tuple[str, str]] = []
+    if request.command is not None:
+        lines.append(("command", request.command))
+        if request.args:
+            lines.append(("args", json.dumps(list(request.args))))
+        if request.cwd:
+            lines.append(("cwd", request.cwd))
+    if request.url is not None:
+        lines.append(("socket" if request.files else "url", f"{request.url} ({request.transport})"))
+    for key, value in request.code_env:
+        lines.append(("env", f"{key}={value} (decides what code runs)"))
+    if request.env_keys:
+        lines.append(("env", f"{', '.join(request.env_keys)} (values hidden)"))
+    if request.header_keys:
+        lines.append(("headers", f"{', '.join(request.header_keys)} (values hidden)"))
+    if request.reads:
+        lines.append(("reads", ", ".join(request.reads)))
+    if request.files:
+        lines.append(("files", ", ".join(request.files)))
+    lines.extend(request.details)
+    return lines
 
 
 def render_approval_request(console: Console, request: ApprovalRequest, *, intro: str = "needs approval") -> None:
@@ -152,27 +213,10 @@ def render_approval_request(console: Console, request: ApprovalRequest, *, intro
     if request.file:
         head.append(f" ({request.file})")
     console.print(head)
-    lines: list[tuple[str, str]] = []
-    if request.command is not None:
-        lines.append(("command", request.command))
-        if request.args:
-            lines.append(("args", json.dumps(list(request.args))))
-        if request.cwd:
-            lines.append(("cwd", request.cwd))
-    else:
-        lines.append(("url", f"{request.url} ({request.transport})"))
-    for key, value in request.code_env:
-        lines.append(("env", f"{key}={value} (decides what code runs)"))
-    if request.env_keys:
-        lines.append(("env", f"{', '.join(request.env_keys)} (values hidden)"))
-    if request.header_keys:
-        lines.append(("headers", f"{', '.join(request.header_keys)} (values hidden)"))
-    if request.files:
-        lines.append(("files", ", ".join(request.files)))
-    for label, value in lines:
+    for label, value in approval_lines(request):
         console.print(indented(Text(f"{label + ':':<9}{value}", overflow="fold"), 4))
-    if request.note:
-        console.print(indented(Text(request.note, style="yellow"), 4))
+    for note in request.notes:
+        console.print(indented(Text(note, style="yellow"), 4))
 
 
 def render_question(console: Console, name: str, *, waiting: int) -> None:

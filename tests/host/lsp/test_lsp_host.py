@@ -94,9 +94,14 @@ def language_server_processes(root: Path) -> list[psutil.Process]:
 
 @asynccontextmanager
 async def session(
-    tmp_path: Path, *, lsp_json: dict[str, Any] | None = None, user: dict[str, Any] | None = None, watch: bool = True
+    tmp_path: Path,
+    *,
+    lsp_json: dict[str, Any] | None = None,
+    user: dict[str, Any] | None = None,
+    watch: bool = True,
+    **env: str,
 ) -> AsyncIterator[Session]:
-    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"), **env)
     (layout.root / "models.py").write_text(MODELS)
     (layout.root / "service.py").write_text(SERVICE)
     if lsp_json is not None:
@@ -190,6 +195,21 @@ async def test_calls_that_cannot_be_answered_say_why(tmp_path: Path) -> None:
         assert misnamed.is_error
         assert text(misnamed).startswith("diagnostics has no argument 'file'; it takes: ")
         assert "files" in text(misnamed)
+
+
+async def test_a_failure_shows_the_command_line_as_written_never_what_a_variable_stands_for(tmp_path: Path) -> None:
+    user = {"lspServers": {"python": pylsp(command="${LSPCMD}", args=["--token", "${TOK}"])}}
+    secrets = {"LSPCMD": "/nonexistent/s3cret-cmd-xyz", "TOK": "tok-s3cret-999"}
+    async with session(tmp_path, user=user, watch=False, LSPCMD=secrets["LSPCMD"], TOK=secrets["TOK"]) as s:
+        failed = await s.call("hover", file="service.py", line=3, character=6)
+        assert failed.is_error
+        assert text(failed) == (
+            "language server 'python' failed — exited with code 127: cannot start ${LSPCMD}: No such file or directory"
+        )
+        status = await s.ok("status")
+        shown = json.dumps(status) + text(await s.call("hover", file="service.py", line=3, character=6))
+        assert "cannot start ${LSPCMD}" in shown
+        assert not any(secret in shown for secret in secrets.values())
 
 
 async def test_an_edit_of_one_entry_restarts_and_re_asks_for_that_one_alone(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from mcpvisor.core.server_config import CODE_LOADING_ENV, canonical_json
+from mcpvisor.core.server_config import CODE_LOADING_ENV, canonical_json, redact_values
 
 __all__ = [
     "refused_in_a_repository",
@@ -118,6 +118,7 @@ class LspServerConfig(BaseModel):
     scope: LspScope | None = None
 
     _approval_hash: str | None = PrivateAttr(default=None)
+    _literal: dict[str, Any] | None = PrivateAttr(default=None)
 
     def field(self, name: str, key: str) -> str:
         """Where ``key`` of the entry ``name`` is written, for a fix: ``NAME.KEY`` in a ``.lsp.json`` (or a
@@ -188,7 +189,33 @@ class LspServerConfig(BaseModel):
         expanded = expand(literal) if expand is not None else literal
         cfg = cls.model_validate({**expanded, **overrides})
         cfg._approval_hash = lsp_approval_hash(literal)
+        cfg._literal = literal
         return cfg
+
+    def approved_value(self, key: str) -> Any:
+        """``key``'s value as the entry wrote it, before ``${VAR}`` expansion: what an approval covers and shows
+        (a ``${VAR}`` may stand for a secret)."""
+        return self._literal.get(key) if self._literal is not None else getattr(self, key)
+
+    def _written(self, key: Literal["command", "args"]) -> Any:
+        """The command or the arguments as written, where the entry wrote them as they are run (a string; a
+        list of as many strings)."""
+        written, run = self.approved_value(key), getattr(self, key)
+        if key == "command":
+            return written if isinstance(written, str) else run
+        ok = isinstance(written, list) and len(written) == len(run) and all(isinstance(a, str) for a in written)
+        return tuple(written) if ok else run
+
+    def expansions(self) -> list[tuple[str, str]]:
+        """``(value as run, as written)`` for the command and each argument that ``${VAR}`` expansion changed,
+        longest first."""
+        pairs = [(self.command, self._written("command")), *zip(self.args, self._written("args"), strict=True)]
+        changed = {run: written for run, written in pairs if run and run != written}
+        return sorted(changed.items(), key=lambda pair: -len(pair[0]))
+
+    def redact(self, text: str) -> str:
+        """``text`` fit to show people: the command and arguments as written, env values replaced by ``***``."""
+        return redact_values(text, self.expansions(), (self.env or {}).values())
 
     # -- fingerprints ---------------------------------------------------------------------------
 
@@ -226,11 +253,14 @@ class LspServerConfig(BaseModel):
         return self.max_restarts if self.max_restarts is not None else DEFAULT_MAX_RESTARTS
 
     def target(self) -> str:
-        """What this server runs, for people (never env values)."""
+        """What this server runs or reaches, for people, as the entry wrote it (never env values; a ``${VAR}``
+        may stand for a secret)."""
+        command = self._written("command")
         if self.transport == "stdio":
-            return " ".join([self.command or "", *self.args])
-        where = self.socket if isinstance(self.socket, str) else canonical_json(self.socket)
-        return f"{self.transport} {where}" + (f" (started with {self.command})" if self.command else "")
+            return " ".join([command or "", *self._written("args")])
+        socket = self.approved_value("socket")
+        where = socket if isinstance(socket, str) else canonical_json(socket)
+        return f"{self.transport} {where}" + (f" (started with {command})" if command else "")
 
     def address(self) -> tuple[str, int] | str:
         """Where a ``tcp`` or ``socket`` server listens: ``(host, port)``, or a Unix socket's path (relative:

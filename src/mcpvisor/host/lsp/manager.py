@@ -99,6 +99,12 @@ class LspManager:
         """The admitted servers by name (running or not)."""
         return dict(self._servers)
 
+    def redact(self, text: str) -> str:
+        """``text`` with every configured server's command and arguments as written and its env values hidden."""
+        for server in [*self._servers.values(), *self._retiring]:
+            text = server.config.redact(text)
+        return text
+
     def is_idle(self, name: str) -> bool:
         return name in self._idle
 

@@ -271,13 +271,17 @@ class LanguageServer:
                 f"{self.config.field(self.name, 'startupTimeout')} if it needs longer (its log: {self.log_path})"
             )
         except LspError as exc:
-            self.last_error = str(exc).removeprefix(f"language server {self.name!r} ")  # callers name the server
+            # callers name the server: what is said of it is enough
+            reason = exc.reason if isinstance(exc, LspConnectionClosed) else str(exc)
+            self.last_error = reason.removeprefix(f"language server {self.name!r} ")
         except Exception as exc:  # task boundary: one broken server never takes the others down
             logger.exception("language server %r failed", self.name)
             self.last_error = f"{type(exc).__name__}: {exc}"
         finally:
             self._connection = None
             self.pid = None
+            if self.last_error:  # the command and arguments as written: a ${VAR} in them may stand for a secret
+                self.last_error = self.config.redact(self.last_error)
             stopped = self._stop.is_set()
             self._set("stopped" if stopped else "failed")
             self._ready.set()
@@ -332,7 +336,8 @@ class LanguageServer:
         for attempt in range(CONTENT_MODIFIED_RETRIES + 1):
             connection = self._connection
             if connection is None:
-                raise LspConnectionClosed(server=self.name, reason=self.last_error or "it is not running")
+                reason = f"failed — {self.last_error}" if self.last_error else "is not running"
+                raise LspConnectionClosed(server=self.name, reason=reason)
             try:
                 self.last_used = time.monotonic()
                 return await connection.request(method, params, timeout_s=timeout_s)

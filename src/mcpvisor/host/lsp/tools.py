@@ -148,7 +148,7 @@ class LspTools:
         except ToolFailure:
             raise
         except (Unroutable, LspError, ValueError) as exc:
-            raise ToolFailure(str(exc)) from exc
+            raise ToolFailure(self.manager.redact(str(exc))) from exc
 
     # -- shared steps --------------------------------------------------------------------------------
 

@@ -40,6 +40,11 @@ def expand_string(text: str, env: Mapping[str, str], missing: set[str] | None = 
     return _VAR.sub(replace, text)
 
 
+def variables_in(text: str) -> list[str]:
+    """The names of the variables ``text`` refers to (``$VAR``, ``${VAR}``, ``${VAR:-default}``), in order."""
+    return [match["braced"] or match["bare"] for match in _VAR.finditer(text) if not match["dollar"]]
+
+
 def expand_vars(value: Any, env: Mapping[str, str], missing: set[str] | None = None) -> Any:
     """Expand variables in every string inside ``value`` (object values and array items; keys stay)."""
     if isinstance(value, str):
