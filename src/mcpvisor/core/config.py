@@ -272,7 +272,9 @@ class Config(StackOwner):
         try:
             while self._dirty:
                 self._dirty = False
+                self._place_tool_providers(vacate_only=True)  # before a server of a provider's name connects
                 self.last_reconcile = await self._manager.discover_all_mcp_tools_incremental()
+                self._place_tool_providers()  # after one that had it is gone
         except BaseException:
             self._dirty = True  # this pass may be incomplete: whoever comes next runs again
             raise
@@ -328,16 +330,34 @@ class Config(StackOwner):
 
     def add_tool_provider(self, provider: ToolProvider) -> None:
         """Serve ``provider``'s tools beside the servers' (:mod:`mcpvisor.core.providers`). Its tools are
-        registered under ``provider.name`` — or ``<name>_1`` when an MCP server already has that name."""
+        registered under ``provider.name`` — or ``<name>_1`` while an MCP server is configured by that name
+        (one configured later takes the name at the next reconcile; when it is gone, the provider has it back)."""
         if self.tool_provider_key(provider) is not None:
             return
+        self._providers[self._free_key(provider.name)] = provider
+        self.refresh_tool_provider(provider)
+
+    def _free_key(self, name: str) -> str:
         servers = self.get_merged_mcp_servers()
-        key, n = provider.name, 0
+        key, n = name, 0
         while key in servers or key in self._providers:
             n += 1
-            key = f"{provider.name}_{n}"
-        self._providers[key] = provider
-        self.refresh_tool_provider(provider)
+            key = f"{name}_{n}"
+        return key
+
+    def _place_tool_providers(self, *, vacate_only: bool = False) -> None:
+        """Register each provider under its own name when no MCP server is configured by it, else under the
+        first free ``<name>_N``. ``vacate_only``: only move those whose key an MCP server now has."""
+        servers = self.get_merged_mcp_servers()
+        for key, provider in list(self._providers.items()):
+            if key in servers or (not vacate_only and key != provider.name and provider.name not in servers):
+                del self._providers[key]
+                if self.tool_registry.remove_mcp_tools_by_server(key):
+                    self.events.emit(ToolsChanged())
+                new = self._free_key(provider.name)
+                self._providers[new] = provider
+                logger.info("the tools of %r are served as mcp__%s__* now", provider.name, new)
+                self.refresh_tool_provider(provider)
 
     def remove_tool_provider(self, provider: ToolProvider) -> None:
         for key, known in list(self._providers.items()):

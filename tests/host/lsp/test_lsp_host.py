@@ -212,6 +212,33 @@ async def test_a_failure_shows_the_command_line_as_written_never_what_a_variable
         assert not any(secret in shown for secret in secrets.values())
 
 
+async def test_an_mcp_server_named_lsp_takes_the_name_and_the_language_server_tools_move_aside(tmp_path: Path) -> None:
+    lsp_server = {"command": sys.executable, "args": ["-m", "mcpvisor.examples.light_server", "--name", "lsp"]}
+    both = {"lspServers": {"python": pylsp()}, "mcpServers": {"lsp": lsp_server}}
+    async with session(tmp_path, user=both, watch=False) as s:
+        tools = s.host.config.tool_registry.names()
+        assert "mcp__lsp__echo" in tools
+        assert "mcp__lsp_1__hover" in tools
+        echo = await s.host.config.call_tool("mcp__lsp__echo", {"text": "hi"})
+        assert text(echo) == "lsp:echo:hi"
+        status = await s.host.config.call_tool("mcp__lsp_1__status", {})
+        assert not status.is_error, text(status)
+
+        replace_text(s.layout.paths.user, json.dumps({"lspServers": {"python": pylsp()}}))
+        await s.host.reload()  # the MCP server is gone: the tools have their name back
+        tools = s.host.config.tool_registry.names()
+        assert "mcp__lsp__hover" in tools
+        assert not any(name.startswith("mcp__lsp_1__") for name in tools)
+
+        replace_text(s.layout.paths.user, json.dumps(both))
+        await s.host.reload()  # added mid-session: it takes the name again, nothing is routed to the wrong one
+        tools = s.host.config.tool_registry.names()
+        assert {"mcp__lsp__echo", "mcp__lsp_1__hover"} <= set(tools)
+        assert "mcp__lsp__hover" not in tools
+        assert text(await s.host.config.call_tool("mcp__lsp__echo", {"text": "again"})) == "lsp:echo:again"
+        assert not (await s.host.config.call_tool("mcp__lsp_1__status", {})).is_error
+
+
 async def test_an_edit_of_one_entry_restarts_and_re_asks_for_that_one_alone(tmp_path: Path) -> None:
     entries = {"python": pylsp(), "stubs": pylsp(extensionToLanguage={".pyi": "python"})}
     async with session(tmp_path, lsp_json=entries) as s:
