@@ -13,7 +13,7 @@ from mcpvisor.core.client import McpClient
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import MessageTooLargeError
 from mcpvisor.core.http_limits import LimitedTransport, ResponseTooLarge, SSEEventTooLarge
-from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
+from mcpvisor.core.server_config import DEFAULT_MAX_MESSAGE_BYTES, ConnectionOptions, McpServerConfig
 from mcpvisor.core.stdio import LineSplitter
 from tests.helpers import http_server, light, pid_alive, wait_until
 
@@ -143,6 +143,22 @@ async def test_the_default_limit_comes_from_the_session_when_a_server_sets_none(
         with pytest.raises(MessageTooLargeError):
             await client.call_tool("blob", {"mib": 2})
         await client.aclose()
+
+
+def test_a_repositorys_server_may_only_lower_the_users_limit() -> None:
+    options = ConnectionOptions(max_message_bytes=MIB)
+    huge = {"maxMessageBytes": 100 * 1024 * MIB}
+    for scope, expected in (
+        ("project", MIB),
+        ("workspace", MIB),
+        (None, 100 * 1024 * MIB),
+        ("system", 100 * 1024 * MIB),
+    ):
+        assert McpClient("p", light("p", scope=scope, **huge), options=options).max_message_bytes == expected, scope
+    lower = McpClient("p", light("p", scope="project", maxMessageBytes=MIB // 2), options=options)
+    assert lower.max_message_bytes == MIB // 2
+    default = McpClient("p", light("p", scope="project", **huge))  # no user limit: the default is the ceiling
+    assert default.max_message_bytes == DEFAULT_MAX_MESSAGE_BYTES
 
 
 def test_max_message_bytes_is_part_of_the_connection_and_has_a_floor() -> None:

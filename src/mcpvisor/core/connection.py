@@ -36,6 +36,7 @@ from mcpvisor.core.events import ServerStatus
 from mcpvisor.core.listing import Listings, Refresher, discover, follow_list_changes, listen_wanted
 from mcpvisor.core.server_config import (
     DEFAULT_MAX_MESSAGE_BYTES,
+    REPOSITORY_SCOPES,
     ConnectionOptions,
     McpServerConfig,
     connection_id_of,
@@ -74,6 +75,17 @@ def default_log_dir() -> Path:
     return server_log.default_log_dir(os.environ)
 
 
+def message_limit(config: McpServerConfig, options: ConnectionOptions) -> int:
+    """The largest message ``config``'s server may send: its entry's ``maxMessageBytes``, else the user's (or the
+    default); a repository's entry may only lower the user's, never make its server cost more memory."""
+    ceiling = options.max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES
+    if config.max_message_bytes is None:
+        return ceiling
+    if config.scope in REPOSITORY_SCOPES:
+        return min(config.max_message_bytes, ceiling)
+    return config.max_message_bytes
+
+
 class ServerConnection:
     """A connection to one server: its owner task, discovery and listings, its loss and its stop
     (:class:`~mcpvisor.core.client.McpClient` adds the requests). Build it, ``await start(task_group)``,
@@ -100,7 +112,7 @@ class ServerConnection:
         """What the log file is named after: the server's name, unless another session runs a server of
         that name from another configuration (see :meth:`McpConnectionPool.acquire`)."""
         self.config = config
-        self.max_message_bytes = config.max_message_bytes or options.max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES
+        self.max_message_bytes = message_limit(config, options)
         self.connection_id = connection_id_of(name, config)
         self.status: ServerStatus = "disconnected"
         self.last_error: str | None = None
