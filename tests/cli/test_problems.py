@@ -133,6 +133,30 @@ def test_status_says_a_language_server_whose_command_is_not_there_before_its_fir
     assert states["here"] == "stopped (starts on first use)"
 
 
+def test_status_shows_an_invalid_language_server_entry_and_fails_on_one_that_failed_to_start(layout: Layout) -> None:
+    servers = {
+        "bad": {"command": "pylsp", "extensionToLanguage": {".py": "python"}, "args": "oops"},
+        "dies": {"command": "python3", "args": ["-c", "raise SystemExit(7)"], "extensionToLanguage": {".md": "md"}},
+    }
+    write_json(layout.paths.user, {"lspServers": servers, "lsp": {"startup": "eager"}})
+    code, out = invoke(layout, "status", "--json")
+    assert code == 1, out
+    shown = json.loads(out)
+    assert any("'bad'" in problem and "args" in problem for problem in shown["problems"]), shown["problems"]
+    [dies] = shown["language_servers"]
+    assert dies["error"] is not None
+    assert "exited with code 7" in dies["error"]
+
+
+def test_lsp_list_fails_when_a_file_cannot_be_read(layout: Layout) -> None:
+    (layout.root / ".lsp.json").write_text("{,")
+    code, out = invoke(layout, "lsp", "list")
+    assert code == 1
+    assert "invalid settings file" in out
+    (layout.root / ".lsp.json").write_text("{}")
+    assert invoke(layout, "lsp", "list")[0] == 0
+
+
 def test_a_corrupt_token_store_is_a_problem_of_status_and_mcp_list(layout: Layout) -> None:
     tokens = layout.paths.approvals.parent / "oauth-tokens.json"
     tokens.parent.mkdir(parents=True, exist_ok=True)

@@ -183,6 +183,7 @@ def test_login_signs_in_and_hosts_use_the_stored_sign_in_until_logout(tmp_path: 
     assert not [s for s in secrets if s in logout.stdout + logout.stderr]
     assert json.loads(store_path(layout).read_text()) == {}
     assert status_row(layout)["state"] == "needs_auth"
+    assert cli(layout, "status").returncode == 1  # a server that cannot connect until a sign-in: not all is well
     assert "Not signed in to sec" in cli(layout, "mcp", "logout", "sec").stdout
 
 

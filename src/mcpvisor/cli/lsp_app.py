@@ -44,17 +44,20 @@ def lsp_list(
     fleet_name: FleetNameOpt = None,
 ) -> None:
     """List every configured language server with its source, command, files and admission (with --fleet:
-    as the fleet's approvals decide)."""
+    as the fleet's approvals decide). Exits 1 when a settings file, .lsp.json or the approvals store cannot be
+    read."""
     from mcpvisor.cli.lsp_commands import list_lsp_servers
 
     with reported():
-        list_lsp_servers(
+        readable = list_lsp_servers(
             env=dict(os.environ),
             workspace=workspace,
             lsp_config=list(lsp_config or []),
             allowed=split_names(allowed_lsp_server_names),
             as_json=as_json,
         )
+    if not readable:
+        raise typer.Exit(1)
 
 
 _NAME = Annotated[str, typer.Argument(help="The language server (its key in .lsp.json or lspServers).", metavar="NAME")]

@@ -73,9 +73,11 @@ def list_lsp_servers(
     lsp_config: Sequence[Path],
     allowed: Sequence[str] | None,
     as_json: bool,
-) -> None:
+) -> bool:
+    """Print the list; whether every file it reads could be read."""
     settings, approvals, state = load_lsp_state(env, workspace, lsp_config, allowed)
-    problems = [*(str(e) for s, e in settings.errors.items() if s != "project"), *state.warnings]
+    unreadable = [str(e) for s, e in settings.errors.items() if s != "project"]
+    problems = [*unreadable, *state.warnings]
     if approvals.error:
         problems.append(approvals.error)
     rows: list[dict[str, Any]] = []
@@ -96,7 +98,7 @@ def list_lsp_servers(
     if as_json:
         out = {"workspace": str(settings.root), "trusted": settings.trusted, "servers": rows, "problems": problems}
         print(json.dumps(out, indent=2))  # noqa: T201 - the command's output
-        return
+        return not unreadable and not approvals.error
     console = new_console(highlight=False)
     for problem in problems:
         console.print(f"[yellow]! {escape(problem)}[/]")
@@ -109,6 +111,7 @@ def list_lsp_servers(
             f"    [dim]{escape(row['command'])}  ({' '.join(row['extensions'])}; {row['source']}"
             f"{', ' + escape(row['file']) if row['file'] else ''})[/]"
         )
+    return not unreadable and not approvals.error
 
 
 def _show(console: Console, name: str, cfg: LspServerConfig, source: str, path: Path | None) -> None:

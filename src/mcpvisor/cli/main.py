@@ -186,7 +186,7 @@ def status(
     fleet's approvals decide).
 
     Exits 1 when a settings file or the approvals store cannot be read, or an admitted server failed to
-    connect (after the view), 0 otherwise.
+    connect or needs a sign-in, or a language server started at start-up failed (after the view), 0 otherwise.
     """
     setup_logging(verbose, narrated=not as_json)
     if not as_json:
@@ -207,10 +207,12 @@ def status(
             allowed_lsp=allowed_lsp_server_names,
         )
         async with Host(with_fleet_stores(options)) as host:
+            await host.lsp.wait_started()  # those lsp.startup "eager" started: ready, or failed and why
             rows = host.server_views()
             lsp_rows = host.lsp.views()
             unreadable = store_problems(host.tokens)
-            problems = config_problems(host.settings, host.approvals.error, host.state.assembled.warnings, unreadable)
+            warnings = (*host.state.assembled.warnings, *host.lsp.warnings())
+            problems = config_problems(host.settings, host.approvals.error, warnings, unreadable)
             broken = bool(host.settings.errors) or host.approvals.error is not None or bool(unreadable)
             if not as_json:
                 console = new_console(highlight=False)
@@ -226,7 +228,8 @@ def status(
         rows, lsp_rows, problems, broken = anyio.run(once)
     if as_json:
         typer.echo(json.dumps({"servers": rows, "language_servers": lsp_rows, "problems": problems}, indent=2))
-    failed = [row["name"] for row in rows if row["state"] == "disconnected" and row["error"]]
+    failed = [row["name"] for row in rows if row["state"] in ("disconnected", "needs_auth") and row["error"]]
+    failed += [row["name"] for row in lsp_rows if row["error"]]
     if failed or broken:
         raise typer.Exit(1)
 

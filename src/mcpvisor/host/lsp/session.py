@@ -174,6 +174,14 @@ class LspSession:
     def warnings(self) -> tuple[str, ...]:
         return self.manager.state.warnings
 
+    async def wait_started(self) -> None:
+        """Wait until every language server starting now is ready or failed (each within its startupTimeout):
+        what eager start-up started, seen through."""
+        async with anyio.create_task_group() as tg:
+            for server in self.manager.servers().values():
+                if server.state == "starting":
+                    tg.start_soon(server.wait_ready)
+
     # -- decisions ----------------------------------------------------------------------------------
 
     async def decide(self, name: str, decision: str) -> LspServerConfig:
