@@ -511,6 +511,26 @@ def test_a_client_registration_the_server_forgot_is_made_again_at_the_next_sign_
         assert again.returncode == 0, again.stderr
 
 
+def test_an_abandoned_sign_in_leaves_the_one_before_working_and_the_next_registers_again(
+    tmp_path: Path, server: Server
+) -> None:
+    layout = setup(tmp_path, server)
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    [before] = json.loads(store_path(layout).read_text()).values()
+    abandoned = cli(layout, "mcp", "login", "sec", "--timeout", "1", browser=NOTHING)
+    assert abandoned.returncode == 1
+    [after] = json.loads(store_path(layout).read_text()).values()
+    assert (after["client"], after["tokens"]) == (before["client"], before["tokens"])  # a refresh needs both
+    registered = server.events().count("register")
+    assert status_row(layout)["state"] == "connected"
+    assert server.events().count("register") == registered  # a host that never prompts registers nothing
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    assert server.events().count("register") == registered + 1  # the server may have forgotten it: again
+    no_time = cli(layout, "mcp", "login", "sec", "--timeout", "0")  # a login that cannot succeed is no attempt
+    assert no_time.returncode == 2
+    assert "--timeout" in no_time.stderr
+
+
 def test_a_step_up_sign_in_abandoned_leaves_the_sign_in_as_it_was(tmp_path: Path, server: Server) -> None:
     layout = setup(tmp_path, server)
     assert cli(layout, "mcp", "login", "sec").returncode == 0

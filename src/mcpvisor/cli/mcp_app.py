@@ -88,7 +88,8 @@ def ask(question: str) -> bool:
 def mcp_login(
     name: Annotated[str, typer.Argument(help="The remote server to sign in to.", metavar="NAME")],
     timeout: Annotated[
-        float, typer.Option("--timeout", help="How long to wait for the browser sign-in.", metavar="SECONDS")
+        float,
+        typer.Option("--timeout", help="How long to wait for the browser sign-in.", metavar="SECONDS", min=1),
     ] = 300.0,
     browser: Annotated[
         bool, typer.Option("--browser/--no-browser", help="Open a browser (otherwise only print the URL).")

@@ -349,8 +349,8 @@ def http_auth_for(store: TokenStore) -> HttpAuth:
         redirect = None
         if not (settings.machine and server_url(cfg) is not None):  # a machine grant gets its tokens by itself
             record = store.get(token_key(cfg, settings))
-            if not record.get("tokens"):
-                return None
+            if not record.get("tokens") or not (settings.client_id or record.get("client")):
+                return None  # no sign-in, or tokens without the client they were issued to (no refresh, no prompt)
             redirect = _stored_redirect(record)
         return _provider(
             store,
@@ -374,11 +374,6 @@ def _stored_redirect(record: Mapping[str, Any]) -> str | None:
     if isinstance(uris, list) and uris and isinstance(uris[0], str) and urlsplit(uris[0]).hostname == "127.0.0.1":
         return uris[0]
     return None
-
-
-def _stored_port(store: TokenStore, key: str) -> int | None:
-    redirect = _stored_redirect(store.get(key))
-    return urlsplit(redirect).port if redirect is not None else None
 
 
 async def login(
@@ -413,7 +408,8 @@ async def login(
     settings = oauth_settings(name, cfg)
     key = token_key(cfg, settings)
     store.read()  # a corrupt store: refuse before anything starts
-    port = settings.callback_port or _stored_port(store, key) or 0
+    stored = _stored_redirect(store.get(key))  # the port the stored client was registered with
+    port = settings.callback_port or (urlsplit(stored).port if stored else None) or 0
     try:
         callback = Callback(port)
     except OSError:
@@ -427,8 +423,9 @@ async def login(
         forgotten: list[bool] = []  # a reused registration found forgotten: not put back on failure
         if not settings.client_id and port and callback.port != port:
             store.update(key, client=None)  # registered for another redirect port: register again
-        elif not settings.client_id and not registered_for(original):
-            store.update(key, client=None)  # registered without the scope a refused request asked for: again
+        elif not settings.client_id and (not registered_for(original) or original.get("register_again")):
+            # registered without the scope a refused request asked for, or perhaps forgotten by the server: again
+            store.update(key, client=None, register_again=None)
         before = store.get(key)
 
         async def redirect_handler(authorization_url: str) -> None:
@@ -447,7 +444,6 @@ async def login(
             if not got:
                 reused = not settings.client_id and before.get("client") is not None
                 if reused:  # the server may have forgotten it (a restart): its page then shows an error
-                    store.update(key, client=None)
                     forgotten.append(True)
                 raise ConfigError(
                     f"no sign-in to {name!r} within {timeout_s:g} s (was the browser closed?"
@@ -484,13 +480,18 @@ async def login(
                     tools = len(client.tools)
                 finally:
                     await client.aclose()
-            store.update(key, scope_needed=None)  # what a refused request asked for is held now
+            store.update(key, scope_needed=None, register_again=None)  # what a refused request asked for is held
             return tools
         except BaseException:
+            # The sign-in before stays as it was: tokens with their client (a refresh needs both). A client the
+            # server may have forgotten is registered again next time (at once when no tokens depend on it).
             if not store.get(key).get("tokens"):
-                restored = {"tokens": original.get("tokens"), "expires_at": original.get("expires_at")}
-                if not settings.client_id and not forgotten:  # the tokens go back with the client they were issued to
-                    restored["client"] = original.get("client")
+                restored: dict[str, Any] = {"tokens": original.get("tokens"), "expires_at": original.get("expires_at")}
+                if not settings.client_id:
+                    suspect = bool(forgotten) or bool(original.get("register_again"))
+                    keep = original.get("tokens") or not suspect
+                    restored["client"] = original.get("client") if keep else None
+                    restored["register_again"] = True if keep and suspect else None
                 store.update(key, **restored)
             raise
     finally:

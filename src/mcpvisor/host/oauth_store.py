@@ -89,7 +89,7 @@ class TokenStore(PrivateJsonStore):
         """Drop a server's sign-in; whether there was one."""
         if not self.get(key):
             return False
-        self.update(key, client=None, tokens=None, expires_at=None)
+        self.update(key, client=None, tokens=None, expires_at=None, register_again=None)
         return True
 
 
