@@ -27,7 +27,7 @@ from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.oauth_registration import registered_for
 from mcpvisor.host.oauth_store import TokenStore
 from tests.e2e.test_run import run
-from tests.helpers import LIGHT, WAIT_S, forked_python, free_port, mcpvisor_command, wait_until
+from tests.helpers import LIGHT, WAIT_S, forked_python, free_port, http_server, mcpvisor_command, wait_until
 from tests.layout import Layout, make_layout, write_json
 from tests.shell.test_shell import shell
 
@@ -333,6 +333,18 @@ def test_login_refuses_what_it_cannot_sign_in_to(tmp_path: Path) -> None:
         assert result.returncode == 1, result.stdout
         assert message in result.stderr
     assert not store_path(layout).exists()
+
+
+async def test_login_to_a_server_that_asks_for_no_sign_in_says_so_and_stores_nothing(tmp_path: Path) -> None:
+    async with http_server("open") as url:
+        layout = make_layout(tmp_path)
+        write_json(layout.paths.user, {"mcpServers": {"open": {"type": "http", "url": url}}})
+        result = await anyio.to_thread.run_sync(lambda: cli(layout, "mcp", "login", "open", browser=NOTHING))
+    assert result.returncode == 1
+    assert "Signed in" not in result.stdout
+    said = " ".join(result.stderr.split())
+    assert "server 'open' did not ask for a sign-in: it answered without one, so nothing was stored" in said
+    assert json.loads(store_path(layout).read_text() if store_path(layout).exists() else "{}") == {}
 
 
 def test_a_corrupt_token_store_is_kept_and_named(tmp_path: Path, server: Server) -> None:

@@ -11,13 +11,13 @@ from typing import Any
 from mcp.client.auth import OAuthClientProvider
 
 from mcpvisor.core.server_config import McpServerConfig
-from mcpvisor.host.oauth import TokenStore, _provider
+from mcpvisor.host.oauth import TokenStore, oauth_provider
 
 
 def host_provider(tmp_path: Path) -> Any:
     """The provider a host signs a remote server's requests with (no sign-in handlers)."""
     cfg = McpServerConfig.model_validate({"url": "https://mcp.example.test/mcp"})
-    return _provider(
+    return oauth_provider(
         TokenStore(tmp_path / "tokens.json"),
         "remote",
         cfg,

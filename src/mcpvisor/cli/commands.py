@@ -267,7 +267,7 @@ def login(*, env: Mapping[str, str], workspace: Path | None, name: str, timeout_
 
     import anyio
 
-    from mcpvisor.host.oauth import login as sign_in
+    from mcpvisor.host.oauth_login import login as sign_in
 
     _, cfg = _remote_server(env, workspace, name, "sign in to")
     store = token_store(env)

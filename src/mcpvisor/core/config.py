@@ -334,16 +334,13 @@ class Config(StackOwner):
         (one configured later takes the name at the next reconcile; when it is gone, the provider has it back)."""
         if self.tool_provider_key(provider) is not None:
             return
-        self._providers[self._free_key(provider.name)] = provider
-        self.refresh_tool_provider(provider)
-
-    def _free_key(self, name: str) -> str:
         servers = self.get_merged_mcp_servers()
-        key, n = name, 0
+        key, n = provider.name, 0
         while key in servers or key in self._providers:
             n += 1
-            key = f"{name}_{n}"
-        return key
+            key = f"{provider.name}_{n}"
+        self._providers[key] = provider
+        self.refresh_tool_provider(provider)
 
     def _place_tool_providers(self, *, vacate_only: bool = False) -> None:
         """Register each provider under its own name when no MCP server is configured by it, else under the
@@ -351,13 +348,9 @@ class Config(StackOwner):
         servers = self.get_merged_mcp_servers()
         for key, provider in list(self._providers.items()):
             if key in servers or (not vacate_only and key != provider.name and provider.name not in servers):
-                del self._providers[key]
-                if self.tool_registry.remove_mcp_tools_by_server(key):
-                    self.events.emit(ToolsChanged())
-                new = self._free_key(provider.name)
-                self._providers[new] = provider
-                logger.info("the tools of %r are served as mcp__%s__* now", provider.name, new)
-                self.refresh_tool_provider(provider)
+                self.remove_tool_provider(provider)
+                self.add_tool_provider(provider)
+                logger.info("the tools of %r are served as mcp__%s__* now", key, self.tool_provider_key(provider))
 
     def remove_tool_provider(self, provider: ToolProvider) -> None:
         for key, known in list(self._providers.items()):

@@ -44,7 +44,8 @@ from mcpvisor.host.hot_reload import (
 from mcpvisor.host.limits import max_message_bytes_of
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
 from mcpvisor.host.lsp.session import LspSession, touches_lsp
-from mcpvisor.host.oauth import DEFAULT_LOGIN_TIMEOUT_S, TokenStore, check_sign_in, http_auth_for, login, sign_ins
+from mcpvisor.host.oauth import TokenStore, check_sign_in, http_auth_for, sign_ins
+from mcpvisor.host.oauth_login import DEFAULT_LOGIN_TIMEOUT_S, login
 from mcpvisor.host.options import HostOptions, SettingsSource
 from mcpvisor.host.pins import (
     DEFAULT_PIN_MODE,
