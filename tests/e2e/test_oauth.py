@@ -211,6 +211,11 @@ def test_an_expired_token_is_refreshed_and_a_revoked_one_asks_for_a_new_sign_in(
         result = cli(layout, "status")
         assert "sec · 🔒 needs authentication — run: mcpvisor mcp login sec" in result.stdout
         assert status_row(layout)["state"] == "needs_auth"
+        listed = json.loads(cli(layout, "mcp", "list", "--json").stdout)["servers"][0]
+        assert "signed in" not in json.dumps(listed).replace("not signed in", "")  # the refused sign-in is over
+        [record] = json.loads(store_path(layout).read_text()).values()
+        assert "tokens" not in record
+        assert "client" in record  # the registration stands: the next login reuses it
 
 
 async def test_a_sign_in_reaches_a_running_host_without_a_restart(tmp_path: Path, server: Server) -> None:

@@ -73,6 +73,21 @@ class TokenStore(PrivateJsonStore):
         self.mutate(change)
         self.note_sign_ins_changed()
 
+    def drop_refused(self, key: str, refresh_token: str) -> None:
+        """The server refused ``refresh_token``: the sign-in it belongs to is over (``mcp list`` and ``status``
+        say so), unless another one was stored since."""
+
+        def change(records: dict[str, Any]) -> None:
+            record = records.get(key)
+            if not isinstance(record, dict):
+                return
+            tokens = record.get("tokens")
+            if isinstance(tokens, dict) and tokens.get("refresh_token") == refresh_token:
+                records[key] = {k: v for k, v in record.items() if k not in ("tokens", "expires_at")}
+
+        self.mutate(change)
+        self.note_sign_ins_changed()
+
     def on_external_change(self, listener: Callable[[], None]) -> Callable[[], None]:
         """``listener()`` hears sign-ins stored other than through this store's file (a fleet's store); returns
         the function that removes it. The file store has none: the settings watcher sees its file change."""
