@@ -191,6 +191,18 @@ async def test_calls_that_cannot_be_answered_say_why(tmp_path: Path) -> None:
         assert text(no_symbol) == "no symbol 'Nobody' in models.py; list them with document_symbols"
         past = await s.call("hover", file="models.py", line=500, character=1)
         assert "line 500 is past the end of models.py (10 lines)" in text(past)
+        wrong = {  # what the input schema says, not a guess: true is no line, "bogus" no severity
+            ("hover", '{"line": true}'): "hover: line: True is not of type 'integer'",
+            ("diagnostics", '{"severity": "bogus"}'): "diagnostics: severity: 'bogus' is not one of ['error',",
+            ("diagnostics", '{"wait_ms": -5}'): "diagnostics: wait_ms: -5 is less than the minimum of 0",
+        }
+        for (tool, written), why in wrong.items():
+            arguments = {"file": "models.py", "character": 1} if tool == "hover" else {}
+            result = await s.call(tool, **arguments, **json.loads(written))
+            assert result.is_error, (tool, written)
+            assert text(result).startswith(why), text(result)
+        past_the_line = await s.call("hover", file="models.py", line=1, character=999)
+        assert text(past_the_line) == "character 999 is past the end of models.py:1 (11 characters)"
         misnamed = await s.call("diagnostics", file="../../etc/passwd.py")  # it takes 'files'
         assert misnamed.is_error
         assert text(misnamed).startswith("diagnostics has no argument 'file'; it takes: ")

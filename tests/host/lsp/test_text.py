@@ -103,7 +103,7 @@ def test_a_tool_position_goes_to_the_wire_and_back() -> None:
     doc = Lines(f"import os\n{EMOJI}\n")
     assert to_wire(doc, 2, 11, file="a.py") == {"line": 1, "character": 12}
     assert from_wire(doc, {"line": 1, "character": 12}) == (2, 11)
-    assert to_wire(doc, 1, 50, file="a.py") == {"line": 0, "character": 9}  # clamped to the end
+    assert to_wire(doc, 1, 10, file="a.py") == {"line": 0, "character": 9}  # one past the last: the line's end
     assert to_wire(doc, 3, 1, file="a.py") == {"line": 2, "character": 0}  # the empty line after the last break
     assert from_wire(doc, {"line": 7, "character": 4}) == (8, 1)  # past the end: no text, column 1
 
@@ -114,6 +114,7 @@ def test_a_tool_position_goes_to_the_wire_and_back() -> None:
         (120, 1, "line 120 is past the end of pkg/a.py (2 lines)"),
         (0, 1, "line 0 is not a line of pkg/a.py: lines count from 1"),
         (1, 0, "character 0 is not a column of pkg/a.py:1: characters count from 1"),
+        (1, 7, "character 7 is past the end of pkg/a.py:1 (5 characters)"),
     ],
 )
 def test_a_position_outside_the_file_is_refused_with_the_file_named(line: int, character: int, message: str) -> None:

@@ -89,14 +89,17 @@ class Lines:
 
 def to_wire(lines: Lines, line: int, character: int, *, file: str) -> dict[str, int]:
     """A tool's 1-based ``line`` and code-point ``character`` in ``file`` (its name as shown) as an LSP
-    ``Position``; ``ValueError`` when the line is not in the file or the character is below 1."""
+    ``Position``; ``ValueError`` when the line is not in the file or the character not in the line."""
     if line < 1:
         raise ValueError(f"line {line} is not a line of {file}: lines count from 1")
     if line > lines.wire_count:
         raise ValueError(f"line {line} is past the end of {file} ({lines.count} lines)")
     if character < 1:
         raise ValueError(f"character {character} is not a column of {file}:{line}: characters count from 1")
-    return {"line": line - 1, "character": utf16_column(lines.line(line - 1), character)}
+    text = lines.line(line - 1).rstrip("\r\n")
+    if character > len(text) + 1:  # one past the last character is the end of the line
+        raise ValueError(f"character {character} is past the end of {file}:{line} ({len(text)} characters)")
+    return {"line": line - 1, "character": utf16_column(text, character)}
 
 
 def from_wire(lines: Lines, position: Mapping[str, Any]) -> tuple[int, int]:

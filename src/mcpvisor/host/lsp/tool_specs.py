@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import jsonschema
 import mcp_types as types
 from pydantic import BaseModel
 
@@ -22,7 +23,7 @@ from mcpvisor.host.lsp.results import (
     WorkspaceSymbolsResult,
 )
 
-__all__ = ["CAPABILITY", "DIAGNOSTICS_WAIT_MS", "TOOLS", "TOOL_NAMES", "WHAT", "ToolFailure"]
+__all__ = ["CAPABILITY", "DIAGNOSTICS_WAIT_MS", "TOOLS", "TOOL_NAMES", "WHAT", "ToolFailure", "argument_problem"]
 
 DIAGNOSTICS_WAIT_MS = 3000
 
@@ -150,6 +151,18 @@ ARGUMENTS: dict[str, frozenset[str]] = {
     name: frozenset(spec.input_schema["properties"]) for name, spec in _SPECS.items()
 }
 """Each tool's argument names (its input schema's properties)."""
+
+
+def argument_problem(tool: str, arguments: dict[str, Any]) -> str | None:
+    """What in ``arguments`` its input schema does not allow (a type, a range, a value of an enum), or None."""
+    error = jsonschema.exceptions.best_match(_VALIDATORS[tool].iter_errors(arguments))
+    if error is None:
+        return None
+    where = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else p) for i, p in enumerate(error.path))
+    return f"{tool}: {where + ': ' if where else ''}{error.message}"
+
+
+_VALIDATORS = {name: jsonschema.Draft202012Validator(spec.input_schema) for name, spec in _SPECS.items()}
 _ANNOTATIONS = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
 CAPABILITY = {
     "go_to_definition": "definitionProvider",

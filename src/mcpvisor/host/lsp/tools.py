@@ -57,6 +57,7 @@ from mcpvisor.host.lsp.tool_specs import (
     TOOLS,
     WHAT,
     ToolFailure,
+    argument_problem,
 )
 
 __all__ = ["LSP_PROVIDER", "TOOL_NAMES", "LspTools", "ToolFailure"]
@@ -143,6 +144,8 @@ class LspTools:
         if unknown:  # a misspelled name would be left out without a word, and the answer be about something else
             takes = ", ".join(sorted(known)) or "no arguments"
             raise ToolFailure(f"{tool} has no argument {', '.join(map(repr, unknown))}; it takes: {takes}")
+        if problem := argument_problem(tool, arguments):  # line: true read as line 1, "bogus" as "warning"
+            raise ToolFailure(problem)
         try:
             return await handler(arguments)
         except ToolFailure:
