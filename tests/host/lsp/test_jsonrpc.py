@@ -112,7 +112,7 @@ async def test_a_request_gets_its_result_and_leaving_shuts_the_server_down(tmp_p
     assert connection.process.returncode == 0  # it exited by itself on "exit"
     assert connection.closed()
     assert not pid_alive(pid)
-    with pytest.raises(LspConnectionClosed, match="echo failed: language server 'fake' exited with code 0"):
+    with pytest.raises(LspConnectionClosed, match="echo failed: language server 'fake' was stopped"):
         await connection.request("echo")
 
 
@@ -287,6 +287,31 @@ async def test_stopping_a_stubborn_server_kills_its_whole_process_group(tmp_path
     assert connection.process.returncode is not None
     await wait_until(lambda: not pid_alive(pids["server"]), what="the server to be gone")
     await wait_until(lambda: not pid_alive(pids["grandchild"]), what="its grandchild to be gone")
+
+
+async def test_a_request_unanswered_when_the_server_is_stopped_says_so_not_how_the_server_exited(
+    tmp_path: Path,
+) -> None:
+    parked: list[int] = []
+    failures: list[BaseException] = []
+
+    async def held(connection: LspConnection) -> None:
+        try:
+            await connection.request("park")
+        except LspConnectionClosed as exc:
+            failures.append(exc)
+
+    def on_notification(method: str, params: Any) -> None:
+        if method == "parked":
+            parked.append(params["id"])
+
+    async with anyio.create_task_group() as tg:
+        async with fake(tmp_path, on_notification=on_notification) as connection:
+            await connection.request("initialize")
+            tg.start_soon(held, connection)
+            await wait_until(lambda: bool(parked), what="the request to be parked")
+    [failure] = failures
+    assert str(failure) == "park failed: language server 'fake' was stopped before it answered"
 
 
 HOST = """

@@ -251,6 +251,22 @@ async def test_an_mcp_server_named_lsp_takes_the_name_and_the_language_server_to
         assert not (await s.host.config.call_tool("mcp__lsp_1__status", {})).is_error
 
 
+async def test_a_crashed_server_stops_reading_as_ready_at_once_and_the_next_call_starts_it_again(
+    tmp_path: Path,
+) -> None:
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        await s.ok("hover", file="service.py", line=3, character=6)
+        server = s.host.lsp.manager.servers()["python"]
+        [pylsp_process] = [p for p in language_server_processes(s.layout.root) if p.pid != server.pid]
+        seen: list[str] = []
+        s.host.subscribe(lambda event: seen.append(event.state) if isinstance(event, LspServerChanged) else None)
+        pylsp_process.kill()
+        await wait_until(lambda: server.state == "failed", what="the crash to be seen through")
+        assert seen[:2] == ["stopping", "failed"]  # never "ready" while what is left of it is cleaned up
+        again = await s.ok("hover", file="service.py", line=3, character=6)  # started again on demand
+        assert "make_user" in again["contents"]
+
+
 async def test_an_edit_of_one_entry_restarts_and_re_asks_for_that_one_alone(tmp_path: Path) -> None:
     entries = {"python": pylsp(), "stubs": pylsp(extensionToLanguage={".pyi": "python"})}
     async with session(tmp_path, lsp_json=entries) as s:

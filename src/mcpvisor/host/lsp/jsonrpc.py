@@ -69,9 +69,10 @@ CANCEL_SEND_S = 1.0
 """How long telling the server that a request was given up (``$/cancelRequest``) may take."""
 STDERR_DRAIN_S = 1.0
 """How long what a stopped server left in its stderr pipe may take to reach its log."""
-SOCKET_EXIT_GRACE_S = 0.5
-"""How long a server mcpvisor started and spoke to over a socket may take to exit once it closed the
-connection after ``exit`` (a server that serves other clients too runs on: it is then stopped)."""
+EXIT_GRACE_S = 0.5
+"""How long a server may take to exit after the polite part of a stop (``shutdown``, ``exit`` and the wait its
+``shutdownTimeout`` allows) before its process group is signalled; a server spoken to over a socket that
+closed the connection after ``exit`` but serves other clients runs on until then."""
 
 Notification = Callable[[str, Any], None]
 """``(method, params)`` of a notification from the server; called on the reader task, so it must not block."""
@@ -112,6 +113,8 @@ class LspConnection:
         self._ended_reason = "was stopped"
         self._task_group: anyio.abc.TaskGroup | None = None
         self._over_socket = False
+        self.stopping = False
+        """Set when the host stops the server: what is still unanswered then was stopped, whatever the exit."""
 
     def closed(self) -> bool:
         return self.process.ended.is_set()
@@ -247,7 +250,8 @@ class LspConnection:
                         server=failure.server, limit=failure.limit, reason=failure.reason
                     )
                 else:
-                    pending.error = LspConnectionClosed(server=self.name, reason=reason, method=pending.method)
+                    cut_short = f"{reason} before it answered" if self.stopping else reason
+                    pending.error = LspConnectionClosed(server=self.name, reason=cut_short, method=pending.method)
                 pending.done.set()
         self.process.ended.set()
 
@@ -266,7 +270,10 @@ class LspConnection:
                 try:
                     chunk = await stdout.receive(READ_CHUNK_BYTES)
                 except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                    reason = await self._exit_reason(stderr_done, stderr if not received else None)
+                    if self.stopping:
+                        reason = "was stopped"
+                    else:
+                        reason = await self._exit_reason(stderr_done, stderr if not received else None)
                     return
                 try:
                     bodies = frames.feed(chunk)
@@ -409,13 +416,14 @@ async def open_lsp_connection(
             finally:
                 with anyio.CancelScope(shield=True):
                     initialized = connection is not None and connection.initialized
+                    if connection is not None:
+                        connection.stopping = True  # a request it has not answered was cut short, not crashed
                     if connection is not None and initialized:
                         await _shut_down(connection, handle, shutdown_timeout_s)
                     if socket is not None:
                         await socket.aclose()
                     if process is not None:  # a server that never answered initialize has nothing to finish
-                        grace = {} if socket is None else {"exit_grace_s": SOCKET_EXIT_GRACE_S}
-                        await stop_process(process, at_once=not initialized, **grace)
+                        await stop_process(process, at_once=not initialized, exit_grace_s=EXIT_GRACE_S)
                     with anyio.move_on_after(STDERR_DRAIN_S):
                         await output_done.wait()  # its last words reach the log before anyone reads it
                     if connection is not None:
@@ -437,12 +445,11 @@ async def _shut_down(connection: LspConnection, process: LspProcess, timeout_s: 
     if connection.closed() or process.returncode is not None:
         return
     try:
-        with anyio.move_on_after(timeout_s):
+        with anyio.move_on_after(timeout_s):  # one budget for all of it, as shutdownTimeout says
             try:
                 await connection.request("shutdown")
             except LspRequestError as exc:
                 logger.debug("language server %r refused to shut down: %s", connection.name, exc)
-        with anyio.move_on_after(timeout_s):
             await connection.notify("exit")
             if connection.over_socket:
                 await process.ended.wait()  # it closed the connection (one that serves others may run on)

@@ -236,12 +236,12 @@ class LspManager:
     async def ready(self, server: LanguageServer) -> None:
         """Start ``server`` if it is not running and wait until it answers, up to its ``startupTimeout``.
         Raises :class:`Unroutable` saying it is starting, or why it failed."""
+        await server.wait_stopped()  # a call right after an idle stop (or a crash) began: once it ended
         if server.state == "failed" and server.crashes > max(server.config.restarts_allowed, 1):
             raise Unroutable(
                 f"language server {server.name!r} failed — {server.last_error}; fix its configuration (a save "
                 "restarts it) or /reload"
             )
-        await server.wait_stopped()  # a call right after an idle stop began starts it again once it ended
         if server.state in ("stopped", "failed"):
             self._start(server)
         if not await server.wait_ready(server.config.startup_timeout_s + FAILED_START_REPORT_S):

@@ -256,6 +256,8 @@ class LanguageServer:
 
                     async def ended() -> None:
                         await connection.process.ended.wait()
+                        if not self._stop.is_set():
+                            self._set("stopping")  # at once: it is gone, though what is left takes a moment
                         watch.cancel()
 
                     async with anyio.create_task_group() as tg:

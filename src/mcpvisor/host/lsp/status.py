@@ -46,8 +46,8 @@ def describe_state(
         return "ready"
     if server.state == "starting":
         return "starting"
-    if server.state == "failed":
-        return "failed"
+    if server.state in ("failed", "stopping"):
+        return server.state
     return "idle" if manager.is_idle(name) else "stopped (starts on first use)"
 
 
