@@ -191,9 +191,11 @@ def test_logout_deletes_the_sign_in_even_when_the_authorization_server_is_gone(t
     for server in start_server(tmp_path):
         layout = setup(tmp_path, server)
         assert cli(layout, "mcp", "login", "sec").returncode == 0
-    logout = cli(layout, "mcp", "logout", "sec")  # the server has stopped
+    # a project's server at the same URL shares the sign-in: signing out of it signs out of both, and says so
+    write_json(layout.paths.project, {"mcpServers": {"proj": {"type": "http", "url": server.url}}})
+    logout = cli(layout, "mcp", "logout", "proj")  # the server has stopped
     assert logout.returncode == 0, logout.stderr
-    assert "Signed out of sec" in logout.stdout
+    assert "Signed out of proj (and of sec: it shares its sign-in)" in " ".join(logout.stdout.split())
     assert "the authorization server could not be reached" in logout.stdout
     assert json.loads(store_path(layout).read_text()) == {}
 

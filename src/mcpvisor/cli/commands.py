@@ -246,8 +246,8 @@ def decide(
 
 def _remote_server(
     env: Mapping[str, str], workspace: Path | None, name: str, what: str
-) -> tuple[Path, McpServerConfig]:
-    """The configured remote server ``name`` (workspace root, config), or :class:`ConfigError` saying why not."""
+) -> tuple[DesiredState, McpServerConfig]:
+    """The configured remote server ``name`` (the servers, its config), or :class:`ConfigError` saying why not."""
     from mcpvisor.host.oauth import check_sign_in
 
     settings, approvals, state = load_state(env, workspace)
@@ -259,7 +259,7 @@ def _remote_server(
         approval=approvals.get_state(settings.root, name, cfg) if is_gated(cfg) else None,
         what=what,
     )
-    return settings.root, cfg
+    return state, cfg
 
 
 def login(*, env: Mapping[str, str], workspace: Path | None, name: str, timeout_s: float, browser: bool) -> None:
@@ -300,9 +300,10 @@ def logout(*, env: Mapping[str, str], workspace: Path | None, name: str) -> None
     from mcpvisor.host.oauth_revocation import revoke
     from mcpvisor.host.oauth_settings import server_url
 
-    _, cfg = _remote_server(env, workspace, name, "sign out of")
+    state, cfg = _remote_server(env, workspace, name, "sign out of")
     settings = oauth_settings(name, cfg)
     key = token_key(cfg, settings)
+    sharing = sorted(n for n, c in state.assembled.servers.items() if n != name and _token_key_of(n, c) == key)
     store = token_store(env)
     store.read()  # a corrupt store: say so rather than "not signed in"
     record = store.get(key)
@@ -318,12 +319,26 @@ def logout(*, env: Mapping[str, str], workspace: Path | None, name: str) -> None
     finally:  # skipped or failed, the sign-in is deleted all the same
         forgotten = store.forget(key)
     if forgotten:
+        also = f" (and of {', '.join(sharing)}: {'it shares' if len(sharing) == 1 else 'they share'} its sign-in)"
         new_console(highlight=False).print(
-            f"Signed out of [bold]{escape(name)}[/]: its tokens are deleted from {escape(str(store.place))}"
-            f"{escape(revoked)}"
+            f"Signed out of [bold]{escape(name)}[/]{escape(also) if sharing else ''}: its tokens are deleted from "
+            f"{escape(str(store.place))}{escape(revoked)}"
         )
     else:
         new_console(highlight=False).print(f"Not signed in to [bold]{escape(name)}[/]: nothing to forget")
+
+
+def _token_key_of(name: str, cfg: McpServerConfig) -> str | None:
+    """Where ``cfg``'s sign-in is kept (None: a server with nothing to sign in to, or a broken oauth entry)."""
+    from mcpvisor.host.oauth import oauth_settings, token_key
+    from mcpvisor.host.oauth_settings import server_url
+
+    if server_url(cfg) is None:
+        return None
+    try:
+        return token_key(cfg, oauth_settings(name, cfg))
+    except ConfigError:
+        return None
 
 
 def show_approval_lines(console: Console, request: ApprovalRequest) -> None:
