@@ -354,6 +354,17 @@ async def test_login_to_a_server_that_asks_for_no_sign_in_says_so_and_stores_not
     assert json.loads(store_path(layout).read_text() if store_path(layout).exists() else "{}") == {}
 
 
+def test_a_sign_in_to_a_server_configured_with_the_wrong_transport_names_the_transport(
+    tmp_path: Path, server: Server
+) -> None:
+    layout = setup(tmp_path, server, type="sse")  # it speaks streamable HTTP
+    result = cli(layout, "mcp", "login", "sec")
+    assert result.returncode == 1
+    said = " ".join(result.stderr.split())
+    assert 'set mcpServers.sec.type to "http"' in said, said
+    assert "needs authentication" not in said  # the sign-in went through: that is not what failed
+
+
 def test_a_corrupt_token_store_is_kept_and_named(tmp_path: Path, server: Server) -> None:
     layout = setup(tmp_path, server)
     store_path(layout).parent.mkdir(parents=True, exist_ok=True)

@@ -75,6 +75,11 @@ def default_log_dir() -> Path:
     return server_log.default_log_dir(os.environ)
 
 
+def _endpoint(url: str) -> str:
+    """A URL without its query and fragment (what names an MCP endpoint)."""
+    return url.split("#", 1)[0].split("?", 1)[0].rstrip("/")
+
+
 def message_limit(config: McpServerConfig, options: ConnectionOptions) -> int:
     """The largest message ``config``'s server may send: its entry's ``maxMessageBytes``, else the user's (or the
     default); a repository's entry may only lower the user's, never make its server cost more memory."""
@@ -322,9 +327,14 @@ class ServerConnection:
         return self._http_auth(self.name, self.config) if self._http_auth is not None and remote else None
 
     async def _note_http_status(self, response: Any) -> None:
-        """Remember that the server asked for credentials (the SDK keeps only a generic error)."""
+        """Remember that the server asked for credentials (the SDK keeps only a generic error) — until its
+        endpoint answers otherwise: a 401 a sign-in satisfied does not explain a 400 after it (a wrong type)."""
         if response.status_code in (401, 403):
             self.needs_auth = True
+        elif self.needs_auth and _endpoint(str(response.request.url)) == _endpoint(
+            self.config.http_url or self.config.url or ""
+        ):
+            self.needs_auth = False
 
     def _explain(self, exc: BaseException) -> str:
         """Why the connection failed, for people: never a URL's credentials, an env or header value."""
