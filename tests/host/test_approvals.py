@@ -310,6 +310,21 @@ def test_a_write_replaces_the_file_and_keeps_unrelated_content(
     assert stat.S_IMODE(store_path.stat().st_mode) == 0o600
 
 
+def test_a_store_others_can_read_is_made_private_when_read_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from mcpvisor.host.oauth_store import TokenStore
+
+    path = tmp_path / "oauth-tokens.json"
+    path.write_text(json.dumps({"https://x/mcp": {"tokens": {"access_token": "t0ps3cret"}}}))
+    path.chmod(0o644)  # a copy, a restore, a chmod by hand
+    with caplog.at_level(logging.WARNING):
+        assert TokenStore(path).read()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert f"{path} could be read by other users (mode 644): made private again (600)" in caplog.text
+    assert "t0ps3cret" not in caplog.text
+
+
 def test_the_watcher_can_tell_the_store_files_apart(store_path: Path) -> None:
     """What the store writes beside itself (its lock, its temporary files) is the store's, for the watcher;
     a settings file in the same folder is not. (Which folder an event is in, the watcher checks first.)"""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Callable
@@ -36,6 +37,8 @@ __all__ = [
     "write_atomically",
     "write_private",
 ]
+
+logger = logging.getLogger(__name__)
 
 STORE_MODE: Final = 0o600
 DIR_MODE: Final = 0o700
@@ -70,6 +73,12 @@ def read_private(path: Path) -> tuple[Signature | None, bytes | None]:
         st, data = read_regular(path, MAX_STORE_BYTES, what="a store")
     except FileNotFoundError:
         return None, None
+    if st.st_mode & 0o077 and st.st_uid == os.geteuid():  # made readable by hand (chmod, a copy, a restore)
+        with contextlib.suppress(OSError):
+            os.chmod(path, STORE_MODE)
+            logger.warning(
+                "%s could be read by other users (mode %o): made private again (600)", path, st.st_mode & 0o777
+            )
     return (st.st_ino, st.st_size, st.st_mtime_ns), data
 
 
