@@ -137,15 +137,21 @@ def test_status_shows_an_invalid_language_server_entry_and_fails_on_one_that_fai
     servers = {
         "bad": {"command": "pylsp", "extensionToLanguage": {".py": "python"}, "args": "oops"},
         "dies": {"command": "python3", "args": ["-c", "raise SystemExit(7)"], "extensionToLanguage": {".md": "md"}},
+        "hangs": {  # never answers initialize: failed once its startupTimeout is over, not "starting"
+            "command": "python3",
+            "args": ["-c", "import time; time.sleep(60)"],
+            "extensionToLanguage": {".txt": "text"},
+            "startupTimeout": 1000,
+        },
     }
     write_json(layout.paths.user, {"lspServers": servers, "lsp": {"startup": "eager"}})
     code, out = invoke(layout, "status", "--json")
     assert code == 1, out
     shown = json.loads(out)
     assert any("'bad'" in problem and "args" in problem for problem in shown["problems"]), shown["problems"]
-    [dies] = shown["language_servers"]
-    assert dies["error"] is not None
+    dies, hangs = shown["language_servers"]
     assert "exited with code 7" in dies["error"]
+    assert "no answer to 'initialize' within 1 s" in hangs["error"]
 
 
 def test_lsp_list_fails_when_a_file_cannot_be_read(layout: Layout) -> None:

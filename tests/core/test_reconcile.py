@@ -14,7 +14,7 @@ import pytest
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError, NotFoundError, ServerUnavailableError, ToolNotFoundError
 from mcpvisor.core.events import McpEvent, ReconcileFinished, ServerStateChanged
-from mcpvisor.core.manager import BACKOFF_INITIAL_S
+from mcpvisor.core.manager import BACKOFF_INITIAL_S, MAX_RECONNECT_ATTEMPTS
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from tests.helpers import LIGHT, WAIT_S, free_port, http_server, light, marker_pids, pid_alive, wait_until
 
@@ -432,6 +432,19 @@ async def test_a_save_while_a_lost_server_is_torn_down_leaves_it_to_its_reconnec
     assert summary is not None
     assert (summary.retried, summary.kept) == ((), ("q",))
     await wait_until(lambda: config.manager.clients()["q"].status == "connected")  # the reconnect loop's start
+
+
+async def test_a_save_while_a_server_that_gave_up_goes_down_starts_it_again(config: Config) -> None:
+    """A server down for the last time (too many quick stops) is left down — but a reload meanwhile starts it
+    again, as a reload does, also when it lands while the lost connection is torn down."""
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"q": light("q")})
+    config.manager._quick_stops["q"] = MAX_RECONNECT_ATTEMPTS  # its earlier quick stops
+    config.manager.clients()["q"].mark_lost("the session was refused")
+    summary = await config.reconcile()
+    assert summary is not None
+    assert summary.kept == ("q",)
+    await wait_until(lambda: config.manager.clients()["q"].status == "connected")
 
 
 async def test_a_reconnect_after_a_crash_keeps_the_current_tool_filters(config: Config) -> None:

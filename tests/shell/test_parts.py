@@ -22,6 +22,7 @@ from mcpvisor.host.lsp.config import LspServerConfig
 from mcpvisor.host.settings.expand import expand_vars
 from mcpvisor.host.settings.mcp_servers import ServerSource
 from mcpvisor.shell.approval import (
+    FROM_ENVIRONMENT,
     ApprovalQueue,
     approval_request,
     lsp_approval_request,
@@ -241,6 +242,9 @@ def test_a_language_servers_approval_shows_its_whole_entry_as_written(tmp_path: 
     assert '  settings:{"pylsp": {"plugins": {"pylint": {"enabled": true, "executable": "./evil.sh"}}}}' in shown
     assert "tok-s3cret-999" not in result.output
 
+    folder_only = {"command": "pylsp", "extensionToLanguage": {".py": "python"}, "workspaceFolder": "${SUB}/x"}
+    by_folder = LspServerConfig.from_entry(folder_only, expand=lambda e: expand_vars(e, {"SUB": "pkg"}))
+    assert FROM_ENVIRONMENT in lsp_approval_request("f", by_folder, "project", None).notes
     cfg = LspServerConfig.from_entry(entry, expand=lambda e: expand_vars(e, {"TOK": "tok-s3cret-999"}))
     console = recording()
     render_approval_request(console, lsp_approval_request("python", cfg, "project", None))

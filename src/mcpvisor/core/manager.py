@@ -92,6 +92,8 @@ class McpClientManager:
         self._reconnects: dict[str, anyio.CancelScope] = {}
         self._up_since: dict[str, float] = {}
         self._quick_stops: dict[str, int] = {}
+        self._held_while_ending: set[str] = set()
+        """Lost servers a reconcile left to their reconnect pause while their teardown was not over."""
         self._closed = False
         self.connect_count = 0
         """How many connections were opened in total (for tests and benchmarks)."""
@@ -165,6 +167,7 @@ class McpClientManager:
             n for n in plan.start if (c := self._clients.get(n)) and c.connection_id == connection_id_of(n, desired[n])
         }
         waiting = tuple(n for n in plan.start if n in lost and (n in self._reconnects or self._clients[n].ending))
+        self._held_while_ending.update(n for n in waiting if self._clients[n].ending)
         plan = replace(plan, start=tuple(n for n in plan.start if n not in waiting), keep=(*plan.keep, *waiting))
         retried = tuple(n for n in plan.start if n in self._failed or n in lost)  # started again
         changed = tuple(n for n in plan.start if (n in self._clients and n not in lost) or n in restarting)
@@ -395,6 +398,9 @@ class McpClientManager:
         up_since = self._up_since.pop(name, None)
         quick = up_since is not None and time.monotonic() - up_since < STABLE_AFTER_S
         stops = self._quick_stops.get(name, 0) + 1 if quick else 0
+        if stops > MAX_RECONNECT_ATTEMPTS and name in self._held_while_ending:
+            stops = 0  # a reload came while it went down: it is started again, as a reload does
+        self._held_while_ending.discard(name)
         self._quick_stops[name] = stops
         if stops > MAX_RECONNECT_ATTEMPTS:
             client.last_error = (

@@ -296,11 +296,14 @@ def oauth_provider(
         async def _handle_refresh_response(self, response: Any) -> bool:
             used = self.context.current_tokens.refresh_token if self.context.current_tokens else None
             ok = await super()._handle_refresh_response(response)
-            await self._end_turn(ok)  # the new tokens are stored: the turn passes on
             if not ok:
                 logger.info("server %r: refreshing its sign-in failed (HTTP %s)", name, response.status_code)
                 if response.status_code in (400, 401) and used:  # refused (revoked), not failing: signed out
-                    store.drop_refused(key, used)
+                    try:  # before the turn passes on: nobody tries the refused token again
+                        store.drop_refused(key, used)
+                    except ConfigError as exc:
+                        logger.warning("%s", exc)
+            await self._end_turn(ok)  # the new tokens are stored: the turn passes on
             return ok
 
     def _insufficient_scope(response: Any) -> bool:

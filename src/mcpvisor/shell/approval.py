@@ -153,7 +153,7 @@ def lsp_approval_request(name: str, cfg: LspServerConfig, source: str, path: str
         if value is not None
     )
     reads = copied_variables(env=written_env)
-    variables = reads or names_variables(command, *args, cfg.workspace_folder, *(v for _, v in details), socket)
+    variables = reads or names_variables(command, *args, shown("workspace_folder"), *(v for _, v in details), socket)
     return ApprovalRequest(
         name=f"{LSP_KEY_PREFIX}{name}",
         hash=cfg.approval_hash,

@@ -201,6 +201,10 @@ async def test_calls_that_cannot_be_answered_say_why(tmp_path: Path) -> None:
             result = await s.call(tool, **arguments, **json.loads(written))
             assert result.is_error, (tool, written)
             assert text(result).startswith(why), text(result)
+        by_symbol = await s.call("hover", file="models.py", symbol="User", line=None, character=None)
+        assert not by_symbol.is_error, text(by_symbol)  # null is "not given", as clients send it
+        whole = await s.call("go_to_definition", file="service.py", line=3.0, character=6.0)
+        assert not whole.is_error, text(whole)  # 3.0 is the number 3
         past_the_line = await s.call("hover", file="models.py", line=1, character=999)
         assert text(past_the_line) == "character 999 is past the end of models.py:1 (11 characters)"
         misnamed = await s.call("diagnostics", file="../../etc/passwd.py")  # it takes 'files'

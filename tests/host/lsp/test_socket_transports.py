@@ -72,7 +72,9 @@ async def test_a_running_tcp_server_is_only_connected_to_and_serves_on_after_the
     port = free_port()
     folder = tmp_path / "elsewhere"
     folder.mkdir()
-    async with await anyio.open_process([*PYLSP_TCP, "--port", str(port)], cwd=folder) as external:
+    log = (tmp_path / "external.log").open("wb")
+    command = [*PYLSP_TCP, "--port", str(port), "-vv"]
+    async with await anyio.open_process(command, cwd=folder, stdout=log, stderr=log) as external:
         try:
             for round in (1, 2):  # the second host connects again: the server outlived the first
                 async with session(tmp_path / f"host{round}", user={"lspServers": {"python": tcp_entry(port)}}) as s:
@@ -84,6 +86,23 @@ async def test_a_running_tcp_server_is_only_connected_to_and_serves_on_after_the
                 assert external.returncode is None
         finally:
             external.terminate()
+            log.close()
+    heard = (tmp_path / "external.log").read_text()
+    assert "'method': 'initialize'" in heard
+    assert "'method': 'shutdown'" not in heard  # someone else's server is never asked to shut down
+    assert "'method': 'exit'" not in heard
+
+
+async def test_a_host_name_that_does_not_resolve_fails_at_once_saying_so(tmp_path: Path) -> None:
+    entry = tcp_entry(2087) | {"socket": {"host": "no-such-host.invalid", "port": 2087}}
+    async with session(tmp_path, user={"lspServers": {"python": entry}}, watch=False) as s:
+        with anyio.fail_after(20):  # not the 30 s of its startupTimeout: the name will not resolve later either
+            result = await s.call("hover", file="service.py", line=3, character=6)
+        [content] = result.content
+        assert "could not connect to no-such-host.invalid:2087: its host name does not resolve (" in getattr(
+            content, "text", ""
+        )
+        assert "fix lspServers.python.socket" in getattr(content, "text", "")
 
 
 async def test_a_server_behind_a_unix_socket_answers(tmp_path: Path) -> None:

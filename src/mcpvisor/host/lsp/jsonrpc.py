@@ -418,7 +418,7 @@ async def open_lsp_connection(
                     initialized = connection is not None and connection.initialized
                     if connection is not None:
                         connection.stopping = True  # a request it has not answered was cut short, not crashed
-                    if connection is not None and initialized:
+                    if connection is not None and initialized and process is not None:  # not someone else's
                         await _shut_down(connection, handle, shutdown_timeout_s)
                     if socket is not None:
                         await socket.aclose()

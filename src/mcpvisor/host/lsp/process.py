@@ -7,6 +7,7 @@ Stopping it is :func:`mcpvisor.core.stdio.stop_process`'s (close stdin, SIGTERM 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -156,8 +157,8 @@ async def connect_language_server(
     most ``timeout_s`` or until the server ``process`` mcpvisor started for it has exited (``output``: its
     output, whose last line says why). Raises :class:`LspConnectionClosed` saying where it tried and what
     to fix (``field``: where ``socket`` is written)."""
-    where = connection_target(address)
     path = _socket_path(folder, address) if isinstance(address, str) else ""
+    where = connection_target(address if isinstance(address, tuple) else path)
     problem: OSError | None = None
     with anyio.move_on_after(timeout_s):
         while process is None or process.returncode is None:
@@ -165,6 +166,9 @@ async def connect_language_server(
                 if isinstance(address, tuple):
                     return await anyio.connect_tcp(*address)
                 return await anyio.connect_unix(path)
+            except socket.gaierror as exc:  # a name that does not resolve will not resolve 50 ms later
+                problem = exc
+                break
             except OSError as exc:  # anyio's connect_tcp wraps each address's failure: the first says why
                 cause = exc.__cause__
                 found = cause.exceptions[0] if isinstance(cause, BaseExceptionGroup) else cause
@@ -175,6 +179,9 @@ async def connect_language_server(
         last_line = output.last_line() if output is not None else ""
         reason = f"exited with code {process.returncode} before it listened on {where}"
         raise LspConnectionClosed(server=name, reason=f"{reason}: {last_line}" if last_line else reason)
+    if isinstance(problem, socket.gaierror):
+        reason = f"could not connect to {where}: its host name does not resolve ({problem.strerror or problem})"
+        raise LspConnectionClosed(server=name, reason=f"{reason}; fix {field}")
     if problem is None:
         reason = "no answer"
     else:

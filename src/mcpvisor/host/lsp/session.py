@@ -24,7 +24,7 @@ from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.lsp.config import LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged, LspServerView
-from mcpvisor.host.lsp.manager import LspManager
+from mcpvisor.host.lsp.manager import FAILED_START_REPORT_S, LspManager
 from mcpvisor.host.lsp.server import LanguageServer
 from mcpvisor.host.lsp.status import describe_state
 from mcpvisor.host.settings.loader import Settings
@@ -179,8 +179,8 @@ class LspSession:
         what eager start-up started, seen through."""
         async with anyio.create_task_group() as tg:
             for server in self.manager.servers().values():
-                if server.state == "starting":
-                    tg.start_soon(server.wait_ready)
+                if server.state == "starting":  # failing takes a moment after its startupTimeout
+                    tg.start_soon(server.wait_ready, server.config.startup_timeout_s + FAILED_START_REPORT_S)
 
     # -- decisions ----------------------------------------------------------------------------------
 

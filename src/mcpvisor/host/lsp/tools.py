@@ -139,6 +139,12 @@ class LspTools:
         handler = self._handlers.get(tool)
         if handler is None:
             raise ToolFailure(f"no tool {tool!r} among the language server tools: {', '.join(TOOL_NAMES)}")
+        # null is "not given" (clients send it for optional fields); 2.0 is the number 2
+        arguments = {
+            key: int(value) if isinstance(value, float) and value.is_integer() else value
+            for key, value in arguments.items()
+            if value is not None
+        }
         known = ARGUMENTS[tool]
         unknown = sorted(set(arguments) - known)
         if unknown:  # a misspelled name would be left out without a word, and the answer be about something else
