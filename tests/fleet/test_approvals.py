@@ -87,8 +87,35 @@ def test_fleet_urls_are_checked_and_their_passwords_never_shown() -> None:
         == "unix:///run/redis.sock?username=***&password=***"
     )
     assert "hunter2" not in repr(FleetStore("redis://user:hunter2@db:6379/0"))
+    # A password that is not percent-encoded (or a mistyped scheme) leaves the URL hard to read: never shown.
+    for url in ("redis://:hun#ter2@db:6379/0", "redis://:hun/ter2@db:6379/0", "redis://:hunter2?x@db:6379"):
+        with pytest.raises(ConfigError, match="percent-encoded") as unreadable:
+            FleetStore(url)
+        assert "hun" not in str(unreadable.value).replace("hunt", "")
+        assert "ter2" not in str(unreadable.value)
+    for url in ("default:hunter2@db:6379", "redis:/:hunter2@db:6379/0", "redis//:hunter2@db"):
+        with pytest.raises(ConfigError, match="expected a redis://") as mistyped:
+            FleetStore(url)
+        assert "hunter2" not in str(mistyped.value)
+    assert redact("127.0.0.1:6379") == "127.0.0.1:6379"  # as typed
     with pytest.raises(ConfigError, match="without a dot"):
         Replica(FleetStore("redis://db"), replica_id="a.b")
+
+
+def test_a_store_that_wants_a_password_says_so(redis_server: RedisServer) -> None:
+    with redis_server.client() as client:
+        client.config_set("requirepass", "hunter2")
+    with pytest.raises(ConfigError) as refused:
+        FleetStore(redis_server.url).ping()
+    said = str(refused.value)
+    assert "refused the connection's sign-in" in said
+    assert "give its password in the URL, percent-encoded: redis://:PASSWORD@HOST:6379/0" in said
+    assert ".;" not in said
+    store = FleetStore(f"{redis_server.url}?password=wrong")
+    with pytest.raises(ConfigError, match="refused the connection's sign-in") as wrong:
+        store.ping()
+    assert "wrong" not in str(wrong.value).replace("password=***", "")
+    FleetStore(f"{redis_server.url}?password=hunter2").ping()
 
 
 async def test_a_replica_follows_decisions_and_holds_gated_servers_while_the_store_is_gone(

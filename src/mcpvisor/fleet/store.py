@@ -222,30 +222,42 @@ def new_replica_id() -> str:
     return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
+_REFUSED_SIGN_IN = ("NOAUTH", "HELLO must be called", "invalid username-password", "WRONGPASS", "Authentication")
+
+
 def fleet_unreachable(url: str, exc: BaseException) -> ConfigError:
+    said = str(exc).rstrip(". ") or type(exc).__name__
+    if any(mark in said or mark in type(exc).__name__ for mark in _REFUSED_SIGN_IN):  # reached, but refused
+        return ConfigError(
+            f"the fleet store {redact(url)} refused the connection's sign-in ({said}); give its password in the "
+            "URL, percent-encoded: redis://:PASSWORD@HOST:6379/0 (or redis://USER:PASSWORD@... for an ACL user)"
+        )
     return ConfigError(
-        f"cannot reach the fleet store {redact(url)}: {exc or type(exc).__name__}; "
-        "start it (or fix --fleet / MCPVISOR_FLEET) and try again"
+        f"cannot reach the fleet store {redact(url)}: {said}; start it (or fix --fleet / MCPVISOR_FLEET) and try again"
     )
 
 
 def redact(url: str) -> str:
-    """The URL without its secrets: a password in its user part (``redis://:***@host``) and the values of
-    ``password`` and ``username`` query parameters (which redis-py also reads)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<an unreadable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        auth, where = netloc.rsplit("@", 1)
-        netloc = f"{auth.split(':', 1)[0]}:***@{where}" if ":" in auth else f"{auth}@{where}"
-    query = "&".join(
-        f"{name}=***" if name.lower() in ("password", "username") else f"{name}={value}" if value else name
-        for name, value in parse_qsl(parts.query, keep_blank_values=True)
-    )
-    out = f"{parts.scheme}://{netloc}{parts.path}"  # urlunsplit would drop the empty host of unix:///path
-    return out + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
+    """The URL without its secrets: a password in its user part (``redis://:***@host``, whatever characters
+    it holds and however the rest parses) and the values of ``password`` and ``username`` query parameters
+    (which redis-py also reads)."""
+    head, at, tail = url.rpartition("@")
+    if at:
+        scheme, sep, userinfo = head.partition("://")
+        if not sep:  # no scheme, or a mistyped one: all before the last @ may hold the password
+            scheme, userinfo = "", head
+        user, colon, _ = userinfo.partition(":")
+        head = f"{scheme}{sep}{user}{':***' if colon else ''}{at}"
+    else:
+        head, tail = "", url
+    where, question, rest = tail.partition("?")
+    query, hash_, fragment = rest.partition("#")
+    if question:
+        where += "?" + "&".join(
+            f"{name}=***" if name.lower() in ("password", "username") else f"{name}={value}" if value else name
+            for name, value in parse_qsl(query, keep_blank_values=True)
+        )
+    return head + where + (f"#{fragment}" if hash_ else "")
 
 
 class FleetStore:
@@ -256,6 +268,17 @@ class FleetStore:
             raise ConfigError(
                 f"cannot use fleet store {redact(url)!r}: expected a redis://, rediss:// or unix:// URL "
                 "(e.g. redis://127.0.0.1:6379/0 or unix:///run/redis/redis.sock)"
+            )
+        try:
+            parts = urlsplit(url)
+            _ = parts.port
+            readable = not parts.fragment
+        except ValueError:  # a port that is no number: a ':' or '#' of a password read as one
+            readable = False
+        if not readable:
+            raise ConfigError(
+                f"cannot use fleet store {redact(url)!r}: it does not read as a URL; a password with any of "
+                "# / ? @ : % in it must be percent-encoded (# as %23, / as %2F, ? as %3F, @ as %40, : as %3A)"
             )
         self.url = url
         self.keys = Keys(fleet)
