@@ -156,6 +156,16 @@ async def test_a_store_that_went_back_in_revision_is_distrusted_until_acknowledg
         assert FleetStore(redis_server.url).ack_reset() == 1
         await wait_until(lambda: mirror.get_state(ROOT, "p", Cfg("h1")) == "approved", what="trust after ack-reset")
         assert mirror.error is None
+        # Lost again (the acknowledgement with it): one ack-reset is enough again, not one more each time.
+        command_store(redis_server).approve(ROOT, "p", Cfg("h2"))  # revision 2
+        await wait_until(lambda: mirror.revision == 2, what="revision 2 on the replica again")
+        with redis_server.client() as client:
+            client.flushall()
+        command_store(redis_server).approve(ROOT, "p", Cfg("h1"))
+        await wait_until(lambda: mirror.error is not None, what="the second rewind noticed")
+        assert FleetStore(redis_server.url).ack_reset() == 1
+        await wait_until(lambda: mirror.get_state(ROOT, "p", Cfg("h1")) == "approved", what="trust after one ack")
+        assert mirror.error is None
 
 
 async def test_two_live_processes_never_share_a_replica_id(redis_server: RedisServer) -> None:

@@ -94,12 +94,18 @@ publishes (-1 otherwise); the same texts publish nothing and return the current 
 
 ACK: Final = """
 local rev = tonumber(redis.call('GET', KEYS[1]) or '0')
-local epoch = redis.call('INCR', KEYS[3])
+local t = redis.call('TIME')
+local epoch = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+local prev = redis.call('GET', KEYS[3])
+if prev and tonumber(prev) >= tonumber(epoch) then epoch = string.format('%.0f', tonumber(prev) + 1) end
+redis.call('SET', KEYS[3], epoch)
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', 'kind', 'ack', 'rev', rev, 'epoch', epoch)
 return rev
 """
 """KEYS: rev, log, epoch. The operator's acknowledgement that the store's revision may be lower than before:
-kept in ``epoch`` (a replica that missed the log entry sees it on its next whole read)."""
+kept in ``epoch`` (a replica that missed the log entry sees it on its next whole read). The epoch is the
+store's clock in ms (one more than the last when that is not behind): a store that lost its data lost its
+epoch too, and a count would start again below what the replicas have seen."""
 
 
 TAKE_LEASE: Final = """
