@@ -184,6 +184,9 @@ async def test_two_replicas_share_decisions_settings_and_sessions(tmp_path: Path
         for replica in (a, b):
             await wait_tools(replica, {"mcp__u__echo"}, absent={"mcp__p__echo"})  # p waits for approval
 
+        # The hint says to decide in the fleet (the same command without --fleet writes a file nobody reads).
+        pending = fleet.command("mcp", "list", "--workspace", str(fleet.root), home=home_c)
+        assert f"run: mcpvisor mcp approve p --workspace {fleet.root} --fleet URL" in " ".join(pending.stdout.split())
         # A decision made by a third process, with a home of its own, reaches both.
         approved = fleet.command("mcp", "approve", "p", "--workspace", str(fleet.root), home=home_c)
         assert approved.returncode == 0, approved.stderr

@@ -149,7 +149,9 @@ def list_servers(
     console = new_console(highlight=False)
     for problem in problems:
         console.print(f"[yellow]! {escape(problem)}[/]")
-    approve_hint, login_hint = command_hints(settings.root, approvals_error=approvals.error)
+    approve_hint, login_hint = command_hints(
+        settings.root, approvals_error=approvals.error, options=approvals.decided_with
+    )
     title = f"MCP servers for {settings.root}"
     render_status(
         console, rows, live=False, title=title, show_target=True, approve_hint=approve_hint, login_hint=login_hint

@@ -218,7 +218,10 @@ def status(
                 console = new_console(highlight=False)
                 for problem in problems:
                     console.print(f"[yellow]! {escape(problem)}[/]")
-                approve_hint, login_hint = command_hints(host.root, approvals_error=host.approvals.error)
+                approvals = host.approvals
+                approve_hint, login_hint = command_hints(
+                    host.root, approvals_error=approvals.error, options=approvals.decided_with
+                )
                 title = f"MCP servers for {host.root}"
                 render_status(console, rows, title=title, approve_hint=approve_hint, login_hint=login_hint)
                 render_lsp_status(console, lsp_rows, show_target=True)

@@ -57,6 +57,8 @@ class FleetApprovalStore(ApprovalStore):
     def __init__(self, store: FleetStore, *, freshness_s: float = DEFAULT_FRESHNESS_S) -> None:
         super().__init__(Path(os.devnull))
         self.store = store
+        named = "" if store.keys.fleet == "default" else f" --fleet-name {store.keys.fleet}"
+        self.decided_with = f" --fleet URL{named}"  # its URL is not shown: it may hold a password
         self.freshness_s = freshness_s
         self._fleet: dict[str, dict[str, FleetRecord]] = {}
         self._max_rev = 0

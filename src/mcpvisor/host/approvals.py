@@ -220,6 +220,10 @@ class ApprovalStore:
         self._error: str | None = None
         self._warned_inside: set[str] = set()
 
+    decided_with: str = ""
+    """What a command that decides in this store needs besides the server's name and workspace (a fleet's
+    ``--fleet URL``): approve hints add it, or the decision would go where nothing reads it."""
+
     @property
     def path(self) -> Path:
         return self._path

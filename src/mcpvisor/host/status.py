@@ -94,15 +94,19 @@ APPROVE_HINT = "mcpvisor mcp approve {name}"
 LOGIN_HINT = "mcpvisor mcp login {name}"
 
 
-def command_hints(root: str | os.PathLike[str], *, approvals_error: str | None = None) -> tuple[str, str]:
+def command_hints(
+    root: str | os.PathLike[str], *, approvals_error: str | None = None, options: str = ""
+) -> tuple[str, str]:
     """The approve and login hints (``{name}`` in each) that work where they are printed: with
     ``--workspace ROOT`` unless ``root`` is the current directory (run elsewhere, they would name another
-    workspace). With ``approvals_error`` (the approvals store cannot be read), approving waits for its fix."""
+    workspace), and ``options`` (a fleet's ``--fleet URL``). With ``approvals_error`` (the approvals store
+    cannot be read), approving waits for its fix."""
     try:
         here = Path.cwd().resolve() == Path(root).resolve()
     except OSError:
         here = False
     workspace = "" if here else f" --workspace {shlex.quote(str(root))}".replace("{", "{{").replace("}", "}}")
+    workspace += options
     approve = APPROVE_HINT + workspace
     if approvals_error is not None:
         approve += ", once the approvals store can be read again (see above)"

@@ -39,12 +39,12 @@ class HumanOutput:
         console: Console,
         *,
         on_ready: Callable[[], None] | None = None,
-        approve_command: str = "mcpvisor mcp approve {name} --workspace {root}",
+        approve_command: str | None = None,
     ) -> None:
         self._host = host
         self._console = console
         self._on_ready = on_ready
-        self._approve_command = approve_command
+        self._approve_command_given = approve_command
         self._ready = False
         self._servers: dict[str, McpServerConfig] = {}
         self._announced: set[str] = set()
@@ -56,6 +56,13 @@ class HumanOutput:
         self._up: set[str] = set()
         """The servers connected since last said: only they can be said to have disconnected (a start that
         failed is said by the reconcile's 'failed to start')."""
+
+    @property
+    def _approve_command(self) -> str:
+        """The approve command to print (``{name}``, ``{root}``), deciding where the host's decisions are kept."""
+        return self._approve_command_given or (
+            "mcpvisor mcp approve {name} --workspace {root}" + self._host.approvals.decided_with.replace("{", "{{")
+        )
 
     def __call__(self, event: HostEvent) -> None:
         c = self._console
@@ -105,7 +112,11 @@ class HumanOutput:
             self._announced = set(event.servers)
             if not self._ready:
                 return  # the status table shown when ready says it, with the command
+            held = self._host.approvals.error  # decisions that cannot be read: held, whatever they say
             for name in fresh:
+                if held is not None:
+                    c.print(f"[yellow]? {escape(str(name))} is held until its decision can be read (see above)[/]")
+                    continue
                 fix = self._approve_command.format(name=name, root=self._host.root)
                 c.print(f"[yellow]? {escape(str(name))} needs approval — run: {escape(str(fix))}[/]")
         elif isinstance(event, LspPendingApprovalChanged):
