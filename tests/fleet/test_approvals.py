@@ -102,6 +102,19 @@ def test_fleet_urls_are_checked_and_their_passwords_never_shown() -> None:
         Replica(FleetStore("redis://db"), replica_id="a.b")
 
 
+def test_fleet_status_fails_when_no_replica_runs_and_a_fleet_name_is_a_name(redis_server: RedisServer) -> None:
+    from typer.testing import CliRunner
+
+    from mcpvisor.cli.main import app
+
+    result = CliRunner().invoke(app, ["fleet", "status", "--fleet", redis_server.url, "--fleet-name", "defualt"])
+    assert result.exit_code == 1
+    assert "no replica of fleet defualt is running (is --fleet-name right?)" in result.stdout
+    for name in ("*", "a b", "x}y", ""):
+        with pytest.raises(ConfigError, match="invalid fleet name"):
+            FleetStore(redis_server.url, fleet=name)
+
+
 def test_a_store_that_wants_a_password_says_so(redis_server: RedisServer) -> None:
     with redis_server.client() as client:
         client.config_set("requirepass", "hunter2")

@@ -41,7 +41,8 @@ def _store() -> Any:
 def fleet_status(fleet: FleetOpt = None, fleet_name: FleetNameOpt = None, as_json: JsonOpt = False) -> None:
     """List the live replicas: address, settings generation applied and its lag, decisions revision, the
     settings publisher, and any replica that holds its gated servers (store unreachable or rewound).
-    Exits 1 when a replica reports a problem or lags behind the published settings."""
+    Exits 1 when no replica is running (a mistyped --fleet-name finds none), a replica reports a problem, or
+    one lags behind the published settings."""
     with reported():
         store = _store()
         replicas = store.replicas()
@@ -83,8 +84,8 @@ def fleet_status(fleet: FleetOpt = None, fleet_name: FleetNameOpt = None, as_jso
             if row["problem"]:
                 console.print(f"    [red]! {row['problem']}[/]", soft_wrap=True)
         if not rows:
-            console.print("  no replica is running")
-    if any(row["problem"] or row["lag"] > 0 for row in rows):
+            console.print(f"  no replica of fleet {store.keys.fleet} is running (is --fleet-name right?)")
+    if not rows or any(row["problem"] or row["lag"] > 0 for row in rows):
         raise typer.Exit(1)
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import socket
 import time
@@ -231,6 +232,9 @@ def new_replica_id() -> str:
 _REFUSED_SIGN_IN = ("NOAUTH", "HELLO must be called", "invalid username-password", "WRONGPASS", "Authentication")
 
 
+_FLEET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
 def fleet_unreachable(url: str, exc: BaseException) -> ConfigError:
     said = str(exc).rstrip(". ") or type(exc).__name__
     if any(mark in said or mark in type(exc).__name__ for mark in _REFUSED_SIGN_IN):  # reached, but refused
@@ -285,6 +289,10 @@ class FleetStore:
             raise ConfigError(
                 f"cannot use fleet store {redact(url)!r}: it does not read as a URL; a password with any of "
                 "# / ? @ : % in it must be percent-encoded (# as %23, / as %2F, ? as %3F, @ as %40, : as %3A)"
+            )
+        if not _FLEET_NAME.fullmatch(fleet):
+            raise ConfigError(
+                f"invalid fleet name {fleet!r}: use letters, digits, '-', '_' and '.' (it names the fleet's keys)"
             )
         self.url = url
         self.keys = Keys(fleet)
