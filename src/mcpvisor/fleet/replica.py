@@ -45,6 +45,7 @@ from mcpvisor.fleet.settings import (
     apply_snapshot,
     apply_to_settings,
     now,
+    published_elsewhere,
     read_snapshot_texts,
 )
 from mcpvisor.fleet.store import (
@@ -115,6 +116,8 @@ class Replica(StackOwner):
         self.started = time.time()
         self._hosts: list[Host] = []
         self._source: Settings | None = None
+        self._held_back: str | None = None
+        """Why this publisher does not publish its files (they differ from those the fleet follows)."""
         """The settings files this replica publishes while it holds the lease (its default workspace's)."""
         self._source_watcher: SettingsWatcher | None = None
         self._snapshot: Snapshot | None = None
@@ -396,13 +399,21 @@ class Replica(StackOwner):
         taken = int(await client.eval(TAKE_LEASE, 1, keys.lease, self.id, LEASE_MS))
         if not taken:
             if self.publisher:
-                self.publisher = False
+                self.publisher, self._held_back = False, None
                 logger.warning("fleet %s: replica %s lost the publisher lease", keys.fleet, self.id)
             return
         if not self.publisher:
             self.publisher = True
             logger.info("fleet %s: replica %s publishes the settings", keys.fleet, self.id)
-        await self._publish()  # the same texts publish nothing; a publish that failed is made again
+            if taken == 2 and (by := await published_elsewhere(client, keys.settings, self._source)):
+                self._held_back = (
+                    f"its settings files differ from those the fleet follows ({by}'s): edit one to publish"
+                )
+                logger.warning(
+                    "fleet %s: replica %s took the publisher lease, but %s", keys.fleet, self.id, self._held_back
+                )
+        if self._held_back is None:
+            await self._publish()  # the same texts publish nothing; a publish that failed is made again
 
     async def _list_self(self, client: redis.asyncio.Redis) -> None:
         keys = self.store.keys
@@ -416,7 +427,7 @@ class Replica(StackOwner):
                     "rev": self.approvals.revision,
                     "seen": now(),
                     "publisher": int(self.publisher),
-                    "error": self.approvals.error or "",
+                    "error": self.approvals.error or self._held_back or "",
                     "nonce": self._nonce,
                 },
             )
@@ -425,6 +436,7 @@ class Replica(StackOwner):
 
     async def _on_source_change(self, event: SettingsChanged) -> None:
         if self.publisher:
+            self._held_back = None  # an edit: these files are the fleet's now
             await self._publish()
 
     async def _publish(self) -> None:

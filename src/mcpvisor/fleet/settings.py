@@ -21,7 +21,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
 
 from mcpvisor.host.settings.files import SettingsFileError, parse_settings_text, read_settings_text
 from mcpvisor.host.settings.loader import ScopeRead, Settings
@@ -31,7 +33,14 @@ from mcpvisor.host.watcher import SettingsChanged
 if TYPE_CHECKING:
     from mcpvisor.host.host import Host
 
-__all__ = ["PUBLISHED_SCOPES", "Snapshot", "apply_snapshot", "apply_to_settings", "read_snapshot_texts"]
+__all__ = [
+    "PUBLISHED_SCOPES",
+    "Snapshot",
+    "apply_snapshot",
+    "apply_to_settings",
+    "published_elsewhere",
+    "read_snapshot_texts",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +99,16 @@ def read_snapshot_texts(source: Settings) -> dict[FileScope, str | None] | None:
             return None
         texts[scope] = text
     return texts
+
+
+async def published_elsewhere(client: Any, settings_key: str, source: Settings) -> str | None:
+    """The replica whose settings the fleet follows when they are not what ``source``'s files say now (``None``:
+    the same texts, or nothing published yet): a replica taking over the publisher lease must not swap them."""
+    texts = await anyio.to_thread.run_sync(read_snapshot_texts, source)
+    sha, by = await client.hmget(settings_key, "sha", "by")
+    if sha is None or (texts is not None and Snapshot(0, str(source.root), texts).sha == sha):
+        return None
+    return str(by or "another replica")
 
 
 def apply_to_settings(settings: Settings, snapshot: Snapshot) -> list[tuple[FileScope, tuple[str, ...]]]:
