@@ -120,6 +120,19 @@ async def test_sse_server_connects_and_calls(tmp_path: Path) -> None:
             await client.aclose()
 
 
+async def test_a_header_that_cannot_be_sent_names_the_setting_and_the_likely_cause(tmp_path: Path) -> None:
+    async with http_server("h", "--tools", "t") as url:
+        cfg = McpServerConfig(http_url=url, headers={"Authorization": "Bearer "})  # Bearer ${UNSET}
+        client = McpClient("h", cfg, options=ConnectionOptions(log_dir=tmp_path))
+        async with anyio.create_task_group() as tg:
+            with pytest.raises(ConnectError) as info:
+                await client.start(tg)
+    assert str(info.value) == (
+        "could not connect to server 'h': a header in mcpServers.h.headers cannot be sent: a value is empty or "
+        "holds a line break (a ${VAR} that is not set expands to nothing)"
+    )
+
+
 async def test_a_server_of_the_other_http_transport_gets_a_one_line_reason_and_the_fix(tmp_path: Path) -> None:
     async with http_server("h", "--tools", "t") as url:
         client = McpClient("h", McpServerConfig(url=url), options=ConnectionOptions(log_dir=tmp_path))

@@ -209,6 +209,11 @@ def explain_start_failure(
             return str(leaf)  # e.g. a sign-in the layer above says is needed, with its fix
         if type(leaf).__module__.startswith("mcp.client.auth"):
             return f"signing in to {cfg.target()} failed: {_auth_failure(leaf)}"
+        if "Illegal header value" in str(leaf) or "Illegal header name" in str(leaf):  # h11's words (the value shown)
+            return (
+                f"a header in mcpServers.{name}.headers cannot be sent: a value is empty or holds a line break "
+                "(a ${VAR} that is not set expands to nothing)"
+            )
     if needs_auth:
         for leaf in flatten(exc):
             if (origin := _unreachable_origin(leaf)) is not None:

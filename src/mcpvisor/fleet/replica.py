@@ -463,7 +463,7 @@ class Replica(StackOwner):
             await client.aclose()
         if int(gen) < 0:
             self.publisher = False
-        else:
+        elif int(gen) > self.applied_gen:  # the same texts publish nothing (every heartbeat tries)
             logger.info("fleet %s: settings generation %d published", keys.fleet, int(gen))
 
     @asynccontextmanager
