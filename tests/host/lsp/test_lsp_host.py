@@ -206,6 +206,7 @@ async def test_calls_that_cannot_be_answered_say_why(tmp_path: Path) -> None:
         whole = await s.call("go_to_definition", file="service.py", line=3.0, character=6.0)
         assert not whole.is_error, text(whole)  # 3.0 is the number 3
         past_the_line = await s.call("hover", file="models.py", line=1, character=999)
+        assert past_the_line.is_error
         assert text(past_the_line) == "character 999 is past the end of models.py:1 (11 characters)"
         misnamed = await s.call("diagnostics", file="../../etc/passwd.py")  # it takes 'files'
         assert misnamed.is_error
@@ -269,6 +270,16 @@ async def test_a_crashed_server_stops_reading_as_ready_at_once_and_the_next_call
         assert seen[:2] == ["stopping", "failed"]  # never "ready" while what is left of it is cleaned up
         again = await s.ok("hover", file="service.py", line=3, character=6)  # started again on demand
         assert "make_user" in again["contents"]
+
+
+async def test_a_folder_that_is_not_there_is_named_with_the_field_to_fix(tmp_path: Path) -> None:
+    user = {"lspServers": {"python": pylsp(workspaceFolder="nonexist")}}
+    async with session(tmp_path, user=user, watch=False) as s:
+        failed = await s.call("hover", file="service.py", line=3, character=6)
+        assert text(failed) == (
+            f"language server 'python' failed — could not be started: its folder {s.layout.root.resolve()}/nonexist "
+            "is not there; fix lspServers.python.workspaceFolder"
+        )
 
 
 async def test_an_edit_of_one_entry_restarts_and_re_asks_for_that_one_alone(tmp_path: Path) -> None:

@@ -592,6 +592,30 @@ def test_unknown_fields_in_a_server_entry_are_warned_about_with_a_suggestion() -
     ]
 
 
+def test_a_language_servers_misspelled_fields_and_seconds_like_timeouts_are_warned_about() -> None:
+    from mcpvisor.host.settings.lsp_servers import build_lsp_entries
+
+    py = {".py": "python"}
+    entries, warnings = build_lsp_entries(
+        {
+            "typo": {"comand": "pylsp", "extensionToLanguage": py},  # its command is missing: said why
+            "quick": {"command": "pylsp", "extensionToLanguage": py, "startupTimeout": 30, "extensionToLanguag": 1},
+        },
+        path=Path("/s.json"),
+        source="user",
+        env={},
+    )
+    assert set(entries) == {"quick"}
+    assert warnings == [
+        "skipped language server 'typo' in /s.json: command: required for a stdio language server (its field "
+        "'comand'; did you mean 'command'?); fix lspServers.typo",
+        "unknown field 'extensionToLanguag' in language server 'quick' (/s.json) is ignored; did you mean "
+        "'extensionToLanguage'?",
+        "'startupTimeout' of language server 'quick' (/s.json) is in milliseconds: 30 means 0.03 s; for 30 s "
+        "write 30000",
+    ]
+
+
 def test_a_timeout_that_looks_like_seconds_is_warned_about() -> None:
     from mcpvisor.host.settings.servers import build_server_entries
 

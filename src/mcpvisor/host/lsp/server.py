@@ -188,7 +188,14 @@ class LanguageServer:
             await self._done.wait()
 
     def _check_folder(self) -> None:
-        """A repository's server runs in the workspace: its ``workspaceFolder`` must not lead out through a link."""
+        """The server's folder is one; a repository's server runs in the workspace: its ``workspaceFolder`` must
+        not lead out through a link."""
+        if self.config.workspace_folder and not self.folder.is_dir():
+            raise LspConnectionClosed(
+                server=self.name,
+                reason=f"could not be started: its folder {self.folder} is not there; fix "
+                f"{self.config.field(self.name, 'workspaceFolder')}",
+            )
         if self.config.scope not in GATED_LSP_SCOPES or not self.config.workspace_folder:
             return
         root = self.root.resolve()

@@ -12,6 +12,7 @@ contents (and keeps the last good ones when a save does not parse).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -54,6 +55,19 @@ _KNOWN = frozenset(
     {*LspServerConfig.model_fields, "extensionToLanguage", "initializationOptions", "workspaceFolder"}
     | {"startupTimeout", "shutdownTimeout", "restartOnCrash", "maxRestarts"}
 )
+
+
+_CAMEL = sorted(k for k in _KNOWN if "_" not in k)
+SECONDS_LIKE_MS = 1000
+"""A timeout below this many milliseconds was most likely meant in seconds: it is warned about."""
+
+
+def _did_you_mean(field: str) -> str:
+    """``: did you mean 'command'?`` for a field that is not one but close to one (else "")."""
+    if field in _KNOWN:
+        return ""
+    close = difflib.get_close_matches(field, _CAMEL, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,13 +152,22 @@ def build_lsp_entries(
             continue
         built = _build(entry, source, env)
         if isinstance(built, str):
-            warnings.append(f"skipped language server {name!r} in {where}: {built}; fix {at}")
+            typos = "".join(
+                f" (its field {k!r}{_did_you_mean(k)})" for k in sorted(map(str, entry)) if _did_you_mean(k)
+            )
+            warnings.append(f"skipped language server {name!r} in {where}: {built}{typos}; fix {at}")
             continue
         cfg, missing = built
         warnings.extend(
-            f"unknown field {extra!r} in language server {name!r} ({where}) is ignored"
+            f"unknown field {extra!r} in language server {name!r} ({where}) is ignored{_did_you_mean(extra)}"
             for extra in sorted(cfg.model_extra or {})
             if extra not in _KNOWN
+        )
+        warnings.extend(
+            f"{field!r} of language server {name!r} ({where}) is in milliseconds: {ms} means {ms / 1000:g} s; "
+            f"for {ms} s write {ms * 1000}"
+            for field, ms in (("startupTimeout", cfg.startup_timeout), ("shutdownTimeout", cfg.shutdown_timeout))
+            if ms is not None and ms < SECONDS_LIKE_MS
         )
         warnings.extend(
             f"undefined environment variable {var!r} in language server {name!r} ({where}) expanded to ''"
