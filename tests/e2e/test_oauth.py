@@ -365,6 +365,19 @@ def test_a_sign_in_to_a_server_configured_with_the_wrong_transport_names_the_tra
     assert "needs authentication" not in said  # the sign-in went through: that is not what failed
 
 
+def test_a_server_of_an_mcp_config_file_is_signed_in_to_as_its_status_says(tmp_path: Path, server: Server) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    extra = tmp_path / "extra.json"
+    write_json(extra, {"mcpServers": {"sec": {"type": "http", "url": server.url}}})
+    status = cli(layout, "status", "--mcp-config", str(extra))
+    assert f"run: mcpvisor mcp login sec --workspace {layout.root} --mcp-config {extra}" in " ".join(
+        status.stdout.split()
+    )
+    login = cli(layout, "mcp", "login", "sec", "--mcp-config", str(extra))
+    assert login.returncode == 0, login.stderr
+    assert "Signed in to sec" in login.stdout
+
+
 def test_a_corrupt_token_store_is_kept_and_named(tmp_path: Path, server: Server) -> None:
     layout = setup(tmp_path, server)
     store_path(layout).parent.mkdir(parents=True, exist_ok=True)

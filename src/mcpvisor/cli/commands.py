@@ -247,12 +247,12 @@ def decide(
 
 
 def _remote_server(
-    env: Mapping[str, str], workspace: Path | None, name: str, what: str
+    env: Mapping[str, str], workspace: Path | None, name: str, what: str, mcp_config: Sequence[Path] = ()
 ) -> tuple[DesiredState, McpServerConfig]:
     """The configured remote server ``name`` (the servers, its config), or :class:`ConfigError` saying why not."""
     from mcpvisor.host.oauth import check_sign_in
 
-    settings, approvals, state = load_state(env, workspace)
+    settings, approvals, state = load_state(env, workspace, mcp_config)
     cfg = _configured(settings, state, name, what)
     check_sign_in(
         name,
@@ -264,14 +264,22 @@ def _remote_server(
     return state, cfg
 
 
-def login(*, env: Mapping[str, str], workspace: Path | None, name: str, timeout_s: float, browser: bool) -> None:
+def login(
+    *,
+    env: Mapping[str, str],
+    workspace: Path | None,
+    name: str,
+    timeout_s: float,
+    browser: bool,
+    mcp_config: Sequence[Path] = (),
+) -> None:
     import webbrowser
 
     import anyio
 
     from mcpvisor.host.oauth_login import login as sign_in
 
-    _, cfg = _remote_server(env, workspace, name, "sign in to")
+    _, cfg = _remote_server(env, workspace, name, "sign in to", mcp_config)
     store = token_store(env)
     err = new_console(stderr=True, highlight=False)
 
@@ -295,14 +303,14 @@ def login(*, env: Mapping[str, str], workspace: Path | None, name: str, timeout_
     )
 
 
-def logout(*, env: Mapping[str, str], workspace: Path | None, name: str) -> None:
+def logout(*, env: Mapping[str, str], workspace: Path | None, name: str, mcp_config: Sequence[Path] = ()) -> None:
     import anyio
 
     from mcpvisor.host.oauth import oauth_settings, token_key
     from mcpvisor.host.oauth_revocation import revoke
     from mcpvisor.host.oauth_settings import server_url
 
-    state, cfg = _remote_server(env, workspace, name, "sign out of")
+    state, cfg = _remote_server(env, workspace, name, "sign out of", mcp_config)
     settings = oauth_settings(name, cfg)
     key = token_key(cfg, settings)
     sharing = sorted(n for n, c in state.assembled.servers.items() if n != name and _token_key_of(n, c) == key)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -222,6 +223,8 @@ def status(
                 approve_hint, login_hint = command_hints(
                     host.root, approvals_error=approvals.error, options=approvals.decided_with
                 )
+                for file in mcp_config or []:  # a server of that file is signed in to with it
+                    login_hint += f" --mcp-config {shlex.quote(str(file))}".replace("{", "{{").replace("}", "}}")
                 title = f"MCP servers for {host.root}"
                 render_status(console, rows, title=title, approve_hint=approve_hint, login_hint=login_hint)
                 render_lsp_status(console, lsp_rows, show_target=True)

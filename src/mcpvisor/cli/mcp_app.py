@@ -95,6 +95,7 @@ def mcp_login(
         bool, typer.Option("--browser/--no-browser", help="Open a browser (otherwise only print the URL).")
     ] = True,
     workspace: WorkspaceOpt = None,
+    mcp_config: McpConfigOpt = None,
     fleet: FleetOpt = None,
     fleet_name: FleetNameOpt = None,
 ) -> None:
@@ -104,13 +105,21 @@ def mcp_login(
     from mcpvisor.cli.commands import login
 
     with reported():
-        login(env=dict(os.environ), workspace=workspace, name=name, timeout_s=timeout, browser=browser)
+        login(
+            env=dict(os.environ),
+            workspace=workspace,
+            name=name,
+            timeout_s=timeout,
+            browser=browser,
+            mcp_config=list(mcp_config or []),
+        )
 
 
 @mcp_app.command("logout")
 def mcp_logout(
     name: Annotated[str, typer.Argument(help="The remote server to sign out of.", metavar="NAME")],
     workspace: WorkspaceOpt = None,
+    mcp_config: McpConfigOpt = None,
     fleet: FleetOpt = None,
     fleet_name: FleetNameOpt = None,
 ) -> None:
@@ -119,7 +128,7 @@ def mcp_logout(
     from mcpvisor.cli.commands import logout
 
     with reported():
-        logout(env=dict(os.environ), workspace=workspace, name=name)
+        logout(env=dict(os.environ), workspace=workspace, name=name, mcp_config=list(mcp_config or []))
 
 
 @mcp_app.command("reject")
