@@ -386,7 +386,9 @@ def test_a_corrupt_token_store_is_kept_and_named(tmp_path: Path, server: Server)
     assert result.returncode == 1
     assert f"cannot read the OAuth token store {store_path(layout)}: not valid JSON" in result.stderr
     assert store_path(layout).read_text() == "{not json"
-    assert "needs authentication" in cli(layout, "status").stdout
+    said = " ".join(cli(layout, "status").stdout.split())  # the sign-in it offers waits for the store's fix
+    assert "run: mcpvisor mcp login sec" in said
+    assert "once the token store can be read again (see above)" in said
 
 
 # -- the shell's /login --------------------------------------------------------------------------

@@ -233,10 +233,11 @@ async def test_a_token_store_record_that_fails_validation_is_an_error_that_never
     key = "http://127.0.0.1:8124/mcp"
     path.write_text(json.dumps({key: {"tokens": {"token_type": 7, "refresh_token": "RT-SECRET-abc123"}}}))
     path.chmod(0o600)
-    storage = FileTokenStorage(TokenStore(path), key)
+    storage = FileTokenStorage(TokenStore(path), key, name="docs")
     with pytest.raises(ConfigError) as caught:
         await storage.get_tokens()
     said = str(caught.value)
     assert "RT-SECRET" not in said
     assert str(path) in said
     assert f"the tokens stored for {key} fail validation (access_token: Field required" in said
+    assert said.endswith("(mcpvisor mcp logout docs, then mcpvisor mcp login docs)")  # the server's name

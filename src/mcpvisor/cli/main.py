@@ -225,6 +225,8 @@ def status(
                 )
                 for file in mcp_config or []:  # a server of that file is signed in to with it
                     login_hint += f" --mcp-config {shlex.quote(str(file))}".replace("{", "{{").replace("}", "}}")
+                if unreadable:  # a sign-in cannot be kept until the store is fixed
+                    login_hint += ", once the token store can be read again (see above)"
                 title = f"MCP servers for {host.root}"
                 render_status(console, rows, title=title, approve_hint=approve_hint, login_hint=login_hint)
                 render_lsp_status(console, lsp_rows, show_target=True)

@@ -94,7 +94,7 @@ def oauth_provider(
     if settings.machine:
         from mcpvisor.host.oauth_grants import machine_provider
 
-        return machine_provider(name, url, settings, FileTokenStorage(store, key))
+        return machine_provider(name, url, settings, FileTokenStorage(store, key, name=name))
 
     from mcp.client.auth import OAuthClientProvider
     from mcp.client.auth.utils import extract_field_from_www_auth, extract_scope_from_www_auth, union_scopes
@@ -128,7 +128,7 @@ def oauth_provider(
             token_endpoint_auth_method=method,
             scope=settings.scopes,
         )
-    storage = FileTokenStorage(store, key, client=client)
+    storage = FileTokenStorage(store, key, client=client, name=name)
 
     class Provider(OAuthClientProvider):
         _refreshing = False

@@ -223,10 +223,13 @@ M = TypeVar("M", bound="BaseModel")
 class FileTokenStorage:
     """The SDK's ``TokenStorage`` over one record of the :class:`TokenStore`."""
 
-    def __init__(self, store: TokenStore, key: str, *, client: OAuthClientInformationFull | None = None) -> None:
+    def __init__(
+        self, store: TokenStore, key: str, *, client: OAuthClientInformationFull | None = None, name: str = "NAME"
+    ) -> None:
         self._store = store
         self._key = key
         self._client = client  # a pre-registered client: used as it is, never replaced
+        self._name = name  # the server's, for the fix
 
     async def get_tokens(self) -> OAuthToken | None:
         from mcp.shared.auth import OAuthToken
@@ -248,7 +251,7 @@ class FileTokenStorage:
         except ValidationError as exc:
             raise ConfigError(
                 f"in {self._store.path}, the {what} stored for {self._key} fail validation ({describe_invalid(exc)}); "
-                "sign out and in again (mcpvisor mcp logout NAME, then mcpvisor mcp login NAME)"
+                f"sign out and in again (mcpvisor mcp logout {self._name}, then mcpvisor mcp login {self._name})"
             ) from None
 
     def expires_at(self) -> float | None:
