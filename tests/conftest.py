@@ -88,3 +88,19 @@ def _logging_as_found() -> Iterator[None]:
     root.setLevel(root_level)
     for name in logging.root.manager.loggerDict:
         logging.getLogger(name).setLevel(levels.get(name, logging.NOTSET))
+
+
+_SET_BY_OPTIONS = ("MCPVISOR_FLEET", "MCPVISOR_FLEET_NAME")
+
+
+@pytest.fixture(autouse=True)
+def _environment_as_found() -> Iterator[None]:
+    """``--fleet`` and ``--fleet-name`` set their variable in the process that parses them: run in the test
+    process (a CliRunner), they would send every later command of this worker to that fleet."""
+    before = {name: os.environ.get(name) for name in _SET_BY_OPTIONS}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

@@ -102,11 +102,16 @@ def test_fleet_urls_are_checked_and_their_passwords_never_shown() -> None:
         Replica(FleetStore("redis://db"), replica_id="a.b")
 
 
-def test_fleet_status_fails_when_no_replica_runs_and_a_fleet_name_is_a_name(redis_server: RedisServer) -> None:
+def test_fleet_status_fails_when_no_replica_runs_and_a_fleet_name_is_a_name(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from typer.testing import CliRunner
 
     from mcpvisor.cli.main import app
 
+    # --fleet sets these for the command's process (this one, in a CliRunner): put back afterwards
+    monkeypatch.setenv("MCPVISOR_FLEET", redis_server.url)
+    monkeypatch.setenv("MCPVISOR_FLEET_NAME", "defualt")
     result = CliRunner().invoke(app, ["fleet", "status", "--fleet", redis_server.url, "--fleet-name", "defualt"])
     assert result.exit_code == 1
     assert "no replica of fleet defualt is running (is --fleet-name right?)" in result.stdout
