@@ -47,9 +47,10 @@ def test_a_password_in_the_users_fleet_url_is_written_as_a_variable(tmp_path: Pa
     """The user's settings text is what a publisher shares through the store: a password there would reach
     Redis in clear, so it is refused; ``${VAR}`` expands from this process's environment."""
     layout = make_layout(tmp_path)
-    write_json(layout.paths.user, {"fleet": {"url": "redis://:hunter2@db:6379/0"}})
-    with pytest.raises(ConfigError, match=r"password in clear.*\$\{VAR\}"):
-        fleet_store(layout.env)
+    for url in ("redis://:hunter2@db:6379/0", "redis://:${REDIS_PASSWORD:-hunter2}@db:6379/0"):  # a default too
+        write_json(layout.paths.user, {"fleet": {"url": url}})
+        with pytest.raises(ConfigError, match=r"password in clear.*\$\{VAR\}"):
+            fleet_store(layout.env)
     write_json(layout.paths.user, {"fleet": {"url": "redis://:${REDIS_PASSWORD}@db:6379/0"}})
     with pytest.raises(ConfigError, match="REDIS_PASSWORD"):
         fleet_store(layout.env)
