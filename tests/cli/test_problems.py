@@ -154,6 +154,24 @@ def test_status_shows_an_invalid_language_server_entry_and_fails_on_one_that_fai
     assert "no answer to 'initialize' within 1 s" in hangs["error"]
 
 
+def test_a_command_written_with_its_arguments_is_told_where_they_go(layout: Layout) -> None:
+    write_json(
+        layout.paths.user,
+        {
+            "mcpServers": {"m": {"command": "python3 -m mcpvisor.examples.light_server"}},
+            "lspServers": {"l": {"command": "pylsp --stdio", "extensionToLanguage": {".py": "python"}}},
+        },
+    )
+    code, out = invoke(layout, "status")
+    said = " ".join(out.split())
+    assert code == 1
+    assert (
+        'check mcpServers.m.command (its arguments go in args: "command": "python3", "args": '
+        '["-m", "mcpvisor.examples.light_server"])' in said
+    )
+    assert 'fix lspServers.l.command (its arguments go in args: "command": "pylsp", "args": ["--stdio"])' in said
+
+
 def test_lsp_list_fails_when_a_file_cannot_be_read(layout: Layout) -> None:
     (layout.root / ".lsp.json").write_text("{,")
     code, out = invoke(layout, "lsp", "list")

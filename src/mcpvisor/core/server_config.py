@@ -35,6 +35,7 @@ __all__ = [
     "Scope",
     "TransportKind",
     "approval_hash",
+    "arguments_hint",
     "canonical_json",
     "connection_id_of",
     "exposure_of",
@@ -268,6 +269,14 @@ class McpServerConfig(BaseModel):
         pairs.extend(zip(self.args, self._written_args(), strict=True))
         changed = {run: str(written) for run, written in pairs if run and isinstance(written, str) and run != written}
         return sorted(changed.items(), key=lambda pair: -len(pair[0]))
+
+
+def arguments_hint(command: str | None) -> str:
+    """For a command that was not found and holds spaces (``"pylsp --stdio"``): where its arguments go."""
+    if not command or " " not in command.strip() or command.startswith(("/", "~", ".")):
+        return ""
+    program, *rest = command.split()
+    return f' (its arguments go in args: "command": "{program}", "args": {json.dumps(rest)})'
 
 
 def redact_url(url: str) -> str:

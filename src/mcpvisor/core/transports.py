@@ -16,7 +16,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.core.errors import ConnectError, McpvisorError, MessageTooLargeError
-from mcpvisor.core.server_config import REPOSITORY_SCOPES, InMemoryServers, McpServerConfig
+from mcpvisor.core.server_config import REPOSITORY_SCOPES, InMemoryServers, McpServerConfig, arguments_hint
 from mcpvisor.core.server_log import ServerLog, log_problem
 from mcpvisor.core.stdio import StdioProcess, open_stdio_transport
 
@@ -88,9 +88,10 @@ async def open_transport(
                 if host_path and not bad_cwd
                 else ""
             )
+            hint = "" if bad_cwd else arguments_hint(cfg.command)
             raise ConnectError(
                 f"could not start server {name!r}: {what} {missing!r} not found{where}; "
-                f"check mcpServers.{name}.{field}",
+                f"check mcpServers.{name}.{field}{hint}",
                 server=name,
             ) from exc
         except PermissionError as exc:

@@ -23,6 +23,7 @@ import anyio
 import anyio.abc
 
 from mcpvisor import __version__
+from mcpvisor.core.server_config import arguments_hint
 from mcpvisor.core.server_log import ServerLog, log_problem
 from mcpvisor.host.lsp.config import GATED_LSP_SCOPES, LspServerConfig
 from mcpvisor.host.lsp.documents import Document, Documents, next_sync_number
@@ -290,6 +291,8 @@ class LanguageServer:
             self._connection = None
             self.pid = None
             if self.last_error:  # the command and arguments as written: a ${VAR} in them may stand for a secret
+                if "cannot start" in self.last_error:  # the reaper's word for a command that is not there
+                    self.last_error += arguments_hint(self.config.command)
                 self.last_error = self.config.redact(self.last_error)
             stopped = self._stop.is_set()
             self._set("stopped" if stopped else "failed")

@@ -6,6 +6,7 @@ import os
 import shutil
 from typing import TYPE_CHECKING
 
+from mcpvisor.core.server_config import arguments_hint
 from mcpvisor.core.stdio import on_host_path
 from mcpvisor.host.lsp.config import GATED_LSP_SCOPES, LspServerConfig
 from mcpvisor.host.status import lsp_approve_hint
@@ -39,7 +40,8 @@ def describe_state(
     missing = cfg is not None and (server is None or server.state == "stopped") and _command_missing(cfg)
     if missing and cfg is not None:
         fix = cfg.field(name, "command")
-        return f"stopped — its command {cfg.command!r} is not found, so its first use will fail: fix {fix}"
+        hint = arguments_hint(cfg.command)
+        return f"stopped — its command {cfg.command!r} is not found, so its first use will fail: fix {fix}{hint}"
     if server is None:
         return "stopped"
     if server.state == "ready":
