@@ -116,8 +116,6 @@ class Replica(StackOwner):
         self.started = time.time()
         self._hosts: list[Host] = []
         self._source: Settings | None = None
-        self._held_back: str | None = None
-        """Why this publisher does not publish its files (they differ from those the fleet follows)."""
         """The settings files this replica publishes while it holds the lease (its default workspace's)."""
         self._source_watcher: SettingsWatcher | None = None
         self._snapshot: Snapshot | None = None
@@ -399,21 +397,23 @@ class Replica(StackOwner):
         taken = int(await client.eval(TAKE_LEASE, 1, keys.lease, self.id, LEASE_MS))
         if not taken:
             if self.publisher:
-                self.publisher, self._held_back = False, None
+                self.publisher = False
                 logger.warning("fleet %s: replica %s lost the publisher lease", keys.fleet, self.id)
             return
         if not self.publisher:
             self.publisher = True
             logger.info("fleet %s: replica %s publishes the settings", keys.fleet, self.id)
-            if taken == 2 and (by := await published_elsewhere(client, keys.settings, self._source)):
-                self._held_back = (
-                    f"its settings files differ from those the fleet follows ({by}'s): edit one to publish"
-                )
+            if taken == 2 and (by := await published_elsewhere(client, keys.settings, self._source, self.id)):
+                # A deploy whose new replicas bring new files relies on this; replicas meant to share one set of
+                # files that do not are a mistake the log must show.
                 logger.warning(
-                    "fleet %s: replica %s took the publisher lease, but %s", keys.fleet, self.id, self._held_back
+                    "fleet %s: replica %s takes over publishing from %s, whose settings files differ from its own: "
+                    "the fleet follows this replica's files from now on",
+                    keys.fleet,
+                    self.id,
+                    by,
                 )
-        if self._held_back is None:
-            await self._publish()  # the same texts publish nothing; a publish that failed is made again
+        await self._publish()  # the same texts publish nothing; a publish that failed is made again
 
     async def _list_self(self, client: redis.asyncio.Redis) -> None:
         keys = self.store.keys
@@ -427,7 +427,7 @@ class Replica(StackOwner):
                     "rev": self.approvals.revision,
                     "seen": now(),
                     "publisher": int(self.publisher),
-                    "error": self.approvals.error or self._held_back or "",
+                    "error": self.approvals.error or "",
                     "nonce": self._nonce,
                 },
             )
@@ -436,7 +436,6 @@ class Replica(StackOwner):
 
     async def _on_source_change(self, event: SettingsChanged) -> None:
         if self.publisher:
-            self._held_back = None  # an edit: these files are the fleet's now
             await self._publish()
 
     async def _publish(self) -> None:

@@ -101,12 +101,13 @@ def read_snapshot_texts(source: Settings) -> dict[FileScope, str | None] | None:
     return texts
 
 
-async def published_elsewhere(client: Any, settings_key: str, source: Settings) -> str | None:
-    """The replica whose settings the fleet follows when they are not what ``source``'s files say now (``None``:
-    the same texts, or nothing published yet): a replica taking over the publisher lease must not swap them."""
+async def published_elsewhere(client: Any, settings_key: str, source: Settings, replica_id: str) -> str | None:
+    """The other replica whose settings the fleet follows when their texts are not what ``source``'s files say now
+    (``None``: the same texts, this replica's own, or nothing published yet)."""
     texts = await anyio.to_thread.run_sync(read_snapshot_texts, source)
-    sha, by = await client.hmget(settings_key, "sha", "by")
-    if sha is None or (texts is not None and Snapshot(0, str(source.root), texts).sha == sha):
+    files, by = await client.hmget(settings_key, "files", "by")
+    published = Snapshot.parse({"gen": "0", "files": files}) if files else None
+    if published is None or by == replica_id or (texts is not None and dict(published.texts) == texts):
         return None
     return str(by or "another replica")
 
