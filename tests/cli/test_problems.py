@@ -170,6 +170,20 @@ def test_a_command_written_with_its_arguments_is_told_where_they_go(layout: Layo
         '["-m", "mcpvisor.examples.light_server"])' in said
     )
     assert 'fix lspServers.l.command (its arguments go in args: "command": "pylsp", "args": ["--stdio"])' in said
+    # The hint shows the command as written: what a ${VAR} in it stands for is never printed.
+    secret = {"API_KEY": "sk-s3cret-123456"}
+    write_json(
+        layout.paths.user,
+        {
+            "mcpServers": {"m": {"command": "nosuchtool-xyz --api-key ${API_KEY}"}},
+            "lspServers": {"l": {"command": "nosuchlsp-xyz --key ${API_KEY}", "extensionToLanguage": {".py": "py"}}},
+        },
+    )
+    result = CliRunner().invoke(app, ["status", "--workspace", str(layout.root)], env={**layout.env, **secret})
+    said = " ".join(result.stdout.split())
+    assert '"args": ["--api-key", "${API_KEY}"]' in said
+    assert '"args": ["--key", "${API_KEY}"]' in said
+    assert "sk-s3cret" not in result.output
 
 
 def test_lsp_list_fails_when_a_file_cannot_be_read(layout: Layout) -> None:

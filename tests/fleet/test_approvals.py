@@ -98,6 +98,9 @@ def test_fleet_urls_are_checked_and_their_passwords_never_shown() -> None:
             FleetStore(url)
         assert "hunter2" not in str(mistyped.value)
     assert redact("127.0.0.1:6379") == "127.0.0.1:6379"  # as typed
+    for url in ("redis://h/0?password=s3cret&username=me@corp", "redis://h/0?password=s3cret@2024"):  # @ in a query
+        assert "s3cret" not in redact(url)
+        assert "s3cret" not in repr(FleetStore(url))
     with pytest.raises(ConfigError, match="without a dot"):
         Replica(FleetStore("redis://db"), replica_id="a.b")
 

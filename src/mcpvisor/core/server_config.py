@@ -271,9 +271,10 @@ class McpServerConfig(BaseModel):
         return sorted(changed.items(), key=lambda pair: -len(pair[0]))
 
 
-def arguments_hint(command: str | None) -> str:
-    """For a command that was not found and holds spaces (``"pylsp --stdio"``): where its arguments go."""
-    if not command or " " not in command.strip() or command.startswith(("/", "~", ".")):
+def arguments_hint(command: Any) -> str:
+    """For a command that was not found and holds spaces (``"pylsp --stdio"``): where its arguments go. Give it
+    the command as written (a ``${VAR}`` in it may stand for a secret)."""
+    if not isinstance(command, str) or " " not in command.strip() or command.startswith(("/", "~", ".")):
         return ""
     program, *rest = command.split()
     return f' (its arguments go in args: "command": "{program}", "args": {json.dumps(rest)})'

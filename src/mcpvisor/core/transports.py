@@ -88,7 +88,7 @@ async def open_transport(
                 if host_path and not bad_cwd
                 else ""
             )
-            hint = "" if bad_cwd else arguments_hint(cfg.command)
+            hint = "" if bad_cwd else arguments_hint(cfg.approved_value("command"))
             raise ConnectError(
                 f"could not start server {name!r}: {what} {missing!r} not found{where}; "
                 f"check mcpServers.{name}.{field}{hint}",

@@ -257,7 +257,10 @@ def redact(url: str) -> str:
         if not sep:  # no scheme, or a mistyped one: all before the last @ may hold the password
             scheme, userinfo = "", head
         user, colon, _ = userinfo.partition(":")
-        head = f"{scheme}{sep}{user}{':***' if colon else ''}{at}"
+        if re.search(r"[/?#&=]", user):  # no user name: a path or query (with a password=) swallowed: hide it all
+            head = f"{scheme}{sep}***{at}"
+        else:
+            head = f"{scheme}{sep}{user}{':***' if colon else ''}{at}"
     else:
         head, tail = "", url
     where, question, rest = tail.partition("?")

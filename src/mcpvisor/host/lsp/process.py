@@ -17,7 +17,6 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from mcpvisor.core.server_config import arguments_hint
 from mcpvisor.core.stdio import child_environment, on_host_path
 from mcpvisor.host.lsp import reaper
 from mcpvisor.host.lsp.errors import LspConnectionClosed, LspError
@@ -126,7 +125,6 @@ async def spawn_language_server(
             reason = (
                 f"could not be started: executable {command!r} not found on the host's PATH (a repository's "
                 f"server never runs what its own env.PATH finds); check {command_field or f'lspServers.{name}.command'}"
-                f"{arguments_hint(command)}"
             )
             raise LspConnectionClosed(server=name, reason=reason) from exc
     environment = child_environment(env)

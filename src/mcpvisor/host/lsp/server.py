@@ -291,8 +291,8 @@ class LanguageServer:
             self._connection = None
             self.pid = None
             if self.last_error:  # the command and arguments as written: a ${VAR} in them may stand for a secret
-                if "cannot start" in self.last_error:  # the reaper's word for a command that is not there
-                    self.last_error += arguments_hint(self.config.command)
+                if "cannot start" in self.last_error or "not found on the host's PATH" in self.last_error:
+                    self.last_error += arguments_hint(self.config.approved_value("command"))
                 self.last_error = self.config.redact(self.last_error)
             stopped = self._stop.is_set()
             self._set("stopped" if stopped else "failed")

@@ -40,8 +40,10 @@ def describe_state(
     missing = cfg is not None and (server is None or server.state == "stopped") and _command_missing(cfg)
     if missing and cfg is not None:
         fix = cfg.field(name, "command")
-        hint = arguments_hint(cfg.command)
-        return f"stopped — its command {cfg.command!r} is not found, so its first use will fail: fix {fix}{hint}"
+        written = cfg.approved_value("command")  # as written: a ${VAR} in it may stand for a secret
+        shown = written if isinstance(written, str) else cfg.redact(cfg.command or "")
+        hint = arguments_hint(written)
+        return f"stopped — its command {shown!r} is not found, so its first use will fail: fix {fix}{hint}"
     if server is None:
         return "stopped"
     if server.state == "ready":
