@@ -123,6 +123,25 @@ def test_fleet_status_fails_when_no_replica_runs_and_a_fleet_name_is_a_name(
             FleetStore(redis_server.url, fleet=name)
 
 
+def test_approve_hints_say_the_decision_is_the_fleets(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from mcpvisor.cli.main import app
+    from tests.layout import make_layout, write_json
+
+    monkeypatch.setenv("MCPVISOR_FLEET", redis_server.url)  # --fleet sets it in this process: put back afterwards
+    layout = make_layout(tmp_path)
+    write_json(layout.root / ".lsp.json", {"py": {"command": "pylsp", "extensionToLanguage": {".py": "python"}}})
+    write_json(layout.paths.project, {"mcpServers": {"p": {"command": "srv"}}})
+    env = {**layout.env, "MCPVISOR_FLEET": redis_server.url}
+    for kind, name in (("lsp", "py"), ("mcp", "p")):
+        result = CliRunner().invoke(app, [kind, "list", "--workspace", str(layout.root)], env=env)
+        said = " ".join(result.stdout.split())
+        assert f"run: mcpvisor {kind} approve {name} --workspace {layout.root} --fleet URL" in said, said
+
+
 def test_a_store_that_wants_a_password_says_so(redis_server: RedisServer) -> None:
     with redis_server.client() as client:
         client.config_set("requirepass", "hunter2")

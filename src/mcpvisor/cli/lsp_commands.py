@@ -54,13 +54,13 @@ def load_lsp_state(
     return settings, approvals, state
 
 
-def configured_state(state: LspDesiredState, name: str, trusted: bool, root: Path) -> str:
+def configured_state(state: LspDesiredState, name: str, trusted: bool, root: Path, options: str = "") -> str:
     """What a host would do with ``name`` (nothing runs here)."""
     if not trusted:
         return "not started: the folder is not trusted"
     reason = state.reason(name)
     if reason == "pending_approval":
-        return f"needs approval — run: {lsp_approve_hint(root, name)}"
+        return f"needs approval — run: {lsp_approve_hint(root, name, options)}"
     if reason is not None:
         return _STATES[reason].format(name=name)
     return "approved; starts on first use" if is_gated(state.servers[name]) else "starts on first use"
@@ -91,7 +91,7 @@ def list_lsp_servers(
                 "file": str(entry.path) if entry.path is not None else None,
                 "command": cfg.target(),
                 "extensions": sorted(cfg.extension_to_language),
-                "state": configured_state(state, name, settings.trusted, settings.root),
+                "state": configured_state(state, name, settings.trusted, settings.root, approvals.decided_with),
                 "admission": state.reason(name) or "allowed",
             }
         )

@@ -113,9 +113,10 @@ def command_hints(
     return approve, LOGIN_HINT + workspace
 
 
-def lsp_approve_hint(root: str | os.PathLike[str], name: str) -> str:
-    """The command that approves language server ``name``, working where it is printed (:func:`command_hints`)."""
-    return command_hints(root)[0].replace(" mcp approve ", " lsp approve ", 1).format(name=name)
+def lsp_approve_hint(root: str | os.PathLike[str], name: str, options: str = "") -> str:
+    """The command that approves language server ``name``, working where it is printed (:func:`command_hints`;
+    ``options``: a fleet's ``--fleet URL``)."""
+    return command_hints(root, options=options)[0].replace(" mcp approve ", " lsp approve ", 1).format(name=name)
 
 
 def describe_servers(

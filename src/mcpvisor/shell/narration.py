@@ -127,7 +127,7 @@ class HumanOutput:
             for name in fresh:
                 c.print(
                     f"[yellow]? language server {escape(str(name))} needs approval — "
-                    f"run: mcpvisor lsp approve {escape(str(name))}[/]"
+                    f"run: mcpvisor lsp approve {escape(str(name))}{escape(self._host.approvals.decided_with)}[/]"
                 )
         elif isinstance(event, LspServerChanged) and self._ready:
             if event.state == "ready":

@@ -67,6 +67,8 @@ class LspManager:
     ) -> None:
         self.root = root
         self.trusted = trusted
+        self.approve_options = ""
+        """What an approve command needs besides the name (a fleet's ``--fleet URL``)."""
         self.state = LspDesiredState()
         self._log_dir = log_dir
         self._max_message_bytes = max_message_bytes
@@ -221,11 +223,14 @@ class LspManager:
             )
         reason = self.state.reason(name)
         if reason == "pending_approval":
-            return f"language server {name!r} needs approval — run: {lsp_approve_hint(self.root, name)}"
+            return (
+                f"language server {name!r} needs approval — run: "
+                f"{lsp_approve_hint(self.root, name, self.approve_options)}"
+            )
         if reason == "rejected":
             return (
                 f"language server {name!r} was rejected — edit its configuration to be asked again, or run: "
-                f"{lsp_approve_hint(self.root, name)}"
+                f"{lsp_approve_hint(self.root, name, self.approve_options)}"
             )
         if reason == "excluded":
             return f"language server {name!r} is excluded; remove it from lsp.excluded in your settings"

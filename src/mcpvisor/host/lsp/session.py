@@ -118,6 +118,7 @@ class LspSession:
             max_message_bytes=max_message_bytes,
             on_change=self._server_changed,
         )
+        self.manager.approve_options = approvals.decided_with
         self.tools = _LazyTools(self.manager)
         self._seen: dict[str, LspServerChanged] = {}
         self._stack: AsyncExitStack | None = None

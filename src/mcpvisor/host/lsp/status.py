@@ -30,7 +30,7 @@ def describe_state(
     if reason == "untrusted":
         return "not started: the folder is not trusted"
     if reason == "pending_approval":
-        return f"needs approval — run: {lsp_approve_hint(manager.root, name)}"
+        return f"needs approval — run: {lsp_approve_hint(manager.root, name, manager.approve_options)}"
     if reason == "rejected":
         return "rejected — edit config to re-approve"
     if reason == "excluded":
