@@ -57,6 +57,11 @@ def test_a_password_in_the_users_fleet_url_is_written_as_a_variable(tmp_path: Pa
     store = fleet_store({**layout.env, "REDIS_PASSWORD": "hunter2"})
     assert store is not None
     assert store.url == "redis://:hunter2@db:6379/0"
+    for written in ("redis://:${REDIS_PASSWORD:-}@db:6379/0", "redis://:$REDIS_PASSWORD@db:6379/0"):  # no default
+        write_json(layout.paths.user, {"fleet": {"url": written}})
+        store = fleet_store({**layout.env, "REDIS_PASSWORD": "hunter2"})
+        assert store is not None
+        assert store.url == "redis://:hunter2@db:6379/0"
     assert "hunter2" not in repr(store)
     write_json(layout.paths.system, {"fleet": {"url": "redis://:enforced@db:6379/0"}})  # never published
     store = fleet_store(layout.env)

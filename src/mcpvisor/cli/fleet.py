@@ -146,7 +146,7 @@ def _has_password(url: str) -> bool:
     secret = userinfo.partition(":")[2] if ":" in userinfo else ""
     secret += "".join(v for k, v in parse_qsl(parts.query) if k.lower() == "password")
     # What is left once every plain ${VAR} is taken out is written in clear (a ${VAR:-default}'s default too).
-    return bool(re.sub(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}", "", secret))
+    return bool(re.sub(r"\$\{[A-Za-z_][A-Za-z0-9_]*(:-)?\}|\$[A-Za-z_][A-Za-z0-9_]*", "", secret))
 
 
 FLEET_EXAMPLE: Final = '{"fleet": {"url": "redis://127.0.0.1:6379/0"}}'

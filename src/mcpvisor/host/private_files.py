@@ -74,11 +74,13 @@ def read_private(path: Path) -> tuple[Signature | None, bytes | None]:
     except FileNotFoundError:
         return None, None
     if st.st_mode & 0o077 and st.st_uid == os.geteuid():  # made readable by hand (chmod, a copy, a restore)
-        with contextlib.suppress(OSError):
+        mode = st.st_mode & 0o777
+        try:
             os.chmod(path, STORE_MODE)
-            logger.warning(
-                "%s could be read by other users (mode %o): made private again (600)", path, st.st_mode & 0o777
-            )
+        except OSError as exc:
+            logger.warning("%s can be read by other users (mode %o) and could not be made private: %s", path, mode, exc)
+        else:
+            logger.warning("%s could be read by other users (mode %o): made private again (600)", path, mode)
     return (st.st_ino, st.st_size, st.st_mtime_ns), data
 
 

@@ -114,6 +114,7 @@ async def test_a_server_behind_a_unix_socket_answers(tmp_path: Path) -> None:
             assert process.stdout is not None
             assert b"listening" in await process.stdout.receive()
             entry = {"transport": "socket", "socket": {"path": str(path)}, "extensionToLanguage": {".py": "python"}}
+            entry["workspaceFolder"] = "/srv/checkout"  # the server's own folder, on its side: not looked for here
             async with session(tmp_path / "host", user={"lspServers": {"python": entry}}, watch=False) as s:
                 found = await s.ok("go_to_definition", file="service.py", line=3, character=6)
                 assert definition_of(found) == [("models.py", 9)]

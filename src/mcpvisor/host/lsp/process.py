@@ -166,9 +166,10 @@ async def connect_language_server(
                 if isinstance(address, tuple):
                     return await anyio.connect_tcp(*address)
                 return await anyio.connect_unix(path)
-            except socket.gaierror as exc:  # a name that does not resolve will not resolve 50 ms later
+            except socket.gaierror as exc:  # a name that does not resolve will not 50 ms later (unless "try again")
                 problem = exc
-                break
+                if exc.errno != socket.EAI_AGAIN:
+                    break
             except OSError as exc:  # anyio's connect_tcp wraps each address's failure: the first says why
                 cause = exc.__cause__
                 found = cause.exceptions[0] if isinstance(cause, BaseExceptionGroup) else cause

@@ -191,7 +191,7 @@ class LanguageServer:
     def _check_folder(self) -> None:
         """The server's folder is one; a repository's server runs in the workspace: its ``workspaceFolder`` must
         not lead out through a link."""
-        if self.config.workspace_folder and not self.folder.is_dir():
+        if self.config.workspace_folder and self.config.command and not self.folder.is_dir():  # its process's
             raise LspConnectionClosed(
                 server=self.name,
                 reason=f"could not be started: its folder {self.folder} is not there; fix "
