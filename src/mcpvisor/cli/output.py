@@ -43,6 +43,7 @@ def event_to_json(host: Host, event: HostEvent) -> dict[str, Any] | None:
             "kept": list(event.kept),
             "gated": {name: host.refine_reason(name, reason) for name, reason in event.gated.items()},
             "failed": dict(event.failed),
+            "starting": list(event.starting),
             "duration_ms": round(event.duration_ms, 1),
         }
     if isinstance(event, McpPendingApprovalChanged):

@@ -1,9 +1,8 @@
 """Config: the core's runtime entry point (SPEC §2.4, §4).
 
-Three layers make the server map: the settings layer (replaced wholesale on every reload), the
-extension layer (only names not already present) and the runtime overlay (always wins). Gating
-lists decide which of them may run. ``reinitialize_mcp_servers`` replaces the settings layer and
-runs one incremental reconcile; concurrent calls coalesce.
+Three layers make the server map: the settings layer (replaced on every reload), the extension layer (only
+names not already present) and the runtime overlay (always wins). Gating lists decide which of them may run.
+``reinitialize_mcp_servers`` replaces the settings layer and runs one incremental reconcile; calls coalesce.
 
 Usage::
 
@@ -263,6 +262,8 @@ class Config(StackOwner):
         if not self._initialized or self._manager is None:
             return None
         self._dirty = True
+        if self._reconcile_done is not None:  # it stops waiting for starts (they go on): this one follows
+            self._manager.ask_another_pass()
         while self._reconcile_done is not None:
             await self._reconcile_done.wait()
             if not self._dirty:

@@ -66,6 +66,9 @@ class ReconcileFinished:
     gated: Mapping[str, str] = field(default_factory=dict)
     failed: Mapping[str, str] = field(default_factory=dict)
     duration_ms: float = 0.0
+    starting: tuple[str, ...] = ()
+    """Servers still waiting for their handshake when another pass was asked for: they start on (and their
+    state events say how it went)."""
 
 
 @dataclass(frozen=True, slots=True)

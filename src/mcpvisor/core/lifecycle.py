@@ -5,11 +5,18 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import TypeVar
 
-__all__ = ["StackOwner", "running"]
+import anyio
+import anyio.abc
+
+__all__ = ["StackOwner", "run_until", "running"]
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -43,3 +50,39 @@ class StackOwner:
         if stack is None:
             return None
         return await stack.__aexit__(exc_type, exc, tb)
+
+
+async def run_until(
+    tg: anyio.abc.TaskGroup,
+    jobs: Mapping[str, Callable[[], Awaitable[None]]],
+    stop_waiting: Callable[[set[str]], Awaitable[None]],
+) -> set[str]:
+    """Run each job in ``tg`` (which outlives the caller) and wait until all are done, or until
+    ``stop_waiting(left)`` returns (``left``: the names of the jobs still running, kept current); those run on
+    and are returned. A job's exception is logged, never raised (each is a task of its own)."""
+    left = set(jobs)
+    done = anyio.Event()
+
+    async def run(name: str, job: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await job()
+        except Exception:
+            logger.exception("%s failed", name)
+        finally:
+            left.discard(name)
+            if not left:
+                done.set()
+
+    if not jobs:
+        return set()
+    for name, job in jobs.items():
+        tg.start_soon(run, name, job)
+    async with anyio.create_task_group() as waiting:
+
+        async def then_stop(wait: Awaitable[object]) -> None:
+            await wait
+            waiting.cancel_scope.cancel()
+
+        waiting.start_soon(then_stop, done.wait())
+        waiting.start_soon(then_stop, stop_waiting(left))
+    return set(left)

@@ -1,10 +1,8 @@
 """McpClientManager: applies reconcile plans to live connections (SPEC §5.3, §5.4).
 
-It owns the connections of one session. Every change goes through
-:meth:`discover_all_mcp_tools_incremental`: removals first, then gated tear-downs, then
-concurrent (re)connects bounded by a capacity limiter. Unchanged servers are never touched.
-A server that dies is reconnected with bounded exponential backoff; a deliberate stop never
-respawns.
+It owns the connections of one session. Every change goes through :meth:`discover_all_mcp_tools_incremental`:
+removals, gated tear-downs, then concurrent (re)connects bounded by a capacity limiter; unchanged servers are
+never touched. A server that dies reconnects with bounded exponential backoff; a deliberate stop never respawns.
 """
 
 from __future__ import annotations
@@ -15,7 +13,8 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -29,6 +28,7 @@ from mcpvisor.core.events import (
     ServerStateChanged,
     ToolsChanged,
 )
+from mcpvisor.core.lifecycle import run_until
 from mcpvisor.core.pool import default_max_starts
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, plan_reconcile
 from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, mcp_tool_name
@@ -50,9 +50,9 @@ BACKOFF_MAX_S = 30.0
 MAX_RECONNECT_ATTEMPTS = 8
 """After this many failed reconnects in a row the server stays down until the next reconcile."""
 STABLE_AFTER_S = 30.0
-"""A server that stops sooner than this after it connected is crashing in a loop: each such stop
-doubles the pause before the next start, and after :data:`MAX_RECONNECT_ATTEMPTS` of them in a row it
-is left down until the next reconcile."""
+"""A server that stops sooner than this after it connected is crashing in a loop: each such stop doubles the pause
+before the next start, and after :data:`MAX_RECONNECT_ATTEMPTS` of them in a row it is left down until the next
+reconcile."""
 
 
 class McpClientManager:
@@ -94,10 +94,10 @@ class McpClientManager:
         self._quick_stops: dict[str, int] = {}
         self._held_while_ending: set[str] = set()
         """Lost servers a reconcile left to their reconnect pause while their teardown was not over."""
+        self._handshaking: dict[str, McpClient] = {}  # in place, waiting for the handshake: a pass may take them on
+        self._another_pass = anyio.Event()
         self._closed = False
-        self.connect_count = 0
-        """How many connections were opened in total (for tests and benchmarks)."""
-        self.disconnect_count = 0
+        self.connect_count = self.disconnect_count = 0  # connections opened and closed (tests, benchmarks)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -134,6 +134,7 @@ class McpClientManager:
         if self._closed or (not self._config.is_trusted_folder() and not self._clients):
             return ReconcileFinished()
         started_at = time.perf_counter()
+        self._another_pass = anyio.Event()
         self._events.emit(McpClientUpdate(in_progress=True))
         plan = self.plan()
         desired = self._config.get_mcp_servers()
@@ -175,12 +176,9 @@ class McpClientManager:
         for name in plan.restart:
             self._purge(name)
         failed: dict[str, str] = {}
-        if plan.start or plan.restart:
-            async with anyio.create_task_group() as tg:
-                for name in plan.start:
-                    tg.start_soon(self._connect_one, name, desired[name], failed)
-                for name in plan.restart:
-                    tg.start_soon(self._restart_one, name, desired[name], failed)
+        jobs = {n: partial(self._connect_one, n, desired[n], failed) for n in plan.start}
+        jobs |= {n: partial(self._restart_one, n, desired[n], failed) for n in plan.restart}
+        starting = await run_until(self._tg, jobs, self._detachable)
 
         self._failed = (
             self._failed - set(plan.remove) - set(plan.gate_stop) - set(plan.start) - set(plan.restart)
@@ -193,12 +191,22 @@ class McpClientManager:
             refiltered=plan.refilter,
             kept=plan.keep,
             gated={**plan.gate_stop, **plan.gate_skip},
-            failed=failed,
+            failed=dict(failed),
             duration_ms=(time.perf_counter() - started_at) * 1000,
+            starting=tuple(sorted(starting)),
         )
         self._events.emit(McpClientUpdate(in_progress=False))
         self._events.emit(summary)
         return summary
+
+    def ask_another_pass(self) -> None:
+        """Another reconcile waits: a slow handshake (a download, a hang) must not hold it up. See ``_detachable``."""
+        self._another_pass.set()
+
+    async def _detachable(self, left: set[str]) -> None:  # once asked for, when each start left only handshakes
+        await self._another_pass.wait()
+        while not left <= self._handshaking.keys():  # noqa: ASYNC110 - stops, acquires: a few ms at most
+            await anyio.sleep(0.01)
 
     async def restart_mcp_servers(self) -> ReconcileFinished:
         """Full wipe and reconnect of everything (explicit request, benchmark baseline)."""
@@ -252,6 +260,7 @@ class McpClientManager:
             await self._open(name, cfg)
         except ConnectError as exc:
             failed[name] = str(exc)
+            self._failed.add(name)  # also when it failed after its pass was over
             logger.warning("%s", exc)
 
     async def _open(self, name: str, cfg: McpServerConfig) -> None:
@@ -284,15 +293,19 @@ class McpClientManager:
             self._sync_registry(name)
             return
         client = McpClient(name, cfg, options=self._options, on_change=self._on_client_change, on_lost=self._on_lost)
-        self._clients[name] = client
-        async with self._limiter:
-            if self._clients.get(name) is not client:
-                return  # superseded while waiting for a start slot
-            if not self._still_admitted(name):
-                return  # left unstarted (disconnected) for the next pass to remove or gate
-            self.connect_count += 1
-            await client.start(self._tg)
-            self._up_since[name] = time.monotonic()
+        self._clients[name] = self._handshaking[name] = client
+        try:
+            async with self._limiter:
+                if self._clients.get(name) is not client:
+                    return  # superseded while waiting for a start slot
+                if not self._still_admitted(name):
+                    return  # left unstarted (disconnected) for the next pass to remove or gate
+                self.connect_count += 1
+                await client.start(self._tg)
+                self._up_since[name] = time.monotonic()
+        finally:
+            if self._handshaking.get(name) is client:
+                del self._handshaking[name]
 
     def _still_admitted(self, name: str) -> bool:
         """Whether ``name`` may still start: a start waits (for a slot, a pass, a backoff) and the gating may
@@ -306,8 +319,7 @@ class McpClientManager:
         return False
 
     def _forget_unstarted(self, name: str) -> None:
-        """A start that did not happen leaves no config behind, unless a client is still held (its config
-        is how the next pass finds it to stop)."""
+        """A start that did not happen leaves no config behind, unless a client is held (the next pass stops it)."""
         if name not in self._clients:
             self._configs.pop(name, None)
             if name in self._config.get_merged_mcp_servers():
@@ -485,6 +497,3 @@ class McpClientManager:
 
     def snapshot(self) -> Mapping[str, ServerStateChanged]:
         return dict(self._last_state)
-
-    def debug_state(self) -> dict[str, Any]:
-        return {name: (c.status, c.pid, c.connection_id) for name, c in self._clients.items()}
