@@ -473,6 +473,20 @@ async def test_reload_with_a_half_saved_settings_file_keeps_the_last_good_config
         assert s.host.settings.trusted
 
 
+async def test_a_save_that_moves_the_file_away_and_writes_it_back_restarts_only_what_changed(tmp_path: Path) -> None:
+    """An editor's backup-by-rename save: for a moment there is no file. That is no deletion (yet)."""
+    user = {"mcpServers": {"a": server("a"), "b": server("b")}}
+    async with session(tmp_path, user=user) as s:
+        pids = {name: client.pid for name, client in s.host.config.manager.clients().items()}
+        path = s.layout.paths.user
+        path.rename(path.with_name(path.name + "~"))
+        await anyio.sleep(0.1)  # longer than the settle, shorter than the window
+        save(path, {"mcpServers": {"a": server("a"), "b": server("b", "--tools", "echo,other")}})
+        await s.rec.wait_for(lambda: "mcp__b__other" in s.host.config.tool_registry.names())
+        assert s.host.config.manager.clients()["a"].pid == pids["a"]  # untouched: never removed and added
+        assert not any(isinstance(e, SettingsWarning) and "was deleted" in e.message for e in s.rec.events)
+
+
 async def test_deleting_a_settings_file_says_so_and_removes_its_servers(tmp_path: Path) -> None:
     async with session(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
         s.layout.paths.user.unlink()

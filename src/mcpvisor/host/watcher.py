@@ -14,9 +14,8 @@ approvals store. How:
 - **Debounce, without paying it on every save**: a scope is read :data:`SETTLE_S` after its last
   file event (enough for an editor's write-then-rename); a save that parses is acted on at once, and
   what follows within :data:`DEBOUNCE_S` of that is coalesced into at most one more reload at the
-  window's end, so a burst of saves costs one extra reconcile at most. A save that does not parse is
-  read again a full :data:`DEBOUNCE_S` after the last event before it is reported: a half-written
-  file is never an error.
+  window's end, so a burst of saves costs one extra reconcile at most. A save that does not parse, or a
+  file gone, is read again a full :data:`DEBOUNCE_S` after the last event before it is acted on.
 - **Reload and diff** through :class:`Settings` (the in-memory state the app reads):
   no change → nothing (this swallows the app's own writes, which update memory first, and
   formatting-only saves); a parse error (an empty file from a non-atomic save included) → the
@@ -432,8 +431,9 @@ class SettingsWatcher:
         if self._settings.generation(scope) != generation:
             self._mark([scope])  # written meanwhile (e.g. by the app): read again
             return
-        if read.error is not None and scope not in self._confirming:
-            # Perhaps half a save: read it again once no event came for the whole window, then report.
+        gone = read.error is None and read.data is None and bool(self._settings.data(scope))
+        if (read.error is not None or gone) and scope not in self._confirming:
+            # Half a save (or one by rename, the new file not there yet)? Read it again after the whole window.
             self._confirming.add(scope)
             self._due[scope] = self._last_event.get(scope, anyio.current_time()) + self._debounce_s
             self._wake.set()
