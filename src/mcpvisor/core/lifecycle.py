@@ -14,7 +14,7 @@ from typing import TypeVar
 import anyio
 import anyio.abc
 
-__all__ = ["StackOwner", "run_until", "running"]
+__all__ = ["Background", "StackOwner", "running"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,37 +52,46 @@ class StackOwner:
         return await stack.__aexit__(exc_type, exc, tb)
 
 
-async def run_until(
-    tg: anyio.abc.TaskGroup,
-    jobs: Mapping[str, Callable[[], Awaitable[None]]],
-    stop_waiting: Callable[[set[str]], Awaitable[None]],
-) -> set[str]:
-    """Run each job in ``tg`` (which outlives the caller) and wait until all are done, or until
-    ``stop_waiting(left)`` returns (``left``: the names of the jobs still running, kept current); those run on
-    and are returned. A job's exception is logged, never raised (each is a task of its own)."""
-    left = set(jobs)
-    done = anyio.Event()
+class Background:
+    """Jobs run in a task group that outlives whoever started them; a caller waits for every job still running
+    (its own and earlier ones) or until told to stop waiting. A job's exception is logged, never raised."""
 
-    async def run(name: str, job: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, tg: anyio.abc.TaskGroup) -> None:
+        self._tg = tg
+        self.running: dict[str, int] = {}
+        """Names of the jobs still running, with how many run under each."""
+        self._changed = anyio.Event()
+
+    def start(self, jobs: Mapping[str, Callable[[], Awaitable[None]]]) -> None:
+        for name, job in jobs.items():
+            self.running[name] = self.running.get(name, 0) + 1
+            self._tg.start_soon(self._run, name, job)
+
+    async def _run(self, name: str, job: Callable[[], Awaitable[None]]) -> None:
         try:
             await job()
         except Exception:
             logger.exception("%s failed", name)
         finally:
-            left.discard(name)
-            if not left:
-                done.set()
+            self.running[name] -= 1
+            if not self.running[name]:
+                del self.running[name]
+            self._changed.set()
+            self._changed = anyio.Event()
 
-    if not jobs:
-        return set()
-    for name, job in jobs.items():
-        tg.start_soon(run, name, job)
-    async with anyio.create_task_group() as waiting:
+    async def wait(self, stop_waiting: Callable[[], Awaitable[None]]) -> set[str]:
+        """Wait until no job runs, or until ``stop_waiting()`` returns; the names still running then."""
+        async with anyio.create_task_group() as waiting:
 
-        async def then_stop(wait: Awaitable[object]) -> None:
-            await wait
-            waiting.cancel_scope.cancel()
+            async def all_done() -> None:
+                while self.running:
+                    await self._changed.wait()
+                waiting.cancel_scope.cancel()
 
-        waiting.start_soon(then_stop, done.wait())
-        waiting.start_soon(then_stop, stop_waiting(left))
-    return set(left)
+            async def told() -> None:
+                await stop_waiting()
+                waiting.cancel_scope.cancel()
+
+            waiting.start_soon(all_done)
+            waiting.start_soon(told)
+        return set(self.running)

@@ -28,7 +28,7 @@ from mcpvisor.core.events import (
     ServerStateChanged,
     ToolsChanged,
 )
-from mcpvisor.core.lifecycle import run_until
+from mcpvisor.core.lifecycle import Background
 from mcpvisor.core.pool import default_max_starts
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, plan_reconcile
 from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, mcp_tool_name
@@ -95,7 +95,7 @@ class McpClientManager:
         self._held_while_ending: set[str] = set()
         """Lost servers a reconcile left to their reconnect pause while their teardown was not over."""
         self._handshaking: dict[str, McpClient] = {}  # in place, waiting for the handshake: a pass may take them on
-        self._another_pass = anyio.Event()
+        self._another_pass, self._background = anyio.Event(), Background(tg)
         self._closed = False
         self.connect_count = self.disconnect_count = 0  # connections opened and closed (tests, benchmarks)
 
@@ -178,7 +178,8 @@ class McpClientManager:
         failed: dict[str, str] = {}
         jobs = {n: partial(self._connect_one, n, desired[n], failed) for n in plan.start}
         jobs |= {n: partial(self._restart_one, n, desired[n], failed) for n in plan.restart}
-        starting = await run_until(self._tg, jobs, self._detachable)
+        self._background.start(jobs)  # also waited for: starts an earlier pass left running
+        starting = await self._background.wait(self._detachable)
 
         self._failed = (
             self._failed - set(plan.remove) - set(plan.gate_stop) - set(plan.start) - set(plan.restart)
@@ -203,9 +204,9 @@ class McpClientManager:
         """Another reconcile waits: a slow handshake (a download, a hang) must not hold it up. See ``_detachable``."""
         self._another_pass.set()
 
-    async def _detachable(self, left: set[str]) -> None:  # once asked for, when each start left only handshakes
+    async def _detachable(self) -> None:  # once asked for, when each start left only handshakes
         await self._another_pass.wait()
-        while not left <= self._handshaking.keys():  # noqa: ASYNC110 - stops, acquires: a few ms at most
+        while not self._background.running.keys() <= self._handshaking.keys():  # noqa: ASYNC110 - stops, acquires: a few ms at most
             await anyio.sleep(0.01)
 
     async def restart_mcp_servers(self) -> ReconcileFinished:
