@@ -373,6 +373,8 @@ async def test_human_output_has_a_status_table_and_one_line_per_change(tmp_path:
     async def until(text: str) -> None:
         nonlocal output
         assert process.stdout is not None
+        if text in output:  # came with an earlier line
+            return
         with anyio.fail_after(WAIT_S):
             async for chunk in TextReceiveStream(process.stdout):
                 output += chunk
@@ -401,6 +403,16 @@ async def test_human_output_has_a_status_table_and_one_line_per_change(tmp_path:
         save(layout.paths.user, {"mcpServers": {**kept, "e": server("e", m)}, "mcp": {"excluded": ["d"]}})
         await until("+ added e (1 tool)")
         assert output.count("○ d disabled") == 1  # said when it changed, not after every reload
+        # A server slow to start holds no later edit up; how its start ends is said when it does.
+        slow = {**server("slow", m, "--hang-on-initialize"), "discoveryTimeoutMs": 3000}
+        kept = {**kept, "e": server("e", m), "slow": slow}
+        save(layout.paths.user, {"mcpServers": kept, "mcp": {"excluded": ["d"]}})
+        await anyio.sleep(1)  # its start is under way
+        save(layout.paths.user, {"mcpServers": {**kept, "f": server("f", m)}, "mcp": {"excluded": ["d"]}})
+        await until("◌ slow is still starting")
+        await until("+ added f (1 tool)")
+        await until("✗ slow failed to start: no answer within 3 s")
+        assert "+ added slow" not in output
         process.send_signal(signal.SIGINT)
         with anyio.fail_after(WAIT_S):
             await process.wait()

@@ -53,6 +53,8 @@ class HumanOutput:
         """The gating reason last said per server: a reload that leaves it as it was says nothing."""
         self._failures: dict[str, str] = {}
         """The start failure last said per server: a retry that fails the same way says nothing."""
+        self._starting: set[str] = set()
+        """Servers a reconcile left starting (another change went first): their end is said when it comes."""
         self._up: set[str] = set()
         """The servers connected since last said: only they can be said to have disconnected (a start that
         failed is said by the reconcile's 'failed to start')."""
@@ -69,7 +71,10 @@ class HumanOutput:
         if isinstance(event, ReconcileFinished):
             current = self._host.config.get_mcp_servers()
             if self._ready:
-                for name in (*event.added, *event.retried):
+                for name in event.starting:  # another change went first: how its start ends is said when it does
+                    c.print(f"[dim]◌ {escape(str(name))} is still starting[/]")
+                self._starting |= set(event.starting)
+                for name in (n for n in (*event.added, *event.retried) if n not in event.starting):
                     failed = event.failed.get(name)
                     if failed:
                         reason = failed.split(": ", 1)[-1]
@@ -150,6 +155,13 @@ class HumanOutput:
             c.print(f"[yellow]! {keys} in {where} take effect when mcpvisor restarts (other changes were applied)[/]")
         elif isinstance(event, McpReloadFailed):
             c.print(f"[red]✗ {escape(str(event.message))} ({escape(str(event.detail))})[/]")
+        elif isinstance(event, ServerStateChanged) and event.server in self._starting and event.status != "connecting":
+            self._starting.discard(event.server)
+            if event.status == "connected":
+                self._up.add(event.server)
+                c.print(f"[green]+ connected {escape(str(event.server))}[/] ({plural(len(event.tools), 'tool')})")
+            elif event.error:
+                c.print(f"[red]✗ {escape(str(event.server))} failed to start:[/] {escape(str(event.error))}")
         elif isinstance(event, ServerStateChanged) and event.status != "disconnected":
             if event.status == "connected":
                 self._up.add(event.server)
