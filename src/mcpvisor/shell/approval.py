@@ -163,7 +163,7 @@ def lsp_approval_request(name: str, cfg: LspServerConfig, source: str, path: str
         command=command if isinstance(command, str) else None,
         args=args,
         cwd=shown("workspace_folder"),
-        url=None if cfg.transport == "stdio" else f"{json.dumps(socket)}",
+        url=None if cfg.transport == "stdio" else json.dumps(socket),
         env_keys=tuple(sorted(key for key in written_env if not CODE_LOADING_ENV.match(key))),
         header_keys=(),
         code_env=tuple((key, str(value)) for key, value in sorted(written_env.items()) if CODE_LOADING_ENV.match(key)),
