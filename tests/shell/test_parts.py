@@ -109,7 +109,7 @@ def test_prompt_arguments_are_json_or_text_for_the_first_argument() -> None:
 # -- the approval dialog ----------------------------------------------------------------------
 
 
-def test_an_approval_request_shows_command_and_file_and_only_the_names_of_env_variables() -> None:
+def test_an_approval_request_shows_command_and_file_and_env_values_but_secrets() -> None:
     cfg = McpServerConfig.model_validate(
         {"command": "npx", "args": ["-y", "srv", "--flag=a b"], "env": {"TOKEN": "t0ps3cret", "A": "x"}, "cwd": "/w"}
     )
@@ -123,7 +123,8 @@ def test_an_approval_request_shows_command_and_file_and_only_the_names_of_env_va
         "    command: npx",
         '    args:    ["-y", "srv", "--flag=a b"]',
         "    cwd:     /w",
-        "    env:     A, TOKEN (values hidden)",
+        "    env:     A=x",
+        "    env:     TOKEN (values hidden)",
     ]
 
 
@@ -270,7 +271,7 @@ def test_what_others_wrote_reaches_the_terminal_with_its_control_characters_show
     out = io.StringIO()
     console = new_console(file=out, highlight=False, force_terminal=True)
     console.print(Text("result \x1b]0;title \x1b[2J", style="bold"))
-    console.print(indented(Text("tool \x9b31m \u202eevil"), 2))
+    console.print(indented(Text("tool \x9b31m \u202eevil\u2028? y needs approval\x85x"), 2))
     console.print("[green]ok[/] \x1b[31m")
     printed = out.getvalue()
     assert "\x1b]0;" not in printed
@@ -278,7 +279,7 @@ def test_what_others_wrote_reaches_the_terminal_with_its_control_characters_show
     assert "\x9b" not in printed
     assert "\u202e" not in printed
     assert "result ␛]0;title ␛[2J" in printed
-    assert "tool \ufffd31m \ufffdevil" in printed
+    assert "tool \ufffd31m \ufffdevil\ufffd? y needs approval\ufffdx" in printed
     assert "\x1b[32mok" in printed  # the console's own styling is untouched
     assert "␛[31m" in printed
     out.truncate(0)

@@ -39,6 +39,7 @@ __all__ = [
     "canonical_json",
     "connection_id_of",
     "exposure_of",
+    "is_secret_name",
     "normalize_server_entry",
     "redact_text",
     "redact_url",
@@ -216,6 +217,10 @@ class McpServerConfig(BaseModel):
         a ``${VAR}`` runs whatever the environment of the process that runs it says, and may hold a secret)."""
         return self._literal.get(key) if self._literal is not None else getattr(self, key)
 
+    def written_entry(self) -> dict[str, Any]:
+        """The entry as written, before ``${VAR}`` expansion, in canonical spelling: what an approval covers."""
+        return dict(self._literal) if self._literal is not None else self.entry()
+
     @property
     def transport(self) -> TransportKind:
         if self.command is not None:
@@ -262,10 +267,11 @@ class McpServerConfig(BaseModel):
         return written if isinstance(written, list) and len(written) == len(self.args) else self.args
 
     def expansions(self) -> list[tuple[str, str]]:
-        """``(value as run, as written)`` for the command, each argument and the URL that ``${VAR}`` expansion
-        changed, longest first: what :func:`redact_text` puts back as written."""
+        """``(value as run, as written)`` for the command, each argument, the URL and the working folder that
+        ``${VAR}`` expansion changed, longest first: what :func:`redact_text` puts back as written."""
         pairs = [(self.command, self.approved_value("command")), (self.http_url, self.approved_value("http_url"))]
         pairs.append((self.url, self.approved_value("url")))
+        pairs.append((self.cwd, self.approved_value("cwd")))
         pairs.extend(zip(self.args, self._written_args(), strict=True))
         changed = {run: str(written) for run, written in pairs if run and isinstance(written, str) and run != written}
         return sorted(changed.items(), key=lambda pair: -len(pair[0]))
@@ -290,14 +296,36 @@ def redact_url(url: str) -> str:
 
 CODE_LOADING_ENV = re.compile(
     r"^(LD_.*|DYLD_.*|PATH|NODE_OPTIONS|NODE_PATH|PYTHONSTARTUP|PYTHONPATH|PYTHONHOME|PYTHONUSERBASE|BASH_ENV|ENV"
-    r"|ZDOTDIR|HOME|XDG_CONFIG_HOME|GIT_CONFIG_GLOBAL|GIT_CONFIG_SYSTEM|GCONV_PATH|CLASSPATH"
-    r"|PERL5OPT|PERL5LIB|PERLLIB|RUBYOPT|RUBYLIB|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|JDK_JAVA_OPTIONS)$",
+    r"|ZDOTDIR|HOME|XDG_CONFIG_HOME|GCONV_PATH|CLASSPATH|PYTHONWARNINGS|PYTHONBREAKPOINT|PYTHONEXECUTABLE"
+    r"|PERL5OPT|PERL5LIB|PERLLIB|RUBYOPT|RUBYLIB|JAVA_TOOL_OPTIONS|_JAVA_OPTIONS|JDK_JAVA_OPTIONS|MAVEN_OPTS"
+    r"|GRADLE_OPTS|GIT_CONFIG.*|GIT_.*ASKPASS|GIT_SSH.*|GIT_EXEC_PATH|GIT_EXTERNAL_DIFF|GIT_PAGER|GIT_EDITOR"
+    r"|GIT_PROXY_COMMAND|GIT_TEMPLATE_DIR|GIT_DIR|GIT_WORK_TREE|SSH_ASKPASS|EDITOR|VISUAL|PAGER|SHELL"
+    r"|PROMPT_COMMAND|PS4|NPM_CONFIG_.*|YARN_.*|COREPACK_.*|BUN_.*|DENO_.*|PIP_.*|UV_.*|PIPX_.*|POETRY_.*"
+    r"|DOTNET_STARTUP_HOOKS|GOFLAGS|GOPROXY|GOTOOLCHAIN|RUSTC_WRAPPER|RUSTC|CARGO_.*|LUA_INIT.*|LUA_PATH.*"
+    r"|LUA_CPATH.*|R_PROFILE.*|TCLLIBPATH|ERL_.*FLAGS|ELECTRON_RUN_AS_NODE|NODE_TLS_REJECT_UNAUTHORIZED"
+    r"|NODE_EXTRA_CA_CERTS|SSL_CERT_.*|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|(HTTPS?|ALL)_PROXY)$",
     re.IGNORECASE,
 )
 """Environment variables that make a process load code of their value's choosing (a preloaded library, a
-module path, a start-up script, interpreter flags, a home or configuration folder whose files run code) or
-choose the programs a bare command name runs (``PATH``: also the interpreter of a ``#!/usr/bin/env node``
-script such as ``npx``)."""
+module path, a start-up script, interpreter flags, a home or configuration folder whose files run code, a
+program run for a password, an editor or a pager), choose the programs a bare command name runs (``PATH``:
+also the interpreter of a ``#!/usr/bin/env node`` script such as ``npx``), or choose where a package runner
+(``npx``, ``uvx``, ``pipx``…) fetches the package, or whom it trusts while fetching it."""
+
+_SECRET_WORDS = frozenset(
+    {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE", "KEY", "APIKEY", "CREDENTIAL", "CREDENTIALS"}
+    | {"AUTH", "AUTHORIZATION", "COOKIE", "SESSION", "PRIVATE", "PAT", "SIGNATURE", "BEARER", "JWT", "DSN"}
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable, header or field named ``name`` looks as if it carries a secret (``GITHUB_TOKEN``,
+    ``X-Api-Key``, ``clientSecret``): its value is not shown, even as written."""
+    words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).upper().replace("-", "_").split("_")
+    if words[-1] in ("FILE", "PATH", "DIR"):  # privateKeyFile: where a secret is, which an approval must show
+        return False
+    return any(word in _SECRET_WORDS for word in words)
+
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 """A URL in a message: up to a space, a quote or an angle bracket. Parentheses may be part of it (a password,

@@ -13,12 +13,12 @@ import json
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.text import Text
 
-from mcpvisor.core.server_config import CODE_LOADING_ENV, McpServerConfig
+from mcpvisor.core.server_config import CODE_LOADING_ENV, McpServerConfig, is_secret_name, redact_text
 from mcpvisor.host.lsp.config import LSP_KEY_PREFIX, RUNS_WORKSPACE_CODE, LspServerConfig
 from mcpvisor.host.settings.expand import variables_in
 from mcpvisor.host.settings.mcp_servers import ServerSource
@@ -81,9 +81,13 @@ class ApprovalRequest:
     cwd: str | None
     url: str | None
     env_keys: tuple[str, ...]
-    """The env variables whose values are not shown (they may hold secrets)."""
+    """The env variables whose values are not shown: named as secrets are (``API_TOKEN``), and written as more
+    than ``${VAR}``."""
     header_keys: tuple[str, ...]
     code_env: tuple[tuple[str, str], ...] = ()
+    env_values: tuple[tuple[str, str], ...] = ()
+    """The other env variables, with their values as written (a server may load code named by any variable it
+    reads: ``MYSERVER_PLUGINS=./evil``)."""
     reads: tuple[str, ...] = ()
     """What the server is given of the environment of the mcpvisor that runs it: ``${GITHUB_TOKEN} -> env
     FOO`` (names only: an env value or a header that copies a variable may carry a secret off the machine)."""
@@ -107,13 +111,73 @@ def names_variables(*values: object) -> bool:
 
 def copied_variables(**written: object) -> tuple[str, ...]:
     """``${VAR} -> env FOO`` for each variable that a value of the mappings in ``written`` (``env=...``,
-    ``header=...``; as written) copies from the environment."""
+    ``header=...``; as written) copies from the environment; ``${VAR} -> oauth.clientSecret`` for one in a
+    value nested deeper (``oauth={...}``)."""
     copies: list[str] = []
     for kind, values in written.items():
-        if isinstance(values, Mapping):
+        if isinstance(values, Mapping) and kind in ("env", "header"):
             for key, value in sorted(values.items()):
                 copies.extend(f"${{{name}}} -> {kind} {key}" for name in variables_in(str(value)))
+        else:
+            copies.extend(
+                f"${{{name}}} -> {where}" for where, text in _strings(values, kind) for name in variables_in(text)
+            )
     return tuple(copies)
+
+
+def _strings(value: object, where: str) -> list[tuple[str, str]]:
+    """Every string inside ``value`` with its dotted place (``oauth.idp.idToken``)."""
+    if isinstance(value, str):
+        return [(where, value)]
+    if isinstance(value, Mapping):
+        return [found for key, item in value.items() for found in _strings(item, f"{where}.{key}")]
+    if isinstance(value, list | tuple):
+        return [found for item in value for found in _strings(item, where)]
+    return []
+
+
+def _only_variables(value: object) -> bool:
+    """Whether ``value`` as written is nothing but ``${VAR}`` references (shown as written, it tells no secret)."""
+    return isinstance(value, str) and bool(variables_in(value)) and not _VARIABLES.sub("", value).strip()
+
+
+_VARIABLES = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\}|[A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _shown(value: Any, name: str = "") -> Any:
+    """``value`` as an approval shows it: a secret's (by its name) hidden unless it is only ``${VAR}``, URLs
+    without their credentials and query values."""
+    if name and is_secret_name(name) and not _only_variables(value):
+        return "(hidden)"
+    if isinstance(value, Mapping):
+        return {key: _shown(item, str(key)) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_shown(item) for item in value]
+    return redact_text(value) if isinstance(value, str) else value
+
+
+def _env_parts(
+    written: Mapping[str, Any],
+) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """An entry's env as an approval shows it: what decides the code that runs, the other values shown, and the
+    names whose values stay hidden."""
+    code: list[tuple[str, str]] = []
+    shown: list[tuple[str, str]] = []
+    hidden: list[str] = []
+    for key, value in sorted(written.items()):
+        if CODE_LOADING_ENV.match(key):
+            code.append((key, str(value)))
+        elif is_secret_name(key) and not _only_variables(value):
+            hidden.append(key)
+        else:
+            shown.append((key, str(_shown(value))))
+    return tuple(code), tuple(shown), tuple(hidden)
+
+
+_APART: frozenset[str] = frozenset(
+    {"command", "args", "cwd", "url", "http_url", "env", "headers", "scope", "extension_name", "description"}
+)
+"""Keys of an MCP server's entry an approval shows on lines of their own, or not at all (not approved)."""
 
 
 def approval_request(name: str, cfg: McpServerConfig, source: ServerSource) -> ApprovalRequest:
@@ -121,7 +185,11 @@ def approval_request(name: str, cfg: McpServerConfig, source: ServerSource) -> A
     shown = cfg.approved_value
     command, args, cwd = shown("command"), tuple(shown("args") or ()), shown("cwd")
     url = (shown("http_url") or shown("url")) if cfg.command is None else None
-    reads = copied_variables(env=shown("env"), header=shown("headers"))
+    written = cfg.written_entry()
+    rest = {key: value for key, value in sorted(written.items()) if key not in _APART}
+    reads = copied_variables(env=shown("env"), header=shown("headers"), **rest)
+    env = shown("env")
+    code_env, env_values, env_hidden = _env_parts(env if isinstance(env, Mapping) else {})
     return ApprovalRequest(
         name=name,
         hash=cfg.approval_hash,
@@ -132,10 +200,12 @@ def approval_request(name: str, cfg: McpServerConfig, source: ServerSource) -> A
         args=args,
         cwd=cwd,
         url=url,
-        env_keys=tuple(sorted(key for key in cfg.env or {} if not CODE_LOADING_ENV.match(key))),
+        env_keys=env_hidden,
         header_keys=tuple(sorted(cfg.headers or {})),
-        code_env=cfg.code_loading_env(),
+        code_env=code_env,
+        env_values=env_values,
         reads=reads,
+        details=tuple((key, json.dumps(_shown(value, key), ensure_ascii=False)) for key, value in rest.items()),
         notes=(FROM_ENVIRONMENT,) if reads or names_variables(command, *args, cwd, url) else (),
     )
 
@@ -153,6 +223,7 @@ def lsp_approval_request(name: str, cfg: LspServerConfig, source: str, path: str
         if value is not None
     )
     reads = copied_variables(env=written_env)
+    code_env, env_values, env_hidden = _env_parts(written_env)
     variables = reads or names_variables(command, *args, shown("workspace_folder"), *(v for _, v in details), socket)
     return ApprovalRequest(
         name=f"{LSP_KEY_PREFIX}{name}",
@@ -164,9 +235,10 @@ def lsp_approval_request(name: str, cfg: LspServerConfig, source: str, path: str
         args=args,
         cwd=shown("workspace_folder"),
         url=None if cfg.transport == "stdio" else json.dumps(socket),
-        env_keys=tuple(sorted(key for key in written_env if not CODE_LOADING_ENV.match(key))),
+        env_keys=env_hidden,
         header_keys=(),
-        code_env=tuple((key, str(value)) for key, value in sorted(written_env.items()) if CODE_LOADING_ENV.match(key)),
+        code_env=code_env,
+        env_values=env_values,
         reads=reads,
         files=tuple(f"{ext} ({lang})" for ext, lang in sorted(cfg.extension_to_language.items())),
         details=details,
@@ -192,6 +264,8 @@ def approval_lines(request: ApprovalRequest) -> list[tuple[str, str]]:
         lines.append(("socket" if request.files else "url", f"{request.url} ({request.transport})"))
     for key, value in request.code_env:
         lines.append(("env", f"{key}={value} (decides what code runs)"))
+    for key, value in request.env_values:
+        lines.append(("env", f"{key}={value}"))
     if request.env_keys:
         lines.append(("env", f"{', '.join(request.env_keys)} (values hidden)"))
     if request.header_keys:

@@ -5,7 +5,7 @@ What these consoles print comes in part from others: a repository's settings, a 
 descriptions and results. A terminal takes an escape sequence in any of it for a command (clear the
 line, move the cursor, set the title), so an approval could show one command while another runs.
 Every console here prints control characters as visible symbols (``ESC`` as ``␛``), and bidirectional
-overrides as ``�``; its own styling is unaffected.
+overrides and Unicode's line and paragraph separators as ``�``; its own styling is unaffected.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ def new_console(*, stderr: bool = False, **options: Any) -> Console:
 _CONTROLS = {code: chr(0x2400 + code) for code in range(0x20) if code not in (0x09, 0x0A)}  # ␀ ... ␟
 _CONTROLS |= {0x7F: "\u2421"} | dict.fromkeys(range(0x80, 0xA0), "\ufffd")  # DEL; C1, whose 0x9B opens a sequence
 _CONTROLS |= dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A)], "\ufffd")  # bidi overrides, isolates
+_CONTROLS |= dict.fromkeys([0x2028, 0x2029], "\ufffd")  # line and paragraph separators: a line break to many readers
 
 
 def visible(text: str) -> str:
