@@ -2,11 +2,14 @@
 
 An approval binds a project server's *configuration*; a server whose configuration never changes can
 still change what its tools say (a tool description that starts telling the agent to send files
-somewhere). So the first time a pinned server connects under an approved configuration, the SHA-256
-of each tool's ``{name, description, inputSchema, annotations}`` and each prompt's ``{name,
-description, arguments}`` is recorded with that configuration's approval hash. From then on, a
-listing that brings a changed or new definition registers the unchanged ones and **holds** the
-others: not in the registry, not served by the gateway, not callable. ``mcpvisor mcp approve NAME``
+somewhere). So the first time a pinned server connects, the SHA-256 of each tool's definition (name,
+title, description, input and output schemas, annotations, execution, icons, ``_meta``) and each
+prompt's (name, title, description, arguments, icons, ``_meta``) is recorded with its configuration's
+approval hash. From then on, a listing that brings a changed or new definition registers the unchanged
+ones and **holds** the others: not in the registry, not served by the gateway, not callable. A name
+offered twice with two definitions is held too (which copy would be served is anyone's guess). An
+approved change of the configuration keeps what was pinned: what the server offers under it is held
+where it differs (an approval shows the configuration, never the tools). ``mcpvisor mcp approve NAME``
 (or the shell's ``/approve NAME``) shows what changed and accepts it.
 
 Which servers are pinned is ``mcp.pinTools``: ``gated`` (the default: project and workspace servers),
@@ -16,11 +19,13 @@ set it; the workspace's settings can only make it stricter, never turn it off fo
 The store is one private file (``$MCPVISOR_HOME/tool-pins.json``) like the approvals store::
 
     { "<project root>" | "user": { "<server>": {
-        "config": "<approval hash>",
+        "config": "<approval hash>", "format": 2,
         "tools": {"<name>": {"sha256": "…", "definition": {…}}}, "prompts": {…},
         "heldTools": {…}, "heldPrompts": {…} } } }
 
 A corrupt store fails closed: every definition of a pinned server is held until it is fixed or deleted.
+A record of format 1 pinned fewer keys; a definition whose format-1 keys are unchanged is pinned again with
+all of them, once.
 """
 
 from __future__ import annotations
@@ -73,8 +78,23 @@ DEFAULT_PIN_MODE: Final[PinMode] = "gated"
 GATE_LOCK_TIMEOUT_S: Final = 2.0
 """How long a running host waits for the store's lock when it pins or notes held definitions."""
 
-_TOOL_KEYS: Final = ("name", "description", "inputSchema", "annotations")
-_PROMPT_KEYS: Final = ("name", "description", "arguments")
+_TOOL_KEYS: Final = (
+    "name",
+    "title",
+    "description",
+    "inputSchema",
+    "outputSchema",
+    "annotations",
+    "execution",
+    "icons",
+    "_meta",
+)
+_PROMPT_KEYS: Final = ("name", "title", "description", "arguments", "icons", "_meta")
+_FORMAT_1_KEYS: Final = {
+    "tools": ("name", "description", "inputSchema", "annotations"),
+    "prompts": ("name", "description", "arguments"),
+}
+PIN_FORMAT: Final = 2
 _KINDS: Final = (("tools", "heldTools"), ("prompts", "heldPrompts"))
 Kind = Literal["tools", "prompts"]
 
@@ -176,8 +196,10 @@ class PinStore(PrivateJsonStore):
     def create(
         self, scope: str, name: str, record: Mapping[str, Any], *, timeout_s: float = 10.0
     ) -> dict[str, Any] | None:
-        """Pin ``record`` unless a record for the same configuration exists by now (another process pinned
-        it first): then that one is returned and nothing is written. ``None``: ``record`` was written."""
+        """Pin ``record`` (a configuration's first use) unless a record exists: one for the same configuration
+        (another process pinned it first) is returned and nothing is written; one for an earlier configuration
+        has its pinned definitions carried over to this one (written, and returned): what a changed
+        configuration offers is compared with what was pinned. ``None``: ``record`` was written."""
         winner: list[dict[str, Any]] = []
 
         def change(records: dict[str, Any]) -> None:
@@ -185,7 +207,10 @@ class PinStore(PrivateJsonStore):
             if isinstance(existing, dict) and existing.get("config") == record.get("config"):
                 winner.append(existing)
                 return
-            records.setdefault(scope, {})[name] = dict(record)
+            if isinstance(existing, dict):
+                carried = {key: existing[key] for key in ("tools", "prompts", "format") if key in existing}
+                winner.append({**carried, "config": record.get("config")})
+            records.setdefault(scope, {})[name] = dict(winner[0] if winner else record)
 
         self.mutate(change, timeout_s=timeout_s)
         return winner[0] if winner else None
@@ -237,10 +262,9 @@ class PinGate:
         if not is_pinned(self._mode(), cfg):
             return Admitted(tools, prompts)
         scope = pin_scope(self._root, cfg)
-        current = {
-            "tools": {t.name: tool_definition(t) for t in tools},
-            "prompts": {p.name: prompt_definition(p) for p in prompts},
-        }
+        (tool_defs, twice_tools), (prompt_defs, twice_prompts) = _by_name(tools, _TOOL_KEYS), _by_name(prompts)
+        current = {"tools": tool_defs, "prompts": prompt_defs}
+        twice = {"heldTools": twice_tools, "heldPrompts": twice_prompts}
         try:
             record = self._store.record(scope, name)
         except ConfigError as exc:
@@ -250,21 +274,28 @@ class PinGate:
             return Admitted((), (), tuple(t.name for t in tools), tuple(p.name for p in prompts))
         if record is None or record.get("config") != cfg.approval_hash:
             # First use of this configuration (approved just now, or a user server first seen): pin it, unless
-            # another process (a fleet's other replica) pinned it first: then compare with what it pinned.
-            fresh = {"config": cfg.approval_hash, "tools": _entries(current["tools"])}
-            fresh["prompts"] = _entries(current["prompts"])
+            # another process (a fleet's other replica) pinned it first, or an earlier configuration pinned
+            # definitions: then compare with those.
+            fresh: dict[str, Any] = {"config": cfg.approval_hash, "format": PIN_FORMAT}
+            for kind, held_key in _KINDS:
+                fresh[kind] = {n: e for n, e in _entries(current[kind]).items() if n not in twice[held_key]}
             try:
                 record = self._store.create(scope, name, fresh, timeout_s=GATE_LOCK_TIMEOUT_S)
             except (ConfigError, OSError) as exc:  # nothing pinned: nothing admitted unpinned either
                 logger.warning("could not record the tool definitions of server %r: %s; holding them", name, exc)
                 return Admitted((), (), tuple(t.name for t in tools), tuple(p.name for p in prompts))
-            if record is None:
+            if record is None and not any(twice.values()):
                 return Admitted(tools, prompts)
+            record = record or fresh
+        if record.get("format") != PIN_FORMAT:
+            record = self._upgraded(scope, name, record, current)
         held: dict[str, dict[str, Any]] = {}
         for kind, held_key in _KINDS:
             pinned = record.get(kind, {})
             held[held_key] = {
-                n: entry for n, entry in _entries(current[kind]).items() if _digest(pinned.get(n)) != entry["sha256"]
+                n: entry
+                for n, entry in _entries(current[kind]).items()
+                if _digest(pinned.get(n)) != entry["sha256"] or n in twice[held_key]
             }
         # Held definitions are added to the record; one is taken off only by the gate that found it held, once its
         # server no longer offers it (accepting takes them all off): copies of one server that say different
@@ -293,11 +324,40 @@ class PinGate:
             tuple(held["heldPrompts"]),
         )
 
+    def _upgraded(
+        self, scope: str, name: str, record: Mapping[str, Any], current: Mapping[str, Mapping[str, dict[str, Any]]]
+    ) -> dict[str, Any]:
+        """A format-1 record pinned again with every key of the definitions whose format-1 keys are unchanged
+        (written); the others keep their entries, and are held."""
+        upgraded = {**record, "format": PIN_FORMAT}
+        for kind, _ in _KINDS:
+            pinned = dict(record.get(kind, {}))
+            for n, definition in current[kind].items():
+                old = {key: definition[key] for key in _FORMAT_1_KEYS[kind] if key in definition}
+                if n in pinned and _digest(pinned[n]) == definition_digest(old):
+                    pinned[n] = {"sha256": definition_digest(definition), "definition": definition}
+            upgraded[kind] = pinned
+        self._write(scope, name, upgraded)
+        return upgraded
+
     def _write(self, scope: str, name: str, record: Mapping[str, Any]) -> None:
         try:
             self._store.put(scope, name, record, timeout_s=GATE_LOCK_TIMEOUT_S)
         except (ConfigError, OSError) as exc:
             logger.warning("could not record the tool definitions of server %r: %s", name, exc)
+
+
+def _by_name(
+    items: Sequence[Tool] | Sequence[Prompt], keys: Sequence[str] = _PROMPT_KEYS
+) -> tuple[dict[str, dict[str, Any]], set[str]]:
+    """Each name's definition (its first copy), and the names offered twice with different definitions."""
+    definitions: dict[str, dict[str, Any]] = {}
+    twice: set[str] = set()
+    for item in items:
+        definition = _definition(item, keys)
+        if definitions.setdefault(item.name, definition) != definition:
+            twice.add(item.name)
+    return definitions, twice
 
 
 def _digest(entry: Any) -> str | None:
