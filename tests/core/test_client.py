@@ -579,6 +579,41 @@ async def test_a_server_that_answers_its_listing_with_an_error_is_down_with_that
     assert client.status == "disconnected"
 
 
+ENDLESS_SERVER = """
+import json, sys
+many = sys.argv[1] == "many"
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    if msg.get("method") == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "endless", "version": "1"}}
+    else:
+        page = int(msg.get("params", {}).get("cursor") or 0)
+        tools = [{"name": f"t{page}_{i}", "inputSchema": {"type": "object"}} for i in range(6000 if many else 1)]
+        result = {"tools": tools, "nextCursor": str(page + 1)}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("pages", "listing the server's tools took more than 1,000 pages (it keeps naming a next one)"),
+        ("many", "the server listed more than 10,000 tools; none were taken"),
+    ],
+)
+async def test_a_listing_that_never_ends_fails_the_start_instead_of_filling_memory(
+    tmp_path: Path, kind: str, said: str
+) -> None:
+    client = scripted(tmp_path, "endless", ENDLESS_SERVER, kind)
+    async with anyio.create_task_group() as tg:
+        with pytest.raises(ConnectError) as raised:
+            await client.start(tg)
+    assert str(raised.value) == f"could not connect to server 'endless': {said}"
+
+
 async def test_a_call_past_its_timeout_is_a_timeout_error_naming_the_setting_and_the_connection_stays(
     tmp_path: Path,
 ) -> None:

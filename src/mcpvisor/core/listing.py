@@ -20,6 +20,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 __all__ = [
+    "ListingTooLong",
     "Listings",
     "Refresher",
     "discover",
@@ -44,33 +45,50 @@ class RequestRefresh(Protocol):
 _Page = TypeVar("_Page")
 _Item = TypeVar("_Item")
 
+MAX_LISTED = 10_000
+"""The most tools, prompts, resources or templates one server may list (each); more fails the listing."""
+MAX_PAGES = 1_000
+"""The most pages one listing may take: a server that always names a next page cannot fill the host's memory."""
+
+
+class ListingTooLong(MCPError):
+    """A server listed more than :data:`MAX_LISTED` of a kind, or in more than :data:`MAX_PAGES` pages."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(types.INTERNAL_ERROR, message)
+
 
 async def _paginate(
-    fetch: Callable[[str | None], Awaitable[_Page]], items: Callable[[_Page], list[_Item]]
+    fetch: Callable[[str | None], Awaitable[_Page]], items: Callable[[_Page], list[_Item]], what: str
 ) -> list[_Item]:
     out: list[_Item] = []
     cursor: str | None = None
-    while True:
+    for _ in range(MAX_PAGES):
         page = await fetch(cursor)
         out.extend(items(page))
+        if len(out) > MAX_LISTED:
+            raise ListingTooLong(f"the server listed more than {MAX_LISTED:,} {what}; none were taken")
         cursor = getattr(page, "next_cursor", None)
         if cursor is None:
             return out
+    raise ListingTooLong(f"listing the server's {what} took more than {MAX_PAGES:,} pages (it keeps naming a next one)")
 
 
 async def list_all_tools(client: Client, *, bypass: bool = False) -> list[types.Tool]:
     mode: CacheMode = "bypass" if bypass else "use"
-    return await _paginate(lambda c: client.list_tools(cursor=c, cache_mode=mode), lambda p: p.tools)
+    return await _paginate(lambda c: client.list_tools(cursor=c, cache_mode=mode), lambda p: p.tools, "tools")
 
 
 async def list_all_prompts(client: Client, *, bypass: bool = False) -> list[types.Prompt]:
     mode: CacheMode = "bypass" if bypass else "use"
-    return await _paginate(lambda c: client.list_prompts(cursor=c, cache_mode=mode), lambda p: p.prompts)
+    return await _paginate(lambda c: client.list_prompts(cursor=c, cache_mode=mode), lambda p: p.prompts, "prompts")
 
 
 async def list_all_resources(client: Client, *, bypass: bool = False) -> list[types.Resource]:
     mode: CacheMode = "bypass" if bypass else "use"
-    return await _paginate(lambda c: client.list_resources(cursor=c, cache_mode=mode), lambda p: p.resources)
+    return await _paginate(
+        lambda c: client.list_resources(cursor=c, cache_mode=mode), lambda p: p.resources, "resources"
+    )
 
 
 async def list_all_resource_templates(client: Client, *, bypass: bool = False) -> list[types.ResourceTemplate]:
@@ -79,7 +97,9 @@ async def list_all_resource_templates(client: Client, *, bypass: bool = False) -
     mode: CacheMode = "bypass" if bypass else "use"
     try:
         return await _paginate(
-            lambda c: client.list_resource_templates(cursor=c, cache_mode=mode), lambda p: p.resource_templates
+            lambda c: client.list_resource_templates(cursor=c, cache_mode=mode),
+            lambda p: p.resource_templates,
+            "resource templates",
         )
     except MCPError as exc:
         if exc.code != types.METHOD_NOT_FOUND:

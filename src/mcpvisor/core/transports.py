@@ -16,6 +16,7 @@ import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
 from mcpvisor.core.errors import ConnectError, McpvisorError, MessageTooLargeError
+from mcpvisor.core.listing import ListingTooLong
 from mcpvisor.core.server_config import REPOSITORY_SCOPES, InMemoryServers, McpServerConfig, arguments_hint
 from mcpvisor.core.server_log import ServerLog, log_problem
 from mcpvisor.core.stdio import StdioProcess, open_stdio_transport
@@ -232,6 +233,8 @@ def explain_start_failure(
     for leaf in flatten(exc):
         if isinstance(leaf, MCPError) and not closed_in_sdk(leaf) and not timed_out_in_sdk(leaf):
             where = "" if cfg.transport == "stdio" else f" (reaching {cfg.target()})"
+            if isinstance(leaf, ListingTooLong):
+                return f"{leaf.message}{where}"
             status = _SDK_HTTP_STATUSES.get((leaf.code, leaf.message)) if cfg.transport == "http" else None
             if status is not None:  # the SDK's stand-in for an HTTP status, not an answer of the server's
                 return (
