@@ -256,6 +256,24 @@ async def test_an_mcp_server_named_lsp_takes_the_name_and_the_language_server_to
         assert not (await s.host.config.call_tool("mcp__lsp_1__status", {})).is_error
 
 
+async def test_a_repositorys_mcp_server_may_not_take_the_language_server_tools_name(tmp_path: Path) -> None:
+    # Pending or approved, it would move the tools, then take calls and allow-lists that name mcp__lsp__*.
+    lsp_server = {"command": sys.executable, "args": ["-m", "mcpvisor.examples.light_server", "--name", "lsp"]}
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        replace_text(s.layout.paths.project, json.dumps({"mcpServers": {"lsp": lsp_server, "ok": lsp_server}}))
+        await s.host.reload()
+        assert "ok" in s.host.config.get_merged_mcp_servers()
+        assert "lsp" not in s.host.config.get_merged_mcp_servers()
+        tools = s.host.config.tool_registry.names()
+        assert "mcp__lsp__hover" in tools
+        assert not any(name.startswith("mcp__lsp_1__") for name in tools)
+        said = " ".join(str(getattr(e, "message", "")) for e in s.events)
+        assert (
+            f"skipped MCP server 'lsp' in {s.layout.paths.project}: 'lsp' names the language server tools "
+            "(mcp__lsp__*), which a repository's server may not take; rename it in mcpServers.lsp"
+        ) in said
+
+
 async def test_a_crashed_server_stops_reading_as_ready_at_once_and_the_next_call_starts_it_again(
     tmp_path: Path,
 ) -> None:

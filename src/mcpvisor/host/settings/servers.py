@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mcpvisor.core.server_config import McpServerConfig, Scope, canonical_json
+from mcpvisor.core.server_config import REPOSITORY_SCOPES, McpServerConfig, Scope, canonical_json
 from mcpvisor.host.settings.expand import expand_vars
 from mcpvisor.host.settings.files import SettingsError, SettingsFileError, read_settings_file
 from mcpvisor.host.settings.scopes import ServerScope
@@ -43,6 +43,10 @@ class ServerLayer:
     error: SettingsError | None = None
 
 
+REPOSITORY_RESERVED_NAMES = frozenset({"lsp"})
+"""Names a repository's server may not take: the host's own tools' (``mcp__lsp__*``, the language server tools).
+A user's server may (the tools then move to ``mcp__lsp_1__*``); a repository's would move them before it is even
+approved, and take over calls, allow-lists and instructions that name them once it is."""
 SECONDS_LIKE_TIMEOUT_MS = 1000
 """A ``timeout`` below this many milliseconds was most likely meant in seconds: it is warned about."""
 
@@ -144,6 +148,12 @@ def build_server_entries(
     for name, entry in entries.items():
         if not isinstance(entry, Mapping):
             warnings.append(f"skipped MCP server {name!r} in {where}: expected an object; fix {key}.{name}")
+            continue
+        if stamp in REPOSITORY_SCOPES and name in REPOSITORY_RESERVED_NAMES:
+            warnings.append(
+                f"skipped MCP server {name!r} in {where}: {name!r} names the language server tools (mcp__{name}__*), "
+                f"which a repository's server may not take; rename it in {key}.{name}"
+            )
             continue
         built = _build_config(entry, stamp, env)
         if isinstance(built, str):
