@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from mcpvisor.core.config import Config
+from mcpvisor.core.errors import McpvisorError, NotRunningError, ToolNotFoundError
 from mcpvisor.core.pool import McpConnectionPool
-from mcpvisor.core.server_config import ConnectionOptions
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from mcpvisor.host.host import Host, HostOptions
 from tests.helpers import LIGHT, marker_pids, wait_until
 from tests.layout import make_layout, replace_text
@@ -60,3 +62,41 @@ async def test_a_host_and_a_pool_run_once_and_say_so_when_used_outside_async_wit
     async with McpConnectionPool() as pool:
         with pytest.raises(RuntimeError, match="this McpConnectionPool was already entered"):
             await pool.__aenter__()
+
+
+async def test_an_exception_raised_inside_async_with_reaches_the_caller_as_itself(tmp_path: Path) -> None:
+    # Not wrapped in the task group's ExceptionGroup: `except ToolNotFoundError` around the block works.
+    with pytest.raises(ToolNotFoundError, match="mcp__nope__echo"):
+        async with Config(mcp_servers={}) as config:
+            await config.initialize()
+            await config.call_tool("mcp__nope__echo", {})
+    layout = make_layout(tmp_path)
+    with pytest.raises(ValueError, match="my own bug"):
+        async with Host(HostOptions(env=layout.env, workspace=layout.root, watch=False)):
+            raise ValueError("my own bug")
+
+
+async def test_a_config_used_outside_async_with_says_so_not_that_a_server_is_down(tmp_path: Path) -> None:
+    echo = McpServerConfig(command=sys.executable, args=["-m", LIGHT])
+    config = Config(mcp_servers={"echo": echo}, options=ConnectionOptions(log_dir=tmp_path))
+    with pytest.raises(NotRunningError, match=r"the config is not running: use it inside 'async with Config\(...\)'"):
+        await config.call_tool("mcp__echo__echo", {"text": "hi"})
+    async with config:
+        await config.initialize()
+        assert (await config.call_tool("mcp__echo__echo", {"text": "hi"})).content
+    for late in (config.call_tool("mcp__echo__echo", {"text": "hi"}), config.initialize()):
+        with pytest.raises(NotRunningError, match="the config is not running"):
+            await late
+    layout = make_layout(tmp_path)
+    host = Host(HostOptions(env=layout.env, workspace=layout.root, watch=False))
+    async with host:
+        pass
+    with pytest.raises(NotRunningError, match="the host is not running"):
+        await host.reload()
+    assert issubclass(NotRunningError, McpvisorError)
+    assert issubclass(NotRunningError, RuntimeError)  # what it was before it had a class of its own
+
+
+def test_one_string_where_server_names_belong_is_refused_not_read_as_letters() -> None:
+    with pytest.raises(TypeError, match=r"expected a list of server names, not the string 'echo': write \['echo'\]"):
+        Config(mcp_servers={}, allowed_mcp_server_names="echo")

@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from mcpvisor.core.errors import ConfigError, NotFoundError, RequestKind, ToolNotFoundError, not_found
+from mcpvisor.core.errors import ConfigError, NotFoundError, NotRunningError, RequestKind, ToolNotFoundError
 from mcpvisor.core.events import EventBus, ReconcileFinished, ToolsChanged
-from mcpvisor.core.gating import McpGating, matches_any
+from mcpvisor.core.gating import McpGating
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.manager import McpClientManager
+from mcpvisor.core.not_found import why_not_found
 from mcpvisor.core.registry import (
     TOOL_PREFIX,
     DefinitionGate,
@@ -52,6 +53,8 @@ UnavailableReason = Literal["removed", "not_allowed", "excluded", "pending_appro
 
 
 def _as_tuple(names: Iterable[str] | None) -> tuple[str, ...] | None:
+    if isinstance(names, str):  # iterable, but one name per character
+        raise TypeError(f"expected a list of server names, not the string {names!r}: write [{names!r}]")
     return None if names is None else tuple(names)
 
 
@@ -86,7 +89,6 @@ class Config(StackOwner):
         self.tool_registry = ToolRegistry()
         self.prompt_registry = PromptRegistry()
         self._manager: McpClientManager | None = None
-        self._stack: AsyncExitStack | None = None
         self._initialized = False
         self._dirty = False
         self._reconcile_done: anyio.Event | None = None
@@ -125,13 +127,14 @@ class Config(StackOwner):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
         self._initialized = False
-        return await super().__aexit__(exc_type, exc, tb)
+        try:
+            return await super().__aexit__(exc_type, exc, tb)
+        finally:
+            self._manager = None  # what needs it says the config is not running, not that a server is down
 
     async def initialize(self) -> ReconcileFinished | None:
         """First discovery: connect every admitted server. A no-op in an untrusted folder."""
-        if self._manager is None:
-            raise ConfigError("Config.initialize() needs the config entered first: use 'async with Config(...)'")
-        self._initialized = True
+        self._initialized = self.manager is not None
         return await self.reconcile()
 
     @property
@@ -141,7 +144,7 @@ class Config(StackOwner):
     @property
     def manager(self) -> McpClientManager:
         if self._manager is None:
-            raise ConfigError("the config is not running: use 'async with Config(...)'")
+            raise NotRunningError("the config is not running: use it inside 'async with Config(...)'")
         return self._manager
 
     # -- layers ------------------------------------------------------------------------------
@@ -318,11 +321,12 @@ class Config(StackOwner):
         when exactly one connected server offers a tool by that name (clients that know a server's
         tools by their own names). Unknown names raise :class:`ToolNotFoundError` saying which server
         would own it and how to fix it. ``progress`` hears the server's progress notifications for the call."""
+        manager = self.manager
         entry = self.tool_registry.get_tool(name) or self._tool_by_own_name(name)
         provider = self._providers.get(entry.server) if entry is not None else None
         if entry is not None and provider is not None:
             return await provider.call_tool(entry.tool.name, dict(arguments or {}), progress=progress)
-        client = self.manager.get_client(entry.server) if entry is not None else None
+        client = manager.get_client(entry.server) if entry is not None else None
         if entry is None or client is None:
             raise self.not_found(name, "tool")
         return await client.call_tool(entry.tool.name, arguments, timeout_s=timeout_s, progress=progress)
@@ -406,7 +410,7 @@ class Config(StackOwner):
             )
         return found[0] if found else None
 
-    def _holder_of_own_name(self, name: str, kind: RequestKind) -> str | None:
+    def holder_of_own_name(self, name: str, kind: RequestKind) -> str | None:
         """The one connected server that holds back a tool or prompt (``kind``) it names ``name``, if one does."""
         if name.startswith(TOOL_PREFIX) or self._manager is None:
             return None
@@ -431,61 +435,7 @@ class Config(StackOwner):
     def not_found(self, name: str, kind: RequestKind) -> NotFoundError:
         """Why no connected server provides the tool or prompt (``kind``) ``name``, naming the server its
         ``mcp__<server>__`` prefix belongs to and the fix (SPEC §9)."""
-        server = self.owner_of_tool_name(name)
-        if server is None and (holder := self._holder_of_own_name(name, kind)) is not None:
-            return self.not_found(mcp_tool_name(holder, name), kind)  # called by its own name, and held
-        if server is None:
-            return not_found(
-                f"{kind} {name!r} not found: no MCP server providing it is currently configured", kind=kind, target=name
-            )
-        reason: str | None = self.get_mcp_server_unavailable_reason(server)
-        if reason is not None:
-            reason = self.refined_reason(server, reason)
-        head = f"{kind} {name!r} is unavailable: server {server!r}"
-        if reason == "removed":
-            text = f"{head} was removed from the configuration this session; add it back to mcpServers to use it"
-        elif reason == "not_allowed":
-            ceiling = self._cli_allowed
-            if ceiling is not None and not matches_any(server, ceiling):
-                text = (
-                    f"{head} is not allowed by the start-up flag --allowed-mcp-server-names; "
-                    "restart with the server listed in that flag"
-                )
-            else:
-                text = f"{head} is not allowed; add {server!r} to mcp.allowed in your settings"
-        elif reason == "excluded":
-            text = f"{head} is excluded; remove {server!r} from mcp.excluded in your settings"
-        elif reason == "pending_approval":
-            text = f"{head} needs approval; run: mcpvisor mcp approve {server} (in the shell: /approve {server})"
-        elif reason == "rejected":
-            text = (
-                f"{head} was rejected; edit its configuration to be asked again, or run: mcpvisor mcp approve {server}"
-            )
-        else:
-            reason = "missing"
-            client = self._manager.get_client(server) if self._manager is not None else None
-            if client is None or client.status == "disconnected":
-                error = f" (last error: {client.last_error})" if client is not None and client.last_error else ""
-                text = f"{head} is not connected{error}; check its configuration and logs, or /reload"
-            elif client.status == "connecting":
-                text = f"{head} is still starting; retry in a moment"
-            elif (held := self._manager.held(server) if self._manager is not None else None) is not None and any(
-                mcp_tool_name(server, own) == name for own in (held.held_tools if kind == "tool" else held.held_prompts)
-            ):
-                reason = "held"
-                text = (
-                    f"{kind} {name!r} is held back: its definition changed since server {server!r} was approved; "
-                    f"review the change and accept it with: mcpvisor mcp approve {server}"
-                )
-            else:
-                listed = (
-                    [t.name for t in self.tool_registry.tools_of(server)]
-                    if kind == "tool"
-                    else [p.name for p in self.prompt_registry.prompts_of(server)]
-                )
-                offered = ", ".join(sorted(listed)) or "none"
-                text = f"{head} does not provide it (renamed or filtered out?); its {kind}s: {offered}"
-        return not_found(text, kind=kind, target=name, server=server, reason=reason)
+        return why_not_found(self, self._manager, name, kind)
 
 
 def _checked(servers: Mapping[str, McpServerConfig]) -> dict[str, McpServerConfig]:

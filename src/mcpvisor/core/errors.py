@@ -4,6 +4,7 @@
 
     McpvisorError
     ├── ConfigError                  a configuration is invalid or an operation is not allowed now
+    │   └── NotRunningError          used outside its ``async with`` (or entered twice); also a RuntimeError
     ├── ServerError                  something went wrong with one server (attribute ``server``)
     │   ├── ConnectError             could not start or reach it, or discovery failed / timed out
     │   ├── ServerUnavailableError   it is not connected (down, restarting, removed) - fails fast
@@ -34,6 +35,7 @@ __all__ = [
     "describe_invalid",
     "MessageTooLargeError",
     "NotFoundError",
+    "NotRunningError",
     "RequestError",
     "RequestKind",
     "RequestTimeoutError",
@@ -54,6 +56,10 @@ class McpvisorError(Exception):
 
 class ConfigError(McpvisorError):
     """A configuration is invalid, or an operation is not allowed in the current state."""
+
+
+class NotRunningError(ConfigError, RuntimeError):
+    """An object that runs inside ``async with`` was used before or after it, or entered a second time."""
 
 
 class ServerError(McpvisorError):

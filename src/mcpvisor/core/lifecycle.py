@@ -14,6 +14,8 @@ from typing import TypeVar
 import anyio
 import anyio.abc
 
+from mcpvisor.core.errors import NotRunningError
+
 __all__ = ["Background", "StackOwner", "running"]
 
 logger = logging.getLogger(__name__)
@@ -22,9 +24,9 @@ T = TypeVar("T")
 
 
 def running(value: T | None, what: str) -> T:
-    """``value``, which exists only while ``what`` runs; :class:`RuntimeError` saying so before or after."""
+    """``value``, which exists only while ``what`` runs; :class:`NotRunningError` saying so before or after."""
     if value is None:
-        raise RuntimeError(f"the {what} is not running: use it inside `async with`")
+        raise NotRunningError(f"the {what} is not running: use it inside `async with`")
     return value
 
 
@@ -40,7 +42,7 @@ class StackOwner:
     def _enter_once(self) -> None:
         """Call first in ``__aenter__``: refuses a second entry, running or finished."""
         if self._entered:
-            raise RuntimeError(f"this {type(self).__name__} was already entered; create a new one to run it again")
+            raise NotRunningError(f"this {type(self).__name__} was already entered; create a new one to run it again")
         self._entered = True
 
     async def __aexit__(
@@ -49,7 +51,18 @@ class StackOwner:
         stack, self._stack = self._stack, None
         if stack is None:
             return None
-        return await stack.__aexit__(exc_type, exc, tb)
+        try:
+            return await stack.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            if exc is not None and _only(group, exc):
+                return False  # the block's own exception, as itself: ``except ToolNotFoundError`` around it works
+            raise
+
+
+def _only(group: BaseExceptionGroup[BaseException], exc: BaseException) -> bool:
+    """Whether every exception in ``group`` (nested groups opened) is ``exc`` itself (a task group wraps the
+    exception of the block it ran beside)."""
+    return all(_only(leaf, exc) if isinstance(leaf, BaseExceptionGroup) else leaf is exc for leaf in group.exceptions)
 
 
 class Background:

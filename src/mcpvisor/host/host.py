@@ -334,6 +334,7 @@ class Host(StackOwner):
 
     async def reload(self) -> DesiredState:
         """Re-read every settings file and reconcile the MCP servers and the language servers (``/reload``)."""
+        running(self._stack, "host")
         # Read in a worker thread, applied here at once: the loop never sees a half-loaded state. A scope
         # changed in memory meanwhile (the watcher applied a newer save, the app wrote) is read again.
         while True:

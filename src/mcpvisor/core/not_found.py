@@ -1,0 +1,86 @@
+"""Why a tool or prompt is not there: the message that names the server its ``mcp__<server>__`` prefix belongs
+to, why it is unavailable, and the fix (SPEC §9)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from mcpvisor.core.errors import NotFoundError, RequestKind, not_found
+from mcpvisor.core.gating import matches_any
+from mcpvisor.core.registry import PromptRegistry, ToolRegistry, mcp_tool_name
+
+if TYPE_CHECKING:
+    from mcpvisor.core.manager import McpClientManager
+
+__all__ = ["Servers", "why_not_found"]
+
+
+class Servers(Protocol):
+    """What the explanation reads of a session (a :class:`~mcpvisor.core.config.Config`)."""
+
+    tool_registry: ToolRegistry
+    prompt_registry: PromptRegistry
+
+    def owner_of_tool_name(self, name: str) -> str | None: ...
+    def holder_of_own_name(self, name: str, kind: RequestKind) -> str | None: ...
+    def get_mcp_server_unavailable_reason(self, name: str) -> str | None: ...
+    def refined_reason(self, name: str, reason: str) -> str: ...
+    def get_cli_allowed_mcp_server_names(self) -> tuple[str, ...] | None: ...
+    def not_found(self, name: str, kind: RequestKind) -> NotFoundError: ...
+
+
+def why_not_found(config: Servers, manager: McpClientManager | None, name: str, kind: RequestKind) -> NotFoundError:
+    """Why no connected server of ``config`` provides the tool or prompt (``kind``) ``name``."""
+    server = config.owner_of_tool_name(name)
+    if server is None and (holder := config.holder_of_own_name(name, kind)) is not None:
+        return config.not_found(mcp_tool_name(holder, name), kind)  # called by its own name, and held
+    if server is None:
+        return not_found(
+            f"{kind} {name!r} not found: no MCP server providing it is currently configured", kind=kind, target=name
+        )
+    reason: str | None = config.get_mcp_server_unavailable_reason(server)
+    if reason is not None:
+        reason = config.refined_reason(server, reason)
+    head = f"{kind} {name!r} is unavailable: server {server!r}"
+    if reason == "removed":
+        text = f"{head} was removed from the configuration this session; add it back to mcpServers to use it"
+    elif reason == "not_allowed":
+        ceiling = config.get_cli_allowed_mcp_server_names()
+        if ceiling is not None and not matches_any(server, ceiling):
+            text = (
+                f"{head} is not allowed by the start-up flag --allowed-mcp-server-names; "
+                "restart with the server listed in that flag"
+            )
+        else:
+            text = f"{head} is not allowed; add {server!r} to mcp.allowed in your settings"
+    elif reason == "excluded":
+        text = f"{head} is excluded; remove {server!r} from mcp.excluded in your settings"
+    elif reason == "pending_approval":
+        text = f"{head} needs approval; run: mcpvisor mcp approve {server} (in the shell: /approve {server})"
+    elif reason == "rejected":
+        text = f"{head} was rejected; edit its configuration to be asked again, or run: mcpvisor mcp approve {server}"
+    else:
+        reason = "missing"
+        client = manager.get_client(server) if manager is not None else None
+        if client is None or client.status == "disconnected":
+            error = f" (last error: {client.last_error})" if client is not None and client.last_error else ""
+            text = f"{head} is not connected{error}; check its configuration and logs, or /reload"
+        elif client.status == "connecting":
+            text = f"{head} is still starting; retry in a moment"
+        elif (held := manager.held(server) if manager is not None else None) is not None and any(
+            mcp_tool_name(server, own) == name for own in (held.held_tools if kind == "tool" else held.held_prompts)
+        ):
+            reason = "held"
+            text = (
+                f"{kind} {name!r} is held back: its definition changed since server {server!r} was approved; "
+                f"review the change and accept it with: mcpvisor mcp approve {server}"
+            )
+        else:
+            listed = (
+                [t.name for t in config.tool_registry.tools_of(server)]
+                if kind == "tool"
+                else [p.name for p in config.prompt_registry.prompts_of(server)]
+            )
+            offered = ", ".join(sorted(listed)) or "none"
+            text = f"{head} does not provide it (renamed or filtered out?); its {kind}s: {offered}"
+    return not_found(text, kind=kind, target=name, server=server, reason=reason)
