@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,7 @@ def test_public_api_is_pinned() -> None:
         "McpServerConfig",
         "McpvisorError",
         "NotFoundError",
+        "NotRunningError",
         "PromptsChanged",
         "ReconcileFinished",
         "RequestError",
@@ -44,6 +46,22 @@ def test_public_api_is_pinned() -> None:
 def test_importing_the_package_imports_nothing_heavy() -> None:
     code = "import sys, mcpvisor; assert not {'pydantic', 'mcp', 'anyio'} & set(sys.modules), sorted(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_program_that_configured_no_logging_gets_nothing_on_its_stderr(tmp_path: Path) -> None:
+    # Python's last-resort handler printed every warning of the library there; what failed is in the result.
+    code = (
+        "import anyio\n"
+        "from mcpvisor import Config, McpServerConfig, ConnectionOptions\n"
+        "async def main():\n"
+        "    bad = McpServerConfig(command='no-such-command-xyz')\n"
+        f"    async with Config(mcp_servers={{'bad': bad}}, options=ConnectionOptions(log_dir=r'{tmp_path}')) as c:\n"
+        "        print(sorted((await c.initialize()).failed))\n"
+        "anyio.run(main)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == "['bad']"
+    assert done.stderr == ""
 
 
 def test_the_host_and_gateway_entry_points_are_pinned() -> None:

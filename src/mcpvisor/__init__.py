@@ -10,11 +10,16 @@ imported lazily so that ``import mcpvisor`` stays cheap (the bundled example ser
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from mcpvisor._lazy import lazy_exports
 
 __version__ = "0.1.0"
+
+# A library logs; the program decides where it goes. Without this, Python's last-resort handler printed every
+# warning to a program's stderr that configured no logging (what a reconcile returns says the same).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 _EXPORTS: dict[str, str] = {
     "Config": "mcpvisor.core.config",
@@ -31,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "ToolsChanged": "mcpvisor.core.events",
     "PromptsChanged": "mcpvisor.core.events",
     "McpvisorError": "mcpvisor.core.errors",
+    "NotRunningError": "mcpvisor.core.errors",
     "ConfigError": "mcpvisor.core.errors",
     "ConnectError": "mcpvisor.core.errors",
     "ServerError": "mcpvisor.core.errors",
@@ -55,6 +61,7 @@ __all__ = [
     "McpServerConfig",
     "McpvisorError",
     "NotFoundError",
+    "NotRunningError",
     "PromptsChanged",
     "ReconcileFinished",
     "RequestError",
@@ -77,6 +84,7 @@ if TYPE_CHECKING:
         ConnectError,
         McpvisorError,
         NotFoundError,
+        NotRunningError,
         RequestError,
         RequestTimeoutError,
         ServerError,

@@ -614,6 +614,52 @@ async def test_a_listing_that_never_ends_fails_the_start_instead_of_filling_memo
     assert str(raised.value) == f"could not connect to server 'endless': {said}"
 
 
+OUTPUT_SCHEMA_SERVER = """
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, params = msg.get("method"), msg.get("params", {})
+    if method == "initialize":
+        result = {"protocolVersion": params["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "typed", "version": "1"}}
+    elif method == "tools/list":
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        result = {"tools": [{"name": t, "inputSchema": {"type": "object"}, "outputSchema": schema}
+                            for t in ("wrong", "missing")]}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "3"}]}
+        if params["name"] == "wrong":
+            result["structuredContent"] = {"n": "s3cret-three"}
+    else:
+        result = {}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"""
+
+
+async def test_a_result_that_does_not_match_its_output_schema_is_a_tool_call_error_without_its_values(
+    tmp_path: Path,
+) -> None:
+    client = scripted(tmp_path, "typed", OUTPUT_SCHEMA_SERVER)
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        with pytest.raises(ToolCallError) as wrong:
+            await client.call_tool("wrong", {})
+        with pytest.raises(ToolCallError) as missing:
+            await client.call_tool("missing", {})
+        assert client.status == "connected"
+        tg.cancel_scope.cancel()
+    assert str(wrong.value) == (
+        "call to tool 'wrong' on server 'typed' failed: its structured result does not match the tool's output "
+        "schema at $.n (its type rule)"
+    )
+    assert str(missing.value) == (
+        "call to tool 'missing' on server 'typed' failed: its result has no structured content, which the tool's "
+        "output schema asks for"
+    )
+
+
 async def test_a_call_past_its_timeout_is_a_timeout_error_naming_the_setting_and_the_connection_stays(
     tmp_path: Path,
 ) -> None:

@@ -66,10 +66,13 @@ async def test_a_host_and_a_pool_run_once_and_say_so_when_used_outside_async_wit
 
 async def test_an_exception_raised_inside_async_with_reaches_the_caller_as_itself(tmp_path: Path) -> None:
     # Not wrapped in the task group's ExceptionGroup: `except ToolNotFoundError` around the block works.
-    with pytest.raises(ToolNotFoundError, match="mcp__nope__echo"):
+    async def call_a_missing_tool() -> None:
         async with Config(mcp_servers={}) as config:
             await config.initialize()
             await config.call_tool("mcp__nope__echo", {})
+
+    with pytest.raises(ToolNotFoundError, match="mcp__nope__echo"):
+        await call_a_missing_tool()
     layout = make_layout(tmp_path)
     with pytest.raises(ValueError, match="my own bug"):
         async with Host(HostOptions(env=layout.env, workspace=layout.root, watch=False)):
@@ -100,3 +103,13 @@ async def test_a_config_used_outside_async_with_says_so_not_that_a_server_is_dow
 def test_one_string_where_server_names_belong_is_refused_not_read_as_letters() -> None:
     with pytest.raises(TypeError, match=r"expected a list of server names, not the string 'echo': write \['echo'\]"):
         Config(mcp_servers={}, allowed_mcp_server_names="echo")
+
+
+async def test_a_pool_never_entered_and_options_out_of_range_are_refused_at_once() -> None:
+    pool = McpConnectionPool()  # `async with pool:` forgotten: the servers would fail one by one, in the log
+    with pytest.raises(NotRunningError, match="the connection pool of this Config is not running: enter it first"):
+        await Config(mcp_servers={}, pool=pool).__aenter__()
+    with pytest.raises(ValueError, match="max_concurrent_starts must be at least 1"):
+        ConnectionOptions(max_concurrent_starts=-1)
+    with pytest.raises(ValueError, match="max_message_bytes must be at least 1024"):
+        ConnectionOptions(max_message_bytes=100)

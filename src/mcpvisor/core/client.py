@@ -173,6 +173,10 @@ class McpClient(ServerConnection):
                 message = f"{what} on server {self.name!r} was not sent: its arguments are not valid ({problems})"
             raise request_failed(message, kind=kind, target=target, server=self.name) from None
         except RuntimeError as exc:
+            if self._client is client and (problem := _output_problem(exc)) is not None:
+                raise request_failed(
+                    f"{what} on server {self.name!r} failed: {problem}", kind=kind, target=target, server=self.name
+                ) from None
             # The connection ended between taking the client and using it: the SDK refuses to send
             # ("Client must be used within an async context manager").
             if self._client is client:
@@ -354,3 +358,19 @@ class _InOrder:
         await anyio.lowlevel.checkpoint()  # a relay the answer's arrival scheduled after it gets to start
         with anyio.move_on_after(PROGRESS_SETTLE_S):
             await self._idle.wait()
+
+
+def _output_problem(exc: RuntimeError) -> str | None:
+    """What the SDK's check of a tool's result against its output schema found (``None``: another error), without
+    the values (a secret may be among them)."""
+    text, cause = str(exc), exc.__cause__
+    if text.startswith("Invalid structured content returned by tool "):
+        from jsonschema import ValidationError as SchemaError  # imported by the SDK's check already, not at start-up
+
+        where = f" at {cause.json_path} (its {cause.validator!s} rule)" if isinstance(cause, SchemaError) else ""
+        return f"its structured result does not match the tool's output schema{where}"
+    if text.startswith("Tool ") and text.endswith(" has an output schema but did not return structured content"):
+        return "its result has no structured content, which the tool's output schema asks for"
+    if text.startswith("Invalid schema for tool "):
+        return "the tool's output schema cannot be used to check its result (a $ref in it does not resolve)"
+    return None

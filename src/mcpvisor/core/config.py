@@ -105,6 +105,11 @@ class Config(StackOwner):
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> Config:
+        if self._pool is not None and not self._pool.is_running:
+            raise NotRunningError(
+                "the connection pool of this Config is not running: enter it first "
+                "(async with McpConnectionPool() as pool:) and enter the Config inside that block"
+            )
         self._enter_once()
         async with AsyncExitStack() as stack:
             tg = await stack.enter_async_context(anyio.create_task_group())

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from mcpvisor.core.errors import ConfigError, ConnectError
+from mcpvisor.core.errors import ConnectError, NotRunningError
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of
 
 if TYPE_CHECKING:
@@ -80,9 +80,14 @@ class McpConnectionPool:
         """Connections opened in total (for tests and benchmarks)."""
         self._entered = False
 
+    @property
+    def is_running(self) -> bool:
+        """Whether it was entered and has not exited."""
+        return self._tg is not None
+
     async def __aenter__(self) -> McpConnectionPool:
         if self._entered:
-            raise RuntimeError("this McpConnectionPool was already entered; create a new one to run it again")
+            raise NotRunningError("this McpConnectionPool was already entered; create a new one to run it again")
         self._entered = True
         tg = anyio.create_task_group()
         self._tg = await tg.__aenter__()
@@ -129,7 +134,7 @@ class McpConnectionPool:
         """
 
         if self._tg is None:
-            raise ConfigError("the connection pool is not running: use 'async with McpConnectionPool()'")
+            raise NotRunningError("the connection pool is not running: use 'async with McpConnectionPool()'")
         key = pool_key(session_id, name, cfg)
         while True:
             entry = self._entries.get(key)

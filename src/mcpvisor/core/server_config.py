@@ -440,3 +440,16 @@ class ConnectionOptions:
     in_memory: InMemoryServers | None = None
     """Servers served inside this process rather than spawned or reached (protocol-level tests, embedding):
     :func:`mcpvisor.examples.in_memory.light_servers_in_memory` serves the light example server so."""
+
+    def __post_init__(self) -> None:
+        if self.log_dir is not None and not isinstance(self.log_dir, Path):
+            object.__setattr__(self, "log_dir", Path(self.log_dir))  # a str is a folder's name too
+        if self.max_concurrent_starts is not None and self.max_concurrent_starts < 1:
+            raise ValueError(
+                f"max_concurrent_starts must be at least 1 (None: the default), not {self.max_concurrent_starts}"
+            )
+        if self.max_message_bytes is not None and self.max_message_bytes < MIN_MESSAGE_BYTES:
+            raise ValueError(
+                f"max_message_bytes must be at least {MIN_MESSAGE_BYTES} (None: the default), "
+                f"not {self.max_message_bytes}"
+            )
