@@ -7,10 +7,11 @@ import json
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.errors import McpvisorError, NotRunningError, ToolNotFoundError
+from mcpvisor.core.errors import McpvisorError, NotRunningError, ServerUnavailableError, ToolNotFoundError
 from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from mcpvisor.host.host import Host, HostOptions
@@ -113,3 +114,24 @@ async def test_a_pool_never_entered_and_options_out_of_range_are_refused_at_once
         ConnectionOptions(max_concurrent_starts=-1)
     with pytest.raises(ValueError, match="max_message_bytes must be at least 1024"):
         ConnectionOptions(max_message_bytes=100)
+
+
+async def test_a_call_cut_short_by_the_end_of_its_session_is_told_so_not_to_retry(tmp_path: Path) -> None:
+    slow = McpServerConfig(command=sys.executable, args=["-m", LIGHT, "--control"])
+    outcome: list[BaseException] = []
+
+    async def sleep_through(config: Config) -> None:
+        try:
+            await config.call_tool("mcp__s__sleep", {"seconds": 30})
+        except ServerUnavailableError as exc:
+            outcome.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        async with Config(mcp_servers={"s": slow}, options=ConnectionOptions(log_dir=tmp_path)) as config:
+            await config.initialize()
+            tg.start_soon(sleep_through, config)
+            await anyio.sleep(0.5)
+    [said] = outcome
+    assert str(said) == (
+        "call to tool 'sleep' failed: server 's' was stopped while the call was in flight (its session was closed)"
+    )

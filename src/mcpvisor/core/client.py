@@ -280,9 +280,10 @@ class McpClient(ServerConnection):
         self, what: str, exc: BaseException, *, kind: RequestKind, target: str, timeout_s: float | None = None
     ) -> Exception:
         if self._stopping:
+            why = "its session was closed" if self._ending else "its configuration changed or it was removed"
             return ServerUnavailableError(
-                f"{what} failed: server {self.name!r} was stopped while the call was in flight "
-                "(its configuration changed or it was removed); retry the call",
+                f"{what} failed: server {self.name!r} was stopped while the call was in flight ({why})"
+                + ("" if self._ending else "; retry the call"),
                 server=self.name,
             )
         if isinstance(exc, MCPError) and timed_out_in_sdk(exc):

@@ -147,6 +147,7 @@ class ServerConnection:
         self._done = anyio.Event()
         self._life: anyio.CancelScope | None = None
         self._stopping = False
+        self._ending = False
         self._refresher = Refresher()
         self._started = False
         self._connection_tg: anyio.abc.TaskGroup | None = None
@@ -201,9 +202,11 @@ class ServerConnection:
         if self.status != "connected":
             raise ConnectError(f"could not connect to server {self.name!r}: {self.last_error}", server=self.name)
 
-    async def aclose(self) -> None:
-        """Disconnect (a deliberate stop: never reported as lost). Safe to call more than once."""
+    async def aclose(self, *, ending: bool = False) -> None:
+        """Disconnect (a deliberate stop: never reported as lost). Safe to call more than once. ``ending``: the
+        session (or the pool) it belongs to is closing, which is what a call cut short is told."""
         self._stopping = True
+        self._ending = self._ending or ending
         self._stop.set()
         self._wake.set()
         if not self._started:

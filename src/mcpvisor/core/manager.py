@@ -332,7 +332,7 @@ class McpClientManager:
         if self._pool is not None:
             await self._pool.release(self._session_id, client)
         else:
-            await client.aclose()
+            await client.aclose(ending=self._closed)
 
     async def _stop(self, name: str, *, reason: str | None, purge_first: bool = False) -> None:
         self._cancel_reconnect(name)

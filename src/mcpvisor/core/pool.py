@@ -21,6 +21,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -109,7 +110,7 @@ class McpConnectionPool:
             async with anyio.create_task_group() as tg:
                 for entry in entries:
                     entry.holders.clear()
-                    tg.start_soon(entry.client.aclose)
+                    tg.start_soon(partial(entry.client.aclose, ending=True))
 
     def connections(self) -> dict[str, McpClient]:
         """Pool key -> client, for status views and tests."""
