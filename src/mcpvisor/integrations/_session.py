@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import McpvisorError
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from mcpvisor.host.host import Host
 
-__all__ = ["ToolAnswer", "call_registered_tool", "config_of", "result_text"]
+__all__ = ["Media", "ToolAnswer", "call_registered_tool", "config_of", "media_of", "result_text"]
 
 
 def config_of(source: Config | Host) -> Config:
@@ -45,6 +45,27 @@ def result_text(result: CallToolResult) -> str:
     if not parts and result.structured_content is not None:
         return json.dumps(result.structured_content)
     return "\n".join(parts)
+
+
+class Media(NamedTuple):
+    """An image or audio block of a tool's result, for a framework that hands it to the model as such."""
+
+    kind: str
+    """``image`` or ``audio``."""
+    mime_type: str
+    data: str
+    """Base64, as the block carries it."""
+
+
+def media_of(result: CallToolResult | None) -> list[Media]:
+    """The image and audio blocks of ``result`` (which :func:`result_text` can only name)."""
+    if result is None:
+        return []
+    return [
+        Media(block.type, block.mime_type, block.data)
+        for block in result.content
+        if block.type in ("image", "audio")  # ImageContent, AudioContent
+    ]
 
 
 class ToolAnswer:

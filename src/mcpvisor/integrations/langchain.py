@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import ToolCallRequest
 from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages.content import ContentBlock, create_file_block, create_image_block, create_text_block
 from langchain_core.tools import BaseTool, BaseToolkit, ToolException
 from pydantic import ConfigDict, PrivateAttr
 
 from mcpvisor.core.registry import TOOL_PREFIX
-from mcpvisor.integrations._session import call_registered_tool, config_of
+from mcpvisor.integrations._session import call_registered_tool, config_of, media_of
 
 if TYPE_CHECKING:
     from langgraph.types import Command
@@ -46,8 +47,8 @@ __all__ = ["McpvisorMiddleware", "McpvisorTool", "McpvisorToolkit"]
 class McpvisorTool(BaseTool):
     """One registered tool (``mcp__<server>__<tool>``), called through the session when invoked.
 
-    Its content is the result's text (or its structured content as JSON); its artifact is the MCP
-    ``CallToolResult`` itself."""
+    Its content is the result's text (or its structured content as JSON), followed by its images and audio as
+    content blocks when it has any; its artifact is the MCP ``CallToolResult`` itself."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -75,16 +76,25 @@ class McpvisorTool(BaseTool):
         tool._config = config
         return tool
 
-    def _run(self, *args: Any, **kwargs: Any) -> tuple[str, CallToolResult | None]:
+    def _run(self, *args: Any, **kwargs: Any) -> tuple[str | list[ContentBlock], CallToolResult | None]:
         raise NotImplementedError(f"{self.name}: mcpvisor tools are asynchronous; use ainvoke/astream")
 
-    async def _arun(self, *args: Any, **kwargs: Any) -> tuple[str, CallToolResult | None]:
+    async def _arun(self, *args: Any, **kwargs: Any) -> tuple[str | list[ContentBlock], CallToolResult | None]:
         kwargs.pop("run_manager", None)
         answer = await call_registered_tool(self._config, self.name, kwargs, timeout_s=self.timeout_s)
         if answer.error is not None:
             raise ToolException(answer.error)
         content = answer.output if isinstance(answer.output, str) else json.dumps(answer.output)
-        return content, answer.result
+        media = media_of(answer.result)
+        if not media:
+            return content, answer.result
+        blocks: list[ContentBlock] = [create_text_block(content)] if content else []
+        for item in media:  # images and sounds reach the model as themselves, not as their names
+            make = (
+                create_image_block if item.kind == "image" else create_file_block
+            )  # (a tool's message takes no audio)
+            blocks.append(make(base64=item.data, mime_type=item.mime_type))
+        return blocks, answer.result
 
 
 class McpvisorToolkit(BaseToolkit):
@@ -117,6 +127,8 @@ class McpvisorMiddleware(AgentMiddleware[Any, Any]):
     def __init__(self, session: Config | Host, *, timeout_s: float | None = None) -> None:
         super().__init__()
         self.toolkit = McpvisorToolkit(session, timeout_s=timeout_s)
+        self._offered: list[Any] = []
+        """The tools offered at the last model call (the agent's own, then the session's)."""
 
     @property
     def name(self) -> str:
@@ -126,7 +138,8 @@ class McpvisorMiddleware(AgentMiddleware[Any, Any]):
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
     ) -> ModelResponse[Any] | AIMessage:
         own = [tool for tool in request.tools if not isinstance(tool, McpvisorTool)]
-        return await handler(request.override(tools=[*own, *self.toolkit.get_tools()]))
+        self._offered = [*own, *self.toolkit.get_tools()]
+        return await handler(request.override(tools=self._offered))
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
@@ -149,4 +162,19 @@ class McpvisorMiddleware(AgentMiddleware[Any, Any]):
             )
         if own:  # several servers offer it: the call answers which names to use
             return await handler(request.override(tool=McpvisorTool.departed(config, name)))
-        return await handler(request)
+        # LangChain's own answer lists only the tools the agent was built with: say which the model was offered.
+        offered = ", ".join(n for tool in self._offered if (n := getattr(tool, "name", None) or _dict_name(tool)))
+        return ToolMessage(
+            content=f"Error: {name} is not a valid tool, try one of [{offered}].",
+            name=name,
+            tool_call_id=request.tool_call["id"],
+            status="error",
+        )
+
+
+def _dict_name(tool: Any) -> str | None:
+    """The name of a tool given as a provider's dict (``{"type": "function", "function": {"name": ...}}``)."""
+    if not isinstance(tool, dict):
+        return None
+    name = tool.get("name") or (tool.get("function") or {}).get("name")
+    return name if isinstance(name, str) else None

@@ -15,14 +15,16 @@ pydantic-ai hands to the model as a retry prompt, the same path as any other unk
 
 from __future__ import annotations
 
+from base64 import b64decode
 from typing import TYPE_CHECKING, Any
 
+from pydantic_ai import BinaryContent
 from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
-from mcpvisor.integrations._session import call_registered_tool, config_of
+from mcpvisor.integrations._session import call_registered_tool, config_of, media_of
 
 if TYPE_CHECKING:
     from mcpvisor.core.config import Config
@@ -81,4 +83,8 @@ class McpvisorToolset(AbstractToolset[AgentDepsT]):
         answer = await call_registered_tool(self.config, name, tool_args, timeout_s=self._timeout_s)
         if answer.error is not None:
             raise ModelRetry(answer.error)
-        return answer.output
+        media = media_of(answer.result)
+        if not media:
+            return answer.output
+        # Images and sounds reach the model as themselves, not as their names.
+        return [answer.output, *(BinaryContent(b64decode(m.data), media_type=m.mime_type) for m in media)]
