@@ -85,7 +85,7 @@ def test_approve_shows_the_entry_as_written_not_as_this_environment_expands_it(t
 
 def test_approve_shows_every_part_of_the_entry_and_every_variable_it_reads(tmp_path: Path) -> None:
     # An oauth block could send ${AWS_SECRET_ACCESS_KEY} to a repository's token endpoint; GIT_CONFIG_* makes git
-    # run a command of the repository's choice; any literal env value may name code the server loads.
+    # run a command of the repository's choice.
     layout = make_layout(tmp_path)
     oauth = {
         "grant": "client_credentials",
@@ -110,8 +110,7 @@ def test_approve_shows_every_part_of_the_entry_and_every_variable_it_reads(tmp_p
     git = cli("mcp", "approve", "git", "--workspace", str(layout.root), env=run_env)
     lines = [" ".join(line.split()) for line in git.stdout.splitlines()]
     assert "env: GIT_CONFIG_VALUE_0=touch /tmp/x; false (decides what code runs)" in lines
-    assert "env: PLUGINS=./evil" in lines
-    assert "env: API_TOKEN (values hidden)" in lines
+    assert "env: API_TOKEN, PLUGINS (values hidden)" in lines  # env values are never shown (secrets), but these
     assert "S3CRET" not in (docs.stdout + docs.stderr + git.stdout + git.stderr).upper()
 
 

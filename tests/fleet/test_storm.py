@@ -72,10 +72,12 @@ async def test_no_replica_runs_a_configuration_nobody_approved(tmp_path: Path, r
                     pool.submit(storm, fleet, worker, approved, tmp_path / f"cli{worker}") for worker in range(WORKERS)
                 ]
                 await anyio.to_thread.run_sync(lambda: [job.result() for job in jobs])
-            # Last, the configuration as it ended is approved once more: both replicas run it.
+            # Last, the configuration as it ended is approved once more, and what it offers (each variant's tools
+            # say its name: held against what an earlier one pinned) is accepted: both replicas run it.
             final = json.loads((fleet.root / ".mcp.json").read_text())["mcpServers"]["p"]["args"][-1]
+            where = ("--workspace", str(fleet.root))
             storm_end = await anyio.to_thread.run_sync(
-                lambda: fleet.command("mcp", "approve", "p", "--workspace", str(fleet.root), home=tmp_path / "end")
+                lambda: fleet.command("mcp", "approve", "p", *where, "--yes", home=tmp_path / "end")
             )
             assert storm_end.returncode == 0, storm_end.stderr
             approved.add(final)

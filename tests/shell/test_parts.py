@@ -109,7 +109,7 @@ def test_prompt_arguments_are_json_or_text_for_the_first_argument() -> None:
 # -- the approval dialog ----------------------------------------------------------------------
 
 
-def test_an_approval_request_shows_command_and_file_and_env_values_but_secrets() -> None:
+def test_an_approval_request_shows_command_and_file_and_only_the_names_of_env_variables() -> None:
     cfg = McpServerConfig.model_validate(
         {"command": "npx", "args": ["-y", "srv", "--flag=a b"], "env": {"TOKEN": "t0ps3cret", "A": "x"}, "cwd": "/w"}
     )
@@ -123,8 +123,7 @@ def test_an_approval_request_shows_command_and_file_and_env_values_but_secrets()
         "    command: npx",
         '    args:    ["-y", "srv", "--flag=a b"]',
         "    cwd:     /w",
-        "    env:     A=x",
-        "    env:     TOKEN (values hidden)",
+        "    env:     A, TOKEN (values hidden)",
     ]
 
 

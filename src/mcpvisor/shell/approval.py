@@ -81,13 +81,9 @@ class ApprovalRequest:
     cwd: str | None
     url: str | None
     env_keys: tuple[str, ...]
-    """The env variables whose values are not shown: named as secrets are (``API_TOKEN``), and written as more
-    than ``${VAR}``."""
+    """The env variables whose values are not shown (they may hold secrets)."""
     header_keys: tuple[str, ...]
     code_env: tuple[tuple[str, str], ...] = ()
-    env_values: tuple[tuple[str, str], ...] = ()
-    """The other env variables, with their values as written (a server may load code named by any variable it
-    reads: ``MYSERVER_PLUGINS=./evil``)."""
     reads: tuple[str, ...] = ()
     """What the server is given of the environment of the mcpvisor that runs it: ``${GITHUB_TOKEN} -> env
     FOO`` (names only: an env value or a header that copies a variable may carry a secret off the machine)."""
@@ -156,22 +152,11 @@ def _shown(value: Any, name: str = "") -> Any:
     return redact_text(value) if isinstance(value, str) else value
 
 
-def _env_parts(
-    written: Mapping[str, Any],
-) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...], tuple[str, ...]]:
-    """An entry's env as an approval shows it: what decides the code that runs, the other values shown, and the
-    names whose values stay hidden."""
-    code: list[tuple[str, str]] = []
-    shown: list[tuple[str, str]] = []
-    hidden: list[str] = []
-    for key, value in sorted(written.items()):
-        if CODE_LOADING_ENV.match(key):
-            code.append((key, str(value)))
-        elif is_secret_name(key) and not _only_variables(value):
-            hidden.append(key)
-        else:
-            shown.append((key, str(_shown(value))))
-    return tuple(code), tuple(shown), tuple(hidden)
+def _env_parts(written: Mapping[str, Any]) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """An entry's env as an approval shows it: what decides the code that runs, with its values; the names of the
+    others (their values may be secrets, which no output shows)."""
+    code = tuple((key, str(value)) for key, value in sorted(written.items()) if CODE_LOADING_ENV.match(key))
+    return code, tuple(sorted(key for key in written if not CODE_LOADING_ENV.match(key)))
 
 
 _APART: frozenset[str] = frozenset(
@@ -189,7 +174,7 @@ def approval_request(name: str, cfg: McpServerConfig, source: ServerSource) -> A
     rest = {key: value for key, value in sorted(written.items()) if key not in _APART}
     reads = copied_variables(env=shown("env"), header=shown("headers"), **rest)
     env = shown("env")
-    code_env, env_values, env_hidden = _env_parts(env if isinstance(env, Mapping) else {})
+    code_env, env_hidden = _env_parts(env if isinstance(env, Mapping) else {})
     return ApprovalRequest(
         name=name,
         hash=cfg.approval_hash,
@@ -203,7 +188,6 @@ def approval_request(name: str, cfg: McpServerConfig, source: ServerSource) -> A
         env_keys=env_hidden,
         header_keys=tuple(sorted(cfg.headers or {})),
         code_env=code_env,
-        env_values=env_values,
         reads=reads,
         details=tuple((key, json.dumps(_shown(value, key), ensure_ascii=False)) for key, value in rest.items()),
         notes=(FROM_ENVIRONMENT,) if reads or names_variables(command, *args, cwd, url) else (),
@@ -223,7 +207,7 @@ def lsp_approval_request(name: str, cfg: LspServerConfig, source: str, path: str
         if value is not None
     )
     reads = copied_variables(env=written_env)
-    code_env, env_values, env_hidden = _env_parts(written_env)
+    code_env, env_hidden = _env_parts(written_env)
     variables = reads or names_variables(command, *args, shown("workspace_folder"), *(v for _, v in details), socket)
     return ApprovalRequest(
         name=f"{LSP_KEY_PREFIX}{name}",
@@ -238,7 +222,6 @@ def lsp_approval_request(name: str, cfg: LspServerConfig, source: str, path: str
         env_keys=env_hidden,
         header_keys=(),
         code_env=code_env,
-        env_values=env_values,
         reads=reads,
         files=tuple(f"{ext} ({lang})" for ext, lang in sorted(cfg.extension_to_language.items())),
         details=details,
@@ -264,8 +247,6 @@ def approval_lines(request: ApprovalRequest) -> list[tuple[str, str]]:
         lines.append(("socket" if request.files else "url", f"{request.url} ({request.transport})"))
     for key, value in request.code_env:
         lines.append(("env", f"{key}={value} (decides what code runs)"))
-    for key, value in request.env_values:
-        lines.append(("env", f"{key}={value}"))
     if request.env_keys:
         lines.append(("env", f"{', '.join(request.env_keys)} (values hidden)"))
     if request.header_keys:
