@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.host import HostOptions
 from tests.gateway.test_gateway import next_event, save, server, text_of, tool_names, wait_for_port
 from tests.gateway.test_workspaces import client_for, make_setup
-from tests.helpers import WAIT_S, free_port, marker_pids, mcpvisor_command, pid_alive, wait_until
+from tests.helpers import LIGHT, WAIT_S, free_port, marker_pids, mcpvisor_command, pid_alive, wait_until
 from tests.layout import make_layout
 
 
@@ -48,6 +49,26 @@ async def test_run_gateway_over_http_serves_until_cancelled(tmp_path: Path, caps
         assert "--per-client-workspaces" in refused.text
         tg.cancel_scope.cancel()
     assert f"mcpvisor gateway: serving 1 tools on http://127.0.0.1:{port}/mcp" in capsys.readouterr().err
+
+
+async def test_a_server_slow_to_start_holds_no_client_up_and_comes_in_with_list_changed(tmp_path: Path) -> None:
+    # A client gives its server tens of seconds to answer initialize: one slow server must not spend them.
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    late = {"command": "sh", "args": ["-c", f"sleep 4 && exec {sys.executable} -m {LIGHT} --name late"]}
+    hung = {**server("hung", "--hang-on-initialize"), "discoveryTimeoutMs": 120_000}
+    save(layout.paths.user, {"mcpServers": {"a": server("a"), "late": late, "hung": hung}})
+    port = free_port()
+    options = HostOptions(env=layout.env, workspace=layout.root, watch=False, startup_wait_s=1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(run_gateway, options, http=("127.0.0.1", port)))
+        with anyio.fail_after(60):  # well before the hung server's 120 s
+            await wait_for_port(port)
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                assert await tool_names(client) == {"mcp__a__echo"}
+                async with client.listen(tools_list_changed=True) as subscription:
+                    while "mcp__late__echo" not in await tool_names(client):
+                        assert isinstance(await next_event(subscription), ToolsListChanged)
+        tg.cancel_scope.cancel()
 
 
 async def test_run_gateway_on_a_busy_port_fails_before_starting_any_server(tmp_path: Path) -> None:

@@ -367,6 +367,7 @@ async def test_a_server_that_never_started_is_said_to_have_failed_once_and_a_cra
         save(s.layout.paths.user, {"mcpServers": {"c": crashing, "bad": {"command": "/nonexistent/bin/tool"}}})
         await s.wait_for("✗ bad failed to start: executable '/nonexistent/bin/tool' not found", since)
         await s.run('/call mcp__c__echo {"text": "x"}', "✗ c disconnected")
+        await s.wait_for("+ c connected again (", since)  # its reconnect: "disconnected" is not the last word
         out = " ".join(s.text(since).split())
         assert "bad disconnected" not in out  # it never connected
         assert out.count("✗ c disconnected") == 1

@@ -6,6 +6,7 @@ which costs about a second: everything that connects imports it lazily.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from mcpvisor.cli.fleet_app import fleet_app
 from mcpvisor.cli.lsp_app import lsp_app
 from mcpvisor.cli.mcp_app import mcp_app
 from mcpvisor.cli.options import (
+    STARTUP_WAIT_S,
     AllowedLspOpt,
     AllowedOpt,
     JsonOpt,
@@ -311,6 +313,7 @@ def shell(
     options = host_options(
         workspace, mcp_config, allowed_mcp_server_names, lsp_config=lsp_config, allowed_lsp=allowed_lsp_server_names
     )
+    options = dataclasses.replace(options, startup_wait_s=STARTUP_WAIT_S)  # the user waits for none but a few s
 
     async def main() -> int:
         async with joined(options) as (fleet_options, _):

@@ -27,6 +27,7 @@ __all__ = [
     "LspConfigOpt",
     "JsonOpt",
     "McpConfigOpt",
+    "STARTUP_WAIT_S",
     "VerboseOpt",
     "WorkspaceOpt",
     "fail",
@@ -83,6 +84,11 @@ AllowedOpt = Annotated[
         help="Comma-separated allow-list (globs allowed): a ceiling that settings can only narrow.",
     ),
 ]
+
+STARTUP_WAIT_S = 5.0
+"""The most ``serve`` and ``shell`` wait for servers still handshaking before they answer (``serve``: its clients,
+which give a server tens of seconds to answer ``initialize``; ``shell``: its user): one slow server (a first ``npx``
+download, a hang) must not hold the others up. What comes up later is said (``list_changed``; a line)."""
 
 
 class RedactingFormatter(logging.Formatter):

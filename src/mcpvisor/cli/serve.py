@@ -12,6 +12,7 @@ import anyio
 from rich.console import Console
 
 from mcpvisor.cli.fleet import joined
+from mcpvisor.cli.options import STARTUP_WAIT_S
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.gateway.auth import GatewayToken
 from mcpvisor.gateway.http import WORKSPACE_HEADER, bind_http_socket, http_url, refuse_without_token
@@ -62,7 +63,8 @@ async def run_gateway(
     With a fleet (``MCPVISOR_FLEET`` in ``options.env``) this process is one of its replicas
     (:mod:`mcpvisor.fleet`): decisions come from the fleet, settings follow the fleet's publisher, and
     handshake sessions are named after ``replica_id`` (default: made up per process)."""
-    options = dataclasses.replace(options, watch=True, client_requests=True)
+    wait_s = options.startup_wait_s if options.startup_wait_s is not None else STARTUP_WAIT_S
+    options = dataclasses.replace(options, watch=True, client_requests=True, startup_wait_s=wait_s)
     async with joined(options, replica_id=replica_id, register=http is not None, follow_settings=True) as (
         options,
         replica,

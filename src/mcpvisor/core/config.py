@@ -137,10 +137,23 @@ class Config(StackOwner):
         finally:
             self._manager = None  # what needs it says the config is not running, not that a server is down
 
-    async def initialize(self) -> ReconcileFinished | None:
-        """First discovery: connect every admitted server. A no-op in an untrusted folder."""
+    async def initialize(self, *, wait_s: float | None = None) -> ReconcileFinished | None:
+        """First discovery: connect every admitted server. A no-op in an untrusted folder. ``wait_s``: the most it
+        waits for servers still handshaking then (a download, a hang); they go on starting, and the result's
+        ``starting`` names them (default: wait for each until its discovery timeout)."""
         self._initialized = self.manager is not None
-        return await self.reconcile()
+        if wait_s is None:
+            return await self.reconcile()
+        async with anyio.create_task_group() as tg:
+
+            async def stop_waiting() -> None:
+                await anyio.sleep(wait_s)
+                self.manager.ask_another_pass()  # the pass returns once each start left only handshakes
+
+            tg.start_soon(stop_waiting)
+            result = await self.reconcile()
+            tg.cancel_scope.cancel()
+        return result
 
     @property
     def initialized(self) -> bool:

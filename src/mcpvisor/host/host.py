@@ -211,7 +211,7 @@ class Host(StackOwner):
             state = self._remember(compute_desired_state(self._settings, self._config, self._approvals, self._top_tier))
             self._config.set_mcp_gating(state.gating)
             self._config.set_mcp_servers(state.assembled.servers)
-            await self._config.initialize()
+            await self._config.initialize(wait_s=opts.startup_wait_s)
             promptable = strictly_promptable(state, self._approvals, self.root)
             if self._pending.changed(state, promptable) and promptable:
                 self.emit(McpPendingApprovalChanged(promptable))

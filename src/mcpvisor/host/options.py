@@ -32,6 +32,9 @@ class HostOptions:
     allowed_mcp_server_names: Sequence[str] | None = None
     session_servers: Mapping[str, McpServerConfig] = field(default_factory=dict)
     watch: bool = True
+    startup_wait_s: float | None = None
+    """The most entering the host waits for servers still handshaking (they go on starting, and come in with a
+    ``list_changed``); default: each one's discovery timeout. ``serve`` and ``shell`` set a few seconds."""
     log_dir: Path | None = None
     max_concurrent_starts: int | None = None
     pool: McpConnectionPool | None = None

@@ -55,6 +55,8 @@ class HumanOutput:
         """The start failure last said per server: a retry that fails the same way says nothing."""
         self._starting: set[str] = set()
         """Servers a reconcile left starting (another change went first): their end is said when it comes."""
+        self._down: set[str] = set()
+        """The servers said to have disconnected: their reconnect is said too."""
         self._up: set[str] = set()
         """The servers connected since last said: only they can be said to have disconnected (a start that
         failed is said by the reconcile's 'failed to start')."""
@@ -70,10 +72,10 @@ class HumanOutput:
         c = self._console
         if isinstance(event, ReconcileFinished):
             current = self._host.config.get_mcp_servers()
+            self._starting |= set(event.starting)  # (the first pass's: the status table shows them connecting)
             if self._ready:
                 for name in event.starting:  # another change went first: how its start ends is said when it does
                     c.print(f"[dim]◌ {escape(str(name))} is still starting[/]")
-                self._starting |= set(event.starting)
                 for name in (n for n in (*event.added, *event.retried) if n not in event.starting):
                     failed = event.failed.get(name)
                     if failed:
@@ -110,6 +112,7 @@ class HumanOutput:
             self._gated = {n: self._host.refine_reason(n, r) or r for n, r in event.gated.items()}
             for name in event.removed:
                 self._failures.pop(name, None)
+            self._down -= set(event.removed)
             self._announced &= {n for n, r in event.gated.items() if r == "pending_approval"}
         elif isinstance(event, McpPendingApprovalChanged):
             # People get one line per server each time it starts waiting, not one per reconcile.
@@ -165,8 +168,13 @@ class HumanOutput:
         elif isinstance(event, ServerStateChanged) and event.status != "disconnected":
             if event.status == "connected":
                 self._up.add(event.server)
+                if event.server in self._down:  # back (its reconnect): the last word said of it must not be "lost"
+                    self._down.discard(event.server)
+                    count = plural(len(event.tools), "tool")
+                    c.print(f"[green]+ {escape(str(event.server))} connected again[/] ({count})")
         elif isinstance(event, ServerStateChanged) and self._ready and event.error and event.server in self._up:
             self._up.discard(event.server)
+            self._down.add(event.server)
             c.print(f"[red]✗ {escape(str(event.server))} disconnected: {escape(str(event.error))}[/]")
         elif isinstance(event, Ready):
             self._ready = True

@@ -233,7 +233,7 @@ class ShellSession:
 
     async def _run_host(self, input_lines: AsyncIterator[str] | None) -> None:
         unsubscribe = self.host.subscribe(self.on_event)
-        # Starting waits for every admitted server (each up to its start-up timeout): say so, and the way out.
+        # Starting waits for the admitted servers (a few seconds at most for the slow ones): say so, and the way out.
         self.console.print(Text("Connecting to the admitted servers… (Ctrl-C leaves)", style="dim"))
         try:
             async with self.host:
