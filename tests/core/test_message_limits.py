@@ -13,8 +13,8 @@ from mcpvisor.core.client import McpClient
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import MessageTooLargeError
 from mcpvisor.core.http_limits import LimitedTransport, ResponseTooLarge, SSEEventTooLarge
+from mcpvisor.core.lines import LineSplitter
 from mcpvisor.core.server_config import DEFAULT_MAX_MESSAGE_BYTES, ConnectionOptions, McpServerConfig
-from mcpvisor.core.stdio import LineSplitter
 from tests.helpers import http_server, light, pid_alive, wait_until
 
 MIB = 1024 * 1024

@@ -30,7 +30,7 @@ from mcpvisor.core import server_log
 from mcpvisor.core.client_requests import InFlight
 from mcpvisor.core.errors import (
     ConnectError,
-    MessageTooLargeError,
+    ConnectionBrokenError,
 )
 from mcpvisor.core.events import ServerStatus
 from mcpvisor.core.listing import Listings, Refresher, discover, follow_list_changes, listen_wanted
@@ -141,7 +141,7 @@ class ServerConnection:
         self._stop = anyio.Event()
         self._wake = anyio.Event()
         self._lost_reason: str | None = None
-        self._broken: MessageTooLargeError | None = None
+        self._broken: ConnectionBrokenError | None = None
         """Why the transport stopped reading a server that still runs (it broke the size bound)."""
         self._ready = anyio.Event()
         self._done = anyio.Event()
@@ -220,7 +220,7 @@ class ServerConnection:
             self._life.cancel()
             await self._done.wait()
 
-    def _on_broken(self, error: MessageTooLargeError) -> None:
+    def _on_broken(self, error: ConnectionBrokenError) -> None:
         self._broken = error
         self.mark_lost(str(error))
 

@@ -8,7 +8,9 @@
     ├── ServerError                  something went wrong with one server (attribute ``server``)
     │   ├── ConnectError             could not start or reach it, or discovery failed / timed out
     │   ├── ServerUnavailableError   it is not connected (down, restarting, removed) - fails fast
-    │   └── MessageTooLargeError     it sent a message over its size limit: the connection is dropped
+    │   └── ConnectionBrokenError    the connection is dropped and restarted (``during(what)``: told to a caller)
+    │       ├── MessageTooLargeError     it sent a message over its size limit
+    │       └── InputNotReadError        it stopped reading what is sent to it
     └── RequestError             a request to a server failed (attributes ``kind``, ``target``, ``server``)
         ├── ToolCallError            ... a tool call (``kind`` "tool"; ``tool`` is the ``target``)
         ├── RequestTimeoutError      ... no answer within the server's timeout (``timeout_s``)
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ConfigError",
     "ConnectError",
+    "ConnectionBrokenError",
+    "InputNotReadError",
     "McpvisorError",
     "describe_invalid",
     "MessageTooLargeError",
@@ -78,7 +82,32 @@ class ServerUnavailableError(ServerError):
     """A server is not connected right now (down, restarting or removed); calls fail fast."""
 
 
-class MessageTooLargeError(ServerError):
+class ConnectionBrokenError(ServerError):
+    """A server's connection is treated as broken and restarted like a crashed one, for a reason its subclass
+    names; :meth:`during` is the same error told to the caller of a request."""
+
+    def during(self, what: str) -> ConnectionBrokenError:
+        raise NotImplementedError
+
+
+class InputNotReadError(ConnectionBrokenError):
+    """A stdio server stopped reading its input while messages to it piled up (``waiting`` of them): the
+    connection is dropped and restarted, instead of the host's memory growing for it."""
+
+    def __init__(self, *, server: str, waiting: int, what: str | None = None) -> None:
+        super().__init__(
+            f"{what or 'sending to the server'} failed: server {server!r} stopped reading its input while "
+            f"{waiting:,} messages waited to reach it, so its connection is dropped and restarted",
+            server=server,
+        )
+        self.waiting = waiting
+        self.what = what
+
+    def during(self, what: str) -> InputNotReadError:
+        return InputNotReadError(server=self.server, waiting=self.waiting, what=what)
+
+
+class MessageTooLargeError(ConnectionBrokenError):
     """A server sent a message larger than its limit (``mcpServers.NAME.maxMessageBytes``); the
     connection is treated as broken and restarted like a crashed one. ``what`` names the request
     that was waiting for the message, if one was."""

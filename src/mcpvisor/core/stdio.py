@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import json
 import logging
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -41,24 +39,21 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.abc
 import anyio.lowlevel
-import mcp_types as types
 from mcp.client._transport import TransportStreams
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
-from pydantic import ValidationError
 
-from mcpvisor.core.errors import MessageTooLargeError, describe_invalid
+from mcpvisor.core.errors import ConnectionBrokenError, InputNotReadError, MessageTooLargeError
+from mcpvisor.core.lines import LineSplitter, parse_line
 from mcpvisor.core.server_config import DEFAULT_MAX_MESSAGE_BYTES
 from mcpvisor.core.server_log import ServerLog, pump_stderr
 
 __all__ = [
     "STDIN_CLOSE_GRACE_S",
     "TERMINATE_GRACE_S",
-    "LineSplitter",
     "StdioProcess",
     "on_host_path",
     "open_stdio_transport",
-    "without_lone_surrogates",
 ]
 
 logger = logging.getLogger(__name__)
@@ -76,6 +71,12 @@ STDERR_DRAIN_S = 1.0
 EXIT_DRAIN_S = 1.0
 """How long the reader of a server that exited must have waited for more output, with none coming, before
 its output ends when its stdout stays open elsewhere."""
+YIELD_EVERY = 32
+"""Messages received in a row without the loop running anything else: a server that floods its output keeps
+its reader busy without ever waiting, and others (their calls, a stop) must get their turn."""
+MAX_WAITING_SENDS = 4096
+"""Messages that may wait for a server to read its input: more means it stopped reading (while it sends requests
+whose answers pile up), and its connection is dropped instead of the host's memory growing."""
 
 
 @dataclass(eq=False)
@@ -86,7 +87,7 @@ class StdioProcess:
     ended: anyio.Event = field(default_factory=anyio.Event)
     """Set when the server closed its stdout (it exited, crashed or was killed), or when its output
     could not be read any more (``failure`` says why)."""
-    failure: MessageTooLargeError | None = None
+    failure: ConnectionBrokenError | None = None
     """Why reading stopped while the server still ran: it broke the protocol's bounds."""
     _process: anyio.abc.Process | None = field(default=None, repr=False)
 
@@ -130,13 +131,14 @@ async def open_stdio_transport(
     log: ServerLog,
     server: str = "",
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    on_broken: Callable[[MessageTooLargeError], None] | None = None,
+    on_broken: Callable[[ConnectionBrokenError], None] | None = None,
     host_path: bool = False,
 ) -> AsyncIterator[tuple[TransportStreams, StdioProcess]]:
     """Spawn ``command`` in its own process group and bridge its stdio to the SDK's streams; its stderr
     goes to ``log`` (which is closed when the transport ends). A message over ``max_message_bytes``
     ends reading: ``on_broken`` hears the :class:`MessageTooLargeError` (naming ``server``) first, then
-    the read stream closes and ``ended`` is set. ``host_path``: a bare ``command`` is looked up on the
+    the read stream closes and ``ended`` is set; so does a server that stopped reading its input
+    (:class:`InputNotReadError`, :data:`MAX_WAITING_SENDS`). ``host_path``: a bare ``command`` is looked up on the
     host's PATH, never on ``env.PATH`` (:func:`on_host_path`; for a server a repository defines).
 
     Raises ``OSError`` (e.g. ``FileNotFoundError``) when the process cannot be spawned.
@@ -160,8 +162,14 @@ async def open_stdio_transport(
         if on_broken is not None:
             on_broken(handle.failure)
 
+    def stalled(waiting: int) -> None:
+        if handle.failure is None:
+            handle.failure = InputNotReadError(server=server, waiting=waiting)
+            if on_broken is not None:
+                on_broken(handle.failure)
+
     read_stream = _StdoutMessages(process, handle, LineSplitter(max_message_bytes), broken)
-    write_stream = _StdinMessages(process, read_stream)
+    write_stream = _StdinMessages(process, read_stream, stalled)
 
     stderr_done = anyio.Event()
 
@@ -216,6 +224,7 @@ class _StdoutMessages:
         self._reading: anyio.CancelScope | None = None
         self._ended = False
         self._waiting_since: float | None = None
+        self._in_a_row = 0
 
     async def receive(self) -> SessionMessage | Exception:
         while not self._pending:
@@ -237,7 +246,11 @@ class _StdoutMessages:
                 self._end()
                 self._broken()
                 continue
-            self._pending.extend(_parse_line(line) for line in lines if line and not line.isspace())
+            self._pending.extend(parse_line(line) for line in lines if line and not line.isspace())
+        self._in_a_row += 1
+        if self._in_a_row >= YIELD_EVERY:
+            self._in_a_row = 0
+            await anyio.lowlevel.checkpoint()
         return self._pending.popleft()
 
     def _end(self) -> None:
@@ -301,12 +314,16 @@ class _StdinMessages:
     as one cancelled while the pipe is full has; the SDK then cancels the request at the server as usual.
     Any other backend uses anyio's stream."""
 
-    def __init__(self, process: anyio.abc.Process, reader: _StdoutMessages) -> None:
+    def __init__(
+        self, process: anyio.abc.Process, reader: _StdoutMessages, stalled: Callable[[int], None] | None = None
+    ) -> None:
         assert process.stdin is not None
         self._stdin = process.stdin
         self._writer = asyncio_writer(process.stdin)
         self._reader = reader
         self._closed = False
+        self._waiting = 0
+        self._stalled = stalled
 
     async def send(self, message: SessionMessage, /) -> None:
         if self._closed:
@@ -318,7 +335,16 @@ class _StdinMessages:
                 await self._stdin.send(data)
             else:
                 writer.write(data)
-                await writer.drain()  # waits only while the pipe is full
+                if self._waiting >= MAX_WAITING_SENDS:  # it stopped reading: drop it (see MAX_WAITING_SENDS)
+                    if self._stalled is not None:
+                        self._stalled(self._waiting)
+                    self._broke()
+                    raise anyio.BrokenResourceError
+                self._waiting += 1
+                try:
+                    await writer.drain()  # waits only while the pipe is full
+                finally:
+                    self._waiting -= 1
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             self._broke()
             raise anyio.BrokenResourceError from None
@@ -350,82 +376,6 @@ def asyncio_writer(stream: anyio.abc.ByteSendStream) -> asyncio.StreamWriter | N
     or an anyio whose wrapper changed: its own ``send`` is then used; ``tests/core`` pins that it is found)."""
     writer = getattr(stream, "_stream", None)
     return writer if isinstance(writer, asyncio.StreamWriter) else None
-
-
-class LineSplitter:
-    """Newline-delimited messages out of a byte stream, each byte scanned once, none over ``limit`` bytes.
-
-    ``feed(chunk)`` returns the complete lines the chunk finished (without their newline), or ``None``
-    once a line has grown past ``limit``: the stream cannot be read on from there."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._buffer = bytearray()
-        self._scanned = 0
-
-    def feed(self, chunk: bytes) -> list[bytes] | None:
-        buffer = self._buffer
-        buffer += chunk
-        lines: list[bytes] = []
-        start = 0
-        while (end := buffer.find(b"\n", max(start, self._scanned))) >= 0:
-            if end - start > self.limit:
-                return None
-            lines.append(bytes(buffer[start:end]))
-            start = end + 1
-        if start:
-            del buffer[:start]  # O(1) at the front of a bytearray
-        self._scanned = len(buffer)
-        return None if self._scanned > self.limit else lines
-
-
-def _parse_line(line: bytes) -> SessionMessage | Exception:
-    try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-    except ValueError as exc:
-        try:
-            text = line.decode()
-        except UnicodeDecodeError:  # not UTF-8: read it as the old text decoder did, bad bytes replaced
-            return _parse_line(line.decode(errors="replace").encode())
-        return _parse_leniently(text, exc)
-
-
-def _parse_leniently(text: str, exc: ValueError) -> SessionMessage | Exception:
-    """A line the strict parser refused: read by the standard library, which takes a lone surrogate escape
-    (``json.dumps`` of a file name that is not UTF-8 writes one); such a character reads as U+FFFD. An answer
-    that still does not validate fails its request at once instead of leaving it to its timeout."""
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        logger.debug("unparsable line from a server: %.200r", text[:200])
-        return exc
-    try:
-        return SessionMessage(
-            types.jsonrpc_message_adapter.validate_python(without_lone_surrogates(data), by_name=False)
-        )
-    except (ValueError, RecursionError) as invalid:
-        logger.debug("invalid message from a server: %.200r", text[:200])
-        request_id = data.get("id") if isinstance(data, dict) else None
-        if not isinstance(request_id, str | int) or isinstance(request_id, bool) or "method" in data:
-            return invalid
-        why = describe_invalid(invalid) if isinstance(invalid, ValidationError) else type(invalid).__name__
-        error = types.ErrorData(code=types.INTERNAL_ERROR, message=f"its answer is not valid JSON-RPC ({why})")
-        return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
-
-
-def without_lone_surrogates(value: object) -> object:
-    """``value`` (parsed JSON) with every lone surrogate in its strings as U+FFFD: the standard library's
-    parser keeps one from a ``\\udce9`` escape, and nothing can encode it to send it on."""
-    if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [without_lone_surrogates(item) for item in value]
-    if isinstance(value, dict):
-        return {without_lone_surrogates(key): without_lone_surrogates(item) for key, item in value.items()}
-    return value
-
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 async def _wait_exit(process: anyio.abc.Process, timeout_s: float) -> bool:

@@ -15,7 +15,7 @@ import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from mcpvisor.core.errors import ConnectError, McpvisorError, MessageTooLargeError
+from mcpvisor.core.errors import ConnectError, ConnectionBrokenError, McpvisorError, MessageTooLargeError
 from mcpvisor.core.listing import ListingTooLong
 from mcpvisor.core.server_config import REPOSITORY_SCOPES, InMemoryServers, McpServerConfig, arguments_hint
 from mcpvisor.core.server_log import ServerLog, log_problem
@@ -40,7 +40,7 @@ async def open_transport(
     on_response: Callable[[Any], Awaitable[None]],
     sse_timeout_s: float,
     max_message_bytes: int,
-    on_broken: Callable[[MessageTooLargeError], None],
+    on_broken: Callable[[ConnectionBrokenError], None],
     auth: Any = None,
     in_memory: InMemoryServers | None = None,
 ) -> tuple[Any, StdioProcess | None]:
@@ -154,7 +154,7 @@ async def open_transport(
 
 
 def _limited(
-    name: str, limit: int, on_broken: Callable[[MessageTooLargeError], None], *, transport_bound: bool = False
+    name: str, limit: int, on_broken: Callable[[ConnectionBrokenError], None], *, transport_bound: bool = False
 ) -> Any:
     """An HTTP transport that lets no message over ``limit`` bytes through (:mod:`mcpvisor.core.http_limits`);
     ``transport_bound``: the limit is the transport's own, not the configured one."""

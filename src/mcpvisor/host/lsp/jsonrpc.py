@@ -24,9 +24,10 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from mcpvisor.core.lines import without_lone_surrogates
 from mcpvisor.core.server_config import DEFAULT_MAX_MESSAGE_BYTES
 from mcpvisor.core.server_log import ServerLog, pump_stderr
-from mcpvisor.core.stdio import stop_process, without_lone_surrogates
+from mcpvisor.core.stdio import stop_process
 from mcpvisor.host.lsp.errors import LspConnectionClosed, LspError, LspMessageTooLarge, LspRequestError
 from mcpvisor.host.lsp.framing import FrameReader
 from mcpvisor.host.lsp.process import (
