@@ -93,7 +93,7 @@ async def test_a_gateway_beside_a_server_flooding_notifications_stops_on_sigterm
 
 async def test_a_server_that_stops_reading_while_it_floods_requests_is_dropped_naming_why(tmp_path: Path) -> None:
     flood, _ = flooding(tmp_path, "requests")
-    server = McpServerConfig(**flood)  # type: ignore[arg-type]
+    server = McpServerConfig(**flood)
     said: list[str] = []
 
     def dropped(client: McpClient) -> bool:
