@@ -579,6 +579,35 @@ async def test_a_server_that_answers_its_listing_with_an_error_is_down_with_that
     assert client.status == "disconnected"
 
 
+BAD_LISTING_SERVER = """
+import json, sys, time
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    if msg.get("method") == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "badlist", "version": "1"}}
+    else:
+        result = {"tools": "x"}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+time.sleep(30)  # ignores its closed input: stopping it takes a signal, which is not why it failed
+"""
+
+
+async def test_a_listing_that_is_not_valid_mcp_fails_the_start_saying_so_not_how_the_process_ended(
+    tmp_path: Path,
+) -> None:
+    client = scripted(tmp_path, "badlist", BAD_LISTING_SERVER)
+    async with anyio.create_task_group() as tg:
+        with pytest.raises(ConnectError) as raised:
+            await client.start(tg)
+    assert str(raised.value) == (
+        "could not connect to server 'badlist': its answer to a start-up request (ListToolsResult) is not valid MCP "
+        "(tools: Input should be a valid list)"
+    )
+
+
 ENDLESS_SERVER = """
 import json, sys
 many = sys.argv[1] == "many"

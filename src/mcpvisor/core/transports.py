@@ -14,8 +14,15 @@ from typing import Any
 import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
-from mcpvisor.core.errors import ConnectError, ConnectionBrokenError, McpvisorError, MessageTooLargeError
+from mcpvisor.core.errors import (
+    ConnectError,
+    ConnectionBrokenError,
+    McpvisorError,
+    MessageTooLargeError,
+    describe_invalid,
+)
 from mcpvisor.core.listing import ListingTooLong
 from mcpvisor.core.server_config import REPOSITORY_SCOPES, InMemoryServers, McpServerConfig, arguments_hint
 from mcpvisor.core.server_log import ServerLog, log_problem
@@ -230,6 +237,8 @@ def explain_start_failure(
     for leaf in flatten(exc):
         if isinstance(leaf, ConnectError):
             return str(leaf).split(": ", 1)[-1]
+        if isinstance(leaf, ValidationError) and leaf.title.endswith("Result"):  # before the exit its teardown caused
+            return f"its answer to a start-up request ({leaf.title}) is not valid MCP ({describe_invalid(leaf)})"
     for leaf in flatten(exc):
         if isinstance(leaf, MCPError) and not closed_in_sdk(leaf) and not timed_out_in_sdk(leaf):
             where = "" if cfg.transport == "stdio" else f" (reaching {cfg.target()})"
