@@ -417,3 +417,14 @@ def test_status_exits_1_when_an_admitted_server_fails(tmp_path: Path) -> None:
     result = cli("status", "--workspace", str(layout.root), env={**layout.env, "COLUMNS": "200"})
     assert result.returncode == 1
     assert "ghost · ✗ disconnected — executable '/nonexistent/ghost' not found" in result.stdout
+
+
+def test_a_demo_folder_that_cannot_be_made_is_one_line_naming_it(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    a_file = tmp_path / "afile"
+    a_file.write_text("x")
+    result = cli("demo", "--dir", str(a_file), env=layout.env)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"error: cannot make the demo in {a_file}: Not a directory; name a folder (or a new one) with --dir"
+    )

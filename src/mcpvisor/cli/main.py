@@ -33,6 +33,7 @@ from mcpvisor.cli.options import (
     McpConfigOpt,
     VerboseOpt,
     WorkspaceOpt,
+    fail,
     host_options,
     reported,
     setup_logging,
@@ -265,7 +266,12 @@ def demo(
     from mcpvisor.cli.demo import cli_command, create_demo
 
     setup_logging(verbose, narrated=not as_json)
-    layout = create_demo(directory)
+    try:
+        layout = create_demo(directory)
+    except OSError as exc:
+        raise fail(
+            f"cannot make the demo in {directory}: {exc.strerror or exc}; name a folder (or a new one) with --dir"
+        ) from None
     env = {**os.environ, "MCPVISOR_HOME": str(layout.home), "MCPVISOR_LOG_DIR": str(layout.logs)}
     command = cli_command()
     home = shlex.quote(str(layout.home))
