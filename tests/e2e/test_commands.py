@@ -428,3 +428,17 @@ def test_a_demo_folder_that_cannot_be_made_is_one_line_naming_it(tmp_path: Path)
     assert result.stderr.strip() == (
         f"error: cannot make the demo in {a_file}: Not a directory; name a folder (or a new one) with --dir"
     )
+
+
+def test_list_and_status_in_a_folder_not_trusted_say_so_and_how_to_trust_it(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    replace_text(layout.paths.user, json.dumps({"security": {"folderTrust": {"enabled": True}}}))
+    replace_text(layout.paths.project, json.dumps({"mcpServers": {"p": {"command": "x"}}}))
+    said = (
+        f"! folder {layout.root} is not trusted: its own settings files are not read and no MCP server starts here; "
+        f"if you trust it, run: mcpvisor mcp trust --workspace {layout.root}"
+    )
+    for command in (("mcp", "list"), ("status",)):
+        result = cli(*command, "--workspace", str(layout.root), env=layout.env)
+        assert result.returncode == 0, result.stderr
+        assert said in result.stdout, result.stdout

@@ -61,6 +61,11 @@ def config_problems(settings: Settings, approvals_error: str | None, *more: Iter
     approvals store first, then the warnings (an invalid entry, an unknown key, an undefined variable)."""
     errors = [str(error) for error in settings.errors.values()]
     problems = [*errors, *([approvals_error] if approvals_error else []), *settings.warnings]
+    if not settings.trusted:  # else an empty list reads as if nothing were configured
+        problems.append(
+            f"folder {settings.root} is not trusted: its own settings files are not read and no MCP server starts "
+            f"here; if you trust it, run: mcpvisor mcp trust --workspace {shlex.quote(str(settings.root))}"
+        )
     for extra in more:
         problems.extend(extra)
     return list(dict.fromkeys(problems))
