@@ -325,6 +325,34 @@ async def test_a_kill_or_a_closed_terminal_stops_the_session_and_its_servers(
     await wait_until(lambda: not any(pid_alive(pid) for pid in pids), what="the server to be stopped")
 
 
+@pytest.mark.parametrize("ending", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+async def test_status_killed_while_it_connects_stops_the_servers_it_started(
+    tmp_path: Path, ending: signal.Signals
+) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "pids"
+    args = ["-m", LIGHT, "--name", "a", "--marker", str(marker), "--hang-on-initialize"]
+    server = {"command": sys.executable, "args": args, "discoveryTimeoutMs": 120_000}
+    replace_text(layout.paths.user, json.dumps({"mcpServers": {"a": server}}))
+    process = await anyio.open_process(
+        [mcpvisor_command(), "status", "--workspace", str(layout.root)],
+        env={**os.environ, **layout.env},
+        stderr=subprocess.DEVNULL,
+    )
+    async with process:
+        try:
+            await wait_until(lambda: bool(marker_pids(marker)), what="the server to start")
+            process.send_signal(ending)
+            with anyio.fail_after(WAIT_S * 2):
+                await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+        assert process.returncode == 1  # it showed nothing: stopped before its servers answered
+    pids = marker_pids(marker)
+    await wait_until(lambda: not any(pid_alive(pid) for pid in pids), what="the server to be stopped")
+
+
 async def test_run_names_every_file_it_watches_and_where_a_restart_is_needed(tmp_path: Path) -> None:
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
     replace_text(layout.paths.user, json.dumps({"mcpServers": {}}))

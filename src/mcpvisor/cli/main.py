@@ -235,8 +235,19 @@ def status(
                 render_lsp_status(console, lsp_rows, show_target=True)
         return [row.to_json() for row in rows], [row.to_json() for row in lsp_rows], problems, broken
 
+    async def until_told_to_stop() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str], bool] | None:
+        found = None
+        async with anyio.create_task_group() as tg:  # SIGTERM, SIGHUP: its servers stop, as on Ctrl-C
+            tg.start_soon(_cancel_on_signal, tg.cancel_scope, _ENDING)
+            found = await once()
+            tg.cancel_scope.cancel()
+        return found
+
     with reported():
-        rows, lsp_rows, problems, broken = anyio.run(once)
+        found = anyio.run(until_told_to_stop)
+    if found is None:
+        raise typer.Exit(1)
+    rows, lsp_rows, problems, broken = found
     if as_json:
         typer.echo(json.dumps({"servers": rows, "language_servers": lsp_rows, "problems": problems}, indent=2))
     failed = [row["name"] for row in rows if row["state"] in ("disconnected", "needs_auth") and row["error"]]
