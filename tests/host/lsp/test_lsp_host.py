@@ -356,9 +356,9 @@ async def test_servers_start_on_first_use_and_stop_when_idle(tmp_path: Path) -> 
         status = await s.ok("status")
         assert status["servers"][0]["state"] == "idle"
         await s.ok("document_symbols", file="models.py")  # starts again on the next call
-        assert s.pid("python") not in (None, pid)
-        states = [e.state for e in s.events if isinstance(e, LspServerChanged)]
-        assert states.count("ready") == 2
+        ready = [e.pid for e in s.events if isinstance(e, LspServerChanged) and e.state == "ready"]
+        assert len(ready) == 2  # (its pid read from the events: under load it may be idle and stopped again by now)
+        assert ready[1] not in (None, pid)
 
 
 async def test_a_planted_log_link_is_refused_and_the_call_says_so(tmp_path: Path) -> None:
