@@ -408,6 +408,17 @@ async def test_a_lost_http_server_fails_calls_fast_and_is_reconnected_when_it_re
         assert result.content[0].text == "h:echo:again"  # type: ignore[union-attr]
 
 
+async def test_a_remote_server_not_up_at_its_start_is_tried_again_until_it_is(config: Config) -> None:
+    port = free_port()
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"h": McpServerConfig(http_url=f"http://127.0.0.1:{port}/mcp")})
+    assert config.manager.clients()["h"].status == "disconnected"
+    async with http_server("h", port=port):  # it comes up later: connected without a reload
+        await wait_until(lambda: config.manager.clients()["h"].status == "connected", timeout_s=WAIT_S * 2)
+        result = await config.call_tool("mcp__h__echo", {"text": "late"})
+        assert result.content[0].text == "h:echo:late"  # type: ignore[union-attr]
+
+
 async def test_a_reconcile_leaves_a_crashed_server_to_its_reconnect_pause_and_never_calls_it_added(
     config: Config,
 ) -> None:

@@ -2,8 +2,8 @@
 
 It owns the connections of one session. Every change goes through :meth:`discover_all_mcp_tools_incremental`:
 removals, gated tear-downs, then concurrent (re)connects bounded by a capacity limiter; unchanged servers are
-never touched. A server that dies reconnects with bounded exponential backoff; a deliberate stop never respawns.
-"""
+never touched. A server that dies reconnects with bounded exponential backoff, and so does a remote one that
+could not be reached at its start; a deliberate stop never respawns."""
 
 from __future__ import annotations
 
@@ -152,7 +152,7 @@ class McpClientManager:
                 for name in plan.remove:
                     tg.start_soon(self.remove_server, name)
                 for name, reason in plan.gate_stop.items():
-                    tg.start_soon(self._stop_gated, name, reason)
+                    tg.start_soon(partial(self._stop, name, reason=reason))
         for name, reason in plan.gate_skip.items():
             self._publish_state(name, reason=reason)
 
@@ -214,7 +214,7 @@ class McpClientManager:
         stopped = frozenset(self._clients)
         async with anyio.create_task_group() as tg:
             for name in stopped:
-                tg.start_soon(self._stop_quietly, name)
+                tg.start_soon(partial(self._stop, name, reason=None, purge_first=True))
         return await self._apply_plan(restarting=stopped)
 
     async def remove_server(self, name: str) -> None:
@@ -229,13 +229,7 @@ class McpClientManager:
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as tg:
                 for name in list(self._clients):
-                    tg.start_soon(self._stop_quietly, name)
-
-    async def _stop_quietly(self, name: str) -> None:
-        await self._stop(name, reason=None, purge_first=True)
-
-    async def _stop_gated(self, name: str, reason: str) -> None:
-        await self._stop(name, reason=reason)
+                    tg.start_soon(partial(self._stop, name, reason=None, purge_first=True))
 
     async def _restart_one(self, name: str, cfg: McpServerConfig, failed: dict[str, str]) -> None:
         """The old process goes first (a stateful server may hold a port or a lock), then the new one."""
@@ -263,6 +257,10 @@ class McpClientManager:
             failed[name] = str(exc)
             self._failed.add(name)  # also when it failed after its pass was over
             logger.warning("%s", exc)
+            down = self._clients.get(name)
+            if down is not None and cfg.transport != "stdio" and down.status == "disconnected" and not self._closed:
+                if not down.needs_auth:  # a remote server may come up later: tried again as a lost one is
+                    self._retry(name, down)
 
     async def _open(self, name: str, cfg: McpServerConfig) -> None:
         """Start (or, with a pool, acquire) a connection for ``name``. Raises ConnectError."""
@@ -423,9 +421,10 @@ class McpClientManager:
             logger.error("server %r keeps crashing: %s", name, client.last_error)
             self._publish_state(name)
             return
-        scope = anyio.CancelScope()
-        self._reconnects[name] = scope
-        first_pause = min(BACKOFF_INITIAL_S * 2**stops, BACKOFF_MAX_S)
+        self._retry(name, client, min(BACKOFF_INITIAL_S * 2**stops, BACKOFF_MAX_S))
+
+    def _retry(self, name: str, client: McpClient, first_pause: float = BACKOFF_INITIAL_S) -> None:
+        scope = self._reconnects[name] = anyio.CancelScope()
         self._tg.start_soon(self._reconnect_loop, name, client.connection_id, scope, first_pause)
 
     def _cancel_reconnect(self, name: str) -> None:

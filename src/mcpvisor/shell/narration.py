@@ -108,6 +108,8 @@ class HumanOutput:
                             f"[red]✗ {escape(str(name))} rejected — edit its config to be asked again, "
                             f"or approve it after all: mcpvisor mcp approve {escape(str(name))}[/]",
                         )
+            # A remote server that could not be reached is tried again by itself: its coming up is said.
+            self._down |= {n for n in event.failed if (cfg := current.get(n)) is not None and cfg.transport != "stdio"}
             self._servers = current
             self._gated = {n: self._host.refine_reason(n, r) or r for n, r in event.gated.items()}
             for name in event.removed:
