@@ -21,12 +21,14 @@ from mcp.shared.message import SessionMessage
 
 from mcpvisor.core import stdio
 from mcpvisor.core.client import McpClient
+from mcpvisor.core.config import Config
 from mcpvisor.core.errors import (
     ConnectError,
     RequestError,
     RequestTimeoutError,
     ServerUnavailableError,
     ToolCallError,
+    ToolNotFoundError,
 )
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from mcpvisor.core.server_log import ServerLog
@@ -916,3 +918,31 @@ def test_a_remote_servers_start_up_error_says_which_url() -> None:
         "the server answered its start-up requests with an error: Internal error (code -32603) "
         "(reaching http://127.0.0.1:9/mcp?key=***)"
     )
+
+
+TWICE_SERVER = """
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    if msg.get("method") == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "twice", "version": "1"}}
+    elif msg.get("method") == "tools/list":
+        result = {"tools": [{"name": "ok", "inputSchema": {"type": "object"}}] * 2}
+    else:
+        result = {}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"""
+
+
+async def test_a_tool_a_server_lists_twice_is_named_once_when_another_is_not_found(tmp_path: Path) -> None:
+    script = tmp_path / "twice.py"
+    script.write_text(TWICE_SERVER)
+    server = McpServerConfig(command=sys.executable, args=[str(script)])
+    async with Config(mcp_servers={"twice": server}, options=ConnectionOptions(log_dir=tmp_path)) as config:
+        await config.initialize()
+        with pytest.raises(ToolNotFoundError) as missing:
+            await config.call_tool("mcp__twice__nope", {})
+    assert str(missing.value).endswith("does not provide it (renamed or filtered out?); its tools: mcp__twice__ok")

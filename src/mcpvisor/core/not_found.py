@@ -81,6 +81,6 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
                 if kind == "tool"
                 else [p.name for p in config.prompt_registry.prompts_of(server)]
             )
-            offered = ", ".join(sorted(listed)) or "none"
+            offered = ", ".join(sorted(set(listed))) or "none"
             text = f"{head} does not provide it (renamed or filtered out?); its {kind}s: {offered}"
     return not_found(text, kind=kind, target=name, server=server, reason=reason)
