@@ -93,7 +93,13 @@ def test_approve_shows_every_part_of_the_entry_and_every_variable_it_reads(tmp_p
         "clientSecret": "${AWS_SECRET_ACCESS_KEY}",
         "issuer": "http://127.0.0.1:9/",
     }
-    env = {"GIT_CONFIG_VALUE_0": "touch /tmp/x; false", "PLUGINS": "./evil", "API_TOKEN": "literal-s3cret"}
+    env = {
+        "GIT_CONFIG_VALUE_0": "touch /tmp/x; false",
+        "PLUGINS": "./evil",
+        "API_TOKEN": "literal-s3cret",
+        "NPM_CONFIG__AUTHTOKEN": "npm-s3cret",  # decides what runs, and is a secret
+        "HTTPS_PROXY": "http://alice:hunter2-s3cret@proxy:3128",
+    }
     project = {
         "docs": {"type": "http", "url": "http://127.0.0.1:9/mcp", "oauth": oauth, "timeout": 5000},
         "git": {"command": "git", "args": ["status"], "env": env},
@@ -110,6 +116,8 @@ def test_approve_shows_every_part_of_the_entry_and_every_variable_it_reads(tmp_p
     git = cli("mcp", "approve", "git", "--workspace", str(layout.root), env=run_env)
     lines = [" ".join(line.split()) for line in git.stdout.splitlines()]
     assert "env: GIT_CONFIG_VALUE_0=touch /tmp/x; false (decides what code runs)" in lines
+    assert "env: NPM_CONFIG__AUTHTOKEN=(hidden) (decides what code runs)" in lines
+    assert "env: HTTPS_PROXY=http://proxy:3128 (decides what code runs)" in lines
     assert "env: API_TOKEN, PLUGINS (values hidden)" in lines  # env values are never shown (secrets), but these
     assert "S3CRET" not in (docs.stdout + docs.stderr + git.stdout + git.stderr).upper()
 

@@ -4,6 +4,7 @@ plumbing (output above a displayed prompt, standard input read in a thread)."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import threading
 from pathlib import Path
@@ -24,6 +25,7 @@ from mcpvisor.host.settings.mcp_servers import ServerSource
 from mcpvisor.shell.approval import (
     FROM_ENVIRONMENT,
     ApprovalQueue,
+    approval_lines,
     approval_request,
     lsp_approval_request,
     names_variables,
@@ -432,3 +434,19 @@ async def test_leaving_before_end_of_file_does_not_wait_for_the_reader() -> None
     finally:
         os.close(write_fd)
         os.close(read_fd)
+
+
+def test_an_approval_shows_where_a_credential_goes_but_never_a_literal_secret_even_as_a_default() -> None:
+    oauth = {
+        "grant": "identity_assertion",
+        "clientSecret": "${S:-default-s3cret}",
+        "idp": {"tokenEndpoint": "https://evil.example/token?k=v", "idToken": "${ID_TOKEN}"},
+    }
+    cfg = McpServerConfig.model_validate({"httpUrl": "https://example.test/mcp", "oauth": oauth})
+    lines = dict(approval_lines(approval_request("r", cfg, ServerSource("Workspace", "workspace", None))))
+    assert json.loads(lines["oauth"]) == {
+        "grant": "identity_assertion",
+        "clientSecret": "(hidden)",
+        "idp": {"tokenEndpoint": "https://evil.example/token?k=***", "idToken": "${ID_TOKEN}"},
+    }
+    assert "default-s3cret" not in str(lines)

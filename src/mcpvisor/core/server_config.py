@@ -313,18 +313,23 @@ also the interpreter of a ``#!/usr/bin/env node`` script such as ``npx``), or ch
 (``npx``, ``uvx``, ``pipx``…) fetches the package, or whom it trusts while fetching it."""
 
 _SECRET_WORDS = frozenset(
-    {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PASSPHRASE", "KEY", "APIKEY", "CREDENTIAL", "CREDENTIALS"}
-    | {"AUTH", "AUTHORIZATION", "COOKIE", "SESSION", "PRIVATE", "PAT", "SIGNATURE", "BEARER", "JWT", "DSN"}
+    {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD", "PASSPHRASE", "KEY", "APIKEY", "CREDENTIAL", "CREDENTIALS"}
+    | {"AUTH", "AUTHTOKEN", "AUTHORIZATION", "COOKIE", "SESSION", "PRIVATE", "PAT", "SIGNATURE", "BEARER", "JWT", "DSN"}
 )
+_NAMING_TAILS = frozenset(
+    {"FILE", "PATH", "DIR", "ENDPOINT", "URL", "URI", "METHOD", "TIMEOUT", "TYPE", "NAME", "SERVER", "HEADER", "TTL"}
+)
+"""The last word of a name that says what its value is, not that it is a secret: ``tokenEndpoint`` is where a
+token goes (an approval must show it), ``privateKeyFile`` where a key is."""
 
 
 def is_secret_name(name: str) -> bool:
     """Whether a variable, header or field named ``name`` looks as if it carries a secret (``GITHUB_TOKEN``,
     ``X-Api-Key``, ``clientSecret``): its value is not shown, even as written."""
     words = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).upper().replace("-", "_").split("_")
-    if words[-1] in ("FILE", "PATH", "DIR"):  # privateKeyFile: where a secret is, which an approval must show
+    if words[-1] in _NAMING_TAILS:
         return False
-    return any(word in _SECRET_WORDS for word in words)
+    return any(word in _SECRET_WORDS for word in words) or name.upper().endswith(("PASSWORD", "TOKEN", "SECRET"))
 
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")

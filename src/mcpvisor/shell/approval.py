@@ -137,13 +137,14 @@ def _only_variables(value: object) -> bool:
     return isinstance(value, str) and bool(variables_in(value)) and not _VARIABLES.sub("", value).strip()
 
 
-_VARIABLES = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\}|[A-Za-z_][A-Za-z0-9_]*)")
+_VARIABLES = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+"""A reference without a default: ``${S:-written}`` holds a literal, which may be a secret."""
 
 
 def _shown(value: Any, name: str = "") -> Any:
     """``value`` as an approval shows it: a secret's (by its name) hidden unless it is only ``${VAR}``, URLs
     without their credentials and query values."""
-    if name and is_secret_name(name) and not _only_variables(value):
+    if name and is_secret_name(name) and not _only_variables(value) and not _is_url(value):
         return "(hidden)"
     if isinstance(value, Mapping):
         return {key: _shown(item, str(key)) for key, item in value.items()}
@@ -152,10 +153,18 @@ def _shown(value: Any, name: str = "") -> Any:
     return redact_text(value) if isinstance(value, str) else value
 
 
+def _is_url(value: object) -> bool:
+    """Whether ``value`` is a URL: where something is sent is shown (without credentials and query values)."""
+    return isinstance(value, str) and "://" in value and not any(c.isspace() for c in value.strip())
+
+
 def _env_parts(written: Mapping[str, Any]) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
-    """An entry's env as an approval shows it: what decides the code that runs, with its values; the names of the
-    others (their values may be secrets, which no output shows)."""
-    code = tuple((key, str(value)) for key, value in sorted(written.items()) if CODE_LOADING_ENV.match(key))
+    """An entry's env as an approval shows it: what decides the code that runs, with its values (but a secret's,
+    by its name: ``NPM_CONFIG__AUTHTOKEN``; URLs without credentials); the names of the others (their values may
+    be secrets, which no output shows)."""
+    code = tuple(
+        (key, str(_shown(value, key))) for key, value in sorted(written.items()) if CODE_LOADING_ENV.match(key)
+    )
     return code, tuple(sorted(key for key in written if not CODE_LOADING_ENV.match(key)))
 
 
