@@ -325,3 +325,29 @@ def test_a_record_of_the_first_format_is_pinned_again_with_every_key_where_it_di
     assert upgraded["format"] == 2
     assert upgraded["tools"]["echo"]["definition"]["title"] == "Echo"
     assert gate("p", cfg, [_tool(title="Changed")], []).held_tools == ("echo",)  # the title is pinned now
+
+
+class _TriedTwice(PinStore):
+    """A store whose transaction is tried again (as the fleet's is when another replica wrote meanwhile)."""
+
+    def __init__(self, path: Path, first: dict[str, Any], then: dict[str, Any]) -> None:
+        super().__init__(path)
+        self.tries = [first, then]
+        self.written: dict[str, Any] = {}
+
+    def mutate(self, change: Any, *, timeout_s: float = 10.0) -> None:
+        for records in self.tries:
+            self.written = records
+            change(records)
+
+
+def test_a_transaction_tried_again_acts_on_what_it_read_last() -> None:
+    old = {"s": {"p": {"config": "old", "tools": {"echo": {"sha256": "a"}}}}}
+    same = {"s": {"p": {"config": "new", "tools": {"echo": {"sha256": "b"}}}}}
+    store = _TriedTwice(Path("unused"), old, same)
+    winner = store.create("s", "p", {"config": "new", "tools": {}})
+    assert winner == same["s"]["p"]  # not the copy carried over from the first read
+    revoked: dict[str, Any] = {}
+    store = _TriedTwice(Path("unused"), json.loads(json.dumps(old)), revoked)
+    assert store.create("s", "p", {"config": "new", "tools": {"echo": {"sha256": "c"}}}) is None
+    assert revoked == {"s": {"p": {"config": "new", "tools": {"echo": {"sha256": "c"}}}}}  # the old pins gone meanwhile

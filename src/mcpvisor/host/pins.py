@@ -203,6 +203,7 @@ class PinStore(PrivateJsonStore):
         winner: list[dict[str, Any]] = []
 
         def change(records: dict[str, Any]) -> None:
+            winner.clear()  # a transaction tried again (a fleet's store) starts afresh
             existing = records.get(scope, {}).get(name)
             if isinstance(existing, dict) and existing.get("config") == record.get("config"):
                 winner.append(existing)
@@ -443,6 +444,7 @@ def accept_held(
     accepted: list[Change] = []
 
     def change(records: dict[str, Any]) -> None:
+        accepted.clear()  # a transaction tried again (a fleet's store) starts afresh
         record = records.get(scope, {}).get(name)
         held = held_changes(record, cfg)
         if shown is not None and held != list(shown):  # checked under the store's lock, beside the write
