@@ -8,6 +8,7 @@ could not be reached at its start; a deliberate stop never respawns."""
 from __future__ import annotations
 
 import importlib
+import itertools
 import logging
 import sys
 import time
@@ -20,6 +21,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
+from mcpvisor.core.errors import ConnectError
 from mcpvisor.core.events import (
     EventBus,
     McpClientUpdate,
@@ -239,8 +241,6 @@ class McpClientManager:
     # -- single servers ----------------------------------------------------------------------
 
     async def _connect_one(self, name: str, cfg: McpServerConfig, failed: dict[str, str]) -> None:
-        from mcpvisor.core.errors import ConnectError
-
         self._cancel_reconnect(name)
         current = self._clients.get(name)
         if current is not None:  # planned while down: a reconnect may have run since
@@ -257,10 +257,10 @@ class McpClientManager:
             failed[name] = str(exc)
             self._failed.add(name)  # also when it failed after its pass was over
             logger.warning("%s", exc)
-            down = self._clients.get(name)
-            if down is not None and cfg.transport != "stdio" and down.status == "disconnected" and not self._closed:
-                if not down.needs_auth:  # a remote server may come up later: tried again as a lost one is
-                    self._retry(name, down)
+            down = self._clients.get(name)  # a remote server may come up later: tried again, for as long as it runs
+            if down and cfg.transport != "stdio" and down.connection_id == connection_id_of(name, cfg):
+                if down.status == "disconnected" and not down.needs_auth and not self._closed:
+                    self._retry(name, down, attempts=None)
 
     async def _open(self, name: str, cfg: McpServerConfig) -> None:
         """Start (or, with a pool, acquire) a connection for ``name``. Raises ConnectError."""
@@ -421,11 +421,15 @@ class McpClientManager:
             logger.error("server %r keeps crashing: %s", name, client.last_error)
             self._publish_state(name)
             return
-        self._retry(name, client, min(BACKOFF_INITIAL_S * 2**stops, BACKOFF_MAX_S))
+        self._retry(name, client, min(BACKOFF_INITIAL_S * 2**stops, BACKOFF_MAX_S), MAX_RECONNECT_ATTEMPTS)
 
-    def _retry(self, name: str, client: McpClient, first_pause: float = BACKOFF_INITIAL_S) -> None:
+    def _retry(
+        self, name: str, client: McpClient, first_pause: float = BACKOFF_INITIAL_S, attempts: int | None = None
+    ) -> None:
+        """Start the reconnect loop (``attempts``: how many before it gives up; None: never), the only one for it."""
+        self._cancel_reconnect(name)
         scope = self._reconnects[name] = anyio.CancelScope()
-        self._tg.start_soon(self._reconnect_loop, name, client.connection_id, scope, first_pause)
+        self._tg.start_soon(self._reconnect_loop, name, client.connection_id, scope, first_pause, attempts)
 
     def _cancel_reconnect(self, name: str) -> None:
         scope = self._reconnects.pop(name, None)
@@ -433,17 +437,14 @@ class McpClientManager:
             scope.cancel()
 
     async def _reconnect_loop(
-        self, name: str, connection_id: str, scope: anyio.CancelScope, first_pause: float = BACKOFF_INITIAL_S
+        self, name: str, connection_id: str, scope: anyio.CancelScope, first_pause: float, attempts: int | None
     ) -> None:
-        from mcpvisor.core.errors import ConnectError
-
         delay = first_pause
         with scope:
-            for attempt in range(1, MAX_RECONNECT_ATTEMPTS + 1):
+            for attempt in itertools.count(1) if attempts is None else range(1, attempts + 1):
                 await anyio.sleep(delay)
                 current = self._clients.get(name)
-                # The config as it is now (a re-filter may have changed its exposure meanwhile); a
-                # changed connection is the reconcile's business, not ours.
+                # The config as it is now (a re-filter may have changed it); a changed connection is the reconcile's.
                 cfg = self._configs.get(name)
                 if self._closed or current is None or current.status != "disconnected" or cfg is None:
                     return
@@ -451,13 +452,13 @@ class McpClientManager:
                     return
                 logger.info("server %r: reconnecting (attempt %d)", name, attempt)
                 if self._pool is not None:
-                    # Drop our hold on the dead connection; the dead client stays in place (and
-                    # visible as disconnected) until a new one is acquired.
+                    # Drop our hold on the dead connection; the dead client stays (disconnected) until a new one.
                     await self._pool.release(self._session_id, current)
                 try:
                     await self._open(name, cfg)
-                except ConnectError as exc:
-                    logger.warning("server %r: reconnect failed: %s", name, exc)
+                except ConnectError as exc:  # said at each try of the first ones, then quietly
+                    tell = logger.warning if attempt <= MAX_RECONNECT_ATTEMPTS else logger.info
+                    tell("server %r: reconnect failed: %s", name, exc)
                     delay = min(delay * 2, BACKOFF_MAX_S)
                     continue
                 self._reconnects.pop(name, None)
