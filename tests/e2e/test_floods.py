@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -105,4 +106,4 @@ async def test_a_server_that_stops_reading_while_it_floods_requests_is_dropped_n
         await config.initialize()
         client = config.manager.clients()["flood"]
         await wait_until(lambda: dropped(client), timeout_s=60, what="it was dropped")
-    assert "server 'flood' stopped reading its input while 4,096 messages waited to reach it" in said[0]
+    assert re.search(r"server 'flood' stopped reading its input while [\d,]+ messages waited to reach it", said[0])

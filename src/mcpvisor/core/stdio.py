@@ -75,8 +75,10 @@ YIELD_EVERY = 32
 """Messages received in a row without the loop running anything else: a server that floods its output keeps
 its reader busy without ever waiting, and others (their calls, a stop) must get their turn."""
 MAX_WAITING_SENDS = 4096
-"""Messages that may wait for a server to read its input: more means it stopped reading (while it sends requests
-whose answers pile up), and its connection is dropped instead of the host's memory growing."""
+"""Messages that may wait for a server to read its input: more, with none of them getting through for
+:data:`STALLED_S`, means it stopped reading (while it sends requests whose answers pile up), and its connection is
+dropped instead of the host's memory growing. A server that is only busy reads on, and is left alone."""
+STALLED_S = 5.0
 
 
 @dataclass(eq=False)
@@ -323,6 +325,8 @@ class _StdinMessages:
         self._reader = reader
         self._closed = False
         self._waiting = 0
+        self._got_through = 0.0
+        """When a wait for the pipe last ended (what was written got through)."""
         self._stalled = stalled
 
     async def send(self, message: SessionMessage, /) -> None:
@@ -335,14 +339,15 @@ class _StdinMessages:
                 await self._stdin.send(data)
             else:
                 writer.write(data)
-                if self._waiting >= MAX_WAITING_SENDS:  # it stopped reading: drop it (see MAX_WAITING_SENDS)
-                    if self._stalled is not None:
+                if self._waiting >= MAX_WAITING_SENDS and anyio.current_time() - self._got_through > STALLED_S:
+                    if self._stalled is not None:  # it stopped reading: drop it (see MAX_WAITING_SENDS)
                         self._stalled(self._waiting)
                     self._broke()
                     raise anyio.BrokenResourceError
                 self._waiting += 1
                 try:
                     await writer.drain()  # waits only while the pipe is full
+                    self._got_through = anyio.current_time()
                 finally:
                     self._waiting -= 1
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
