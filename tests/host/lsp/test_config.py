@@ -52,13 +52,19 @@ def test_an_invalid_entry_says_what_to_fix(entry: dict[str, Any], problem: str) 
 @pytest.mark.parametrize(
     "key",
     ["LD_PRELOAD", "ld_library_path", "DYLD_INSERT_LIBRARIES", "NODE_OPTIONS", "PYTHONPATH"]
-    + ["PYTHONHOME", "BASH_ENV", "NODE_PATH", "PERL5OPT", "RUBYOPT", "JAVA_TOOL_OPTIONS", "PYTHONUSERBASE", "HOME"],
+    + ["PYTHONHOME", "BASH_ENV", "NODE_PATH", "PERL5OPT", "RUBYOPT", "JAVA_TOOL_OPTIONS", "PYTHONUSERBASE", "HOME"]
+    + ["GIT_CONFIG_VALUE_0", "npm_config_registry", "HTTPS_PROXY", "GOPATH", "CARGO_HOME", "KUBECONFIG", "GIT_ASKPASS"],
 )
 def test_a_repository_may_not_set_environment_that_injects_code(key: str) -> None:
     entry = {**PYLSP, "env": {key: "/tmp/evil"}}
     with pytest.raises(ValueError, match=f"a repository may not set {key}"):
         LspServerConfig.from_entry(entry, scope="project")
     assert LspServerConfig.from_entry(entry).env == {key: "/tmp/evil"}  # the user's own settings may
+
+
+def test_a_repository_may_set_environment_that_chooses_no_code() -> None:
+    env = {"CARGO_TARGET_DIR": "target/ra", "RUST_LOG": "info", "PYTHONUNBUFFERED": "1"}
+    assert LspServerConfig.from_entry({**PYLSP, "env": env}, scope="project").env == env
 
 
 @pytest.mark.parametrize("folder", ["..", "sub/../..", "/etc", "~/elsewhere"])
