@@ -115,6 +115,8 @@ async def test_a_name_no_server_ever_had_gets_the_reason_and_unknown_names_stay_
     assert "no MCP server providing it is currently configured" in replies["g"]
     # LangChain's own answer listed only the tools the agent was built with ("try one of []")
     assert replies["n"] == "Error: nonsense is not a valid tool, try one of [mcp__a__echo, mcp__b__x, mcp__b__y]."
+    later = [m for m in state["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "n"]
+    assert len(later) == 1
     assert replies["e"] == "a:echo:bare"  # a tool's own name, without its mcp__a__ prefix, still reaches it
 
 

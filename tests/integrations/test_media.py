@@ -44,7 +44,8 @@ for line in sys.stdin:
     elif method == "tools/call":
         result = {{"content": [{{"type": "text", "text": "the screen:"}},
                               {{"type": "image", "data": "{PNG}", "mimeType": "image/png"}},
-                              {{"type": "audio", "data": "{WAV}", "mimeType": "audio/wav"}}]}}
+                              {{"type": "audio", "data": "{WAV}", "mimeType": "audio/wav"}},
+                              {{"type": "image", "data": "not base64!", "mimeType": "image/png"}}]}}
     else:
         result = {{}}
     print(json.dumps({{"jsonrpc": "2.0", "id": msg["id"], "result": result}}), flush=True)
@@ -66,10 +67,9 @@ async def test_langchain_tools_carry_images_and_audio_as_content_blocks(shots: C
     message = await tool.ainvoke({"name": tool.name, "args": {}, "id": "1", "type": "tool_call"})
     assert isinstance(message.content, list), message.content
     assert [{k: v for k, v in block.items() if k != "id"} for block in message.content] == [
-        {"type": "text", "text": "the screen:\n[image image/png]\n[audio audio/wav]"},
+        {"type": "text", "text": "the screen:\n[image image/png]\n[audio audio/wav]\n[image image/png]"},
         {"type": "image", "base64": PNG, "mime_type": "image/png"},
-        {"type": "file", "base64": WAV, "mime_type": "audio/wav"},  # LangChain's tool messages take no audio
-    ]
+    ]  # LangChain's tool messages take no audio, and the data that is not base64 is only named
 
 
 async def test_pydantic_ai_gets_images_and_audio_as_binary_content(shots: Config) -> None:

@@ -20,13 +20,14 @@ any failing tool. The tools are asynchronous only: run agents with ``ainvoke``/`
 from __future__ import annotations
 
 import json
+from base64 import b64decode
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import ToolCallRequest
 from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.messages.content import ContentBlock, create_file_block, create_image_block, create_text_block
+from langchain_core.messages.content import ContentBlock, create_image_block, create_text_block
 from langchain_core.tools import BaseTool, BaseToolkit, ToolException
 from pydantic import ConfigDict, PrivateAttr
 
@@ -89,12 +90,14 @@ class McpvisorTool(BaseTool):
         if not media:
             return content, answer.result
         blocks: list[ContentBlock] = [create_text_block(content)] if content else []
-        for item in media:  # images and sounds reach the model as themselves, not as their names
-            make = (
-                create_image_block if item.kind == "image" else create_file_block
-            )  # (a tool's message takes no audio)
-            blocks.append(make(base64=item.data, mime_type=item.mime_type))
-        return blocks, answer.result
+        # Images reach the model as themselves, not as their names (a tool's message takes no audio: the text
+        # names a sound, as it names data that is not base64).
+        blocks.extend(
+            create_image_block(base64=item.data, mime_type=item.mime_type)
+            for item in media
+            if item.kind == "image" and _is_base64(item.data)
+        )
+        return (blocks, answer.result) if len(blocks) > bool(content) else (content, answer.result)
 
 
 class McpvisorToolkit(BaseToolkit):
@@ -127,8 +130,6 @@ class McpvisorMiddleware(AgentMiddleware[Any, Any]):
     def __init__(self, session: Config | Host, *, timeout_s: float | None = None) -> None:
         super().__init__()
         self.toolkit = McpvisorToolkit(session, timeout_s=timeout_s)
-        self._offered: list[Any] = []
-        """The tools offered at the last model call (the agent's own, then the session's)."""
 
     @property
     def name(self) -> str:
@@ -138,8 +139,7 @@ class McpvisorMiddleware(AgentMiddleware[Any, Any]):
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
     ) -> ModelResponse[Any] | AIMessage:
         own = [tool for tool in request.tools if not isinstance(tool, McpvisorTool)]
-        self._offered = [*own, *self.toolkit.get_tools()]
-        return await handler(request.override(tools=self._offered))
+        return await handler(request.override(tools=[*own, *self.toolkit.get_tools()]))
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
@@ -162,19 +162,18 @@ class McpvisorMiddleware(AgentMiddleware[Any, Any]):
             )
         if own:  # several servers offer it: the call answers which names to use
             return await handler(request.override(tool=McpvisorTool.departed(config, name)))
-        # LangChain's own answer lists only the tools the agent was built with: say which the model was offered.
-        offered = ", ".join(n for tool in self._offered if (n := getattr(tool, "name", None) or _dict_name(tool)))
-        return ToolMessage(
-            content=f"Error: {name} is not a valid tool, try one of [{offered}].",
-            name=name,
-            tool_call_id=request.tool_call["id"],
-            status="error",
-        )
+        answer = await handler(request)  # the agent's own (or a later middleware's); LangChain names only its tools
+        unknown = f"Error: {name} is not a valid tool, try one of ["
+        if isinstance(answer, ToolMessage) and isinstance(answer.content, str) and answer.content.startswith(unknown):
+            theirs = [n.strip() for n in answer.content[len(unknown) :].rstrip(".]").split(",") if n.strip()]
+            offered = ", ".join(dict.fromkeys([*theirs, *sorted(config.tool_registry.names())]))
+            answer.content = f"{unknown}{offered}]."
+        return answer
 
 
-def _dict_name(tool: Any) -> str | None:
-    """The name of a tool given as a provider's dict (``{"type": "function", "function": {"name": ...}}``)."""
-    if not isinstance(tool, dict):
-        return None
-    name = tool.get("name") or (tool.get("function") or {}).get("name")
-    return name if isinstance(name, str) else None
+def _is_base64(data: str) -> bool:
+    try:
+        b64decode(data, validate=True)
+    except ValueError:
+        return False
+    return True

@@ -83,8 +83,10 @@ class McpvisorToolset(AbstractToolset[AgentDepsT]):
         answer = await call_registered_tool(self.config, name, tool_args, timeout_s=self._timeout_s)
         if answer.error is not None:
             raise ModelRetry(answer.error)
-        media = media_of(answer.result)
-        if not media:
-            return answer.output
-        # Images and sounds reach the model as themselves, not as their names.
-        return [answer.output, *(BinaryContent(b64decode(m.data), media_type=m.mime_type) for m in media)]
+        media = []  # images and sounds reach the model as themselves, not as their names
+        for item in media_of(answer.result):
+            try:
+                media.append(BinaryContent(b64decode(item.data, validate=True), media_type=item.mime_type))
+            except ValueError:  # not base64: the text names it, as it names what it cannot pass on
+                continue
+        return [answer.output, *media] if media else answer.output
