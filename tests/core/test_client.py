@@ -628,6 +628,37 @@ for line in sys.stdin:
 """
 
 
+MANY_RESOURCES_SERVER = """
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method = msg.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}, "resources": {}},
+                  "serverInfo": {"name": "files", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "read", "inputSchema": {"type": "object"}}]}
+    elif method == "resources/list":
+        page = int(msg.get("params", {}).get("cursor") or 0)
+        items = [{"uri": f"file:///f{page}_{i}", "name": f"f{page}_{i}"} for i in range(6000)]
+        result = {"resources": items, "nextCursor": str(page + 1)}
+    else:
+        result = {"resourceTemplates": []}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"""
+
+
+async def test_a_server_with_more_resources_than_the_bound_keeps_the_first_and_its_tools(tmp_path: Path) -> None:
+    client = scripted(tmp_path, "files", MANY_RESOURCES_SERVER)
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        assert [t.name for t in client.tools] == ["read"]
+        assert len(client.resources) == 10_000
+        tg.cancel_scope.cancel()
+
+
 @pytest.mark.parametrize(
     ("kind", "said"),
     [

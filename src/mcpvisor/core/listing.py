@@ -59,18 +59,32 @@ class ListingTooLong(MCPError):
 
 
 async def _paginate(
-    fetch: Callable[[str | None], Awaitable[_Page]], items: Callable[[_Page], list[_Item]], what: str
+    fetch: Callable[[str | None], Awaitable[_Page]],
+    items: Callable[[_Page], list[_Item]],
+    what: str,
+    *,
+    truncate: bool = False,
 ) -> list[_Item]:
+    """Every page; past :data:`MAX_LISTED` items or :data:`MAX_PAGES` pages the listing fails (tools, prompts), or
+    with ``truncate`` (resources: a file system's may be many) keeps what came first and logs it."""
     out: list[_Item] = []
     cursor: str | None = None
     for _ in range(MAX_PAGES):
         page = await fetch(cursor)
         out.extend(items(page))
         if len(out) > MAX_LISTED:
+            if truncate:
+                logger.warning(
+                    "a server listed more than %s %s: the first %s are kept", f"{MAX_LISTED:,}", what, f"{MAX_LISTED:,}"
+                )
+                return out[:MAX_LISTED]
             raise ListingTooLong(f"the server listed more than {MAX_LISTED:,} {what}; none were taken")
         cursor = getattr(page, "next_cursor", None)
         if cursor is None:
             return out
+    if truncate:
+        logger.warning("a server's %s took more than %s pages: the first pages' are kept", what, f"{MAX_PAGES:,}")
+        return out
     raise ListingTooLong(f"listing the server's {what} took more than {MAX_PAGES:,} pages (it keeps naming a next one)")
 
 
@@ -87,7 +101,7 @@ async def list_all_prompts(client: Client, *, bypass: bool = False) -> list[type
 async def list_all_resources(client: Client, *, bypass: bool = False) -> list[types.Resource]:
     mode: CacheMode = "bypass" if bypass else "use"
     return await _paginate(
-        lambda c: client.list_resources(cursor=c, cache_mode=mode), lambda p: p.resources, "resources"
+        lambda c: client.list_resources(cursor=c, cache_mode=mode), lambda p: p.resources, "resources", truncate=True
     )
 
 
@@ -100,6 +114,7 @@ async def list_all_resource_templates(client: Client, *, bypass: bool = False) -
             lambda c: client.list_resource_templates(cursor=c, cache_mode=mode),
             lambda p: p.resource_templates,
             "resource templates",
+            truncate=True,
         )
     except MCPError as exc:
         if exc.code != types.METHOD_NOT_FOUND:
