@@ -494,3 +494,14 @@ async def test_a_configuration_that_prevents_start_up_is_raised_as_is(tmp_path: 
     options = HostOptions(env=layout.env, workspace=layout.root, mcp_config=[tmp_path / "missing.json"])
     with pytest.raises(ConfigError, match="missing.json"):
         await run_shell(options, console=Console(record=True, width=200, file=io.StringIO()), input_lines=_never())
+
+
+async def test_a_remote_server_down_at_the_start_is_said_to_connect_when_it_comes_up(tmp_path: Path) -> None:
+    from tests.helpers import free_port, http_server
+
+    port = free_port()
+    late = {"type": "http", "url": f"http://127.0.0.1:{port}/mcp"}
+    async with shell(tmp_path, user={"mcpServers": {"late": late}}) as s:
+        since = s.mark()
+        async with http_server("late", port=port):  # tried again by itself, no /reload
+            await s.wait_for("+ connected late (1 tool)", since)

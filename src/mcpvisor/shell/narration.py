@@ -57,6 +57,8 @@ class HumanOutput:
         """Servers a reconcile left starting (another change went first): their end is said when it comes."""
         self._down: set[str] = set()
         """The servers said to have disconnected: their reconnect is said too."""
+        self._unreached: set[str] = set()
+        """Remote servers that failed to start (tried again by themselves): their coming up is said."""
         self._up: set[str] = set()
         """The servers connected since last said: only they can be said to have disconnected (a start that
         failed is said by the reconcile's 'failed to start')."""
@@ -108,13 +110,15 @@ class HumanOutput:
                             f"[red]✗ {escape(str(name))} rejected — edit its config to be asked again, "
                             f"or approve it after all: mcpvisor mcp approve {escape(str(name))}[/]",
                         )
-            # A remote server that could not be reached is tried again by itself: its coming up is said.
-            self._down |= {n for n in event.failed if (cfg := current.get(n)) is not None and cfg.transport != "stdio"}
+            # A remote server that could not be reached is tried again by itself: its coming up is said (what this
+            # pass started or stopped, it said).
+            self._down -= {*event.added, *event.retried, *event.restarted, *event.removed}
+            self._unreached -= {*event.added, *event.retried, *event.restarted, *event.removed}
+            self._unreached |= {n for n in event.failed if (e := current.get(n)) is not None and e.transport != "stdio"}
             self._servers = current
             self._gated = {n: self._host.refine_reason(n, r) or r for n, r in event.gated.items()}
             for name in event.removed:
                 self._failures.pop(name, None)
-            self._down -= set(event.removed)
             self._announced &= {n for n, r in event.gated.items() if r == "pending_approval"}
         elif isinstance(event, McpPendingApprovalChanged):
             # People get one line per server each time it starts waiting, not one per reconcile.
@@ -167,13 +171,18 @@ class HumanOutput:
                 c.print(f"[green]+ connected {escape(str(event.server))}[/] ({plural(len(event.tools), 'tool')})")
             elif event.error:
                 c.print(f"[red]✗ {escape(str(event.server))} failed to start:[/] {escape(str(event.error))}")
+                if (cfg := self._servers.get(event.server)) is not None and cfg.transport != "stdio":
+                    self._unreached.add(event.server)  # tried again by itself: its coming up is said
         elif isinstance(event, ServerStateChanged) and event.status != "disconnected":
             if event.status == "connected":
                 self._up.add(event.server)
+                count = plural(len(event.tools), "tool")
                 if event.server in self._down:  # back (its reconnect): the last word said of it must not be "lost"
                     self._down.discard(event.server)
-                    count = plural(len(event.tools), "tool")
                     c.print(f"[green]+ {escape(str(event.server))} connected again[/] ({count})")
+                elif event.server in self._unreached:  # up at last (tried again by itself)
+                    self._unreached.discard(event.server)
+                    c.print(f"[green]+ connected {escape(str(event.server))}[/] ({count})")
         elif isinstance(event, ServerStateChanged) and self._ready and event.error and event.server in self._up:
             self._up.discard(event.server)
             self._down.add(event.server)
