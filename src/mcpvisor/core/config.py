@@ -144,15 +144,20 @@ class Config(StackOwner):
         self._initialized = self.manager is not None
         if wait_s is None:
             return await self.reconcile()
-        async with anyio.create_task_group() as tg:
 
-            async def stop_waiting() -> None:
-                await anyio.sleep(wait_s)
-                self.manager.ask_another_pass()  # the pass returns once each start left only handshakes
+        async def stop_waiting() -> None:
+            await anyio.sleep(wait_s)
+            self.manager.ask_another_pass()  # the pass returns once each start left only handshakes
 
-            tg.start_soon(stop_waiting)
-            result = await self.reconcile()
-            tg.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stop_waiting)
+                result = await self.reconcile()
+                tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:  # what the pass raised, as itself (as without wait_s)
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
         return result
 
     @property
