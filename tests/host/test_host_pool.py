@@ -135,3 +135,18 @@ async def test_a_call_cut_short_by_the_end_of_its_session_is_told_so_not_to_retr
     assert str(said) == (
         "call to tool 'sleep' failed: server 's' was stopped while the call was in flight (its session was closed)"
     )
+
+
+async def test_with_a_pool_a_hung_server_holds_the_start_no_longer_than_the_wait(tmp_path: Path) -> None:
+    # Per-client workspaces share a pool: a pooled start is left to finish, as a handshake is.
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    hung = {"command": sys.executable, "args": ["-m", LIGHT, "--hang-on-initialize"], "discoveryTimeoutMs": 120_000}
+    fast = {"command": sys.executable, "args": ["-m", LIGHT, "--name", "fast"]}
+    replace_text(layout.paths.user, json.dumps({"mcpServers": {"hung": hung, "fast": fast}}))
+    async with McpConnectionPool(ConnectionOptions(log_dir=tmp_path / "logs")) as pool:
+        options = HostOptions(env=layout.env, workspace=layout.root, watch=False, pool=pool, startup_wait_s=1)
+        with anyio.fail_after(60):  # well before the hung server's 120 s
+            async with Host(options) as host:
+                assert set(host.config.tool_registry.names()) == {"mcp__fast__echo"}
+                assert host.config.last_reconcile is not None
+                assert host.config.last_reconcile.starting == ("hung",)

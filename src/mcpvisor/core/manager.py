@@ -97,6 +97,7 @@ class McpClientManager:
         self._held_while_ending: set[str] = set()
         """Lost servers a reconcile left to their reconnect pause while their teardown was not over."""
         self._handshaking: dict[str, McpClient] = {}  # in place, waiting for the handshake: a pass may take them on
+        self._acquiring: set[str] = set()  # with a pool: waiting for its connection (started, or being started)
         self._another_pass, self._background = anyio.Event(), Background(tg)
         self._closed = False
         self.connect_count = self.disconnect_count = 0  # connections opened and closed (tests, benchmarks)
@@ -208,7 +209,7 @@ class McpClientManager:
 
     async def _detachable(self) -> None:  # once asked for, when each start left only handshakes
         await self._another_pass.wait()
-        while not self._background.running.keys() <= self._handshaking.keys():  # noqa: ASYNC110 - stops, acquires: a few ms at most
+        while not self._background.running.keys() <= self._handshaking.keys() | self._acquiring:  # noqa: ASYNC110 - stops: a few ms at most
             await anyio.sleep(0.01)
 
     async def restart_mcp_servers(self) -> ReconcileFinished:
@@ -232,6 +233,7 @@ class McpClientManager:
             async with anyio.create_task_group() as tg:
                 for name in list(self._clients):
                     tg.start_soon(partial(self._stop, name, reason=None, purge_first=True))
+        self._tg.cancel_scope.cancel()  # what is left ends too (a pooled start a pass stopped waiting for)
 
     async def _restart_one(self, name: str, cfg: McpServerConfig, failed: dict[str, str]) -> None:
         """The old process goes first (a stateful server may hold a port or a lock), then the new one."""
@@ -265,8 +267,7 @@ class McpClientManager:
     async def _open(self, name: str, cfg: McpServerConfig) -> None:
         """Start (or, with a pool, acquire) a connection for ``name``. Raises ConnectError."""
         if _CLIENT_MODULE not in sys.modules:
-            # The first connection imports the SDK (about half a second of CPU): off the event loop, which
-            # the program may share with a web server, so that it keeps answering meanwhile.
+            # The first connection imports the SDK (~0.5 s of CPU): off the loop, which may serve others meanwhile.
             await anyio.to_thread.run_sync(importlib.import_module, _CLIENT_MODULE)
         from mcpvisor.core.client import McpClient
 
@@ -276,9 +277,13 @@ class McpClientManager:
                 self._forget_unstarted(name)
                 return
             self.connect_count += 1
-            client = await self._pool.acquire(
-                self._session_id, name, cfg, on_change=self._on_client_change, on_lost=self._on_lost
-            )
+            self._acquiring.add(name)  # a pass may leave it to finish, as it leaves a handshake
+            try:
+                client = await self._pool.acquire(
+                    self._session_id, name, cfg, on_change=self._on_client_change, on_lost=self._on_lost
+                )
+            finally:
+                self._acquiring.discard(name)
             now = self._configs.get(name)  # a re-filter meanwhile changes the config, not the connection
             if now is None or connection_id_of(name, now) != client.connection_id or self._closed:
                 await self._pool.release(self._session_id, client)  # superseded while acquiring
@@ -327,10 +332,7 @@ class McpClientManager:
                 self._publish_removed(name)
 
     async def _close(self, client: McpClient) -> None:
-        if self._pool is not None:
-            await self._pool.release(self._session_id, client)
-        else:
-            await client.aclose(ending=self._closed)
+        await (self._pool.release(self._session_id, client) if self._pool else client.aclose(ending=self._closed))
 
     async def _stop(self, name: str, *, reason: str | None, purge_first: bool = False) -> None:
         self._cancel_reconnect(name)
@@ -473,15 +475,13 @@ class McpClientManager:
         client = self._clients.get(name)
         held = self._held.get(name)
         if client is not None:
+            tools = tuple(t.name for t in self._tools.tools_of(name))
+            prompts = tuple(p.name for p in self._prompts.prompts_of(name))
+            held_tools, held_prompts = (
+                (tuple(mcp_tool_name(name, t) for t in held.held_tools), held.held_prompts) if held else ((), ())
+            )
             state = ServerStateChanged(
-                server=name,
-                status=client.status,
-                reason=None,
-                tools=tuple(t.name for t in self._tools.tools_of(name)),
-                prompts=tuple(p.name for p in self._prompts.prompts_of(name)),
-                error=client.last_error,
-                held_tools=tuple(mcp_tool_name(name, t) for t in held.held_tools) if held else (),
-                held_prompts=held.held_prompts if held else (),
+                name, client.status, None, tools, prompts, client.last_error, held_tools, held_prompts
             )
         else:
             state = ServerStateChanged(name, "disconnected", reason, (), (), None)
