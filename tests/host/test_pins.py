@@ -20,7 +20,15 @@ from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.examples._options import CONTROL_TOOLS
 from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
-from mcpvisor.host.pins import PinGate, PinStore, definition_digest, diff_lines, pin_scope
+from mcpvisor.host.pins import (
+    PinGate,
+    PinStore,
+    accept_held,
+    definition_digest,
+    diff_lines,
+    held_changes,
+    pin_scope,
+)
 from mcpvisor.host.status import held_text, state_text
 from tests.helpers import LIGHT, marker_pids, wait_until
 from tests.layout import Layout, make_layout, replace_text
@@ -288,6 +296,14 @@ def test_a_name_offered_twice_with_two_definitions_is_held_whichever_copy_comes_
     fresh_gate, _, _ = _gate(tmp_path / "other")
     first = fresh_gate("p", cfg, [], [greet, hostile])  # even at first use: nothing says which is meant
     assert (first.prompts, first.held_prompts) == ([], ("greet",))
+    # What is shown and accepted is every copy; accepted, the name is served again (either copy may be).
+    gate, store, _ = _gate(tmp_path / "other")
+    [change] = [
+        c for c in held_changes(store.record(pin_scope(tmp_path / "other", cfg), "p"), cfg) if c.kind == "prompts"
+    ]
+    assert [copy["description"] for copy in change.after["offeredTwice"]] == ["Say hello", HOSTILE]
+    accept_held(store, tmp_path / "other", "p", cfg)
+    assert [p.name for p in gate("p", cfg, [], [greet, hostile]).prompts] == ["greet", "greet"]
 
 
 def test_every_part_of_a_definition_a_model_or_a_client_reads_is_pinned(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ title, description, input and output schemas, annotations, execution, icons, ``_
 prompt's (name, title, description, arguments, icons, ``_meta``) is recorded with its configuration's
 approval hash. From then on, a listing that brings a changed or new definition registers the unchanged
 ones and **holds** the others: not in the registry, not served by the gateway, not callable. A name
-offered twice with two definitions is held too (which copy would be served is anyone's guess). An
+offered twice with two definitions is held too, until all its copies are accepted (either may be served). An
 approved change of the configuration keeps what was pinned: what the server offers under it is held
 where it differs (an approval shows the configuration, never the tools). ``mcpvisor mcp approve NAME``
 (or the shell's ``/approve NAME``) shows what changed and accepts it.
@@ -294,9 +294,7 @@ class PinGate:
         for kind, held_key in _KINDS:
             pinned = record.get(kind, {})
             held[held_key] = {
-                n: entry
-                for n, entry in _entries(current[kind]).items()
-                if _digest(pinned.get(n)) != entry["sha256"] or n in twice[held_key]
+                n: entry for n, entry in _entries(current[kind]).items() if _digest(pinned.get(n)) != entry["sha256"]
             }
         # Held definitions are added to the record; one is taken off only by the gate that found it held, once its
         # server no longer offers it (accepting takes them all off): copies of one server that say different
@@ -351,14 +349,15 @@ class PinGate:
 def _by_name(
     items: Sequence[Tool] | Sequence[Prompt], keys: Sequence[str] = _PROMPT_KEYS
 ) -> tuple[dict[str, dict[str, Any]], set[str]]:
-    """Each name's definition (its first copy), and the names offered twice with different definitions."""
-    definitions: dict[str, dict[str, Any]] = {}
-    twice: set[str] = set()
+    """Each name's definition, and the names offered twice with different definitions: theirs is every copy
+    (``{"name": ..., "offeredTwice": [...]}``), so that what is held, shown and accepted is all of them."""
+    copies: dict[str, list[dict[str, Any]]] = {}
     for item in items:
         definition = _definition(item, keys)
-        if definitions.setdefault(item.name, definition) != definition:
-            twice.add(item.name)
-    return definitions, twice
+        if definition not in (seen := copies.setdefault(item.name, [])):
+            seen.append(definition)
+    twice = {name for name, found in copies.items() if len(found) > 1}
+    return {n: found[0] if n not in twice else {"name": n, "offeredTwice": found} for n, found in copies.items()}, twice
 
 
 def _digest(entry: Any) -> str | None:
