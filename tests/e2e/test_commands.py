@@ -478,3 +478,20 @@ def test_list_and_status_in_a_folder_not_trusted_say_so_and_how_to_trust_it(tmp_
         result = cli(*command, "--workspace", str(layout.root), env=layout.env)
         assert result.returncode == 0, result.stderr
         assert said in result.stdout, result.stdout
+
+
+def test_approving_an_edited_server_says_its_tools_are_compared_with_those_approved_before(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    entry = {"command": sys.executable, "args": ["-m", LIGHT, "--name", "p"]}
+    replace_text(layout.paths.project, json.dumps({"mcpServers": {"p": entry}}))
+    where = ("--workspace", str(layout.root))
+    assert cli("mcp", "approve", "p", *where, env=layout.env).returncode == 0
+    assert cli("status", *where, env=layout.env).returncode == 0  # it ran: its definitions are pinned
+    replace_text(layout.paths.project, json.dumps({"mcpServers": {"p": {**entry, "env": {"MODE": "x"}}}}))
+    approved = cli("mcp", "approve", "p", *where, env=layout.env)
+    assert approved.returncode == 0, approved.stderr
+    said = " ".join(approved.stdout.split())
+    assert (
+        "What it offers is compared with the tools and prompts approved before: any that changed are held until you "
+        "accept them (mcpvisor mcp approve p again, once it ran)."
+    ) in said
