@@ -11,7 +11,7 @@ import json
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from rich.console import Console
@@ -35,9 +35,6 @@ from mcpvisor.host.status import command_hints, describe_servers, plural
 from mcpvisor.shell.approval import ApprovalRequest, approval_lines, approval_request
 from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.views import render_definition_changes, render_status
-
-if TYPE_CHECKING:
-    from mcpvisor.host.pins import PinStore
 
 __all__ = ["add_server", "check_scope", "decide", "list_servers", "load_state", "remove_server", "trust_folder"]
 
@@ -208,7 +205,7 @@ def decide(
     """Approve or reject server ``name``. Definitions it changed since approval are shown first and accepted
     only when ``confirm`` says yes (``None``: accepted without asking, ``--yes``)."""
     from mcpvisor.host.decisions import decide
-    from mcpvisor.host.pins import changes_since_approval, is_pinned, pin_mode_of
+    from mcpvisor.host.pins import changes_since_approval, compared_note, is_pinned, pin_mode_of, pinned_before
 
     settings, approvals, state = load_state(env, workspace)
     cfg = _configured(settings, state, name, decision)
@@ -250,25 +247,10 @@ def decide(
         blocked = will_not_start(settings, name)
         then = f"But {blocked}." if blocked else "A running mcpvisor connects it now."
         console.print(f"[green]Approved[/] for {escape(str(settings.root))}. {escape(then)}")
-        if is_pinned(pin_mode, cfg) and _pinned_before(pins, settings.root, name, cfg):
-            console.print(
-                f"What it offers is compared with the tools and prompts approved before: any that changed are held "
-                f"until you accept them (mcpvisor mcp approve {name} again, once it ran).",
-                markup=False,
-            )
+        if is_pinned(pin_mode, cfg) and pinned_before(pins, settings.root, name, cfg):
+            console.print(compared_note(name), markup=False)
     elif decided.recorded:
         console.print(f"[red]Rejected[/] for {settings.root}. It stays disconnected until its configuration changes.")
-
-
-def _pinned_before(pins: PinStore, root: Path, name: str, cfg: McpServerConfig) -> bool:
-    """Whether ``name`` has definitions pinned under an earlier configuration (an approved edit keeps them)."""
-    from mcpvisor.host.pins import pin_scope
-
-    try:
-        record = pins.record(pin_scope(root, cfg), name)
-    except ConfigError:
-        return False
-    return record is not None and record.get("config") != cfg.approval_hash
 
 
 def _remote_server(

@@ -59,6 +59,7 @@ __all__ = [
     "PinStore",
     "accept_held",
     "changes_since_approval",
+    "compared_note",
     "definition_digest",
     "diff_lines",
     "held_changes",
@@ -66,6 +67,7 @@ __all__ = [
     "is_pinned",
     "pin_scope",
     "pin_mode_of",
+    "pinned_before",
     "prompt_definition",
     "tool_definition",
 ]
@@ -227,6 +229,23 @@ class PinStore(PrivateJsonStore):
                 records.pop(scope, None)
 
         self.mutate(change, timeout_s=timeout_s)
+
+
+def compared_note(name: str) -> str:
+    """What approving an edit of server ``name`` means for its definitions pinned before (:func:`pinned_before`)."""
+    return (
+        "What it offers is compared with the tools and prompts approved before: any that changed are held until you "
+        f"accept them (mcpvisor mcp approve {name} again, once it ran)."
+    )
+
+
+def pinned_before(store: PinStore, root: str | os.PathLike[str], name: str, cfg: McpServerConfig) -> bool:
+    """Whether ``name`` has definitions pinned under an earlier configuration (an approved edit keeps them)."""
+    try:
+        record = store.record(pin_scope(root, cfg), name)
+    except ConfigError:
+        return False
+    return record is not None and record.get("config") != cfg.approval_hash
 
 
 def held_names(
