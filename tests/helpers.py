@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -182,3 +183,30 @@ def python_for(module: str) -> str:
     """The Python to start example server ``module`` with: forked for the SDK-based ones (a second of
     imports each), this one for the stdlib light server (30 ms)."""
     return sys.executable if module == LIGHT else forked_python()
+
+
+_RAW_SERVER = """
+import json, sys, time
+{answers}
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, params = msg.get("method"), msg.get("params") or {{}}
+    if method == "initialize":
+        result = {{"protocolVersion": params["protocolVersion"], "capabilities": {capabilities!r},
+                  "serverInfo": {{"name": {name!r}, "version": "1"}}}}
+    else:
+        result = answer(method, params)
+    print(json.dumps({{"jsonrpc": "2.0", "id": msg["id"], "result": result}}), flush=True)
+{after}
+"""
+
+
+def raw_server(name: str, answers: str, *, capabilities: dict[str, Any] | None = None, after: str = "") -> str:
+    """The source of a stdio MCP server written without the SDK, to send what no example server would: it answers
+    ``initialize`` as server ``name`` offering ``capabilities`` (default: tools), and every other request with
+    ``answer(method, params)``, a function the source ``answers`` defines; ``after`` runs once its input ends."""
+    return _RAW_SERVER.format(
+        name=name, capabilities=capabilities or {"tools": {}}, answers=textwrap.dedent(answers), after=after
+    )

@@ -33,7 +33,18 @@ from mcpvisor.core.errors import (
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from mcpvisor.core.server_log import ServerLog
 from mcpvisor.core.transports import closed_in_sdk, explain_start_failure
-from tests.helpers import LIGHT, WAIT_S, free_port, http_server, light, marker_pids, pid_alive, sdk, wait_until
+from tests.helpers import (
+    LIGHT,
+    WAIT_S,
+    free_port,
+    http_server,
+    light,
+    marker_pids,
+    pid_alive,
+    raw_server,
+    sdk,
+    wait_until,
+)
 
 
 async def crash_and_lose(client: McpClient, lost: anyio.Event) -> None:
@@ -581,20 +592,14 @@ async def test_a_server_that_answers_its_listing_with_an_error_is_down_with_that
     assert client.status == "disconnected"
 
 
-BAD_LISTING_SERVER = """
-import json, sys, time
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    if msg.get("method") == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "badlist", "version": "1"}}
-    else:
-        result = {"tools": "x"}
-    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
-time.sleep(30)  # ignores its closed input: stopping it takes a signal, which is not why it failed
-"""
+BAD_LISTING_SERVER = raw_server(
+    "badlist",
+    """
+    def answer(method, params):
+        return {"tools": "x"}
+    """,
+    after="time.sleep(30)  # ignores its closed input: stopping it takes a signal, which is not why it failed",
+)
 
 
 async def test_a_listing_that_is_not_valid_mcp_fails_the_start_saying_so_not_how_the_process_ended(
@@ -610,44 +615,32 @@ async def test_a_listing_that_is_not_valid_mcp_fails_the_start_saying_so_not_how
     )
 
 
-ENDLESS_SERVER = """
-import json, sys
-many = sys.argv[1] == "many"
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    if msg.get("method") == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "endless", "version": "1"}}
-    else:
-        page = int(msg.get("params", {}).get("cursor") or 0)
-        tools = [{"name": f"t{page}_{i}", "inputSchema": {"type": "object"}} for i in range(6000 if many else 1)]
-        result = {"tools": tools, "nextCursor": str(page + 1)}
-    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
-"""
+ENDLESS_SERVER = raw_server(
+    "endless",
+    """
+    def answer(method, params):
+        page = int(params.get("cursor") or 0)
+        count = 6000 if sys.argv[1] == "many" else 1
+        tools = [{"name": f"t{page}_{i}", "inputSchema": {"type": "object"}} for i in range(count)]
+        return {"tools": tools, "nextCursor": str(page + 1)}
+    """,
+)
 
 
-MANY_RESOURCES_SERVER = """
-import json, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    method = msg.get("method")
-    if method == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}, "resources": {}},
-                  "serverInfo": {"name": "files", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": "read", "inputSchema": {"type": "object"}}]}
-    elif method == "resources/list":
-        page = int(msg.get("params", {}).get("cursor") or 0)
-        items = [{"uri": f"file:///f{page}_{i}", "name": f"f{page}_{i}"} for i in range(6000)]
-        result = {"resources": items, "nextCursor": str(page + 1)}
-    else:
-        result = {"resourceTemplates": []}
-    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
-"""
+MANY_RESOURCES_SERVER = raw_server(
+    "files",
+    """
+    def answer(method, params):
+        if method == "tools/list":
+            return {"tools": [{"name": "read", "inputSchema": {"type": "object"}}]}
+        if method == "resources/list":
+            page = int(params.get("cursor") or 0)
+            items = [{"uri": f"file:///f{page}_{i}", "name": f"f{page}_{i}"} for i in range(6000)]
+            return {"resources": items, "nextCursor": str(page + 1)}
+        return {"resourceTemplates": []}
+    """,
+    capabilities={"tools": {}, "resources": {}},
+)
 
 
 async def test_a_server_with_more_resources_than_the_bound_keeps_the_first_and_its_tools(tmp_path: Path) -> None:
@@ -676,28 +669,23 @@ async def test_a_listing_that_never_ends_fails_the_start_instead_of_filling_memo
     assert str(raised.value) == f"could not connect to server 'endless': {said}"
 
 
-OUTPUT_SCHEMA_SERVER = """
-import json, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    method, params = msg.get("method"), msg.get("params", {})
-    if method == "initialize":
-        result = {"protocolVersion": params["protocolVersion"], "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "typed", "version": "1"}}
-    elif method == "tools/list":
-        schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
-        result = {"tools": [{"name": t, "inputSchema": {"type": "object"}, "outputSchema": schema}
-                            for t in ("wrong", "missing")]}
-    elif method == "tools/call":
-        result = {"content": [{"type": "text", "text": "3"}]}
-        if params["name"] == "wrong":
-            result["structuredContent"] = {"n": "s3cret-three"}
-    else:
-        result = {}
-    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
-"""
+OUTPUT_SCHEMA_SERVER = raw_server(
+    "typed",
+    """
+    def answer(method, params):
+        if method == "tools/list":
+            schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+            plain = {"type": "object"}
+            tools = [{"name": t, "inputSchema": plain, "outputSchema": schema} for t in ("wrong", "missing")]
+            return {"tools": tools}
+        if method == "tools/call":
+            result = {"content": [{"type": "text", "text": "3"}]}
+            if params["name"] == "wrong":
+                result["structuredContent"] = {"n": "s3cret-three"}
+            return result
+        return {}
+    """,
+)
 
 
 async def test_a_result_that_does_not_match_its_output_schema_is_a_tool_call_error_without_its_values(
@@ -951,21 +939,13 @@ def test_a_remote_servers_start_up_error_says_which_url() -> None:
     )
 
 
-TWICE_SERVER = """
-import json, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    if msg.get("method") == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "twice", "version": "1"}}
-    elif msg.get("method") == "tools/list":
-        result = {"tools": [{"name": "ok", "inputSchema": {"type": "object"}}] * 2}
-    else:
-        result = {}
-    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
-"""
+TWICE_SERVER = raw_server(
+    "twice",
+    """
+    def answer(method, params):
+        return {"tools": [{"name": "ok", "inputSchema": {"type": "object"}}] * 2} if method == "tools/list" else {}
+    """,
+)
 
 
 async def test_a_tool_a_server_lists_twice_is_named_once_when_another_is_not_found(tmp_path: Path) -> None:

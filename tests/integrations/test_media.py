@@ -25,31 +25,26 @@ from mcpvisor.core.config import Config
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from mcpvisor.integrations.langchain import McpvisorToolkit
 from mcpvisor.integrations.pydantic_ai import McpvisorToolset
+from tests.helpers import raw_server
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n-not-really-a-picture").decode()
 WAV = base64.b64encode(b"RIFF-not-really-a-sound").decode()
 
-SCREENSHOT_SERVER = f"""
-import json, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    method = msg.get("method")
-    if method == "initialize":
-        result = {{"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {{"tools": {{}}}},
-                  "serverInfo": {{"name": "shots", "version": "1"}}}}
-    elif method == "tools/list":
-        result = {{"tools": [{{"name": "screenshot", "inputSchema": {{"type": "object"}}}}]}}
-    elif method == "tools/call":
-        result = {{"content": [{{"type": "text", "text": "the screen:"}},
-                              {{"type": "image", "data": "{PNG}", "mimeType": "image/png"}},
-                              {{"type": "audio", "data": "{WAV}", "mimeType": "audio/wav"}},
-                              {{"type": "image", "data": "not base64!", "mimeType": "image/png"}}]}}
-    else:
-        result = {{}}
-    print(json.dumps({{"jsonrpc": "2.0", "id": msg["id"], "result": result}}), flush=True)
-"""
+SCREENSHOT_SERVER = raw_server(
+    "shots",
+    f"    PNG, WAV = {PNG!r}, {WAV!r}\n"
+    """
+    def answer(method, params):
+        if method == "tools/list":
+            return {"tools": [{"name": "screenshot", "inputSchema": {"type": "object"}}]}
+        if method != "tools/call":
+            return {}
+        content = [{"type": "text", "text": "the screen:"}, {"type": "image", "data": PNG, "mimeType": "image/png"}]
+        content.append({"type": "audio", "data": WAV, "mimeType": "audio/wav"})
+        content.append({"type": "image", "data": "not base64!", "mimeType": "image/png"})
+        return {"content": content}
+    """,
+)
 
 
 @pytest.fixture
