@@ -1,5 +1,5 @@
 """``python -m mcpvisor``: the same as the ``mcpvisor`` command."""
 
-from mcpvisor.cli.main import main
+from mcpvisor.cli.entry import main
 
 main()
