@@ -169,7 +169,7 @@ async def test_a_fix_on_disk_clears_the_diagnostic_and_answers_say_how_fresh_the
         assert "'os' imported but unused" in messages
         bad.write_text("import os\nx = os.sep\n")  # the agent fixed it behind the server's back
         fixed = await s.ok("diagnostics", files=["bad.py"])
-        assert fixed["files"] == [{"file": "bad.py", "fresh": True, "diagnostics": []}]
+        assert fixed["files"] == [{"file": "bad.py", "fresh": True, "diagnostics": [], "problem": None}]
         errors_only = await s.ok("diagnostics", severity="error")  # every open document
         assert {f["file"] for f in errors_only["files"]} == {"bad.py"}
 
@@ -337,7 +337,7 @@ async def test_a_settings_only_edit_is_sent_live_and_restarts_nothing(tmp_path: 
         assert s.host.lsp.manager.last_plan.reconfigure == ("python",)
         bad.write_text("x = undefined_name  # touched\n")
         after = await s.ok("diagnostics", files=["bad.py"])
-        assert after["files"][0] == {"file": "bad.py", "fresh": True, "diagnostics": []}
+        assert after["files"][0] == {"file": "bad.py", "fresh": True, "diagnostics": [], "problem": None}
         assert s.pid("python") == pid
 
 

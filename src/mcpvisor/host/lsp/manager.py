@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -27,7 +26,7 @@ from mcpvisor.host.lsp.desired import LspDesiredState, LspPlan, plan_lsp_reconci
 from mcpvisor.host.lsp.server import LanguageServer
 from mcpvisor.host.status import lsp_approve_hint
 
-__all__ = ["BACKOFF_INITIAL_S", "LspManager", "Route", "Unroutable"]
+__all__ = ["BACKOFF_INITIAL_S", "LspManager", "Unroutable"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,14 +38,6 @@ IDLE_CHECK_S = 5.0
 FAILED_START_REPORT_S = 2.0
 """Past its startupTimeout, how long a call waits for a server that did not answer ``initialize`` to be
 killed and reported failed (rather than answer "starting" for a server that is about to fail)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """The language server a file goes to."""
-
-    server: LanguageServer
-    language: str
 
 
 class Unroutable(McpvisorError):
@@ -199,20 +190,20 @@ class LspManager:
 
     # -- routing ------------------------------------------------------------------------------------
 
-    def route(self, path: Path) -> Route:
-        """The admitted server for ``path`` by its extension; :class:`Unroutable` explains when there is none."""
+    def candidates(self, path: Path) -> list[LanguageServer]:
+        """The admitted servers for ``path`` by its extension, by name (a call goes to the first that can answer
+        it); :class:`Unroutable` explains when there is none."""
         ext = path.suffix.lower()
-        matching = [n for n, cfg in self.state.servers.items() if ext in cfg.extension_to_language]
-        running = [n for n in matching if n in self._servers]
-        if running:
-            server = self._servers[sorted(running)[0]]
-            return Route(server, server.config.extension_to_language[ext])
+        matching = sorted(n for n, cfg in self.state.servers.items() if ext in cfg.extension_to_language)
+        admitted = [self._servers[n] for n in matching if n in self._servers]
+        if admitted:
+            return admitted
         if not matching:
-            known = sorted({e for cfg in self.state.servers.values() for e in cfg.extension_to_language})
+            shown = (n for n in self.state.servers if self.state.reason(n) not in ("excluded", "not_allowed"))
+            known = sorted({e for n in shown for e in self.state.servers[n].extension_to_language})
             hint = f" (configured for: {', '.join(known)})" if known else ""
             raise Unroutable(f"no language server for {ext or 'extensionless'!r} files{hint}")
-        name = sorted(matching)[0]
-        raise Unroutable(self.why_not(name))
+        raise Unroutable(self.why_not(matching[0]))
 
     def why_not(self, name: str) -> str:
         """Why the configured server ``name`` cannot answer, with the fix."""
@@ -244,8 +235,8 @@ class LspManager:
         await server.wait_stopped()  # a call right after an idle stop (or a crash) began: once it ended
         if server.state == "failed" and server.crashes > max(server.config.restarts_allowed, 1):
             raise Unroutable(
-                f"language server {server.name!r} failed — {server.last_error}; fix its configuration (a save "
-                "restarts it) or /reload"
+                f"language server {server.name!r} failed {server.crashes} times in a row — {server.last_error}; "
+                "it starts again when its entry is saved (or on /reload in the shell)"
             )
         if server.state in ("stopped", "failed"):
             self._start(server)

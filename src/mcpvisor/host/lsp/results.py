@@ -238,11 +238,13 @@ class CallsResult(ToolResult):
 
 
 class FileDiagnostics(_Model):
-    """A file's diagnostics; ``fresh`` is false when the server had not re-checked the current text."""
+    """A file's diagnostics; ``fresh`` is false when the server had not re-checked the current text. ``problem``:
+    why the file could not be checked (the other files named with it were)."""
 
     file: str
     fresh: bool
     diagnostics: list[Diag]
+    problem: str | None = None
 
 
 class DiagnosticsResult(ToolResult):
@@ -253,6 +255,9 @@ class DiagnosticsResult(ToolResult):
             return "no files to check"
         lines = []
         for entry in self.files:
+            if entry.problem is not None:
+                lines.append(f"{entry.file}: not checked: {entry.problem}")
+                continue
             if not entry.fresh:
                 lines.append(f"{entry.file}: not re-checked yet; these may be stale")
             if not entry.diagnostics:

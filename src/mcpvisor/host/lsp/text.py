@@ -6,7 +6,7 @@ code points. The wire speaks LSP's default: 0-based lines, and 0-based columns c
 units, so a character outside the Basic Multilingual Plane (an emoji) is one column for the tool and
 two for the wire::
 
-    x = "😀😀"; y = 1      'y' is character 14 (1-based) for the tool, {"character": 15} on the wire
+    x = "😀😀"; y = 1      'y' is character 11 (1-based) for the tool, {"character": 12} on the wire
 
 Lines end the LSP way: at ``\\n``, ``\\r\\n`` or ``\\r`` (not at the other separators
 ``str.splitlines`` knows, such as form feed or U+2028).

@@ -36,6 +36,13 @@ _SYMBOL = {
 }
 
 
+_SERVER = {
+    "type": "string",
+    "description": "Which language server answers, by its configured name, when several take the file's extension "
+    "(default: the first by name that offers the operation).",
+}
+
+
 def _limit(default: int) -> dict[str, Any]:
     return {"type": "integer", "minimum": 1, "default": default, "description": "Return at most this many."}
 
@@ -43,7 +50,14 @@ def _limit(default: int) -> dict[str, Any]:
 def _position_schema(**more: Any) -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": {"file": _FILE, "line": _LINE, "character": _CHARACTER, "symbol": _SYMBOL, **more},
+        "properties": {
+            "file": _FILE,
+            "line": _LINE,
+            "character": _CHARACTER,
+            "symbol": _SYMBOL,
+            "server": _SERVER,
+            **more,
+        },
         "required": ["file"],
     }
 
@@ -96,6 +110,7 @@ _SPECS: dict[str, _Spec] = {
             "type": "object",
             "properties": {
                 "file": _FILE,
+                "server": _SERVER,
                 "depth": {"type": "integer", "default": -1, "description": "Levels of nesting to keep (-1: all)."},
                 "limit": _limit(200),
             },
@@ -134,7 +149,12 @@ _SPECS: dict[str, _Spec] = {
                     "default": "warning",
                     "description": "The least severe kind to report.",
                 },
-                "wait_ms": {"type": "integer", "minimum": 0, "default": DIAGNOSTICS_WAIT_MS},
+                "wait_ms": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "default": DIAGNOSTICS_WAIT_MS,
+                    "description": "How long to wait for a server to re-check a file's current text, in ms.",
+                },
             },
         },
         DiagnosticsResult,

@@ -176,27 +176,50 @@ class LspTools:
 
         return text_of
 
-    async def _server_for(self, file: Any, *, sync_open: bool = True) -> tuple[LanguageServer, Path]:
-        """The ready server for ``file`` and its path; ``sync_open``: with its open documents in step with the disk."""
+    async def _server_for(
+        self, file: Any, *, tool: str | None = None, server: Any = None, sync_open: bool = True
+    ) -> tuple[LanguageServer, Path]:
+        """The ready server for ``file`` and its path; ``sync_open``: with its open documents in step with the disk.
+        Of several servers for the file's extension, the first by name that offers ``tool``'s operation (one that
+        does not start is passed over while another can answer); ``server``: that one (the caller's choice)."""
         if not isinstance(file, str) or not file:
             raise ToolFailure("give 'file': a file of the workspace (relative to it, or absolute inside it)")
         path = resolve_file(file, self.root)
-        route = self.manager.route(path)
-        await self.manager.ready(route.server)
-        if sync_open:
-            await route.server.sync_open()
-        return route.server, path
-
-    def _require(self, server: LanguageServer, tool: str) -> None:
-        capability = CAPABILITY.get(tool)
-        if capability is not None and not server.supports(capability):
-            raise ToolFailure(
-                f"language server {server.name!r} does not offer {tool} (it offers: {', '.join(server.operations())})"
-            )
+        candidates = self.manager.candidates(path)
+        if server is not None:
+            chosen = [c for c in candidates if c.name == server]
+            if not chosen:
+                ext = path.suffix.lower() or "extensionless"
+                names = ", ".join(repr(c.name) for c in candidates)
+                raise ToolFailure(f"language server {server!r} does not answer for {ext!r} files; {names} do")
+            candidates = chosen
+        capability = CAPABILITY.get(tool or "")
+        unable: list[str] = []
+        failed: Unroutable | None = None
+        for candidate in candidates:
+            try:
+                await self.manager.ready(candidate)
+            except Unroutable as exc:
+                failed = failed or exc
+                unable.append(str(exc))
+                continue
+            if capability is not None and not candidate.supports(capability):
+                offers = ", ".join(candidate.operations())
+                unable.append(f"language server {candidate.name!r} does not offer {tool} (it offers: {offers})")
+                continue
+            if sync_open:
+                await candidate.sync_open()
+            return candidate, path
+        if len(unable) == 1:
+            if failed is not None:
+                raise failed
+            raise ToolFailure(unable[0])
+        raise ToolFailure(
+            f"no language server for {path.suffix.lower()!r} files can answer {tool}: {'; '.join(unable)}"
+        )
 
     async def _at(self, arguments: dict[str, Any], tool: str) -> _At:
-        server, path = await self._server_for(arguments.get("file"))
-        self._require(server, tool)
+        server, path = await self._server_for(arguments.get("file"), tool=tool, server=arguments.get("server"))
         doc = await server.sync(path)
         shown = relative(path, self.root)
         symbol = arguments.get("symbol")
@@ -267,7 +290,7 @@ class LspTools:
         return ReferencesResult(
             server=at.server.name,
             references=found[:limit],
-            file_count=len({loc.file for loc in found}),
+            file_count=len({loc.file for loc in found[:limit]}),
             truncated=len(found) > limit,
         )
 
@@ -282,8 +305,9 @@ class LspTools:
         )
 
     async def document_symbols(self, arguments: dict[str, Any]) -> SymbolsResult:
-        server, path = await self._server_for(arguments.get("file"))
-        self._require(server, "document_symbols")
+        server, path = await self._server_for(
+            arguments.get("file"), tool="document_symbols", server=arguments.get("server")
+        )
         doc = await server.sync(path)
         raw = await self._request(server, "textDocument/documentSymbol", {"textDocument": {"uri": doc.uri}})
         found = normalize.symbols(raw, path=path, root=self.root, text_of=self._text_of(server))
@@ -299,7 +323,9 @@ class LspTools:
             raise ToolFailure("give 'query': a symbol name, or part of one")
         language, kind = arguments.get("language"), arguments.get("kind")
         candidates = [
-            s for s in self.manager.servers().values() if language is None or language in s.config.languages()
+            s
+            for s in self.manager.servers().values()
+            if language is None or str(language).lower() in (lang.lower() for lang in s.config.languages())
         ]
         if not candidates:
             raise ToolFailure(
@@ -352,6 +378,7 @@ class LspTools:
         files = arguments.get("files")
         threshold = _SEVERITY_RANK.get(str(arguments.get("severity", "warning")), 1)
         wait_s = max(0, int(arguments.get("wait_ms", DIAGNOSTICS_WAIT_MS))) / 1000
+        out: list[FileDiagnostics] = []
         if files is None:
             targets = [
                 (s, p) for s in self.manager.servers().values() if s.state == "ready" for p in s.documents.paths()
@@ -359,10 +386,9 @@ class LspTools:
             if not targets:
                 raise ToolFailure("no document is open yet: name the 'files' to check")
         elif isinstance(files, list) and all(isinstance(f, str) for f in files):
-            targets = [await self._server_for(f, sync_open=False) for f in files]
+            targets, out = await self._diagnosed(files)  # and what cannot be checked
         else:
             raise ToolFailure("'files' must be a list of files of the workspace")
-        out: list[FileDiagnostics] = []
         synced: set[LanguageServer] = set()
         for server, path in targets:
             if server not in synced:
@@ -372,15 +398,33 @@ class LspTools:
                 continue  # an open document closed by sync_open (deleted, grown too large, unreadable): not reported
             try:
                 doc = await server.sync(path)
-            except NoSuchFile:
-                if files is not None:
-                    raise
+            except NoSuchFile as exc:
+                if files is not None:  # deleted since it was routed
+                    out.append(
+                        FileDiagnostics(file=relative(path, self.root), fresh=False, diagnostics=[], problem=str(exc))
+                    )
                 continue  # an open document deleted on disk: closed, not reported
             fresh, raw = await server.diagnostics(doc, wait_s, timeout_s=REQUEST_TIMEOUT_S)
             found = normalize.diagnostics(raw, path=path, root=self.root, text_of=self._text_of(server))
             kept = [d for d in found if _SEVERITY_RANK[d.severity] <= threshold]
             out.append(FileDiagnostics(file=relative(path, self.root), fresh=fresh, diagnostics=kept))
         return DiagnosticsResult(files=out)
+
+    async def _diagnosed(self, files: list[str]) -> tuple[list[tuple[LanguageServer, Path]], list[FileDiagnostics]]:
+        """The server of each named file, and a file none can check with the reason (the others are still checked);
+        when no file can be checked, the call fails with every reason."""
+        targets: list[tuple[LanguageServer, Path]] = []
+        problems: list[FileDiagnostics] = []
+        for file in files:
+            try:
+                targets.append(await self._server_for(file, sync_open=False))
+            except (ToolFailure, Unroutable, NoSuchFile) as exc:
+                problems.append(FileDiagnostics(file=file, fresh=False, diagnostics=[], problem=str(exc)))
+        if problems and not targets:
+            raise ToolFailure(
+                "; ".join(f"{p.file}: {p.problem}" for p in problems) if len(files) > 1 else str(problems[0].problem)
+            )
+        return targets, problems
 
     async def rename_preview(self, arguments: dict[str, Any]) -> RenameResult:
         new_name = arguments.get("new_name")

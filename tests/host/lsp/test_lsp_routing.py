@@ -1,0 +1,74 @@
+"""Several language servers for one extension (real pylsp and basedpyright): an operation goes to the first by name
+that offers it, or to the one the caller names; and a diagnostics call reports per file what it cannot check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.host.lsp.test_lsp_host import basedpyright, pylsp, session, text
+
+BOTH = {"lspServers": {"alpha": pylsp(), "beta": basedpyright()}}
+"""pylsp first by name: it offers no call hierarchy and no implementations; basedpyright does."""
+
+
+async def test_an_operation_goes_to_the_first_server_that_offers_it(tmp_path: Path) -> None:
+    """Before, every call went to the first server by name: 'alpha does not offer incoming_calls', though beta,
+    running beside it for the same files, does."""
+    async with session(tmp_path, user=BOTH, watch=False) as s:
+        hover = await s.ok("hover", file="models.py", symbol="make_user")
+        assert hover["server"] == "alpha"
+        calls = await s.ok("incoming_calls", file="models.py", symbol="make_user")
+        assert calls["server"] == "beta"
+        assert {call["symbol"]["loc"]["file"] for call in calls["calls"]} == {"service.py"}
+
+
+async def test_the_caller_may_name_the_server(tmp_path: Path) -> None:
+    async with session(tmp_path, user=BOTH, watch=False) as s:
+        hover = await s.ok("hover", file="models.py", symbol="make_user", server="beta")
+        assert hover["server"] == "beta"
+        symbols = await s.ok("document_symbols", file="models.py", server="beta")
+        assert symbols["server"] == "beta"
+        unknown = await s.call("hover", file="models.py", symbol="make_user", server="gamma")
+        assert unknown.is_error
+        assert text(unknown) == "language server 'gamma' does not answer for '.py' files; 'alpha', 'beta' do"
+        unable = await s.call("incoming_calls", file="models.py", symbol="make_user", server="alpha")
+        assert unable.is_error
+        assert text(unable).startswith("language server 'alpha' does not offer incoming_calls (it offers: ")
+
+
+async def test_no_server_offering_the_operation_names_each_and_what_it_offers(tmp_path: Path) -> None:
+    async with session(tmp_path, user={"lspServers": {"alpha": pylsp(), "beta": pylsp()}}, watch=False) as s:
+        result = await s.call("go_to_implementation", file="models.py", line=1, character=7)
+        assert result.is_error
+        why = text(result)
+        assert why.startswith("no language server for '.py' files can answer go_to_implementation: ")
+        assert "language server 'alpha' does not offer go_to_implementation (it offers: " in why
+        assert "language server 'beta' does not offer go_to_implementation (it offers: " in why
+
+
+async def test_diagnostics_check_the_files_they_can_and_say_why_not_the_others(tmp_path: Path) -> None:
+    """Before, one file no server takes (or one not there) failed the whole call, and the others went unchecked."""
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        (s.layout.root / "bad.py").write_text("import os\n")
+        (s.layout.root / "README.md").write_text("# notes\n")
+        report = await s.ok("diagnostics", files=["bad.py", "README.md", "missing.py"])
+        by_file = {entry["file"]: entry for entry in report["files"]}
+        assert [d["message"] for d in by_file["bad.py"]["diagnostics"]] == ["'os' imported but unused"]
+        assert by_file["README.md"]["problem"] == "no language server for '.md' files (configured for: .py)"
+        assert by_file["missing.py"]["problem"] == "no such file 'missing.py' in the workspace"
+        shown = text(await s.call("diagnostics", files=["bad.py", "README.md"]))
+        assert "README.md: not checked: no language server for '.md' files" in shown
+        none = await s.call("diagnostics", files=["README.md", "missing.py"])
+        assert none.is_error
+        assert text(none) == (
+            "README.md: no language server for '.md' files (configured for: .py); "
+            "missing.py: no such file 'missing.py' in the workspace"
+        )
+
+
+async def test_references_cut_by_the_limit_count_the_files_of_those_shown(tmp_path: Path) -> None:
+    """Before: '1 reference in 2 files', the files counted before the cut."""
+    async with session(tmp_path, user={"lspServers": {"python": basedpyright()}}, watch=False) as s:
+        refs = await s.ok("find_references", file="models.py", symbol="User", include_declaration=True, limit=1)
+        assert refs["truncated"] is True
+        assert (len(refs["references"]), refs["file_count"]) == (1, 1)
