@@ -4,7 +4,9 @@ loopback, real sockets, real example servers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -296,6 +298,108 @@ async def test_a_connection_beyond_the_cap_is_closed_as_it_arrives(tmp_path: Pat
         finally:
             for sock in held:
                 sock.close()
+
+
+def _head(url: str, *, session: str | None = None, length: int = 1000) -> bytes:
+    """A POST's request line and headers, announcing a body of ``length`` bytes."""
+    host = url.split("//")[1].split("/")[0]
+    extra = f"Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: {VERSION}\r\n" if session else ""
+    return (
+        f"POST /mcp HTTP/1.1\r\nHost: {host}\r\nAccept: application/json, text/event-stream\r\n"
+        f"Content-Type: application/json\r\n{extra}Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+@pytest.mark.usefixtures("http_protocol")
+async def test_headers_that_never_end_are_refused_and_cut(tmp_path: Path, http_protocol: str) -> None:
+    """Before, uvicorn's httptools protocol kept every header line it was sent, before any token was checked: a
+    client sending 300 MB of them grew the gateway by as much, and it kept most of it."""
+    async with gateway_at(tmp_path, HttpLimits()) as (_, url):
+        sock = _connect(url)
+        try:
+            sock.setblocking(True)
+            sock.sendall(b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            with anyio.fail_after(WAIT_S):
+                sent = 0
+                while sent < 64 << 20:  # 64 MiB: far past any bound; the gateway cuts it long before
+                    try:
+                        sock.sendall((b"X-A: " + b"a" * 1000 + b"\r\n") * 100)
+                    except OSError:
+                        break
+                    sent += 100_500
+                    await anyio.lowlevel.checkpoint()
+            assert sent < 64 << 20, "the gateway read on"
+            sock.setblocking(False)
+            answer = b""
+            with anyio.fail_after(WAIT_S), contextlib.suppress(ConnectionResetError):
+                while chunk := await _received(sock):
+                    answer += chunk
+            if http_protocol == "httptools":  # h11 answers its own bound (16 KiB) with a 400
+                assert answer.startswith(b"HTTP/1.1 431 "), answer[:100]
+        finally:
+            sock.close()
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            assert (await http.post(url, json=initialize(), headers=ACCEPT)).status_code == 200
+
+
+async def _received(sock: socket.socket) -> bytes:
+    await anyio.wait_readable(sock)
+    return sock.recv(65536)
+
+
+async def test_a_body_that_never_comes_is_cut_and_takes_no_session_seat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a POST whose body stalled held its connection for good and counted as a session opening: five of
+    them against --max-sessions 5 evicted the live sessions and left every new client a 503."""
+    monkeypatch.setattr(gateway_http, "BODY_TIMEOUT_S", 1.0)
+    async with gateway_at(tmp_path, HttpLimits(max_sessions=1)) as (gateway, url):
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            live = await open_session(http, url)
+            stalled = _connect(url)
+            try:
+                stalled.send(_head(url) + b'{"jsonrpc":')
+                await anyio.sleep(0.3)
+                assert await ping(http, url, live) == 200  # not evicted for it
+                with anyio.fail_after(WAIT_S):
+                    assert await _closed_by_peer(stalled)
+            finally:
+                stalled.close()
+            assert await ping(http, url, live) == 200
+            assert gateway.sessions is not None
+            assert gateway.sessions.evicted == 0
+
+
+async def test_a_request_that_can_open_no_session_evicts_none(tmp_path: Path) -> None:
+    """Before, at the cap any POST without a session id (a client that forgot it) closed the least recently used
+    session to make room for a session it could never open."""
+    async with gateway_at(tmp_path, HttpLimits(max_sessions=2)) as (gateway, url):
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            sessions = [await open_session(http, url) for _ in range(2)]
+            forgot = await http.post(url, json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, headers=ACCEPT)
+            assert forgot.status_code == 400
+            assert [await ping(http, url, s) for s in sessions] == [200, 200]
+            assert gateway.sessions is not None
+            assert gateway.sessions.evicted == 0
+            await open_session(http, url)  # an initialize still makes room
+            assert gateway.sessions.evicted == 1
+
+
+async def test_a_client_that_leaves_before_its_body_came_logs_no_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, each one logged 'Exception in ASGI application' with starlette's ClientDisconnect traceback."""
+    async with gateway_at(tmp_path, HttpLimits()) as (_, url):
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            session = await open_session(http, url)
+            for head in (_head(url, session=session), _head(url)):
+                sock = _connect(url)
+                sock.send(head + b'{"json')
+                await anyio.sleep(0.3)
+                sock.close()
+            await anyio.sleep(0.3)
+            assert await ping(http, url, session) == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
 # -- the replay buffer ---------------------------------------------------------------------------

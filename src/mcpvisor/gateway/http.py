@@ -22,7 +22,13 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.gateway.auth import TOKEN_ENV, BearerAuth
-from mcpvisor.gateway.limits import DEFAULT_HTTP_LIMITS, HttpLimits
+from mcpvisor.gateway.limits import (
+    BODY_TIMEOUT_S,
+    DEFAULT_HTTP_LIMITS,
+    MAX_HEADER_BYTES,
+    MAX_HEADERS,
+    HttpLimits,
+)
 from mcpvisor.gateway.responses import error_response
 from mcpvisor.host import paths
 
@@ -318,11 +324,21 @@ def _http_protocol() -> type[asyncio.Protocol]:
     return HttpToolsProtocol
 
 
+_TOO_LARGE_TEXT = b"the request's headers are too large or too many"
+_HEADERS_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: %d\r\nconnection: close\r\n\r\n%b" % (len(_TOO_LARGE_TEXT), _TOO_LARGE_TEXT)
+)
+
+
 def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
-    """uvicorn's HTTP protocol with the two guards uvicorn lacks: a connection beyond
-    ``limits.max_connections`` is closed as it arrives, and one that has not sent a request's complete
-    headers ``limits.header_timeout_s`` after it opened (or after its previous response) is closed, so
-    clients that dribble bytes cannot hold file descriptors.
+    """uvicorn's HTTP protocol with the guards uvicorn lacks: a connection beyond ``limits.max_connections``
+    is closed as it arrives; one that has not sent a request's complete headers ``limits.header_timeout_s``
+    after it opened (or after its previous response), or its body :data:`BODY_TIMEOUT_S` after its headers,
+    is closed, so clients that dribble bytes cannot hold file descriptors (nor, a body, a session's seat);
+    and a request whose target and headers pass :data:`MAX_HEADER_BYTES` or :data:`MAX_HEADERS` lines is
+    answered 431 and its connection closed (with httptools' parser, which keeps whatever it is sent; h11's
+    own bound, 16 KiB, applies where httptools is missing).
 
     Both of uvicorn's protocols set ``cycle`` when a request's headers are complete, and call
     ``on_response_complete`` when its response is sent: the timer notes the cycle it was armed under,
@@ -332,6 +348,63 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
     class GuardedProtocol(base):  # type: ignore[misc]
         _header_timer: asyncio.TimerHandle | None = None
         _armed_under: object = None
+        _body_timer: asyncio.TimerHandle | None = None
+        _head_bytes = 0
+        _head_lines = 0
+        _refused = False
+
+        def data_received(self, data: bytes) -> None:
+            if not self._refused:  # the rest of a refused request's bytes are dropped unread
+                super().data_received(data)
+
+        def on_message_begin(self) -> None:
+            self._head_bytes = self._head_lines = 0
+            super().on_message_begin()
+
+        def on_url(self, url: bytes) -> None:
+            if self._within_head(len(url), lines=0):
+                super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            if self._within_head(len(name) + len(value), lines=1):
+                super().on_header(name, value)
+
+        def _within_head(self, size: int, *, lines: int) -> bool:
+            """Whether the request's head is still within its bounds; past them it is answered 431 and its
+            connection closed (uvicorn's parser keeps every header it is sent)."""
+            if self._refused:
+                return False
+            self._head_bytes += size
+            self._head_lines += lines
+            if self._head_bytes <= MAX_HEADER_BYTES and self._head_lines <= MAX_HEADERS:
+                return True
+            self._refused = True
+            logger.info("closing a connection whose request headers exceed %d bytes or lines", MAX_HEADER_BYTES)
+            self.transport.write(_HEADERS_TOO_LARGE)
+            self.transport.close()
+            return False
+
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            self._disarm_body_timer()
+            cycle = self.cycle
+            if cycle is not None and cycle.more_body and not self.transport.is_closing():
+                self._body_timer = self.loop.call_later(BODY_TIMEOUT_S, self._body_too_slow, cycle)
+
+        def on_message_complete(self) -> None:
+            self._disarm_body_timer()
+            super().on_message_complete()
+
+        def _disarm_body_timer(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
+        def _body_too_slow(self, cycle: Any) -> None:
+            self._body_timer = None
+            if cycle.more_body and not cycle.response_complete and not self.transport.is_closing():
+                logger.info("closing a connection that sent no complete request body in %g s", BODY_TIMEOUT_S)
+                self.transport.close()
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
@@ -343,6 +416,7 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_header_timer()
+            self._disarm_body_timer()
             super().connection_lost(exc)
 
         def on_response_complete(self) -> None:

@@ -78,7 +78,7 @@ from mcp_types import (
 from mcp_types.methods import serialize_server_result, validate_client_request
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
 from mcpvisor.gateway.asks import offers_input
@@ -118,7 +118,10 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
         ends one."""
 
     async def _handle_post_request(self, scope: Scope, request: Request, receive: Receive, send: Send) -> None:
-        parsed = await _message(request)
+        try:
+            parsed = await _message(request)
+        except ClientDisconnect:
+            return  # it left before its body came (or the server closed it for being too slow): no one to answer
         if isinstance(parsed, str):
             await self._create_error_response(f"Invalid Request: {parsed}", HTTPStatus.BAD_REQUEST, INVALID_REQUEST)(
                 scope, receive, send

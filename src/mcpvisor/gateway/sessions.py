@@ -55,7 +55,8 @@ SSE_RETRY_MS = 1000
 _SESSION_HEADER = MCP_SESSION_ID_HEADER.encode()
 _VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.encode()
 _MAX_NOTED_BODY = 64 * 1024
-"""The most of an opening request's body read again to learn the protocol version it asks for."""
+"""The most of a request without a session id read before it is served, to learn whether it opens a session
+(``initialize``, and the protocol version it asks for): a larger one is served as one that may."""
 
 
 def session_manager(
@@ -137,25 +138,23 @@ class SessionBook:
         if scope.get("method") != "POST":
             await manager.handle_request(scope, receive, send)  # refused by the SDK: no session, no initialize
             return
+        read, body, complete = await _read_ahead(receive)
+        if read is None:
+            return  # the client left before its request's body came
+        if complete and not _opens_a_session(bytes(body)):
+            await manager.handle_request(scope, read, send)  # refused by the SDK: it opens no session, takes no seat
+            return
         if not await self._make_room():
             message = (
                 f"the gateway already serves {self.max_sessions} sessions, all of them busy; "
                 f"try again in {RETRY_AFTER_S} s"
             )
             response = error_response(message, 503, INTERNAL_ERROR, headers={"Retry-After": str(RETRY_AFTER_S)})
-            await response(scope, receive, send)
+            await response(scope, read, send)
             return
         self._opening += 1
-        body = bytearray()
-
-        async def noting_body() -> Message:
-            message = await receive()
-            if message["type"] == "http.request" and len(body) <= _MAX_NOTED_BODY:
-                body.extend(message.get("body", b""))
-            return message
-
         try:
-            await manager.handle_request(scope, noting_body, self._noting_session(manager, send, body))
+            await manager.handle_request(scope, read, self._noting_session(manager, send, body))
         finally:
             self._opening -= 1
 
@@ -241,6 +240,42 @@ class ServedBy:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._book.handle(self._manager, scope, receive, send)
+
+
+async def _read_ahead(receive: Receive) -> tuple[Receive | None, bytearray, bool]:
+    """Read a request's body, up to :data:`_MAX_NOTED_BODY`, before it is served: ``(receive, body, complete)``,
+    where ``receive`` hands the messages read out again first (``None``: the client left meanwhile) and
+    ``complete`` says whether ``body`` is all of it. A body that never comes is the HTTP server's to end
+    (:data:`~mcpvisor.gateway.limits.BODY_TIMEOUT_S`)."""
+    read: list[Message] = []
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None, body, False
+        read.append(message)
+        body.extend(message.get("body", b""))
+        if not message.get("more_body", False):
+            complete = True
+            break
+        if len(body) > _MAX_NOTED_BODY:
+            complete = False
+            break
+
+    async def replaying() -> Message:
+        return read.pop(0) if read else await receive()
+
+    return replaying, body, complete
+
+
+def _opens_a_session(body: bytes) -> bool:
+    """Whether a request without a session id may open one: an ``initialize`` request (one not even JSON is
+    refused as it is, without taking a seat)."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(request, dict) and request.get("method") == "initialize"
 
 
 def _negotiated(body: bytes) -> str | None:
