@@ -3,9 +3,11 @@ client downstream, in both protocol eras."""
 
 from __future__ import annotations
 
+import sys
 import warnings
 from pathlib import Path
 
+import anyio
 import mcp_types as types
 import pytest
 from mcp import Client, MCPError
@@ -14,7 +16,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 
 from mcpvisor.gateway.resources import namespaced_uri, parse_namespaced_uri
 from tests.gateway.test_gateway import ERAS, next_event, running, save, server
-from tests.helpers import SDK, wait_until
+from tests.helpers import SDK, WAIT_S, raw_server, wait_until
 
 SHARED = "file:///shared/readme.txt"
 
@@ -364,3 +366,70 @@ async def test_a_modern_upstream_is_subscribed_through_a_listen_stream_of_its_ow
         # The last subscriber left: the upstream stream ends.
         await wait_until(lambda: not upstream._notices.listened())
         assert r.gateway.subscriptions.subscribed() == {}
+
+
+async def test_one_change_is_told_once_whatever_else_the_server_is_subscribed_to(tmp_path: Path) -> None:
+    """Before, every upstream subscription on a server heard every notice of that server: a client subscribed to
+    one of three resources was told of its change three times (fifty-one times beside fifty others)."""
+    heard: list[object] = []
+
+    async def on_message(message: object) -> None:
+        heard.append(message)
+
+    uris = ["note://a/1", "note://a/2", "note://a/3"]
+    user = {"mcpServers": {"a": server("a", "--resources", ",".join(uris), "--control")}}
+    async with (
+        running(tmp_path, user=user) as r,
+        Client(r.gateway.server, mode="legacy", message_handler=on_message) as one,
+        Client(r.gateway.server, mode="legacy") as other,
+        Client(r.gateway.server) as caller,
+    ):
+        await subscribe(one, "note://a/1")
+        await subscribe(other, "note://a/2")
+        await subscribe(other, "note://a/3")
+        assert await touch(caller, "mcp__a__touch_resource", "note://a/1") == "notified"
+        await subscribe(one, "note://a/3")
+        assert await touch(caller, "mcp__a__touch_resource", "note://a/3") == "notified"
+        await wait_until(lambda: "note://a/3" in updated_uris(heard), what="the second change told")
+        assert sorted(updated_uris(heard)) == ["note://a/1", "note://a/3"]
+
+
+HANGING_SUBSCRIBE = raw_server(
+    "hang",
+    """
+    def answer(method, params):
+        if method == "resources/subscribe":
+            open(sys.argv[1], "w").close()  # the marker: it has the request
+            time.sleep(3600)  # never answers (and reads nothing more)
+        if method == "resources/list":
+            return {"resources": [{"uri": "hang://x", "name": "x"}]}
+        return {"tools": [], "prompts": [], "resourceTemplates": []}
+    """,
+    capabilities={"resources": {"subscribe": True}},
+)
+
+
+async def test_a_server_that_never_answers_a_subscribe_holds_up_no_other_servers_subscriptions(
+    tmp_path: Path,
+) -> None:
+    """Before, one lock covered every upstream subscribe: a client's subscribe to a healthy server waited until the
+    hanging server's request timed out (600 s by default)."""
+    marker = tmp_path / "subscribing"
+    user = {
+        "mcpServers": {
+            "a": server("a", "--resources", "note://a/1", "--control"),
+            "hang": {"command": sys.executable, "args": ["-c", HANGING_SUBSCRIBE, str(marker)], "timeout": 120_000},
+        }
+    }
+    async with (
+        running(tmp_path, user=user) as r,
+        Client(r.gateway.server, mode="legacy") as stuck,
+        Client(r.gateway.server, mode="legacy") as fine,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(subscribe, stuck, "hang://x")
+        await wait_until(marker.exists, what="the hanging subscribe under way")
+        with anyio.fail_after(WAIT_S):
+            await subscribe(fine, "note://a/1")
+        assert r.gateway.subscriptions.subscribed() == {"note://a/1": 1}
+        tg.cancel_scope.cancel()

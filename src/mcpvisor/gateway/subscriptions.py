@@ -12,7 +12,8 @@ clients subscribed to that URI, under the gateway's URI for it. When the owning 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -61,7 +62,8 @@ class ResourceSubscriptions:
         self._owner_of = owner_of
         self._deliver = deliver
         self._upstream: dict[tuple[str, str], _Upstream] = {}
-        self._lock = anyio.Lock()
+        self._locks: dict[tuple[str, str], anyio.Lock] = {}
+        """One per upstream subscription being made or given up: a server slow to answer holds up no other."""
 
     def subscribed(self) -> dict[str, int]:
         """Gateway URI -> how many subscribers it has (for tests and status)."""
@@ -71,46 +73,62 @@ class ResourceSubscriptions:
                 out[uri] = out.get(uri, 0) + n
         return out
 
+    @asynccontextmanager
+    async def _locked(self, key: tuple[str, str]) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(key, anyio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and not lock.statistics().tasks_waiting and key not in self._upstream:
+                self._locks.pop(key, None)
+
     async def acquire(self, uri: str) -> None:
         """Count one more subscriber of gateway URI ``uri``; subscribe upstream if it is the first.
         Raises :class:`MCPError` naming the server and the reason when that cannot be done."""
         server, upstream_uri = self._owner_of(uri)
-        async with self._lock:
-            entry = self._upstream.get((server, upstream_uri))
+        key = (server, upstream_uri)
+        async with self._locked(key):
+            entry = self._upstream.get(key)
             if entry is None:
                 client = self._connected(server, uri)
                 await self._subscribe(client, upstream_uri, uri)
-                entry = _Upstream(server, upstream_uri, client, client.add_listener(self._updated))
-                self._upstream[(server, upstream_uri)] = entry
+                entry = _Upstream(server, upstream_uri, client, client.add_listener(self._listener(key)))
+                self._upstream[key] = entry
             entry.counts[uri] = entry.counts.get(uri, 0) + 1
 
     async def release(self, uri: str) -> None:
         """One subscriber of ``uri`` fewer; the last one ends the upstream subscription."""
-        async with self._lock:
-            for key, entry in list(self._upstream.items()):
-                if uri not in entry.counts:
-                    continue
-                entry.counts[uri] -= 1
-                if entry.counts[uri] <= 0:
-                    del entry.counts[uri]
-                if not entry.counts:
-                    del self._upstream[key]
-                    entry.remove_listener()
-                    try:
-                        await entry.client.unsubscribe_resource(entry.uri)
-                    except McpvisorError as exc:
-                        logger.debug("unsubscribing from %r on server %r failed: %s", entry.uri, entry.server, exc)
+        key = next((k for k, entry in self._upstream.items() if uri in entry.counts), None)
+        if key is None:
+            return
+        async with self._locked(key):
+            entry = self._upstream.get(key)
+            if entry is None or uri not in entry.counts:
                 return
+            entry.counts[uri] -= 1
+            if entry.counts[uri] <= 0:
+                del entry.counts[uri]
+            if not entry.counts:
+                del self._upstream[key]
+                entry.remove_listener()
+                try:
+                    await entry.client.unsubscribe_resource(entry.uri)
+                except McpvisorError as exc:
+                    logger.debug("unsubscribing from %r on server %r failed: %s", entry.uri, entry.server, exc)
 
     async def resubscribe(self, server: str) -> None:
         """``server`` has a new connection: make its subscriptions again there."""
-        async with self._lock:
-            client = self._config.manager.get_client(server)
-            if client is None or client.status != "connected":
-                return
-            for entry in [e for e in self._upstream.values() if e.server == server and e.client is not client]:
+        client = self._config.manager.get_client(server)
+        if client is None or client.status != "connected":
+            return
+        for key in [k for k, e in self._upstream.items() if e.server == server and e.client is not client]:
+            async with self._locked(key):
+                entry = self._upstream.get(key)
+                if entry is None or entry.client is client:
+                    continue
                 entry.remove_listener()
-                entry.remove_listener = client.add_listener(self._updated)
+                entry.remove_listener = client.add_listener(self._listener(key))
                 with anyio.move_on_after(RESUBSCRIBE_TIMEOUT_S):
                     try:
                         await client.subscribe_resource(entry.uri)
@@ -141,14 +159,20 @@ class ResourceSubscriptions:
         except McpvisorError as exc:
             raise MCPError(types.INVALID_PARAMS, f"cannot subscribe to resource {uri!r}: {exc}") from exc
 
-    def _updated(self, server: str, notice: Notice) -> None:
-        if not isinstance(notice, types.ResourceUpdatedNotification):
-            return
-        entry = self._upstream.get((server, str(notice.params.uri)))
-        if entry is None:
-            return
-        for uri in list(entry.counts):
-            self._deliver(uri)
+    def _listener(self, key: tuple[str, str]) -> Callable[[str, Notice], None]:
+        """What hears the server's notices for one upstream subscription: a change of its URI reaches the
+        clients subscribed to it once, however many other subscriptions the server has."""
+        server, upstream_uri = key
+
+        def heard(from_server: str, notice: Notice) -> None:
+            if not isinstance(notice, types.ResourceUpdatedNotification) or from_server != server:
+                return
+            if str(notice.params.uri) != upstream_uri or (entry := self._upstream.get(key)) is None:
+                return
+            for uri in list(entry.counts):
+                self._deliver(uri)
+
+        return heard
 
 
 async def release_all(subscriptions: ResourceSubscriptions, uris: list[str]) -> None:
