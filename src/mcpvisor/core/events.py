@@ -20,6 +20,7 @@ __all__ = [
     "PromptsChanged",
     "ReconcileFinished",
     "ServerStateChanged",
+    "ServerStates",
     "ServerStatus",
     "ToolsChanged",
 ]
@@ -133,3 +134,25 @@ class EventBus:
 
     def emit(self, event: McpEvent) -> None:
         self._listeners.tell(event)
+
+
+class ServerStates:
+    """The last :class:`ServerStateChanged` said of each server, emitted on ``events`` only when it differs."""
+
+    def __init__(self, events: EventBus) -> None:
+        self._events = events
+        self._last: dict[str, ServerStateChanged] = {}
+
+    def say(self, state: ServerStateChanged) -> None:
+        if self._last.get(state.server) != state:
+            self._last[state.server] = state
+            self._events.emit(state)
+
+    def removed(self, name: str) -> None:
+        """``name`` is no longer configured: said down once more (if it was not), then forgotten."""
+        if name in self._last:
+            self.say(ServerStateChanged(name, "disconnected", None, (), (), None))
+            del self._last[name]
+
+    def snapshot(self) -> dict[str, ServerStateChanged]:
+        return dict(self._last)

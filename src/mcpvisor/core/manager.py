@@ -28,11 +28,12 @@ from mcpvisor.core.events import (
     PromptsChanged,
     ReconcileFinished,
     ServerStateChanged,
+    ServerStates,
     ToolsChanged,
 )
 from mcpvisor.core.lifecycle import Background
 from mcpvisor.core.pool import default_max_starts
-from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, plan_reconcile
+from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, plan_for
 from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, mcp_tool_name
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of, exposure_of
 
@@ -90,7 +91,7 @@ class McpClientManager:
         self._failed: set[str] = set()
         """Servers whose last start failed (started again by the next reconcile: reported as retried)."""
         self._configs: dict[str, McpServerConfig] = {}
-        self._last_state: dict[str, ServerStateChanged] = {}
+        self._states = ServerStates(events)
         self._reconnects: dict[str, anyio.CancelScope] = {}
         self._up_since: dict[str, float] = {}
         self._quick_stops: dict[str, int] = {}
@@ -98,6 +99,7 @@ class McpClientManager:
         """Lost servers a reconcile left to their reconnect pause while their teardown was not over."""
         self._handshaking: dict[str, McpClient] = {}  # in place, waiting for the handshake: a pass may take them on
         self._acquiring: set[str] = set()  # with a pool: waiting for its connection (started, or being started)
+        self._decided: dict[str, int] = {}  # per server, how many passes decided about it: a job of an older one stops
         self._another_pass, self._background = anyio.Event(), Background(tg)
         self._closed = False
         self.connect_count = self.disconnect_count = 0  # connections opened and closed (tests, benchmarks)
@@ -113,22 +115,15 @@ class McpClientManager:
     # -- the reconcile -----------------------------------------------------------------------
 
     def plan(self) -> ReconcilePlan:
-        config = self._config
-        trusted = config.is_trusted_folder()  # an untrusted folder wants nothing running
-        merged = config.get_merged_mcp_servers() if trusted else {}
-        desired = config.get_mcp_servers() if trusted else {}
-        not_allowed = {name: cfg for name, cfg in merged.items() if name not in desired}
         live = {
             name: LiveServer(client.connection_id, exposure_of(self._configs[name]), client.status != "disconnected")
             for name, client in self._clients.items()
         }
-        return plan_reconcile(live, desired, config.get_mcp_gating(), not_allowed=not_allowed)
+        return plan_for(self._config, live)
 
     async def discover_all_mcp_tools_incremental(self) -> ReconcileFinished:
-        """Bring the live connections in line with the config, touching only what changed."""
-        # With a pool (SPEC §5.5) the same plan applies: gating is decided first, so an excluded or pending
-        # server never reaches ``acquire`` and a hot reload in daemon mode cannot start an unapproved one;
-        # held leases whose name is gone or whose connection id changed are released, the rest acquired.
+        """Bring the live connections in line with the config, touching only what changed. With a pool (SPEC §5.5)
+        the same plan applies, gating first: an excluded or pending server never reaches ``acquire``."""
         return await self._apply_plan()
 
     async def _apply_plan(self, restarting: frozenset[str] = frozenset()) -> ReconcileFinished:
@@ -149,6 +144,8 @@ class McpClientManager:
             gate_skip={n: refine(n, r) for n, r in plan.gate_skip.items()},
         )
 
+        for name in {*plan.remove, *plan.gate_stop, *plan.start, *plan.restart}:  # what a job left by a pass before
+            self._decided[name] = self._decided.get(name, 0) + 1  # this one was to do about them is this one's now
         # Removals (and gated tear-downs) first, all at once: one server slow to exit delays no other.
         if plan.remove or plan.gate_stop:
             async with anyio.create_task_group() as tg:
@@ -179,8 +176,8 @@ class McpClientManager:
         for name in plan.restart:
             self._purge(name)
         failed: dict[str, str] = {}
-        jobs = {n: partial(self._connect_one, n, desired[n], failed) for n in plan.start}
-        jobs |= {n: partial(self._restart_one, n, desired[n], failed) for n in plan.restart}
+        jobs = {n: partial(self._connect_one, n, desired[n], failed, self._decided[n]) for n in plan.start}
+        jobs |= {n: partial(self._restart_one, n, desired[n], failed, self._decided[n]) for n in plan.restart}
         self._background.start(jobs)  # also waited for: starts an earlier pass left running
         starting = await self._background.wait(self._detachable)
 
@@ -223,7 +220,7 @@ class McpClientManager:
     async def remove_server(self, name: str) -> None:
         """Disconnect ``name``, drop its tools and prompts, forget its status."""
         await self._stop(name, reason=None, purge_first=True)
-        self._publish_removed(name)
+        self._states.removed(name)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -235,14 +232,21 @@ class McpClientManager:
                     tg.start_soon(partial(self._stop, name, reason=None, purge_first=True))
         self._tg.cancel_scope.cancel()  # what is left ends too (a pooled start a pass stopped waiting for)
 
-    async def _restart_one(self, name: str, cfg: McpServerConfig, failed: dict[str, str]) -> None:
+    async def _restart_one(self, name: str, cfg: McpServerConfig, failed: dict[str, str], decided: int) -> None:
         """The old process goes first (a stateful server may hold a port or a lock), then the new one."""
         await self._stop(name, reason=None, purge_first=True)
-        await self._connect_one(name, cfg, failed)
+        await self._connect_one(name, cfg, failed, decided)
+
+    def _superseded(
+        self, name: str, decided: int | None
+    ) -> bool:  # a later pass decided about it (None: no pass's job)
+        return decided is not None and self._decided.get(name) != decided
 
     # -- single servers ----------------------------------------------------------------------
 
-    async def _connect_one(self, name: str, cfg: McpServerConfig, failed: dict[str, str]) -> None:
+    async def _connect_one(self, name: str, cfg: McpServerConfig, failed: dict[str, str], decided: int) -> None:
+        if self._superseded(name, decided):
+            return  # a later pass took it on while this job waited (to stop the old process): that pass starts it
         self._cancel_reconnect(name)
         current = self._clients.get(name)
         if current is not None:  # planned while down: a reconnect may have run since
@@ -254,8 +258,10 @@ class McpClientManager:
                 del self._clients[name]
                 await self._close(current)
         try:
-            await self._open(name, cfg)
+            await self._open(name, cfg, decided)
         except ConnectError as exc:
+            if self._superseded(name, decided):
+                return  # stopped for a later pass's start: not a failure
             failed[name] = str(exc)
             self._failed.add(name)  # also when it failed after its pass was over
             logger.warning("%s", exc)
@@ -264,13 +270,15 @@ class McpClientManager:
                 if down.status == "disconnected" and not down.needs_auth and not self._closed:
                     self._retry(name, down, attempts=None)
 
-    async def _open(self, name: str, cfg: McpServerConfig) -> None:
-        """Start (or, with a pool, acquire) a connection for ``name``. Raises ConnectError."""
+    async def _open(self, name: str, cfg: McpServerConfig, decided: int | None = None) -> None:
+        """Start (or, with a pool, acquire) a connection for ``name`` unless a later pass took it on (ConnectError)."""
         if _CLIENT_MODULE not in sys.modules:
             # The first connection imports the SDK (~0.5 s of CPU): off the loop, which may serve others meanwhile.
             await anyio.to_thread.run_sync(importlib.import_module, _CLIENT_MODULE)
         from mcpvisor.core.client import McpClient
 
+        if self._superseded(name, decided):
+            return
         self._configs[name] = cfg
         if self._pool is not None:
             if not self._still_admitted(name):
@@ -329,7 +337,7 @@ class McpClientManager:
             if name in self._config.get_merged_mcp_servers():
                 self._publish_state(name)  # down (its old client was stopped): the next pass says why
             else:
-                self._publish_removed(name)
+                self._states.removed(name)
 
     async def _close(self, client: McpClient) -> None:
         await (self._pool.release(self._session_id, client) if self._pool else client.aclose(ending=self._closed))
@@ -485,16 +493,7 @@ class McpClientManager:
             )
         else:
             state = ServerStateChanged(name, "disconnected", reason, (), (), None)
-        if self._last_state.get(name) != state:
-            self._last_state[name] = state
-            self._events.emit(state)
-
-    def _publish_removed(self, name: str) -> None:
-        if name in self._last_state:
-            state = ServerStateChanged(name, "disconnected", None, (), (), None)
-            if self._last_state[name] != state:
-                self._events.emit(state)
-            del self._last_state[name]
+        self._states.say(state)
 
     def snapshot(self) -> Mapping[str, ServerStateChanged]:
-        return dict(self._last_state)
+        return self._states.snapshot()

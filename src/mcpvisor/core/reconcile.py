@@ -13,7 +13,7 @@ from typing import Protocol
 from mcpvisor.core.gating import McpGating
 from mcpvisor.core.server_config import Exposure, McpServerConfig, connection_id_of, exposure_of
 
-__all__ = ["DesiredServers", "LiveServer", "ReconcilePlan", "plan_reconcile"]
+__all__ = ["DesiredServers", "LiveServer", "ReconcilePlan", "plan_for", "plan_reconcile"]
 
 
 class DesiredServers(Protocol):
@@ -110,3 +110,13 @@ def plan_reconcile(
         refilter=tuple(refilter),
         keep=tuple(keep),
     )
+
+
+def plan_for(config: DesiredServers, live: Mapping[str, LiveServer]) -> ReconcilePlan:
+    """Plan one reconcile of ``live`` against what ``config`` desires: nothing in an untrusted folder, and
+    configured servers the allow-list filtered out read as gated."""
+    trusted = config.is_trusted_folder()
+    merged = config.get_merged_mcp_servers() if trusted else {}
+    desired = config.get_mcp_servers() if trusted else {}
+    not_allowed = {name: cfg for name, cfg in merged.items() if name not in desired}
+    return plan_reconcile(live, desired, config.get_mcp_gating(), not_allowed=not_allowed)

@@ -1,0 +1,54 @@
+"""Edits that come faster than a server starts (a real watcher, real saves, a server that takes 0.4 s to start
+as npx or docker do): the session ends with the last configuration running, once, and nothing else."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import anyio
+import psutil
+
+from mcpvisor.host.host import Host, HostOptions
+from tests.helpers import LIGHT, marker_pids, wait_until
+from tests.layout import make_layout, replace_text
+
+
+def _settings(tag: str, marker: Path) -> str:
+    slow = f"sleep 0.4; exec {sys.executable} -m {LIGHT} --name {tag} --marker {marker}"
+    return json.dumps({"mcpServers": {"x": {"command": "/bin/sh", "args": ["-c", slow]}}})
+
+
+def _running(marker: Path) -> list[str]:
+    """The ``--name`` of each server process started with ``marker`` that still runs."""
+    names = []
+    for pid in marker_pids(marker):
+        try:
+            cmdline = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        names.append(cmdline[cmdline.index("--name") + 1])
+    return sorted(names)
+
+
+async def test_quick_edits_of_a_slow_starting_server_end_with_the_last_one_running_alone(tmp_path: Path) -> None:
+    """Before, a restart planned by an earlier pass went on after a later pass had started the server anew: it
+    closed the newer start and ran its own, older configuration, or stored its client over the newer one, whose
+    process then ran on unowned (three copies of the server, or the wrong one, after thirty quick saves)."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "pids"
+    replace_text(layout.paths.user, _settings("x-start", marker))
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+        await wait_until(lambda: _running(marker) == ["x-start"], what="the first start")
+        for i in range(30):
+            replace_text(layout.paths.user, _settings(f"x-{i % 3}", marker))
+            await anyio.sleep(0.15)
+        replace_text(layout.paths.user, _settings("x-final", marker))
+
+        def settled() -> bool:
+            client = host.config.manager.get_client("x")
+            connected = client is not None and client.status == "connected" and "x-final" in client.config.args[1]
+            return connected and _running(marker) == ["x-final"]
+
+        await wait_until(settled, what="x-final running, alone")
