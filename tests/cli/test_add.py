@@ -4,11 +4,14 @@ option is an error, never part of the saved command or the server's name."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 from typer.testing import CliRunner
 
 from mcpvisor.cli.main import app
+from tests.helpers import WAIT_S, mcpvisor_command
 from tests.layout import Layout, make_layout
 
 
@@ -77,3 +80,24 @@ def test_a_workspace_that_is_not_an_existing_folder_is_refused_and_nothing_is_cr
     assert result.exit_code == 2
     assert "Invalid value for '--workspace'" in " ".join(result.output.split())
     assert not (layout.root / "typo").exists()
+
+
+def test_concurrent_adds_each_keep_the_others(layout: Layout) -> None:
+    """Real processes (forked: started at once): before, each read the file, added its server and replaced the file,
+    so six at once kept three to five of the six, each saying it added its server."""
+    layout.paths.user.parent.mkdir(parents=True)
+    layout.paths.user.write_text('{"mcpServers": {}}\n')
+    names = [f"b{i}" for i in range(6)]
+    processes = [
+        subprocess.Popen(
+            [mcpvisor_command(), "mcp", "add", "--workspace", str(layout.root), name, "--", "echo", name],
+            env={**os.environ, **layout.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for name in names
+    ]
+    for process in processes:
+        out, _ = process.communicate(timeout=WAIT_S)
+        assert process.returncode == 0, out
+    assert sorted(saved(layout)) == names

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+EDIT_LOCK_TIMEOUT_S = 10.0
+"""How long an edit waits for another mcpvisor command editing the same settings folder."""
 
 _PRIVATE_SCOPES: frozenset[FileScope] = frozenset({"user"})
 
@@ -350,7 +356,42 @@ def _render(path: Path, text: str | None, parts: Sequence[str], value: Any, dele
     return json.dumps(expected, indent=2, ensure_ascii=False) + "\n"
 
 
+@contextmanager
+def _editing(path: Path) -> Iterator[None]:
+    """Hold the edit lock of settings file ``path``: an exclusive lock on its folder (where it really is; the nearest
+    folder that exists), so that two mcpvisor commands editing the file at once each keep the other's edit (six
+    concurrent ``mcp add`` kept three to five of them). An advisory lock on the folder itself leaves no lock file
+    beside the user's; an editor's save is not held off. Where the OS has no such locks (Windows), none is held."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    folder = Path(os.path.realpath(path)).parent
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + EDIT_LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ConfigError(f"{path} is being edited by another mcpvisor command; try again") from None
+                time.sleep(0.01)
+        yield
+    finally:
+        os.close(fd)  # and with it the lock
+
+
 def _apply(settings: Settings, scope: FileScope, key: str | Sequence[str], value: Any, *, delete: bool) -> bool:
+    with _editing(settings.paths.of(scope)):
+        return _apply_locked(settings, scope, key, value, delete=delete)
+
+
+def _apply_locked(settings: Settings, scope: FileScope, key: str | Sequence[str], value: Any, *, delete: bool) -> bool:
     parts = split_key(key)
     path = settings.paths.of(scope)
     text = read_settings_text(path)
