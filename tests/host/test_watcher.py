@@ -290,6 +290,28 @@ async def test_a_configmap_style_symlink_swap_is_seen(tmp_path: Path) -> None:
         assert env.settings.merged.mcp_servers["a"].config.command == "v2"
 
 
+async def test_a_settings_file_linked_through_a_swapped_folder_link_is_followed(tmp_path: Path) -> None:
+    """A dotfiles manager's swap: settings.json links to dot/current/settings.json, and dot/current, a link to v1, is
+    pointed at v2 with the old version kept. Before, the watch stayed on v1's folder: neither the swap nor edits of
+    v2's file were seen."""
+    home = tmp_path / "home" / ".mcpvisor"
+    layout = make_layout(tmp_path / "lay", MCPVISOR_HOME=str(home))
+    dot = tmp_path / "dot"
+    for version in ("v1", "v2"):
+        (dot / version).mkdir(parents=True)
+        write_json(dot / version / "settings.json", {"mcpServers": {"a": {"command": version}}})
+    (dot / "current").symlink_to("v1")
+    home.mkdir(parents=True)
+    (home / "settings.json").symlink_to(dot / "current" / "settings.json")
+    async with watching(layout) as env:
+        assert env.settings.merged.mcp_servers["a"].config.command == "v1"
+        (dot / "tmp").symlink_to("v2")
+        os.replace(dot / "tmp", dot / "current")
+        await env.rec.wait_for(lambda: env.settings.merged.mcp_servers["a"].config.command == "v2")
+        write_json(dot / "v2" / "settings.json", {"mcpServers": {"a": {"command": "v2-edited"}}})
+        await env.rec.wait_for(lambda: env.settings.merged.mcp_servers["a"].config.command == "v2-edited")
+
+
 @pytest.mark.parametrize("broken", ['{"mcpServers": {"a": {"command": ', "", "[1, 2]"])
 async def test_a_broken_save_reports_the_error_keeps_the_state_and_the_next_valid_save_is_one_event(
     layout: Layout, broken: str

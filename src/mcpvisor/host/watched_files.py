@@ -127,13 +127,42 @@ def linked_targets(targets: Mapping[WatchScope, Path]) -> dict[WatchScope, Path]
 
 
 def watch_folders(targets: Mapping[WatchScope, Path]) -> dict[WatchScope, tuple[Path, ...]]:
-    """The folders watched for each scope: its file's, and the folder of what it links to (if it does); the
-    nearest existing ones."""
+    """The folders watched for each scope: its file's, the folder of what it links to (if it does), and the folder
+    of each link on the way there (a dotfiles manager swaps ``dot/current`` from ``v1`` to ``v2``, keeping ``v1``:
+    only ``dot`` hears it); the nearest existing ones."""
     links = linked_targets(targets)
     return {
-        scope: tuple(dict.fromkeys(nearest_existing_dir(t.parent) for t in (target, links.get(scope)) if t))
+        scope: tuple(
+            dict.fromkeys(
+                [
+                    *(nearest_existing_dir(t.parent) for t in (target, links.get(scope)) if t),
+                    *(folder for folder in _link_folders(target) if os.access(folder, os.R_OK | os.X_OK)),
+                ]
+            )
+        )
         for scope, target in targets.items()
     }
+
+
+def _link_folders(target: Path, *, most: int = 40) -> list[Path]:
+    """The folders holding a symbolic link that ``target``'s link leads through (``dot`` for ``dot/current``), up
+    to ``most`` links: a change of any of them sends the file elsewhere."""
+    folders: list[Path] = []
+    path = target
+    for _ in range(most):
+        try:
+            if not path.is_symlink():
+                break
+            path = path.parent / os.readlink(path)
+        except OSError:
+            break
+        for above in reversed(path.parents[:-1]):  # each folder on the way to what it links to, from the root down
+            try:
+                if above.is_symlink():
+                    folders.append(above.parent)
+            except OSError:
+                break
+    return folders
 
 
 def classify_change(path: Path, targets: Mapping[WatchScope, Path]) -> tuple[set[WatchScope], bool]:
