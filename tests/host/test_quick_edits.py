@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import psutil
 
+from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.host import Host, HostOptions
+from mcpvisor.host.hot_reload import McpPendingApprovalChanged
 from tests.helpers import LIGHT, marker_pids, wait_until
 from tests.layout import make_layout, replace_text
 
@@ -52,3 +56,51 @@ async def test_quick_edits_of_a_slow_starting_server_end_with_the_last_one_runni
             return connected and _running(marker) == ["x-final"]
 
         await wait_until(settled, what="x-final running, alone")
+
+
+def _server(name: str) -> dict[str, Any]:
+    return {"command": sys.executable, "args": ["-m", LIGHT, "--name", name]}
+
+
+async def test_a_repository_switched_away_and_back_asks_for_no_approval_it_has(tmp_path: Path) -> None:
+    """A git stash and pop: the repository's .mcp.json and workspace settings switch to entries that need approval
+    and back to approved ones. Before, the reload of one file, begun before the other file was read again, ended
+    last and announced its stale 'needs approval' for a server approved and running by then."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    approved = {"project": {"p": _server("pB")}, "workspace": {"w": _server("wB")}}
+    other = {"project": {"p": _server("pA")}, "workspace": {"w": _server("wA")}}
+    store = ApprovalStore(layout.paths.approvals)
+    for scope, entries in approved.items():
+        for name, entry in entries.items():
+            store.approve(layout.root, name, McpServerConfig.from_entry(entry, scope=scope))
+
+    def switch_to(files: dict[str, dict[str, Any]]) -> None:
+        replace_text(layout.paths.project, json.dumps({"mcpServers": files["project"]}))
+        replace_text(layout.paths.workspace, json.dumps({"mcpServers": files["workspace"]}))
+
+    switch_to(approved)
+    events: list[object] = []
+    host = Host(HostOptions(env=layout.env, workspace=layout.root))
+    host.subscribe(events.append)
+    async with host:
+
+        def running(tag: str) -> bool:
+            clients = host.config.manager.clients()
+            return all(
+                (c := clients.get(n)) is not None and c.status == "connected" and f"{n}{tag}" in c.config.args
+                for n in ("p", "w")
+            )
+
+        await wait_until(lambda: running("B"), what="both approved servers running")
+        switch_to(other)
+        await wait_until(
+            lambda: any(isinstance(e, McpPendingApprovalChanged) and set(e.servers) == {"p", "w"} for e in events),
+            what="both asking for approval",
+        )
+        popped = len(events)
+        switch_to(approved)
+        await wait_until(lambda: running("B"), what="both approved servers running again")
+        for _ in range(3):  # every reload begun meanwhile has ended (each takes a reconcile of light servers)
+            await anyio.sleep(0.5)
+        stale = [e for e in events[popped:] if isinstance(e, McpPendingApprovalChanged)]
+        assert stale == []

@@ -120,8 +120,19 @@ class PendingAnnouncements:
 
     def __init__(self) -> None:
         self._last: frozenset[tuple[str, str]] = frozenset()
+        self._passes = 0
 
-    def changed(self, state: DesiredState, names: tuple[str, ...]) -> bool:
+    def begin(self) -> int:
+        """A reload pass begins: its number, for :meth:`changed`."""
+        self._passes += 1
+        return self._passes
+
+    def changed(self, state: DesiredState, names: tuple[str, ...], of_pass: int | None = None) -> bool:
+        """Whether ``names`` (waiting in ``state``) are news. Not for a pass that ``of_pass`` says began before
+        the latest one: that one's state is newer (a repository switched away and back: the reload of one file,
+        begun before the other file was read again, ended last and announced a server approved by then)."""
+        if of_pass is not None and of_pass != self._passes:
+            return False
         servers = state.assembled.servers
         key = frozenset((n, servers[n].approval_hash) for n in names if n in servers)
         if key == self._last:
@@ -227,17 +238,23 @@ async def reload_now(
     for approval are announced only when that set changed."""
     prompts_before = config.prompt_registry.names()
     state = compute_desired_state(settings, config, approvals, top_tier)
+    this_pass = pending.begin() if pending is not None else None
     if on_state is not None:
         on_state(state)
     try:
-        if not await apply_desired_state(config, state, previous=previous, force=force):
-            return state  # the gate: nothing MCP-relevant changed
+        applied = await apply_desired_state(config, state, previous=previous, force=force)
     except Exception as exc:
         logger.exception("%s", RELOAD_FAILED_MESSAGE)
         emit(McpReloadFailed(RELOAD_FAILED_MESSAGE, str(exc)))
+        applied = True
+    if not applied and pending is None:
+        return state  # the gate: nothing MCP-relevant changed
+    # What waits for approval is the latest pass's to say, also when its state passed the gate unchanged.
     promptable = strictly_promptable(state, approvals, settings.root)
-    if (pending is None or pending.changed(state, promptable)) and promptable:
+    if (pending is None or pending.changed(state, promptable, this_pass)) and promptable:
         emit(McpPendingApprovalChanged(promptable))
+    if not applied:
+        return state
     prompts_after = config.prompt_registry.names()
     if prompts_after != prompts_before:
         emit(McpPromptsChanged(tuple(sorted(prompts_after))))
