@@ -83,7 +83,9 @@ async def test_mcpvisor_serve_serves_a_repositorys_language_server_once_approved
         assert "undefined name 'undefined_name'" in text_of(diagnostics)
         bad.write_text("x = 1\n")
         clean = await client.call_tool("mcp__lsp__diagnostics", {"files": ["bad.py"]})
-        assert clean.structured_content == {"files": [{"file": "bad.py", "fresh": True, "diagnostics": []}]}
+        assert clean.structured_content == {
+            "files": [{"file": "bad.py", "fresh": True, "diagnostics": [], "problem": None}]
+        }
         assert language_server_processes(layout.root)
         process.send_signal(signal.SIGTERM)
         with anyio.fail_after(WAIT_S):

@@ -11,11 +11,12 @@ from typing import Any
 import anyio
 import psutil
 
+from mcpvisor.core.events import ReconcileFinished
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged
-from tests.helpers import LIGHT, marker_pids, wait_until
+from tests.helpers import LIGHT, WAIT_S, marker_pids, wait_until
 from tests.layout import make_layout, replace_text
 
 
@@ -104,3 +105,26 @@ async def test_a_repository_switched_away_and_back_asks_for_no_approval_it_has(t
             await anyio.sleep(0.5)
         stale = [e for e in events[popped:] if isinstance(e, McpPendingApprovalChanged)]
         assert stale == []
+
+
+async def test_an_edit_while_an_earlier_start_hangs_is_reported_at_once(tmp_path: Path) -> None:
+    """Before, the reconcile of an edit waited for a start an earlier reconcile had left handshaking (it waits only
+    for its own starts now, and names the other as starting): its event, and an approval prompt after it, came when
+    the hanging server's discovery timeout ran out."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "slow.pids"
+    hanging = {**_server("slow"), "discoveryTimeoutMs": 120_000}
+    hanging["args"] = [*hanging["args"], "--hang-on-initialize", "--marker", str(marker)]
+    replace_text(layout.paths.user, json.dumps({"mcpServers": {"a": _server("a")}}))
+    events: list[object] = []
+    host = Host(HostOptions(env=layout.env, workspace=layout.root))
+    host.subscribe(events.append)
+    async with host:
+        replace_text(layout.paths.user, json.dumps({"mcpServers": {"a": _server("a"), "slow": hanging}}))
+        await wait_until(marker.exists, what="the hanging server started")
+        servers = {"a": _server("a"), "slow": hanging, "b": _server("b")}
+        replace_text(layout.paths.user, json.dumps({"mcpServers": servers}))
+        with anyio.fail_after(WAIT_S / 2):  # far less than the hanging server's discovery timeout
+            await wait_until(lambda: any(isinstance(e, ReconcileFinished) and "b" in e.added for e in events))
+        [done] = [e for e in events if isinstance(e, ReconcileFinished) and "b" in e.added]
+        assert "slow" in done.starting

@@ -179,7 +179,7 @@ class McpClientManager:
         jobs = {n: partial(self._connect_one, n, desired[n], failed, self._decided[n]) for n in plan.start}
         jobs |= {n: partial(self._restart_one, n, desired[n], failed, self._decided[n]) for n in plan.restart}
         self._background.start(jobs)  # also waited for: starts an earlier pass left running
-        starting = await self._background.wait(self._detachable)
+        starting = await self._background.wait(partial(self._detachable, frozenset(jobs)))
 
         self._failed = (
             self._failed - set(plan.remove) - set(plan.gate_stop) - set(plan.start) - set(plan.restart)
@@ -200,13 +200,14 @@ class McpClientManager:
         self._events.emit(summary)
         return summary
 
-    def ask_another_pass(self) -> None:
-        """Another reconcile waits: a slow handshake (a download, a hang) must not hold it up. See ``_detachable``."""
+    def ask_another_pass(self) -> None:  # another reconcile waits: a slow handshake must not hold it up
         self._another_pass.set()
 
-    async def _detachable(self) -> None:  # once asked for, when each start left only handshakes
-        await self._another_pass.wait()
-        while not self._background.running.keys() <= self._handshaking.keys() | self._acquiring:  # noqa: ASYNC110 - stops: a few ms at most
+    async def _detachable(self, mine: frozenset[str]) -> None:  # an earlier pass's start is said starting, not awaited
+        running = self._background.running  # this pass's own starts end (or another pass asks), then only handshakes
+        while running.keys() & mine and not self._another_pass.is_set():  # noqa: ASYNC110 - polls: ms at a time
+            await anyio.sleep(0.01)
+        while not running.keys() <= self._handshaking.keys() | self._acquiring:  # noqa: ASYNC110 - stops: a few ms at most
             await anyio.sleep(0.01)
 
     async def restart_mcp_servers(self) -> ReconcileFinished:
