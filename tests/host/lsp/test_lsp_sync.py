@@ -115,3 +115,30 @@ async def test_a_file_too_large_to_send_is_a_tool_error_that_names_the_server(tm
             "a document sent to a language server may be at most 16 MB; language servers are not sent files that "
             "large (generated code, data): ask about another file"
         )
+
+
+async def test_a_server_that_stopped_answering_is_stopped_as_hung_and_the_next_call_starts_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a hung server (SIGSTOP, stuck on a file) cost every call its whole timeout, status read ready, and
+    nothing restarted it."""
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        await s.ok("document_symbols", file="models.py")  # started and warm, whatever the machine's load
+        monkeypatch.setattr(tools, "REQUEST_TIMEOUT_S", 0.5)
+        server = s.host.lsp.manager.servers()["python"]
+        [process] = [p for p in language_server_processes(s.layout.root) if p.pid != server.pid]
+        process.suspend()  # alive, but answers nothing; stopped for good: only a kill ends it
+        first = await s.call("hover", file="service.py", line=3, character=6)
+        assert text(first).endswith(f"see its log {server.log_path}")
+        second = await s.call("hover", file="service.py", line=3, character=6)
+        assert text(second) == (
+            "textDocument/hover failed: language server 'python' did not answer within 0.5 s, nor the request "
+            "before: it was stopped as hung and the next call starts it again"
+        )
+        await wait_until(lambda: not process.is_running() or process.status() == "zombie", what="the hung one gone")
+        status = await s.ok("status")
+        [entry] = status["servers"]
+        assert "did not answer 2 requests in a row in time: stopped as hung" in (entry["last_error"] or ""), entry
+        monkeypatch.setattr(tools, "REQUEST_TIMEOUT_S", 60.0)
+        again = await s.ok("hover", file="service.py", line=3, character=6)
+        assert again["server"] == "python"

@@ -49,11 +49,17 @@ class LspRequestError(LspError):
 class LspRequestTimedOut(LspError):
     """The server did not answer a request within ``timeout_s`` (it was told to give it up); ``log`` is its log."""
 
-    def __init__(self, *, server: str, method: str, timeout_s: float, log: Path) -> None:
-        super().__init__(
-            f"{method} failed: language server {server!r} did not answer within {timeout_s:g} s; retry in a moment "
-            f"(it may still be indexing the workspace), and if it never answers, see its log {log}"
-        )
+    def __init__(self, *, server: str, method: str, timeout_s: float, log: Path, hung: bool = False) -> None:
+        what = f"{method} failed: language server {server!r} did not answer within {timeout_s:g} s"
+        if hung:  # ``hung``: nor the request before, so it is stopped as hung
+            super().__init__(
+                f"{what}, nor the request before: it was stopped as hung and the next call starts it again"
+            )
+        else:
+            super().__init__(
+                f"{what}; retry in a moment (it may still be indexing the workspace), and if it never answers, see its "
+                f"log {log}"
+            )
         self.server = server
         self.method = method
         self.timeout_s = timeout_s

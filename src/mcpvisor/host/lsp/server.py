@@ -47,6 +47,10 @@ ServerState = Literal["stopped", "starting", "ready", "failed", "stopping"]
 
 CONTENT_MODIFIED_RETRIES = 3
 CONTENT_MODIFIED_PAUSE_S = 0.5
+UNRESPONSIVE_AFTER = 2
+"""Requests in a row a running language server leaves unanswered past their timeout before it is stopped as hung (a
+crash, for restartOnCrash): one may be a slow answer while it indexes; two in a row, with none answered between, is
+a server that stopped answering (stopped with SIGSTOP, or stuck on a file it cannot parse)."""
 _SAFE_FILENAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 CLIENT_CAPABILITIES: dict[str, Any] = {
@@ -119,6 +123,9 @@ class LanguageServer:
         """Diagnostics published before this sync number are stale whatever version they name: they came from an
         earlier process (whose document versions started again at 1) or were computed under earlier settings."""
         self._published_event = anyio.Event()
+        self._unanswered = 0
+        """Requests in a row the running process did not answer in time: at :data:`UNRESPONSIVE_AFTER` it is hung."""
+        self._unresponsive = anyio.Event()
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -166,6 +173,7 @@ class LanguageServer:
         self._stop = anyio.Event()
         self._ready = anyio.Event()
         self._done = anyio.Event()
+        self._unanswered, self._unresponsive = 0, anyio.Event()
         self._set("starting")
         tg.start_soon(self._own, name=f"lsp-server:{self.name}")
 
@@ -268,12 +276,23 @@ class LanguageServer:
                             self._set("stopping")  # at once: it is gone, though what is left takes a moment
                         watch.cancel()
 
+                    async def hung() -> None:
+                        await self._unresponsive.wait()
+                        self._set("stopping")  # at once: the next call waits for it to go, then starts it again
+                        watch.cancel()
+
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(ended)
+                        tg.start_soon(hung)
                         await self._stop.wait()
                         self._set("stopping")
                         tg.cancel_scope.cancel()
-                if not self._stop.is_set():
+                if self._unresponsive.is_set() and not self._stop.is_set():
+                    self.last_error = (
+                        f"did not answer {self._unanswered} requests in a row in time: stopped as hung (the next "
+                        f"call starts it again; its log: {self.log_path})"
+                    )
+                elif not self._stop.is_set():
                     self.last_error = self._exit_reason(connection)
         except TimeoutError:
             self.last_error = (
@@ -352,12 +371,20 @@ class LanguageServer:
                 raise LspConnectionClosed(server=self.name, reason=reason)
             try:
                 self.last_used = time.monotonic()
-                return await connection.request(method, params, timeout_s=timeout_s)
+                answer = await connection.request(method, params, timeout_s=timeout_s)
+                self._unanswered = 0
+                return answer
             except TimeoutError as exc:
                 if timeout_s is None:
                     raise
+                hung = False
+                if self._connection is connection:
+                    self._unanswered += 1
+                    hung = self._unanswered >= UNRESPONSIVE_AFTER
+                    if hung:
+                        self._unresponsive.set()  # stopped, and started again by the next call
                 raise LspRequestTimedOut(
-                    server=self.name, method=method, timeout_s=timeout_s, log=self.log_path
+                    server=self.name, method=method, timeout_s=timeout_s, log=self.log_path, hung=hung
                 ) from exc
             except LspRequestError as exc:
                 if exc.code != CONTENT_MODIFIED or attempt == CONTENT_MODIFIED_RETRIES:
