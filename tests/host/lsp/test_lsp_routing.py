@@ -72,3 +72,17 @@ async def test_references_cut_by_the_limit_count_the_files_of_those_shown(tmp_pa
         refs = await s.ok("find_references", file="models.py", symbol="User", include_declaration=True, limit=1)
         assert refs["truncated"] is True
         assert (len(refs["references"]), refs["file_count"]) == (1, 1)
+
+
+async def test_workspace_symbols_ask_every_server_at_once_and_name_those_that_could_not_answer(tmp_path: Path) -> None:
+    """Before, each server was started and asked in turn (one that never answers initialize cost its whole
+    startupTimeout first), and one that could not be asked was left out without a word."""
+    hanging = {"command": "sleep", "args": ["1000"], "extensionToLanguage": {".hg": "hang"}, "startupTimeout": 3000}
+    user = {"lspServers": {"a-hang": hanging, "python": basedpyright()}}
+    async with session(tmp_path, user=user, watch=False) as s:
+        found = await s.ok("workspace_symbols", query="make_user")
+        assert {sym["server"] for sym in found["symbols"]} == {"python"}
+        [skipped] = found["not_asked"]
+        assert skipped.startswith("a-hang: ")
+        shown = text(await s.call("workspace_symbols", query="make_user"))
+        assert "(not asked: a-hang: " in shown

@@ -191,16 +191,19 @@ class WorkspaceSymbol(Sym):
 class WorkspaceSymbolsResult(ToolResult):
     symbols: list[WorkspaceSymbol]
     truncated: bool
+    not_asked: list[str] = []
+    """The servers that could not be asked, each with why (``"go: failed — …"``): their symbols are missing."""
 
     def render(self) -> str:
+        skipped = [f"(not asked: {why})" for why in self.not_asked]
         if not self.symbols:
-            return "no symbols found"
+            return "\n".join(["no symbols found", *skipped])
         several = len({sym.server for sym in self.symbols}) > 1
         lines = [f"{_plural(len(self.symbols), 'symbol')}:"]
         for sym in self.symbols:
             line = _symbol_lines([sym.model_copy(update={"children": []})], with_file=True)[0]
             lines.append(f"{line}  [{sym.server}]" if several else line)
-        return "\n".join([*lines, *_truncation(self.truncated, len(self.symbols))])
+        return "\n".join([*lines, *_truncation(self.truncated, len(self.symbols)), *skipped])
 
 
 class Call(_Model):

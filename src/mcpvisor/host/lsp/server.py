@@ -48,9 +48,8 @@ ServerState = Literal["stopped", "starting", "ready", "failed", "stopping"]
 CONTENT_MODIFIED_RETRIES = 3
 CONTENT_MODIFIED_PAUSE_S = 0.5
 UNRESPONSIVE_AFTER = 2
-"""Requests in a row a running language server leaves unanswered past their timeout before it is stopped as hung (a
-crash, for restartOnCrash): one may be a slow answer while it indexes; two in a row, with none answered between, is
-a server that stopped answering (stopped with SIGSTOP, or stuck on a file it cannot parse)."""
+"""Requests in a row a running server leaves unanswered past their timeout before it is stopped as hung (a crash, for
+restartOnCrash): one may be a slow answer while it indexes; two, with none answered between, is a hung server."""
 _SAFE_FILENAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 CLIENT_CAPABILITIES: dict[str, Any] = {
@@ -106,6 +105,7 @@ class LanguageServer:
         self.capabilities: dict[str, Any] = {}
         self.crashes = 0
         """Crashes since the server last ran stably (restartOnCrash counts against maxRestarts)."""
+        self.ready_since = 0.0  # when it last became ready (anyio's clock)
         self.last_used = time.monotonic()
         self._log_dir = log_dir
         self._on_change = on_change
@@ -265,7 +265,7 @@ class LanguageServer:
                         except (LspError, OSError, ValueError) as exc:
                             logger.debug("language server %r: could not re-open %s: %s", self.name, path, exc)
                 self._reopen = []
-                self.last_error = None
+                self.last_error, self.ready_since = None, anyio.current_time()
                 self._set("ready")
                 self._ready.set()
                 with anyio.CancelScope() as watch:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp_types as types
 from pydantic import BaseModel
 
@@ -67,6 +68,9 @@ logger = logging.getLogger(__name__)
 LSP_PROVIDER = "lsp"
 REQUEST_TIMEOUT_S = 60.0
 """Bound on one request to a ready server (a cold server's first answer waits for its startupTimeout first)."""
+WORKSPACE_SETTLE_S = 5.0
+"""For so long after a server became ready, an empty workspace_symbols answer is asked again every 0.5 s: basedpyright
+answers before it has found the workspace's files (a first search read "no symbols" for what is there)."""
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2, "hint": 3}
 _PREVIEW_READ_BYTES = 2 * 1024 * 1024
 
@@ -332,25 +336,44 @@ class LspTools:
                 f"no language server for {language!r} may run" if language else "no language server may run here"
             )
         found: list[Any] = []
-        asked = 0
-        for server in candidates:
+        asked: list[str] = []
+        not_asked: dict[str, str] = {}
+
+        async def ask(server: LanguageServer) -> None:  # all at once: one slow to start delays no other
             try:
                 await self.manager.ready(server)
             except Unroutable as exc:
-                logger.debug("workspace_symbols skips %r: %s", server.name, exc)
-                continue
+                not_asked[server.name] = str(exc)
+                return
             if not server.supports("workspaceSymbolProvider"):
-                continue
-            asked += 1
-            await server.sync_open()
-            raw = await self._request(server, "workspace/symbol", {"query": query})
-            found += normalize.workspace_symbols(raw, server=server.name, root=self.root, text_of=self._text_of(server))
+                return
+            try:
+                await server.sync_open()
+                raw = await self._request(server, "workspace/symbol", {"query": query})
+                while not raw and anyio.current_time() - server.ready_since < WORKSPACE_SETTLE_S:
+                    await anyio.sleep(0.5)  # just started: it may answer before it has even found the files
+                    raw = await self._request(server, "workspace/symbol", {"query": query})
+            except LspError as exc:
+                not_asked[server.name] = str(exc)
+                return
+            asked.append(server.name)
+            found.extend(
+                normalize.workspace_symbols(raw, server=server.name, root=self.root, text_of=self._text_of(server))
+            )
+
+        async with anyio.create_task_group() as tg:
+            for server in candidates:
+                tg.start_soon(ask, server)
         if not asked:
-            raise ToolFailure("no running language server here searches the workspace (workspace/symbol)")
+            why = "".join(f"; {reason}" for reason in not_asked.values())
+            raise ToolFailure(f"no running language server here searches the workspace (workspace/symbol){why}")
+        order = {server.name: i for i, server in enumerate(candidates)}
+        found.sort(key=lambda sym: order.get(sym.server, 0))  # as the servers are configured, not as they answered
         if isinstance(kind, str):
             found = [s for s in found if s.kind.lower() == kind.lower()]
         limit = _positive(arguments.get("limit"), 50)
-        return WorkspaceSymbolsResult(symbols=found[:limit], truncated=len(found) > limit)
+        skipped = [f"{name}: {why}" for name, why in sorted(not_asked.items())]
+        return WorkspaceSymbolsResult(symbols=found[:limit], truncated=len(found) > limit, not_asked=skipped)
 
     def _calls(self, direction: Direction) -> Callable[[dict[str, Any]], Awaitable[BaseModel]]:
         tool = f"{direction}_calls"
