@@ -475,3 +475,59 @@ async def test_the_replay_buffer_stays_bounded_and_never_skips_what_it_dropped(b
         raise AssertionError("nothing may be replayed from before a gap")
 
     assert await buffer.replay_events_after(first, send) is None
+
+
+async def test_a_client_that_reads_nothing_holds_up_no_other_clients_notices(tmp_path: Path) -> None:
+    """A client whose notice stream is full (it never reads) beside one that reads. Before, every list-changed
+    round waited for each client in turn, up to 5 s for the stuck one, so the reading client heard each change
+    5 s late; and resource updates reached subscribers one after another, 5 s behind each stuck one."""
+    long_uri = "res://" + "x" * 60_000
+    UPDATES = 150  # 9 MB of notices
+    user = {"mcpServers": {"a": server("a", "--control", "--resources", "res://a")}}
+    async with running(tmp_path, user=user) as r, anyio.create_task_group() as tg:
+        url: str = await tg.start(lambda task_status: r.gateway.serve_http(task_status=task_status))
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            caller, stuck, reading = [await open_session(http, url) for _ in range(3)]
+
+            async def post(session: str, message: dict[str, Any]) -> httpx2.Response:
+                headers = {**ACCEPT, "mcp-session-id": session, "MCP-Protocol-Version": VERSION}
+                return await http.post(url, json=message, headers=headers)
+
+            assert (await post(caller, call("mcp__a__set_resources", {"names": f"res://a,{long_uri}"}))).is_success
+            subscribe = {"jsonrpc": "2.0", "id": 5, "method": "resources/subscribe", "params": {"uri": long_uri}}
+            for session in (stuck, reading):
+                assert (await post(session, subscribe)).status_code == 200
+            host = url.split("//")[1].split("/")[0]
+            with socket.socket() as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)  # before connecting: a small window
+                sock.connect((host.rsplit(":", 1)[0], int(host.rsplit(":", 1)[1])))
+                sock.send(
+                    f"GET /mcp HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {stuck}\r\n"
+                    f"MCP-Protocol-Version: {VERSION}\r\n\r\n".encode()
+                )
+                heard: list[str] = []
+
+                async def listen() -> None:
+                    headers = {
+                        "Accept": "text/event-stream",
+                        "mcp-session-id": reading,
+                        "MCP-Protocol-Version": VERSION,
+                    }
+                    async with http.stream("GET", url, headers=headers) as stream:
+                        async for line in stream.aiter_lines():
+                            heard.extend(kind for kind in ("tools/list_changed", "resources/updated") if kind in line)
+
+                async with anyio.create_task_group() as listening:
+                    listening.start_soon(listen)
+                    await anyio.sleep(0.3)
+                    for i in range(UPDATES):  # more than the stuck client's socket buffers hold: it never reads
+                        await post(caller, call("mcp__a__touch_resource", {"uri": long_uri}, request_id=100 + i))
+                    with anyio.fail_after(WAIT_S):
+                        await wait_until(lambda: heard.count("resources/updated") == UPDATES, what="every update heard")
+                    for i in range(3):
+                        before = heard.count("tools/list_changed")
+                        await post(caller, call("mcp__a__set_tools", {"names": f"echo,t{i}"}, request_id=200 + i))
+                        with anyio.fail_after(2.5):  # 5 s a round behind the stuck client before
+                            await wait_until(lambda b=before: heard.count("tools/list_changed") > b)  # type: ignore[misc]
+                    listening.cancel_scope.cancel()
+        tg.cancel_scope.cancel()

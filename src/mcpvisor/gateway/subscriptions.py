@@ -215,10 +215,15 @@ class Subscribers:
     async def updated(self, uri: str) -> None:
         """The resource behind gateway URI ``uri`` changed: tell who subscribed."""
         await self._bus.publish(ResourceUpdated(uri))
-        for connection, uris in list(self._by_connection.items()):
-            if uri in uris:
-                with anyio.move_on_after(NOTIFY_TIMEOUT_S):
-                    try:
-                        await connection.send_resource_updated(uri)
-                    except Exception:  # one broken client never keeps the others from hearing
-                        logger.exception("could not tell a client that resource %r changed", uri)
+        async with anyio.create_task_group() as tg:  # all at once: one stuck client holds up no other
+            for connection, uris in list(self._by_connection.items()):
+                if uri in uris:
+                    tg.start_soon(self._tell, connection, uri)
+
+    @staticmethod
+    async def _tell(connection: Connection, uri: str) -> None:
+        with anyio.move_on_after(NOTIFY_TIMEOUT_S):
+            try:
+                await connection.send_resource_updated(uri)
+            except Exception:  # one broken client never keeps the others from hearing
+                logger.exception("could not tell a client that resource %r changed", uri)
