@@ -34,7 +34,7 @@ from mcpvisor.core.events import (
 from mcpvisor.core.lifecycle import Background
 from mcpvisor.core.pool import default_max_starts
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, plan_for
-from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, mcp_tool_name
+from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, server_state
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of, exposure_of
 
 if TYPE_CHECKING:
@@ -52,6 +52,10 @@ BACKOFF_INITIAL_S = 0.5
 BACKOFF_MAX_S = 30.0
 MAX_RECONNECT_ATTEMPTS = 8
 """After this many failed reconnects in a row the server stays down until the next reconcile."""
+EARLIER_STARTS_WAIT_S = 2.0
+"""A reconcile waits for its own starts (until another one is asked for), then this long for starts an earlier one
+left handshaking (a usual start ends within it: a sign-in's reconnect, an approval's start); one still handshaking
+then (a hang, a download) is reported as starting and holds up no edit's report or approval prompt."""
 STABLE_AFTER_S = 30.0
 """A server that stops sooner than this after it connected is crashing in a loop: each such stop doubles the pause
 before the next start, and after :data:`MAX_RECONNECT_ATTEMPTS` of them in a row it is left down until the next
@@ -203,10 +207,13 @@ class McpClientManager:
     def ask_another_pass(self) -> None:  # another reconcile waits: a slow handshake must not hold it up
         self._another_pass.set()
 
-    async def _detachable(self, mine: frozenset[str]) -> None:  # an earlier pass's start is said starting, not awaited
-        running = self._background.running  # this pass's own starts end (or another pass asks), then only handshakes
-        while running.keys() & mine and not self._another_pass.is_set():  # noqa: ASYNC110 - polls: ms at a time
+    async def _detachable(self, mine: frozenset[str]) -> None:  # see EARLIER_STARTS_WAIT_S
+        running, asked = self._background.running, self._another_pass.is_set
+        while running.keys() & mine and not asked():  # noqa: ASYNC110 - polls: ms at a time
             await anyio.sleep(0.01)
+        with anyio.move_on_after(EARLIER_STARTS_WAIT_S):
+            while running and not asked():  # noqa: ASYNC110 - polls: ms at a time
+                await anyio.sleep(0.01)
         while not running.keys() <= self._handshaking.keys() | self._acquiring:  # noqa: ASYNC110 - stops: a few ms at most
             await anyio.sleep(0.01)
 
@@ -482,19 +489,10 @@ class McpClientManager:
 
     def _publish_state(self, name: str, *, reason: str | None = None) -> None:
         client = self._clients.get(name)
-        held = self._held.get(name)
-        if client is not None:
-            tools = tuple(t.name for t in self._tools.tools_of(name))
-            prompts = tuple(p.name for p in self._prompts.prompts_of(name))
-            held_tools, held_prompts = (
-                (tuple(mcp_tool_name(name, t) for t in held.held_tools), held.held_prompts) if held else ((), ())
-            )
-            state = ServerStateChanged(
-                name, client.status, None, tools, prompts, client.last_error, held_tools, held_prompts
-            )
-        else:
-            state = ServerStateChanged(name, "disconnected", reason, (), (), None)
-        self._states.say(state)
+        status, error = (client.status, client.last_error) if client is not None else (None, None)
+        self._states.say(
+            server_state(name, status, error, self._tools, self._prompts, self._held.get(name), reason=reason)
+        )
 
     def snapshot(self) -> Mapping[str, ServerStateChanged]:
         return self._states.snapshot()

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mcpvisor.core.events import ServerStateChanged, ServerStatus
 from mcpvisor.core.server_config import Exposure, McpServerConfig
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ __all__ = [
     "ToolRegistry",
     "fnv1a_base36",
     "mcp_tool_name",
+    "server_state",
 ]
 
 TOOL_PREFIX = "mcp__"
@@ -201,3 +203,30 @@ class PromptRegistry:
 
     def names(self) -> frozenset[str]:
         return frozenset(self._by_name)
+
+
+def server_state(
+    name: str,
+    status: ServerStatus | None,
+    error: str | None,
+    tools: ToolRegistry,
+    prompts: PromptRegistry,
+    held: Admitted | None,
+    *,
+    reason: str | None = None,
+) -> ServerStateChanged:
+    """What readers see of server ``name``: its ``status`` (None: no connection is held, so it is down for
+    ``reason``), its registered tools and prompts and what is held back of them."""
+    if status is None:
+        return ServerStateChanged(name, "disconnected", reason, (), (), None)
+    held_tools = tuple(mcp_tool_name(name, t) for t in held.held_tools) if held else ()
+    return ServerStateChanged(
+        name,
+        status,
+        None,
+        tuple(t.name for t in tools.tools_of(name)),
+        tuple(p.name for p in prompts.prompts_of(name)),
+        error,
+        held_tools,
+        held.held_prompts if held else (),
+    )
