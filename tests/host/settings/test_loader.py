@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from mcpvisor.core.gating import matches_any
+from mcpvisor.host.settings.files import read_settings_file
 from mcpvisor.host.settings.loader import (
     MergedSettings,
     ScopeLayer,
@@ -82,6 +83,23 @@ def test_a_document_that_is_not_an_object_names_the_file(text: str, kind: str) -
 
 def test_a_byte_order_mark_is_ignored() -> None:
     assert parse_settings_text('\ufeff{"a": 1}', P) == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    ("encoding", "said"),
+    [
+        ("utf-16", "it is UTF-16 text (it starts with a UTF-16 byte order mark): save it as UTF-8"),
+        ("latin-1", "it is not UTF-8 text (byte 0xe9 at offset 15): save it as UTF-8"),
+    ],
+)
+def test_a_file_not_saved_as_utf_8_says_how_to_save_it(tmp_path: Path, encoding: str, said: str) -> None:
+    """Before, a file saved as UTF-16 (Notepad's "Unicode", PowerShell 5's >) read 'not UTF-8 text (byte 0xff at
+    offset 0)', with no fix."""
+    path = tmp_path / "settings.json"
+    path.write_bytes('{"mcp": {"x": "é"}}'.encode(encoding))
+    with pytest.raises(SettingsFileError) as info:
+        read_settings_file(path)
+    assert str(info.value).endswith(f"cannot read the file: {said}")
 
 
 # --------------------------------------------------------------------------- expansion

@@ -152,7 +152,9 @@ def read_settings_text(path: Path) -> str | None:
 
 def _reason(exc: OSError | UnicodeDecodeError) -> str:
     if isinstance(exc, UnicodeDecodeError):
-        return f"it is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+        if exc.object[:2] in (b"\xff\xfe", b"\xfe\xff"):  # Notepad's "Unicode", PowerShell 5's `>`
+            return "it is UTF-16 text (it starts with a UTF-16 byte order mark): save it as UTF-8"
+        return f"it is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}): save it as UTF-8"
     return exc.strerror[:1].lower() + exc.strerror[1:] if exc.strerror else str(exc)
 
 
