@@ -54,6 +54,15 @@ class Setup:
         return [pid for name in SERVERS for pid in self.pids(name)]
 
 
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+"""What opens a workspace for a handshake-era client (a request without a session id that is none opens none)."""
+
+
 def marked(setup_markers: dict[str, Path], name: str) -> dict[str, Any]:
     return server(name, "--marker", str(setup_markers[name]))
 
@@ -244,6 +253,25 @@ async def test_dns_rebinding_protection_holds_before_a_workspace_opens(tmp_path:
     assert not setup.markers["pa"].exists()
 
 
+async def test_a_request_that_can_open_no_session_opens_no_workspace(tmp_path: Path) -> None:
+    """Before, a GET or a POST without a session id that is no initialize opened the workspace it named (its host,
+    watcher and servers), held one of the 64 places, and was only then refused."""
+    setup = make_setup(tmp_path)
+    async with serving(setup) as (gateway, url):
+        headers = {WORKSPACE_HEADER: str(setup.a), "Accept": "application/json, text/event-stream"}
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+            posted = await http.post(url, json=listing, headers={**headers, "Content-Type": "application/json"})
+            got = await http.get(url, headers={**headers, "Accept": "text/event-stream"})
+        assert (posted.status_code, got.status_code) == (400, 400)
+        assert posted.json()["error"]["message"] == "Bad Request: Missing session ID"
+        assert set(gateway.workspaces()) == {setup.default}
+        async with client_for(url, setup.a) as client:  # an initialize still opens it
+            assert "mcp__pa__echo" in {t.name for t in (await client.list_tools()).tools}
+        assert setup.a in set(gateway.workspaces())
+    assert setup.markers["pa"].exists()
+
+
 async def test_a_workspace_that_cannot_open_is_an_error_for_its_clients_and_is_retried(tmp_path: Path) -> None:
     setup = make_setup(tmp_path)
     failures = [RuntimeError("disk on fire")]
@@ -254,11 +282,7 @@ async def test_a_workspace_that_cannot_open_is_an_error_for_its_clients_and_is_r
 
     async with serving(setup, on_open=fail_once) as (gateway, url):
         async with httpx2.AsyncClient(headers={WORKSPACE_HEADER: str(setup.a)}) as http:
-            response = await http.post(
-                url,
-                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                headers={"Accept": "application/json, text/event-stream"},
-            )
+            response = await http.post(url, json=INITIALIZE, headers={"Accept": "application/json, text/event-stream"})
         assert response.status_code == 500
         assert f"cannot open workspace '{setup.a}': disk on fire" in response.json()["error"]["message"]
         assert setup.a not in gateway.workspaces()
@@ -383,11 +407,7 @@ async def test_a_full_gateway_refuses_another_workspace_with_503(tmp_path: Path)
     async with serving(setup, max_workspaces=2) as (gateway, url), client_for(url, setup.a) as in_a:
         await tool_names(in_a)
         async with httpx2.AsyncClient(headers={WORKSPACE_HEADER: str(setup.b)}) as http:
-            response = await http.post(
-                url,
-                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                headers={"Accept": "application/json, text/event-stream"},
-            )
+            response = await http.post(url, json=INITIALIZE, headers={"Accept": "application/json, text/event-stream"})
         assert response.status_code == 503
         assert response.headers["Retry-After"] == "5"  # a client backs off, as from a full session book
         assert "already serves 2 workspaces" in response.json()["error"]["message"]

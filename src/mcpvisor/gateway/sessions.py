@@ -43,7 +43,16 @@ from mcpvisor.gateway.lazy_streams import DirectCall, LazySessionManager
 from mcpvisor.gateway.limits import HttpLimits
 from mcpvisor.gateway.responses import error_response
 
-__all__ = ["RETRY_AFTER_S", "SSE_RETRY_MS", "OnePath", "ServedBy", "SessionBook", "session_manager"]
+__all__ = [
+    "RETRY_AFTER_S",
+    "SSE_RETRY_MS",
+    "OnePath",
+    "ServedBy",
+    "SessionBook",
+    "opens_a_session",
+    "read_ahead",
+    "session_manager",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -138,10 +147,10 @@ class SessionBook:
         if scope.get("method") != "POST":
             await manager.handle_request(scope, receive, send)  # refused by the SDK: no session, no initialize
             return
-        read, body, complete = await _read_ahead(receive)
+        read, body, complete = await read_ahead(receive)
         if read is None:
             return  # the client left before its request's body came
-        if complete and not _opens_a_session(bytes(body)):
+        if complete and not opens_a_session(bytes(body)):
             await manager.handle_request(scope, read, send)  # refused by the SDK: it opens no session, takes no seat
             return
         if not await self._make_room():
@@ -242,7 +251,7 @@ class ServedBy:
         await self._book.handle(self._manager, scope, receive, send)
 
 
-async def _read_ahead(receive: Receive) -> tuple[Receive | None, bytearray, bool]:
+async def read_ahead(receive: Receive) -> tuple[Receive | None, bytearray, bool]:
     """Read a request's body, up to :data:`_MAX_NOTED_BODY`, before it is served: ``(receive, body, complete)``,
     where ``receive`` hands the messages read out again first (``None``: the client left meanwhile) and
     ``complete`` says whether ``body`` is all of it. A body that never comes is the HTTP server's to end
@@ -268,7 +277,7 @@ async def _read_ahead(receive: Receive) -> tuple[Receive | None, bytearray, bool
     return replaying, body, complete
 
 
-def _opens_a_session(body: bytes) -> bool:
+def opens_a_session(body: bytes) -> bool:
     """Whether a request without a session id may open one: an ``initialize`` request (one not even JSON is
     refused as it is, without taking a seat)."""
     try:

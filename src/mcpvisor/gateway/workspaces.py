@@ -46,10 +46,13 @@ from typing import Any
 
 import anyio
 import anyio.abc
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.subscriptions import SubscriptionBus
 from mcp.server.transport_security import TransportSecurityMiddleware
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import INTERNAL_ERROR
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
@@ -75,7 +78,7 @@ from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET
 from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.responses import error_response
 from mcpvisor.gateway.server import DRAIN_S, Gateway
-from mcpvisor.gateway.sessions import RETRY_AFTER_S, OnePath, SessionBook
+from mcpvisor.gateway.sessions import RETRY_AFTER_S, OnePath, SessionBook, opens_a_session, read_ahead
 from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.limits import max_message_bytes_of
@@ -368,6 +371,9 @@ class WorkspaceGateway(StackOwner):
         except ConfigError as exc:
             await error_response(str(exc), 400)(scope, receive, send)
             return
+        read = await self._opening(request, scope, receive, send)
+        if read is None:
+            return
         workspace = self._acquire(root)
         if workspace is None:
             message = (
@@ -383,9 +389,27 @@ class WorkspaceGateway(StackOwner):
                 message = f"cannot open workspace {str(root)!r}: {workspace.error or 'it is closing'}"
                 await error_response(message, 500, INTERNAL_ERROR)(scope, receive, send)
                 return
-            await self.sessions.handle(workspace.manager, scope, receive, send)
+            await self.sessions.handle(workspace.manager, scope, read, send)
         finally:
             self._release(workspace)
+
+    @staticmethod
+    async def _opening(request: Request, scope: Scope, receive: Receive, send: Send) -> Receive | None:
+        """``receive`` (what it read handed out again) for a request that may use a workspace; ``None`` when it was
+        answered here: a handshake-era request without a session id that is no ``initialize`` opens no workspace
+        (before, each one opened its workspace's host, its watcher and servers, and held one of the 64 places)."""
+        version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        if MCP_SESSION_ID_HEADER in request.headers or version in MODERN_PROTOCOL_VERSIONS:
+            return receive
+        if request.method == "POST":
+            read, body, complete = await read_ahead(receive)
+            if read is None or (complete and not opens_a_session(bytes(body))):
+                if read is not None:
+                    await error_response("Bad Request: Missing session ID", 400)(scope, read, send)
+                return None
+            return read
+        await error_response("Bad Request: Missing session ID", 400)(scope, receive, send)
+        return None
 
     def http_app(self) -> OnePath:
         """The streamable-HTTP ASGI app (path :data:`MCP_PATH`)."""
