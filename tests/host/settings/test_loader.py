@@ -81,6 +81,16 @@ def test_a_document_that_is_not_an_object_names_the_file(text: str, kind: str) -
         parse_settings_text(text, P)
 
 
+@pytest.mark.parametrize(("tail", "line", "column"), [('"z": 1\n  "y": 2\n}', 2, 3), ('"z": [1,\n  x]}', 2, 3)])
+def test_an_error_in_a_large_file_names_the_column_of_the_character(tail: str, line: int, column: int) -> None:
+    """Past 256 KB the compiled parser's position is used; before, every column it named was one too far right."""
+    head = "{" + "".join(f'"k{i}": {i},\n' for i in range(30_000))
+    with pytest.raises(SettingsFileError) as info:
+        parse_settings_text(head + tail, P)
+    report = info.value.report
+    assert (report.line, report.column) == (30_000 + line, column)
+
+
 def test_a_byte_order_mark_is_ignored() -> None:
     assert parse_settings_text('\ufeff{"a": 1}', P) == {"a": 1}
 

@@ -81,7 +81,7 @@ def _positioned(exc: Exception, text: str) -> ValueError:
     match = _PYJSON5_NEAR.match(message)
     if match is None:
         return ValueError(message)
-    offset = min(int(match["pos"]), len(text))
+    offset = max(min(int(match["pos"]) - 1, len(text)), 0)  # pyjson5 counts one past the character it names
     line = text.count("\n", 0, offset) + 1
     column = offset - (text.rfind("\n", 0, offset) + 1) + 1
     if isinstance(exc, pyjson5.Json5NestingTooDeep):
