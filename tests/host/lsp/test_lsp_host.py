@@ -537,3 +537,17 @@ async def test_a_server_that_never_answers_initialize_is_killed_and_reported_fai
         assert server.state == "failed"
         assert pid is not None
         assert not pid_alive(pid)
+
+
+async def test_a_server_writing_other_text_to_its_stdout_fails_at_once_quoting_it(tmp_path: Path) -> None:
+    """Before, a banner on stdout looked like a slow start: the call waited the whole startupTimeout and was told
+    to raise it, and the stray text was shown nowhere."""
+    banner = "import sys, time; print('Starting my language server v1.2 on stdio', flush=True); time.sleep(100)"
+    user = {"lspServers": {"chatty": {"command": sys.executable, "args": ["-c", banner], "startupTimeout": 120_000}}}
+    user["lspServers"]["chatty"]["extensionToLanguage"] = {".gb": "garbage"}
+    async with session(tmp_path, user=user, watch=False) as s:
+        (s.layout.root / "a.gb").write_text("x\n")
+        with anyio.fail_after(WAIT_S):  # far less than its startupTimeout
+            result = await s.call("hover", file="a.gb", line=1, character=1)
+        assert result.is_error
+        assert "wrote 'Starting my language server v1.2 on stdio' to its stdout, which is not LSP" in text(result)

@@ -101,13 +101,15 @@ class LspMessageTooLarge(LspError):
     """The server sent a frame over the limit, or a header that is not LSP: the connection is unusable.
     ``reason`` says what it did (``announced a message of 1 GiB``)."""
 
-    def __init__(self, *, server: str, limit: int, reason: str) -> None:
+    def __init__(self, *, server: str, limit: int, reason: str, about_size: bool = True) -> None:
         self.server = server
         self.limit = limit
         self.reason = reason
+        self.about_size = about_size
         super().__init__(f"reading from language server {server!r} failed: it {self.explanation}")
 
     @property
     def explanation(self) -> str:
         """What the server did and what follows, to end a sentence about it."""
-        return f"{self.reason} (the limit is {format_bytes(self.limit)}), so its connection is dropped"
+        limit = f" (the limit is {format_bytes(self.limit)})" if self.about_size else ""
+        return f"{self.reason}{limit}, so its connection is dropped"

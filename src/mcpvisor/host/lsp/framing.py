@@ -40,6 +40,7 @@ class FrameReader:
             if self._body_bytes is None:
                 end = buffer.find(b"\r\n\r\n", max(start, self._scanned - 3))  # the blank line may straddle chunks
                 if end < 0:
+                    self._refuse_stray_line(buffer, start)
                     self._scanned = len(buffer)
                     if self._scanned - start > MAX_HEADER_BYTES:
                         raise self._broken(f"sent a header over {format_bytes(MAX_HEADER_BYTES)}")
@@ -59,6 +60,17 @@ class FrameReader:
             self._scanned -= start
         return bodies
 
+    def _refuse_stray_line(self, buffer: bytearray, start: int) -> None:
+        """A whole line where a header begins that is no ``Name: value`` line is not LSP (a banner, a log line
+        written to stdout): said at once, quoting it, rather than waited on as a slow start."""
+        newline = buffer.find(b"\n", start, start + MAX_HEADER_BYTES)
+        if newline < 0:
+            return
+        line = bytes(buffer[start:newline]).rstrip(b"\r")
+        if b":" not in line:
+            shown = line[:80].decode("utf-8", errors="replace")
+            raise self._broken(f"wrote {shown!r} to its stdout, which is not LSP (a log belongs on stderr)", size=False)
+
     def _content_length(self, header: bytes) -> int:
         length: int | None = None
         for line in header.split(b"\r\n"):
@@ -72,5 +84,5 @@ class FrameReader:
             raise self._broken(f"announced a message of {format_bytes(length)}")
         return length
 
-    def _broken(self, reason: str) -> LspMessageTooLarge:
-        return LspMessageTooLarge(server=self.server, limit=self.limit, reason=reason)
+    def _broken(self, reason: str, *, size: bool = True) -> LspMessageTooLarge:
+        return LspMessageTooLarge(server=self.server, limit=self.limit, reason=reason, about_size=size)
