@@ -26,7 +26,6 @@ from mcpvisor.gateway.limits import (
     BODY_TIMEOUT_S,
     DEFAULT_HTTP_LIMITS,
     MAX_HEADER_BYTES,
-    MAX_HEADERS,
     HttpLimits,
 )
 from mcpvisor.gateway.responses import error_response
@@ -336,9 +335,9 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
     is closed as it arrives; one that has not sent a request's complete headers ``limits.header_timeout_s``
     after it opened (or after its previous response), or its body :data:`BODY_TIMEOUT_S` after its headers,
     is closed, so clients that dribble bytes cannot hold file descriptors (nor, a body, a session's seat);
-    and a request whose target and headers pass :data:`MAX_HEADER_BYTES` or :data:`MAX_HEADERS` lines is
-    answered 431 and its connection closed (with httptools' parser, which keeps whatever it is sent; h11's
-    own bound, 16 KiB, applies where httptools is missing).
+    and a request whose target and headers, over several reads, pass :data:`MAX_HEADER_BYTES` is answered
+    431 and its connection closed (with httptools' parser, which keeps whatever it is sent; h11's own
+    bound, 16 KiB, applies where httptools is missing). A request read whole at once costs no timer.
 
     Both of uvicorn's protocols set ``cycle`` when a request's headers are complete, and call
     ``on_response_complete`` when its response is sent: the timer notes the cycle it was armed under,
@@ -349,47 +348,32 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
         _header_timer: asyncio.TimerHandle | None = None
         _armed_under: object = None
         _body_timer: asyncio.TimerHandle | None = None
+        _in_head = False
         _head_bytes = 0
-        _head_lines = 0
         _refused = False
 
         def data_received(self, data: bytes) -> None:
-            if not self._refused:  # the rest of a refused request's bytes are dropped unread
-                super().data_received(data)
+            if self._refused:
+                return  # the rest of a refused request's bytes are dropped unread
+            super().data_received(data)
+            if self._in_head:  # a request's head spans chunks: bounded (uvicorn's parser keeps every header)
+                self._head_bytes += len(data)
+                if self._head_bytes > MAX_HEADER_BYTES and not self.transport.is_closing():
+                    self._refused = True
+                    logger.info("closing a connection whose request headers exceed %d bytes", MAX_HEADER_BYTES)
+                    self.transport.write(_HEADERS_TOO_LARGE)
+                    self.transport.close()
+            elif self._body_timer is None and (cycle := self.cycle) is not None and cycle.more_body:
+                if not cycle.response_complete and not self.transport.is_closing():  # a body still on its way
+                    self._body_timer = self.loop.call_later(BODY_TIMEOUT_S, self._body_too_slow, cycle)
 
         def on_message_begin(self) -> None:
-            self._head_bytes = self._head_lines = 0
+            self._in_head, self._head_bytes = True, 0
             super().on_message_begin()
 
-        def on_url(self, url: bytes) -> None:
-            if self._within_head(len(url), lines=0):
-                super().on_url(url)
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            if self._within_head(len(name) + len(value), lines=1):
-                super().on_header(name, value)
-
-        def _within_head(self, size: int, *, lines: int) -> bool:
-            """Whether the request's head is still within its bounds; past them it is answered 431 and its
-            connection closed (uvicorn's parser keeps every header it is sent)."""
-            if self._refused:
-                return False
-            self._head_bytes += size
-            self._head_lines += lines
-            if self._head_bytes <= MAX_HEADER_BYTES and self._head_lines <= MAX_HEADERS:
-                return True
-            self._refused = True
-            logger.info("closing a connection whose request headers exceed %d bytes or lines", MAX_HEADER_BYTES)
-            self.transport.write(_HEADERS_TOO_LARGE)
-            self.transport.close()
-            return False
-
         def on_headers_complete(self) -> None:
+            self._in_head = False
             super().on_headers_complete()
-            self._disarm_body_timer()
-            cycle = self.cycle
-            if cycle is not None and cycle.more_body and not self.transport.is_closing():
-                self._body_timer = self.loop.call_later(BODY_TIMEOUT_S, self._body_too_slow, cycle)
 
         def on_message_complete(self) -> None:
             self._disarm_body_timer()

@@ -15,7 +15,6 @@ __all__ = [
     "HEADER_TIMEOUT_S",
     "MAX_CONNECTIONS",
     "MAX_HEADER_BYTES",
-    "MAX_HEADERS",
     "MAX_SESSIONS",
     "SESSION_IDLE_TIMEOUT_S",
     "HttpLimits",
@@ -33,10 +32,9 @@ BODY_TIMEOUT_S = 30.0
 """How long a client may take to send a request's body once its headers came before its connection is closed
 (a body is 4 MiB at most)."""
 MAX_HEADER_BYTES = 64 * 1024
-"""A request's target and headers, in bytes, at most: a longer one is answered 431 and its connection closed
-(read before the token is checked: without a bound any local program could fill the gateway's memory)."""
-MAX_HEADERS = 256
-"""Header lines of one request at most (431 past it)."""
+"""A request's head (its target and headers), in bytes, at most once it spans reads: a longer one is answered 431
+and its connection closed (read before the token is checked: without a bound any local program could fill the
+gateway's memory)."""
 DEFAULT_NAME_BUDGET = 64 - len("mcp__mcpvisor__")
 """49: the longest tool or prompt name served (``serve --name-budget``): what is left of a model API's
 64-character limit once a client put ``mcp__mcpvisor__`` in front (see :mod:`mcpvisor.gateway.names`)."""
