@@ -531,3 +531,28 @@ async def test_a_client_that_reads_nothing_holds_up_no_other_clients_notices(tmp
                             await wait_until(lambda b=before: heard.count("tools/list_changed") > b)  # type: ignore[misc]
                     listening.cancel_scope.cancel()
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("capabilities", [{}, {"sampling": {}}], ids=["made directly", "the SDK's path"])
+async def test_a_request_id_already_in_flight_is_refused_and_the_first_call_is_answered(
+    tmp_path: Path, capabilities: dict[str, Any]
+) -> None:
+    """Before, on the SDK's path the second request's answer ended the first one's stream: the first call's
+    client got a stream with no answer."""
+    async with gateway_at(tmp_path, HttpLimits()) as (_, url), httpx2.AsyncClient(timeout=WAIT_S) as http:
+        session = await open_session(http, url, capabilities)
+        headers = {**ACCEPT, "mcp-session-id": session, "MCP-Protocol-Version": VERSION}
+        first: list[httpx2.Response] = []
+
+        async def slow() -> None:
+            first.append(await http.post(url, json=call("mcp__a__sleep", {"seconds": 1.5}, 5), headers=headers))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow)
+            await anyio.sleep(0.5)
+            again = await http.post(url, json=call("mcp__a__sleep", {"seconds": 0.1}, 5), headers=headers)
+            assert again.status_code == 400
+            assert "a request with id 5 is in flight in this session; use a new id" in again.text
+        [answer] = first
+        assert answer.status_code == 200
+        assert "slept" in answer.text

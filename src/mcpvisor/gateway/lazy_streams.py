@@ -142,6 +142,13 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
             return
         if not await self._validate_request_headers(request, send):
             return
+        if message is not None and (
+            str(message.id) in self._request_streams or coerce_request_id(message.id) in self._direct
+        ):
+            # Its answer would go to the first one's stream (or end it): that one's answer was lost.
+            problem = f"Invalid Request: a request with id {message.id!r} is in flight in this session; use a new id"
+            await self._create_error_response(problem, HTTPStatus.BAD_REQUEST, INVALID_REQUEST)(scope, receive, send)
+            return
         if cancelled is not None:  # a call made directly: the SDK would ignore it, never having seen the call
             cancelled.cancel()
             await self._create_json_response(None, HTTPStatus.ACCEPTED)(scope, receive, send)
