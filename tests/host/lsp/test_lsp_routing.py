@@ -86,3 +86,19 @@ async def test_workspace_symbols_ask_every_server_at_once_and_name_those_that_co
         assert skipped.startswith("a-hang: ")
         shown = text(await s.call("workspace_symbols", query="make_user"))
         assert "(not asked: a-hang: " in shown
+
+
+async def test_a_folder_linked_inside_the_workspace_names_each_file_once_by_its_real_place(tmp_path: Path) -> None:
+    """Before, references came twice (shop/models.py and linkshop/models.py) and symbols under the link's name."""
+    async with session(tmp_path, user={"lspServers": {"python": basedpyright()}}, watch=False) as s:
+        shop = s.layout.root / "shop"
+        shop.mkdir()
+        (shop / "__init__.py").write_text("")
+        (shop / "models.py").write_text((s.layout.root / "models.py").read_text())
+        (shop / "use.py").write_text("from shop.models import User\n\nprint(User)\n")
+        (s.layout.root / "linkshop").symlink_to("shop")
+        refs = await s.ok("find_references", file="shop/models.py", symbol="User", include_declaration=True)
+        files = [r["file"] for r in refs["references"]]
+        assert not [f for f in files if f.startswith("linkshop/")], files
+        assert len(files) == len(set(zip(files, [r["line"] for r in refs["references"]], strict=True)))
+        assert "shop/use.py" in files

@@ -61,6 +61,18 @@ class _Files:
         self._root = root
         self._text_of = text_of
         self._lines: dict[Path, Lines | None] = {}
+        self._shown: dict[Path, str] = {}
+
+    def shown(self, path: Path) -> str:
+        """How a file is named: relative to the workspace, by its real place when that is inside it (a folder
+        linked inside the workspace would name each file twice, once under the link)."""
+        if path not in self._shown:
+            try:
+                real, root = path.resolve(), self._root.resolve()
+            except (OSError, RuntimeError):
+                real, root = path, self._root
+            self._shown[path] = relative(real, root) if real.is_relative_to(root) else relative(path, self._root)
+        return self._shown[path]
 
     def lines(self, path: Path) -> Lines | None:
         if path not in self._lines:
@@ -82,7 +94,7 @@ class _Files:
         end_line, end_character = _position(lines, end)
         preview = lines.line(line - 1).strip()[:PREVIEW_CHARS] if lines is not None else None
         return Loc(
-            file=relative(path, self._root) if path is not None else uri,
+            file=self.shown(path) if path is not None else uri,
             line=line,
             character=character,
             end_line=end_line,
@@ -95,7 +107,7 @@ class _Files:
         path = path_of(uri) if isinstance(uri, str) else None
         if path is None:
             return None
-        return Loc(file=relative(path, self._root), line=1, character=1, end_line=1, end_character=1)
+        return Loc(file=self.shown(path), line=1, character=1, end_line=1, end_character=1)
 
 
 def _is_position(value: Any) -> bool:
