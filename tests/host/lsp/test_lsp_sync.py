@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from mcpvisor.host.lsp import tools
-from tests.helpers import wait_until
+from tests.helpers import WAIT_S, wait_until
 from tests.host.lsp.test_lsp_host import basedpyright, language_server_processes, pylsp, session, text
 from tests.layout import replace_text
 
@@ -142,3 +143,18 @@ async def test_a_server_that_stopped_answering_is_stopped_as_hung_and_the_next_c
         monkeypatch.setattr(tools, "REQUEST_TIMEOUT_S", 60.0)
         again = await s.ok("hover", file="service.py", line=3, character=6)
         assert again["server"] == "python"
+
+
+async def test_a_file_created_on_disk_reaches_a_server_that_watches_files(tmp_path: Path) -> None:
+    """basedpyright registers for workspace/didChangeWatchedFiles. Before, it was never fed: a file the agent wrote
+    was missing from references and workspace symbols until a tool named it."""
+    async with session(tmp_path, user={"lspServers": {"python": basedpyright()}}, watch=False) as s:
+        before = await s.ok("find_references", file="models.py", symbol="make_user")
+        assert {r["file"] for r in before["references"]} == {"service.py"}
+        (s.layout.root / "extra.py").write_text('from models import make_user\n\nmake_user("bob")\n')
+        files: set[str] = set()
+        with anyio.fail_after(WAIT_S):
+            while "extra.py" not in files:
+                await anyio.sleep(0.2)
+                refs = await s.ok("find_references", file="models.py", symbol="make_user")
+                files = {r["file"] for r in refs["references"]}

@@ -25,6 +25,7 @@ import anyio.abc
 from mcpvisor import __version__
 from mcpvisor.core.server_config import arguments_hint
 from mcpvisor.core.server_log import ServerLog, log_problem
+from mcpvisor.host.lsp.client_side import CLIENT_CAPABILITIES, FileWatch
 from mcpvisor.host.lsp.config import GATED_LSP_SCOPES, LspServerConfig
 from mcpvisor.host.lsp.documents import Document, Documents, next_sync_number
 from mcpvisor.host.lsp.errors import LspDocumentUnreadable, LspRequestTimedOut
@@ -51,26 +52,6 @@ UNRESPONSIVE_AFTER = 2
 """Requests in a row a running server leaves unanswered past their timeout before it is stopped as hung (a crash, for
 restartOnCrash): one may be a slow answer while it indexes; two, with none answered between, is a hung server."""
 _SAFE_FILENAME = re.compile(r"[^A-Za-z0-9_.-]")
-
-CLIENT_CAPABILITIES: dict[str, Any] = {
-    "general": {"positionEncodings": ["utf-16"]},
-    "workspace": {"configuration": True, "workspaceFolders": True, "didChangeConfiguration": {}, "symbol": {}},
-    "textDocument": {
-        "synchronization": {"didSave": True, "dynamicRegistration": False},
-        "hover": {"contentFormat": ["markdown", "plaintext"]},
-        "definition": {"linkSupport": True},
-        "typeDefinition": {"linkSupport": True},
-        "implementation": {"linkSupport": True},
-        "references": {},
-        "documentSymbol": {"hierarchicalDocumentSymbolSupport": True},
-        "callHierarchy": {},
-        "rename": {"prepareSupport": True},
-        "publishDiagnostics": {"versionSupport": True, "relatedInformation": False},
-        "diagnostic": {"dynamicRegistration": False},
-    },
-    "window": {"workDoneProgress": True},
-}
-"""What mcpvisor asks of a server: the operations its tools use, UTF-16 positions, pull diagnostics."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +107,7 @@ class LanguageServer:
         self._unanswered = 0
         """Requests in a row the running process did not answer in time: at :data:`UNRESPONSIVE_AFTER` it is hung."""
         self._unresponsive = anyio.Event()
+        self._watch = FileWatch(root, self._notify)
 
     # -- properties ---------------------------------------------------------------------------
 
@@ -247,6 +229,7 @@ class LanguageServer:
                 **({"max_message_bytes": self._max_message_bytes} if self._max_message_bytes else {}),
             ) as connection:
                 self._connection = connection
+                self._watch = FileWatch(self.folder, connection.notify)  # what this process registers for
                 self.pid = connection.process.pid
                 self._published.clear()  # what an earlier process published is not this one's
                 self._fresh_after = next_sync_number()
@@ -284,6 +267,7 @@ class LanguageServer:
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(ended)
                         tg.start_soon(hung)
+                        tg.start_soon(self._watch.run)
                         await self._stop.wait()
                         self._set("stopping")
                         tg.cancel_scope.cancel()
@@ -437,6 +421,10 @@ class LanguageServer:
             return [self._setting(item.get("section") if isinstance(item, dict) else None) for item in items]
         if method == "workspace/workspaceFolders":
             return [{"uri": uri_of(self.folder), "name": self.folder.name}]
+        if method == "client/registerCapability":
+            self._watch.register(params)
+        elif method == "client/unregisterCapability":
+            self._watch.unregister(params)
         if method in ("client/registerCapability", "client/unregisterCapability", "window/workDoneProgress/create"):
             return None
         if method == "window/showMessageRequest":
