@@ -277,24 +277,26 @@ async def read_ahead(receive: Receive) -> tuple[Receive | None, bytearray, bool]
     return replaying, body, complete
 
 
-def opens_a_session(body: bytes) -> bool:
-    """Whether a request without a session id may open one: an ``initialize`` request (one not even JSON is
-    refused as it is, without taking a seat)."""
+def _initialize(body: bytes) -> dict[str, Any] | None:
+    """The ``initialize`` request ``body`` holds, or ``None`` (another request, or not JSON at all)."""
     try:
         request = json.loads(body)
     except ValueError:
-        return False
-    return isinstance(request, dict) and request.get("method") == "initialize"
+        return None
+    return request if isinstance(request, dict) and request.get("method") == "initialize" else None
+
+
+def opens_a_session(body: bytes) -> bool:
+    """Whether a request without a session id may open one: an ``initialize`` request (one not even JSON is
+    refused as it is, without taking a seat)."""
+    return _initialize(body) is not None
 
 
 def _negotiated(body: bytes) -> str | None:
     """The handshake version an ``initialize`` request body is answered with: the one it asks for when the
     gateway speaks it, else the latest (the version negotiation of the handshake era)."""
-    try:
-        request = json.loads(body)
-        asked = request["params"]["protocolVersion"] if request.get("method") == "initialize" else None
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
+    params = (_initialize(body) or {}).get("params")
+    asked = params.get("protocolVersion") if isinstance(params, dict) else None
     if not isinstance(asked, str):
         return None
     return asked if asked in HANDSHAKE_PROTOCOL_VERSIONS else LATEST_HANDSHAKE_VERSION
