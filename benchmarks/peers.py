@@ -48,6 +48,7 @@ Run: ``.venv/bin/python benchmarks/peers.py [--rounds 3] [--calls 300] [--second
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import json
 import math
@@ -313,6 +314,11 @@ class Mcpvisor(Peer):
         from importlib.metadata import version
 
         self.version = version("mcpvisor")
+        # An installed wheel comes with its bytecode; this checkout's may be stale (or never written, under
+        # PYTHONDONTWRITEBYTECODE), which would add the compiling of changed modules to every start-up.
+        import mcpvisor
+
+        compileall.compile_dir(Path(mcpvisor.__file__).parent, quiet=1)
         self.details = (
             f"{self.version} (this checkout), `mcpvisor serve --http --no-auth`, {self.transport} on /mcp, "
             "tools mcp__s1__echo; watches its user settings file"
