@@ -14,6 +14,7 @@ anywhere in ``src/``.
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -280,6 +281,38 @@ async def main():
 
 anyio.run(main)
 assert importers and not any(on_loop for _, on_loop in importers), importers
+"""
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_host_without_language_servers_keeps_their_client_out_of_memory(tmp_path: Path) -> None:
+    """What a gateway keeps at idle: the language-server client, ctypes and the slow JSON5 parser (for errors and
+    edits only) load when they are needed, not with every host."""
+    home = tmp_path / "home"
+    (home / ".mcpvisor").mkdir(parents=True)
+    (tmp_path / "ws").mkdir()
+    light = {"command": sys.executable, "args": ["-m", "mcpvisor.examples.light_server", "--name", "a"]}
+    (home / ".mcpvisor" / "settings.json").write_text(json.dumps({"mcpServers": {"a": light}}))
+    env = {
+        "HOME": str(home),
+        "MCPVISOR_HOME": str(home / ".mcpvisor"),
+        "MCPVISOR_LOG_DIR": str(tmp_path / "logs"),
+        "MCPVISOR_SYSTEM_DEFAULTS_PATH": str(tmp_path / "etc" / "defaults.json"),
+        "MCPVISOR_SYSTEM_SETTINGS_PATH": str(tmp_path / "etc" / "settings.json"),
+    }
+    code = f"""
+import sys, anyio
+from pathlib import Path
+import mcpvisor.cli.serve
+from mcpvisor.host.host import Host, HostOptions
+
+async def main():
+    async with Host(HostOptions(env={env!r}, workspace=Path({str(tmp_path / "ws")!r}))) as host:
+        assert host.config.tool_registry.names() == {{"mcp__a__echo"}}, host.config.tool_registry.names()
+
+anyio.run(main)
+kept = [m for m in ("mcpvisor.host.lsp.server", "mcpvisor.host.lsp.jsonrpc", "ctypes", "json5") if m in sys.modules]
+assert not kept, kept
 """
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -23,8 +24,10 @@ import anyio.abc
 from mcpvisor.core.errors import McpvisorError
 from mcpvisor.host.lsp.config import LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, LspPlan, plan_lsp_reconcile
-from mcpvisor.host.lsp.server import LanguageServer
 from mcpvisor.host.status import lsp_approve_hint
+
+if TYPE_CHECKING:
+    from mcpvisor.host.lsp.server import LanguageServer
 
 __all__ = ["BACKOFF_INITIAL_S", "LspManager", "Unroutable"]
 
@@ -153,6 +156,10 @@ class LspManager:
         return plan
 
     def _new(self, name: str, config: LspServerConfig, reopen: list[Path]) -> LanguageServer:
+        # Imported with the first server: a host without language servers keeps neither the client nor its
+        # modules in memory (about 1 MB).
+        from mcpvisor.host.lsp.server import LanguageServer
+
         return LanguageServer(
             name,
             config,

@@ -19,7 +19,6 @@ run isolated and without ``site`` (``-I -S``) so that it starts fast whatever th
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -55,6 +54,8 @@ def main(argv: list[str]) -> int:
         return 2
     parent = int(os.environ.pop(PARENT_PID_ENV, "") or os.getppid())
     if sys.platform == "linux":
+        import ctypes  # here, not above: the host imports this module for its path, and ctypes costs it 0.4 MB
+
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
     if os.getppid() != parent:
         return 1  # the host died before the death signal was armed: start nothing

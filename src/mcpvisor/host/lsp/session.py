@@ -25,7 +25,6 @@ from mcpvisor.host.lsp.config import LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged, LspServerView
 from mcpvisor.host.lsp.manager import FAILED_START_REPORT_S, LspManager
-from mcpvisor.host.lsp.server import LanguageServer
 from mcpvisor.host.lsp.status import describe_state
 from mcpvisor.host.settings.loader import Settings
 from mcpvisor.host.settings.lsp_servers import LspFile
@@ -46,6 +45,7 @@ if TYPE_CHECKING:
         SymbolsResult,
         WorkspaceSymbolsResult,
     )
+    from mcpvisor.host.lsp.server import LanguageServer
     from mcpvisor.host.lsp.tools import LspTools
 
 __all__ = ["LspPendingApprovalChanged", "LspServerChanged", "LspServerView", "LspSession", "touches_lsp"]

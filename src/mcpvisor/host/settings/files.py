@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import json5
 import pyjson5
 
 from mcpvisor.core.errors import ConfigError
@@ -69,6 +68,8 @@ def loads(text: str) -> Any:
     except pyjson5.Json5Exception as exc:
         if len(text) > JSON5_FALLBACK_MAX_CHARS:
             raise _positioned(exc, text) from None
+        import json5  # only for a document that does not parse: it is not kept in memory otherwise
+
         try:
             return json5.loads(text)
         except RecursionError:

@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import json5
-
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.private_files import write_atomically
 from mcpvisor.host.settings.files import read_settings_text
@@ -175,6 +173,8 @@ class _Scanner:
                 continue
             self.i += 1
             if c == quote:
+                import json5  # what an edit needs is not kept in memory by a host that never edits
+
                 decoded: str = json5.loads(self.text[start : self.i])
                 return decoded
         raise _EditError("unterminated string")
