@@ -222,3 +222,53 @@ def test_a_url_in_parentheses_is_redacted_and_the_parenthesis_kept() -> None:
 )
 def test_parentheses_inside_a_url_are_redacted_with_it(text: str, shown: str) -> None:
     assert redact_text(text) == shown
+
+
+def test_a_configs_repr_and_its_validation_errors_show_no_secret() -> None:
+    """A repr reaches a log through ``%r``, a debugger or a traceback: what ``${VAR}`` stood for, env and header
+    values, URL credentials and a value named like a secret stay out of it."""
+    from mcpvisor.host.lsp.config import LspServerConfig
+    from mcpvisor.host.options import HostOptions
+
+    env = {"TOK": "ghp_REALTOKEN"}
+    expand = partial(expand_vars, env=env)
+    stdio = McpServerConfig.from_entry(
+        {
+            "command": "srv",
+            "args": ["--key", "${TOK}"],
+            "env": {"GITHUB_TOKEN": "${TOK}"},
+            "oauth": {"clientSecret": "${TOK}"},
+        },
+        expand=expand,
+    )
+    http = McpServerConfig.from_entry(
+        {"type": "http", "url": "https://u:${TOK}@h/mcp?k=${TOK}", "headers": {"Authorization": "Bearer ${TOK}"}},
+        expand=expand,
+    )
+    lsp = LspServerConfig.from_entry(
+        {
+            "command": "pylsp",
+            "args": ["${TOK}"],
+            "env": {"A": "${TOK}"},
+            "extensionToLanguage": {".py": "python"},
+            "initializationOptions": {"apiKey": "${TOK}"},
+        },
+        expand=expand,
+    )
+    assert stdio.args == ("--key", "ghp_REALTOKEN")
+    assert stdio.env == {"GITHUB_TOKEN": "ghp_REALTOKEN"}
+    for shown in (stdio, http, lsp, HostOptions(env=env)):
+        assert "REALTOKEN" not in repr(shown) + str(shown)
+    assert "args=('--key', '${TOK}')" in repr(stdio)
+    assert "env={'GITHUB_TOKEN': '***'}" in repr(stdio)
+    assert "oauth={'clientSecret': '***'}" in repr(stdio)
+    assert "http_url='https://h/mcp?k=***'" in repr(http)
+    assert "headers={'Authorization': '***'}" in repr(http)
+    assert "initialization_options={'apiKey': '***'}" in repr(lsp)
+    with pytest.raises(ValidationError) as raised:
+        McpServerConfig(command="x", env={"K": ["SUPERSECRET"]})
+    assert "SUPERSECRET" not in str(raised.value)
+    assert "the value of 'K' is an array" in str(raised.value)
+    with pytest.raises(ValidationError) as raised_lsp:
+        LspServerConfig(command="x", env="SUPERSECRET", extension_to_language={".py": "python"})
+    assert "SUPERSECRET" not in str(raised_lsp.value)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,7 +122,8 @@ class McpServerConfig(BaseModel):
     Immutable. Unknown keys are kept (they count for the approval hash) but otherwise ignored.
     """
 
-    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
+    # An invalid value is never echoed in an error (an env or header value, a URL with a token in it).
+    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True, hide_input_in_errors=True)
 
     # stdio
     command: str | None = None
@@ -261,6 +262,10 @@ class McpServerConfig(BaseModel):
                 return redact_url(written_url if isinstance(written_url, str) else url)
         return ""
 
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        written = {key: self.approved_value(key) for key in ("command", "cwd", "url", "http_url")}
+        return repr_fields(super().__repr_args__(), {**written, "args": tuple(self._written_args())})
+
     def _written_args(self) -> Sequence[Any]:
         """The arguments as the entry wrote them (before ``${VAR}`` expansion), one for each argument run."""
         written = self.approved_value("args")
@@ -275,6 +280,31 @@ class McpServerConfig(BaseModel):
         pairs.extend(zip(self.args, self._written_args(), strict=True))
         changed = {run: str(written) for run, written in pairs if run and isinstance(written, str) and run != written}
         return sorted(changed.items(), key=lambda pair: -len(pair[0]))
+
+
+def repr_fields(
+    fields: Iterable[tuple[str | None, Any]], written: Mapping[str, Any]
+) -> Iterator[tuple[str | None, Any]]:
+    """A configuration's repr fit for a log (a repr reaches one through ``%r``, a debugger or a traceback): the
+    ``written`` fields as the entry wrote them (a ``${VAR}`` in them may stand for a secret), env and header values
+    as ``***``, URLs without credentials or query values, and whatever a key named like a secret holds as ``***``
+    (an ``oauth`` block's ``clientSecret``)."""
+    for key, value in fields:
+        if key is not None and key in written:
+            value = written[key]
+        if key in ("env", "headers") and isinstance(value, Mapping):
+            value = dict.fromkeys(value, "***")
+        elif key in ("url", "http_url") and isinstance(value, str):
+            value = redact_url(value)
+        yield key, _secret_keys_hidden(value)
+
+
+def _secret_keys_hidden(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: "***" if is_secret_name(str(k)) else _secret_keys_hidden(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_secret_keys_hidden(item) for item in value)
+    return value
 
 
 def arguments_hint(command: Any) -> str:

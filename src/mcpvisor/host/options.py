@@ -26,7 +26,7 @@ class HostOptions:
     files and start-up ceiling, servers of this session only, whether to watch the settings files, and the
     connection limits. Only ``env`` is required."""
 
-    env: Mapping[str, str]
+    env: Mapping[str, str] = field(repr=False)  # a whole environment, with whatever secrets it holds
     workspace: Path | None = None
     mcp_config: Sequence[Path] = ()
     allowed_mcp_server_names: Sequence[str] | None = None

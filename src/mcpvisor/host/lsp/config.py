@@ -18,13 +18,13 @@ what an edit does to a running server:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import PurePath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from mcpvisor.core.server_config import CODE_LOADING_ENV, canonical_json, redact_values
+from mcpvisor.core.server_config import CODE_LOADING_ENV, canonical_json, redact_values, repr_fields
 
 __all__ = [
     "refused_in_a_repository",
@@ -98,7 +98,8 @@ class LspServerConfig(BaseModel):
     """How to run one language server and which files it answers for. Immutable; unknown keys are kept
     (they count for the approval hash) but otherwise ignored."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    # An invalid value is never echoed in an error (an env value, a token in the initialization options).
+    model_config = ConfigDict(frozen=True, extra="allow", hide_input_in_errors=True)
 
     command: str | None = None
     args: tuple[str, ...] = ()
@@ -205,6 +206,11 @@ class LspServerConfig(BaseModel):
             return written if isinstance(written, str) else run
         ok = isinstance(written, list) and len(written) == len(run) and all(isinstance(a, str) for a in written)
         return tuple(written) if ok else run
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        return repr_fields(
+            super().__repr_args__(), {"command": self._written("command"), "args": self._written("args")}
+        )
 
     def expansions(self) -> list[tuple[str, str]]:
         """``(value as run, as written)`` for the command and each argument that ``${VAR}`` expansion changed,
