@@ -208,6 +208,25 @@ async def test_a_store_that_went_back_in_revision_is_distrusted_until_acknowledg
         assert mirror.error is None
 
 
+async def test_a_store_that_lost_its_data_holds_approved_servers_at_once_with_no_write_after_it(
+    redis_server: RedisServer,
+) -> None:
+    """A flush while the replica follows the log (nothing written after it, the connection kept): the hosts are
+    told, so an approved server stops instead of serving on until an operator runs ack-reset."""
+    told: list[str] = []
+    async with Replica(FleetStore(redis_server.url), register=False) as replica:
+        mirror = replica.approvals
+        mirror.on_external_change(lambda: told.append("changed"))
+        command_store(redis_server).approve(ROOT, "p", Cfg("h1"))
+        await wait_until(lambda: mirror.get_state(ROOT, "p", Cfg("h1")) == "approved", what="the approval")
+        told.clear()
+        with redis_server.client() as client:
+            client.flushall()
+        await wait_until(lambda: bool(told), what="the hosts told of the rewind")
+        assert mirror.get_state(ROOT, "p", Cfg("h1")) == "pending"
+        assert "went back to revision 0" in (mirror.error or "")
+
+
 async def test_two_live_processes_never_share_a_replica_id(redis_server: RedisServer) -> None:
     async with Replica(FleetStore(redis_server.url), replica_id="r1"):
         with pytest.raises(ConfigError, match="'r1' is in use by another running replica"):

@@ -141,15 +141,16 @@ class FleetApprovalStore(ApprovalStore):
             elif held is None or record.rev >= held.rev:
                 servers[name] = record
 
-    def note_revision(self, rev: int) -> None:
+    def note_revision(self, rev: int) -> bool:
         """The store's current revision, read by the follower after each read of the log: a value below
-        one seen before is a rewind. The log being read again also ends a stale spell."""
+        one seen before is a rewind. The log being read again also ends a stale spell. Whether it found a
+        rewind just now (the hosts must reconcile then: what was approved is held)."""
         with self._lock:
             self._heard()
             if rev < self._max_rev:
-                self._rewind(rev)
-            else:
-                self._max_rev = rev
+                return self._rewind(rev)
+            self._max_rev = rev
+            return False
 
     def check_fresh(self) -> bool:
         """Mark the mirror stale when it has not heard from the store for ``freshness_s``; whether that
@@ -173,10 +174,12 @@ class FleetApprovalStore(ApprovalStore):
     def _heard(self) -> None:
         self._last_heard = time.monotonic()
 
-    def _rewind(self, rev: int) -> None:
-        if self._rewound_at is None:
-            self._rewound_at = rev
-            logger.error("%s", self.error)
+    def _rewind(self, rev: int) -> bool:
+        if self._rewound_at is not None:
+            return False
+        self._rewound_at = rev
+        logger.error("%s", self.error)
+        return True
 
     # -- ApprovalStore ------------------------------------------------------------------------
 

@@ -262,8 +262,9 @@ class Replica(StackOwner):
                 block_ms = int(min(BLOCK_MS, self.approvals.freshness_s * 1000 / 3))
                 while True:
                     batch = await client.xread({keys.log: last_id}, block=block_ms, count=500)
-                    self.approvals.note_revision(int(await client.get(keys.rev) or 0))
-                    if self.approvals.recovered():  # the log is continuous: a stale spell ends with its reading
+                    rewound = self.approvals.note_revision(int(await client.get(keys.rev) or 0))
+                    # A rewind holds what was approved; the log is continuous: a stale spell ends with its reading.
+                    if self.approvals.recovered() or rewound:
                         self.approvals.changed()
                     last_id = await self._take(client, batch, last_id)
             except Exception as exc:  # the store's errors, and any entry this version cannot read
