@@ -387,3 +387,30 @@ async def test_a_replica_serving_per_client_workspaces_follows_the_fleet(
             with anyio.fail_after(WAIT_S):
                 while "mcp__p__echo" not in {t.name for t in (await c.list_tools(cache_mode="bypass")).tools}:  # noqa: ASYNC110
                     await anyio.sleep(0.1)
+
+
+async def test_a_password_in_clear_in_the_publishers_settings_is_never_published(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """Its settings file's text is what a publisher shares through the store: a ``fleet.url`` with a password in it
+    (the replica itself was pointed at the store with --fleet) is refused, said once, and the next good save goes."""
+    with fleet_of(tmp_path, redis_server) as fleet:
+        settings = tmp_path / "a" / ".mcpvisor" / "settings.json"
+        replace_text(settings, json.dumps({"mcpServers": {"u": server("u")}}))
+        a = fleet.start("ra", tmp_path / "a")
+        await ready(a)
+        clear = {"url": "redis://:S3cretPW@127.0.0.1:6379/0"}
+        replace_text(settings, json.dumps({"fleet": clear, "mcpServers": {"u": server("u"), "v": server("v")}}))
+        with anyio.fail_after(WAIT_S):
+            while "not publishing settings" not in a.log.read_text():  # noqa: ASYNC110 - another process's log
+                await anyio.sleep(0.1)
+        await anyio.sleep(4)  # a heartbeat's retry (every 3 s) publishes nothing either, and says nothing more
+        with redis_server.client() as store:
+            published = json.dumps([store.hgetall(key) for key in store.keys("*settings*")])
+        assert "S3cretPW" not in published
+        assert a.log.read_text().count("holds a password in clear") == 1
+        assert "write it as ${VAR}" in a.log.read_text()
+        assert await tools(a) == {"mcp__u__echo"}  # the fleet's settings are the last published
+        fixed = {"url": "redis://:${REDIS_PASSWORD}@127.0.0.1:6379/0"}
+        replace_text(settings, json.dumps({"fleet": fixed, "mcpServers": {"u": server("u"), "v": server("v")}}))
+        await wait_tools(a, {"mcp__u__echo", "mcp__v__echo"})

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Final
-from urllib.parse import parse_qsl, urlsplit
 
 import typer
 
@@ -93,6 +92,7 @@ def fleet_store(env: Mapping[str, str]) -> FleetStore | None:
 def _fleet_in_settings(env: Mapping[str, str]) -> tuple[str, str] | None:
     """``(url, name)`` from the ``fleet`` block of the system settings, else the user's."""
     from mcpvisor.core.errors import ConfigError
+    from mcpvisor.fleet.store import CLEAR_PASSWORD_PROBLEM, holds_clear_password
     from mcpvisor.host import paths
     from mcpvisor.host.settings.expand import expand_string
     from mcpvisor.host.settings.files import SettingsFileError, read_settings_file
@@ -113,13 +113,8 @@ def _fleet_in_settings(env: Mapping[str, str]) -> tuple[str, str] | None:
         name = block.get("name", "default")
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{path}: 'fleet.name' must be a non-empty string")
-        if path == paths.user_settings_path(env) and _has_password(url):
-            # The user's settings file is what a fleet's publisher shares (raw) through the store itself.
-            raise ConfigError(
-                f"{path}: 'fleet.url' holds a password in clear, and this file's text is published to the fleet's "
-                "store: write it as ${VAR} (e.g. redis://:${REDIS_PASSWORD}@host:6379/0) and set VAR in the "
-                "environment"
-            )
+        if path == paths.user_settings_path(env) and holds_clear_password(url):
+            raise ConfigError(f"{path}: {CLEAR_PASSWORD_PROBLEM}")
         missing: set[str] = set()
         expanded = expand_string(url.strip(), env, missing)
         if missing:
@@ -137,16 +132,6 @@ def _mentions_fleet(path: Path) -> bool:
         return re.search(r"""(^|[{,\s"'])fleet["']?\s*:""", text) is not None
     except OSError:
         return False
-
-
-def _has_password(url: str) -> bool:
-    """Whether a URL carries a password itself (not as ``${VAR}``): in its user part, or a query parameter."""
-    parts = urlsplit(url.strip())
-    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
-    secret = userinfo.partition(":")[2] if ":" in userinfo else ""
-    secret += "".join(v for k, v in parse_qsl(parts.query) if k.lower() == "password")
-    # What is left once every plain ${VAR} is taken out is written in clear (a ${VAR:-default}'s default too).
-    return bool(re.sub(r"\$\{[A-Za-z_][A-Za-z0-9_]*(:-)?\}|\$[A-Za-z_][A-Za-z0-9_]*", "", secret))
 
 
 FLEET_EXAMPLE: Final = '{"fleet": {"url": "redis://127.0.0.1:6379/0"}}'

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
+from mcpvisor.fleet.store import CLEAR_PASSWORD_PROBLEM, holds_clear_password
 from mcpvisor.host.settings.files import SettingsFileError, parse_settings_text, read_settings_text
 from mcpvisor.host.settings.loader import ScopeRead, Settings
 from mcpvisor.host.settings.scopes import FileScope
@@ -93,12 +94,23 @@ def read_snapshot_texts(source: Settings) -> dict[FileScope, str | None] | None:
             texts[scope] = None
             continue
         try:
-            parse_settings_text(text, path)
+            data = parse_settings_text(text, path)
         except SettingsFileError as exc:
             logger.info("not publishing settings while %s does not parse: %s", path, exc)
             return None
+        block = data.get("fleet")
+        if isinstance(block, dict) and isinstance(url := block.get("url"), str) and holds_clear_password(url):
+            if _REFUSED.get(path) != text:  # once per text: every heartbeat tries again
+                logger.error("not publishing settings: %s: %s", path, CLEAR_PASSWORD_PROBLEM)
+            _REFUSED[path] = text
+            return None
+        _REFUSED.pop(path, None)
         texts[scope] = text
     return texts
+
+
+_REFUSED: dict[Path, str] = {}
+"""The text of each file last refused for a password in clear, said once."""
 
 
 async def published_elsewhere(client: Any, settings_key: str, source: Settings, replica_id: str) -> str | None:

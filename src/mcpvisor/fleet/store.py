@@ -247,6 +247,22 @@ def fleet_unreachable(url: str, exc: BaseException) -> ConfigError:
     )
 
 
+CLEAR_PASSWORD_PROBLEM: Final = (
+    "'fleet.url' holds a password in clear, and this file's text is published to the fleet's store: write it as "
+    "${VAR} (e.g. redis://:${REDIS_PASSWORD}@host:6379/0) and set VAR in the environment"
+)
+
+
+def holds_clear_password(url: str) -> bool:
+    """Whether a URL carries a password itself (not as ``${VAR}``): in its user part, or a query parameter."""
+    parts = urlsplit(url.strip())
+    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+    secret = userinfo.partition(":")[2] if ":" in userinfo else ""
+    secret += "".join(v for k, v in parse_qsl(parts.query) if k.lower() == "password")
+    # What is left once every plain ${VAR} is taken out is written in clear (a ${VAR:-default}'s default too).
+    return bool(re.sub(r"\$\{[A-Za-z_][A-Za-z0-9_]*(:-)?\}|\$[A-Za-z_][A-Za-z0-9_]*", "", secret))
+
+
 def redact(url: str) -> str:
     """The URL without its secrets: a password in its user part (``redis://:***@host``, whatever characters
     it holds and however the rest parses) and the values of ``password`` and ``username`` query parameters
