@@ -15,6 +15,7 @@ from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.fleet.pins import FleetPinStore
 from mcpvisor.fleet.replica import Replica
 from mcpvisor.fleet.store import FleetStore
+from mcpvisor.host.pin_review import accept_held
 from mcpvisor.host.pins import PinGate
 from tests.fleet.conftest import RedisServer
 from tests.helpers import wait_until
@@ -116,3 +117,54 @@ async def test_a_replica_checks_definitions_against_its_mirror_and_holds_them_on
         assert [t.name for t in mirrored("p", CFG, [tool("Echo.")], []).tools] == ["echo"]  # no Redis needed
         await wait_until(lambda: not replica.approvals.usable, what="the mirror going stale")
         assert mirrored("p", CFG, [tool("Echo.")], []).held_tools == ("echo",)  # fail closed
+
+
+def named(name: str, description: str) -> types.Tool:
+    return types.Tool(name=name, description=description, inputSchema={"type": "object"})
+
+
+def test_copies_that_disagree_about_a_new_tool_settle_and_an_acceptance_stays(redis_server: RedisServer) -> None:
+    """Two replicas whose copies offer a new tool, described differently: one note per name stands (the first),
+    the other copy leaves it alone instead of the two writing over each other for ever; accepting pins it, and
+    the copy that differs then holds and notes its own once."""
+    gate(redis_server)("p", CFG, [tool("Echo.")], [])  # pinned: echo
+    one, two = gate(redis_server), gate(redis_server)
+    offers_one, offers_two = [tool("Echo."), named("extra", "Extra 1")], [tool("Echo."), named("extra", "Extra 2")]
+    assert one("p", CFG, offers_one, []).held_tools == ("extra",)
+    assert two("p", CFG, offers_two, []).held_tools == ("extra",)
+    store, pins = FleetStore(redis_server.url), FleetPinStore(FleetStore(redis_server.url))
+    settled = store.revision()
+    for _ in range(3):
+        one("p", CFG, offers_one, [])
+        two("p", CFG, offers_two, [])
+    assert store.revision() == settled
+    [accepted] = accept_held(pins, ROOT, "p", CFG)
+    assert accepted.after["description"] == "Extra 1"
+    assert [t.name for t in one("p", CFG, offers_one, []).tools] == ["echo", "extra"]
+    assert two("p", CFG, offers_two, []).held_tools == ("extra",)
+    record = pins.record(str(ROOT.resolve()), "p")
+    assert record is not None
+    assert record["tools"]["extra"]["definition"]["description"] == "Extra 1"  # the acceptance stands
+    assert record["heldTools"]["extra"]["definition"]["description"] == "Extra 2"
+    settled = store.revision()
+    one("p", CFG, offers_one, [])
+    two("p", CFG, offers_two, [])
+    assert store.revision() == settled
+
+
+def test_a_gate_reading_an_older_mirror_never_writes_over_an_acceptance(redis_server: RedisServer) -> None:
+    """A replica's gate checks definitions against its mirror, which may not have the latest write yet: what it
+    notes is merged into the record as the store has it, so an acceptance made meanwhile stands."""
+    gate(redis_server)("p", CFG, [tool("Echo.")], [])
+    changed = [tool("Echo, changed.")]
+    assert gate(redis_server)("p", CFG, changed, []).held_tools == ("echo",)
+    store = FleetStore(redis_server.url)
+    older = FleetPinStore(store, fresh=lambda: True)
+    older.mirror(store.sync_client().hgetall(store.keys.pins))  # before the acceptance
+    pins = FleetPinStore(store)
+    accept_held(pins, ROOT, "p", CFG)
+    PinGate(older, ROOT, lambda: "gated")("p", CFG, [*changed, named("extra", "Extra.")], [])
+    record = pins.record(str(ROOT.resolve()), "p")
+    assert record is not None
+    assert record["tools"]["echo"]["definition"]["description"] == "Echo, changed."
+    assert set(record["heldTools"]) == {"extra"}

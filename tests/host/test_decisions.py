@@ -13,7 +13,8 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.decisions import ChangedSinceShown, decide
-from mcpvisor.host.pins import HeldChangedSinceShown, PinGate, PinStore, changes_since_approval, pin_scope
+from mcpvisor.host.pin_review import HeldChangedSinceShown, changes_since_approval
+from mcpvisor.host.pins import PinGate, PinStore, pin_scope
 
 
 def entry(scope: str | None, *args: str) -> McpServerConfig:

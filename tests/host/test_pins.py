@@ -20,15 +20,8 @@ from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.examples._options import CONTROL_TOOLS
 from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
-from mcpvisor.host.pins import (
-    PinGate,
-    PinStore,
-    accept_held,
-    definition_digest,
-    diff_lines,
-    held_changes,
-    pin_scope,
-)
+from mcpvisor.host.pin_review import accept_held, diff_lines, held_changes
+from mcpvisor.host.pins import PinGate, PinStore, definition_digest, pin_scope
 from mcpvisor.host.status import held_text, state_text
 from tests.helpers import LIGHT, marker_pids, wait_until
 from tests.layout import Layout, make_layout, replace_text

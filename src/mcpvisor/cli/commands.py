@@ -205,7 +205,8 @@ def decide(
     """Approve or reject server ``name``. Definitions it changed since approval are shown first and accepted
     only when ``confirm`` says yes (``None``: accepted without asking, ``--yes``)."""
     from mcpvisor.host.decisions import decide
-    from mcpvisor.host.pins import changes_since_approval, compared_note, is_pinned, pin_mode_of, pinned_before
+    from mcpvisor.host.pin_review import changes_since_approval
+    from mcpvisor.host.pins import compared_note, is_pinned, pin_mode_of, pinned_before
 
     settings, approvals, state = load_state(env, workspace)
     cfg = _configured(settings, state, name, decision)

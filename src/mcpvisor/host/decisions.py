@@ -21,7 +21,8 @@ from typing import Literal, get_args
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore, DecidedSinceShown, is_gated
-from mcpvisor.host.pins import Change, PinMode, PinStore, accept_held, changes_since_approval
+from mcpvisor.host.pin_review import Change, accept_held, changes_since_approval
+from mcpvisor.host.pins import PinMode, PinStore
 
 __all__ = ["VERDICTS", "ChangedSinceShown", "Decided", "DecidedSinceShown", "Verdict", "check_verdict", "decide"]
 
@@ -72,7 +73,7 @@ def decide(
     was shown); ``shown_stamp``: the record as it was then (:meth:`ApprovalStore.stamp`; None: as it is now)
     — a decision made meanwhile by someone else is never overwritten unseen (:class:`DecidedSinceShown`);
     ``shown_changes``: the held definitions the person was shown (None: as they are), the only ones accepted
-    (:class:`~mcpvisor.host.pins.HeldChangedSinceShown` when they differ by the time of the write).
+    (:class:`~mcpvisor.host.pin_review.HeldChangedSinceShown` when they differ by the time of the write).
     ``source`` names where the server comes from, for the refusal of one that needs no
     approval. Raises :class:`ChangedSinceShown`, or :class:`ConfigError` saying why it cannot be decided
     (needs no approval, the store cannot be read or written)."""

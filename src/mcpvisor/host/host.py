@@ -47,15 +47,8 @@ from mcpvisor.host.lsp.session import LspSession, touches_lsp
 from mcpvisor.host.oauth import TokenStore, check_sign_in, http_auth_for, sign_ins
 from mcpvisor.host.oauth_login import DEFAULT_LOGIN_TIMEOUT_S, login
 from mcpvisor.host.options import HostOptions, SettingsSource
-from mcpvisor.host.pins import (
-    DEFAULT_PIN_MODE,
-    Change,
-    PinGate,
-    PinMode,
-    PinStore,
-    changes_since_approval,
-    pin_mode_of,
-)
+from mcpvisor.host.pin_review import Change, changes_since_approval
+from mcpvisor.host.pins import DEFAULT_PIN_MODE, PinGate, PinMode, PinStore, pin_mode_of
 from mcpvisor.host.settings.loader import Settings, SettingsError, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
 from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier

@@ -30,13 +30,11 @@ all of them, once.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 from mcpvisor.core.errors import ConfigError
@@ -51,18 +49,14 @@ if TYPE_CHECKING:
     from mcpvisor.host.settings.loader import FileScope, Settings
 
 __all__ = [
-    "HeldChangedSinceShown",
+    "KINDS",
+    "Kind",
     "DEFAULT_PIN_MODE",
-    "Change",
     "PinGate",
     "PinMode",
     "PinStore",
-    "accept_held",
-    "changes_since_approval",
     "compared_note",
     "definition_digest",
-    "diff_lines",
-    "held_changes",
     "held_names",
     "is_pinned",
     "pin_scope",
@@ -97,7 +91,7 @@ _FORMAT_1_KEYS: Final = {
     "prompts": ("name", "description", "arguments"),
 }
 PIN_FORMAT: Final = 2
-_KINDS: Final = (("tools", "heldTools"), ("prompts", "heldPrompts"))
+KINDS: Final = (("tools", "heldTools"), ("prompts", "heldPrompts"))
 Kind = Literal["tools", "prompts"]
 
 
@@ -218,6 +212,39 @@ class PinStore(PrivateJsonStore):
         self.mutate(change, timeout_s=timeout_s)
         return winner[0] if winner else None
 
+    def note_held(
+        self,
+        scope: str,
+        name: str,
+        config: str,
+        held: Mapping[str, Mapping[str, Any]],
+        mine: Mapping[str, Mapping[str, str]],
+        *,
+        timeout_s: float = 10.0,
+    ) -> None:
+        """Note in the record of ``name``'s configuration ``config`` what a gate holds (held key -> name -> entry),
+        changing only held entries that gate noted before (``mine``: held key -> name -> digest), on the record as
+        it is at the write: another copy's note is left alone, and a definition pinned meanwhile (accepted) is
+        neither noted as held nor written back over the acceptance."""
+
+        def change(records: dict[str, Any]) -> None:
+            record = records.get(scope, {}).get(name)
+            if not isinstance(record, dict) or record.get("config") != config:
+                return  # another configuration's record now: its own gate notes what it holds
+            for kind, key in KINDS:
+                noted, pinned, before = dict(record.get(key, {})), record.get(kind, {}), mine.get(key, {})
+                for n, digest in before.items():
+                    if n not in held[key] and _digest(noted.get(n)) == digest:
+                        del noted[n]
+                for n, entry in held[key].items():
+                    ours = n not in noted or _digest(noted[n]) == before.get(n)
+                    if ours and _digest(pinned.get(n)) != entry["sha256"]:
+                        noted[n] = entry
+                record.pop(key, None)
+                record.update({key: noted} if noted else {})
+
+        self.mutate(change, timeout_s=timeout_s)
+
     def put(self, scope: str, name: str, record: Mapping[str, Any] | None, *, timeout_s: float = 10.0) -> None:
         def change(records: dict[str, Any]) -> None:
             servers = records.setdefault(scope, {})
@@ -297,7 +324,7 @@ class PinGate:
             # another process (a fleet's other replica) pinned it first, or an earlier configuration pinned
             # definitions: then compare with those.
             fresh: dict[str, Any] = {"config": cfg.approval_hash, "format": PIN_FORMAT}
-            for kind, held_key in _KINDS:
+            for kind, held_key in KINDS:
                 fresh[kind] = {n: e for n, e in _entries(current[kind]).items() if n not in twice[held_key]}
             try:
                 record = self._store.create(scope, name, fresh, timeout_s=GATE_LOCK_TIMEOUT_S)
@@ -310,31 +337,26 @@ class PinGate:
         if record.get("format") != PIN_FORMAT:
             record = self._upgraded(scope, name, record, current)
         held: dict[str, dict[str, Any]] = {}
-        for kind, held_key in _KINDS:
+        for kind, held_key in KINDS:
             pinned = record.get(kind, {})
             held[held_key] = {
                 n: entry for n, entry in _entries(current[kind]).items() if _digest(pinned.get(n)) != entry["sha256"]
             }
-        # Held definitions are added to the record; one is taken off only by the gate that found it held, once its
-        # server no longer offers it (accepting takes them all off): copies of one server that say different
-        # things (a fleet's replicas) then each find theirs already noted, instead of writing over each other's
-        # for ever, and a server that went back to what was approved no longer reads as changed.
-        mine = self._noted.setdefault((scope, name), {})
-        stale = {
-            key: {
-                n
-                for n, digest in mine.get(key, {}).items()
-                if _digest(record.get(key, {}).get(n)) == digest and _digest(held[key].get(n)) != digest
-            }
-            for _, key in _KINDS
-        }
-        for _, key in _KINDS:
-            mine[key] = {n: entry["sha256"] for n, entry in held[key].items()}
-        if any(stale.values()) or any(_unnoted(held[key], record.get(key, {})) for _, key in _KINDS):
-            kept = {key: {n: e for n, e in record.get(key, {}).items() if n not in stale[key]} for _, key in _KINDS}
-            noted = {key: {**kept[key], **held[key]} for _, key in _KINDS}
-            updated = {k: v for k, v in record.items() if k not in ("heldTools", "heldPrompts")}
-            self._write(scope, name, {**updated, **{k: v for k, v in noted.items() if v}})
+        # Held definitions are added to the record; one is taken off, or written over, only by the gate that noted
+        # it (accepting takes them all off): copies of one server that say different things (a fleet's replicas)
+        # then leave each other's alone instead of writing over each other for ever, and a server that went back
+        # to what was approved no longer reads as changed.
+        mine = self._noted.get((scope, name), {})
+        self._noted[(scope, name)] = {key: {n: e["sha256"] for n, e in held[key].items()} for _, key in KINDS}
+        if any(_to_note(held[key], record.get(key, {}), mine.get(key, {})) for _, key in KINDS) or any(
+            n not in held[key] and _digest(record.get(key, {}).get(n)) == digest
+            for _, key in KINDS
+            for n, digest in mine.get(key, {}).items()
+        ):
+            try:
+                self._store.note_held(scope, name, cfg.approval_hash, held, mine, timeout_s=GATE_LOCK_TIMEOUT_S)
+            except (ConfigError, OSError) as exc:
+                logger.warning("could not record the tool definitions of server %r: %s", name, exc)
         return Admitted(
             [t for t in tools if t.name not in held["heldTools"]],
             [p for p in prompts if p.name not in held["heldPrompts"]],
@@ -348,7 +370,7 @@ class PinGate:
         """A format-1 record pinned again with every key of the definitions whose format-1 keys are unchanged
         (written); the others keep their entries, and are held."""
         upgraded = {**record, "format": PIN_FORMAT}
-        for kind, _ in _KINDS:
+        for kind, _ in KINDS:
             pinned = dict(record.get(kind, {}))
             for n, definition in current[kind].items():
                 old = {key: definition[key] for key in _FORMAT_1_KEYS[kind] if key in definition}
@@ -384,94 +406,10 @@ def _digest(entry: Any) -> str | None:
     return entry.get("sha256") if isinstance(entry, dict) else None
 
 
-def _unnoted(held: Mapping[str, Mapping[str, Any]], noted: Mapping[str, Any]) -> bool:
-    """Whether a held definition is not in the record's held ones yet (by name and digest)."""
-    return any(_digest(noted.get(n)) != e["sha256"] for n, e in held.items())
-
-
-# --- reviewing and accepting ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One held definition against the pinned one (``before`` is None for a new tool or prompt)."""
-
-    kind: Kind
-    name: str
-    before: Mapping[str, Any] | None
-    after: Mapping[str, Any]
-
-
-def held_changes(record: Mapping[str, Any] | None, cfg: McpServerConfig) -> list[Change]:
-    if record is None or record.get("config") != cfg.approval_hash:
-        return []
-    changes: list[Change] = []
-    for kind, held_key in _KINDS:
-        pinned = record.get(kind, {})
-        for name, entry in sorted(record.get(held_key, {}).items()):
-            before = pinned.get(name, {}).get("definition") if isinstance(pinned.get(name), dict) else None
-            changes.append(Change(kind, name, before, entry.get("definition", {})))  # type: ignore[arg-type]
-    return changes
-
-
-def changes_since_approval(
-    store: PinStore, root: str | os.PathLike[str], name: str, cfg: McpServerConfig, mode: PinMode
-) -> list[Change]:
-    """What ``store`` holds of server ``name`` against what was approved (none when it is not pinned).
-    :class:`ConfigError` when the store cannot be read."""
-    if not is_pinned(mode, cfg):
-        return []
-    return held_changes(store.record(pin_scope(root, cfg), name), cfg)
-
-
-def diff_lines(change: Change) -> list[str]:
-    """A unified diff of the pinned definition against the held one, as indented JSON."""
-    before = json.dumps(change.before, indent=2, sort_keys=True).splitlines() if change.before is not None else []
-    after = json.dumps(change.after, indent=2, sort_keys=True).splitlines()
-    label = f"{change.kind[:-1]} {change.name}"
-    return list(
-        difflib.unified_diff(
-            before, after, f"{label} (approved)" if before else "/dev/null", f"{label} (now)", lineterm="", n=2
-        )
-    )[2:]
-
-
-class HeldChangedSinceShown(ConfigError):
-    """The definitions held for a server are not the ones that were shown: nothing was accepted."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(
-            f"nothing was accepted: what {name} offers changed after it was shown; look at it again "
-            f"(mcpvisor mcp approve {name})"
-        )
-        self.name = name
-
-
-def accept_held(
-    store: PinStore,
-    root: str | os.PathLike[str],
-    name: str,
-    cfg: McpServerConfig,
-    *,
-    shown: Sequence[Change] | None = None,
-) -> list[Change]:
-    """Pin what server ``name`` now offers in place of its held definitions; returns what was accepted.
-    ``shown``: the changes the person was shown (None: accept as they are); when the held ones differ by the
-    time of the write, nothing is accepted (:class:`HeldChangedSinceShown`)."""
-    scope = pin_scope(root, cfg)
-    accepted: list[Change] = []
-
-    def change(records: dict[str, Any]) -> None:
-        accepted.clear()  # a transaction tried again (a fleet's store) starts afresh
-        record = records.get(scope, {}).get(name)
-        held = held_changes(record, cfg)
-        if shown is not None and held != list(shown):  # checked under the store's lock, beside the write
-            raise HeldChangedSinceShown(name)
-        accepted.extend(held)
-        if not accepted or record is None:
-            return
-        for kind, held_key in _KINDS:
-            record.setdefault(kind, {}).update(record.pop(held_key, {}))
-
-    store.mutate(change)
-    return accepted
+def _to_note(held: Mapping[str, Mapping[str, Any]], noted: Mapping[str, Any], mine: Mapping[str, str]) -> bool:
+    """Whether a held definition is not in the record's held ones yet (by name and digest) where a gate that noted
+    ``mine`` before may note it: a name noted with another definition by another copy of the server is theirs."""
+    return any(
+        n not in noted or _digest(noted[n]) not in (e["sha256"], None) and _digest(noted[n]) == mine.get(n)
+        for n, e in held.items()
+    )

@@ -17,7 +17,7 @@ from mcpvisor.host.decisions import ChangedSinceShown, Decided, DecidedSinceShow
 from mcpvisor.host.host import Host
 from mcpvisor.host.hot_reload import strictly_promptable
 from mcpvisor.host.lsp.config import LSP_KEY_PREFIX
-from mcpvisor.host.pins import Change, HeldChangedSinceShown
+from mcpvisor.host.pin_review import Change, HeldChangedSinceShown
 from mcpvisor.shell.approval import (
     ApprovalQueue,
     ApprovalRequest,

@@ -7,7 +7,7 @@ from rich.padding import Padding
 from rich.text import Text
 
 from mcpvisor.host.lsp.events import LspServerView
-from mcpvisor.host.pins import Change, diff_lines
+from mcpvisor.host.pin_review import Change, diff_lines
 from mcpvisor.host.status import APPROVE_HINT, LOGIN_HINT, ServerView, short_command, state_text
 
 __all__ = ["indented", "lsp_state_style", "render_definition_changes", "render_lsp_status", "render_status"]
