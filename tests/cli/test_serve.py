@@ -3,6 +3,7 @@ process and as a subprocess, with real example servers (SPEC §0.3, §9 "Gateway
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -289,3 +290,31 @@ async def test_every_progress_notification_of_a_call_reaches_the_client_before_i
                 process.kill()
                 with anyio.CancelScope(shield=True):
                     await process.wait()
+
+
+async def test_ctrl_c_pressed_again_and_again_stops_the_gateway_once_without_a_traceback(tmp_path: Path) -> None:
+    """The first Ctrl-C stops in order, the second at once; more while it stops change nothing (once the signal
+    receiver was closed, Python's own handler raised KeyboardInterrupt somewhere in the shutdown)."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "pids"
+    save(layout.paths.user, {"mcpServers": {n: server(n, "--marker", str(marker)) for n in "abc"}})
+    port = free_port()
+    errlog = tmp_path / "gateway.stderr"
+    with errlog.open("w") as err:
+        process = await anyio.open_process(
+            [mcpvisor_command(), "serve", "--http", f"127.0.0.1:{port}", "--no-auth", "--workspace", str(layout.root)],
+            env={**os.environ, **layout.env},
+            stderr=err,
+        )
+        async with process:
+            await wait_for_port(port)
+            for _ in range(40):
+                with contextlib.suppress(ProcessLookupError):  # it may have stopped already
+                    process.send_signal(signal.SIGINT)
+                await anyio.sleep(0.005)
+            with anyio.fail_after(WAIT_S):
+                await process.wait()
+    said = errlog.read_text()
+    assert "Traceback" not in said
+    assert process.returncode == 0, said
+    await wait_until(lambda: not any(pid_alive(pid) for pid in marker_pids(marker)), what="no server left")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -326,6 +327,36 @@ async def test_sigterm_stops_cleanly_and_leaves_no_process(tmp_path: Path) -> No
         with anyio.fail_after(WAIT_S):
             await r.process.wait()
         assert r.process.returncode == 0
+    for pid in pids:
+        await wait_until(lambda pid=pid: not pid_alive(pid))  # type: ignore[misc]
+
+
+async def test_ctrl_c_pressed_again_while_it_stops_changes_nothing(tmp_path: Path) -> None:
+    """A second (third) Ctrl-C while the servers stop: Python's own handler, back once the first was taken, raised
+    KeyboardInterrupt somewhere in the shutdown (a traceback, or a loop at full CPU that never ended)."""
+    m = tmp_path / "pids"
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    save(layout.paths.user, {"mcpServers": {n: server(n, m) for n in "abc"}})
+    process = await anyio.open_process(
+        [mcpvisor_command(), "run", "--json", "--workspace", str(layout.root)], env={**os.environ, **layout.env}
+    )
+    async with process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        with anyio.fail_after(WAIT_S):
+            async for chunk in TextReceiveStream(process.stdout):
+                if '"event": "ready"' in chunk:
+                    break
+        pids = marker_pids(m)
+        for _ in range(40):
+            with contextlib.suppress(ProcessLookupError):  # it may have stopped already
+                process.send_signal(signal.SIGINT)
+            await anyio.sleep(0.005)
+        with anyio.fail_after(WAIT_S):
+            said = b"".join([chunk async for chunk in process.stderr])
+            await process.wait()
+    assert process.returncode == 0, said.decode()
+    assert b"Traceback" not in said
     for pid in pids:
         await wait_until(lambda pid=pid: not pid_alive(pid))  # type: ignore[misc]
 

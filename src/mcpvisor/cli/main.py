@@ -31,6 +31,7 @@ from mcpvisor.cli.options import (
     JsonOpt,
     LspConfigOpt,
     McpConfigOpt,
+    Signals,
     VerboseOpt,
     WorkspaceOpt,
     fail,
@@ -134,10 +135,11 @@ async def _follow(
         else HumanOutput(host, console, on_ready=after_ready)
     )
     host.subscribe(JsonOutput(host) if as_json else human)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_cancel_on_signal, tg.cancel_scope)
-        async with host:
-            await anyio.sleep_forever()
+    with Signals((signal.SIGINT, *_ENDING)) as signals:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_cancel_on_signal, signals, tg.cancel_scope)
+            async with host:
+                await anyio.sleep_forever()
 
 
 @app.command()
@@ -237,10 +239,11 @@ def status(
 
     async def until_told_to_stop() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str], bool] | None:
         found = None
-        async with anyio.create_task_group() as tg:  # SIGTERM, SIGHUP: its servers stop, as on Ctrl-C
-            tg.start_soon(_cancel_on_signal, tg.cancel_scope, _ENDING)
-            found = await once()
-            tg.cancel_scope.cancel()
+        with Signals(_ENDING) as signals:  # SIGTERM, SIGHUP: its servers stop, as on Ctrl-C
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_cancel_on_signal, signals, tg.cancel_scope)
+                found = await once()
+                tg.cancel_scope.cancel()
         return found
 
     with reported():
@@ -334,10 +337,10 @@ def shell(
 
     async def main() -> int:
         async with joined(options) as (fleet_options, _):
-            with anyio.open_signal_receiver(signal.SIGINT) as sigint:
+            with anyio.open_signal_receiver(signal.SIGINT) as sigint, Signals(_ENDING) as ending:
                 code = 0  # SIGTERM, or SIGHUP (its terminal closed): ends it as /quit does
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(_cancel_on_signal, tg.cancel_scope, _ENDING)
+                    tg.start_soon(_cancel_on_signal, ending, tg.cancel_scope)
                     code = await run_shell(fleet_options, interrupts=sigint)
                     tg.cancel_scope.cancel()
                 return code
@@ -351,13 +354,9 @@ _ENDING = (signal.SIGTERM, signal.SIGHUP)
 """The signals that end a session as its own way out does (stopping its servers): a kill, a terminal that closed."""
 
 
-async def _cancel_on_signal(
-    scope: anyio.CancelScope, signals: tuple[signal.Signals, ...] = (signal.SIGINT, *_ENDING)
-) -> None:
-    with anyio.open_signal_receiver(*signals) as received:
-        async for _ in received:
-            scope.cancel()
-            return
+async def _cancel_on_signal(signals: Signals, scope: anyio.CancelScope) -> None:
+    await signals.wait(1)  # more while the servers stop (a bounded stop) change nothing
+    scope.cancel()
 
 
 @app.command("settings-schema")

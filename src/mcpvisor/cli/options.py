@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+import anyio
 import typer
 from rich.markup import escape
 
@@ -200,3 +203,46 @@ def split_names(value: str | None) -> list[str] | None:
     if value is None:
         return None
     return [name.strip() for name in value.split(",") if name.strip()]
+
+
+class Signals:
+    """``signals`` taken on the event loop while in the ``with`` block, and counted. Unlike anyio's signal receiver,
+    whose handlers go when the task that reads it is cancelled (as a stop begins), they stay until the block ends:
+    a signal while the session stops (Ctrl-C pressed again) is counted, never a KeyboardInterrupt raised somewhere
+    in the shutdown (which left a traceback, or a loop that never ended). Once one was taken, the block leaves them
+    ignored for what is left of the process; else Python's own handlers are back. Enter it on the event loop."""
+
+    def __init__(self, signals: tuple[signal.Signals, ...]) -> None:
+        self.count = 0
+        self._signals = signals
+        self._more: anyio.Event | None = None
+
+    def __enter__(self) -> Signals:
+        self._more = anyio.Event()
+        loop = asyncio.get_running_loop()
+        for taken in self._signals:
+            loop.add_signal_handler(taken, self._taken)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                for taken in self._signals:
+                    loop.remove_signal_handler(taken)  # Python's own handler is back: until the next line, only
+                    if self.count:  # here a signal can come, and it is caught below
+                        signal.signal(taken, signal.SIG_IGN)
+                return
+            except KeyboardInterrupt:
+                continue
+
+    def _taken(self) -> None:
+        self.count += 1
+        if self._more is not None:
+            self._more.set()
+        self._more = anyio.Event()
+
+    async def wait(self, count: int) -> None:
+        """Until ``count`` signals were taken in all."""
+        while self.count < count and self._more is not None:
+            await self._more.wait()

@@ -15,6 +15,7 @@ from mcpvisor.cli.options import (
     AllowedOpt,
     LspConfigOpt,
     McpConfigOpt,
+    Signals,
     VerboseOpt,
     WorkspaceOpt,
     host_options,
@@ -205,20 +206,21 @@ def serve(
             raise ConfigError("--no-auth and --token-file apply to --http: over stdio the client is the parent process")
         token = None if address is None or no_auth else load_gateway_token(options.env, token_file)
         stop = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_stop_on_signal, stop, tg.cancel_scope)
-            await run_gateway(
-                options,
-                http=address,
-                per_client_workspaces=per_client_workspaces,
-                token=token,
-                workspace_root=workspace_root,
-                limits=limits,
-                stop=stop,
-                name_budget=name_budget,
-                replica_id=replica_id,
-            )
-            tg.cancel_scope.cancel()
+        with Signals((signal.SIGINT, signal.SIGTERM, signal.SIGHUP)) as signals:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_stop_on_signal, signals, stop, tg.cancel_scope)
+                await run_gateway(
+                    options,
+                    http=address,
+                    per_client_workspaces=per_client_workspaces,
+                    token=token,
+                    workspace_root=workspace_root,
+                    limits=limits,
+                    stop=stop,
+                    name_budget=name_budget,
+                    replica_id=replica_id,
+                )
+                tg.cancel_scope.cancel()
 
     with reported():
         anyio.run(main, backend_options=fast_event_loop())
@@ -234,12 +236,10 @@ def fast_event_loop() -> dict[str, Any]:
     return {"use_uvloop": True}
 
 
-async def _stop_on_signal(stop: anyio.Event, scope: anyio.CancelScope) -> None:
+async def _stop_on_signal(signals: Signals, stop: anyio.Event, scope: anyio.CancelScope) -> None:
     """The first SIGINT, SIGTERM or SIGHUP (its terminal closed) asks for an orderly stop (``stop``); a second one
     cancels at once."""
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
-        async for _ in signals:
-            if stop.is_set():
-                scope.cancel()
-                return
-            stop.set()
+    await signals.wait(1)
+    stop.set()
+    await signals.wait(2)
+    scope.cancel()  # a third changes nothing while it stops
