@@ -160,6 +160,7 @@ async def test_a_secret_in_env_headers_url_credentials_or_query_never_appears_in
             "headers": {"Authorization": f"Bearer {SECRET}", "X-Api-Key": SECRET},
         },
         "sse": {"type": "sse", "url": f"http://127.0.0.1:9/sse?api_key={SECRET}"},
+        "keyed": {"type": "http", "url": "http://127.0.0.1:9/mcp/${PATH_KEY}"},  # set for status -vv below
     }
     project = {"mcpServers": {"proj": light("proj", tmp_path / "proj.pids", env={"TOKEN": SECRET})}}
     outputs: list[str] = []
@@ -184,7 +185,7 @@ async def test_a_secret_in_env_headers_url_credentials_or_query_never_appears_in
     layout = r.layout
     verbose = await anyio.run_process(
         [mcpvisor_command(), "status", "-vv", "--workspace", str(layout.root)],
-        env={**os.environ, **layout.env},
+        env={**os.environ, **layout.env, "PATH_KEY": SECRET},  # the SDK logs the URL it connects to at -vv
         check=False,
     )
     outputs += [verbose.stdout.decode(), verbose.stderr.decode()]

@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from mcpvisor.core.errors import McpvisorError
 from mcpvisor.core.server_config import redact_text
+from mcpvisor.host.settings.expand import as_written
 from mcpvisor.shell.consoles import new_console, visible
 
 if TYPE_CHECKING:
@@ -95,11 +96,12 @@ download, a hang) must not hold the others up. What comes up later is said (``li
 
 
 class RedactingFormatter(logging.Formatter):
-    """Every URL in a log line loses its credentials and query values, whoever logged it (the SDK logs
-    the endpoint it connects to at debug level); control characters are shown, not sent to the terminal."""
+    """Every URL in a log line loses its credentials and query values, and what a ``${VAR}`` stood for is shown as
+    the variable, whoever logged it (the SDK logs the endpoint it connects to at debug level); control characters
+    are shown, not sent to the terminal."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return visible(redact_text(super().format(record)))
+        return visible(redact_text(as_written(super().format(record))))
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

@@ -35,9 +35,26 @@ def expand_string(text: str, env: Mapping[str, str], missing: set[str] | None = 
             if missing is not None:
                 missing.add(name)
             return ""
+        if len(value) >= _MIN_KEPT:
+            _STOOD_FOR[value] = f"${{{name}}}"
         return value
 
     return _VAR.sub(replace, text)
+
+
+_MIN_KEPT = 4
+_STOOD_FOR: dict[str, str] = {}
+"""Each value a variable stood for in this process (of at least 4 characters), with the variable: what a log line
+must not show (:func:`as_written`)."""
+
+
+def as_written(text: str) -> str:
+    """``text`` with each value a variable stood for in this process put back as that variable (``${NAME}``), the
+    longest first: a log line of the SDK's, which names the URL it reaches as it is run, never shows what a
+    ``${VAR}`` in it stood for."""
+    for value, variable in sorted(_STOOD_FOR.items(), key=lambda item: -len(item[0])):
+        text = text.replace(value, variable)
+    return text
 
 
 def variables_in(text: str) -> list[str]:
