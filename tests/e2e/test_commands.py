@@ -480,6 +480,23 @@ def test_list_and_status_in_a_folder_not_trusted_say_so_and_how_to_trust_it(tmp_
         assert said in result.stdout, result.stdout
 
 
+def test_a_folder_untrusted_because_a_settings_file_does_not_parse_says_to_fix_that_file(tmp_path: Path) -> None:
+    """Trusting the folder would change nothing while the file that may turn folder trust on does not parse."""
+    layout = make_layout(tmp_path)
+    replace_text(layout.paths.user, '{"mcpServers" oops}')
+    said = (
+        f"! folder {layout.root} is not trusted: its own settings files are not read and no MCP server starts here "
+        f"until {layout.paths.user} is fixed"
+    )
+    for command in (("mcp", "list"), ("status",)):
+        result = cli(*command, "--workspace", str(layout.root), env=layout.env)
+        assert said in " ".join(result.stdout.split()), result.stdout
+        assert "mcp trust" not in result.stdout
+    trusted = cli("mcp", "trust", "--workspace", str(layout.root), env=layout.env)
+    assert "so every folder is trusted anyway" not in trusted.stdout
+    assert f"Folder trust may be on: {layout.paths.user} does not parse" in " ".join(trusted.stdout.split())
+
+
 def test_approving_an_edited_server_says_its_tools_are_compared_with_those_approved_before(tmp_path: Path) -> None:
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
     entry = {"command": sys.executable, "args": ["-m", LIGHT, "--name", "p"]}

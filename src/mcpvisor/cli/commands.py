@@ -62,9 +62,12 @@ def config_problems(settings: Settings, approvals_error: str | None, *more: Iter
     errors = [str(error) for error in settings.errors.values()]
     problems = [*errors, *([approvals_error] if approvals_error else []), *settings.warnings]
     if not settings.trusted:  # else an empty list reads as if nothing were configured
+        broken, root = ", ".join(settings.trust_unknown_in), shlex.quote(str(settings.root))
+        fix = (
+            f" until {broken} is fixed" if broken else f"; if you trust it, run: mcpvisor mcp trust --workspace {root}"
+        )
         problems.append(
-            f"folder {settings.root} is not trusted: its own settings files are not read and no MCP server starts "
-            f"here; if you trust it, run: mcpvisor mcp trust --workspace {shlex.quote(str(settings.root))}"
+            f"folder {root} is not trusted: its own settings files are not read and no MCP server starts here{fix}"
         )
     for extra in more:
         problems.extend(extra)
@@ -486,5 +489,10 @@ def trust_folder(*, env: Mapping[str, str], workspace: Path | None) -> None:
     write_atomically(path, json.dumps([*map(str, existing), str(root)], indent=2) + "\n", new_mode=0o600)
     console = new_console(highlight=False)
     console.print(f"Trusted {root}")
-    if not load_settings(env, root).folder_trust_enabled:
+    settings = load_settings(env, root)
+    if broken := ", ".join(settings.trust_unknown_in):
+        console.print(
+            f"[dim]Folder trust may be on: {escape(broken)} does not parse; until it is fixed no folder is trusted.[/]"
+        )
+    elif not settings.folder_trust_enabled:
         console.print("[dim]Folder trust is off (security.folderTrust.enabled), so every folder is trusted anyway.[/]")

@@ -11,6 +11,7 @@ import pytest
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.settings import writer
+from mcpvisor.host.settings.files import parse_settings_text
 from mcpvisor.host.settings.loader import SettingsFileError
 from mcpvisor.host.settings.writer import (
     delete_key,
@@ -165,6 +166,18 @@ def test_an_empty_file_is_written_afresh(layout: Layout) -> None:
     settings = layout.settings()
     set_setting(settings, "user", ("mcpServers", "b"), {"command": "echo"})
     assert json.loads(layout.paths.user.read_text()) == {"mcpServers": {"b": {"command": "echo"}}}
+
+
+def test_a_file_commented_out_whole_gets_a_document_below_its_comments(layout: Layout) -> None:
+    layout.paths.user.parent.mkdir(parents=True)
+    layout.paths.user.write_text('// my servers, off for now\n/* { "mcpServers": {} } */\n')
+    with pytest.raises(SettingsFileError, match="the file holds only comments; expected a JSON object"):
+        parse_settings_text(layout.paths.user.read_text(), layout.paths.user)  # read: never "no settings"
+    settings = layout.settings()
+    set_setting(settings, "user", ("mcpServers", "b"), {"command": "echo"})
+    text = layout.paths.user.read_text()
+    assert text.startswith('// my servers, off for now\n/* { "mcpServers": {} } */\n{')
+    assert parse_settings_text(text, layout.paths.user) == {"mcpServers": {"b": {"command": "echo"}}}
 
 
 def test_an_unparsable_file_is_never_overwritten(layout: Layout) -> None:

@@ -105,6 +105,9 @@ def parse_settings_text(text: str, path: Path) -> dict[str, Any]:
     try:
         value = loads(text)
     except ValueError as exc:
+        if only_comments(text):
+            problem = "the file holds only comments; expected a JSON object (write {} for no settings)"
+            raise SettingsFileError(SettingsError(path, problem, 1, 1)) from exc
         match = _JSON5_POSITION.match(str(exc))
         if match is None:
             raise SettingsFileError(SettingsError(path, str(exc))) from exc
@@ -114,6 +117,14 @@ def parse_settings_text(text: str, path: Path) -> dict[str, Any]:
         kind = _JSON_KINDS.get(type(value), "a value")
         raise SettingsFileError(SettingsError(path, f"expected a JSON object at the top level, found {kind}", 1, 1))
     return value
+
+
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+
+
+def only_comments(text: str) -> bool:
+    """Whether ``text`` holds nothing but comments and white space (a settings file commented out whole)."""
+    return not _COMMENT.sub("", text.removeprefix("\ufeff")).strip()
 
 
 _JSON_KINDS: dict[type, str] = {

@@ -299,8 +299,7 @@ class Settings:
         self._log_warnings()
 
     def _decide_trust(self, read: LoadRead) -> tuple[bool, tuple[str, ...]]:
-        broken = [str(self.paths.of(scope)) for scope in TRUST_SCOPES if scope in self.errors]
-        if broken:
+        if broken := self.trust_unknown_in:
             # Folder trust might be enabled in the file that failed to parse: fail closed.
             return False, (
                 f"cannot tell whether folder trust is enabled ({', '.join(broken)} did not parse); "
@@ -424,6 +423,11 @@ class Settings:
     def lsp_layers(self) -> list[tuple[SettingsScope, Path, Mapping[str, Any]]]:
         """``(scope, file, content)`` of each active settings scope, in merge order (for ``lspServers``)."""
         return [(s, self.paths.of(s), self._data[s]) for s in SETTINGS_SCOPES if self.is_active(s)]
+
+    @property
+    def trust_unknown_in(self) -> list[str]:
+        """The settings files that may turn folder trust on and did not parse: until they do, no folder is trusted."""
+        return [str(self.paths.of(scope)) for scope in TRUST_SCOPES if scope in self.errors]
 
     @property
     def warnings(self) -> tuple[str, ...]:

@@ -26,7 +26,7 @@ from typing import Any
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.private_files import write_atomically
-from mcpvisor.host.settings.files import read_settings_text
+from mcpvisor.host.settings.files import only_comments, read_settings_text
 from mcpvisor.host.settings.loader import (
     FileScope,
     Settings,
@@ -395,8 +395,9 @@ def _apply_locked(settings: Settings, scope: FileScope, key: str | Sequence[str]
     parts = split_key(key)
     path = settings.paths.of(scope)
     text = read_settings_text(path)
-    if text is not None and not text.removeprefix("\ufeff").strip():
-        text = None  # an empty file (made with touch, say) holds nothing to keep: written afresh
+    kept = ""
+    if text is not None and only_comments(text):  # empty (made with touch, say), or commented out whole
+        kept, text = text.removeprefix("\ufeff").rstrip(), None  # a new document, below the comments
     on_disk = parse_settings_text(text, path) if text is not None else {}
     if delete:
         new_disk, found_on_disk = delete_key(on_disk, parts)
@@ -413,7 +414,7 @@ def _apply_locked(settings: Settings, scope: FileScope, key: str | Sequence[str]
                 f"cannot set {'.'.join(parts)} in {path}: {exc}; fix or remove {'.'.join(exc.key)} there first "
                 "(the file is left as it is)"
             ) from exc
-    rendered = _render(path, text, parts, value, delete, new_disk)
+    rendered = (kept and kept + "\n") + _render(path, text, parts, value, delete, new_disk)
     previous = dict(settings.data(scope))
     settings.replace_scope_data(scope, new_memory)
     try:
