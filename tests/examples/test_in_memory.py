@@ -59,6 +59,20 @@ async def test_only_light_server_entries_are_served_and_what_needs_a_process_is_
             light_servers_in_memory("s", light("s", flag, *argument))
 
 
+async def test_an_option_the_light_server_does_not_know_fails_that_server_alone(tmp_path: Path) -> None:
+    """The light server's own parser exits on a usage error (code 2): in memory that ended the whole host."""
+    with pytest.raises(ValueError, match="server 'b' cannot be served in memory: .*unrecognized arguments: --port 80"):
+        light_servers_in_memory("b", light("b", "--port", "80"))
+    with pytest.raises(ValueError, match="server 'h' cannot be served in memory"):
+        light_servers_in_memory("h", light("h", "--help"))
+    async with Config(options=ConnectionOptions(log_dir=tmp_path, in_memory=light_servers_in_memory)) as config:
+        config.set_mcp_servers({"a": light("a"), "b": light("b", "--port", "80")})
+        finished = await config.initialize()
+        assert finished is not None
+        assert "unrecognized arguments: --port 80" in finished.failed["b"]
+        assert text_of(await config.call_tool("mcp__a__echo", {"text": "hi"})) == "a:echo:hi"
+
+
 async def test_a_config_serves_its_light_servers_in_memory_and_spawns_nothing(tmp_path: Path) -> None:
     marker = tmp_path / "marker"
     servers = {"a": light("a"), "b": light("b", "--tools", "t"), "real": light("real", "--marker", str(marker))}

@@ -19,14 +19,14 @@ import asyncio
 import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import IO, Any, cast
+from typing import IO, Any, NoReturn, cast
 
 import anyio
 import mcp_types as types
 from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
-from mcpvisor.examples._options import Options, parse_options
+from mcpvisor.examples._options import Options, build_parser
 from mcpvisor.examples.light_server import INVALID_PARAMS, LightServer, RequestError
 
 __all__ = ["LIGHT_MODULE", "NEEDS_A_PROCESS", "NeedsAProcess", "light_servers_in_memory", "serve_in_memory"]
@@ -55,11 +55,25 @@ def light_servers_in_memory(name: str, cfg: Any) -> AbstractAsyncContextManager[
     args = list(cfg.args or ()) if cfg.command is not None else []
     if args[:2] != ["-m", LIGHT_MODULE]:
         return None
-    options = parse_options(args[2:], f"python -m {LIGHT_MODULE}")
+    options = _options(name, args[2:])
     needing = [flag for attribute, flag in NEEDS_A_PROCESS.items() if getattr(options, attribute)]
     if needing:
         raise NeedsAProcess(f"server {name!r} cannot be served in memory: {', '.join(needing)} needs a process")
     return serve_in_memory(options)
+
+
+def _options(name: str, argv: list[str]) -> Options:
+    """The entry's options; a usage error (an option of another example server, ``--help``) is a ``ValueError``
+    that fails this one server, where the process's parser would have ended the host (``sys.exit``)."""
+    parser = build_parser(f"python -m {LIGHT_MODULE}", network=False)
+
+    def refuse(message: str | None = None, *_: object) -> NoReturn:
+        raise ValueError(f"server {name!r} cannot be served in memory: {parser.prog}: {message or 'it would exit'}")
+
+    parser.error = refuse  # type: ignore[method-assign]
+    parser.exit = lambda status=0, message=None: refuse(message)  # type: ignore[method-assign]
+    parser.print_help = lambda file=None: None  # type: ignore[method-assign]
+    return Options(parser.parse_args(argv))
 
 
 @asynccontextmanager
