@@ -370,6 +370,25 @@ async def test_tool_not_found_names_the_server_and_the_fix(config: Config) -> No
     assert (missing.value.kind, missing.value.target) == ("prompt", "nope")
 
 
+async def test_not_found_names_a_server_whose_name_registered_names_spell_otherwise(config: Config) -> None:
+    """A server named with a dot (or a space, or a long name) has its tools registered under a valid spelling
+    with a digest: a tool of it that is missing is still explained by its server, removed or crashed."""
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"docs.example": light("docs.example"), "plain": light("plain")})
+    [registered] = [name for name in config.tool_registry.names() if "docs" in name]
+    assert registered.startswith("mcp__docs_example__echo_")
+    await config.reinitialize_mcp_servers({"plain": light("plain")})
+    with pytest.raises(ToolNotFoundError, match="was removed from the configuration this session") as removed:
+        await config.call_tool(registered)
+    assert removed.value.server == "docs.example"
+
+
+async def test_a_config_not_initialized_says_to_initialize_it(tmp_path: Path) -> None:
+    async with Config(mcp_servers={"echo": light("echo")}, options=ConnectionOptions(log_dir=tmp_path)) as not_started:
+        with pytest.raises(ToolNotFoundError, match=r"call `await config.initialize\(\)` first"):
+            await not_started.call_tool("mcp__echo__echo", {"text": "hi"})
+
+
 async def test_restart_mcp_servers_replaces_every_process(config: Config) -> None:
     await config.initialize()
     await config.reinitialize_mcp_servers({"a": light("a"), "b": light("b")})

@@ -34,6 +34,7 @@ from mcpvisor.core.registry import (
     RegisteredPrompt,
     RegisteredTool,
     ToolRegistry,
+    may_be_of,
     mcp_tool_name,
 )
 from mcpvisor.core.server_config import ConnectionOptions, Exposure, McpServerConfig
@@ -447,13 +448,11 @@ class Config(StackOwner):
         return holders[0] if len(holders) == 1 else None
 
     def owner_of_tool_name(self, name: str) -> str | None:
-        """The configured or removed server whose ``mcp__<server>__`` prefix is the longest match."""
-        candidates = set(self.get_merged_mcp_servers()) | self._removed
-        best: str | None = None
-        for server in candidates:
-            if name.startswith(f"{TOOL_PREFIX}{server}__") and (best is None or len(server) > len(best)):
-                best = server
-        return best
+        """The configured or removed server whose ``mcp__<server>__`` prefix (as registered names spell it: a name
+        with a dot or a space is made valid) is the longest match."""
+        matches = {server: may_be_of(name, server) for server in set(self.get_merged_mcp_servers()) | self._removed}
+        best = max(matches, key=lambda server: (matches[server], len(server)), default=None)
+        return best if best is not None and matches[best] else None
 
     def not_found(self, name: str, kind: RequestKind) -> NotFoundError:
         """Why no connected server provides the tool or prompt (``kind``) ``name``, naming the server its

@@ -21,6 +21,9 @@ class Servers(Protocol):
     tool_registry: ToolRegistry
     prompt_registry: PromptRegistry
 
+    @property
+    def initialized(self) -> bool: ...
+
     def owner_of_tool_name(self, name: str) -> str | None: ...
     def holder_of_own_name(self, name: str, kind: RequestKind) -> str | None: ...
     def get_mcp_server_unavailable_reason(self, name: str) -> str | None: ...
@@ -62,7 +65,9 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
     else:
         reason = "missing"
         client = manager.get_client(server) if manager is not None else None
-        if client is None or client.status == "disconnected":
+        if client is None and not config.initialized:
+            text = f"{head} is not connected: no server was started yet; call `await config.initialize()` first"
+        elif client is None or client.status == "disconnected":
             error = f" (last error: {client.last_error})" if client is not None and client.last_error else ""
             text = f"{head} is not connected{error}; check its configuration and logs, or /reload"
         elif client.status == "connecting":

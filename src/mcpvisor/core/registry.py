@@ -67,6 +67,16 @@ def mcp_tool_name(server: str, tool: str) -> str:
     return f"{head}_{fnv1a_base36(original)}"
 
 
+def may_be_of(name: str, server: str) -> int:
+    """How long a prefix of the registered tool name ``name`` says it is ``server``'s (0: none): ``mcp__<server>__``,
+    or that prefix as :func:`mcp_tool_name` makes it valid (a dot, a space or a long name)."""
+    prefix = f"{TOOL_PREFIX}{server}__"
+    if name.startswith(prefix):
+        return len(prefix)
+    valid = _INVALID_CHAR.sub("_", prefix)[: MAX_TOOL_NAME_LEN - _HASH_LEN - 1]
+    return len(valid) if valid != prefix and name.startswith(valid) else 0
+
+
 @dataclass(frozen=True, slots=True)
 class Admitted:
     """What a :data:`DefinitionGate` lets register of a server's tools and prompts, and what it holds back."""
