@@ -114,7 +114,8 @@ class Host(StackOwner):
 
     @property
     def config(self) -> Config:
-        return running(self._config, "host")
+        config = self._config
+        return running(config if config is not None and config.is_running else None, "host")  # none once it exited
 
     @property
     def approvals(self) -> ApprovalStore:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import McpvisorError
+from mcpvisor.core.lifecycle import running
 
 if TYPE_CHECKING:
     from mcp_types import CallToolResult
@@ -17,10 +18,11 @@ __all__ = ["Media", "ToolAnswer", "call_registered_tool", "config_of", "media_of
 
 
 def config_of(source: Config | Host) -> Config:
-    """The :class:`Config` behind ``source`` (a Config, or a Host's)."""
+    """The :class:`Config` behind ``source`` (a Config, or a Host's), while it runs: before ``async with`` and after
+    it, :class:`NotRunningError` (else an agent run by mistake outside the block got no tools, and no error)."""
     if isinstance(source, Config):
-        return source
-    config = getattr(source, "config", None)
+        return running(source if source.is_running else None, "config")
+    config = getattr(source, "config", None)  # a Host's raises NotRunningError itself
     if not isinstance(config, Config):
         raise TypeError(f"expected an mcpvisor Config or Host, got {type(source).__name__}")
     return config
