@@ -14,6 +14,7 @@ Usage::
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
 from types import TracebackType
@@ -21,7 +22,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from mcpvisor.core.errors import ConfigError, NotFoundError, NotRunningError, RequestKind, ToolNotFoundError
+from mcpvisor.core.errors import (
+    ConfigError,
+    NotFoundError,
+    NotRunningError,
+    RequestKind,
+    ToolNotFoundError,
+    timed_out,
+)
 from mcpvisor.core.events import EventBus, ReconcileFinished, ToolsChanged
 from mcpvisor.core.gating import McpGating
 from mcpvisor.core.lifecycle import StackOwner
@@ -349,7 +357,10 @@ class Config(StackOwner):
         entry = self.tool_registry.get_tool(name) or self._tool_by_own_name(name)
         provider = self._providers.get(entry.server) if entry is not None else None
         if entry is not None and provider is not None:
-            return await provider.call_tool(entry.tool.name, dict(arguments or {}), progress=progress)
+            with anyio.move_on_after(timeout_s if timeout_s is not None else math.inf):  # the language servers'
+                return await provider.call_tool(entry.tool.name, dict(arguments or {}), progress=progress)
+            what, fix = f"call to tool {name!r}", "raise the call's timeout_s"  # only when timeout_s passed
+            raise timed_out(what, kind="tool", target=name, server=entry.server, timeout_s=timeout_s or 0, fix=fix)
         client = manager.get_client(entry.server) if entry is not None else None
         if entry is None or client is None:
             raise self.not_found(name, "tool")

@@ -173,11 +173,13 @@ class ToolCallError(RequestError):
 class RequestTimeoutError(RequestError):
     """A server did not answer a request within its call timeout (``mcpServers.NAME.timeout``)."""
 
-    def __init__(self, what: str, *, kind: RequestKind, target: str, server: str, timeout_s: float) -> None:
+    def __init__(
+        self, what: str, *, kind: RequestKind, target: str, server: str, timeout_s: float, fix: str | None = None
+    ) -> None:
         RequestError.__init__(
             self,
             f"{what} on server {server!r} timed out after {timeout_s:g} s; "
-            f"raise mcpServers.{server}.timeout if it needs longer",
+            f"{fix or f'raise mcpServers.{server}.timeout'} if it needs longer",
             kind=kind,
             target=target,
             server=server,
@@ -216,10 +218,13 @@ def request_failed(message: str, *, kind: RequestKind, target: str, server: str 
     return RequestError(message, kind=kind, target=target, server=server)
 
 
-def timed_out(what: str, *, kind: RequestKind, target: str, server: str, timeout_s: float) -> RequestTimeoutError:
-    """The error for a request of ``kind`` that got no answer in time."""
+def timed_out(
+    what: str, *, kind: RequestKind, target: str, server: str, timeout_s: float, fix: str | None = None
+) -> RequestTimeoutError:
+    """The error for a request of ``kind`` that got no answer in time (``fix``: what to raise, when not the server's
+    ``timeout``)."""
     cls = ToolCallTimeoutError if kind == "tool" else RequestTimeoutError
-    return cls(what, kind=kind, target=target, server=server, timeout_s=timeout_s)
+    return cls(what, kind=kind, target=target, server=server, timeout_s=timeout_s, fix=fix)
 
 
 def not_found(

@@ -539,6 +539,30 @@ async def test_a_server_that_never_answers_initialize_is_killed_and_reported_fai
         assert not pid_alive(pid)
 
 
+async def test_a_calls_timeout_bounds_a_language_server_tool_and_a_stop_ends_its_start_at_once(tmp_path: Path) -> None:
+    """``timeout_s`` (the adapters' bound on each call) was dropped on the way to the language servers: a call to
+    one that never answers waited its whole startupTimeout; so did a host's exit, or an edit that stopped it."""
+    from mcpvisor.core.errors import ToolCallTimeoutError
+
+    mute = {"command": "sleep", "args": ["1000"], "extensionToLanguage": {".py": "python"}, "startupTimeout": 60000}
+    async with session(tmp_path, user={"lspServers": {"python": mute}}, watch=False) as s:
+        arguments = {"file": "models.py", "line": 1, "character": 7}
+        with pytest.raises(ToolCallTimeoutError) as timed_out:
+            await s.host.config.call_tool("mcp__lsp__hover", arguments, timeout_s=0.5)
+        assert str(timed_out.value) == (
+            "call to tool 'mcp__lsp__hover' on server 'lsp' timed out after 0.5 s; raise the call's timeout_s if it "
+            "needs longer"
+        )
+        # Stopping it (an edit, the host's exit) ends its start at once, not after its startupTimeout (60 s).
+        server = s.host.lsp.manager.servers()["python"]
+        pid = server.pid
+        with anyio.fail_after(WAIT_S):
+            await server.stop()
+        assert server.state == "stopped"
+        assert pid is not None
+        assert not pid_alive(pid)
+
+
 async def test_a_server_writing_other_text_to_its_stdout_fails_at_once_quoting_it(tmp_path: Path) -> None:
     """Before, a banner on stdout looked like a slow start: the call waited the whole startupTimeout and was told
     to raise it, and the stray text was shown nowhere."""

@@ -92,6 +92,7 @@ class LanguageServer:
         self._on_change = on_change
         self._max_message_bytes = max_message_bytes
         self._connection: LspConnection | None = None
+        self._starting: anyio.CancelScope | None = None
         self._stop = anyio.Event()
         self._ready = anyio.Event()
         self._done = anyio.Event()
@@ -169,6 +170,8 @@ class LanguageServer:
     async def stop(self) -> None:
         """Stop the server (``shutdown``, ``exit``, then its process group) and wait for it."""
         self._stop.set()
+        if self._starting is not None:
+            self._starting.cancel()  # a start under way ends at once, not after its startupTimeout
         if self.state == "ready":
             self._set("stopping")  # at once: no call is routed to it from now on
         await self._done.wait()
@@ -200,6 +203,10 @@ class LanguageServer:
             )
 
     async def _own(self) -> None:
+        with anyio.CancelScope() as self._starting:
+            await self._run()
+
+    async def _run(self) -> None:
         try:
             self._check_folder()
             try:
@@ -249,6 +256,7 @@ class LanguageServer:
                             logger.debug("language server %r: could not re-open %s: %s", self.name, path, exc)
                 self._reopen = []
                 self.last_error, self.ready_since = None, anyio.current_time()
+                self._starting = None
                 self._set("ready")
                 self._ready.set()
                 with anyio.CancelScope() as watch:
