@@ -235,8 +235,8 @@ async def test_a_log_others_could_read_or_redirect_is_never_written(tmp_path: Pa
     async with anyio.create_task_group() as tg:
         with pytest.raises(ConnectError) as info:
             await client.start(tg)
-    assert f"cannot write its log {not_a_folder / 'x.log'} (File exists: {not_a_folder})" in str(info.value)
-    assert "set MCPVISOR_LOG_DIR to a folder of your own" in str(info.value)
+    assert f"cannot write its log {not_a_folder / 'x.log'} ({not_a_folder} is a file, not a folder)" in str(info.value)
+    assert "set MCPVISOR_LOG_DIR (a program of your own: ConnectionOptions(log_dir=...)) to a folder" in str(info.value)
 
 
 def test_a_log_folder_or_file_of_another_user_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,7 @@ floods its stderr can neither fill the disk nor eat the host's CPU: the log rota
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Mapping
@@ -107,17 +108,23 @@ class ServerLog:
             self._fd = -1
 
 
+LOG_DIR_FIX = "set MCPVISOR_LOG_DIR (a program of your own: ConnectionOptions(log_dir=...)) to a folder of your own"
+
+
 def log_problem(path: Path, exc: OSError) -> str:
     """Why a server's log at ``path`` cannot be written, and the fix, from what :class:`ServerLog` raised."""
     if exc.strerror is None:  # one of ServerLog's own refusals: it names the file and the fix
         return str(exc)
     where = exc.filename if exc.filename is not None else path
-    return f"cannot write its log {path} ({exc.strerror}: {where}); set MCPVISOR_LOG_DIR to a folder of your own"
+    why = (
+        f"{where} is a file, not a folder" if exc.errno in (errno.EEXIST, errno.ENOTDIR) else f"{exc.strerror}: {where}"
+    )
+    return f"cannot write its log {path} ({why}); {LOG_DIR_FIX}"
 
 
 def _check_owner(path: Path, info: os.stat_result, what: str) -> None:
     if hasattr(os, "getuid") and info.st_uid != os.getuid():
-        raise OSError(f"{what} {path} belongs to another user; set MCPVISOR_LOG_DIR to a folder of your own")
+        raise OSError(f"{what} {path} belongs to another user; {LOG_DIR_FIX}")
 
 
 async def pump_stderr(
