@@ -267,3 +267,10 @@ async def test_two_live_connections_never_share_a_log_whatever_came_before(tmp_p
             await pool.release("A", again)
             again = await pool.acquire("A", "db", in_a, on_change=nop, on_lost=nop)
         assert len(pool._log_names) == 2
+
+
+async def test_a_second_exit_of_a_pool_does_nothing_as_for_a_config_or_a_host(tmp_path: Path) -> None:
+    pool = McpConnectionPool(ConnectionOptions(log_dir=tmp_path))
+    async with pool:
+        pass
+    await pool.__aexit__(None, None, None)  # a bare AssertionError before

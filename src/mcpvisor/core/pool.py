@@ -98,9 +98,10 @@ class McpConnectionPool:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
-        await self.aclose()
         tg, self._tg_cm, self._tg = self._tg_cm, None, None
-        assert tg is not None
+        if tg is None:
+            return None  # exited already: as for a Config or a Host, a second exit does nothing
+        await self.aclose()
         return await tg.__aexit__(exc_type, exc, tb)
 
     async def aclose(self) -> None:
