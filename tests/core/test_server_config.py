@@ -218,6 +218,11 @@ def test_a_url_in_parentheses_is_redacted_and_the_parenthesis_kept() -> None:
             "GET https://api.example.com/mcp?api_key=*** failed",
         ),
         ("(see https://h/mcp?k=a(b)c)", "(see https://h/mcp?k=***)"),
+        (
+            "with 404 (reaching http://h:9/nope?token=abc); check the URL",
+            "with 404 (reaching http://h:9/nope?token=***); check the URL",
+        ),
+        ("reach http://h/mcp?k=abc, then", "reach http://h/mcp?k=***, then"),
     ],
 )
 def test_parentheses_inside_a_url_are_redacted_with_it(text: str, shown: str) -> None:

@@ -372,8 +372,10 @@ _MIN_SECRET_LEN = 4
 
 def _redact_url_in_text(match: re.Match[str]) -> str:
     url, tail = match.group(0), ""
-    while url.endswith(")") and url.count(")") > url.count("("):  # "(reaching http://h/mcp?k=v)"
-        url, tail = url[:-1], ")" + tail
+    # The text's, not the URL's: a closing parenthesis the URL did not open ("(reaching http://h/mcp?k=v)"), and
+    # the punctuation after the URL ("...; check the URL").
+    while url.endswith((";", ",", ".", ":")) or (url.endswith(")") and url.count(")") > url.count("(")):
+        url, tail = url[:-1], url[-1] + tail
     return redact_url(url) + tail
 
 
