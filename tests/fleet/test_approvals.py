@@ -236,6 +236,20 @@ async def test_two_live_processes_never_share_a_replica_id(redis_server: RedisSe
         pass
 
 
+async def test_a_replica_restarted_at_once_under_its_id_waits_out_the_entry_its_killed_process_left(
+    redis_server: RedisServer,
+) -> None:
+    """A supervisor restarts a killed replica at once: its registry entry (renewed by nobody now) is waited out, not
+    refused (the restart failed again and again until the supervisor gave up)."""
+    store = FleetStore(redis_server.url)
+    with redis_server.client() as client:
+        client.hset(store.keys.replica("r1"), mapping={"nonce": "the-killed-process", "addr": "127.0.0.1:1"})
+        client.pexpire(store.keys.replica("r1"), 1500)  # as left by a process killed with SIGKILL
+    async with Replica(store, replica_id="r1"):
+        with redis_server.client() as client:
+            assert client.hget(store.keys.replica("r1"), "nonce") != "the-killed-process"
+
+
 def test_a_decision_names_the_record_it_was_shown(redis_server: RedisServer) -> None:
     from mcpvisor.host.approvals import DecidedSinceShown
 

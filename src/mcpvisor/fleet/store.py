@@ -27,6 +27,7 @@ a record never changes without its log entry (a reader that follows the log miss
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import secrets
@@ -52,6 +53,8 @@ __all__ = [
     "new_replica_id",
     "parse_record",
 ]
+
+logger = logging.getLogger(__name__)
 
 FLEET_ENV: Final = "MCPVISOR_FLEET"
 """The environment variable naming the fleet store when ``--fleet`` is not given."""
@@ -116,6 +119,8 @@ return 0
 """
 """KEYS: the lease. ARGV: holder, ms. Renews the holder's lease (1), takes a free one (2), or 0."""
 
+CLAIM_POLL_S: Final = 0.25
+"""How often a replica id still listed is tried again, while its entry may be expiring."""
 CLAIM: Final = """
 local held = redis.call('HGET', KEYS[1], 'nonce')
 if held and held ~= ARGV[1] then return 0 end
@@ -366,18 +371,32 @@ class FleetStore:
 
     def claim(self, replica_id: str, nonce: str, ttl_ms: int) -> None:
         """Take ``replica_id`` for this process (``nonce``), refused when another live replica has it: two
-        processes must never both own ``<id>.*`` sessions."""
+        processes must never both own ``<id>.*`` sessions. An entry left by a process that stopped without a word
+        (killed, and restarted at once by its supervisor) is waited out, up to its expiry; one that is renewed
+        meanwhile is a live replica's (blocking: run it in a thread)."""
         import redis
 
-        try:
-            claimed = self.sync_client().eval(CLAIM, 1, self.keys.replica(replica_id), nonce, ttl_ms)
-        except (redis.RedisError, OSError) as exc:
-            raise fleet_unreachable(self.url, exc) from exc
-        if not claimed:
-            raise ConfigError(
-                f"replica id {replica_id!r} is in use by another running replica of fleet {self.keys.fleet!r}: "
-                f"pick another --replica-id (or wait {ttl_ms // 1000} s if that replica just stopped)"
-            )
+        client, key = self.sync_client(), self.keys.replica(replica_id)
+        deadline, left_before = time.monotonic() + ttl_ms / 1000 + 1, None
+        while True:
+            try:
+                if client.eval(CLAIM, 1, key, nonce, ttl_ms):
+                    return
+                left = int(client.pttl(key))
+            except (redis.RedisError, OSError) as exc:
+                raise fleet_unreachable(self.url, exc) from exc
+            if (left_before is not None and left > left_before) or time.monotonic() > deadline:
+                raise ConfigError(
+                    f"replica id {replica_id!r} is in use by another running replica of fleet {self.keys.fleet!r}: "
+                    "pick another --replica-id"
+                )
+            if left_before is None:
+                logger.warning(
+                    "replica id %r is still listed in fleet %r: waiting up to %.0f s for the entry of a replica that "
+                    "stopped to expire", replica_id, self.keys.fleet, max(left, 0) / 1000,
+                )  # fmt: skip
+            left_before = left
+            time.sleep(CLAIM_POLL_S)
 
     def read_approvals(self) -> tuple[int, dict[str, dict[str, FleetRecord]], int]:
         """The revision, every approval record and the acknowledgement epoch, read in one transaction."""
