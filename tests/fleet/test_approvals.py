@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import redis
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.fleet.approvals import FleetApprovalStore
@@ -177,6 +178,24 @@ async def test_a_replica_follows_decisions_and_holds_gated_servers_while_the_sto
         redis_server.start()  # with its data (append-only file)
         await wait_until(lambda: mirror.get_state(ROOT, "p", Cfg("h1")) == "approved", what="recovery")
         assert mirror.error is None
+
+
+async def test_a_store_that_starts_refusing_the_password_says_so_while_the_replica_runs(
+    redis_server: RedisServer,
+) -> None:
+    """A store restarted with another password: the replica's error (status, readyz) says its sign-in is refused and
+    how to give the password, not only that the store "has not answered"."""
+    async with Replica(FleetStore(redis_server.url), freshness_s=1.0, register=False) as replica:
+        mirror = replica.approvals
+        with redis_server.client() as client:
+            client.config_set("requirepass", "hunter2")
+            client.client_kill_filter(_type="normal", skipme=True)  # its connections sign in again
+        await wait_until(lambda: "refused the connection's sign-in" in (mirror.error or ""), what="the refusal said")
+        assert "has not answered since" in (mirror.error or "")
+        assert "give its password in the URL, percent-encoded" in (mirror.error or "")
+        with redis.Redis(unix_socket_path=str(redis_server.socket), password="hunter2") as client:
+            client.config_set("requirepass", "")
+        await wait_until(lambda: mirror.error is None, what="recovery once it answers")
 
 
 async def test_a_store_that_went_back_in_revision_is_distrusted_until_acknowledged(redis_server: RedisServer) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import Listeners
-from mcpvisor.fleet.store import FleetRecord, FleetStore, parse_record, redact
+from mcpvisor.fleet.store import FleetRecord, FleetStore, parse_record, redact, sign_in_refused
 from mcpvisor.host.approvals import (
     ApprovalRecord,
     ApprovalStore,
@@ -65,6 +65,8 @@ class FleetApprovalStore(ApprovalStore):
         self._epoch = 0
         self._rewound_at: int | None = None
         self._unreachable_since: float | None = None
+        self.refused = ""
+        """Set by the follower while the store refuses its connection's sign-in (what to say, with the fix)."""
         self._followed = False
         self._last_heard = time.monotonic()
         self._changes: Listeners[Callable[[], None]] = Listeners("fleet approvals listener")
@@ -83,8 +85,9 @@ class FleetApprovalStore(ApprovalStore):
                 )
             if self._unreachable_since is not None:
                 since = time.strftime("%H:%M:%S", time.localtime(self._unreachable_since))
+                refused = f" (it {self.refused})" if self.refused else ""
                 return (
-                    f"the fleet store {redact(self.store.url)} has not answered since {since}; project and "
+                    f"the fleet store {redact(self.store.url)} has not answered since {since}{refused}; project and "
                     "workspace servers are held until it answers again (user servers keep running)"
                 )
             return self._error
@@ -151,6 +154,14 @@ class FleetApprovalStore(ApprovalStore):
                 return self._rewind(rev)
             self._max_rev = rev
             return False
+
+    def note_failure(self, exc: BaseException) -> None:
+        """The follower could not read the store (``exc``): a refused sign-in is said once, and in :attr:`error`
+        until the store is read again (else a store restarted with another password only "has not answered")."""
+        refused = sign_in_refused(exc)
+        if refused and refused != self.refused:
+            logger.warning("fleet store %s %s", redact(self.store.url), refused)
+        self.refused = refused
 
     def check_fresh(self) -> bool:
         """Mark the mirror stale when it has not heard from the store for ``freshness_s``; whether that

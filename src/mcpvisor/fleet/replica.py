@@ -255,7 +255,7 @@ class Replica(StackOwner):
             client = self.store.async_client()
             try:
                 last_id = await self._read_whole(client)
-                failures = 0
+                failures, self.approvals.refused = 0, ""
                 if not started:
                     started = True
                     task_status.started()
@@ -268,9 +268,10 @@ class Replica(StackOwner):
                         self.approvals.changed()
                     last_id = await self._take(client, batch, last_id)
             except Exception as exc:  # the store's errors, and any entry this version cannot read
+                self.approvals.note_failure(exc)
                 if not isinstance(exc, redis.RedisError | OSError):
                     logger.exception("fleet: following the change log failed; reading the store whole again")
-                elif failures == 0:
+                elif failures == 0 and not self.approvals.refused:
                     logger.warning("fleet store %s: %s; reconnecting", redact(self.store.url), exc)
                 if not started:  # the hosts start anyway: every gated server stays held meanwhile
                     started = True

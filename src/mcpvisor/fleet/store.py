@@ -241,14 +241,22 @@ _FLEET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def fleet_unreachable(url: str, exc: BaseException) -> ConfigError:
+    if refused := sign_in_refused(exc):  # reached, but refused
+        return ConfigError(f"the fleet store {redact(url)} {refused}")
     said = str(exc).rstrip(". ") or type(exc).__name__
-    if any(mark in said or mark in type(exc).__name__ for mark in _REFUSED_SIGN_IN):  # reached, but refused
-        return ConfigError(
-            f"the fleet store {redact(url)} refused the connection's sign-in ({said}); give its password in the "
-            "URL, percent-encoded: redis://:PASSWORD@HOST:6379/0 (or redis://USER:PASSWORD@... for an ACL user)"
-        )
     return ConfigError(
         f"cannot reach the fleet store {redact(url)}: {said}; start it (or fix --fleet / MCPVISOR_FLEET) and try again"
+    )
+
+
+def sign_in_refused(exc: BaseException) -> str:
+    """What to say when the store answered but refused the connection's sign-in (``exc``), with the fix; else ""."""
+    said = str(exc).rstrip(". ") or type(exc).__name__
+    if not any(mark in said or mark in type(exc).__name__ for mark in _REFUSED_SIGN_IN):
+        return ""
+    return (
+        f"refused the connection's sign-in ({said}); give its password in the URL, percent-encoded: "
+        "redis://:PASSWORD@HOST:6379/0 (or redis://USER:PASSWORD@... for an ACL user)"
     )
 
 
