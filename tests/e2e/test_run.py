@@ -350,7 +350,7 @@ async def test_ctrl_c_pressed_again_while_it_stops_changes_nothing(tmp_path: Pat
         pids = marker_pids(m)
         for _ in range(40):
             with contextlib.suppress(ProcessLookupError):  # it may have stopped already
-                process.send_signal(signal.SIGINT)
+                os.kill(process.pid, signal.SIGINT)  # send_signal() polls, and may reap it under asyncio's watcher
             await anyio.sleep(0.005)
         with anyio.fail_after(WAIT_S):
             said = b"".join([chunk async for chunk in process.stderr])
