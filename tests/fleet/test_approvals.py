@@ -13,7 +13,7 @@ import redis
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.fleet.approvals import FleetApprovalStore
 from mcpvisor.fleet.replica import Replica
-from mcpvisor.fleet.store import FleetStore, parse_record, redact
+from mcpvisor.fleet.store import FleetStore, fleet_unreachable, parse_record, redact
 from mcpvisor.host.approvals import root_key
 from tests.fleet.conftest import RedisServer
 from tests.helpers import wait_until
@@ -141,6 +141,28 @@ def test_approve_hints_say_the_decision_is_the_fleets(
         result = CliRunner().invoke(app, [kind, "list", "--workspace", str(layout.root)], env=env)
         said = " ".join(result.stdout.split())
         assert f"run: mcpvisor {kind} approve {name} --workspace {layout.root} --fleet URL" in said, said
+
+
+@pytest.mark.parametrize(
+    ("url", "error", "fix"),
+    [
+        ("rediss://:pw@h:6380/0", redis.TimeoutError("Timeout connecting to server"), "use redis:// if it does not"),
+        ("redis://h:6380/0", redis.ConnectionError("Error 104 while reading: Connection reset by peer"), "rediss://"),
+        (
+            "rediss://h:6380/0",
+            redis.ConnectionError("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed"),
+            "rediss://HOST:6379/0?ssl_ca_certs=/path/to/ca.pem",
+        ),
+        ("redis://h:6380/0", redis.ConnectionError("Error 111 connecting to h:6380. Connection refused"), "start it"),
+    ],
+)
+def test_a_store_reached_with_the_wrong_tls_says_which_scheme_or_ca_to_use(
+    url: str, error: Exception, fix: str
+) -> None:
+    """What redis-py says of a TLS mismatch (a timeout, a reset, a failed verification) named no fix."""
+    said = str(fleet_unreachable(url, error))
+    assert fix in said
+    assert "pw" not in said
 
 
 def test_a_store_that_wants_a_password_says_so(redis_server: RedisServer) -> None:

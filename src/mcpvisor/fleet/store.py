@@ -244,8 +244,16 @@ def fleet_unreachable(url: str, exc: BaseException) -> ConfigError:
     if refused := sign_in_refused(exc):  # reached, but refused
         return ConfigError(f"the fleet store {redact(url)} {refused}")
     said = str(exc).rstrip(". ") or type(exc).__name__
+    if "CERTIFICATE_VERIFY_FAILED" in said:
+        fix = "name the CA that signed its certificate: rediss://HOST:6379/0?ssl_ca_certs=/path/to/ca.pem"
+    elif urlsplit(url).scheme == "rediss":
+        fix = "start it, or use redis:// if it does not speak TLS (rediss:// is TLS)"
+    elif "reset by peer" in said or "closed by server" in said:
+        fix = "start it, or use rediss:// if it speaks TLS only"
+    else:
+        fix = "start it"
     return ConfigError(
-        f"cannot reach the fleet store {redact(url)}: {said}; start it (or fix --fleet / MCPVISOR_FLEET) and try again"
+        f"cannot reach the fleet store {redact(url)}: {said}; {fix} (or fix --fleet / MCPVISOR_FLEET) and try again"
     )
 
 
