@@ -165,6 +165,12 @@ def test_a_store_reached_with_the_wrong_tls_says_which_scheme_or_ca_to_use(
     assert "pw" not in said
 
 
+def test_a_database_that_is_no_number_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="its path names the database by number, e.g. redis://HOST:6379/0"):
+        FleetStore("redis://:pw@h:6379/abc")  # redis-py would use database 0 without a word
+    FleetStore("redis://h:6379/2")
+
+
 def test_a_store_that_wants_a_password_says_so(redis_server: RedisServer) -> None:
     with redis_server.client() as client:
         client.config_set("requirepass", "hunter2")

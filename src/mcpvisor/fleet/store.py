@@ -330,6 +330,12 @@ class FleetStore:
                 f"cannot use fleet store {redact(url)!r}: it does not read as a URL; a password with any of "
                 "# / ? @ : % in it must be percent-encoded (# as %23, / as %2F, ? as %3F, @ as %40, : as %3A)"
             )
+        database = parts.path.strip("/") if parts.scheme != "unix" else ""
+        if database and not database.isdigit():  # redis-py would use database 0 without a word
+            raise ConfigError(
+                f"cannot use fleet store {redact(url)!r}: its path names the database by number, e.g. "
+                "redis://HOST:6379/0 (for a unix socket: unix:///PATH?db=0)"
+            )
         if not _FLEET_NAME.fullmatch(fleet):
             raise ConfigError(
                 f"invalid fleet name {fleet!r}: use letters, digits, '-', '_' and '.' (it names the fleet's keys)"
