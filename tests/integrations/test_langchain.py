@@ -140,3 +140,13 @@ async def test_toolkit_tools_follow_the_registry_and_carry_the_mcp_result(config
     assert "removed from the configuration" in stale.content
     with pytest.raises(NotImplementedError, match="ainvoke"):
         y.invoke({"text": "v"})
+
+
+async def test_two_sessions_give_one_agent_two_middlewares_by_their_own_names(config: Config) -> None:
+    async def script(messages: list[BaseMessage], bound: list[str]) -> AIMessage:
+        return AIMessage(content="end")
+
+    two = [McpvisorMiddleware(config), McpvisorMiddleware(config, name="mcpvisor-other")]
+    agent = create_agent(ScriptedChatModel(script=script), tools=[], middleware=two)  # one name twice is refused
+    state = await agent.ainvoke({"messages": [HumanMessage("go")]})
+    assert state["messages"][-1].content == "end"

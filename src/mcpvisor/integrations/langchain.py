@@ -127,13 +127,15 @@ class McpvisorMiddleware(AgentMiddleware[Any, Any]):
     """Offers the session's current tools at every model call of a ``create_agent`` agent and runs
     the calls to them; the agent's own tools are kept as they are."""
 
-    def __init__(self, session: Config | Host, *, timeout_s: float | None = None) -> None:
+    def __init__(self, session: Config | Host, *, timeout_s: float | None = None, name: str = "mcpvisor") -> None:
+        """``name``: one of its own for each such middleware of one agent (two sessions), which LangChain requires."""
         super().__init__()
         self.toolkit = McpvisorToolkit(session, timeout_s=timeout_s)
+        self._name = name
 
     @property
     def name(self) -> str:
-        return "mcpvisor"
+        return self._name
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
