@@ -274,6 +274,29 @@ async def test_a_store_that_lost_its_data_holds_approved_servers_at_once_with_no
         assert "went back to revision 0" in (mirror.error or "")
 
 
+async def test_a_replica_started_after_the_store_went_back_holds_as_the_replicas_that_saw_it(
+    redis_server: RedisServer,
+) -> None:
+    """The live replicas' registry entries say which revision they applied: a replica started (or restarted) while
+    the store is behind it holds every gated server as they do, instead of trusting the older decisions; after an
+    operator's ack-reset, a replica started at once is not held by entries not yet renewed."""
+    store = FleetStore(redis_server.url)
+    async with Replica(store, replica_id="seen") as seen:
+        for digest in ("h0", "h1"):
+            command_store(redis_server).approve(ROOT, "p", Cfg(digest))  # revision 2
+        with redis_server.client() as client:
+            await wait_until(lambda: client.hget(store.keys.replica("seen"), "rev") == "2", what="revision 2 listed")
+            client.set(store.keys.rev, 1)  # the store lost a write (a restore from an older copy)
+        await wait_until(lambda: seen.approvals.error is not None, what="the rewind seen by the live replica")
+        async with Replica(FleetStore(redis_server.url), register=False) as fresh:
+            assert fresh.approvals.get_state(ROOT, "p", Cfg("h1")) == "pending"
+            assert "went back to revision 1 after other replicas applied 2" in (fresh.approvals.error or "")
+        assert FleetStore(redis_server.url).ack_reset() == 1
+        async with Replica(FleetStore(redis_server.url), register=False) as after:
+            assert after.approvals.error is None
+            assert after.approvals.get_state(ROOT, "p", Cfg("h1")) == "approved"
+
+
 async def test_two_live_processes_never_share_a_replica_id(redis_server: RedisServer) -> None:
     async with Replica(FleetStore(redis_server.url), replica_id="r1"):
         with pytest.raises(ConfigError, match="'r1' is in use by another running replica"):

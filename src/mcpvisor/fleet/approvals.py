@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import Listeners
@@ -63,6 +64,8 @@ class FleetApprovalStore(ApprovalStore):
         self._fleet: dict[str, dict[str, FleetRecord]] = {}
         self._max_rev = 0
         self._epoch = 0
+        self._witnessed = False
+        """The rewind was seen in the other replicas' registry entries, not by this process."""
         self._rewound_at: int | None = None
         self._unreachable_since: float | None = None
         self.refused = ""
@@ -80,8 +83,9 @@ class FleetApprovalStore(ApprovalStore):
             if self._rewound_at is not None:
                 return (
                     f"the fleet store {redact(self.store.url)} went back to revision {self._rewound_at} after "
-                    f"this replica applied {self._max_rev} (decisions were lost); every project and workspace "
-                    "server is held until an operator checks the decisions and runs 'mcpvisor fleet ack-reset'"
+                    f"{'other replicas' if self._witnessed else 'this replica'} applied {self._max_rev} (decisions "
+                    "were lost); every project and workspace server is held until an operator checks the decisions "
+                    "and runs 'mcpvisor fleet ack-reset'"
                 )
             if self._unreachable_since is not None:
                 since = time.strftime("%H:%M:%S", time.localtime(self._unreachable_since))
@@ -102,6 +106,28 @@ class FleetApprovalStore(ApprovalStore):
     def revision(self) -> int:
         """The highest store revision this mirror has seen."""
         return self._max_rev
+
+    def registry_fields(self) -> dict[Any, Any]:  # a hash mapping for redis-py
+        """What the replica's registry entry says of its decisions: the revision applied, under which
+        acknowledgement (``epoch``), and the error."""
+        with self._lock:
+            epoch, rev = self._epoch, self._max_rev
+        return {"rev": rev, "epoch": epoch, "error": self.error or ""}
+
+    async def check_witnesses(self, client: Any, replica_prefix: str, me: str) -> None:
+        """After a whole read: the revision the other live replicas applied under the store's current
+        acknowledgement (their registry entries). A store below it went back, though this process (started
+        since, or away) never saw the higher one: the rewind guard holds, as on the replicas that saw it."""
+        witnessed = 0
+        async for key in client.scan_iter(match=replica_prefix + "*", count=200):
+            if str(key).removeprefix(replica_prefix) != me:
+                rev, epoch = await client.hmget(key, "rev", "epoch")
+                if rev is not None and epoch is not None and int(epoch) == self._epoch:
+                    witnessed = max(witnessed, int(rev))
+        with self._lock:
+            if witnessed > self._max_rev:
+                current, self._max_rev, self._witnessed = self._max_rev, witnessed, True
+                self._rewind(current)
 
     def on_external_change(self, listener: Callable[[], None]) -> Callable[[], None]:
         return self._changes.add(listener)
@@ -126,7 +152,7 @@ class FleetApprovalStore(ApprovalStore):
             if epoch > self._epoch:
                 if self._rewound_at is not None:
                     logger.warning("fleet store acknowledged at revision %d: decisions are read from it again", rev)
-                self._epoch, self._rewound_at, self._max_rev = epoch, None, rev
+                self._epoch, self._rewound_at, self._max_rev, self._witnessed = epoch, None, rev, False
             if rev < self._max_rev:
                 self._rewind(rev)
                 return

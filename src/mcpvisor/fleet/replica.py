@@ -300,6 +300,7 @@ class Replica(StackOwner):
             for key, fields in zip(roots, hashes, strict=True)
         }
         self.approvals.replace_all(int(rev or 0), records, int(epoch or 0))
+        await self.approvals.check_witnesses(client, keys.replica_prefix, self.id)
         self.pins.mirror(await client.hgetall(keys.pins))
         self.approvals.recovered()
         self.approvals.changed()
@@ -426,10 +427,9 @@ class Replica(StackOwner):
                     "addr": self.address,
                     "started": repr(self.started),
                     "gen": self.applied_gen,
-                    "rev": self.approvals.revision,
+                    **self.approvals.registry_fields(),
                     "seen": now(),
                     "publisher": int(self.publisher),
-                    "error": self.approvals.error or "",
                     "nonce": self._nonce,
                 },
             )
