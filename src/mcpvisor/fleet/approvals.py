@@ -69,7 +69,7 @@ class FleetApprovalStore(ApprovalStore):
         self._rewound_at: int | None = None
         self._unreachable_since: float | None = None
         self.refused = ""
-        """Set by the follower while the store refuses its connection's sign-in (what to say, with the fix)."""
+        """While the store refuses the follower's sign-in: what to say, with the fix (:meth:`note_failure`)."""
         self._followed = False
         self._last_heard = time.monotonic()
         self._changes: Listeners[Callable[[], None]] = Listeners("fleet approvals listener")
@@ -118,11 +118,12 @@ class FleetApprovalStore(ApprovalStore):
         """After a whole read: the revision the other live replicas applied under the store's current
         acknowledgement (their registry entries). A store below it went back, though this process (started
         since, or away) never saw the higher one: the rewind guard holds, as on the replicas that saw it."""
-        witnessed = 0
+        with self._lock:
+            epoch, witnessed = self._epoch, 0
         async for key in client.scan_iter(match=replica_prefix + "*", count=200):
             if str(key).removeprefix(replica_prefix) != me:
-                rev, epoch = await client.hmget(key, "rev", "epoch")
-                if rev is not None and epoch is not None and int(epoch) == self._epoch:
+                rev, their_epoch = await client.hmget(key, "rev", "epoch")
+                if rev is not None and their_epoch is not None and int(their_epoch) == epoch:
                     witnessed = max(witnessed, int(rev))
         with self._lock:
             if witnessed > self._max_rev:
@@ -147,7 +148,7 @@ class FleetApprovalStore(ApprovalStore):
         A revision below one seen before is a rewind, unless an operator acknowledged since (``epoch``)."""
         with self._lock:
             self._loaded = True
-            self._error = None
+            self._error, self.refused = None, ""
             self._heard()
             if epoch > self._epoch:
                 if self._rewound_at is not None:

@@ -255,7 +255,7 @@ class Replica(StackOwner):
             client = self.store.async_client()
             try:
                 last_id = await self._read_whole(client)
-                failures, self.approvals.refused = 0, ""
+                failures = 0
                 if not started:
                     started = True
                     task_status.started()

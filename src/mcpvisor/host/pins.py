@@ -231,15 +231,7 @@ class PinStore(PrivateJsonStore):
             record = records.get(scope, {}).get(name)
             if not isinstance(record, dict) or record.get("config") != config:
                 return  # another configuration's record now: its own gate notes what it holds
-            for kind, key in KINDS:
-                noted, pinned, before = dict(record.get(key, {})), record.get(kind, {}), mine.get(key, {})
-                for n, digest in before.items():
-                    if n not in held[key] and _digest(noted.get(n)) == digest:
-                        del noted[n]
-                for n, entry in held[key].items():
-                    ours = n not in noted or _digest(noted[n]) == before.get(n)
-                    if ours and _digest(pinned.get(n)) != entry["sha256"]:
-                        noted[n] = entry
+            for key, noted in _held_notes(record, held, mine).items():
                 record.pop(key, None)
                 record.update({key: noted} if noted else {})
 
@@ -348,11 +340,7 @@ class PinGate:
         # to what was approved no longer reads as changed.
         mine = self._noted.get((scope, name), {})
         self._noted[(scope, name)] = {key: {n: e["sha256"] for n, e in held[key].items()} for _, key in KINDS}
-        if any(_to_note(held[key], record.get(key, {}), mine.get(key, {})) for _, key in KINDS) or any(
-            n not in held[key] and _digest(record.get(key, {}).get(n)) == digest
-            for _, key in KINDS
-            for n, digest in mine.get(key, {}).items()
-        ):
+        if _held_notes(record, held, mine) != {key: record.get(key, {}) for _, key in KINDS}:
             try:
                 self._store.note_held(scope, name, cfg.approval_hash, held, mine, timeout_s=GATE_LOCK_TIMEOUT_S)
             except (ConfigError, OSError) as exc:
@@ -406,10 +394,21 @@ def _digest(entry: Any) -> str | None:
     return entry.get("sha256") if isinstance(entry, dict) else None
 
 
-def _to_note(held: Mapping[str, Mapping[str, Any]], noted: Mapping[str, Any], mine: Mapping[str, str]) -> bool:
-    """Whether a held definition is not in the record's held ones yet (by name and digest) where a gate that noted
-    ``mine`` before may note it: a name noted with another definition by another copy of the server is theirs."""
-    return any(
-        n not in noted or _digest(noted[n]) not in (e["sha256"], None) and _digest(noted[n]) == mine.get(n)
-        for n, e in held.items()
-    )
+def _held_notes(
+    record: Mapping[str, Any], held: Mapping[str, Mapping[str, Any]], mine: Mapping[str, Mapping[str, str]]
+) -> dict[str, dict[str, Any]]:
+    """``record``'s held notes (held key -> name -> entry) once a gate that holds ``held`` and noted ``mine`` before
+    (held key -> name -> digest) has noted it: its notes of what it no longer holds go, and what it holds is noted
+    unless another copy of the server noted that name otherwise (theirs) or it is pinned as it is (accepted)."""
+    notes: dict[str, dict[str, Any]] = {}
+    for kind, key in KINDS:
+        noted, pinned, before = dict(record.get(key, {})), record.get(kind, {}), mine.get(key, {})
+        for n, digest in before.items():
+            if n not in held[key] and _digest(noted.get(n)) == digest:
+                del noted[n]
+        for n, entry in held[key].items():
+            ours = n not in noted or _digest(noted[n]) == before.get(n)
+            if ours and _digest(pinned.get(n)) != entry["sha256"]:
+                noted[n] = entry
+        notes[key] = noted
+    return notes
