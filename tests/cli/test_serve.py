@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
 import sys
 from functools import partial
 from pathlib import Path
@@ -25,6 +26,20 @@ from tests.gateway.test_gateway import next_event, save, server, text_of, tool_n
 from tests.gateway.test_workspaces import client_for, make_setup
 from tests.helpers import LIGHT, WAIT_S, free_port, marker_pids, mcpvisor_command, pid_alive, wait_until
 from tests.layout import make_layout
+
+
+def test_serve_starts_its_host_before_it_loads_the_sdk() -> None:
+    """``mcpvisor serve`` gets as far as starting its servers without the SDK or the web stack: the host's first
+    starts load them in a worker thread, each spawning its server first (``tests/core/test_spawn_ahead.py``), so the
+    servers start while the imports run."""
+    code = (
+        "import sys\n"
+        "import mcpvisor.cli.main, mcpvisor.cli.serve, mcpvisor.cli.serve_command, mcpvisor.host.host\n"
+        "heavy = ('mcp', 'mcp_types', 'starlette', 'uvicorn', 'mcpvisor.gateway.server')\n"
+        "print(sorted(m for m in sys.modules if m in heavy or m.startswith(tuple(h + '.' for h in heavy))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=WAIT_S)
+    assert out.stdout.strip() == "[]"
 
 
 async def test_run_gateway_over_http_serves_until_cancelled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

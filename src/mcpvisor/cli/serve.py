@@ -14,12 +14,8 @@ from rich.console import Console
 from mcpvisor.cli.fleet import joined
 from mcpvisor.cli.options import STARTUP_WAIT_S
 from mcpvisor.core.errors import ConfigError
-from mcpvisor.gateway.auth import GatewayToken
-from mcpvisor.gateway.http import WORKSPACE_HEADER, bind_http_socket, http_url, refuse_without_token
 from mcpvisor.gateway.limits import DEFAULT_HTTP_LIMITS, DEFAULT_NAME_BUDGET, HttpLimits
-from mcpvisor.gateway.server import DRAIN_S, Gateway
-from mcpvisor.gateway.stdio import stdio_streams
-from mcpvisor.gateway.workspaces import WorkspaceGateway
+from mcpvisor.gateway.listen import bind_http_socket, http_url, refuse_without_token
 from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.shell.consoles import new_console
@@ -29,6 +25,9 @@ if TYPE_CHECKING:
     from mcp.server.subscriptions import SubscriptionBus
 
     from mcpvisor.fleet.replica import Replica
+    from mcpvisor.gateway.auth import GatewayToken
+    from mcpvisor.gateway.server import Gateway
+    from mcpvisor.gateway.workspaces import WorkspaceGateway
 
 __all__ = ["run_gateway"]
 
@@ -131,9 +130,11 @@ async def _serve(
     if http is None:
         # Nothing in mcpvisor writes to stdout, and while serving the SDK points fd 1 at stderr.
         served_as = replica.round_state if replica is not None else None
+        from mcpvisor.gateway.stdio import stdio_streams
+
         async with (
             host,
-            Gateway(host.config, name_budget=name_budget, round_state=served_as, bus=_bus(replica, host)) as gateway,
+            _gateway()(host.config, name_budget=name_budget, round_state=served_as, bus=_bus(replica, host)) as gateway,
             stdio_streams() as (read, write),
         ):
             if replica is not None:
@@ -146,7 +147,10 @@ async def _serve(
         try:
             served_as = replica.round_state if replica is not None else None
             bus = _bus(replica, host)
-            async with host, Gateway(host.config, name_budget=name_budget, round_state=served_as, bus=bus) as gateway:
+            async with (
+                host,
+                _gateway()(host.config, name_budget=name_budget, round_state=served_as, bus=bus) as gateway,
+            ):
                 if replica is not None:
                     await replica.publish_from(host.options.env, host.root)
                     replica.serve_at(http_url(sock))
@@ -163,6 +167,15 @@ async def _serve(
             sock.close()
 
 
+def _gateway() -> type[Gateway]:
+    """The gateway, imported once its host entered: the host's first starts load the SDK and the web stack in a
+    worker thread, each spawning its server first (:func:`~mcpvisor.core.processes.loading_sdk`), so that the
+    servers start while the imports run, not after them."""
+    from mcpvisor.gateway.server import Gateway
+
+    return Gateway
+
+
 def _bus(replica: Replica | None, host: Host) -> SubscriptionBus | None:
     """The listen bus of a fleet replica's workspace (its root as the host will resolve it)."""
     if replica is None:
@@ -176,6 +189,8 @@ async def _until_stopped(
 ) -> AsyncIterator[None]:
     """Run the body until it ends or ``stop`` is set; then ``drain()`` (calls in flight finish or are told
     the gateway is shutting down) and cancel the body."""
+    from mcpvisor.gateway.server import DRAIN_S
+
     async with anyio.create_task_group() as tg:
         body = anyio.CancelScope()
 
@@ -208,6 +223,9 @@ async def _run_workspace_gateway(
     name_budget: int,
     replica: Replica | None,
 ) -> None:
+    from mcpvisor.gateway.http import WORKSPACE_HEADER
+    from mcpvisor.gateway.workspaces import WorkspaceGateway
+
     def opened(host: Host) -> None:
         if workspaces is not None:  # the default workspace opens inside __aenter__, before this is set
             where = host.options.workspace

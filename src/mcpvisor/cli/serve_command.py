@@ -37,7 +37,7 @@ __all__ = ["fast_event_loop", "serve"]
 
 
 def _parse_http(value: str) -> tuple[str, int]:
-    from mcpvisor.gateway.http import is_loopback
+    from mcpvisor.gateway.listen import is_loopback
 
     host, sep, port = value.rpartition(":")
     if not sep:

@@ -34,6 +34,7 @@ from mcpvisor.core.errors import (
 )
 from mcpvisor.core.events import ServerStatus
 from mcpvisor.core.listing import Listings, Refresher, discover, follow_list_changes, listen_wanted
+from mcpvisor.core.processes import SpawnedAhead
 from mcpvisor.core.server_config import (
     DEFAULT_MAX_MESSAGE_BYTES,
     REPOSITORY_SCOPES,
@@ -98,7 +99,8 @@ class ServerConnection:
 
     ``on_change`` is called (synchronously, must not block) whenever status, tools, prompts or the
     last error change. ``on_lost`` is called once if the connection ends without being asked to.
-    ``options`` say how it is made (:class:`ConnectionOptions`).
+    ``options`` say how it is made (:class:`ConnectionOptions`); ``ahead``: its server's process, spawned already
+    (while the SDK loaded), which its first connect adopts.
     """
 
     def __init__(
@@ -110,6 +112,7 @@ class ServerConnection:
         on_change: Callable[[Any], None] | None = None,
         on_lost: Callable[[Any], None] | None = None,
         log_name: str | None = None,
+        ahead: SpawnedAhead | None = None,
     ) -> None:
         options = options or ConnectionOptions()
         self.name = name
@@ -132,6 +135,7 @@ class ServerConnection:
         self._log_dir = options.log_dir or default_log_dir()
         self._http_auth = options.http_auth
         self._in_memory = options.in_memory
+        self._ahead = ahead
         self._auth_in_use: Any = None
         """What signs this connection's requests (see :data:`HttpAuth`)."""
         self._on_change = on_change
@@ -306,6 +310,7 @@ class ServerConnection:
             on_broken=self._on_broken,
             auth=self._auth_in_use,
             in_memory=self._in_memory,
+            ahead=self._ahead,
         )
         handler: MessageHandlerFnT = self._on_message
         asks = self._in_flight

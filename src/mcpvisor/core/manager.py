@@ -7,10 +7,8 @@ could not be reached at its start; a deliberate stop never respawns."""
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import logging
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -19,7 +17,6 @@ from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
-import anyio.to_thread
 
 from mcpvisor.core.errors import ConnectError
 from mcpvisor.core.events import (
@@ -33,6 +30,7 @@ from mcpvisor.core.events import (
 )
 from mcpvisor.core.lifecycle import Background
 from mcpvisor.core.pool import default_max_starts
+from mcpvisor.core.processes import SpawnedAhead, loading_sdk
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, plan_for
 from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, server_state
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of, exposure_of
@@ -245,9 +243,7 @@ class McpClientManager:
         await self._stop(name, reason=None, purge_first=True)
         await self._connect_one(name, cfg, failed, decided)
 
-    def _superseded(
-        self, name: str, decided: int | None
-    ) -> bool:  # a later pass decided about it (None: no pass's job)
+    def _superseded(self, name: str, decided: int | None) -> bool:  # a later pass decided (None: no pass's job)
         return decided is not None and self._decided.get(name) != decided
 
     # -- single servers ----------------------------------------------------------------------
@@ -280,10 +276,14 @@ class McpClientManager:
 
     async def _open(self, name: str, cfg: McpServerConfig, decided: int | None = None) -> None:
         """Start (or, with a pool, acquire) a connection for ``name`` unless a later pass took it on (ConnectError)."""
-        if _CLIENT_MODULE not in sys.modules:
-            # The first connection imports the SDK (~0.5 s of CPU): off the loop, which may serve others meanwhile.
-            await anyio.to_thread.run_sync(importlib.import_module, _CLIENT_MODULE)
-        from mcpvisor.core.client import McpClient
+        async with loading_sdk(_CLIENT_MODULE, self._limiter, cfg, partial(self._spawnable, name)) as ahead:
+            await self._start(name, cfg, decided, ahead)
+
+    def _spawnable(self, name: str) -> bool:  # asked in its start slot, right before: the gating may have changed
+        return self._pool is None and self._options.in_memory is None and self._still_admitted(name, say=False)
+
+    async def _start(self, name: str, cfg: McpServerConfig, decided: int | None, ahead: SpawnedAhead | None) -> None:
+        from mcpvisor.core.client import McpClient  # loaded by now (see _open)
 
         if self._superseded(name, decided):
             return
@@ -312,7 +312,9 @@ class McpClientManager:
             self._up_since[name] = time.monotonic()
             self._sync_registry(name)
             return
-        client = McpClient(name, cfg, options=self._options, on_change=self._on_client_change, on_lost=self._on_lost)
+        client = McpClient(
+            name, cfg, options=self._options, on_change=self._on_client_change, on_lost=self._on_lost, ahead=ahead
+        )
         self._clients[name] = self._handshaking[name] = client
         try:
             async with self._limiter:
@@ -327,7 +329,7 @@ class McpClientManager:
             if self._handshaking.get(name) is client:
                 del self._handshaking[name]
 
-    def _still_admitted(self, name: str) -> bool:
+    def _still_admitted(self, name: str, *, say: bool = True) -> bool:
         """Whether ``name`` may still start: a start waits (for a slot, a pass, a backoff) and the gating may
         have changed meanwhile — a rejection made elsewhere must stop a start already planned, not follow
         it. A start it stops is the next pass's (the gating change asked for one): that pass says why."""
@@ -335,7 +337,8 @@ class McpClientManager:
         if config.is_trusted_folder() and name in config.get_mcp_servers():
             if config.get_mcp_server_unavailable_reason(name) is None:
                 return True
-        logger.info("server %r: not started, no longer admitted", name)
+        if say:
+            logger.info("server %r: not started, no longer admitted", name)
         return False
 
     def _forget_unstarted(self, name: str) -> None:
@@ -450,8 +453,7 @@ class McpClientManager:
         self._tg.start_soon(self._reconnect_loop, name, client.connection_id, scope, first_pause, attempts)
 
     def _cancel_reconnect(self, name: str) -> None:
-        scope = self._reconnects.pop(name, None)
-        if scope is not None:
+        if (scope := self._reconnects.pop(name, None)) is not None:
             scope.cancel()
 
     async def _reconnect_loop(

@@ -18,53 +18,38 @@ The SDK's two streams are the pipes themselves: the task that sends a message wr
 SDK's reader reads and parses stdout, with no bridging task or memory stream in between (each hop cost
 a call through the gateway about 3 % of its time).
 
-Shutdown is bounded and shielded: close stdin -> wait -> SIGTERM the process group -> wait ->
-SIGKILL, each step a named constant, so a cancelled caller never leaks a live server.
+Shutdown is bounded and shielded (:func:`~mcpvisor.core.processes.stop_process`: close stdin -> wait -> SIGTERM
+the process group -> wait -> SIGKILL, each step a named constant), so a cancelled caller never leaks a live server.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
-import os
-import shutil
-import signal
-import subprocess
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
-from mcp.client._transport import TransportStreams
-from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
 from mcpvisor.core.errors import ConnectionBrokenError, InputNotReadError, MessageTooLargeError
 from mcpvisor.core.lines import LineSplitter, parse_line
+from mcpvisor.core.processes import spawn, stop_process
 from mcpvisor.core.server_config import DEFAULT_MAX_MESSAGE_BYTES
 from mcpvisor.core.server_log import ServerLog, pump_stderr
 
-__all__ = [
-    "STDIN_CLOSE_GRACE_S",
-    "TERMINATE_GRACE_S",
-    "StdioProcess",
-    "on_host_path",
-    "open_stdio_transport",
-]
+if TYPE_CHECKING:
+    from mcp.client._transport import TransportStreams
+
+__all__ = ["StdioProcess", "open_stdio_transport"]
 
 logger = logging.getLogger(__name__)
 
-STDIN_CLOSE_GRACE_S = 2.0
-"""How long a server may take to exit by itself once its stdin is closed."""
-TERMINATE_GRACE_S = 2.0
-"""How long after SIGTERM to the process group before SIGKILL."""
-REAP_WAIT_S = 2.0
-"""How long to wait for the event loop to observe a kill."""
-EXIT_POLL_S = 0.01
 READ_CHUNK_BYTES = 1024 * 1024
 STDERR_DRAIN_S = 1.0
 """How long what a stopped server left in its stderr pipe may take to reach its log."""
@@ -98,31 +83,6 @@ class StdioProcess:
         return self._process.returncode if self._process is not None else None
 
 
-def child_environment(env: Mapping[str, str] | None) -> dict[str, str]:
-    """The SDK's small safe set (HOME, LOGNAME, PATH, SHELL, TERM, USER) plus the config's ``env``.
-
-    Never the host's whole environment: secrets in the user's shell do not leak into every server.
-    """
-    return get_default_environment() | dict(env or {})
-
-
-def on_host_path(command: str) -> str:
-    """``command`` as the host's own PATH finds it (an absolute path) when it is a bare name; any other
-    command (one with a folder in it) as it is.
-
-    For the servers a repository defines: spawned under the config's ``env``, a bare name would be looked
-    up on the config's ``env.PATH``, which the repository may point at its own folders (``tools/pylsp``)
-    so that the name the user approved runs a program of the repository's choice.
-    Raises :class:`FileNotFoundError` when the host's PATH has no such executable."""
-    if os.sep in command or (os.altsep is not None and os.altsep in command):
-        return command
-    host_path = get_default_environment().get("PATH", os.defpath)
-    found = shutil.which(command, path=host_path)
-    if found is None:
-        raise FileNotFoundError(errno.ENOENT, "not found on the host's PATH", command)
-    return os.path.abspath(found)
-
-
 @asynccontextmanager
 async def open_stdio_transport(
     command: str,
@@ -135,24 +95,22 @@ async def open_stdio_transport(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     on_broken: Callable[[ConnectionBrokenError], None] | None = None,
     host_path: bool = False,
+    process: anyio.abc.Process | None = None,
 ) -> AsyncIterator[tuple[TransportStreams, StdioProcess]]:
     """Spawn ``command`` in its own process group and bridge its stdio to the SDK's streams; its stderr
     goes to ``log`` (which is closed when the transport ends). A message over ``max_message_bytes``
     ends reading: ``on_broken`` hears the :class:`MessageTooLargeError` (naming ``server``) first, then
     the read stream closes and ``ended`` is set; so does a server that stopped reading its input
     (:class:`InputNotReadError`, :data:`MAX_WAITING_SENDS`). ``host_path``: a bare ``command`` is looked up on the
-    host's PATH, never on ``env.PATH`` (:func:`on_host_path`; for a server a repository defines).
+    host's PATH, never on ``env.PATH`` (:func:`~mcpvisor.core.processes.on_host_path`; for a server a repository
+    defines). ``process``: spawned for this very command already (:class:`~mcpvisor.core.processes.SpawnedAhead`),
+    used instead of spawning one.
 
     Raises ``OSError`` (e.g. ``FileNotFoundError``) when the process cannot be spawned.
     """
     try:
-        process = await anyio.open_process(
-            [on_host_path(command) if host_path else command, *args],
-            env=child_environment(env),
-            cwd=cwd,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        if process is None:
+            process = await spawn(command, args, env=env, cwd=cwd, host_path=host_path)
     except BaseException:
         log.close()
         raise
@@ -381,59 +339,3 @@ def asyncio_writer(stream: anyio.abc.ByteSendStream) -> asyncio.StreamWriter | N
     or an anyio whose wrapper changed: its own ``send`` is then used; ``tests/core`` pins that it is found)."""
     writer = getattr(stream, "_stream", None)
     return writer if isinstance(writer, asyncio.StreamWriter) else None
-
-
-async def _wait_exit(process: anyio.abc.Process, timeout_s: float) -> bool:
-    """Whether the process exited within ``timeout_s`` (polls ``returncode``: ``wait()`` also
-    waits for pipes a grandchild may hold)."""
-    with anyio.move_on_after(timeout_s):
-        while process.returncode is None:  # noqa: ASYNC110 - the exit code has no event to wait on
-            await anyio.sleep(EXIT_POLL_S)
-        return True
-    return False
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-async def stop_process(
-    process: anyio.abc.Process, *, at_once: bool = False, exit_grace_s: float = STDIN_CLOSE_GRACE_S
-) -> None:
-    """Close stdin, wait (``exit_grace_s``), SIGTERM the group, wait, SIGKILL. Every step bounded. ``at_once``:
-    SIGKILL the group without the graces (a server that never got going has nothing to finish)."""
-    if process.stdin is not None:
-        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await process.stdin.aclose()
-    exited = await _wait_exit(process, 0 if at_once else exit_grace_s)
-    pgid = process.pid
-    if exited and not _group_alive(pgid):
-        pass
-    else:
-        if not at_once:
-            with suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGTERM)
-            with anyio.move_on_after(TERMINATE_GRACE_S):
-                while _group_alive(pgid):
-                    _ = process.returncode
-                    await anyio.sleep(EXIT_POLL_S)
-        if _group_alive(pgid):
-            with suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-        if not await _wait_exit(process, REAP_WAIT_S):
-            logger.warning("server process %d is still alive after SIGKILL; abandoning it", process.pid)
-    for pipe in (process.stdout, process.stderr):
-        if pipe is not None:
-            with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await pipe.aclose()
-    transport = getattr(getattr(process, "_process", None), "_transport", None)
-    close = getattr(transport, "close", None)
-    if callable(close):
-        with suppress(PermissionError):
-            close()

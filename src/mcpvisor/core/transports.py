@@ -24,7 +24,8 @@ from mcpvisor.core.errors import (
     describe_invalid,
 )
 from mcpvisor.core.listing import ListingTooLong
-from mcpvisor.core.server_config import REPOSITORY_SCOPES, InMemoryServers, McpServerConfig, arguments_hint
+from mcpvisor.core.processes import SpawnedAhead, uses_host_path
+from mcpvisor.core.server_config import InMemoryServers, McpServerConfig, arguments_hint
 from mcpvisor.core.server_log import ServerLog, log_problem
 from mcpvisor.core.stdio import StdioProcess, open_stdio_transport
 
@@ -50,6 +51,7 @@ async def open_transport(
     on_broken: Callable[[ConnectionBrokenError], None],
     auth: Any = None,
     in_memory: InMemoryServers | None = None,
+    ahead: SpawnedAhead | None = None,
 ) -> tuple[Any, StdioProcess | None]:
     """Enter ``cfg``'s transport on ``stack``: ``(transport for mcp.Client, the stdio process or None)``.
 
@@ -59,7 +61,8 @@ async def open_transport(
     ``max_message_bytes``: a larger one is reported to ``on_broken`` and fails what was waiting for it.
     Raises :class:`ConnectError` naming the config field to fix when the executable or working
     directory does not exist. A server ``in_memory`` serves (see :data:`InMemoryServers`) is neither
-    spawned nor reached: its streams are the transport, and there is no process."""
+    spawned nor reached: its streams are the transport, and there is no process. ``ahead``: the server's process
+    if it was spawned before its connection (while the SDK loaded), adopted when it was spawned for ``cfg``."""
     served = in_memory(name, cfg) if in_memory is not None else None
     if served is not None:
         return _FixedStreams(await stack.enter_async_context(served)), None
@@ -71,7 +74,7 @@ async def open_transport(
             log = ServerLog(log_path)
         except OSError as exc:
             raise ConnectError(f"could not start server {name!r}: {log_problem(log_path, exc)}", server=name) from exc
-        host_path = cfg.scope in REPOSITORY_SCOPES
+        host_path = uses_host_path(cfg)
         try:
             streams, process = await stack.enter_async_context(
                 open_stdio_transport(
@@ -84,6 +87,7 @@ async def open_transport(
                     max_message_bytes=max_message_bytes,
                     on_broken=on_broken,
                     host_path=host_path,
+                    process=ahead.take(cfg) if ahead is not None else None,
                 )
             )
         except FileNotFoundError as exc:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mcpvisor.core.errors import ConfigError
-from mcpvisor.gateway.responses import error_response
 from mcpvisor.host import paths
 from mcpvisor.host.private_files import DIR_MODE, write_private
 
@@ -142,6 +141,10 @@ class BearerAuth:
         return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self._expected)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        from mcpvisor.gateway.responses import (
+            error_response,  # the web stack: loaded with the gateway, not with a token
+        )
+
         message = (
             "this mcpvisor gateway needs 'Authorization: Bearer <token>'; the token is in the gateway's "
             f"{TOKEN_FILENAME} file or ${TOKEN_ENV} (see the line it printed at start-up)"

@@ -1,4 +1,4 @@
-"""The gateway's HTTP plumbing: listening sockets, uvicorn, DNS-rebinding settings, the workspace header.
+"""The gateway's HTTP plumbing: uvicorn, DNS-rebinding settings, the workspace header.
 
 Nothing here knows the MCP server itself: :mod:`mcpvisor.gateway.server` and
 :mod:`mcpvisor.gateway.workspaces` build their ASGI apps and serve them with :func:`serve_asgi_socket`.
@@ -7,7 +7,6 @@ Nothing here knows the MCP server itself: :mod:`mcpvisor.gateway.server` and
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import os
 import socket
@@ -21,13 +20,14 @@ import anyio.abc
 from mcp.server.transport_security import TransportSecuritySettings
 
 from mcpvisor.core.errors import ConfigError
-from mcpvisor.gateway.auth import TOKEN_ENV, BearerAuth
+from mcpvisor.gateway.auth import BearerAuth
 from mcpvisor.gateway.limits import (
     BODY_TIMEOUT_S,
     DEFAULT_HTTP_LIMITS,
     MAX_HEADER_BYTES,
     HttpLimits,
 )
+from mcpvisor.gateway.listen import http_url, is_loopback, refuse_without_token
 from mcpvisor.gateway.responses import error_response
 from mcpvisor.host import paths
 
@@ -39,16 +39,11 @@ __all__ = [
     "DEFAULT_HTTP_LIMITS",
     "HTTP_SHUTDOWN_S",
     "HttpLimits",
-    "MCP_PATH",
     "WORKSPACE_HEADER",
     "OneWorkspace",
     "admit_workspace",
-    "bind_http_socket",
     "header_text",
-    "http_url",
     "system_folder_of",
-    "is_loopback",
-    "refuse_without_token",
     "serve_asgi_socket",
     "transport_security",
     "workspace_of_header",
@@ -58,7 +53,6 @@ logger = logging.getLogger(__name__)
 
 HTTP_SHUTDOWN_S = 2
 """Grace for open HTTP requests (e.g. a client's notification stream) when the gateway stops."""
-MCP_PATH = "/mcp"
 WORKSPACE_HEADER = "X-Mcpvisor-Workspace"
 """The request header naming a client's workspace folder (an absolute path)."""
 
@@ -250,26 +244,6 @@ async def serve_asgi_socket(
         sock.close()
 
 
-def is_loopback(host: str) -> bool:
-    """Whether a listen address is reachable only from this machine: ``localhost``, ``127.0.0.0/8`` or ``::1``."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def refuse_without_token(host: str, token: str | None) -> None:
-    """Raise :class:`ConfigError` when serving on ``host`` would need a token and there is none:
-    a gateway reachable from other machines always needs one."""
-    if token is None and not is_loopback(host):
-        raise ConfigError(
-            f"refusing to serve on {host} without a token: anyone who can reach the port could call your "
-            f"tools; set {TOKEN_ENV} or --token-file (and drop --no-auth), or listen on a loopback address"
-        )
-
-
 def transport_security(host: str) -> TransportSecuritySettings | None:
     """DNS-rebinding protection for every loopback listener, whatever its address (none otherwise): a
     request must name the listener's own address, ``localhost``, ``127.0.0.1`` or ``[::1]`` in its
@@ -426,27 +400,3 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
                 self.transport.close()
 
     return GuardedProtocol
-
-
-def bind_http_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket for the gateway (bind early: a busy port fails before any server starts)."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        sock = socket.socket(family, kind, proto)
-    except OSError as exc:
-        raise ConfigError(f"cannot serve on {host}:{port}: {exc}") from exc
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
-        sock.setblocking(False)
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot serve on {host}:{port}: {exc.strerror or exc}; choose another --http port") from exc
-    return sock
-
-
-def http_url(sock: socket.socket) -> str:
-    """The gateway's URL on a socket from :func:`bind_http_socket`."""
-    host, port = sock.getsockname()[:2]
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}{MCP_PATH}"

@@ -54,15 +54,14 @@ from mcpvisor.gateway.asks import ROUND_TIMEOUT_S, CallingClient, OffersNothing,
 from mcpvisor.gateway.calls import DRAIN_S, SHUTTING_DOWN, InFlight, ShuttingDown
 from mcpvisor.gateway.http import (
     DEFAULT_HTTP_LIMITS,
-    MCP_PATH,
     HttpLimits,
     OneWorkspace,
-    bind_http_socket,
     serve_asgi_socket,
     transport_security,
 )
 from mcpvisor.gateway.lazy_streams import note_initialize
 from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET, MIN_NAME_BUDGET
+from mcpvisor.gateway.listen import MCP_PATH, bind_http_socket
 from mcpvisor.gateway.log_relay import LogRelay
 from mcpvisor.gateway.names import ServedNames, ServedPrompts
 from mcpvisor.gateway.notices import ChangeNotices

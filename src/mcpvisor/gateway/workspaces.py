@@ -64,17 +64,16 @@ from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.core.server_config import ConnectionOptions
 from mcpvisor.gateway.http import (
     DEFAULT_HTTP_LIMITS,
-    MCP_PATH,
     WORKSPACE_HEADER,
     HttpLimits,
     admit_workspace,
-    bind_http_socket,
     header_text,
     serve_asgi_socket,
     transport_security,
     workspace_of_header,
 )
 from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET
+from mcpvisor.gateway.listen import MCP_PATH, bind_http_socket
 from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.responses import error_response
 from mcpvisor.gateway.server import DRAIN_S, Gateway

@@ -25,9 +25,9 @@ import anyio
 import anyio.abc
 
 from mcpvisor.core.lines import without_lone_surrogates
+from mcpvisor.core.processes import stop_process
 from mcpvisor.core.server_config import DEFAULT_MAX_MESSAGE_BYTES
 from mcpvisor.core.server_log import ServerLog, pump_stderr
-from mcpvisor.core.stdio import stop_process
 from mcpvisor.host.lsp.errors import LspConnectionClosed, LspError, LspMessageTooLarge, LspRequestError
 from mcpvisor.host.lsp.framing import FrameReader
 from mcpvisor.host.lsp.process import (

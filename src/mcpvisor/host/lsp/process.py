@@ -1,7 +1,7 @@
 """Spawning a language server: its own process group, the small safe environment, on Linux the reaper
 (:mod:`mcpvisor.host.lsp.reaper`) in front of it, and the tail of its stderr to say why it ended.
 
-Stopping it is :func:`mcpvisor.core.stdio.stop_process`'s (close stdin, SIGTERM the group, SIGKILL).
+Stopping it is :func:`mcpvisor.core.processes.stop_process`'s (close stdin, SIGTERM the group, SIGKILL).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from mcpvisor.core.stdio import child_environment, on_host_path
+from mcpvisor.core.processes import child_environment, on_host_path
 from mcpvisor.host.lsp import reaper
 from mcpvisor.host.lsp.errors import LspConnectionClosed, LspError
 
@@ -60,7 +60,7 @@ class LspProcess:
         return self._process.returncode if self._process is not None else None
 
     async def wait_exit(self, timeout_s: float) -> bool:
-        """Whether the process exited within ``timeout_s`` (polls ``returncode``, as ``core.stdio`` does:
+        """Whether the process exited within ``timeout_s`` (polls ``returncode``, as ``core.processes`` does:
         ``wait()`` would also wait for pipes a grandchild holds); at once ``False`` for a server mcpvisor only
         connects to."""
         if self._process is None:

@@ -6,8 +6,8 @@ import os
 import shutil
 from typing import TYPE_CHECKING
 
+from mcpvisor.core.processes import on_host_path
 from mcpvisor.core.server_config import arguments_hint
-from mcpvisor.core.stdio import on_host_path
 from mcpvisor.host.lsp.config import GATED_LSP_SCOPES, LspServerConfig
 from mcpvisor.host.status import lsp_approve_hint
 

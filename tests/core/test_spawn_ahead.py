@@ -1,0 +1,160 @@
+"""Servers spawned while the SDK loads (``mcpvisor.core.processes``): adopted by their connection, or stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, get_default_environment
+
+from mcpvisor.core.processes import INHERITED_ENV_VARS, SpawnedAhead, child_environment, loading_sdk, spawn_ahead
+from mcpvisor.core.server_config import McpServerConfig
+from tests.helpers import WAIT_S, light, marker_pids, pid_alive, wait_until
+
+pytestmark = pytest.mark.anyio
+
+
+def test_servers_inherit_what_the_sdk_gives_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHELL", "() { echo exported function; }")  # a shell function is never passed on
+    monkeypatch.setenv("TERM", "")
+    monkeypatch.setenv("MCPVISOR_TEST_SECRET", "not for servers")
+    assert INHERITED_ENV_VARS == tuple(DEFAULT_INHERITED_ENV_VARS)
+    assert child_environment({"A": "1"}) == get_default_environment() | {"A": "1"}
+    environment = child_environment(None)
+    assert "SHELL" not in environment
+    assert environment["TERM"] == ""
+    assert "MCPVISOR_TEST_SECRET" not in environment
+
+
+def _slow_module(folder: Path, name: str, body: str = "") -> str:
+    (folder / f"{name}.py").write_text(f"import time\ntime.sleep(1.0)\n{body}\n")
+    return name
+
+
+async def test_a_process_its_connection_did_not_take_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    marker = tmp_path / "marker"
+    cfg = light("a", "--marker", str(marker))
+    async with loading_sdk(_slow_module(tmp_path, "slow_unused"), anyio.CapacityLimiter(1), cfg, lambda: True) as ahead:
+        assert ahead is not None
+        assert ahead.pid is not None
+        await wait_until(lambda: marker_pids(marker) == [ahead.pid], what="the server spawned before the import")
+        assert "slow_unused" in sys.modules
+    await wait_until(lambda: not pid_alive(marker_pids(marker)[0]), what="the unused process to stop")
+
+
+async def test_a_process_spawned_for_an_import_that_fails_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    marker = tmp_path / "marker"
+    module = _slow_module(tmp_path, "slow_broken", 'raise RuntimeError("broken on import")')
+    with pytest.raises(RuntimeError, match="broken on import"):
+        async with loading_sdk(module, anyio.CapacityLimiter(1), light("a", "--marker", str(marker)), lambda: True):
+            pytest.fail("the body runs only after a good import")
+    [pid] = marker_pids(marker)  # it started while the import ran (a second), and is gone after
+    await wait_until(lambda: not pid_alive(pid), what="the process of the failed start to stop")
+
+
+async def test_nothing_is_spawned_when_the_gating_says_no_or_the_sdk_is_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    marker = tmp_path / "marker"
+    cfg = light("a", "--marker", str(marker))
+    async with loading_sdk(_slow_module(tmp_path, "slow_gated"), anyio.CapacityLimiter(1), cfg, lambda: False) as ahead:
+        assert ahead is None
+        assert "slow_gated" in sys.modules
+    busy = anyio.CapacityLimiter(1)
+    await busy.acquire()  # every slot taken: a loaded module needs none
+    with anyio.fail_after(WAIT_S):
+        async with loading_sdk("json", busy, cfg, lambda: True) as ahead:
+            assert ahead is None
+    busy.release()
+    assert marker_pids(marker) == []
+
+
+async def test_only_a_connection_to_the_same_configuration_takes_the_process(tmp_path: Path) -> None:
+    cfg = light("a")
+    ahead = await spawn_ahead(cfg)
+    assert isinstance(ahead, SpawnedAhead)
+    assert ahead.pid is not None
+    pid = ahead.pid
+    try:
+        assert ahead.take(light("a", "--other")) is None
+        assert ahead.take(light("b")) is None
+        taken = ahead.take(light("a"))  # equal, not the same object
+        assert taken is not None
+        assert taken.pid == pid
+        assert ahead.take(cfg) is None  # once
+        await ahead.discard()  # taken: not its to stop
+        assert pid_alive(pid)
+    finally:
+        os.kill(pid, 9)
+    assert await spawn_ahead(McpServerConfig(command=str(tmp_path / "missing"))) is None
+    assert await spawn_ahead(McpServerConfig(command=sys.executable, cwd=str(tmp_path / "gone"))) is None
+
+
+_FIRST_STARTS = """
+import json, sys
+import anyio
+from mcpvisor.core import processes
+from mcpvisor.core.config import Config
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
+
+marker, logs, bound = sys.argv[1], sys.argv[2], int(sys.argv[3])
+spawns = []
+spawn = processes.spawn
+
+
+async def recording(command, args, **options):
+    spawns.append("mcp" not in sys.modules)  # spawned before the SDK loaded
+    return await spawn(command, args, **options)
+
+
+processes.spawn = recording
+argv = ["-m", "mcpvisor.examples.light_server", "--marker", marker, "--name"]
+servers = {n: McpServerConfig(command=sys.executable, args=[*argv, n]) for n in ("a", "b", "c")}
+
+
+async def main():
+    options = ConnectionOptions(log_dir=logs, max_concurrent_starts=bound)
+    async with Config(mcp_servers=servers, options=options) as config:
+        await config.initialize()
+        clients = config.manager.clients()
+        print(json.dumps({
+            "spawns": spawns,
+            "pids": sorted(c.pid for c in clients.values()),
+            "status": sorted(c.status for c in clients.values()),
+        }))
+
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.parametrize(("bound", "before_the_sdk"), [(3, [True, True, True]), (1, [True, False, False])])
+def test_a_fresh_process_starts_its_servers_while_the_sdk_loads(
+    tmp_path: Path, bound: int, before_the_sdk: list[bool]
+) -> None:
+    """As ``mcpvisor serve`` does: nothing imported the SDK yet. As many servers as may start at once are spawned
+    before it loads; each server runs one process, the one its connection speaks to."""
+    marker = tmp_path / "marker"
+    out = subprocess.run(
+        [sys.executable, "-c", _FIRST_STARTS, str(marker), str(tmp_path / "logs"), str(bound)],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S * 2,
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["status"] == ["connected"] * 3
+    assert sorted(result["spawns"], reverse=True) == before_the_sdk
+    assert result["pids"] == sorted(marker_pids(marker))  # one process each, none left over
