@@ -22,6 +22,7 @@ run churn.py
 run availability.py
 run gate_cost.py
 run startup.py "${startup_args[@]}"
+run serve_startup.py
 run endurance.py
 run gateway_overhead.py
 run hostile.py
