@@ -471,3 +471,19 @@ async def test_run_json_tells_of_language_servers_waiting_for_approval_and_of_th
         )
         listed = json.loads((await r.cli("lsp", "list", "--json")).stdout)
         assert listed["servers"][0]["state"] == "approved; starts on first use"
+
+
+async def test_a_server_that_never_answers_holds_up_neither_the_start_nor_an_edit(tmp_path: Path) -> None:
+    """``run`` waits a few seconds for a hanging handshake, as ``serve`` and the shell do, then follows edits; the
+    hanging server goes on starting (its own discovery timeout: two minutes here)."""
+    hang = {**server("hang", tmp_path / "hang.pids", "--hang-on-initialize"), "discoveryTimeoutMs": 120_000}
+    servers = {"hang": hang, "a": server("a", tmp_path / "a.pids")}
+    async with run(tmp_path, user={"mcpServers": servers}) as r:
+        first = r.of("reconcile")[0]
+        assert sorted(first["added"]) == ["a", "hang"]  # started by the pass; one of them is still starting
+        assert first["starting"] == ["hang"]
+        assert r.status("a") == "connected"
+        servers["b"] = server("b", tmp_path / "b.pids")
+        save(r.layout.paths.user, {"mcpServers": servers})
+        await r.wait_for(lambda: r.status("b") == "connected")
+        assert r.status("hang") == "connecting"

@@ -109,6 +109,7 @@ async def _run_host(
         allowed_mcp_server_names=allowed,
         lsp_config=list(lsp_config or []),
         allowed_lsp_server_names=allowed_lsp,
+        startup_wait_s=STARTUP_WAIT_S,  # then it follows edits; a server still starting comes in later
     )
     async with joined(options) as (options, _):
         await _follow(Host(options), console, as_json=as_json, intro=intro, approve_command=approve_command)

@@ -90,9 +90,10 @@ AllowedOpt = Annotated[
 ]
 
 STARTUP_WAIT_S = 5.0
-"""The most ``serve`` and ``shell`` wait for servers still handshaking before they answer (``serve``: its clients,
-which give a server tens of seconds to answer ``initialize``; ``shell``: its user): one slow server (a first ``npx``
-download, a hang) must not hold the others up. What comes up later is said (``list_changed``; a line)."""
+"""The most ``serve``, ``shell``, ``run`` and ``demo`` wait for servers still handshaking before they answer
+(``serve``: its clients, which give a server tens of seconds to answer ``initialize``; the others: their user) and
+follow edits: one slow server (a first ``npx`` download, a hang) must not hold the others up, nor an edit. What
+comes up later is said (``list_changed``; a line, a ``server`` event)."""
 
 
 class RedactingFormatter(logging.Formatter):

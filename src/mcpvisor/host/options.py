@@ -34,7 +34,7 @@ class HostOptions:
     watch: bool = True
     startup_wait_s: float | None = None
     """The most entering the host waits for servers still handshaking (they go on starting, and come in with a
-    ``list_changed``); default: each one's discovery timeout. ``serve`` and ``shell`` set a few seconds."""
+    ``list_changed``); default: each one's discovery timeout. The commands set a few seconds."""
     log_dir: Path | None = None
     max_concurrent_starts: int | None = None
     pool: McpConnectionPool | None = None
