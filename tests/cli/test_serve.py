@@ -100,6 +100,33 @@ async def test_run_gateway_on_a_busy_port_fails_before_starting_any_server(tmp_p
     assert not marker.exists()
 
 
+@pytest.mark.parametrize(
+    ("root", "why"),
+    [
+        ("{tmp}/missing", "no such folder"),
+        ("{tmp}/file", "it is not a folder"),
+        ("/etc", "it is a system folder, where clients may name no folder"),
+        ("/proc/self", "it is inside /proc, which is a system folder"),
+    ],
+)
+async def test_a_workspace_root_no_client_could_use_fails_before_starting_any_server(
+    tmp_path: Path, root: str, why: str
+) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "pids"
+    save(layout.paths.user, {"mcpServers": {"a": server("a", "--marker", str(marker))}})
+    (tmp_path / "file").write_text("")
+    options = HostOptions(env=layout.env, workspace=layout.root)
+    with pytest.raises(ConfigError, match=f"cannot use --workspace-root .*: {why}"):
+        await run_gateway(
+            options,
+            http=("127.0.0.1", free_port()),
+            per_client_workspaces=True,
+            workspace_root=Path(root.format(tmp=tmp_path)),
+        )
+    assert not marker.exists()
+
+
 async def test_mcpvisor_serve_over_stdio_in_a_subprocess_serves_follows_edits_and_stops_its_servers(
     tmp_path: Path,
 ) -> None:

@@ -254,8 +254,9 @@ async def test_dns_rebinding_protection_holds_before_a_workspace_opens(tmp_path:
 
 
 async def test_a_request_that_can_open_no_session_opens_no_workspace(tmp_path: Path) -> None:
-    """Before, a GET or a POST without a session id that is no initialize opened the workspace it named (its host,
-    watcher and servers), held one of the 64 places, and was only then refused."""
+    """Before, a GET or a POST without a session id that is no initialize, or a request with a session id no open
+    workspace has, opened the workspace it named (its host, watcher and servers), held one of the 64 places, and was
+    only then refused."""
     setup = make_setup(tmp_path)
     async with serving(setup) as (gateway, url):
         headers = {WORKSPACE_HEADER: str(setup.a), "Accept": "application/json, text/event-stream"}
@@ -263,8 +264,12 @@ async def test_a_request_that_can_open_no_session_opens_no_workspace(tmp_path: P
             listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
             posted = await http.post(url, json=listing, headers={**headers, "Content-Type": "application/json"})
             got = await http.get(url, headers={**headers, "Accept": "text/event-stream"})
+            made_up = {**headers, "Content-Type": "application/json", "Mcp-Session-Id": "0123456789abcdef"}
+            unknown = await http.post(url, json=listing, headers=made_up)
         assert (posted.status_code, got.status_code) == (400, 400)
         assert posted.json()["error"]["message"] == "Bad Request: Missing session ID"
+        assert unknown.status_code == 404  # a session of a workspace that is not open is none
+        assert unknown.json()["error"]["message"] == "Session not found"
         assert set(gateway.workspaces()) == {setup.default}
         async with client_for(url, setup.a) as client:  # an initialize still opens it
             assert "mcp__pa__echo" in {t.name for t in (await client.list_tools()).tools}

@@ -98,8 +98,6 @@ async def _serve(
         refuse_without_token(http[0], token.value if token is not None else None)  # before any server starts
     if workspace_root is not None and not per_client_workspaces:
         raise ConfigError("--workspace-root limits the folders clients may name: it needs --per-client-workspaces")
-    if workspace_root is not None and not await anyio.Path(workspace_root).is_dir():
-        raise ConfigError(f"cannot use --workspace-root {workspace_root}: no such folder")
     secret = token.value if token is not None else None
 
     def serving(host: Host, where: str) -> None:

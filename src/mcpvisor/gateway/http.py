@@ -42,6 +42,7 @@ __all__ = [
     "WORKSPACE_HEADER",
     "OneWorkspace",
     "admit_workspace",
+    "check_workspace_root",
     "header_text",
     "system_folder_of",
     "serve_asgi_socket",
@@ -119,6 +120,22 @@ def system_folder_of(root: Path, home: Path) -> Path | None:
             continue  # root's own projects, under its home
         return folder
     return None
+
+
+def check_workspace_root(allowed_root: Path, home: Path) -> None:
+    """Raise :class:`ConfigError` when ``--workspace-root`` names no folder, or one where every folder is a system
+    folder's (:data:`SYSTEM_FOLDERS`), which no client may name: a gateway started so would refuse them all."""
+    where = f"cannot use --workspace-root {allowed_root}"
+    if not allowed_root.is_dir():
+        raise ConfigError(f"{where}: {'it is not a folder' if allowed_root.exists() else 'no such folder'}")
+    root = paths.workspace_root(allowed_root)
+    system = system_folder_of(root, paths.workspace_root(home))
+    if system is not None and root != Path(root.anchor):
+        inside = "is" if system == root else f"is inside {system}, which is"
+        raise ConfigError(
+            f"{where}: it {inside} a system folder, where clients may name no folder; name the folder that holds "
+            "the projects"
+        )
 
 
 def admit_workspace(root: Path, default: Path, allowed_root: Path | None, home: Path) -> Path:

@@ -67,6 +67,7 @@ from mcpvisor.gateway.http import (
     WORKSPACE_HEADER,
     HttpLimits,
     admit_workspace,
+    check_workspace_root,
     header_text,
     serve_asgi_socket,
     transport_security,
@@ -181,6 +182,8 @@ class WorkspaceGateway(StackOwner):
 
     async def __aenter__(self) -> WorkspaceGateway:
         self._enter_once()
+        if self._workspace_root is not None:
+            check_workspace_root(self._workspace_root, paths.home(self._options.env))
         async with AsyncExitStack() as stack:
             log_dir = self._log_dir = self._options.log_dir or paths.log_dir(self._options.env)
             # Connections are shared between workspaces: their size limit is the gateway's own workspace's.
@@ -372,6 +375,10 @@ class WorkspaceGateway(StackOwner):
             return
         read = await self._opening(request, scope, receive, send)
         if read is None:
+            return
+        if MCP_SESSION_ID_HEADER in request.headers and root not in self._workspaces:
+            # A workspace's sessions end with it: this one is unknown (as the SDK answers it), and opens nothing.
+            await error_response("Session not found", 404)(scope, read, send)
             return
         workspace = self._acquire(root)
         if workspace is None:
