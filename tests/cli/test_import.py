@@ -206,6 +206,27 @@ def test_cursor_url_without_type_and_secrets_never_shown(layout: Layout) -> None
     assert not layout.paths.workspace.exists()  # --scope user leaves the project's servers alone
 
 
+def test_values_written_into_the_repository_are_told_never_shown(layout: Layout) -> None:
+    env = {"DB_PASSWORD": "S3CRET-DB", "FROM_ENV": "${env:HOME_TOKEN}"}
+    project = {
+        "db": {"command": "db-mcp", "env": env},
+        "web": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer S3CRET-H"}},
+        "clean": {"command": "clean-mcp", "env": {"A": "${env:A}"}},
+    }
+    write_json(layout.root / ".cursor" / "mcp.json", {"mcpServers": project})
+    found = json.loads(run(layout, "--from", "cursor", "--scope", "workspace", "--json", "--dry-run").stdout)
+    assert [w.split(" of server ")[1].split()[0] for w in found["warnings"]] == ["'db'", "'web'"]  # not 'clean'
+    assert not any("FROM_ENV" in w or "S3CRET" in w for w in found["warnings"])  # a reference is no value
+    assert all(" would get the value of " in w for w in found["warnings"])
+    result = run(layout, "--from", "cursor", "--scope", "workspace")
+    assert result.exit_code == 0, result.output
+    assert "S3CRET" not in result.output
+    warned = " ".join(result.output.split())  # as wrapped for 80 columns
+    assert "gets the value of env DB_PASSWORD of server 'db' as written" in warned
+    assert "gets the value of headers Authorization of server 'web'" in warned
+    assert "write ${NAME} instead" in warned
+
+
 @pytest.mark.parametrize("tool", ["gemini", "qwen"])
 def test_gemini_and_qwen_settings_with_comments(layout: Layout, tool: str) -> None:
     text = """{

@@ -16,6 +16,7 @@ from mcpvisor.cli.commands import check_scope
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.importers import SOURCES, ImportLevel, PlannedImport, plan_import, scan_source
 from mcpvisor.host.plugin_lsp import PluginLsp, scan_plugin_lsp_servers
+from mcpvisor.host.settings.expand import variables_in
 from mcpvisor.host.settings.loader import Settings, load_settings
 from mcpvisor.host.settings.writer import set_setting
 from mcpvisor.host.status import command_hints
@@ -57,8 +58,10 @@ def import_servers(
         for lsp, action, _ in plugin_lsp:
             if action in ("add", "replace") and lsp.entry is not None:
                 set_setting(settings, "user", ("lspServers", lsp.name), dict(lsp.entry))
+    exposed = _written_in_clear(planned, dry_run)
     if as_json:
         out = _import_json(scan.source, planned, dry_run)
+        out["warnings"] = exposed
         if source == "claude-code":
             out["language_servers"] = [
                 {"name": lsp.name, "plugin": lsp.plugin, "file": str(lsp.file), "action": action, "reason": reason}
@@ -69,6 +72,8 @@ def import_servers(
         console = new_console(highlight=False)
         _print_import(console, scan.title, scan.files, planned, dry_run, settings.root)
         _print_plugin_lsp(console, plugin_lsp, settings.paths.user, dry_run)
+        for warning in exposed:
+            new_console(stderr=True, highlight=False).print(f"[yellow]! {escape(warning)}[/]", soft_wrap=True)
     skipped = any(item.action == "skip" for item in planned) or any(a == "skip" for _, a, _ in plugin_lsp)
     return 1 if skipped else 0
 
@@ -144,6 +149,31 @@ def _import_json(source: str, planned: Sequence[PlannedImport], dry_run: bool) -
 
 
 _MARKS = {"add": "[green]+[/]", "replace": "[yellow]~[/]", "present": "[dim]=[/]", "skip": "[red]![/]"}
+
+
+def _written_in_clear(planned: Sequence[PlannedImport], dry_run: bool) -> list[str]:
+    """A warning for each server whose env or header values go as written into a workspace's settings file,
+    which lives in the repository (a ``${VAR}`` reference is not a value)."""
+    warnings = []
+    for item in planned:
+        entry = item.candidate.entry
+        if item.candidate.level != "workspace" or item.action not in ("add", "replace") or entry is None:
+            continue
+        keys = [
+            f"{field} {key}"
+            for field in ("env", "headers")
+            if isinstance(values := entry.get(field), Mapping)
+            for key, value in values.items()
+            if isinstance(value, str) and value and not variables_in(value)
+        ]
+        if keys:
+            warnings.append(
+                f"{item.destination} {'would get' if dry_run else 'gets'} the value of {', '.join(keys)} of server "
+                f"{item.candidate.name!r} as "
+                "written: the file belongs to the repository, where whoever reads the repository reads it; write "
+                "${NAME} instead (the value then comes from your environment) or import with --scope user"
+            )
+    return warnings
 
 
 def _print_import(

@@ -205,7 +205,11 @@ def mcp_import(
     source: Annotated[str, typer.Option("--from", help=f"The tool to import from: {_SOURCES_HELP}.", metavar="TOOL")],
     scope: Annotated[
         str | None,
-        typer.Option("--scope", help="Only its user-level or only its project-level servers.", metavar="SCOPE"),
+        typer.Option(
+            "--scope",
+            help="Only its user-level servers (user) or only its project-level ones (workspace).",
+            metavar="SCOPE",
+        ),
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be imported; write nothing.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace servers of the same name.")] = False,
