@@ -301,9 +301,20 @@ def test_bad_input_names_the_file_and_writes_nothing(layout: Layout) -> None:
     broken.write_text('{"mcpServers": {"a": {"command": "x",}\n')
     result = run(layout, "--from", "cursor")
     assert result.exit_code == 1
-    assert f"{broken}:" in result.output
+    assert f"{broken}:2:1:" in "".join(result.output.split())  # as wrapped for 80 columns
+    write_json(broken, {"mcpServers": {"mine": {"command": "mine-mcp"}}})
+    project = layout.root / ".cursor" / "mcp.json"
+    project.parent.mkdir(parents=True)
+    project.write_text('{"mcpServers": {"proj": {"command": "uvx", "args": ["thing"],}, }')
+    beside = run(layout, "--from", "cursor")  # one file that does not parse stops no other
+    assert beside.exit_code == 1
+    assert f"{project}:1:" in "".join(beside.output.split())
+    assert "nothing imported from this file" in " ".join(beside.output.split())
+    assert servers(layout.paths.user) == {"mine": {"command": "mine-mcp"}}
+    assert not layout.paths.workspace.exists()
+    layout.paths.user.unlink()
+    project.unlink()
     write_json(broken, {"mcpServers": {"bad": {"command": "x", "args": "not-a-list"}, "ok": {"command": "y"}}})
-    layout.paths.user.parent.mkdir(parents=True)
     layout.paths.user.write_text("{ not json")
     into_broken = run(layout, "--from", "cursor")
     assert into_broken.exit_code == 1

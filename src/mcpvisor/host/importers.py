@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host import paths as _paths
-from mcpvisor.host.settings.files import read_settings_file
+from mcpvisor.host.settings.files import SettingsFileError, read_settings_file
 from mcpvisor.host.settings.servers import describe_validation
 
 __all__ = [
@@ -210,8 +210,8 @@ def scan_source(
     levels: Collection[ImportLevel] = ("user", "workspace"),
     platform: str = sys.platform,
 ) -> ImportScan:
-    """Every server entry ``source`` keeps for ``root``, translated. Raises :class:`ConfigError`
-    (a :class:`SettingsFileError` naming file, line and column) for a source file that does not parse."""
+    """Every server entry ``source`` keeps for ``root``, translated. A source file that does not parse is one
+    candidate (``*``) that cannot be imported, whose reason names file, line and column: the others import."""
     spec = SOURCES.get(source)
     if spec is None:
         raise ValueError(f"unknown source {source!r}; use one of: {', '.join(SOURCES)}")
@@ -222,7 +222,13 @@ def scan_source(
         if level not in levels:
             continue
         if path not in parsed:
-            parsed[path] = read_settings_file(path)
+            try:
+                parsed[path] = read_settings_file(path)
+            except SettingsFileError as exc:
+                parsed[path] = None
+                files.append(SourceFile(path, level, True))
+                candidates.append(Candidate("*", path, level, None, f"{exc}; nothing imported from this file"))
+                continue
         data = parsed[path]
         if key is None:
             note = "mcpvisor reads .mcp.json itself (its servers need approval): nothing to import"
