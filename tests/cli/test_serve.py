@@ -42,6 +42,69 @@ def test_serve_starts_its_host_before_it_loads_the_sdk() -> None:
     assert out.stdout.strip() == "[]"
 
 
+_SERVE_OVER_STDIO = """
+import json, sys
+from mcpvisor.core import processes
+
+spawns = []
+spawn = processes.spawn
+
+
+async def recording(command, args, **options):
+    spawns.append("mcp" not in sys.modules)
+    return await spawn(command, args, **options)
+
+
+processes.spawn = recording
+from mcpvisor.cli.main import app
+
+try:
+    app(["serve", "--workspace", sys.argv[1]])
+except SystemExit:
+    pass
+print("spawned before the SDK loaded:", json.dumps(spawns), file=sys.stderr)
+"""
+
+
+def test_serve_over_stdio_spawns_its_servers_before_the_sdk_loads(tmp_path: Path) -> None:
+    """The whole command, in a fresh interpreter, its client gone at once (stdin closed): the host's start spawns
+    its server while the SDK loads (the stdio streams are the SDK's: imported only once the host entered)."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "pids"
+    save(layout.paths.user, {"mcpServers": {"a": server("a", "--marker", str(marker))}})
+    out = subprocess.run(
+        [sys.executable, "-c", _SERVE_OVER_STDIO, str(layout.root)],
+        env={**os.environ, **layout.env},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S * 2,
+    )
+    assert "spawned before the SDK loaded: [true]" in out.stderr, out.stderr
+    assert out.returncode == 0  # stdin at /dev/null is a client gone (uvloop used to abort the process: 134)
+    assert len(marker_pids(marker)) == 1
+
+
+def test_serve_over_stdio_with_no_client_at_all_ends_cleanly(tmp_path: Path) -> None:
+    """stdin at /dev/null (a service started with no input): the gateway ends as when its client left; uvloop
+    aborted the whole process (SIGABRT, exit 134) when the gateway asked it to poll that device."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "pids"
+    save(layout.paths.user, {"mcpServers": {"a": server("a", "--marker", str(marker))}})
+    out = subprocess.run(
+        [mcpvisor_command(), "serve", "--workspace", str(layout.root)],
+        env={**os.environ, **layout.env},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S * 2,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == ""
+    [pid] = marker_pids(marker)
+    assert not pid_alive(pid)
+
+
 async def test_run_gateway_over_http_serves_until_cancelled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
     save(layout.paths.user, {"mcpServers": {"a": server("a")}})

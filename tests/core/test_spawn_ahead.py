@@ -42,7 +42,8 @@ async def test_a_process_its_connection_did_not_take_is_stopped(
     monkeypatch.syspath_prepend(str(tmp_path))
     marker = tmp_path / "marker"
     cfg = light("a", "--marker", str(marker))
-    async with loading_sdk(_slow_module(tmp_path, "slow_unused"), anyio.CapacityLimiter(1), cfg, lambda: True) as ahead:
+    slow, slots = _slow_module(tmp_path, "slow_unused"), anyio.CapacityLimiter(1)
+    async with loading_sdk(slow, slots, "a", cfg, lambda: True, tmp_path / "logs") as ahead:
         assert ahead is not None
         assert ahead.pid is not None
         await wait_until(lambda: marker_pids(marker) == [ahead.pid], what="the server spawned before the import")
@@ -56,8 +57,9 @@ async def test_a_process_spawned_for_an_import_that_fails_is_stopped(
     monkeypatch.syspath_prepend(str(tmp_path))
     marker = tmp_path / "marker"
     module = _slow_module(tmp_path, "slow_broken", 'raise RuntimeError("broken on import")')
+    cfg = light("a", "--marker", str(marker))
     with pytest.raises(RuntimeError, match="broken on import"):
-        async with loading_sdk(module, anyio.CapacityLimiter(1), light("a", "--marker", str(marker)), lambda: True):
+        async with loading_sdk(module, anyio.CapacityLimiter(1), "a", cfg, lambda: True, tmp_path / "logs"):
             pytest.fail("the body runs only after a good import")
     [pid] = marker_pids(marker)  # it started while the import ran (a second), and is gone after
     await wait_until(lambda: not pid_alive(pid), what="the process of the failed start to stop")
@@ -69,13 +71,14 @@ async def test_nothing_is_spawned_when_the_gating_says_no_or_the_sdk_is_loaded(
     monkeypatch.syspath_prepend(str(tmp_path))
     marker = tmp_path / "marker"
     cfg = light("a", "--marker", str(marker))
-    async with loading_sdk(_slow_module(tmp_path, "slow_gated"), anyio.CapacityLimiter(1), cfg, lambda: False) as ahead:
+    slow, slots = _slow_module(tmp_path, "slow_gated"), anyio.CapacityLimiter(1)
+    async with loading_sdk(slow, slots, "a", cfg, lambda: False, tmp_path / "logs") as ahead:
         assert ahead is None
         assert "slow_gated" in sys.modules
     busy = anyio.CapacityLimiter(1)
     await busy.acquire()  # every slot taken: a loaded module needs none
     with anyio.fail_after(WAIT_S):
-        async with loading_sdk("json", busy, cfg, lambda: True) as ahead:
+        async with loading_sdk("json", busy, "a", cfg, lambda: True, tmp_path / "logs") as ahead:
             assert ahead is None
     busy.release()
     assert marker_pids(marker) == []
@@ -83,7 +86,7 @@ async def test_nothing_is_spawned_when_the_gating_says_no_or_the_sdk_is_loaded(
 
 async def test_only_a_connection_to_the_same_configuration_takes_the_process(tmp_path: Path) -> None:
     cfg = light("a")
-    ahead = await spawn_ahead(cfg)
+    ahead = await spawn_ahead(cfg, tmp_path / "a.log")
     assert isinstance(ahead, SpawnedAhead)
     assert ahead.pid is not None
     pid = ahead.pid
@@ -92,14 +95,24 @@ async def test_only_a_connection_to_the_same_configuration_takes_the_process(tmp
         assert ahead.take(light("b")) is None
         taken = ahead.take(light("a"))  # equal, not the same object
         assert taken is not None
-        assert taken.pid == pid
+        assert taken[0].pid == pid
+        assert taken[1].path == tmp_path / "a.log"  # its log, opened before it was spawned
+        taken[1].close()
         assert ahead.take(cfg) is None  # once
         await ahead.discard()  # taken: not its to stop
         assert pid_alive(pid)
     finally:
         os.kill(pid, 9)
-    assert await spawn_ahead(McpServerConfig(command=str(tmp_path / "missing"))) is None
-    assert await spawn_ahead(McpServerConfig(command=sys.executable, cwd=str(tmp_path / "gone"))) is None
+    log = tmp_path / "b.log"
+    assert await spawn_ahead(McpServerConfig(command=str(tmp_path / "missing")), log) is None
+    assert await spawn_ahead(McpServerConfig(command=sys.executable, cwd=str(tmp_path / "gone")), log) is None
+    bad_name = McpServerConfig(command=sys.executable, env={"A=B": "x"})  # ValueError, not OSError
+    assert await spawn_ahead(bad_name, log) is None
+    marker = tmp_path / "marker"
+    (tmp_path / "c.log").symlink_to(tmp_path / "elsewhere.log")  # a log refused: nothing may start
+    assert await spawn_ahead(light("c", "--marker", str(marker)), tmp_path / "c.log") is None
+    await anyio.sleep(0.5)
+    assert marker_pids(marker) == []
 
 
 _FIRST_STARTS = """
@@ -158,3 +171,46 @@ def test_a_fresh_process_starts_its_servers_while_the_sdk_loads(
     assert result["status"] == ["connected"] * 3
     assert sorted(result["spawns"], reverse=True) == before_the_sdk
     assert result["pids"] == sorted(marker_pids(marker))  # one process each, none left over
+
+
+_REFUSED_STARTS = """
+import json, os, sys
+import anyio
+from mcpvisor.core.config import Config
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
+
+marker, logs = sys.argv[1], sys.argv[2]
+os.makedirs(logs)
+os.symlink(os.path.join(logs, "elsewhere.log"), os.path.join(logs, "lnk.log"))
+argv = ["-m", "mcpvisor.examples.light_server", "--marker", marker, "--name"]
+servers = {
+    "bad": McpServerConfig(command=sys.executable, args=[*argv, "bad"], env={"A=B": "x"}),
+    "lnk": McpServerConfig(command=sys.executable, args=[*argv, "lnk"]),
+}
+
+
+async def main():
+    async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=logs)) as config:
+        await config.initialize()
+        print(json.dumps({name: c.last_error for name, c in config.manager.clients().items()}))
+
+
+anyio.run(main)
+"""
+
+
+def test_a_start_refused_while_the_sdk_loads_says_why_and_runs_nothing(tmp_path: Path) -> None:
+    """A server whose log may not be written never runs (its stderr would go nowhere), and one that cannot be
+    spawned (a name with "=" in its env: ValueError) is reported as such, as they are once the SDK is loaded."""
+    marker = tmp_path / "marker"
+    out = subprocess.run(
+        [sys.executable, "-c", _REFUSED_STARTS, str(marker), str(tmp_path / "logs")],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S * 2,
+    )
+    assert out.returncode == 0, out.stderr
+    errors = json.loads(out.stdout)
+    assert "illegal environment variable name" in errors["bad"]
+    assert "is a symbolic link; remove it" in errors["lnk"]
+    assert marker_pids(marker) == []

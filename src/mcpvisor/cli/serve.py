@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from rich.console import Console
@@ -128,12 +128,10 @@ async def _serve(
     if http is None:
         # Nothing in mcpvisor writes to stdout, and while serving the SDK points fd 1 at stderr.
         served_as = replica.round_state if replica is not None else None
-        from mcpvisor.gateway.stdio import stdio_streams
-
         async with (
             host,
             _gateway()(host.config, name_budget=name_budget, round_state=served_as, bus=_bus(replica, host)) as gateway,
-            stdio_streams() as (read, write),
+            _stdio_streams() as (read, write),
         ):
             if replica is not None:
                 await replica.publish_from(host.options.env, host.root)
@@ -172,6 +170,13 @@ def _gateway() -> type[Gateway]:
     from mcpvisor.gateway.server import Gateway
 
     return Gateway
+
+
+def _stdio_streams() -> AbstractAsyncContextManager[tuple[Any, Any]]:
+    """This process's stdin and stdout as the SDK's streams, imported once the host entered (see :func:`_gateway`)."""
+    from mcpvisor.gateway.stdio import stdio_streams
+
+    return stdio_streams()
 
 
 def _bus(replica: Replica | None, host: Host) -> SubscriptionBus | None:

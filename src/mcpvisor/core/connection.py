@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import re
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -67,7 +66,6 @@ DEFAULT_CALL_TIMEOUT_S = 600.0
 STOP_TIMEOUT_S = 10.0
 """How long a deliberate stop may take before the owner task is cancelled outright."""
 _CLIENT_INFO = types.Implementation(name="mcpvisor", version="0.1.0")
-_SAFE_FILENAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 def default_log_dir() -> Path:
@@ -174,7 +172,7 @@ class ServerConnection:
 
     @property
     def log_path(self) -> Path:
-        return self._log_dir / f"{_SAFE_FILENAME.sub('_', self._log_name)}.log"
+        return server_log.log_file(self._log_dir, self._log_name)
 
     @property
     def discovery_timeout_s(self) -> float:

@@ -276,7 +276,8 @@ class McpClientManager:
 
     async def _open(self, name: str, cfg: McpServerConfig, decided: int | None = None) -> None:
         """Start (or, with a pool, acquire) a connection for ``name`` unless a later pass took it on (ConnectError)."""
-        async with loading_sdk(_CLIENT_MODULE, self._limiter, cfg, partial(self._spawnable, name)) as ahead:
+        spawnable, logs = partial(self._spawnable, name), self._options.log_dir
+        async with loading_sdk(_CLIENT_MODULE, self._limiter, name, cfg, spawnable, logs) as ahead:
             await self._start(name, cfg, decided, ahead)
 
     def _spawnable(self, name: str) -> bool:  # asked in its start slot, right before: the gating may have changed
@@ -492,9 +493,8 @@ class McpClientManager:
     def _publish_state(self, name: str, *, reason: str | None = None) -> None:
         client = self._clients.get(name)
         status, error = (client.status, client.last_error) if client is not None else (None, None)
-        self._states.say(
-            server_state(name, status, error, self._tools, self._prompts, self._held.get(name), reason=reason)
-        )
+        state = server_state(name, status, error, self._tools, self._prompts, self._held.get(name), reason=reason)
+        self._states.say(state)
 
     def snapshot(self) -> Mapping[str, ServerStateChanged]:
         return self._states.snapshot()

@@ -20,12 +20,14 @@ import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 
 from mcpvisor.core.server_config import REPOSITORY_SCOPES, McpServerConfig
+from mcpvisor.core.server_log import ServerLog, default_log_dir, log_file
 
 __all__ = [
     "INHERITED_ENV_VARS",
@@ -125,22 +127,24 @@ async def spawn(
 
 @dataclass(eq=False)
 class SpawnedAhead:
-    """A server's process spawned before its connection could speak to it (the SDK was loading)."""
+    """A server's process spawned before its connection could speak to it (the SDK was loading), with its log."""
 
     config: McpServerConfig
     """What it was spawned for: only a connection made for an equal configuration adopts it."""
     _process: anyio.abc.Process | None = field(repr=False)
+    _log: ServerLog = field(repr=False)
 
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
-    def take(self, cfg: McpServerConfig) -> anyio.abc.Process | None:
-        """The process, once, for a connection to ``cfg`` (None: another configuration, or already taken)."""
+    def take(self, cfg: McpServerConfig) -> tuple[anyio.abc.Process, ServerLog] | None:
+        """The process and its open log, once, for a connection to ``cfg`` (None: another configuration, or
+        already taken)."""
         if self._process is None or cfg != self.config:
             return None
         process, self._process = self._process, None
-        return process
+        return process, self._log
 
     async def discard(self) -> None:
         """Stop the process unless a connection took it (it never got going: killed at once)."""
@@ -148,34 +152,48 @@ class SpawnedAhead:
         if process is not None:
             with anyio.CancelScope(shield=True):
                 await stop_process(process, at_once=True)
+            self._log.close()
 
 
-async def spawn_ahead(cfg: McpServerConfig) -> SpawnedAhead | None:
-    """Spawn ``cfg``'s server now for its connection to adopt later; None when it has no command or cannot be
-    spawned (its connection then spawns it and says why it failed)."""
+async def spawn_ahead(cfg: McpServerConfig, log_path: Path) -> SpawnedAhead | None:
+    """Spawn ``cfg``'s server now, its log opened at ``log_path`` first, for its connection to adopt later; None
+    when it has no command, or when its log or its process cannot be had (its connection then tries and says
+    why: nothing starts that its connection would refuse to start)."""
     if cfg.command is None:
         return None
     try:
-        process = await spawn(cfg.command, cfg.args, env=cfg.env, cwd=cfg.cwd, host_path=uses_host_path(cfg))
+        log = ServerLog(log_path)
     except OSError:
         return None
-    return SpawnedAhead(cfg, process)
+    try:
+        process = await spawn(cfg.command, cfg.args, env=cfg.env, cwd=cfg.cwd, host_path=uses_host_path(cfg))
+    except Exception:
+        log.close()
+        return None
+    return SpawnedAhead(cfg, process, log)
 
 
 @asynccontextmanager
 async def loading_sdk(
-    module: str, slots: anyio.CapacityLimiter, cfg: McpServerConfig, may_spawn: Callable[[], bool]
+    module: str,
+    slots: anyio.CapacityLimiter,
+    name: str,
+    cfg: McpServerConfig,
+    may_spawn: Callable[[], bool],
+    log_dir: Path | None,
 ) -> AsyncIterator[SpawnedAhead | None]:
     """Import ``module`` (one that loads the SDK) unless it is imported, off the loop, which may serve others
     meanwhile, in one of the start ``slots`` (a start that waited for its slot while another imported it has nothing
-    left to do). ``cfg``'s server is spawned first if ``may_spawn()`` (asked in the slot: the gating may have changed
-    while it waited), so that it starts while the import runs. Yields that process for its connection to adopt (None:
-    nothing spawned ahead), and stops it on the way out unless it was adopted."""
+    left to do). The server ``name`` (``cfg``; its log in ``log_dir``, default: the host's) is spawned first if
+    ``may_spawn()`` (asked in the slot: the gating may have changed while it waited), so that it starts while the
+    import runs. Yields that process for its connection to adopt (None: nothing spawned ahead), and stops it on
+    the way out unless it was adopted."""
     ahead = None
     if module not in sys.modules:
         async with slots:
             if module not in sys.modules:  # (else it was loaded while this start waited for its slot)
-                ahead = await spawn_ahead(cfg) if may_spawn() else None
+                log_path = log_file(log_dir or default_log_dir(os.environ), name)
+                ahead = await spawn_ahead(cfg, log_path) if may_spawn() else None
                 try:
                     await anyio.to_thread.run_sync(importlib.import_module, module)
                 except BaseException:

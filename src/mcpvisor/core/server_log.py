@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,6 +33,14 @@ LOG_MAX_BYTES: Final = 5 * 1024 * 1024
 LOG_BACKUPS: Final = 1
 LOG_RATE_BYTES_PER_S: Final = 1024 * 1024
 _READ_CHUNK: Final = 64 * 1024
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def log_file(log_dir: Path, name: str) -> Path:
+    """Where the server ``name`` logs in ``log_dir``: ``NAME.log``, anything but letters, digits, ``_.-`` as ``_``."""
+    return log_dir / f"{_UNSAFE.sub('_', name)}.log"
 
 
 def default_log_dir(env: Mapping[str, str]) -> Path:

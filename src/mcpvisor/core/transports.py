@@ -69,9 +69,10 @@ async def open_transport(
     transport: Any
     process: StdioProcess | None = None
     if cfg.command is not None:
+        adopted = ahead.take(cfg) if ahead is not None else None
         # A server may print anything it was given, secrets included: the log is the user's alone (0600).
         try:
-            log = ServerLog(log_path)
+            log = adopted[1] if adopted is not None else ServerLog(log_path)
         except OSError as exc:
             raise ConnectError(f"could not start server {name!r}: {log_problem(log_path, exc)}", server=name) from exc
         host_path = uses_host_path(cfg)
@@ -87,7 +88,7 @@ async def open_transport(
                     max_message_bytes=max_message_bytes,
                     on_broken=on_broken,
                     host_path=host_path,
-                    process=ahead.take(cfg) if ahead is not None else None,
+                    process=adopted[0] if adopted is not None else None,
                 )
             )
         except FileNotFoundError as exc:

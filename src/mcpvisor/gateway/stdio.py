@@ -5,7 +5,7 @@ interrupt it, so ``mcpvisor serve`` in a terminal ignored Ctrl-C until Enter was
 sends SIGTERM before it closes its end the gateway waited for that end. Here a pipe or a terminal on fd 0 is
 read by the event loop (on a duplicate of fd 0, put back in blocking mode afterwards: a terminal's mode is
 shared with the shell that started us), and the wait ends with the task. Anything else on fd 0 (a regular
-file, a socket) keeps the SDK's reader.
+file, a socket, /dev/null) keeps the SDK's reader.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ async def _stdin_on_the_loop() -> AsyncIterator[_Lines | None]:
     except OSError:
         yield None
         return
-    if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
-        yield None
+    if not (stat.S_ISFIFO(mode) or (stat.S_ISCHR(mode) and os.isatty(0))):
+        yield None  # (another character device, /dev/null: uvloop aborts the process when asked to poll it)
         return
     fd = os.dup(0)
     blocking = os.get_blocking(fd)
