@@ -115,7 +115,8 @@ async def spawn(
     command: str, args: Sequence[str], *, env: Mapping[str, str] | None, cwd: str | None, host_path: bool
 ) -> anyio.abc.Process:
     """Start a stdio server in its own process group (stopped as a group), pipes on stdin, stdout and stderr.
-    ``host_path``: see :func:`on_host_path`. Raises ``OSError`` (e.g. ``FileNotFoundError``)."""
+    ``host_path``: see :func:`on_host_path`. Raises ``OSError`` (e.g. ``FileNotFoundError``), or ``ValueError`` for
+    what no process can be given (an ``=`` in an environment variable's name, a NUL byte)."""
     return await anyio.open_process(
         [on_host_path(command) if host_path else command, *args],
         env=child_environment(env),
@@ -167,7 +168,7 @@ async def spawn_ahead(cfg: McpServerConfig, log_path: Path) -> SpawnedAhead | No
         return None
     try:
         process = await spawn(cfg.command, cfg.args, env=cfg.env, cwd=cfg.cwd, host_path=uses_host_path(cfg))
-    except Exception:
+    except Exception:  # OSError, or ValueError (an "=" in an env name, a NUL byte): its connection says which
         log.close()
         return None
     return SpawnedAhead(cfg, process, log)

@@ -141,9 +141,8 @@ class BearerAuth:
         return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self._expected)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from mcpvisor.gateway.responses import (
-            error_response,  # the web stack: loaded with the gateway, not with a token
-        )
+        # The web stack loads with the gateway, not with the token (``serve`` reads it before its servers start).
+        from mcpvisor.gateway.responses import error_response
 
         message = (
             "this mcpvisor gateway needs 'Authorization: Bearer <token>'; the token is in the gateway's "
