@@ -269,7 +269,9 @@ async def test_mcpvisor_serve_per_client_workspaces_in_a_subprocess_serves_each_
     errlog = tmp_path / "gateway.stderr"
     with errlog.open("w") as err:
         process = await anyio.open_process(
-            [*command, "--workspace", str(setup.default)], env={**os.environ, **setup.layout.env}, stderr=err
+            [*command, "--workspace", str(setup.default)],
+            env={**os.environ, **setup.layout.env, "COLUMNS": "400"},
+            stderr=err,
         )
         async with process:
             try:
@@ -300,6 +302,39 @@ async def test_mcpvisor_serve_per_client_workspaces_in_a_subprocess_serves_each_
     err_text = errlog.read_text()
     assert f"the token is in {token_file} (generated now, kept for next time)" in err_text
     assert token not in err_text
+    assert f"MCP servers of {setup.a}" in err_text  # a client's workspace is named (its own table, its lines)
+    assert f"MCP servers of {setup.b}" in err_text
+    assert f"MCP servers of {setup.default}" not in err_text  # the gateway's own is the one unnamed
+    assert "Traceback" not in err_text  # the clients' GET streams are ended, not cut when uvicorn gives up
+
+
+async def test_a_client_listening_when_the_gateway_stops_is_let_go_without_an_error(tmp_path: Path) -> None:
+    """A handshake-era client keeps a GET stream open for what the server sends unasked: on SIGTERM it is ended,
+    where uvicorn used to cut it after its grace and log an error with a traceback."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    save(layout.paths.user, {"mcpServers": {"a": server("a")}})
+    port = free_port()
+    errlog = tmp_path / "gateway.stderr"
+    command = [mcpvisor_command(), "serve", "--http", f"127.0.0.1:{port}", "--no-auth", "--workspace", str(layout.root)]
+    with errlog.open("w") as err:
+        process = await anyio.open_process(command, env={**os.environ, **layout.env}, stderr=err)
+        async with process:
+            try:
+                await wait_for_port(port)
+                async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client:
+                    assert await tool_names(client) == {"mcp__a__echo"}
+                    await anyio.sleep(0.5)  # its GET stream open
+                    os.kill(process.pid, signal.SIGTERM)
+                    with anyio.fail_after(WAIT_S):
+                        assert await process.wait() == 0
+            finally:
+                if process.returncode is None:
+                    process.kill()
+                    with anyio.CancelScope(shield=True):
+                        await process.wait()
+    assert "stopping; calls in flight get up to 5 s" in errlog.read_text()
+    assert "Traceback" not in errlog.read_text()
+    assert "ERROR" not in errlog.read_text()
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
@@ -357,6 +392,7 @@ async def test_on_sigterm_calls_in_flight_finish_or_are_told_the_gateway_is_shut
     assert outcomes["late"] == outcomes["long"]
     await wait_until(lambda: not any(pid_alive(pid) for pid in marker_pids(marker)), what="no server left")
     assert "calls in flight get up to 5 s to finish" in errlog.read_text()
+    assert "Traceback" not in errlog.read_text()  # a handshake-era client's GET stream is ended, not cut
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

@@ -230,10 +230,11 @@ async def _run_workspace_gateway(
     from mcpvisor.gateway.workspaces import WorkspaceGateway
 
     def opened(host: Host) -> None:
+        where = None
         if workspaces is not None:  # the default workspace opens inside __aenter__, before this is set
-            where = host.options.workspace
+            where = str(host.options.workspace)
             console.print(f"[dim]mcpvisor gateway: opening workspace {where} for a client[/]", soft_wrap=True)
-        host.subscribe(HumanOutput(host, console))
+        host.subscribe(HumanOutput(host, console, where=where))  # a client's workspace is named on each line
 
     workspaces: WorkspaceGateway | None = None
     sock = bind_http_socket(*http)

@@ -490,10 +490,11 @@ class Gateway(StackOwner):
         except BaseException:
             sock.close()
             raise
-        await serve_asgi_socket(
-            app, sock, on_stop=self.close_listen_streams, token=token, limits=limits, task_status=task_status
-        )
+        stop = self.close_listen_streams
+        await serve_asgi_socket(app, sock, on_stop=stop, token=token, limits=limits, task_status=task_status)
 
     def close_listen_streams(self) -> None:
-        """End every open ``subscriptions/listen`` stream gracefully (the clients re-listen)."""
+        """End every open ``subscriptions/listen`` stream and handshake-era GET stream gracefully (it is stopping)."""
         self._listen.close()
+        if self.sessions is not None:
+            self.sessions.end_notice_streams()

@@ -216,6 +216,15 @@ class SessionBook:
             await victim.close()
         return True
 
+    def end_notice_streams(self) -> None:
+        """End every session's standalone GET stream (what the server sends unasked) gracefully: the gateway is
+        stopping. One left open held the HTTP server's shutdown until it was cut, logged as an error with a
+        traceback; a client that reconnects to a stopping gateway is refused as any new request."""
+        for session in self._sessions.values():
+            transport = session.manager._server_instances.get(session.session_id)
+            if transport is not None:
+                transport.close_standalone_sse_stream()
+
     async def close_all(self) -> None:
         """End every session (the gateway is stopping)."""
         for session in list(self._sessions.values()):

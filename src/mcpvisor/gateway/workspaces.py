@@ -253,10 +253,11 @@ class WorkspaceGateway(StackOwner):
         return sum(ended)
 
     def close_listen_streams(self) -> None:
-        """End every workspace's open ``subscriptions/listen`` streams gracefully."""
+        """End every workspace's open ``subscriptions/listen`` streams and handshake-era GET streams gracefully."""
         for workspace in list(self._workspaces.values()):
             if workspace.gateway is not None:
                 workspace.gateway.close_listen_streams()
+        self.sessions.end_notice_streams()
 
     # -- workspaces --------------------------------------------------------------------------
 

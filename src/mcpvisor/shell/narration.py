@@ -40,9 +40,12 @@ class HumanOutput:
         *,
         on_ready: Callable[[], None] | None = None,
         approve_command: str | None = None,
+        where: str | None = None,
     ) -> None:
         self._host = host
         self._console = console
+        self._where = where
+        """The workspace every line names (a gateway serving several), or None."""
         self._on_ready = on_ready
         self._approve_command_given = approve_command
         self._ready = False
@@ -70,43 +73,45 @@ class HumanOutput:
             "mcpvisor mcp approve {name} --workspace {root}" + self._host.approvals.decided_with.replace("{", "{{")
         )
 
+    def _say(self, line: str) -> None:
+        self._console.print(f"[dim]{escape(self._where)}:[/] {line}" if self._where else line)
+
     def __call__(self, event: HostEvent) -> None:
-        c = self._console
         if isinstance(event, ReconcileFinished):
             current = self._host.config.get_mcp_servers()
             self._starting |= set(event.starting)  # (the first pass's: the status table shows them connecting)
             if self._ready:
                 for name in event.starting:  # another change went first: how its start ends is said when it does
-                    c.print(f"[dim]◌ {escape(str(name))} is still starting[/]")
+                    self._say(f"[dim]◌ {escape(str(name))} is still starting[/]")
                 for name in (n for n in (*event.added, *event.retried) if n not in event.starting):
                     failed = event.failed.get(name)
                     if failed:
                         reason = failed.split(": ", 1)[-1]
                         if self._failures.get(name) != reason:
-                            c.print(f"[red]✗ {escape(str(name))} failed to start:[/] {escape(str(reason))}")
+                            self._say(f"[red]✗ {escape(str(name))} failed to start:[/] {escape(str(reason))}")
                         self._failures[name] = reason
                     else:
                         self._failures.pop(name, None)
                         tools = len(self._host.config.tool_registry.tools_of(name))
                         verb = "connected" if name in event.retried else "added"
-                        c.print(f"[green]+ {verb} {escape(str(name))}[/] ({plural(tools, 'tool')})")
+                        self._say(f"[green]+ {verb} {escape(str(name))}[/] ({plural(tools, 'tool')})")
                 for name in event.removed:
-                    c.print(f"[yellow]- removed {escape(str(name))}[/]")
+                    self._say(f"[yellow]- removed {escape(str(name))}[/]")
                 for name in event.restarted:
                     fields = ", ".join(changed_fields(self._servers.get(name), current.get(name)))
-                    c.print(f"[cyan]↻ restarted {escape(str(name))}[/] ({escape(fields)} changed)")
+                    self._say(f"[cyan]↻ restarted {escape(str(name))}[/] ({escape(fields)} changed)")
                 for name in event.refiltered:
-                    c.print(f"[cyan]~ {escape(str(name))}: tool filters changed, re-filtered in place[/]")
+                    self._say(f"[cyan]~ {escape(str(name))}: tool filters changed, re-filtered in place[/]")
                 for name, reason in event.gated.items():
                     reason = self._host.refine_reason(name, reason) or reason
                     if self._gated.get(name) == reason:
                         continue  # said already; nothing changed for it
                     if reason == "excluded":
-                        c.print(f"[dim]○ {escape(str(name))} disabled (mcp.excluded)[/]")
+                        self._say(f"[dim]○ {escape(str(name))} disabled (mcp.excluded)[/]")
                     elif reason == "not_allowed":
-                        c.print(f"[dim]○ {escape(str(name))} not allowed[/]")
+                        self._say(f"[dim]○ {escape(str(name))} not allowed[/]")
                     elif reason == "rejected":
-                        c.print(
+                        self._say(
                             f"[red]✗ {escape(str(name))} rejected — edit its config to be asked again, "
                             f"or approve it after all: mcpvisor mcp approve {escape(str(name))}[/]",
                         )
@@ -129,48 +134,50 @@ class HumanOutput:
             held = self._host.approvals.error  # decisions that cannot be read: held, whatever they say
             for name in fresh:
                 if held is not None:
-                    c.print(f"[yellow]? {escape(str(name))} is held until its decision can be read (see above)[/]")
+                    self._say(f"[yellow]? {escape(str(name))} is held until its decision can be read (see above)[/]")
                     continue
                 fix = self._approve_command.format(name=name, root=self._host.root)
-                c.print(f"[yellow]? {escape(str(name))} needs approval — run: {escape(str(fix))}[/]")
+                self._say(f"[yellow]? {escape(str(name))} needs approval — run: {escape(str(fix))}[/]")
         elif isinstance(event, LspPendingApprovalChanged):
             fresh = [name for name in event.servers if name not in self._lsp_announced]
             self._lsp_announced = set(event.servers)
             if not self._ready:
                 return  # the status table shown when ready says it
             for name in fresh:
-                c.print(
+                self._say(
                     f"[yellow]? language server {escape(str(name))} needs approval — "
                     f"run: mcpvisor lsp approve {escape(str(name))}{escape(self._host.approvals.decided_with)}[/]"
                 )
         elif isinstance(event, LspServerChanged) and self._ready:
             if event.state == "ready":
-                c.print(f"[green]● language server {escape(str(event.server))} ready[/] (pid {escape(str(event.pid))})")
+                self._say(
+                    f"[green]● language server {escape(str(event.server))} ready[/] (pid {escape(str(event.pid))})"
+                )
             elif event.state == "failed" and event.error:
-                c.print(f"[red]✗ language server {escape(str(event.server))} failed: {escape(str(event.error))}[/]")
+                self._say(f"[red]✗ language server {escape(str(event.server))} failed: {escape(str(event.error))}[/]")
             elif event.state == "removed":
-                c.print(f"[yellow]- removed language server {escape(str(event.server))}[/]")
+                self._say(f"[yellow]- removed language server {escape(str(event.server))}[/]")
         elif isinstance(event, SettingsError):
-            c.print(
+            self._say(
                 f"[red]✗ {escape(str(event))} — until it is fixed, its last good content (if any) stays in force[/]"
             )
         elif isinstance(event, SettingsOk):
-            c.print(f"[green]✓ {escape(str(event))}[/]")
+            self._say(f"[green]✓ {escape(str(event))}[/]")
         elif isinstance(event, SettingsWarning):
-            c.print(f"[yellow]! {escape(str(event.message))}[/]")
+            self._say(f"[yellow]! {escape(str(event.message))}[/]")
         elif isinstance(event, RestartRequired):
             where = escape(str(self._host.settings.paths.of(event.scope)))
             keys = escape(str(", ".join(event.paths)))
-            c.print(f"[yellow]! {keys} in {where} take effect when mcpvisor restarts (other changes were applied)[/]")
+            self._say(f"[yellow]! {keys} in {where} take effect when mcpvisor restarts (other changes were applied)[/]")
         elif isinstance(event, McpReloadFailed):
-            c.print(f"[red]✗ {escape(str(event.message))} ({escape(str(event.detail))})[/]")
+            self._say(f"[red]✗ {escape(str(event.message))} ({escape(str(event.detail))})[/]")
         elif isinstance(event, ServerStateChanged) and event.server in self._starting and event.status != "connecting":
             self._starting.discard(event.server)
             if event.status == "connected":
                 self._up.add(event.server)
-                c.print(f"[green]+ connected {escape(str(event.server))}[/] ({plural(len(event.tools), 'tool')})")
+                self._say(f"[green]+ connected {escape(str(event.server))}[/] ({plural(len(event.tools), 'tool')})")
             elif event.error:
-                c.print(f"[red]✗ {escape(str(event.server))} failed to start:[/] {escape(str(event.error))}")
+                self._say(f"[red]✗ {escape(str(event.server))} failed to start:[/] {escape(str(event.error))}")
                 if (cfg := self._servers.get(event.server)) is not None and cfg.transport != "stdio":
                     self._unreached.add(event.server)  # tried again by itself: its coming up is said
         elif isinstance(event, ServerStateChanged) and event.status != "disconnected":
@@ -179,18 +186,19 @@ class HumanOutput:
                 count = plural(len(event.tools), "tool")
                 if event.server in self._down:  # back (its reconnect): the last word said of it must not be "lost"
                     self._down.discard(event.server)
-                    c.print(f"[green]+ {escape(str(event.server))} connected again[/] ({count})")
+                    self._say(f"[green]+ {escape(str(event.server))} connected again[/] ({count})")
                 elif event.server in self._unreached:  # up at last (tried again by itself)
                     self._unreached.discard(event.server)
-                    c.print(f"[green]+ connected {escape(str(event.server))}[/] ({count})")
+                    self._say(f"[green]+ connected {escape(str(event.server))}[/] ({count})")
         elif isinstance(event, ServerStateChanged) and self._ready and event.error and event.server in self._up:
             self._up.discard(event.server)
             self._down.add(event.server)
-            c.print(f"[red]✗ {escape(str(event.server))} disconnected: {escape(str(event.error))}[/]")
+            self._say(f"[red]✗ {escape(str(event.server))} disconnected: {escape(str(event.error))}[/]")
         elif isinstance(event, Ready):
             self._ready = True
             hint = self._approve_command.replace("{root}", str(self._host.root))
-            render_status(c, self._host.server_views(), title="MCP servers", approve_hint=hint)
-            render_lsp_status(c, self._host.lsp.views())
+            title = f"MCP servers of {self._where}" if self._where else "MCP servers"
+            render_status(self._console, self._host.server_views(), title=title, approve_hint=hint)
+            render_lsp_status(self._console, self._host.lsp.views())
             if self._on_ready is not None:
                 self._on_ready()
