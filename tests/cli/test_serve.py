@@ -9,10 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
@@ -26,6 +29,22 @@ from tests.gateway.test_gateway import next_event, save, server, text_of, tool_n
 from tests.gateway.test_workspaces import client_for, make_setup
 from tests.helpers import LIGHT, WAIT_S, free_port, marker_pids, mcpvisor_command, pid_alive, wait_until
 from tests.layout import make_layout
+
+
+@asynccontextmanager
+async def gateway_process(argv: list[str], env: dict[str, str], errlog: Path) -> AsyncIterator[anyio.abc.Process]:
+    """``argv`` (an ``mcpvisor serve``) as a subprocess, its stderr written to ``errlog``; killed on the way out if
+    the test left it running."""
+    with errlog.open("w") as err:
+        process = await anyio.open_process(argv, env={**os.environ, **env}, stderr=err)
+        async with process:
+            try:
+                yield process
+            finally:
+                if process.returncode is None:
+                    process.kill()
+                    with anyio.CancelScope(shield=True):
+                        await process.wait()
 
 
 def test_serve_starts_its_host_before_it_loads_the_sdk() -> None:
@@ -267,35 +286,24 @@ async def test_mcpvisor_serve_per_client_workspaces_in_a_subprocess_serves_each_
     port = free_port()
     command = [mcpvisor_command(), "serve", "--http", f"127.0.0.1:{port}", "--per-client-workspaces"]
     errlog = tmp_path / "gateway.stderr"
-    with errlog.open("w") as err:
-        process = await anyio.open_process(
-            [*command, "--workspace", str(setup.default)],
-            env={**os.environ, **setup.layout.env, "COLUMNS": "400"},
-            stderr=err,
-        )
-        async with process:
-            try:
-                await wait_for_port(port)
-                url = f"http://127.0.0.1:{port}/mcp"
-                # No token given: the gateway made one, 0600, in MCPVISOR_HOME, and said where it is.
-                token_file = Path(setup.layout.env["MCPVISOR_HOME"]) / "gateway-token"
-                assert token_file.stat().st_mode & 0o777 == 0o600
-                token = token_file.read_text().strip()
-                async with (
-                    client_for(url, setup.a, mode="legacy", token=token) as in_a,
-                    client_for(url, setup.b, token=token) as in_b,
-                ):
-                    assert await tool_names(in_a) == {"mcp__common__echo", "mcp__pa__echo"}
-                    assert await tool_names(in_b) == {"mcp__common__echo"}
-                    assert len(setup.pids("common")) == 1
-                    process.send_signal(signal.SIGTERM)  # with a handshake-era session still open
-                    with anyio.fail_after(WAIT_S):
-                        assert await process.wait() == 0
-            finally:
-                if process.returncode is None:
-                    process.kill()
-                    with anyio.CancelScope(shield=True):
-                        await process.wait()
+    env = {**setup.layout.env, "COLUMNS": "400"}
+    async with gateway_process([*command, "--workspace", str(setup.default)], env, errlog) as process:
+        await wait_for_port(port)
+        url = f"http://127.0.0.1:{port}/mcp"
+        # No token given: the gateway made one, 0600, in MCPVISOR_HOME, and said where it is.
+        token_file = Path(setup.layout.env["MCPVISOR_HOME"]) / "gateway-token"
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        token = token_file.read_text().strip()
+        async with (
+            client_for(url, setup.a, mode="legacy", token=token) as in_a,
+            client_for(url, setup.b, token=token) as in_b,
+        ):
+            assert await tool_names(in_a) == {"mcp__common__echo", "mcp__pa__echo"}
+            assert await tool_names(in_b) == {"mcp__common__echo"}
+            assert len(setup.pids("common")) == 1
+            process.send_signal(signal.SIGTERM)  # with a handshake-era session still open
+            with anyio.fail_after(WAIT_S):
+                assert await process.wait() == 0
     await wait_until(lambda: not any(pid_alive(pid) for pid in setup.all_pids()))
     assert len(setup.all_pids()) == 3
     assert not setup.markers["pb"].exists()
@@ -316,22 +324,14 @@ async def test_a_client_listening_when_the_gateway_stops_is_let_go_without_an_er
     port = free_port()
     errlog = tmp_path / "gateway.stderr"
     command = [mcpvisor_command(), "serve", "--http", f"127.0.0.1:{port}", "--no-auth", "--workspace", str(layout.root)]
-    with errlog.open("w") as err:
-        process = await anyio.open_process(command, env={**os.environ, **layout.env}, stderr=err)
-        async with process:
-            try:
-                await wait_for_port(port)
-                async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client:
-                    assert await tool_names(client) == {"mcp__a__echo"}
-                    await anyio.sleep(0.5)  # its GET stream open
-                    os.kill(process.pid, signal.SIGTERM)
-                    with anyio.fail_after(WAIT_S):
-                        assert await process.wait() == 0
-            finally:
-                if process.returncode is None:
-                    process.kill()
-                    with anyio.CancelScope(shield=True):
-                        await process.wait()
+    async with gateway_process(command, layout.env, errlog) as process:
+        await wait_for_port(port)
+        async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy") as client:
+            assert await tool_names(client) == {"mcp__a__echo"}
+            await anyio.sleep(0.5)  # its GET stream open
+            os.kill(process.pid, signal.SIGTERM)
+            with anyio.fail_after(WAIT_S):
+                assert await process.wait() == 0
     assert "stopping; calls in flight get up to 5 s" in errlog.read_text()
     assert "Traceback" not in errlog.read_text()
     assert "ERROR" not in errlog.read_text()
@@ -351,39 +351,27 @@ async def test_on_sigterm_calls_in_flight_finish_or_are_told_the_gateway_is_shut
     command = [mcpvisor_command(), "serve", "--http", f"127.0.0.1:{port}", "--no-auth"]
     errlog = tmp_path / "gateway.stderr"
     outcomes: dict[str, str] = {}
-    with errlog.open("w") as err:
-        process = await anyio.open_process(
-            [*command, "--workspace", str(layout.root)], env={**os.environ, **layout.env}, stderr=err
-        )
-        async with process:
-            try:
-                await wait_for_port(port)
-                async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as client:
-                    started: list[str] = []
+    async with gateway_process([*command, "--workspace", str(layout.root)], layout.env, errlog) as process:
+        await wait_for_port(port)
+        async with Client(f"http://127.0.0.1:{port}/mcp", mode=mode) as client:
+            started: list[str] = []
 
-                    async def sleep(key: str, seconds: float) -> None:
-                        async def progress(progress: float, total: float | None, message: str | None) -> None:
-                            started.append(key)  # the server reports progress as it starts sleeping
+            async def sleep(key: str, seconds: float) -> None:
+                async def progress(progress: float, total: float | None, message: str | None) -> None:
+                    started.append(key)  # the server reports progress as it starts sleeping
 
-                        result = await client.call_tool(
-                            "mcp__a__sleep", {"seconds": seconds}, progress_callback=progress
-                        )
-                        outcomes[key] = text_of(result)
+                result = await client.call_tool("mcp__a__sleep", {"seconds": seconds}, progress_callback=progress)
+                outcomes[key] = text_of(result)
 
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(sleep, "short", 1.5)
-                        tg.start_soon(sleep, "long", 60)
-                        await wait_until(lambda: {"short", "long"} <= set(started), what="both calls to start")
-                        process.send_signal(signal.SIGTERM)
-                        await wait_until(lambda: "stopping;" in errlog.read_text(), what="the gateway to stop")
-                        tg.start_soon(sleep, "late", 0)
-                with anyio.fail_after(WAIT_S):
-                    assert await process.wait() == 0
-            finally:
-                if process.returncode is None:
-                    process.kill()
-                    with anyio.CancelScope(shield=True):
-                        await process.wait()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sleep, "short", 1.5)
+                tg.start_soon(sleep, "long", 60)
+                await wait_until(lambda: {"short", "long"} <= set(started), what="both calls to start")
+                process.send_signal(signal.SIGTERM)
+                await wait_until(lambda: "stopping;" in errlog.read_text(), what="the gateway to stop")
+                tg.start_soon(sleep, "late", 0)
+        with anyio.fail_after(WAIT_S):
+            assert await process.wait() == 0
     assert outcomes["short"] == "slept"
     assert (
         outcomes["long"]

@@ -27,7 +27,7 @@ import anyio.abc
 import anyio.to_thread
 
 from mcpvisor.core.server_config import REPOSITORY_SCOPES, McpServerConfig
-from mcpvisor.core.server_log import ServerLog, default_log_dir, log_file
+from mcpvisor.core.server_log import ServerLog, log_file
 
 __all__ = [
     "INHERITED_ENV_VARS",
@@ -193,8 +193,7 @@ async def loading_sdk(
     if module not in sys.modules:
         async with slots:
             if module not in sys.modules:  # (else it was loaded while this start waited for its slot)
-                log_path = log_file(log_dir or default_log_dir(os.environ), name)
-                ahead = await spawn_ahead(cfg, log_path) if may_spawn() else None
+                ahead = await spawn_ahead(cfg, log_file(log_dir, name)) if may_spawn() else None
                 try:
                     await anyio.to_thread.run_sync(importlib.import_module, module)
                 except BaseException:

@@ -38,9 +38,10 @@ _READ_CHUNK: Final = 64 * 1024
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def log_file(log_dir: Path, name: str) -> Path:
-    """Where the server ``name`` logs in ``log_dir``: ``NAME.log``, anything but letters, digits, ``_.-`` as ``_``."""
-    return log_dir / f"{_UNSAFE.sub('_', name)}.log"
+def log_file(log_dir: Path | None, name: str) -> Path:
+    """Where the server ``name`` logs in ``log_dir`` (None: :func:`default_log_dir` of this process's environment):
+    ``NAME.log``, anything but letters, digits, ``_.-`` as ``_``."""
+    return (log_dir or default_log_dir(os.environ)) / f"{_UNSAFE.sub('_', name)}.log"
 
 
 def default_log_dir(env: Mapping[str, str]) -> Path:

@@ -122,6 +122,15 @@ def system_folder_of(root: Path, home: Path) -> Path | None:
     return None
 
 
+def _in_system_folder(root: Path, home: Path) -> str | None:
+    """How ``root`` stands to the system folder it is or lies in, for "it … a system folder": ``is``, or ``is inside
+    /etc, which is``; None when it is in none (:func:`system_folder_of`)."""
+    system = system_folder_of(root, home)
+    if system is None:
+        return None
+    return "is" if system == root else f"is inside {system}, which is"
+
+
 def check_workspace_root(allowed_root: Path, home: Path) -> None:
     """Raise :class:`ConfigError` when ``--workspace-root`` names no folder, or one where every folder is a system
     folder's (:data:`SYSTEM_FOLDERS`), which no client may name: a gateway started so would refuse them all."""
@@ -129,9 +138,7 @@ def check_workspace_root(allowed_root: Path, home: Path) -> None:
     if not allowed_root.is_dir():
         raise ConfigError(f"{where}: {'it is not a folder' if allowed_root.exists() else 'no such folder'}")
     root = paths.workspace_root(allowed_root)
-    system = system_folder_of(root, paths.workspace_root(home))
-    if system is not None and root != Path(root.anchor):
-        inside = "is" if system == root else f"is inside {system}, which is"
+    if root != Path(root.anchor) and (inside := _in_system_folder(root, paths.workspace_root(home))) is not None:
         raise ConfigError(
             f"{where}: it {inside} a system folder, where clients may name no folder; name the folder that holds "
             "the projects"
@@ -148,9 +155,7 @@ def admit_workspace(root: Path, default: Path, allowed_root: Path | None, home: 
         return root
     where = f"cannot use workspace {str(root)!r} (header {WORKSPACE_HEADER})"
     home = paths.workspace_root(home)
-    system = system_folder_of(root, home)
-    if system is not None:
-        inside = "is" if system == root else f"is inside {system}, which is"
+    if (inside := _in_system_folder(root, home)) is not None:
         raise ConfigError(f"{where}: it {inside} a system folder; name a project folder")
     if allowed_root is not None:
         limit = paths.workspace_root(allowed_root)

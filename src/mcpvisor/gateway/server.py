@@ -490,11 +490,11 @@ class Gateway(StackOwner):
         except BaseException:
             sock.close()
             raise
-        stop = self.close_listen_streams
-        await serve_asgi_socket(app, sock, on_stop=stop, token=token, limits=limits, task_status=task_status)
+        on_stop = self.end_client_streams
+        await serve_asgi_socket(app, sock, on_stop=on_stop, token=token, limits=limits, task_status=task_status)
 
-    def close_listen_streams(self) -> None:
-        """End every open ``subscriptions/listen`` stream and handshake-era GET stream gracefully (it is stopping)."""
+    def end_client_streams(self) -> None:
+        """End every stream held open to a client (``subscriptions/listen``, handshake-era GET): it is stopping."""
         self._listen.close()
         if self.sessions is not None:
             self.sessions.end_notice_streams()

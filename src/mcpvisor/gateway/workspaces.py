@@ -252,11 +252,11 @@ class WorkspaceGateway(StackOwner):
                     tg.start_soon(one, workspace.gateway)
         return sum(ended)
 
-    def close_listen_streams(self) -> None:
+    def end_client_streams(self) -> None:
         """End every workspace's open ``subscriptions/listen`` streams and handshake-era GET streams gracefully."""
         for workspace in list(self._workspaces.values()):
             if workspace.gateway is not None:
-                workspace.gateway.close_listen_streams()
+                workspace.gateway.end_client_streams()
         self.sessions.end_notice_streams()
 
     # -- workspaces --------------------------------------------------------------------------
@@ -318,7 +318,7 @@ class WorkspaceGateway(StackOwner):
                     workspace.host, workspace.gateway, workspace.manager = host, gateway, manager
                     workspace.ready.set()
                     await self._wait_idle(workspace)
-                    gateway.close_listen_streams()
+                    gateway.end_client_streams()
         except Exception as exc:  # task boundary: a workspace that fails must not take the gateway down
             if workspace.ready.is_set():
                 logger.exception("workspace %s failed", workspace.root)
@@ -449,7 +449,7 @@ class WorkspaceGateway(StackOwner):
         await serve_asgi_socket(
             self.http_app() if wrap is None else wrap(self.http_app()),
             sock,
-            on_stop=self.close_listen_streams,
+            on_stop=self.end_client_streams,
             token=token,
             limits=self._limits,
             task_status=task_status,
