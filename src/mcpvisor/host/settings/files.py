@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -174,6 +175,68 @@ def read_settings_file(path: Path) -> dict[str, Any] | None:
     """Read and parse one settings file; ``None`` when it does not exist. Raises :class:`SettingsFileError`."""
     text = read_settings_text(path)
     return None if text is None else parse_settings_text(text, path)
+
+
+def read_settings_document(path: Path) -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+    """:func:`read_settings_file`, and a warning for each key given twice in one object (the parser keeps the
+    last silently: a server pasted twice under one name would vanish without a word)."""
+    text = read_settings_text(path)
+    if text is None:
+        return None, ()
+    data = parse_settings_text(text, path)
+    return data, tuple(
+        f"{'.'.join(where)!r} is given twice in {path} "
+        f"({f'lines {first} and {second}' if first != second else f'both on line {second}'}): only the later one "
+        f"is used; remove or rename one"
+        for where, first, second in duplicate_keys(text)
+    )
+
+
+_TOKEN = re.compile(
+    r"""(?P<space>\s+)|(?P<comment>//[^\n]*|/\*.*?\*/)|(?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')"""
+    r"""|(?P<mark>[{}\[\]:,])|(?P<word>[^\s{}\[\]:,"'/]+)""",
+    re.DOTALL,
+)
+
+
+def duplicate_keys(text: str) -> list[tuple[tuple[str, ...], int, int]]:
+    """``(path of keys, first line, second line)`` of each key given twice in one object of ``text``, a document
+    that parses (JSON with comments and trailing commas); none for one over :data:`JSON5_FALLBACK_MAX_CHARS`."""
+    if len(text) > JSON5_FALLBACK_MAX_CHARS:
+        return []
+    found: list[tuple[tuple[str, ...], int, int]] = []
+    objects: list[tuple[tuple[str, ...], dict[str, int] | None]] = []  # (path, keys seen: None in an array)
+    last, line, counted = "", 1, 0
+    for token in _TOKEN.finditer(text):
+        kind, value = token.lastgroup, token.group()
+        if kind in ("space", "comment"):
+            continue
+        if value == ":" and objects and (keys := objects[-1][1]) is not None:
+            line, counted = line + text.count("\n", counted, token.start()), token.start()
+            if last in keys:
+                found.append(((*objects[-1][0], last), keys[last], line))
+            keys[last] = line
+        elif value in "{[" and kind == "mark":
+            path = objects[-1][0] if objects else ()
+            if objects and objects[-1][1] is not None:
+                path = (*path, last)
+            objects.append((path, {} if value == "{" else None))
+        elif value in "}]" and kind == "mark":
+            objects.pop()
+        elif kind == "string":
+            last = _unquote(value)
+        elif kind == "word":
+            last = value
+    return found
+
+
+def _unquote(token: str) -> str:
+    if token.startswith('"'):
+        try:
+            return str(json.loads(token))
+        except ValueError:
+            pass
+    return token[1:-1].replace("\\'", "'")
 
 
 def read_json_any(path: Path) -> Any:

@@ -42,6 +42,7 @@ from mcpvisor.host.settings.files import (
     SettingsFileError,
     parse_settings_text,
     read_json_any,
+    read_settings_document,
     read_settings_file,
 )
 from mcpvisor.host.settings.lsp_servers import LSP_KEY, LspFile, keep_last_good_lsp_entries, lsp_file_from_data
@@ -159,6 +160,8 @@ class ScopeRead:
     scope: FileScope
     data: dict[str, Any] | None
     error: SettingsError | None = None
+    duplicates: tuple[str, ...] = ()
+    """A warning for each key the file gives twice in one object (the later one is used)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +216,7 @@ class Settings:
         self.trust_warnings: tuple[str, ...] = ()
         self._data: dict[FileScope, dict[str, Any]] = {scope: {} for scope in FILE_SCOPES}
         self._kept: dict[FileScope, tuple[str, ...]] = {}
+        self._duplicates: dict[FileScope, tuple[str, ...]] = {}
         """Per scope: the notices of invalid server entries replaced by their last good entry."""
         self._inactive: set[FileScope] = set()
         self._merged: MergedSettings | None = None
@@ -242,7 +246,8 @@ class Settings:
     def read_scope(self, scope: FileScope) -> ScopeRead:
         """Read one scope's file without touching the state (safe to run in a worker thread)."""
         try:
-            return ScopeRead(scope, read_settings_file(self.paths.of(scope)))
+            data, duplicates = read_settings_document(self.paths.of(scope))
+            return ScopeRead(scope, data, duplicates=duplicates)
         except SettingsFileError as exc:
             return ScopeRead(scope, None, exc.report)
 
@@ -323,6 +328,7 @@ class Settings:
                 self._data[read.scope] = previous[read.scope]  # the last good content stays in force
         else:
             self.errors.pop(read.scope, None)
+            self._duplicates[read.scope] = read.duplicates
             data = read.data if read.data is not None else {}
             if previous is not None:
                 data = dict(self._keep_last_good(read.scope, data, previous[read.scope]))
@@ -340,7 +346,10 @@ class Settings:
             self.errors[read.scope] = read.error
             return ScopeReload(read.scope, error=read.error)
         self.errors.pop(read.scope, None)
+        self._duplicates[read.scope], duplicates_before = read.duplicates, self._duplicates.get(read.scope, ())
         changed = self.replace_scope_data(read.scope, read.data or {})
+        if read.duplicates != duplicates_before:
+            self._log_warnings()
         return ScopeReload(read.scope, changed, kept=self._kept.get(read.scope, ()))
 
     def reload_scope(self, scope: FileScope) -> ScopeReload:
@@ -432,7 +441,12 @@ class Settings:
     @property
     def warnings(self) -> tuple[str, ...]:
         """Every current warning: invalid servers, unknown keys, undefined variables, trust problems."""
-        kept = (notice for scope in FILE_SCOPES if self.is_active(scope) for notice in self._kept.get(scope, ()))
+        kept = (
+            notice
+            for scope in FILE_SCOPES
+            if self.is_active(scope)
+            for notice in (*self._duplicates.get(scope, ()), *self._kept.get(scope, ()))
+        )
         return (*self.trust_warnings, *kept, *self.merged.warnings, *self.project.warnings, *self.lsp_project.warnings)
 
     def _log_warnings(self) -> None:

@@ -1,0 +1,80 @@
+"""A key given twice in one object of a settings file: the parser keeps the later one, and a warning says so, naming
+the file, the key and both lines (a server pasted twice under one name would otherwise vanish without a word)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcpvisor.host.host import Host, HostEvent, HostOptions, SettingsWarning
+from mcpvisor.host.settings.files import JSON5_FALLBACK_MAX_CHARS, duplicate_keys, loads
+from tests.helpers import LIGHT, wait_until
+from tests.layout import make_layout, replace_text
+
+DOCUMENT = """{
+  // "mcpServers": {} in a comment is no key
+  "mcpServers": {
+    "notes": {"command": "a", "args": ["{", "}", "x: y", "\\"quoted\\""]},
+    /* "notes": */
+    'other': {command: "b", env: {"K": "1"}},
+    "notes": {"command": "c", "env": {"K": "1", "K": "2"}},
+  },
+  "list": [{"a": 1, "a": 2}, {"a": 3}],
+  "x\\u0041": 1, "xA": 2,
+  "url": "http://h/a//b",
+}"""
+
+
+def test_each_key_given_twice_in_one_object_is_found_with_its_path_and_both_lines() -> None:
+    loads(DOCUMENT)  # (a document that parses)
+    assert duplicate_keys(DOCUMENT) == [
+        (("mcpServers", "notes"), 4, 7),
+        (("mcpServers", "notes", "env", "K"), 7, 7),
+        (("list", "a"), 9, 9),
+        (("xA",), 10, 10),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": {"command": "x"}, "b": {"command": "y"}}',  # the same key in sibling objects
+        '{"a": 1, "b": [{"a": 1}, {"a": 2}]}',  # in separate objects of an array
+        '{"a": "a: 1, a: 2", // a: 3\n "b": 1}',  # inside strings and comments
+        "{}",
+    ],
+)
+def test_keys_given_once_per_object_are_no_duplicates(text: str) -> None:
+    assert duplicate_keys(text) == []
+
+
+def test_a_document_too_large_to_scan_cheaply_is_not_scanned() -> None:
+    text = '{"a": 1, "a": 2, "pad": "' + "x" * JSON5_FALLBACK_MAX_CHARS + '"}'
+    assert duplicate_keys(text) == []
+
+
+async def test_a_save_that_gives_a_server_twice_warns_with_file_and_lines_and_runs_the_later_one(
+    tmp_path: Path,
+) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    path = layout.paths.user
+
+    def entry(tools: str) -> str:
+        return f'{{"command": "{sys.executable}", "args": ["-m", "{LIGHT}", "--name", "n", "--tools", "{tools}"]}}'
+
+    replace_text(path, f'{{"mcpServers": {{"n": {entry("echo")}}}}}')
+    events: list[HostEvent] = []
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+        host.subscribe(events.append)
+        tools = host.config.tool_registry.names
+        await wait_until(lambda: "mcp__n__echo" in tools(), what="the first server's tool")
+        assert not host.settings.warnings
+        replace_text(path, f'{{\n  "mcpServers": {{\n    "n": {entry("echo")},\n    "n": {entry("other")}\n  }}\n}}\n')
+        await wait_until(lambda: "mcp__n__other" in tools(), what="the later entry's tool")
+        said = f"'mcpServers.n' is given twice in {path} (lines 3 and 4): only the later one is used"
+        await wait_until(lambda: any(isinstance(e, SettingsWarning) and said in e.message for e in events))
+        assert any(said in warning for warning in host.settings.warnings)
+        replace_text(path, f'{{"mcpServers": {{"n": {entry("other")}}}}}')  # fixed: the warning is gone
+        await wait_until(lambda: not host.settings.warnings, what="the warning to go")
