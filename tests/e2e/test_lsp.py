@@ -84,7 +84,7 @@ async def test_mcpvisor_serve_serves_a_repositorys_language_server_once_approved
         bad.write_text("x = 1\n")
         clean = await client.call_tool("mcp__lsp__diagnostics", {"files": ["bad.py"]})
         assert clean.structured_content == {
-            "files": [{"file": "bad.py", "fresh": True, "diagnostics": [], "problem": None}]
+            "files": [{"file": "bad.py", "server": "python", "fresh": True, "diagnostics": [], "problem": None}]
         }
         assert language_server_processes(layout.root)
         process.send_signal(signal.SIGTERM)

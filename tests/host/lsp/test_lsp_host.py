@@ -18,6 +18,7 @@ import pytest
 from mcp_types import CallToolResult, TextContent
 
 from mcpvisor.host.host import Host, HostEvent, HostOptions
+from mcpvisor.host.lsp import manager as lsp_manager
 from mcpvisor.host.lsp.events import LspServerChanged
 from tests.helpers import WAIT_S, pid_alive, wait_until
 from tests.layout import Layout, make_layout, replace_text
@@ -169,7 +170,9 @@ async def test_a_fix_on_disk_clears_the_diagnostic_and_answers_say_how_fresh_the
         assert "'os' imported but unused" in messages
         bad.write_text("import os\nx = os.sep\n")  # the agent fixed it behind the server's back
         fixed = await s.ok("diagnostics", files=["bad.py"])
-        assert fixed["files"] == [{"file": "bad.py", "fresh": True, "diagnostics": [], "problem": None}]
+        assert fixed["files"] == [
+            {"file": "bad.py", "server": "python", "fresh": True, "diagnostics": [], "problem": None}
+        ]
         errors_only = await s.ok("diagnostics", severity="error")  # every open document
         assert {f["file"] for f in errors_only["files"]} == {"bad.py"}
 
@@ -337,7 +340,13 @@ async def test_a_settings_only_edit_is_sent_live_and_restarts_nothing(tmp_path: 
         assert s.host.lsp.manager.last_plan.reconfigure == ("python",)
         bad.write_text("x = undefined_name  # touched\n")
         after = await s.ok("diagnostics", files=["bad.py"])
-        assert after["files"][0] == {"file": "bad.py", "fresh": True, "diagnostics": [], "problem": None}
+        assert after["files"][0] == {
+            "file": "bad.py",
+            "server": "python",
+            "fresh": True,
+            "diagnostics": [],
+            "problem": None,
+        }
         assert s.pid("python") == pid
 
 
@@ -440,6 +449,27 @@ async def test_a_crashed_server_restarts_while_restart_on_crash_allows(tmp_path:
         found = await s.ok("go_to_definition", file="service.py", line=3, character=6)
         assert found["locations"][0]["line"] == 9  # its documents were opened again on the new process
         assert server.crashes == 1
+
+
+async def test_a_server_given_up_after_max_restarts_is_not_started_again_by_an_earlier_crashs_pause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first crash schedules a restart; a call starts it sooner; it crashes again, past ``maxRestarts``: the
+    first crash's pause, ending later, starts nothing."""
+    monkeypatch.setattr(lsp_manager, "BACKOFF_INITIAL_S", 4.0)
+    user = {"lspServers": {"python": pylsp(restartOnCrash=True, maxRestarts=1)}}
+    async with session(tmp_path, user=user, watch=False) as s:
+        server = s.host.lsp.manager.servers()["python"]
+        for _ in range(2):
+            await s.ok("document_symbols", file="models.py")
+            [process] = [p for p in language_server_processes(s.layout.root) if p.pid != server.pid]
+            process.kill()
+            await wait_until(lambda: server.state == "failed", what="the crash to be seen through")
+        given_up = text(await s.call("hover", file="service.py", line=3, character=6))
+        assert given_up.startswith("language server 'python' failed 2 times in a row")
+        await anyio.sleep(lsp_manager.BACKOFF_INITIAL_S + 1)  # the first crash's restart would have fired by now
+        assert server.state == "failed"
+        assert not language_server_processes(s.layout.root)
 
 
 async def test_folder_trust_gained_or_lost_since_the_start_is_followed_on_reload(tmp_path: Path) -> None:

@@ -66,6 +66,40 @@ async def test_diagnostics_check_the_files_they_can_and_say_why_not_the_others(t
         )
 
 
+async def test_diagnostics_of_a_file_come_from_every_running_server_or_the_one_named(tmp_path: Path) -> None:
+    """Before, named files got the first server's diagnostics only (no 'server' argument: basedpyright's type
+    errors could not be had), and entries of two servers for one file could not be told apart."""
+    async with session(tmp_path, user=BOTH, watch=False) as s:
+        (s.layout.root / "bad.py").write_text('import os\n\nx: int = "text"\n')
+        only_first = await s.ok("diagnostics", files=["bad.py"])  # none runs yet: the first is started
+        assert [(f["file"], f["server"]) for f in only_first["files"]] == [("bad.py", "alpha")]
+        typed = await s.ok("diagnostics", files=["bad.py"], server="beta", severity="error", wait_ms=20_000)
+        [beta] = typed["files"]
+        assert (beta["server"], beta["fresh"]) == ("beta", True), beta
+        assert any(
+            "is not assignable" in d["message"] or "cannot be assigned" in d["message"] for d in beta["diagnostics"]
+        )
+        both = await s.ok("diagnostics", files=["bad.py"])  # now both run
+        assert sorted(f["server"] for f in both["files"]) == ["alpha", "beta"]
+        shown = text(await s.call("diagnostics", files=["bad.py"]))
+        assert "(pyflakes)" in shown
+        assert "(basedpyright" in shown
+        everywhere = await s.ok("diagnostics", server="beta")  # every open document, of that server
+        assert {f["server"] for f in everywhere["files"]} == {"beta"}
+        unknown = await s.call("diagnostics", server="gamma")
+        assert text(unknown) == "no language server 'gamma' is configured here (configured: 'alpha', 'beta')"
+
+
+async def test_a_file_outside_the_workspace_is_one_file_not_checked(tmp_path: Path) -> None:
+    """Before, it failed the whole call, the other files unchecked."""
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        (s.layout.root / "bad.py").write_text("import os\n")
+        report = await s.ok("diagnostics", files=["bad.py", "/etc/passwd"])
+        by_file = {entry["file"]: entry for entry in report["files"]}
+        assert by_file["bad.py"]["diagnostics"]
+        assert "outside the workspace" in by_file["/etc/passwd"]["problem"]
+
+
 async def test_references_cut_by_the_limit_count_the_files_of_those_shown(tmp_path: Path) -> None:
     """Before: '1 reference in 2 files', the files counted before the cut."""
     async with session(tmp_path, user={"lspServers": {"python": basedpyright()}}, watch=False) as s:

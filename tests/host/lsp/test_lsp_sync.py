@@ -32,7 +32,9 @@ async def test_diagnostics_published_before_a_restart_are_never_fresh_after_it(t
         await server.stop()  # what an idle stop does; the next call starts it again
         bad.write_text("x: int = 1\n")
         after = await s.ok("diagnostics", files=["bad.py"], severity="error", wait_ms=LONG_WAIT_MS)
-        assert after["files"] == [{"file": "bad.py", "fresh": True, "diagnostics": [], "problem": None}]
+        assert after["files"] == [
+            {"file": "bad.py", "server": "python", "fresh": True, "diagnostics": [], "problem": None}
+        ]
 
 
 async def test_diagnostics_from_before_a_live_settings_change_are_not_fresh(tmp_path: Path) -> None:
@@ -45,7 +47,9 @@ async def test_diagnostics_from_before_a_live_settings_change_are_not_fresh(tmp_
         replace_text(s.layout.paths.user, json.dumps({"lspServers": {"python": quiet}}))
         await wait_until(lambda: s.host.lsp.manager.servers()["python"].config.settings is not None, what="the edit")
         after = await s.ok("diagnostics", files=["bad.py"], wait_ms=LONG_WAIT_MS)  # the file is untouched
-        assert after["files"] == [{"file": "bad.py", "fresh": True, "diagnostics": [], "problem": None}]
+        assert after["files"] == [
+            {"file": "bad.py", "server": "python", "fresh": True, "diagnostics": [], "problem": None}
+        ]
 
 
 @pytest.mark.parametrize("server", [pylsp(), basedpyright()], ids=["pylsp", "basedpyright"])

@@ -262,15 +262,17 @@ class LspManager:
             if server.crashes <= server.config.restarts_allowed and self._tg is not None:
                 pause = min(BACKOFF_INITIAL_S * 2 ** (server.crashes - 1), BACKOFF_MAX_S)
                 logger.info("language server %r crashed; restarting in %g s", server.name, pause)
-                self._tg.start_soon(self._restart_later, server, pause)
+                self._tg.start_soon(self._restart_later, server, pause, server.crashes)
         elif server.state == "ready":
             self._started_at.setdefault(server, time.monotonic())
         if self._on_change is not None:
             self._on_change(server)
 
-    async def _restart_later(self, server: LanguageServer, pause: float) -> None:
+    async def _restart_later(self, server: LanguageServer, pause: float, crashes: int) -> None:
+        """Start ``server`` again after ``pause``, unless it was started meanwhile (a call starts it at once): a
+        later crash decides for itself, and one past ``maxRestarts`` is not undone by this earlier one's pause."""
         await anyio.sleep(pause)
-        if self._servers.get(server.name) is server and server.state == "failed":
+        if self._servers.get(server.name) is server and server.state == "failed" and server.crashes == crashes:
             self._start(server)
 
     async def _idle_loop(self) -> None:

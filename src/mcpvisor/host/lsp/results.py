@@ -241,12 +241,14 @@ class CallsResult(ToolResult):
 
 
 class FileDiagnostics(_Model):
-    """A file's diagnostics; ``fresh`` is false when the server had not re-checked the current text. ``problem``:
-    why the file could not be checked (the other files named with it were)."""
+    """A file's diagnostics from one language server (``server``; a file several servers check is listed once for
+    each); ``fresh`` is false when the server had not re-checked the current text. ``problem``: why the file could
+    not be checked (the other files named with it were)."""
 
     file: str
+    server: str | None = None
     fresh: bool
-    diagnostics: list[Diag]
+    diagnostics: list[Diag] = []
     problem: str | None = None
 
 
@@ -257,14 +259,16 @@ class DiagnosticsResult(ToolResult):
         if not self.files:
             return "no files to check"
         lines = []
+        servers = {entry.server for entry in self.files if entry.server is not None}
         for entry in self.files:
+            file = f"{entry.file} ({entry.server})" if len(servers) > 1 and entry.server else entry.file
             if entry.problem is not None:
-                lines.append(f"{entry.file}: not checked: {entry.problem}")
+                lines.append(f"{file}: not checked: {entry.problem}")
                 continue
             if not entry.fresh:
-                lines.append(f"{entry.file}: not re-checked yet; these may be stale")
+                lines.append(f"{file}: not re-checked yet; these may be stale")
             if not entry.diagnostics:
-                lines.append(f"{entry.file}: no diagnostics")
+                lines.append(f"{file}: no diagnostics")
             lines.extend(diag.render() for diag in entry.diagnostics)
         return "\n".join(lines)
 

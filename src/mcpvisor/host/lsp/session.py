@@ -243,12 +243,20 @@ class LspSession:
         return cast("CallsResult", await self._run("outgoing_calls", {"file": file, **position}))
 
     async def diagnostics(
-        self, files: Sequence[str] | None = None, *, severity: str = "warning", wait_ms: int | None = None
+        self,
+        files: Sequence[str] | None = None,
+        *,
+        severity: str = "warning",
+        wait_ms: int | None = None,
+        server: str | None = None,
     ) -> DiagnosticsResult:
-        """``wait_ms``: how long to wait for fresh diagnostics (default: the tool's)."""
+        """``wait_ms``: how long to wait for fresh diagnostics (default: the tool's); ``server``: only that language
+        server's (default: every one running for each file)."""
         arguments: dict[str, Any] = {"severity": severity}
         if wait_ms is not None:
             arguments["wait_ms"] = wait_ms
+        if server is not None:
+            arguments["server"] = server
         if files is not None:
             arguments["files"] = list(files)
         return cast("DiagnosticsResult", await self._run("diagnostics", arguments))

@@ -144,6 +144,11 @@ _SPECS: dict[str, _Spec] = {
             "type": "object",
             "properties": {
                 "files": {"type": "array", "items": _FILE, "description": "Omitted: every open document."},
+                "server": {
+                    "type": "string",
+                    "description": "Only this language server, by its configured name (default: every one running "
+                    "for each file's extension, or the first that can start when none runs).",
+                },
                 "severity": {
                     "enum": ["error", "warning", "info", "hint"],
                     "default": "warning",

@@ -49,7 +49,7 @@ from mcpvisor.host.lsp.results import (
 )
 from mcpvisor.host.lsp.server import LanguageServer
 from mcpvisor.host.lsp.status import describe_state
-from mcpvisor.host.lsp.text import NoSuchFile, relative, resolve_file, to_wire
+from mcpvisor.host.lsp.text import FileOutsideWorkspace, NoSuchFile, relative, resolve_file, to_wire
 from mcpvisor.host.lsp.tool_specs import (
     ARGUMENTS,
     CAPABILITY,
@@ -401,15 +401,22 @@ class LspTools:
         files = arguments.get("files")
         threshold = _SEVERITY_RANK.get(str(arguments.get("severity", "warning")), 1)
         wait_s = max(0, int(arguments.get("wait_ms", DIAGNOSTICS_WAIT_MS))) / 1000
+        named = arguments.get("server")
         out: list[FileDiagnostics] = []
         if files is None:
+            if named is not None and named not in self.manager.servers():
+                known = ", ".join(repr(n) for n in sorted(self.manager.servers())) or "none"
+                raise ToolFailure(f"no language server {named!r} is configured here (configured: {known})")
             targets = [
-                (s, p) for s in self.manager.servers().values() if s.state == "ready" for p in s.documents.paths()
+                (s, p)
+                for s in self.manager.servers().values()
+                if s.state == "ready" and named in (None, s.name)
+                for p in s.documents.paths()
             ]
             if not targets:
                 raise ToolFailure("no document is open yet: name the 'files' to check")
         elif isinstance(files, list) and all(isinstance(f, str) for f in files):
-            targets, out = await self._diagnosed(files)  # and what cannot be checked
+            targets, out = await self._diagnosed(files, named)  # and what cannot be checked
         else:
             raise ToolFailure("'files' must be a list of files of the workspace")
         synced: set[LanguageServer] = set()
@@ -423,31 +430,40 @@ class LspTools:
                 doc = await server.sync(path)
             except NoSuchFile as exc:
                 if files is not None:  # deleted since it was routed
-                    out.append(
-                        FileDiagnostics(file=relative(path, self.root), fresh=False, diagnostics=[], problem=str(exc))
-                    )
+                    shown = relative(path, self.root)
+                    out.append(FileDiagnostics(file=shown, server=server.name, fresh=False, problem=str(exc)))
                 continue  # an open document deleted on disk: closed, not reported
             fresh, raw = await server.diagnostics(doc, wait_s, timeout_s=REQUEST_TIMEOUT_S)
             found = normalize.diagnostics(raw, path=path, root=self.root, text_of=self._text_of(server))
             kept = [d for d in found if _SEVERITY_RANK[d.severity] <= threshold]
-            out.append(FileDiagnostics(file=relative(path, self.root), fresh=fresh, diagnostics=kept))
+            shown = relative(path, self.root)
+            out.append(FileDiagnostics(file=shown, server=server.name, fresh=fresh, diagnostics=kept))
         return DiagnosticsResult(files=out)
 
-    async def _diagnosed(self, files: list[str]) -> tuple[list[tuple[LanguageServer, Path]], list[FileDiagnostics]]:
-        """The server of each named file, and a file none can check with the reason (the others are still checked);
-        when no file can be checked, the call fails with every reason."""
+    async def _diagnosed(
+        self, files: list[str], server: Any
+    ) -> tuple[list[tuple[LanguageServer, Path]], list[FileDiagnostics]]:
+        """The servers of each named file (``server``, or every one running for it: the first that can answer is
+        started when none runs), and a file none can check with the reason (the others are still checked); when
+        no file can be checked, the call fails with every reason."""
         targets: list[tuple[LanguageServer, Path]] = []
         problems: list[FileDiagnostics] = []
         for file in files:
             try:
-                targets.append(await self._server_for(file, sync_open=False))
-            except (ToolFailure, Unroutable, NoSuchFile) as exc:
-                problems.append(FileDiagnostics(file=file, fresh=False, diagnostics=[], problem=str(exc)))
+                running = [] if server is not None else self._running_for(file)
+                targets.extend(running or [await self._server_for(file, server=server, sync_open=False)])
+            except (ToolFailure, Unroutable, NoSuchFile, FileOutsideWorkspace) as exc:
+                problems.append(FileDiagnostics(file=file, fresh=False, problem=str(exc)))
         if problems and not targets:
             raise ToolFailure(
                 "; ".join(f"{p.file}: {p.problem}" for p in problems) if len(files) > 1 else str(problems[0].problem)
             )
         return targets, problems
+
+    def _running_for(self, file: str) -> list[tuple[LanguageServer, Path]]:
+        """The servers running for ``file``'s extension (none: its first is to be started)."""
+        path = resolve_file(file, self.root) if file else None
+        return [(c, path) for c in self.manager.candidates(path) if c.state == "ready"] if path else []
 
     async def rename_preview(self, arguments: dict[str, Any]) -> RenameResult:
         new_name = arguments.get("new_name")
