@@ -457,6 +457,16 @@ async def test_arguments_that_make_no_valid_request_are_refused_before_sending_n
         )
         with pytest.raises(ToolCallError, match="was not sent: its arguments are not valid"):
             await client.call_tool("x", ["not", "a", "dict"])  # type: ignore[arg-type]
+        with pytest.raises(ToolCallError) as unwritable:  # (before: pydantic's own error, no McpvisorError)
+            await client.call_tool("x", {"text": object()})
+        assert str(unwritable.value) == (
+            "call to tool 'x' on server 'a' was not sent: its arguments cannot be written as JSON "
+            "(Unable to serialize unknown type: <class 'object'>)"
+        )
+        with pytest.raises(ToolCallError) as not_text:  # (before: a bare UnicodeDecodeError)
+            await client.call_tool("x", {"text": b"\xff\x00"})
+        assert str(not_text.value).endswith("cannot be written as JSON (a value of type bytes that is not UTF-8)")
+        assert client.status == "connected"
         await client.aclose()
 
 
@@ -730,7 +740,9 @@ async def test_a_call_past_its_timeout_is_a_timeout_error_naming_the_setting_and
         with anyio.fail_after(WAIT_S), pytest.raises(RequestTimeoutError) as own:
             await client.call_tool("stuck", timeout_s=0.2)  # a call's own timeout is the one it names
         assert own.value.timeout_s == 0.2
-        assert "timed out after 0.2 s" in str(own.value)
+        assert str(own.value) == (  # (before: "raise mcpServers.slow.timeout", which did not fire)
+            "call to tool 'stuck' on server 'slow' timed out after 0.2 s; raise the call's timeout_s if it needs longer"
+        )
         assert text(await client.call_tool("echo", {"text": "still"})) == "slow:echo:still"
         await client.aclose()
 

@@ -357,6 +357,8 @@ async def test_tool_not_found_names_the_server_and_the_fix(config: Config) -> No
     with pytest.raises(ToolNotFoundError, match="rejected; edit its configuration") as rejected:
         await config.call_tool("mcp__p__t")
     assert rejected.value.reason == "rejected"
+    with pytest.raises(ValueError, match="timeout_s must be a number of seconds above 0"):
+        await config.call_tool("mcp__a__echo", timeout_s=-1)
     # A prompt is explained in a prompt's own words: its kind, and the server's prompts.
     prompt = config.not_found("mcp__a__nope", "prompt")
     assert not isinstance(prompt, ToolNotFoundError)
@@ -444,6 +446,9 @@ async def test_a_reconcile_leaves_a_crashed_server_to_its_reconnect_pause_and_ne
     await config.initialize()
     await config.reinitialize_mcp_servers({"q": light("q", "--exit-after", "0.2")})
     await wait_until(lambda: config.manager.clients()["q"].status == "disconnected")
+    with pytest.raises(ToolNotFoundError) as down:  # (before: reason "missing", as for a tool it does not have)
+        await config.call_tool("mcp__q__echo")
+    assert down.value.reason == "disconnected"  # (its reconnect waits 1 s)
     # Down a fraction of a second after it connected: its reconnect waits 1 s, which a save must not skip.
     summary = await config.reconcile()
     assert summary is not None

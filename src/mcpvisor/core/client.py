@@ -22,6 +22,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
 from mcpvisor.core import call_logs
 from mcpvisor.core.call_logs import rank
@@ -172,6 +173,14 @@ class McpClient(ServerConnection):
             else:
                 message = f"{what} on server {self.name!r} was not sent: its arguments are not valid ({problems})"
             raise request_failed(message, kind=kind, target=target, server=self.name) from None
+        except (PydanticSerializationError, UnicodeDecodeError) as exc:  # arguments with no JSON form
+            why = "a value of type bytes that is not UTF-8" if isinstance(exc, UnicodeDecodeError) else str(exc)
+            raise request_failed(
+                f"{what} on server {self.name!r} was not sent: its arguments cannot be written as JSON ({why})",
+                kind=kind,
+                target=target,
+                server=self.name,
+            ) from None
         except RuntimeError as exc:
             if self._client is client and (problem := _output_problem(exc)) is not None:
                 raise request_failed(
@@ -197,7 +206,7 @@ class McpClient(ServerConnection):
         client = self._connected_client(what)
         timeout = timeout_s or self.call_timeout_s
         relay = _InOrder(progress) if progress is not None else None
-        with self._requesting(what, "tool", tool, client, timeout_s=timeout):
+        with self._requesting(what, "tool", tool, client, timeout_s=timeout_s):
             async with self._calling(client) as meta:
                 result = await client.call_tool(
                     tool, arguments or {}, read_timeout_seconds=timeout, progress_callback=relay, meta=meta
@@ -288,7 +297,8 @@ class McpClient(ServerConnection):
             )
         if isinstance(exc, MCPError) and timed_out_in_sdk(exc):
             timeout = timeout_s or self.call_timeout_s
-            return timed_out(what, kind=kind, target=target, server=self.name, timeout_s=timeout)
+            fix = "raise the call's timeout_s" if timeout_s is not None else None  # else the server's timeout
+            return timed_out(what, kind=kind, target=target, server=self.name, timeout_s=timeout, fix=fix)
         if self._broken is not None:  # the transport stopped reading: that is why the request failed
             return self._broken.during(what)
         refused = getattr(self._auth_in_use, "sign_in_refused", None)

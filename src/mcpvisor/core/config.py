@@ -353,6 +353,8 @@ class Config(StackOwner):
         when exactly one connected server offers a tool by that name (clients that know a server's
         tools by their own names). Unknown names raise :class:`ToolNotFoundError` saying which server
         would own it and how to fix it. ``progress`` hears the server's progress notifications for the call."""
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"timeout_s must be a number of seconds above 0 (None: the server's), not {timeout_s!r}")
         manager = self.manager
         entry = self.tool_registry.get_tool(name) or self._tool_by_own_name(name)
         provider = self._providers.get(entry.server) if entry is not None else None

@@ -194,8 +194,10 @@ class ToolCallTimeoutError(RequestTimeoutError, ToolCallError):
 class NotFoundError(RequestError):
     """No connected server provides the tool or prompt named ``target``. ``reason`` is one of ``removed``,
     ``not_allowed``, ``excluded``, ``pending_approval``, ``rejected``, ``held`` (its definition changed
-    since it was approved), ``missing`` (admitted but not providing it), ``ambiguous`` (a tool's own name
-    that several servers offer) or ``None`` (no configured server owns that name)."""
+    since it was approved), ``missing`` (connected but not providing it), ``starting`` (its server is still
+    starting: retry in a moment), ``disconnected`` (its server is not connected now: it may come back, a crashed
+    one is restarted), ``not_started`` (no server was started yet: ``initialize()`` first), ``ambiguous`` (a
+    tool's own name that several servers offer) or ``None`` (no configured server owns that name)."""
 
     def __init__(
         self, message: str, *, kind: RequestKind, target: str, server: str | None = None, reason: str | None = None

@@ -66,11 +66,14 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
         reason = "missing"
         client = manager.get_client(server) if manager is not None else None
         if client is None and not config.initialized:
+            reason = "not_started"
             text = f"{head} is not connected: no server was started yet; call `await config.initialize()` first"
         elif client is None or client.status == "disconnected":
+            reason = "disconnected"
             error = f" (last error: {client.last_error})" if client is not None and client.last_error else ""
             text = f"{head} is not connected{error}; check its configuration and logs, or /reload"
         elif client.status == "connecting":
+            reason = "starting"
             text = f"{head} is still starting; retry in a moment"
         elif (held := manager.held(server) if manager is not None else None) is not None and any(
             mcp_tool_name(server, own) == name for own in (held.held_tools if kind == "tool" else held.held_prompts)

@@ -12,3 +12,17 @@ tool-error path with mcpvisor's reason text. Install the framework with its extr
 
 Each accepts a :class:`mcpvisor.Config` or a :class:`mcpvisor.host.Host` the caller has entered.
 """
+
+from __future__ import annotations
+
+__all__ = ["framework_missing"]
+
+
+def framework_missing(exc: ModuleNotFoundError, adapter: str, framework: str, extra: str) -> ImportError:
+    """The error an adapter's import raises when its framework is not installed: what to install, by its extra
+    (a bare "No module named 'agents'" does not say that it is the OpenAI Agents SDK)."""
+    return ImportError(
+        f"mcpvisor.integrations.{adapter} needs {framework}, which is not installed (no module {exc.name!r}): "
+        f"pip install 'mcpvisor[{extra}]'",
+        name=exc.name,
+    )

@@ -24,11 +24,16 @@ from base64 import b64decode
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
-from langchain.agents.middleware.types import ToolCallRequest
-from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.messages.content import ContentBlock, create_image_block, create_text_block
-from langchain_core.tools import BaseTool, BaseToolkit, ToolException
+from mcpvisor.integrations import framework_missing
+
+try:
+    from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+    from langchain.agents.middleware.types import ToolCallRequest
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.messages.content import ContentBlock, create_image_block, create_text_block
+    from langchain_core.tools import BaseTool, BaseToolkit, ToolException
+except ModuleNotFoundError as exc:  # the framework's extra is not installed
+    raise framework_missing(exc, "langchain", "LangChain", "langchain") from None
 from pydantic import ConfigDict, PrivateAttr
 
 from mcpvisor.core.registry import TOOL_PREFIX

@@ -18,7 +18,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agents.mcp import MCPServer
+from mcpvisor.integrations import framework_missing
+
+try:
+    from agents.mcp import MCPServer
+except ModuleNotFoundError as exc:  # the framework's extra is not installed
+    raise framework_missing(exc, "openai_agents", "the OpenAI Agents SDK", "openai-agents") from None
 from mcp_types import CallToolResult, GetPromptResult, ListPromptsResult, TextContent, Tool
 
 from mcpvisor.integrations._session import call_registered_tool, config_of

@@ -18,10 +18,15 @@ from __future__ import annotations
 from base64 import b64decode
 from typing import TYPE_CHECKING, Any
 
-from pydantic_ai import BinaryContent
-from pydantic_ai.exceptions import ModelRetry
-from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
-from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
+from mcpvisor.integrations import framework_missing
+
+try:
+    from pydantic_ai import BinaryContent
+    from pydantic_ai.exceptions import ModelRetry
+    from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
+    from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
+except ModuleNotFoundError as exc:  # the framework's extra is not installed
+    raise framework_missing(exc, "pydantic_ai", "Pydantic AI", "pydantic-ai") from None
 from pydantic_core import SchemaValidator, core_schema
 
 from mcpvisor.integrations._session import call_registered_tool, config_of, media_of

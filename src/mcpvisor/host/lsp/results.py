@@ -100,6 +100,10 @@ class Sym(_Model):
         """``Kind container.name``."""
         return f"{self.kind} {self.container}.{self.name}" if self.container else f"{self.kind} {self.name}"
 
+    def pruned(self, depth: int) -> Sym:
+        """This symbol with ``depth`` levels of its descendants (0: none)."""
+        return self.model_copy(update={"children": [] if depth == 0 else [c.pruned(depth - 1) for c in self.children]})
+
     def walk(self, depth: int = 0) -> Iterator[tuple[int, Sym]]:
         """This symbol and its descendants, depth first, with their depth below this one."""
         yield depth, self

@@ -75,6 +75,10 @@ _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2, "hint": 3}
 _PREVIEW_READ_BYTES = 2 * 1024 * 1024
 
 
+_Target = tuple[LanguageServer, Path]
+"""A file (its real path) and a language server that answers for it."""
+
+
 @dataclass(frozen=True, slots=True)
 class _At:
     """Where a position-taking call points: its server, the synced document and the wire position."""
@@ -317,7 +321,7 @@ class LspTools:
         found = normalize.symbols(raw, path=path, root=self.root, text_of=self._text_of(server))
         depth = arguments.get("depth", -1)
         if isinstance(depth, int) and depth >= 0:
-            found = [_prune(sym, depth) for sym in found]
+            found = [sym.pruned(depth) for sym in found]
         limit = _positive(arguments.get("limit"), 200)
         return SymbolsResult(server=server.name, symbols=found[:limit], truncated=len(found) > limit)
 
@@ -407,12 +411,8 @@ class LspTools:
             if named is not None and named not in self.manager.servers():
                 known = ", ".join(repr(n) for n in sorted(self.manager.servers())) or "none"
                 raise ToolFailure(f"no language server {named!r} is configured here (configured: {known})")
-            targets = [
-                (s, p)
-                for s in self.manager.servers().values()
-                if s.state == "ready" and named in (None, s.name)
-                for p in s.documents.paths()
-            ]
+            ready = [s for s in self.manager.servers().values() if s.state == "ready" and named in (None, s.name)]
+            targets = [(s, p) for s in ready for p in s.documents.paths()]
             if not targets:
                 raise ToolFailure("no document is open yet: name the 'files' to check")
         elif isinstance(files, list) and all(isinstance(f, str) for f in files):
@@ -440,13 +440,11 @@ class LspTools:
             out.append(FileDiagnostics(file=shown, server=server.name, fresh=fresh, diagnostics=kept))
         return DiagnosticsResult(files=out)
 
-    async def _diagnosed(
-        self, files: list[str], server: Any
-    ) -> tuple[list[tuple[LanguageServer, Path]], list[FileDiagnostics]]:
+    async def _diagnosed(self, files: list[str], server: Any) -> tuple[list[_Target], list[FileDiagnostics]]:
         """The servers of each named file (``server``, or every one running for it: the first that can answer is
         started when none runs), and a file none can check with the reason (the others are still checked); when
         no file can be checked, the call fails with every reason."""
-        targets: list[tuple[LanguageServer, Path]] = []
+        targets: list[_Target] = []
         problems: list[FileDiagnostics] = []
         for file in files:
             try:
@@ -460,7 +458,7 @@ class LspTools:
             )
         return targets, problems
 
-    def _running_for(self, file: str) -> list[tuple[LanguageServer, Path]]:
+    def _running_for(self, file: str) -> list[_Target]:
         """The servers running for ``file``'s extension (none: its first is to be started)."""
         path = resolve_file(file, self.root) if file else None
         return [(c, path) for c in self.manager.candidates(path) if c.state == "ready"] if path else []
@@ -491,10 +489,6 @@ def _name_column(doc: Document, sym: Sym) -> int:
 def _render(result: BaseModel) -> str:
     render = getattr(result, "render", None)
     return str(render()) if callable(render) else result.model_dump_json()
-
-
-def _prune(sym: Sym, depth: int) -> Sym:
-    return sym.model_copy(update={"children": [] if depth == 0 else [_prune(c, depth - 1) for c in sym.children]})
 
 
 def _positive(value: Any, default: int) -> int:
