@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from mcp_types import Prompt, Tool
@@ -89,3 +90,25 @@ def test_a_name_another_server_already_has_gets_the_hashed_form_instead() -> Non
     reg.remove_mcp_tools_by_server("a")
     assert reg.tools_of("a__b") == [second]
     assert reg.get_tool(second.name) == second
+
+
+def test_an_async_function_is_refused_as_an_event_listener_it_would_never_hear_anything() -> None:
+    """Before, it was taken, called and never awaited: no event heard, a "never awaited" warning at most."""
+    from mcpvisor.core.events import EventBus
+    from mcpvisor.host.host import Host, HostOptions
+
+    async def listener(event: object) -> None:
+        pass
+
+    class Callback:
+        async def __call__(self, event: object) -> None:
+            pass
+
+    bus = EventBus()
+    for fn in (listener, Callback()):
+        with pytest.raises(TypeError, match="is an async function: listeners are called synchronously"):
+            bus.subscribe(fn)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^host event listener <function .*listener.* is an async function"):
+        Host(HostOptions(env={})).subscribe(listener)  # type: ignore[arg-type]
+    removed = bus.subscribe(lambda event: None)  # a plain function is taken
+    removed()

@@ -352,7 +352,8 @@ class Config(StackOwner):
         """Call a registered tool (``mcp__<server>__<tool>``), or a tool by its own name on its server
         when exactly one connected server offers a tool by that name (clients that know a server's
         tools by their own names). Unknown names raise :class:`ToolNotFoundError` saying which server
-        would own it and how to fix it. ``progress`` hears the server's progress notifications for the call."""
+        would own it and how to fix it. ``progress`` (an async function of progress, total, message) hears the
+        server's progress notifications for the call; ``timeout_s`` (above 0) replaces the server's ``timeout``."""
         if timeout_s is not None and not timeout_s > 0:
             raise ValueError(f"timeout_s must be a number of seconds above 0 (None: the server's), not {timeout_s!r}")
         manager = self.manager

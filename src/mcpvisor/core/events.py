@@ -7,6 +7,7 @@ A listener that raises is logged and never disturbs the emitter or the other lis
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ __all__ = [
     "ServerStates",
     "ServerStatus",
     "ToolsChanged",
+    "synchronous",
 ]
 
 logger = logging.getLogger(__name__)
@@ -121,6 +123,17 @@ class Listeners(Generic[F]):
                 logger.exception("%s %r failed", self._what, fn)
 
 
+def synchronous(listener: F, what: str) -> F:
+    """``listener``, which events are told to synchronously; ``TypeError`` for an ``async`` function: it would be
+    called and never awaited, hearing nothing (``what`` names it in the message)."""
+    if inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(getattr(listener, "__call__", None)):  # noqa: B004
+        raise TypeError(
+            f"{what} {listener!r} is an async function: listeners are called synchronously and must not block; "
+            "from a plain function, hand the event to a task (e.g. a memory object stream's send_nowait)"
+        )
+    return listener
+
+
 class EventBus:
     """Synchronous publish/subscribe of :data:`McpEvent` within one session: a listener runs in the
     emitter's step and must not block; one that raises is logged and never stops the others."""
@@ -129,8 +142,8 @@ class EventBus:
         self._listeners: Listeners[Listener] = Listeners("event listener")
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Add a listener; returns a function that removes it."""
-        return self._listeners.add(listener)
+        """Add a listener (a plain function: it is called synchronously); returns a function that removes it."""
+        return self._listeners.add(synchronous(listener, "event listener"))
 
     def emit(self, event: McpEvent) -> None:
         self._listeners.tell(event)

@@ -25,7 +25,7 @@ import anyio
 
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
-from mcpvisor.core.events import Listeners, McpEvent
+from mcpvisor.core.events import Listeners, McpEvent, synchronous
 from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.core.server_config import ConnectionOptions
 from mcpvisor.host import paths
@@ -137,7 +137,7 @@ class Host(StackOwner):
     def subscribe(self, listener: Callable[[HostEvent], None]) -> Callable[[], None]:
         """``listener(event)`` hears every :data:`HostEvent` (synchronously: it must not block); returns
         the function that removes it."""
-        return self._listeners.add(listener)
+        return self._listeners.add(synchronous(listener, "host event listener"))
 
     def emit(self, event: HostEvent) -> None:
         self._listeners.tell(event)
