@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import mcpvisor
+import mcpvisor.host
 
 
 def test_public_api_is_pinned() -> None:
@@ -21,6 +22,7 @@ def test_public_api_is_pinned() -> None:
         "McpClient",
         "McpClientUpdate",
         "McpConnectionPool",
+        "McpEvent",
         "McpGating",
         "McpServerConfig",
         "McpvisorError",
@@ -34,6 +36,7 @@ def test_public_api_is_pinned() -> None:
         "ServerStateChanged",
         "ServerUnavailableError",
         "ToolCallError",
+        "ToolCallTimeoutError",
         "ToolNotFoundError",
         "ToolsChanged",
         "__version__",
@@ -41,6 +44,8 @@ def test_public_api_is_pinned() -> None:
     ]
     for name in mcpvisor.__all__:
         assert getattr(mcpvisor, name) is not None
+    assert set(mcpvisor.__all__) <= set(dir(mcpvisor))  # lazily imported names complete in a REPL too
+    assert set(mcpvisor.host.__all__) <= set(dir(mcpvisor.host))
 
 
 def test_importing_the_package_imports_nothing_heavy() -> None:

@@ -38,3 +38,18 @@ def test_a_readme_example_runs_as_written(code: str, tmp_path: Path) -> None:
     assert "error" not in err.lower(), err
     if "mcp__echo__echo" in code:
         assert out.splitlines() == ["echo:echo:hi", "['mcp__echo__echo', 'mcp__more__echo']"], out
+
+
+def test_the_readme_examples_pass_mypy_strict(tmp_path: Path) -> None:
+    """What a typed program copies from the README type-checks (before: ``result.content[0].text`` did not)."""
+    files = []
+    for i, code in enumerate(RUNNABLE):
+        files.append(tmp_path / f"example_{i}.py")
+        files[-1].write_text(code)
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--no-error-summary", *map(str, files)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert (checked.returncode, checked.stdout) == (0, ""), checked.stdout + checked.stderr

@@ -46,6 +46,8 @@ _EXPORTS: dict[str, str] = {
     "NotFoundError": "mcpvisor.core.errors",
     "ToolCallError": "mcpvisor.core.errors",
     "ToolNotFoundError": "mcpvisor.core.errors",
+    "ToolCallTimeoutError": "mcpvisor.core.errors",
+    "McpEvent": "mcpvisor.core.events",
 }
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "McpClient",
     "McpClientUpdate",
     "McpConnectionPool",
+    "McpEvent",
     "McpGating",
     "McpServerConfig",
     "McpvisorError",
@@ -70,6 +73,7 @@ __all__ = [
     "ServerStateChanged",
     "ServerUnavailableError",
     "ToolCallError",
+    "ToolCallTimeoutError",
     "ToolNotFoundError",
     "ToolsChanged",
     "__version__",
@@ -90,11 +94,13 @@ if TYPE_CHECKING:
         ServerError,
         ServerUnavailableError,
         ToolCallError,
+        ToolCallTimeoutError,
         ToolNotFoundError,
     )
     from mcpvisor.core.events import (
         EventBus,
         McpClientUpdate,
+        McpEvent,
         PromptsChanged,
         ReconcileFinished,
         ServerStateChanged,

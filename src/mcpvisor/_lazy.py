@@ -10,8 +10,10 @@ __all__ = ["lazy_exports"]
 
 
 def lazy_exports(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
-    """A module ``__getattr__`` that imports ``exports[name]`` (a module path) on first use."""
+    """A module ``__getattr__`` that imports ``exports[name]`` (a module path) on first use; the package's
+    ``dir()`` lists those names too (completion in a REPL or an editor), as if they were imported."""
     namespace = importlib.import_module(package).__dict__
+    namespace["__dir__"] = lambda: sorted({*namespace, *exports})
 
     def __getattr__(name: str) -> Any:
         module = exports.get(name)
