@@ -162,3 +162,42 @@ async def test_a_file_created_on_disk_reaches_a_server_that_watches_files(tmp_pa
                 await anyio.sleep(0.2)
                 refs = await s.ok("find_references", file="models.py", symbol="make_user")
                 files = {r["file"] for r in refs["references"]}
+
+
+async def test_an_edit_of_another_file_makes_the_diagnostics_of_a_file_fresh_only_once_re_checked(
+    tmp_path: Path,
+) -> None:
+    """service.py imports make_user from models.py. Before, its diagnostics passed for fresh after models.py
+    changed (its own text had not): the error a rename caused was missing, then the fixed one still there."""
+    async with session(tmp_path, user={"lspServers": {"python": basedpyright()}}, watch=False) as s:
+        models = s.layout.root / "models.py"
+        clean = await s.ok("diagnostics", files=["service.py", "models.py"], severity="error", wait_ms=LONG_WAIT_MS)
+        assert [(f["fresh"], f["diagnostics"]) for f in clean["files"]] == [(True, []), (True, [])]
+        models.write_text(models.read_text().replace("make_user", "build_user"))
+        broken = await s.ok("diagnostics", files=["service.py", "models.py"], severity="error", wait_ms=LONG_WAIT_MS)
+        service = broken["files"][0]  # asked first: right after models.py was sent
+        assert service["fresh"] is True
+        assert any('"make_user" is unknown import symbol' in d["message"] for d in service["diagnostics"]), service
+        models.write_text(models.read_text().replace("build_user", "make_user"))
+        fixed = await s.ok("diagnostics", files=["service.py", "models.py"], severity="error", wait_ms=LONG_WAIT_MS)
+        assert [(f["fresh"], f["diagnostics"]) for f in fixed["files"]] == [(True, []), (True, [])]
+
+
+async def test_a_file_a_server_does_not_re_check_after_another_changed_is_not_fresh_and_not_waited_for_long(
+    tmp_path: Path,
+) -> None:
+    """pylsp lints one file at a time: after models.py changed, service.py is not checked again. Before, its last
+    diagnostics passed for fresh; now they are the last known ones, once pylsp went quiet (not the whole wait)."""
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        models = s.layout.root / "models.py"
+        first = await s.ok("diagnostics", files=["models.py", "service.py"], wait_ms=LONG_WAIT_MS)
+        assert [f["fresh"] for f in first["files"]] == [True, True]
+        models.write_text(models.read_text() + "\nimport os\n")
+        with anyio.fail_after(LONG_WAIT_MS / 1000 / 2):  # well before the wait asked for: pylsp went quiet
+            after = await s.ok("diagnostics", files=["models.py", "service.py"], wait_ms=LONG_WAIT_MS)
+        [of_models, of_service] = after["files"]
+        assert of_models["fresh"] is True
+        assert [d["message"] for d in of_models["diagnostics"]] == ["'os' imported but unused"]
+        assert (of_service["fresh"], of_service["diagnostics"]) == (False, [])
+        shown = text(await s.call("diagnostics", files=["service.py"], wait_ms=0))
+        assert shown.startswith("service.py: not re-checked yet; these may be stale")

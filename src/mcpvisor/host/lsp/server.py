@@ -15,7 +15,6 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,7 +26,7 @@ from mcpvisor.core.server_config import arguments_hint
 from mcpvisor.core.server_log import ServerLog, log_problem
 from mcpvisor.host.lsp.client_side import CLIENT_CAPABILITIES, FileWatch
 from mcpvisor.host.lsp.config import GATED_LSP_SCOPES, LspServerConfig
-from mcpvisor.host.lsp.documents import Document, Documents, next_sync_number
+from mcpvisor.host.lsp.documents import Document, Documents
 from mcpvisor.host.lsp.errors import LspDocumentUnreadable, LspRequestTimedOut
 from mcpvisor.host.lsp.jsonrpc import (
     CONTENT_MODIFIED,
@@ -38,7 +37,8 @@ from mcpvisor.host.lsp.jsonrpc import (
     LspRequestError,
     open_lsp_connection,
 )
-from mcpvisor.host.lsp.text import path_of, relative, uri_of
+from mcpvisor.host.lsp.published import PublishedDiagnostics
+from mcpvisor.host.lsp.text import relative, uri_of
 
 __all__ = ["CLIENT_CAPABILITIES", "LanguageServer", "ServerState"]
 
@@ -52,15 +52,6 @@ UNRESPONSIVE_AFTER = 2
 """Requests in a row a running server leaves unanswered past their timeout before it is stopped as hung (a crash, for
 restartOnCrash): one may be a slow answer while it indexes; two, with none answered between, is a hung server."""
 _SAFE_FILENAME = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-@dataclass(frozen=True, slots=True)
-class Published:
-    """Diagnostics a server published for one file: for which document version (if it said), and when."""
-
-    version: int | None
-    sequence: int
-    items: list[dict[str, Any]]
 
 
 class LanguageServer:
@@ -99,12 +90,7 @@ class LanguageServer:
         self._done.set()
         self._reopen = list(reopen)
         self.documents = Documents(self._notify)
-        self._published: dict[str, Published] = {}
-        self._publish_sequence = 0
-        self._fresh_after = 0
-        """Diagnostics published before this sync number are stale whatever version they name: they came from an
-        earlier process (whose document versions started again at 1) or were computed under earlier settings."""
-        self._published_event = anyio.Event()
+        self.published = PublishedDiagnostics()
         self._unanswered = 0
         """Requests in a row the running process did not answer in time: at :data:`UNRESPONSIVE_AFTER` it is hung."""
         self._unresponsive = anyio.Event()
@@ -236,10 +222,9 @@ class LanguageServer:
                 **({"max_message_bytes": self._max_message_bytes} if self._max_message_bytes else {}),
             ) as connection:
                 self._connection = connection
-                self._watch = FileWatch(self.folder, connection.notify)  # what this process registers for
+                self._watch = FileWatch(self.folder, self._notify)  # what this process registers for
                 self.pid = connection.process.pid
-                self._published.clear()  # what an earlier process published is not this one's
-                self._fresh_after = next_sync_number()
+                self.published.restart()
                 with anyio.fail_after(max(config.startup_timeout_s - (anyio.current_time() - started), 0.1)):
                     result = await connection.request("initialize", self._initialize_params())
                 self.capabilities = dict((result or {}).get("capabilities") or {})
@@ -339,7 +324,7 @@ class LanguageServer:
         settings_changed = config.settings != self.config.settings
         self.config = config
         if settings_changed:  # what was published was computed under the old settings
-            self._fresh_after = next_sync_number()
+            self.published.stale_now()
         connection = self._connection
         if connection is None or self.state not in ("starting", "ready"):
             return
@@ -406,22 +391,14 @@ class LanguageServer:
     async def _notify(self, method: str, params: Any) -> None:
         connection = self._connection
         if connection is not None:
+            self.published.told(method)
             await connection.notify(method, params)
 
     # -- what the server sends -----------------------------------------------------------------
 
     def _on_notification(self, method: str, params: Any) -> None:
         if method == "textDocument/publishDiagnostics" and isinstance(params, dict):
-            uri = params.get("uri")
-            if isinstance(uri, str):
-                self._publish_sequence = next_sync_number()
-                version = params.get("version")
-                items = [d for d in params.get("diagnostics") or () if isinstance(d, dict)]
-                self._published[uri] = Published(
-                    version if isinstance(version, int) else None, self._publish_sequence, items
-                )
-                self._published_event.set()
-                self._published_event = anyio.Event()
+            self.published.publish(params)
 
     async def _on_request(self, method: str, params: Any) -> Any:
         if method == "workspace/configuration":
@@ -457,8 +434,8 @@ class LanguageServer:
         self, doc: Document, wait_s: float, *, timeout_s: float | None = None
     ) -> tuple[bool, list[dict[str, Any]]]:
         """``(fresh, diagnostics)`` for ``doc`` as last synced: pulled when the server offers it (``timeout_s``
-        bounds that request), else the published ones once they are at least as new as the text it was sent
-        (waiting up to ``wait_s``), else the last known ones with ``fresh`` False."""
+        bounds that request), else the published ones once fresh (see :mod:`~mcpvisor.host.lsp.published`; waiting
+        up to ``wait_s``), else the last known ones with ``fresh`` False."""
         if self.supports("diagnosticProvider"):
             try:
                 params = {"textDocument": {"uri": doc.uri}}
@@ -468,23 +445,7 @@ class LanguageServer:
             else:
                 if isinstance(report, dict) and report.get("kind") == "full":
                     return True, [d for d in report.get("items") or () if isinstance(d, dict)]
-        with anyio.move_on_after(wait_s):
-            while not self._fresh(doc):
-                await self._published_event.wait()
-        published = self._published.get(doc.uri)
-        fresh = self._fresh(doc)
-        return fresh, list(published.items) if published is not None else []
-
-    def _fresh(self, doc: Document) -> bool:
-        published = self._published.get(doc.uri)
-        if published is None or published.sequence < self._fresh_after:
-            return False
-        if published.version is not None:
-            return published.version >= doc.version
-        return published.sequence > doc.synced
-
-    def published_paths(self) -> list[Path]:
-        return [p for uri in self._published if (p := path_of(uri)) is not None]
+        return await self.published.wait(doc, wait_s)
 
     # -- state ------------------------------------------------------------------------------------
 

@@ -1,0 +1,99 @@
+"""The diagnostics a language server published, and whether they are fresh: computed from the text it was sent of
+the file and of every other file since (an edit of ``models.py`` may fix an error a server reports in ``service.py``).
+
+A document's diagnostics are fresh when published after the last change the server was told of, of any file: the
+text of an open document (``didChange``) or a watched file (``didChangeWatchedFiles``). A change of another file
+does not make every server re-check every file (pylsp's pyflakes looks at one file at a time): once the server
+published something since the change and then went quiet for :data:`QUIET_S`, a wait for a file it did not re-check
+ends, and its diagnostics are the last known ones, not fresh."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from mcpvisor.host.lsp.documents import Document, next_sync_number
+
+__all__ = ["CHANGE_NOTIFICATIONS", "QUIET_S", "Published", "PublishedDiagnostics"]
+
+QUIET_S = 0.5
+"""A server that published since the last change and then nothing for this long has re-checked what it will."""
+CHANGE_NOTIFICATIONS = frozenset({"textDocument/didChange", "workspace/didChangeWatchedFiles"})
+"""What tells a server that the text of a file changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """Diagnostics a server published for one file: for which document version (if it said), and when."""
+
+    version: int | None
+    sequence: int
+    items: list[dict[str, Any]]
+
+
+class PublishedDiagnostics:
+    """What one server process published, by document URI."""
+
+    def __init__(self) -> None:
+        self._by_uri: dict[str, Published] = {}
+        self._latest = 0
+        """The sync number of the latest publish."""
+        self._latest_at = 0.0
+        self._changed = 0
+        """The sync number of the last change the server was told of (any file)."""
+        self._fresh_after = 0
+        """Diagnostics published before this sync number are stale whatever version they name: they came from an
+        earlier process (whose document versions started again at 1) or were computed under earlier settings."""
+        self._event = anyio.Event()
+
+    def restart(self) -> None:
+        """A new process: what the earlier one published is not this one's."""
+        self._by_uri.clear()
+        self.stale_now()
+
+    def stale_now(self) -> None:
+        """Everything published so far is stale (e.g. computed under settings that changed)."""
+        self._fresh_after = next_sync_number()
+
+    def told(self, method: str) -> None:
+        """The server was sent ``method``: a change of a file's text makes what it published before stale."""
+        if method in CHANGE_NOTIFICATIONS:
+            self._changed = next_sync_number()
+
+    def publish(self, params: dict[str, Any]) -> None:
+        uri = params.get("uri")
+        if isinstance(uri, str):
+            self._latest, self._latest_at = next_sync_number(), anyio.current_time()
+            version = params.get("version")
+            items = [d for d in params.get("diagnostics") or () if isinstance(d, dict)]
+            self._by_uri[uri] = Published(version if isinstance(version, int) else None, self._latest, items)
+            self._event.set()
+            self._event = anyio.Event()
+
+    async def wait(self, doc: Document, wait_s: float) -> tuple[bool, list[dict[str, Any]]]:
+        """``(fresh, diagnostics)`` for ``doc`` as last synced: once fresh ones are published (up to ``wait_s``,
+        less when the server re-checked others and went quiet), else the last known ones, not fresh."""
+        with anyio.move_on_after(wait_s):
+            while not self.fresh(doc) and not (self._of_its_text(doc) and self._quiet_since_change()):
+                with anyio.move_on_after(QUIET_S):
+                    await self._event.wait()
+        published = self._by_uri.get(doc.uri)
+        return self.fresh(doc), list(published.items) if published is not None else []
+
+    def fresh(self, doc: Document) -> bool:
+        """Published for ``doc``'s text as last synced and after every change of another file since."""
+        return self._of_its_text(doc) and self._by_uri[doc.uri].sequence > self._changed
+
+    def _of_its_text(self, doc: Document) -> bool:
+        """Published for ``doc``'s text as last synced (by this process, under these settings)."""
+        published = self._by_uri.get(doc.uri)
+        if published is None or published.sequence < self._fresh_after:
+            return False
+        if published.version is not None:
+            return published.version >= doc.version
+        return published.sequence > doc.synced
+
+    def _quiet_since_change(self) -> bool:
+        return self._latest > self._changed and anyio.current_time() - self._latest_at >= QUIET_S
