@@ -136,3 +136,20 @@ async def test_a_folder_linked_inside_the_workspace_names_each_file_once_by_its_
         assert not [f for f in files if f.startswith("linkshop/")], files
         assert len(files) == len(set(zip(files, [r["line"] for r in refs["references"]], strict=True)))
         assert "shop/use.py" in files
+
+
+async def test_pylsps_flat_symbols_point_at_names_a_request_finds_and_nest_by_depth(tmp_path: Path) -> None:
+    """Before, pylsp's symbols pointed at ``class``/``def`` (a hover there found nothing) and ``depth`` did
+    nothing; and a ``symbol`` given with a ``line`` and ``character`` was passed over for them."""
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        found = await s.ok("document_symbols", file="models.py")
+        top = [(sym["name"], sym["loc"]["line"], sym["loc"]["character"]) for sym in found["symbols"]]
+        assert top == [("User", 1, 7), ("make_user", 9, 5)]
+        assert "greet" in [child["name"] for child in found["symbols"][0]["children"]]
+        for name, line, character in top:
+            hover = await s.ok("hover", file="models.py", line=line, character=character)
+            assert name in hover["contents"]
+        shallow = await s.ok("document_symbols", file="models.py", depth=0)
+        assert [sym["children"] for sym in shallow["symbols"]] == [[], []]
+        named = await s.ok("hover", file="models.py", symbol="make_user", line=1, character=7)  # (User's place)
+        assert "make_user" in named["contents"]

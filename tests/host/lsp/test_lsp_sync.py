@@ -201,3 +201,25 @@ async def test_a_file_a_server_does_not_re_check_after_another_changed_is_not_fr
         assert (of_service["fresh"], of_service["diagnostics"]) == (False, [])
         shown = text(await s.call("diagnostics", files=["service.py"], wait_ms=0))
         assert shown.startswith("service.py: not re-checked yet; these may be stale")
+
+
+async def test_a_file_deleted_a_moment_ago_is_in_no_answer(tmp_path: Path) -> None:
+    """Before, references and symbols right after a deletion still named the file (the server had not yet heard
+    of it), with no preview."""
+    async with session(tmp_path, user={"lspServers": {"python": basedpyright()}}, watch=False) as s:
+        extra = s.layout.root / "extra.py"
+        extra.write_text("from models import make_user\n\n\ndef extra() -> None:\n    make_user('e')\n")
+        ask = {"file": "models.py", "symbol": "make_user"}
+
+        async def files() -> set[str]:
+            return {ref["file"] for ref in (await s.ok("find_references", **ask))["references"]}
+
+        for _ in range(100):
+            if "extra.py" in await files():
+                break
+            await anyio.sleep(0.2)
+        assert "extra.py" in await files()
+        extra.unlink()
+        assert "extra.py" not in await files()
+        found = await s.ok("workspace_symbols", query="extra")
+        assert "extra.py" not in {sym["loc"]["file"] for sym in found["symbols"]}

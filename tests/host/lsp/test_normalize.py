@@ -209,13 +209,22 @@ def test_hierarchical_document_symbols_stay_nested_at_their_names() -> None:
     assert user.children[1].loc == GREET_DEF
 
 
-def test_flat_symbol_information_stays_flat_with_its_container() -> None:
+def test_flat_symbol_information_is_nested_by_its_ranges_and_points_at_the_names() -> None:
+    """pylsp sends the range of each whole definition (``class User:`` from ``class``): before, the symbols stayed
+    flat (``depth`` did nothing) and pointed at the keywords, where a request about them finds nothing."""
     found = symbols(PYLSP_SYMBOL_INFORMATION, path=MODELS, root=ROOT, text_of=text_of)
-    assert [(s.name, s.kind, s.container, s.loc.line, s.loc.character, s.children) for s in found] == [
-        ("User", "Class", None, 5, 1, []),
-        ("greet", "Method", "User", 8, 5, []),
-        ("make", "Function", None, 12, 1, []),
+    shape = [(s.name, s.kind, s.container, s.loc.line, s.loc.character, s.loc.end_character) for _, s in walk(found)]
+    assert shape == [
+        ("User", "Class", None, 5, 7, 11),
+        ("greet", "Method", "User", 8, 9, 14),
+        ("make", "Function", None, 12, 5, 9),
     ]
+    assert [(s.name, [c.name for c in s.children]) for s in found] == [("User", ["greet"]), ("make", [])]
+    assert [s.pruned(0).children for s in found] == [[], []]
+
+
+def walk(found: list[Sym]) -> list[tuple[int, Sym]]:
+    return [pair for sym in found for pair in sym.walk()]
 
 
 def test_no_document_symbols_is_an_empty_list() -> None:

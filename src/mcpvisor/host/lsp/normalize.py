@@ -80,6 +80,19 @@ class _Files:
             self._lines[path] = Lines(text) if text is not None else None
         return self._lines[path]
 
+    def at_name(self, uri: Any, loc: Loc, name: str) -> Loc:
+        """``loc`` of a flat symbol, the range of its whole definition (``class User:`` starts at ``class``), moved
+        to its name on its first line: where a request finds the symbol, as a ``DocumentSymbol``'s name is."""
+        path = path_of(uri) if isinstance(uri, str) else None
+        lines = self.lines(path) if path is not None else None
+        bare = name.split("(", 1)[0].split("<", 1)[0].strip()
+        found = lines.line(loc.line - 1).find(bare, loc.character - 1) if lines is not None and bare else -1
+        if found < 0:
+            return loc
+        return loc.model_copy(
+            update={"character": found + 1, "end_line": loc.line, "end_character": found + 1 + len(bare)}
+        )
+
     def loc(self, uri: Any, range_: Any, *, foreign: bool = False) -> Loc | None:
         """The :class:`Loc` of ``range_`` in the file ``uri``. A URI that is not a local file gives
         ``None``, or with ``foreign`` a ``Loc`` naming the URI with the wire numbers plus one."""
@@ -89,6 +102,8 @@ class _Files:
         if path is None and not foreign:
             return None
         lines = self.lines(path) if path is not None else None
+        if path is not None and lines is None and path.is_relative_to(self._root) and not path.exists():
+            return None  # deleted since the server looked (its watched-file news may not have reached it yet)
         start, end = range_["start"], range_["end"]
         line, character = _position(lines, start)
         end_line, end_character = _position(lines, end)
@@ -179,6 +194,7 @@ def _symbol_information(item: Mapping[str, Any], files: _Files) -> Sym | None:
         return None
     if "range" in location:
         loc = files.loc(location.get("uri"), location.get("range"))
+        loc = files.at_name(location.get("uri"), loc, name) if loc is not None else None
     else:
         loc = files.top_of(location.get("uri"))
     if loc is None:
@@ -188,16 +204,39 @@ def _symbol_information(item: Mapping[str, Any], files: _Files) -> Sym | None:
 
 
 def symbols(raw: Any, *, path: Path, root: Path, text_of: TextOf) -> list[Sym]:
-    """``DocumentSymbol[]`` (nested; ``loc`` is the name's ``selectionRange``) or ``SymbolInformation[]``
-    (kept flat; ``container`` is ``containerName``) of the file ``path`` as symbols."""
+    """``DocumentSymbol[]`` (nested; ``loc`` is the name's ``selectionRange``) or ``SymbolInformation[]`` (nested
+    by the ranges of their definitions; ``loc`` is the name; ``container`` is ``containerName``) of the file
+    ``path`` as symbols."""
     files = _Files(root, text_of)
     uri = uri_of(path)
-    found = []
-    for item in _objects(raw):
-        sym = _symbol_information(item, files) if "location" in item else _document_symbol(item, uri, files)
-        if sym is not None:
-            found.append(sym)
-    return found
+    items = _objects(raw)
+    if items and all("location" in item for item in items):
+        return _nested([(item, sym) for item in items if (sym := _symbol_information(item, files)) is not None])
+    return [sym for item in items if (sym := _document_symbol(item, uri, files)) is not None]
+
+
+def _nested(flat: list[tuple[Mapping[str, Any], Sym]]) -> list[Sym]:
+    """Flat symbols nested by the ranges of their definitions (a method inside its class), as ``DocumentSymbol``s
+    come: ``depth`` then means the same for every server."""
+
+    def span(item: Mapping[str, Any]) -> tuple[tuple[int, int], tuple[int, int]]:
+        start, end = item["location"]["range"]["start"], item["location"]["range"]["end"]
+        return (start["line"], start["character"]), (end["line"], end["character"])
+
+    roots: list[tuple[Sym, list[Any]]] = []
+    open_: list[tuple[tuple[int, int], list[Any]]] = []  # the end of each enclosing symbol, and its children
+    for item, sym in sorted(flat, key=lambda pair: (span(pair[0])[0], [-n for n in span(pair[0])[1]])):
+        start, end = span(item)
+        while open_ and not end <= open_[-1][0]:
+            open_.pop()
+        node: tuple[Sym, list[Any]] = (sym, [])
+        (open_[-1][1] if open_ else roots).append(node)
+        open_.append((end, node[1]))
+
+    def built(node: tuple[Sym, list[Any]]) -> Sym:
+        return node[0].model_copy(update={"children": [built(child) for child in node[1]]}) if node[1] else node[0]
+
+    return [built(node) for node in roots]
 
 
 def workspace_symbols(raw: Any, *, server: str, root: Path, text_of: TextOf) -> list[WorkspaceSymbol]:

@@ -32,7 +32,8 @@ _LINE = {"type": "integer", "minimum": 1, "description": "1-based line."}
 _CHARACTER = {"type": "integer", "minimum": 1, "description": "1-based column, in characters."}
 _SYMBOL = {
     "type": "string",
-    "description": "Instead of line and character: a symbol of the file by name ('User', or 'User.greet').",
+    "description": "Instead of line and character (it wins when both are given): a symbol of the file by name "
+    "('User', or 'User.greet').",
 }
 
 

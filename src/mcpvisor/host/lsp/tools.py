@@ -231,9 +231,9 @@ class LspTools:
         doc = await server.sync(path)
         shown = relative(path, self.root)
         symbol = arguments.get("symbol")
-        if symbol is not None and (arguments.get("line") is None or arguments.get("character") is None):
+        if symbol is not None:  # it wins over a line and a character given too (an answer about what it names)
             target = await self._find(server, doc, path, str(symbol))
-            position = to_wire(doc.lines, target.loc.line, _name_column(doc, target), file=shown)
+            position = to_wire(doc.lines, target.loc.line, target.loc.character, file=shown)
             return _At(server, path, doc, position)
         line, character = arguments.get("line"), arguments.get("character")
         if not isinstance(line, int) or not isinstance(character, int):
@@ -475,15 +475,6 @@ class LspTools:
         raw = await self._request(at.server, "textDocument/rename", {**at.params, "newName": new_name})
         changes = normalize.workspace_edit(raw, root=self.root, text_of=self._text_of(at.server))
         return RenameResult(server=at.server.name, changes=changes, file_count=len(changes))
-
-
-def _name_column(doc: Document, sym: Sym) -> int:
-    """The 1-based column of ``sym``'s name on its line: servers that send flat symbols give the range of the
-    whole definition (``class User:`` starts at ``class``), and a request at the keyword finds nothing."""
-    text = doc.lines.line(sym.loc.line - 1)
-    name = sym.name.split("(", 1)[0].split("<", 1)[0].strip()
-    found = text.find(name, max(0, sym.loc.character - 1)) if name else -1
-    return found + 1 if found >= 0 else sym.loc.character
 
 
 def _render(result: BaseModel) -> str:
