@@ -195,6 +195,27 @@ def test_lsp_list_fails_when_a_file_cannot_be_read(layout: Layout) -> None:
     assert invoke(layout, "lsp", "list")[0] == 0
 
 
+def test_lsp_list_says_a_command_is_not_found_as_status_does_and_lists_the_arguments_as_written(
+    layout: Layout,
+) -> None:
+    """Before: 'starts on first use' where status said the first use would fail; the arguments joined unquoted
+    ("--log-file my log.txt", three words) and not listed in --json."""
+    ghost = {"command": "nosuchlsp-xyz", "args": ["--log-file", "my log.txt"], "extensionToLanguage": {".gh": "g"}}
+    write_json(layout.paths.user, {"lspServers": {"ghost": ghost}})
+    code, out = invoke(layout, "lsp", "list")
+    said = " ".join(out.split())
+    assert code == 0
+    assert (
+        "ghost · stopped — its command 'nosuchlsp-xyz' is not found, so its first use will fail: "
+        "fix lspServers.ghost.command"
+    ) in said
+    assert "nosuchlsp-xyz --log-file 'my log.txt'" in said
+    code, out = invoke(layout, "lsp", "list", "--json")
+    [row] = json.loads(out)["servers"]
+    assert row["args"] == ["--log-file", "my log.txt"]
+    assert row["command"] == "nosuchlsp-xyz --log-file 'my log.txt'"
+
+
 def test_a_corrupt_token_store_is_a_problem_of_status_and_mcp_list(layout: Layout) -> None:
     tokens = layout.paths.approvals.parent / "oauth-tokens.json"
     tokens.parent.mkdir(parents=True, exist_ok=True)

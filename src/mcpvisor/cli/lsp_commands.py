@@ -21,6 +21,7 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.lsp.config import RUNS_WORKSPACE_CODE, LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
+from mcpvisor.host.lsp.status import missing_command
 from mcpvisor.host.settings.loader import Settings, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
 from mcpvisor.host.status import lsp_approve_hint
@@ -63,6 +64,8 @@ def configured_state(state: LspDesiredState, name: str, trusted: bool, root: Pat
         return f"needs approval — run: {lsp_approve_hint(root, name, options)}"
     if reason is not None:
         return _STATES[reason].format(name=name)
+    if missing := missing_command(name, state.servers[name]):
+        return f"stopped — {missing}"
     return "approved; starts on first use" if is_gated(state.servers[name]) else "starts on first use"
 
 
@@ -90,6 +93,7 @@ def list_lsp_servers(
                 "source": entry.source,
                 "file": str(entry.path) if entry.path is not None else None,
                 "command": cfg.target(),
+                "args": cfg.written_args() if cfg.transport == "stdio" else [],
                 "extensions": sorted(cfg.extension_to_language),
                 "state": configured_state(state, name, settings.trusted, settings.root, approvals.decided_with),
                 "admission": state.reason(name) or "allowed",

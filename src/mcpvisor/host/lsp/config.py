@@ -18,6 +18,7 @@ what an edit does to a running server:
 from __future__ import annotations
 
 import hashlib
+import shlex
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import PurePath
 from typing import Any, Literal
@@ -207,6 +208,10 @@ class LspServerConfig(BaseModel):
         ok = isinstance(written, list) and len(written) == len(run) and all(isinstance(a, str) for a in written)
         return tuple(written) if ok else run
 
+    def written_args(self) -> list[str]:
+        """The arguments as written (a ``${VAR}`` in one may stand for a secret)."""
+        return list(self._written("args"))
+
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         return repr_fields(
             super().__repr_args__(), {"command": self._written("command"), "args": self._written("args")}
@@ -262,8 +267,9 @@ class LspServerConfig(BaseModel):
         """What this server runs or reaches, for people, as the entry wrote it (never env values; a ``${VAR}``
         may stand for a secret)."""
         command = self._written("command")
-        if self.transport == "stdio":
-            return " ".join([command or "", *self._written("args")])
+        if self.transport == "stdio":  # an argument with a space quoted: "--log-file 'my log.txt'" is two
+            shown = (shlex.quote(a) if not a or any(c.isspace() for c in a) else a for a in self.written_args())
+            return " ".join([command or "", *shown])
         socket = self.approved_value("socket")
         where = socket if isinstance(socket, str) else canonical_json(socket)
         return f"{self.transport} {where}" + (f" (started with {command})" if command else "")

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from mcpvisor.host.lsp.manager import LspManager
     from mcpvisor.host.lsp.server import LanguageServer
 
-__all__ = ["describe_state"]
+__all__ = ["describe_state", "missing_command"]
 
 
 def describe_state(
@@ -37,13 +37,8 @@ def describe_state(
         return "disabled (in lsp.excluded)"
     if reason == "not_allowed":
         return "not allowed"
-    missing = cfg is not None and (server is None or server.state == "stopped") and _command_missing(cfg)
-    if missing and cfg is not None:
-        fix = cfg.field(name, "command")
-        written = cfg.approved_value("command")  # as written: a ${VAR} in it may stand for a secret
-        shown = written if isinstance(written, str) else cfg.redact(cfg.command or "")
-        hint = arguments_hint(written)
-        return f"stopped — its command {shown!r} is not found, so its first use will fail: fix {fix}{hint}"
+    if cfg is not None and (server is None or server.state == "stopped") and (missing := missing_command(name, cfg)):
+        return f"stopped — {missing}"
     if server is None:
         return "stopped"
     if server.state == "ready":
@@ -53,6 +48,17 @@ def describe_state(
     if server.state in ("failed", "stopping"):
         return server.state
     return "idle" if manager.is_idle(name) else "stopped (starts on first use)"
+
+
+def missing_command(name: str, cfg: LspServerConfig) -> str | None:
+    """What to say of the server ``name`` when its command cannot be found (None: it can, or it is not for here
+    to say), with the fix."""
+    if not _command_missing(cfg):
+        return None
+    written = cfg.approved_value("command")  # as written: a ${VAR} in it may stand for a secret
+    shown = written if isinstance(written, str) else cfg.redact(cfg.command or "")
+    fix = cfg.field(name, "command")
+    return f"its command {shown!r} is not found, so its first use will fail: fix {fix}{arguments_hint(written)}"
 
 
 def _command_missing(cfg: LspServerConfig) -> bool:
