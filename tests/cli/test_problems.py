@@ -216,6 +216,22 @@ def test_lsp_list_says_a_command_is_not_found_as_status_does_and_lists_the_argum
     assert row["command"] == "nosuchlsp-xyz --log-file 'my log.txt'"
 
 
+def test_a_repositorys_language_server_named_like_the_users_says_it_replaces_it(layout: Layout) -> None:
+    """As an MCP server of .mcp.json does (before, nothing said why the user's own no longer ran there)."""
+    mine = {"command": "pylsp", "extensionToLanguage": {".py": "python"}}
+    theirs = {"command": "basedpyright-langserver", "args": ["--stdio"], "extensionToLanguage": {".py": "python"}}
+    write_json(layout.paths.user, {"lspServers": {"upy": mine}})
+    write_json(layout.root / ".lsp.json", {"upy": theirs})
+    said = (
+        f"language server 'upy' of {layout.root / '.lsp.json'} replaces your own of that name (in "
+        f"{layout.paths.user}) in this workspace: it runs only once approved, and yours does not run here meanwhile; "
+        "rename one of them to keep both"
+    )
+    for command in (["lsp", "list"], ["lsp", "approve", "upy"], ["status"]):
+        code, out = invoke(layout, *command)
+        assert said in " ".join(out.split()), command
+
+
 def test_a_corrupt_token_store_is_a_problem_of_status_and_mcp_list(layout: Layout) -> None:
     tokens = layout.paths.approvals.parent / "oauth-tokens.json"
     tokens.parent.mkdir(parents=True, exist_ok=True)

@@ -139,6 +139,8 @@ def decide_lsp(*, env: Mapping[str, str], workspace: Path | None, name: str, dec
         raise ConfigError(approvals.error)
     console = new_console(highlight=False)
     _show(console, name, cfg, entry.source, entry.path)
+    if (replaces := state.assembled.shadowed.get(name)) is not None:
+        console.print(f"[yellow]![/] {escape(replaces)}")
     if decision == "approve":
         console.print(f"[yellow]{RUNS_WORKSPACE_CODE}[/]")
         approvals.approve(settings.root, name, cfg, "lsp")

@@ -98,6 +98,8 @@ class AssembledLsp:
     sources: Mapping[str, LspEntry] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     errors: tuple[SettingsError, ...] = ()
+    shadowed: Mapping[str, str] = field(default_factory=dict)
+    """A repository's ``.lsp.json`` server that takes the place of one of the user's own, by name: what to say."""
 
 
 _cache: dict[tuple[str, str, int], tuple[LspServerConfig, frozenset[str]] | str] = {}
@@ -243,9 +245,17 @@ def assemble_lsp_servers(
     files = [project, *cli_files]
     for cli in cli_files:
         chosen.update(cli.servers)
+    shadowed = {
+        name: f"language server {name!r} of {project.path or '.lsp.json'} replaces your own of that name (in "
+        f"{below[name].path}) in this workspace: it runs only once approved, and yours does not run here meanwhile; "
+        "rename one of them to keep both"
+        for name in sorted(below.keys() & project.servers.keys())
+        if chosen[name] is project.servers[name]
+    }
     return AssembledLsp(
         servers={name: entry.config for name, entry in chosen.items()},
         sources=chosen,
-        warnings=(*warnings, *(w for f in files for w in f.warnings)),
+        warnings=(*warnings, *(w for f in files for w in f.warnings), *shadowed.values()),
         errors=tuple(f.error for f in files if f.error is not None),
+        shadowed=shadowed,
     )
