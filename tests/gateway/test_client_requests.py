@@ -21,6 +21,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 
 from mcpvisor.core.client_requests import InFlight, Progress, answering
 from mcpvisor.core.server_config import ConnectionOptions
+from mcpvisor.gateway import asks
 from tests.gateway.test_gateway import ERAS, running, server, text_of
 from tests.helpers import LIGHT, SDK, WAIT_S, wait_until
 
@@ -314,3 +315,27 @@ async def test_a_library_caller_answers_what_its_calls_cause(tmp_path: Path) -> 
         refused = await config.call_tool("mcp__old__ask_client", {"kind": "roots"})
         assert refused.is_error
         assert "no call to it is in flight from a client that answers such requests" in text_of(refused)
+
+
+async def test_calls_waiting_for_their_clients_input_are_bounded_one_more_is_refused_and_cancelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, every call a modern-era client left waiting held its state (about 50 KB) for 10 minutes, with no
+    bound on how many: a client that never came back could fill the gateway's memory."""
+    monkeypatch.setattr(asks, "MAX_OPEN_ROUNDS", 2)
+    user = {"mcpServers": {"a": server("a", "--control", module=SDK)}}  # its asks name the call they belong to
+    async with (
+        running(tmp_path, user=user, client_requests=True, processes=True) as r,
+        Answers().client(r.gateway.server, mode="auto") as client,
+    ):
+        session = client.session
+        for _ in range(2):
+            held = await session.call_tool("mcp__a__ask_client", {"kind": "roots"}, allow_input_required=True)
+            assert isinstance(held, types.InputRequiredResult), text_of(held)
+        with pytest.raises(MCPError) as refused:
+            await session.call_tool("mcp__a__ask_client", {"kind": "roots"}, allow_input_required=True)
+        assert str(refused.value) == (
+            "the call's server asked for input, and the gateway already holds 2 calls waiting for their clients' "
+            "answers (each waits up to 600 s); make the call again later"
+        )
+        assert text_of(await session.call_tool("mcp__a__pid", {})).isdigit()  # calls that need no input go on

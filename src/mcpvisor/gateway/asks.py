@@ -32,12 +32,24 @@ from pydantic import BaseModel, ValidationError
 from mcpvisor.core.call_logs import CallLog, hearing
 from mcpvisor.core.client_requests import Progress, answering, refusal
 
-__all__ = ["ROUND_TIMEOUT_S", "CallingClient", "OffersNothing", "Rounds", "offers_input", "pass_log", "served_logger"]
+__all__ = [
+    "MAX_OPEN_ROUNDS",
+    "ROUND_TIMEOUT_S",
+    "CallingClient",
+    "OffersNothing",
+    "Rounds",
+    "offers_input",
+    "pass_log",
+    "served_logger",
+]
 
 logger = logging.getLogger(__name__)
 
 ROUND_TIMEOUT_S = 600.0
 """How long a call whose server asked for input waits for the client's next round before it is cancelled."""
+MAX_OPEN_ROUNDS = 1000
+"""Calls waiting for their client's next round at once, per gateway (each holds its call's state, tens of KB):
+one more is cancelled and refused, so clients that never come back cannot fill the memory."""
 
 _STATE_PREFIX = "mcpvisor-round-"
 _COALESCE_CHECKPOINTS = 5
@@ -317,12 +329,18 @@ class Rounds:
     """The calls of 2026-07-28-era clients whose servers asked for input, between the clients' rounds."""
 
     def __init__(
-        self, tg: anyio.abc.TaskGroup, *, timeout_s: float = ROUND_TIMEOUT_S, name: Callable[[str], str] | None = None
+        self,
+        tg: anyio.abc.TaskGroup,
+        *,
+        timeout_s: float = ROUND_TIMEOUT_S,
+        name: Callable[[str], str] | None = None,
+        max_open: int | None = None,
     ) -> None:
         """``name`` makes a round's ``request_state`` from a random token (default ``mcpvisor-round-<token>``);
         a fleet replica's names the replica the call runs on, so a retry landing elsewhere reaches it."""
         self._tg = tg
         self._timeout_s = timeout_s
+        self._max_open = max_open or MAX_OPEN_ROUNDS
         self._name = name or (lambda token: _STATE_PREFIX + token)
         self._open: dict[str, _Call[Any]] = {}
 
@@ -360,6 +378,13 @@ class Rounds:
             raise
         if not isinstance(outcome, dict):
             return outcome
+        if len(self._open) >= self._max_open:
+            running.scope.cancel()
+            raise MCPError(
+                types.INTERNAL_ERROR,
+                f"the call's server asked for input, and the gateway already holds {self._max_open:,} calls waiting "
+                f"for their clients' answers (each waits up to {self._timeout_s:g} s); make the call again later",
+            )
         state = self._name(secrets.token_urlsafe(18))
         self._open[state] = running
         self._tg.start_soon(self._expire, state, running, running.round)
