@@ -385,6 +385,22 @@ async def test_a_request_that_can_open_no_session_evicts_none(tmp_path: Path) ->
             assert gateway.sessions.evicted == 1
 
 
+async def test_a_session_or_version_header_given_twice_is_refused(tmp_path: Path) -> None:
+    """Before, the books read the last one and the SDK the first: a request served under a valid session escaped
+    its in-flight count (its session could be closed to make room while its call ran)."""
+    async with gateway_at(tmp_path, HttpLimits()) as (_, url):
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            session = await open_session(http, url)
+            ping_ = {"jsonrpc": "2.0", "id": 9, "method": "ping"}
+            for name, values in (("mcp-session-id", [session, "bogus"]), ("mcp-protocol-version", [VERSION, VERSION])):
+                headers = [*ACCEPT.items(), ("mcp-session-id", session), ("mcp-protocol-version", VERSION)]
+                headers = [(k, v) for k, v in headers if k.lower() != name] + [(name, v) for v in values]
+                twice = await http.post(url, json=ping_, headers=headers)
+                assert twice.status_code == 400
+                assert twice.json()["error"]["message"] == f"the {name} header appears more than once"
+            assert await ping(http, url, session) == 200
+
+
 async def test_a_client_that_leaves_before_its_body_came_logs_no_error(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
