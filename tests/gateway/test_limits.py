@@ -572,3 +572,46 @@ async def test_a_request_id_already_in_flight_is_refused_and_the_first_call_is_a
         [answer] = first
         assert answer.status_code == 200
         assert "slept" in answer.text
+
+
+@asynccontextmanager
+async def a_stream_never_read(tmp_path: Path) -> AsyncIterator[tuple[str, Any]]:
+    """A gateway with a session whose GET stream's socket is full (its client never reads it, at log level debug,
+    while another session's call logs 10 MB); the stuck session's id and a way to post."""
+    user = {"mcpServers": {"a": server("a", "--control")}}
+    async with running(tmp_path, user=user) as r, anyio.create_task_group() as tg:
+        url: str = await tg.start(lambda task_status: r.gateway.serve_http(task_status=task_status))
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            caller, stuck = [await open_session(http, url) for _ in range(2)]
+
+            async def post(session: str, message: dict[str, Any]) -> httpx2.Response:
+                headers = {**ACCEPT, "mcp-session-id": session, "MCP-Protocol-Version": VERSION}
+                return await http.post(url, json=message, headers=headers)
+
+            debug = {"jsonrpc": "2.0", "id": 7, "method": "logging/setLevel", "params": {"level": "debug"}}
+            assert (await post(stuck, debug)).is_success
+            host = url.split("//")[1].split("/")[0]
+            with socket.socket() as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)  # before connecting: a small window
+                sock.connect((host.rsplit(":", 1)[0], int(host.rsplit(":", 1)[1])))
+                sock.send(
+                    f"GET /mcp HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {stuck}\r\n"
+                    f"MCP-Protocol-Version: {VERSION}\r\n\r\n".encode()
+                )
+                await anyio.sleep(0.3)
+                flood = call("mcp__a__log", {"level": "info", "text": "L" * 20_000, "count": 500}, request_id=8)
+                assert (await post(caller, flood)).is_success  # its log messages go to the stuck stream too
+                yield stuck, post
+        tg.cancel_scope.cancel()
+
+
+async def test_a_session_whose_stream_is_not_read_is_answered_once_that_stream_is_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the session's answers waited behind a write to its GET stream that its client never took: a ping
+    was never answered, and the session never went idle."""
+    monkeypatch.setattr(gateway_http, "WRITE_STALL_S", 1.0)
+    async with a_stream_never_read(tmp_path) as (stuck, post):
+        with anyio.fail_after(WAIT_S):
+            answer = await post(stuck, {"jsonrpc": "2.0", "id": 9, "method": "ping"})
+        assert answer.status_code == 200

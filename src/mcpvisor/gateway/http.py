@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 import anyio.abc
@@ -25,6 +25,7 @@ from mcpvisor.gateway.limits import (
     BODY_TIMEOUT_S,
     DEFAULT_HTTP_LIMITS,
     MAX_HEADER_BYTES,
+    WRITE_STALL_S,
     HttpLimits,
 )
 from mcpvisor.gateway.listen import http_url, is_loopback, refuse_without_token
@@ -240,7 +241,8 @@ async def serve_asgi_socket(
     if token is not None:
         app = BearerAuth(app, token)
     try:
-        server = _uvicorn_server(app, limits)
+        protocol: Any = _guarded_protocol(limits)
+        server = _uvicorn_server(app, limits, protocol)
         done = anyio.Event()
         shield = anyio.CancelScope(shield=True)
 
@@ -258,6 +260,8 @@ async def serve_asgi_socket(
                 await done.wait()
             finally:
                 on_stop()
+                for stuck in list(protocol.paused):  # a write it waits on would hold the stop until it is cut
+                    stuck.cut()
                 server.should_exit = True
                 with anyio.CancelScope(shield=True), anyio.move_on_after(HTTP_SHUTDOWN_S * 2):
                     await done.wait()
@@ -282,7 +286,7 @@ def transport_security(host: str) -> TransportSecuritySettings | None:
     )
 
 
-def _uvicorn_server(app: ASGIApp, limits: HttpLimits) -> uvicorn.Server:
+def _uvicorn_server(app: ASGIApp, limits: HttpLimits, protocol: type[asyncio.Protocol]) -> uvicorn.Server:
     import uvicorn
 
     class QuietServer(uvicorn.Server):
@@ -302,7 +306,7 @@ def _uvicorn_server(app: ASGIApp, limits: HttpLimits) -> uvicorn.Server:
         proxy_headers=False,
         lifespan="on",
         timeout_graceful_shutdown=HTTP_SHUTDOWN_S,
-        http=_guarded_protocol(limits),
+        http=protocol,
         backlog=max(128, min(limits.max_connections, 4096)),
     )
     return QuietServer(config)
@@ -341,6 +345,9 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
     base: Any = _http_protocol()
 
     class GuardedProtocol(base):  # type: ignore[misc]
+        paused: ClassVar[set[GuardedProtocol]] = set()
+        """The connections whose client has not taken what was written to it (cut as the server stops)."""
+        _stall_timer: asyncio.TimerHandle | None = None
         _header_timer: asyncio.TimerHandle | None = None
         _armed_under: object = None
         _body_timer: asyncio.TimerHandle | None = None
@@ -397,7 +404,32 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_header_timer()
             self._disarm_body_timer()
+            self.resume_writing()  # (its stall timer)
             super().connection_lost(exc)
+
+        def pause_writing(self) -> None:  # the client's socket is full: it reads slowly, or not at all
+            super().pause_writing()
+            if self._stall_timer is None:
+                self._stall_timer = self.loop.call_later(WRITE_STALL_S, self._stalled)
+                self.paused.add(self)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self.paused.discard(self)
+            if self._stall_timer is not None:
+                self._stall_timer.cancel()
+                self._stall_timer = None
+
+        def _stalled(self) -> None:
+            self._stall_timer = None
+            if not self.transport.is_closing():
+                logger.info("closing a connection whose client read nothing it was sent for %g s", WRITE_STALL_S)
+                self.cut()
+
+        def cut(self) -> None:
+            """Cut the connection (its client reads nothing: a write waits on it): a disconnect to the app, so a
+            stream held open to it ends, and what its session sends next is no longer held behind that write."""
+            self.transport.abort()  # close() would wait to send what it does not read
 
         def on_response_complete(self) -> None:
             super().on_response_complete()

@@ -31,6 +31,9 @@ HEADER_TIMEOUT_S = 10.0
 BODY_TIMEOUT_S = 30.0
 """How long a client may take to send a request's body once its headers came before its connection is closed
 (a body is 4 MiB at most)."""
+WRITE_STALL_S = 30.0
+"""How long a client may leave unread what the gateway sends it (its socket full, it reads nothing) before its
+connection is closed: a stream it stopped reading held every answer of its session behind it."""
 MAX_HEADER_BYTES = 64 * 1024
 """A request's head (its target and headers), in bytes, at most once it spans reads: a longer one is answered 431
 and its connection closed (read before the token is checked: without a bound any local program could fill the
