@@ -4,6 +4,7 @@ process and as a subprocess, with real example servers (SPEC §0.3, §9 "Gateway
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -13,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -122,6 +124,56 @@ def test_serve_over_stdio_with_no_client_at_all_ends_cleanly(tmp_path: Path) -> 
     assert out.stdout == ""
     [pid] = marker_pids(marker)
     assert not pid_alive(pid)
+
+
+def test_serve_over_stdio_answers_a_line_that_is_no_json_rpc_message(tmp_path: Path) -> None:
+    """Before, the SDK's reader dropped such a line unanswered: a client whose request could not be read (its
+    params a string) waited for its answer for ever. A malformed notification has no id to answer: nothing."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    save(layout.paths.user, {"mcpServers": {}})
+    opening = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    lines = [
+        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": opening}),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        "garbage",
+        json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": "x"}),
+        "42",
+        json.dumps([{"jsonrpc": "2.0", "id": 2, "method": "ping"}]),
+        json.dumps({"jsonrpc": "2.0", "id": None, "method": "ping"}),
+        json.dumps({"jsonrpc": "2.0", "id": 5, "method": 7}),
+        json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": "x"}),
+        "",
+        json.dumps({"jsonrpc": "2.0", "id": 77, "method": "ping"}),
+    ]
+    with subprocess.Popen(
+        [mcpvisor_command(), "serve", "--workspace", str(layout.root)],
+        env={**os.environ, **layout.env},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as process:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        process.stdin.write("\n".join(lines) + "\n")
+        process.stdin.flush()
+        answers: list[dict[str, Any]] = []
+        while not answers or answers[-1].get("id") != 77:
+            answers.append(json.loads(process.stdout.readline()))
+        process.stdin.close()
+        process.wait(timeout=WAIT_S)
+    refused = [(a["id"], a["error"]["code"], a["error"]["message"]) for a in answers[1:-1]]
+    assert refused[:5] == [
+        (None, -32700, "Parse error: the line is not JSON"),
+        (4, -32600, "'params' must be an object"),
+        (None, -32600, "the body must be one JSON-RPC message (an object)"),
+        (None, -32600, "batches are not supported: send one JSON-RPC message per POST"),
+        (None, -32600, "an 'id' must be a string or an integer"),
+    ]
+    assert refused[5][:2] == (5, -32600)
+    assert refused[5][2].startswith("not a JSON-RPC message: ")
+    assert len(refused) == 6
+    assert answers[-1] == {"jsonrpc": "2.0", "id": 77, "result": {}}
 
 
 async def test_run_gateway_over_http_serves_until_cancelled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -82,6 +82,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
 from mcpvisor.gateway.asks import offers_input
+from mcpvisor.gateway.protocol import shape_problem
 from mcpvisor.gateway.replay import ReplayBuffer, SessionEvents
 from mcpvisor.gateway.tracing import tracing
 
@@ -431,30 +432,13 @@ async def _message(request: Request) -> JSONRPCMessage | str | None:
         data = pydantic_core.from_json(await request.body())
     except ValueError:
         return None
-    problem = _shape_problem(data)
+    problem = shape_problem(data)
     if problem is not None:
         return problem
     try:
         return jsonrpc_message_adapter.validate_python(data, by_name=False)
     except ValidationError:
         return None
-
-
-def _shape_problem(data: Any) -> str | None:
-    """Why ``data`` is not one JSON-RPC message as MCP has them (a batch, an id of another type…), or None."""
-    if isinstance(data, list):
-        return "batches are not supported: send one JSON-RPC message per POST"
-    if not isinstance(data, dict):
-        return "the body must be one JSON-RPC message (an object)"
-    if data.get("jsonrpc") != "2.0":
-        return "'jsonrpc' must be \"2.0\""
-    if "id" in data and (isinstance(data["id"], bool) or not isinstance(data["id"], int | str)):
-        return "an 'id' must be a string or an integer"
-    if "params" in data and not isinstance(data["params"], dict):
-        return "'params' must be an object"
-    if "method" not in data and "id" not in data:
-        return "a message needs a 'method' (a request or notification) or an 'id' (a response)"
-    return None
 
 
 def _answer(

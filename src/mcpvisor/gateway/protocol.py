@@ -27,6 +27,7 @@ __all__ = [
     "error_result",
     "log_level_asked",
     "page",
+    "shape_problem",
     "progress_to",
 ]
 
@@ -116,3 +117,20 @@ def as_mcp_errors() -> Iterator[None]:
         raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
     except McpvisorError as exc:
         raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+
+
+def shape_problem(data: Any) -> str | None:
+    """Why ``data`` is not one JSON-RPC message as MCP has them (a batch, an id of another type…), or None."""
+    if isinstance(data, list):
+        return "batches are not supported: send one JSON-RPC message per POST"
+    if not isinstance(data, dict):
+        return "the body must be one JSON-RPC message (an object)"
+    if data.get("jsonrpc") != "2.0":
+        return "'jsonrpc' must be \"2.0\""
+    if "id" in data and (isinstance(data["id"], bool) or not isinstance(data["id"], int | str)):
+        return "an 'id' must be a string or an integer"
+    if "params" in data and not isinstance(data["params"], dict):
+        return "'params' must be an object"
+    if "method" not in data and "id" not in data:
+        return "a message needs a 'method' (a request or notification) or an 'id' (a response)"
+    return None

@@ -14,11 +14,18 @@ import asyncio
 import contextlib
 import os
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import mcp_types as types
+import pydantic_core
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
+
+from mcpvisor.core.errors import describe_invalid
+from mcpvisor.gateway.protocol import shape_problem
 
 __all__ = ["stdio_streams"]
 
@@ -27,23 +34,63 @@ _LINE_LIMIT = 1 << 31
 
 
 class _Lines:
-    """The lines of a stream reader as text, as the SDK's ``stdio_server`` iterates its stdin."""
+    """The lines of a stream reader as text, as the SDK's ``stdio_server`` iterates its stdin; a line that is no
+    JSON-RPC message is answered here (:meth:`refuse`) and not passed on: the SDK's reader drops it unanswered,
+    and a client whose request could not be read waited for its answer for ever."""
 
     def __init__(self, reader: asyncio.StreamReader) -> None:
         self._reader = reader
+        self.refuse: Callable[[types.JSONRPCError], Awaitable[None]] | None = None
 
     def __aiter__(self) -> _Lines:
         return self
 
     async def __anext__(self) -> str:
-        line = await self._reader.readline()
-        if not line:
-            raise StopAsyncIteration
-        return line.decode("utf-8", errors="replace")
+        while True:
+            line = await self._reader.readline()
+            if not line:
+                raise StopAsyncIteration
+            text = line.decode("utf-8", errors="replace")
+            refusal = refusal_of(text)
+            if refusal is None:
+                return text
+            if self.refuse is not None and refusal is not _SKIP:
+                await self.refuse(refusal)
 
     def end(self) -> None:
         """End the lines here, as if stdin had ended: the SDK's reader task then ends."""
         self._reader.feed_eof()
+
+
+_SKIP = types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(code=types.INVALID_REQUEST, message=""))
+"""What a line that needs no answer gets: a blank line, a malformed notification (it has no id to answer)."""
+
+
+def refusal_of(line: str) -> types.JSONRPCError | None:
+    """The error answering ``line`` when it is no JSON-RPC message (:data:`_SKIP`: none is due), else None."""
+    if not line.strip():
+        return _SKIP
+    try:
+        data = pydantic_core.from_json(line)
+    except ValueError:
+        return _refusal(None, types.PARSE_ERROR, "Parse error: the line is not JSON")
+    problem = shape_problem(data)
+    if problem is None:
+        try:
+            types.jsonrpc_message_adapter.validate_python(data, by_name=False)
+        except ValidationError as exc:
+            problem = f"not a JSON-RPC message: {describe_invalid(exc)}"
+        else:
+            return None
+    if isinstance(data, dict) and "id" not in data and "method" in data:
+        return _SKIP  # a notification: no answer, whatever is wrong with it
+    request_id = data.get("id") if isinstance(data, dict) else None
+    valid_id = isinstance(request_id, int | str) and not isinstance(request_id, bool)
+    return _refusal(request_id if valid_id else None, types.INVALID_REQUEST, problem)
+
+
+def _refusal(request_id: Any, code: int, message: str) -> types.JSONRPCError:
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message))
 
 
 @asynccontextmanager
@@ -82,6 +129,9 @@ async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
     stdin read on the event loop where it can be (see the module)."""
     async with _stdin_on_the_loop() as lines:
         async with stdio_server(stdin=lines) as streams:  # type: ignore[arg-type]  # iterates it, as an AsyncFile
+            if lines is not None:
+                write = streams[1]
+                lines.refuse = lambda refusal: write.send(SessionMessage(refusal))
             try:
                 yield streams
             finally:
