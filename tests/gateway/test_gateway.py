@@ -332,6 +332,23 @@ async def test_an_upstream_error_result_is_passed_through_as_an_error_result(tmp
         assert "validation error" in text_of(result)
 
 
+async def test_results_carry_the_gateways_identity_not_the_upstreams(tmp_path: Path) -> None:
+    """A 2026-07-28 server stamps its results with its own serverInfo; before, the gateway passed it on, so one
+    server (the gateway) answered under two names."""
+    user = {"mcpServers": {"s": server("s", "--prompts", "p", "--resources", "note://s/1", module=SDK)}}
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server, mode="auto") as client:
+        results = [
+            await client.call_tool("mcp__s__echo", {"text": "hi"}),
+            await client.get_prompt("mcp__s__p", {"topic": "t"}),
+            await client.read_resource("note://s/1"),
+        ]
+        connection = r.host.config.manager.get_client("s")
+        assert connection is not None
+        assert connection.protocol_version == "2026-07-28"  # (its results are stamped)
+        for result in results:
+            assert (result.meta or {})[types.SERVER_INFO_META_KEY]["name"] == "mcpvisor", result.meta
+
+
 async def test_an_unknown_prompt_is_an_invalid_params_error(tmp_path: Path) -> None:
     async with running(tmp_path, user={"mcpServers": {}}) as r, Client(r.gateway.server) as client:
         with pytest.raises(MCPError) as caught:

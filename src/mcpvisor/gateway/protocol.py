@@ -19,6 +19,7 @@ from mcpvisor.core.client import Progress
 from mcpvisor.core.errors import McpvisorError, NotFoundError
 
 __all__ = [
+    "as_served",
     "PAGE_SIZE",
     "as_mcp_errors",
     "RESOURCE_NOT_FOUND",
@@ -134,3 +135,16 @@ def shape_problem(data: Any) -> str | None:
     if "method" not in data and "id" not in data:
         return "a message needs a 'method' (a request or notification) or an 'id' (a response)"
     return None
+
+
+ResultT = TypeVar("ResultT", bound=types.Result)
+
+
+def as_served(result: ResultT) -> ResultT:
+    """An upstream's result as the gateway serves it: without that server's own identity in its ``_meta`` (the
+    gateway's is stamped where none is: a client talks to one server, whichever answered behind it)."""
+    meta = result.meta
+    if not meta or types.SERVER_INFO_META_KEY not in meta:
+        return result
+    rest = {key: value for key, value in meta.items() if key != types.SERVER_INFO_META_KEY}
+    return result.model_copy(update={"meta": rest or None})

@@ -70,6 +70,7 @@ from mcpvisor.gateway.protocol import (
     RESOURCE_NOT_FOUND,
     GatewayServer,
     as_mcp_errors,
+    as_served,
     connection_of,
     error_result,
     log_level_asked,
@@ -135,8 +136,7 @@ class Gateway(StackOwner):
         self._in_flight = InFlight()
         self.sessions: SessionBook | None = None
         """The handshake-era sessions of the HTTP app, once :meth:`http_app` made it."""
-        with warnings.catch_warnings():
-            # Log forwarding serves handshake-era clients; the 2026-07-28 era dropped logging/setLevel.
+        with warnings.catch_warnings():  # log forwarding serves handshake-era clients (2026-07-28 dropped setLevel)
             warnings.simplefilter("ignore", MCPDeprecationWarning)
             self.server = GatewayServer(
                 name,
@@ -240,7 +240,7 @@ class Gateway(StackOwner):
     async def _call_tool(self, params: types.CallToolRequestParams, progress: Progress | None) -> types.CallToolResult:
         try:
             name = self._names().registered(params.name)
-            return await self.config.call_tool(name, params.arguments, progress=progress)
+            return as_served(await self.config.call_tool(name, params.arguments, progress=progress))
         except McpvisorError as exc:  # not found (with the reason), unavailable, timed out, failed
             logger.debug("gateway call to %r failed: %s", params.name, exc)
             return error_result(str(exc))
@@ -291,7 +291,7 @@ class Gateway(StackOwner):
 
         async def get(progress: Progress) -> types.GetPromptResult:
             with as_mcp_errors():
-                return await self.config.get_prompt(entry.name, params.arguments)
+                return as_served(await self.config.get_prompt(entry.name, params.arguments))
 
         try:
             return await self._interactive(ctx, params, get)
@@ -306,7 +306,7 @@ class Gateway(StackOwner):
         return types.ListResourceTemplatesResult(resource_templates=served, next_cursor=next_cursor)
 
     async def _on_completion(self, ctx: _Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
-        return await complete(self.config, self._prompts(), self.routes, params)
+        return as_served(await complete(self.config, self._prompts(), self.routes, params))
 
     async def _on_list_resources(
         self, ctx: _Ctx, params: types.PaginatedRequestParams | None
@@ -326,7 +326,7 @@ class Gateway(StackOwner):
 
         async def read(progress: Progress) -> types.ReadResourceResult:
             with as_mcp_errors():
-                result = await client.read_resource(upstream_uri)
+                result = as_served(await client.read_resource(upstream_uri))
             if upstream_uri == uri:
                 return result
             contents = [c.model_copy(update={"uri": uri}) if str(c.uri) == upstream_uri else c for c in result.contents]
