@@ -150,6 +150,8 @@ class Host(StackOwner):
         env = opts.env
         async with AsyncExitStack() as stack:
             self._settings = load_settings(env, opts.workspace)
+            if not self._settings.root.is_dir():  # (the commands check --workspace as they parse it)
+                raise ConfigError(f"the workspace {self._settings.root} is no folder: pass an existing one")
             if opts.settings_source is not None:
                 opts.settings_source.prime(self._settings)
             # The stores as they are before they are read: one written before the watcher starts is announced.

@@ -3,6 +3,7 @@ may follow instead of its settings files (a fleet's)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,12 @@ class HostOptions:
     approvals: ApprovalStore | None = None
     """Where decisions on gated servers are kept, when not in the user folder's file (a fleet's store:
     :mod:`mcpvisor.fleet`); its changes reconcile as an edit of the file would."""
+
+    def __post_init__(self) -> None:
+        for name in ("mcp_config", "lsp_config", "allowed_mcp_server_names", "allowed_lsp_server_names"):
+            value = getattr(self, name)
+            if isinstance(value, str | os.PathLike):  # (a string is a sequence: of one-letter names or paths)
+                raise TypeError(f"HostOptions.{name} takes a list, not one {type(value).__name__}: {name}=[{value!r}]")
 
 
 class SettingsSource(Protocol):
