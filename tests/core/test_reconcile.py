@@ -359,6 +359,8 @@ async def test_tool_not_found_names_the_server_and_the_fix(config: Config) -> No
     assert rejected.value.reason == "rejected"
     with pytest.raises(ValueError, match="timeout_s must be a number of seconds above 0"):
         await config.call_tool("mcp__a__echo", timeout_s=-1)
+    with pytest.raises(ConfigError, match="a server's name must be a non-blank string, not ''"):
+        config.set_mcp_servers({"": light("blank")})  # (its tools would be mcp____echo)
     # A prompt is explained in a prompt's own words: its kind, and the server's prompts.
     prompt = config.not_found("mcp__a__nope", "prompt")
     assert not isinstance(prompt, ToolNotFoundError)

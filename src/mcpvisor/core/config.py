@@ -478,6 +478,8 @@ def _checked(servers: Mapping[str, McpServerConfig]) -> dict[str, McpServerConfi
     """``servers`` as a dict, once each is known to be an :class:`McpServerConfig` (a plain settings-file entry
     would only fail at connect time, deep in a task group)."""
     for name, cfg in servers.items():
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"a server's name must be a non-blank string, not {name!r}: its tools are mcp__NAME__*")
         if not isinstance(cfg, McpServerConfig):
             raise TypeError(
                 f"server {name!r} is a {type(cfg).__name__}, not an McpServerConfig: build it with "

@@ -9,6 +9,7 @@ floods its stderr can neither fill the disk nor eat the host's CPU: the log rota
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import re
 import stat
@@ -36,12 +37,19 @@ _READ_CHUNK: Final = 64 * 1024
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_LOG_NAME_MAX = 100
 
 
 def log_file(log_dir: Path | None, name: str) -> Path:
     """Where the server ``name`` logs in ``log_dir`` (None: :func:`default_log_dir` of this process's environment):
-    ``NAME.log``, anything but letters, digits, ``_.-`` as ``_``."""
-    return (log_dir or default_log_dir(os.environ)) / f"{_UNSAFE.sub('_', name)}.log"
+    ``NAME.log``; a name with anything but letters, digits, ``_.-`` (each as ``_``), longer than a file's name may
+    be, or starting with a dot, gets a hash of itself after its first 100 characters (``a/b`` and ``a_b`` are two
+    servers: two logs)."""
+    safe = _UNSAFE.sub("_", name)
+    if safe != name or len(name) > _LOG_NAME_MAX or not name or name.startswith("."):
+        head = "_" + safe[1:_LOG_NAME_MAX] if name.startswith(".") else safe[:_LOG_NAME_MAX]
+        safe = f"{head}-{hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()[:8]}"
+    return (log_dir or default_log_dir(os.environ)) / f"{safe}.log"
 
 
 def default_log_dir(env: Mapping[str, str]) -> Path:

@@ -360,6 +360,13 @@ def test_an_invalid_server_is_skipped_with_a_warning_and_the_others_load() -> No
     assert any("'odd'" in w and "expected an object" in w for w in merged.warnings)
 
 
+def test_a_server_with_a_blank_name_is_skipped_with_a_warning() -> None:
+    """Before, it ran: its tools were mcp____echo, its log the hidden .log."""
+    merged = _merge(user={"mcpServers": {"": _server("blank"), " ": _server("space"), "fine": _server("ok")}})
+    assert list(merged.mcp_servers) == ["fine"]
+    assert sum("a server needs a name; fix mcpServers" in w for w in merged.warnings) == 2
+
+
 def test_an_invalid_higher_server_leaves_the_lower_definition() -> None:
     merged = _merge(user={"mcpServers": {"s": _server("u")}}, workspace={"mcpServers": {"s": {"args": []}}})
     assert merged.mcp_servers["s"].config.command == "u"

@@ -146,6 +146,9 @@ def build_server_entries(
     servers: dict[str, ServerEntry] = {}
     warnings: list[str] = []
     for name, entry in entries.items():
+        if not str(name).strip():
+            warnings.append(f"skipped an MCP server named {name!r} in {where}: a server needs a name; fix {key}")
+            continue
         if not isinstance(entry, Mapping):
             warnings.append(f"skipped MCP server {name!r} in {where}: expected an object; fix {key}.{name}")
             continue
