@@ -171,7 +171,7 @@ def test_serve_over_stdio_answers_a_line_that_is_no_json_rpc_message(tmp_path: P
         (None, -32600, "an 'id' must be a string or an integer"),
     ]
     assert refused[5][:2] == (5, -32600)
-    assert refused[5][2].startswith("not a JSON-RPC message: ")
+    assert refused[5][2] == "not a JSON-RPC request: method: Input should be a valid string"
     assert len(refused) == 6
     assert answers[-1] == {"jsonrpc": "2.0", "id": 77, "result": {}}
 

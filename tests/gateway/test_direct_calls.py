@@ -202,6 +202,7 @@ async def test_a_call_whose_stream_was_lost_is_answered_on_the_resumed_stream(
         ({**call("mcp__a__echo", {}), "id": True}, "an 'id' must be a string or an integer"),
         ({**call("mcp__a__echo", {}), "params": []}, "'params' must be an object"),
         ({"jsonrpc": "2.0", "hello": "world"}, "a message needs a 'method' (a request or notification) or an 'id'"),
+        ({"jsonrpc": "2.0", "id": 1, "method": 5}, "not a JSON-RPC request: method: Input should be a valid string"),
     ],
 )
 async def test_what_is_not_one_json_rpc_message_is_refused_saying_why(tmp_path: Path, body: Any, said: str) -> None:

@@ -82,7 +82,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
 from mcpvisor.gateway.asks import offers_input
-from mcpvisor.gateway.protocol import shape_problem
+from mcpvisor.gateway.protocol import invalid_message, shape_problem
 from mcpvisor.gateway.replay import ReplayBuffer, SessionEvents
 from mcpvisor.gateway.tracing import tracing
 
@@ -427,7 +427,7 @@ async def note_initialize(ctx: ServerRequestContext[Any, Any], call_next: CallNe
 
 async def _message(request: Request) -> JSONRPCMessage | str | None:
     """The POST's message; what makes it no single JSON-RPC message, said for the client; or None (the SDK's
-    path answers it: not JSON at all, or params it words better). The body stays cached on ``request``."""
+    path answers it: not JSON at all). The body stays cached on ``request``."""
     try:
         data = pydantic_core.from_json(await request.body())
     except ValueError:
@@ -437,8 +437,8 @@ async def _message(request: Request) -> JSONRPCMessage | str | None:
         return problem
     try:
         return jsonrpc_message_adapter.validate_python(data, by_name=False)
-    except ValidationError:
-        return None
+    except ValidationError:  # (the SDK's answer is pydantic's whole dump, as invalid params)
+        return invalid_message(data)
 
 
 def _answer(

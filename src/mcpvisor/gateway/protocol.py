@@ -13,12 +13,14 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from mcpvisor.core.call_logs import LOG_LEVELS
 from mcpvisor.core.client import Progress
-from mcpvisor.core.errors import McpvisorError, NotFoundError
+from mcpvisor.core.errors import McpvisorError, NotFoundError, describe_invalid
 
 __all__ = [
+    "invalid_message",
     "as_served",
     "PAGE_SIZE",
     "as_mcp_errors",
@@ -148,3 +150,18 @@ def as_served(result: ResultT) -> ResultT:
         return result
     rest = {key: value for key, value in meta.items() if key != types.SERVER_INFO_META_KEY}
     return result.model_copy(update={"meta": rest or None})
+
+
+def invalid_message(data: Any) -> str:
+    """What makes ``data`` (that :func:`shape_problem` passed) no JSON-RPC message, in the terms of the kind it
+    means to be (a request, a notification, a response), not pydantic's dump of every kind."""
+    kind: type[types.JSONRPCRequest | types.JSONRPCNotification | types.JSONRPCResponse | types.JSONRPCError]
+    if "method" in data:
+        kind, named = (types.JSONRPCRequest, "request") if "id" in data else (types.JSONRPCNotification, "notification")
+    else:
+        kind, named = (types.JSONRPCError, "error") if "error" in data else (types.JSONRPCResponse, "response")
+    try:
+        kind.model_validate(data, by_name=False)
+    except ValidationError as exc:
+        return f"not a JSON-RPC {named}: {describe_invalid(exc)}"
+    return "not a JSON-RPC message"

@@ -24,8 +24,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from mcpvisor.core.errors import describe_invalid
-from mcpvisor.gateway.protocol import shape_problem
+from mcpvisor.gateway.protocol import invalid_message, shape_problem
 
 __all__ = ["stdio_streams"]
 
@@ -78,8 +77,8 @@ def refusal_of(line: str) -> types.JSONRPCError | None:
     if problem is None:
         try:
             types.jsonrpc_message_adapter.validate_python(data, by_name=False)
-        except ValidationError as exc:
-            problem = f"not a JSON-RPC message: {describe_invalid(exc)}"
+        except ValidationError:
+            problem = invalid_message(data)
         else:
             return None
     if isinstance(data, dict) and "id" not in data and "method" in data:
