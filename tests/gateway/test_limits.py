@@ -378,6 +378,8 @@ async def test_a_request_that_can_open_no_session_evicts_none(tmp_path: Path) ->
             sessions = [await open_session(http, url) for _ in range(2)]
             forgot = await http.post(url, json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, headers=ACCEPT)
             assert forgot.status_code == 400
+            assert forgot.json()["error"]["message"].startswith("Bad Request: Missing session ID: ")
+            assert "mcp-session-id" not in forgot.headers  # (before: the id of a session that never was)
             assert [await ping(http, url, s) for s in sessions] == [200, 200]
             assert gateway.sessions is not None
             assert gateway.sessions.evicted == 0

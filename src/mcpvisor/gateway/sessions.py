@@ -61,6 +61,9 @@ RETRY_AFTER_S = 5
 SSE_RETRY_MS = 1000
 """The ``retry`` field of the gateway's SSE streams: how long a client waits before it resumes one."""
 
+_NO_SESSION = (
+    "Bad Request: Missing session ID: a request other than initialize needs its session's Mcp-Session-Id header"
+)
 _SESSION_HEADER = MCP_SESSION_ID_HEADER.encode()
 _VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.encode()
 _MAX_NOTED_BODY = 64 * 1024
@@ -155,8 +158,8 @@ class SessionBook:
         read, body, complete = await read_ahead(receive)
         if read is None:
             return  # the client left before its request's body came
-        if complete and not opens_a_session(bytes(body)):
-            await manager.handle_request(scope, read, send)  # refused by the SDK: it opens no session, takes no seat
+        if complete and not opens_a_session(bytes(body)):  # it opens no session, takes no seat (nor a transport,
+            await error_response(_NO_SESSION, 400)(scope, read, send)  # whose id the SDK's refusal would carry)
             return
         if not await self._make_room():
             message = (
