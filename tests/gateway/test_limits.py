@@ -403,6 +403,30 @@ async def test_a_session_or_version_header_given_twice_is_refused(tmp_path: Path
             assert await ping(http, url, session) == 200
 
 
+async def test_every_refusal_is_a_json_rpc_error_with_its_status(tmp_path: Path) -> None:
+    """Before, the SDK's HTTP layers answered some in plain text (400, 413, 421, 403) or with no body (405)."""
+    async with gateway_at(tmp_path, HttpLimits()) as (_, url):
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            session = await open_session(http, url)
+            headers = {**ACCEPT, "mcp-session-id": session, "MCP-Protocol-Version": VERSION}
+            ping_ = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+            refused = {
+                "content type": await http.post(url, content=ping_, headers={**headers, "Content-Type": "text/plain"}),
+                "body too large": await http.post(url, content=b"x" * (5 * 1024 * 1024), headers=headers),
+                "host": await http.post(url, content=ping_, headers={**headers, "Host": "evil.example"}),
+                "origin": await http.post(url, content=ping_, headers={**headers, "Origin": "http://evil.example"}),
+                "method": await http.request("PUT", url, headers=headers),
+            }
+    statuses = {why: answer.status_code for why, answer in refused.items()}
+    assert statuses == {"content type": 400, "body too large": 413, "host": 421, "origin": 403, "method": 405}
+    for why, answer in refused.items():
+        assert answer.headers["content-type"] == "application/json", why
+        error = answer.json()["error"]
+        assert error["code"] == -32600, why
+        assert error["message"], why
+    assert refused["host"].json()["error"]["message"] == "Invalid Host header"
+
+
 async def test_a_client_that_leaves_before_its_body_came_logs_no_error(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

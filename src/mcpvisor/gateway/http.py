@@ -29,7 +29,7 @@ from mcpvisor.gateway.limits import (
     HttpLimits,
 )
 from mcpvisor.gateway.listen import http_url, is_loopback, refuse_without_token
-from mcpvisor.gateway.responses import error_response
+from mcpvisor.gateway.responses import JsonRefusals, error_response
 from mcpvisor.host import paths
 
 if TYPE_CHECKING:
@@ -238,6 +238,7 @@ async def serve_asgi_socket(
     except ConfigError:
         sock.close()
         raise
+    app = JsonRefusals(app)
     if token is not None:
         app = BearerAuth(app, token)
     try:

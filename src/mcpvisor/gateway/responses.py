@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from http import HTTPStatus
 
 from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["error_response"]
+__all__ = ["JsonRefusals", "error_response"]
 
 
 def error_response(
@@ -21,3 +23,51 @@ def error_response(
         media_type="application/json",
         headers=headers,
     )
+
+
+class JsonRefusals:
+    """An ASGI app whose refusals are all JSON-RPC errors: those the SDK's HTTP layers answer in plain text (a bad
+    ``Host`` 421, ``Origin`` 403, ``Content-Type`` 400, a body over 4 MiB 413) or with no body at all (406, 405)
+    keep their status and headers, their text becomes the error's message (the status's phrase when empty)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        held: list[Message] = []
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] >= 400 and not _is_json(message):
+                held.append(message)
+                return
+            if not held:
+                await send(message)
+                return
+            held.append(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                await _as_json_rpc(held, send)
+
+        await self.app(scope, receive, sending)
+
+
+def _is_json(start: Message) -> bool:
+    return any(k.lower() == b"content-type" and v.startswith(b"application/json") for k, v in start["headers"])
+
+
+async def _as_json_rpc(held: list[Message], send: Send) -> None:
+    start, *bodies = held
+    text = b"".join(m.get("body", b"") for m in bodies).decode("utf-8", "replace").strip()
+    status = start["status"]
+    try:
+        message = text or HTTPStatus(status).phrase
+    except ValueError:  # a status HTTP does not name
+        message = "refused"
+    body = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=INVALID_REQUEST, message=message))
+    payload = body.model_dump_json(by_alias=True, exclude_unset=True).encode()
+    kept = [(k, v) for k, v in start["headers"] if k.lower() not in (b"content-type", b"content-length")]
+    headers = [*kept, (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
