@@ -153,3 +153,11 @@ async def test_pylsps_flat_symbols_point_at_names_a_request_finds_and_nest_by_de
         assert [sym["children"] for sym in shallow["symbols"]] == [[], []]
         named = await s.ok("hover", file="models.py", symbol="make_user", line=1, character=7)  # (User's place)
         assert "make_user" in named["contents"]
+
+
+async def test_diagnostics_naming_a_server_waiting_for_approval_say_so(tmp_path: Path) -> None:
+    """Before: "no language server 'proj' is configured here", of a server configured in .lsp.json."""
+    async with session(tmp_path, lsp_json={"proj": pylsp()}, user={"lspServers": {"python": pylsp()}}) as s:
+        await s.ok("hover", file="models.py", symbol="make_user")  # the user's runs
+        said = text(await s.call("diagnostics", server="proj"))
+        assert said.startswith("language server 'proj' needs approval — run: mcpvisor lsp approve proj"), said

@@ -223,3 +223,16 @@ async def test_a_file_deleted_a_moment_ago_is_in_no_answer(tmp_path: Path) -> No
         assert "extra.py" not in await files()
         found = await s.ok("workspace_symbols", query="extra")
         assert "extra.py" not in {sym["loc"]["file"] for sym in found["symbols"]}
+
+
+async def test_a_file_that_is_no_source_written_beside_them_leaves_the_diagnostics_fresh(tmp_path: Path) -> None:
+    """basedpyright watches the whole folder; a log or a note written there is no change of the program. Before,
+    every diagnostics call after one waited its whole wait and said "not fresh"."""
+    async with session(tmp_path, user={"lspServers": {"python": basedpyright()}}, watch=False) as s:
+        first = await s.ok("diagnostics", files=["service.py", "models.py"], wait_ms=LONG_WAIT_MS)
+        assert [f["fresh"] for f in first["files"]] == [True, True]
+        (s.layout.root / "notes.txt").write_text("remember the milk\n")
+        await anyio.sleep(1)  # the watcher's batch has reached the server
+        with anyio.fail_after(LONG_WAIT_MS / 1000 / 2):
+            after = await s.ok("diagnostics", files=["service.py", "models.py"], wait_ms=LONG_WAIT_MS)
+        assert [f["fresh"] for f in after["files"]] == [True, True]

@@ -223,6 +223,20 @@ def test_flat_symbol_information_is_nested_by_its_ranges_and_points_at_the_names
     assert [s.pruned(0).children for s in found] == [[], []]
 
 
+def test_a_flat_symbols_name_is_found_as_a_whole_word_not_inside_a_keyword() -> None:
+    """Before: ``def f():`` put ``f`` at column 3 (the f of ``def``), ``async def sync():`` inside ``async``."""
+    text = "def f():\n    pass\nasync def sync():\n    pass\n"
+    raw = [
+        {"name": "f", "kind": 12, "location": {"uri": MODELS_URI, "range": rng(0, 0, 1, 8)}},
+        {"name": "sync", "kind": 12, "location": {"uri": MODELS_URI, "range": rng(2, 0, 3, 8)}},
+    ]
+    found = symbols(raw, path=MODELS, root=ROOT, text_of=lambda path: text)
+    assert [(s.name, s.loc.line, s.loc.character, s.loc.end_character) for s in found] == [
+        ("f", 1, 5, 6),
+        ("sync", 3, 11, 15),
+    ]
+
+
 def walk(found: list[Sym]) -> list[tuple[int, Sym]]:
     return [pair for sym in found for pair in sym.walk()]
 

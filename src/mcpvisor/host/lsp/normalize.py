@@ -11,6 +11,7 @@ except call hierarchy items, which keep such a URI as their ``file``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -86,12 +87,12 @@ class _Files:
         path = path_of(uri) if isinstance(uri, str) else None
         lines = self.lines(path) if path is not None else None
         bare = name.split("(", 1)[0].split("<", 1)[0].strip()
-        found = lines.line(loc.line - 1).find(bare, loc.character - 1) if lines is not None and bare else -1
-        if found < 0:
+        pattern = re.compile(rf"(?<!\w){re.escape(bare)}(?!\w)")  # the name, not the f of "def" (a whole word)
+        found = pattern.search(lines.line(loc.line - 1), loc.character - 1) if lines is not None and bare else None
+        if found is None:
             return loc
-        return loc.model_copy(
-            update={"character": found + 1, "end_line": loc.line, "end_character": found + 1 + len(bare)}
-        )
+        start = found.start() + 1
+        return loc.model_copy(update={"character": start, "end_line": loc.line, "end_character": start + len(bare)})
 
     def loc(self, uri: Any, range_: Any, *, foreign: bool = False) -> Loc | None:
         """The :class:`Loc` of ``range_`` in the file ``uri``. A URI that is not a local file gives

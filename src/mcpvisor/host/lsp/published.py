@@ -1,27 +1,31 @@
 """The diagnostics a language server published, and whether they are fresh: computed from the text it was sent of
 the file and of every other file since (an edit of ``models.py`` may fix an error a server reports in ``service.py``).
 
-A document's diagnostics are fresh when published after the last change the server was told of, of any file: the
-text of an open document (``didChange``) or a watched file (``didChangeWatchedFiles``). A change of another file
-does not make every server re-check every file (pylsp's pyflakes looks at one file at a time): once the server
-published something since the change and then went quiet for :data:`QUIET_S`, a wait for a file it did not re-check
-ends, and its diagnostics are the last known ones, not fresh."""
+A document's diagnostics are fresh when published after the last change the server was told of, of any of its
+source files (by extension): the text of an open document (``didChange``) or a watched file
+(``didChangeWatchedFiles``; a log or a README written beside them changes nothing). A change of another file does
+not make every server re-check every file (pylsp's pyflakes looks at one file at a time): once the server published
+something since the change and then went quiet for :data:`QUIET_S` (or published nothing for :data:`NO_NEWS_S`), a
+wait for a file it did not re-check ends, and its diagnostics are the last known ones, not fresh."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 import anyio
 
+from mcpvisor.host.lsp.client_side import WATCHED_FILES
 from mcpvisor.host.lsp.documents import Document, next_sync_number
 
-__all__ = ["CHANGE_NOTIFICATIONS", "QUIET_S", "Published", "PublishedDiagnostics"]
+__all__ = ["NO_NEWS_S", "QUIET_S", "Published", "PublishedDiagnostics"]
 
 QUIET_S = 0.5
 """A server that published since the last change and then nothing for this long has re-checked what it will."""
-CHANGE_NOTIFICATIONS = frozenset({"textDocument/didChange", "workspace/didChangeWatchedFiles"})
-"""What tells a server that the text of a file changed."""
+NO_NEWS_S = 2.0
+"""A server that published nothing for this long since the last change re-checks nothing it would publish."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,13 +40,15 @@ class Published:
 class PublishedDiagnostics:
     """What one server process published, by document URI."""
 
-    def __init__(self) -> None:
+    def __init__(self, extensions: Callable[[], Collection[str]]) -> None:
+        """``extensions``: the suffixes of the server's source files (``.py``), as configured now."""
+        self._extensions = extensions
         self._by_uri: dict[str, Published] = {}
         self._latest = 0
         """The sync number of the latest publish."""
         self._latest_at = 0.0
-        self._changed = 0
-        """The sync number of the last change the server was told of (any file)."""
+        self._changed, self._changed_at = 0, 0.0
+        """The sync number (and time) of the last change of a source file the server was told of."""
         self._fresh_after = 0
         """Diagnostics published before this sync number are stale whatever version they name: they came from an
         earlier process (whose document versions started again at 1) or were computed under earlier settings."""
@@ -57,10 +63,16 @@ class PublishedDiagnostics:
         """Everything published so far is stale (e.g. computed under settings that changed)."""
         self._fresh_after = next_sync_number()
 
-    def told(self, method: str) -> None:
-        """The server was sent ``method``: a change of a file's text makes what it published before stale."""
-        if method in CHANGE_NOTIFICATIONS:
-            self._changed = next_sync_number()
+    def told(self, method: str, params: Any) -> None:
+        """The server was sent ``method``: a change of a source file's text makes what it published before stale."""
+        if method == "textDocument/didChange" or (method == WATCHED_FILES and self._of_sources(params)):
+            self._changed, self._changed_at = next_sync_number(), anyio.current_time()
+
+    def _of_sources(self, params: Any) -> bool:
+        extensions = self._extensions()
+        changes = params.get("changes") if isinstance(params, dict) else None
+        uris = (c.get("uri") for c in changes or () if isinstance(c, dict))
+        return any(isinstance(uri, str) and PurePosixPath(uri).suffix.lower() in extensions for uri in uris)
 
     def publish(self, params: dict[str, Any]) -> None:
         uri = params.get("uri")
@@ -96,4 +108,7 @@ class PublishedDiagnostics:
         return published.sequence > doc.synced
 
     def _quiet_since_change(self) -> bool:
-        return self._latest > self._changed and anyio.current_time() - self._latest_at >= QUIET_S
+        now = anyio.current_time()
+        if self._latest > self._changed:
+            return now - self._latest_at >= QUIET_S
+        return now - self._changed_at >= NO_NEWS_S

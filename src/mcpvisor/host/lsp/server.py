@@ -90,7 +90,7 @@ class LanguageServer:
         self._done.set()
         self._reopen = list(reopen)
         self.documents = Documents(self._notify)
-        self.published = PublishedDiagnostics()
+        self.published = PublishedDiagnostics(lambda: self.config.extension_to_language)
         self._unanswered = 0
         """Requests in a row the running process did not answer in time: at :data:`UNRESPONSIVE_AFTER` it is hung."""
         self._unresponsive = anyio.Event()
@@ -391,7 +391,7 @@ class LanguageServer:
     async def _notify(self, method: str, params: Any) -> None:
         connection = self._connection
         if connection is not None:
-            self.published.told(method)
+            self.published.told(method, params)
             await connection.notify(method, params)
 
     # -- what the server sends -----------------------------------------------------------------

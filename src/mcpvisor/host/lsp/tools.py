@@ -409,7 +409,9 @@ class LspTools:
         out: list[FileDiagnostics] = []
         if files is None:
             if named is not None and named not in self.manager.servers():
-                known = ", ".join(repr(n) for n in sorted(self.manager.servers())) or "none"
+                if named in self.manager.state.servers:  # configured, not admitted: why, and the fix
+                    raise ToolFailure(self.manager.why_not(str(named)))
+                known = ", ".join(repr(n) for n in sorted(self.manager.state.servers)) or "none"
                 raise ToolFailure(f"no language server {named!r} is configured here (configured: {known})")
             ready = [s for s in self.manager.servers().values() if s.state == "ready" and named in (None, s.name)]
             targets = [(s, p) for s in ready for p in s.documents.paths()]
