@@ -143,6 +143,9 @@ def test_serve_over_stdio_answers_a_line_that_is_no_json_rpc_message(tmp_path: P
         json.dumps({"jsonrpc": "2.0", "id": 5, "method": 7}),
         json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": "x"}),
         "",
+        json.dumps({"jsonrpc": "2.0", "id": 9, "result": []}),  # a bad answer to the gateway: never answered
+        json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "parse error"}}),
+        json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": None}),  # null params are none
         json.dumps({"jsonrpc": "2.0", "id": 77, "method": "ping"}),
     ]
     with subprocess.Popen(
@@ -162,12 +165,13 @@ def test_serve_over_stdio_answers_a_line_that_is_no_json_rpc_message(tmp_path: P
             answers.append(json.loads(process.stdout.readline()))
         process.stdin.close()
         process.wait(timeout=WAIT_S)
-    refused = [(a["id"], a["error"]["code"], a["error"]["message"]) for a in answers[1:-1]]
+    assert answers[-2] == {"jsonrpc": "2.0", "id": 3, "result": {"tools": []}}
+    refused = [(a["id"], a["error"]["code"], a["error"]["message"]) for a in answers[1:-2]]
     assert refused[:5] == [
         (None, -32700, "Parse error: the line is not JSON"),
         (4, -32600, "'params' must be an object"),
-        (None, -32600, "the body must be one JSON-RPC message (an object)"),
-        (None, -32600, "batches are not supported: send one JSON-RPC message per POST"),
+        (None, -32600, "a line must be one JSON-RPC message (an object)"),
+        (None, -32600, "batches are not supported: send one JSON-RPC message per line"),
         (None, -32600, "an 'id' must be a string or an integer"),
     ]
     assert refused[5][:2] == (5, -32600)

@@ -122,21 +122,26 @@ def as_mcp_errors() -> Iterator[None]:
         raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
 
 
-def shape_problem(data: Any) -> str | None:
-    """Why ``data`` is not one JSON-RPC message as MCP has them (a batch, an id of another type…), or None."""
+def shape_problem(data: Any, *, unit: str = "POST") -> str | None:
+    """Why ``data`` is not one JSON-RPC message as MCP has them (a batch, an id of another type…), or None.
+    ``unit``: what carries one message (a ``POST``, a ``line``)."""
     if isinstance(data, list):
-        return "batches are not supported: send one JSON-RPC message per POST"
+        return f"batches are not supported: send one JSON-RPC message per {unit}"
     if not isinstance(data, dict):
-        return "the body must be one JSON-RPC message (an object)"
+        return f"{'the body' if unit == 'POST' else 'a ' + unit} must be one JSON-RPC message (an object)"
     if data.get("jsonrpc") != "2.0":
         return "'jsonrpc' must be \"2.0\""
-    if "id" in data and (isinstance(data["id"], bool) or not isinstance(data["id"], int | str)):
-        return "an 'id' must be a string or an integer"
-    if "params" in data and not isinstance(data["params"], dict):
+    if "id" in data and not (_is_id(data["id"]) or (data["id"] is None and "method" not in data)):
+        return "an 'id' must be a string or an integer"  # (null only in an error that could not name its request)
+    if data.get("params") is not None and not isinstance(data["params"], dict):
         return "'params' must be an object"
     if "method" not in data and "id" not in data:
         return "a message needs a 'method' (a request or notification) or an 'id' (a response)"
     return None
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int | str) and not isinstance(value, bool)
 
 
 ResultT = TypeVar("ResultT", bound=types.Result)

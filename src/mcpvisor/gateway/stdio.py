@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import stat
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,6 +28,8 @@ from pydantic import ValidationError
 from mcpvisor.gateway.protocol import invalid_message, shape_problem
 
 __all__ = ["stdio_streams"]
+
+logger = logging.getLogger(__name__)
 
 _LINE_LIMIT = 1 << 31
 """The longest line kept whole (the SDK's own reader has no bound either; the client is the one the user runs)."""
@@ -73,7 +76,7 @@ def refusal_of(line: str) -> types.JSONRPCError | None:
         data = pydantic_core.from_json(line)
     except ValueError:
         return _refusal(None, types.PARSE_ERROR, "Parse error: the line is not JSON")
-    problem = shape_problem(data)
+    problem = shape_problem(data, unit="line")
     if problem is None:
         try:
             types.jsonrpc_message_adapter.validate_python(data, by_name=False)
@@ -81,6 +84,9 @@ def refusal_of(line: str) -> types.JSONRPCError | None:
             problem = invalid_message(data)
         else:
             return None
+    if isinstance(data, dict) and ("method" not in data and ("id" in data or "result" in data or "error" in data)):
+        logger.debug("dropped a response that is no JSON-RPC response: %s", problem)
+        return _SKIP  # a response (to a request of the gateway's): never answered, its id is the gateway's
     if isinstance(data, dict) and "id" not in data and "method" in data:
         return _SKIP  # a notification: no answer, whatever is wrong with it
     request_id = data.get("id") if isinstance(data, dict) else None
