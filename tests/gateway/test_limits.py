@@ -601,9 +601,9 @@ async def test_a_request_id_already_in_flight_is_refused_and_the_first_call_is_a
 
 
 @asynccontextmanager
-async def a_stream_never_read(tmp_path: Path) -> AsyncIterator[tuple[str, Any]]:
+async def a_stream_never_read(tmp_path: Path) -> AsyncIterator[tuple[str, Any, socket.socket]]:
     """A gateway with a session whose GET stream's socket is full (its client never reads it, at log level debug,
-    while another session's call logs 10 MB); the stuck session's id and a way to post."""
+    while another session's call logs 10 MB); the stuck session's id, a way to post, and the stream's socket."""
     user = {"mcpServers": {"a": server("a", "--control")}}
     async with running(tmp_path, user=user) as r, anyio.create_task_group() as tg:
         url: str = await tg.start(lambda task_status: r.gateway.serve_http(task_status=task_status))
@@ -627,7 +627,7 @@ async def a_stream_never_read(tmp_path: Path) -> AsyncIterator[tuple[str, Any]]:
                 await anyio.sleep(0.3)
                 flood = call("mcp__a__log", {"level": "info", "text": "L" * 20_000, "count": 500}, request_id=8)
                 assert (await post(caller, flood)).is_success  # its log messages go to the stuck stream too
-                yield stuck, post
+                yield stuck, post, sock
         tg.cancel_scope.cancel()
 
 
@@ -637,7 +637,7 @@ async def test_a_session_whose_stream_is_not_read_is_answered_once_that_stream_i
     """Before, the session's answers waited behind a write to its GET stream that its client never took: a ping
     was never answered, and the session never went idle."""
     monkeypatch.setattr(gateway_http, "WRITE_STALL_S", 1.0)
-    async with a_stream_never_read(tmp_path) as (stuck, post):
+    async with a_stream_never_read(tmp_path) as (stuck, post, _):
         with anyio.fail_after(WAIT_S):
             answer = await post(stuck, {"jsonrpc": "2.0", "id": 9, "method": "ping"})
         assert answer.status_code == 200

@@ -349,6 +349,7 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
         paused: ClassVar[set[GuardedProtocol]] = set()
         """The connections whose client has not taken what was written to it (cut as the server stops)."""
         _stall_timer: asyncio.TimerHandle | None = None
+        _unsent = 0
         _header_timer: asyncio.TimerHandle | None = None
         _armed_under: object = None
         _body_timer: asyncio.TimerHandle | None = None
@@ -411,8 +412,12 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
         def pause_writing(self) -> None:  # the client's socket is full: it reads slowly, or not at all
             super().pause_writing()
             if self._stall_timer is None:
-                self._stall_timer = self.loop.call_later(WRITE_STALL_S, self._stalled)
+                self._arm_stall_timer()
                 self.paused.add(self)
+
+        def _arm_stall_timer(self) -> None:
+            self._unsent = self.transport.get_write_buffer_size()
+            self._stall_timer = self.loop.call_later(WRITE_STALL_S, self._stalled)
 
         def resume_writing(self) -> None:
             super().resume_writing()
@@ -423,9 +428,11 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
 
         def _stalled(self) -> None:
             self._stall_timer = None
-            if not self.transport.is_closing():
-                logger.info("closing a connection whose client read nothing it was sent for %g s", WRITE_STALL_S)
-                self.cut()
+            if self.transport.get_write_buffer_size() < self._unsent:  # it reads, slowly: it gets another while
+                self._arm_stall_timer()
+                return
+            logger.info("closing a connection whose client read nothing it was sent for %g s", WRITE_STALL_S)
+            self.cut()
 
         def cut(self) -> None:
             """Cut the connection (its client reads nothing: a write waits on it): a disconnect to the app, so a
