@@ -239,21 +239,43 @@ async def test_the_demo_removes_its_own_folder_and_its_hints_name_the_running_mc
     scratch.mkdir()
     process = await anyio.open_process(
         [mcpvisor_command(), "demo"],
-        env={**os.environ, "TMPDIR": str(scratch), "PATH": "/usr/bin:/bin", "COLUMNS": "200"},
+        env={**os.environ, "TMPDIR": str(scratch), "PATH": "/usr/bin:/bin", "COLUMNS": "60"},
     )
     async with process:
         assert process.stdout is not None
         assert process.stderr is not None
+        stdout = TextReceiveStream(process.stdout)
         with anyio.fail_after(WAIT_S * 2):
             out = ""
-            async for chunk in TextReceiveStream(process.stdout):
+            async for chunk in stdout:
                 out += chunk
-                if "See it all" in out:
+                if "See it all" in out and out.endswith("\n"):
                     break
         [folder] = list(scratch.glob("mcpvisor-demo-*"))
-        # mcpvisor is not on that PATH: every hint runs this one, the way it was started
-        assert f"{sys.executable} -m mcpvisor mcp approve repo-tools" in out
+        # mcpvisor is not on that PATH: every hint runs this one, the way it was started; each on one line (however
+        # narrow the terminal: a command broken across lines cannot be copied)
+        approve = f"{sys.executable} -m mcpvisor mcp approve repo-tools --workspace {folder / 'project'}"
+        assert any(line.strip().endswith(approve) for line in out.splitlines()), out
         assert f"{sys.executable} -m mcpvisor mcp list" in out
+        home = {**os.environ, "MCPVISOR_HOME": str(folder / "home")}
+        reject = [
+            sys.executable,
+            "-m",
+            "mcpvisor",
+            "mcp",
+            "reject",
+            "repo-tools",
+            "--workspace",
+            str(folder / "project"),
+        ]
+        await anyio.run_process(reject, env=home, check=True)
+        with anyio.fail_after(WAIT_S):
+            async for chunk in stdout:
+                out += chunk
+                if "rejected —" in out and out.endswith("\n"):
+                    break
+        [rejected] = [line for line in out.splitlines() if "rejected —" in line]
+        assert rejected.endswith(f"MCPVISOR_HOME={folder / 'home'} {approve}"), rejected  # (before: a bare command)
         process.send_signal(signal.SIGINT)
         with anyio.fail_after(WAIT_S):
             await process.wait()

@@ -128,7 +128,7 @@ async def _follow(
             files.insert(1, str(paths.workspace))
         console.print(f"[dim]Watching {', '.join(files)} — edit them and the servers follow. Ctrl-C to stop.[/]")
         if intro:
-            console.print(intro)
+            console.print(intro, soft_wrap=True)  # its commands stay one line each, to copy
 
     human = (
         HumanOutput(host, console, on_ready=after_ready, approve_command=approve_command)

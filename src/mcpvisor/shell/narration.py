@@ -73,8 +73,8 @@ class HumanOutput:
             "mcpvisor mcp approve {name} --workspace {root}" + self._host.approvals.decided_with.replace("{", "{{")
         )
 
-    def _say(self, line: str) -> None:
-        self._console.print(f"[dim]{escape(self._where)}:[/] {line}" if self._where else line)
+    def _say(self, line: str) -> None:  # soft-wrapped: a command in it stays one line to copy, however long
+        self._console.print(f"[dim]{escape(self._where)}:[/] {line}" if self._where else line, soft_wrap=True)
 
     def __call__(self, event: HostEvent) -> None:
         if isinstance(event, ReconcileFinished):
@@ -111,9 +111,10 @@ class HumanOutput:
                     elif reason == "not_allowed":
                         self._say(f"[dim]○ {escape(str(name))} not allowed[/]")
                     elif reason == "rejected":
+                        fix = self._approve_command.format(name=name, root=self._host.root)
                         self._say(
                             f"[red]✗ {escape(str(name))} rejected — edit its config to be asked again, "
-                            f"or approve it after all: mcpvisor mcp approve {escape(str(name))}[/]",
+                            f"or approve it after all: {escape(fix)}[/]",
                         )
             # A remote server that could not be reached is tried again by itself: its coming up is said (what this
             # pass started or stopped, it said).
