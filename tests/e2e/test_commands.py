@@ -534,3 +534,25 @@ def test_approving_an_edited_server_says_its_tools_are_compared_with_those_appro
         "What it offers is compared with the tools and prompts approved before: any that changed are held until you "
         "accept them (mcpvisor mcp approve p again, once it ran)."
     ) in said
+
+
+async def test_ctrl_c_stops_status_while_a_server_is_still_starting(tmp_path: Path) -> None:
+    """Ctrl-C is taken as SIGTERM is (its servers stop, exit 130), not left to a KeyboardInterrupt that a start in
+    progress may hold up: status would go on waiting for the server's 30 s handshake."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "pids"
+    hang = ["-m", LIGHT, "--name", "hang", "--hang-on-initialize", "--marker", str(marker)]
+    replace_text(layout.paths.user, json.dumps({"mcpServers": {"hang": {"command": sys.executable, "args": hang}}}))
+    process = await anyio.open_process(
+        [mcpvisor_command(), "status", "--workspace", str(layout.root)],
+        env={**os.environ, **layout.env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    async with process:
+        await wait_until(lambda: bool(marker_pids(marker)), what="the server to be running")
+        process.send_signal(signal.SIGINT)
+        with anyio.fail_after(10):  # its handshake would take 30 s
+            assert await process.wait() == 130
+    [pid] = marker_pids(marker)
+    await wait_until(lambda: not pid_alive(pid), what="its server to stop")

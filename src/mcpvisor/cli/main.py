@@ -238,19 +238,25 @@ def status(
                 render_lsp_status(console, lsp_rows, show_target=True)
         return [row.to_json() for row in rows], [row.to_json() for row in lsp_rows], problems, broken
 
+    interrupted = False
+
     async def until_told_to_stop() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str], bool] | None:
+        nonlocal interrupted
         found = None
-        with Signals(_ENDING) as signals:  # SIGTERM, SIGHUP: its servers stop, as on Ctrl-C
+        # SIGTERM, SIGHUP and Ctrl-C: its servers stop (also while one is still starting: it may take 30 s)
+        with Signals(_ENDING) as ending, Signals((signal.SIGINT,)) as ctrl_c:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_cancel_on_signal, signals, tg.cancel_scope)
+                tg.start_soon(_cancel_on_signal, ending, tg.cancel_scope)
+                tg.start_soon(_cancel_on_signal, ctrl_c, tg.cancel_scope)
                 found = await once()
                 tg.cancel_scope.cancel()
+        interrupted = bool(ctrl_c.count)
         return found
 
     with reported():
         found = anyio.run(until_told_to_stop)
     if found is None:
-        raise typer.Exit(1)
+        raise typer.Exit(130 if interrupted else 1)
     rows, lsp_rows, problems, broken = found
     if as_json:
         typer.echo(json.dumps({"servers": rows, "language_servers": lsp_rows, "problems": problems}, indent=2))
