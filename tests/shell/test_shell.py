@@ -505,3 +505,16 @@ async def test_a_remote_server_down_at_the_start_is_said_to_connect_when_it_come
         since = s.mark()
         async with http_server("late", port=port):  # tried again by itself, no /reload
             await s.wait_for("+ connected late (1 tool)", since)
+
+
+def test_a_prompts_change_heard_as_the_session_ends_is_passed_over_quietly(tmp_path: Path) -> None:
+    """Ctrl-C while the shell connects: the prompts of the servers stopping change once the host is no longer
+    running. Before, reading them raised NotRunningError in the listener: an ERROR and a traceback."""
+    from mcpvisor.core.events import PromptsChanged
+    from mcpvisor.host.host import Host
+    from mcpvisor.shell.session import ShellSession
+
+    layout = make_layout(tmp_path)
+    session = ShellSession(Host(HostOptions(env=layout.env, workspace=layout.root)), Console(file=io.StringIO()))
+    session._ready = True  # (as after its first start)
+    session.on_event(PromptsChanged())  # the host never ran: as one that exited

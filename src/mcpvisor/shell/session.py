@@ -23,7 +23,7 @@ import anyio.abc
 from rich.console import Console
 from rich.text import Text
 
-from mcpvisor.core.errors import McpvisorError
+from mcpvisor.core.errors import McpvisorError, NotRunningError
 from mcpvisor.core.events import PromptsChanged, ReconcileFinished
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import is_gated
@@ -190,13 +190,11 @@ class ShellSession:
         return dataclasses.replace(event, gated=fresh)
 
     def _reload_prompt_commands(self) -> None:
-        names = tuple(
-            sorted(
-                n
-                for n in self.host.config.prompt_registry.names()
-                if n not in BUILTIN_COMMANDS and n not in ALIASES and " " not in n
-            )
-        )
+        try:
+            registered = self.host.config.prompt_registry.names()
+        except NotRunningError:  # the session is ending (Ctrl-C while it connects): no command to complete
+            return
+        names = tuple(sorted(n for n in registered if n not in BUILTIN_COMMANDS and n not in ALIASES and " " not in n))
         if names == self._prompt_commands:
             return
         self._prompt_commands = names
