@@ -55,6 +55,21 @@ def test_a_document_too_large_to_scan_cheaply_is_not_scanned() -> None:
     assert duplicate_keys(text) == []
 
 
+async def test_a_server_pasted_twice_alike_changes_nothing_and_is_still_said(tmp_path: Path) -> None:
+    """The same entry twice changes no server: before, the watcher stopped at "no change" and the warning only
+    reached the log, never the session's events (the shell, run's output)."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    path = layout.paths.user
+    entry = f'{{"command": "{sys.executable}", "args": ["-m", "{LIGHT}", "--name", "n"]}}'
+    replace_text(path, f'{{"mcpServers": {{"n": {entry}}}}}')
+    events: list[HostEvent] = []
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+        host.subscribe(events.append)
+        replace_text(path, f'{{\n  "mcpServers": {{\n    "n": {entry},\n    "n": {entry}\n  }}\n}}\n')
+        said = f"'mcpServers.n' is given twice in {path} (lines 3 and 4)"
+        await wait_until(lambda: any(isinstance(e, SettingsWarning) and said in e.message for e in events))
+
+
 async def test_a_save_that_gives_a_server_twice_warns_with_file_and_lines_and_runs_the_later_one(
     tmp_path: Path,
 ) -> None:

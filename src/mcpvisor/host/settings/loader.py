@@ -185,7 +185,8 @@ class ScopeReload:
     changed: tuple[str, ...] = ()
     error: SettingsError | None = None
     kept: tuple[str, ...] = ()
-    """One notice per invalid server entry whose last good configuration stays in force."""
+    """One notice per invalid server entry whose last good configuration stays in force, and per key the file
+    gives twice (said on each save while they last)."""
 
 
 class Settings:
@@ -346,11 +347,9 @@ class Settings:
             self.errors[read.scope] = read.error
             return ScopeReload(read.scope, error=read.error)
         self.errors.pop(read.scope, None)
-        self._duplicates[read.scope], duplicates_before = read.duplicates, self._duplicates.get(read.scope, ())
-        changed = self.replace_scope_data(read.scope, read.data or {})
-        if read.duplicates != duplicates_before:
-            self._log_warnings()
-        return ScopeReload(read.scope, changed, kept=self._kept.get(read.scope, ()))
+        self._duplicates[read.scope] = read.duplicates
+        changed = self.replace_scope_data(read.scope, read.data or {})  # (a key given twice may change nothing)
+        return ScopeReload(read.scope, changed, kept=(*read.duplicates, *self._kept.get(read.scope, ())))
 
     def reload_scope(self, scope: FileScope) -> ScopeReload:
         """Re-read one scope's file and return the changed dotted paths, or the error."""
