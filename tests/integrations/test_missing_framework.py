@@ -51,3 +51,16 @@ def test_an_adapter_without_its_framework_names_the_extra_to_install(
         importlib.import_module(f"mcpvisor.integrations.{adapter}")
     assert str(missing.value) == f"mcpvisor.integrations.{adapter} {said}"
     assert missing.value.name == module
+
+
+def test_a_module_missing_inside_an_installed_framework_is_said_as_that(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older LangChain without ``langchain.agents.middleware`` is installed, not missing: upgrade it."""
+    for loaded in [m for m in sys.modules if m.startswith(("langchain.agents", "mcpvisor.integrations."))]:
+        monkeypatch.delitem(sys.modules, loaded)
+    monkeypatch.setattr(sys, "meta_path", [NotInstalled("langchain.agents.middleware"), *sys.meta_path])
+    with pytest.raises(ImportError) as missing:
+        importlib.import_module("mcpvisor.integrations.langchain")
+    assert str(missing.value) == (
+        "mcpvisor.integrations.langchain needs LangChain: it is installed, but has no module "
+        "'langchain.agents.middleware' (too old, or incomplete): pip install --upgrade 'mcpvisor[langchain]'"
+    )

@@ -15,14 +15,26 @@ Each accepts a :class:`mcpvisor.Config` or a :class:`mcpvisor.host.Host` the cal
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+
 __all__ = ["framework_missing"]
 
 
 def framework_missing(exc: ModuleNotFoundError, adapter: str, framework: str, extra: str) -> ImportError:
-    """The error an adapter's import raises when its framework is not installed: what to install, by its extra
-    (a bare "No module named 'agents'" does not say that it is the OpenAI Agents SDK)."""
-    return ImportError(
-        f"mcpvisor.integrations.{adapter} needs {framework}, which is not installed (no module {exc.name!r}): "
-        f"pip install 'mcpvisor[{extra}]'",
-        name=exc.name,
-    )
+    """The error an adapter's import raises when its framework is missing: what to install, by its extra (a bare
+    "No module named 'agents'" does not say that it is the OpenAI Agents SDK). A module missing inside an installed
+    framework (an older version, a dependency of its own) is said as that, with the same fix."""
+    if _installed((exc.name or "").partition(".")[0]):
+        said = f"{framework}: it is installed, but has no module {exc.name!r} (too old, or incomplete)"
+        fix = f"pip install --upgrade 'mcpvisor[{extra}]'"
+    else:
+        said, fix = f"{framework}, which is not installed (no module {exc.name!r})", f"pip install 'mcpvisor[{extra}]'"
+    return ImportError(f"mcpvisor.integrations.{adapter} needs {said}: {fix}", name=exc.name)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return bool(module) and (module in sys.modules or importlib.util.find_spec(module) is not None)
+    except (ImportError, ValueError):
+        return False

@@ -12,7 +12,6 @@ the text it was last sent.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,7 +22,7 @@ import anyio.abc
 
 from mcpvisor import __version__
 from mcpvisor.core.server_config import arguments_hint
-from mcpvisor.core.server_log import ServerLog, log_problem
+from mcpvisor.core.server_log import ServerLog, log_file, log_problem
 from mcpvisor.host.lsp.client_side import CLIENT_CAPABILITIES, FileWatch
 from mcpvisor.host.lsp.config import GATED_LSP_SCOPES, LspServerConfig
 from mcpvisor.host.lsp.documents import Document, Documents
@@ -51,7 +50,6 @@ CONTENT_MODIFIED_PAUSE_S = 0.5
 UNRESPONSIVE_AFTER = 2
 """Requests in a row a running server leaves unanswered past their timeout before it is stopped as hung (a crash, for
 restartOnCrash): one may be a slow answer while it indexes; two, with none answered between, is a hung server."""
-_SAFE_FILENAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 class LanguageServer:
@@ -109,7 +107,7 @@ class LanguageServer:
 
     @property
     def log_path(self) -> Path:
-        return self._log_dir / f"lsp-{_SAFE_FILENAME.sub('_', self.name)}.log"
+        return log_file(self._log_dir, f"lsp-{self.name}")  # (a name that is no file's name: cut and hashed)
 
     def operations(self) -> list[str]:
         """The LSP operations the running server says it supports (its capabilities)."""
