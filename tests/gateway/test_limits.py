@@ -8,7 +8,7 @@ import contextlib
 import json
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -539,14 +539,7 @@ async def test_a_client_that_reads_nothing_holds_up_no_other_clients_notices(tmp
             subscribe = {"jsonrpc": "2.0", "id": 5, "method": "resources/subscribe", "params": {"uri": long_uri}}
             for session in (stuck, reading):
                 assert (await post(session, subscribe)).status_code == 200
-            host = url.split("//")[1].split("/")[0]
-            with socket.socket() as sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)  # before connecting: a small window
-                sock.connect((host.rsplit(":", 1)[0], int(host.rsplit(":", 1)[1])))
-                sock.send(
-                    f"GET /mcp HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {stuck}\r\n"
-                    f"MCP-Protocol-Version: {VERSION}\r\n\r\n".encode()
-                )
+            with a_get_stream_never_read(url, stuck):
                 heard: list[str] = []
 
                 async def listen() -> None:
@@ -600,10 +593,24 @@ async def test_a_request_id_already_in_flight_is_refused_and_the_first_call_is_a
         assert "slept" in answer.text
 
 
+@contextlib.contextmanager
+def a_get_stream_never_read(url: str, session: str) -> Iterator[socket.socket]:
+    """``session``'s GET stream, opened on a socket with a small window that nothing reads."""
+    host = url.split("//")[1].split("/")[0]
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)  # before connecting: a small window
+        sock.connect((host.rsplit(":", 1)[0], int(host.rsplit(":", 1)[1])))
+        sock.send(
+            f"GET /mcp HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\n"
+            f"MCP-Protocol-Version: {VERSION}\r\n\r\n".encode()
+        )
+        yield sock
+
+
 @asynccontextmanager
-async def a_stream_never_read(tmp_path: Path) -> AsyncIterator[tuple[str, Any, socket.socket]]:
+async def a_stream_never_read(tmp_path: Path) -> AsyncIterator[tuple[str, Any]]:
     """A gateway with a session whose GET stream's socket is full (its client never reads it, at log level debug,
-    while another session's call logs 10 MB); the stuck session's id, a way to post, and the stream's socket."""
+    while another session's call logs 10 MB); the stuck session's id and a way to post."""
     user = {"mcpServers": {"a": server("a", "--control")}}
     async with running(tmp_path, user=user) as r, anyio.create_task_group() as tg:
         url: str = await tg.start(lambda task_status: r.gateway.serve_http(task_status=task_status))
@@ -616,18 +623,11 @@ async def a_stream_never_read(tmp_path: Path) -> AsyncIterator[tuple[str, Any, s
 
             debug = {"jsonrpc": "2.0", "id": 7, "method": "logging/setLevel", "params": {"level": "debug"}}
             assert (await post(stuck, debug)).is_success
-            host = url.split("//")[1].split("/")[0]
-            with socket.socket() as sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)  # before connecting: a small window
-                sock.connect((host.rsplit(":", 1)[0], int(host.rsplit(":", 1)[1])))
-                sock.send(
-                    f"GET /mcp HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {stuck}\r\n"
-                    f"MCP-Protocol-Version: {VERSION}\r\n\r\n".encode()
-                )
+            with a_get_stream_never_read(url, stuck):
                 await anyio.sleep(0.3)
                 flood = call("mcp__a__log", {"level": "info", "text": "L" * 20_000, "count": 500}, request_id=8)
                 assert (await post(caller, flood)).is_success  # its log messages go to the stuck stream too
-                yield stuck, post, sock
+                yield stuck, post
         tg.cancel_scope.cancel()
 
 
@@ -637,7 +637,7 @@ async def test_a_session_whose_stream_is_not_read_is_answered_once_that_stream_i
     """Before, the session's answers waited behind a write to its GET stream that its client never took: a ping
     was never answered, and the session never went idle."""
     monkeypatch.setattr(gateway_http, "WRITE_STALL_S", 1.0)
-    async with a_stream_never_read(tmp_path) as (stuck, post, _):
+    async with a_stream_never_read(tmp_path) as (stuck, post):
         with anyio.fail_after(WAIT_S):
             answer = await post(stuck, {"jsonrpc": "2.0", "id": 9, "method": "ping"})
         assert answer.status_code == 200
