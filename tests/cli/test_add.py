@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -101,3 +102,16 @@ def test_concurrent_adds_each_keep_the_others(layout: Layout) -> None:
         out, _ = process.communicate(timeout=WAIT_S)
         assert process.returncode == 0, out
     assert sorted(saved(layout)) == names
+
+
+def test_a_workspace_server_added_in_the_home_folder_says_no_approval(tmp_path: Path) -> None:
+    """In the home folder the workspace settings file is the user's: before, the added server was said to wait for
+    an approval that the approve command then refused ("those need no approval")."""
+    layout = make_layout(tmp_path)
+    home = layout.paths.user.parent.parent
+    home.mkdir(parents=True, exist_ok=True)
+    args = ["mcp", "add", "--workspace", str(home), "--scope", "workspace", "w", "--", "echo", "hi"]
+    result = CliRunner().invoke(app, args, env=layout.env)
+    assert result.exit_code == 0, result.output
+    assert "approve" not in result.output
+    assert saved(layout) == {"w": {"command": "echo", "args": ["hi"]}}

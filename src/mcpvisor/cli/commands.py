@@ -439,8 +439,9 @@ def add_server(
         )
     elif (blocked := will_not_start(settings, name)) is not None:
         console.print(f"But {blocked}.", markup=False)
-    elif file_scope == "workspace":  # the folder's own settings: gated like .mcp.json
-        console.print(f"It starts once approved: mcpvisor mcp approve {name} --workspace {settings.root}", markup=False)
+    elif file_scope == "workspace" and settings.is_active("workspace"):  # gated like .mcp.json (not: the home's)
+        hint = f"mcpvisor mcp approve {shlex.quote(name)} --workspace {shlex.quote(str(settings.root))}"
+        console.print(f"It starts once approved: {hint}", markup=False)
 
 
 def will_not_start(settings: Settings, name: str) -> str | None:
