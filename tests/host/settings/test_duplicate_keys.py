@@ -38,6 +38,29 @@ def test_each_key_given_twice_in_one_object_is_found_with_its_path_and_both_line
 
 
 @pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('{"aA": 1, "a\\u0041": 2}', "aA"),  # the same key spelt with an escape
+        ('{\'a\\"b\': 1, "a\\"b": 2}', 'a"b'),  # in single and double quotes
+        ("{'\\u0061': 1, a: 2}", "a"),  # quoted and bare
+        ('{"a\\x41": 1, "aA": 2}', "aA"),  # JSON5's \x escape
+        ("{'a\\\nb': 1, 'ab': 2}", "ab"),  # a line continuation
+    ],
+)
+def test_a_key_spelt_two_ways_is_the_same_key(text: str, key: str) -> None:
+    loads(text)
+    assert [found[0] for found in duplicate_keys(text)] == [(key,)]
+
+
+def test_two_keys_that_only_look_alike_are_two() -> None:
+    assert duplicate_keys('{"a\\\\x41": 1, "aA": 2}') == []  # an escaped backslash, then "x41"
+
+
+def test_the_lines_said_are_those_of_the_keys_not_of_their_colons() -> None:
+    assert duplicate_keys('{"a": 1,\n"a"\n:\n2}') == [(("a",), 1, 2)]
+
+
+@pytest.mark.parametrize(
     "text",
     [
         '{"a": {"command": "x"}, "b": {"command": "y"}}',  # the same key in sibling objects

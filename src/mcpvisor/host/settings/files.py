@@ -206,16 +206,15 @@ def duplicate_keys(text: str) -> list[tuple[tuple[str, ...], int, int]]:
         return []
     found: list[tuple[tuple[str, ...], int, int]] = []
     objects: list[tuple[tuple[str, ...], dict[str, int] | None]] = []  # (path, keys seen: None in an array)
-    last, line, counted = "", 1, 0
+    last, last_line, line, counted = "", 1, 1, 0
     for token in _TOKEN.finditer(text):
         kind, value = token.lastgroup, token.group()
         if kind in ("space", "comment"):
             continue
         if value == ":" and objects and (keys := objects[-1][1]) is not None:
-            line, counted = line + text.count("\n", counted, token.start()), token.start()
             if last in keys:
-                found.append(((*objects[-1][0], last), keys[last], line))
-            keys[last] = line
+                found.append(((*objects[-1][0], last), keys[last], last_line))
+            keys[last] = last_line
         elif value in "{[" and kind == "mark":
             path = objects[-1][0] if objects else ()
             if objects and objects[-1][1] is not None:
@@ -223,20 +222,23 @@ def duplicate_keys(text: str) -> list[tuple[tuple[str, ...], int, int]]:
             objects.append((path, {} if value == "{" else None))
         elif value in "}]" and kind == "mark":
             objects.pop()
-        elif kind == "string":
-            last = _unquote(value)
-        elif kind == "word":
-            last = value
+        elif kind in ("string", "word"):
+            line, counted = line + text.count("\n", counted, token.start()), token.start()
+            last, last_line = (_unquote(value) if kind == "string" else value), line
     return found
 
 
+_ESCAPE = re.compile(r"\\x[0-9a-fA-F]{2}|\\\n|\\.|\"", re.DOTALL)
+
+
 def _unquote(token: str) -> str:
-    if token.startswith('"'):
-        try:
-            return str(json.loads(token))
-        except ValueError:
-            pass
-    return token[1:-1].replace("\\'", "'")
+    """A quoted key as JSON5 reads it, either quote, its escapes (``\\x41``, ``\\'``) and line continuations."""
+    escapes = {"\\'": "'", '"': '\\"', "\\\n": ""}
+    body = _ESCAPE.sub(lambda m: escapes.get(m[0], "\\u00" + m[0][2:] if m[0][1] == "x" else m[0]), token[1:-1])
+    try:
+        return str(json.loads(f'"{body}"'))
+    except ValueError:
+        return token[1:-1]
 
 
 def read_json_any(path: Path) -> Any:
