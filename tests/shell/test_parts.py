@@ -297,6 +297,10 @@ def test_what_others_wrote_reaches_the_terminal_with_its_control_characters_show
     assert "␛" not in shown
     assert "\x1b]0;" not in shown
     assert "3 tests" in shown
+    out.truncate(0)
+    out.seek(0)
+    render_call_result(console, CallToolResult(content=[TextContent(type="text", text="half-way\rdone\r\n")]))
+    assert out.getvalue().split() == ["half-way", "done"]  # (before: "done" alone, written over the line)
 
 
 def test_a_language_servers_approval_shows_the_path_it_runs_under(tmp_path: Path) -> None:

@@ -99,7 +99,8 @@ def render_call_result(console: Console, result: CallToolResult) -> None:
     parts = [content_text(block) for block in result.content]
     if not parts and result.structured_content is not None:
         parts = [json.dumps(result.structured_content, indent=2)]
-    text = "\n".join(parts)
+    # A carriage return would have the terminal write over what came before it on its line (an agent reads it all).
+    text = "\n".join(parts).replace("\r\n", "\n").replace("\r", "\n")
     # A tool's colours (a test runner's, a linter's) are kept as styles; any other escape sequence is dropped,
     # and what control characters remain the console shows as symbols.
     if result.is_error:
