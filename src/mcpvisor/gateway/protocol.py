@@ -20,18 +20,19 @@ from mcpvisor.core.client import Progress
 from mcpvisor.core.errors import McpvisorError, NotFoundError, describe_invalid
 
 __all__ = [
-    "invalid_message",
-    "as_served",
-    "PAGE_SIZE",
-    "as_mcp_errors",
-    "RESOURCE_NOT_FOUND",
     "GatewayServer",
+    "PAGE_SIZE",
+    "RESOURCE_NOT_FOUND",
+    "as_mcp_errors",
+    "as_served",
     "connection_of",
     "error_result",
+    "invalid_message",
+    "is_request_id",
     "log_level_asked",
     "page",
-    "shape_problem",
     "progress_to",
+    "shape_problem",
 ]
 
 PAGE_SIZE = 500
@@ -131,7 +132,7 @@ def shape_problem(data: Any, *, unit: str = "POST") -> str | None:
         return f"{'the body' if unit == 'POST' else 'a ' + unit} must be one JSON-RPC message (an object)"
     if data.get("jsonrpc") != "2.0":
         return "'jsonrpc' must be \"2.0\""
-    if "id" in data and not (_is_id(data["id"]) or (data["id"] is None and "method" not in data)):
+    if "id" in data and not (is_request_id(data["id"]) or (data["id"] is None and "method" not in data)):
         return "an 'id' must be a string or an integer"  # (null only in an error that could not name its request)
     if data.get("params") is not None and not isinstance(data["params"], dict):
         return "'params' must be an object"
@@ -140,7 +141,8 @@ def shape_problem(data: Any, *, unit: str = "POST") -> str | None:
     return None
 
 
-def _is_id(value: Any) -> bool:
+def is_request_id(value: Any) -> bool:
+    """Whether ``value`` may be a JSON-RPC request's id as MCP has them: a string or an integer (no bool)."""
     return isinstance(value, int | str) and not isinstance(value, bool)
 
 

@@ -130,11 +130,13 @@ class SessionBook:
     async def handle(self, manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one HTTP request through ``manager``, keeping the books."""
         raw = scope.get("headers") or ()
-        for name in (_SESSION_HEADER, _VERSION_HEADER):  # the books and the SDK would read different ones
-            if sum(1 for key, _ in raw if key == name) > 1:
-                await error_response(f"the {name.decode()} header appears more than once", 400)(scope, receive, send)
-                return
         headers = dict(raw)
+        if len(headers) < len(raw):  # some header came twice: the books and the SDK must not read different ones
+            for name in (_SESSION_HEADER, _VERSION_HEADER):
+                if sum(1 for key, _ in raw if key == name) > 1:
+                    message = f"the {name.decode()} header appears more than once"
+                    await error_response(message, 400)(scope, receive, send)
+                    return
         version = headers.get(_VERSION_HEADER)
         asked = version.decode("latin-1") if version is not None else None
         if asked is not None and asked not in HANDSHAKE_PROTOCOL_VERSIONS:

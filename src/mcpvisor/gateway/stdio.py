@@ -25,7 +25,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from mcpvisor.gateway.protocol import invalid_message, shape_problem
+from mcpvisor.gateway.protocol import invalid_message, is_request_id, shape_problem
 
 __all__ = ["stdio_streams"]
 
@@ -53,10 +53,10 @@ class _Lines:
             if not line:
                 raise StopAsyncIteration
             text = line.decode("utf-8", errors="replace")
-            refusal = refusal_of(text)
-            if refusal is None:
+            passed, refusal = verdict(text)
+            if passed:
                 return text
-            if self.refuse is not None and refusal is not _SKIP:
+            if refusal is not None and self.refuse is not None:
                 await self.refuse(refusal)
 
     def end(self) -> None:
@@ -64,18 +64,15 @@ class _Lines:
         self._reader.feed_eof()
 
 
-_SKIP = types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(code=types.INVALID_REQUEST, message=""))
-"""What a line that needs no answer gets: a blank line, a malformed notification (it has no id to answer)."""
-
-
-def refusal_of(line: str) -> types.JSONRPCError | None:
-    """The error answering ``line`` when it is no JSON-RPC message (:data:`_SKIP`: none is due), else None."""
+def verdict(line: str) -> tuple[bool, types.JSONRPCError | None]:
+    """Whether ``line`` is passed on (a JSON-RPC message), and else the error answering it: none for a blank
+    line, a malformed notification (it has no id to answer) or response (its id is the gateway's)."""
     if not line.strip():
-        return _SKIP
+        return False, None
     try:
         data = pydantic_core.from_json(line)
     except ValueError:
-        return _refusal(None, types.PARSE_ERROR, "Parse error: the line is not JSON")
+        return False, _refusal(None, types.PARSE_ERROR, "Parse error: the line is not JSON")
     problem = shape_problem(data, unit="line")
     if problem is None:
         try:
@@ -83,15 +80,14 @@ def refusal_of(line: str) -> types.JSONRPCError | None:
         except ValidationError:
             problem = invalid_message(data)
         else:
-            return None
-    if isinstance(data, dict) and ("method" not in data and ("id" in data or "result" in data or "error" in data)):
+            return True, None
+    if isinstance(data, dict) and "method" not in data and ("id" in data or "result" in data or "error" in data):
         logger.debug("dropped a response that is no JSON-RPC response: %s", problem)
-        return _SKIP  # a response (to a request of the gateway's): never answered, its id is the gateway's
+        return False, None  # (to a request of the gateway's: an error with its id would reach the client as its own)
     if isinstance(data, dict) and "id" not in data and "method" in data:
-        return _SKIP  # a notification: no answer, whatever is wrong with it
+        return False, None  # a notification: no answer, whatever is wrong with it
     request_id = data.get("id") if isinstance(data, dict) else None
-    valid_id = isinstance(request_id, int | str) and not isinstance(request_id, bool)
-    return _refusal(request_id if valid_id else None, types.INVALID_REQUEST, problem)
+    return False, _refusal(request_id if is_request_id(request_id) else None, types.INVALID_REQUEST, problem)
 
 
 def _refusal(request_id: Any, code: int, message: str) -> types.JSONRPCError:

@@ -217,8 +217,9 @@ class Settings:
         self.trust_warnings: tuple[str, ...] = ()
         self._data: dict[FileScope, dict[str, Any]] = {scope: {} for scope in FILE_SCOPES}
         self._kept: dict[FileScope, tuple[str, ...]] = {}
-        self._duplicates: dict[FileScope, tuple[str, ...]] = {}
         """Per scope: the notices of invalid server entries replaced by their last good entry."""
+        self._duplicates: dict[FileScope, tuple[str, ...]] = {}
+        """Per scope: the warnings of keys its file gives twice in one object."""
         self._inactive: set[FileScope] = set()
         self._merged: MergedSettings | None = None
         self._project: ServerLayer | None = None
