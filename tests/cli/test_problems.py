@@ -35,6 +35,8 @@ def test_status_shows_a_settings_file_that_does_not_parse_with_its_position_and_
         code, out = invoke(layout, *command.split())
         assert code == 1, command
         assert f"invalid settings file {layout.paths.user}:2:1" in " ".join(out.split())
+        assert "No MCP servers configured" not in out, command  # they may well be: the file did not say
+        assert "No MCP servers to show: a settings file did not parse" in " ".join(out.split()), command
     code, out = invoke(layout, "status", "--json")
     assert code == 1
     [problem, *_] = json.loads(out)["problems"]

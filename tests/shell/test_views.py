@@ -85,6 +85,14 @@ def test_no_servers_says_so() -> None:
     assert render([]).strip() == "No MCP servers configured."
 
 
+def test_no_servers_read_from_a_file_that_did_not_parse_is_no_news_that_none_is_configured() -> None:
+    console = Console(record=True, width=200)
+    render_status(console, [], unreadable=True)
+    assert (
+        console.export_text().strip() == "No MCP servers to show: a settings file did not parse (fix it as said above)."
+    )
+
+
 def test_an_untrusted_folder_says_how_to_trust_it(tmp_path: Path) -> None:
     servers = {"a": cfg("a")}
     sources = {"a": ServerSource("User", "user", tmp_path / "s.json")}

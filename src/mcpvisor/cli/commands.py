@@ -157,12 +157,10 @@ def list_servers(
     console = new_console(highlight=False)
     for problem in problems:
         console.print(f"[yellow]! {escape(problem)}[/]")
-    approve_hint, login_hint = command_hints(
-        settings.root, approvals_error=approvals.error, options=approvals.decided_with
-    )
-    title = f"MCP servers for {settings.root}"
+    approve, login = command_hints(settings.root, approvals_error=approvals.error, options=approvals.decided_with)
+    head, bad = f"MCP servers for {settings.root}", bool(settings.errors)
     render_status(
-        console, rows, live=False, title=title, show_target=True, approve_hint=approve_hint, login_hint=login_hint
+        console, rows, live=False, title=head, show_target=True, approve_hint=approve, login_hint=login, unreadable=bad
     )
     return broken
 

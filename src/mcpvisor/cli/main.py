@@ -234,7 +234,10 @@ def status(
                 if unreadable:  # a sign-in cannot be kept until the store is fixed
                     login_hint += ", once the token store can be read again (see above)"
                 title = f"MCP servers for {host.root}"
-                render_status(console, rows, title=title, approve_hint=approve_hint, login_hint=login_hint)
+                unread = bool(host.settings.errors)
+                render_status(
+                    console, rows, title=title, approve_hint=approve_hint, login_hint=login_hint, unreadable=unread
+                )
                 render_lsp_status(console, lsp_rows, show_target=True)
         return [row.to_json() for row in rows], [row.to_json() for row in lsp_rows], problems, broken
 

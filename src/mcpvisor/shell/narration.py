@@ -199,7 +199,8 @@ class HumanOutput:
             self._ready = True
             hint = self._approve_command.replace("{root}", str(self._host.root))
             title = f"MCP servers of {self._where}" if self._where else "MCP servers"
-            render_status(self._console, self._host.server_views(), title=title, approve_hint=hint)
+            unread = bool(self._host.settings.errors)
+            render_status(self._console, self._host.server_views(), title=title, approve_hint=hint, unreadable=unread)
             render_lsp_status(self._console, self._host.lsp.views())
             if self._on_ready is not None:
                 self._on_ready()

@@ -380,6 +380,7 @@ class ShellSession:
             title="MCP servers",
             approve_hint="/approve {name}",
             login_hint="/login {name}",
+            unreadable=bool(self.host.settings.errors),
         )
         render_lsp_status(self.console, self.host.lsp.views())
         return False

@@ -27,15 +27,20 @@ def render_status(
     show_target: bool = False,
     approve_hint: str = APPROVE_HINT,
     login_hint: str = LOGIN_HINT,
+    unreadable: bool = False,
 ) -> None:
     """Draw the ``/mcp`` view: servers grouped by source, each ``name · icon text``.
 
     ``live=False`` shows admission only (nothing was started); ``show_target`` adds what each
-    server runs or reaches on a line of its own."""
+    server runs or reaches on a line of its own; ``unreadable`` says a settings file did not parse
+    (an empty list then is no news that nothing is configured)."""
     if title:
         console.print(Text(title, style="bold"))
     if not rows:
-        console.print("No MCP servers configured.")
+        if unreadable:
+            console.print("No MCP servers to show: a settings file did not parse (fix it as said above).")
+        else:
+            console.print("No MCP servers configured.")
         return
     group: str | None = None
     for row in rows:
