@@ -19,7 +19,7 @@ from rich.console import Console
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.host import HostOptions
-from mcpvisor.shell import EXIT_INTERRUPTED, EXIT_OK, run_shell
+from mcpvisor.shell import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, run_shell
 from mcpvisor.shell.session import HELP_HINT
 from tests.helpers import LIGHT, WAIT_S, in_memory_unless_a_process_is_needed, marker_pids, pid_alive, wait_until
 from tests.layout import Layout, make_layout, replace_text
@@ -437,6 +437,14 @@ async def test_end_of_input_exits_with_code_0_and_leaves_no_server_process(tmp_p
         assert await s.wait_exit() == EXIT_OK
     assert len(marker_pids(marker)) == 1
     assert all_gone(marker)
+
+
+async def test_a_script_of_which_a_command_failed_exits_1_after_running_the_rest(tmp_path: Path) -> None:
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
+        await s.run("/call mcp__zzz__x", "not found")
+        await s.run('/call mcp__a__echo {"text":"on"}', "a:echo:on")
+        s.lines.close()
+        assert await s.wait_exit() == EXIT_FAILED
 
 
 async def test_ctrl_c_at_the_prompt_warns_once_and_twice_leaves(tmp_path: Path) -> None:

@@ -336,7 +336,10 @@ def shell(
     verbose: VerboseOpt = 0,
 ) -> None:
     """An interactive session: /mcp, /tools, /prompts, /call, /reload, and approvals as they come up
-    (with --fleet: the fleet's approvals, and decisions made here reach every replica)."""
+    (with --fleet: the fleet's approvals, and decisions made here reach every replica).
+
+    Commands may be piped in, one per line; the session then exits 1 if any of them failed (or a tool
+    reported an error), 130 when interrupted, 0 otherwise."""
     from mcpvisor.shell import run_shell
 
     setup_logging(verbose, narrated=True)

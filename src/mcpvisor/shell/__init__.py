@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from mcpvisor._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from mcpvisor.shell.session import EXIT_INTERRUPTED, EXIT_OK, ShellSession, run_shell
+    from mcpvisor.shell.session import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, ShellSession, run_shell
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_OK", "ShellSession", "run_shell"]
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "ShellSession", "run_shell"]
 
 __getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "mcpvisor.shell.session"))

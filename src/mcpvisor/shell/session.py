@@ -53,10 +53,10 @@ from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.dialog import ApprovalDialog
 from mcpvisor.shell.narration import HumanOutput
 from mcpvisor.shell.render import render_call_result, render_prompt_result, render_prompts, render_tools
-from mcpvisor.shell.terminal import Screen, stdin_lines, wants_line_editor
+from mcpvisor.shell.terminal import Screen, stdin_is_terminal, stdin_lines, wants_line_editor
 from mcpvisor.shell.views import render_definition_changes, render_lsp_status, render_status
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_OK", "ShellSession", "run_shell"]
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "ShellSession", "run_shell"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +65,8 @@ T = TypeVar("T")
 EXIT_OK = 0
 EXIT_INTERRUPTED = 130
 """Left with Ctrl-C twice (128 + SIGINT, the shell convention)."""
+EXIT_FAILED = 1
+"""A command failed (or a tool reported an error) in a session whose input was no terminal (a script)."""
 
 SLOW_CALL_NOTICE_S = 1.0
 """A call or prompt still running after this long says that Ctrl-C cancels it."""
@@ -130,6 +132,7 @@ class ShellSession:
         self._prompt_commands: tuple[str, ...] = ()
         self._interrupts = 0
         self._exit_code = EXIT_OK
+        self._failed = self._scripted = False
         self._command_scope: anyio.CancelScope | None = None
         self._session_scope: anyio.CancelScope | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -227,7 +230,7 @@ class ShellSession:
             tg.cancel_scope.cancel()
         if failure is not None:
             raise failure
-        return self._exit_code
+        return EXIT_FAILED if self._exit_code == EXIT_OK and self._failed and self._scripted else self._exit_code
 
     async def _run_host(self, input_lines: AsyncIterator[str] | None) -> None:
         unsubscribe = self.host.subscribe(self.on_event)
@@ -238,6 +241,7 @@ class ShellSession:
                 try:
                     self._started = True
                     if input_lines is not None:
+                        self._scripted = True
                         await self._read_eval(input_lines)
                     elif wants_line_editor(self.console.is_terminal):
                         from mcpvisor.shell.line_editor import HISTORY_FILENAME, edited_lines
@@ -251,6 +255,7 @@ class ShellSession:
                         ) as lines:
                             await self._read_eval(lines)
                     else:
+                        self._scripted = not stdin_is_terminal()
                         async with stdin_lines() as lines:
                             await self._read_eval(lines)
                 finally:
@@ -340,6 +345,7 @@ class ShellSession:
         elif command.name in self._prompt_commands:
             leave = await self._guarded(f"/{command.name}", self._run_prompt(command.name, command.argument))
         else:
+            self._failed = True
             self.console.print(Text(f"✗ unknown command /{command.name}; type /help for the list", style="red"))
         if not leave and self.dialog.asked is not None and not self.dialog.question_shown:
             self.dialog.ask_next(force=True)  # the dialog is still open: ask again below the command's output
@@ -354,6 +360,7 @@ class ShellSession:
         except Exception as exc:
             logger.exception("shell command %s failed", what)
             self.console.print(Text(f"✗ {what} failed unexpectedly: {exc!r}", style="red"))
+        self._failed = True
         return False
 
     async def _waiting(self, what: str, action: Awaitable[T]) -> T:
@@ -400,6 +407,7 @@ class ShellSession:
         arguments = parse_json_object(rest, example=_CALL_EXAMPLE)
         result = await self._waiting(name, self.host.config.call_tool(name, arguments))
         render_call_result(self.console, result)
+        self._failed = self._failed or result.is_error
         return False
 
     async def _cmd_prompt(self, argument: str) -> bool:

@@ -30,15 +30,19 @@ READ_CHUNK_BYTES = 4096
 _CLEAR_LINE = "\r\x1b[2K"
 
 
+def stdin_is_terminal() -> bool:
+    """Whether standard input is a terminal (someone types), not a pipe or a file."""
+    stdin = sys.stdin
+    try:
+        return stdin is not None and stdin.isatty()
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        return False
+
+
 def wants_line_editor(stdout_is_terminal: bool) -> bool:
     """Whether lines are read with the line editor (:mod:`mcpvisor.shell.line_editor`): standard input
     and output are both a terminal that can draw one (not ``TERM=dumb``)."""
-    stdin = sys.stdin
-    try:
-        stdin_is_terminal = stdin is not None and stdin.isatty()
-    except (AttributeError, ValueError):  # a replaced or closed stream
-        stdin_is_terminal = False
-    return stdout_is_terminal and stdin_is_terminal and os.environ.get("TERM") != "dumb"
+    return stdout_is_terminal and stdin_is_terminal() and os.environ.get("TERM") != "dumb"
 
 
 class Screen:
