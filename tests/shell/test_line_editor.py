@@ -202,6 +202,10 @@ async def test_completion_history_and_output_above_the_prompt_at_a_real_terminal
         await t.expect("mcp__alpha__echo", since)
         since = t.type(' {"text": "hi"}\r')
         await t.answered("alpha:echo:hi", since)
+        since = t.type(f"/tools al{TAB}")  # a server's name after /tools (and /prompts)
+        await t.expect("/tools alpha", since)
+        since = t.type("\r")
+        await t.answered("alpha (2 tools)", since)
 
         # Output that arrives while a line is half typed goes above the prompt; the line is kept.
         since = t.type("/to")
@@ -240,7 +244,7 @@ async def test_completion_history_and_output_above_the_prompt_at_a_real_terminal
     history = Path(layout.env["MCPVISOR_HOME"]) / HISTORY_FILENAME
     assert stat.S_IMODE(os.stat(history).st_mode) == 0o600
     echo = '/call mcp__alpha__echo {"text": "hi"}'
-    assert kept_lines(history) == [echo, "/tools", "/call mcp__alpha__slow", "/tools"]
+    assert kept_lines(history) == [echo, "/tools alpha", "/tools", "/call mcp__alpha__slow", "/tools"]
 
     # The next session recalls it: Ctrl-R finds the first call, Enter runs it; Ctrl-C twice leaves.
     async with shell_at_a_terminal(layout) as t:

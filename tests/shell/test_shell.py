@@ -147,6 +147,18 @@ async def test_tools_lists_registered_names_grouped_by_server_with_descriptions(
         )
 
 
+async def test_tools_and_prompts_of_one_server_are_those_its_name_asks_for(tmp_path: Path) -> None:
+    user = {"mcpServers": {"a": server("a", "--tools", "echo,rev"), "b": server("b")}}
+    async with shell(tmp_path, user=user) as s:
+        await s.run("/tools", "mcp__b__echo")
+        out = await s.run("/tools b", "mcp__b__echo")
+        assert "b (1 tool)" in out
+        assert "mcp__a__" not in out
+        out = await s.run("/tools zz", "No tools registered from a server named 'zz'")
+        assert "mcp__" not in out
+        await s.run("/prompts zz", "No prompts registered from a server named 'zz' (/mcp shows the servers")
+
+
 async def test_call_prints_the_tool_result_text(tmp_path: Path) -> None:
     async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
         out = await s.run('/call mcp__a__echo {"text":"hi"}', "a:echo:hi")

@@ -23,8 +23,8 @@ __all__ = [
 
 BUILTIN_COMMANDS: Mapping[str, tuple[str, str]] = {
     "mcp": ("", "servers and their state, grouped by source"),
-    "tools": ("", "registered tools by server"),
-    "prompts": ("", "registered prompts by server"),
+    "tools": ("[SERVER]", "registered tools by server (SERVER's only)"),
+    "prompts": ("[SERVER]", "registered prompts by server (SERVER's only)"),
     "call": ("NAME [JSON]", 'call a tool, e.g. /call mcp__a__echo {"text": "hi"}'),
     "prompt": ("NAME [JSON]", "get a prompt and show its messages"),
     "reload": ("", "re-read every settings file and reconcile"),

@@ -41,10 +41,11 @@ def _by_server(names: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
     return groups
 
 
-def render_tools(console: Console, tools: list[RegisteredTool]) -> None:
-    """Registered tool names grouped by server, each with its description's first line."""
+def render_tools(console: Console, tools: list[RegisteredTool], *, server: str = "") -> None:
+    """Registered tool names grouped by server, each with its description's first line (``server``'s only)."""
+    tools = [t for t in tools if t.server == server] if server else tools
     if not tools:
-        console.print("No tools registered (see /mcp for server states).")
+        console.print(_none_registered("tools", server))
         return
     by_name = {t.name: t for t in tools}
     for server, names in _by_server((t.server, t.name) for t in tools).items():
@@ -57,10 +58,11 @@ def render_tools(console: Console, tools: list[RegisteredTool]) -> None:
             console.print(indented(line, 2))
 
 
-def render_prompts(console: Console, prompts: list[RegisteredPrompt]) -> None:
-    """Registered prompt names grouped by server, with their arguments and descriptions."""
+def render_prompts(console: Console, prompts: list[RegisteredPrompt], *, server: str = "") -> None:
+    """Registered prompt names grouped by server, with their arguments and descriptions (``server``'s only)."""
+    prompts = [p for p in prompts if p.server == server] if server else prompts
     if not prompts:
-        console.print("No prompts registered.")
+        console.print(_none_registered("prompts", server))
         return
     by_name = {p.name: p for p in prompts}
     for server, names in _by_server((p.server, p.name) for p in prompts).items():
@@ -75,6 +77,12 @@ def render_prompts(console: Console, prompts: list[RegisteredPrompt]) -> None:
             if description:
                 line.append(f" — {description}")
             console.print(indented(line, 2))
+
+
+def _none_registered(what: str, server: str) -> str:
+    if server:
+        return f"No {what} registered from a server named {server!r} (/mcp shows the servers and their states)."
+    return f"No {what} registered (see /mcp for server states)."
 
 
 def content_text(block: Any) -> str:

@@ -52,7 +52,7 @@ from mcpvisor.shell.commands import (
 from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.dialog import ApprovalDialog
 from mcpvisor.shell.narration import HumanOutput
-from mcpvisor.shell.render import render_call_result, render_prompt_result, render_prompts, render_tools
+from mcpvisor.shell.render import first_line, render_call_result, render_prompt_result, render_prompts, render_tools
 from mcpvisor.shell.terminal import Screen, stdin_is_terminal, stdin_lines, wants_line_editor
 from mcpvisor.shell.views import render_definition_changes, render_lsp_status, render_status
 
@@ -77,10 +77,6 @@ HELP_HINT = "Type /help for commands, /quit (or Ctrl-D) to leave."
 
 _CALL_EXAMPLE = '/call mcp__server__tool {"text": "hi"}'
 _PROMPT_EXAMPLE = '/prompt NAME {"topic": "hi"}'
-
-
-def _first_line(text: str | None) -> str:
-    return (text or "").strip().split("\n", 1)[0]
 
 
 def open_in_browser(url: str) -> bool:
@@ -312,10 +308,12 @@ class ShellSession:
             return offered
         command = ALIASES.get(command, command)
         config = self.host.config
+        if command in ("tools", "prompts"):
+            return {name: cfg.transport for name, cfg in self.host.state.assembled.servers.items()}
         if command == "call":
-            return {tool.name: _first_line(tool.tool.description) for tool in config.tool_registry.get_all_tools()}
+            return {tool.name: first_line(tool.tool.description) for tool in config.tool_registry.get_all_tools()}
         if command == "prompt":
-            return {p.name: _first_line(p.prompt.description) for p in config.prompt_registry.get_all_prompts()}
+            return {p.name: first_line(p.prompt.description) for p in config.prompt_registry.get_all_prompts()}
         servers = self.host.state.assembled.servers
         if command in ("approve", "reject"):
             approvals, root = self.host.approvals, self.host.root
@@ -393,11 +391,11 @@ class ShellSession:
         return False
 
     async def _cmd_tools(self, argument: str) -> bool:
-        render_tools(self.console, self.host.config.tool_registry.get_all_tools())
+        render_tools(self.console, self.host.config.tool_registry.get_all_tools(), server=argument)
         return False
 
     async def _cmd_prompts(self, argument: str) -> bool:
-        render_prompts(self.console, self.host.config.prompt_registry.get_all_prompts())
+        render_prompts(self.console, self.host.config.prompt_registry.get_all_prompts(), server=argument)
         return False
 
     async def _cmd_call(self, argument: str) -> bool:
