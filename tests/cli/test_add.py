@@ -62,7 +62,7 @@ def test_everything_after_the_double_dash_is_the_command_options_included(layout
 def test_a_workspace_server_added_says_it_waits_for_approval_and_remove_points_at_its_scope(layout: Layout) -> None:
     code, output = add(layout, "--scope", "workspace", "w", "--", "echo", "hi")
     assert code == 0, output
-    assert f"It starts once approved: mcpvisor mcp approve w --workspace {layout.root}" in " ".join(output.split())
+    assert f"It starts once approved: mcpvisor mcp approve --workspace {layout.root} w" in " ".join(output.split())
     result = CliRunner().invoke(app, ["mcp", "remove", "w", "--workspace", str(layout.root)], env=layout.env)
     assert result.exit_code == 1
     assert f"it is in {layout.paths.workspace}: pass --scope workspace" in " ".join(result.output.split())

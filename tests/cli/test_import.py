@@ -123,7 +123,8 @@ def test_claude_code_user_and_project_servers_go_to_user_and_workspace(layout: L
     }
     # Local-scope servers of this project only, into the workspace (gated); '$5' is literal in Claude Code.
     assert servers(layout.paths.workspace) == {"db": {"command": "db-mcp", "args": ["--price", "$$5"], "env": {}}}
-    assert "mcpvisor mcp approve db" in result.output
+    assert "mcpvisor mcp approve --workspace" in result.output
+    assert result.output.rstrip().endswith(" db")
     listed = CliRunner().invoke(app, ["mcp", "list", "--json", "--workspace", str(layout.root)], env=layout.env)
     db = next(s for s in json.loads(listed.stdout)["servers"] if s["name"] == "db")
     assert db["scope"] == "workspace"

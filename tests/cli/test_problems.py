@@ -4,6 +4,7 @@ cannot be read fails ``status``."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,7 @@ def test_status_shows_an_approvals_store_that_cannot_be_read_and_fails(layout: L
     write_json(layout.paths.project, {"mcpServers": {"p": {"command": "x"}}})
     for words in ("status", "mcp list"):
         code, out = invoke(layout, *words.split())
-        assert "needs approval — run: mcpvisor mcp approve p" in " ".join(out.split())
+        assert f"needs approval — run: mcpvisor mcp approve --workspace {layout.root} p" in " ".join(out.split())
         assert "once the approvals store can be read again (see above)" in " ".join(out.split())
 
 
@@ -82,7 +83,39 @@ def test_a_fix_hint_works_from_where_it_is_printed(
             assert "needs approval — run: mcpvisor mcp approve p" in said
             assert "--workspace" not in said
         else:
-            assert f"needs approval — run: mcpvisor mcp approve p --workspace {layout.root}" in said
+            assert f"needs approval — run: mcpvisor mcp approve --workspace {layout.root} p" in said
+
+
+def test_a_suggested_command_takes_a_servers_name_as_one_word_whatever_the_repository_named_it(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pasted = tmp_path / "pasted"
+    names = [f"helper; touch {pasted} #", "-x", "it's", "a b"]
+    lsp_name = f"-py; touch {pasted}"
+    write_json(layout.paths.project, {"mcpServers": {name: {"command": "x"} for name in names}})
+    write_json(layout.paths.lsp_project, {lsp_name: {"command": "x", "extensionToLanguage": {".py": "p"}}})
+    monkeypatch.chdir(tmp_path)
+    env = {**layout.env, "COLUMNS": "1000"}
+    said = []
+    for command in (["mcp", "list"], ["status"], ["lsp", "list"]):
+        result = CliRunner().invoke(app, [*command, "--workspace", str(layout.root)], env=env)
+        said += [
+            line.split(" — run: ", 1)[1] for line in result.stdout.splitlines() if "needs approval — run: " in line
+        ]
+    hints = set()
+    for name in [*names, lsp_name]:  # the command ends with the name as one word (a row may go on after it)
+        word = f"-- {shlex.quote(name)}" if name.startswith("-") else shlex.quote(name)
+        found = [hint[: hint.index(word) + len(word)] for hint in said if word in hint]
+        assert len(found) == 2, (name, said)  # (language servers: status and lsp list)
+        hints.update(found)
+    for hint in sorted(hints):  # pasted into a shell: the very command, and nothing else
+        words = shlex.split(hint)
+        assert words[:2] == ["mcpvisor", "lsp" if "lsp approve" in hint else "mcp"], hint
+        result = CliRunner().invoke(app, words[1:], env=env)
+        assert result.exit_code == 0, (hint, result.output)
+    assert not pasted.exists()
+    listed = json.loads(CliRunner().invoke(app, ["mcp", "list", "--json", "-w", str(layout.root)], env=env).stdout)
+    assert {server["name"]: server["approval"] for server in listed["servers"]} == dict.fromkeys(names, "approved")
 
 
 def test_approving_a_server_that_is_not_in_force_says_why(layout: Layout) -> None:

@@ -326,7 +326,7 @@ async def test_run_gateway_with_per_client_workspaces_serves_the_named_workspace
     err = capsys.readouterr().err
     assert f"serving 2 tools on {url}" in err
     assert f"opening workspace {setup.b} for a client" in err
-    assert f"pb · ? needs approval — run: mcpvisor mcp approve pb --workspace {setup.b}" in err
+    assert f"pb · ? needs approval — run: mcpvisor mcp approve --workspace {setup.b} pb" in err
 
 
 async def test_per_client_workspaces_over_stdio_is_a_config_error(tmp_path: Path) -> None:

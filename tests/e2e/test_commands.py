@@ -254,7 +254,7 @@ async def test_the_demo_removes_its_own_folder_and_its_hints_name_the_running_mc
         [folder] = list(scratch.glob("mcpvisor-demo-*"))
         # mcpvisor is not on that PATH: every hint runs this one, the way it was started; each on one line (however
         # narrow the terminal: a command broken across lines cannot be copied)
-        approve = f"{sys.executable} -m mcpvisor mcp approve repo-tools --workspace {folder / 'project'}"
+        approve = f"{sys.executable} -m mcpvisor mcp approve --workspace {folder / 'project'} repo-tools"
         assert any(line.strip().endswith(approve) for line in out.splitlines()), out
         assert f"{sys.executable} -m mcpvisor mcp list" in out
         home = {**os.environ, "MCPVISOR_HOME": str(folder / "home")}

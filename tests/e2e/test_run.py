@@ -416,7 +416,7 @@ async def test_human_output_has_a_status_table_and_one_line_per_change(tmp_path:
         await until("Ctrl-C to stop")
         assert "a · ● connected (1 tool, 0 prompts)" in output
         # Said once, in the table, with the command: not also as a line of its own.
-        assert f"p · ? needs approval — run: mcpvisor mcp approve p --workspace {layout.root}" in output
+        assert f"p · ? needs approval — run: mcpvisor mcp approve --workspace {layout.root} p" in output
         assert "? p needs approval" not in output
         save(layout.paths.user, {"mcpServers": {**servers, "a": server("a", m, "--tools", "x,y")}})
         await until("↻ restarted a (args changed)")
@@ -460,7 +460,7 @@ async def test_run_json_tells_of_language_servers_waiting_for_approval_and_of_th
         await r.wait_for(lambda: bool(r.of("lsp_approval_needed")))
         assert r.of("lsp_approval_needed")[-1]["servers"] == ["python"]
         states = [e["state"] for e in r.of("lsp_server") if e["server"] == "python"]
-        assert states[-1].startswith("needs approval — run: mcpvisor lsp approve python")
+        assert states[-1] == f"needs approval — run: mcpvisor lsp approve --workspace {r.layout.root} python"
         approved = await r.cli("lsp", "approve", "python")
         assert approved.returncode == 0, approved.stderr
         await r.wait_for(

@@ -38,6 +38,7 @@ from mcpvisor.shell.commands import (
     parse_command,
     parse_json_object,
     parse_prompt_arguments,
+    split_name,
 )
 from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.render import first_line, render_call_result
@@ -89,6 +90,15 @@ def test_an_answer_names_a_choice_and_only_a_and_A_differ_by_case(answer: str, c
 )
 def test_a_line_is_a_command_only_when_it_starts_with_a_slash(line: str, command: Command | None) -> None:
     assert parse_command(line) == command
+
+
+def test_a_name_in_quotes_is_read_as_a_shell_reads_it_and_the_rest_stays_as_typed() -> None:
+    assert split_name('mcp__a__echo {"text": "hi there"}') == ("mcp__a__echo", '{"text": "hi there"}')
+    assert split_name("'a b' {\"x\": 1}") == ("a b", '{"x": 1}')  # as /approve hints write such a name
+    assert split_name("'it'\"'\"'s'") == ("it's", "")
+    assert split_name("") == ("", "")
+    with pytest.raises(ArgumentError, match="No closing quotation"):
+        split_name("'a b")
 
 
 def test_json_arguments_must_be_an_object() -> None:

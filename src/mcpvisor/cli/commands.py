@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from mcpvisor.cli.fleet import approval_store, pin_store, token_store
 from mcpvisor.core.config import Config
-from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.errors import ConfigError, name_word
 from mcpvisor.core.gating import matches_any
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host import paths
@@ -438,7 +438,7 @@ def add_server(
     elif (blocked := will_not_start(settings, name)) is not None:
         console.print(f"But {blocked}.", markup=False)
     elif file_scope == "workspace" and settings.is_active("workspace"):  # gated like .mcp.json (not: the home's)
-        hint = f"mcpvisor mcp approve {shlex.quote(name)} --workspace {shlex.quote(str(settings.root))}"
+        hint = f"mcpvisor mcp approve --workspace {shlex.quote(str(settings.root))} {name_word(name)}"
         console.print(f"It starts once approved: {hint}", markup=False)
 
 

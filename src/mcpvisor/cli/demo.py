@@ -50,7 +50,7 @@ class DemoLayout:
                 "    add or remove a server → only that one connects or disconnects;",
                 '    add "mcp": {"excluded": ["notes"]} → notes disconnects, the others stay.',
                 f"  • The project server 'repo-tools' in [bold]{self.mcp_json}[/] waits for your approval:",
-                f"      {env} mcp approve repo-tools --workspace {shlex.quote(str(self.project))}",
+                f"      {env} mcp approve --workspace {shlex.quote(str(self.project))} repo-tools",
                 "    Then edit its args in .mcp.json: it asks for approval again.",
                 f"  • See it all: {env} mcp list --workspace {shlex.quote(str(self.project))}",
             ]

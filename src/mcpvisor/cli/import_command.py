@@ -19,7 +19,7 @@ from mcpvisor.host.plugin_lsp import PluginLsp, scan_plugin_lsp_servers
 from mcpvisor.host.settings.expand import variables_in
 from mcpvisor.host.settings.loader import Settings, load_settings
 from mcpvisor.host.settings.writer import set_setting
-from mcpvisor.host.status import command_hints
+from mcpvisor.host.status import command_hints, fill_hint
 from mcpvisor.shell.consoles import new_console
 
 __all__ = ["import_servers"]
@@ -217,6 +217,6 @@ def _print_import(
     if gated:
         console.print(
             "Workspace servers start only once approved: "
-            + escape(command_hints(root)[0].format(name=gated[0]))
+            + escape(fill_hint(command_hints(root)[0], gated[0]))
             + (f" (and {len(gated) - 1} more)" if len(gated) > 1 else "")
         )

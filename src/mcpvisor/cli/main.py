@@ -202,7 +202,7 @@ def status(
     async def once() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str], bool]:
         from mcpvisor.cli.commands import config_problems, store_problems
         from mcpvisor.host.host import Host
-        from mcpvisor.host.status import command_hints
+        from mcpvisor.host.status import command_hints, with_options
         from mcpvisor.shell.views import render_lsp_status, render_status
 
         options = host_options(
@@ -229,8 +229,8 @@ def status(
                 approve_hint, login_hint = command_hints(
                     host.root, approvals_error=approvals.error, options=approvals.decided_with
                 )
-                for file in mcp_config or []:  # a server of that file is signed in to with it
-                    login_hint += f" --mcp-config {shlex.quote(str(file))}".replace("{", "{{").replace("}", "}}")
+                files = "".join(f" --mcp-config {shlex.quote(str(file))}" for file in mcp_config or [])
+                login_hint = with_options(login_hint, files)  # a server of those files is signed in to with them
                 if unreadable:  # a sign-in cannot be kept until the store is fixed
                     login_hint += ", once the token store can be read again (see above)"
                 title = f"MCP servers for {host.root}"
@@ -309,7 +309,7 @@ def demo(
                     allowed=None,
                     as_json=as_json,
                     intro=layout.instructions(command),
-                    approve_command=f"MCPVISOR_HOME={home} {command} mcp approve {{name}} --workspace {{root}}",
+                    approve_command=f"MCPVISOR_HOME={home} {command} mcp approve {{name}}",
                 )
             )
     finally:

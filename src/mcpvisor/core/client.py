@@ -39,6 +39,7 @@ from mcpvisor.core.errors import (
     ServerUnavailableError,
     ToolCallError,
     describe_invalid,
+    name_word,
     request_failed,
     timed_out,
 )
@@ -323,7 +324,8 @@ class McpClient(ServerConnection):
         if wider:  # refused for want of scope (403 insufficient_scope): the connection itself is fine
             self._auth_in_use.step_up_scope = None
             return request_failed(
-                f"server {self.name!r} needs a wider sign-in ({wider}) — run: mcpvisor mcp login {self.name}",
+                f"server {self.name!r} needs a wider sign-in ({wider}) — "
+                f"run: mcpvisor mcp login {name_word(self.name)}",
                 kind=kind,
                 target=target,
                 server=self.name,

@@ -25,6 +25,7 @@ Messages follow one shape: ``<what failed> <subject!r>: <why>[; <what to do>]``.
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ __all__ = [
     "InputNotReadError",
     "McpvisorError",
     "describe_invalid",
+    "name_word",
     "MessageTooLargeError",
     "NotFoundError",
     "NotRunningError",
@@ -246,3 +248,10 @@ def describe_invalid(exc: ValidationError, most: int = 3) -> str:
     ]
     more = f"; and {len(problems) - most} more" if len(problems) > most else ""
     return "; ".join(problems[:most]) + more
+
+
+def name_word(name: str) -> str:
+    """A server's name as the last word of a suggested ``mcpvisor`` command: one shell word whatever it holds
+    (a repository chooses its servers' names: pasting a fix must run that fix and nothing else), after ``--``
+    when it starts with ``-`` (else it reads as an option)."""
+    return f"-- {shlex.quote(name)}" if name.startswith("-") else shlex.quote(name)

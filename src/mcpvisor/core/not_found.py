@@ -3,9 +3,10 @@ to, why it is unavailable, and the fix (SPEC §9)."""
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Protocol
 
-from mcpvisor.core.errors import NotFoundError, RequestKind, not_found
+from mcpvisor.core.errors import NotFoundError, RequestKind, name_word, not_found
 from mcpvisor.core.gating import matches_any
 from mcpvisor.core.registry import PromptRegistry, ToolRegistry, mcp_tool_name
 
@@ -59,9 +60,15 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
     elif reason == "excluded":
         text = f"{head} is excluded; remove {server!r} from mcp.excluded in your settings"
     elif reason == "pending_approval":
-        text = f"{head} needs approval; run: mcpvisor mcp approve {server} (in the shell: /approve {server})"
+        text = (
+            f"{head} needs approval; run: mcpvisor mcp approve {name_word(server)} "
+            f"(in the shell: /approve {shlex.quote(server)})"
+        )
     elif reason == "rejected":
-        text = f"{head} was rejected; edit its configuration to be asked again, or run: mcpvisor mcp approve {server}"
+        text = (
+            f"{head} was rejected; edit its configuration to be asked again, "
+            f"or run: mcpvisor mcp approve {name_word(server)}"
+        )
     else:
         reason = "missing"
         client = manager.get_client(server) if manager is not None else None
@@ -81,7 +88,7 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
             reason = "held"
             text = (
                 f"{kind} {name!r} is held back: its definition changed since server {server!r} was approved; "
-                f"review the change and accept it with: mcpvisor mcp approve {server}"
+                f"review the change and accept it with: mcpvisor mcp approve {name_word(server)}"
             )
         else:
             listed = (

@@ -22,6 +22,7 @@ from mcpvisor.core.errors import (
     McpvisorError,
     MessageTooLargeError,
     describe_invalid,
+    name_word,
 )
 from mcpvisor.core.listing import ListingTooLong
 from mcpvisor.core.processes import SpawnedAhead, uses_host_path
@@ -237,7 +238,7 @@ def explain_start_failure(
                 )
         return (
             f"the server needs authentication ({cfg.target()} answered 401/403); sign in with: "
-            f"mcpvisor mcp login {name} (or put the credentials it expects in mcpServers.{name}.headers)"
+            f"mcpvisor mcp login {name_word(name)} (or put the credentials it expects in mcpServers.{name}.headers)"
         )
     for leaf in flatten(exc):
         if isinstance(leaf, ConnectError):

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
-from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.errors import ConfigError, name_word
 from mcpvisor.core.server_config import HttpAuth, McpServerConfig
 from mcpvisor.host.oauth_callback import CALLBACK_PATH
 from mcpvisor.host.oauth_registration import widening_metadata
@@ -280,7 +280,7 @@ def oauth_provider(
                     await self._adopt_stored_tokens()  # the newest refresh token, whoever stored it
                     self._turn = turn
                 return await self._refresh_token()
-            raise self.refusal(f"server {name!r} needs authentication — run: mcpvisor mcp login {name}")
+            raise self.refusal(f"server {name!r} needs authentication — run: mcpvisor mcp login {name_word(name)}")
 
         async def _handle_token_response(self, response: Any) -> None:
             if not self._refreshing:
@@ -289,7 +289,7 @@ def oauth_provider(
             if not await self._handle_refresh_response(response):
                 raise self.refusal(
                     f"server {name!r} refused its refresh token (signed out or revoked) — "
-                    f"run: mcpvisor mcp login {name}"
+                    f"run: mcpvisor mcp login {name_word(name)}"
                 )
             return None
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from mcpvisor.core.errors import ConfigError, McpvisorError
+from mcpvisor.core.errors import ConfigError, McpvisorError, name_word
 from mcpvisor.core.server_config import McpServerConfig, redact_url
 from mcpvisor.host.oauth import oauth_provider, stored_redirect
 from mcpvisor.host.oauth_callback import Callback
@@ -99,7 +99,7 @@ async def login(
                         if reused
                         else ""
                     )
-                    + f"); run mcpvisor mcp login {name} again"
+                    + f"); run mcpvisor mcp login {name_word(name)} again"
                 )
             query = callback.received
             if "code" not in query:

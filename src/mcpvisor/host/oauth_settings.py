@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
-from mcpvisor.core.errors import ConfigError, McpvisorError
+from mcpvisor.core.errors import ConfigError, McpvisorError, name_word
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import is_gated
 
@@ -152,7 +152,7 @@ def check_sign_in(
     if what == "sign in to" and is_gated(cfg) and approval != "approved":
         raise ConfigError(
             f"cannot sign in to server {name!r}: it is a {label} server that is not approved; "
-            f"approve it first: mcpvisor mcp approve {name}"
+            f"approve it first: mcpvisor mcp approve {name_word(name)}"
         )
 
 

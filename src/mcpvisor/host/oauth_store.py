@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from mcpvisor.core.errors import ConfigError, describe_invalid
+from mcpvisor.core.errors import ConfigError, describe_invalid, name_word
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.oauth_settings import oauth_settings, token_key
 from mcpvisor.host.private_files import PrivateJsonStore
@@ -211,9 +211,10 @@ def sign_ins(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[
     for name, cfg in servers.items():
         state = sign_in_state(records, name, cfg)
         if state.unreadable:
-            out[name] = f"{state.describe()} — run: mcpvisor mcp logout {name}, then mcpvisor mcp login {name}"
+            word = name_word(name)
+            out[name] = f"{state.describe()} — run: mcpvisor mcp logout {word}, then mcpvisor mcp login {word}"
         elif state.signed_in:
-            out[name] = state.describe() + (f" — run: mcpvisor mcp login {name}" if state.wider else "")
+            out[name] = state.describe() + (f" — run: mcpvisor mcp login {name_word(name)}" if state.wider else "")
     return out
 
 
@@ -251,7 +252,8 @@ class FileTokenStorage:
         except ValidationError as exc:
             raise ConfigError(
                 f"in {self._store.path}, the {what} stored for {self._key} fail validation ({describe_invalid(exc)}); "
-                f"sign out and in again (mcpvisor mcp logout {self._name}, then mcpvisor mcp login {self._name})"
+                f"sign out and in again (mcpvisor mcp logout {(word := name_word(self._name))}, "
+                f"then mcpvisor mcp login {word})"
             ) from None
 
     def expires_at(self) -> float | None:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.errors import ConfigError, name_word
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.pins import KINDS, Kind, PinMode, PinStore, is_pinned, pin_scope
 
@@ -67,7 +67,7 @@ class HeldChangedSinceShown(ConfigError):
     def __init__(self, name: str) -> None:
         super().__init__(
             f"nothing was accepted: what {name} offers changed after it was shown; look at it again "
-            f"(mcpvisor mcp approve {name})"
+            f"(mcpvisor mcp approve {name_word(name)})"
         )
         self.name = name
 

@@ -37,7 +37,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
-from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.errors import ConfigError, name_word
 from mcpvisor.core.registry import Admitted
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import is_gated, root_key
@@ -254,7 +254,7 @@ def compared_note(name: str) -> str:
     """What approving an edit of server ``name`` means for its definitions pinned before (:func:`pinned_before`)."""
     return (
         "What it offers is compared with the tools and prompts approved before: any that changed are held until you "
-        f"accept them (mcpvisor mcp approve {name} again, once it ran)."
+        f"accept them (mcpvisor mcp approve {name_word(name)} again, once it ran)."
     )
 
 

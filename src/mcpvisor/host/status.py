@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from mcpvisor.core.errors import name_word
 from mcpvisor.core.gating import McpGating
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.settings.mcp_servers import SOURCE_ORDER, AssembledServers
@@ -27,11 +28,13 @@ __all__ = [
     "ServerState",
     "ServerView",
     "describe_servers",
+    "fill_hint",
     "held_text",
     "plural",
     "short_command",
     "short_path",
     "state_text",
+    "with_options",
 ]
 
 ServerState = Literal[
@@ -97,26 +100,36 @@ LOGIN_HINT = "mcpvisor mcp login {name}"
 def command_hints(
     root: str | os.PathLike[str], *, approvals_error: str | None = None, options: str = ""
 ) -> tuple[str, str]:
-    """The approve and login hints (``{name}`` in each) that work where they are printed: with
-    ``--workspace ROOT`` unless ``root`` is the current directory (run elsewhere, they would name another
-    workspace), and ``options`` (a fleet's ``--fleet URL``). With ``approvals_error`` (the approvals store
-    cannot be read), approving waits for its fix."""
+    """The approve and login hints (``{name}`` in each, filled by :func:`fill_hint`) that work where they are
+    printed: with ``--workspace ROOT`` unless ``root`` is the current directory (run elsewhere, they would name
+    another workspace), and ``options`` (a fleet's ``--fleet URL``). With ``approvals_error`` (the approvals
+    store cannot be read), approving waits for its fix."""
     try:
         here = Path.cwd().resolve() == Path(root).resolve()
     except OSError:
         here = False
-    workspace = "" if here else f" --workspace {shlex.quote(str(root))}".replace("{", "{{").replace("}", "}}")
-    workspace += options
-    approve = APPROVE_HINT + workspace
+    workspace = ("" if here else f" --workspace {shlex.quote(str(root))}") + options
+    approve = with_options(APPROVE_HINT, workspace)
     if approvals_error is not None:
         approve += ", once the approvals store can be read again (see above)"
-    return approve, LOGIN_HINT + workspace
+    return approve, with_options(LOGIN_HINT, workspace)
+
+
+def with_options(hint: str, options: str) -> str:
+    """``hint`` with ``options`` (command-line words) before its ``{name}``: a name after ``--`` comes last."""
+    return hint.replace(" {name}", options.replace("{", "{{").replace("}", "}}") + " {name}", 1)
+
+
+def fill_hint(hint: str, name: str) -> str:
+    """``hint`` with server ``name`` as one word: quoted for a shell (:func:`name_word`), or for the shell's own
+    ``/command`` (``/approve 'a b'``)."""
+    return hint.format(name=shlex.quote(name) if hint.startswith("/") else name_word(name))
 
 
 def lsp_approve_hint(root: str | os.PathLike[str], name: str, options: str = "") -> str:
     """The command that approves language server ``name``, working where it is printed (:func:`command_hints`;
     ``options``: a fleet's ``--fleet URL``)."""
-    return command_hints(root, options=options)[0].replace(" mcp approve ", " lsp approve ", 1).format(name=name)
+    return fill_hint(command_hints(root, options=options)[0].replace(" mcp approve ", " lsp approve ", 1), name)
 
 
 def describe_servers(
@@ -186,7 +199,7 @@ def held_text(row: ServerView, approve_hint: str = APPROVE_HINT) -> str | None:
     if not parts:
         return None
     since = "since approval" if row.approval is not None else "since first use"
-    return f"{' and '.join(parts)} changed {since} — run: {approve_hint.format(name=row.name)}"
+    return f"{' and '.join(parts)} changed {since} — run: {fill_hint(approve_hint, row.name)}"
 
 
 def plural(n: int, word: str) -> str:
@@ -207,9 +220,9 @@ def state_text(
     if row.state == "rejected":
         return "✗", "rejected — edit config to re-approve", "red"
     if row.state == "needs_approval":
-        return "?", f"needs approval — run: {approve_hint.format(name=row.name)}", "yellow"
+        return "?", f"needs approval — run: {fill_hint(approve_hint, row.name)}", "yellow"
     if row.state == "needs_auth":
-        return "🔒", f"needs authentication — run: {login_hint.format(name=row.name)}", "yellow"
+        return "🔒", f"needs authentication — run: {fill_hint(login_hint, row.name)}", "yellow"
     signed = f" · {row.sign_in}" if row.sign_in else ""
     held = held_text(row, approve_hint)
     if not live:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -62,7 +64,17 @@ def parse_command(line: str) -> Command | None:
 
 
 def split_name(argument: str) -> tuple[str, str]:
-    """``NAME rest`` -> (NAME, rest)."""
+    """``NAME rest`` -> (NAME, rest); a NAME in quotes (``'a b'``, as the hints write a name with a space or a
+    quote in it) is read as a shell would."""
+    if argument[:1] in ("'", '"'):
+        stream = io.StringIO(argument)
+        lexer = shlex.shlex(stream, posix=True)
+        lexer.whitespace_split = True
+        try:
+            name = lexer.get_token() or ""
+        except ValueError as exc:  # no closing quotation
+            raise ArgumentError(f"cannot read the name: {exc}") from None
+        return name, stream.read().strip()
     parts = argument.split(None, 1)
     if not parts:
         return "", ""

@@ -5,6 +5,7 @@ One line per change once the first discovery is over, the status table when it i
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 
 from rich.console import Console
@@ -16,7 +17,7 @@ from mcpvisor.host.host import Host, HostEvent, Ready, SettingsWarning
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpReloadFailed
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
 from mcpvisor.host.settings.loader import SettingsError
-from mcpvisor.host.status import plural
+from mcpvisor.host.status import APPROVE_HINT, fill_hint, plural, with_options
 from mcpvisor.host.watcher import RestartRequired, SettingsOk
 from mcpvisor.shell.views import render_lsp_status, render_status
 
@@ -68,10 +69,9 @@ class HumanOutput:
 
     @property
     def _approve_command(self) -> str:
-        """The approve command to print (``{name}``, ``{root}``), deciding where the host's decisions are kept."""
-        return self._approve_command_given or (
-            "mcpvisor mcp approve {name} --workspace {root}" + self._host.approvals.decided_with.replace("{", "{{")
-        )
+        """The approve command to print (``{name}``), deciding where the host's decisions are kept."""
+        options = f" --workspace {shlex.quote(str(self._host.root))}{self._host.approvals.decided_with}"
+        return with_options(self._approve_command_given or APPROVE_HINT, options)
 
     def _say(self, line: str) -> None:  # soft-wrapped: a command in it stays one line to copy, however long
         self._console.print(f"[dim]{escape(self._where)}:[/] {line}" if self._where else line, soft_wrap=True)
@@ -111,7 +111,7 @@ class HumanOutput:
                     elif reason == "not_allowed":
                         self._say(f"[dim]○ {escape(str(name))} not allowed[/]")
                     elif reason == "rejected":
-                        fix = self._approve_command.format(name=name, root=self._host.root)
+                        fix = fill_hint(self._approve_command, name)
                         self._say(
                             f"[red]✗ {escape(str(name))} rejected — edit its config to be asked again, "
                             f"or approve it after all: {escape(fix)}[/]",
@@ -137,7 +137,7 @@ class HumanOutput:
                 if held is not None:
                     self._say(f"[yellow]? {escape(str(name))} is held until its decision can be read (see above)[/]")
                     continue
-                fix = self._approve_command.format(name=name, root=self._host.root)
+                fix = fill_hint(self._approve_command, name)
                 self._say(f"[yellow]? {escape(str(name))} needs approval — run: {escape(str(fix))}[/]")
         elif isinstance(event, LspPendingApprovalChanged):
             fresh = [name for name in event.servers if name not in self._lsp_announced]
@@ -145,10 +145,8 @@ class HumanOutput:
             if not self._ready:
                 return  # the status table shown when ready says it
             for name in fresh:
-                self._say(
-                    f"[yellow]? language server {escape(str(name))} needs approval — "
-                    f"run: mcpvisor lsp approve {escape(str(name))}{escape(self._host.approvals.decided_with)}[/]"
-                )
+                fix = fill_hint(self._approve_command.replace(" mcp approve ", " lsp approve ", 1), name)
+                self._say(f"[yellow]? language server {escape(str(name))} needs approval — run: {escape(fix)}[/]")
         elif isinstance(event, LspServerChanged) and self._ready:
             if event.state == "ready":
                 self._say(
@@ -197,7 +195,7 @@ class HumanOutput:
             self._say(f"[red]✗ {escape(str(event.server))} disconnected: {escape(str(event.error))}[/]")
         elif isinstance(event, Ready):
             self._ready = True
-            hint = self._approve_command.replace("{root}", str(self._host.root))
+            hint = self._approve_command
             title = f"MCP servers of {self._where}" if self._where else "MCP servers"
             unread = bool(self._host.settings.errors)
             render_status(self._console, self._host.server_views(), title=title, approve_hint=hint, unreadable=unread)
