@@ -123,7 +123,7 @@ session() {
 
 called() {
   # What the shell printed after the last line matching $2 (the status row, or the sign-in) is the call's
-  # answer: a line "test" and no error. (`mcpvisor shell` exits 0 after a failed /call too.)
+  # answer: a line "test" and no error. (`mcpvisor shell` with piped commands exits 1 when one failed.)
   local answer
   answer="$(awk -v marker="$2" '$0 ~ marker { text = ""; next } { text = text $0 "\n" } END { printf "%s", text }' "$1")"
   grep -qxE '[[:space:]]*test[[:space:]]*' <<<"$answer" && ! grep -qiE 'error|failed|needs authentication|needs a wider' <<<"$answer"
@@ -133,14 +133,18 @@ CALL='/call mcp__t__test-tool {}'
 status=0
 if grep -qE '"grant": "(client_credentials|identity_assertion)"' "$MCPVISOR_HOME/settings.json"; then
   log "machine-to-machine grant: no sign-in, the host gets its token by itself"
-  session 1 /mcp "$CALL" || status=1
+  session 1 /mcp "$CALL"
+  rc1=$?
 else
-  session 1 '/login t' /mcp "$CALL" || status=1
+  session 1 '/login t' /mcp "$CALL"
+  rc1=$?
   grep -q '✓ signed in to t' "$SCRATCH/shell.1.out" || { log "the sign-in did not succeed"; status=1; }
 fi
+[ "$rc1" -le 1 ] || status=1  # 1: a command failed (a step-up's call: below)
 # The status view: server t is connected before the call.
 grep -qE '^[[:space:]]*t · ● connected' "$SCRATCH/shell.1.out" || { log "the status view does not show t connected"; status=1; }
 if called "$SCRATCH/shell.1.out" 't · ● connected'; then
+  [ "$rc1" -eq 0 ] || { log "the call succeeded, yet the shell exited $rc1"; status=1; }
   log "tool call succeeded"
 elif grep -q 'needs a wider sign-in' "$SCRATCH/shell.1.out"; then
   # A scope step-up: the signed-in call asks for a wider sign-in. Sign in again once and call again.

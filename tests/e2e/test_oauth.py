@@ -88,6 +88,8 @@ def start_server(tmp_path: Path, *args: str, port: int | None = None) -> Iterato
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/.well-known/oauth-authorization-server").read()
                 break
+            except urllib.error.HTTPError:  # it answers (elsewhere, with --auth-host)
+                break
             except OSError:
                 if process.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(
@@ -152,7 +154,7 @@ def status_row(layout: Layout) -> dict[str, Any]:
 def test_login_signs_in_and_hosts_use_the_stored_sign_in_until_logout(tmp_path: Path, server: Server) -> None:
     layout = setup(tmp_path, server)
     before = cli(layout, "status")
-    assert "sec · 🔒 needs authentication — run: mcpvisor mcp login sec" in before.stdout
+    assert f"sec · 🔒 needs authentication — run: mcpvisor mcp login --workspace {layout.root} sec" in before.stdout
 
     login = cli(layout, "mcp", "login", "sec")
     assert login.returncode == 0, login.stderr
@@ -211,13 +213,29 @@ def test_an_expired_token_is_refreshed_and_a_revoked_one_asks_for_a_new_sign_in(
         # The provider revokes access: the refresh token is refused, and people are told what to do.
         server.revoke_all()
         result = cli(layout, "status")
-        assert "sec · 🔒 needs authentication — run: mcpvisor mcp login sec" in result.stdout
+        assert f"sec · 🔒 needs authentication — run: mcpvisor mcp login --workspace {layout.root} sec" in result.stdout
         assert status_row(layout)["state"] == "needs_auth"
         listed = json.loads(cli(layout, "mcp", "list", "--json").stdout)["servers"][0]
         assert "signed in" not in json.dumps(listed).replace("not signed in", "")  # the refused sign-in is over
         [record] = json.loads(store_path(layout).read_text()).values()
         assert "tokens" not in record
         assert "client" in record  # the registration stands: the next login reuses it
+
+
+def test_a_sign_in_is_refreshed_and_revoked_at_the_authorization_server_that_issued_it(tmp_path: Path) -> None:
+    # The authorization server is another origin (localhost) than the MCP server (127.0.0.1), whose own
+    # /token and /revoke answer 404: a refresh or a revocation sent to a guessed endpoint fails.
+    for server in start_server(tmp_path, "--token-lifetime", "2", "--auth-host", "localhost"):
+        layout = setup(tmp_path, server)
+        login = cli(layout, "mcp", "login", "sec")
+        assert login.returncode == 0, login.stderr
+        [record] = json.loads(store_path(layout).read_text()).values()
+        assert record["authorization_server"]["token_endpoint"] == f"http://localhost:{server.port}/token"
+        assert status_row(layout)["state"] == "connected"  # refreshed before use, before any discovery
+        assert server.events()[-1] == "refresh"
+        logout = cli(layout, "mcp", "logout", "sec")
+        assert logout.returncode == 0, logout.stderr
+        assert f"revoked at http://localhost:{server.port}/revoke" in " ".join(logout.stdout.split())
 
 
 async def test_a_sign_in_reaches_a_running_host_without_a_restart(tmp_path: Path, server: Server) -> None:
@@ -280,21 +298,39 @@ async def test_a_call_whose_sign_in_is_revoked_under_it_says_so_not_that_the_ser
         assert "run: mcpvisor mcp login sec" in client.last_error
 
 
-async def test_a_sign_in_under_way_elsewhere_leaves_a_connected_servers_tokens_in_use(
+async def test_a_sign_in_under_way_leaves_the_one_before_in_use_and_a_sign_out_ends_it(
     tmp_path: Path, server: Server
 ) -> None:
-    """``mcpvisor mcp login`` clears the stored tokens while its browser is open: a running host's connection
-    goes on with the tokens it has until the sign-in is done (or the server refuses them)."""
+    """``mcpvisor mcp login`` keeps the stored sign-in until its own one replaces it: a running host goes on with
+    it while the browser is open, and after a sign-in abandoned. A sign-out ends its use at once."""
     layout = setup(tmp_path, server)
     assert cli(layout, "mcp", "login", "sec").returncode == 0
-    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+    opened = tmp_path / "opened"
+    browser = f"import pathlib\npathlib.Path({str(opened)!r}).touch()\n"  # the page opened, never answered
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host, anyio.create_task_group() as tg:
         await wait_until(lambda: host.config.manager.clients()["sec"].status == "connected", what="sec connected")
-        [key] = json.loads(store_path(layout).read_text())
+        [(key, before)] = json.loads(store_path(layout).read_text()).items()
+        ended = anyio.Event()
+
+        async def sign_in_again() -> None:
+            await anyio.to_thread.run_sync(
+                partial(cli, layout, "mcp", "login", "sec", "--timeout", "3", browser=browser)
+            )
+            ended.set()
+
+        tg.start_soon(sign_in_again)
+        await wait_until(opened.exists, what="the second sign-in's browser")
+        assert json.loads(store_path(layout).read_text())[key]["tokens"] == before["tokens"]
+        assert text_of(await host.config.call_tool("mcp__sec__echo", {"text": "b"})) == "secure:echo:b"
+        with anyio.fail_after(WAIT_S):
+            await ended.wait()
+        assert json.loads(store_path(layout).read_text())[key]["tokens"] == before["tokens"]
+        assert text_of(await host.config.call_tool("mcp__sec__echo", {"text": "c"})) == "secure:echo:c"
         seen = host.tokens.generation
-        TokenStore(store_path(layout)).update(key, tokens=None, expires_at=None)  # what login writes first
+        assert TokenStore(store_path(layout)).forget(key)  # a sign-out (its revocation aside)
         await wait_until(lambda: host.tokens.generation != seen, what="the host to see the token store change")
-        result = await host.config.call_tool("mcp__sec__echo", {"text": "b"})
-        assert result.content[0].text == "secure:echo:b"  # type: ignore[union-attr]
+        with pytest.raises(ServerUnavailableError, match="needs authentication — run: mcpvisor mcp login sec"):
+            await host.config.call_tool("mcp__sec__echo", {"text": "d"})
 
 
 @pytest.mark.parametrize(
@@ -370,7 +406,7 @@ def test_a_server_of_an_mcp_config_file_is_signed_in_to_as_its_status_says(tmp_p
     extra = tmp_path / "extra.json"
     write_json(extra, {"mcpServers": {"sec": {"type": "http", "url": server.url}}})
     status = cli(layout, "status", "--mcp-config", str(extra))
-    assert f"run: mcpvisor mcp login sec --workspace {layout.root} --mcp-config {extra}" in " ".join(
+    assert f"run: mcpvisor mcp login --workspace {layout.root} --mcp-config {extra} sec" in " ".join(
         status.stdout.split()
     )
     login = cli(layout, "mcp", "login", "sec", "--mcp-config", str(extra))
@@ -387,7 +423,7 @@ def test_a_corrupt_token_store_is_kept_and_named(tmp_path: Path, server: Server)
     assert f"cannot read the OAuth token store {store_path(layout)}: not valid JSON" in result.stderr
     assert store_path(layout).read_text() == "{not json"
     said = " ".join(cli(layout, "status").stdout.split())  # the sign-in it offers waits for the store's fix
-    assert "run: mcpvisor mcp login sec" in said
+    assert f"run: mcpvisor mcp login --workspace {layout.root} sec" in said
     assert "once the token store can be read again (see above)" in said
 
 
@@ -476,8 +512,12 @@ def test_a_cli_sign_in_interrupted_with_ctrl_c_ends_the_process_at_once(tmp_path
             ("--garbage-token-endpoint",),
             "signing in to {url} failed: Invalid token response: Invalid JSON: expected value at line 1 column 1",
         ),
+        (  # the request it echoes holds the code and its verifier: left out
+            ("--echoing-token-endpoint",),
+            "signing in to {url} failed: Token exchange failed (400) (its answer is not shown: it may hold a secret)",
+        ),
     ],
-    ids=["authorization server down", "token endpoint answers garbage"],
+    ids=["authorization server down", "token endpoint answers garbage", "token endpoint echoes the request"],
 )
 def test_a_failing_authorization_server_is_one_clear_error_and_nothing_is_stored(
     tmp_path: Path, args: tuple[str, ...], message: str
@@ -499,10 +539,11 @@ def test_a_failing_authorization_server_is_one_clear_error_and_nothing_is_stored
         assert result.returncode == 1, result.stdout
         assert message.format(down=down, url=server.url) in result.stderr
         assert "Traceback" not in result.stderr
+        assert "code_verifier" not in result.stderr
         records = json.loads(store_path(layout).read_text()) if store_path(layout).exists() else {}
         assert not any(record.get("tokens") for record in records.values())
         status = cli(layout, "status").stdout
-        assert "sec · 🔒 needs authentication — run: mcpvisor mcp login sec" in status
+        assert f"sec · 🔒 needs authentication — run: mcpvisor mcp login --workspace {layout.root} sec" in status
         assert "local · ● connected (1 tool" in status
 
 

@@ -5,6 +5,7 @@ Secrets never reach a message: the caller redacts with ``redact_text`` before sh
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -285,9 +286,25 @@ def _transport_hint(exc: BaseException, name: str, cfg: McpServerConfig) -> str:
     return ""
 
 
+_ANSWER_QUOTED = re.compile(r"^((?:Token exchange|Registration) failed:? \(?\d{3}\)?[^:]*?)[: ] ?(.*)$", re.S)
+"""The SDK's sign-in errors that quote the authorization server's answer (which may echo the request's secrets)."""
+_OAUTH_ERROR = re.compile(r"[\w.-]{1,64}")
+
+
 def _auth_failure(leaf: BaseException) -> str:
-    """An SDK sign-in error in one line: e.g. a token endpoint's answer that is no token response."""
+    """An SDK sign-in error in one line: e.g. a token endpoint's answer that is no token response. An answer
+    the SDK quotes is left out but for its OAuth ``error`` code (RFC 6749 §5.2): it may echo the request,
+    client secret and code included, and is any length."""
     text = str(leaf).splitlines()[0] if str(leaf) else type(leaf).__name__
+    if quoted := _ANSWER_QUOTED.match(str(leaf)):
+        head, body = quoted.groups()
+        try:
+            error = json.loads(body).get("error")
+        except (ValueError, AttributeError):
+            error = None
+        if isinstance(error, str) and _OAUTH_ERROR.fullmatch(error):
+            return f"{head}: {error}"
+        return f"{head} (its answer is not shown: it may hold a secret)"
     errors = getattr(leaf.__cause__ or leaf.__context__, "errors", None)
     if callable(errors):  # pydantic's ValidationError: its first problem, not the whole dump
         try:

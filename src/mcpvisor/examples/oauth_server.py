@@ -11,7 +11,11 @@ tests and demos on loopback:
 - ``POST /admin/revoke-all`` revokes every token it issued (a user revoking access at the provider);
 - ``--issuer URL`` advertises another authorization server (e.g. one that is down) in the resource's
   metadata;
-- ``--garbage-token-endpoint`` makes ``/token`` answer 200 with a body that is not a token response;
+- ``--auth-host HOST`` serves the authorization server under another host name (``localhost`` for a server
+  bound to 127.0.0.1: another origin) and answers its endpoints there only — 404 at the resource's origin,
+  as where the two are separate servers;
+- ``--garbage-token-endpoint`` makes ``/token`` answer 200 with a body that is not a token response,
+  ``--echoing-token-endpoint`` 400 with the request it got in the body (as some servers' error pages do);
 - ``--needs-scope TOOL=SCOPE`` refuses a call of TOOL made with a token without SCOPE: 403
   ``insufficient_scope`` naming the scope, as a server asking for a wider sign-in (a scope step-up);
 - ``--marker PATH`` appends a line per event (``register``, ``authorize``, ``token``, ``refresh``,
@@ -206,8 +210,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--marker", metavar="PATH", help="append one line per OAuth event to PATH")
     parser.add_argument("--issuer", metavar="URL", help="advertise this authorization server instead of itself")
     parser.add_argument(
+        "--auth-host", metavar="HOST", help="serve the authorization server at http://HOST:PORT, and only there"
+    )
+    parser.add_argument(
         "--garbage-token-endpoint", action="store_true", help="answer /token with a body that is not a token response"
     )
+    parser.add_argument("--echoing-token-endpoint", action="store_true", help="answer /token 400 quoting the request")
     parser.add_argument(
         "--needs-scope",
         metavar="TOOL=SCOPE",
@@ -223,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
         tools=split_names(args.tools),
         token_lifetime_s=args.token_lifetime,
         marker=args.marker,
-        issuer=args.issuer,
+        issuer=args.issuer or (f"http://{args.auth_host}:{args.port}" if args.auth_host else None),
     )
     app = server.streamable_http_app(host=args.host)
     if args.garbage_token_endpoint:
@@ -232,9 +240,34 @@ def main(argv: list[str] | None = None) -> None:
             return Response("<html>upstream proxy error</html>", media_type="text/html")
 
         app.router.routes.insert(0, Route("/token", garbage, methods=["POST"]))
+    if args.echoing_token_endpoint:
+
+        async def echoing(request: Request) -> Response:
+            return Response(f"bad request: {(await request.body()).decode()}", status_code=400)
+
+        app.router.routes.insert(0, Route("/token", echoing, methods=["POST"]))
     needs = dict(item.partition("=")[::2] for item in args.needs_scope)
     served: Any = _StepUp(app, provider, needs, f"http://{args.host}:{args.port}") if needs else app
+    if args.auth_host:
+        served = _AuthHost(served, f"{args.auth_host}:{args.port}")
     uvicorn.run(served, host=args.host, port=args.port, log_level="warning")
+
+
+class _AuthHost:
+    """ASGI middleware: the authorization server's endpoints answer only at ``host`` (``Host`` header), the
+    protected resource's anywhere."""
+
+    _AUTH_PATHS = ("/authorize", "/token", "/register", "/revoke", "/.well-known/oauth-authorization-server")
+
+    def __init__(self, app: Any, host: str) -> None:
+        self.app, self.host = app, host
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(self._AUTH_PATHS):
+            if dict(scope["headers"]).get(b"host", b"").decode() != self.host:
+                await Response(status_code=404)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class _StepUp:

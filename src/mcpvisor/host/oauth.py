@@ -128,7 +128,7 @@ def oauth_provider(
             token_endpoint_auth_method=method,
             scope=settings.scopes,
         )
-    storage = FileTokenStorage(store, key, client=client, name=name)
+    storage = FileTokenStorage(store, key, client=client, name=name, fresh=interactive)
 
     class Provider(OAuthClientProvider):
         _refreshing = False
@@ -150,6 +150,27 @@ def oauth_provider(
             # The SDK forgets when a stored token expires: a token near its end is refreshed first.
             expires_at = storage.expires_at()
             self.context.token_expiry_time = expires_at - REFRESH_MARGIN_S if expires_at is not None else None
+            if not interactive:  # and where to: the authorization server that issued the tokens
+                self.context.oauth_metadata = storage.authorization_server() or self.context.oauth_metadata
+
+        async def _refresh_token(self) -> Any:
+            """The refresh goes to the token endpoint of the authorization server that issued the tokens (kept
+            with them), never one guessed from the MCP server's URL; a sign-in kept without it finds it first."""
+            issued_by = storage.authorization_server()
+            if issued_by is None and self.context.oauth_metadata is None:
+                from mcpvisor.host.oauth_revocation import discover_authorization_server
+
+                issuer = settings.issuer or (self.context.client_info.issuer if self.context.client_info else None)
+                issued_by = await discover_authorization_server(self.context.server_url, issuer)
+                if issued_by is None:
+                    raise self.refusal(
+                        f"server {name!r}: its authorization server cannot be found to refresh the sign-in — "
+                        f"run: mcpvisor mcp login {name_word(name)}"
+                    )
+                storage.keep_authorization_server(issued_by)
+            if issued_by is not None:
+                self.context.oauth_metadata = issued_by
+            return await super()._refresh_token()
 
         def _expected_issuer(self) -> str:
             expected: str = super()._expected_issuer()
@@ -227,11 +248,12 @@ def oauth_provider(
                 if not interactive and self._initialized and self._seen != store.generation:
                     # Signed in again since (a wider scope, another account): the stored sign-in (tokens and
                     # client) serves this request, on the connection as it is. A record without tokens is a
-                    # sign-in under way (it clears them until the browser comes back) or a sign-out: the
-                    # tokens in use stay until the server refuses them.
+                    # sign-out (or a refresh token refused elsewhere): the tokens in use go too.
                     self._seen = store.generation
                     if await storage.get_tokens() is not None:
                         await self._initialize()
+                    else:
+                        self.context.clear_tokens()
                 if not interactive and self._refresh_due():
                     await self._take_turn()
                 inner = super()._auth_flow(request)
@@ -284,7 +306,10 @@ def oauth_provider(
 
         async def _handle_token_response(self, response: Any) -> None:
             if not self._refreshing:
-                return await super()._handle_token_response(response)
+                await super()._handle_token_response(response)
+                if self.context.oauth_metadata is not None:  # where these tokens are refreshed and revoked
+                    storage.keep_authorization_server(self.context.oauth_metadata)
+                return None
             self._refreshing = False
             if not await self._handle_refresh_response(response):
                 raise self.refusal(

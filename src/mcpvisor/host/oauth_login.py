@@ -115,8 +115,6 @@ async def login(
             redirect_handler=redirect_handler,
             callback_handler=callback_handler,
         )
-        # Drop the stored tokens for this attempt: the server must run the whole flow (they come back on failure).
-        store.update(key, tokens=None, expires_at=None)
         patient = cfg.model_copy(update={"discovery_timeout_ms": int((timeout_s + 60) * 1000)})
         client = McpClient(name, patient, options=ConnectionOptions(log_dir=log_dir, http_auth=lambda _n, _c: provider))
         try:
@@ -126,7 +124,7 @@ async def login(
                     tools = len(client.tools)
                 finally:
                     await client.aclose()
-            if not settings.machine and not store.get(key).get("tokens"):
+            if not settings.machine and provider.context.storage.issued is None:
                 raise ConfigError(
                     f"server {name!r} did not ask for a sign-in: it answered without one, so nothing was stored "
                     f"(credentials it takes in a header go in mcpServers.{name}.headers)"
@@ -134,16 +132,17 @@ async def login(
             store.update(key, scope_needed=None, register_again=None)  # what a refused request asked for is held
             return tools
         except BaseException:
-            # The sign-in before stays as it was: tokens with their client (a refresh needs both). A client the
-            # server may have forgotten is registered again next time (at once when no tokens depend on it).
-            if not store.get(key).get("tokens"):
-                restored: dict[str, Any] = {"tokens": original.get("tokens"), "expires_at": original.get("expires_at")}
-                if not settings.client_id:
-                    suspect = bool(forgotten) or bool(original.get("register_again"))
-                    keep = original.get("tokens") or not suspect
-                    restored["client"] = original.get("client") if keep else None
-                    restored["register_again"] = True if keep and suspect else None
-                store.update(key, **restored)
+            # The sign-in before stays as it was (its tokens were never touched), with its client: a refresh needs
+            # both. A client the server may have forgotten is registered again next time (at once when no tokens
+            # depend on it).
+            if not settings.machine and provider.context.storage.issued is None and not settings.client_id:
+                suspect = bool(forgotten) or bool(original.get("register_again"))
+                keep = original.get("tokens") or not suspect
+                store.update(
+                    key,
+                    client=original.get("client") if keep else None,
+                    register_again=True if keep and suspect else None,
+                )
             raise
     finally:
         callback.close()

@@ -1,8 +1,9 @@
 """Signing out revokes the sign-in at the authorization server (RFC 7009), where it offers revocation.
 
-``mcpvisor mcp logout`` deletes the tokens it keeps; before that, :func:`revoke` finds the server's
-authorization server (its protected resource metadata, as signing in does, or the ``issuer`` of the
-entry's ``oauth`` block) and, when that server's metadata names a ``revocation_endpoint``, revokes the
+``mcpvisor mcp logout`` deletes the tokens it keeps; before that, :func:`revoke` takes the metadata of
+the authorization server that issued them (kept with them since they were issued; for a sign-in kept
+without it, found as signing in does, and only when its ``issuer`` is the one the client was registered
+with or the entry's ``oauth`` block names) and, when it names a ``revocation_endpoint``, revokes the
 refresh token and then the access token there, authenticating as the client that got them. Whatever it
 finds — no revocation offered, the server unreachable, a refusal — is said, and the local sign-in is
 deleted all the same: signing out never fails because the server is down.
@@ -21,9 +22,10 @@ from mcpvisor.core.server_config import redact_url
 from mcpvisor.host.oauth_settings import OAuthSettings
 
 if TYPE_CHECKING:
+    from mcp.shared.auth import OAuthMetadata
     from pydantic import BaseModel
 
-__all__ = ["REVOKE_TIMEOUT_S", "revoke"]
+__all__ = ["REVOKE_TIMEOUT_S", "discover_authorization_server", "revoke"]
 
 M = TypeVar("M", bound="BaseModel")
 
@@ -46,10 +48,12 @@ async def revoke(server_url: str, record: Mapping[str, Any], settings: OAuthSett
     try:
         with anyio.fail_after(REVOKE_TIMEOUT_S):
             async with httpx2.AsyncClient(timeout=_REQUEST_TIMEOUT_S, follow_redirects=False) as http:
-                issuer = settings.issuer or await _authorization_server(http, server_url)
-                endpoint = await _revocation_endpoint(http, issuer, server_url)
-                if endpoint is None:
-                    return f"the authorization server {redact_url(issuer or server_url)} offers no revocation"
+                # The authorization server that issued them (kept with them), never one the MCP server names now.
+                metadata = _kept(record) or await _discover(http, server_url, settings.issuer or _client_issuer(record))
+                issuer = str(metadata.issuer) if metadata is not None else settings.issuer or server_url
+                if metadata is None or metadata.revocation_endpoint is None:
+                    return f"the authorization server {redact_url(issuer)} offers no revocation"
+                endpoint = str(metadata.revocation_endpoint)
                 for token, hint in held:
                     request = _authenticated(record, settings, token, hint)
                     answer = await http.post(endpoint, **request)
@@ -69,23 +73,50 @@ async def revoke(server_url: str, record: Mapping[str, Any], settings: OAuthSett
     return f"revoked at {redact_url(endpoint)}"
 
 
-async def _authorization_server(http: Any, server_url: str) -> str | None:
-    """The first authorization server the MCP server's protected resource metadata names, if any."""
-    from mcp.client.auth.utils import build_protected_resource_metadata_discovery_urls
-    from mcp.shared.auth import ProtectedResourceMetadata
+async def discover_authorization_server(server_url: str, issuer: str | None) -> OAuthMetadata | None:
+    """The metadata of ``issuer`` (None: the first authorization server the MCP server's protected resource
+    metadata names), when its ``issuer`` is the one asked for (RFC 8414 §3.3); None when none is found."""
+    import httpx2
 
-    urls = build_protected_resource_metadata_discovery_urls(None, server_url)
-    found = await _first_metadata(http, urls, ProtectedResourceMetadata, lambda m: bool(m.authorization_servers))
-    return str(found.authorization_servers[0]) if found is not None else None
+    with anyio.fail_after(REVOKE_TIMEOUT_S):
+        async with httpx2.AsyncClient(timeout=_REQUEST_TIMEOUT_S, follow_redirects=False) as http:
+            return await _discover(http, server_url, issuer)
 
 
-async def _revocation_endpoint(http: Any, issuer: str | None, server_url: str) -> str | None:
-    from mcp.client.auth.utils import build_oauth_authorization_server_metadata_discovery_urls
-    from mcp.shared.auth import OAuthMetadata
+async def _discover(http: Any, server_url: str, issuer: str | None) -> OAuthMetadata | None:
+    from mcp.client.auth.utils import (
+        build_oauth_authorization_server_metadata_discovery_urls,
+        build_protected_resource_metadata_discovery_urls,
+        issuers_match,
+    )
+    from mcp.shared.auth import OAuthMetadata, ProtectedResourceMetadata
 
+    if issuer is None:
+        urls = build_protected_resource_metadata_discovery_urls(None, server_url)
+        found = await _first_metadata(http, urls, ProtectedResourceMetadata, lambda m: bool(m.authorization_servers))
+        issuer = str(found.authorization_servers[0]) if found is not None else None
     urls = build_oauth_authorization_server_metadata_discovery_urls(issuer, server_url)
-    found = await _first_metadata(http, urls, OAuthMetadata)
-    return str(found.revocation_endpoint) if found is not None and found.revocation_endpoint else None
+    expected = issuer
+    return await _first_metadata(
+        http, urls, OAuthMetadata, lambda m: expected is None or issuers_match(str(m.issuer), expected)
+    )
+
+
+def _kept(record: Mapping[str, Any]) -> OAuthMetadata | None:
+    from mcp.shared.auth import OAuthMetadata
+    from pydantic import ValidationError
+
+    kept = record.get("authorization_server")
+    try:
+        return OAuthMetadata.model_validate(kept) if isinstance(kept, Mapping) else None
+    except ValidationError:
+        return None
+
+
+def _client_issuer(record: Mapping[str, Any]) -> str | None:
+    client = record.get("client")
+    issuer = client.get("issuer") if isinstance(client, Mapping) else None
+    return issuer if isinstance(issuer, str) else None
 
 
 async def _first_metadata(

@@ -18,7 +18,7 @@ from mcpvisor.host.oauth_settings import oauth_settings, token_key
 from mcpvisor.host.private_files import PrivateJsonStore
 
 if TYPE_CHECKING:
-    from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+    from mcp.shared.auth import OAuthClientInformationFull, OAuthMetadata, OAuthToken
     from pydantic import BaseModel
 
 __all__ = ["FileTokenStorage", "RefreshTurn", "SignIn", "TokenStore", "missing_scopes", "sign_in_state", "sign_ins"]
@@ -104,7 +104,7 @@ class TokenStore(PrivateJsonStore):
         """Drop a server's sign-in; whether there was one."""
         if not self.get(key):
             return False
-        self.update(key, client=None, tokens=None, expires_at=None, register_again=None)
+        self.update(key, client=None, tokens=None, expires_at=None, register_again=None, authorization_server=None)
         return True
 
 
@@ -225,20 +225,34 @@ class FileTokenStorage:
     """The SDK's ``TokenStorage`` over one record of the :class:`TokenStore`."""
 
     def __init__(
-        self, store: TokenStore, key: str, *, client: OAuthClientInformationFull | None = None, name: str = "NAME"
+        self,
+        store: TokenStore,
+        key: str,
+        *,
+        client: OAuthClientInformationFull | None = None,
+        name: str = "NAME",
+        fresh: bool = False,
     ) -> None:
         self._store = store
         self._key = key
         self._client = client  # a pre-registered client: used as it is, never replaced
         self._name = name  # the server's, for the fix
+        self._fresh = fresh
+        self.issued: OAuthToken | None = None
+        """The tokens stored through this storage (``fresh``: the only ones it reads)."""
 
     async def get_tokens(self) -> OAuthToken | None:
+        """The stored tokens; for a ``fresh`` sign-in, only those it got: the server runs the whole flow, and
+        the sign-in before stays in the store (and in use elsewhere) until new tokens replace it."""
         from mcp.shared.auth import OAuthToken
 
+        if self._fresh:
+            return self.issued
         tokens = self._store.get(self._key).get("tokens")
         return self._valid(OAuthToken, tokens, "tokens") if isinstance(tokens, dict) else None
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.issued = tokens
         expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
         self._store.update(self._key, tokens=tokens.model_dump(mode="json", exclude_none=True), expires_at=expires_at)
 
@@ -255,6 +269,16 @@ class FileTokenStorage:
                 f"sign out and in again (mcpvisor mcp logout {(word := name_word(self._name))}, "
                 f"then mcpvisor mcp login {word})"
             ) from None
+
+    def authorization_server(self) -> OAuthMetadata | None:
+        """The metadata of the authorization server that issued the stored tokens (None: not kept)."""
+        from mcp.shared.auth import OAuthMetadata
+
+        kept = self._store.get(self._key).get("authorization_server")
+        return self._valid(OAuthMetadata, kept, "authorization server") if isinstance(kept, dict) else None
+
+    def keep_authorization_server(self, metadata: OAuthMetadata) -> None:
+        self._store.update(self._key, authorization_server=metadata.model_dump(mode="json", exclude_none=True))
 
     def expires_at(self) -> float | None:
         value = self._store.get(self._key).get("expires_at")
