@@ -280,3 +280,41 @@ def test_a_corrupt_token_store_is_a_problem_of_status_and_mcp_list(layout: Layou
     listed = json.loads(out)
     assert any(str(tokens) in problem for problem in listed["problems"])
     assert listed["servers"][0]["sign_in"] is None
+
+
+def test_a_settings_file_that_is_a_symlink_loop_is_a_file_that_cannot_be_read(layout: Layout) -> None:
+    """A repository may ship one; before, every command ended in a RuntimeError's traceback."""
+    workspace_file = layout.root / ".mcpvisor" / "settings.json"
+    workspace_file.parent.mkdir(parents=True)
+    workspace_file.symlink_to(workspace_file)
+    for command in (["mcp", "list"], ["status"]):
+        code, out = invoke(layout, *command)
+        assert code == 1, out
+        said = " ".join(out.split())
+        assert f"invalid settings file {workspace_file}" in said
+        assert "too many levels of symbolic links" in said.lower()
+
+
+def test_no_home_folder_to_be_found_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_home() -> Path:  # HOME unset, and an account with no passwd entry (a container's --user 1234)
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["mcp", "list"], env={"HOME": None, "MCPVISOR_HOME": None})
+    assert result.exit_code == 1
+    assert "cannot tell your home folder: HOME is not set and this account has none; set HOME" in " ".join(
+        result.stderr.split()
+    )
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_folder_whose_name_reads_like_markup_is_printed_as_it_is(layout: Layout, tmp_path: Path) -> None:
+    folder = tmp_path / "rc_[" / "x]proj [v2]"  # the path holds '[/x]' and '[v2]'
+    folder.mkdir(parents=True)
+    write_json(folder / ".mcp.json", {"mcpServers": {"p": {"command": "x"}}})
+    env = {**layout.env, "COLUMNS": "1000"}
+    for command, said in ((["mcp", "reject", "p"], f"Rejected for {folder}."), (["mcp", "trust"], f"Trusted {folder}")):
+        result = CliRunner().invoke(app, [*command, "--workspace", str(folder)], env=env)
+        assert result.exit_code == 0, result.output
+        assert said in result.stdout

@@ -252,7 +252,9 @@ def decide(
         if is_pinned(pin_mode, cfg) and pinned_before(pins, settings.root, name, cfg):
             console.print(compared_note(name), markup=False)
     elif decided.recorded:
-        console.print(f"[red]Rejected[/] for {settings.root}. It stays disconnected until its configuration changes.")
+        console.print(
+            f"[red]Rejected[/] for {escape(str(settings.root))}. It stays disconnected until its configuration changes."
+        )
 
 
 def _remote_server(
@@ -482,12 +484,12 @@ def trust_folder(*, env: Mapping[str, str], workspace: Path | None) -> None:
     except (ValueError, OSError) as exc:
         raise ConfigError(f"cannot read trusted folders {str(path)!r}: {exc}; fix or delete the file") from exc
     if root in existing:
-        new_console(highlight=False).print(f"{root} is already trusted")
+        new_console(highlight=False).print(f"{root} is already trusted", markup=False)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps([*map(str, existing), str(root)], indent=2) + "\n", new_mode=0o600)
     console = new_console(highlight=False)
-    console.print(f"Trusted {root}")
+    console.print(f"Trusted {root}", markup=False)
     settings = load_settings(env, root)
     if broken := ", ".join(settings.trust_unknown_in):
         console.print(

@@ -126,7 +126,9 @@ async def _follow(
         files = [str(paths.user), str(paths.project), str(paths.lsp_project), *map(str, host.options.lsp_config)]
         if host.settings.is_active("workspace"):
             files.insert(1, str(paths.workspace))
-        console.print(f"[dim]Watching {', '.join(files)} — edit them and the servers follow. Ctrl-C to stop.[/]")
+        console.print(
+            f"[dim]Watching {escape(', '.join(files))} — edit them and the servers follow. Ctrl-C to stop.[/]"
+        )
         if intro:
             console.print(intro, soft_wrap=True)  # its commands stay one line each, to copy
 
@@ -316,11 +318,11 @@ def demo(
         err = new_console(stderr=True, highlight=False, soft_wrap=True)
         if directory is None:  # a scratch folder of its own: nothing in it is anyone else's
             shutil.rmtree(layout.root, ignore_errors=True)
-            err.print(f"[dim]Removed the demo folder {layout.root}.[/]")
+            err.print(f"[dim]Removed the demo folder {escape(str(layout.root))}.[/]")
         else:
             err.print(
-                f"[dim]The demo folder {layout.root} is kept; run it again with: {command} demo --dir "
-                f"{shlex.quote(str(layout.root))}[/]"
+                f"[dim]The demo folder {escape(str(layout.root))} is kept; run it again with: "
+                f"{escape(f'{command} demo --dir {shlex.quote(str(layout.root))}')}[/]"
             )
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from rich.console import Console
+from rich.markup import escape
 
 from mcpvisor.cli.fleet import joined
 from mcpvisor.cli.options import STARTUP_WAIT_S
@@ -102,10 +103,10 @@ async def _serve(
 
     def serving(host: Host, where: str) -> None:
         tools = len(host.config.tool_registry.get_all_tools())
-        console.print(f"[dim]mcpvisor gateway: serving {tools} tools on {where}; settings edits apply live.[/]")
+        console.print(f"[dim]mcpvisor gateway: serving {tools} tools on {escape(where)}; settings edits apply live.[/]")
         if http is not None:
             auth = token.hint() if token is not None else "no authentication (--no-auth): any local program may connect"
-            console.print(f"[dim]Authentication: {auth}.[/]", soft_wrap=True)
+            console.print(f"[dim]Authentication: {escape(auth)}.[/]", soft_wrap=True)
 
     if per_client_workspaces:
         if http is None:
@@ -233,7 +234,7 @@ async def _run_workspace_gateway(
         where = None
         if workspaces is not None:  # the default workspace opens inside __aenter__, before this is set
             where = str(host.options.workspace)
-            console.print(f"[dim]mcpvisor gateway: opening workspace {where} for a client[/]", soft_wrap=True)
+            console.print(f"[dim]mcpvisor gateway: opening workspace {escape(where)} for a client[/]", soft_wrap=True)
         host.subscribe(HumanOutput(host, console, where=where))  # a client's workspace is named on each line
 
     workspaces: WorkspaceGateway | None = None
@@ -258,7 +259,9 @@ async def _run_workspace_gateway(
                 if workspace_root is not None
                 else "a folder they own under their home folder"
             )
-            console.print(f"[dim]Clients may name {allowed} in the {WORKSPACE_HEADER} header.[/]", soft_wrap=True)
+            console.print(
+                f"[dim]Clients may name {escape(allowed)} in the {WORKSPACE_HEADER} header.[/]", soft_wrap=True
+            )
             async with _until_stopped(stop, workspaces.drain, console):
                 await workspaces.serve_http_socket(sock, token=token, wrap=replica.router if replica else None)
     finally:

@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_log import default_log_dir
 
 __all__ = [
@@ -30,8 +31,14 @@ APPROVALS_FILENAME = "mcp-approvals.json"
 
 
 def home(env: Mapping[str, str]) -> Path:
-    """The user's home folder: ``$HOME``, else the account's."""
-    return Path(env.get("HOME") or Path.home())
+    """The user's home folder: ``$HOME``, else the account's (:class:`ConfigError` when neither is known)."""
+    try:
+        return Path(env.get("HOME") or Path.home())
+    except (RuntimeError, KeyError):  # an account with no passwd entry (a container's --user 1234)
+        raise ConfigError(
+            "cannot tell your home folder: HOME is not set and this account has none; set HOME, or MCPVISOR_HOME "
+            "to the folder that holds mcpvisor's settings"
+        ) from None
 
 
 _home = home

@@ -459,7 +459,7 @@ class Settings:
 def _same_file(a: Path, b: Path) -> bool:
     try:
         return a.resolve() == b.resolve()
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Python 3.11); reading the file says so
         return False
 
 
