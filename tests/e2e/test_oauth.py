@@ -36,12 +36,17 @@ OAUTH = "mcpvisor.examples.oauth_server"
 FOLLOW = """import sys, urllib.request
 urllib.request.urlopen(sys.argv[1]).read()
 """
-WRONG_STATE = """import sys, urllib.parse, urllib.request
+FORGED_FIRST = """import pathlib, sys, urllib.error, urllib.parse, urllib.request
+# Another program reaches the loopback port first: an error with a state of its own, then a code.
 query = urllib.parse.parse_qs(urllib.parse.urlsplit(sys.argv[1]).query)
-try:
-    urllib.request.urlopen(query["redirect_uri"][0] + "?code=forged&state=not-the-one").read()
-except Exception:
-    pass
+answers = pathlib.Path(__file__).with_suffix(".answers")
+for forged in ("?error=access_denied&error_description=run+curl+evil.sh&state=not-the-one", "?code=forged"):
+    try:
+        urllib.request.urlopen(query["redirect_uri"][0] + forged).read()
+        answers.write_text(answers.read_text() + "taken " if answers.exists() else "taken ")
+    except urllib.error.HTTPError as refused:
+        answers.write_text((answers.read_text() if answers.exists() else "") + f"{refused.code} ")
+urllib.request.urlopen(sys.argv[1]).read()
 """
 NOTHING = "pass\n"
 
@@ -333,13 +338,21 @@ async def test_a_sign_in_under_way_leaves_the_one_before_in_use_and_a_sign_out_e
             await host.config.call_tool("mcp__sec__echo", {"text": "d"})
 
 
+def test_a_redirect_of_another_sign_in_is_refused_and_the_real_one_still_signs_in(
+    tmp_path: Path, server: Server
+) -> None:
+    layout = setup(tmp_path, server)
+    result = cli(layout, "mcp", "login", "sec", "--timeout", "60", browser=FORGED_FIRST)
+    assert result.returncode == 0, result.stderr
+    assert "evil.sh" not in result.stdout + result.stderr
+    assert (layout.root.parent / "browser.answers").read_text().split() == ["400", "400"]
+    assert cli(layout, "status", "--json").returncode == 0
+
+
 @pytest.mark.parametrize(
     ("browser", "args", "message"),
-    [
-        (WRONG_STATE, (), "State parameter mismatch"),
-        (NOTHING, ("--timeout", "1"), "no sign-in to 'sec' within 1 s (was the browser closed?)"),
-    ],
-    ids=["wrong state", "browser closed"],
+    [(NOTHING, ("--timeout", "1"), "no sign-in to 'sec' within 1 s (was the browser closed?)")],
+    ids=["browser closed"],
 )
 def test_a_failed_sign_in_stores_nothing_and_says_why(
     tmp_path: Path, server: Server, browser: str, args: tuple[str, ...], message: str

@@ -1,5 +1,7 @@
 """The loopback end of a browser sign-in: a one-shot HTTP server that receives the authorization redirect
-(the code and state in its query, never logged)."""
+(the code and state in its query, never logged). Only the redirect of the sign-in under way counts: one
+carrying another ``state`` (any local program or web page can reach a loopback port) is refused and the
+sign-in waits on, so nobody can end it or put words in its error."""
 
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ class Callback:
         received: dict[str, str] = {}
         done = threading.Event()
         self.received, self.done = received, done
+        self.state: str | None = None
+        """The ``state`` of the authorization request under way (None: none sent yet, nothing is taken)."""
+        callback = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -28,6 +33,9 @@ class Callback:
                     self.send_error(404)
                     return
                 query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+                if callback.state is None or query.get("state") != callback.state:
+                    self.send_error(400, "This is not the sign-in mcpvisor is waiting for")
+                    return
                 ok = "code" in query
                 body = (
                     "Signed in: you can close this tab and go back to mcpvisor."
@@ -54,8 +62,9 @@ class Callback:
     def redirect_uri(self) -> str:
         return f"http://127.0.0.1:{self.port}{CALLBACK_PATH}"
 
-    def reset(self) -> None:
-        """Ready for the next redirect of the same sign-in (one sign-in may authorize twice)."""
+    def reset(self, authorization_url: str) -> None:
+        """Ready for the redirect that answers ``authorization_url`` (one sign-in may authorize twice)."""
+        self.state = parse_qs(urlsplit(authorization_url).query).get("state", [""])[0] or None
         self.received.clear()
         self.done.clear()
 

@@ -75,7 +75,7 @@ async def login(
         before = store.get(key)
 
         async def redirect_handler(authorization_url: str) -> None:
-            callback.reset()
+            callback.reset(authorization_url)
             opened = await anyio.to_thread.run_sync(open_url, authorization_url)
             announce(
                 f"Opening your browser to sign in to {name}. If it does not open, visit:\n  {authorization_url}"
