@@ -57,7 +57,9 @@ async def test_mcpvisor_serve_serves_a_repositorys_language_server_once_approved
         args = {"file": "service.py", "line": 3, "character": 6}
         refused = await client.call_tool("mcp__lsp__go_to_definition", args)
         assert refused.is_error
-        assert text_of(refused).startswith("language server 'python' needs approval — run: mcpvisor lsp approve python")
+        assert text_of(refused).startswith(
+            f"language server 'python' needs approval — run: mcpvisor lsp approve --workspace {layout.root} python"
+        )
         assert not language_server_processes(layout.root)
 
         approve = await anyio.run_process(
@@ -121,6 +123,6 @@ async def test_a_per_client_workspace_never_spawns_a_language_server_before_appr
         async with client_for(url, other) as client:
             result = await client.call_tool("mcp__lsp__document_symbols", {"file": "models.py"})
             assert result.is_error
-            assert "needs approval — run: mcpvisor lsp approve python" in text_of(result)
+            assert f"needs approval — run: mcpvisor lsp approve --workspace {other} python" in text_of(result)
         assert not language_server_processes(other)
         tg.cancel_scope.cancel()

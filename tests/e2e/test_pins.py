@@ -71,7 +71,8 @@ async def test_run_holds_a_changed_tool_and_mcp_approve_shows_and_accepts_the_ch
         assert "mcp__p__other" in event["tools"]
 
         listed = await r.cli("mcp", "list")
-        assert "1 tool changed since approval — run: mcpvisor mcp approve p" in " ".join(listed.stdout.split())
+        said = " ".join(listed.stdout.split())
+        assert f"1 tool changed since approval — run: mcpvisor mcp approve --workspace {r.layout.root} p" in said
         [row] = json.loads((await r.cli("mcp", "list", "--json")).stdout)["servers"]
         assert (row["held_tools"], row["held_prompts"]) == (["echo"], [])
 

@@ -140,7 +140,7 @@ def test_approve_hints_say_the_decision_is_the_fleets(
     for kind, name in (("lsp", "py"), ("mcp", "p")):
         result = CliRunner().invoke(app, [kind, "list", "--workspace", str(layout.root)], env=env)
         said = " ".join(result.stdout.split())
-        assert f"run: mcpvisor {kind} approve {name} --workspace {layout.root} --fleet URL" in said, said
+        assert f"run: mcpvisor {kind} approve --workspace {layout.root} --fleet URL {name}" in said, said
 
 
 @pytest.mark.parametrize(
@@ -295,6 +295,32 @@ async def test_a_replica_started_after_the_store_went_back_holds_as_the_replicas
         async with Replica(FleetStore(redis_server.url), register=False) as after:
             assert after.approvals.error is None
             assert after.approvals.get_state(ROOT, "p", Cfg("h1")) == "approved"
+
+
+async def test_a_replica_started_after_a_restore_from_before_an_ack_reset_holds_as_the_others(
+    redis_server: RedisServer,
+) -> None:
+    """A live replica that follows a newer acknowledgement than the store's is a witness too: the store was
+    restored from before it (the decisions made since, a rejection among them, are lost)."""
+    store = FleetStore(redis_server.url)
+    async with Replica(store, replica_id="seen") as seen:
+        command_store(redis_server).approve(ROOT, "p", Cfg("h1"))
+        raw = redis.Redis(unix_socket_path=str(redis_server.socket))  # a dump is bytes
+        with redis_server.client() as client, raw:
+            own = store.keys.replica("seen")
+            backup = {key: raw.dump(key) for key in client.keys("*") if key != own}
+            assert FleetStore(redis_server.url).ack_reset() >= 1
+            command_store(redis_server).reject(ROOT, "p", Cfg("h1"))
+            newer = client.get(store.keys.epoch)
+            await wait_until(lambda: client.hget(store.keys.replica("seen"), "epoch") == newer, what="the ack applied")
+            client.flushall()  # restored from the copy taken before the ack-reset
+            for key, value in backup.items():
+                raw.restore(key, 0, value)  # type: ignore[arg-type]
+            await wait_until(lambda: seen.approvals.error is not None, what="the rewind seen by the live replica")
+            await wait_until(lambda: client.hget(store.keys.replica("seen"), "epoch") == newer, what="its entry back")
+        async with Replica(FleetStore(redis_server.url), register=False) as fresh:
+            assert fresh.approvals.get_state(ROOT, "p", Cfg("h1")) == "pending"  # not the approval restored
+            assert "went back" in (fresh.approvals.error or "")
 
 
 async def test_two_live_processes_never_share_a_replica_id(redis_server: RedisServer) -> None:

@@ -21,6 +21,7 @@ import httpx2
 import pytest
 from mcp import Client, MCPError, types
 
+from mcpvisor.fleet.store import FleetStore
 from tests.fleet.conftest import RedisServer
 from tests.gateway.test_client_requests import Answers
 from tests.gateway.test_gateway import server
@@ -186,7 +187,7 @@ async def test_two_replicas_share_decisions_settings_and_sessions(tmp_path: Path
 
         # The hint says to decide in the fleet (the same command without --fleet writes a file nobody reads).
         pending = fleet.command("mcp", "list", "--workspace", str(fleet.root), home=home_c)
-        assert f"run: mcpvisor mcp approve p --workspace {fleet.root} --fleet URL" in " ".join(pending.stdout.split())
+        assert f"run: mcpvisor mcp approve --workspace {fleet.root} --fleet URL p" in " ".join(pending.stdout.split())
         # A decision made by a third process, with a home of its own, reaches both.
         approved = fleet.command("mcp", "approve", "p", "--workspace", str(fleet.root), home=home_c)
         assert approved.returncode == 0, approved.stderr
@@ -367,6 +368,31 @@ async def test_the_publisher_lease_moves_on_when_its_holder_dies(tmp_path: Path,
         status = json.loads(fleet.command("fleet", "status", "--json", home=tmp_path / "c").stdout)
         publishers = [row["id"] for row in status["replicas"] if row["publisher"]]
         assert publishers == ["rb"]
+
+
+async def test_a_store_that_lost_the_settings_gets_them_back_from_their_publisher(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """Emptied (or restored from a copy without them) while the publisher lives: the first replica to find the
+    lease free does not make the fleet follow its own files; the replica that published them publishes again."""
+    with fleet_of(tmp_path, redis_server) as fleet:
+        home_a, home_b = tmp_path / "a", tmp_path / "b"
+        replace_text(home_a / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {"u": server("u")}}))
+        replace_text(home_b / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {}}))
+        a = fleet.start("ra", home_a)
+        await ready(a)
+        b = fleet.start("rb", home_b)
+        await ready(b)
+        await wait_tools(b, {"mcp__u__echo"})
+        keys = FleetStore(fleet.url).keys
+        with redis_server.client() as store:
+            for _ in range(3):  # whoever beats first, each time
+                store.flushall()
+                await wait_until(lambda: store.hget(keys.settings, "by") is not None, what="settings published again")
+                assert store.hget(keys.settings, "by") == "ra"
+        assert await tools(b) >= {"mcp__u__echo"}
+        assert await tools(a) >= {"mcp__u__echo"}
+        assert "takes over publishing" not in b.log.read_text()
 
 
 async def test_a_replica_serving_per_client_workspaces_follows_the_fleet(

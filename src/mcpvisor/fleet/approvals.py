@@ -116,18 +116,22 @@ class FleetApprovalStore(ApprovalStore):
 
     async def check_witnesses(self, client: Any, replica_prefix: str, me: str) -> None:
         """After a whole read: the revision the other live replicas applied under the store's current
-        acknowledgement (their registry entries). A store below it went back, though this process (started
-        since, or away) never saw the higher one: the rewind guard holds, as on the replicas that saw it."""
+        acknowledgement or a later one (their registry entries). A store below it, or older than an
+        acknowledgement one of them follows, went back, though this process (started since, or away) never
+        saw it: the rewind guard holds, as on the replicas that saw it."""
         with self._lock:
-            epoch, witnessed = self._epoch, 0
+            epoch, witnessed, later_ack = self._epoch, 0, False
         async for key in client.scan_iter(match=replica_prefix + "*", count=200):
             if str(key).removeprefix(replica_prefix) != me:
                 rev, their_epoch = await client.hmget(key, "rev", "epoch")
-                if rev is not None and their_epoch is not None and int(their_epoch) == epoch:
+                if rev is not None and their_epoch is not None and int(their_epoch) >= epoch:
                     witnessed = max(witnessed, int(rev))
+                    # One follows a later acknowledgement than the store's: the store is a copy from before it.
+                    later_ack = later_ack or int(their_epoch) > epoch
         with self._lock:
-            if witnessed > self._max_rev:
-                current, self._max_rev, self._witnessed = self._max_rev, witnessed, True
+            if witnessed > self._max_rev or later_ack:
+                current, self._witnessed = self._max_rev, True
+                self._max_rev = max(witnessed, current + 1 if later_ack else current)
                 self._rewind(current)
 
     def on_external_change(self, listener: Callable[[], None]) -> Callable[[], None]:

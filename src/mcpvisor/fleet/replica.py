@@ -42,10 +42,10 @@ from mcpvisor.fleet.sealing import FleetKey
 from mcpvisor.fleet.settings import (
     PUBLISHED_SCOPES,
     Snapshot,
+    Succession,
     apply_snapshot,
     apply_to_settings,
     now,
-    published_elsewhere,
     read_snapshot_texts,
 )
 from mcpvisor.fleet.store import (
@@ -119,6 +119,7 @@ class Replica(StackOwner):
         """The settings files this replica publishes while it holds the lease (its default workspace's)."""
         self._source_watcher: SettingsWatcher | None = None
         self._snapshot: Snapshot | None = None
+        self._succession = Succession(REGISTRY_TTL_MS / 1000)
         self.applied_gen = 0
         self.publisher = False
         self._tg: anyio.abc.TaskGroup | None = None
@@ -397,6 +398,9 @@ class Replica(StackOwner):
             await self._list_self(client)
         if self._source is None:
             return
+        prior = self._snapshot  # what the fleet followed: its publisher goes first, should the store have lost it
+        if not self.publisher and await self._succession.defers(client, keys, prior, self.id):
+            return
         taken = int(await client.eval(TAKE_LEASE, 1, keys.lease, self.id, LEASE_MS))
         if not taken:
             if self.publisher:
@@ -406,16 +410,8 @@ class Replica(StackOwner):
         if not self.publisher:
             self.publisher = True
             logger.info("fleet %s: replica %s publishes the settings", keys.fleet, self.id)
-            if taken == 2 and (by := await published_elsewhere(client, keys.settings, self._source, self.id)):
-                # A deploy whose new replicas bring new files relies on this; replicas meant to share one set of
-                # files that do not are a mistake the log must show.
-                logger.warning(
-                    "fleet %s: replica %s takes over publishing from %s, whose settings files differ from its own: "
-                    "the fleet follows this replica's files from now on",
-                    keys.fleet,
-                    self.id,
-                    by,
-                )
+            if taken == 2:
+                await self._succession.took_over(client, keys, self._source, prior, self.id)
         await self._publish()  # the same texts publish nothing; a publish that failed is made again
 
     async def _list_self(self, client: redis.asyncio.Redis) -> None:

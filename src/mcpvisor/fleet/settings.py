@@ -32,11 +32,13 @@ from mcpvisor.host.settings.scopes import FileScope
 from mcpvisor.host.watcher import SettingsChanged
 
 if TYPE_CHECKING:
+    from mcpvisor.fleet.store import Keys
     from mcpvisor.host.host import Host
 
 __all__ = [
     "PUBLISHED_SCOPES",
     "Snapshot",
+    "Succession",
     "apply_snapshot",
     "apply_to_settings",
     "published_elsewhere",
@@ -113,15 +115,54 @@ _REFUSED: dict[Path, str] = {}
 """The text of each file last refused for a password in clear, said once."""
 
 
-async def published_elsewhere(client: Any, settings_key: str, source: Settings, replica_id: str) -> str | None:
+async def published_elsewhere(
+    client: Any, settings_key: str, source: Settings, replica_id: str, applied: Snapshot | None = None
+) -> str | None:
     """The other replica whose settings the fleet follows when their texts are not what ``source``'s files say now
-    (``None``: the same texts, this replica's own, or nothing published yet)."""
+    (``None``: the same texts, this replica's own, or nothing published yet). When the store holds none (it lost
+    them), the snapshot this replica ``applied`` last is what the fleet followed."""
     texts = await anyio.to_thread.run_sync(read_snapshot_texts, source)
     files, by = await client.hmget(settings_key, "files", "by")
-    published = Snapshot.parse({"gen": "0", "files": files}) if files else None
-    if published is None or by == replica_id or (texts is not None and dict(published.texts) == texts):
+    published = Snapshot.parse({"gen": "0", "files": files, "by": by or ""}) if files else applied
+    if published is None or published.by == replica_id or (texts is not None and dict(published.texts) == texts):
         return None
-    return str(by or "another replica")
+    return published.by or "another replica"
+
+
+class Succession:
+    """Who publishes once the store lost the published settings (emptied, or restored from a copy without
+    them) while their publisher may well be alive: the first replica to find the lease free would make the
+    fleet follow its own files. A replica leaves the lease to the publisher of the snapshot it applied for as
+    long as that one is listed, and for a registry entry's lifetime (``wait_s``) after it found them gone."""
+
+    def __init__(self, wait_s: float) -> None:
+        self._wait_s = wait_s
+        self._lost_at: float | None = None
+
+    async def defers(self, client: Any, keys: Keys, applied: Snapshot | None, me: str) -> bool:
+        """Whether replica ``me``, which ``applied`` that snapshot last, leaves a free lease alone now."""
+        if applied is None or applied.by in ("", me) or await client.exists(keys.settings):
+            self._lost_at = None
+            return False
+        if self._lost_at is None:
+            self._lost_at = time.monotonic()
+            logger.warning(
+                "fleet %s: the store lost the published settings; %s publishes first", keys.fleet, applied.by
+            )
+        return bool(await client.exists(keys.replica(applied.by))) or time.monotonic() - self._lost_at < self._wait_s
+
+    async def took_over(self, client: Any, keys: Keys, source: Settings, applied: Snapshot | None, me: str) -> None:
+        """Replica ``me`` took a free lease: whether the fleet followed other files until now is for the log."""
+        if by := await published_elsewhere(client, keys.settings, source, me, applied):
+            # A deploy whose new replicas bring new files relies on this; replicas meant to share one set of files
+            # that do not are a mistake the log must show.
+            logger.warning(
+                "fleet %s: replica %s takes over publishing from %s, whose settings files differ from its own: the "
+                "fleet follows this replica's files from now on",
+                keys.fleet,
+                me,
+                by,
+            )
 
 
 def apply_to_settings(settings: Settings, snapshot: Snapshot) -> list[tuple[FileScope, tuple[str, ...]]]:

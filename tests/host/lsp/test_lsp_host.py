@@ -123,12 +123,12 @@ async def test_nothing_spawns_before_approval_and_after_it_the_tools_answer(tmp_
         refused = await s.call("go_to_definition", file="service.py", line=3, character=6)
         assert refused.is_error
         assert text(refused) == (
-            f"language server 'python' needs approval — run: mcpvisor lsp approve python --workspace {s.layout.root}"
+            f"language server 'python' needs approval — run: mcpvisor lsp approve --workspace {s.layout.root} python"
         )  # a command that works wherever it is run
         assert not language_server_processes(s.layout.root)
         status = await s.ok("status")
         assert status["servers"][0]["state"] == (
-            f"needs approval — run: mcpvisor lsp approve python --workspace {s.layout.root}"
+            f"needs approval — run: mcpvisor lsp approve --workspace {s.layout.root} python"
         )
 
         await s.host.lsp.decide("python", "approve")
@@ -323,7 +323,9 @@ async def test_an_edit_of_one_entry_restarts_and_re_asks_for_that_one_alone(tmp_
         await s.ok("hover", file="models.py", symbol="make_user")  # the other kept answering, same process
         assert s.pid("python") == python_pid
         refused = await s.call("document_symbols", file="api.pyi")
-        assert text(refused).startswith("language server 'stubs' needs approval — run: mcpvisor lsp approve stubs")
+        assert text(refused).startswith(
+            f"language server 'stubs' needs approval — run: mcpvisor lsp approve --workspace {s.layout.root} stubs"
+        )
 
 
 async def test_a_settings_only_edit_is_sent_live_and_restarts_nothing(tmp_path: Path) -> None:

@@ -160,4 +160,6 @@ async def test_diagnostics_naming_a_server_waiting_for_approval_say_so(tmp_path:
     async with session(tmp_path, lsp_json={"proj": pylsp()}, user={"lspServers": {"python": pylsp()}}) as s:
         await s.ok("hover", file="models.py", symbol="make_user")  # the user's runs
         said = text(await s.call("diagnostics", server="proj"))
-        assert said.startswith("language server 'proj' needs approval — run: mcpvisor lsp approve proj"), said
+        assert said.startswith(
+            f"language server 'proj' needs approval — run: mcpvisor lsp approve --workspace {s.layout.root} proj"
+        ), said
