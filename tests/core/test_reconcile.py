@@ -148,6 +148,26 @@ async def test_removing_a_server_drops_its_prompts_too(config: Config) -> None:
     assert set(config.prompt_registry.names()) == {"q"}
 
 
+async def test_a_server_slow_to_exit_delays_no_other_servers_start(config: Config, tmp_path: Path) -> None:
+    """One save removes a server that ignores the end of its input and SIGTERM (seconds to stop) and adds another:
+    the new one is callable while the old one still runs; the pass ends once it is gone."""
+    marker = tmp_path / "x.pids"
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"x": light("x", "--stubborn", "--marker", str(marker)), "r": light("r")})
+    stubborn = marker_pids(marker)  # the server and a child of its group that ignores SIGTERM too
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(config.reinitialize_mcp_servers, {"r": light("r"), "n": light("n")})
+        await wait_until(lambda: "mcp__n__echo" in tools(config), what="n's tools")
+        assert all(pid_alive(pid) for pid in stubborn)  # still stopping: n did not wait for them
+        assert "mcp__x__echo" not in tools(config)  # its tools went at once
+        result = await config.call_tool("mcp__n__echo", {"text": "hi"})
+        assert result.content[0].text == "n:echo:hi"  # type: ignore[union-attr]
+    assert not any(pid_alive(pid) for pid in stubborn)
+    assert config.last_reconcile is not None
+    assert config.last_reconcile.added == ("n",)
+    assert config.last_reconcile.removed == ("x",)
+
+
 async def test_exposure_change_refilters_in_place_without_reconnecting(config: Config) -> None:
     await config.initialize()
     await config.reinitialize_mcp_servers({"a": light("a", "--tools", "x,y")})

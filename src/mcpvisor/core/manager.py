@@ -148,13 +148,6 @@ class McpClientManager:
 
         for name in {*plan.remove, *plan.gate_stop, *plan.start, *plan.restart}:  # what a job left by a pass before
             self._decided[name] = self._decided.get(name, 0) + 1  # this one was to do about them is this one's now
-        # Removals (and gated tear-downs) first, all at once: one server slow to exit delays no other.
-        if plan.remove or plan.gate_stop:
-            async with anyio.create_task_group() as tg:
-                for name in plan.remove:
-                    tg.start_soon(self.remove_server, name)
-                for name, reason in plan.gate_stop.items():
-                    tg.start_soon(partial(self._stop, name, reason=reason))
         for name, reason in plan.gate_skip.items():
             self._publish_state(name, reason=reason)
 
@@ -180,8 +173,15 @@ class McpClientManager:
         failed: dict[str, str] = {}
         jobs = {n: partial(self._connect_one, n, desired[n], failed, self._decided[n]) for n in plan.start}
         jobs |= {n: partial(self._restart_one, n, desired[n], failed, self._decided[n]) for n in plan.restart}
-        self._background.start(jobs)  # also waited for: starts an earlier pass left running
-        starting = await self._background.wait(partial(self._detachable, frozenset(jobs)))
+        # Removals (and gated tear-downs, their tools gone at once) beside the starts: one slow to exit delays no
+        # other server, only the pass's end.
+        async with anyio.create_task_group() as stopping:
+            for name in plan.remove:
+                stopping.start_soon(self.remove_server, name)
+            for name, reason in plan.gate_stop.items():
+                stopping.start_soon(partial(self._stop, name, reason=reason))
+            self._background.start(jobs)  # also waited for: starts an earlier pass left running
+            starting = await self._background.wait(partial(self._detachable, frozenset(jobs)))
 
         self._failed = (
             self._failed - set(plan.remove) - set(plan.gate_stop) - set(plan.start) - set(plan.restart)
