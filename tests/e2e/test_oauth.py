@@ -77,6 +77,10 @@ class Server:
     def revoke_all(self) -> None:
         urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{self.port}/admin/revoke-all", method="POST"))
 
+    def token_endpoint_down(self) -> None:
+        url = f"http://127.0.0.1:{self.port}/admin/token-endpoint-down"
+        urllib.request.urlopen(urllib.request.Request(url, method="POST"))
+
 
 def start_server(tmp_path: Path, *args: str, port: int | None = None) -> Iterator[Server]:
     port = port or free_port()
@@ -225,6 +229,19 @@ def test_an_expired_token_is_refreshed_and_a_revoked_one_asks_for_a_new_sign_in(
         [record] = json.loads(store_path(layout).read_text()).values()
         assert "tokens" not in record
         assert "client" in record  # the registration stands: the next login reuses it
+
+
+def test_an_authorization_server_that_fails_to_refresh_leaves_the_unexpired_token_in_use(tmp_path: Path) -> None:
+    # A token within the refresh margin (60 s) is refreshed before use; the token endpoint answers 503.
+    for server in start_server(tmp_path, "--token-lifetime", "50"):
+        layout = setup(tmp_path, server)
+        assert cli(layout, "mcp", "login", "sec").returncode == 0
+        server.token_endpoint_down()
+        row = status_row(layout)
+        assert row["state"] == "connected", row  # not "needs authentication": nothing refused the sign-in
+        assert "refresh" not in server.events()
+        [record] = json.loads(store_path(layout).read_text()).values()
+        assert record["tokens"]  # kept: refreshed once the authorization server answers again
 
 
 def test_a_sign_in_is_refreshed_and_revoked_at_the_authorization_server_that_issued_it(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ tests and demos on loopback:
   code, so following the redirect with any HTTP client completes the "browser" step;
 - ``--token-lifetime SECONDS`` makes short-lived access tokens, to exercise refreshing;
 - ``POST /admin/revoke-all`` revokes every token it issued (a user revoking access at the provider);
+  ``POST /admin/token-endpoint-down`` makes ``/token`` answer 503 from then on (an authorization server that fails);
 - ``--issuer URL`` advertises another authorization server (e.g. one that is down) in the resource's
   metadata;
 - ``--auth-host HOST`` serves the authorization server under another host name (``localhost`` for a server
@@ -62,6 +63,7 @@ class DemoOAuthProvider(OAuthAuthorizationServerProvider[AuthorizationCode, Refr
 
     def __init__(self, *, token_lifetime_s: int, marker: str | None = None) -> None:
         self.token_lifetime_s = token_lifetime_s
+        self.token_endpoint_down = False
         self.clients: dict[str, OAuthClientInformationFull] = {}
         self.codes: dict[str, AuthorizationCode] = {}
         self.access: dict[str, AccessToken] = {}
@@ -187,6 +189,12 @@ def build_server(
 
     server.custom_route("/admin/revoke-all", methods=["POST"])(revoke_all)
 
+    async def token_endpoint_down(request: Request) -> Response:
+        provider.token_endpoint_down = True
+        return JSONResponse({"down": True})
+
+    server.custom_route("/admin/token-endpoint-down", methods=["POST"])(token_endpoint_down)
+
     return server, provider
 
 
@@ -234,6 +242,13 @@ def main(argv: list[str] | None = None) -> None:
         issuer=args.issuer or (f"http://{args.auth_host}:{args.port}" if args.auth_host else None),
     )
     app = server.streamable_http_app(host=args.host)
+
+    async def down_or(request: Request) -> Response:
+        return Response("<html>503 Service Unavailable</html>", status_code=503, media_type="text/html")
+
+    token_route = next(r for r in app.router.routes if isinstance(r, Route) and r.path == "/token")
+    served_token = token_route.app
+    token_route.app = _Switch(lambda: provider.token_endpoint_down, down_or, served_token)
     if args.garbage_token_endpoint:
 
         async def garbage(request: Request) -> Response:
@@ -251,6 +266,19 @@ def main(argv: list[str] | None = None) -> None:
     if args.auth_host:
         served = _AuthHost(served, f"{args.auth_host}:{args.port}")
     uvicorn.run(served, host=args.host, port=args.port, log_level="warning")
+
+
+class _Switch:
+    """ASGI: ``when()`` true, a request goes to ``then`` (a Starlette endpoint), else on to ``otherwise``."""
+
+    def __init__(self, when: Any, then: Any, otherwise: Any) -> None:
+        self.when, self.then, self.otherwise = when, then, otherwise
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if self.when():
+            await (await self.then(Request(scope, receive)))(scope, receive, send)
+            return
+        await self.otherwise(scope, receive, send)
 
 
 class _AuthHost:

@@ -319,7 +319,8 @@ def oauth_provider(
             return None
 
         async def _handle_refresh_response(self, response: Any) -> bool:
-            used = self.context.current_tokens.refresh_token if self.context.current_tokens else None
+            held, expires_at = self.context.current_tokens, storage.expires_at()
+            used = held.refresh_token if held else None
             ok = await super()._handle_refresh_response(response)
             if not ok:
                 logger.info("server %r: refreshing its sign-in failed (HTTP %s)", name, response.status_code)
@@ -328,6 +329,17 @@ def oauth_provider(
                         store.drop_refused(key, used)
                     except ConfigError as exc:
                         logger.warning("%s", exc)
+                elif held is not None and expires_at is not None and expires_at > time.time():
+                    # The authorization server failed (it did not refuse): a token refreshed early still serves
+                    # until it expires, and the refresh is tried again on the next request.
+                    logger.warning(
+                        "server %r: its authorization server failed to refresh the sign-in (HTTP %s); the token in "
+                        "hand serves for %.0f s more",
+                        name,
+                        response.status_code,
+                        expires_at - time.time(),
+                    )
+                    self.context.current_tokens, self.context.token_expiry_time = held, expires_at
             await self._end_turn(ok)  # the new tokens are stored: the turn passes on
             return ok
 
