@@ -115,3 +115,41 @@ def test_a_workspace_server_added_in_the_home_folder_says_no_approval(tmp_path: 
     assert result.exit_code == 0, result.output
     assert "approve" not in result.output
     assert saved(layout) == {"w": {"command": "echo", "args": ["hi"]}}
+
+
+def test_a_remote_server_takes_headers_and_a_command_takes_env_each_refused_the_other(layout: Layout) -> None:
+    code, out = add(layout, "r", "--url", "https://x.example.com/mcp", "-H", "Authorization: Bearer ${TOKEN}")
+    assert code == 0, out
+    assert saved(layout)["r"] == {
+        "type": "http",
+        "url": "https://x.example.com/mcp",
+        "headers": {"Authorization": "Bearer ${TOKEN}"},
+    }
+    code, out = add(layout, "r2", "--url", "https://x.example.com/mcp", "-e", "API_KEY=abc")
+    assert code == 1
+    assert "a remote server (--url) takes what it needs in headers: --header 'NAME: VALUE'" in " ".join(out.split())
+    code, out = add(layout, "c", "-H", "X-Key: 1", "--", "echo", "hi")
+    assert code == 1
+    assert "--header is sent to a remote server (--url)" in " ".join(out.split())
+    code, out = add(layout, "r3", "--url", "https://x.example.com/mcp", "-H", "no colon")
+    assert code == 1
+    assert "--header 'no colon' must look like 'NAME: VALUE'" in " ".join(out.split())
+    assert set(saved(layout)) == {"r"}
+
+
+def test_a_value_written_in_clear_into_a_repositorys_file_is_warned_about(layout: Layout) -> None:
+    result = CliRunner().invoke(
+        app,
+        ["mcp", "add", "--workspace", str(layout.root), "--scope", "workspace", "gh", "-e", "GITHUB_TOKEN=ghp_x",
+         "-e", "HOME_REF=${HOME}", "--", "gh-mcp"],
+        env=layout.env,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stderr.split())
+    assert "holds the value of env GITHUB_TOKEN as written: the file belongs to the repository" in said
+    assert "HOME_REF" not in said  # a ${VAR} reference is no value
+    quiet = CliRunner().invoke(
+        app, ["mcp", "add", "--workspace", str(layout.root), "u", "-e", "T=1", "--", "x"], env=layout.env
+    )
+    assert quiet.exit_code == 0
+    assert "as written" not in quiet.stderr  # the user's own file

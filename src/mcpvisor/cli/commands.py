@@ -12,7 +12,6 @@ import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from rich.console import Console
 from rich.markup import escape
@@ -389,38 +388,13 @@ def add_server(
     url: str | None,
     sse: bool,
     env_vars: Sequence[str],
+    headers: Sequence[str] = (),
     force: bool = False,
 ) -> None:
+    from mcpvisor.cli.add_entry import server_entry, values_in_clear
+
     file_scope = check_scope(scope)
-    if not name.strip():
-        raise ConfigError("cannot add a server without a name: mcpvisor mcp add NAME -- CMD ARGS")
-    if name.startswith("-"):
-        raise ConfigError(f"cannot add server {name!r}: a server name cannot start with '-' (an option goes before --)")
-    if sse and not url:
-        raise ConfigError(f"cannot add server {name!r}: --sse says the --url is an SSE endpoint; give the --url")
-    entry: dict[str, Any] = {}
-    if url and command:
-        raise ConfigError(f"cannot add server {name!r}: give either a command (after --) or --url, not both")
-    if url:
-        if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
-            raise ConfigError(f"cannot add server {name!r}: {url!r} is not an http:// or https:// URL")
-        entry["type"] = "sse" if sse else "http"
-        entry["url"] = url
-    elif command:
-        entry["command"] = command[0]
-        if command[1:]:
-            entry["args"] = list(command[1:])
-    else:
-        raise ConfigError(f"cannot add server {name!r}: give a command (mcpvisor mcp add {name} -- CMD ARGS) or --url")
-    if env_vars:
-        pairs = {}
-        for item in env_vars:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise ConfigError(f"cannot add server {name!r}: --env {key!r} must look like KEY=VALUE")
-            pairs[key] = value
-        entry["env"] = pairs
-    McpServerConfig.model_validate(entry)  # fail before writing anything
+    entry = server_entry(name, command=command, url=url, sse=sse, env_vars=env_vars, headers=headers)
     settings = load_settings(env, workspace)
     existing = settings.data(file_scope).get("mcpServers")
     if not force and isinstance(existing, dict) and name in existing:
@@ -431,6 +405,13 @@ def add_server(
     set_setting(settings, file_scope, ("mcpServers", name), entry)
     console = new_console(highlight=False)
     console.print(f"Added server [bold]{escape(name)}[/] to {escape(str(settings.paths.of(file_scope)))}")
+    if file_scope == "workspace" and (clear := values_in_clear(entry)):
+        new_console(stderr=True, highlight=False).print(
+            f"[yellow]! {escape(str(settings.paths.of(file_scope)))} holds the value of {escape(', '.join(clear))} as "
+            "written: the file belongs to the repository, where whoever reads the repository reads it; write "
+            "${NAME} instead (the value then comes from your environment) or add it with --scope user[/]",
+            soft_wrap=True,
+        )
     if file_scope == "workspace" and not settings.trusted:  # the folder's own settings are not even read
         console.print(
             f"{settings.root} is not trusted, so its own settings are not read: if you trust it, run "

@@ -12,11 +12,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.padding import Padding
 
+from mcpvisor.cli.add_entry import values_in_clear
 from mcpvisor.cli.commands import check_scope
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.importers import SOURCES, ImportLevel, PlannedImport, plan_import, scan_source
 from mcpvisor.host.plugin_lsp import PluginLsp, scan_plugin_lsp_servers
-from mcpvisor.host.settings.expand import variables_in
 from mcpvisor.host.settings.loader import Settings, load_settings
 from mcpvisor.host.settings.writer import set_setting
 from mcpvisor.host.status import command_hints, fill_hint
@@ -159,14 +159,7 @@ def _written_in_clear(planned: Sequence[PlannedImport], dry_run: bool) -> list[s
         entry = item.candidate.entry
         if item.candidate.level != "workspace" or item.action not in ("add", "replace") or entry is None:
             continue
-        keys = [
-            f"{field} {key}"
-            for field in ("env", "headers")
-            if isinstance(values := entry.get(field), Mapping)
-            for key, value in values.items()
-            if isinstance(value, str) and value and not variables_in(value)
-        ]
-        if keys:
+        if keys := values_in_clear(entry):
             warnings.append(
                 f"{item.destination} {'would get' if dry_run else 'gets'} the value of {', '.join(keys)} of server "
                 f"{item.candidate.name!r} as "

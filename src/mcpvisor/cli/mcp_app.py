@@ -162,10 +162,17 @@ def mcp_add(
         list[str] | None,
         typer.Option("--env", "-e", help="KEY=VALUE for the server's environment; repeatable.", metavar="KEY=VALUE"),
     ] = None,
+    headers: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--header", "-H", help="'NAME: VALUE' sent to a remote server (--url); repeatable.", metavar="'NAME: VALUE'"
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a server of that name.")] = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Add a server: mcpvisor mcp add NAME -- COMMAND [ARGS...]  or  --url URL."""
+    """Add a server: mcpvisor mcp add NAME -- COMMAND [ARGS...]  or  --url URL. A secret is best written as
+    ${VAR} (-e 'TOKEN=${GITHUB_TOKEN}'): the value then comes from the environment, not the file."""
     from mcpvisor.cli.commands import add_server
 
     with reported():
@@ -178,6 +185,7 @@ def mcp_add(
             url=url,
             sse=sse,
             env_vars=list(env_vars or []),
+            headers=list(headers or []),
             force=force,
         )
 

@@ -1,0 +1,75 @@
+"""What ``mcpvisor mcp add`` writes: a server's entry built from the command line and checked before anything
+is written, and the values it would write in clear into a repository's file."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.settings.expand import variables_in
+
+__all__ = ["server_entry", "values_in_clear"]
+
+
+def server_entry(
+    name: str, *, command: Sequence[str], url: str | None, sse: bool, env_vars: Sequence[str], headers: Sequence[str]
+) -> dict[str, Any]:
+    """The entry of server ``name``; :class:`ConfigError` saying how to write what cannot be one."""
+    if not name.strip():
+        raise ConfigError("cannot add a server without a name: mcpvisor mcp add NAME -- CMD ARGS")
+    if name.startswith("-"):
+        raise ConfigError(f"cannot add server {name!r}: a server name cannot start with '-' (an option goes before --)")
+    if sse and not url:
+        raise ConfigError(f"cannot add server {name!r}: --sse says the --url is an SSE endpoint; give the --url")
+    if url and command:
+        raise ConfigError(f"cannot add server {name!r}: give either a command (after --) or --url, not both")
+    entry: dict[str, Any] = {}
+    if url:
+        if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
+            raise ConfigError(f"cannot add server {name!r}: {url!r} is not an http:// or https:// URL")
+        if env_vars:
+            raise ConfigError(
+                f"cannot add server {name!r}: --env sets the environment of a command the host starts; a remote "
+                "server (--url) takes what it needs in headers: --header 'NAME: VALUE'"
+            )
+        entry["type"] = "sse" if sse else "http"
+        entry["url"] = url
+    elif command:
+        if headers:
+            raise ConfigError(
+                f"cannot add server {name!r}: --header is sent to a remote server (--url); a command the host "
+                "starts takes --env KEY=VALUE"
+            )
+        entry["command"] = command[0]
+        if command[1:]:
+            entry["args"] = list(command[1:])
+    else:
+        raise ConfigError(f"cannot add server {name!r}: give a command (mcpvisor mcp add {name} -- CMD ARGS) or --url")
+    if env_vars:
+        entry["env"] = dict(_pair(name, item, "=", "--env", "KEY=VALUE") for item in env_vars)
+    if headers:
+        entry["headers"] = dict(_pair(name, item, ":", "--header", "'NAME: VALUE'") for item in headers)
+    McpServerConfig.model_validate(entry)  # fail before writing anything
+    return entry
+
+
+def _pair(name: str, item: str, sep: str, option: str, shape: str) -> tuple[str, str]:
+    key, found, value = item.partition(sep)
+    if not found or not key.strip():
+        raise ConfigError(f"cannot add server {name!r}: {option} {item!r} must look like {shape}")
+    return key.strip(), value.strip() if sep == ":" else value
+
+
+def values_in_clear(entry: Mapping[str, Any]) -> list[str]:
+    """``env KEY`` or ``headers NAME`` for each value of ``entry`` written as it is (a ``${VAR}`` reference,
+    which each machine fills from its own environment, is not a value)."""
+    return [
+        f"{field} {key}"
+        for field in ("env", "headers")
+        if isinstance(values := entry.get(field), Mapping)
+        for key, value in values.items()
+        if isinstance(value, str) and value and not variables_in(value)
+    ]
