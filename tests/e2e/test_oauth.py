@@ -14,7 +14,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -82,7 +82,7 @@ class Server:
         urllib.request.urlopen(urllib.request.Request(url, method="POST"))
 
 
-def start_server(tmp_path: Path, *args: str, port: int | None = None) -> Iterator[Server]:
+def start_server(tmp_path: Path, *args: str, port: int | None = None) -> Generator[Server, None, None]:
     port = port or free_port()
     marker = tmp_path / "oauth-events"
     log = (tmp_path / "oauth-server.log").open("wb")
@@ -108,7 +108,11 @@ def start_server(tmp_path: Path, *args: str, port: int | None = None) -> Iterato
         yield Server(port, marker)
     finally:
         process.terminate()
-        process.wait(timeout=WAIT_S)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # uvicorn waits for open streams (a host's) to end: not for ever
+            process.kill()
+            process.wait(timeout=WAIT_S)
         log.close()
 
 
@@ -318,6 +322,38 @@ async def test_a_call_whose_sign_in_is_revoked_under_it_says_so_not_that_the_ser
         await wait_until(lambda: client.status == "disconnected", what="sec down")
         assert client.last_error is not None
         assert "run: mcpvisor mcp login sec" in client.last_error
+
+
+async def test_a_server_restarted_without_its_sign_ins_waits_for_the_next_and_connects_once_it_comes(
+    tmp_path: Path,
+) -> None:
+    """The server restarts and forgets its clients and tokens: the connection is lost, and the reconnect loop stops
+    at its first try that needs a sign-in (it tried every 30 s for ever, and a sign-in made meanwhile waited for
+    its next try); the registration the server forgot is made again by that sign-in (it waited out its timeout
+    on the browser page's "client not found")."""
+    port = free_port()
+    first = start_server(tmp_path, port=port)
+    server = next(first)
+    layout = setup(tmp_path, server)
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+        manager = host.config.manager
+        await wait_until(lambda: manager.clients()["sec"].status == "connected", what="sec connected")
+        first.close()  # the server stops ...
+        await wait_until(lambda: manager.clients()["sec"].status == "disconnected", what="sec lost")
+        for _ in start_server(tmp_path, port=port):  # ... and starts again, knowing nobody
+            await wait_until(
+                lambda: (
+                    (c := manager.clients().get("sec")) is not None
+                    and c.needs_auth
+                    and "sec" not in manager._reconnects
+                ),
+                what="the reconnect loop to find a sign-in is needed and stop",
+            )
+            login = await anyio.to_thread.run_sync(partial(cli, layout, "mcp", "login", "sec", "--timeout", "20"))
+            assert login.returncode == 0, login.stderr
+            await wait_until(lambda: manager.clients()["sec"].status == "connected", what="sec connected again")
+            assert text_of(await host.config.call_tool("mcp__sec__echo", {"text": "b"})) == "secure:echo:b"
 
 
 async def test_a_sign_in_under_way_leaves_the_one_before_in_use_and_a_sign_out_ends_it(

@@ -1,8 +1,8 @@
 """McpClientManager: applies reconcile plans to live connections (SPEC §5.3, §5.4).
 
 It owns the connections of one session. Every change goes through :meth:`discover_all_mcp_tools_incremental`:
-removals, gated tear-downs, then concurrent (re)connects bounded by a capacity limiter; unchanged servers are
-never touched. A server that dies reconnects with bounded exponential backoff, and so does a remote one that
+removals and gated tear-downs beside concurrent (re)connects bounded by a capacity limiter; unchanged servers
+are never touched. A server that dies reconnects with bounded exponential backoff, and so does a remote one that
 could not be reached at its start; a deliberate stop never respawns."""
 
 from __future__ import annotations
@@ -84,10 +84,7 @@ class McpClientManager:
         self._held: dict[str, Admitted] = {}
         self._pool = pool
         self._session_id = session_id
-        self._tg = tg
-        self._events = events
-        self._tools = tools
-        self._prompts = prompts
+        self._tg, self._events, self._tools, self._prompts = tg, events, tools, prompts
         self._limiter = anyio.CapacityLimiter(self._options.max_concurrent_starts or default_max_starts())
         self._clients: dict[str, McpClient] = {}
         self._failed: set[str] = set()
@@ -95,8 +92,7 @@ class McpClientManager:
         self._configs: dict[str, McpServerConfig] = {}
         self._states = ServerStates(events)
         self._reconnects: dict[str, anyio.CancelScope] = {}
-        self._up_since: dict[str, float] = {}
-        self._quick_stops: dict[str, int] = {}
+        self._up_since, self._quick_stops = dict[str, float](), dict[str, int]()
         self._held_while_ending: set[str] = set()
         """Lost servers a reconcile left to their reconnect pause while their teardown was not over."""
         self._handshaking: dict[str, McpClient] = {}  # in place, waiting for the handshake: a pass may take them on
@@ -480,6 +476,9 @@ class McpClientManager:
                 except ConnectError as exc:  # said at each try of the first ones, then quietly
                     tell = logger.warning if attempt <= MAX_RECONNECT_ATTEMPTS else logger.info
                     tell("server %r: reconnect failed: %s", name, exc)
+                    if (down := self._clients.get(name)) is not None and down.needs_auth:
+                        self._reconnects.pop(name, None)  # a sign-in is the person's: the pass after it starts it
+                        return
                     delay = min(delay * 2, BACKOFF_MAX_S)
                     continue
                 self._reconnects.pop(name, None)

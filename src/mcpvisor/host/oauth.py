@@ -18,6 +18,7 @@ part of the connection id, so a refresh never restarts anything.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -325,8 +326,9 @@ def oauth_provider(
             if not ok:
                 logger.info("server %r: refreshing its sign-in failed (HTTP %s)", name, response.status_code)
                 if response.status_code in (400, 401) and used:  # refused (revoked), not failing: signed out
+                    unknown = not settings.client_id and await _oauth_error(response) == "invalid_client"
                     try:  # before the turn passes on: nobody tries the refused token again
-                        store.drop_refused(key, used)
+                        store.drop_refused(key, used, client_unknown=unknown)
                     except ConfigError as exc:
                         logger.warning("%s", exc)
                 elif held is not None and expires_at is not None and expires_at > time.time():
@@ -356,6 +358,15 @@ def oauth_provider(
         callback_handler=callback_handler,
         client_metadata_url=settings.client_metadata_url,
     )
+
+
+async def _oauth_error(response: Any) -> str | None:
+    """The ``error`` code of an authorization server's error answer (RFC 6749 §5.2), if it gave one."""
+    try:
+        error = json.loads(await response.aread()).get("error")
+    except (ValueError, AttributeError):
+        return None
+    return error if isinstance(error, str) else None
 
 
 class _SameOrigin(str):

@@ -73,9 +73,11 @@ class TokenStore(PrivateJsonStore):
         self.mutate(change)
         self.note_sign_ins_changed()
 
-    def drop_refused(self, key: str, refresh_token: str) -> None:
+    def drop_refused(self, key: str, refresh_token: str, *, client_unknown: bool = False) -> None:
         """The server refused ``refresh_token``: the sign-in it belongs to is over (``mcp list`` and ``status``
-        say so), unless another one was stored since."""
+        say so), unless another one was stored since; ``client_unknown`` (``invalid_client``: a server that
+        forgot its registrations) drops the registered client too, so the next sign-in registers again."""
+        dropped = ("tokens", "expires_at", "client") if client_unknown else ("tokens", "expires_at")
 
         def change(records: dict[str, Any]) -> None:
             record = records.get(key)
@@ -83,7 +85,7 @@ class TokenStore(PrivateJsonStore):
                 return
             tokens = record.get("tokens")
             if isinstance(tokens, dict) and tokens.get("refresh_token") == refresh_token:
-                records[key] = {k: v for k, v in record.items() if k not in ("tokens", "expires_at")}
+                records[key] = {k: v for k, v in record.items() if k not in dropped}
 
         self.mutate(change)
         self.note_sign_ins_changed()
