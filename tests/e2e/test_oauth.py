@@ -769,3 +769,11 @@ def test_ctrl_c_during_logouts_revocation_skips_it_and_still_signs_out(tmp_path:
     assert "Signed out of sec" in out
     assert "skipped (Ctrl-C)" in out
     assert json.loads(store.read_text()) == {}
+
+
+def test_an_oauth_block_that_cannot_be_read_says_what_to_fix_not_to_sign_in(tmp_path: Path, server: Server) -> None:
+    layout = setup(tmp_path, server, oauth={"callbackPort": "notanumber"})
+    row = status_row(layout)
+    assert row["state"] != "needs_auth", row  # no sign-in mends it
+    assert row["error"] == "mcpServers.sec.oauth.callbackPort must be a number", row
+    assert "mcp login" not in cli(layout, "status").stdout

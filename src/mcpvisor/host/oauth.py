@@ -360,6 +360,18 @@ def oauth_provider(
     )
 
 
+def _refusing(error: ConfigError) -> Any:
+    """An ``httpx2.Auth`` that sends nothing: every request fails with ``error`` (an ``oauth`` block to fix)."""
+    import httpx2
+
+    class Refusing(httpx2.Auth):
+        def auth_flow(self, request: Any) -> Any:
+            raise error
+            yield request  # a generator, as httpx drives it
+
+    return Refusing()
+
+
 async def _oauth_error(response: Any) -> str | None:
     """The ``error`` code of an authorization server's error answer (RFC 6749 §5.2), if it gave one."""
     try:
@@ -404,9 +416,9 @@ def http_auth_for(store: TokenStore) -> HttpAuth:
     def auth(name: str, cfg: McpServerConfig) -> Any:
         try:
             settings = oauth_settings(name, cfg)
-        except ConfigError as exc:
+        except ConfigError as exc:  # the connection fails saying so (not "needs authentication": no login mends it)
             logger.warning("%s", exc)
-            return None
+            return _refusing(exc)
         redirect = None
         if not (settings.machine and server_url(cfg) is not None):  # a machine grant gets its tokens by itself
             record = store.get(token_key(cfg, settings))
