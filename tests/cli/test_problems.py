@@ -318,3 +318,17 @@ def test_a_folder_whose_name_reads_like_markup_is_printed_as_it_is(layout: Layou
         result = CliRunner().invoke(app, [*command, "--workspace", str(folder)], env=env)
         assert result.exit_code == 0, result.output
         assert said in result.stdout
+
+
+def test_a_json_listing_that_cannot_start_is_json_saying_why(layout: Layout, tmp_path: Path) -> None:
+    missing = tmp_path / "nope.json"
+    for command in (
+        ["status", "--json", "--mcp-config", str(missing)],
+        ["mcp", "list", "--json", "--mcp-config", str(missing)],
+        ["lsp", "list", "--json", "--lsp-config", str(missing)],
+    ):
+        result = CliRunner().invoke(app, [*command, "--workspace", str(layout.root)], env=layout.env)
+        assert result.exit_code == 1, command
+        said = json.loads(result.stdout)  # a script reads why, not an empty output
+        assert str(missing) in said["error"], command
+        assert said["problems"] == [said["error"]]

@@ -48,7 +48,7 @@ def lsp_list(
     read."""
     from mcpvisor.cli.lsp_commands import list_lsp_servers
 
-    with reported():
+    with reported(json_problems=as_json):
         readable = list_lsp_servers(
             env=dict(os.environ),
             workspace=workspace,

@@ -258,7 +258,7 @@ def status(
         interrupted = bool(ctrl_c.count)
         return found
 
-    with reported():
+    with reported(json_problems=as_json):
         found = anyio.run(until_told_to_stop)
     if found is None:
         raise typer.Exit(130 if interrupted else 1)

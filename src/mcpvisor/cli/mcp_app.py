@@ -40,7 +40,7 @@ def mcp_list(
     as the fleet's approvals decide)."""
     from mcpvisor.cli.commands import list_servers
 
-    with reported():
+    with reported(json_problems=as_json):
         broken = list_servers(
             env=dict(os.environ),
             workspace=workspace,

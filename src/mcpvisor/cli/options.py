@@ -165,9 +165,10 @@ def own_error(exc: BaseException) -> McpvisorError | None:
 
 
 @contextmanager
-def reported(*, json_events: bool = False) -> Iterator[None]:
+def reported(*, json_events: bool = False, json_problems: bool = False) -> Iterator[None]:
     """Turn mcpvisor's own errors into one red line on stderr and exit code 1; with ``json_events`` (a command
-    printing events as JSON lines), also into an ``error`` event with ``"fatal": true`` on stdout."""
+    printing events as JSON lines), also into an ``error`` event with ``"fatal": true`` on stdout; with
+    ``json_problems`` (a command printing one JSON document), into ``{"error": ..., "problems": [...]}``."""
     try:
         yield
     except (McpvisorError, BaseExceptionGroup) as exc:
@@ -176,6 +177,8 @@ def reported(*, json_events: bool = False) -> Iterator[None]:
             raise
         if json_events:
             typer.echo(json.dumps({"event": "error", "message": str(own), "fatal": True}))
+        elif json_problems:  # a script reading the output reads why
+            typer.echo(json.dumps({"error": str(own), "problems": [str(own)]}, indent=2))
         raise fail(str(own)) from None
 
 
