@@ -437,6 +437,14 @@ async def test_a_password_in_clear_in_the_publishers_settings_is_never_published
         assert a.log.read_text().count("holds a password in clear") == 1
         assert "write it as ${VAR}" in a.log.read_text()
         assert await tools(a) == {"mcp__u__echo"}  # the fleet's settings are the last published
+        status = fleet.command("fleet", "status", home=tmp_path / "c")
+        assert status.returncode == 1  # the fleet follows files its publisher no longer publishes: said
+        assert f"publishes no settings while {settings}: 'fleet.url' holds a password in clear" in " ".join(
+            status.stdout.split()
+        )
         fixed = {"url": "redis://:${REDIS_PASSWORD}@127.0.0.1:6379/0"}
         replace_text(settings, json.dumps({"fleet": fixed, "mcpServers": {"u": server("u"), "v": server("v")}}))
         await wait_tools(a, {"mcp__u__echo", "mcp__v__echo"})
+        await wait_until(
+            lambda: fleet.command("fleet", "status", home=tmp_path / "c").returncode == 0, what="the problem gone"
+        )

@@ -46,6 +46,7 @@ from mcpvisor.fleet.settings import (
     apply_snapshot,
     apply_to_settings,
     now,
+    publish_refusal,
     read_snapshot_texts,
 )
 from mcpvisor.fleet.store import (
@@ -416,6 +417,9 @@ class Replica(StackOwner):
 
     async def _list_self(self, client: redis.asyncio.Redis) -> None:
         keys = self.store.keys
+        fields = self.approvals.registry_fields()  # and a publisher that cannot publish says why: fleet status shows it
+        if self.publisher and not fields["error"] and (refused := publish_refusal(self._source)):
+            fields["error"] = f"publishes no settings while {refused}"
         async with client.pipeline(transaction=True) as pipe:
             pipe.hset(
                 keys.replica(self.id),
@@ -423,7 +427,7 @@ class Replica(StackOwner):
                     "addr": self.address,
                     "started": repr(self.started),
                     "gen": self.applied_gen,
-                    **self.approvals.registry_fields(),
+                    **fields,
                     "seen": now(),
                     "publisher": int(self.publisher),
                     "nonce": self._nonce,

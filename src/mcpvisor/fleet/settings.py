@@ -41,6 +41,7 @@ __all__ = [
     "Succession",
     "apply_snapshot",
     "apply_to_settings",
+    "publish_refusal",
     "published_elsewhere",
     "read_snapshot_texts",
 ]
@@ -83,14 +84,17 @@ class Snapshot:
 
 def read_snapshot_texts(source: Settings) -> dict[FileScope, str | None] | None:
     """The published scopes' raw texts as the files are now, or ``None`` when one does not parse (a
-    half-saved file is never published; the next good save is). Blocking: run it in a thread."""
+    half-saved file is never published; the next good save is) or holds a password in clear; why is
+    :func:`publish_refusal`'s. Blocking: run it in a thread."""
     texts: dict[FileScope, str | None] = {}
+    _WHY_NOT.pop(source.root, None)
     for scope in PUBLISHED_SCOPES:
         path = source.paths.of(scope)
         try:
             text = read_settings_text(path)
         except SettingsFileError as exc:
             logger.warning("not publishing settings: %s", exc)
+            _WHY_NOT[source.root] = str(exc)
             return None
         if text is None:
             texts[scope] = None
@@ -99,20 +103,29 @@ def read_snapshot_texts(source: Settings) -> dict[FileScope, str | None] | None:
             data = parse_settings_text(text, path)
         except SettingsFileError as exc:
             logger.info("not publishing settings while %s does not parse: %s", path, exc)
+            _WHY_NOT[source.root] = f"{path} does not parse"
             return None
         block = data.get("fleet")
         if isinstance(block, dict) and isinstance(url := block.get("url"), str) and holds_clear_password(url):
             if _REFUSED.get(path) != text:  # once per text: every heartbeat tries again
                 logger.error("not publishing settings: %s: %s", path, CLEAR_PASSWORD_PROBLEM)
             _REFUSED[path] = text
+            _WHY_NOT[source.root] = f"{path}: {CLEAR_PASSWORD_PROBLEM}"
             return None
         _REFUSED.pop(path, None)
         texts[scope] = text
     return texts
 
 
+def publish_refusal(source: Settings | None) -> str | None:
+    """Why the last read of ``source``'s files published nothing (None: it published, or was not read)."""
+    return _WHY_NOT.get(source.root) if source is not None else None
+
+
 _REFUSED: dict[Path, str] = {}
 """The text of each file last refused for a password in clear, said once."""
+_WHY_NOT: dict[Path, str] = {}
+"""Per publishing folder, why its files' last read was refused."""
 
 
 async def published_elsewhere(
