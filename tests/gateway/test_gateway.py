@@ -216,6 +216,25 @@ async def test_names_are_served_within_the_budget_stable_and_distinct(tmp_path: 
         assert await tool_names(client) == served
 
 
+async def test_a_short_name_served_before_its_server_went_says_why_it_is_gone(tmp_path: Path) -> None:
+    """The name a client holds is the served one: a call of it after its server was excluded or removed is told
+    that, with the fix, not that no server provides it (a long server name is cut in it, too)."""
+    name = "company-internal-knowledge-base-search-v2"
+    user = {"mcpServers": {name: server(name)}}
+    async with running(tmp_path, user=user, name_budget=40) as r, Client(r.gateway.server) as client:
+        [served] = await tool_names(client)
+        assert len(served) == 40
+        assert name not in served
+        save(r.layout.paths.user, {**user, "mcp": {"excluded": [name]}})
+        await r.settle()
+        said = text_of(await client.call_tool(served, {"text": "hi"}))
+        assert f"remove {name!r} from mcp.excluded in your settings" in said
+        save(r.layout.paths.user, {"mcpServers": {}})
+        await r.settle()
+        said = text_of(await client.call_tool(served, {"text": "hi"}))
+        assert f"server {name!r} was removed from the configuration this session" in said
+
+
 async def test_a_held_tool_keeps_its_short_name_and_a_call_by_it_says_why_it_is_held(tmp_path: Path) -> None:
     """A tool whose definition changed since approval is held back; a client that calls it by the short
     name it was served under is told it is held and how to accept it, not that nobody provides it."""

@@ -22,6 +22,8 @@ from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET, MIN_NAME_BUDGET
 __all__ = ["DEFAULT_NAME_BUDGET", "MIN_NAME_BUDGET", "ServedNames", "ServedPrompts", "shortened"]
 
 _HASH_LEN = 7
+FORMER_NAMES_KEPT = 4096
+"""Served names gone since remembered (the latest), for the reason a call of one is refused."""
 
 
 def shortened(name: str, budget: int, salt: int = 0) -> str:
@@ -35,10 +37,14 @@ def shortened(name: str, budget: int, salt: int = 0) -> str:
 class ServedNames:
     """Registered name -> served name under ``budget``, and back, for one set of names (see the module)."""
 
-    def __init__(self, names: Iterable[str], budget: int) -> None:
+    def __init__(self, names: Iterable[str], budget: int, *, former: ServedNames | None = None) -> None:
+        """``former``: the names served before; a name served then and gone since (its server removed, excluded,
+        waiting for approval) still stands for its registered name, so a client calling it is told why."""
         self.budget = budget
         self._served: dict[str, str] = {}
         self._registered: dict[str, str] = {}
+        gone: dict[str, str] = {**former._gone, **former._registered} if former is not None else {}
+        self._gone: dict[str, str] = dict(list(gone.items())[-FORMER_NAMES_KEPT:])
         ordered = sorted(set(names))
         fitting = [n for n in ordered if len(n) <= budget]
         for name in fitting:  # names within the budget are served as they are, and come first
@@ -60,7 +66,7 @@ class ServedNames:
 
     def registered(self, name: str) -> str:
         """The registered name a client's ``name`` stands for (an unknown name is returned as it is)."""
-        return self._registered.get(name, name)
+        return self._registered.get(name) or self._gone.get(name, name)
 
 
 class ServedPrompts:

@@ -116,10 +116,10 @@ class Gateway(StackOwner):
     ) -> None:
         if name_budget < MIN_NAME_BUDGET:
             raise ValueError(f"name_budget must be at least {MIN_NAME_BUDGET}, not {name_budget}")
-        self.config = config
-        self.name_budget = name_budget
+        self.config, self.name_budget = config, name_budget
         self._tool_names: ServedNames | None = None
         """Served tool names under the budget, rebuilt after the tools change (see :mod:`.names`)."""
+        self._former_names: ServedNames | None = None  # the names served before the last change of tools
         self._round_timeout_s = round_timeout_s
         self._round_state = round_state  # a fleet replica's (--fleet): its input rounds name it
         self.bus: SubscriptionBus = bus or InMemorySubscriptionBus()  # a fleet's reaches every replica's clients
@@ -197,8 +197,7 @@ class Gateway(StackOwner):
     # -- request handlers --------------------------------------------------------------------
 
     def _names(self) -> ServedNames:
-        """Served tool names. Tools held back since approval keep theirs (a client calling one is told
-        why it is held, and the name is the same once it is accepted)."""
+        """Served tool names; a tool held back since approval keeps its own (a call of it is told why)."""
         if self._tool_names is None:
             manager = self.config.manager
             held = {
@@ -207,7 +206,8 @@ class Gateway(StackOwner):
                 if (admitted := manager.held(server)) is not None
                 for tool in admitted.held_tools
             }
-            self._tool_names = ServedNames(self.config.tool_registry.names() | held, self.name_budget)
+            names = self.config.tool_registry.names() | held
+            self._tool_names = ServedNames(names, self.name_budget, former=self._former_names)
         return self._tool_names
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
@@ -389,7 +389,7 @@ class Gateway(StackOwner):
 
     def _on_event(self, event: McpEvent) -> None:
         if isinstance(event, ToolsChanged):
-            self._tool_names = None
+            self._former_names, self._tool_names = self._tool_names or self._former_names, None
         if isinstance(event, ToolsChanged | PromptsChanged):
             self.mark_changed(tools=isinstance(event, ToolsChanged), prompts=isinstance(event, PromptsChanged))
         elif isinstance(event, ServerStateChanged) or (isinstance(event, McpClientUpdate) and event.server):
