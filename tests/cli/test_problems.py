@@ -332,3 +332,11 @@ def test_a_json_listing_that_cannot_start_is_json_saying_why(layout: Layout, tmp
         said = json.loads(result.stdout)  # a script reads why, not an empty output
         assert str(missing) in said["error"], command
         assert said["problems"] == [said["error"]]
+
+
+def test_a_variable_form_not_read_is_said_rather_than_sent_as_written(layout: Layout) -> None:
+    write_json(layout.paths.user, {"mcpServers": {"gh": {"command": "x", "env": {"TOKEN": "${env:GITHUB_TOKEN}"}}}})
+    code, out = invoke(layout, "mcp", "list", "--json")
+    [said] = [p for p in json.loads(out)["problems"] if "GITHUB_TOKEN" in p]
+    assert said.startswith("'${env:GITHUB_TOKEN}' in MCP server 'gh' (")
+    assert "is kept as written: only ${VAR} and ${VAR:-default} are read (${env:VAR} is written ${VAR})" in said

@@ -134,7 +134,12 @@ ENV = {"A": "alpha", "EMPTY": "", "B_2": "beta"}
         ("${EMPTY}", "", set()),
         ("$$A", "$A", set()),
         ("cost $5", "cost $5", set()),
-        ("${A", "${A", set()),
+        ("${A", "${A", {"${A"}),  # kept as written, and said (as every form not read)
+        ("${env:A}", "${env:A}", {"${env:A}"}),
+        ("${A:?must be set}", "${A:?must be set}", {"${A:?must be set}"}),
+        ("x ${NOPE-d} y", "x ${NOPE-d} y", {"${NOPE-d}"}),
+        ("${A:-${B}}", "alpha}", {"${A:-${B}"}),
+        ("$${env:A}", "${env:A}", set()),
         ("$", "$", set()),
         ("no vars", "no vars", set()),
     ],

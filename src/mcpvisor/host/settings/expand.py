@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -24,6 +25,9 @@ def expand_string(text: str, env: Mapping[str, str], missing: set[str] | None = 
     to ``missing``. Anything else after ``$`` (``$5``, an unclosed ``${``) stays as written.
     """
 
+    if missing is not None and "${" in text:  # a form not read (${env:X}, ${X:?err}, nested): kept, and said
+        missing.update(_unread_forms(text))
+
     def replace(match: re.Match[str]) -> str:
         if match["dollar"]:
             return "$"
@@ -40,6 +44,31 @@ def expand_string(text: str, env: Mapping[str, str], missing: set[str] | None = 
         return value
 
     return _VAR.sub(replace, text)
+
+
+def _unread_forms(text: str) -> list[str]:
+    """Each ``${...}`` of ``text`` that is no ``${VAR}`` nor ``${VAR:-default}``, as written (to its first ``}``)."""
+    read = {m.start() for m in _VAR.finditer(text) if not m["dollar"] and "${" not in (m["default"] or "")}
+    escaped = {m.start() + 1 for m in _VAR.finditer(text) if m["dollar"]}
+    forms, after = [], 0
+    for i in range(len(text) - 1):
+        if i >= after and text.startswith("${", i) and i not in read and i not in escaped:
+            end = text.find("}", i)
+            after = len(text) if end < 0 else end + 1
+            forms.append(text[i:after])
+    return forms
+
+
+def expansion_warnings(missing: AbstractSet[str], subject: object) -> list[str]:
+    """What the expansion of ``subject``'s strings left to say: each undefined variable (expanded to ``""``), and
+    each ``${...}`` form it does not read (kept as written: the server would get it literally)."""
+    return [
+        f"{var!r} in {subject} is kept as written: only ${{VAR}} and ${{VAR:-default}} are read (${{env:VAR}} is "
+        "written ${VAR}); check what the server gets"
+        if var.startswith("${")
+        else f"undefined environment variable {var!r} in {subject} expanded to ''"
+        for var in sorted(missing)
+    ]
 
 
 _MIN_KEPT = 4

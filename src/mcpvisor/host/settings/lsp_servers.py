@@ -21,7 +21,7 @@ from typing import Any
 
 from mcpvisor.core.server_config import canonical_json
 from mcpvisor.host.lsp.config import LspScope, LspServerConfig, camel_fields
-from mcpvisor.host.settings.expand import expand_vars
+from mcpvisor.host.settings.expand import expand_vars, expansion_warnings
 from mcpvisor.host.settings.files import SettingsError, SettingsFileError, read_settings_file
 from mcpvisor.host.settings.servers import describe_validation
 
@@ -171,10 +171,7 @@ def build_lsp_entries(
             for field, ms in (("startupTimeout", cfg.startup_timeout), ("shutdownTimeout", cfg.shutdown_timeout))
             if ms is not None and ms < SECONDS_LIKE_MS
         )
-        warnings.extend(
-            f"undefined environment variable {var!r} in language server {name!r} ({where}) expanded to ''"
-            for var in sorted(missing)
-        )
+        warnings.extend(expansion_warnings(missing, f"language server {name!r} ({where})"))
         servers[str(name)] = LspEntry(cfg, source, path)
     return servers, warnings
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mcpvisor.core.gating import escape_glob, matches_any
-from mcpvisor.host.settings.expand import expand_vars
+from mcpvisor.host.settings.expand import expand_vars, expansion_warnings
 from mcpvisor.host.settings.schema import type_mismatches, unknown_keys
 from mcpvisor.host.settings.scopes import SCOPE_STAMPS, TRUST_SCOPES, SettingsScope
 from mcpvisor.host.settings.servers import ServerEntry, build_server_entries
@@ -152,7 +152,7 @@ def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> Merg
                 warnings.extend([problem] if problem else [])
             rest["mcp"] = {k: v for k, v in mcp.items() if k not in ("allowed", "excluded")}
         _deep_merge(data, expand_vars(rest, env, missing))
-        warnings.extend(f"undefined environment variable {var!r} in {where} expanded to ''" for var in sorted(missing))
+        warnings.extend(expansion_warnings(missing, where))
         built, more = build_server_entries(
             layer.data.get("mcpServers"), path=where, scope=layer.scope, stamp=SCOPE_STAMPS[layer.scope], env=env
         )

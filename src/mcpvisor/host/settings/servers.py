@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mcpvisor.core.server_config import REPOSITORY_SCOPES, McpServerConfig, Scope, canonical_json
-from mcpvisor.host.settings.expand import expand_vars
+from mcpvisor.host.settings.expand import expand_vars, expansion_warnings
 from mcpvisor.host.settings.files import SettingsError, SettingsFileError, read_settings_file
 from mcpvisor.host.settings.scopes import ServerScope
 
@@ -168,10 +168,7 @@ def build_server_entries(
             for field in sorted(cfg.model_extra or {})
             if field not in _EXTRA_OK
         )
-        warnings.extend(
-            f"undefined environment variable {var!r} in MCP server {name!r} ({where}) expanded to ''"
-            for var in sorted(missing)
-        )
+        warnings.extend(expansion_warnings(missing, f"MCP server {name!r} ({where})"))
         if cfg.timeout is not None and cfg.timeout < SECONDS_LIKE_TIMEOUT_MS:
             warnings.append(
                 f"'timeout' of MCP server {name!r} ({where}) is in milliseconds: {cfg.timeout} means "
