@@ -415,6 +415,36 @@ async def test_a_replica_serving_per_client_workspaces_follows_the_fleet(
                     await anyio.sleep(0.1)
 
 
+async def test_a_client_folders_own_files_are_followed_by_a_replica(tmp_path: Path, redis_server: RedisServer) -> None:
+    """The fleet publishes the publisher's default workspace only: a folder a client opens is its own, and its
+    edits apply as on a lone gateway (they were never applied)."""
+    with fleet_of(tmp_path, redis_server) as fleet:
+        home = tmp_path / "a"
+        replace_text(home / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {"u": server("u")}}))
+        other = tmp_path / "ws2"
+        replace_text(other / ".mcp.json", json.dumps({"mcpServers": {"q": server("q")}}))
+        a = fleet.start("ra", home, "--per-client-workspaces", "--workspace-root", str(tmp_path))
+        await ready(a)
+
+        async def listed(client: Any) -> set[str]:
+            return {t.name for t in (await client.list_tools(cache_mode="bypass")).tools}
+
+        async with client_for(a.url + "/mcp", other, mode="auto") as c:
+            for name in ("q", "q3"):
+                if name == "q3":
+                    servers = {"q": server("q"), "q3": server("q3")}
+                    replace_text(other / ".mcp.json", json.dumps({"mcpServers": servers}))
+                with anyio.fail_after(WAIT_S):
+                    while True:  # (the command reads the files itself)
+                        approved = fleet.command("mcp", "approve", name, "--workspace", str(other), home=tmp_path / "c")
+                        if approved.returncode == 0:
+                            break
+                        await anyio.sleep(0.2)
+                with anyio.fail_after(WAIT_S):
+                    while f"mcp__{name}__echo" not in await listed(c):  # noqa: ASYNC110 - another process's state
+                        await anyio.sleep(0.1)
+
+
 async def test_a_password_in_clear_in_the_publishers_settings_is_never_published(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:

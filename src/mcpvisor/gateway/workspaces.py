@@ -294,8 +294,14 @@ class WorkspaceGateway(StackOwner):
     async def _run(self, workspace: _Workspace) -> None:
         """Owner task: enter the workspace's host, gateway and session manager, serve until idle or
         stopped, then exit them in this same task."""
+        # A fleet's replica watches none of the files the fleet publishes, but a client folder's own are never
+        # published (only the publisher's default workspace is): they are watched here.
+        own = self._options.watched_scopes
+        if not workspace.default and self._options.settings_source is not None:
+            own = (*own, *(s for s in ("workspace", "project", "lsp_project") if s not in own))
         options = dataclasses.replace(
             self._options,
+            watched_scopes=own,
             workspace=workspace.root,
             pool=self._pool,
             session_id=f"{workspace.root}#{workspace.serial}",  # unique: a reopened workspace may overlap the old
