@@ -277,3 +277,9 @@ def test_a_configs_repr_and_its_validation_errors_show_no_secret() -> None:
     with pytest.raises(ValidationError) as raised_lsp:
         LspServerConfig(command="x", env="SUPERSECRET", extension_to_language={".py": "python"})
     assert "SUPERSECRET" not in str(raised_lsp.value)
+
+
+def test_user_info_made_of_variable_references_only_is_no_secret_to_hide() -> None:
+    said = "write it as ${VAR} (e.g. redis://:${REDIS_PASSWORD}@host:6379/0) and set VAR"
+    assert redact_text(said) == said
+    assert redact_text("redis://:hunter2@host/0 redis://u:${P}@h/0") == "redis://host/0 redis://h/0"

@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.server_config import redact_text
 from mcpvisor.fleet.approvals import FleetApprovalStore
 from mcpvisor.fleet.replica import Replica
 from mcpvisor.fleet.store import FleetStore, fleet_unreachable, parse_record, redact
@@ -178,7 +179,9 @@ def test_a_store_that_wants_a_password_says_so(redis_server: RedisServer) -> Non
         FleetStore(redis_server.url).ping()
     said = str(refused.value)
     assert "refused the connection's sign-in" in said
-    assert "give its password in the URL, percent-encoded: redis://:PASSWORD@HOST:6379/0" in said
+    fix = "give its password in the URL, percent-encoded: redis://:${REDIS_PASSWORD}@HOST:6379/0 with REDIS_PASSWORD"
+    assert fix in said
+    assert fix in redact_text(said)  # as a log line shows it: a ${VAR} reference is no secret to hide
     assert ".;" not in said
     store = FleetStore(f"{redis_server.url}?password=wrong")
     with pytest.raises(ConfigError, match="refused the connection's sign-in") as wrong:

@@ -317,12 +317,17 @@ def arguments_hint(command: Any) -> str:
 
 
 def redact_url(url: str) -> str:
-    """``url`` without user info and with every query value replaced by ``***``."""
+    """``url`` without user info and with every query value replaced by ``***``; user info made of ``${VAR}``
+    references only (``:${REDIS_PASSWORD}@``, as a fix tells how to write it) is no secret and stays."""
     parts = urlsplit(url)
-    netloc = parts.netloc.rsplit("@", 1)[-1]
+    userinfo, at, netloc = parts.netloc.rpartition("@")
+    if at and _REFERENCES_ONLY.fullmatch(userinfo):
+        netloc = parts.netloc
     query = "&".join(f"{k}=***" for k, _ in parse_qsl(parts.query, keep_blank_values=True))
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
+
+_REFERENCES_ONLY = re.compile(r"(\$\{[A-Za-z_][A-Za-z0-9_]*\})?:?(\$\{[A-Za-z_][A-Za-z0-9_]*\})?")
 
 CODE_LOADING_ENV = re.compile(
     r"^(LD_.*|DYLD_.*|GLIBC_TUNABLES|PATH|NODE_OPTIONS|NODE_PATH|NODE_REPL_EXTERNAL_MODULE|PYTHONSTARTUP|PYTHONPATH"

@@ -264,7 +264,8 @@ def sign_in_refused(exc: BaseException) -> str:
         return ""
     return (
         f"refused the connection's sign-in ({said}); give its password in the URL, percent-encoded: "
-        "redis://:PASSWORD@HOST:6379/0 (or redis://USER:PASSWORD@... for an ACL user)"
+        "redis://:${REDIS_PASSWORD}@HOST:6379/0 with REDIS_PASSWORD set (an ACL user: "
+        "redis://${REDIS_USER}:${REDIS_PASSWORD}@HOST:6379/0)"
     )
 
 
