@@ -153,3 +153,17 @@ def test_a_value_written_in_clear_into_a_repositorys_file_is_warned_about(layout
     )
     assert quiet.exit_code == 0
     assert "as written" not in quiet.stderr  # the user's own file
+
+
+def test_a_read_only_settings_file_is_not_rewritten(layout: Layout) -> None:
+    code, out = add(layout, "one", "--", "echo", "1")
+    assert code == 0, out
+    before = layout.paths.user.read_text()
+    layout.paths.user.chmod(0o444)  # its owner protected it
+    code, out = add(layout, "two", "--", "echo", "2")
+    assert code == 1
+    said = " ".join(out.split())
+    assert f"could not save {layout.paths.user}: the file is read-only" in said
+    assert "chmod u+w" in said
+    assert layout.paths.user.read_text() == before
+    assert oct(layout.paths.user.stat().st_mode & 0o777) == "0o444"

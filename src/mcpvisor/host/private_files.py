@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -94,7 +95,9 @@ def write_atomically(
 ) -> Signature:
     """Write ``text`` to a temporary file next to ``path``, flush it to disk and move it into place.
 
-    The file gets ``mode`` when given; else it keeps its permission bits, and a new file gets ``new_mode``.
+    The file gets ``mode`` when given; else it keeps its permission bits and owner — one that may not be
+    written (read-only, or not this user's to write) is refused, as an editor refuses it — and a new file
+    gets ``new_mode``.
     A symlinked file is written at its target, so the link stays — except a ``private`` store's, which
     is replaced by the file itself (a store follows no link), written without creating folders (its
     owner makes them private first). Raises :class:`ConfigError` (:func:`not_saved`) when it cannot be
@@ -103,17 +106,28 @@ def write_atomically(
     try:
         if not private:
             target.parent.mkdir(parents=True, exist_ok=True)
+        owner = None
         if mode is None:
             try:
-                mode = target.stat().st_mode & 0o7777
+                kept = target.stat()
             except FileNotFoundError:
                 mode = new_mode
+            else:
+                mode, owner = kept.st_mode & 0o7777, (kept.st_uid, kept.st_gid)
+                if not mode & 0o222 or not os.access(target, os.W_OK):
+                    raise ConfigError(
+                        f"could not save {path}: the file is read-only (its permissions let nobody, or not you, "
+                        f"write it); make it writable (chmod u+w {shlex.quote(str(target))}) if the change is "
+                        "meant — nothing was changed"
+                    )
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=tmp_prefix(target), suffix=TMP_SUFFIX)
     except OSError as exc:
         raise not_saved(path, exc) from exc
     try:
         with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), mode)
+            if owner is not None and owner != (os.geteuid(), os.getegid()) and os.geteuid() == 0:
+                os.fchown(fh.fileno(), *owner)  # root editing someone's file (sudo): it stays theirs
             fh.write(text.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
