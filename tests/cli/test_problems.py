@@ -340,3 +340,14 @@ def test_a_variable_form_not_read_is_said_rather_than_sent_as_written(layout: La
     [said] = [p for p in json.loads(out)["problems"] if "GITHUB_TOKEN" in p]
     assert said.startswith("'${env:GITHUB_TOKEN}' in MCP server 'gh' (")
     assert "is kept as written: only ${VAR} and ${VAR:-default} are read (${env:VAR} is written ${VAR})" in said
+
+
+def test_deciding_on_a_server_of_the_other_kind_names_the_command_that_does(layout: Layout) -> None:
+    write_json(layout.paths.project, {"mcpServers": {"p": {"command": "x"}}})
+    write_json(layout.paths.lsp_project, {"py": {"command": "pylsp", "extensionToLanguage": {".py": "python"}}})
+    code, out = failing(layout, "mcp", "approve", "py")
+    assert code == 1
+    assert "cannot approve server 'py': that name is a language server's; run: mcpvisor lsp approve py" in out
+    code, out = failing(layout, "lsp", "reject", "p")
+    assert code == 1
+    assert "cannot reject language server 'p': that name is an MCP server's; run: mcpvisor mcp reject p" in out

@@ -169,15 +169,26 @@ def _configured(settings: Settings, state: DesiredState, name: str, what: str) -
     cfg = state.assembled.servers.get(name)
     if cfg is None:
         warnings = (*settings.warnings, *state.assembled.warnings)
-        raise not_configured(settings, name, f"{what} server", "MCP server", state.assembled.servers, warnings)
+        from mcpvisor.cli.lsp_commands import load_lsp_state
+
+        lsp = load_lsp_state(settings.env, settings.root)[2].servers
+        other = (lsp, "language server", f"mcpvisor lsp {what}" if what in ("approve", "reject") else "")
+        raise not_configured(settings, name, f"{what} server", "MCP server", state.assembled.servers, warnings, other)
     return cfg
 
 
 def not_configured(
-    settings: Settings, name: str, doing: str, kind: str, known: Iterable[str], warnings: Iterable[str]
+    settings: Settings,
+    name: str,
+    doing: str,
+    kind: str,
+    known: Iterable[str],
+    warnings: Iterable[str],
+    other: tuple[Iterable[str], str, str] = ((), "", ""),
 ) -> ConfigError:
     """Why ``name`` is not among the configured servers (``kind``: "MCP server" or "language server"), with
-    the fix that applies: its entry is invalid, the folder is not trusted, or no entry has that name."""
+    the fix that applies: its entry is invalid, the folder is not trusted, it is a server of the ``other``
+    kind (its names, that kind, and the command that decides on them), or no entry has that name."""
     head = f"cannot {doing} {name!r}"
     for warning in warnings:
         if warning.startswith(f"skipped {kind} {name!r}"):
@@ -187,6 +198,10 @@ def not_configured(
             f"{head}: {settings.root} is not trusted, so its own settings files are not read; "
             f"if you trust it, run: mcpvisor mcp trust --workspace {shlex.quote(str(settings.root))}"
         )
+    names, other_kind, command = other
+    if name in set(names):
+        run = f"; run: {command} {name_word(name)}" if command else ""
+        return ConfigError(f"{head}: that name is {'an' if other_kind[0] == 'M' else 'a'} {other_kind}'s{run}")
     listed = ", ".join(sorted(known)) or "none"
     return ConfigError(
         f"{head}: no {kind} of that name is configured for {settings.root} (configured: {listed}); "

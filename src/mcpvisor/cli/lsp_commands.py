@@ -15,7 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from mcpvisor.cli.commands import not_configured, show_approval_lines
+from mcpvisor.cli.commands import load_state, not_configured, show_approval_lines
 from mcpvisor.cli.fleet import approval_store
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.approvals import ApprovalStore, is_gated
@@ -128,7 +128,11 @@ def decide_lsp(*, env: Mapping[str, str], workspace: Path | None, name: str, dec
     cfg = state.servers.get(name)
     if cfg is None:
         warnings = (*settings.warnings, *state.warnings)
-        raise not_configured(settings, name, f"{decision} language server", "language server", state.servers, warnings)
+        mcp = load_state(env, workspace)[2].assembled.servers
+        other = (mcp, "MCP server", f"mcpvisor mcp {decision}")
+        raise not_configured(
+            settings, name, f"{decision} language server", "language server", state.servers, warnings, other
+        )
     entry = state.assembled.sources[name]
     if not is_gated(cfg):
         raise ConfigError(
