@@ -169,9 +169,9 @@ def _configured(settings: Settings, state: DesiredState, name: str, what: str) -
     cfg = state.assembled.servers.get(name)
     if cfg is None:
         warnings = (*settings.warnings, *state.assembled.warnings)
-        from mcpvisor.cli.lsp_commands import load_lsp_state
+        from mcpvisor.host.lsp.desired import compute_lsp_state
 
-        lsp = load_lsp_state(settings.env, settings.root)[2].servers
+        lsp = compute_lsp_state(settings, approval_store(settings.env), cli_allowed=None, cli_files=[]).servers
         other = (lsp, "language server", f"mcpvisor lsp {what}" if what in ("approve", "reject") else "")
         raise not_configured(settings, name, f"{what} server", "MCP server", state.assembled.servers, warnings, other)
     return cfg
