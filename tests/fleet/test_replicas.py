@@ -345,16 +345,22 @@ def text(result: types.CallToolResult) -> str:
     return content.text
 
 
+async def publisher_and_follower(fleet: Fleet, tmp_path: Path) -> tuple[Replica, Replica]:
+    """Replica ra, whose settings have server u, publishes; rb, with none of its own, follows them."""
+    home_a, home_b = tmp_path / "a", tmp_path / "b"
+    replace_text(home_a / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {"u": server("u")}}))
+    replace_text(home_b / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {}}))
+    a = fleet.start("ra", home_a)
+    await ready(a)
+    b = fleet.start("rb", home_b)
+    await ready(b)
+    await wait_tools(b, {"mcp__u__echo"})  # A's files are the fleet's
+    return a, b
+
+
 async def test_the_publisher_lease_moves_on_when_its_holder_dies(tmp_path: Path, redis_server: RedisServer) -> None:
     with fleet_of(tmp_path, redis_server) as fleet:
-        home_a, home_b = tmp_path / "a", tmp_path / "b"
-        replace_text(home_a / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {"u": server("u")}}))
-        replace_text(home_b / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {}}))
-        a = fleet.start("ra", home_a)
-        await ready(a)
-        b = fleet.start("rb", home_b)
-        await ready(b)
-        await wait_tools(b, {"mcp__u__echo"})  # A's files are the fleet's
+        a, b = await publisher_and_follower(fleet, tmp_path)
         a.proc.kill()  # kill -9: it never gives the lease back
         a.proc.wait()
 
@@ -363,7 +369,7 @@ async def test_the_publisher_lease_moves_on_when_its_holder_dies(tmp_path: Path,
         await wait_tools(b, set(), absent={"mcp__u__echo"})
         said = b.log.read_text()
         assert "replica rb takes over publishing from ra, whose settings files differ from its own" in said
-        replace_text(home_b / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {"w": server("w")}}))
+        replace_text(tmp_path / "b" / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {"w": server("w")}}))
         await wait_tools(b, {"mcp__w__echo"})
         status = json.loads(fleet.command("fleet", "status", "--json", home=tmp_path / "c").stdout)
         publishers = [row["id"] for row in status["replicas"] if row["publisher"]]
@@ -376,14 +382,7 @@ async def test_a_store_that_lost_the_settings_gets_them_back_from_their_publishe
     """Emptied (or restored from a copy without them) while the publisher lives: the first replica to find the
     lease free does not make the fleet follow its own files; the replica that published them publishes again."""
     with fleet_of(tmp_path, redis_server) as fleet:
-        home_a, home_b = tmp_path / "a", tmp_path / "b"
-        replace_text(home_a / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {"u": server("u")}}))
-        replace_text(home_b / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {}}))
-        a = fleet.start("ra", home_a)
-        await ready(a)
-        b = fleet.start("rb", home_b)
-        await ready(b)
-        await wait_tools(b, {"mcp__u__echo"})
+        a, b = await publisher_and_follower(fleet, tmp_path)
         keys = FleetStore(fleet.url).keys
         with redis_server.client() as store:
             for _ in range(3):  # whoever beats first, each time
