@@ -641,3 +641,31 @@ async def test_a_session_whose_stream_is_not_read_is_answered_once_that_stream_i
         with anyio.fail_after(WAIT_S):
             answer = await post(stuck, {"jsonrpc": "2.0", "id": 9, "method": "ping"})
         assert answer.status_code == 200
+
+
+def test_the_replay_buffer_counts_the_memory_a_message_holds_not_its_json() -> None:
+    """A kept tools/list answer is its objects, about four times its JSON's length: counted by its JSON, the
+    buffer's bound let the gateway hold several times more than it said (+62 MB over 1,024 legacy streams)."""
+    import gc
+    import tracemalloc
+
+    from mcp_types import JSONRPCResponse
+
+    from mcpvisor.gateway.replay import _estimate
+
+    schema = {"type": "object", "properties": {"text": {"type": "string", "description": "the text"}}}
+    tools = [
+        {"name": f"mcp__s{i % 10}__tool_{i}", "description": "Does a thing with the text. " * 3, "inputSchema": schema}
+        for i in range(56)
+    ]
+    text = json.dumps({"tools": tools})
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        message = JSONRPCResponse(jsonrpc="2.0", id=7, result=json.loads(text))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held > 3 * len(text)  # what the old estimate missed
+    assert 0.7 * held < _estimate(message) < 1.5 * held

@@ -5,7 +5,8 @@ empty data) carrying a ``retry`` field, and every message gets an event id; a cl
 stream reconnects with ``Last-Event-ID`` and is sent what came after. :class:`ReplayBuffer` keeps that
 in memory, bounded so that no client can make the gateway hoard: at most ``max_streams`` streams (the
 least recently written go first), at most ``max_events`` events per stream, and about ``max_bytes`` of
-message data in all. Sizes are estimated from the messages' strings without serialising them again.
+memory in all. A message's size is the memory its objects take (``sys.getsizeof`` over its values: a
+kept message is the objects, which take several times their JSON's length), not serialised again.
 
 A stream that lost events to those bounds cannot be resumed from before the loss: the replay says
 so (the SDK answers the reconnect with an error) rather than skipping what it no longer has.
@@ -14,6 +15,7 @@ so (the SDK answers the reconnect with an error) rather than skipping what it no
 from __future__ import annotations
 
 import itertools
+import sys
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +27,7 @@ __all__ = ["ReplayBuffer", "SessionEvents"]
 
 MAX_STREAMS = 1024
 MAX_EVENTS = 64
-MAX_BYTES = 32 * 1024 * 1024
+MAX_BYTES = 64 * 1024 * 1024
 _SIZE_WALK_NODES = 10_000
 """How many values of one message are looked at to estimate its size; more counts as 'too big to keep'."""
 
@@ -125,24 +127,28 @@ class SessionEvents(EventStore):
 
 
 def _estimate(message: JSONRPCMessage | None) -> int:
-    """About how many bytes ``message`` serialises to: the lengths of its strings, plus a little per value."""
+    """About how much memory ``message`` holds: the sizes of its objects, each counted once."""
     if message is None:
         return 0
     budget = [_SIZE_WALK_NODES]
-    fields = getattr(message, "result", None) or getattr(message, "params", None) or getattr(message, "error", None)
-    return 64 + _walk(fields, budget)
+    return _walk(message, budget, set())
 
 
-def _walk(value: Any, budget: list[int]) -> int:
+def _walk(value: Any, budget: list[int], seen: set[int]) -> int:
     budget[0] -= 1
     if budget[0] < 0:
         return MAX_BYTES  # too many values to look at: treat it as too big to keep
-    if isinstance(value, str | bytes):
-        return len(value) + 2
+    if id(value) in seen:
+        return 0
+    seen.add(id(value))
+    size = sys.getsizeof(value, 64)
+    if isinstance(value, str | bytes | int | float | bool) or value is None:
+        return size
     if isinstance(value, dict):
-        return sum(len(str(k)) + 4 + _walk(v, budget) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return sum(1 + _walk(v, budget) for v in value)
+        return size + sum(_walk(k, budget, seen) + _walk(v, budget, seen) for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return size + sum(_walk(v, budget, seen) for v in value)
     if hasattr(value, "__dict__"):
-        return _walk(vars(value), budget)
-    return 8
+        extra = getattr(value, "__pydantic_fields_set__", None)  # a model's bookkeeping, kept with it
+        return size + _walk(vars(value), budget, seen) + (_walk(extra, budget, seen) if extra else 0)
+    return size
