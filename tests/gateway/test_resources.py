@@ -63,6 +63,11 @@ async def test_resources_keep_their_uri_unless_two_servers_list_it_and_read_from
         assert caught.value.code == -32002
         assert "resource 'note://nobody/1' not found: no connected MCP server lists it" in caught.value.message
         assert "servers with resources: a, b" in caught.value.message
+        # The URI both list (a subscriber may hold it from before the second came): each one's form, named.
+        with pytest.raises(MCPError) as shared:
+            await client.read_resource(SHARED)
+        forms = f"{namespaced_uri('a', SHARED)} or {namespaced_uri('b', SHARED)}"
+        assert shared.value.message == f"resource {SHARED!r} is listed by servers a, b: read {forms}"
         with pytest.raises(MCPError) as gone:
             await client.read_resource(namespaced_uri("left", SHARED))
         assert "server 'left' is not connected" in gone.value.message

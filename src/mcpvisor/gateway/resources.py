@@ -146,6 +146,14 @@ class ResourceRoutes:
                 "read it through a URI one of them lists",
             )
         clients = self._manager.clients()
+        listing = sorted(
+            n for n, c in clients.items() if c.status == "connected" and any(str(r.uri) == uri for r in c.resources)
+        )
+        if len(listing) > 1:  # served under each server's name since a second one lists it (e.g. after a reload)
+            forms = " or ".join(namespaced_uri(n, uri) for n in listing)
+            raise MCPError(
+                RESOURCE_NOT_FOUND, f"resource {uri!r} is listed by servers {', '.join(listing)}: read {forms}"
+            )
         with_resources = [n for n, c in clients.items() if c.resources or c.resource_templates]
         if len(with_resources) == 1:  # e.g. a resource_link of the only server with resources
             return with_resources[0], uri
