@@ -4,6 +4,7 @@ cannot be read fails ``status``."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from pathlib import Path
 
@@ -351,3 +352,21 @@ def test_deciding_on_a_server_of_the_other_kind_names_the_command_that_does(layo
     code, out = failing(layout, "lsp", "reject", "p")
     assert code == 1
     assert "cannot reject language server 'p': that name is an MCP server's; run: mcpvisor mcp reject p" in out
+
+
+def test_a_path_option_starting_with_a_tilde_is_under_the_home_folder(layout: Layout) -> None:
+    """A client's JSON config has no shell to expand ``~`` (before: "dir '~/ws' does not exist")."""
+    home = Path(layout.env["HOME"])
+    extra = home / "extra.json"
+    write_json(extra, {"mcpServers": {"x": {"command": "echo"}}})
+    relative = os.path.relpath(layout.root, home)
+    result = CliRunner().invoke(
+        app, ["mcp", "list", "--json", "-w", f"~/{relative}", "--mcp-config", "~/extra.json"], env=layout.env
+    )
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.stdout)
+    assert listed["workspace"] == str(layout.root)
+    assert [s["name"] for s in listed["servers"]] == ["x"]
+    missing = CliRunner().invoke(app, ["mcp", "list", "-w", "~/nope"], env=layout.env)
+    assert missing.exit_code == 2
+    assert f"'~/nope' does not exist ({home / 'nope'})" in " ".join(missing.output.split())

@@ -42,6 +42,21 @@ __all__ = [
     "split_names",
 ]
 
+
+def _home_expanded(value: Path | list[Path] | None) -> Path | list[Path] | None:
+    """``~`` in a path option read as the home folder, as a shell would have (a client's JSON config has no
+    shell); the folder of ``--workspace`` must exist."""
+    if isinstance(value, list):
+        return [path.expanduser() for path in value]
+    if value is None:
+        return None
+    folder = value.expanduser()
+    if not folder.is_dir():
+        said = "does not exist" if not folder.exists() else "is not a folder"
+        raise typer.BadParameter(f"{str(value)!r} {said}" + (f" ({folder})" if folder != value else ""))
+    return folder
+
+
 WorkspaceOpt = Annotated[
     Path | None,
     typer.Option(
@@ -50,8 +65,7 @@ WorkspaceOpt = Annotated[
         help="Workspace root (default: the current directory); an existing folder.",
         show_default=False,
         metavar="DIR",
-        exists=True,
-        file_okay=False,
+        callback=_home_expanded,
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output (JSON).")]
@@ -61,6 +75,7 @@ McpConfigOpt = Annotated[
     typer.Option(
         "--mcp-config",
         metavar="FILE",
+        callback=_home_expanded,
         help="Extra server file (mcpServers format); repeatable; highest precedence; read once at start.",
     ),
 ]
@@ -69,6 +84,7 @@ LspConfigOpt = Annotated[
     typer.Option(
         "--lsp-config",
         metavar="FILE",
+        callback=_home_expanded,
         help="Extra language servers file (.lsp.json format); repeatable; highest precedence; read once at start.",
     ),
 ]
