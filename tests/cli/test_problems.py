@@ -370,3 +370,15 @@ def test_a_path_option_starting_with_a_tilde_is_under_the_home_folder(layout: La
     missing = CliRunner().invoke(app, ["mcp", "list", "-w", "~/nope"], env=layout.env)
     assert missing.exit_code == 2
     assert f"'~/nope' does not exist ({home / 'nope'})" in " ".join(missing.output.split())
+
+
+def test_a_command_made_empty_by_an_unset_variable_says_so(layout: Layout) -> None:
+    """Before: "permission denied running ''"."""
+    write_json(layout.paths.user, {"mcpServers": {"e": {"command": "${UNSET_CMD_FOR_THIS_TEST}"}}})
+    code, out = invoke(layout, "status", "--json")
+    assert code == 1
+    [row] = json.loads(out)["servers"]
+    assert (
+        "its command is empty (written '${UNSET_CMD_FOR_THIS_TEST}': a variable in it is unset or empty)"
+        in (row["error"])
+    )

@@ -110,10 +110,13 @@ async def open_transport(
                 server=name,
             ) from exc
         except PermissionError as exc:
+            reason = (
+                f"its command is empty (written {cfg.approved_value('command')!r}: a variable in it is unset or empty)"
+                if not cfg.command
+                else f"permission denied running {cfg.command!r}"
+            )
             raise ConnectError(
-                f"could not start server {name!r}: permission denied running {cfg.command!r}; "
-                f"check mcpServers.{name}.command",
-                server=name,
+                f"could not start server {name!r}: {reason}; check mcpServers.{name}.command", server=name
             ) from exc
         transport = _FixedStreams(streams)
     elif cfg.http_url is not None:
