@@ -3,6 +3,7 @@ view says about a sign-in (never a token)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.oauth_settings import oauth_settings, token_key
-from mcpvisor.host.oauth_store import SignIn, missing_scopes, sign_in_state
+from mcpvisor.host.oauth_store import SignIn, TokenStore, missing_scopes, sign_in_state
 
 
 def entry(**oauth: Any) -> McpServerConfig:
@@ -89,3 +90,31 @@ def test_a_readable_sign_in_and_none_are_told_apart_from_an_unreadable_one() -> 
     for records in ({}, {key: {"client": {"client_id": "c"}}}):  # a registration without tokens is no sign-in
         none = sign_in_state(records, "t", cfg)
         assert (none.signed_in, none.unreadable) == (False, False)
+
+
+async def test_one_process_of_the_machine_refreshes_a_sign_in_at_a_time(tmp_path: Path) -> None:
+    """Refresh tokens rotate, and one used twice may revoke the whole grant: a second store (another process's)
+    waits for the first's turn to end and reads what it stored, rather than refreshing with the same token."""
+    import anyio
+
+    path = tmp_path / "oauth-tokens.json"
+    first, second = TokenStore(path), TokenStore(path)
+    turn = await first.refresh_turn("https://x.example/mcp")
+    assert turn is not None
+    waited: list[object] = []
+
+    async def wait_for_a_turn() -> None:
+        waited.append(await second.refresh_turn("https://x.example/mcp"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait_for_a_turn)
+        await anyio.sleep(0.3)
+        assert waited == []  # still waiting while the first refreshes
+        await turn.release(True)
+    assert waited == [None]  # the first refreshed: the stored tokens are read again
+    other = await second.refresh_turn("https://y.example/mcp")  # another sign-in: a turn of its own at once
+    assert other is not None
+    await other.release(False)
+    again = await second.refresh_turn("https://x.example/mcp")  # the first's turn over: a turn at once
+    assert again is not None
+    await again.release(False)

@@ -6,16 +6,20 @@ one record. A corrupt store fails closed: nothing is signed in, and the file is 
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import anyio
+
 from mcpvisor.core.errors import ConfigError, describe_invalid, name_word
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.oauth_settings import oauth_settings, token_key
-from mcpvisor.host.private_files import PrivateJsonStore
+from mcpvisor.host.private_files import STORE_MODE, PrivateJsonStore
 
 if TYPE_CHECKING:
     from mcp.shared.auth import OAuthClientInformationFull, OAuthMetadata, OAuthToken
@@ -24,6 +28,10 @@ if TYPE_CHECKING:
 __all__ = ["FileTokenStorage", "RefreshTurn", "SignIn", "TokenStore", "missing_scopes", "sign_in_state", "sign_ins"]
 
 logger = logging.getLogger(__name__)
+
+
+REFRESH_WAIT_S = 30.0
+"""How long a process waits for another of the machine to refresh a sign-in before it reads the store again."""
 
 
 class RefreshTurn:
@@ -98,9 +106,31 @@ class TokenStore(PrivateJsonStore):
     async def refresh_turn(self, key: str) -> RefreshTurn | None:
         """Take the turn to refresh ``key``'s tokens: a :class:`RefreshTurn` (this process refreshes, then
         releases it), or ``None`` when another process refreshed meanwhile (read the store again). The file
-        store: always this process. :class:`ConfigError` when the turn cannot be known now (a fleet's store
-        that does not answer: no refresh then, or a refresh token could be used twice)."""
-        return RefreshTurn()
+        store: one process of this machine at a time (a lock file per sign-in beside the store; one that finds
+        it taken waits for it, :data:`REFRESH_WAIT_S` at most). :class:`ConfigError` when the turn cannot be
+        known now (a fleet's store that does not answer: no refresh then, or a refresh token could be used twice)."""
+        from filelock import FileLock, Timeout
+
+        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+        lock = FileLock(self.path.with_name(f"{self.path.name}.refresh-{digest}.lock"), mode=STORE_MODE)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:  # another process refreshes: its tokens, once it is done
+            with anyio.move_on_after(REFRESH_WAIT_S):
+                while True:
+                    await anyio.sleep(0.05)
+                    with contextlib.suppress(Timeout):
+                        lock.acquire(timeout=0)
+                        lock.release()
+                        break
+            return None
+        except OSError:  # no lock file can be made here: refresh as a lone process would
+            return RefreshTurn()
+
+        async def release(refreshed: bool) -> None:
+            lock.release()
+
+        return RefreshTurn(release)
 
     def forget(self, key: str) -> bool:
         """Drop a server's sign-in; whether there was one."""
