@@ -382,3 +382,14 @@ def test_a_command_made_empty_by_an_unset_variable_says_so(layout: Layout) -> No
         "its command is empty (written '${UNSET_CMD_FOR_THIS_TEST}': a variable in it is unset or empty)"
         in (row["error"])
     )
+
+
+def test_a_url_left_without_a_host_by_an_unset_variable_says_so(layout: Layout) -> None:
+    """Before: httpx's "Request URL is missing an 'http://' or 'https://' protocol" beside https://${…}."""
+    write_json(layout.paths.user, {"mcpServers": {"r": {"type": "http", "url": "https://${UNSET_HOST_FOR_TEST}/mcp"}}})
+    code, out = invoke(layout, "status", "--json")
+    assert code == 1
+    [row] = json.loads(out)["servers"]
+    assert (
+        "its URL has no host (written 'https://${UNSET_HOST_FOR_TEST}/mcp': a variable in it is unset" in (row["error"])
+    )

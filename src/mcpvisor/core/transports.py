@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import mcp_types as types
@@ -70,6 +71,14 @@ async def open_transport(
         return _FixedStreams(await stack.enter_async_context(served)), None
     transport: Any
     process: StdioProcess | None = None
+    if cfg.command is None and not urlsplit(cfg.http_url or cfg.url or "").hostname:
+        written = str(cfg.approved_value("http_url" if cfg.http_url is not None else "url"))
+        unset = ": a variable in it is unset or empty" if "$" in written else ""
+        raise ConnectError(
+            f"could not reach server {name!r}: its URL has no host (written {written!r}{unset}); "
+            f"check mcpServers.{name}.url",
+            server=name,
+        )
     if cfg.command is not None:
         adopted = ahead.take(cfg) if ahead is not None else None
         # A server may print anything it was given, secrets included: the log is the user's alone (0600).
