@@ -30,6 +30,7 @@ __all__ = [
     "describe_servers",
     "fill_hint",
     "held_text",
+    "lsp_hint",
     "plural",
     "short_command",
     "short_path",
@@ -126,10 +127,15 @@ def fill_hint(hint: str, name: str) -> str:
     return hint.format(name=shlex.quote(name) if hint.startswith("/") else name_word(name))
 
 
+def lsp_hint(hint: str) -> str:
+    """An MCP server's approve hint (``{name}`` in it) as the one of a language server: ``lsp approve``."""
+    return hint.replace(" mcp approve ", " lsp approve ", 1)
+
+
 def lsp_approve_hint(root: str | os.PathLike[str], name: str, options: str = "") -> str:
     """The command that approves language server ``name``, working where it is printed (:func:`command_hints`;
     ``options``: a fleet's ``--fleet URL``)."""
-    return fill_hint(command_hints(root, options=options)[0].replace(" mcp approve ", " lsp approve ", 1), name)
+    return fill_hint(lsp_hint(command_hints(root, options=options)[0]), name)
 
 
 def describe_servers(

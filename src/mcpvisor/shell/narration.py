@@ -17,7 +17,7 @@ from mcpvisor.host.host import Host, HostEvent, Ready, SettingsWarning
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpReloadFailed
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
 from mcpvisor.host.settings.loader import SettingsError
-from mcpvisor.host.status import APPROVE_HINT, fill_hint, plural, with_options
+from mcpvisor.host.status import APPROVE_HINT, fill_hint, lsp_hint, plural, with_options
 from mcpvisor.host.watcher import RestartRequired, SettingsOk
 from mcpvisor.shell.views import render_lsp_status, render_status
 
@@ -145,7 +145,7 @@ class HumanOutput:
             if not self._ready:
                 return  # the status table shown when ready says it
             for name in fresh:
-                fix = fill_hint(self._approve_command.replace(" mcp approve ", " lsp approve ", 1), name)
+                fix = fill_hint(lsp_hint(self._approve_command), name)
                 self._say(f"[yellow]? language server {escape(str(name))} needs approval — run: {escape(fix)}[/]")
         elif isinstance(event, LspServerChanged) and self._ready:
             if event.state == "ready":

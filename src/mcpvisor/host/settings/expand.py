@@ -48,14 +48,21 @@ def expand_string(text: str, env: Mapping[str, str], missing: set[str] | None = 
 
 def _unread_forms(text: str) -> list[str]:
     """Each ``${...}`` of ``text`` that is no ``${VAR}`` nor ``${VAR:-default}``, as written (to its first ``}``)."""
-    read = {m.start() for m in _VAR.finditer(text) if not m["dollar"] and "${" not in (m["default"] or "")}
-    escaped = {m.start() + 1 for m in _VAR.finditer(text) if m["dollar"]}
-    forms, after = [], 0
-    for i in range(len(text) - 1):
-        if i >= after and text.startswith("${", i) and i not in read and i not in escaped:
-            end = text.find("}", i)
-            after = len(text) if end < 0 else end + 1
-            forms.append(text[i:after])
+    passed: set[int] = set()  # where a form that is read starts, or the ``${`` of an escaped ``$${``
+    for match in _VAR.finditer(text):
+        if match["dollar"]:
+            passed.add(match.start() + 1)
+        elif "${" not in (match["default"] or ""):
+            passed.add(match.start())
+    forms, start = [], text.find("${")
+    while start >= 0:
+        if start in passed:
+            start = text.find("${", start + 2)
+            continue
+        end = text.find("}", start)
+        after = len(text) if end < 0 else end + 1
+        forms.append(text[start:after])
+        start = text.find("${", after)
     return forms
 
 
