@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from mcpvisor.cli.main import app
+from tests.helpers import mcpvisor_command
 from tests.layout import Layout, make_layout, write_json
 
 
@@ -109,11 +111,13 @@ def test_a_suggested_command_takes_a_servers_name_as_one_word_whatever_the_repos
         found = [hint[: hint.index(word) + len(word)] for hint in said if word in hint]
         assert len(found) == 2, (name, said)  # (language servers: status and lsp list)
         hints.update(found)
-    for hint in sorted(hints):  # pasted into a shell: the very command, and nothing else
+    # Pasted into a real shell, with this mcpvisor first on its PATH: the very command, and nothing else.
+    shell_env = {**os.environ, **env, "PATH": f"{Path(mcpvisor_command()).parent}{os.pathsep}{os.environ['PATH']}"}
+    for hint in sorted(hints):
         words = shlex.split(hint)
         assert words[:2] == ["mcpvisor", "lsp" if "lsp approve" in hint else "mcp"], hint
-        result = CliRunner().invoke(app, words[1:], env=env)
-        assert result.exit_code == 0, (hint, result.output)
+        pasted_in = subprocess.run(["sh", "-c", hint], env=shell_env, capture_output=True, text=True, timeout=120)
+        assert pasted_in.returncode == 0, (hint, pasted_in.stdout, pasted_in.stderr)
     assert not pasted.exists()
     listed = json.loads(CliRunner().invoke(app, ["mcp", "list", "--json", "-w", str(layout.root)], env=env).stdout)
     assert {server["name"]: server["approval"] for server in listed["servers"]} == dict.fromkeys(names, "approved")

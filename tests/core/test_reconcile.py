@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from mcpvisor.core import processes
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError, NotFoundError, ServerUnavailableError, ToolNotFoundError
 from mcpvisor.core.events import McpEvent, ReconcileFinished, ServerStateChanged
@@ -148,9 +149,12 @@ async def test_removing_a_server_drops_its_prompts_too(config: Config) -> None:
     assert set(config.prompt_registry.names()) == {"q"}
 
 
-async def test_a_server_slow_to_exit_delays_no_other_servers_start(config: Config, tmp_path: Path) -> None:
+async def test_a_server_slow_to_exit_delays_no_other_servers_start(
+    config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One save removes a server that ignores the end of its input and SIGTERM (seconds to stop) and adds another:
     the new one is callable while the old one still runs; the pass ends once it is gone."""
+    monkeypatch.setattr(processes, "TERMINATE_GRACE_S", 15.0)  # a slow machine starts n well within its stop
     marker = tmp_path / "x.pids"
     await config.initialize()
     await config.reinitialize_mcp_servers({"x": light("x", "--stubborn", "--marker", str(marker)), "r": light("r")})

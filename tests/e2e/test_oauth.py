@@ -243,6 +243,7 @@ def test_an_authorization_server_that_fails_to_refresh_leaves_the_unexpired_toke
         server.token_endpoint_down()
         row = status_row(layout)
         assert row["state"] == "connected", row  # not "needs authentication": nothing refused the sign-in
+        assert "token-endpoint-down" in server.events()  # the refresh was tried, and failed
         assert "refresh" not in server.events()
         [record] = json.loads(store_path(layout).read_text()).values()
         assert record["tokens"]  # kept: refreshed once the authorization server answers again

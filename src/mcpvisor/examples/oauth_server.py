@@ -20,7 +20,7 @@ tests and demos on loopback:
 - ``--needs-scope TOOL=SCOPE`` refuses a call of TOOL made with a token without SCOPE: 403
   ``insufficient_scope`` naming the scope, as a server asking for a wider sign-in (a scope step-up);
 - ``--marker PATH`` appends a line per event (``register``, ``authorize``, ``token``, ``refresh``,
-  ``revoke``) so a test can count them.
+  ``revoke``, ``token-endpoint-down``: a request it answered 503) so a test can count them.
 
 Tools: the configurable tools of the other examples (``--tools``, each returns ``"{name}:{tool}:{text}"``).
 Everything lives in memory: a restart forgets clients and tokens.
@@ -244,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     app = server.streamable_http_app(host=args.host)
 
     async def down_or(request: Request) -> Response:
+        provider._mark("token-endpoint-down")
         return Response("<html>503 Service Unavailable</html>", status_code=503, media_type="text/html")
 
     token_route = next(r for r in app.router.routes if isinstance(r, Route) and r.path == "/token")
