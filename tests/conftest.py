@@ -1,7 +1,7 @@
-"""Shared test configuration: every async test runs on anyio's asyncio backend; the conformance tests
-need npm and are left out, loudly, where there is none (unless ``MCPVISOR_CONFORMANCE=1`` says they must
-run); the fleet tests need ``redis-server`` and ``haproxy`` and are left out the same way (unless
-``MCPVISOR_FLEET_TESTS=1``)."""
+"""Shared test configuration: every async test runs on anyio's asyncio backend; the conformance tests (the
+official suite, the npm reference server) need npm and are left out, loudly, where there is none (unless
+``MCPVISOR_CONFORMANCE=1`` says they must run); the fleet tests need ``redis-server`` and ``haproxy`` and
+are left out the same way (unless ``MCPVISOR_FLEET_TESTS=1``)."""
 
 from __future__ import annotations
 
@@ -44,8 +44,9 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without npm the conformance suite cannot be installed: leave its tests out (said in the summary),
-    unless ``MCPVISOR_CONFORMANCE=1`` (as in ``.ci/run``), where they run and a missing npm fails them."""
+    """Without npm the conformance suite and the reference server cannot be installed: leave their tests out
+    (said in the summary), unless ``MCPVISOR_CONFORMANCE=1`` (as in ``.ci/run``), where they run and a missing
+    npm fails them."""
     for marker, forced, binaries, left_out in (
         ("conformance", "MCPVISOR_CONFORMANCE", ("npm",), _left_out),
         ("fleet", "MCPVISOR_FLEET_TESTS", ("redis-server", "haproxy"), _fleet_left_out),
@@ -61,7 +62,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _left_out:
         terminalreporter.write_line(
-            f"{len(_left_out)} conformance tests not run: npm is not installed (install Node.js with npm to run "
+            f"{len(_left_out)} conformance tests (the official suite, the npm reference server) not run: npm is "
+            "not installed (install Node.js with npm to run "
             "them; MCPVISOR_CONFORMANCE=1 makes this an error)",
             yellow=True,
             bold=True,

@@ -1,20 +1,18 @@
 """The official MCP conformance suite (npm ``@modelcontextprotocol/conformance``) against
 ``mcpvisor serve --http``, with real example servers upstream.
 
-The suite and the Node.js 22 it needs (the npm package ``node@22``) are installed from the npm registry
-on first use into ``.conformance/`` at the repository root (gitignored): only ``npm`` is needed on the
-machine, and without it these tests fail saying so. The scenarios are the ones that apply to a gateway
-whose upstream servers are mcpvisor's own examples; each must pass with no failure and no warning.
-The ``tools-call-*`` scenarios expect tools of the suite's own reference server (``test_simple_text``,
-``test_sampling``, ...), which these upstreams do not offer, and the ``prompts-get-*`` and
-``completion-complete`` ones its prompts: they are left out. ``server-sse-polling`` calls
-``test_reconnection`` by its own name, which the gateway routes to the one upstream offering it.
+The suite and the Node.js 22 it needs are installed from the npm registry on first use
+(:mod:`tests.e2e.npm_peers`): only ``npm`` is needed on the machine, and without it these tests fail saying
+so. The scenarios are the ones that apply to a gateway whose upstream servers are mcpvisor's own examples;
+each must pass with no failure and no warning. The ``tools-call-*`` scenarios expect tools of the suite's own
+reference server (``test_simple_text``, ``test_sampling``, ...), which these upstreams do not offer, and the
+``prompts-get-*`` and ``completion-complete`` ones its prompts: they are left out. ``server-sse-polling``
+calls ``test_reconnection`` by its own name, which the gateway routes to the one upstream offering it.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -23,19 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
 
 from mcpvisor.gateway.lazy_streams import COMMIT_AFTER_S
+from tests.e2e.npm_peers import installed, node_env
 from tests.helpers import LIGHT, WAIT_S, free_port, mcpvisor_command
 from tests.layout import make_layout, write_json
 
 pytestmark = pytest.mark.conformance
 
-CONFORMANCE_VERSION = "0.1.16"
-NODE_PACKAGE = "node@22"  # the suite needs Node.js 22; the npm package brings its own binary
-ROOT = Path(__file__).resolve().parents[2]
-INSTALL_DIR = ROOT / ".conformance"
-INSTALL_TIMEOUT_S = 300
 SCENARIO_TIMEOUT_S = 90
 
 SCENARIOS = [
@@ -55,34 +48,9 @@ SCENARIOS = [
 ]
 
 
-BIN_DIR = INSTALL_DIR / "node_modules" / ".bin"
-
-
 def conformance_command() -> Path:
-    """The suite's command, installed with its Node.js on first use; run it with :func:`node_env`.
-    Test processes running side by side (pytest-xdist) install it once: the first holds a lock."""
-    binary = BIN_DIR / "conformance"
-    marker = INSTALL_DIR / f"installed-{CONFORMANCE_VERSION}-{NODE_PACKAGE}"
-    INSTALL_DIR.mkdir(exist_ok=True)
-    with FileLock(INSTALL_DIR / "install.lock", timeout=INSTALL_TIMEOUT_S):
-        if binary.exists() and (BIN_DIR / "node").exists() and marker.exists():
-            return binary
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.fail("the MCP conformance tests need npm (any Node.js with npm): install it, then run them again")
-        subprocess.run(
-            [npm, "install", "--prefix", str(INSTALL_DIR), "--no-audit", "--no-fund", "--silent",
-             NODE_PACKAGE, f"@modelcontextprotocol/conformance@{CONFORMANCE_VERSION}"],
-            check=True,
-            timeout=INSTALL_TIMEOUT_S,
-        )  # fmt: skip
-        marker.touch()
-    return binary
-
-
-def node_env() -> dict[str, str]:
-    """The environment with the installed Node.js 22 first on the PATH (the suite's ``#!/usr/bin/env node``)."""
-    return {**os.environ, "PATH": f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"}
+    """The suite's command, installed with its Node.js on first use; run it with :func:`node_env`."""
+    return installed() / "conformance"
 
 
 def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:

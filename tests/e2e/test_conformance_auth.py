@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_conformance import conformance_command, node_env
+from tests.e2e.npm_peers import node_env
+from tests.e2e.test_conformance import conformance_command
 from tests.helpers import mcpvisor_command
 
 pytestmark = pytest.mark.conformance
