@@ -3,11 +3,13 @@
 
 The suite and the Node.js 22 it needs are installed from the npm registry on first use
 (:mod:`tests.e2e.npm_peers`): only ``npm`` is needed on the machine, and without it these tests fail saying
-so. The scenarios are the ones that apply to a gateway whose upstream servers are mcpvisor's own examples;
-each must pass with no failure and no warning. The ``tools-call-*`` scenarios expect tools of the suite's own
-reference server (``test_simple_text``, ``test_sampling``, ...), which these upstreams do not offer, and the
-``prompts-get-*`` and ``completion-complete`` ones its prompts: they are left out. ``server-sse-polling``
-calls ``test_reconnection`` by its own name, which the gateway routes to the one upstream offering it.
+so. Each scenario must pass with no failure and no warning. Most call the tools, prompts and resources of the
+suite's own reference server by their own names (``test_simple_text``, ``test_sampling``,
+``test_prompt_with_arguments``, ``test://static-binary``...): the ``reference`` upstream
+(:mod:`mcpvisor.examples.reference_server`) offers them, and the gateway routes a name to the one upstream
+offering it. ``json-schema-2020-12`` alone is left out: it looks for ``json_schema_2020_12_tool`` in the
+listing, where the gateway serves ``mcp__reference__json_schema_2020_12_tool``; that the schema's 2020-12
+keywords pass through is checked below with the served name.
 """
 
 from __future__ import annotations
@@ -20,14 +22,19 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
+from mcp import Client
 
+from mcpvisor.examples.reference_server import SCHEMA_2020_12
 from mcpvisor.gateway.lazy_streams import COMMIT_AFTER_S
 from tests.e2e.npm_peers import installed, node_env
 from tests.helpers import LIGHT, WAIT_S, free_port, mcpvisor_command
 from tests.layout import make_layout, write_json
 
 pytestmark = pytest.mark.conformance
+
+REFERENCE = "mcpvisor.examples.reference_server"
 
 SCENARIO_TIMEOUT_S = 90
 
@@ -45,6 +52,24 @@ SCENARIOS = [
     "server-sse-multiple-streams",
     "dns-rebinding-protection",
     "server-sse-polling",
+    "tools-call-simple-text",
+    "tools-call-image",
+    "tools-call-audio",
+    "tools-call-embedded-resource",
+    "tools-call-mixed-content",
+    "tools-call-with-logging",
+    "tools-call-error",
+    "tools-call-with-progress",
+    "tools-call-sampling",
+    "tools-call-elicitation",
+    "elicitation-sep1034-defaults",
+    "elicitation-sep1330-enums",
+    "resources-read-binary",
+    "prompts-get-simple",
+    "prompts-get-with-args",
+    "prompts-get-embedded-resource",
+    "prompts-get-with-image",
+    "completion-complete",
 ]
 
 
@@ -78,7 +103,9 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         # and retry of a POST stream, which a call silent for longer than COMMIT_AFTER_S gets.
         *("--slow-call", f"test_reconnection={COMMIT_AFTER_S + 0.5:g}"),
     ]
-    write_json(layout.paths.user, {"mcpServers": {"demo": {"command": upstream[0], "args": upstream[1:]}}})
+    reference = {"command": sys.executable, "args": ["-m", REFERENCE]}
+    servers = {"demo": {"command": upstream[0], "args": upstream[1:]}, "reference": reference}
+    write_json(layout.paths.user, {"mcpServers": servers})
     port = free_port()
     command = [mcpvisor_command(), "serve", "--http", f"127.0.0.1:{port}", "--no-auth"]
     log = layout.home / "serve.log"
@@ -108,3 +135,14 @@ def test_the_gateway_passes_the_official_conformance_scenario(gateway_url: str, 
     assert " 0 failed" in output, output
     assert "Passed: 0/" not in output, output
     assert "WARNING" not in output, output
+
+
+async def test_a_json_schema_2020_12_input_schema_is_listed_as_its_server_wrote_it(gateway_url: str) -> None:
+    """What ``json-schema-2020-12`` checks (``$schema``, ``$defs``, ``additionalProperties`` kept), under the
+    name the gateway serves the tool by."""
+    name = "mcp__reference__json_schema_2020_12_tool"
+    async with Client(gateway_url) as client:
+        with anyio.fail_after(WAIT_S):
+            while name not in (tools := {tool.name: tool for tool in (await client.list_tools()).tools}):  # noqa: ASYNC110
+                await anyio.sleep(0.05)  # the servers may still be starting: nothing to wait on but the listing
+    assert tools[name].input_schema == SCHEMA_2020_12

@@ -185,6 +185,35 @@ async def test_a_tool_called_by_its_own_name_reaches_the_one_server_offering_it(
         assert "no MCP server providing it" in text_of(missing)
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_prompt_asked_for_by_its_own_name_comes_from_the_one_server_offering_it(
+    tmp_path: Path, mode: str
+) -> None:
+    """As with tools: a client that knows a server's prompt by its own name gets it (and its argument
+    completions) when exactly one server offers it, and is told which names to use when several do."""
+    user = {"mcpServers": {"a": server("a", "--prompts", "plan,brief"), "b": server("b", "--prompts", "brief")}}
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server, mode=mode) as client:
+        assert "plan" not in {prompt.name for prompt in (await client.list_prompts()).prompts}
+        assert text_of(await client.get_prompt("plan", {"topic": "cats"})) == "a:plan:cats"
+        ref = types.PromptReference(type="ref/prompt", name="plan")
+        assert (await client.complete(ref, {"name": "topic", "value": "wea"})).completion.values == ["a:topic:wea"]
+        expected = (
+            "prompt 'brief' is ambiguous: servers a, b each offer a prompt by that name; get one of mcp__a__brief, "
+            "mcp__b__brief"
+        )
+        with pytest.raises(MCPError) as ambiguous:
+            await client.get_prompt("brief", {"topic": "cats"})
+        assert ambiguous.value.message == expected
+        with pytest.raises(MCPError) as ambiguous_ref:
+            await client.complete(
+                types.PromptReference(type="ref/prompt", name="brief"), {"name": "topic", "value": ""}
+            )
+        assert ambiguous_ref.value.message == expected
+        with pytest.raises(MCPError) as missing:
+            await client.get_prompt("nothing")
+        assert "prompt 'nothing' not found" in missing.value.message
+
+
 LONG_TOOLS = (
     "create_or_update_pull_request_review_comment_thread_with_suggestions",
     "create_or_update_pull_request_review_comment_thread_with_reactions",

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from mcpvisor.core.registry import RegisteredPrompt, fnv1a_base36, mcp_tool_name
+from mcpvisor.core.errors import NotFoundError
+from mcpvisor.core.registry import TOOL_PREFIX, RegisteredPrompt, fnv1a_base36, mcp_tool_name
 from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET, MIN_NAME_BUDGET
 
 __all__ = ["DEFAULT_NAME_BUDGET", "MIN_NAME_BUDGET", "ServedNames", "ServedPrompts", "shortened"]
@@ -81,5 +82,20 @@ class ServedPrompts:
         """Served name -> prompt."""
 
     def find(self, name: str) -> RegisteredPrompt | None:
-        """The prompt served as ``name``, or named ``name`` before shortening."""
-        return self.by_name.get(name) or self._by_full_name.get(name)
+        """The prompt served as ``name``, or named ``name`` before shortening, or — for a client that knows a
+        server's prompt by its own name, as with tools — the one prompt by that name on its server. Raises
+        :class:`~mcpvisor.core.errors.NotFoundError` naming the served names when several servers offer one."""
+        found = self.by_name.get(name) or self._by_full_name.get(name)
+        if found is not None or name.startswith(TOOL_PREFIX):
+            return found
+        owners = {served: p for served, p in self.by_name.items() if p.prompt.name == name}
+        if len(owners) > 1:
+            servers = ", ".join(sorted(p.server for p in owners.values()))
+            raise NotFoundError(
+                f"prompt {name!r} is ambiguous: servers {servers} each offer a prompt by that name; get one of "
+                + ", ".join(sorted(owners)),
+                kind="prompt",
+                target=name,
+                reason="ambiguous",
+            )
+        return next(iter(owners.values()), None)

@@ -171,9 +171,9 @@ async def complete(
     ref = params.ref
     upstream_ref: types.PromptReference | types.ResourceTemplateReference
     if isinstance(ref, types.PromptReference):
-        entry = prompts.find(ref.name)
-        if entry is None:
-            raise MCPError(types.INVALID_PARAMS, str(config.not_found(ref.name, "prompt")))
+        with as_mcp_errors():  # (several servers offering a prompt by its own name: which to complete)
+            if (entry := prompts.find(ref.name)) is None:
+                raise config.not_found(ref.name, "prompt")
         server, upstream_ref = entry.server, ref.model_copy(update={"name": entry.prompt.name})
     else:
         server, upstream_ref = routes.template_owner(ref.uri), ref

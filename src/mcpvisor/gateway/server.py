@@ -285,9 +285,9 @@ class Gateway(StackOwner):
         self, ctx: _Ctx, params: types.GetPromptRequestParams
     ) -> types.GetPromptResult | types.InputRequiredResult:
         # A prompt result has no error flag: failures are JSON-RPC errors carrying the same messages.
-        entry = self._prompts().find(params.name)
-        if entry is None:
-            raise MCPError(types.INVALID_PARAMS, str(self.config.not_found(params.name, "prompt")))
+        with as_mcp_errors():  # (several servers offering a prompt by its own name: which to get)
+            if (entry := self._prompts().find(params.name)) is None:
+                raise self.config.not_found(params.name, "prompt")
 
         async def get(progress: Progress) -> types.GetPromptResult:
             with as_mcp_errors():
