@@ -135,10 +135,16 @@ async def running(
         HostOptions(env=layout.env, workspace=layout.root, client_requests=client_requests, in_memory=in_memory)
     )
     excluded_at_reconcile: list[tuple[str, ...]] = []
+    excluded_at_start: tuple[str, ...] = ()
 
     def record(event: HostEvent) -> None:
-        if isinstance(event, ReconcileFinished):
-            excluded_at_reconcile.append(tuple(host.config.get_mcp_gating().excluded or ()))
+        # What a pass excluded is the gating as it began (its plan is made then, with no wait between): read at its
+        # end, a later edit the watcher has read meanwhile would count as applied.
+        nonlocal excluded_at_start
+        if isinstance(event, McpClientUpdate) and event.in_progress:
+            excluded_at_start = tuple(host.config.get_mcp_gating().excluded or ())
+        elif isinstance(event, ReconcileFinished):
+            excluded_at_reconcile.append(excluded_at_start)
 
     host.subscribe(record)
     async with host, Gateway(host.config, **gateway_options) as gateway:
