@@ -87,6 +87,16 @@ def test_a_fix_hint_works_from_where_it_is_printed(
             assert "--workspace" not in said
         else:
             assert f"needs approval — run: mcpvisor mcp approve --workspace {layout.root} p" in said
+    trusting = {"security": {"folderTrust": {"enabled": True}}, "mcpServers": {"u": {"command": "x"}}}
+    write_json(layout.paths.user, trusting)
+    for command in (["mcp", "list"], ["status"]):
+        code, out = invoke(layout, *command)
+        said = " ".join(out.split())
+        if where == "in the workspace":
+            assert "u · ○ untrusted folder — run: mcpvisor mcp trust" in said
+            assert "untrusted folder — run: mcpvisor mcp trust --workspace" not in said
+        else:
+            assert f"u · ○ untrusted folder — run: mcpvisor mcp trust --workspace {layout.root}" in said
 
 
 def test_a_suggested_command_takes_a_servers_name_as_one_word_whatever_the_repository_named_it(

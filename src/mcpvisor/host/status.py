@@ -9,6 +9,7 @@ Secrets (env values, headers) are never part of a row.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from collections.abc import Mapping
@@ -121,6 +122,13 @@ def with_options(hint: str, options: str) -> str:
     return hint.replace(" {name}", options.replace("{", "{{").replace("}", "}}") + " {name}", 1)
 
 
+def trust_hint(approve_hint: str) -> str:
+    """The command that trusts the folder, made for the place the approve hint was (:func:`command_hints`: with its
+    ``--workspace ROOT`` when that is not the current directory)."""
+    workspace = re.search(r" --workspace (?:'[^']*'(?:\"'\"'[^']*')*|\S+)", approve_hint)
+    return "mcpvisor mcp trust" + (workspace.group(0) if workspace else "")
+
+
 def fill_hint(hint: str, name: str) -> str:
     """``hint`` with server ``name`` as one word: quoted for a shell (:func:`name_word`), or for the shell's own
     ``/command`` (``/approve 'a b'``)."""
@@ -218,7 +226,7 @@ def state_text(
     """(icon, text, style) for one row, in SPEC §9 priority order; the hints are the commands that fix a
     waiting approval or sign-in (the shell's own ``/approve`` and ``/login`` in the shell)."""
     if row.state == "untrusted":
-        return "○", "untrusted folder — run: mcpvisor mcp trust", "yellow"
+        return "○", f"untrusted folder — run: {trust_hint(approve_hint)}", "yellow"
     if row.state == "disabled":
         return "○", "disabled (in mcp.excluded)", "dim"
     if row.state == "not_allowed":
