@@ -342,6 +342,28 @@ async def test_headers_that_never_end_are_refused_and_cut(tmp_path: Path, http_p
             assert (await http.post(url, json=initialize(), headers=ACCEPT)).status_code == 200
 
 
+async def test_headers_over_the_bound_read_in_one_piece_are_refused_too(tmp_path: Path) -> None:
+    """The bound holds for a head that arrives whole (it was counted over several reads only: 100,000 bytes of
+    headers sent at once were answered 200). With httptools, a dependency (h11, uvicorn's fallback without it,
+    bounds only a head that spans reads, at 16 KiB)."""
+    async with gateway_at(tmp_path, HttpLimits()) as (_, url):
+        head = _head(url, length=len(json.dumps(initialize())))
+        big = head.replace(b"\r\n\r\n", b"\r\nX-Big: " + b"b" * 100_000 + b"\r\n\r\n", 1)
+        sock = _connect(url)
+        try:
+            sock.setblocking(True)
+            sock.sendall(big + json.dumps(initialize()).encode())
+            sock.setblocking(False)
+            answer = b""
+            with anyio.fail_after(WAIT_S), contextlib.suppress(ConnectionResetError):
+                while chunk := await _received(sock):
+                    answer += chunk
+            assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+            assert answer.count(b"HTTP/1.1") == 1, answer[:400]  # one answer, nothing after it
+        finally:
+            sock.close()
+
+
 async def _received(sock: socket.socket) -> bytes:
     await anyio.wait_readable(sock)
     return sock.recv(65536)

@@ -331,14 +331,18 @@ _HEADERS_TOO_LARGE = (
 )
 
 
+class _HeadTooLarge(Exception):
+    """Raised from the parser's callback that finds a request's head too large (answered 431 already)."""
+
+
 def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol with the guards uvicorn lacks: a connection beyond ``limits.max_connections``
     is closed as it arrives; one that has not sent a request's complete headers ``limits.header_timeout_s``
     after it opened (or after its previous response), or its body :data:`BODY_TIMEOUT_S` after its headers,
     is closed, so clients that dribble bytes cannot hold file descriptors (nor, a body, a session's seat);
-    and a request whose target and headers, over several reads, pass :data:`MAX_HEADER_BYTES` is answered
-    431 and its connection closed (with httptools' parser, which keeps whatever it is sent; h11's own
-    bound, 16 KiB, applies where httptools is missing). A request read whole at once costs no timer.
+    and a request whose target and headers pass :data:`MAX_HEADER_BYTES` is answered 431 and its connection
+    closed, whether they come in one read or several (with httptools' parser, which keeps whatever it is sent;
+    h11's own bound, 16 KiB, applies where httptools is missing). A request read whole at once costs no timer.
 
     Both of uvicorn's protocols set ``cycle`` when a request's headers are complete, and call
     ``on_response_complete`` when its response is sent: the timer notes the cycle it was armed under,
@@ -355,6 +359,7 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
         _body_timer: asyncio.TimerHandle | None = None
         _in_head = False
         _head_bytes = 0
+        _parsed_head = 0
         _refused = False
 
         def data_received(self, data: bytes) -> None:
@@ -363,18 +368,40 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
             super().data_received(data)
             if self._in_head:  # a request's head spans chunks: bounded (uvicorn's parser keeps every header)
                 self._head_bytes += len(data)
-                if self._head_bytes > MAX_HEADER_BYTES and not self.transport.is_closing():
-                    self._refused = True
-                    logger.info("closing a connection whose request headers exceed %d bytes", MAX_HEADER_BYTES)
-                    self.transport.write(_HEADERS_TOO_LARGE)
-                    self.transport.close()
+                if self._head_bytes > MAX_HEADER_BYTES:
+                    self._refuse_head()
             elif self._body_timer is None and (cycle := self.cycle) is not None and cycle.more_body:
                 if not cycle.response_complete and not self.transport.is_closing():  # a body still on its way
                     self._body_timer = self.loop.call_later(BODY_TIMEOUT_S, self._body_too_slow, cycle)
 
         def on_message_begin(self) -> None:
-            self._in_head, self._head_bytes = True, 0
+            self._in_head, self._head_bytes, self._parsed_head = True, 0, 0
             super().on_message_begin()
+
+        def on_url(self, url: bytes) -> None:  # (httptools: a head read whole in one chunk is counted here)
+            self._count_head(len(url))
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._count_head(len(name) + len(value) + 4)
+            super().on_header(name, value)
+
+        def _count_head(self, size: int) -> None:
+            self._parsed_head += size
+            if self._parsed_head > MAX_HEADER_BYTES:
+                self._refuse_head()
+                raise _HeadTooLarge  # stops the parser: the request is never dispatched
+
+        def _refuse_head(self) -> None:
+            if not self._refused and not self.transport.is_closing():
+                logger.info("closing a connection whose request headers exceed %d bytes", MAX_HEADER_BYTES)
+                self.transport.write(_HEADERS_TOO_LARGE)
+                self.transport.close()
+            self._refused = True
+
+        def send_400_response(self, msg: str) -> None:  # (uvicorn's answer to the parser stopped above: not sent)
+            if not self._refused:
+                super().send_400_response(msg)
 
         def on_headers_complete(self) -> None:
             self._in_head = False
