@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -407,3 +408,19 @@ def test_a_url_left_without_a_host_by_an_unset_variable_says_so(layout: Layout) 
     assert (
         "its URL has no host (written 'https://${UNSET_HOST_FOR_TEST}/mcp': a variable in it is unset" in (row["error"])
     )
+
+
+def test_a_fleet_without_its_extra_installed_says_what_to_install(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the ``fleet`` extra (the Redis client), a fleet named anywhere was a ModuleNotFoundError traceback
+    in every command, even ``mcp list`` with ``MCPVISOR_FLEET`` set."""
+    monkeypatch.setitem(sys.modules, "redis", None)  # (an import of it raises ImportError)
+    env = {**layout.env, "MCPVISOR_FLEET": "redis://:hunter2@127.0.0.1:6379/0"}
+    for command in (["mcp", "list", "-w", str(layout.root)], ["status", "-w", str(layout.root)], ["fleet", "status"]):
+        result = CliRunner().invoke(app, command, env=env)
+        assert result.exit_code == 1, (command, result.output)
+        said = " ".join(result.stderr.split())
+        assert "the Redis client is not installed — run: pip install 'mcpvisor[fleet]'" in said, (command, said)
+        assert "Traceback" not in result.output
+        assert "hunter2" not in result.output

@@ -315,6 +315,13 @@ class FleetStore:
     """One fleet in one Redis: its URL, its name and its clients (made on first use)."""
 
     def __init__(self, url: str, *, fleet: str = "default") -> None:
+        try:
+            import redis  # noqa: F401  (the fleet's extra: say so here, not as a traceback at first use)
+        except ImportError:
+            raise ConfigError(
+                f"cannot use fleet store {redact(url)!r}: the Redis client is not installed — run: pip install "
+                "'mcpvisor[fleet]' (or leave out --fleet, MCPVISOR_FLEET and fleet.url in the settings)"
+            ) from None
         if not url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError(
                 f"cannot use fleet store {redact(url)!r}: expected a redis://, rediss:// or unix:// URL "
