@@ -424,3 +424,23 @@ def test_a_fleet_without_its_extra_installed_says_what_to_install(
         assert "the Redis client is not installed — run: pip install 'mcpvisor[fleet]'" in said, (command, said)
         assert "Traceback" not in result.output
         assert "hunter2" not in result.output
+
+
+def test_a_tool_pin_store_that_cannot_be_read_fails_status_and_the_listing(layout: Layout) -> None:
+    """Every tool of a pinned server is held while the pin store cannot be read: ``status`` said so only as "N
+    tools changed since approval — run: mcpvisor mcp approve p" (which then failed on the store) and exited 0, as
+    ``mcp list`` did."""
+    light = {"command": sys.executable, "args": ["-m", "mcpvisor.examples.light_server", "--name", "p"]}
+    write_json(layout.paths.project, {"mcpServers": {"p": light}})
+    assert invoke(layout, "mcp", "approve", "p")[0] == 0
+    assert invoke(layout, "status")[0] == 0  # pins what p offers
+    pins = layout.home / ".mcpvisor" / "tool-pins.json"
+    assert pins.exists()
+    pins.write_text("{broken")
+    for command in (["mcp", "list"], ["status"], ["status", "--json"]):
+        code, out = invoke(layout, *command)
+        said = " ".join(out.split())
+        assert code == 1, (command, out)
+        assert "cannot read the tool pin store" in said, (command, said)
+    code, out = invoke(layout, "status")
+    assert "once the tool pin store can be read again (see above)" in " ".join(out.split())

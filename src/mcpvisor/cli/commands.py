@@ -118,7 +118,7 @@ def list_servers(
     try:
         held = held_names(pin_store(env), settings.root, state.assembled.servers, mode)
     except ConfigError as exc:
-        held = {}
+        held, broken = {}, True
         problems.append(str(exc))
     rows = describe_servers(
         state.assembled,

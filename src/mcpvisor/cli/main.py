@@ -194,8 +194,9 @@ def status(
     """Connect every admitted server once, show the status view, and exit (with --fleet: as the
     fleet's approvals decide).
 
-    Exits 1 when a settings file or the approvals store cannot be read, or an admitted server failed to
-    connect or needs a sign-in, or a language server started at start-up failed (after the view), 0 otherwise.
+    Exits 1 when a settings file or a store (approvals, sign-ins, tool pins) cannot be read, or an admitted
+    server failed to connect or needs a sign-in, or a language server started at start-up failed (after the
+    view), 0 otherwise.
     """
     setup_logging(verbose, narrated=not as_json)
     if not as_json:
@@ -219,10 +220,10 @@ def status(
             await host.lsp.wait_started()  # those lsp.startup "eager" started: ready, or failed and why
             rows = host.server_views()
             lsp_rows = host.lsp.views()
-            unreadable = store_problems(host.tokens)
+            unreadable, pins_unread = store_problems(host.tokens), store_problems(host.pins)
             warnings = (*host.state.assembled.warnings, *host.lsp.warnings())
-            problems = config_problems(host.settings, host.approvals.error, warnings, unreadable)
-            broken = bool(host.settings.errors) or host.approvals.error is not None or bool(unreadable)
+            problems = config_problems(host.settings, host.approvals.error, warnings, [*unreadable, *pins_unread])
+            broken = bool(host.settings.errors) or host.approvals.error is not None or bool(unreadable or pins_unread)
             if not as_json:
                 console = new_console(highlight=False)
                 for problem in problems:
@@ -235,6 +236,8 @@ def status(
                 login_hint = with_options(login_hint, files)  # a server of those files is signed in to with them
                 if unreadable:  # a sign-in cannot be kept until the store is fixed
                     login_hint += ", once the token store can be read again (see above)"
+                if pins_unread:  # (every tool of a pinned server is held meanwhile)
+                    approve_hint += ", once the tool pin store can be read again (see above)"
                 title = f"MCP servers for {host.root}"
                 unread = bool(host.settings.errors)
                 render_status(
