@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mcpvisor.core.errors import ServerUnavailableError, ToolCallError
+from mcpvisor.core.errors import ServerUnavailableError, ToolCallError, ToolNotFoundError
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.oauth_registration import registered_for
 from mcpvisor.host.oauth_store import TokenStore
@@ -283,6 +283,26 @@ async def test_a_sign_in_reaches_a_running_host_without_a_restart(tmp_path: Path
         assert r.last_server("sec")["tools"] == ["mcp__sec__echo"]  # type: ignore[index]
 
 
+async def test_a_logout_elsewhere_ends_a_running_hosts_connection_at_once(tmp_path: Path, server: Server) -> None:
+    """``mcpvisor mcp logout`` in another process: the running host's connection ends, its tools go and its
+    status asks for a sign-in — before, it said "connected" and served the tools until a call was refused."""
+    user = {"mcpServers": {"sec": {"type": "http", "url": server.url}}}
+    script = tmp_path / "browser.py"
+    script.write_text(FOLLOW)
+    async with run(tmp_path, user=user) as r:
+        env = {**os.environ, **r.layout.env, "BROWSER": f"{sys.executable} {script} %s"}
+        await r.wait_for(lambda: r.last_server("sec") is not None)
+        command = [mcpvisor_command(), "mcp", "login", "sec", "--workspace", str(r.layout.root)]
+        assert (await anyio.run_process(command, env=env, check=False)).returncode == 0
+        await r.wait_for(lambda: r.status("sec") == "connected")
+        command[2] = "logout"
+        logout = await anyio.run_process(command, env=env, check=False)
+        assert logout.returncode == 0, logout.stderr.decode()
+        await r.wait_for(lambda: "mcpvisor mcp login sec" in str((r.last_server("sec") or {}).get("error")))
+        assert r.status("sec") == "disconnected"
+        assert r.last_server("sec")["tools"] == []  # type: ignore[index]
+
+
 async def test_a_sign_in_made_elsewhere_serves_a_connected_servers_next_call(tmp_path: Path, server: Server) -> None:
     """A host whose connection is up keeps it: after ``mcpvisor mcp login`` in another process, its next call
     carries the new tokens as they are (the old ones were revoked meanwhile: a call with them would be refused,
@@ -385,10 +405,10 @@ async def test_a_sign_in_under_way_leaves_the_one_before_in_use_and_a_sign_out_e
             await ended.wait()
         assert json.loads(store_path(layout).read_text())[key]["tokens"] == before["tokens"]
         assert text_of(await host.config.call_tool("mcp__sec__echo", {"text": "c"})) == "secure:echo:c"
-        seen = host.tokens.generation
-        assert TokenStore(store_path(layout)).forget(key)  # a sign-out (its revocation aside)
-        await wait_until(lambda: host.tokens.generation != seen, what="the host to see the token store change")
-        with pytest.raises(ServerUnavailableError, match="needs authentication — run: mcpvisor mcp login sec"):
+        assert TokenStore(store_path(layout)).forget(key)  # a sign-out (its revocation aside): the connection ends
+        client = host.config.manager.clients
+        await wait_until(lambda: "sec" in client() and client()["sec"].needs_auth, what="sec to need a sign-in")
+        with pytest.raises(ToolNotFoundError, match="needs authentication .*sign in with: mcpvisor mcp login sec"):
             await host.config.call_tool("mcp__sec__echo", {"text": "d"})
 
 

@@ -319,8 +319,8 @@ class Config(StackOwner):
             done.set()
         return self.last_reconcile
 
-    async def restart_mcp_servers(self) -> ReconcileFinished | None:
-        """Disconnect and reconnect every server (an explicit request; hot reload never does this). Never beside
+    async def restart_mcp_servers(self, names: Iterable[str] | None = None) -> ReconcileFinished | None:
+        """Disconnect and reconnect ``names`` (all: an explicit request; hot reload never does this). Never beside
         a reconcile pass: it waits for a running one, and one asked for meanwhile runs after it."""
         if not self._initialized or self._manager is None:
             return None
@@ -328,7 +328,7 @@ class Config(StackOwner):
             await self._reconcile_done.wait()
         done = self._reconcile_done = anyio.Event()
         try:
-            self.last_reconcile = await self._manager.restart_mcp_servers()
+            self.last_reconcile = await self._manager.restart_mcp_servers(names)
         finally:
             self._reconcile_done = None
             done.set()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -211,9 +211,9 @@ class McpClientManager:
         while not running.keys() <= self._handshaking.keys() | self._acquiring:  # noqa: ASYNC110 - stops: a few ms at most
             await anyio.sleep(0.01)
 
-    async def restart_mcp_servers(self) -> ReconcileFinished:
-        """Full wipe and reconnect of everything (explicit request, benchmark baseline)."""
-        stopped = frozenset(self._clients)
+    async def restart_mcp_servers(self, names: Iterable[str] | None = None) -> ReconcileFinished:
+        """Stop and reconnect ``names`` of those connected (all: a full wipe, an explicit request or a baseline)."""
+        stopped = frozenset(self._clients if names is None else self._clients.keys() & set(names))
         async with anyio.create_task_group() as tg:
             for name in stopped:
                 tg.start_soon(partial(self._stop, name, reason=None, purge_first=True))

@@ -44,7 +44,7 @@ from mcpvisor.host.hot_reload import (
 from mcpvisor.host.limits import max_message_bytes_of
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
 from mcpvisor.host.lsp.session import LspSession, touches_lsp
-from mcpvisor.host.oauth import TokenStore, check_sign_in, http_auth_for, sign_ins
+from mcpvisor.host.oauth import SignedIn, TokenStore, check_sign_in, http_auth_for, sign_ins
 from mcpvisor.host.oauth_login import DEFAULT_LOGIN_TIMEOUT_S, login
 from mcpvisor.host.options import HostOptions, SettingsSource
 from mcpvisor.host.pin_review import Change, changes_since_approval
@@ -105,6 +105,7 @@ class Host(StackOwner):
         self.watcher: SettingsWatcher | None = None
         self._lsp: LspSession | None = None
         self._pending = PendingAnnouncements()
+        self._signed = SignedIn()
 
     # -- accessors ---------------------------------------------------------------------------
 
@@ -205,6 +206,7 @@ class Host(StackOwner):
                 self.emit(SettingsWarning(f"folder {self.root} is not trusted: no MCP server starts here"))
             # The first discovery is a reconcile like any other.
             state = self._remember(compute_desired_state(self._settings, self._config, self._approvals, self._top_tier))
+            self._signed.signed_out(self.tokens, state.assembled.servers)  # (the first look)
             self._config.set_mcp_gating(state.gating)
             self._config.set_mcp_servers(state.assembled.servers)
             await self._config.initialize(wait_s=opts.startup_wait_s)
@@ -307,6 +309,8 @@ class Host(StackOwner):
     async def _on_settings_changed(self, event: SettingsChanged) -> None:
         if event.scope == "tokens":  # signed in elsewhere: connected servers use the stored sign-in next
             self.tokens.note_sign_ins_changed()
+            if gone := self._signed.signed_out(self.tokens, self.state.assembled.servers):  # signed out elsewhere:
+                await self.config.restart_mcp_servers(gone)  # their connections end; they come back needing one
         if event.scope in ("user", "workspace", "project") and event.scope in self.options.watched_scopes:
             path = self.settings.paths.of(event.scope)
             if not await anyio.Path(path).exists():

@@ -40,6 +40,7 @@ from mcpvisor.host.oauth_settings import (
 from mcpvisor.host.oauth_store import (
     FileTokenStorage,
     RefreshTurn,
+    SignedIn,
     SignIn,
     TokenStore,
     missing_scopes,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LoginRequired",
     "SignIn",
+    "SignedIn",
     "TokenStore",
     "check_sign_in",
     "http_auth_for",

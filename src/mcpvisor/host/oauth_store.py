@@ -250,6 +250,19 @@ def sign_ins(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[
     return out
 
 
+class SignedIn:
+    """The servers that had a sign-in at the last look, to tell which were signed out since (``mcp logout`` in
+    another process, a refresh refused for good)."""
+
+    def __init__(self) -> None:
+        self._names: frozenset[str] = frozenset()
+
+    def signed_out(self, store: TokenStore, servers: Mapping[str, McpServerConfig]) -> frozenset[str]:
+        """Those of ``servers`` signed in at the last look and no longer; this look is the next one's last."""
+        before, self._names = self._names, frozenset(sign_ins(store, servers))
+        return before - self._names
+
+
 M = TypeVar("M", bound="BaseModel")
 
 
