@@ -141,7 +141,11 @@ def test_approve_hints_say_the_decision_is_the_fleets(
     for kind, name in (("lsp", "py"), ("mcp", "p")):
         result = CliRunner().invoke(app, [kind, "list", "--workspace", str(layout.root)], env=env)
         said = " ".join(result.stdout.split())
-        assert f"run: mcpvisor {kind} approve --workspace {layout.root} --fleet URL {name}" in said, said
+        assert f"run: mcpvisor {kind} approve --workspace {layout.root} --fleet {redis_server.url} {name}" in said, said
+    # A URL with a password in it is not shown (the hint says where the URL goes).
+    assert FleetApprovalStore(FleetStore("redis://:hunter2@db:6379/0")).decided_with == " --fleet URL"
+    named = FleetApprovalStore(FleetStore("redis://db:6379/0", fleet="blue")).decided_with
+    assert named == " --fleet redis://db:6379/0 --fleet-name blue"
 
 
 @pytest.mark.parametrize(

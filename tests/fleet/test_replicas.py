@@ -187,7 +187,9 @@ async def test_two_replicas_share_decisions_settings_and_sessions(tmp_path: Path
 
         # The hint says to decide in the fleet (the same command without --fleet writes a file nobody reads).
         pending = fleet.command("mcp", "list", "--workspace", str(fleet.root), home=home_c)
-        assert f"run: mcpvisor mcp approve --workspace {fleet.root} --fleet URL p" in " ".join(pending.stdout.split())
+        assert f"run: mcpvisor mcp approve --workspace {fleet.root} --fleet {fleet.url} p" in " ".join(
+            pending.stdout.split()
+        )
         # A decision made by a third process, with a home of its own, reaches both.
         approved = fleet.command("mcp", "approve", "p", "--workspace", str(fleet.root), home=home_c)
         assert approved.returncode == 0, approved.stderr

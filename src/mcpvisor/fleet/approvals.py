@@ -24,6 +24,7 @@ from __future__ import annotations
 import getpass
 import logging
 import os
+import shlex
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -59,7 +60,8 @@ class FleetApprovalStore(ApprovalStore):
         super().__init__(Path(os.devnull))
         self.store = store
         named = "" if store.keys.fleet == "default" else f" --fleet-name {store.keys.fleet}"
-        self.decided_with = f" --fleet URL{named}"  # its URL is not shown: it may hold a password
+        # The URL as it is, for a command that works pasted; one with a password in it is not shown.
+        self.decided_with = f" --fleet {shlex.quote(store.url) if redact(store.url) == store.url else 'URL'}{named}"
         self.freshness_s = freshness_s
         self._fleet: dict[str, dict[str, FleetRecord]] = {}
         self._max_rev = 0
