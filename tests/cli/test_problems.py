@@ -444,3 +444,14 @@ def test_a_tool_pin_store_that_cannot_be_read_fails_status_and_the_listing(layou
         assert "cannot read the tool pin store" in said, (command, said)
     code, out = invoke(layout, "status")
     assert "once the tool pin store can be read again (see above)" in " ".join(out.split())
+
+
+def test_a_fleet_store_named_in_the_settings_that_cannot_be_reached_names_the_file(layout: Layout) -> None:
+    """The fix named ``--fleet`` / ``MCPVISOR_FLEET`` to someone who had only the settings' ``fleet`` block."""
+    from tests.helpers import free_port
+
+    write_json(layout.paths.user, {"fleet": {"url": f"redis://127.0.0.1:{free_port()}/0"}})
+    code, out = failing(layout, "mcp", "list")
+    said = " ".join(out.split())
+    assert code == 1
+    assert f"(or fix fleet.url in {layout.paths.user}) and try again" in said, said

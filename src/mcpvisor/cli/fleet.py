@@ -85,12 +85,12 @@ def fleet_store(env: Mapping[str, str]) -> FleetStore | None:
     found = _fleet_in_settings(env)
     if found is None:
         return None
-    url, name = found
-    return FleetStore(url, fleet=env.get(FLEET_NAME_ENV, "").strip() or name)
+    url, name, path = found
+    return FleetStore(url, fleet=env.get(FLEET_NAME_ENV, "").strip() or name, named_in=f"fleet.url in {path}")
 
 
-def _fleet_in_settings(env: Mapping[str, str]) -> tuple[str, str] | None:
-    """``(url, name)`` from the ``fleet`` block of the system settings, else the user's."""
+def _fleet_in_settings(env: Mapping[str, str]) -> tuple[str, str, Path] | None:
+    """``(url, name, file)`` from the ``fleet`` block of the system settings, else the user's."""
     from mcpvisor.core.errors import ConfigError
     from mcpvisor.fleet.store import CLEAR_PASSWORD_PROBLEM, holds_clear_password
     from mcpvisor.host import paths
@@ -119,7 +119,7 @@ def _fleet_in_settings(env: Mapping[str, str]) -> tuple[str, str] | None:
         expanded = expand_string(url.strip(), env, missing)
         if missing:
             raise ConfigError(f"{path}: 'fleet.url' uses ${{{sorted(missing)[0]}}}, which is not set")
-        return expanded, name.strip()
+        return expanded, name.strip(), path
     return None
 
 

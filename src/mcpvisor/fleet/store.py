@@ -240,7 +240,8 @@ _REFUSED_SIGN_IN = ("NOAUTH", "HELLO must be called", "invalid username-password
 _FLEET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
-def fleet_unreachable(url: str, exc: BaseException) -> ConfigError:
+def fleet_unreachable(url: str, exc: BaseException, named_in: str = "--fleet / MCPVISOR_FLEET") -> ConfigError:
+    """Why the store at ``url`` (named in ``named_in``: where to fix it) cannot be used, with the fix."""
     if refused := sign_in_refused(exc):  # reached, but refused
         return ConfigError(f"the fleet store {redact(url)} {refused}")
     said = str(exc).rstrip(". ") or type(exc).__name__
@@ -252,9 +253,7 @@ def fleet_unreachable(url: str, exc: BaseException) -> ConfigError:
         fix = "start it, or use rediss:// if it speaks TLS only"
     else:
         fix = "start it"
-    return ConfigError(
-        f"cannot reach the fleet store {redact(url)}: {said}; {fix} (or fix --fleet / MCPVISOR_FLEET) and try again"
-    )
+    return ConfigError(f"cannot reach the fleet store {redact(url)}: {said}; {fix} (or fix {named_in}) and try again")
 
 
 def sign_in_refused(exc: BaseException) -> str:
@@ -314,7 +313,7 @@ def redact(url: str) -> str:
 class FleetStore:
     """One fleet in one Redis: its URL, its name and its clients (made on first use)."""
 
-    def __init__(self, url: str, *, fleet: str = "default") -> None:
+    def __init__(self, url: str, *, fleet: str = "default", named_in: str = "--fleet / MCPVISOR_FLEET") -> None:
         try:
             import redis  # noqa: F401  (the fleet's extra: say so here, not as a traceback at first use)
         except ImportError:
@@ -348,7 +347,7 @@ class FleetStore:
             raise ConfigError(
                 f"invalid fleet name {fleet!r}: use letters, digits, '-', '_' and '.' (it names the fleet's keys)"
             )
-        self.url = url
+        self.url, self.named_in = url, named_in
         self.keys = Keys(fleet)
         self._sync: redis.Redis | None = None
 
@@ -397,7 +396,7 @@ class FleetStore:
         try:
             self.sync_client().ping()
         except (redis.RedisError, OSError) as exc:
-            raise fleet_unreachable(self.url, exc) from exc
+            raise fleet_unreachable(self.url, exc, self.named_in) from exc
 
     def claim(self, replica_id: str, nonce: str, ttl_ms: int) -> None:
         """Take ``replica_id`` for this process (``nonce``), refused when another live replica has it: two
@@ -414,7 +413,7 @@ class FleetStore:
                     return
                 left = int(client.pttl(key))
             except (redis.RedisError, OSError) as exc:
-                raise fleet_unreachable(self.url, exc) from exc
+                raise fleet_unreachable(self.url, exc, self.named_in) from exc
             if (left_before is not None and left > left_before) or time.monotonic() > deadline:
                 raise ConfigError(
                     f"replica id {replica_id!r} is in use by another running replica of fleet {self.keys.fleet!r}: "
