@@ -3,7 +3,7 @@
 ::
 
     async with Host(HostOptions(env=os.environ)) as host:
-        agent = Agent("openai:gpt-5", toolsets=[McpvisorToolset(host)])
+        agent = Agent("openai:gpt-6.1-sol", toolsets=[McpvisorToolset(host)])
         await agent.run("...")
 
 The toolset lists the session's registered tools (``mcp__<server>__<tool>``) at every run step, so
