@@ -70,6 +70,8 @@ async def test_an_option_the_light_server_does_not_know_fails_that_server_alone(
         finished = await config.initialize()
         assert finished is not None
         assert "unrecognized arguments: --port 80" in finished.failed["b"]
+        assert "see its log" not in finished.failed["b"]  # no process, no log: none is named
+        assert not (tmp_path / "b.log").exists()
         assert text_of(await config.call_tool("mcp__a__echo", {"text": "hi"})) == "a:echo:hi"
 
 

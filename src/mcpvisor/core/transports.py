@@ -278,7 +278,8 @@ def explain_start_failure(
         code = process.returncode if process is not None else None
         if code is not None:
             return f"process exited with code {code} during start-up; see its log {log_path}"
-        return f"{reason}; see its log {log_path}"
+        # (a server served in memory has no process, and no log)
+        return f"{reason}; see its log {log_path}" if process is not None or log_path.exists() else reason
     return f"{reason} (reaching {cfg.target()}){_transport_hint(exc, name, cfg)}"
 
 
