@@ -364,6 +364,42 @@ async def test_headers_over_the_bound_read_in_one_piece_are_refused_too(tmp_path
             sock.close()
 
 
+async def _exchange(url: str, *parts: bytes) -> bytes:
+    """What the gateway answers ``parts``, sent one after the other on one connection, until it closes it or
+    goes quiet (each part waits for the answers to the one before)."""
+    sock = _connect(url)
+    answer = b""
+    try:
+        for part in parts:
+            sock.setblocking(True)
+            sock.sendall(part)
+            sock.setblocking(False)
+            with anyio.move_on_after(1), contextlib.suppress(ConnectionResetError):
+                while chunk := await _received(sock):
+                    answer += chunk
+    finally:
+        sock.close()
+    return answer
+
+
+def _statuses(answer: bytes) -> list[bytes]:
+    return [line.split(b" ")[1] for line in answer.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")]
+
+
+async def test_a_refused_head_leaves_the_answers_to_the_requests_before_it_whole(tmp_path: Path) -> None:
+    """A pipelined request whose head is too large is answered 431 after the requests before it are answered —
+    the 431 was written (and the connection closed) at once, inside an earlier answer; and the body of an earlier
+    request read with the start of the next head is not counted as head."""
+    body = json.dumps(initialize()).encode()
+    async with gateway_at(tmp_path, HttpLimits()) as (_, url):
+        small = _head(url, length=len(body)) + body
+        huge = small.replace(b"\r\n\r\n", b"\r\nX-Big: " + b"b" * 100_000 + b"\r\n\r\n", 1)
+        assert _statuses(await _exchange(url, small + huge)) == [b"200", b"431"]
+        padded = json.dumps({**initialize(), "pad": "x" * 70_000}).encode()
+        first = _head(url, length=len(padded)) + padded
+        assert _statuses(await _exchange(url, first + small[:30], small[30:])) == [b"200", b"200"]
+
+
 async def _received(sock: socket.socket) -> bytes:
     await anyio.wait_readable(sock)
     return sock.recv(65536)

@@ -360,14 +360,16 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
         _in_head = False
         _head_bytes = 0
         _parsed_head = 0
+        _began_here = False
         _refused = False
 
         def data_received(self, data: bytes) -> None:
             if self._refused:
                 return  # the rest of a refused request's bytes are dropped unread
+            self._began_here = False
             super().data_received(data)
-            if self._in_head:  # a request's head spans chunks: bounded (uvicorn's parser keeps every header)
-                self._head_bytes += len(data)
+            if self._in_head and not self._began_here:  # a head spans reads: bounded before its lines end (the
+                self._head_bytes += len(data)  # read it began in may end an earlier request's body: not counted)
                 if self._head_bytes > MAX_HEADER_BYTES:
                     self._refuse_head()
             elif self._body_timer is None and (cycle := self.cycle) is not None and cycle.more_body:
@@ -375,7 +377,7 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
                     self._body_timer = self.loop.call_later(BODY_TIMEOUT_S, self._body_too_slow, cycle)
 
         def on_message_begin(self) -> None:
-            self._in_head, self._head_bytes, self._parsed_head = True, 0, 0
+            self._in_head, self._began_here, self._head_bytes, self._parsed_head = True, True, 0, 0
             super().on_message_begin()
 
         def on_url(self, url: bytes) -> None:  # (httptools: a head read whole in one chunk is counted here)
@@ -393,11 +395,15 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
                 raise _HeadTooLarge  # stops the parser: the request is never dispatched
 
         def _refuse_head(self) -> None:
-            if not self._refused and not self.transport.is_closing():
+            """The 431, and the end of the connection, once the requests before the refused one are answered (a
+            pipelined client gets those answers first, in order)."""
+            self._refused = True
+            cycle = self.cycle
+            busy = (cycle is not None and not cycle.response_complete) or bool(getattr(self, "pipeline", ()))
+            if not busy and not self.transport.is_closing():
                 logger.info("closing a connection whose request headers exceed %d bytes", MAX_HEADER_BYTES)
                 self.transport.write(_HEADERS_TOO_LARGE)
                 self.transport.close()
-            self._refused = True
 
         def send_400_response(self, msg: str) -> None:  # (uvicorn's answer to the parser stopped above: not sent)
             if not self._refused:
@@ -468,7 +474,9 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if not self.transport.is_closing():
+            if self._refused:
+                self._refuse_head()  # (its turn may have come)
+            elif not self.transport.is_closing():
                 self._arm_header_timer()  # the next request on this connection gets the same time
 
         def _arm_header_timer(self) -> None:
