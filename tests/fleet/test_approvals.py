@@ -85,6 +85,9 @@ def test_fleet_urls_are_checked_and_their_passwords_never_shown() -> None:
     assert redact("redis://:hunter2@db:6379/0") == "redis://:***@db:6379/0"
     assert redact("redis://db:6379/0?password=hunter2&db=1") == "redis://db:6379/0?password=***&db=1"
     assert (
+        redact("rediss://db/0?ssl_password=hunter2&SSL_Password=x") == "rediss://db/0?ssl_password=***&SSL_Password=***"
+    )
+    assert (
         redact("unix:///run/redis.sock?username=u&password=hunter2")
         == "unix:///run/redis.sock?username=***&password=***"
     )
@@ -143,7 +146,8 @@ def test_approve_hints_say_the_decision_is_the_fleets(
         said = " ".join(result.stdout.split())
         assert f"run: mcpvisor {kind} approve --workspace {layout.root} --fleet {redis_server.url} {name}" in said, said
     # A URL with a password in it is not shown (the hint says where the URL goes).
-    assert FleetApprovalStore(FleetStore("redis://:hunter2@db:6379/0")).decided_with == " --fleet URL"
+    for secret in ("redis://:hunter2@db:6379/0", "rediss://db:6380/0?ssl_password=hunter2"):
+        assert FleetApprovalStore(FleetStore(secret)).decided_with == " --fleet URL"
     named = FleetApprovalStore(FleetStore("redis://db:6379/0", fleet="blue")).decided_with
     assert named == " --fleet redis://db:6379/0 --fleet-name blue"
 

@@ -284,10 +284,14 @@ def holds_clear_password(url: str) -> bool:
     return bool(re.sub(r"\$\{[A-Za-z_][A-Za-z0-9_]*(:-)?\}|\$[A-Za-z_][A-Za-z0-9_]*", "", secret))
 
 
+def _secret_parameter(name: str) -> bool:
+    return "password" in name.lower() or name.lower() == "username"
+
+
 def redact(url: str) -> str:
     """The URL without its secrets: a password in its user part (``redis://:***@host``, whatever characters
-    it holds and however the rest parses) and the values of ``password`` and ``username`` query parameters
-    (which redis-py also reads)."""
+    it holds and however the rest parses) and the values of the ``username`` query parameter and of every one
+    named like a password (``password``, ``ssl_password``: redis-py reads them all)."""
     head, at, tail = url.rpartition("@")
     if at:
         scheme, sep, userinfo = head.partition("://")
@@ -304,7 +308,7 @@ def redact(url: str) -> str:
     query, hash_, fragment = rest.partition("#")
     if question:
         where += "?" + "&".join(
-            f"{name}=***" if name.lower() in ("password", "username") else f"{name}={value}" if value else name
+            f"{name}=***" if _secret_parameter(name) else f"{name}={value}" if value else name
             for name, value in parse_qsl(query, keep_blank_values=True)
         )
     return head + where + (f"#{fragment}" if hash_ else "")
