@@ -412,6 +412,24 @@ async def test_a_sign_in_under_way_leaves_the_one_before_in_use_and_a_sign_out_e
             await host.config.call_tool("mcp__sec__echo", {"text": "d"})
 
 
+async def test_a_sign_out_ends_the_connection_of_a_server_configured_after_the_start(
+    tmp_path: Path, server: Server
+) -> None:
+    """The servers signed in were counted at the start only: one added to the settings later kept its connection
+    after a sign-out."""
+    layout = setup(tmp_path, server)
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    entry = json.loads(layout.paths.user.read_text())
+    write_json(layout.paths.user, {"mcpServers": {}})
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+        clients = host.config.manager.clients
+        write_json(layout.paths.user, entry)  # added while the host runs, signed in already
+        await wait_until(lambda: "sec" in clients() and clients()["sec"].status == "connected", what="sec connected")
+        [key] = json.loads(store_path(layout).read_text())
+        assert TokenStore(store_path(layout)).forget(key)
+        await wait_until(lambda: "sec" in clients() and clients()["sec"].needs_auth, what="sec to need a sign-in")
+
+
 def test_a_redirect_of_another_sign_in_is_refused_and_the_real_one_still_signs_in(
     tmp_path: Path, server: Server
 ) -> None:

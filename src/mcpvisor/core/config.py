@@ -329,6 +329,9 @@ class Config(StackOwner):
         done = self._reconcile_done = anyio.Event()
         try:
             self.last_reconcile = await self._manager.restart_mcp_servers(names)
+        except BaseException:
+            self._dirty = True  # cut short after some stopped: the next pass starts them again
+            raise
         finally:
             self._reconcile_done = None
             done.set()

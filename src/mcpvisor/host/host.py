@@ -206,7 +206,6 @@ class Host(StackOwner):
                 self.emit(SettingsWarning(f"folder {self.root} is not trusted: no MCP server starts here"))
             # The first discovery is a reconcile like any other.
             state = self._remember(compute_desired_state(self._settings, self._config, self._approvals, self._top_tier))
-            self._signed.signed_out(self.tokens, state.assembled.servers)  # (the first look)
             self._config.set_mcp_gating(state.gating)
             self._config.set_mcp_servers(state.assembled.servers)
             await self._config.initialize(wait_s=opts.startup_wait_s)
@@ -276,6 +275,7 @@ class Host(StackOwner):
 
     def _remember(self, state: DesiredState) -> DesiredState:
         self._state = state
+        self._signed.note(self.tokens, state.assembled.servers)  # (a server configured since: its sign-in too)
         mode, _ = pin_mode_of(self.settings)
         if mode != self._pin_mode:
             self._pin_mode = mode

@@ -257,6 +257,10 @@ class SignedIn:
     def __init__(self) -> None:
         self._names: frozenset[str] = frozenset()
 
+    def note(self, store: TokenStore, servers: Mapping[str, McpServerConfig]) -> None:
+        """Count the sign-ins of ``servers`` (configured since the last look) in; none is counted out here."""
+        self._names |= frozenset(sign_ins(store, servers))
+
     def signed_out(self, store: TokenStore, servers: Mapping[str, McpServerConfig]) -> frozenset[str]:
         """Those of ``servers`` signed in at the last look and no longer; this look is the next one's last."""
         before, self._names = self._names, frozenset(sign_ins(store, servers))
