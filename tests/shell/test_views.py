@@ -100,3 +100,16 @@ def test_an_untrusted_folder_says_how_to_trust_it(tmp_path: Path) -> None:
         AssembledServers(servers, sources), McpGating(), ApprovalStore(tmp_path / "a.json"), tmp_path, trusted=False
     )
     assert "untrusted folder — run: mcpvisor mcp trust" in render(rows)
+
+
+def test_the_trust_hint_names_the_folder_as_one_word_whatever_its_name(tmp_path: Path) -> None:
+    """It is taken from the approve hint, a template whose braces are doubled: a folder named with braces was
+    named with doubled ones, and the pasted command named a folder that does not exist."""
+    import shlex
+
+    from mcpvisor.host.status import command_hints, trust_hint
+
+    for name in ("ws", "a{b} c", "it's {x}", "{name}"):
+        root = tmp_path / name
+        words = shlex.split(trust_hint(command_hints(root)[0]))
+        assert words == ["mcpvisor", "mcp", "trust", "--workspace", str(root)], name

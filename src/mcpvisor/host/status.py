@@ -124,9 +124,10 @@ def with_options(hint: str, options: str) -> str:
 
 def trust_hint(approve_hint: str) -> str:
     """The command that trusts the folder, made for the place the approve hint was (:func:`command_hints`: with its
-    ``--workspace ROOT`` when that is not the current directory)."""
+    ``--workspace ROOT`` when that is not the current directory; the hint is a template, its braces doubled)."""
     workspace = re.search(r" --workspace (?:'[^']*'(?:\"'\"'[^']*')*|\S+)", approve_hint)
-    return "mcpvisor mcp trust" + (workspace.group(0) if workspace else "")
+    words = workspace.group(0).replace("{{", "{").replace("}}", "}") if workspace else ""
+    return "mcpvisor mcp trust" + words
 
 
 def fill_hint(hint: str, name: str) -> str:
