@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from mcpvisor.cli.main import app
-from tests.helpers import mcpvisor_command
+from tests.helpers import free_port, mcpvisor_command
 from tests.layout import Layout, make_layout, write_json
 
 
@@ -448,10 +448,22 @@ def test_a_tool_pin_store_that_cannot_be_read_fails_status_and_the_listing(layou
 
 def test_a_fleet_store_named_in_the_settings_that_cannot_be_reached_names_the_file(layout: Layout) -> None:
     """The fix named ``--fleet`` / ``MCPVISOR_FLEET`` to someone who had only the settings' ``fleet`` block."""
-    from tests.helpers import free_port
 
     write_json(layout.paths.user, {"fleet": {"url": f"redis://127.0.0.1:{free_port()}/0"}})
     code, out = failing(layout, "mcp", "list")
     said = " ".join(out.split())
     assert code == 1
     assert f"(or fix fleet.url in {layout.paths.user}) and try again" in said, said
+
+
+def test_a_fleet_key_without_the_cryptography_package_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fleet extra brings the Redis client and cryptography (which seals sign-ins with the fleet key): a key
+    without the second was a ModuleNotFoundError traceback."""
+    from mcpvisor.core.errors import ConfigError
+    from mcpvisor.fleet.sealing import FleetKey
+
+    for module in [m for m in sys.modules if m == "cryptography" or m.startswith("cryptography.")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, "cryptography", None)
+    with pytest.raises(ConfigError, match=r"cryptography package, which is not installed — run: pip install "):
+        FleetKey(["k" * 40])

@@ -38,8 +38,14 @@ class FleetKey:
     """A key ring: :meth:`seal` with the first key, :meth:`open` with any."""
 
     def __init__(self, secrets: list[str]) -> None:
-        from cryptography.hazmat.primitives import hashes
-        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+        try:
+            from cryptography.hazmat.primitives import hashes
+            from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+        except ImportError:
+            raise ConfigError(
+                f"the fleet key ({KEY_ENV}) seals sign-ins with the cryptography package, which is not installed — "
+                "run: pip install 'mcpvisor[fleet]'"
+            ) from None
 
         if not secrets:
             raise ConfigError(f"the fleet key is empty: set {KEY_ENV} to a secret of at least {MIN_SECRET} characters")
