@@ -190,7 +190,8 @@ class ReferenceServer:
         answered.wait()
         [message] = answer
         if "error" in message:
-            raise ClientError(str(message["error"].get("message", message["error"])))
+            error = message["error"]
+            raise ClientError(str(error.get("message", error) if isinstance(error, dict) else error))
         result: dict[str, Any] = message.get("result") or {}
         return result
 
@@ -210,15 +211,20 @@ class ReferenceServer:
         if "id" not in message:
             return  # a notification: nothing to do
         request_id, method, params = message["id"], message["method"], message.get("params") or {}
+        if not isinstance(params, dict):
+            error = {"code": -32602, "message": f"{method}: params must be an object"}
+            self.send({"jsonrpc": "2.0", "id": request_id, "error": error})
+            return
         if method == "tools/call" and params.get("name") not in CONTENT_TOOLS:
             threading.Thread(target=self._call_on_thread, args=(request_id, params), daemon=True).start()
             return
         try:
             result = self._answer(method, params)
-        except LookupError as exc:
-            self.send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": str(exc)}})
         except NotImplementedError:
             error = {"code": -32601, "message": f"method not found: {method}"}
+            self.send({"jsonrpc": "2.0", "id": request_id, "error": error})
+        except Exception as exc:  # params of another shape than expected: said, never a crash
+            error = {"code": -32602, "message": f"{method}: {exc if isinstance(exc, LookupError) else repr(exc)}"}
             self.send({"jsonrpc": "2.0", "id": request_id, "error": error})
         else:
             self.send({"jsonrpc": "2.0", "id": request_id, "result": result})
@@ -250,9 +256,17 @@ class ReferenceServer:
             prompts = [{"name": n, "description": n.replace("_", " "), "arguments": a} for n, a in PROMPTS.items()]
             return {"prompts": prompts}
         if method == "prompts/get":
-            if params.get("name") not in PROMPTS:
-                raise LookupError(f"no prompt {params.get('name')!r}")
-            return {"messages": _prompt_messages(params["name"], params.get("arguments") or {})}
+            name, arguments = params.get("name"), params.get("arguments") or {}
+            if not isinstance(arguments, dict):
+                raise LookupError("arguments must be an object")
+            if name not in PROMPTS:
+                raise LookupError(f"no prompt {name!r}")
+            missing = [
+                a["name"] for a in PROMPTS[name] if a["required"] and not isinstance(arguments.get(a["name"]), str)
+            ]
+            if missing:
+                raise LookupError(f"prompt {name!r} needs the argument {missing[0]!r}")
+            return {"messages": _prompt_messages(name, arguments)}
         if method == "resources/list":
             return {"resources": [{"uri": "test://static-binary", "name": "static-binary", "mimeType": "image/png"}]}
         if method == "resources/templates/list":
@@ -268,19 +282,18 @@ class ReferenceServer:
         raise NotImplementedError(method)
 
     def _call_on_thread(self, request_id: object, params: dict[str, Any]) -> None:
-        name, arguments = params.get("name"), params.get("arguments") or {}
-        token = (params.get("_meta") or {}).get("progressToken")
+        name, arguments, meta = params.get("name"), params.get("arguments") or {}, params.get("_meta") or {}
         tool: Callable[..., str] | None = getattr(self, f"_tool_{name}", None)
-        if tool is None:
-            error = {"code": -32602, "message": f"unknown tool: {name}"}
-            self.send({"jsonrpc": "2.0", "id": request_id, "error": error})
+        if tool is None or not isinstance(arguments, dict) or not isinstance(meta, dict):
+            problem = f"unknown tool: {name}" if tool is None else "arguments and _meta must be objects"
+            self.send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": problem}})
             return
         try:
-            result: dict[str, Any] = {"content": [_text(tool(arguments, token))]}
+            result: dict[str, Any] = {"content": [_text(tool(arguments, meta.get("progressToken")))]}
         except ClientError as exc:
             result = {"content": [_text(f"the client refused: {exc}")], "isError": True}
-        except RuntimeError as exc:
-            result = {"content": [_text(str(exc))], "isError": True}
+        except Exception as exc:  # its error result (a RuntimeError: the one the tool means to give)
+            result = {"content": [_text(str(exc) if isinstance(exc, RuntimeError) else repr(exc))], "isError": True}
         self.send({"jsonrpc": "2.0", "id": request_id, "result": result})
 
     # -- the tools that wait or ask (each returns its text, or raises RuntimeError for an error result) ----
