@@ -197,10 +197,13 @@ async def test_a_prompt_asked_for_by_its_own_name_comes_from_the_one_server_offe
 ) -> None:
     """As with tools: a client that knows a server's prompt by its own name gets it (and its argument
     completions) when exactly one server offers it, and is told which names to use when several do."""
-    user = {"mcpServers": {"a": server("a", "--prompts", "plan,brief"), "b": server("b", "--prompts", "brief")}}
+    user = {"mcpServers": {"a": server("a", "--prompts", "plan,brief,mcp__x"), "b": server("b", "--prompts", "brief")}}
     async with running(tmp_path, user=user) as r, Client(r.gateway.server, mode=mode) as client:
         assert "plan" not in {prompt.name for prompt in (await client.list_prompts()).prompts}
         assert text_of(await client.get_prompt("plan", {"topic": "cats"})) == "a:plan:cats"
+        assert (
+            text_of(await client.get_prompt("mcp__x", {"topic": "dogs"})) == "a:mcp__x:dogs"
+        )  # (served: mcp__a__mcp__x)
         ref = types.PromptReference(type="ref/prompt", name="plan")
         assert (await client.complete(ref, {"name": "topic", "value": "wea"})).completion.values == ["a:topic:wea"]
         expected = (

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mcpvisor.core.errors import NotFoundError
-from mcpvisor.core.registry import TOOL_PREFIX, RegisteredPrompt, fnv1a_base36, mcp_tool_name
+from mcpvisor.core.registry import RegisteredPrompt, fnv1a_base36, mcp_tool_name
 from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET, MIN_NAME_BUDGET
 
 __all__ = ["DEFAULT_NAME_BUDGET", "MIN_NAME_BUDGET", "ServedNames", "ServedPrompts", "shortened"]
@@ -86,7 +86,7 @@ class ServedPrompts:
         server's prompt by its own name, as with tools — the one prompt by that name on its server. Raises
         :class:`~mcpvisor.core.errors.NotFoundError` naming the served names when several servers offer one."""
         found = self.by_name.get(name) or self._by_full_name.get(name)
-        if found is not None or name.startswith(TOOL_PREFIX):
+        if found is not None:
             return found
         owners = {served: p for served, p in self.by_name.items() if p.prompt.name == name}
         if len(owners) > 1:
