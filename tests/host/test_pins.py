@@ -248,7 +248,9 @@ async def test_the_shells_approve_shows_the_changed_definition_and_accepts_it(tm
     descriptions = tmp_path / "descriptions.json"
     describe(descriptions, echo=ORIGINAL)
     async with shell(tmp_path, project={"mcpServers": {"p": server("p", descriptions)}}) as s:
+        since = s.mark()
         await s.run("/approve p", "✓ approved p")
+        await s.wait_for("+ added p", since)  # connected (the approval only starts it): its tools are listed
         await s.run("/tools", "mcp__p__echo")
         describe(descriptions, echo=HOSTILE)
         await s.run('/call mcp__p__set_tools {"names": "echo,other"}', "echo,other")
