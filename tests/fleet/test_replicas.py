@@ -237,6 +237,7 @@ async def test_two_replicas_share_decisions_settings_and_sessions(tmp_path: Path
             assert foreign.status_code == 404
             a.proc.kill()  # kill -9: A never leaves the registry by itself
             a.proc.wait()
+            await port_closed(a.url)  # (the forked process ends a moment after its stand-in)
             began = time.monotonic()
             gone = await http.post(
                 b.url + "/mcp", json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, headers=headers
@@ -245,6 +246,18 @@ async def test_two_replicas_share_decisions_settings_and_sessions(tmp_path: Path
         assert gone.status_code == 404
         assert "start a new session" in gone.json()["error"]["message"]
         assert took < 5.0  # at once, not after a forwarding timeout (the registry still lists A for 10 s)
+
+
+async def port_closed(url: str) -> None:
+    host, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
+    with anyio.fail_after(WAIT_S):
+        while True:
+            try:
+                stream = await anyio.connect_tcp(host, int(port))
+            except OSError:
+                return
+            await stream.aclose()
+            await anyio.sleep(0.02)  # nothing to wait on but the port itself
 
 
 def fleet_lag(fleet: Fleet, home: Path) -> int:
@@ -330,6 +343,7 @@ async def test_a_round_retry_landing_on_another_replica_reaches_the_call_waiting
                 )
             a.proc.kill()
             a.proc.wait()
+            await port_closed(a.url)
             with pytest.raises(MCPError, match="which is gone; make the call again"):
                 await on_b.session.call_tool(
                     "mcp__k__ask_client",
