@@ -3,9 +3,11 @@ the tools, fresh diagnostics, incremental reloads through the real watcher, lazy
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -314,12 +316,15 @@ async def test_an_edit_of_one_entry_restarts_and_re_asks_for_that_one_alone(tmp_
         python_pid, stubs_pid = s.pid("python"), s.pid("stubs")
         assert python_pid is not None
         assert stubs_pid is not None
+        old_stubs = weakref.ref(s.host.lsp.manager.servers()["stubs"])
 
         edited = {**entries, "stubs": pylsp(extensionToLanguage={".pyi": "python"}, args=["-m", "pylsp", "-v"])}
         replace_text(s.layout.root / ".lsp.json", json.dumps(edited))
         await wait_until(lambda: s.host.lsp.state.reason("stubs") == "pending_approval", what="stubs to wait again")
         await wait_until(lambda: not pid_alive(stubs_pid), what="the old stubs server to stop")
         assert s.pid("python") == python_pid
+        # The replaced server (and its open documents) is let go once stopped: it was kept for ever.
+        await wait_until(lambda: gc.collect() >= 0 and old_stubs() is None, what="the old server to be let go")
         await s.ok("hover", file="models.py", symbol="make_user")  # the other kept answering, same process
         assert s.pid("python") == python_pid
         refused = await s.call("document_symbols", file="api.pyi")

@@ -172,6 +172,7 @@ class LspManager:
 
     def _retire(self, server: LanguageServer) -> None:
         assert self._tg is not None
+        self._started_at.pop(server, None)  # (the last reference to a replaced server and its documents)
         if server.state in ("starting", "ready", "stopping"):
             self._retiring.add(server)
             self._tg.start_soon(self._stop_retired, server)
@@ -263,7 +264,7 @@ class LspManager:
                 pause = min(BACKOFF_INITIAL_S * 2 ** (server.crashes - 1), BACKOFF_MAX_S)
                 logger.info("language server %r crashed; restarting in %g s", server.name, pause)
                 self._tg.start_soon(self._restart_later, server, pause, server.crashes)
-        elif server.state == "ready":
+        elif server.state == "ready" and self._servers.get(server.name) is server:
             self._started_at.setdefault(server, time.monotonic())
         if self._on_change is not None:
             self._on_change(server)
