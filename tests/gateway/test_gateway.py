@@ -3,7 +3,9 @@ example servers, real settings files, the real watcher (SPEC §0.3, §9 "Gateway
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -689,6 +691,22 @@ async def test_a_handshake_era_client_hears_a_modern_era_servers_log_messages_on
         await wait_until(lambda: len(heard) >= 2)
         await client.list_tools()  # a round trip: what went out meanwhile has arrived
         assert sorted(str(m.data) for m in heard) == ["from h", "from m"]
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")  # logging/setLevel
+async def test_the_log_relay_lets_a_removed_servers_connection_go(tmp_path: Path) -> None:
+    """While a client wants log messages, the relay listens to every server: it kept each connection it had heard,
+    by name, for ever (300 servers added and removed: 300 ended connections held, 12 MB)."""
+    user = {"mcpServers": {"a": server("a"), "b": server("b")}}
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server, mode="legacy") as client:
+        await client.set_logging_level("info")
+        connection = r.host.config.manager.get_client("b")
+        assert connection is not None
+        removed = weakref.ref(connection)
+        del connection
+        save(r.layout.paths.user, {"mcpServers": {"a": server("a"), "c": server("c")}})  # b goes, c comes
+        await wait_until(lambda: r.host.config.manager.get_client("c") is not None, what="c connected")
+        await wait_until(lambda: gc.collect() >= 0 and removed() is None, what="b's connection to be let go")
 
 
 @pytest.mark.parametrize("client_requests", [False, True], ids=["plain", "client-requests"])

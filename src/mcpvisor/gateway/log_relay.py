@@ -91,9 +91,8 @@ class LogRelay:
         listener = self._listeners.pop(connection, None)
         if listener is not None:
             listener.queue.close()  # its task ends
-        if not self._listeners:  # the level this gateway asked for no longer holds a shared server's down
-            for client, _ in self._heard.values():
-                client.forget_logging_level(self)
+        if not self._listeners:  # the level this gateway asked for no longer holds a shared server's down, and no
+            self.stop()  # server needs hearing (nor its connection keeping) until a client asks again
 
     def server_connected(self, server: str) -> None:
         """A server (re)connected: hear it, and tell it the level, if any client asked for messages."""
@@ -122,7 +121,12 @@ class LogRelay:
         """Listen to every connected server's log messages (once a client asked for them)."""
         if not self._listeners:
             return
-        for name, client in self._config.manager.clients().items():
+        clients = self._config.manager.clients()
+        for name in self._heard.keys() - clients.keys():  # a server removed: its ended connection is let go
+            gone, remove = self._heard.pop(name)
+            remove()
+            gone.forget_logging_level(self)
+        for name, client in clients.items():
             heard = self._heard.get(name)
             if heard is not None and heard[0] is client:
                 continue
