@@ -400,6 +400,28 @@ async def test_a_refused_head_leaves_the_answers_to_the_requests_before_it_whole
         assert _statuses(await _exchange(url, first + small[:30], small[30:])) == [b"200", b"200"]
 
 
+async def test_a_modern_era_client_that_leaves_before_its_body_came_is_no_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 2026-07-28 request whose client closed before its body was complete wrote an "Exception in ASGI
+    application" traceback at ERROR (about 2 KB a time, for any client to cause); the handshake era's did not."""
+    async with gateway_at(tmp_path, HttpLimits()) as (_, url):
+        host = url.split("//")[1].split("/")[0]
+        head = (
+            f"POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            "Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n"
+            'Mcp-Method: tools/list\r\nContent-Length: 200\r\n\r\n{"jsonrpc":'
+        ).encode()
+        for _ in range(3):
+            sock = _connect(url)
+            sock.sendall(head)
+            await anyio.sleep(0.05)
+            sock.close()
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:  # served on, and what the drops logged is in
+            assert (await http.post(url, json=initialize(), headers=ACCEPT)).status_code == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
+
+
 async def _received(sock: socket.socket) -> bytes:
     await anyio.wait_readable(sock)
     return sock.recv(65536)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import INTERNAL_ERROR
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcpvisor.gateway.lazy_streams import DirectCall, LazySessionManager
@@ -145,7 +146,8 @@ class SessionBook:
                 message = f"unsupported MCP-Protocol-Version {asked[:40]!r}; this gateway speaks {spoken}"
                 await error_response(message, 400)(scope, receive, send)
                 return
-            await manager.handle_request(scope, receive, send)  # the 2026-07-28 era has no sessions
+            with suppress(ClientDisconnect):  # it left before its body came: no one to answer (nor to log about)
+                await manager.handle_request(scope, receive, send)  # the 2026-07-28 era has no sessions
             return
         session_id = headers.get(_SESSION_HEADER)
         if session_id is not None:
