@@ -240,7 +240,11 @@ _REFUSED_SIGN_IN = ("NOAUTH", "HELLO must be called", "invalid username-password
 _FLEET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
-def fleet_unreachable(url: str, exc: BaseException, named_in: str = "--fleet / MCPVISOR_FLEET") -> ConfigError:
+NAMED_BY_OPTION = "--fleet / MCPVISOR_FLEET"
+"""Where a fleet store's URL is fixed unless it came from a settings file."""
+
+
+def fleet_unreachable(url: str, exc: BaseException, named_in: str = NAMED_BY_OPTION) -> ConfigError:
     """Why the store at ``url`` (named in ``named_in``: where to fix it) cannot be used, with the fix."""
     if refused := sign_in_refused(exc):  # reached, but refused
         return ConfigError(f"the fleet store {redact(url)} {refused}")
@@ -317,7 +321,7 @@ def redact(url: str) -> str:
 class FleetStore:
     """One fleet in one Redis: its URL, its name and its clients (made on first use)."""
 
-    def __init__(self, url: str, *, fleet: str = "default", named_in: str = "--fleet / MCPVISOR_FLEET") -> None:
+    def __init__(self, url: str, *, fleet: str = "default", named_in: str = NAMED_BY_OPTION) -> None:
         try:
             import redis  # noqa: F401  (the fleet's extra: say so here, not as a traceback at first use)
         except ImportError:

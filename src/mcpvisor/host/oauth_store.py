@@ -233,7 +233,10 @@ def missing_scopes(needed: object, granted: object) -> str | None:
 
 
 def sign_ins(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[str, str]:
-    """Server -> what its sign-in looks like, for remote servers with one (never a token)."""
+    """Server -> what its sign-in looks like, for remote servers with one (never a token). The store is read only
+    when there is a remote server (a host reads this at start-up and on each reload)."""
+    if all(cfg.transport == "stdio" for cfg in servers.values()):
+        return {}
     try:
         records = store.read()  # once for every server
     except ConfigError as exc:
