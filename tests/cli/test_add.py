@@ -38,7 +38,8 @@ def saved(layout: Layout) -> dict[str, object]:
     [
         (["-s", "workspace", "x", "--", "echo", "hi"], "No such option: -s"),
         (["x", "--scpoe", "workspace", "--", "echo", "hi"], "No such option: --scpoe"),
-        (["x", "npx", "-y", "pkg"], "No such option: -y"),
+        (["x", "npx", "-y", "pkg"], "No such option: -y. A server's own options follow its command after --"),
+        (["--scope", "user", "x", "python", "-mpkg"], "No such option: -m. A server's own options follow its command"),
         (["--", "-s", "echo"], "a server name cannot start with '-'"),
         (["", "--", "echo"], "cannot add a server without a name"),
         (["x", "--sse", "--", "echo"], "--sse says the --url is an SSE endpoint"),
@@ -51,6 +52,14 @@ def test_an_unknown_option_or_a_name_like_an_option_is_refused_and_nothing_is_wr
     assert code != 0
     assert said in " ".join(output.split())
     assert saved(layout) == {}
+
+
+@pytest.mark.parametrize("args", [["-s", "workspace", "x", "--", "echo"], ["x", "--scpoe", "workspace", "--", "e"]])
+def test_a_misspelt_option_of_add_itself_is_not_sent_after_the_command(layout: Layout, args: list[str]) -> None:
+    code, output = add(layout, *args)
+    assert code == 2
+    assert "No such option" in output
+    assert "follow its command" not in output
 
 
 def test_everything_after_the_double_dash_is_the_command_options_included(layout: Layout) -> None:

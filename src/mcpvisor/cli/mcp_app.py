@@ -8,6 +8,7 @@ import sys
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand
 
 from mcpvisor.cli.fleet import FleetNameOpt, FleetOpt
 from mcpvisor.cli.options import AllowedOpt, JsonOpt, McpConfigOpt, WorkspaceOpt, reported, setup_logging, split_names
@@ -147,7 +148,38 @@ def mcp_reject(
 
 
 # Unknown options are errors (a misspelt --scope must not end up in the command); what follows `--` is the command.
-@mcp_app.command("add", context_settings={"allow_extra_args": True})
+class _AddCommand(TyperCommand):
+    """``mcp add``: an option it does not know, after what reads as a name and a command (``x npx -y pkg``,
+    ``x python -m pkg`` typed without ``--``), is most likely the server's: the error says where those go."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        given = list(args)  # (the parser consumes the list)
+        try:
+            return super().parse_args(ctx, args)
+        except Exception as exc:  # typer's own copy of click's NoSuchOption (not exported)
+            option = getattr(exc, "option_name", None)
+            if option and len(self._words_before(given, option)) >= 2:
+                exc.message = (  # type: ignore[attr-defined]
+                    f"{exc.message}. A server's own options follow its command after --: "  # type: ignore[attr-defined]
+                    "mcpvisor mcp add [OPTIONS] NAME -- COMMAND [ARGS]..."
+                )
+            raise
+
+    def _words_before(self, args: list[str], option: str) -> list[str]:
+        """The arguments before ``option`` that are neither options nor an option's value."""
+        valued = {name for param in self.params if not getattr(param, "is_flag", True) for name in param.opts}
+        words: list[str] = []
+        value_next = False
+        for arg in args:
+            if arg.startswith(option):
+                break
+            if not value_next and not arg.startswith("-"):
+                words.append(arg)
+            value_next = arg in valued
+        return words
+
+
+@mcp_app.command("add", cls=_AddCommand, context_settings={"allow_extra_args": True})
 def mcp_add(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Server name.", metavar="NAME")],
