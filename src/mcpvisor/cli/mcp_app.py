@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperCommand
@@ -152,7 +152,7 @@ class _AddCommand(TyperCommand):
     """``mcp add``: an option it does not know, after what reads as a name and a command (``x npx -y pkg``,
     ``x python -m pkg`` typed without ``--``), is most likely the server's: the error says where those go."""
 
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # (typer's own click Context)
         given = list(args)  # (the parser consumes the list)
         try:
             return super().parse_args(ctx, args)
