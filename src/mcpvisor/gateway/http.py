@@ -329,6 +329,7 @@ _HEADERS_TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
     b"content-length: %d\r\nconnection: close\r\n\r\n%b" % (len(_TOO_LARGE_TEXT), _TOO_LARGE_TEXT)
 )
+_UNSAID = logging.Logger("mcpvisor.gateway.refused", logging.CRITICAL + 1)  # (a refused connection's uvicorn logger)
 
 
 class _HeadTooLarge(Exception):
@@ -397,7 +398,7 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
         def _refuse_head(self) -> None:
             """The 431, and the end of the connection, once the requests before the refused one are answered (a
             pipelined client gets those answers first, in order)."""
-            self._refused = True
+            self._refused, self.logger = True, _UNSAID  # uvicorn's "Invalid HTTP request" is said at INFO below
             cycle = self.cycle
             busy = (cycle is not None and not cycle.response_complete) or bool(getattr(self, "pipeline", ()))
             if not busy and not self.transport.is_closing():
