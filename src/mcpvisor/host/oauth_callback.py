@@ -6,7 +6,6 @@ sign-in waits on, so nobody can end it or put words in its error."""
 from __future__ import annotations
 
 import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
@@ -19,6 +18,8 @@ class Callback:
     """A one-shot HTTP server on loopback that receives the authorization redirect."""
 
     def __init__(self, port: int) -> None:
+        from http.server import BaseHTTPRequestHandler, HTTPServer  # (a sign-in only: not imported at start-up)
+
         received: dict[str, str] = {}
         done = threading.Event()
         self.received, self.done = received, done
