@@ -189,11 +189,9 @@ async def test_the_reference_servers_progress_and_requests_reach_the_calling_cli
             progress_callback=peer.on_progress,
         )
         assert text_of(done) == "Long running operation completed. Duration: 0.3 seconds, Steps: 3."
-        if mode == "legacy":
-            assert peer.progress == [(1, 3), (2, 3), (3, 3)]
-        else:  # (one in-between notification of three was missing once, on a loaded machine: not yet explained)
-            assert peer.progress[-1] == (3, 3)
-            assert peer.progress == sorted(set(peer.progress))
+        # (2026-07-28: the server asks for roots 350 ms after its start, often during this call; what progress it
+        # reports while the client answers goes on the call's next round.)
+        assert peer.progress == [(1, 3), (2, 3), (3, 3)]
 
         sampled = await client.call_tool("mcp__everything__trigger-sampling-request", {"prompt": "a haiku"})
         assert not sampled.is_error, text_of(sampled)

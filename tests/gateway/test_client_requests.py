@@ -339,3 +339,80 @@ async def test_calls_waiting_for_their_clients_input_are_bounded_one_more_is_ref
             "answers (each waits up to 600 s); make the call again later"
         )
         assert text_of(await session.call_tool("mcp__a__pid", {})).isdigit()  # calls that need no input go on
+
+
+ASKING_SERVER = r'''
+"""A stdio server whose tool 'ask' asks its client for roots and reports progress while the client answers:
+1 of 2 when the tool 'nudge' is called (by anyone), 2 of 2 once the answer came."""
+import json, sys
+
+def send(message):
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+    sys.stdout.flush()
+
+def progress(token, n, message):
+    params = {"progressToken": token, "progress": n, "total": 2, "message": message}
+    send({"method": "notifications/progress", "params": params})
+
+def text(value):
+    return {"content": [{"type": "text", "text": value}]}
+
+asking = None  # (the id of the 'ask' call, its progress token)
+for line in sys.stdin:
+    message = json.loads(line)
+    method, params = message.get("method"), message.get("params") or {}
+    if "id" not in message:
+        continue
+    if method is None and message["id"] == "roots" and asking is not None:
+        call, token = asking
+        progress(token, 2, "answered")
+        send({"id": call, "result": text("roots: " + " ".join(r["uri"] for r in message["result"]["roots"]))})
+    elif method == "initialize":
+        info = {"name": "asking", "version": "1"}
+        result = {"protocolVersion": params["protocolVersion"], "capabilities": {"tools": {}}, "serverInfo": info}
+        send({"id": message["id"], "result": result})
+    elif method == "tools/list":
+        tools = [{"name": name, "inputSchema": {"type": "object"}} for name in ("ask", "nudge")]
+        send({"id": message["id"], "result": {"tools": tools}})
+    elif method == "tools/call" and params["name"] == "ask":
+        asking = (message["id"], params["_meta"]["progressToken"])
+        send({"id": "roots", "method": "roots/list"})
+    elif method == "tools/call" and params["name"] == "nudge":
+        progress(asking[1], 1, "waiting")  # written before the answer below: the gateway reads it first
+        send({"id": message["id"], "result": text("nudged")})
+    else:
+        send({"id": message["id"], "error": {"code": -32601, "message": "Method not found"}})
+'''
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_progress_a_server_reports_while_its_client_answers_reaches_the_client(tmp_path: Path, mode: str) -> None:
+    """A server asks for roots in the middle of a call and reports progress while the client answers. A 2026-07-28-era
+    client answers between two rounds of the call, when the first round's stream has ended: the progress goes on the
+    next round's stream, before the result (it was dropped). Over real HTTP, where each round is a response stream."""
+    script = tmp_path / "asking_server.py"
+    script.write_text(ASKING_SERVER)
+    user = {"mcpServers": {"s": {"command": sys.executable, "args": [str(script)]}}}
+    heard: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, total, message))
+
+    async with (
+        running(tmp_path, user=user, client_requests=True, processes=True) as r,
+        anyio.create_task_group() as tg,
+    ):
+        url: str = await tg.start(r.gateway.serve_http)
+        async with Client(url, mode="legacy") as nudger:
+
+            async def roots(context: ClientRequestContext) -> types.ListRootsResult:
+                # Answering (2026-07-28: between the rounds): the server reports 1 of 2 before this call's answer.
+                assert text_of(await nudger.call_tool("mcp__s__nudge", {})) == "nudged"
+                return types.ListRootsResult(roots=[types.Root(uri="file:///work/project")])
+
+            async with Client(url, mode=mode, list_roots_callback=roots) as client:
+                with anyio.fail_after(WAIT_S):
+                    done = await client.call_tool("mcp__s__ask", {}, progress_callback=on_progress)
+        tg.cancel_scope.cancel()
+    assert text_of(done) == "roots: file:///work/project"
+    assert heard == [(1, 2, "waiting"), (2, 2, "answered")]

@@ -7,6 +7,8 @@ client whose call caused it (:mod:`mcpvisor.core.client_requests` routes the ser
   era asks: the call answers with an input-required result carrying the server's requests, and the
   client's retry of the call carries the answers (:class:`Rounds`). The call to the server runs on
   between the rounds; if the client does not come back within :data:`ROUND_TIMEOUT_S` it is cancelled.
+  The progress and log messages it sends while the client is between rounds (the ended round's stream
+  is closed) go on the next round's stream, first and in order.
 
 A client that did not declare the capability is not asked: the server gets an error that says so.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 import secrets
 import warnings
+from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from contextlib import ExitStack
 from typing import Any, Generic, TypeVar
@@ -54,6 +57,8 @@ one more is cancelled and refused, so clients that never come back cannot fill t
 _STATE_PREFIX = "mcpvisor-round-"
 _COALESCE_CHECKPOINTS = 5
 """Requests a server sends together (the modern era's are dispatched at once) go out in one round."""
+_MAX_HELD = 1000
+"""Progress and log messages of one call held for its client's next round: the oldest are dropped beyond this."""
 
 R = TypeVar("R", bound=BaseModel)
 A = TypeVar("A", bound=BaseModel)
@@ -231,6 +236,14 @@ class _Call(_Asking, Generic[R]):
         self._result: R | None = None
         self._error: Exception | None = None
         self._done = False
+        self._between = False
+        """A round ended with the server's requests and the client has not come back: the ended round's stream is
+        closed, so what the server sends meanwhile is held for the next round."""
+        self._held: deque[Callable[[Ctx], Awaitable[None]]] = deque(maxlen=_MAX_HELD)
+        self._sending = 0
+        self._sent_all = anyio.Event()
+        """Set while nothing is being sent on the current round's stream (a round ends only after that)."""
+        self._sent_all.set()
 
     @property
     def client(self) -> Hashable:
@@ -267,15 +280,39 @@ class _Call(_Asking, Generic[R]):
             return refusal(f"the client answered server {server!r}'s {what} request with something else")
 
     async def report_progress(self, progress: float, total: float | None, message: str | None) -> None:
-        try:
-            await self.ctx.session.report_progress(progress, total, message)
-        except Exception as exc:  # progress is advisory: a round that has ended does not fail the call
-            logger.debug("could not relay progress: %s", exc)
+        await self._on_stream(lambda ctx: ctx.session.report_progress(progress, total, message))
 
     # -- the call and its rounds -------------------------------------------------------------
 
     async def hear_log(self, server: str, params: types.LoggingMessageNotificationParams) -> None:
-        await pass_log(self.ctx, server, params)
+        await self._on_stream(lambda ctx: pass_log(ctx, server, params))
+
+    async def _on_stream(self, send: Callable[[Ctx], Awaitable[None]]) -> None:
+        """Send a notification on the current round's stream, or hold it for the next round (see _between)."""
+        if self._between:
+            self._held.append(send)
+            return
+        self._sending += 1
+        self._sent_all = anyio.Event() if self._sent_all.is_set() else self._sent_all
+        try:
+            await self._send(send)
+        finally:
+            self._sending -= 1
+            if not self._sending:
+                self._sent_all.set()
+
+    async def _send(self, send: Callable[[Ctx], Awaitable[None]]) -> None:
+        try:
+            await send(self.ctx)
+        except Exception as exc:  # progress and log messages are advisory: they never fail the call
+            logger.debug("could not relay a notification to the client: %s", exc)
+
+    async def resume(self) -> None:
+        """The client came back: what the server sent between the rounds goes on this round's stream, in order
+        (what comes meanwhile is held behind it)."""
+        while self._held:
+            await self._send(self._held.popleft())
+        self._between = False
 
     async def drive(self, call: Callable[[Progress], Awaitable[R]]) -> None:
         """Make the call (in the gateway's task group, so it outlives a round)."""
@@ -300,6 +337,7 @@ class _Call(_Asking, Generic[R]):
             for _ in range(_COALESCE_CHECKPOINTS):  # requests sent together go out together
                 await anyio.lowlevel.checkpoint()
         if self._done:
+            await self._sent_all.wait()  # (what is being sent on the round's stream goes before its answer)
             if self._error is not None:
                 raise self._error
             if self._result is None:
@@ -308,6 +346,10 @@ class _Call(_Asking, Generic[R]):
         asks, self._pending = self._pending, {}
         self._sent.update(asks)
         self.round += 1
+        # The round's answer closes its stream: what the server sends from now on waits for the next round, and
+        # what is being sent on it now gets there first.
+        self._between = True
+        await self._sent_all.wait()
         return asks
 
     def answer(self, responses: types.InputResponses | None) -> None:
@@ -372,6 +414,7 @@ class Rounds:
             running = _Call[R](ctx, log_level)
             self._tg.start_soon(running.drive, call)
         try:
+            await running.resume()
             outcome = await running.next_round()
         except anyio.get_cancelled_exc_class():
             running.scope.cancel()  # the client gave up on the call: so does the server
