@@ -134,6 +134,31 @@ def test_a_suggested_command_takes_a_servers_name_as_one_word_whatever_the_repos
     assert {server["name"]: server["approval"] for server in listed["servers"]} == dict.fromkeys(names, "approved")
 
 
+def test_a_fix_hint_pasted_decides_in_the_mcpvisor_home_the_command_ran_with(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``MCPVISOR_HOME=DIR mcpvisor mcp list`` (the demo suggests one) said ``run: mcpvisor mcp approve …``: pasted,
+    that approved into the default folder's store and the host using DIR never heard of it. A MCPVISOR_HOME
+    naming another folder than ``~/.mcpvisor`` is carried by the hints (the default one is not repeated)."""
+    other = tmp_path / "other home"
+    write_json(layout.paths.project, {"mcpServers": {"p": {"command": "x"}}})
+    write_json(other / "settings.json", {"security": {"folderTrust": {"enabled": True}}})
+    monkeypatch.chdir(tmp_path)
+    env = {**layout.env, "MCPVISOR_HOME": str(other), "COLUMNS": "1000"}
+    shell_env = {**os.environ, **env, "PATH": f"{Path(mcpvisor_command()).parent}{os.pathsep}{os.environ['PATH']}"}
+    del shell_env["MCPVISOR_HOME"]  # another terminal: only what the hint says
+    for fix, then in (("if you trust it, run: ", "needs approval"), ("needs approval — run: ", "approved")):
+        result = CliRunner().invoke(app, ["mcp", "list", "--workspace", str(layout.root)], env=env)
+        hint = next(line.split(fix, 1)[1] for line in result.stdout.splitlines() if fix in line)
+        hint = hint.split(" · ")[0].strip()
+        assert hint.startswith(f"MCPVISOR_HOME={shlex.quote(str(other))} mcpvisor mcp "), hint
+        pasted_in = subprocess.run(["sh", "-c", hint], env=shell_env, capture_output=True, text=True, timeout=120)
+        assert pasted_in.returncode == 0, (hint, pasted_in.stdout, pasted_in.stderr)
+        listed = CliRunner().invoke(app, ["mcp", "list", "--workspace", str(layout.root)], env=env).stdout
+        assert then in listed, listed
+    assert not layout.paths.approvals.exists()  # the default folder's store: untouched
+
+
 def test_approving_a_server_that_is_not_in_force_says_why(layout: Layout) -> None:
     write_json(layout.paths.project, {"mcpServers": {"r": {"command": ["python"]}}})
     code, out = failing(layout, "mcp", "approve", "r")

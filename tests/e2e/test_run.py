@@ -487,3 +487,41 @@ async def test_a_server_that_never_answers_holds_up_neither_the_start_nor_an_edi
         save(r.layout.paths.user, {"mcpServers": servers})
         await r.wait_for(lambda: r.status("b") == "connected")
         assert r.status("hang") == "connecting"
+
+
+async def test_an_approve_hint_of_run_pasted_elsewhere_decides_in_the_home_it_runs_with(tmp_path: Path) -> None:
+    """``MCPVISOR_HOME=DIR mcpvisor run``: its "needs approval — run: …" carries ``MCPVISOR_HOME=DIR``, so that
+    pasted in another terminal it approves in the store this host reads (without it: the default folder's)."""
+    layout = make_layout(tmp_path)
+    home = tmp_path / "other home"
+    m = tmp_path / "pids"
+    save(home / "settings.json", {"mcpServers": {}})
+    save(layout.paths.project, {"mcpServers": {"p": server("p", m)}})
+    env = {**os.environ, **layout.env, "MCPVISOR_HOME": str(home), "COLUMNS": "250"}
+    process = await anyio.open_process(
+        [mcpvisor_command(), "run", "--workspace", str(layout.root)], env=env, stderr=subprocess.DEVNULL
+    )
+    output = ""
+
+    async def until(text: str) -> None:
+        nonlocal output
+        assert process.stdout is not None
+        with anyio.fail_after(WAIT_S):
+            async for chunk in TextReceiveStream(process.stdout):
+                output += chunk
+                if text in output:
+                    return
+
+    async with process:
+        try:
+            await until("Ctrl-C to stop")
+            hint = f"MCPVISOR_HOME='{home}' mcpvisor mcp approve --workspace {layout.root} p"
+            assert f"p · ? needs approval — run: {hint}" in output, output
+            elsewhere = {k: v for k, v in env.items() if k != "MCPVISOR_HOME"}
+            elsewhere["PATH"] = f"{Path(mcpvisor_command()).parent}{os.pathsep}{os.environ['PATH']}"
+            pasted = await anyio.run_process(["sh", "-c", hint], env=elsewhere, check=False)
+            assert pasted.returncode == 0, pasted.stderr
+            await until("+ added p")
+        finally:
+            process.send_signal(signal.SIGINT)
+    assert not layout.paths.approvals.exists()

@@ -55,16 +55,18 @@ def load_state(
     return settings, approvals, state
 
 
-def config_problems(settings: Settings, approvals_error: str | None, *more: Iterable[str]) -> list[str]:
+def config_problems(
+    settings: Settings, approvals_error: str | None, *more: Iterable[str], home: str | None = None
+) -> list[str]:
     """Every problem of the configuration, each once: the files that cannot be read or parsed and the
-    approvals store first, then the warnings (an invalid entry, an unknown key, an undefined variable)."""
+    approvals store first, then the warnings (an invalid entry, an unknown key, an undefined variable); a fix
+    to paste carries ``MCPVISOR_HOME=home`` (:func:`~mcpvisor.host.paths.named_home`)."""
     errors = [str(error) for error in settings.errors.values()]
     problems = [*errors, *([approvals_error] if approvals_error else []), *settings.warnings]
     if not settings.trusted:  # else an empty list reads as if nothing were configured
         broken, root = ", ".join(settings.trust_unknown_in), shlex.quote(str(settings.root))
-        fix = (
-            f" until {broken} is fixed" if broken else f"; if you trust it, run: mcpvisor mcp trust --workspace {root}"
-        )
+        trust = f"{f'MCPVISOR_HOME={shlex.quote(home)} ' if home else ''}mcpvisor mcp trust --workspace {root}"
+        fix = f" until {broken} is fixed" if broken else f"; if you trust it, run: {trust}"
         problems.append(
             f"folder {root} is not trusted: its own settings files are not read and no MCP server starts here{fix}"
         )
@@ -111,10 +113,11 @@ def list_servers(
 
     tokens = token_store(env)
     signed = sign_ins(tokens, state.assembled.servers)
-    mode, mode_problems = pin_mode_of(settings)
+    mode, pin_problems = pin_mode_of(settings)
     unreadable = store_problems(tokens)
     broken = bool(settings.errors) or approvals.error is not None or bool(unreadable)
-    problems = config_problems(settings, approvals.error, state.assembled.warnings, mode_problems, unreadable)
+    home = paths.named_home(env)
+    problems = config_problems(settings, approvals.error, state.assembled.warnings, pin_problems, unreadable, home=home)
     try:
         held = held_names(pin_store(env), settings.root, state.assembled.servers, mode)
     except ConfigError as exc:
@@ -156,7 +159,9 @@ def list_servers(
     console = new_console(highlight=False)
     for problem in problems:
         console.print(f"[yellow]! {escape(problem)}[/]")
-    approve, login = command_hints(settings.root, approvals_error=approvals.error, options=approvals.decided_with)
+    approve, login = command_hints(
+        settings.root, approvals_error=approvals.error, options=approvals.decided_with, home=home
+    )
     head, bad = f"MCP servers for {settings.root}", bool(settings.errors)
     render_status(
         console, rows, live=False, title=head, show_target=True, approve_hint=approve, login_hint=login, unreadable=bad

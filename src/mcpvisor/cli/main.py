@@ -100,8 +100,12 @@ async def _run_host(
     approve_command: str | None = None,
 ) -> None:
     from mcpvisor.host.host import Host, HostOptions
+    from mcpvisor.host.paths import named_home
+    from mcpvisor.host.status import APPROVE_HINT, in_home
 
     console = new_console(highlight=False)
+    if approve_command is None and (home := named_home(env)):  # (pasted elsewhere, it must decide in this home)
+        approve_command = in_home(APPROVE_HINT, home)
     options = HostOptions(
         env=env,
         workspace=workspace,
@@ -205,6 +209,7 @@ def status(
     async def once() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str], bool]:
         from mcpvisor.cli.commands import config_problems, store_problems
         from mcpvisor.host.host import Host
+        from mcpvisor.host.paths import named_home
         from mcpvisor.host.status import command_hints, with_options
         from mcpvisor.shell.views import render_lsp_status, render_status
 
@@ -222,7 +227,13 @@ def status(
             lsp_rows = host.lsp.views()
             unreadable, pins_unread = store_problems(host.tokens), store_problems(host.pins)
             warnings = (*host.state.assembled.warnings, *host.lsp.warnings())
-            problems = config_problems(host.settings, host.approvals.error, warnings, [*unreadable, *pins_unread])
+            problems = config_problems(
+                host.settings,
+                host.approvals.error,
+                warnings,
+                [*unreadable, *pins_unread],
+                home=named_home(host.options.env),
+            )
             broken = bool(host.settings.errors) or host.approvals.error is not None or bool(unreadable or pins_unread)
             if not as_json:
                 console = new_console(highlight=False)
@@ -230,7 +241,10 @@ def status(
                     console.print(f"[yellow]! {escape(problem)}[/]")
                 approvals = host.approvals
                 approve_hint, login_hint = command_hints(
-                    host.root, approvals_error=approvals.error, options=approvals.decided_with
+                    host.root,
+                    approvals_error=approvals.error,
+                    options=approvals.decided_with,
+                    home=named_home(host.options.env),
                 )
                 files = "".join(f" --mcp-config {shlex.quote(str(file))}" for file in mcp_config or [])
                 login_hint = with_options(login_hint, files)  # a server of those files is signed in to with them

@@ -15,6 +15,7 @@ __all__ = [
     "SETTINGS_FILENAME",
     "approvals_path",
     "log_dir",
+    "named_home",
     "system_defaults_path",
     "system_settings_path",
     "trusted_folders_path",
@@ -48,6 +49,19 @@ def user_dir(env: Mapping[str, str]) -> Path:
     """``~/.mcpvisor``, or ``$MCPVISOR_HOME``."""
     override = env.get("MCPVISOR_HOME")
     return Path(override).expanduser() if override else _home(env) / SETTINGS_DIRNAME
+
+
+def named_home(env: Mapping[str, str]) -> str | None:
+    """``$MCPVISOR_HOME`` when it names another folder than ``~/.mcpvisor``: a command suggested to be pasted
+    elsewhere carries it (without it, that command would read and write another folder's stores)."""
+    override = env.get("MCPVISOR_HOME")
+    if not override:
+        return None
+    try:
+        default = _home(env) / SETTINGS_DIRNAME
+        return None if Path(override).expanduser().resolve() == default.resolve() else override
+    except (ConfigError, OSError):
+        return override
 
 
 def user_settings_path(env: Mapping[str, str]) -> Path:

@@ -100,21 +100,28 @@ LOGIN_HINT = "mcpvisor mcp login {name}"
 
 
 def command_hints(
-    root: str | os.PathLike[str], *, approvals_error: str | None = None, options: str = ""
+    root: str | os.PathLike[str], *, approvals_error: str | None = None, options: str = "", home: str | None = None
 ) -> tuple[str, str]:
     """The approve and login hints (``{name}`` in each, filled by :func:`fill_hint`) that work where they are
     printed: with ``--workspace ROOT`` unless ``root`` is the current directory (run elsewhere, they would name
-    another workspace), and ``options`` (a fleet's ``--fleet URL``). With ``approvals_error`` (the approvals
-    store cannot be read), approving waits for its fix."""
+    another workspace), ``options`` (a fleet's ``--fleet URL``), and after ``MCPVISOR_HOME=HOME`` when the command
+    ran with one (``home``: pasted without it, they would decide in another store). With ``approvals_error`` (the
+    approvals store cannot be read), approving waits for its fix."""
     try:
         here = Path.cwd().resolve() == Path(root).resolve()
     except OSError:
         here = False
     workspace = ("" if here else f" --workspace {shlex.quote(str(root))}") + options
-    approve = with_options(APPROVE_HINT, workspace)
+    approve = in_home(with_options(APPROVE_HINT, workspace), home)
     if approvals_error is not None:
         approve += ", once the approvals store can be read again (see above)"
-    return approve, with_options(LOGIN_HINT, workspace)
+    return approve, in_home(with_options(LOGIN_HINT, workspace), home)
+
+
+def in_home(hint: str, home: str | None) -> str:
+    """``hint`` (a template: braces doubled) after ``MCPVISOR_HOME=home``, when there is one to name
+    (:func:`~mcpvisor.host.paths.named_home`)."""
+    return f"MCPVISOR_HOME={shlex.quote(home)} ".replace("{", "{{").replace("}", "}}") + hint if home else hint
 
 
 def with_options(hint: str, options: str) -> str:
@@ -124,10 +131,12 @@ def with_options(hint: str, options: str) -> str:
 
 def trust_hint(approve_hint: str) -> str:
     """The command that trusts the folder, made for the place the approve hint was (:func:`command_hints`: with its
-    ``--workspace ROOT`` when that is not the current directory; the hint is a template, its braces doubled)."""
+    ``--workspace ROOT`` when that is not the current directory, and what comes before its ``mcpvisor``, such as
+    ``MCPVISOR_HOME=HOME``; the hint is a template, its braces doubled)."""
     workspace = re.search(r" --workspace (?:'[^']*'(?:\"'\"'[^']*')*|\S+)", approve_hint)
-    words = workspace.group(0).replace("{{", "{").replace("}}", "}") if workspace else ""
-    return "mcpvisor mcp trust" + words
+    words = workspace.group(0) if workspace else ""
+    env = approve_hint.partition("mcpvisor mcp approve")[0] if "mcpvisor mcp approve" in approve_hint else ""
+    return (env + "mcpvisor mcp trust" + words).replace("{{", "{").replace("}}", "}")
 
 
 def fill_hint(hint: str, name: str) -> str:
