@@ -93,7 +93,7 @@ def serve(
         typer.Option(
             "--token-file",
             help="With --http: the bearer token clients must send, read from FILE (mode 0600). Default: "
-            "$MCPVISOR_GATEWAY_TOKEN, else ~/.mcpvisor/gateway-token (made on first use).",
+            "$MCPVISOR_GATEWAY_TOKEN, else gateway-token in $MCPVISOR_HOME (~/.mcpvisor by default), made once.",
             metavar="FILE",
         ),
     ] = None,
