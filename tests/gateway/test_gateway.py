@@ -106,13 +106,27 @@ class Running:
     host: Host
     gateway: Gateway
     excluded_at_reconcile: list[tuple[str, ...]]
+    read_at_reconcile: list[dict[str, Any]]
+    """What the user and project files held for the host as each pass began."""
 
     async def settle(self) -> None:
-        """Wait until every earlier settings edit has been reconciled (a workspace gating edit always
-        reconciles, and the watcher handles scopes in order)."""
-        tag = f"sentinel-{len(self.excluded_at_reconcile)}"
-        save(self.layout.paths.workspace, {"mcp": {"excluded": [tag]}})
-        await wait_until(lambda: any(tag in excluded for excluded in self.excluded_at_reconcile))
+        """Wait until every earlier settings edit has been reconciled: a workspace gating edit always reconciles,
+        and it is made again until the pass that applied it began with the user and project files read as they
+        are on disk (the watcher reads each scope on its own clock: a save of one may be read a moment after a
+        later save of another, at the end of its coalescing window)."""
+        for _ in range(20):
+            on_disk = {scope: _json_of(self.layout.paths.of(scope)) for scope in ("user", "project")}
+            tag = f"sentinel-{len(self.excluded_at_reconcile)}"
+            save(self.layout.paths.workspace, {"mcp": {"excluded": [tag]}})
+            await wait_until(lambda: any(tag in excluded for excluded in self.excluded_at_reconcile))  # noqa: B023
+            applied = self.read_at_reconcile[[tag in e for e in self.excluded_at_reconcile].index(True)]
+            if applied == on_disk:
+                return
+        raise AssertionError(f"the host never read the files as they are on disk: {on_disk} (read: {applied})")
+
+
+def _json_of(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 @asynccontextmanager
@@ -137,20 +151,24 @@ async def running(
         HostOptions(env=layout.env, workspace=layout.root, client_requests=client_requests, in_memory=in_memory)
     )
     excluded_at_reconcile: list[tuple[str, ...]] = []
+    read_at_reconcile: list[dict[str, Any]] = []
     excluded_at_start: tuple[str, ...] = ()
+    read_at_start: dict[str, Any] = {}
 
     def record(event: HostEvent) -> None:
         # What a pass excluded is the gating as it began (its plan is made then, with no wait between): read at its
         # end, a later edit the watcher has read meanwhile would count as applied.
-        nonlocal excluded_at_start
+        nonlocal excluded_at_start, read_at_start
         if isinstance(event, McpClientUpdate) and event.in_progress:
             excluded_at_start = tuple(host.config.get_mcp_gating().excluded or ())
+            read_at_start = {scope: dict(host.settings.data(scope)) for scope in ("user", "project")}
         elif isinstance(event, ReconcileFinished):
             excluded_at_reconcile.append(excluded_at_start)
+            read_at_reconcile.append(read_at_start)
 
     host.subscribe(record)
     async with host, Gateway(host.config, **gateway_options) as gateway:
-        yield Running(layout, host, gateway, excluded_at_reconcile)
+        yield Running(layout, host, gateway, excluded_at_reconcile, read_at_reconcile)
 
 
 # -- listing and calling -----------------------------------------------------------------------
