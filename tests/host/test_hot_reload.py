@@ -41,13 +41,20 @@ class Recorder:
     def __init__(self) -> None:
         self.events: list[HostEvent] = []
         self.gating_at_reconcile: list[McpGating] = []
+        self.read_at_reconcile: list[dict[str, Any]] = []
+        """What the user and project files held for the host as each pass began (its plan is made then)."""
         self.host: Host | None = None
+        self._at_start: tuple[McpGating, dict[str, Any]] | None = None
         self._updated = anyio.Event()
 
     def __call__(self, event: HostEvent) -> None:
         self.events.append(event)
-        if isinstance(event, ReconcileFinished) and self.host is not None:
-            self.gating_at_reconcile.append(self.host.config.get_mcp_gating())
+        if isinstance(event, McpClientUpdate) and event.in_progress and self.host is not None:
+            read = {scope: dict(self.host.settings.data(scope)) for scope in ("user", "project")}
+            self._at_start = (self.host.config.get_mcp_gating(), read)
+        elif isinstance(event, ReconcileFinished) and self._at_start is not None:
+            self.gating_at_reconcile.append(self._at_start[0])
+            self.read_at_reconcile.append(self._at_start[1])
         self._updated.set()
         self._updated = anyio.Event()
 
@@ -73,12 +80,24 @@ class Session:
         return {n for n, c in self.host.config.manager.clients().items() if c.status == "connected"}
 
     async def settle(self) -> None:
-        """Make every earlier edit visible: a workspace-scope gating edit always reconciles, and the
-        watcher handles scopes in order, so once its reconcile is over the earlier ones are too."""
-        self._sentinel += 1
-        tag = f"sentinel-{self._sentinel}"
-        save(self.layout.paths.workspace, {"mcp": {"excluded": [tag]}})
-        await self.rec.wait_for(lambda: any(tag in (g.excluded or ()) for g in self.rec.gating_at_reconcile))
+        """Make every earlier edit visible: a workspace-scope gating edit always reconciles, and it is made again
+        until the pass that applied it began with the user and project files read as they are on disk (the
+        watcher reads each scope on its own clock: a save of one may be read a moment after a later save of
+        another, at the end of its coalescing window)."""
+        for _ in range(20):
+            on_disk = {scope: _json_of(self.layout.paths.of(scope)) for scope in ("user", "project")}
+            self._sentinel += 1
+            tag = f"sentinel-{self._sentinel}"
+            save(self.layout.paths.workspace, {"mcp": {"excluded": [tag]}})
+            await self.rec.wait_for(lambda: any(tag in (g.excluded or ()) for g in self.rec.gating_at_reconcile))  # noqa: B023
+            first = next(i for i, g in enumerate(self.rec.gating_at_reconcile) if tag in (g.excluded or ()))
+            if self.rec.read_at_reconcile[first] == on_disk:
+                return
+        raise AssertionError(f"the host never read the files as they are on disk: {on_disk}")
+
+
+def _json_of(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 @asynccontextmanager
