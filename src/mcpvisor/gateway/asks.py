@@ -223,12 +223,13 @@ class _Ask:
 class _Call(_Asking, Generic[R]):
     """One call of a 2026-07-28-era client, running on between the client's rounds."""
 
-    def __init__(self, ctx: Ctx, log_level: types.LoggingLevel | None) -> None:
+    def __init__(self, ctx: Ctx, log_level: types.LoggingLevel | None, request: tuple[str, object]) -> None:
         self.ctx = ctx
         """The request of the current round: capabilities are checked, progress and log messages go on it."""
         self._log_level = log_level
+        self.request = request
+        """The method, and what it names with which arguments: a retry carrying the call's state repeats them."""
         self.scope = anyio.CancelScope()
-        self.round = 0
         self._asked = 0
         self._pending: dict[str, _Ask] = {}
         self._sent: dict[str, _Ask] = {}
@@ -345,7 +346,6 @@ class _Call(_Asking, Generic[R]):
             return self._result
         asks, self._pending = self._pending, {}
         self._sent.update(asks)
-        self.round += 1
         # The round's answer closes its stream: what the server sends from now on waits for the next round, and
         # what is being sent on it now gets there first.
         self._between = True
@@ -385,6 +385,8 @@ class Rounds:
         self._max_open = max_open or MAX_OPEN_ROUNDS
         self._name = name or (lambda token: _STATE_PREFIX + token)
         self._open: dict[str, _Call[Any]] = {}
+        self._timers: dict[str, anyio.CancelScope] = {}
+        """Each open round's expiry, ended when its client comes back (it holds nothing of the call)."""
 
     def __len__(self) -> int:
         return len(self._open)
@@ -400,18 +402,27 @@ class Rounds:
         """A round of ``call``: the first one starts it, a retry carrying ``request_state`` goes on with it.
         With ``log_level`` the server's log messages from that level up go on the round's stream."""
         state = params.request_state
+        request = (ctx.method, params.model_dump(mode="json", include={"name", "uri", "arguments"}))
         if state is not None:
-            running = self._open.pop(state, None)
+            running = self._open.get(state)
             if running is None:
                 raise MCPError(
                     types.INVALID_PARAMS,
                     f"request_state {state[:40]!r} names no call waiting for input (it finished, or waited longer "
                     f"than {self._timeout_s:g} s for the answers); make the call again without it",
                 )
+            if running.request != request:  # (its own request, retried, still gets the call's result)
+                raise MCPError(
+                    types.INVALID_PARAMS,
+                    f"request_state {state[:40]!r} belongs to another request: retry the request that was answered "
+                    "with it (the same method, name or URI, and arguments)",
+                )
+            del self._open[state]
+            self._timers.pop(state).cancel()
             running.ctx = ctx
             running.answer(params.input_responses)
         else:
-            running = _Call[R](ctx, log_level)
+            running = _Call[R](ctx, log_level, request)
             self._tg.start_soon(running.drive, call)
         try:
             await running.resume()
@@ -430,13 +441,16 @@ class Rounds:
             )
         state = self._name(secrets.token_urlsafe(18))
         self._open[state] = running
-        self._tg.start_soon(self._expire, state, running, running.round)
+        self._timers[state] = timer = anyio.CancelScope()
+        self._tg.start_soon(self._expire, state, timer)
         return types.InputRequiredResult(
             input_requests={key: ask.request for key, ask in outcome.items()}, request_state=state
         )
 
-    async def _expire(self, state: str, running: _Call[Any], round_: int) -> None:
-        await anyio.sleep(self._timeout_s)
-        if self._open.get(state) is running and running.round == round_:
-            del self._open[state]
-            running.scope.cancel()
+    async def _expire(self, state: str, timer: anyio.CancelScope) -> None:
+        """Cancel the call if its client does not come back in time (a retry ends ``timer``)."""
+        with timer:
+            await anyio.sleep(self._timeout_s)
+            self._timers.pop(state, None)
+            if (running := self._open.pop(state, None)) is not None:
+                running.scope.cancel()

@@ -284,13 +284,11 @@ class Gateway(StackOwner):
     async def _on_get_prompt(
         self, ctx: _Ctx, params: types.GetPromptRequestParams
     ) -> types.GetPromptResult | types.InputRequiredResult:
-        # A prompt result has no error flag: failures are JSON-RPC errors carrying the same messages.
-        with as_mcp_errors():  # (several servers offering a prompt by its own name: which to get)
-            if (entry := self._prompts().find(params.name)) is None:
-                raise self.config.not_found(params.name, "prompt")
-
-        async def get(progress: Progress) -> types.GetPromptResult:
-            with as_mcp_errors():
+        async def get(progress: Progress) -> types.GetPromptResult:  # (a retry of a round goes on with the first's)
+            # A prompt result has no error flag: failures are JSON-RPC errors carrying the same messages.
+            with as_mcp_errors():  # (several servers offering a prompt by its own name: which to get)
+                if (entry := self._prompts().find(params.name)) is None:
+                    raise self.config.not_found(params.name, "prompt")
                 return as_served(await self.config.get_prompt(entry.name, params.arguments))
 
         try:
@@ -319,12 +317,13 @@ class Gateway(StackOwner):
         self, ctx: _Ctx, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         uri = str(params.uri)
-        server, upstream_uri = self.routes.owner(uri)
-        client = self.config.manager.get_client(server)
-        if client is None:
-            raise MCPError(RESOURCE_NOT_FOUND, f"resource {uri!r} is unavailable: server {server!r} is not connected")
 
-        async def read(progress: Progress) -> types.ReadResourceResult:
+        async def read(progress: Progress) -> types.ReadResourceResult:  # (a retry of a round goes on with the first's)
+            server, upstream_uri = self.routes.owner(uri)
+            if (client := self.config.manager.get_client(server)) is None:
+                raise MCPError(
+                    RESOURCE_NOT_FOUND, f"resource {uri!r} is unavailable: server {server!r} is not connected"
+                )
             with as_mcp_errors():
                 result = as_served(await client.read_resource(upstream_uri))
             if upstream_uri == uri:
