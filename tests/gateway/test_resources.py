@@ -286,6 +286,29 @@ async def test_a_modern_client_subscribes_through_listen_and_hears_updates_under
         assert str(event.uri) == served
 
 
+async def test_a_listen_subscription_that_cannot_be_made_is_left_out_and_the_stream_goes_on(tmp_path: Path) -> None:
+    """One URI of a listen stream that cannot be subscribed (its server is not connected) failed the whole stream,
+    list changes and the other subscriptions with it (a handshake-era client's resources/subscribe fails alone):
+    it is left out of what the acknowledgement honours, and the rest is heard."""
+    from mcp.client.subscriptions import ResourceUpdated, ToolsListChanged
+
+    user = {"mcpServers": {"a": server("a", "--resources", "note://a/1", "--control")}}
+    gone = namespaced_uri("nope", "note://nope/1")
+    async with (
+        running(tmp_path, user=user) as r,
+        Client(r.gateway.server) as modern,
+        modern.listen(tools_list_changed=True, resource_subscriptions=["note://a/1", gone]) as subscription,
+    ):
+        assert subscription.honored.resource_subscriptions == ["note://a/1"]
+        assert subscription.honored.tools_list_changed
+        assert r.gateway.subscriptions.subscribed() == {"note://a/1": 1}
+        assert await touch(modern, "mcp__a__touch_resource", "note://a/1") == "notified"
+        event = await next_event(subscription)
+        assert isinstance(event, ResourceUpdated)
+        save(r.layout.paths.user, {"mcpServers": {**user["mcpServers"], "b": server("b")}})
+        assert isinstance(await next_event(subscription), ToolsListChanged)
+
+
 async def test_a_subscription_survives_its_server_restarting(tmp_path: Path) -> None:
     heard: list[object] = []
 

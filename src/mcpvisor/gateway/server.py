@@ -81,7 +81,7 @@ from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.resources import ResourceRoutes, complete
 from mcpvisor.gateway.sessions import OnePath, ServedBy, SessionBook, session_manager
 from mcpvisor.gateway.stdio import stdio_streams
-from mcpvisor.gateway.subscriptions import ResourceSubscriptions, Subscribers, release_all
+from mcpvisor.gateway.subscriptions import ResourceSubscriptions, Subscribers, acquire_each, release_all
 from mcpvisor.gateway.tracing import only_when_tracing
 
 if TYPE_CHECKING:
@@ -359,13 +359,13 @@ class Gateway(StackOwner):
     async def _listen_with_subscriptions(
         self, ctx: _Ctx, params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
-        """A modern-era listen stream: its resource subscriptions hold upstream ones while it is open."""
+        """A modern-era listen stream: its resource subscriptions hold upstream ones while it is open; one that
+        cannot be made is left out of those its acknowledgement says are honoured (the stream goes on)."""
         acquired: list[str] = []
         try:
-            for uri in params.notifications.resource_subscriptions or ():
-                await self.subscriptions.acquire(uri)
-                acquired.append(uri)
-            return await self._listen(ctx, params)
+            await acquire_each(self.subscriptions, params.notifications.resource_subscriptions or (), acquired)
+            honoured = params.notifications.model_copy(update={"resource_subscriptions": acquired or None})
+            return await self._listen(ctx, params.model_copy(update={"notifications": honoured}))
         finally:
             await release_all(self.subscriptions, acquired)
 

@@ -12,7 +12,7 @@ clients subscribed to that URI, under the gateway's URI for it. When the owning 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient, Notice
     from mcpvisor.core.config import Config
 
-__all__ = ["ResourceSubscriptions", "Subscribers", "release_all"]
+__all__ = ["ResourceSubscriptions", "Subscribers", "acquire_each", "release_all"]
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +173,18 @@ class ResourceSubscriptions:
                 self._deliver(uri)
 
         return heard
+
+
+async def acquire_each(subscriptions: ResourceSubscriptions, uris: Iterable[str], acquired: list[str]) -> None:
+    """Acquire each of ``uris`` that can be (added to ``acquired`` as it is, for :func:`release_all`); one that
+    cannot (its server not connected, the resource unknown) is left out and logged, the others stand."""
+    for uri in uris:
+        try:
+            await subscriptions.acquire(uri)
+        except MCPError as exc:
+            logger.info("a listen stream's subscription to %s is left out: %s", uri, exc.error.message)
+            continue
+        acquired.append(uri)
 
 
 async def release_all(subscriptions: ResourceSubscriptions, uris: list[str]) -> None:
