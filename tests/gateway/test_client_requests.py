@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from mcpvisor.core.client_requests import InFlight, Progress, answering
 from mcpvisor.core.server_config import ConnectionOptions
 from mcpvisor.gateway import asks
-from tests.gateway.test_gateway import ERAS, running, server, text_of
+from tests.gateway.test_gateway import ERAS, running, save, server, text_of
 from tests.helpers import LIGHT, SDK, WAIT_S, wait_until
 
 UPSTREAMS = [LIGHT, SDK]
@@ -226,6 +226,44 @@ async def test_a_request_the_server_withdraws_is_cancelled_at_the_client(tmp_pat
         # Both sides go on.
         answers.hold = False
         assert text_of(await ask(client, "sampling", "again")) == "sampled: an answer to again"
+
+
+@pytest.mark.parametrize("upstream", UPSTREAMS)
+@pytest.mark.parametrize("edit", ["replaced", "removed"])
+async def test_a_call_whose_server_is_replaced_while_its_client_answers_fails_at_once_and_the_ask_is_withdrawn(
+    tmp_path: Path, upstream: str, edit: str
+) -> None:
+    """SPEC §5.4 "In-flight calls": the settings edit stops the server while its client is being asked; the call
+    fails saying why and the client's request is cancelled, as when a handshake-era server asks (a 2026-07-28
+    server's requests ride its call's result, fulfilled in the calling task: that call waited for the answer)."""
+    answers = Answers()
+    answers.hold = True
+    user = {"mcpServers": {"a": server("a", "--control", module=upstream), "b": server("b")}}
+    async with (
+        running(tmp_path, user=user, client_requests=True, processes=True) as r,
+        answers.client(r.gateway.server) as client,
+        anyio.create_task_group() as tg,
+    ):
+        results: list[types.CallToolResult] = []
+
+        async def call() -> None:
+            results.append(await ask(client, "sampling", "hold on"))
+
+        tg.start_soon(call)
+        await wait_until(lambda: answers.asked == ["sampling hold on"], what="the client asked")
+        a = server("a", "--control", "--tools", "other", module=upstream)
+        save(
+            r.layout.paths.user,
+            {"mcpServers": {"a": a, "b": server("b")} if edit == "replaced" else {"b": server("b")}},
+        )
+        await wait_until(lambda: bool(results), what="the call's answer")
+        [result] = results
+        assert result.is_error
+        assert "server 'a' was stopped while the call was in flight (its configuration changed or it was removed)" in (
+            text_of(result)
+        )
+        with anyio.fail_after(WAIT_S):
+            await answers.cancelled.wait()
 
 
 async def test_without_client_requests_the_servers_are_not_offered_sampling(tmp_path: Path) -> None:

@@ -386,6 +386,26 @@ async def test_a_removed_servers_tool_is_an_error_result_saying_it_was_removed(t
         assert "was removed from the configuration" in text_of(result)
 
 
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_call_while_its_server_is_restarted_by_an_edit_says_so_not_to_check_the_configuration(
+    tmp_path: Path, mode: str
+) -> None:
+    """The old process of a server whose entry changed may take seconds to stop (a stubborn one: until it is
+    killed); a call meanwhile is told to retry in a moment, not that the server is down for the person to fix."""
+    marker = tmp_path / "pids"
+    user = {"mcpServers": {"a": server("a", "--stubborn", "--marker", str(marker)), "b": server("b")}}
+    async with running(tmp_path, user=user, processes=True) as r, Client(r.gateway.server, mode=mode) as client:
+        assert text_of(await client.call_tool("mcp__a__echo", {"text": "hi"})) == "a:echo:hi"
+        edited = server("a", "--stubborn", "--marker", str(marker), "--tools", "echo,more")
+        save(r.layout.paths.user, {"mcpServers": {"a": edited, "b": server("b")}})
+        await wait_until(lambda: r.host.config.manager.get_client("a") is None, what="the old process to be stopping")
+        result = await client.call_tool("mcp__a__echo", {"text": "hi"})
+        assert result.is_error
+        assert "server 'a' is being (re)started by a reload; retry in a moment" in text_of(result)
+        await wait_until(lambda: "mcp__a__more" in r.host.config.tool_registry.names(), what="the new process")
+        assert text_of(await client.call_tool("mcp__a__echo", {"text": "hi"})) == "a:echo:hi"
+
+
 async def test_upstream_failures_are_error_results_and_the_gateway_keeps_serving(tmp_path: Path) -> None:
     user = {"mcpServers": {"a": server("a", "--tools", "echo,boom", "--crash-on-call", "boom")}}
     async with running(tmp_path, user=user, processes=True) as r, Client(r.gateway.server) as client:

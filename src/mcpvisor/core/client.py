@@ -267,15 +267,23 @@ class McpClient(ServerConnection):
                 meta = cast(types.RequestParamsMeta, {types.LOG_LEVEL_META_KEY: log.level})
             elif self._notices.log_level is None or rank(log.level) < rank(self._notices.log_level):
                 await self.set_logging_level(log.level)
+        ended = anyio.CancelScope()  # cancelled when the connection ends (see ServerConnection._calls)
+        self._calls.add(ended)
+        if self._client is not client:
+            ended.cancel()  # it ended meanwhile
         try:
-            if self._in_flight is None:
-                yield meta
-            else:
-                with self._in_flight.call():
+            with ended:
+                if self._in_flight is None:
                     yield meta
+                else:
+                    with self._in_flight.call():
+                        yield meta
         finally:
+            self._calls.discard(ended)
             if log is not None:
                 await self._notices.stop_hearing(log)
+        if ended.cancelled_caught:  # said as the connection's end is said (see _request_error)
+            raise MCPError(types.CONNECTION_CLOSED, "Connection closed")
 
     @contextmanager
     def _bounded(self, what: str, kind: RequestKind, target: str) -> Iterator[None]:

@@ -158,6 +158,9 @@ class ServerConnection:
         """Resource URI -> how many of this connection's users (gateways) subscribed to it here."""
         self._subscribing = anyio.Lock()
         self._in_flight = InFlight(name) if options.client_requests else None
+        self._calls: set[anyio.CancelScope] = set()
+        """The calls in flight, ended with the connection: a 2026-07-28 server's requests of its client are
+        fulfilled in the calling task, which waits for that client's answer however the connection ends."""
 
     # -- properties --------------------------------------------------------------------------
 
@@ -257,6 +260,7 @@ class ServerConnection:
                 logger.debug("server %r connection failed: %s", self.name, self.last_error)
         finally:
             self._client = None
+            self._end_calls()  # once the SDK's client is closed: what it was asking its caller is withdrawn first
             was_connected = self._ready.is_set()
             self._ready.set()
             self._list(Listings())
@@ -268,6 +272,10 @@ class ServerConnection:
             self._done.set()
             if was_connected and not self._stopping and self._on_lost is not None:
                 self._on_lost(self)
+
+    def _end_calls(self) -> None:
+        for scope in self._calls:
+            scope.cancel()
 
     async def _connect_and_serve(self, life: anyio.CancelScope) -> None:
         async with AsyncExitStack() as stack:

@@ -87,14 +87,12 @@ class McpClientManager:
         self._tg, self._events, self._tools, self._prompts = tg, events, tools, prompts
         self._limiter = anyio.CapacityLimiter(self._options.max_concurrent_starts or default_max_starts())
         self._clients: dict[str, McpClient] = {}
-        self._failed: set[str] = set()
-        """Servers whose last start failed (started again by the next reconcile: reported as retried)."""
+        self._failed: set[str] = set()  # whose last start failed (started again by the next pass: a retry)
         self._configs: dict[str, McpServerConfig] = {}
         self._states = ServerStates(events)
         self._reconnects: dict[str, anyio.CancelScope] = {}
         self._up_since, self._quick_stops = dict[str, float](), dict[str, int]()
-        self._held_while_ending: set[str] = set()
-        """Lost servers a reconcile left to their reconnect pause while their teardown was not over."""
+        self._held_while_ending: set[str] = set()  # lost ones a pass left to their pause, their teardown not over
         self._handshaking: dict[str, McpClient] = {}  # in place, waiting for the handshake: a pass may take them on
         self._acquiring: set[str] = set()  # with a pool: waiting for its connection (started, or being started)
         self._decided: dict[str, int] = {}  # per server, how many passes decided about it: a job of an older one stops
@@ -197,6 +195,9 @@ class McpClientManager:
         self._events.emit(McpClientUpdate(in_progress=False))
         self._events.emit(summary)
         return summary
+
+    def starting(self, name: str) -> bool:  # a pass's start of it runs (a restart's: while the old one stops)
+        return name in self._background.running
 
     def ask_another_pass(self) -> None:  # another reconcile waits: a slow handshake must not hold it up
         self._another_pass.set()

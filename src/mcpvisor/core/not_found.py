@@ -75,6 +75,9 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
         if client is None and not config.initialized:
             reason = "not_started"
             text = f"{head} is not connected: no server was started yet; call `await config.initialize()` first"
+        elif client is None and manager is not None and manager.starting(server):
+            reason = "starting"  # (re)started by a reload: the old process may still be stopping
+            text = f"{head} is being (re)started by a reload; retry in a moment"
         elif client is None or client.status == "disconnected":
             reason = "disconnected"
             error = f" (last error: {client.last_error})" if client is not None and client.last_error else ""
