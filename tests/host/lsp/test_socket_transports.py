@@ -4,7 +4,10 @@ behind a Unix socket, and one nobody listens for."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,7 @@ import anyio
 import anyio.abc
 import pytest
 
+from mcpvisor.host.lsp.process import connect_unix
 from tests.helpers import free_port, pid_alive, wait_until
 from tests.host.lsp.test_lsp_host import language_server_processes, session
 
@@ -120,6 +124,41 @@ async def test_a_server_behind_a_unix_socket_answers(tmp_path: Path) -> None:
                 assert definition_of(found) == [("models.py", 9)]
         finally:
             process.terminate()
+
+
+@pytest.mark.parametrize("connect", [connect_unix, anyio.connect_unix], ids=["mcpvisor", "anyio"])
+async def test_a_unix_socket_stream_survives_a_read_cancelled_as_data_arrives(
+    tmp_path: Path, connect: Callable[[str], Awaitable[anyio.abc.SocketStream]]
+) -> None:
+    """anyio's own Unix stream (asyncio backend) completes a future from the socket's readiness callback: a read
+    cancelled in the loop pass where data arrived made that callback raise InvalidStateError (seen in a full run, a
+    session ending as pylsp's relay closed). The stream a language server is reached by uses the loop's transport.
+    (anyio's is run too, to show the test makes the race; once anyio's Unix stream no longer has it, that case
+    fails, and :func:`connect_unix` may go back to ``anyio.connect_unix``.)"""
+    path = str(tmp_path / "s.sock")
+    errors: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    handler = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen()
+        try:
+            async with await connect(path) as stream:
+                peer, _ = listener.accept()
+                with peer:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(stream.receive)
+                        await anyio.wait_all_tasks_blocked()
+                        peer.send(b"x")  # readable in the next pass, whose callbacks first run this one:
+                        loop.call_soon(tg.cancel_scope.cancel)  # the read is cancelled before its reader runs
+                    await anyio.sleep(0.05)
+        finally:
+            loop.set_exception_handler(handler)
+    if connect is anyio.connect_unix:
+        assert [type(context.get("exception")) for context in errors] == [asyncio.InvalidStateError]
+    else:
+        assert errors == []
 
 
 async def test_nobody_listening_fails_within_the_startup_timeout_naming_the_address_and_the_fix(

@@ -27,6 +27,7 @@ __all__ = [
     "LspProcess",
     "StderrTail",
     "connect_language_server",
+    "connect_unix",
     "connection_target",
     "launch_argv",
     "spawn_language_server",
@@ -165,7 +166,7 @@ async def connect_language_server(
             try:
                 if isinstance(address, tuple):
                     return await anyio.connect_tcp(*address)
-                return await anyio.connect_unix(path)
+                return await connect_unix(path)
             except socket.gaierror as exc:  # a name that does not resolve will not 50 ms later (unless "try again")
                 problem = exc
                 if exc.errno != socket.EAI_AGAIN:
@@ -193,6 +194,21 @@ async def connect_language_server(
         reason=f"could not connect to {where} within {timeout_s:g} s ({reason[:1].lower()}{reason[1:]}); "
         f"{fix} (see {field})",
     )
+
+
+async def connect_unix(path: str) -> anyio.abc.SocketStream:
+    """A stream to the Unix socket at ``path``, over the event loop's transport: anyio's own Unix stream (asyncio
+    backend) registers its socket's readiness to complete a future, and a read cancelled in the loop pass where the
+    socket became readable (a session ending as the server closes) raised ``InvalidStateError`` in the loop's
+    callback. A Unix socket connects at once or fails (``EAGAIN``: its backlog is full, tried again as a refusal)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        sock.connect(path)
+        return await anyio.abc.SocketStream.from_socket(sock)
+    except BaseException:
+        sock.close()
+        raise
 
 
 def connection_target(address: tuple[str, int] | str | None) -> str:
