@@ -454,3 +454,32 @@ async def test_progress_a_server_reports_while_its_client_answers_reaches_the_cl
         tg.cancel_scope.cancel()
     assert text_of(done) == "roots: file:///work/project"
     assert heard == [(1, 2, "waiting"), (2, 2, "answered")]
+
+
+@pytest.mark.parametrize("upstream", UPSTREAMS)
+async def test_a_call_made_while_answering_gets_its_own_answer_and_so_does_the_first(
+    tmp_path: Path, upstream: str
+) -> None:
+    """A handshake-era client, asked for roots by call A, makes call B (same client, same server) before answering;
+    B's request and A's each get the answer given to them, by request id (over real HTTP)."""
+    user = {"mcpServers": {"a": server("a", "--control", module=upstream)}}
+    got: dict[str, str] = {}
+    asked = 0
+    async with (
+        running(tmp_path, user=user, client_requests=True, processes=True) as r,
+        anyio.create_task_group() as tg,
+    ):
+        url: str = await tg.start(r.gateway.serve_http)
+
+        async def roots(context: ClientRequestContext) -> types.ListRootsResult:
+            nonlocal asked
+            asked += 1
+            mine = asked  # (read once: by the time A is answered, B has been asked too)
+            if mine == 1:
+                got["B"] = text_of(await ask(client, "roots"))
+            return types.ListRootsResult(roots=[types.Root(uri=f"file:///d{mine}")])
+
+        async with Client(url, mode="legacy", list_roots_callback=roots) as client:
+            got["A"] = text_of(await ask(client, "roots"))
+        tg.cancel_scope.cancel()
+    assert got == {"A": "roots: file:///d1", "B": "roots: file:///d2"}
