@@ -35,7 +35,7 @@ from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, EventStore
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp_types import INTERNAL_ERROR
+from mcp_types import INTERNAL_ERROR, PARSE_ERROR
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -50,6 +50,7 @@ __all__ = [
     "OnePath",
     "ServedBy",
     "SessionBook",
+    "opening_request",
     "opens_a_session",
     "read_ahead",
     "session_manager",
@@ -128,6 +129,11 @@ class SessionBook:
         self._forget_ended()
         return len(self._sessions)
 
+    def manager_of(self, session_id: str) -> StreamableHTTPSessionManager | None:
+        """The session manager serving the live session ``session_id``, if the books know it."""
+        session = self._sessions.get(session_id)
+        return session.manager if session is not None and session.alive() else None
+
     async def handle(self, manager: StreamableHTTPSessionManager, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one HTTP request through ``manager``, keeping the books."""
         raw = scope.get("headers") or ()
@@ -141,10 +147,8 @@ class SessionBook:
         version = headers.get(_VERSION_HEADER)
         asked = version.decode("latin-1") if version is not None else None
         if asked is not None and asked not in HANDSHAKE_PROTOCOL_VERSIONS:
-            if asked not in MODERN_PROTOCOL_VERSIONS:
-                spoken = ", ".join(sorted({*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS}))
-                message = f"unsupported MCP-Protocol-Version {asked[:40]!r}; this gateway speaks {spoken}"
-                await error_response(message, 400)(scope, receive, send)
+            if (unsupported := _unsupported(asked)) is not None:
+                await error_response(unsupported, 400)(scope, receive, send)
                 return
             with suppress(ClientDisconnect):  # it left before its body came: no one to answer (nor to log about)
                 await manager.handle_request(scope, receive, send)  # the 2026-07-28 era has no sessions
@@ -296,6 +300,55 @@ async def read_ahead(receive: Receive) -> tuple[Receive | None, bytearray, bool]
         return read.pop(0) if read else await receive()
 
     return replaying, body, complete
+
+
+def _unsupported(asked: str | None) -> str | None:
+    """The refusal of an ``MCP-Protocol-Version`` header the gateway does not speak (None: it does, or none)."""
+    if asked is None or asked in HANDSHAKE_PROTOCOL_VERSIONS or asked in MODERN_PROTOCOL_VERSIONS:
+        return None
+    spoken = ", ".join(sorted({*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS}))
+    return f"unsupported MCP-Protocol-Version {asked[:40]!r}; this gateway speaks {spoken}"
+
+
+async def opening_request(scope: Scope, receive: Receive, send: Send) -> Receive | None:
+    """``receive`` (what it read handed out again) for a request that may use a workspace (per-client workspaces);
+    ``None`` when it was answered here, as it would be refused anyway and so must open no workspace (its host, its
+    watcher and servers, one of the places): a handshake-era request without a session id that is no
+    ``initialize``, a protocol version the gateway does not speak, and a 2026-07-28 request that is no POST of a
+    JSON-RPC message."""
+    headers = dict(scope.get("headers") or ())
+    raw = headers.get(_VERSION_HEADER)
+    version = raw.decode("latin-1") if raw is not None else None
+    if (message := _unsupported(version)) is not None:
+        await error_response(message, 400)(scope, receive, send)
+        return None
+    modern = version in MODERN_PROTOCOL_VERSIONS
+    if _SESSION_HEADER in headers and not modern:
+        return receive
+    if scope.get("method") != "POST":
+        refusal = error_response("Method Not Allowed", 405) if modern else error_response(_MISSING, 400)
+        await refusal(scope, receive, send)
+        return None
+    read, body, complete = await read_ahead(receive)
+    if read is None:
+        return None
+    if complete and not (_is_message(bytes(body)) if modern else opens_a_session(bytes(body))):
+        await (error_response("Parse error", 400, PARSE_ERROR) if modern else error_response(_MISSING, 400))(
+            scope, read, send
+        )
+        return None
+    return read
+
+
+_MISSING = "Bad Request: Missing session ID"
+
+
+def _is_message(body: bytes) -> bool:
+    """Whether ``body`` is a JSON object (a JSON-RPC message; the SDK answers what is wrong with it)."""
+    try:
+        return isinstance(json.loads(body), dict)
+    except ValueError:
+        return False
 
 
 def _initialize(body: bytes) -> dict[str, Any] | None:

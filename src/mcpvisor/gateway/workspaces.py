@@ -50,9 +50,7 @@ from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.subscriptions import SubscriptionBus
 from mcp.server.transport_security import TransportSecurityMiddleware
-from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import INTERNAL_ERROR
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
@@ -78,7 +76,7 @@ from mcpvisor.gateway.listen import MCP_PATH, bind_http_socket
 from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.responses import error_response
 from mcpvisor.gateway.server import DRAIN_S, Gateway
-from mcpvisor.gateway.sessions import RETRY_AFTER_S, OnePath, SessionBook, opens_a_session, read_ahead
+from mcpvisor.gateway.sessions import RETRY_AFTER_S, OnePath, SessionBook, opening_request
 from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.limits import max_message_bytes_of
@@ -177,6 +175,8 @@ class WorkspaceGateway(StackOwner):
         self._log_dir = Path()
         self._stack: AsyncExitStack | None = None
         self._closing = False
+        self._draining = False
+        """Set by :meth:`drain`: the gateway is stopping, so no workspace opens any more."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -242,6 +242,7 @@ class WorkspaceGateway(StackOwner):
     async def drain(self, grace_s: float = DRAIN_S) -> int:
         """:meth:`Gateway.drain` for every open workspace at once; how many calls were ended in all."""
         ended: list[int] = []
+        self._draining = True  # a workspace opened now would start its servers only to stop them, and serve calls
 
         async def one(gateway: Gateway) -> None:
             ended.append(await gateway.drain(grace_s))
@@ -380,12 +381,19 @@ class WorkspaceGateway(StackOwner):
         except ConfigError as exc:
             await error_response(str(exc), 400)(scope, receive, send)
             return
-        read = await self._opening(request, scope, receive, send)
+        read = await opening_request(scope, receive, send)
         if read is None:
             return
-        if MCP_SESSION_ID_HEADER in request.headers and root not in self._workspaces:
+        session_id = request.headers.get(MCP_SESSION_ID_HEADER)
+        if session_id is not None and (owner := self._owner_of(session_id)) not in (None, root):
+            await error_response(self._not_its_session(session_id, owner, root), 400)(scope, read, send)
+            return
+        if session_id is not None and root not in self._workspaces:
             # A workspace's sessions end with it: this one is unknown (as the SDK answers it), and opens nothing.
             await error_response("Session not found", 404)(scope, read, send)
+            return
+        if self._closing or (self._draining and root not in self._workspaces):
+            await error_response("the gateway is shutting down", 503, INTERNAL_ERROR)(scope, read, send)
             return
         workspace = self._acquire(root)
         if workspace is None:
@@ -406,23 +414,20 @@ class WorkspaceGateway(StackOwner):
         finally:
             self._release(workspace)
 
-    @staticmethod
-    async def _opening(request: Request, scope: Scope, receive: Receive, send: Send) -> Receive | None:
-        """``receive`` (what it read handed out again) for a request that may use a workspace; ``None`` when it was
-        answered here: a handshake-era request without a session id that is no ``initialize`` opens no workspace
-        (before, each one opened its workspace's host, its watcher and servers, and held one of the 64 places)."""
-        version = request.headers.get(MCP_PROTOCOL_VERSION_HEADER)
-        if MCP_SESSION_ID_HEADER in request.headers or version in MODERN_PROTOCOL_VERSIONS:
-            return receive
-        if request.method == "POST":
-            read, body, complete = await read_ahead(receive)
-            if read is None or (complete and not opens_a_session(bytes(body))):
-                if read is not None:
-                    await error_response("Bad Request: Missing session ID", 400)(scope, read, send)
-                return None
-            return read
-        await error_response("Bad Request: Missing session ID", 400)(scope, receive, send)
-        return None
+    def _owner_of(self, session_id: str) -> Path | None:
+        """The root of the open workspace whose session manager holds the handshake-era session ``session_id``."""
+        manager = self.sessions.manager_of(session_id)
+        if manager is None:
+            return None
+        return next((w.root for w in self._workspaces.values() if w.manager is manager), None)
+
+    def _not_its_session(self, session_id: str, owner: Path, named: Path) -> str:
+        which = f"names {str(named)!r}" if named != self._default_root else "names none (or the gateway's own)"
+        return (
+            f"session {session_id[:40]!r} belongs to workspace {owner}, but this request {which} in its "
+            f"{WORKSPACE_HEADER} header; send the same {WORKSPACE_HEADER} header on every request of a session, "
+            "or initialize a new session for the other workspace"
+        )
 
     def http_app(self) -> OnePath:
         """The streamable-HTTP ASGI app (path :data:`MCP_PATH`)."""
