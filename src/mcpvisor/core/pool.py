@@ -228,14 +228,6 @@ class McpConnectionPool:
         named = f"{name}.{hashlib.sha256(key.encode()).hexdigest()[:8]}" if clash else name
         self._log_names[key] = named
         return named
-        others = [
-            entry
-            for entry in self._entries.values()
-            if entry.client.name == name and entry.key != key and session_id not in entry.holders
-        ]
-        named = f"{name}.{hashlib.sha256(key.encode()).hexdigest()[:8]}" if others else name
-        self._log_names[key] = named
-        return named
 
     async def release(self, session_id: str, client: McpClient) -> None:
         """Drop ``session_id``'s hold on ``client``; the last holder stops the process."""
