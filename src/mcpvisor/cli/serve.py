@@ -137,7 +137,13 @@ async def _serve(
             if replica is not None:
                 await replica.publish_from(host.options.env, host.root)
             serving(host, "stdio")
-            async with _until_stopped(stop, gateway.drain, console):
+
+            async def drain() -> int:
+                ended = await gateway.drain()
+                await write.settle()  # the answers of the calls it ended reach the client before its reading is cut
+                return ended
+
+            async with _until_stopped(stop, drain, console):
                 await gateway.serve_streams(read, write)
     else:
         sock = bind_http_socket(*http)

@@ -6,19 +6,28 @@ sends SIGTERM before it closes its end the gateway waited for that end. Here a p
 read by the event loop (on a duplicate of fd 0, put back in blocking mode afterwards: a terminal's mode is
 shared with the shell that started us), and the wait ends with the task. Anything else on fd 0 (a regular
 file, a socket, /dev/null) keeps the SDK's reader.
+
+stdout, when it is a pipe, is written on the event loop too (:class:`_Output`, on a duplicate of fd 1 while fd 1
+points at stderr, as the SDK's does): the SDK writes it in a worker thread that a client no longer reading
+blocks for good, and the gateway waited for that thread as it stopped, whatever the signals. A client gone
+(its end closed) ends the gateway as its stdin's end does, not with a BrokenPipeError. And every request read
+is answered before the input ends (:class:`_Unanswered`): the SDK cancels what is in flight when its input
+ends, and an answer it had begun to write was then lost without a word.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import stat
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
+import anyio
 import mcp_types as types
 import pydantic_core
 from mcp.server.stdio import stdio_server
@@ -27,12 +36,78 @@ from pydantic import ValidationError
 
 from mcpvisor.gateway.protocol import invalid_message, is_request_id, shape_problem
 
-__all__ = ["stdio_streams"]
+__all__ = ["ANSWER_S", "stdio_streams"]
 
 logger = logging.getLogger(__name__)
 
 _LINE_LIMIT = 1 << 31
 """The longest line kept whole (the SDK's own reader has no bound either; the client is the one the user runs)."""
+ANSWER_S = 1.0
+"""How long the requests in flight when the input ends (stdin closed, or a stop after its drain) may take to be
+answered before they are cut (a client closing stdin kills its server 2 s later: the SDK's client does)."""
+_UNREAD_S = 2.0
+"""Once the gateway stops, how long output the client does not take may hold it up before it is dropped."""
+
+
+class _Unanswered:
+    """The requests read and not answered yet (a listen stream is not waited for: it ends as the gateway stops)."""
+
+    def __init__(self) -> None:
+        self._ids: dict[Any, int] = {}
+        self._changed = asyncio.Event()
+
+    def read(self, message: Any) -> None:
+        if not isinstance(message, dict) or not is_request_id(request_id := message.get("id")):
+            if isinstance(message, dict) and message.get("method") == "notifications/cancelled":
+                params = message.get("params")
+                self.answered(params.get("requestId") if isinstance(params, dict) else None)  # (never answered)
+            return
+        if message.get("method") not in (None, "subscriptions/listen"):  # (None: the client's answer to a request
+            self._ids[request_id] = self._ids.get(request_id, 0) + 1  # of the gateway's, in the gateway's ids)
+
+    def answered(self, request_id: Any) -> None:
+        if not is_request_id(request_id) or request_id not in self._ids:
+            return
+        self._ids[request_id] -= 1
+        if not self._ids[request_id]:
+            del self._ids[request_id]
+        self._changed.set()
+
+    async def settle(self, timeout_s: float = ANSWER_S) -> None:
+        """Wait until every request read is answered, for up to ``timeout_s``."""
+        with anyio.move_on_after(timeout_s):
+            while self._ids:
+                self._changed.clear()
+                await self._changed.wait()
+
+
+class _Answering:
+    """The write stream the gateway answers on, noting each answer in :class:`_Unanswered`."""
+
+    def __init__(self, inner: Any, unanswered: _Unanswered) -> None:
+        self._inner, self._unanswered = inner, unanswered
+
+    async def settle(self, timeout_s: float = ANSWER_S) -> None:
+        """Wait until every request read is answered, for up to ``timeout_s`` (before the input is ended)."""
+        await self._unanswered.settle(timeout_s)
+
+    async def send(self, item: SessionMessage) -> None:
+        await self._inner.send(item)
+        if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
+            self._unanswered.answered(item.message.id)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _Answering:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> bool | None:
+        return await self._inner.__aexit__(*exc)  # type: ignore[no-any-return]
 
 
 class _Lines:
@@ -43,6 +118,8 @@ class _Lines:
     def __init__(self, reader: asyncio.StreamReader) -> None:
         self._reader = reader
         self.refuse: Callable[[types.JSONRPCError], Awaitable[None]] | None = None
+        self.unanswered = _Unanswered()
+        self._ended = False
 
     def __aiter__(self) -> _Lines:
         return self
@@ -51,28 +128,84 @@ class _Lines:
         while True:
             line = await self._reader.readline()
             if not line:
+                if not self._ended:  # the client closed stdin: answer what it asked first (the SDK cuts it)
+                    await self.unanswered.settle()
                 raise StopAsyncIteration
             text = line.decode("utf-8", errors="replace")
-            passed, refusal = verdict(text)
+            passed, refusal, data = _verdict(text)
             if passed:
+                self.unanswered.read(data)
                 return text
             if refusal is not None and self.refuse is not None:
                 await self.refuse(refusal)
 
     def end(self) -> None:
         """End the lines here, as if stdin had ended: the SDK's reader task then ends."""
+        self._ended = True
         self._reader.feed_eof()
+
+
+class _Output(asyncio.BaseProtocol):
+    """fd 1's pipe written by the event loop, as the SDK's ``stdio_server`` writes its stdout (``write``, then
+    ``flush``): a write returns once the pipe took it, and its wait can be cancelled (the SDK's thread could not
+    be); once the client's end is closed, or :meth:`drop` gave up on a client that stopped reading, writes do
+    nothing and ``gone`` is told (the first case only)."""
+
+    def __init__(self, gone: Callable[[], None]) -> None:
+        self._gone = gone
+        self._taken = asyncio.Event()
+        self._taken.set()
+        self._transport: asyncio.WriteTransport | None = None
+        self.lost = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast("asyncio.WriteTransport", transport)  # (uvloop's is none by class, but is one)
+        self._transport.set_write_buffer_limits(high=0, low=0)  # paused until all of a write is in the pipe
+
+    def pause_writing(self) -> None:
+        self._taken.clear()
+
+    def resume_writing(self) -> None:
+        self._taken.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._taken.set()
+        if exc is not None:
+            logger.info("the client closed its end of stdout (%s): nothing more can reach it", exc)
+            self._gone()
+
+    async def write(self, text: str) -> None:
+        if self.lost or self._transport is None:
+            return
+        self._transport.write(text.encode())
+        await self._taken.wait()
+
+    async def flush(self) -> None:
+        return None
+
+    def drop(self) -> None:
+        """Give up on what the client has not taken (it stopped reading): writes return at once from now on."""
+        if not self.lost and self._transport is not None:
+            logger.info("the client stopped reading stdout: what it did not take is dropped")
+            self._transport.abort()
 
 
 def verdict(line: str) -> tuple[bool, types.JSONRPCError | None]:
     """Whether ``line`` is passed on (a JSON-RPC message), and else the error answering it: none for a blank
     line, a malformed notification (it has no id to answer) or response (its id is the gateway's)."""
+    passed, refusal, _ = _verdict(line)
+    return passed, refusal
+
+
+def _verdict(line: str) -> tuple[bool, types.JSONRPCError | None, Any]:
+    """:func:`verdict`, and the line's JSON value when it has one."""
     if not line.strip():
-        return False, None
+        return False, None, None
     try:
         data = pydantic_core.from_json(line)
     except ValueError:
-        return False, _refusal(None, types.PARSE_ERROR, "Parse error: the line is not JSON")
+        return False, _refusal(None, types.PARSE_ERROR, "Parse error: the line is not JSON"), None
     problem = shape_problem(data, unit="line")
     if problem is None:
         try:
@@ -80,14 +213,15 @@ def verdict(line: str) -> tuple[bool, types.JSONRPCError | None]:
         except ValidationError:
             problem = invalid_message(data)
         else:
-            return True, None
+            return True, None, data
     if isinstance(data, dict) and "method" not in data and ("id" in data or "result" in data or "error" in data):
         logger.debug("dropped a response that is no JSON-RPC response: %s", problem)
-        return False, None  # (to a request of the gateway's: an error with its id would reach the client as its own)
+        # (to a request of the gateway's: an error with its id would reach the client as its own)
+        return False, None, data
     if isinstance(data, dict) and "id" not in data and "method" in data:
-        return False, None  # a notification: no answer, whatever is wrong with it
+        return False, None, data  # a notification: no answer, whatever is wrong with it
     request_id = data.get("id") if isinstance(data, dict) else None
-    return False, _refusal(request_id if is_request_id(request_id) else None, types.INVALID_REQUEST, problem)
+    return False, _refusal(request_id if is_request_id(request_id) else None, types.INVALID_REQUEST, problem), data
 
 
 def _refusal(request_id: Any, code: int, message: str) -> types.JSONRPCError:
@@ -125,16 +259,62 @@ async def _stdin_on_the_loop() -> AsyncIterator[_Lines | None]:
 
 
 @asynccontextmanager
+async def _stdout_on_the_loop(gone: Callable[[], None]) -> AsyncIterator[_Output | None]:
+    """fd 1's pipe written by the event loop on a duplicate, fd 1 pointing at stderr meanwhile (stray output of a
+    library must not reach the client), or None when fd 1 is no pipe (the SDK's writer then claims it)."""
+    try:
+        if not stat.S_ISFIFO(os.fstat(1).st_mode):
+            yield None
+            return
+        fd = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
+    except OSError:
+        yield None
+        return
+    blocking = os.get_blocking(fd)
+    pipe = os.fdopen(fd, "wb", buffering=0)
+    output = _Output(gone)
+    try:
+        transport, _ = await asyncio.get_running_loop().connect_write_pipe(lambda: output, pipe)
+    except (OSError, ValueError):
+        pipe.close()
+        yield None
+        return
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        transport.close()
+        yield None
+        return
+    try:
+        yield output
+    finally:
+        with contextlib.suppress(OSError):
+            os.dup2(fd, 1)  # fd 1 is the wire again (the duplicate closes with the transport)
+            os.set_blocking(1, blocking)
+        transport.close()
+
+
+@asynccontextmanager
 async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
     """``(read, write)`` of the SDK's :func:`~mcp.server.stdio.stdio_server` over this process's stdin and stdout,
-    stdin read on the event loop where it can be (see the module)."""
+    both on the event loop where they can be (see the module). ``await write.settle()`` waits (for up to
+    :data:`ANSWER_S`) until every request read is answered: before the reading is cut (a stop), so that no answer
+    is lost on its way."""
     async with _stdin_on_the_loop() as lines:
-        async with stdio_server(stdin=lines) as streams:  # type: ignore[arg-type]  # iterates it, as an AsyncFile
-            if lines is not None:
-                write = streams[1]
-                lines.refuse = lambda refusal: write.send(SessionMessage(refusal))
+        async with _stdout_on_the_loop(lines.end if lines is not None else lambda: None) as output:
+            dropping: asyncio.TimerHandle | None = None
             try:
-                yield streams
+                async with stdio_server(stdin=lines, stdout=output) as (read, sent):  # type: ignore[arg-type]
+                    write = _Answering(sent, lines.unanswered if lines is not None else _Unanswered())
+                    if lines is not None:
+                        lines.refuse = lambda refusal: sent.send(SessionMessage(refusal))
+                    try:
+                        yield read, write
+                    finally:
+                        if lines is not None:
+                            lines.end()  # the SDK waits for its reader task when it leaves, which waited for the client
+                        if output is not None:  # ... and for its writer, which waits for a client that may not read
+                            dropping = asyncio.get_running_loop().call_later(_UNREAD_S, output.drop)
             finally:
-                if lines is not None:
-                    lines.end()  # the SDK waits for its reader task when it leaves, which waited for the client
+                if dropping is not None:
+                    dropping.cancel()

@@ -1,0 +1,174 @@
+"""``mcpvisor serve`` over stdio with a client that misbehaves or stops it: every request read gets its answer, a
+client gone or no longer reading never costs a traceback or a gateway that cannot be stopped (raw JSON lines, real
+processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from mcpvisor.gateway.stdio import _Unanswered
+from tests.gateway.test_gateway import save, server
+from tests.helpers import WAIT_S, marker_pids, mcpvisor_command, pid_alive
+from tests.layout import make_layout
+
+_OPENING = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+_HELLO: list[dict[str, Any]] = [
+    {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": _OPENING},
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+]
+
+
+def _call(request_id: int, tool: str, **arguments: Any) -> dict[str, Any]:
+    params = {"name": f"mcp__a__{tool}", "arguments": arguments, "_meta": {"progressToken": request_id}}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+@contextmanager
+def _gateway(tmp_path: Path, *args: str, stdout: Any = subprocess.PIPE) -> Iterator[subprocess.Popen[bytes]]:
+    """``mcpvisor serve`` over stdio with one light server ``a`` (``--control`` and ``args``; its pid in
+    ``tmp_path/pids``), its stderr in ``tmp_path/gateway.stderr``; killed on the way out if still running."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    save(layout.paths.user, {"mcpServers": {"a": server("a", "--control", "--marker", str(tmp_path / "pids"), *args)}})
+    with (
+        (tmp_path / "gateway.stderr").open("wb") as err,
+        subprocess.Popen(
+            [mcpvisor_command(), "serve", "--workspace", str(layout.root)],
+            env={**os.environ, **layout.env},
+            stdin=subprocess.PIPE,
+            stdout=stdout,
+            stderr=err,
+        ) as process,
+    ):
+        try:
+            yield process
+        finally:
+            if process.poll() is None:
+                process.kill()
+
+
+def _send(process: subprocess.Popen[bytes], *messages: dict[str, Any]) -> None:
+    assert process.stdin is not None
+    process.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
+    process.stdin.flush()
+
+
+def _until(process: subprocess.Popen[bytes], done: Any) -> list[dict[str, Any]]:
+    """Messages from the gateway's stdout until ``done(message)`` holds (or its stdout ends)."""
+    assert process.stdout is not None
+    heard: list[dict[str, Any]] = []
+    while line := process.stdout.readline():
+        heard.append(json.loads(line))
+        if done(heard[-1]):
+            break
+    return heard
+
+
+def _started(process: subprocess.Popen[bytes], *ids: int) -> None:
+    """Wait until the calls ``ids`` reported progress (the light server's sleep reports it as it starts)."""
+    _until(process, lambda m: m == {**m, "method": "notifications/progress"} and m["params"]["progressToken"] in ids)
+
+
+def _answers(heard: list[dict[str, Any]]) -> dict[Any, Any]:
+    return {m["id"]: m.get("result", m.get("error")) for m in heard if "method" not in m}
+
+
+def _text(answer: Any) -> str:
+    return str(answer["content"][0]["text"]) if "content" in answer else str(answer)
+
+
+def test_on_sigterm_a_call_still_running_after_the_grace_is_answered_over_stdio_too(tmp_path: Path) -> None:
+    """The README: on SIGTERM calls in flight get 5 s, then are answered that the gateway is shutting down, "also
+    over stdio with the client's end still open". The drain ended the call, but the gateway left at once, and its
+    answer, half way to the client, was cancelled: the client never heard of that call again."""
+    with _gateway(tmp_path) as process:
+        _send(process, *_HELLO, _call(1, "sleep", seconds=1), _call(2, "sleep", seconds=60))
+        _until(process, lambda m: m.get("id") == 0)
+        _started(process, 1)
+        process.send_signal(signal.SIGTERM)
+        heard = _until(process, lambda m: False)  # to the end of its stdout
+        assert process.wait(timeout=WAIT_S) == 0
+    answers = _answers(heard)
+    assert _text(answers[1]) == "slept"
+    assert _text(answers[2]) == (
+        "call to tool 'mcp__a__sleep' failed: the gateway is shutting down; make the call again once it is back"
+    )
+
+
+def test_requests_piped_in_are_all_answered_when_stdin_ends_after_them(tmp_path: Path) -> None:
+    """``printf '...' | mcpvisor serve``: stdin ends right after the requests. The SDK cancels what is in flight
+    when its input ends, and an answer it had begun to write is then never written: here the call was told
+    "Connection closed" and the listing got no answer at all."""
+    with _gateway(tmp_path) as process:
+        assert process.stdin is not None
+        lines = [*_HELLO, _call(1, "echo", text="hi"), {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
+        _send(process, *lines)
+        process.stdin.close()
+        heard = _until(process, lambda m: False)
+        assert process.wait(timeout=WAIT_S) == 0
+    answers = _answers(heard)
+    assert _text(answers[1]) == "a:echo:hi"
+    assert "mcp__a__echo" in {t["name"] for t in answers[2]["tools"]}
+
+
+def test_a_client_that_dies_with_calls_in_flight_costs_no_traceback_and_the_servers_stop(tmp_path: Path) -> None:
+    """Its stdout closes under the gateway (the client was killed): writing the calls' answers failed with a
+    BrokenPipeError that ended the gateway with a traceback in the client's log and exit code 1."""
+    with _gateway(tmp_path) as process:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        _send(process, *_HELLO, *(_call(i, "sleep", seconds=30) for i in range(1, 4)))
+        _started(process, 1, 2, 3)
+        process.stdout.close()
+        process.stdin.close()
+        assert process.wait(timeout=WAIT_S) == 0
+    said = (tmp_path / "gateway.stderr").read_text()
+    assert "Traceback" not in said, said
+    [pid] = marker_pids(tmp_path / "pids")
+    deadline = time.monotonic() + WAIT_S
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(pid)
+
+
+def test_a_client_that_stops_reading_cannot_keep_the_gateway_from_stopping(tmp_path: Path) -> None:
+    """A client that no longer reads stdout (hung) while the gateway has much to write: the SDK writes stdout in a
+    worker thread, blocked for good in ``write()``, and waits for it as it stops, so neither SIGTERM nor a second
+    signal ("stops at once") ended the gateway: only SIGKILL did."""
+    with _gateway(tmp_path, "--big") as process:
+        _send(process, *_HELLO)
+        _until(process, lambda m: m.get("id") == 0)
+        _send(process, {**_call(1, "blob", mib=4)})  # more than a pipe holds, and never read
+        time.sleep(1)
+        process.send_signal(signal.SIGTERM)
+        try:
+            returncode = process.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGINT)
+            try:
+                returncode = process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                returncode = None
+        assert returncode == 0, (tmp_path / "gateway.stderr").read_text()
+    [pid] = marker_pids(tmp_path / "pids")
+    assert not pid_alive(pid)
+
+
+async def test_a_clients_answer_to_a_request_of_the_gateways_is_not_waited_for_as_one_of_its_requests() -> None:
+    """The ledger of requests read counts requests only: the client's answer to the gateway's own request (sampling,
+    in the gateway's ids, here the same id as one of the client's) was counted, and a stop waited for it in vain."""
+    unanswered = _Unanswered()
+    unanswered.read({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}})
+    unanswered.read({"jsonrpc": "2.0", "id": 1, "result": {"role": "assistant"}})
+    unanswered.answered(1)
+    with anyio.fail_after(WAIT_S):
+        await unanswered.settle(timeout_s=WAIT_S * 2)
