@@ -388,6 +388,24 @@ async def test_status_json_connects_admitted_servers_only_and_hides_secrets(tmp_
     assert "very-secret-value" not in text
 
 
+class Said:
+    """What a process wrote to its stdout so far (``text``), read on as :meth:`until` waits for a line."""
+
+    def __init__(self, process: anyio.abc.Process) -> None:
+        assert process.stdout is not None
+        self._stdout = TextReceiveStream(process.stdout)
+        self.text = ""
+
+    async def until(self, text: str) -> None:
+        if text in self.text:  # came with an earlier line
+            return
+        with anyio.fail_after(WAIT_S):
+            async for chunk in self._stdout:
+                self.text += chunk
+                if text in self.text:
+                    return
+
+
 async def test_human_output_has_a_status_table_and_one_line_per_change(tmp_path: Path) -> None:
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
     m = tmp_path / "pids"
@@ -399,25 +417,15 @@ async def test_human_output_has_a_status_table_and_one_line_per_change(tmp_path:
         env={**os.environ, **layout.env, "COLUMNS": "250"},
         stderr=subprocess.DEVNULL,
     )
-    output = ""
-
-    async def until(text: str) -> None:
-        nonlocal output
-        assert process.stdout is not None
-        if text in output:  # came with an earlier line
-            return
-        with anyio.fail_after(WAIT_S):
-            async for chunk in TextReceiveStream(process.stdout):
-                output += chunk
-                if text in output:
-                    return
+    said = Said(process)
+    until = said.until
 
     async with process:
         await until("Ctrl-C to stop")
-        assert "a · ● connected (1 tool, 0 prompts)" in output
+        assert "a · ● connected (1 tool, 0 prompts)" in said.text
         # Said once, in the table, with the command: not also as a line of its own.
-        assert f"p · ? needs approval — run: mcpvisor mcp approve --workspace {layout.root} p" in output
-        assert "? p needs approval" not in output
+        assert f"p · ? needs approval — run: mcpvisor mcp approve --workspace {layout.root} p" in said.text
+        assert "? p needs approval" not in said.text
         save(layout.paths.user, {"mcpServers": {**servers, "a": server("a", m, "--tools", "x,y")}})
         await until("↻ restarted a (args changed)")
         save(layout.paths.user, {"mcpServers": {"a": server("a", m, "--tools", "x,y")}})
@@ -427,13 +435,13 @@ async def test_human_output_has_a_status_table_and_one_line_per_change(tmp_path:
         # An edit that changes nothing for p says nothing about it.
         save(layout.paths.user, {"mcpServers": {"a": server("a", m, "--tools", "x,y"), "d": server("d", m)}})
         await until("+ added d (1 tool)")
-        assert output.count("needs approval") == 1
+        assert said.text.count("needs approval") == 1
         kept = {"a": server("a", m, "--tools", "x,y"), "d": server("d", m)}
         save(layout.paths.user, {"mcpServers": kept, "mcp": {"excluded": ["d"]}})
         await until("○ d disabled (mcp.excluded)")
         save(layout.paths.user, {"mcpServers": {**kept, "e": server("e", m)}, "mcp": {"excluded": ["d"]}})
         await until("+ added e (1 tool)")
-        assert output.count("○ d disabled") == 1  # said when it changed, not after every reload
+        assert said.text.count("○ d disabled") == 1  # said when it changed, not after every reload
         # A server slow to start holds no later edit up; how its start ends is said when it does.
         slow = {**server("slow", m, "--hang-on-initialize"), "discoveryTimeoutMs": 3000}
         kept = {**kept, "e": server("e", m), "slow": slow}
@@ -443,7 +451,7 @@ async def test_human_output_has_a_status_table_and_one_line_per_change(tmp_path:
         await until("◌ slow is still starting")
         await until("+ added f (1 tool)")
         await until("✗ slow failed to start: no answer within 3 s")
-        assert "+ added slow" not in output
+        assert "+ added slow" not in said.text
         process.send_signal(signal.SIGINT)
         with anyio.fail_after(WAIT_S):
             await process.wait()
@@ -501,27 +509,18 @@ async def test_an_approve_hint_of_run_pasted_elsewhere_decides_in_the_home_it_ru
     process = await anyio.open_process(
         [mcpvisor_command(), "run", "--workspace", str(layout.root)], env=env, stderr=subprocess.DEVNULL
     )
-    output = ""
-
-    async def until(text: str) -> None:
-        nonlocal output
-        assert process.stdout is not None
-        with anyio.fail_after(WAIT_S):
-            async for chunk in TextReceiveStream(process.stdout):
-                output += chunk
-                if text in output:
-                    return
+    said = Said(process)
 
     async with process:
         try:
-            await until("Ctrl-C to stop")
+            await said.until("Ctrl-C to stop")
             hint = f"MCPVISOR_HOME='{home}' mcpvisor mcp approve --workspace {layout.root} p"
-            assert f"p · ? needs approval — run: {hint}" in output, output
+            assert f"p · ? needs approval — run: {hint}" in said.text, said.text
             elsewhere = {k: v for k, v in env.items() if k != "MCPVISOR_HOME"}
             elsewhere["PATH"] = f"{Path(mcpvisor_command()).parent}{os.pathsep}{os.environ['PATH']}"
             pasted = await anyio.run_process(["sh", "-c", hint], env=elsewhere, check=False)
             assert pasted.returncode == 0, pasted.stderr
-            await until("+ added p")
+            await said.until("+ added p")
         finally:
             process.send_signal(signal.SIGINT)
     assert not layout.paths.approvals.exists()
