@@ -492,3 +492,17 @@ def test_a_fleet_key_without_the_cryptography_package_says_what_to_install(monke
     monkeypatch.setitem(sys.modules, "cryptography", None)
     with pytest.raises(ConfigError, match=r"cryptography package, which is not installed — run: pip install "):
         FleetKey(["k" * 40])
+
+
+def test_a_relative_mcpvisor_home_is_carried_as_the_folder_it_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hint is pasted elsewhere (that is why it names --workspace): a relative MCPVISOR_HOME would name another
+    folder there; it is carried as the folder it names here ("~" is kept: mcpvisor expands it itself)."""
+    from mcpvisor.host.paths import named_home
+
+    monkeypatch.chdir(tmp_path)
+    home = {"HOME": str(tmp_path / "home")}
+    assert named_home({**home, "MCPVISOR_HOME": "relhome"}) == str(tmp_path / "relhome")
+    assert named_home({**home, "MCPVISOR_HOME": "~/elsewhere"}) == "~/elsewhere"
+    assert named_home({**home, "MCPVISOR_HOME": str(tmp_path / "home" / ".mcpvisor")}) is None

@@ -157,6 +157,8 @@ class _Output(asyncio.BaseProtocol):
         self._taken.set()
         self._transport: asyncio.WriteTransport | None = None
         self.lost = False
+        self.letting_go = False
+        """Set when the gateway ends the transport itself (:meth:`drop`, the end of serving): not the client gone."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast("asyncio.WriteTransport", transport)  # (uvloop's is none by class, but is one)
@@ -171,8 +173,8 @@ class _Output(asyncio.BaseProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self._taken.set()
-        if exc is not None:
-            logger.info("the client closed its end of stdout (%s): nothing more can reach it", exc)
+        if exc is not None or not self.letting_go:  # (a pipe closed while nothing was buffered: no exception)
+            logger.info("the client closed its end of stdout (%s): nothing more can reach it", exc or "EOF")
             self._gone()
 
     async def write(self, text: str) -> None:
@@ -186,6 +188,7 @@ class _Output(asyncio.BaseProtocol):
 
     def drop(self) -> None:
         """Give up on what the client has not taken (it stopped reading): writes return at once from now on."""
+        self.letting_go = True
         if not self.lost and self._transport is not None:
             logger.info("the client stopped reading stdout: what it did not take is dropped")
             self._transport.abort()
@@ -236,7 +239,7 @@ async def _stdin_on_the_loop() -> AsyncIterator[_Lines | None]:
     except OSError:
         yield None
         return
-    if not (stat.S_ISFIFO(mode) or (stat.S_ISCHR(mode) and os.isatty(0))):
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or (stat.S_ISCHR(mode) and os.isatty(0))):
         yield None  # (another character device, /dev/null: uvloop aborts the process when asked to poll it)
         return
     fd = os.dup(0)
@@ -263,7 +266,8 @@ async def _stdout_on_the_loop(gone: Callable[[], None]) -> AsyncIterator[_Output
     """fd 1's pipe written by the event loop on a duplicate, fd 1 pointing at stderr meanwhile (stray output of a
     library must not reach the client), or None when fd 1 is no pipe (the SDK's writer then claims it)."""
     try:
-        if not stat.S_ISFIFO(os.fstat(1).st_mode):
+        mode = os.fstat(1).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):  # (a Node client's stdio is a socketpair)
             yield None
             return
         fd = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
@@ -288,9 +292,11 @@ async def _stdout_on_the_loop(gone: Callable[[], None]) -> AsyncIterator[_Output
     try:
         yield output
     finally:
-        with contextlib.suppress(OSError):
-            os.dup2(fd, 1)  # fd 1 is the wire again (the duplicate closes with the transport)
-            os.set_blocking(1, blocking)
+        output.letting_go = True
+        if not output.lost:  # (once lost, the transport closed the duplicate: its number may be another file's now)
+            with contextlib.suppress(OSError):
+                os.dup2(fd, 1)  # fd 1 is the wire again (the duplicate closes with the transport)
+                os.set_blocking(1, blocking)
         transport.close()
 
 

@@ -59,7 +59,10 @@ def named_home(env: Mapping[str, str]) -> str | None:
         return None
     try:
         default = _home(env) / SETTINGS_DIRNAME
-        return None if Path(override).expanduser().resolve() == default.resolve() else override
+        named = Path(override).expanduser()
+        if named.resolve() == default.resolve():
+            return None
+        return override if named.is_absolute() else str(named.absolute())  # (pasted elsewhere, still that folder)
     except (ConfigError, OSError):
         return override
 
