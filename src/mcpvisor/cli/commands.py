@@ -30,7 +30,7 @@ from mcpvisor.host.private_files import PrivateJsonStore, write_atomically
 from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted_folders
 from mcpvisor.host.settings.mcp_servers import load_top_tier
 from mcpvisor.host.settings.writer import delete_setting, set_setting
-from mcpvisor.host.status import command_hints, describe_servers, plural
+from mcpvisor.host.status import command_hints, describe_servers, home_words, plural
 from mcpvisor.shell.approval import ApprovalRequest, approval_lines, approval_request
 from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.views import render_definition_changes, render_status
@@ -65,7 +65,7 @@ def config_problems(
     problems = [*errors, *([approvals_error] if approvals_error else []), *settings.warnings]
     if not settings.trusted:  # else an empty list reads as if nothing were configured
         broken, root = ", ".join(settings.trust_unknown_in), shlex.quote(str(settings.root))
-        trust = f"{f'MCPVISOR_HOME={shlex.quote(home)} ' if home else ''}mcpvisor mcp trust --workspace {root}"
+        trust = f"{home_words(home)}mcpvisor mcp trust --workspace {root}"
         fix = f" until {broken} is fixed" if broken else f"; if you trust it, run: {trust}"
         problems.append(
             f"folder {root} is not trusted: its own settings files are not read and no MCP server starts here{fix}"

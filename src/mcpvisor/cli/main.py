@@ -227,12 +227,9 @@ def status(
             lsp_rows = host.lsp.views()
             unreadable, pins_unread = store_problems(host.tokens), store_problems(host.pins)
             warnings = (*host.state.assembled.warnings, *host.lsp.warnings())
+            home = named_home(host.options.env)
             problems = config_problems(
-                host.settings,
-                host.approvals.error,
-                warnings,
-                [*unreadable, *pins_unread],
-                home=named_home(host.options.env),
+                host.settings, host.approvals.error, warnings, [*unreadable, *pins_unread], home=home
             )
             broken = bool(host.settings.errors) or host.approvals.error is not None or bool(unreadable or pins_unread)
             if not as_json:
@@ -241,10 +238,7 @@ def status(
                     console.print(f"[yellow]! {escape(problem)}[/]")
                 approvals = host.approvals
                 approve_hint, login_hint = command_hints(
-                    host.root,
-                    approvals_error=approvals.error,
-                    options=approvals.decided_with,
-                    home=named_home(host.options.env),
+                    host.root, approvals_error=approvals.error, options=approvals.decided_with, home=home
                 )
                 files = "".join(f" --mcp-config {shlex.quote(str(file))}" for file in mcp_config or [])
                 login_hint = with_options(login_hint, files)  # a server of those files is signed in to with them

@@ -223,12 +223,12 @@ class _Ask:
 class _Call(_Asking, Generic[R]):
     """One call of a 2026-07-28-era client, running on between the client's rounds."""
 
-    def __init__(self, ctx: Ctx, log_level: types.LoggingLevel | None, request: tuple[str, object]) -> None:
+    def __init__(self, ctx: Ctx, log_level: types.LoggingLevel | None, params: BaseModel) -> None:
         self.ctx = ctx
         """The request of the current round: capabilities are checked, progress and log messages go on it."""
         self._log_level = log_level
-        self.request = request
-        """The method, and what it names with which arguments: a retry carrying the call's state repeats them."""
+        self._first = (ctx.method, params)
+        """The call's first request: a retry carrying its state repeats it (:meth:`repeated_by`)."""
         self.scope = anyio.CancelScope()
         self._asked = 0
         self._pending: dict[str, _Ask] = {}
@@ -249,6 +249,15 @@ class _Call(_Asking, Generic[R]):
     @property
     def client(self) -> Hashable:
         return self
+
+    def repeated_by(self, method: str, params: BaseModel) -> bool:
+        """Whether a request is this call's first one again: the same method, and what it names (a tool or prompt,
+        a URI) with the same arguments. Compared only when a retry comes (a call that needs no round costs none)."""
+        include = {"name", "uri", "arguments"}
+        first_method, first = self._first
+        return first_method == method and first.model_dump(mode="json", include=include) == params.model_dump(
+            mode="json", include=include
+        )
 
     # -- the answerer, called from the server's side -----------------------------------------
 
@@ -402,7 +411,6 @@ class Rounds:
         """A round of ``call``: the first one starts it, a retry carrying ``request_state`` goes on with it.
         With ``log_level`` the server's log messages from that level up go on the round's stream."""
         state = params.request_state
-        request = (ctx.method, params.model_dump(mode="json", include={"name", "uri", "arguments"}))
         if state is not None:
             running = self._open.get(state)
             if running is None:
@@ -411,7 +419,7 @@ class Rounds:
                     f"request_state {state[:40]!r} names no call waiting for input (it finished, or waited longer "
                     f"than {self._timeout_s:g} s for the answers); make the call again without it",
                 )
-            if running.request != request:  # (its own request, retried, still gets the call's result)
+            if not running.repeated_by(ctx.method, params):  # (its own request, retried, still gets the result)
                 raise MCPError(
                     types.INVALID_PARAMS,
                     f"request_state {state[:40]!r} belongs to another request: retry the request that was answered "
@@ -422,7 +430,7 @@ class Rounds:
             running.ctx = ctx
             running.answer(params.input_responses)
         else:
-            running = _Call[R](ctx, log_level, request)
+            running = _Call[R](ctx, log_level, params)
             self._tg.start_soon(running.drive, call)
         try:
             await running.resume()

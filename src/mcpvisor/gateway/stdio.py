@@ -1,17 +1,17 @@
-"""The gateway's stdio transport: the SDK's, with stdin read on the event loop.
+"""The gateway's stdio transport: the SDK's, with stdin and stdout on the event loop.
 
 The SDK reads stdin in a worker thread, blocked in ``read()`` until a line or the end comes; a stop cannot
 interrupt it, so ``mcpvisor serve`` in a terminal ignored Ctrl-C until Enter was pressed, and under a client that
-sends SIGTERM before it closes its end the gateway waited for that end. Here a pipe or a terminal on fd 0 is
-read by the event loop (on a duplicate of fd 0, put back in blocking mode afterwards: a terminal's mode is
-shared with the shell that started us), and the wait ends with the task. Anything else on fd 0 (a regular
-file, a socket, /dev/null) keeps the SDK's reader.
+sends SIGTERM before it closes its end the gateway waited for that end. Here a pipe, a socket (a Node client's
+stdio is a socketpair) or a terminal on fd 0 is read by the event loop (on a duplicate of fd 0, put back in
+blocking mode afterwards: a terminal's mode is shared with the shell that started us), and the wait ends with
+the task. Anything else on fd 0 (a regular file, /dev/null) keeps the SDK's reader.
 
-stdout, when it is a pipe, is written on the event loop too (:class:`_Output`, on a duplicate of fd 1 while fd 1
-points at stderr, as the SDK's does): the SDK writes it in a worker thread that a client no longer reading
-blocks for good, and the gateway waited for that thread as it stopped, whatever the signals. A client gone
-(its end closed) ends the gateway as its stdin's end does, not with a BrokenPipeError. And every request read
-is answered before the input ends (:class:`_Unanswered`): the SDK cancels what is in flight when its input
+stdout, when it is a pipe or a socket, is written on the event loop too (:class:`_Output`, on a duplicate of
+fd 1 while fd 1 points at stderr, as the SDK's does): the SDK writes it in a worker thread that a client no
+longer reading blocks for good, and the gateway waited for that thread as it stopped, whatever the signals. A
+client gone (its end closed) ends the gateway as its stdin's end does, not with a BrokenPipeError. And every
+request read is answered before the input ends (:class:`_Unanswered`): the SDK cancels what is in flight when its input
 ends, and an answer it had begun to write was then lost without a word.
 """
 
@@ -194,15 +194,10 @@ class _Output(asyncio.BaseProtocol):
             self._transport.abort()
 
 
-def verdict(line: str) -> tuple[bool, types.JSONRPCError | None]:
-    """Whether ``line`` is passed on (a JSON-RPC message), and else the error answering it: none for a blank
-    line, a malformed notification (it has no id to answer) or response (its id is the gateway's)."""
-    passed, refusal, _ = _verdict(line)
-    return passed, refusal
-
-
 def _verdict(line: str) -> tuple[bool, types.JSONRPCError | None, Any]:
-    """:func:`verdict`, and the line's JSON value when it has one."""
+    """Whether ``line`` is passed on (a JSON-RPC message), and else the error answering it: none for a blank
+    line, a malformed notification (it has no id to answer) or response (its id is the gateway's); and the line's
+    JSON value when it has one."""
     if not line.strip():
         return False, None, None
     try:
@@ -263,8 +258,8 @@ async def _stdin_on_the_loop() -> AsyncIterator[_Lines | None]:
 
 @asynccontextmanager
 async def _stdout_on_the_loop(gone: Callable[[], None]) -> AsyncIterator[_Output | None]:
-    """fd 1's pipe written by the event loop on a duplicate, fd 1 pointing at stderr meanwhile (stray output of a
-    library must not reach the client), or None when fd 1 is no pipe (the SDK's writer then claims it)."""
+    """fd 1's pipe or socket written by the event loop on a duplicate, fd 1 pointing at stderr meanwhile (stray
+    output of a library must not reach the client), or None when fd 1 is neither (the SDK's writer then claims it)."""
     try:
         mode = os.fstat(1).st_mode
         if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):  # (a Node client's stdio is a socketpair)

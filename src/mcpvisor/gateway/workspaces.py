@@ -381,7 +381,8 @@ class WorkspaceGateway(StackOwner):
         except ConfigError as exc:
             await error_response(str(exc), 400)(scope, receive, send)
             return
-        read = await opening_request(scope, receive, send)
+        # (an open workspace serves and refuses as its session manager does: nothing to read ahead or parse here)
+        read = receive if root in self._workspaces else await opening_request(scope, receive, send)
         if read is None:
             return
         session_id = request.headers.get(MCP_SESSION_ID_HEADER)

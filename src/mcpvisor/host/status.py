@@ -121,7 +121,12 @@ def command_hints(
 def in_home(hint: str, home: str | None) -> str:
     """``hint`` (a template: braces doubled) after ``MCPVISOR_HOME=home``, when there is one to name
     (:func:`~mcpvisor.host.paths.named_home`)."""
-    return f"MCPVISOR_HOME={shlex.quote(home)} ".replace("{", "{{").replace("}", "}}") + hint if home else hint
+    return home_words(home).replace("{", "{{").replace("}", "}}") + hint
+
+
+def home_words(home: str | None) -> str:
+    """``MCPVISOR_HOME=home `` to put before a command to paste, or nothing (no ``home`` to name)."""
+    return f"MCPVISOR_HOME={shlex.quote(home)} " if home else ""
 
 
 def with_options(hint: str, options: str) -> str:
