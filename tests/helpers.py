@@ -187,6 +187,8 @@ def python_for(module: str) -> str:
 
 _RAW_SERVER = """
 import json, sys, time
+def send(message):
+    print(json.dumps({{"jsonrpc": "2.0", **message}}), flush=True)
 {answers}
 for line in sys.stdin:
     msg = json.loads(line)
@@ -198,7 +200,8 @@ for line in sys.stdin:
                   "serverInfo": {{"name": {name!r}, "version": "1"}}}}
     else:
         result = answer(method, params)
-    print(json.dumps({{"jsonrpc": "2.0", "id": msg["id"], "result": result}}), flush=True)
+    if result is not None:
+        send({{"id": msg["id"], "result": result}})
 {after}
 """
 
@@ -206,7 +209,9 @@ for line in sys.stdin:
 def raw_server(name: str, answers: str, *, capabilities: dict[str, Any] | None = None, after: str = "") -> str:
     """The source of a stdio MCP server written without the SDK, to send what no example server would: it answers
     ``initialize`` as server ``name`` offering ``capabilities`` (default: tools), and every other request with
-    ``answer(method, params)``, a function the source ``answers`` defines; ``after`` runs once its input ends."""
+    ``answer(method, params)``, a function the source ``answers`` defines; ``after`` runs once its input ends. An
+    answer of ``None`` sends none: the source answers later itself with ``send(message)`` (it may ask its client
+    first: the client's answer comes to ``answer(None, {})``, the message read being ``msg``)."""
     return _RAW_SERVER.format(
         name=name, capabilities=capabilities or {"tools": {}}, answers=textwrap.dedent(answers), after=after
     )

@@ -23,7 +23,7 @@ from mcpvisor.core.client_requests import InFlight, Progress, answering
 from mcpvisor.core.server_config import ConnectionOptions
 from mcpvisor.gateway import asks
 from tests.gateway.test_gateway import ERAS, running, save, server, text_of
-from tests.helpers import LIGHT, SDK, WAIT_S, wait_until
+from tests.helpers import LIGHT, SDK, WAIT_S, raw_server, wait_until
 
 UPSTREAMS = [LIGHT, SDK]
 """The light server asks in the middle of a call (handshake era); the SDK server, reached in the modern
@@ -379,48 +379,37 @@ async def test_calls_waiting_for_their_clients_input_are_bounded_one_more_is_ref
         assert text_of(await session.call_tool("mcp__a__pid", {})).isdigit()  # calls that need no input go on
 
 
-ASKING_SERVER = r'''
-"""A stdio server whose tool 'ask' asks its client for roots and reports progress while the client answers:
-1 of 2 when the tool 'nudge' is called (by anyone), 2 of 2 once the answer came."""
-import json, sys
+ASKING_SERVER = raw_server(
+    "asking",
+    """
+    # Its tool 'ask' asks its client for roots and reports progress while the client answers: 1 of 2 when the tool
+    # 'nudge' is called (by anyone), 2 of 2 once the answer came.
+    asking = None  # (the id of the 'ask' call, its progress token)
 
-def send(message):
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
-    sys.stdout.flush()
+    def progress(token, n, message):
+        params = {"progressToken": token, "progress": n, "total": 2, "message": message}
+        send({"method": "notifications/progress", "params": params})
 
-def progress(token, n, message):
-    params = {"progressToken": token, "progress": n, "total": 2, "message": message}
-    send({"method": "notifications/progress", "params": params})
+    def text(value):
+        return {"content": [{"type": "text", "text": value}]}
 
-def text(value):
-    return {"content": [{"type": "text", "text": value}]}
-
-asking = None  # (the id of the 'ask' call, its progress token)
-for line in sys.stdin:
-    message = json.loads(line)
-    method, params = message.get("method"), message.get("params") or {}
-    if "id" not in message:
-        continue
-    if method is None and message["id"] == "roots" and asking is not None:
-        call, token = asking
-        progress(token, 2, "answered")
-        send({"id": call, "result": text("roots: " + " ".join(r["uri"] for r in message["result"]["roots"]))})
-    elif method == "initialize":
-        info = {"name": "asking", "version": "1"}
-        result = {"protocolVersion": params["protocolVersion"], "capabilities": {"tools": {}}, "serverInfo": info}
-        send({"id": message["id"], "result": result})
-    elif method == "tools/list":
-        tools = [{"name": name, "inputSchema": {"type": "object"}} for name in ("ask", "nudge")]
-        send({"id": message["id"], "result": {"tools": tools}})
-    elif method == "tools/call" and params["name"] == "ask":
-        asking = (message["id"], params["_meta"]["progressToken"])
-        send({"id": "roots", "method": "roots/list"})
-    elif method == "tools/call" and params["name"] == "nudge":
-        progress(asking[1], 1, "waiting")  # written before the answer below: the gateway reads it first
-        send({"id": message["id"], "result": text("nudged")})
-    else:
-        send({"id": message["id"], "error": {"code": -32601, "message": "Method not found"}})
-'''
+    def answer(method, params):
+        global asking
+        if method is None and msg["id"] == "roots" and asking is not None:
+            call, token = asking
+            progress(token, 2, "answered")
+            send({"id": call, "result": text("roots: " + " ".join(r["uri"] for r in msg["result"]["roots"]))})
+        elif method == "tools/list":
+            return {"tools": [{"name": name, "inputSchema": {"type": "object"}} for name in ("ask", "nudge")]}
+        elif method == "tools/call" and params["name"] == "ask":
+            asking = (msg["id"], params["_meta"]["progressToken"])
+            send({"id": "roots", "method": "roots/list"})
+        elif method == "tools/call" and params["name"] == "nudge":
+            progress(asking[1], 1, "waiting")  # written before the answer: the gateway reads it first
+            return text("nudged")
+        return None if method is None or params.get("name") == "ask" else {}  # (ping: an empty result)
+    """,
+)
 
 
 @pytest.mark.parametrize("mode", ERAS)

@@ -15,7 +15,7 @@ from mcp import Client, MCPError
 from mcp.client.session import ClientRequestContext
 
 from tests.gateway.test_gateway import ERAS, running, save, server, text_of
-from tests.helpers import WAIT_S, wait_until
+from tests.helpers import WAIT_S, raw_server, wait_until
 
 
 async def unused(context: ClientRequestContext) -> types.ListRootsResult:
@@ -102,42 +102,34 @@ async def test_a_round_the_client_came_back_to_leaves_no_timer_holding_its_call(
 
 
 URI = "note://s/1"
-READ_ASKING_SERVER = r'''
-"""A stdio server whose prompt 'p' and resource 'note://s/1' ask their client for roots, and answer once it did."""
-import json, sys
+READ_ASKING_SERVER = raw_server(
+    "asking",
+    """
+    # Its prompt 'p' and resource 'note://s/1' ask their client for roots, and answer once it did.
+    asking = None
 
-def send(message):
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
-    sys.stdout.flush()
-
-asking = None
-for line in sys.stdin:
-    message = json.loads(line)
-    method, params = message.get("method"), message.get("params") or {}
-    if "id" not in message:
-        continue
-    if method is None and message["id"] == "roots" and asking is not None:
-        call, what = asking
-        text = {"type": "text", "text": "rooted"}
-        if what == "prompts/get":
-            send({"id": call, "result": {"messages": [{"role": "user", "content": text}]}})
-        else:
-            send({"id": call, "result": {"contents": [{"uri": "note://s/1", "text": "rooted"}]}})
-    elif method == "initialize":
-        info = {"name": "asking", "version": "1"}
-        capabilities = {"prompts": {}, "resources": {}}
-        result = {"protocolVersion": params["protocolVersion"], "capabilities": capabilities, "serverInfo": info}
-        send({"id": message["id"], "result": result})
-    elif method == "prompts/list":
-        send({"id": message["id"], "result": {"prompts": [{"name": "p"}]}})
-    elif method == "resources/list":
-        send({"id": message["id"], "result": {"resources": [{"uri": "note://s/1", "name": "one"}]}})
-    elif method in ("prompts/get", "resources/read"):
-        asking = (message["id"], method)
-        send({"id": "roots", "method": "roots/list"})
-    else:
-        send({"id": message["id"], "error": {"code": -32601, "message": "Method not found"}})
-'''
+    def answer(method, params):
+        global asking
+        if method is None and msg["id"] == "roots" and asking is not None:
+            call, what = asking
+            text = {"type": "text", "text": "rooted"}
+            if what == "prompts/get":
+                send({"id": call, "result": {"messages": [{"role": "user", "content": text}]}})
+            else:
+                send({"id": call, "result": {"contents": [{"uri": "note://s/1", "text": "rooted"}]}})
+        elif method == "prompts/list":
+            return {"prompts": [{"name": "p"}]}
+        elif method == "resources/list":
+            return {"resources": [{"uri": "note://s/1", "name": "one"}]}
+        elif method in ("prompts/get", "resources/read"):
+            asking = (msg["id"], method)
+            send({"id": "roots", "method": "roots/list"})
+        elif method == "resources/templates/list":
+            return {"resourceTemplates": []}
+        return None if method in (None, "prompts/get", "resources/read") else {}  # (ping: an empty result)
+    """,
+    capabilities={"prompts": {}, "resources": {}},
+)
 
 
 @pytest.mark.parametrize("what", ["prompt", "resource"])
