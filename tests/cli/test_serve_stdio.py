@@ -4,10 +4,12 @@ processes)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -161,6 +163,36 @@ def test_a_client_that_stops_reading_cannot_keep_the_gateway_from_stopping(tmp_p
         assert returncode == 0, (tmp_path / "gateway.stderr").read_text()
     [pid] = marker_pids(tmp_path / "pids")
     assert not pid_alive(pid)
+
+
+def test_sigterm_with_a_flooding_clients_requests_still_unread_ends_cleanly(tmp_path: Path) -> None:
+    """A client writes requests faster than the gateway answers them, and the gateway is stopped: the SDK's stdin
+    reader, blocked handing the next line to the session, failed as the session closed, and the gateway ended with
+    exit code 1 and a ``BrokenResourceError`` traceback in the client's log."""
+    with _gateway(tmp_path) as process:
+        assert process.stdin is not None
+        _send(process, *_HELLO)
+        _until(process, lambda m: m.get("id") == 0)
+        written = [0]
+
+        def flood() -> None:
+            with contextlib.suppress(OSError):  # (its end closes as the gateway stops)
+                for i in range(1, 1_000_000):
+                    _send(process, _call(i, "echo", text="x" * 200))
+                    written[0] = i
+
+        writer = threading.Thread(target=flood, daemon=True)
+        writer.start()
+        deadline = time.monotonic() + WAIT_S
+        while written[0] < 20_000 and time.monotonic() < deadline:  # more than the session takes meanwhile
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=WAIT_S) == 0, (tmp_path / "gateway.stderr").read_text()
+        writer.join(timeout=WAIT_S)
+        with contextlib.suppress(BrokenPipeError):
+            process.stdin.close()  # (what the writer had buffered no longer reaches anyone)
+    said = (tmp_path / "gateway.stderr").read_text()
+    assert "Traceback" not in said, said
 
 
 async def test_a_clients_answer_to_a_request_of_the_gateways_is_not_waited_for_as_one_of_its_requests() -> None:

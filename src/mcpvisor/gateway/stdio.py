@@ -115,8 +115,9 @@ class _Lines:
     JSON-RPC message is answered here (:meth:`refuse`) and not passed on: the SDK's reader drops it unanswered,
     and a client whose request could not be read waited for its answer for ever."""
 
-    def __init__(self, reader: asyncio.StreamReader) -> None:
+    def __init__(self, reader: asyncio.StreamReader, transport: asyncio.ReadTransport) -> None:
         self._reader = reader
+        self._transport = transport
         self.refuse: Callable[[types.JSONRPCError], Awaitable[None]] | None = None
         self.unanswered = _Unanswered()
         self._ended = False
@@ -126,7 +127,7 @@ class _Lines:
 
     async def __anext__(self) -> str:
         while True:
-            line = await self._reader.readline()
+            line = b"" if self._ended else await self._reader.readline()  # (ended: what is buffered is not read)
             if not line:
                 if not self._ended:  # the client closed stdin: answer what it asked first (the SDK cuts it)
                     await self.unanswered.settle()
@@ -142,6 +143,8 @@ class _Lines:
     def end(self) -> None:
         """End the lines here, as if stdin had ended: the SDK's reader task then ends."""
         self._ended = True
+        if not self._transport.is_closing():
+            self._transport.pause_reading()  # (data after a fed EOF fails the reader: what comes now is not read)
         self._reader.feed_eof()
 
 
@@ -249,7 +252,7 @@ async def _stdin_on_the_loop() -> AsyncIterator[_Lines | None]:
         yield None
         return
     try:
-        yield _Lines(reader)
+        yield _Lines(reader, transport)
     finally:
         transport.close()
         with contextlib.suppress(OSError):
@@ -295,6 +298,17 @@ async def _stdout_on_the_loop(gone: Callable[[], None]) -> AsyncIterator[_Output
         transport.close()
 
 
+async def _drain(read: Any) -> None:
+    """Take what the SDK's reader still hands over once the session is gone, until it ends (the input ended or was
+    cut), then close: a reader blocked handing a line to a closed stream fails, and with it the whole transport (a
+    flooding client's unread lines at a stop ended the gateway with exit code 1 and a traceback)."""
+    with anyio.CancelScope(shield=True):  # (a stop cancels what it runs in)
+        with anyio.move_on_after(ANSWER_S):
+            async for _ in read:
+                pass
+        read.close()
+
+
 @asynccontextmanager
 async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
     """``(read, write)`` of the SDK's :func:`~mcp.server.stdio.stdio_server` over this process's stdin and stdout,
@@ -310,12 +324,13 @@ async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
                     if lines is not None:
                         lines.refuse = lambda refusal: sent.send(SessionMessage(refusal))
                     try:
-                        yield read, write
+                        yield read.clone(), write  # (the session closing its end leaves this one open: see below)
                     finally:
                         if lines is not None:
                             lines.end()  # the SDK waits for its reader task when it leaves, which waited for the client
                         if output is not None:  # ... and for its writer, which waits for a client that may not read
                             dropping = asyncio.get_running_loop().call_later(_UNREAD_S, output.drop)
+                        await _drain(read)
             finally:
                 if dropping is not None:
                     dropping.cancel()
