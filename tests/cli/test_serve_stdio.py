@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from mcpvisor.gateway.stdio import _Unanswered
+from mcpvisor.gateway.stdio import MAX_UNANSWERED, _Unanswered
 from tests.gateway.test_gateway import save, server
 from tests.helpers import WAIT_S, marker_pids, mcpvisor_command, pid_alive
 from tests.layout import make_layout
@@ -193,6 +193,58 @@ def test_sigterm_with_a_flooding_clients_requests_still_unread_ends_cleanly(tmp_
             process.stdin.close()  # (what the writer had buffered no longer reaches anyone)
     said = (tmp_path / "gateway.stderr").read_text()
     assert "Traceback" not in said, said
+
+
+def test_a_client_writing_faster_than_it_reads_fills_its_pipe_not_the_gateways_memory(tmp_path: Path) -> None:
+    """A client that sends requests and never reads the answers: the session took every request as a task waiting
+    to write its answer, and stdin was read on into a buffer bounded only at twice the longest line (4 GiB), so
+    the client's writes never blocked and the gateway grew without end. Past 1,000 requests in flight one more is
+    refused, and past 1 MiB of lines waiting stdin is no longer read: the client's own pipe fills."""
+    cap = 32 << 20
+    with _gateway(tmp_path) as process:
+        assert process.stdin is not None
+        _send(process, *_HELLO)
+        _until(process, lambda m: m.get("id") == 0)
+        written = [0]
+
+        def flood() -> None:
+            line = json.dumps(_call(1, "echo", text="x" * 1000)).encode() + b"\n"
+            with contextlib.suppress(OSError):  # (its end closes as the gateway is killed)
+                while written[0] < cap:
+                    assert process.stdin is not None
+                    process.stdin.write(line)
+                    process.stdin.flush()
+                    written[0] += len(line)
+
+        writer = threading.Thread(target=flood, daemon=True)
+        writer.start()
+        seen = -1
+        while seen != written[0] < cap:  # until the writer is held on a full pipe, or wrote it all
+            seen = written[0]
+            writer.join(timeout=2)
+        assert written[0] < 8 << 20
+        process.kill()
+        writer.join(timeout=WAIT_S)
+        with contextlib.suppress(BrokenPipeError):
+            process.stdin.close()  # (what the writer had buffered no longer reaches anyone)
+
+
+def test_past_the_bound_on_requests_in_flight_one_more_is_refused_and_answers_make_room(tmp_path: Path) -> None:
+    """The bound refuses, it does not hold: a client that does read gets an error for the request over the bound
+    (not a wait that could hold its answers to the gateway's own requests behind it), and once answers came it
+    is served again."""
+    with _gateway(tmp_path) as process:
+        _send(process, *_HELLO)
+        _until(process, lambda m: m.get("id") == 0)
+        _send(process, *(_call(i, "sleep", seconds=60) for i in range(1, MAX_UNANSWERED + 1)))
+        _send(process, _call(MAX_UNANSWERED + 1, "echo", text="over"))
+        [refused] = [m for m in _until(process, lambda m: "id" in m) if "id" in m]
+        assert refused["id"] == MAX_UNANSWERED + 1
+        assert "requests of this client in flight" in refused["error"]["message"]
+        _send(process, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+        _send(process, _call(MAX_UNANSWERED + 2, "echo", text="room"))
+        [answer] = [m for m in _until(process, lambda m: "id" in m) if "id" in m]
+        assert _text(answer["result"]) == "a:echo:room"
 
 
 async def test_a_clients_answer_to_a_request_of_the_gateways_is_not_waited_for_as_one_of_its_requests() -> None:

@@ -40,13 +40,18 @@ __all__ = ["ANSWER_S", "stdio_streams"]
 
 logger = logging.getLogger(__name__)
 
-_LINE_LIMIT = 1 << 31
-"""The longest line kept whole (the SDK's own reader has no bound either; the client is the one the user runs)."""
+_HELD = 1 << 20
+"""How many bytes of complete lines may wait to be read before reading stdin pauses (a client writing faster than
+the gateway takes its requests then fills its pipe, not the gateway's memory). A line is read whole, however long
+(the SDK's own reader has no bound either; the client is the one the user runs)."""
 ANSWER_S = 1.0
 """How long the requests in flight when the input ends (stdin closed, or a stop after its drain) may take to be
 answered before they are cut (a client closing stdin kills its server 2 s later: the SDK's client does)."""
 _UNREAD_S = 2.0
 """Once the gateway stops, how long output the client does not take may hold it up before it is dropped."""
+MAX_UNANSWERED = 1000
+"""Requests of the client in flight at most: one more is refused at once (each is a task holding its request
+until its answer is taken, so a client that sends without reading answers would grow them without end)."""
 
 
 class _Unanswered:
@@ -55,19 +60,31 @@ class _Unanswered:
     def __init__(self) -> None:
         self._ids: dict[Any, int] = {}
         self._changed = asyncio.Event()
+        self.count = 0
+
+    @staticmethod
+    def counts(message: Any) -> bool:
+        """Whether ``message`` is a request waited for (not the client's answer to a request of the gateway's, in
+        the gateway's ids, nor a listen stream)."""
+        return (
+            isinstance(message, dict)
+            and is_request_id(message.get("id"))
+            and message.get("method") not in (None, "subscriptions/listen")
+        )
 
     def read(self, message: Any) -> None:
-        if not isinstance(message, dict) or not is_request_id(request_id := message.get("id")):
-            if isinstance(message, dict) and message.get("method") == "notifications/cancelled":
-                params = message.get("params")
-                self.answered(params.get("requestId") if isinstance(params, dict) else None)  # (never answered)
-            return
-        if message.get("method") not in (None, "subscriptions/listen"):  # (None: the client's answer to a request
-            self._ids[request_id] = self._ids.get(request_id, 0) + 1  # of the gateway's, in the gateway's ids)
+        if self.counts(message):
+            request_id = message["id"]
+            self._ids[request_id] = self._ids.get(request_id, 0) + 1
+            self.count += 1
+        elif isinstance(message, dict) and message.get("method") == "notifications/cancelled":
+            params = message.get("params")
+            self.answered(params.get("requestId") if isinstance(params, dict) else None)  # (never answered)
 
     def answered(self, request_id: Any) -> None:
         if not is_request_id(request_id) or request_id not in self._ids:
             return
+        self.count -= 1
         self._ids[request_id] -= 1
         if not self._ids[request_id]:
             del self._ids[request_id]
@@ -115,9 +132,8 @@ class _Lines:
     JSON-RPC message is answered here (:meth:`refuse`) and not passed on: the SDK's reader drops it unanswered,
     and a client whose request could not be read waited for its answer for ever."""
 
-    def __init__(self, reader: asyncio.StreamReader, transport: asyncio.ReadTransport) -> None:
+    def __init__(self, reader: _LineReader) -> None:
         self._reader = reader
-        self._transport = transport
         self.refuse: Callable[[types.JSONRPCError], Awaitable[None]] | None = None
         self.unanswered = _Unanswered()
         self._ended = False
@@ -127,13 +143,15 @@ class _Lines:
 
     async def __anext__(self) -> str:
         while True:
-            line = b"" if self._ended else await self._reader.readline()  # (ended: what is buffered is not read)
+            line = b"" if self._ended else await self._reader.readline()  # (ended: what is held is not read)
             if not line:
                 if not self._ended:  # the client closed stdin: answer what it asked first (the SDK cuts it)
                     await self.unanswered.settle()
                 raise StopAsyncIteration
             text = line.decode("utf-8", errors="replace")
             passed, refusal, data = _verdict(text)
+            if passed and self.unanswered.count >= MAX_UNANSWERED and self.unanswered.counts(data):
+                passed, refusal = False, _refusal(data["id"], types.INTERNAL_ERROR, _BUSY)
             if passed:
                 self.unanswered.read(data)
                 return text
@@ -143,9 +161,78 @@ class _Lines:
     def end(self) -> None:
         """End the lines here, as if stdin had ended: the SDK's reader task then ends."""
         self._ended = True
-        if not self._transport.is_closing():
-            self._transport.pause_reading()  # (data after a fed EOF fails the reader: what comes now is not read)
-        self._reader.feed_eof()
+        self._reader.end()
+
+
+class _LineReader(asyncio.Protocol):
+    """fd 0's bytes as lines, each kept whole however long; reading pauses while more than :data:`_HELD` bytes of
+    complete lines wait to be taken (asyncio's stream reader pauses only past twice its line limit)."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._searched = 0  # (the buffer holds no newline before this)
+        self._ended = False
+        self._more = asyncio.Event()
+        self._transport: asyncio.ReadTransport | None = None
+        self._paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast("asyncio.ReadTransport", transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._ended:
+            return
+        self._buffer += data
+        self._more.set()
+        if len(self._buffer) > _HELD and self._newline() >= 0:
+            self._pause(True)
+
+    def eof_received(self) -> bool:
+        self.end()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.end()
+
+    def end(self) -> None:
+        """No more lines once what is held is taken; the pipe is no longer read."""
+        self._ended = True
+        self._more.set()
+        self._pause(True)
+
+    async def readline(self) -> bytes:
+        """The next line with its newline, the last one without, or ``b""`` once stdin ended."""
+        while True:
+            end = self._newline()
+            if end >= 0:
+                line = bytes(self._buffer[: end + 1])
+                del self._buffer[: end + 1]  # (amortised O(1) from the front)
+                self._searched = 0
+                if len(self._buffer) <= _HELD // 2 or self._newline() < 0:
+                    self._pause(False)
+                return line
+            if self._ended:
+                line = bytes(self._buffer)
+                self._buffer.clear()
+                self._searched = 0
+                return line
+            self._pause(False)  # (a line longer than what may be held: read on until it ends)
+            self._more.clear()
+            await self._more.wait()
+
+    def _newline(self) -> int:
+        end = self._buffer.find(b"\n", self._searched)
+        self._searched = len(self._buffer) if end < 0 else end
+        return end
+
+    def _pause(self, paused: bool) -> None:
+        if paused is self._paused or self._transport is None or self._transport.is_closing():
+            return
+        self._paused = paused
+        if paused:
+            self._transport.pause_reading()
+        elif not self._ended:
+            self._transport.resume_reading()
 
 
 class _Output(asyncio.BaseProtocol):
@@ -225,6 +312,9 @@ def _verdict(line: str) -> tuple[bool, types.JSONRPCError | None, Any]:
     return False, _refusal(request_id if is_request_id(request_id) else None, types.INVALID_REQUEST, problem), data
 
 
+_BUSY = f"the gateway has {MAX_UNANSWERED} requests of this client in flight: wait for answers before sending more"
+
+
 def _refusal(request_id: Any, code: int, message: str) -> types.JSONRPCError:
     return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message))
 
@@ -244,15 +334,15 @@ async def _stdin_on_the_loop() -> AsyncIterator[_Lines | None]:
     blocking = os.get_blocking(fd)
     pipe = os.fdopen(fd, "rb", buffering=0)
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=_LINE_LIMIT)
+    reader = _LineReader()
     try:
-        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+        transport, _ = await loop.connect_read_pipe(lambda: reader, pipe)
     except (OSError, ValueError):  # e.g. a character device the loop cannot poll
         pipe.close()
         yield None
         return
     try:
-        yield _Lines(reader, transport)
+        yield _Lines(reader)
     finally:
         transport.close()
         with contextlib.suppress(OSError):
