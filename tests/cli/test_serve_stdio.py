@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from mcpvisor.gateway.stdio import MAX_UNANSWERED, _Unanswered
 from tests.gateway.test_gateway import save, server
@@ -36,11 +37,15 @@ def _call(request_id: int, tool: str, **arguments: Any) -> dict[str, Any]:
 
 
 @contextmanager
-def _gateway(tmp_path: Path, *args: str, stdout: Any = subprocess.PIPE) -> Iterator[subprocess.Popen[bytes]]:
-    """``mcpvisor serve`` over stdio with one light server ``a`` (``--control`` and ``args``; its pid in
-    ``tmp_path/pids``), its stderr in ``tmp_path/gateway.stderr``; killed on the way out if still running."""
+def _gateway(
+    tmp_path: Path, *args: str, stdout: Any = subprocess.PIPE, **fields: Any
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``mcpvisor serve`` over stdio with one light server ``a`` (``--control`` and ``args``, its entry's other
+    ``fields``; its pid in ``tmp_path/pids``), its stderr in ``tmp_path/gateway.stderr``; killed on the way out if
+    still running."""
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
-    save(layout.paths.user, {"mcpServers": {"a": server("a", "--control", "--marker", str(tmp_path / "pids"), *args)}})
+    a = {**server("a", "--control", "--marker", str(tmp_path / "pids"), *args), **fields}
+    save(layout.paths.user, {"mcpServers": {"a": a}})
     with (
         (tmp_path / "gateway.stderr").open("wb") as err,
         subprocess.Popen(
@@ -75,6 +80,18 @@ def _until(process: subprocess.Popen[bytes], done: Any) -> list[dict[str, Any]]:
     return heard
 
 
+@contextmanager
+def _bounded(process: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Reads of the gateway's stdout in the block end by ``WAIT_S`` at most: the gateway is killed then (its stdout
+    ends), so a message that never comes fails the test instead of hanging it."""
+    watchdog = threading.Timer(WAIT_S, process.kill)
+    watchdog.start()
+    try:
+        yield
+    finally:
+        watchdog.cancel()
+
+
 def _started(process: subprocess.Popen[bytes], *ids: int) -> None:
     """Wait until the calls ``ids`` reported progress (the light server's sleep reports it as it starts)."""
     _until(process, lambda m: m == {**m, "method": "notifications/progress"} and m["params"]["progressToken"] in ids)
@@ -104,6 +121,32 @@ def test_on_sigterm_a_call_still_running_after_the_grace_is_answered_over_stdio_
     assert _text(answers[2]) == (
         "call to tool 'mcp__a__sleep' failed: the gateway is shutting down; make the call again once it is back"
     )
+
+
+@pytest.mark.parametrize("end", ["timed out", "cancelled by its client"])
+def test_a_request_the_client_leaves_unanswered_is_withdrawn_when_its_call_ends_over_stdio_too(
+    tmp_path: Path, end: str
+) -> None:
+    """The client holds a server's sampling request unanswered and the call ends (its server's timeout runs out, or
+    the client cancels it): the gateway cancels its request at the client, before the call's answer. Before, the
+    request was left open for good (the server does not withdraw it itself): the client was never told."""
+    timeout = {"timeout": 2000} if end == "timed out" else {}
+    with _gateway(tmp_path, **timeout) as process:
+        opening = {**_OPENING, "capabilities": {"sampling": {}}}
+        initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": opening}
+        _send(process, initialize, _HELLO[1], _call(1, "ask_client", kind="sampling", text="hold on"))
+        with _bounded(process):
+            asked = _until(process, lambda m: m.get("method") == "sampling/createMessage")[-1]
+            assert asked.get("method") == "sampling/createMessage", asked
+            if end == "timed out":
+                heard = _until(process, lambda m: m.get("id") == 1)
+                answer = heard.pop()  # (what is left came before it)
+                assert "timed out after 2 s" in _text(answer.get("result", answer)), answer
+            else:
+                _send(process, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+                heard = _until(process, lambda m: m.get("method") == "notifications/cancelled")
+        withdrawn = [m["params"]["requestId"] for m in heard if m.get("method") == "notifications/cancelled"]
+        assert withdrawn == [asked["id"]], heard
 
 
 def test_requests_piped_in_are_all_answered_when_stdin_ends_after_them(tmp_path: Path) -> None:

@@ -36,6 +36,8 @@ class Answers:
     def __init__(self) -> None:
         self.asked: list[str] = []
         self.cancelled = anyio.Event()
+        self.withdrawn = 0
+        """How many of its answers were cancelled by the gateway."""
         self.hold = False
 
     async def sampling(self, context: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
@@ -51,6 +53,7 @@ class Answers:
             try:
                 await anyio.sleep_forever()
             except anyio.get_cancelled_exc_class():
+                self.withdrawn += 1
                 self.cancelled.set()
                 raise
         return types.CreateMessageResult(
@@ -266,6 +269,45 @@ async def test_a_call_whose_server_is_replaced_while_its_client_answers_fails_at
             await answers.cancelled.wait()
 
 
+@pytest.mark.parametrize("end", ["timed out", "cancelled by its client"])
+async def test_a_request_the_client_leaves_unanswered_is_withdrawn_when_its_call_ends_and_nothing_is_left_pending(
+    tmp_path: Path, end: str
+) -> None:
+    """A handshake-era client in a session over HTTP holds a server's sampling request unanswered, and the call ends:
+    its server's timeout runs out, or the client cancels it. The gateway cancels its request at the client (on the
+    call's stream, before the call's answer), call after call, and holds nothing of them. Before, the request stayed
+    open for good (the light server does not withdraw its own request when its call is cancelled): the client was
+    never told, and each such call left its request pending at both ends."""
+    answers = Answers()
+    answers.hold = True
+    a = {**server("a", "--control"), "timeout": 2000} if end == "timed out" else server("a", "--control")
+    async with (
+        running(tmp_path, user={"mcpServers": {"a": a}}, client_requests=True, processes=True) as r,
+        anyio.create_task_group() as tg,
+    ):
+        url: str = await tg.start(r.gateway.serve_http)
+        async with answers.client(url) as client:
+            for n in range(1, 4):
+                if end == "timed out":
+                    result = await ask(client, "sampling", f"call {n}")
+                    assert "call to tool 'ask_client' on server 'a' timed out after 2 s" in text_of(result)
+                else:
+                    async with anyio.create_task_group() as calls:
+                        calls.start_soon(ask, client, "sampling", f"call {n}")
+                        await wait_until(lambda: len(answers.asked) == n, what="the client asked")  # noqa: B023
+                        calls.cancel_scope.cancel()
+                await wait_until(lambda: answers.withdrawn == n, what=f"request {n} withdrawn")  # noqa: B023
+            assert answers.asked == [f"sampling call {n}" for n in range(1, 4)]
+            connection = r.host.config.manager.get_client("a")
+            assert connection is not None
+            assert connection._in_flight is not None
+            await wait_until(lambda: not connection._in_flight._routed, what="nothing left routed")  # type: ignore[union-attr]
+            assert connection._in_flight._calls == []
+            answers.hold = False  # the gateway and the server go on
+            assert text_of(await ask(client, "sampling", "again")) == "sampled: an answer to again"
+        tg.cancel_scope.cancel()
+
+
 async def test_without_client_requests_the_servers_are_not_offered_sampling(tmp_path: Path) -> None:
     """A host that does not pass requests on (the shell, ``run``, a library user who did not ask) does not
     declare the capabilities: the SDK server refuses to ask at all."""
@@ -309,9 +351,10 @@ async def test_in_flight_routing_names_the_server_and_the_reason() -> None:
     )
 
     async def hold(answerer: _Named, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        with answering(answerer), calls.call():
-            task_status.started()
-            await anyio.sleep_forever()
+        with answering(answerer):
+            async with calls.call():
+                task_status.started()
+                await anyio.sleep_forever()
 
     async with anyio.create_task_group() as tg:
         await tg.start(hold, _Named("one"))

@@ -276,7 +276,7 @@ class McpClient(ServerConnection):
                 if self._in_flight is None:
                     yield meta
                 else:
-                    with self._in_flight.call():
+                    async with self._in_flight.call():
                         yield meta
         finally:
             self._calls.discard(ended)

@@ -14,23 +14,35 @@ capabilities and routes each request a server makes to the caller it belongs to:
 Otherwise the server gets a JSON-RPC error that says why: no call is in flight, calls from several
 clients are, or the caller cannot answer that kind of request. When the server asked for progress on
 its request, the answerer is given ``progress``, which reports it to the server.
+
+A request routed to a client is withdrawn once that client has no call left in flight on the server (the
+call timed out, its client cancelled it, it ended): it can belong to none of its calls, so the client is
+told (its request is cancelled) before the call's answer, and the server gets an error that says why.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Protocol
+from functools import partial
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
+import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientRequestContext
 
-__all__ = ["Answerer", "InFlight", "Progress", "answering", "refusal"]
+__all__ = ["WITHDRAW_S", "Answerer", "InFlight", "Progress", "answering", "refusal"]
+
+WITHDRAW_S = 5.0
+"""How long the end of a call waits for the requests withdrawn with it to be cancelled at the client (bounded,
+even while the call is being cancelled): the cancellation goes out before the call's answer, on its stream."""
+
+T = TypeVar("T")
 
 
 class Progress(Protocol):
@@ -78,15 +90,26 @@ def refusal(message: str) -> types.ErrorData:
     return types.ErrorData(code=types.INVALID_REQUEST, message=message)
 
 
+class _Routed:
+    """A request of the server being answered by ``client``; cancelling ``scope`` withdraws it."""
+
+    def __init__(self, client: Hashable) -> None:
+        self.client = client
+        self.scope = anyio.CancelScope()
+        self.done = anyio.Event()
+
+
 class InFlight:
     """The answerers of one connection's calls in flight, and the callbacks the SDK client is given."""
 
     def __init__(self, server: str) -> None:
         self.server = server
         self._calls: list[Answerer] = []
+        self._routed: set[_Routed] = set()
+        """The server's requests being answered now."""
 
-    @contextmanager
-    def call(self) -> Iterator[None]:
+    @asynccontextmanager
+    async def call(self) -> AsyncIterator[None]:
         """One call is in flight for the duration of the block (a no-op for a caller that answers nothing)."""
         answerer = _answerer.get()
         if answerer is None:
@@ -97,6 +120,33 @@ class InFlight:
             yield
         finally:
             self._calls.remove(answerer)
+            await self._withdraw(answerer.client)
+
+    async def _withdraw(self, client: Hashable) -> None:
+        """Withdraw the requests ``client`` is answering once none of its calls is left in flight, and wait until it
+        was told (see the module)."""
+        if any(a.client == client for a in self._calls):
+            return
+        orphans = [routed for routed in self._routed if routed.client == client]
+        for routed in orphans:
+            routed.scope.cancel()
+        with anyio.move_on_after(WITHDRAW_S, shield=True):
+            for routed in orphans:
+                await routed.done.wait()
+
+    async def _answered(self, answerer: Answerer, what: str, answer: Callable[[], Awaitable[T]]) -> T | types.ErrorData:
+        routed = _Routed(answerer.client)
+        self._routed.add(routed)
+        try:
+            with routed.scope:
+                return await answer()
+        finally:
+            self._routed.discard(routed)
+            routed.done.set()
+        return refusal(
+            f"{what} of server {self.server!r} was withdrawn from the client: the call it belongs to ended before the "
+            "client answered"
+        )
 
     def answerer(self, what: str) -> Answerer | types.ErrorData:
         """Who answers a ``what`` request of this server, or the error that says why nobody can."""
@@ -123,7 +173,10 @@ class InFlight:
         answerer = self.answerer("a sampling request")
         if isinstance(answerer, types.ErrorData):
             return answerer
-        return await answerer.create_message(self.server, params, _progress_to_server(context))
+        progress = _progress_to_server(context)
+        return await self._answered(
+            answerer, "a sampling request", partial(answerer.create_message, self.server, params, progress)
+        )
 
     async def elicitation(
         self, context: ClientRequestContext, params: types.ElicitRequestParams
@@ -131,13 +184,17 @@ class InFlight:
         answerer = self.answerer("an elicitation request")
         if isinstance(answerer, types.ErrorData):
             return answerer
-        return await answerer.elicit(self.server, params, _progress_to_server(context))
+        progress = _progress_to_server(context)
+        return await self._answered(
+            answerer, "an elicitation request", partial(answerer.elicit, self.server, params, progress)
+        )
 
     async def list_roots(self, context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
         answerer = self.answerer("a roots request")
         if isinstance(answerer, types.ErrorData):
             return answerer
-        return await answerer.list_roots(self.server, _progress_to_server(context))
+        progress = _progress_to_server(context)
+        return await self._answered(answerer, "a roots request", partial(answerer.list_roots, self.server, progress))
 
 
 def _progress_to_server(context: ClientRequestContext) -> Progress | None:
