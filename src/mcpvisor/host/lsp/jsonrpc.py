@@ -116,6 +116,8 @@ class LspConnection:
         self._over_socket = False
         self.stopping = False
         """Set when the host stops the server: what is still unanswered then was stopped, whatever the exit."""
+        self.stopped_because: str | None = None
+        """Why the host stops the server, when it says (an edit): what it cuts short says so, and to retry."""
 
     def closed(self) -> bool:
         return self.process.ended.is_set()
@@ -242,7 +244,8 @@ class LspConnection:
 
     def _end(self, reason: str) -> None:
         """Reading stopped: every pending request fails, as will every later one."""
-        self._ended_reason = reason
+        why = f" ({self.stopped_because}); retry the call" if self.stopping and self.stopped_because else ""
+        self._ended_reason = reason + why
         failure = self.process.failure
         for pending in self._pending.values():
             if not pending.done.is_set():
@@ -251,7 +254,7 @@ class LspConnection:
                         server=failure.server, limit=failure.limit, reason=failure.reason
                     )
                 else:
-                    cut_short = f"{reason} before it answered" if self.stopping else reason
+                    cut_short = f"{reason} before it answered{why}" if self.stopping else reason
                     pending.error = LspConnectionClosed(server=self.name, reason=cut_short, method=pending.method)
                 pending.done.set()
         self.process.ended.set()

@@ -43,6 +43,11 @@ FAILED_START_REPORT_S = 2.0
 killed and reported failed (rather than answer "starting" for a server that is about to fail)."""
 
 
+RESTARTED = "its configuration changed: it restarts with the new one"
+REMOVED = "its configuration changed or it was removed"
+"""Why an edit stopped a server, as the requests it cut short say it (a retry goes to what the edit made)."""
+
+
 class Unroutable(McpvisorError):
     """No running language server can answer for a file; ``str()`` says why and what to do."""
 
@@ -117,13 +122,13 @@ class LspManager:
         admitted = state.admitted() if self.trusted else {}
         plan = plan_lsp_reconcile({n: s.config for n, s in self._servers.items()}, admitted)
         for name in plan.remove:
-            self._retire(self._servers.pop(name))
+            self._retire(self._servers.pop(name), REMOVED)
             self._idle.discard(name)
         for name in plan.restart:
             old = self._servers.pop(name)
             reopen = old.documents.paths() if old.state in ("starting", "ready") else []
             running = old.state in ("starting", "ready")
-            self._retire(old)
+            self._retire(old, RESTARTED)
             self._servers[name] = server = self._new(name, admitted[name], reopen)
             if running or state.startup == "eager":
                 self._start(server)
@@ -170,17 +175,17 @@ class LspManager:
             reopen=reopen,
         )
 
-    def _retire(self, server: LanguageServer) -> None:
+    def _retire(self, server: LanguageServer, why: str) -> None:
         assert self._tg is not None
         self._started_at.pop(server, None)  # (the last reference to a replaced server and its documents)
         if server.state in ("starting", "ready", "stopping"):
             self._retiring.add(server)
-            self._tg.start_soon(self._stop_retired, server)
+            self._tg.start_soon(self._stop_retired, server, why)
         self._changed(server)
 
-    async def _stop_retired(self, server: LanguageServer) -> None:
+    async def _stop_retired(self, server: LanguageServer, why: str) -> None:
         try:
-            await server.stop()
+            await server.stop(why)
         finally:
             self._retiring.discard(server)
 

@@ -151,8 +151,11 @@ class LanguageServer:
             await self._ready.wait()
         return self.state == "ready"
 
-    async def stop(self) -> None:
-        """Stop the server (``shutdown``, ``exit``, then its process group) and wait for it."""
+    async def stop(self, why: str | None = None) -> None:
+        """Stop the server (``shutdown``, ``exit``, then its process group) and wait for it; ``why`` (an edit) is said
+        to the requests it cuts short."""
+        if why is not None and self._connection is not None:
+            self._connection.stopped_because = why
         self._stop.set()
         if self._starting is not None:
             self._starting.cancel()  # a start under way ends at once, not after its startupTimeout
