@@ -125,7 +125,7 @@ class InFlight:
     async def _withdraw(self, client: Hashable) -> None:
         """Withdraw the requests ``client`` is answering once none of its calls is left in flight, and wait until it
         was told (see the module)."""
-        if any(a.client == client for a in self._calls):
+        if not self._routed or any(a.client == client for a in self._calls):
             return
         orphans = [routed for routed in self._routed if routed.client == client]
         for routed in orphans:
