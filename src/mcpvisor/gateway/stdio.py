@@ -312,7 +312,7 @@ def _verdict(line: str) -> tuple[bool, types.JSONRPCError | None, Any]:
     return False, _refusal(request_id if is_request_id(request_id) else None, types.INVALID_REQUEST, problem), data
 
 
-_BUSY = f"the gateway has {MAX_UNANSWERED} requests of this client in flight: wait for answers before sending more"
+_BUSY = f"the gateway has {MAX_UNANSWERED:,} requests of this client in flight: wait for answers before sending more"
 
 
 def _refusal(request_id: Any, code: int, message: str) -> types.JSONRPCError:
