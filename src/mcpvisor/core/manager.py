@@ -217,12 +217,12 @@ class McpClientManager:
         stopped = frozenset(self._clients if names is None else self._clients.keys() & set(names))
         async with anyio.create_task_group() as tg:
             for name in stopped:
-                tg.start_soon(partial(self._stop, name, reason=None, purge_first=True))
+                tg.start_soon(partial(self._stop, name, reason=None))
         return await self._apply_plan(restarting=stopped)
 
     async def remove_server(self, name: str) -> None:
         """Disconnect ``name``, drop its tools and prompts, forget its status."""
-        await self._stop(name, reason=None, purge_first=True)
+        await self._stop(name, reason=None)
         self._states.removed(name)
 
     async def aclose(self) -> None:
@@ -232,12 +232,12 @@ class McpClientManager:
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as tg:
                 for name in list(self._clients):
-                    tg.start_soon(partial(self._stop, name, reason=None, purge_first=True))
+                    tg.start_soon(partial(self._stop, name, reason=None))
         self._tg.cancel_scope.cancel()  # what is left ends too (a pooled start a pass stopped waiting for)
 
     async def _restart_one(self, name: str, cfg: McpServerConfig, failed: dict[str, str], decided: int) -> None:
         """The old process goes first (a stateful server may hold a port or a lock), then the new one."""
-        await self._stop(name, reason=None, purge_first=True)
+        await self._stop(name, reason=None)
         await self._connect_one(name, cfg, failed, decided)
 
     def _superseded(self, name: str, decided: int | None) -> bool:  # a later pass decided (None: no pass's job)
@@ -351,14 +351,14 @@ class McpClientManager:
     async def _close(self, client: McpClient) -> None:
         await (self._pool.release(self._session_id, client) if self._pool else client.aclose(ending=self._closed))
 
-    async def _stop(self, name: str, *, reason: str | None, purge_first: bool = False) -> None:
+    async def _stop(self, name: str, *, reason: str | None) -> None:
+        """Stop ``name``: its tools and prompts go at once (its process may take seconds to stop)."""
         self._cancel_reconnect(name)
         self._quick_stops.pop(name, None)  # a deliberate stop or restart starts the count afresh
         self._up_since.pop(name, None)
         client = self._clients.pop(name, None)
         self._configs.pop(name, None)
-        if purge_first or client is None:
-            self._purge(name)
+        self._purge(name)
         if client is not None:
             self.disconnect_count += 1
             await self._close(client)
