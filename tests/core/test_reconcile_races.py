@@ -5,19 +5,22 @@ reconnected server, and the next pass still works."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
+import mcp_types as types
 import pytest
 
-from mcpvisor.core import connection
+from mcpvisor.core import connection, processes
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import McpvisorError
-from mcpvisor.core.events import McpClientUpdate, McpEvent, ReconcileFinished
+from mcpvisor.core.events import McpClientUpdate, McpEvent, ReconcileFinished, ServerStateChanged
 from mcpvisor.core.pool import McpConnectionPool
-from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of
 from tests.helpers import LIGHT, WAIT_S, light, marker_pids, pid_alive, wait_until
 
 
@@ -161,3 +164,107 @@ async def test_a_server_removed_while_its_restart_stops_the_old_process_is_repor
         assert config.manager.clients() == {}
         assert config.manager.snapshot() == {}  # nothing left that still says "connected"
         assert not config.tool_registry.names()
+
+
+@pytest.mark.parametrize("then", ["re-filtered", "changed again", "another server added"])
+async def test_a_pass_while_a_restart_stops_the_old_process_decides_about_the_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str
+) -> None:
+    """A restart stops the old process first (a stateful server may hold a port or a lock), slowly here; a pass
+    asked for meanwhile does not wait for it, and what it decides about the server applies to the new process."""
+    monkeypatch.setattr(processes, "TERMINATE_GRACE_S", 15.0)  # the old process ignores SIGTERM: 15 s to stop
+    marker = tmp_path / "x.pids"
+
+    def x(*args: str, **fields: object) -> McpServerConfig:
+        return light("x", "--stubborn", "--marker", str(marker), *args, **fields)
+
+    later = {
+        "re-filtered": {"x": x("--tools", "echo,more", excludeTools=["echo"])},
+        "changed again": {"x": x("--tools", "echo,more", "--prompts", "p")},
+        "another server added": {"x": x("--tools", "echo,more"), "n": light("n")},
+    }[then]
+    async with running(tmp_path, pooled=False) as config:
+        config.set_mcp_servers({"x": x()})
+        await config.initialize()
+        old = marker_pids(marker)  # the server and a child of its group that ignores SIGTERM too
+        old_alive_at_start: list[bool] = []
+        config.events.subscribe(
+            lambda e: (
+                old_alive_at_start.append(any(pid_alive(pid) for pid in old))
+                if isinstance(e, ServerStateChanged) and e.server == "x" and e.status == "connecting"
+                else None
+            )
+        )
+        planned = passes_planned(config)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(config.reinitialize_mcp_servers, {"x": x("--tools", "echo,more")})
+            await planned.wait()  # x's restart: its old process is stopping
+            await config.reinitialize_mcp_servers(later)
+            if then == "another server added":
+                assert all(pid_alive(pid) for pid in old)  # n did not wait for x's old process
+                assert config.manager.clients()["n"].status == "connected"
+        await wait_until(lambda: (c := config.manager.get_client("x")) is not None and c.status == "connected")
+        assert old_alive_at_start == [False]  # one start of x, once the old process was gone
+        assert [pid for pid in marker_pids(marker) if pid_alive(pid)] == marker_pids(marker)[len(old) :]
+        assert config.manager.get_client("x").connection_id == connection_id_of("x", later["x"])  # type: ignore[union-attr]
+        names = {"re-filtered": {"mcp__x__more"}, "changed again": {"mcp__x__echo", "mcp__x__more"}}
+        expected = names.get(then, {"mcp__x__echo", "mcp__x__more", "mcp__n__echo"})
+        assert set(config.tool_registry.names()) == expected
+
+
+async def test_a_server_added_back_excluded_while_its_removal_still_stops_it_stays_reported_excluded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The removal ends once the old process is gone, after the later pass said the server is excluded: what the
+    removal says of it (forgotten) is said first, never over the later pass's word."""
+    caplog.set_level(logging.INFO, logger="mcpvisor")
+    monkeypatch.setattr(processes, "TERMINATE_GRACE_S", 3.0)  # the process ignores SIGTERM: seconds to stop
+    async with running(tmp_path, pooled=False) as config:
+        config.set_mcp_servers({"x": light("x", "--stubborn")})
+        await config.initialize()
+        planned = passes_planned(config)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(config.reinitialize_mcp_servers, {})
+            await planned.wait()  # x's removal: its process is stopping
+            config.set_excluded_mcp_servers(["x"])
+            tg.start_soon(config.reinitialize_mcp_servers, {"x": light("x", "--stubborn")})
+        stopped = lambda: any(r.getMessage() == "server 'x' disconnected" for r in caplog.records)  # noqa: E731
+        await wait_until(stopped, what="x's old process to be stopped")
+        assert config.manager.snapshot()["x"].reason == "excluded"
+
+
+class InProcess:
+    """Tools served in process under the name ``x``, which a server of that name takes while it is configured."""
+
+    name = "x"
+
+    def list_tools(self) -> list[types.Tool]:
+        return [types.Tool(name="own", inputSchema={"type": "object"})]
+
+    async def call_tool(self, tool: str, arguments: dict[str, Any], *, progress: object = None) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(type="text", text=f"in process: {tool}")])
+
+
+async def test_a_server_removed_while_slow_to_stop_leaves_the_name_to_the_tools_served_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pass that removed the server gave the name back once another pass was asked for, while the process
+    still stopped: the end of its stop takes nothing registered under the name since."""
+    caplog.set_level(logging.INFO, logger="mcpvisor")
+    monkeypatch.setattr(processes, "TERMINATE_GRACE_S", 3.0)  # the process ignores SIGTERM: seconds to stop
+    async with running(tmp_path, pooled=False) as config:
+        config.set_mcp_servers({"x": light("x", "--stubborn")})
+        await config.initialize()
+        config.add_tool_provider(InProcess())
+        assert set(config.tool_registry.names()) == {"mcp__x__echo", "mcp__x_1__own"}
+        planned = passes_planned(config)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(config.reinitialize_mcp_servers, {})
+            await planned.wait()  # x's removal: its process is stopping
+            tg.start_soon(config.reinitialize_mcp_servers, {"n": light("n")})
+        assert set(config.tool_registry.names()) == {"mcp__x__own", "mcp__n__echo"}
+        stopped = lambda: any(r.getMessage() == "server 'x' disconnected" for r in caplog.records)  # noqa: E731
+        await wait_until(stopped, what="x's process to be stopped")
+        assert set(config.tool_registry.names()) == {"mcp__x__own", "mcp__n__echo"}
+        result = await config.call_tool("mcp__x__own", {})
+        assert result.content[0].text == "in process: own"  # type: ignore[union-attr]

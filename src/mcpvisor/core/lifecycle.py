@@ -6,8 +6,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AsyncExitStack
+from collections import Counter
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
+from contextlib import AsyncExitStack, contextmanager
 from types import TracebackType
 from typing import TypeVar
 
@@ -16,7 +17,7 @@ import anyio.abc
 
 from mcpvisor.core.errors import NotRunningError
 
-__all__ = ["Background", "StackOwner", "running"]
+__all__ = ["Background", "StackOwner", "Stopping", "running"]
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,11 @@ class Background:
             self._changed.set()
             self._changed = anyio.Event()
 
+    async def over(self, names: Collection[str] | None, asked: Callable[[], bool]) -> None:
+        """Return once no job of ``names`` (None: no job at all) runs, or once ``asked()``."""
+        while (self.running.keys() & names if names is not None else self.running) and not asked():  # noqa: ASYNC110 - polls: ms at a time
+            await anyio.sleep(0.01)
+
     async def wait(self, stop_waiting: Callable[[], Awaitable[None]]) -> set[str]:
         """Wait until no job runs, or until ``stop_waiting()`` returns; the names still running then."""
         async with anyio.create_task_group() as waiting:
@@ -108,3 +114,33 @@ class Background:
             waiting.start_soon(all_done)
             waiting.start_soon(told)
         return set(self.running)
+
+
+class Stopping:
+    """The names whose old process (connection) is being stopped, for a start of the same name to wait until it is
+    over: the old one goes first (a stateful server may hold a port or a lock)."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[str] = Counter()
+        self._changed = anyio.Event()
+
+    def names(self) -> set[str]:
+        return set(self._counts)
+
+    @contextmanager
+    def of(self, name: str) -> Iterator[None]:
+        """While the block runs, ``name`` is being stopped."""
+        self._counts[name] += 1
+        try:
+            yield
+        finally:
+            self._counts[name] -= 1
+            if not self._counts[name]:
+                del self._counts[name]
+            self._changed.set()
+            self._changed = anyio.Event()
+
+    async def over(self, name: str) -> None:
+        """Return once nothing of ``name`` is being stopped."""
+        while name in self._counts:
+            await self._changed.wait()

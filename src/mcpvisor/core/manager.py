@@ -28,7 +28,7 @@ from mcpvisor.core.events import (
     ServerStates,
     ToolsChanged,
 )
-from mcpvisor.core.lifecycle import Background
+from mcpvisor.core.lifecycle import Background, Stopping
 from mcpvisor.core.pool import default_max_starts
 from mcpvisor.core.processes import SpawnedAhead, loading_sdk
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, plan_for
@@ -96,7 +96,9 @@ class McpClientManager:
         self._handshaking: dict[str, McpClient] = {}  # in place, waiting for the handshake: a pass may take them on
         self._acquiring: set[str] = set()  # with a pool: waiting for its connection (started, or being started)
         self._decided: dict[str, int] = {}  # per server, how many passes decided about it: a job of an older one stops
+        self._planned: dict[str, tuple[int, McpServerConfig]] = {}  # per server, the latest start job's (decided, cfg)
         self._another_pass, self._background = anyio.Event(), Background(tg)
+        self._stops, self._stopping = Background(tg), Stopping()  # a pass's removals and gated tear-downs; closes
         self._closed = False
         self.connect_count = self.disconnect_count = 0  # connections opened and closed (tests, benchmarks)
 
@@ -115,6 +117,10 @@ class McpClientManager:
             name: LiveServer(client.connection_id, exposure_of(self._configs[name]), client.status != "disconnected")
             for name, client in self._clients.items()
         }
+        # A start waiting for the old process of its name to stop is live too: a pass meanwhile decides about it.
+        for name, (decided, cfg) in self._planned.items():
+            if name not in live and name in self._stopping.names() and self._decided.get(name) == decided:
+                live[name] = LiveServer(connection_id_of(name, cfg), exposure_of(cfg), connected=True)
         return plan_for(self._config, live)
 
     async def discover_all_mcp_tools_incremental(self) -> ReconcileFinished:
@@ -147,6 +153,8 @@ class McpClientManager:
 
         for name in plan.refilter:
             self._configs[name] = desired[name]
+            if name in self._planned:  # (a start still waiting for the old process: it starts re-filtered)
+                self._planned[name] = (self._planned[name][0], desired[name])
             self._sync_registry(name)
             logger.info("server %r: tool filters changed; re-filtered in place", name)
 
@@ -167,31 +175,20 @@ class McpClientManager:
         failed: dict[str, str] = {}
         jobs = {n: partial(self._connect_one, n, desired[n], failed, self._decided[n]) for n in plan.start}
         jobs |= {n: partial(self._restart_one, n, desired[n], failed, self._decided[n]) for n in plan.restart}
+        self._planned |= {n: (self._decided[n], desired[n]) for n in jobs}
         # Removals (and gated tear-downs, their tools gone at once) beside the starts: one slow to exit delays no
-        # other server, only the pass's end.
-        async with anyio.create_task_group() as stopping:
-            for name in plan.remove:
-                stopping.start_soon(self.remove_server, name)
-            for name, reason in plan.gate_stop.items():
-                stopping.start_soon(partial(self._stop, name, reason=reason))
-            self._background.start(jobs)  # also waited for: starts an earlier pass left running
-            starting = await self._background.wait(partial(self._detachable, frozenset(jobs)))
+        # other server, only the pass's end, and that only until another pass is asked for (it starts meanwhile).
+        stops = {n: partial(self.remove_server, n) for n in plan.remove}
+        stops |= {n: partial(self._stop, n, reason=reason) for n, reason in plan.gate_stop.items()}
+        self._stops.start(stops)
+        self._background.start(jobs)  # also waited for: starts an earlier pass left running
+        starting = await self._background.wait(partial(self._detachable, frozenset(jobs)))
+        await self._stops.wait(partial(self._stops.over, frozenset(stops), self._another_pass.is_set))
 
         self._failed = (
             self._failed - set(plan.remove) - set(plan.gate_stop) - set(plan.start) - set(plan.restart)
         ) | set(failed)
-        summary = ReconcileFinished(
-            added=tuple(n for n in plan.start if n not in retried and n not in changed),
-            retried=retried,
-            removed=plan.remove,
-            restarted=(*plan.restart, *changed),
-            refiltered=plan.refilter,
-            kept=plan.keep,
-            gated={**plan.gate_stop, **plan.gate_skip},
-            failed=dict(failed),
-            duration_ms=(time.perf_counter() - started_at) * 1000,
-            starting=tuple(sorted(starting)),
-        )
+        summary = plan.finished(retried, changed, failed, starting, (time.perf_counter() - started_at) * 1000)
         self._events.emit(McpClientUpdate(in_progress=False))
         self._events.emit(summary)
         return summary
@@ -203,13 +200,11 @@ class McpClientManager:
         self._another_pass.set()
 
     async def _detachable(self, mine: frozenset[str]) -> None:  # see EARLIER_STARTS_WAIT_S
-        running, asked = self._background.running, self._another_pass.is_set
-        while running.keys() & mine and not asked():  # noqa: ASYNC110 - polls: ms at a time
-            await anyio.sleep(0.01)
+        asked = self._another_pass.is_set
+        await self._background.over(mine, asked)
         with anyio.move_on_after(EARLIER_STARTS_WAIT_S):
-            while running and not asked():  # noqa: ASYNC110 - polls: ms at a time
-                await anyio.sleep(0.01)
-        while not running.keys() <= self._handshaking.keys() | self._acquiring:  # noqa: ASYNC110 - stops: a few ms at most
+            await self._background.over(None, asked)
+        while self._background.running.keys() - self._handshaking.keys() - self._acquiring - self._stopping.names():  # noqa: ASYNC110 - a few ms at most
             await anyio.sleep(0.01)
 
     async def restart_mcp_servers(self, names: Iterable[str] | None = None) -> ReconcileFinished:
@@ -222,8 +217,7 @@ class McpClientManager:
 
     async def remove_server(self, name: str) -> None:
         """Disconnect ``name``, drop its tools and prompts, forget its status."""
-        await self._stop(name, reason=None)
-        self._states.removed(name)
+        await self._stop(name, reason=None, forget=True)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -258,6 +252,9 @@ class McpClientManager:
             if self._pool is None:  # a start replaces the old client: close it, never leave it running unowned
                 del self._clients[name]
                 await self._close(current)
+        await self._stopping.over(name)  # an old process of the name (a pass left it stopping) goes first
+        if (planned := self._planned.get(name)) is not None and planned[0] == decided:
+            cfg = planned[1]  # as a pass re-filtered it meanwhile
         try:
             await self._open(name, cfg, decided)
         except ConnectError as exc:
@@ -349,23 +346,26 @@ class McpClientManager:
                 self._states.removed(name)
 
     async def _close(self, client: McpClient) -> None:
-        await (self._pool.release(self._session_id, client) if self._pool else client.aclose(ending=self._closed))
+        with self._stopping.of(client.name):
+            await (self._pool.release(self._session_id, client) if self._pool else client.aclose(ending=self._closed))
 
-    async def _stop(self, name: str, *, reason: str | None) -> None:
-        """Stop ``name``: its tools and prompts go at once (its process may take seconds to stop)."""
+    async def _stop(self, name: str, *, reason: str | None, forget: bool = False) -> None:
+        """Stop ``name``: its tools and prompts go at once (its process may take seconds to stop), and so does its
+        state (``reason``: why it is down; ``forget``: none is kept), before a later pass says anything of it."""
         self._cancel_reconnect(name)
         self._quick_stops.pop(name, None)  # a deliberate stop or restart starts the count afresh
         self._up_since.pop(name, None)
         client = self._clients.pop(name, None)
         self._configs.pop(name, None)
         self._purge(name)
+        if forget:
+            self._states.removed(name)
+        elif reason is not None:
+            self._publish_state(name, reason=reason)
         if client is not None:
             self.disconnect_count += 1
             await self._close(client)
-            self._purge(name)
             logger.info("server %r disconnected%s", name, f" ({reason})" if reason else "")
-        if reason is not None:
-            self._publish_state(name, reason=reason)
 
     def _purge(self, name: str) -> None:
         self._held.pop(name, None)

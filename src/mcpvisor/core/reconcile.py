@@ -6,10 +6,11 @@ place, keep, or skip because gating forbids it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from mcpvisor.core.events import ReconcileFinished
 from mcpvisor.core.gating import McpGating
 from mcpvisor.core.server_config import Exposure, McpServerConfig, connection_id_of, exposure_of
 
@@ -61,6 +62,29 @@ class ReconcilePlan:
     @property
     def is_noop(self) -> bool:
         return not (self.remove or self.gate_stop or self.start or self.restart or self.refilter)
+
+    def finished(
+        self,
+        retried: tuple[str, ...],
+        changed: tuple[str, ...],
+        failed: Mapping[str, str],
+        starting: Collection[str],
+        duration_ms: float,
+    ) -> ReconcileFinished:
+        """What a pass that carried this plan out reports: of its starts, ``retried`` had failed before and
+        ``changed`` replaced a connection (restarts); ``failed`` did not start; ``starting`` still handshake."""
+        return ReconcileFinished(
+            added=tuple(n for n in self.start if n not in retried and n not in changed),
+            retried=retried,
+            removed=self.remove,
+            restarted=(*self.restart, *changed),
+            refiltered=self.refilter,
+            kept=self.keep,
+            gated={**self.gate_stop, **self.gate_skip},
+            failed=dict(failed),
+            duration_ms=duration_ms,
+            starting=tuple(sorted(starting)),
+        )
 
 
 def plan_reconcile(
