@@ -564,3 +564,30 @@ async def test_a_changed_connection_field_restarts_only_that_server(config: Conf
     assert after["a"] == before["a"]
     assert after["c"] == before["c"]
     assert after["b"] != before["b"]
+
+
+async def test_a_tool_name_two_servers_make_alike_calls_the_same_server_whichever_started_first(config: Config) -> None:
+    # Server a's b__echo and server a__b's echo both make mcp__a__b__echo. It went to the first to connect: with
+    # a running before a__b was added, the name called a; in a session starting both, it could call either.
+    async def echo(name: str, text: str) -> str:
+        result = await config.call_tool(name, {"text": text})
+        return result.content[0].text  # type: ignore[union-attr]
+
+    a, a_b = light("a", "--tools", "b__echo"), light("a__b")
+    config.set_mcp_servers({"a": a})
+    await config.initialize()
+    assert tools(config) == {"mcp__a__b__echo"}
+    events = record(config)
+    await config.reinitialize_mcp_servers({"a": a, "a__b": a_b})
+    renamed = next(iter(tools(config) - {"mcp__a__b__echo"}))
+    assert tools(config) == {"mcp__a__b__echo", renamed}
+    assert await echo("mcp__a__b__echo", "x") == "a__b:echo:x"
+    assert await echo(renamed, "x") == "a:b__echo:x"
+    # whoever reads a's state (run --json, status) hears its tool's new name
+    assert [e.tools for e in events if isinstance(e, ServerStateChanged) and e.server == "a"][-1] == (renamed,)
+
+    await config.reinitialize_mcp_servers({"a": a})  # a__b gone: its name reaches no other server
+    assert tools(config) == {renamed}
+    with pytest.raises(ToolNotFoundError, match="server 'a__b' was removed"):
+        await echo("mcp__a__b__echo", "y")
+    assert await echo(renamed, "y") == "a:b__echo:y"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from random import Random
 
 import pytest
 from hypothesis import given
@@ -78,18 +79,59 @@ def test_a_prompt_whose_prefixed_name_is_taken_too_gets_the_qualified_one_and_is
     }
 
 
-def test_a_name_another_server_already_has_gets_the_hashed_form_instead() -> None:
-    reg = ToolRegistry()
-    reg.set_server_tools("a", [tool("b__c")], Exposure())
-    reg.set_server_tools("a__b", [tool("c")], Exposure())
-    first, second = reg.tools_of("a")[0], reg.tools_of("a__b")[0]
-    assert first.name == "mcp__a__b__c"
-    assert second.name != first.name
-    assert VALID.match(second.name)
-    assert reg.get_tool(second.name) == second
-    reg.remove_mcp_tools_by_server("a")
-    assert reg.tools_of("a__b") == [second]
-    assert reg.get_tool(second.name) == second
+def test_a_name_two_servers_make_alike_is_the_longer_server_names_whichever_registered_first() -> None:
+    # Server a's b__c and server a__b's c both make mcp__a__b__c: it used to go to the first to connect, so the
+    # same name called the other server's tool in the next session (or after a restart) when they came in the
+    # other order.
+    for order in (["a", "a__b"], ["a__b", "a"]):
+        reg = ToolRegistry()
+        offers = {"a": [tool("b__c"), tool("d")], "a__b": [tool("c")]}
+        for server in order:
+            reg.set_server_tools(server, offers[server], Exposure())
+        longer, shorter = reg.tools_of("a__b")[0], reg.tools_of("a")[0]
+        assert (longer.name, longer.tool.name) == ("mcp__a__b__c", "c"), order
+        assert shorter.name == f"mcp__a__b__c_{fnv1a_base36('a' + chr(0) + 'b__c')}", order
+        assert reg.get_tool(shorter.name) == shorter
+        assert reg.get_tool("mcp__a__b__c") == longer
+        assert reg.get_tool("mcp__a__d") is not None
+        assert reg.take_renamed() == ({"a"} if order[0] == "a" else set())  # a's tool moved aside for a__b's
+        reg.remove_mcp_tools_by_server("a__b")  # down or removed: its name is nobody else's meanwhile
+        reg.set_server_tools("a", [tool("b__c")], Exposure())  # a's list changes meanwhile
+        assert reg.get_tool("mcp__a__b__c") is None
+        assert [t.name for t in reg.tools_of("a")] == [shorter.name]
+        reg.set_server_tools("a__b", [tool("c")], Exposure())
+        assert reg.get_tool("mcp__a__b__c") == longer
+        assert reg.take_renamed() == set()
+
+
+@given(
+    st.dictionaries(
+        st.text("ab_", min_size=1, max_size=5), st.lists(st.text("ab_", min_size=1, max_size=5), max_size=3), max_size=5
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_registered_names_depend_on_the_servers_offering_tools_never_on_their_order(
+    offers: dict[str, list[str]], rnd: Random
+) -> None:
+    def registered(reg: ToolRegistry) -> dict[tuple[str, str], str]:
+        assert len({e.name for e in reg.get_all_tools()}) == len(reg.get_all_tools())  # every name one tool's
+        return {(e.server, e.tool.name): e.name for e in reg.get_all_tools()}
+
+    order = list(offers)
+    first, again = ToolRegistry(), ToolRegistry()
+    for server in order:
+        first.set_server_tools(server, [tool(t) for t in offers[server]], Exposure())
+    rnd.shuffle(order)
+    for server in order:
+        again.set_server_tools(server, [tool(t) for t in offers[server]], Exposure())
+    assert registered(first) == registered(again)
+    if order:  # a server gone (down, removed) leaves the others' names as they were: none takes one of its own
+        had = {e.name for e in again.tools_of(order[0])}
+        again.remove_mcp_tools_by_server(order[0])
+        assert registered(again) == {k: v for k, v in registered(first).items() if k[0] != order[0]}
+        for server in order[1:]:  # nor when they list their tools again
+            again.set_server_tools(server, [tool(t) for t in reversed(offers[server])], Exposure())
+        assert not had & again.names()
 
 
 def test_an_async_function_is_refused_as_an_event_listener_it_would_never_hear_anything() -> None:

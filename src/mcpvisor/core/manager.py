@@ -32,7 +32,7 @@ from mcpvisor.core.lifecycle import Background, Stopping
 from mcpvisor.core.pool import default_max_starts
 from mcpvisor.core.processes import SpawnedAhead, loading_sdk
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, plan_for
-from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, server_state
+from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, admit, server_state
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of, exposure_of
 
 if TYPE_CHECKING:
@@ -394,7 +394,7 @@ class McpClientManager:
         prompts: Sequence[Prompt] = client.prompts if client.status == "connected" else []
         self._held.pop(name, None)
         if self._gate is not None and client.status == "connected":
-            admitted = self._admit(name, cfg, tools, prompts)
+            admitted = admit(self._gate, name, cfg, tools, prompts)
             tools, prompts = admitted.tools, admitted.prompts
             if admitted.held_tools or admitted.held_prompts:
                 self._held[name] = admitted
@@ -403,14 +403,6 @@ class McpClientManager:
         if self._prompts.set_server_prompts(name, prompts):
             self._events.emit(PromptsChanged())
         self._publish_state(name)
-
-    def _admit(self, name: str, cfg: McpServerConfig, tools: Sequence[Tool], prompts: Sequence[Prompt]) -> Admitted:
-        assert self._gate is not None
-        try:
-            return self._gate(name, cfg, tools, prompts)
-        except Exception:
-            logger.exception("checking the definitions of server %r failed; holding all of them", name)
-            return Admitted((), (), tuple(t.name for t in tools), tuple(p.name for p in prompts))
 
     def held(self, name: str) -> Admitted | None:
         """What the definition gate holds back of ``name``'s tools and prompts (None: nothing)."""
@@ -491,6 +483,8 @@ class McpClientManager:
     # -- visible state -----------------------------------------------------------------------
 
     def _publish_state(self, name: str, *, reason: str | None = None) -> None:
+        for renamed in self._tools.take_renamed() - {name}:  # their tools renamed by this one's coming
+            self._publish_state(renamed)
         client = self._clients.get(name)
         status, error = (client.status, client.last_error) if client is not None else (None, None)
         state = server_state(name, status, error, self._tools, self._prompts, self._held.get(name), reason=reason)

@@ -3,14 +3,17 @@
 Tools register as ``mcp__<server>__<tool>``. A name longer than 63 characters, or with
 characters outside ``[A-Za-z0-9_-]``, is sanitised, truncated and suffixed with ``_`` plus a
 7-character base-36 FNV-1a hash of the original, so names stay unique and valid for model
-providers. Prompts register by bare name; on a clash the later one becomes ``<server>_<name>``.
+providers. Two servers' tools that would get the same name (server ``a``'s ``b__c``, server ``a__b``'s ``c``)
+are told apart the same way whatever their order: the longer server name keeps it, the other is hashed
+(:func:`qualified_name`) for as long as the registry lives. Prompts register by bare name; on a clash the
+later one becomes ``<server>_<name>``.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,8 +34,10 @@ __all__ = [
     "RegisteredPrompt",
     "RegisteredTool",
     "ToolRegistry",
+    "admit",
     "fnv1a_base36",
     "mcp_tool_name",
+    "qualified_name",
     "server_state",
 ]
 
@@ -77,6 +82,18 @@ def may_be_of(name: str, server: str) -> int:
     return len(valid) if valid != prefix and name.startswith(valid) else 0
 
 
+def qualified_name(server: str, own: str, claimants: Collection[str]) -> str:
+    """The registered name of ``server``'s tool or prompt ``own`` when the servers ``claimants`` each have one that
+    :func:`mcp_tool_name` names alike (server ``a``'s ``b__c`` and server ``a__b``'s ``c``): the one whose server
+    name is the longest — the server a reader of the name takes its ``mcp__<server>__`` for — has it, and every
+    other the hashed form of its server and name. Which one connected first never matters."""
+    name = mcp_tool_name(server, own)
+    if max(claimants, key=lambda claimant: (len(claimant), claimant), default=server) == server:
+        return name
+    head = _INVALID_CHAR.sub("_", name)[: MAX_TOOL_NAME_LEN - _HASH_LEN - 1]
+    return f"{head}_{fnv1a_base36(server + chr(0) + own)}"
+
+
 @dataclass(frozen=True, slots=True)
 class Admitted:
     """What a :data:`DefinitionGate` lets register of a server's tools and prompts, and what it holds back."""
@@ -91,6 +108,17 @@ class Admitted:
 DefinitionGate = Callable[[str, McpServerConfig, "Sequence[Tool]", "Sequence[Prompt]"], Admitted]
 """Decides, each time a connected server's tools or prompts are (re)listed, which of them register
 (the host pins approved definitions with it). It runs in the event loop: keep it quick."""
+
+
+def admit(
+    gate: DefinitionGate, name: str, cfg: McpServerConfig, tools: Sequence[Tool], prompts: Sequence[Prompt]
+) -> Admitted:
+    """What ``gate`` admits of server ``name``'s tools and prompts; all of them held when the gate fails."""
+    try:
+        return gate(name, cfg, tools, prompts)
+    except Exception:
+        logger.exception("checking the definitions of server %r failed; holding all of them", name)
+        return Admitted((), (), tuple(t.name for t in tools), tuple(p.name for p in prompts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,37 +143,68 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._by_name: dict[str, RegisteredTool] = {}
         self._by_server: dict[str, list[str]] = {}
+        self._offered: dict[str, list[Tool]] = {}
+        self._claims: dict[str, set[str]] = {}
+        """``mcp__<server>__<tool>`` -> the servers whose tools make it (more than one: :func:`qualified_name`)."""
+        self._renamed: set[str] = set()
 
     def set_server_tools(self, server: str, tools: Iterable[Tool], exposure: Exposure) -> bool:
         """Replace ``server``'s tools with those ``exposure`` admits. Returns whether anything changed.
 
-        Names are unique across servers: when ``mcp__<server>__<tool>`` is already another server's
-        (server ``a`` with tool ``b__c`` and server ``a__b`` with tool ``c``), this one gets the
-        hashed form instead, never silently taking the other's name."""
-        fresh = [RegisteredTool(self._free_name(server, t.name), server, t) for t in tools if exposure.admits(t.name)]
-        before = [self._by_name[n] for n in self._by_server.get(server, ())]
-        if before == fresh:
+        Names are unique across servers: when ``mcp__<server>__<tool>`` is another server's too (server ``a``
+        with tool ``b__c`` and server ``a__b`` with tool ``c``), the one with the longer server name has it and
+        the other the hashed form (:func:`qualified_name`), whichever connected first: a server's coming may
+        rename another's tools (:meth:`take_renamed` says whose). Its going gives its names to no other server
+        while the registry lives: a call of one while it is down or removed is told so, never sent elsewhere."""
+        admitted = [t for t in tools if exposure.admits(t.name)]
+        if admitted == self._offered.get(server, []):
             return False
         self.remove_mcp_tools_by_server(server)
-        for entry in fresh:
-            self._by_name[entry.name] = entry
-        if fresh:
-            self._by_server[server] = [entry.name for entry in fresh]
+        if not admitted:
+            return True
+        self._offered[server] = admitted
+        plains = [mcp_tool_name(server, t.name) for t in admitted]
+        for plain in plains:
+            self._claims.setdefault(plain, set()).add(server)
+            self._settle(plain)  # another server's tool that has the name and yields it moves aside first
+        names = [qualified_name(server, t.name, self._claims[plain]) for t, plain in zip(admitted, plains, strict=True)]
+        for name, t in zip(names, admitted, strict=True):
+            self._by_name[name] = RegisteredTool(name, server, t)
+        self._by_server[server] = names
         return True
-
-    def _free_name(self, server: str, tool: str) -> str:
-        name = mcp_tool_name(server, tool)
-        owner = self._by_name.get(name)
-        if owner is None or owner.server == server:
-            return name
-        head = _INVALID_CHAR.sub("_", name)[: MAX_TOOL_NAME_LEN - _HASH_LEN - 1]
-        return f"{head}_{fnv1a_base36(server + chr(0) + tool)}"
 
     def remove_mcp_tools_by_server(self, server: str) -> bool:
         names = self._by_server.pop(server, [])
         for name in names:
             self._by_name.pop(name, None)
+        self._offered.pop(server, None)  # (its claims stay: a name it had goes to no other server this session)
         return bool(names)
+
+    def _settle(self, plain: str) -> None:
+        """Give each registered tool whose ``mcp__<server>__<tool>`` is ``plain`` the name it has now (the one
+        that yields first, so the name is free for the one that takes it)."""
+        claimants = self._claims[plain]
+        entries = [
+            entry
+            for server in claimants
+            for entry in self.tools_of(server)
+            if mcp_tool_name(server, entry.tool.name) == plain
+        ]
+        moves = [(entry, qualified_name(entry.server, entry.tool.name, claimants)) for entry in entries]
+        for entry, name in sorted(moves, key=lambda move: move[1] == plain):
+            if name == entry.name:
+                continue
+            if self._by_name.get(entry.name) is entry:
+                del self._by_name[entry.name]
+            self._by_name[name] = RegisteredTool(name, entry.server, entry.tool)
+            own = self._by_server[entry.server]
+            own[own.index(entry.name)] = name
+            self._renamed.add(entry.server)
+
+    def take_renamed(self) -> set[str]:
+        """The servers whose tools were renamed by another server's coming since the last call."""
+        renamed, self._renamed = self._renamed, set()
+        return renamed
 
     def get_tool(self, name: str) -> RegisteredTool | None:
         return self._by_name.get(name)
