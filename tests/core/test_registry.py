@@ -134,6 +134,17 @@ def test_registered_names_depend_on_the_servers_offering_tools_never_on_their_or
         assert not had & again.names()
 
 
+def test_a_prompts_qualified_name_that_another_servers_makes_too_is_the_longer_server_names_and_stays_so() -> None:
+    reg = PromptRegistry()
+    reg.set_server_prompts("a", [Prompt(name="b__p")])
+    reg.set_server_prompts("a__b", [Prompt(name="p")])
+    [shorter], [longer] = reg.prompts_of("a"), reg.prompts_of("a__b")
+    assert reg.qualified_name(longer) == "mcp__a__b__p"
+    assert reg.qualified_name(shorter) == f"mcp__a__b__p_{fnv1a_base36('a' + chr(0) + 'b__p')}"
+    reg.remove_prompts_by_server("a__b")  # down or removed: its name is nobody else's meanwhile
+    assert reg.qualified_name(reg.prompts_of("a")[0]) == reg.qualified_name(shorter)
+
+
 def test_an_async_function_is_refused_as_an_event_listener_it_would_never_hear_anything() -> None:
     """Before, it was taken, called and never awaited: no event heard, a "never awaited" warning at most."""
     from mcpvisor.core.events import EventBus

@@ -346,6 +346,25 @@ async def test_two_servers_prompts_of_one_name_are_namespaced_routed_and_stable_
         assert {p.name for p in (await client.list_prompts(cache_mode="bypass")).prompts} == names
 
 
+async def test_two_servers_prompts_whose_names_come_out_alike_are_both_listed_and_each_reaches_its_own(
+    tmp_path: Path,
+) -> None:
+    # Server a's b__brief and server a__b's brief both make mcp__a__b__brief: the listing had one of them.
+    user = {"mcpServers": {"a": server("a", "--prompts", "b__brief"), "a__b": server("a__b", "--prompts", "brief")}}
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server) as client:
+        await wait_until(lambda: len(r.host.config.prompt_registry.get_all_prompts()) == 2, what="both prompts")
+        names = sorted(p.name for p in (await client.list_prompts(cache_mode="bypass")).prompts)
+        assert len(names) == 2
+        assert names[0] == "mcp__a__b__brief"  # the longer server name's, as for tools
+        assert text_of(await client.get_prompt(names[0], {"topic": "t"})) == "a__b:brief:t"
+        assert text_of(await client.get_prompt(names[1], {"topic": "t"})) == "a:b__brief:t"
+        assert (await r.host.config.get_prompt(names[1], {"topic": "t"})).messages  # the library finds it too
+        for served in names:  # and tells which server its prompt is from
+            found = r.host.config.find_prompt(served)
+            assert found is not None
+            assert (found.server, found.prompt.name) == (("a__b", "brief") if served == names[0] else ("a", "b__brief"))
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_the_gateway_advertises_list_changed_for_tools_and_prompts(tmp_path: Path, mode: str) -> None:
     async with running(tmp_path, user={"mcpServers": {}}) as r, Client(r.gateway.server, mode=mode) as client:

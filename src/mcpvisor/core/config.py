@@ -43,7 +43,6 @@ from mcpvisor.core.registry import (
     RegisteredTool,
     ToolRegistry,
     may_be_of,
-    mcp_tool_name,
 )
 from mcpvisor.core.server_config import ConnectionOptions, Exposure, McpServerConfig
 
@@ -432,10 +431,8 @@ class Config(StackOwner):
         entry = self.prompt_registry.get_prompt(name)
         if entry is not None or not name.startswith(TOOL_PREFIX):
             return entry
-        return next(
-            (e for e in self.prompt_registry.get_all_prompts() if mcp_tool_name(e.server, e.prompt.name) == name),
-            None,
-        )
+        registry = self.prompt_registry
+        return next((e for e in registry.get_all_prompts() if registry.qualified_name(e) == name), None)
 
     def _tool_by_own_name(self, name: str) -> RegisteredTool | None:
         if name.startswith(TOOL_PREFIX):

@@ -229,12 +229,16 @@ class PromptRegistry:
     def __init__(self) -> None:
         self._by_name: dict[str, RegisteredPrompt] = {}
         self._by_server: dict[str, list[str]] = {}
+        self._claims: dict[str, set[str]] = {}
+        """``mcp__<server>__<prompt>`` -> the servers whose prompts made it, as :class:`ToolRegistry` keeps them."""
 
     def set_server_prompts(self, server: str, prompts: Iterable[Prompt]) -> bool:
         prompts = list(prompts)
         before = [self._by_name[n].prompt for n in self._by_server.get(server, ())]
         if before == prompts:
             return False
+        for prompt in prompts:
+            self._claims.setdefault(mcp_tool_name(server, prompt.name), set()).add(server)
         self.remove_prompts_by_server(server)
         names: list[str] = []
         offered: set[str] = set()
@@ -263,6 +267,13 @@ class PromptRegistry:
 
     def get_prompt(self, name: str) -> RegisteredPrompt | None:
         return self._by_name.get(name)
+
+    def qualified_name(self, entry: RegisteredPrompt) -> str:
+        """``mcp__<server>__<prompt>`` of a registered prompt, unique across servers as a tool's is (the gateway's
+        name for it): :func:`qualified_name` among every server whose prompt made that name while the registry
+        lives."""
+        claimants = self._claims.get(mcp_tool_name(entry.server, entry.prompt.name), {entry.server})
+        return qualified_name(entry.server, entry.prompt.name, claimants)
 
     def get_all_prompts(self) -> list[RegisteredPrompt]:
         return list(self._by_name.values())

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from mcpvisor.core.errors import NotFoundError
-from mcpvisor.core.registry import RegisteredPrompt, fnv1a_base36, mcp_tool_name
+from mcpvisor.core.registry import PromptRegistry, RegisteredPrompt, fnv1a_base36
 from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET, MIN_NAME_BUDGET
 
 __all__ = ["DEFAULT_NAME_BUDGET", "MIN_NAME_BUDGET", "ServedNames", "ServedPrompts", "shortened"]
@@ -75,8 +75,8 @@ class ServedPrompts:
     servers and the same on every reload, unlike the registry's bare names, whose clash rule depends on
     which server connected first."""
 
-    def __init__(self, prompts: Iterable[RegisteredPrompt], budget: int) -> None:
-        self._by_full_name = {mcp_tool_name(p.server, p.prompt.name): p for p in prompts}
+    def __init__(self, prompts: PromptRegistry, budget: int) -> None:
+        self._by_full_name = {prompts.qualified_name(p): p for p in prompts.get_all_prompts()}  # a's b__p, a__b's p
         names = ServedNames(self._by_full_name, budget)
         self.by_name = {names.served(name): prompt for name, prompt in self._by_full_name.items()}
         """Served name -> prompt."""

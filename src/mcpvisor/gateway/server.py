@@ -274,7 +274,7 @@ class Gateway(StackOwner):
             return await call(progress_to(ctx))
 
     def _prompts(self) -> ServedPrompts:
-        return ServedPrompts(self.config.prompt_registry.get_all_prompts(), self.name_budget)
+        return ServedPrompts(self.config.prompt_registry, self.name_budget)
 
     async def _on_list_prompts(self, ctx: _Ctx, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
         entries, next_cursor = page(list(self._prompts().by_name.items()), params, "prompts/list")
