@@ -126,6 +126,28 @@ def test_a_workspace_server_added_in_the_home_folder_says_no_approval(tmp_path: 
     assert saved(layout) == {"w": {"command": "echo", "args": ["hi"]}}
 
 
+def test_a_workspace_server_named_like_the_language_server_tools_is_refused_and_nothing_is_written(
+    layout: Layout,
+) -> None:
+    """Before, it was written and said to start once approved; the loader then skipped it (a repository's server may
+    not take mcp__lsp__*) and approving it said no such server is configured."""
+    code, output = add(layout, "--scope", "workspace", "lsp", "--", "echo", "hi")
+    assert code == 1
+    assert " ".join(output.split()) == (
+        f"error: cannot add server 'lsp' to {layout.paths.workspace}: 'lsp' names the language server tools "
+        "(mcp__lsp__*), which a repository's server may not take; pick another name, or add it with --scope user"
+    )
+    assert not layout.paths.workspace.exists()
+    code, output = add(layout, "--scope", "user", "lsp", "--", "echo", "hi")  # the user's own may
+    assert code == 0, output
+    assert saved(layout) == {"lsp": {"command": "echo", "args": ["hi"]}}
+    home = layout.paths.user.parent.parent  # where the workspace settings file is the user's
+    args = ["mcp", "add", "--workspace", str(home), "--scope", "workspace", "--force", "lsp", "--", "echo", "home"]
+    result = CliRunner().invoke(app, args, env=layout.env)
+    assert result.exit_code == 0, result.output
+    assert saved(layout) == {"lsp": {"command": "echo", "args": ["home"]}}
+
+
 def test_a_remote_server_takes_headers_and_a_command_takes_env_each_refused_the_other(layout: Layout) -> None:
     code, out = add(layout, "r", "--url", "https://x.example.com/mcp", "-H", "Authorization: Bearer ${TOKEN}")
     assert code == 0, out

@@ -180,6 +180,24 @@ def test_vscode_inputs_env_file_and_variables(layout: Layout) -> None:
     assert not layout.paths.user.exists()
 
 
+def test_a_project_server_named_like_the_language_server_tools_is_not_imported_into_the_repository(
+    layout: Layout,
+) -> None:
+    """Before, it was written into the workspace settings and said to start once approved; the loader then
+    skipped it (a repository's server may not take mcp__lsp__*)."""
+    write_json(layout.root / ".vscode" / "mcp.json", {"servers": {"lsp": {"command": "x"}, "ok": {"command": "y"}}})
+    result = run(layout, "--from", "vscode", "--scope", "workspace")
+    assert result.exit_code == 1
+    said = " ".join(result.output.split())
+    assert (
+        "! lsp stdio: x 'lsp' names the language server tools (mcp__lsp__*), which a repository's server may not "
+        "take; add it under another name"
+    ) in said
+    assert "1 not imported (reasons above)" in said
+    assert "approve lsp" not in said
+    assert servers(layout.paths.workspace) == {"ok": {"command": "y"}}
+
+
 def test_cursor_url_without_type_and_secrets_never_shown(layout: Layout) -> None:
     write_json(
         layout.home / ".cursor" / "mcp.json",

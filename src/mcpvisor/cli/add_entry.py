@@ -4,14 +4,18 @@ is written, and the values it would write in clear into a repository's file."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.settings.expand import variables_in
+from mcpvisor.host.settings.servers import REPOSITORY_RESERVED_NAMES, reserved_name
 
-__all__ = ["server_entry", "values_in_clear"]
+if TYPE_CHECKING:
+    from mcpvisor.host.settings.loader import Settings
+
+__all__ = ["check_name_free", "server_entry", "values_in_clear"]
 
 
 def server_entry(
@@ -54,6 +58,26 @@ def server_entry(
         entry["headers"] = dict(_pair(name, item, ":", "--header", "'NAME: VALUE'") for item in headers)
     McpServerConfig.model_validate(entry)  # fail before writing anything
     return entry
+
+
+def check_name_free(settings: Settings, scope: Literal["user", "workspace"], name: str, *, force: bool) -> None:
+    """Refuse a name ``scope``'s file cannot take: one it defines already (unless ``force``), or, in a repository's
+    file, one its servers may not have (the loader would skip the entry written)."""
+    path = settings.paths.of(scope)
+    existing = settings.data(scope).get("mcpServers")
+    if not force and isinstance(existing, dict) and name in existing:
+        raise ConfigError(
+            f"cannot add server {name!r}: {path} already defines it; pass --force to replace it, or pick another name"
+        )
+    if (
+        scope == "workspace"
+        and name in REPOSITORY_RESERVED_NAMES
+        and path.resolve() != settings.paths.of("user").resolve()
+    ):
+        raise ConfigError(
+            f"cannot add server {name!r} to {path}: {reserved_name(name)}; pick another name, "
+            "or add it with --scope user"
+        )
 
 
 def _pair(name: str, item: str, sep: str, option: str, shape: str) -> tuple[str, str]:

@@ -411,17 +411,12 @@ def add_server(
     headers: Sequence[str] = (),
     force: bool = False,
 ) -> None:
-    from mcpvisor.cli.add_entry import server_entry, values_in_clear
+    from mcpvisor.cli.add_entry import check_name_free, server_entry, values_in_clear
 
     file_scope = check_scope(scope)
     entry = server_entry(name, command=command, url=url, sse=sse, env_vars=env_vars, headers=headers)
     settings = load_settings(env, workspace)
-    existing = settings.data(file_scope).get("mcpServers")
-    if not force and isinstance(existing, dict) and name in existing:
-        raise ConfigError(
-            f"cannot add server {name!r}: {settings.paths.of(file_scope)} already defines it; "
-            "pass --force to replace it, or pick another name"
-        )
+    check_name_free(settings, file_scope, name, force=force)
     set_setting(settings, file_scope, ("mcpServers", name), entry)
     console = new_console(highlight=False)
     console.print(f"Added server [bold]{escape(name)}[/] to {escape(str(settings.paths.of(file_scope)))}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from rich.console import Console
 from rich.markup import escape
@@ -49,7 +49,7 @@ def import_servers(
         if level in settings.errors:
             raise ConfigError(f"cannot import into {settings.errors[level]}; fix that file first (nothing was written)")
     existing = {level: _servers_of(settings.data(level)) for level in levels}
-    destinations = {level: settings.paths.of(level) for level in levels}
+    destinations = {level: settings.paths.of(level) for level in get_args(ImportLevel)}
     planned = plan_import(scan, existing, destinations, force=force)
     if not dry_run:
         for item in planned:

@@ -29,7 +29,7 @@ from typing import Any, Literal
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host import paths as _paths
 from mcpvisor.host.settings.files import SettingsFileError, read_settings_file
-from mcpvisor.host.settings.servers import describe_validation
+from mcpvisor.host.settings.servers import REPOSITORY_RESERVED_NAMES, describe_validation, reserved_name
 
 __all__ = [
     "SOURCES",
@@ -381,13 +381,17 @@ def plan_import(
     *,
     force: bool = False,
 ) -> list[PlannedImport]:
-    """What importing ``scan`` into settings holding ``existing`` servers (per level) does."""
+    """What importing ``scan`` into settings holding ``existing`` servers (per level) does. ``destinations``: the
+    file of each level (a workspace's that is not the user's is a repository's: some names are not its to take)."""
     planned: list[PlannedImport] = []
     taken: dict[tuple[ImportLevel, str], Path] = {}
     for cand in scan.candidates:
         dest = destinations[cand.level]
         if cand.entry is None:
             planned.append(PlannedImport(cand, "skip", dest, cand.reason))
+            continue
+        if cand.level == "workspace" and cand.name in REPOSITORY_RESERVED_NAMES and dest != destinations.get("user"):
+            planned.append(PlannedImport(cand, "skip", dest, f"{reserved_name(cand.name)}; add it under another name"))
             continue
         first = taken.setdefault((cand.level, cand.name), cand.file)
         if first != cand.file:

@@ -47,6 +47,13 @@ REPOSITORY_RESERVED_NAMES = frozenset({"lsp"})
 """Names a repository's server may not take: the host's own tools' (``mcp__lsp__*``, the language server tools).
 A user's server may (the tools then move to ``mcp__lsp_1__*``); a repository's would move them before it is even
 approved, and take over calls, allow-lists and instructions that name them once it is."""
+
+
+def reserved_name(name: str) -> str:
+    """Why a repository's server may not be named ``name`` (one of :data:`REPOSITORY_RESERVED_NAMES`)."""
+    return f"{name!r} names the language server tools (mcp__{name}__*), which a repository's server may not take"
+
+
 SECONDS_LIKE_TIMEOUT_MS = 1000
 """A ``timeout`` below this many milliseconds was most likely meant in seconds: it is warned about."""
 
@@ -153,10 +160,7 @@ def build_server_entries(
             warnings.append(f"skipped MCP server {name!r} in {where}: expected an object; fix {key}.{name}")
             continue
         if stamp in REPOSITORY_SCOPES and name in REPOSITORY_RESERVED_NAMES:
-            warnings.append(
-                f"skipped MCP server {name!r} in {where}: {name!r} names the language server tools (mcp__{name}__*), "
-                f"which a repository's server may not take; rename it in {key}.{name}"
-            )
+            warnings.append(f"skipped MCP server {name!r} in {where}: {reserved_name(name)}; rename it in {key}.{name}")
             continue
         built = _build_config(entry, stamp, env)
         if isinstance(built, str):
