@@ -410,6 +410,10 @@ class Config(StackOwner):
             if known is provider and self.tool_registry.set_server_tools(key, provider.list_tools(), Exposure()):
                 self.events.emit(ToolsChanged())
 
+    def provider_in_place_of(self, name: str) -> str | None:
+        """The name the tools of the provider named ``name`` are registered under while an MCP server has its name."""
+        return next((key for key, known in self._providers.items() if known.name == name and key != name), None)
+
     def tool_provider_key(self, provider: ToolProvider) -> str | None:
         """The name ``provider``'s tools are registered under, if it is added."""
         return next((key for key, known in self._providers.items() if known is provider), None)

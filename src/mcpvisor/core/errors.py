@@ -199,7 +199,8 @@ class NotFoundError(RequestError):
     since it was approved), ``missing`` (connected but not providing it), ``starting`` (its server is still
     starting: retry in a moment), ``disconnected`` (its server is not connected now: it may come back, a crashed
     one is restarted), ``not_started`` (no server was started yet: ``initialize()`` first), ``ambiguous`` (a
-    tool's own name that several servers offer) or ``None`` (no configured server owns that name)."""
+    tool's own name that several servers offer), ``moved`` (one of mcpvisor's own tools, such as ``mcp__lsp__hover``,
+    served under another name while an MCP server has theirs) or ``None`` (no configured server owns that name)."""
 
     def __init__(
         self, message: str, *, kind: RequestKind, target: str, server: str | None = None, reason: str | None = None

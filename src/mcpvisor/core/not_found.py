@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from mcpvisor.core.errors import NotFoundError, RequestKind, name_word, not_found
 from mcpvisor.core.gating import matches_any
-from mcpvisor.core.registry import PromptRegistry, ToolRegistry, mcp_tool_name
+from mcpvisor.core.registry import TOOL_PREFIX, PromptRegistry, ToolRegistry, mcp_tool_name
 
 if TYPE_CHECKING:
     from mcpvisor.core.manager import McpClientManager
@@ -26,6 +26,7 @@ class Servers(Protocol):
     def initialized(self) -> bool: ...
 
     def owner_of_tool_name(self, name: str) -> str | None: ...
+    def provider_in_place_of(self, name: str) -> str | None: ...
     def holder_of_own_name(self, name: str, kind: RequestKind) -> str | None: ...
     def get_mcp_server_unavailable_reason(self, name: str) -> str | None: ...
     def refined_reason(self, name: str, reason: str) -> str: ...
@@ -41,6 +42,16 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
     if server is None:
         return not_found(
             f"{kind} {name!r} not found: no MCP server providing it is currently configured", kind=kind, target=name
+        )
+    if kind == "tool" and (moved := _moved_provider_tool(config, server, name)) is not None:
+        return not_found(
+            f"{kind} {name!r} is unavailable: MCP server {server!r} has the name of mcpvisor's own {server!r} tools, "
+            f"served as {TOOL_PREFIX}{config.provider_in_place_of(server)}__* meanwhile; call {moved}, or rename MCP "
+            f"server {server!r} in your settings to give them their name back",
+            kind=kind,
+            target=name,
+            server=server,
+            reason="moved",
         )
     reason: str | None = config.get_mcp_server_unavailable_reason(server)
     if reason is not None:
@@ -102,3 +113,14 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
             offered = ", ".join(sorted(set(listed))) or "none"
             text = f"{head} does not provide it (renamed or filtered out?); its {kind}s: {offered}"
     return not_found(text, kind=kind, target=name, server=server, reason=reason)
+
+
+def _moved_provider_tool(config: Servers, server: str, name: str) -> str | None:
+    """The registered name of the tool ``name`` stands for when it is one of the in-process tools (a
+    :class:`~mcpvisor.core.providers.ToolProvider`'s) named like ``server``, moved aside while an MCP server has
+    that name (``mcp__lsp__hover`` is ``mcp__lsp_1__hover`` then); None when it is not."""
+    key, prefix = config.provider_in_place_of(server), f"{TOOL_PREFIX}{server}__"
+    if key is None or not name.startswith(prefix):
+        return None
+    moved = mcp_tool_name(key, name.removeprefix(prefix))
+    return moved if config.tool_registry.get_tool(moved) is not None else None

@@ -19,6 +19,7 @@ import psutil
 import pytest
 from mcp_types import CallToolResult, TextContent
 
+from mcpvisor.core.errors import ToolNotFoundError
 from mcpvisor.host.host import Host, HostEvent, HostOptions
 from mcpvisor.host.lsp import manager as lsp_manager
 from mcpvisor.host.lsp.events import LspServerChanged
@@ -259,6 +260,31 @@ async def test_an_mcp_server_named_lsp_takes_the_name_and_the_language_server_to
         assert "mcp__lsp__hover" not in tools
         assert text(await s.host.config.call_tool("mcp__lsp__echo", {"text": "again"})) == "lsp:echo:again"
         assert not (await s.host.config.call_tool("mcp__lsp_1__status", {})).is_error
+
+
+async def test_a_call_of_a_language_server_tool_by_the_name_an_mcp_server_took_says_where_the_tool_is(
+    tmp_path: Path,
+) -> None:
+    """Before, mcp__lsp__hover with an MCP server named lsp said the server does not provide it (renamed or filtered
+    out?), and with that server excluded, to take it out of mcp.excluded: neither gave the language server back."""
+    lsp_server = {"command": sys.executable, "args": ["-m", "mcpvisor.examples.light_server", "--name", "lsp"]}
+    both = {"lspServers": {"python": pylsp()}, "mcpServers": {"lsp": lsp_server}}
+    said = (
+        "tool 'mcp__lsp__hover' is unavailable: MCP server 'lsp' has the name of mcpvisor's own 'lsp' tools, served "
+        "as mcp__lsp_1__* meanwhile; call mcp__lsp_1__hover, or rename MCP server 'lsp' in your settings to give them "
+        "their name back"
+    )
+    async with session(tmp_path, user=both, watch=False) as s:
+        for settings in (both, {**both, "mcp": {"excluded": ["lsp"]}}):
+            replace_text(s.layout.paths.user, json.dumps(settings))
+            await s.host.reload()
+            with pytest.raises(ToolNotFoundError) as caught:
+                await s.host.config.call_tool("mcp__lsp__hover", {"file": "models.py", "line": 1, "character": 7})
+            assert str(caught.value) == said
+            assert (caught.value.server, caught.value.reason) == ("lsp", "moved")
+        with pytest.raises(ToolNotFoundError) as caught:  # a tool neither has is the MCP server's, as before
+            await s.host.config.call_tool("mcp__lsp__nothing", {})
+        assert caught.value.reason == "excluded"
 
 
 async def test_a_repositorys_mcp_server_may_not_take_the_language_server_tools_name(tmp_path: Path) -> None:
