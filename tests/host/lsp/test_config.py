@@ -126,6 +126,23 @@ def test_sources_replace_entries_by_key_in_scope_order(tmp_path: Path) -> None:
     assert assembled.servers["ts"].scope is None
 
 
+def test_a_language_server_with_a_blank_name_is_skipped_with_a_warning_as_an_mcp_server_is(tmp_path: Path) -> None:
+    """Before, it was configured: status and lsp list showed a row with no name, and lsp approve '' approved it."""
+    layout = make_layout(tmp_path)
+    replace_text(layout.paths.user, json.dumps({"lspServers": {"": PYLSP, "py": PYLSP}}))
+    replace_text(layout.root / ".lsp.json", json.dumps({" ": PYLSP, "go": PYLSP}))
+    settings = layout.settings()
+    assembled = assemble_lsp_servers(settings.lsp_layers(), settings.lsp_project, env=layout.env)
+    assert sorted(assembled.servers) == ["go", "py"]
+    assert (
+        f"skipped a language server named '' in {layout.paths.user}: a language server needs a name; fix lspServers"
+    ) in assembled.warnings
+    assert (
+        f"skipped a language server named ' ' in {layout.root / '.lsp.json'}: a language server needs a name; "
+        "give it a name (its key)"
+    ) in assembled.warnings
+
+
 def test_a_bad_entry_keeps_its_last_good_one_and_a_broken_file_keeps_the_last_good_state(tmp_path: Path) -> None:
     layout = make_layout(tmp_path)
     lsp_json = layout.root / ".lsp.json"

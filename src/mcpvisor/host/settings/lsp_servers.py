@@ -149,6 +149,12 @@ def build_lsp_entries(
         at = f"{key}.{name}" if key else str(name)
         if name == "$schema":
             continue
+        if not str(name).strip():
+            fix = f"fix {key}" if key else "give it a name (its key)"
+            warnings.append(
+                f"skipped a language server named {name!r} in {where}: a language server needs a name; {fix}"
+            )
+            continue
         if not isinstance(entry, Mapping):
             warnings.append(f"skipped language server {name!r} in {where}: expected an object; fix {at}")
             continue
