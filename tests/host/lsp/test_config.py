@@ -143,6 +143,20 @@ def test_a_language_server_with_a_blank_name_is_skipped_with_a_warning_as_an_mcp
     ) in assembled.warnings
 
 
+def test_two_language_servers_whose_names_look_the_same_but_are_written_differently_are_warned_about(
+    tmp_path: Path,
+) -> None:
+    layout = make_layout(tmp_path)
+    replace_text(layout.root / ".lsp.json", json.dumps({"caf\u00e9": PYLSP, "cafe\u0301": PYLSP}))
+    settings = layout.settings()
+    assembled = assemble_lsp_servers(settings.lsp_layers(), settings.lsp_project, env=layout.env)
+    assert len(assembled.servers) == 2
+    assert assembled.warnings == (
+        f"language servers 'cafe\u0301' and 'caf\u00e9' in {layout.root / '.lsp.json'} look the same but are written "
+        "with different characters ('cafe\\u0301', 'caf\\xe9'): each is a server of its own; rename one of them",
+    )
+
+
 def test_a_bad_entry_keeps_its_last_good_one_and_a_broken_file_keeps_the_last_good_state(tmp_path: Path) -> None:
     layout = make_layout(tmp_path)
     lsp_json = layout.root / ".lsp.json"

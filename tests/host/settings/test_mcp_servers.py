@@ -57,6 +57,21 @@ def test_a_project_server_that_takes_the_place_of_ones_own_says_so(layout: Layou
     assert above.warnings == ()  # the workspace's own settings win over .mcp.json: nothing of yours replaced
 
 
+def test_two_servers_whose_names_look_the_same_but_are_written_differently_are_warned_about(layout: Layout) -> None:
+    """'café' as one character (NFC) and as e plus an accent (NFD): two servers shown under one name, each running
+    with tools of its own, and a name typed in a command reaching one of them; before, nothing said so."""
+    composed, decomposed = "caf\u00e9", "cafe\u0301"
+    write_json(layout.paths.user, {"mcpServers": {composed: {"command": "mine"}, "Git": {"command": "g"}}})
+    write_json(layout.paths.project, {"mcpServers": {decomposed: {"command": "theirs"}, "git": {"command": "g"}}})
+    out = assemble_from_settings(layout.settings())
+    assert set(out.servers) == {composed, decomposed, "Git", "git"}  # both run, as before
+    assert out.warnings == (
+        f"MCP servers {decomposed!r} and {composed!r} in {layout.paths.project} and {layout.paths.user} look the same "
+        "but are written with different characters ('cafe\\u0301', 'caf\\xe9'): each is a server of its own; rename "
+        "one of them",
+    )  # Git and git do not look the same: nothing is said of them
+
+
 @pytest.mark.parametrize(("high", "label"), [("workspace", "Workspace"), ("system", "System")])
 def test_workspace_and_system_settings_servers_win_over_mcp_json(layout: Layout, high: ServerScope, label: str) -> None:
     out = _assemble(layout, {"s": _entry("high", high)}, {"s": {"command": "project"}})

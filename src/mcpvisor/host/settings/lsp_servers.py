@@ -23,7 +23,7 @@ from mcpvisor.core.server_config import canonical_json
 from mcpvisor.host.lsp.config import LspScope, LspServerConfig, camel_fields
 from mcpvisor.host.settings.expand import expand_vars, expansion_warnings
 from mcpvisor.host.settings.files import SettingsError, SettingsFileError, read_settings_file
-from mcpvisor.host.settings.servers import describe_validation
+from mcpvisor.host.settings.servers import describe_validation, look_alike
 
 __all__ = [
     "LSP_KEY",
@@ -258,7 +258,12 @@ def assemble_lsp_servers(
     return AssembledLsp(
         servers={name: entry.config for name, entry in chosen.items()},
         sources=chosen,
-        warnings=(*warnings, *(w for f in files for w in f.warnings), *shadowed.values()),
+        warnings=(
+            *warnings,
+            *(w for f in files for w in f.warnings),
+            *shadowed.values(),
+            *look_alike("language servers", ((name, entry.path) for name, entry in chosen.items())),
+        ),
         errors=tuple(f.error for f in files if f.error is not None),
         shadowed=shadowed,
     )

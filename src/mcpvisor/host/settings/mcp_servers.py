@@ -27,6 +27,7 @@ from mcpvisor.host.settings.loader import (
     SettingsError,
     load_server_file,
 )
+from mcpvisor.host.settings.servers import look_alike
 
 if TYPE_CHECKING:
     from mcpvisor.host.settings.loader import Settings
@@ -156,7 +157,11 @@ def assemble_mcp_servers(
     return AssembledServers(
         servers={name: in_its_folder(entry.config, entry.scope, root) for name, entry in chosen.items()},
         sources={name: ServerSource(SOURCE_LABELS[e.scope], e.scope, e.path) for name, e in chosen.items()},
-        warnings=(*(w for layer in file_layers for w in layer.warnings), *shadowed.values()),
+        warnings=(
+            *(w for layer in file_layers for w in layer.warnings),
+            *shadowed.values(),
+            *look_alike("MCP servers", ((name, e.path) for name, e in chosen.items())),
+        ),
         errors=tuple(layer.error for layer in file_layers if layer.error is not None),
         shadowed=shadowed,
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import difflib
 import logging
 import re
-from collections.abc import Mapping
+import unicodedata
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -52,6 +53,25 @@ approved, and take over calls, allow-lists and instructions that name them once 
 def reserved_name(name: str) -> str:
     """Why a repository's server may not be named ``name`` (one of :data:`REPOSITORY_RESERVED_NAMES`)."""
     return f"{name!r} names the language server tools (mcp__{name}__*), which a repository's server may not take"
+
+
+def look_alike(kind: str, places: Iterable[tuple[str, Path | str | None]]) -> list[str]:
+    """A warning for each set of names, among ``(name, where it is defined)``, that differ only in how their letters
+    are composed in Unicode (``café`` as one character or as ``e`` and an accent): they look the same everywhere
+    they are shown, yet are servers apart (``kind``: "MCP servers" or "language servers")."""
+    groups: dict[str, list[tuple[str, Path | str | None]]] = {}
+    for name, where in places:
+        groups.setdefault(unicodedata.normalize("NFC", name), []).append((name, where))
+    warnings = []
+    for group in (sorted(g, key=lambda place: place[0]) for g in groups.values() if len(g) > 1):
+        names = " and ".join(repr(name) for name, _ in group)
+        files = " and ".join(dict.fromkeys(str(where) for _, where in group if where is not None))
+        spelt = ", ".join(ascii(name) for name, _ in group)
+        warnings.append(
+            f"{kind} {names}{f' in {files}' if files else ''} look the same but are written with different "
+            f"characters ({spelt}): each is a server of its own; rename one of them"
+        )
+    return warnings
 
 
 SECONDS_LIKE_TIMEOUT_MS = 1000
