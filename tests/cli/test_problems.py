@@ -183,6 +183,38 @@ def test_approving_a_server_that_is_not_in_force_says_why(layout: Layout) -> Non
     assert f"{layout.root} is not trusted, so its own settings are not read" in " ".join(result.stdout.split())
 
 
+def test_approving_or_removing_by_a_name_that_differs_only_in_case_or_in_unicode_composition_says_which_is_meant(
+    layout: Layout,
+) -> None:
+    """Before, approve café (as typed: one character) of a server written e plus an accent said no server of that
+    name is configured (configured: Git, café), naming what looks like the very name given."""
+    decomposed, composed = "cafe\u0301", "caf\u00e9"
+    write_json(layout.paths.project, {"mcpServers": {decomposed: {"command": "x"}, "Git": {"command": "y"}}})
+    write_json(layout.paths.lsp_project, {"Py": {"command": "pylsp", "extensionToLanguage": {".py": "python"}}})
+    head = f"no MCP server of that name is configured for {layout.root}, but"
+    expected = {
+        ("mcp", composed): f"{head} {decomposed!r} is, written with other characters ('cafe\\u0301'; the name "
+        "given is 'caf\\xe9'): paste its name as mcpvisor lists it",
+        ("mcp", "git"): f"{head} 'Git' is (names are case-sensitive): give it as 'Git'",
+        ("lsp", "py"): f"no language server of that name is configured for {layout.root}, but 'Py' is (names are "
+        "case-sensitive): give it as 'Py'",
+    }
+    for (kind, name), said in expected.items():
+        code, out = failing(layout, kind, "approve", name)
+        assert code == 1
+        assert said in " ".join(out.split()), out
+    write_json(layout.paths.user, {"mcpServers": {"Zed": {"command": "z"}}})
+    code, out = failing(layout, "mcp", "remove", "zed")
+    assert code == 1
+    assert (
+        f"cannot remove server 'zed': it is not in {layout.paths.user}, but 'Zed' is (names are case-sensitive): "
+        "give it as 'Zed'"
+    ) in " ".join(out.split())
+    code, out = failing(layout, "mcp", "approve", "gti")  # no near name: as before
+    assert "no MCP server of that name is configured" in " ".join(out.split())
+    assert f"(configured: Git, Zed, {decomposed})" in " ".join(out.split())
+
+
 def test_mcp_list_says_the_scope_of_every_server(layout: Layout) -> None:
     write_json(layout.paths.user, {"mcpServers": {"u": {"command": "x"}}})
     write_json(layout.paths.project, {"mcpServers": {"p": {"command": "x"}}})

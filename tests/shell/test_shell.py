@@ -367,6 +367,7 @@ async def test_approve_and_reject_commands_refuse_servers_that_need_no_approval(
     async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
         await s.run("/approve a", "cannot approve server 'a': it is not a project or workspace server")
         await s.run("/reject zzz", "cannot reject server 'zzz': no such server is configured")
+        await s.run("/reject A", "cannot reject server 'A': no such server is configured, but 'a' is (names are case")
         await s.run("/approve", "usage: /approve NAME")
 
 

@@ -29,6 +29,7 @@ from mcpvisor.host.lsp.config import RUNS_WORKSPACE_CODE
 from mcpvisor.host.private_files import PrivateJsonStore, write_atomically
 from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted_folders
 from mcpvisor.host.settings.mcp_servers import load_top_tier
+from mcpvisor.host.settings.servers import name_written_otherwise
 from mcpvisor.host.settings.writer import delete_setting, set_setting
 from mcpvisor.host.status import command_hints, describe_servers, home_words, plural
 from mcpvisor.shell.approval import ApprovalRequest, approval_lines, approval_request
@@ -207,6 +208,8 @@ def not_configured(
     if name in set(names):
         run = f"; run: {command} {name_word(name)}" if command else ""
         return ConfigError(f"{head}: that name is {'an' if other_kind[0] == 'M' else 'a'} {other_kind}'s{run}")
+    if (meant := name_written_otherwise(name, known)) is not None:
+        return ConfigError(f"{head}: no {kind} of that name is configured for {settings.root}, but {meant}")
     listed = ", ".join(sorted(known)) or "none"
     return ConfigError(
         f"{head}: no {kind} of that name is configured for {settings.root} (configured: {listed}); "
@@ -468,6 +471,8 @@ def remove_server(*, env: Mapping[str, str], workspace: Path | None, name: str, 
         other: Literal["user", "workspace"] = "workspace" if file_scope == "user" else "user"
         if source is not None and source.path == settings.paths.of(other):
             where = f"; it is in {source.path}: pass --scope {other}"
+        elif source is None and (meant := name_written_otherwise(name, state.assembled.servers)) is not None:
+            where = f", but {meant}"
         raise ConfigError(f"cannot remove server {name!r}: it is not in {path}{where}")
     new_console(highlight=False).print(f"Removed server [bold]{escape(name)}[/] from {escape(str(path))}")
 

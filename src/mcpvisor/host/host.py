@@ -53,6 +53,7 @@ from mcpvisor.host.settings.loader import Settings, SettingsError, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
 from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier
 from mcpvisor.host.settings.scopes import TRUST_SCOPES
+from mcpvisor.host.settings.servers import name_written_otherwise
 from mcpvisor.host.status import LiveConnection, ServerView, describe_servers
 from mcpvisor.host.watcher import RestartRequired, SettingsChanged, SettingsOk, SettingsWatcher, read_store_states
 
@@ -405,7 +406,8 @@ class Host(StackOwner):
         state = self.state
         cfg = state.assembled.servers.get(name)
         if cfg is None:
-            raise ConfigError(f"cannot {decision} server {name!r}: no such server is configured")
+            but = f", but {meant}" if (meant := name_written_otherwise(name, state.assembled.servers)) else ""
+            raise ConfigError(f"cannot {decision} server {name!r}: no such server is configured{but}")
         decided = await anyio.to_thread.run_sync(
             partial(
                 decide,

@@ -74,6 +74,22 @@ def look_alike(kind: str, places: Iterable[tuple[str, Path | str | None]]) -> li
     return warnings
 
 
+def name_written_otherwise(name: str, names: Iterable[str]) -> str | None:
+    """The end of a sentence saying which of ``names`` a ``name`` that is none of them was likely meant as: one that
+    differs only in the case of its letters, or only in how they are composed in Unicode (None: none does)."""
+    composed = unicodedata.normalize("NFC", name)
+    for other in sorted(set(names)):
+        if other == name or unicodedata.normalize("NFC", other).casefold() != composed.casefold():
+            continue
+        if unicodedata.normalize("NFC", other) == composed:
+            return (
+                f"{other!r} is, written with other characters ({ascii(other)}; the name given is {ascii(name)}): "
+                "paste its name as mcpvisor lists it"
+            )
+        return f"{other!r} is (names are case-sensitive): give it as {other!r}"
+    return None
+
+
 SECONDS_LIKE_TIMEOUT_MS = 1000
 """A ``timeout`` below this many milliseconds was most likely meant in seconds: it is warned about."""
 
