@@ -42,6 +42,7 @@ def saved(layout: Layout) -> dict[str, object]:
         (["--scope", "user", "x", "python", "-mpkg"], "No such option: -m. A server's own options follow its command"),
         (["--", "-s", "echo"], "a server name cannot start with '-'"),
         (["", "--", "echo"], "cannot add a server without a name"),
+        (["a\nb", "--", "echo"], "cannot add server 'a\\nb': its name holds \\n, which would show it as another"),
         (["x", "--sse", "--", "echo"], "--sse says the --url is an SSE endpoint"),
     ],
 )

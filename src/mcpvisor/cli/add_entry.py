@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.settings.expand import variables_in
-from mcpvisor.host.settings.servers import REPOSITORY_RESERVED_NAMES, reserved_name
+from mcpvisor.host.settings.servers import REPOSITORY_RESERVED_NAMES, reserved_name, unshowable_name
 
 if TYPE_CHECKING:
     from mcpvisor.host.settings.loader import Settings
@@ -26,6 +26,8 @@ def server_entry(
         raise ConfigError("cannot add a server without a name: mcpvisor mcp add NAME -- CMD ARGS")
     if name.startswith("-"):
         raise ConfigError(f"cannot add server {name!r}: a server name cannot start with '-' (an option goes before --)")
+    if (unshowable := unshowable_name(name)) is not None:
+        raise ConfigError(f"cannot add server {name!r}: {unshowable}; pick another name")
     if sse and not url:
         raise ConfigError(f"cannot add server {name!r}: --sse says the --url is an SSE endpoint; give the --url")
     if url and command:

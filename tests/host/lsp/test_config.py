@@ -126,11 +126,13 @@ def test_sources_replace_entries_by_key_in_scope_order(tmp_path: Path) -> None:
     assert assembled.servers["ts"].scope is None
 
 
-def test_a_language_server_with_a_blank_name_is_skipped_with_a_warning_as_an_mcp_server_is(tmp_path: Path) -> None:
+def test_a_language_server_with_a_blank_or_unshowable_name_is_skipped_with_a_warning_as_an_mcp_server_is(
+    tmp_path: Path,
+) -> None:
     """Before, it was configured: status and lsp list showed a row with no name, and lsp approve '' approved it."""
     layout = make_layout(tmp_path)
     replace_text(layout.paths.user, json.dumps({"lspServers": {"": PYLSP, "py": PYLSP}}))
-    replace_text(layout.root / ".lsp.json", json.dumps({" ": PYLSP, "go": PYLSP}))
+    replace_text(layout.root / ".lsp.json", json.dumps({" ": PYLSP, "go": PYLSP, "a\nb": PYLSP}))
     settings = layout.settings()
     assembled = assemble_lsp_servers(settings.lsp_layers(), settings.lsp_project, env=layout.env)
     assert sorted(assembled.servers) == ["go", "py"]
@@ -140,6 +142,10 @@ def test_a_language_server_with_a_blank_name_is_skipped_with_a_warning_as_an_mcp
     assert (
         f"skipped a language server named ' ' in {layout.root / '.lsp.json'}: a language server needs a name; "
         "give it a name (its key)"
+    ) in assembled.warnings
+    assert (
+        f"skipped language server 'a\\nb' in {layout.root / '.lsp.json'}: its name holds \\n, which would show it as "
+        "another name or split its line; rename it in the file"
     ) in assembled.warnings
 
 

@@ -372,6 +372,22 @@ def test_a_server_with_a_blank_name_is_skipped_with_a_warning() -> None:
     assert sum("a server needs a name; fix mcpServers" in w for w in merged.warnings) == 2
 
 
+def test_a_server_whose_name_holds_a_line_break_an_escape_or_an_invisible_character_is_skipped_with_a_warning() -> None:
+    """Before, it ran, and every view showed its name as it is: a line break in a repository's server name split its
+    status row so that the rest read as a row of its own, and 'github' with a zero-width space read as 'github'."""
+    servers = {"x\n  github · ● connected": _server("a"), "github\u200b": _server("b"), "a\u202eb": _server("c")}
+    merged = _merge(user={"mcpServers": {**servers, "café ok": _server("ok")}})
+    assert list(merged.mcp_servers) == ["café ok"]
+    assert merged.warnings == (
+        "skipped MCP server 'x\\n  github · ● connected' in /user.json: its name holds \\n, which would show it as "
+        "another name or split its line; rename it in mcpServers",
+        "skipped MCP server 'github\\u200b' in /user.json: its name holds \\u200b, which would show it as another "
+        "name or split its line; rename it in mcpServers",
+        "skipped MCP server 'a\\u202eb' in /user.json: its name holds \\u202e, which would show it as another name or "
+        "split its line; rename it in mcpServers",
+    )
+
+
 def test_an_invalid_higher_server_leaves_the_lower_definition() -> None:
     merged = _merge(user={"mcpServers": {"s": _server("u")}}, workspace={"mcpServers": {"s": {"args": []}}})
     assert merged.mcp_servers["s"].config.command == "u"

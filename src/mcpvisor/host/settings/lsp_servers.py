@@ -23,7 +23,7 @@ from mcpvisor.core.server_config import canonical_json
 from mcpvisor.host.lsp.config import LspScope, LspServerConfig, camel_fields
 from mcpvisor.host.settings.expand import expand_vars, expansion_warnings
 from mcpvisor.host.settings.files import SettingsError, SettingsFileError, read_settings_file
-from mcpvisor.host.settings.servers import describe_validation, look_alike
+from mcpvisor.host.settings.servers import describe_validation, look_alike, unshowable_name
 
 __all__ = [
     "LSP_KEY",
@@ -153,6 +153,11 @@ def build_lsp_entries(
             fix = f"fix {key}" if key else "give it a name (its key)"
             warnings.append(
                 f"skipped a language server named {name!r} in {where}: a language server needs a name; {fix}"
+            )
+            continue
+        if (unshowable := unshowable_name(str(name))) is not None:
+            warnings.append(
+                f"skipped language server {name!r} in {where}: {unshowable}; rename it in {key or 'the file'}"
             )
             continue
         if not isinstance(entry, Mapping):

@@ -50,6 +50,14 @@ A user's server may (the tools then move to ``mcp__lsp_1__*``); a repository's w
 approved, and take over calls, allow-lists and instructions that name them once it is."""
 
 
+def unshowable_name(name: str) -> str | None:
+    """Why ``name`` cannot name a server, when it holds a control character (a line break, a tab, an escape), a
+    line or paragraph separator, or an invisible one (zero-width, a bidirectional override): shown, it would split
+    the line it is on or read as another name. None: it may name one."""
+    odd = dict.fromkeys(ascii(c)[1:-1] for c in name if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp"))
+    return f"its name holds {', '.join(odd)}, which would show it as another name or split its line" if odd else None
+
+
 def reserved_name(name: str) -> str:
     """Why a repository's server may not be named ``name`` (one of :data:`REPOSITORY_RESERVED_NAMES`)."""
     return f"{name!r} names the language server tools (mcp__{name}__*), which a repository's server may not take"
@@ -191,6 +199,9 @@ def build_server_entries(
     for name, entry in entries.items():
         if not str(name).strip():
             warnings.append(f"skipped an MCP server named {name!r} in {where}: a server needs a name; fix {key}")
+            continue
+        if (unshowable := unshowable_name(str(name))) is not None:
+            warnings.append(f"skipped MCP server {name!r} in {where}: {unshowable}; rename it in {key}")
             continue
         if not isinstance(entry, Mapping):
             warnings.append(f"skipped MCP server {name!r} in {where}: expected an object; fix {key}.{name}")
