@@ -1,9 +1,12 @@
-"""Human views fit the terminal: ``COLUMNS`` sets the width, wrapped lines keep their indent, ``NO_COLOR`` holds."""
+"""Human views fit the terminal: ``COLUMNS`` sets the width, wrapped lines keep their indent, ``NO_COLOR`` holds, and
+a terminal that cannot show every character (a non-UTF-8 locale) gets a stand-in for it."""
 
 from __future__ import annotations
 
 import io
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from mcpvisor.cli.main import app
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.settings.mcp_servers import ServerSource
 from mcpvisor.shell.approval import approval_request, render_approval_request, render_question
+from tests.helpers import WAIT_S
 from tests.layout import Layout, make_layout, write_json
 
 COLOUR = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-9]|9[0-7])(?:;[0-9;]*)?m")
@@ -93,3 +97,31 @@ def test_piped_output_is_not_wrapped_unless_columns_is_set(layout: Layout, argv:
     assert max(len(line) for line in lines) > 80, result.output  # nothing was cut at 80 columns
     [entry] = [line for line in lines if LONG_NAME in line]  # the long server's entry stayed one line
     assert entry.startswith("  ")
+
+
+@pytest.mark.parametrize(
+    "encoding",
+    [{"PYTHONIOENCODING": "latin-1"}, {"LC_ALL": "C", "PYTHONUTF8": "0"}],
+    ids=["latin-1 locale", "C locale without UTF-8 mode"],
+)
+@pytest.mark.parametrize("argv", [["shell"], ["mcp", "list"]], ids=" ".join)
+def test_output_a_locale_cannot_encode_shows_a_stand_in_and_the_command_runs(
+    layout: Layout, argv: list[str], encoding: dict[str, str]
+) -> None:
+    """Every view prints symbols (…, ✓, ●) that Latin-1 or ASCII has no byte for: the command printed a traceback
+    on its first one and exited 1; a "?" stands in for each, and the command does its work."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "LANG", "PYTHONIO", "PYTHONUTF8"))}
+    env |= {**layout.env, "MCPVISOR_LOG_DIR": str(layout.home / "logs"), **encoding}
+    done = subprocess.run(
+        [sys.executable, "-m", "mcpvisor", *argv, "--workspace", str(layout.root)],
+        input=b"/mcp\n",
+        env=env,
+        capture_output=True,
+        timeout=WAIT_S,
+    )
+    out, err = done.stdout.decode("latin-1"), done.stderr.decode("latin-1")
+    assert "Traceback" not in err, err
+    assert done.returncode == 0, out + err
+    assert any(line.startswith(f"  {LONG_NAME} ") and "? needs approval" in line for line in out.splitlines()), out
+    if argv == ["shell"]:
+        assert "Connecting to the admitted servers? (Ctrl-C leaves)" in out, out
