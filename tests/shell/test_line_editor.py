@@ -258,6 +258,21 @@ async def test_completion_history_and_output_above_the_prompt_at_a_real_terminal
         assert await t.exit_code() == 130
 
 
+async def test_leaving_with_ctrl_c_twice_draws_no_prompt_whose_terminal_answer_is_left_behind(tmp_path: Path) -> None:
+    """The second Ctrl-C drew a fresh prompt before the session ended, and with it asked the terminal where its cursor
+    was: the answer came once the editor had let go of the terminal, and was echoed (``^[[12;1R``) and left as typed
+    input for the shell the user went back to."""
+    layout = make_layout(tmp_path)
+    async with shell_at_a_terminal(layout) as t:
+        await t.expect("Type /help")
+        since = t.type(CTRL_C)
+        await t.answered("press Ctrl-C again to leave", since)
+        since = t.type(CTRL_C)
+        assert await t.exit_code() == 130
+        assert _CURSOR_QUERY not in t.output[since:]
+        assert "^[" not in plain(t.output[since:])
+
+
 def kept_lines(history: Path) -> list[str]:
     return [line[1:] for line in history.read_text().splitlines() if line.startswith("+")]
 

@@ -23,6 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio.lowlevel
 from prompt_toolkit import PromptSession
 from prompt_toolkit.filters import is_searching
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
@@ -108,6 +109,9 @@ async def edited_lines(
                 line = await session.prompt_async(message, handle_sigint=False)
             except KeyboardInterrupt:
                 on_interrupt()
+                # A Ctrl-C that ends the session ends it here: a prompt drawn again would ask the terminal where
+                # its cursor is, and the answer would come after the session let go of the terminal.
+                await anyio.lowlevel.checkpoint_if_cancelled()
                 continue
             except EOFError:
                 return
