@@ -273,6 +273,23 @@ async def test_leaving_with_ctrl_c_twice_draws_no_prompt_whose_terminal_answer_i
         assert "^[" not in plain(t.output[since:])
 
 
+async def test_a_history_that_cannot_be_read_is_no_error_and_the_session_goes_on(tmp_path: Path) -> None:
+    """A history file the session cannot read (here a folder; as well one left by another user) printed prompt_toolkit's
+    "Unhandled exception in event loop" traceback at every prompt and "Press ENTER to continue...", and held Ctrl-D."""
+    layout = make_layout(tmp_path)
+    (Path(layout.env["MCPVISOR_HOME"]) / HISTORY_FILENAME).mkdir(parents=True)
+    async with shell_at_a_terminal(layout) as t:
+        since = t.type("/help\r")
+        await t.answered("leave the shell", since)
+        since = t.type(f"{UP}")
+        await t.expect("/help", since)
+        t.type("\x15")
+        t.type(CTRL_D)
+        assert await t.exit_code() == 0
+    assert "Traceback" not in plain(t.output)
+    assert "Press ENTER" not in plain(t.output)
+
+
 def kept_lines(history: Path) -> list[str]:
     return [line[1:] for line in history.read_text().splitlines() if line.startswith("+")]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -42,7 +42,8 @@ HISTORY_FILENAME = "shell-history"
 
 class CommandHistory(FileHistory):
     """The file history, keeping slash commands only (answers to the approval dialog are not worth
-    recalling), in a file only its owner reads; a history that cannot be written is not an error."""
+    recalling), in a file only its owner reads; a history that cannot be read or written is not an
+    error (the session recalls its own lines)."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
@@ -54,6 +55,13 @@ class CommandHistory(FileHistory):
         if string.lstrip().startswith("/"):
             super().append_string(string)
 
+    def load_history_strings(self) -> Iterable[str]:
+        try:
+            return super().load_history_strings()
+        except OSError as exc:
+            self._warn("read from", exc)
+            return ()
+
     def store_string(self, string: str) -> None:
         try:
             if not self._created:  # the first line of a session makes the file, private, if it is new
@@ -62,9 +70,12 @@ class CommandHistory(FileHistory):
                 self._created = True
             super().store_string(string)
         except OSError as exc:
-            if not self._warned:
-                self._warned = True
-                logger.warning("shell history not saved to %s: %s", self._path, exc.strerror or exc)
+            self._warn("saved to", exc)
+
+    def _warn(self, what: str, exc: OSError) -> None:
+        if not self._warned:
+            self._warned = True
+            logger.warning("shell history not %s %s: %s", what, self._path, exc.strerror or exc)
 
 
 def _history(path: Path | None) -> History:
