@@ -409,6 +409,21 @@ def test_output_arriving_at_a_displayed_prompt_is_printed_above_it_and_the_promp
     assert out.getvalue() == "mcp> \r\x1b[2K+ added b\n[a/A/r/s]> result\n[a/A/r/s]> \n"
 
 
+def test_at_a_terminal_that_moves_no_cursor_output_starts_a_line_below_what_was_typed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """TERM=dumb (Emacs' shell, an editor's console): no escape sequence, and what the user had typed after the prompt
+    stays on its line (it was cleared with an escape the terminal cannot obey, while the line still held it)."""
+    monkeypatch.setenv("TERM", "dumb")
+    out = io.StringIO()
+    screen = Screen(Console(file=out, force_terminal=True, width=100), prompt=lambda: "mcp> ")
+    screen.show_prompt()
+    with screen.above():
+        screen.console.print("+ added b")
+    screen.leave()
+    assert out.getvalue() == "mcp> \n+ added b\nmcp> \n"
+
+
 def test_no_prompt_is_drawn_where_there_is_no_terminal() -> None:
     console = recording()
     screen = Screen(console, prompt=lambda: "mcp> ")

@@ -83,7 +83,8 @@ class Screen:
     @contextmanager
     def above(self) -> Iterator[None]:
         """Output printed inside this block goes above a displayed prompt, which is then redrawn
-        (as it reads now: the output may have opened or closed the approval dialog)."""
+        (as it reads now: the output may have opened or closed the approval dialog); on a dumb terminal
+        it starts on the next line."""
         if self._prompt is None:
             yield
             return
@@ -92,7 +93,9 @@ class Screen:
         text = capture.get()
         if text:
             self._prompt = self._prompt_text()
-            self._write(_CLEAR_LINE + text + self._prompt)
+            # A terminal that moves no cursor (TERM=dumb) cannot clear the line: what was typed on it stays, above.
+            start = "\n" if self.console.is_dumb_terminal else _CLEAR_LINE
+            self._write(start + text + self._prompt)
 
     def _write(self, text: str) -> None:
         self.console.file.write(text)
