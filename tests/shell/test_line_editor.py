@@ -313,6 +313,20 @@ def test_completion_offers_commands_then_the_first_argument_only() -> None:
     assert completions(completer, "a") == []  # an answer to the dialog
 
 
+def test_a_name_completes_as_the_command_reads_it_in_quotes_when_it_has_a_space() -> None:
+    """A repository chooses its servers' names: Tab completed ``/approve my srv``, which the command refused (usage:
+    /approve NAME); it completes ``/approve 'my srv'``, as the hints write it, from a start typed with a quote or
+    without."""
+    offered = {"approve": {"my srv": "pending", "plain": "pending"}, "tools": {"my srv": "stdio"}}
+    completer = ShellCompleter(lambda command: offered.get(command, {}))
+    assert completions(completer, "/approve my") == ["'my srv'"]
+    assert completions(completer, "/approve 'my") == ["'my srv'"]
+    assert completions(completer, "/approve 'my s") == ["'my srv'"]
+    assert completions(completer, "/approve ") == ["'my srv'", "plain"]
+    assert completions(completer, "/tools m") == ["'my srv'"]
+    assert completions(completer, "/approve 'my srv' x") == []
+
+
 def test_the_history_file_is_written_private_and_keeps_commands_only(tmp_path: Path) -> None:
     from mcpvisor.shell.line_editor import CommandHistory
 

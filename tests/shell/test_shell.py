@@ -159,6 +159,16 @@ async def test_tools_and_prompts_of_one_server_are_those_its_name_asks_for(tmp_p
         await s.run("/prompts zz", "No prompts registered from a server named 'zz' (/mcp shows the servers")
 
 
+async def test_a_server_name_with_a_space_is_read_in_quotes_as_completion_writes_it(tmp_path: Path) -> None:
+    user = {"mcpServers": {"my srv": server("m", "--prompts", "brief"), "my": server("x")}}
+    async with shell(tmp_path, user=user) as s:
+        for quoted in ("'my srv'", '"my srv"'):
+            out = await s.run(f"/tools {quoted}", "my srv (1 tool)")
+            assert "my (1 tool)" not in out
+            await s.run(f"/prompts {quoted}", "my srv (1 prompt)")
+        await s.run("/tools my srv", "my srv (1 tool)")  # as typed, unquoted, it reads as before
+
+
 async def test_call_prints_the_tool_result_text(tmp_path: Path) -> None:
     async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
         out = await s.run('/call mcp__a__echo {"text":"hi"}', "a:echo:hi")

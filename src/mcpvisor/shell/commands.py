@@ -20,6 +20,7 @@ __all__ = [
     "parse_json_object",
     "parse_prompt_arguments",
     "render_help",
+    "server_name",
     "split_name",
 ]
 
@@ -79,6 +80,19 @@ def split_name(argument: str) -> tuple[str, str]:
     if not parts:
         return "", ""
     return parts[0], parts[1].strip() if len(parts) > 1 else ""
+
+
+def server_name(argument: str) -> str:
+    """The one argument of ``/tools`` and ``/prompts``: a server's name, in quotes (as completion writes a name with a
+    space) or as typed."""
+    if argument[:1] in ("'", '"'):
+        try:
+            name, rest = split_name(argument)
+        except ArgumentError:  # no closing quote: a name as typed
+            return argument
+        if not rest:
+            return name
+    return argument
 
 
 def parse_json_object(text: str, *, example: str) -> dict[str, Any]:

@@ -47,6 +47,7 @@ from mcpvisor.shell.commands import (
     parse_json_object,
     parse_prompt_arguments,
     render_help,
+    server_name,
     split_name,
 )
 from mcpvisor.shell.consoles import new_console
@@ -391,11 +392,11 @@ class ShellSession:
         return False
 
     async def _cmd_tools(self, argument: str) -> bool:
-        render_tools(self.console, self.host.config.tool_registry.get_all_tools(), server=argument)
+        render_tools(self.console, self.host.config.tool_registry.get_all_tools(), server=server_name(argument))
         return False
 
     async def _cmd_prompts(self, argument: str) -> bool:
-        render_prompts(self.console, self.host.config.prompt_registry.get_all_prompts(), server=argument)
+        render_prompts(self.console, self.host.config.prompt_registry.get_all_prompts(), server=server_name(argument))
         return False
 
     async def _cmd_call(self, argument: str) -> bool:
