@@ -358,6 +358,20 @@ async def test_answers_are_checked_and_commands_still_run_while_the_dialog_is_op
         await s.run("a", "+ added proj")
 
 
+async def test_a_command_cancelled_while_the_dialog_is_open_is_followed_by_the_question_again(tmp_path: Path) -> None:
+    """A command run at the dialog's prompt is followed by the question; one cancelled with Ctrl-C was followed by the
+    bare answer prompt, the question left above its output."""
+    user = {"mcpServers": {"a": server("a", "--tools", "echo,slow", "--hang-on-call", "slow")}}
+    async with shell(tmp_path, user=user, project={"mcpServers": {"proj": server("proj")}}) as s:
+        await s.wait_for("Approve proj?")
+        await s.run("/call mcp__a__slow", "still waiting for mcp__a__slow (Ctrl-C cancels)")
+        since = s.mark()
+        await s.interrupts.send(object())
+        out = await s.wait_for("Approve proj?", since)
+        assert out.index("cancelled") < out.index("Approve proj?")
+        await s.run("a", "+ added proj")
+
+
 async def test_a_skipped_server_stays_pending_is_not_asked_again_and_can_be_approved_later(tmp_path: Path) -> None:
     project = {"mcpServers": {"proj": server("proj")}}
     async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}, project=project) as s:

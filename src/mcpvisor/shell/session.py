@@ -280,6 +280,8 @@ class ShellSession:
                 self.console.print(Text("cancelled", style="yellow"))
             elif leave:
                 return
+            if self.dialog.asked is not None and not self.dialog.question_shown:
+                self.dialog.ask_next(force=True)  # the dialog is still open: ask again below the command's output
 
     async def _watch_interrupts(self, interrupts: AsyncIterable[object]) -> None:
         async for _ in interrupts:
@@ -346,8 +348,6 @@ class ShellSession:
         else:
             self._failed = True
             self.console.print(Text(f"✗ unknown command /{command.name}; type /help for the list", style="red"))
-        if not leave and self.dialog.asked is not None and not self.dialog.question_shown:
-            self.dialog.ask_next(force=True)  # the dialog is still open: ask again below the command's output
         return leave
 
     async def _guarded(self, what: str, action: Awaitable[bool | None]) -> bool:
