@@ -12,12 +12,14 @@ from collections.abc import Collection, Sequence
 from rich.console import Console
 from rich.text import Text
 
+from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import is_gated
 from mcpvisor.host.decisions import ChangedSinceShown, Decided, DecidedSinceShown, Verdict
 from mcpvisor.host.host import Host
 from mcpvisor.host.hot_reload import strictly_promptable
 from mcpvisor.host.lsp.config import LSP_KEY_PREFIX
 from mcpvisor.host.pin_review import Change, HeldChangedSinceShown
+from mcpvisor.host.status import plural
 from mcpvisor.shell.approval import (
     ApprovalQueue,
     ApprovalRequest,
@@ -29,6 +31,8 @@ from mcpvisor.shell.approval import (
     render_question,
     shown_name,
 )
+from mcpvisor.shell.commands import ArgumentError, split_name
+from mcpvisor.shell.views import render_definition_changes
 
 __all__ = ["ApprovalDialog"]
 
@@ -141,6 +145,43 @@ class ApprovalDialog:
             finally:
                 self._deciding = frozenset()
         self.ask_next()
+
+    async def decide_by_command(self, decision: Verdict, argument: str) -> None:
+        """``/approve NAME`` or ``/reject NAME``: show what is decided on (a server's entry, the definitions it changed
+        since approval), then decide for it as shown; ``lsp:NAME`` (or a name only a language server has) decides on
+        a language server."""
+        name, rest = split_name(argument)
+        if not name or rest:
+            raise ArgumentError(f"usage: /{decision} NAME (lsp:NAME for a language server)")
+        state = self.host.state
+        if (
+            not name.startswith(LSP_KEY_PREFIX)
+            and name not in state.assembled.servers
+            and name in self.host.lsp.state.servers
+        ):
+            name = f"{LSP_KEY_PREFIX}{name}"  # only a language server has that name
+        if name.startswith(LSP_KEY_PREFIX):
+            if name.removeprefix(LSP_KEY_PREFIX) in self.host.lsp.state.servers:
+                render_approval_request(self.console, self.request(name), intro=f"({decision})")
+            await self.decide(name, decision)
+            self.ask_next()
+            return
+        cfg = state.assembled.servers.get(name)
+        changes = self.host.held_changes(name) if decision == "approve" else []
+        if cfg is not None and changes:
+            self.console.print(
+                Text(f"{name} changed {plural(len(changes), 'definition')} since approval:", style="bold")
+            )
+            render_definition_changes(self.console, changes)
+        if cfg is not None and is_gated(cfg) and not (changes and self._approved(name, cfg)):
+            request = approval_request(name, cfg, state.assembled.sources[name])
+            render_approval_request(self.console, request, intro=f"({decision})")
+        shown_hash = cfg.approval_hash if cfg is not None else None
+        await self.decide(name, decision, shown_hash=shown_hash, shown_changes=changes)
+        self.ask_next()
+
+    def _approved(self, name: str, cfg: McpServerConfig) -> bool:
+        return self.host.approvals.get_state(self.host.root, name, cfg) == "approved"
 
     def _configured(self, key: str) -> object | None:
         if key.startswith(LSP_KEY_PREFIX):

@@ -25,9 +25,7 @@ from rich.text import Text
 
 from mcpvisor.core.errors import McpvisorError, NotRunningError
 from mcpvisor.core.events import PromptsChanged, ReconcileFinished
-from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import is_gated
-from mcpvisor.host.decisions import Verdict
 from mcpvisor.host.host import Host, HostEvent, HostOptions
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpPromptsChanged
 from mcpvisor.host.lsp.config import LSP_KEY_PREFIX
@@ -35,10 +33,6 @@ from mcpvisor.host.lsp.events import LspPendingApprovalChanged
 from mcpvisor.host.oauth_store import sign_ins
 from mcpvisor.host.paths import user_dir
 from mcpvisor.host.status import plural
-from mcpvisor.shell.approval import (
-    approval_request,
-    render_approval_request,
-)
 from mcpvisor.shell.commands import (
     ALIASES,
     BUILTIN_COMMANDS,
@@ -55,7 +49,7 @@ from mcpvisor.shell.dialog import ApprovalDialog
 from mcpvisor.shell.narration import HumanOutput
 from mcpvisor.shell.render import first_line, render_call_result, render_prompt_result, render_prompts, render_tools
 from mcpvisor.shell.terminal import Screen, stdin_is_terminal, stdin_lines, wants_line_editor
-from mcpvisor.shell.views import render_definition_changes, render_lsp_status, render_status
+from mcpvisor.shell.views import render_lsp_status, render_status
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "ShellSession", "run_shell"]
 
@@ -435,46 +429,12 @@ class ShellSession:
         return False
 
     async def _cmd_approve(self, argument: str) -> bool:
-        await self._decide_by_command("approve", argument)
+        await self.dialog.decide_by_command("approve", argument)
         return False
 
     async def _cmd_reject(self, argument: str) -> bool:
-        await self._decide_by_command("reject", argument)
+        await self.dialog.decide_by_command("reject", argument)
         return False
-
-    async def _decide_by_command(self, decision: Verdict, argument: str) -> None:
-        name, rest = split_name(argument)
-        if not name or rest:
-            raise ArgumentError(f"usage: /{decision} NAME (lsp:NAME for a language server)")
-        state = self.host.state
-        if (
-            not name.startswith(LSP_KEY_PREFIX)
-            and name not in state.assembled.servers
-            and name in self.host.lsp.state.servers
-        ):
-            name = f"{LSP_KEY_PREFIX}{name}"  # only a language server has that name
-        if name.startswith(LSP_KEY_PREFIX):
-            if name.removeprefix(LSP_KEY_PREFIX) in self.host.lsp.state.servers:
-                render_approval_request(self.console, self.dialog.request(name), intro=f"({decision})")
-            await self.dialog.decide(name, decision)
-            self.dialog.ask_next()
-            return
-        cfg = state.assembled.servers.get(name)
-        changes = self.host.held_changes(name) if decision == "approve" else []
-        if cfg is not None and changes:
-            self.console.print(
-                Text(f"{name} changed {plural(len(changes), 'definition')} since approval:", style="bold")
-            )
-            render_definition_changes(self.console, changes)
-        if cfg is not None and is_gated(cfg) and not (changes and self._approved(name, cfg)):
-            request = approval_request(name, cfg, state.assembled.sources[name])
-            render_approval_request(self.console, request, intro=f"({decision})")
-        shown_hash = cfg.approval_hash if cfg is not None else None
-        await self.dialog.decide(name, decision, shown_hash=shown_hash, shown_changes=changes)
-        self.dialog.ask_next()
-
-    def _approved(self, name: str, cfg: McpServerConfig) -> bool:
-        return self.host.approvals.get_state(self.host.root, name, cfg) == "approved"
 
     async def _cmd_login(self, argument: str) -> bool:
         name, rest = split_name(argument)
