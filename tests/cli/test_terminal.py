@@ -1,11 +1,13 @@
-"""Human views fit the terminal: ``COLUMNS`` sets the width, wrapped lines keep their indent, ``NO_COLOR`` holds, and
-a terminal that cannot show every character (a non-UTF-8 locale) gets a stand-in for it."""
+"""Human views fit the terminal: ``COLUMNS`` sets the width, wrapped lines keep their indent, ``NO_COLOR`` holds,
+a terminal that cannot show every character (a non-UTF-8 locale) gets a stand-in for it, and output piped to a reader
+that stops reading (``| head``) ends the command quietly."""
 
 from __future__ import annotations
 
 import io
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -125,3 +127,32 @@ def test_output_a_locale_cannot_encode_shows_a_stand_in_and_the_command_runs(
     assert any(line.startswith(f"  {LONG_NAME} ") and "? needs approval" in line for line in out.splitlines()), out
     if argv == ["shell"]:
         assert "Connecting to the admitted servers? (Ctrl-C leaves)" in out, out
+
+
+@pytest.mark.parametrize("closed", ["at the start", "then Ctrl-C"])
+def test_output_piped_to_a_reader_that_stops_reading_ends_the_shell_without_a_traceback(
+    layout: Layout, closed: str
+) -> None:
+    """``mcpvisor shell | head -1``, or ``| tee`` ended by the Ctrl-C that reached the shell too: the next line it
+    wrote found the pipe closed, and it printed a page of exception-group traceback on the terminal. The session
+    ends as at the end of its input, with exit code 1."""
+    env = {**os.environ, **layout.env, "MCPVISOR_LOG_DIR": str(layout.home / "logs")}
+    with subprocess.Popen(
+        [sys.executable, "-m", "mcpvisor", "shell", "--workspace", str(layout.root)],
+        stdin=subprocess.PIPE,  # kept open: the session does not end by itself
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    ) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        assert process.stdout.readline().startswith(b"Connecting to the admitted servers")
+        if closed == "then Ctrl-C":
+            while not process.stdout.readline().startswith(b"Type /help"):
+                pass
+        process.stdout.close()  # as head does once it has its line (the servers are starting)
+        if closed == "then Ctrl-C":
+            process.send_signal(signal.SIGINT)  # says how to leave, to the closed pipe
+        err = process.stderr.read().decode()
+        assert process.wait(timeout=WAIT_S) == 1
+    assert "Traceback" not in err, err

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console, ConsoleRenderable, RenderHook
@@ -24,14 +25,34 @@ UNWRAPPED_WIDTH = 100_000
 """The width given to output that is not a terminal: wide enough that no line is wrapped."""
 
 
-def new_console(*, stderr: bool = False, **options: Any) -> Console:
-    """A rich ``Console`` on stdout (or stderr) that wraps only for a terminal or when ``COLUMNS`` is set."""
+def new_console(*, stderr: bool = False, on_closed: Callable[[], None] | None = None, **options: Any) -> Console:
+    """A rich ``Console`` on stdout (or stderr) that wraps only for a terminal or when ``COLUMNS`` is set.
+    ``on_closed`` is told when its output is gone (a pipe whose reader left: ``| head``); what is printed then goes
+    nowhere. Without it, rich's way: the process exits with code 1."""
     stream = sys.stderr if stderr else sys.stdout
     if "width" not in options and not os.environ.get("COLUMNS") and not _is_terminal(stream):
         options["width"] = UNWRAPPED_WIDTH
-    console = Console(stderr=stderr, **options)
+    console = _Console(stderr=stderr, **options)
+    console.on_closed = on_closed
     console.push_render_hook(_ShowControls(console))
     return console
+
+
+class _Console(Console):
+    on_closed: Callable[[], None] | None = None
+
+    def on_broken_pipe(self) -> None:
+        if self.on_closed is None:
+            super().on_broken_pipe()
+            return
+        # Rich's SystemExit, raised in whichever task printed, cannot end an event loop's session cleanly.
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)  # what Python flushes on leaving goes nowhere too
+        try:
+            os.dup2(devnull, self.file.fileno())
+        finally:
+            os.close(devnull)
+        self.on_closed()
 
 
 _CONTROLS = {code: chr(0x2400 + code) for code in range(0x20) if code not in (0x09, 0x0A)}  # ␀ ... ␟

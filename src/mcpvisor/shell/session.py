@@ -100,9 +100,9 @@ async def run_shell(
     ``open_url`` opens a sign-in page for ``/login`` (default: the user's browser; False when none opened).
     A settings problem that prevents start-up raises :class:`~mcpvisor.core.errors.ConfigError`.
     """
-    session = ShellSession(
-        Host(options), console if console is not None else new_console(highlight=False), open_url=open_url
-    )
+    if console is None:
+        console = new_console(highlight=False, on_closed=lambda: session.output_closed())
+    session = ShellSession(Host(options), console, open_url=open_url)
     return await session.run(input_lines, interrupts)
 
 
@@ -276,6 +276,13 @@ class ShellSession:
                 return
             if self.dialog.asked is not None and not self.dialog.question_shown:
                 self.dialog.ask_next(force=True)  # the dialog is still open: ask again below the command's output
+
+    def output_closed(self) -> None:
+        """Standard output is gone (a pipe whose reader left: ``| head``, or a ``| tee`` that Ctrl-C ended): the
+        session ends as at the end of its input, with exit code 1."""
+        self._exit_code = EXIT_FAILED
+        if self._session_scope is not None:
+            self._session_scope.cancel()
 
     async def _watch_interrupts(self, interrupts: AsyncIterable[object]) -> None:
         async for _ in interrupts:
