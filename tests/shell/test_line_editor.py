@@ -290,6 +290,29 @@ async def test_a_history_that_cannot_be_read_is_no_error_and_the_session_goes_on
     assert "Press ENTER" not in plain(t.output)
 
 
+async def test_lines_typed_ahead_run_each_below_the_output_of_the_one_before(tmp_path: Path) -> None:
+    """Lines typed ahead (each with its Enter, faster than the command before runs) are read by the next prompts at
+    once: the first command's output, held back to be drawn above a prompt, came out below the second line, as
+    though that line had printed it."""
+    layout = make_layout(tmp_path)
+    user = {"mcpServers": {"alpha": server("alpha")}}
+    save(layout.paths.user, user)
+    async with shell_at_a_terminal(layout) as t:
+        await t.expect("Type /help")
+        since = t.mark()
+        save(layout.paths.user, {"mcpServers": {**user["mcpServers"], "beta": server("beta")}})
+        await t.expect("added beta", since)  # news drawn above the prompt
+        since = t.type("/help\r/tools\r")
+        await t.answered("mcp__beta__echo", since)
+        lines = screen_lines(t.output)
+        help_line = next(i for i, line in enumerate(lines) if line.startswith("mcp> /help"))
+        listed = next(i for i, line in enumerate(lines) if "leave the shell" in line)
+        tools_line = next(i for i, line in enumerate(lines) if line.startswith("mcp> /tools"))
+        assert help_line < listed < tools_line, "\n".join(lines)
+        t.type(CTRL_D)
+        assert await t.exit_code() == 0
+
+
 def kept_lines(history: Path) -> list[str]:
     return [line[1:] for line in history.read_text().splitlines() if line.startswith("+")]
 

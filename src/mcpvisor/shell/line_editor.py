@@ -17,18 +17,21 @@ session already handles. Ctrl-D on an empty line is the end of input.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
-from contextlib import asynccontextmanager
+import sys
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any, TextIO
 
 import anyio.lowlevel
 from prompt_toolkit import PromptSession
+from prompt_toolkit.application import get_app_session, run_in_terminal
 from prompt_toolkit.filters import is_searching
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
-from prompt_toolkit.patch_stdout import patch_stdout
 from prompt_toolkit.search import accept_search
 
 from mcpvisor.shell.completion import ShellCompleter
@@ -128,9 +131,67 @@ async def edited_lines(
                 return
             yield line
 
-    with patch_stdout(raw=True):
+    with _output_above_the_prompt():
         iterator = lines()
         try:
             yield iterator
         finally:
             await iterator.aclose()
+
+
+@contextmanager
+def _output_above_the_prompt() -> Iterator[None]:
+    """Standard output and error as :class:`_AboveThePrompt` while lines are edited."""
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _AboveThePrompt(stdout), _AboveThePrompt(stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
+
+
+class _AboveThePrompt:
+    """A standard stream while lines are edited: what is written while a line is being edited is drawn above its
+    prompt, the line kept as it was; what is written between two lines (a command's output) is written at once, so it
+    is on the terminal before the next prompt takes a line typed ahead. (prompt_toolkit's ``patch_stdout`` hands all
+    of it to a thread that writes it when it can: a command's output came out below the next line when that line
+    had been typed ahead.)"""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._session = get_app_session()
+        self._held: list[str] = []
+        """Written while a line is edited, and not yet drawn: what comes meanwhile is drawn with it, in one go."""
+
+    def write(self, text: str) -> int:
+        app = self._session.app
+        if app is None or not app.is_running:
+            self._held.append(text)
+            self._write_held()  # after what was held, if any: in order
+        elif not _runs_on(app.loop):  # another thread: written from the prompt's own loop
+            if app.loop is not None:
+                app.loop.call_soon_threadsafe(self.write, text)
+        else:
+            if not self._held:
+                run_in_terminal(self._write_held)
+            self._held.append(text)
+        return len(text)
+
+    def _write_held(self) -> None:
+        text, self._held = "".join(self._held), []
+        if text:
+            self._stream.write(text)
+            self._stream.flush()
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding...: the stream's
+        return getattr(self._stream, name)
+
+
+def _runs_on(loop: asyncio.AbstractEventLoop | None) -> bool:
+    try:
+        return loop is not None and asyncio.get_running_loop() is loop
+    except RuntimeError:  # no loop runs in this thread
+        return False
