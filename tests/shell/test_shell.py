@@ -88,7 +88,12 @@ class Shell:
 
 @asynccontextmanager
 async def shell(
-    tmp_path: Path, *, user: Any = None, project: Any = None, open_url: Callable[[str], bool] | None = None
+    tmp_path: Path,
+    *,
+    user: Any = None,
+    project: Any = None,
+    open_url: Callable[[str], bool] | None = None,
+    startup_wait_s: float | None = None,
 ) -> AsyncIterator[Shell]:
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
     if user is not None:
@@ -99,7 +104,12 @@ async def shell(
 
     async def run() -> None:
         s.code = await run_shell(
-            HostOptions(env=layout.env, workspace=layout.root, in_memory=in_memory_unless_a_process_is_needed),
+            HostOptions(
+                env=layout.env,
+                workspace=layout.root,
+                in_memory=in_memory_unless_a_process_is_needed,
+                startup_wait_s=startup_wait_s,
+            ),
             console=s.console,
             input_lines=s.shell_input,
             interrupts=s.shell_interrupts,
@@ -370,6 +380,20 @@ async def test_a_command_cancelled_while_the_dialog_is_open_is_followed_by_the_q
         out = await s.wait_for("Approve proj?", since)
         assert out.index("cancelled") < out.index("Approve proj?")
         await s.run("a", "+ added proj")
+
+
+async def test_approving_a_server_slow_to_start_gives_the_prompt_back_and_says_it_is_still_starting(
+    tmp_path: Path,
+) -> None:
+    """The answer (or /approve, or /reload) waited for the server's whole start, up to its discovery timeout (a first
+    npx download, a hang), with no word and no prompt; like the session's own start, it waits a few seconds at most
+    (``startup_wait_s``): the server goes on starting, and how its start ends is said when it does."""
+    slow = server("slow", "--hang-on-initialize", discoveryTimeoutMs=600_000)
+    async with shell(tmp_path, project={"mcpServers": {"slow": slow}}, startup_wait_s=0.1) as s:
+        await s.wait_for("Approve slow?")
+        await s.run("a", "slow is still starting")
+        await s.run("/mcp", "slow · ◌ connecting")
+        await s.run("/reload", "settings re-read")
 
 
 async def test_a_skipped_server_stays_pending_is_not_asked_again_and_can_be_approved_later(tmp_path: Path) -> None:
