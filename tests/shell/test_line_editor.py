@@ -10,6 +10,7 @@ import pty
 import re
 import stat
 import struct
+import subprocess
 import sys
 import termios
 from collections.abc import AsyncIterator
@@ -311,6 +312,38 @@ async def test_lines_typed_ahead_run_each_below_the_output_of_the_one_before(tmp
         assert help_line < listed < tools_line, "\n".join(lines)
         t.type(CTRL_D)
         assert await t.exit_code() == 0
+
+
+async def test_commands_read_from_a_pipe_draw_no_prompt_at_the_terminal_showing_their_output(tmp_path: Path) -> None:
+    """``mcpvisor shell < commands.txt`` at a terminal: no one types, yet a prompt was drawn before each command, and
+    the command's output (a line read from a pipe is not echoed) came out after it on its line, as though typed."""
+    layout = make_layout(tmp_path)
+    save(layout.paths.user, {"mcpServers": {"alpha": server("alpha")}})
+    main, side = pty.openpty()
+    process = await anyio.open_process(
+        [sys.executable, "-m", "mcpvisor", "shell", "--workspace", str(layout.root)],
+        stdin=subprocess.PIPE,
+        stdout=side,
+        stderr=side,
+        env={**os.environ, **layout.env, "TERM": "xterm-256color", "NO_COLOR": "1"},
+    )
+    os.close(side)
+    try:
+        assert process.stdin is not None
+        await process.stdin.send(b'/call mcp__alpha__echo {"text": "hi"}\n/tools\n')
+        await process.stdin.aclose()
+        t = Terminal(process, main)
+        assert await t.exit_code() == 0
+    finally:
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            os.close(main)
+    lines = screen_lines(t.output)
+    assert "alpha:echo:hi" in lines, "\n".join(lines)
+    assert "alpha (1 tool)" in lines, "\n".join(lines)
+    assert not any(line.startswith("mcp>") for line in lines), "\n".join(lines)
 
 
 def kept_lines(history: Path) -> list[str]:

@@ -232,12 +232,12 @@ class ShellSession:
                 try:
                     self._started = True
                     if input_lines is not None:
-                        self._scripted = True
+                        self._scripted = self.screen.prompt_not_drawn = True
                         await self._read_eval(input_lines)
                     elif wants_line_editor(self.console.is_terminal):
                         from mcpvisor.shell.line_editor import HISTORY_FILENAME, edited_lines
 
-                        self.screen.prompt_drawn_elsewhere = True
+                        self.screen.prompt_not_drawn = True
                         async with edited_lines(
                             message=self.screen.prompt_text,
                             candidates=self.completion_candidates,
@@ -246,7 +246,7 @@ class ShellSession:
                         ) as lines:
                             await self._read_eval(lines)
                     else:
-                        self._scripted = not stdin_is_terminal()
+                        self._scripted = self.screen.prompt_not_drawn = not stdin_is_terminal()
                         async with stdin_lines() as lines:
                             await self._read_eval(lines)
                 finally:

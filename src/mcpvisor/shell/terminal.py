@@ -52,12 +52,13 @@ class Screen:
         self.console = console
         self._prompt_text = prompt
         self._prompt: str | None = None
-        self.prompt_drawn_elsewhere = False
-        """The line editor draws the prompt and keeps output above it (:mod:`mcpvisor.shell.line_editor`)."""
+        self.prompt_not_drawn = False
+        """No prompt is drawn here: the line editor draws its own and keeps output above it
+        (:mod:`mcpvisor.shell.line_editor`), or no one types (lines read from a pipe or a file)."""
 
     @property
     def draws_prompt(self) -> bool:
-        return self.console.is_terminal and not self.prompt_drawn_elsewhere
+        return self.console.is_terminal and not self.prompt_not_drawn
 
     def prompt_text(self) -> str:
         """The prompt as it reads now (the approval dialog's question changes it)."""
