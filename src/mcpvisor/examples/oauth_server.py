@@ -9,7 +9,8 @@ tests and demos on loopback:
   code, so following the redirect with any HTTP client completes the "browser" step;
 - ``--token-lifetime SECONDS`` makes short-lived access tokens, to exercise refreshing;
 - ``POST /admin/revoke-all`` revokes every token it issued (a user revoking access at the provider);
-  ``POST /admin/token-endpoint-down`` makes ``/token`` answer 503 from then on (an authorization server that fails);
+  ``POST /admin/token-endpoint-down`` makes ``/token`` answer 503 from then on (an authorization server that fails),
+  ``POST /admin/token-endpoint-up`` answers again;
 - ``--issuer URL`` advertises another authorization server (e.g. one that is down) in the resource's
   metadata;
 - ``--auth-host HOST`` serves the authorization server under another host name (``localhost`` for a server
@@ -194,6 +195,12 @@ def build_server(
         return JSONResponse({"down": True})
 
     server.custom_route("/admin/token-endpoint-down", methods=["POST"])(token_endpoint_down)
+
+    async def token_endpoint_up(request: Request) -> Response:
+        provider.token_endpoint_down = False
+        return JSONResponse({"down": False})
+
+    server.custom_route("/admin/token-endpoint-up", methods=["POST"])(token_endpoint_up)
 
     return server, provider
 

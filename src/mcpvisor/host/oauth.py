@@ -30,6 +30,7 @@ from mcpvisor.core.server_config import HttpAuth, McpServerConfig
 from mcpvisor.host.oauth_callback import CALLBACK_PATH
 from mcpvisor.host.oauth_registration import widening_metadata
 from mcpvisor.host.oauth_settings import (
+    AuthorizationServerFailed,
     LoginRequired,
     check_sign_in,
     is_loopback_url,
@@ -143,9 +144,9 @@ def oauth_provider(
         sign_in_refused: str | None = None
         """Why a request found no usable sign-in (it ends the connection; the client says this, not 'closed')."""
 
-        def refusal(self, message: str) -> LoginRequired:
+        def refusal(self, message: str, kind: type[Exception] = LoginRequired) -> Exception:
             self.sign_in_refused = message
-            return LoginRequired(message)
+            return kind(message)
 
         async def _initialize(self) -> None:
             self._seen = store.generation
@@ -325,6 +326,7 @@ def oauth_provider(
             held, expires_at = self.context.current_tokens, storage.expires_at()
             used = held.refresh_token if held else None
             ok = await super()._handle_refresh_response(response)
+            failed = None
             if not ok:
                 logger.info("server %r: refreshing its sign-in failed (HTTP %s)", name, response.status_code)
                 if response.status_code in (400, 401) and used:  # refused (revoked), not failing: signed out
@@ -344,7 +346,14 @@ def oauth_provider(
                         expires_at - time.time(),
                     )
                     self.context.current_tokens, self.context.token_expiry_time = held, expires_at
+                else:  # failed, no token left to use: no sign-in mends that (nor is it asked for), a later try does
+                    failed = (
+                        f"server {name!r}: its authorization server failed to refresh the sign-in "
+                        f"(HTTP {response.status_code}); it is tried again later"
+                    )
             await self._end_turn(ok)  # the new tokens are stored: the turn passes on
+            if failed is not None:
+                raise self.refusal(failed, AuthorizationServerFailed)
             return ok
 
     def _insufficient_scope(response: Any) -> bool:

@@ -20,6 +20,7 @@ __all__ = [
     "MACHINE_GRANTS",
     "SIGNING_ALGORITHMS",
     "TOKEN_ENDPOINT_AUTH_METHODS",
+    "AuthorizationServerFailed",
     "LoginRequired",
     "OAuthSettings",
     "check_sign_in",
@@ -32,6 +33,11 @@ __all__ = [
 
 class LoginRequired(McpvisorError):
     """The server needs a (new) sign-in; a host never starts one by itself."""
+
+
+class AuthorizationServerFailed(McpvisorError):
+    """The authorization server failed to refresh a sign-in it did not refuse (a 5xx): no new sign-in mends it,
+    a later try does."""
 
 
 GRANTS: Final = ("authorization_code", "client_credentials", "identity_assertion")

@@ -1,0 +1,63 @@
+"""A running host's sign-ins as time passes: tokens that expire while the authorization server fails, the
+token store changing under the host. Against the OAuth example server (see ``tests.e2e.test_oauth``)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mcpvisor.core.errors import ToolNotFoundError
+from mcpvisor.host.host import Host, HostOptions
+from tests.e2e.test_oauth import Server, cli, setup, start_server, store_path
+from tests.helpers import wait_until
+
+
+@pytest.fixture
+def short_lived(tmp_path: Path) -> Iterator[Server]:
+    """The example server issuing access tokens that expire after a second."""
+    yield from start_server(tmp_path, "--token-lifetime", "1")
+
+
+def token_endpoint_up(server: Server) -> None:
+    url = f"http://127.0.0.1:{server.port}/admin/token-endpoint-up"
+    urllib.request.urlopen(urllib.request.Request(url, method="POST")).close()
+
+
+def expires_at(path: Path) -> float:
+    [record] = json.loads(path.read_text()).values()
+    return float(record["expires_at"])
+
+
+async def test_an_expired_sign_in_whose_authorization_server_fails_is_tried_again_not_a_login(
+    tmp_path: Path, short_lived: Server
+) -> None:
+    """The token expired while nothing ran, and the token endpoint answers 503 when the host starts: the sign-in
+    is not refused (a login would fail the same way), so the server is not "needs authentication — run: mcp login"
+    and left there; it says its authorization server failed, and connects by itself once that answers again."""
+    server = short_lived
+    layout = setup(tmp_path, server)
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    await wait_until(lambda: expires_at(store_path(layout)) < time.time(), what="the access token to expire")
+    server.token_endpoint_down()
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+        manager = host.config.manager
+        await wait_until(lambda: "token-endpoint-down" in server.events(), what="a refresh the server failed")
+        await wait_until(lambda: manager.clients()["sec"].status == "disconnected", what="sec down")
+        client = manager.clients()["sec"]
+        assert not client.needs_auth
+        assert client.last_error is not None
+        assert "authorization server failed to refresh the sign-in (HTTP 503)" in client.last_error
+        assert "mcp login" not in client.last_error
+        with pytest.raises(ToolNotFoundError, match="authorization server failed"):
+            await host.config.call_tool("mcp__sec__echo", {"text": "a"})
+        token_endpoint_up(server)
+        await wait_until(lambda: manager.clients()["sec"].status == "connected", what="sec connected by itself")
+        result = await host.config.call_tool("mcp__sec__echo", {"text": "b"})
+        assert result.content[0].text == "secure:echo:b"  # type: ignore[union-attr]
+    [record] = json.loads(store_path(layout).read_text()).values()
+    assert record["tokens"]
