@@ -12,9 +12,14 @@ from pathlib import Path
 import pytest
 
 from mcpvisor.core.errors import ToolNotFoundError
-from mcpvisor.host.host import Host, HostOptions
+from mcpvisor.host.host import Host, HostOptions, SettingsWarning
 from tests.e2e.test_oauth import Server, cli, setup, start_server, store_path
 from tests.helpers import wait_until
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    yield from start_server(tmp_path)
 
 
 @pytest.fixture
@@ -61,3 +66,24 @@ async def test_an_expired_sign_in_whose_authorization_server_fails_is_tried_agai
         assert result.content[0].text == "secure:echo:b"  # type: ignore[union-attr]
     [record] = json.loads(store_path(layout).read_text()).values()
     assert record["tokens"]
+
+
+async def test_a_token_store_that_becomes_unreadable_is_said_by_a_running_host(tmp_path: Path, server: Server) -> None:
+    """The store is corrupted while a host runs: nothing is signed in any more (the connection ends, asking for a
+    sign-in), and the host says why — before, it said only "needs authentication — run: mcpvisor mcp login", and
+    that login then refused to write over the store."""
+    layout = setup(tmp_path, server)
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    said: list[str] = []
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+        host.subscribe(lambda event: said.append(event.message) if isinstance(event, SettingsWarning) else None)
+        manager = host.config.manager
+        await wait_until(lambda: manager.clients()["sec"].status == "connected", what="sec connected")
+        store_path(layout).write_text("{ not json")
+        await wait_until(
+            lambda: (client := manager.clients().get("sec")) is not None and client.needs_auth,
+            what="sec to need a sign-in",
+        )
+        await wait_until(lambda: any("OAuth token store" in m for m in said), what="the host to name the store")
+        [message] = [m for m in said if "OAuth token store" in m]
+        assert message.startswith(f"cannot read the OAuth token store {store_path(layout)}: not valid JSON")

@@ -44,7 +44,7 @@ from mcpvisor.host.hot_reload import (
 from mcpvisor.host.limits import max_message_bytes_of
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
 from mcpvisor.host.lsp.session import LspSession, touches_lsp
-from mcpvisor.host.oauth import SignedIn, TokenStore, check_sign_in, http_auth_for, sign_ins
+from mcpvisor.host.oauth import SignedIn, TokenStore, check_sign_in, http_auth_for, sign_ins, unreadable
 from mcpvisor.host.oauth_login import DEFAULT_LOGIN_TIMEOUT_S, login
 from mcpvisor.host.options import HostOptions, SettingsSource
 from mcpvisor.host.pin_review import Change, changes_since_approval
@@ -294,6 +294,8 @@ class Host(StackOwner):
             messages += self._lsp.warnings()
         if self._state is not None:
             messages += [*self._state.assembled.warnings]
+            if (tokens_unread := unreadable(self.tokens, self._state.assembled.servers)) is not None:
+                messages.append(tokens_unread)  # (its servers say they need a sign-in: this says why)
             for error in self._state.assembled.errors:
                 self._warn_once(error)
         if self._approvals is not None and self._approvals.error:

@@ -47,6 +47,7 @@ from mcpvisor.host.oauth_store import (
     missing_scopes,
     sign_in_state,
     sign_ins,
+    unreadable,
 )
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ __all__ = [
     "sign_ins",
     "stored_redirect",
     "token_key",
+    "unreadable",
 ]
 
 logger = logging.getLogger(__name__)

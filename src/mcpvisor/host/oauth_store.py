@@ -25,7 +25,16 @@ if TYPE_CHECKING:
     from mcp.shared.auth import OAuthClientInformationFull, OAuthMetadata, OAuthToken
     from pydantic import BaseModel
 
-__all__ = ["FileTokenStorage", "RefreshTurn", "SignIn", "TokenStore", "missing_scopes", "sign_in_state", "sign_ins"]
+__all__ = [
+    "FileTokenStorage",
+    "RefreshTurn",
+    "SignIn",
+    "TokenStore",
+    "missing_scopes",
+    "sign_in_state",
+    "sign_ins",
+    "unreadable",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -251,6 +260,17 @@ def sign_ins(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[
         elif state.signed_in:
             out[name] = state.describe() + (f" — run: mcpvisor mcp login {name_word(name)}" if state.wider else "")
     return out
+
+
+def unreadable(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> str | None:
+    """Why the store cannot be read (its file, the reason, the fix), when a remote server may need a sign-in from it."""
+    if all(cfg.transport == "stdio" for cfg in servers.values()):
+        return None
+    try:
+        store.read()
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 class SignedIn:
