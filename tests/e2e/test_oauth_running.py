@@ -4,17 +4,21 @@ token store changing under the host. Against the OAuth example server (see ``tes
 from __future__ import annotations
 
 import json
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
+import anyio
 import pytest
 
 from mcpvisor.core.errors import ToolNotFoundError
 from mcpvisor.host.host import Host, HostOptions, SettingsWarning
 from tests.e2e.test_oauth import Server, cli, setup, start_server, store_path
-from tests.helpers import wait_until
+from tests.helpers import LIGHT, wait_until
+from tests.shell.test_shell import save, shell
 
 
 @pytest.fixture
@@ -87,3 +91,21 @@ async def test_a_token_store_that_becomes_unreadable_is_said_by_a_running_host(t
         await wait_until(lambda: any("OAuth token store" in m for m in said), what="the host to name the store")
         [message] = [m for m in said if "OAuth token store" in m]
         assert message.startswith(f"cannot read the OAuth token store {store_path(layout)}: not valid JSON")
+
+
+async def test_a_sign_in_made_elsewhere_is_said_to_connect_the_server_once(tmp_path: Path, server: Server) -> None:
+    """``mcpvisor mcp login`` while a shell (or a gateway) runs: "+ connected sec (1 tool)" was said twice, once
+    when the server came up (a remote server that failed to start is said when it comes up) and once more by the
+    pass that retried it."""
+    user = {"mcpServers": {"sec": {"type": "http", "url": server.url}}}
+    async with shell(tmp_path, user=user) as s:
+        await s.run("/mcp", "sec · 🔒 needs authentication — run: /login sec")
+        since = s.mark()
+        login = await anyio.to_thread.run_sync(partial(cli, s.layout, "mcp", "login", "sec"))
+        assert login.returncode == 0, login.stderr
+        await s.wait_for("+ connected sec (1 tool)", since)
+        # Another change: once it is said, whatever the passes before it had to say was said.
+        light = {"command": sys.executable, "args": ["-m", LIGHT]}
+        save(s.layout.paths.user, {"mcpServers": {**user["mcpServers"], "b": light}})
+        await s.wait_for("+ added b", since)
+        assert s.text(since).count("connected sec") == 1, s.text(since)

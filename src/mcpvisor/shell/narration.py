@@ -66,6 +66,8 @@ class HumanOutput:
         self._up: set[str] = set()
         """The servers connected since last said: only they can be said to have disconnected (a start that
         failed is said by the reconcile's 'failed to start')."""
+        self._said_up: set[str] = set()
+        """Down or unreached servers said to have come up: the pass that retried them does not say it again."""
 
     @property
     def _approve_command(self) -> str:
@@ -94,7 +96,8 @@ class HumanOutput:
                         self._failures.pop(name, None)
                         tools = len(self._host.config.tool_registry.tools_of(name))
                         verb = "connected" if name in event.retried else "added"
-                        self._say(f"[green]+ {verb} {escape(str(name))}[/] ({plural(tools, 'tool')})")
+                        if name not in self._said_up:
+                            self._say(f"[green]+ {verb} {escape(str(name))}[/] ({plural(tools, 'tool')})")
                 for name in event.removed:
                     self._say(f"[yellow]- removed {escape(str(name))}[/]")
                 for name in event.restarted:
@@ -121,6 +124,7 @@ class HumanOutput:
             self._down -= {*event.added, *event.retried, *event.restarted, *event.removed}
             self._unreached -= {*event.added, *event.retried, *event.restarted, *event.removed}
             self._unreached |= {n for n in event.failed if (e := current.get(n)) is not None and e.transport != "stdio"}
+            self._said_up -= {*event.added, *event.retried, *event.restarted, *event.removed, *event.starting}
             self._servers = current
             self._gated = {n: self._host.refine_reason(n, r) or r for n, r in event.gated.items()}
             for name in event.removed:
@@ -185,12 +189,15 @@ class HumanOutput:
                 count = plural(len(event.tools), "tool")
                 if event.server in self._down:  # back (its reconnect): the last word said of it must not be "lost"
                     self._down.discard(event.server)
+                    self._said_up.add(event.server)
                     self._say(f"[green]+ {escape(str(event.server))} connected again[/] ({count})")
-                elif event.server in self._unreached:  # up at last (tried again by itself)
+                elif event.server in self._unreached:  # up at last (tried again by itself, or by a pass)
                     self._unreached.discard(event.server)
+                    self._said_up.add(event.server)
                     self._say(f"[green]+ connected {escape(str(event.server))}[/] ({count})")
         elif isinstance(event, ServerStateChanged) and self._ready and event.error and event.server in self._up:
             self._up.discard(event.server)
+            self._said_up.discard(event.server)
             self._down.add(event.server)
             self._say(f"[red]✗ {escape(str(event.server))} disconnected: {escape(str(event.error))}[/]")
         elif isinstance(event, Ready):
