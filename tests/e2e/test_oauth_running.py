@@ -3,6 +3,7 @@ token store changing under the host. Against the OAuth example server (see ``tes
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import time
@@ -16,6 +17,8 @@ import pytest
 
 from mcpvisor.core.errors import ToolNotFoundError
 from mcpvisor.host.host import Host, HostOptions, SettingsWarning
+from mcpvisor.host.paths import named_home
+from mcpvisor.host.status import home_words
 from tests.e2e.test_oauth import Server, cli, setup, start_server, store_path
 from tests.helpers import LIGHT, wait_until
 from tests.shell.test_shell import save, shell
@@ -109,3 +112,23 @@ async def test_a_sign_in_made_elsewhere_is_said_to_connect_the_server_once(tmp_p
         save(s.layout.paths.user, {"mcpServers": {**user["mcpServers"], "b": light}})
         await s.wait_for("+ added b", since)
         assert s.text(since).count("connected sec") == 1, s.text(since)
+
+
+async def test_the_status_table_of_a_gateway_names_the_workspace_in_its_sign_in_command(
+    tmp_path: Path, server: Server
+) -> None:
+    """A gateway serves a workspace a client named (``serve --workspace DIR``), from whatever folder it was started
+    in: its status table's approve command named the workspace, its login command did not — pasted elsewhere, it
+    found no such server (a project's) or signed in for another workspace."""
+    from rich.console import Console
+
+    from mcpvisor.shell.narration import HumanOutput
+
+    layout = setup(tmp_path, server)
+    console = Console(record=True, width=400, file=io.StringIO())
+    host = Host(HostOptions(env=layout.env, workspace=layout.root))
+    host.subscribe(HumanOutput(host, console))
+    async with host:
+        await wait_until(lambda: "needs authentication" in console.export_text(clear=False), what="the table")
+    fix = f"{home_words(named_home(layout.env))}mcpvisor mcp login --workspace {layout.root} sec"
+    assert f"sec · 🔒 needs authentication — run: {fix}" in console.export_text()

@@ -16,8 +16,9 @@ from mcpvisor.core.server_config import CONNECTION_FIELDS, McpServerConfig
 from mcpvisor.host.host import Host, HostEvent, Ready, SettingsWarning
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpReloadFailed
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
+from mcpvisor.host.paths import named_home
 from mcpvisor.host.settings.loader import SettingsError
-from mcpvisor.host.status import APPROVE_HINT, fill_hint, lsp_hint, plural, with_options
+from mcpvisor.host.status import APPROVE_HINT, LOGIN_HINT, fill_hint, in_home, lsp_hint, plural, with_options
 from mcpvisor.host.watcher import RestartRequired, SettingsOk
 from mcpvisor.shell.views import render_lsp_status, render_status
 
@@ -74,6 +75,13 @@ class HumanOutput:
         """The approve command to print (``{name}``), deciding where the host's decisions are kept."""
         options = f" --workspace {shlex.quote(str(self._host.root))}{self._host.approvals.decided_with}"
         return with_options(self._approve_command_given or APPROVE_HINT, options)
+
+    @property
+    def _login_command(self) -> str:
+        """The login command to print (``{name}``), naming the workspace as the approve command does (and the
+        home, the fleet the sign-ins are kept in)."""
+        options = f" --workspace {shlex.quote(str(self._host.root))}{self._host.approvals.decided_with}"
+        return in_home(with_options(LOGIN_HINT, options), named_home(self._host.options.env))
 
     def _say(self, line: str) -> None:  # soft-wrapped: a command in it stays one line to copy, however long
         self._console.print(f"[dim]{escape(self._where)}:[/] {line}" if self._where else line, soft_wrap=True)
@@ -205,7 +213,14 @@ class HumanOutput:
             hint = self._approve_command
             title = f"MCP servers of {self._where}" if self._where else "MCP servers"
             unread = bool(self._host.settings.errors)
-            render_status(self._console, self._host.server_views(), title=title, approve_hint=hint, unreadable=unread)
+            render_status(
+                self._console,
+                self._host.server_views(),
+                title=title,
+                approve_hint=hint,
+                login_hint=self._login_command,
+                unreadable=unread,
+            )
             render_lsp_status(self._console, self._host.lsp.views())
             if self._on_ready is not None:
                 self._on_ready()
