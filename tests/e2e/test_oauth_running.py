@@ -17,10 +17,11 @@ import pytest
 
 from mcpvisor.core.errors import ToolNotFoundError
 from mcpvisor.host.host import Host, HostOptions, SettingsWarning
+from mcpvisor.host.oauth_store import TokenStore
 from mcpvisor.host.paths import named_home
 from mcpvisor.host.status import home_words
 from tests.e2e.test_oauth import Server, cli, setup, start_server, store_path
-from tests.helpers import LIGHT, wait_until
+from tests.helpers import LIGHT, free_port, wait_until
 from tests.shell.test_shell import save, shell
 
 
@@ -132,3 +133,28 @@ async def test_the_status_table_of_a_gateway_names_the_workspace_in_its_sign_in_
         await wait_until(lambda: "needs authentication" in console.export_text(clear=False), what="the table")
     fix = f"{home_words(named_home(layout.env))}mcpvisor mcp login --workspace {layout.root} sec"
     assert f"sec · 🔒 needs authentication — run: {fix}" in console.export_text()
+
+
+async def test_an_authorization_server_that_cannot_be_reached_to_refresh_is_named_not_the_mcp_server(
+    tmp_path: Path, short_lived: Server
+) -> None:
+    """The authorization server that issued the sign-in is down when the expired token is to be refreshed: the
+    error named the MCP server's URL ("All connection attempts failed (reaching http://…/mcp)"), which answers
+    fine; it names the authorization server, and the server is tried again."""
+    server = short_lived
+    layout = setup(tmp_path, server)
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    down = free_port()
+    [(key, record)] = json.loads(store_path(layout).read_text()).items()
+    record["authorization_server"]["token_endpoint"] = f"http://127.0.0.1:{down}/token"
+    TokenStore(store_path(layout)).update(key, authorization_server=record["authorization_server"])
+    await wait_until(lambda: expires_at(store_path(layout)) < time.time(), what="the access token to expire")
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+        manager = host.config.manager
+        await wait_until(lambda: manager.clients()["sec"].status == "disconnected", what="sec down")
+        client = manager.clients()["sec"]
+        assert client.last_error is not None
+        assert f"its authorization server http://127.0.0.1:{down} cannot be reached" in client.last_error
+        assert server.url not in client.last_error
+        assert not client.needs_auth
+        assert "sec" in manager._reconnects  # tried again, as a server that cannot be reached

@@ -253,6 +253,9 @@ def explain_start_failure(
             f"the server needs authentication ({cfg.target()} answered 401/403); sign in with: "
             f"mcpvisor mcp login {name_word(name)} (or put the credentials it expects in mcpServers.{name}.headers)"
         )
+    for leaf in flatten(exc):  # another origin than the server's is its sign-in's (e.g. a refresh): that one is down
+        if (origin := _unreachable_origin(leaf)) is not None and origin != _origin_of(cfg.http_url or cfg.url):
+            return f"its authorization server {origin} cannot be reached ({leaf}); try again later"
     for leaf in flatten(exc):
         if isinstance(leaf, ConnectError):
             return str(leaf).split(": ", 1)[-1]
@@ -337,6 +340,19 @@ def _unreachable_origin(leaf: BaseException) -> str | None:
     except (AttributeError, RuntimeError):  # httpx raises RuntimeError when no request is attached
         return None
     return f"{url.scheme}://{url.netloc.decode() if isinstance(url.netloc, bytes) else url.netloc}"
+
+
+def _origin_of(url: str | None) -> str | None:
+    """``scheme://host[:port]`` of ``url`` as :func:`_unreachable_origin` writes it (a default port left out)."""
+    if url is None:
+        return None
+    import httpx2
+
+    try:
+        parsed = httpx2.URL(url)
+    except (httpx2.InvalidURL, TypeError):
+        return None
+    return f"{parsed.scheme}://{parsed.netloc.decode() if isinstance(parsed.netloc, bytes) else parsed.netloc}"
 
 
 def describe_failure(exc: BaseException) -> str:
