@@ -16,12 +16,15 @@ import anyio
 import pytest
 
 from mcpvisor.core.errors import ToolNotFoundError
+from mcpvisor.gateway.workspaces import WorkspaceGateway
 from mcpvisor.host.host import Host, HostOptions, SettingsWarning
 from mcpvisor.host.oauth_store import TokenStore
 from mcpvisor.host.paths import named_home
 from mcpvisor.host.status import home_words
-from tests.e2e.test_oauth import Server, cli, setup, start_server, store_path
+from tests.e2e.test_oauth import Server, cli, setup, start_server, store_path, text_of
+from tests.gateway.test_workspaces import client_for
 from tests.helpers import LIGHT, free_port, wait_until
+from tests.layout import Layout
 from tests.shell.test_shell import save, shell
 
 
@@ -158,3 +161,37 @@ async def test_an_authorization_server_that_cannot_be_reached_to_refresh_is_name
         assert server.url not in client.last_error
         assert not client.needs_auth
         assert "sec" in manager._reconnects  # tried again, as a server that cannot be reached
+
+
+async def see_a_sign_in(layout: Layout, host: Host) -> None:
+    """``mcpvisor mcp login sec``, then wait until ``host`` has heard of the token store's change."""
+    seen = host.tokens.generation
+    login = await anyio.to_thread.run_sync(partial(cli, layout, "mcp", "login", "sec"))
+    assert login.returncode == 0, login.stderr
+    await wait_until(lambda: host.tokens.generation != seen, what="the host to see the token store change")
+
+
+async def test_a_wider_sign_in_serves_the_refused_call_through_a_gateway_of_per_client_workspaces(
+    tmp_path: Path,
+) -> None:
+    """``serve --http --per-client-workspaces``: a call refused for want of scope, then ``mcp login``; the same call
+    is refused again — its connection (the gateway's, shared between workspaces) went on with the narrower token,
+    never told of the new sign-in, which each workspace's host heard of in a token store of its own."""
+    for server in start_server(tmp_path, "--tools", "echo,admin", "--needs-scope", "admin=mcp:write"):
+        layout = setup(tmp_path, server)
+        assert cli(layout, "mcp", "login", "sec").returncode == 0
+        hosts: list[Host] = []
+        options = HostOptions(env=layout.env, workspace=layout.root)
+        async with WorkspaceGateway(options, on_open=hosts.append) as gateway, anyio.create_task_group() as tg:
+            url = await tg.start(gateway.serve_http, "127.0.0.1", 0)
+            async with client_for(url, None) as client:
+                refused = await client.call_tool("mcp__sec__admin", {})
+                assert refused.is_error
+                assert "needs a wider sign-in (mcp:write)" in text_of(refused)
+                assert text_of(await client.call_tool("mcp__sec__echo", {"text": "a"})) == "secure:echo:a"
+                [host] = hosts
+                await see_a_sign_in(layout, host)
+                result = await client.call_tool("mcp__sec__admin", {})
+                assert not result.is_error, text_of(result)
+                assert text_of(result) == "secure:admin:"
+            tg.cancel_scope.cancel()

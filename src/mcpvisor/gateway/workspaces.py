@@ -173,6 +173,7 @@ class WorkspaceGateway(StackOwner):
         self._tg: anyio.abc.TaskGroup | None = None
         self._pool: McpConnectionPool | None = None
         self._log_dir = Path()
+        self._tokens: TokenStore | None = None
         self._stack: AsyncExitStack | None = None
         self._closing = False
         self._draining = False
@@ -186,6 +187,9 @@ class WorkspaceGateway(StackOwner):
             check_workspace_root(self._workspace_root, paths.home(self._options.env))
         async with AsyncExitStack() as stack:
             log_dir = self._log_dir = self._options.log_dir or paths.log_dir(self._options.env)
+            # One store for the shared connections and every workspace's host: a sign-in a host hears of (its
+            # watcher) reaches the connections' next requests.
+            self._tokens = self._options.tokens or TokenStore(paths.oauth_tokens_path(self._options.env))
             # Connections are shared between workspaces: their size limit is the gateway's own workspace's.
             max_bytes = (
                 self._options.max_message_bytes
@@ -196,9 +200,7 @@ class WorkspaceGateway(StackOwner):
                     ConnectionOptions(
                         log_dir=log_dir,
                         max_concurrent_starts=self._options.max_concurrent_starts,
-                        http_auth=http_auth_for(
-                            self._options.tokens or TokenStore(paths.oauth_tokens_path(self._options.env))
-                        ),
+                        http_auth=http_auth_for(self._tokens),
                         client_requests=self._options.client_requests,
                         max_message_bytes=max_bytes,
                         in_memory=self._options.in_memory,
@@ -302,6 +304,7 @@ class WorkspaceGateway(StackOwner):
             own = (*own, *(s for s in ("workspace", "project", "lsp_project") if s not in own))
         options = dataclasses.replace(
             self._options,
+            tokens=self._tokens,
             watched_scopes=own,
             workspace=workspace.root,
             pool=self._pool,
