@@ -14,6 +14,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from mcp.client.subscriptions import ToolsListChanged
 
 from mcpvisor.core.errors import ToolNotFoundError
 from mcpvisor.gateway.workspaces import WorkspaceGateway
@@ -22,8 +23,9 @@ from mcpvisor.host.oauth_store import TokenStore
 from mcpvisor.host.paths import named_home
 from mcpvisor.host.status import home_words
 from tests.e2e.test_oauth import Server, cli, setup, start_server, store_path, text_of
+from tests.gateway.test_gateway import Notices, next_event, tool_names
 from tests.gateway.test_workspaces import client_for
-from tests.helpers import LIGHT, free_port, wait_until
+from tests.helpers import LIGHT, WAIT_S, free_port, wait_until
 from tests.layout import Layout
 from tests.shell.test_shell import save, shell
 
@@ -195,3 +197,39 @@ async def test_a_wider_sign_in_serves_the_refused_call_through_a_gateway_of_per_
                 assert not result.is_error, text_of(result)
                 assert text_of(result) == "secure:admin:"
             tg.cancel_scope.cancel()
+
+
+async def test_a_sign_out_ends_a_connection_shared_between_workspaces_at_once(tmp_path: Path, server: Server) -> None:
+    """``mcpvisor mcp logout`` while ``serve --http --per-client-workspaces`` serves two workspaces that share the
+    server's connection: each workspace's host restarted the server, and each restart found the connection still
+    held by the other workspace — it went on, signed in in memory, its tools served and no list_changed sent,
+    until a call was refused."""
+    layout = setup(tmp_path, server)
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    other = layout.home / "other"
+    other.mkdir()
+    hosts: list[Host] = []
+    notices = Notices()
+    options = HostOptions(env=layout.env, workspace=layout.root)
+    async with WorkspaceGateway(options, on_open=hosts.append) as gateway, anyio.create_task_group() as tg:
+        url = await tg.start(gateway.serve_http, "127.0.0.1", 0)
+        async with (
+            client_for(url, None, mode="legacy", message_handler=notices) as here,
+            client_for(url, other) as there,
+            there.listen(tools_list_changed=True) as subscription,
+        ):
+            for client in (here, there):
+                assert text_of(await client.call_tool("mcp__sec__echo", {"text": "a"})) == "secure:echo:a"
+            assert len(hosts) == 2
+            logout = await anyio.to_thread.run_sync(partial(cli, layout, "mcp", "logout", "sec"))
+            assert logout.returncode == 0, logout.stderr
+            await notices.wait_for(tools=1)
+            assert isinstance(await next_event(subscription), ToolsListChanged)
+            for client in (here, there):
+                with anyio.fail_after(WAIT_S):  # (a list_changed for the start that fails may come later still)
+                    while "mcp__sec__echo" in await tool_names(client):  # noqa: ASYNC110 - what is served is the state
+                        await anyio.sleep(0.05)
+                missing = await client.call_tool("mcp__sec__echo", {"text": "b"})
+                assert missing.is_error
+                assert "mcpvisor mcp login sec" in text_of(missing)
+        tg.cancel_scope.cancel()

@@ -312,8 +312,7 @@ class Host(StackOwner):
     async def _on_settings_changed(self, event: SettingsChanged) -> None:
         if event.scope == "tokens":  # signed in elsewhere: connected servers use the stored sign-in next
             self.tokens.note_sign_ins_changed()
-            if gone := self._signed.signed_out(self.tokens, self.state.assembled.servers):  # signed out elsewhere:
-                await self.config.restart_mcp_servers(gone)  # their connections end; they come back needing one
+            self._signed.end_signed_out(self.tokens, self.state.assembled.servers, self.config.manager.clients())
         if event.scope in ("user", "workspace", "project") and event.scope in self.options.watched_scopes:
             path = self.settings.paths.of(event.scope)
             if not await anyio.Path(path).exists():

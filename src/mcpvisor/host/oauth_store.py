@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from mcp.shared.auth import OAuthClientInformationFull, OAuthMetadata, OAuthToken
     from pydantic import BaseModel
 
+    from mcpvisor.core.client import McpClient
+
 __all__ = [
     "FileTokenStorage",
     "RefreshTurn",
@@ -288,6 +290,15 @@ class SignedIn:
         """Those of ``servers`` signed in at the last look and no longer; this look is the next one's last."""
         before, self._names = self._names, frozenset(sign_ins(store, servers))
         return before - self._names
+
+    def end_signed_out(
+        self, store: TokenStore, servers: Mapping[str, McpServerConfig], clients: Mapping[str, McpClient]
+    ) -> None:
+        """End the connections of those of ``servers`` signed out since the last look, for every session holding
+        one (a restart would leave a connection another workspace holds); reconnected, they need a sign-in."""
+        for name in self.signed_out(store, servers):
+            if (client := clients.get(name)) is not None:
+                client.mark_lost(f"server {name!r} was signed out — run: mcpvisor mcp login {name_word(name)}")
 
 
 M = TypeVar("M", bound="BaseModel")
