@@ -94,8 +94,11 @@ async def shell(
     project: Any = None,
     open_url: Callable[[str], bool] | None = None,
     startup_wait_s: float | None = None,
+    home: str | None = None,
 ) -> AsyncIterator[Shell]:
-    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    """``home``: an ``MCPVISOR_HOME`` of that name, elsewhere than ``~/.mcpvisor``."""
+    other_home = {"MCPVISOR_HOME": str(tmp_path / home)} if home else {}
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"), **other_home)
     if user is not None:
         save(layout.paths.user, user)
     if project is not None:
@@ -440,6 +443,21 @@ async def test_reload_rereads_the_files(tmp_path: Path) -> None:
         replace_text(s.layout.paths.user, '{\n "mcpServers": {')
         out = await s.run("/reload", "✗ settings re-read, but a file does not parse")
         assert "✓" not in out
+
+
+async def test_the_approve_command_the_session_prints_decides_in_its_own_home(tmp_path: Path) -> None:
+    """With MCPVISOR_HOME naming another folder than ~/.mcpvisor, the status shown at the start, and a rejection made
+    elsewhere, said 'run: mcpvisor mcp approve --workspace WS NAME': pasted in another terminal, it decided in
+    ~/.mcpvisor, which the session never reads, and said it had. It carries MCPVISOR_HOME=HOME, as run's does."""
+    async with shell(tmp_path, project={"mcpServers": {"proj": server("proj")}}, home="elsewhere") as s:
+        home = s.layout.env["MCPVISOR_HOME"]
+        command = f"MCPVISOR_HOME={home} mcpvisor mcp approve --workspace {s.layout.root} proj"
+        await s.wait_for(f"proj · ? needs approval — run: {command}")  # (a line the table wrapped)
+        since = s.mark()
+        cfg = s.layout.settings().project.servers["proj"].config
+        ApprovalStore(s.layout.paths.approvals).reject(s.layout.root, "proj", cfg)  # as `mcp reject` elsewhere
+        await s.wait_for(f"✗ proj rejected — edit its config to be asked again, or approve it after all: {command}")
+        assert "run: mcpvisor" not in s.text(since)
 
 
 # -- leaving ----------------------------------------------------------------------------------

@@ -31,8 +31,8 @@ from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpPromptsChange
 from mcpvisor.host.lsp.config import LSP_KEY_PREFIX
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged
 from mcpvisor.host.oauth_store import sign_ins
-from mcpvisor.host.paths import user_dir
-from mcpvisor.host.status import plural
+from mcpvisor.host.paths import named_home, user_dir
+from mcpvisor.host.status import APPROVE_HINT, in_home, plural
 from mcpvisor.shell.commands import (
     ALIASES,
     BUILTIN_COMMANDS,
@@ -114,7 +114,9 @@ class ShellSession:
         self.console = console
         self._open_url = open_url if open_url is not None else open_in_browser
         self.screen = Screen(console, prompt=lambda: ANSWER_PROMPT if self.dialog.asked is not None else PROMPT)
-        self._output = HumanOutput(host, console, on_ready=self._on_ready)
+        # What it prints to paste in another terminal decides in this session's home, as run's does.
+        approve_command = in_home(APPROVE_HINT, named_home(host.options.env))
+        self._output = HumanOutput(host, console, on_ready=self._on_ready, approve_command=approve_command)
         self._ready = False
         self._started = False
         self._gated: dict[str, str] = {}
