@@ -156,3 +156,22 @@ def test_output_piped_to_a_reader_that_stops_reading_ends_the_shell_without_a_tr
         err = process.stderr.read().decode()
         assert process.wait(timeout=WAIT_S) == 1
     assert "Traceback" not in err, err
+
+
+def test_a_commands_output_piped_to_a_reader_that_stopped_reading_ends_it_without_a_traceback(layout: Layout) -> None:
+    """``mcpvisor status | head -1``: the rows printed once the servers were connected found the pipe closed, and
+    rich's exit on a broken pipe came out of the task groups as a page of exception-group traceback on the
+    terminal. The command ends with exit code 1 and nothing on stderr but what it said before."""
+    env = {**os.environ, **layout.env, "MCPVISOR_LOG_DIR": str(layout.home / "logs")}
+    with subprocess.Popen(
+        [sys.executable, "-m", "mcpvisor", "status", "--workspace", str(layout.root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    ) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        process.stdout.close()  # as head does once it has its line
+        err = process.stderr.read().decode()
+        assert process.wait(timeout=WAIT_S) == 1
+    assert "Traceback" not in err, err

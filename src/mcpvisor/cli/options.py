@@ -180,6 +180,19 @@ def own_error(exc: BaseException) -> McpvisorError | None:
     return None
 
 
+def _exit_of(exc: BaseException) -> SystemExit | None:
+    """The ``SystemExit`` task groups wrapped in ``exc`` when it holds nothing else."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return None
+    exits, rest = exc.split(SystemExit)
+    if exits is None or rest is not None:
+        return None
+    first: BaseException = exits
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first if isinstance(first, SystemExit) else None
+
+
 @contextmanager
 def reported(*, json_events: bool = False, json_problems: bool = False) -> Iterator[None]:
     """Turn mcpvisor's own errors into one red line on stderr and exit code 1; with ``json_events`` (a command
@@ -190,6 +203,8 @@ def reported(*, json_events: bool = False, json_problems: bool = False) -> Itera
     except (McpvisorError, BaseExceptionGroup) as exc:
         own = own_error(exc)
         if own is None:
+            if (ended := _exit_of(exc)) is not None:
+                raise ended from None  # (rich exits so when its output's reader is gone: no traceback for that)
             raise
         if json_events:
             typer.echo(json.dumps({"event": "error", "message": str(own), "fatal": True}))
