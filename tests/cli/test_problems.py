@@ -538,3 +538,21 @@ def test_a_relative_mcpvisor_home_is_carried_as_the_folder_it_names(
     assert named_home({**home, "MCPVISOR_HOME": "relhome"}) == str(tmp_path / "relhome")
     assert named_home({**home, "MCPVISOR_HOME": "~/elsewhere"}) == "~/elsewhere"
     assert named_home({**home, "MCPVISOR_HOME": str(tmp_path / "home" / ".mcpvisor")}) is None
+
+
+def test_a_server_whose_name_holds_half_a_surrogate_pair_is_skipped_with_a_warning_not_a_traceback(
+    layout: Layout,
+) -> None:
+    """JSON may spell half of a UTF-16 surrogate pair in a key ("a\\ud800"): that is no character, and a
+    repository's .mcp.json server so named made status and mcp list fail with a UnicodeEncodeError traceback
+    (they could not write its row), hiding every other server."""
+    layout.paths.project.write_text('{"mcpServers": {"a\\ud800": {"command": "x"}, "b": {"command": "x"}}}')
+    skipped = (
+        f"skipped MCP server 'a\\ud800' in {layout.paths.project}: its name holds \\ud800, half of a surrogate pair"
+    )
+    for command in ("status", "mcp list"):
+        code, out = invoke(layout, *command.split())
+        said = " ".join(out.split())
+        assert code == 0, command
+        assert skipped in said, command
+        assert "b · ? needs approval" in said, command

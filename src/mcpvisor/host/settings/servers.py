@@ -53,7 +53,13 @@ approved, and take over calls, allow-lists and instructions that name them once 
 def unshowable_name(name: str) -> str | None:
     """Why ``name`` cannot name a server, when it holds a control character (a line break, a tab, an escape), a
     line or paragraph separator, or an invisible one (zero-width, a bidirectional override): shown, it would split
-    the line it is on or read as another name. None: it may name one."""
+    the line it is on or read as another name; or half of a UTF-16 surrogate pair (JSON may spell ``\\ud800``),
+    which is no character and cannot be written out at all. None: it may name one."""
+    halves = dict.fromkeys(ascii(c)[1:-1] for c in name if unicodedata.category(c) == "Cs")
+    if halves:
+        return (
+            f"its name holds {', '.join(halves)}, half of a surrogate pair, which is no character and cannot be shown"
+        )
     odd = dict.fromkeys(ascii(c)[1:-1] for c in name if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp"))
     return f"its name holds {', '.join(odd)}, which would show it as another name or split its line" if odd else None
 
