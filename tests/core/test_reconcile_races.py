@@ -188,13 +188,13 @@ async def test_a_pass_while_a_restart_stops_the_old_process_decides_about_the_ne
         await config.initialize()
         old = marker_pids(marker)  # the server and a child of its group that ignores SIGTERM too
         old_alive_at_start: list[bool] = []
-        config.events.subscribe(
-            lambda e: (
+
+        def on_event(e: McpEvent) -> None:  # a connection of x starting (what is said of x reads so sooner)
+            client = config.manager.get_client("x")
+            if isinstance(e, McpClientUpdate) and e.server == "x" and client and client.status == "connecting":
                 old_alive_at_start.append(any(pid_alive(pid) for pid in old))
-                if isinstance(e, ServerStateChanged) and e.server == "x" and e.status == "connecting"
-                else None
-            )
-        )
+
+        config.events.subscribe(on_event)
         planned = passes_planned(config)
         async with anyio.create_task_group() as tg:
             tg.start_soon(config.reinitialize_mcp_servers, {"x": x("--tools", "echo,more")})
@@ -268,3 +268,39 @@ async def test_a_server_removed_while_slow_to_stop_leaves_the_name_to_the_tools_
         assert set(config.tool_registry.names()) == {"mcp__x__own", "mcp__n__echo"}
         result = await config.call_tool("mcp__x__own", {})
         assert result.content[0].text == "in process: own"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("how", ["changed", "restarted"])
+@pytest.mark.parametrize("pooled", [True, False], ids=["pool", "no pool"])
+async def test_a_server_restarting_while_its_old_process_stops_is_not_said_connected_with_its_old_tools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pooled: bool, how: str
+) -> None:
+    """A restart (its entry changed, or restart_mcp_servers) takes the old tools at once, then waits for the old
+    process to stop, slowly here: what was said of the server (run --json's server events, the snapshot) still
+    read connected with those tools all that time, while the tools were gone and the pass reported it starting."""
+    monkeypatch.setattr(processes, "TERMINATE_GRACE_S", 15.0)  # the old process ignores SIGTERM: 15 s to stop
+    marker = tmp_path / "x.pids"
+
+    def x(*args: str) -> McpServerConfig:
+        return light("x", "--stubborn", "--marker", str(marker), *args)
+
+    later = x("--tools", "echo,more") if how == "changed" else x()
+    async with running(tmp_path, pooled=pooled) as config:
+        config.set_mcp_servers({"x": x()})
+        await config.initialize()
+        old = marker_pids(marker)  # the server and a child of its group that ignores SIGTERM too
+        said: list[ServerStateChanged] = []
+        config.events.subscribe(lambda e: said.append(e) if isinstance(e, ServerStateChanged) else None)
+        async with anyio.create_task_group() as tg:
+            if how == "changed":
+                tg.start_soon(config.reinitialize_mcp_servers, {"x": later})
+            else:
+                tg.start_soon(config.restart_mcp_servers)
+            await wait_until(lambda: not config.tool_registry.names(), what="x's old tools to go")
+            assert all(pid_alive(pid) for pid in old)  # the old process is still stopping
+            state = config.manager.snapshot()["x"]
+            assert (state.status, state.tools) == ("connecting", ())
+        await wait_until(lambda: "x" in config.manager.clients(), what="x's new connection")
+        await wait_until(lambda: config.manager.snapshot()["x"].status == "connected", what="x connected")
+        assert not any(pid_alive(pid) for pid in old)  # the old process went first
+        assert [(e.status, e.tools) for e in said][0] == ("connecting", ())  # said as the old tools went

@@ -212,7 +212,7 @@ class McpClientManager:
         stopped = frozenset(self._clients if names is None else self._clients.keys() & set(names))
         async with anyio.create_task_group() as tg:
             for name in stopped:
-                tg.start_soon(partial(self._stop, name, reason=None))
+                tg.start_soon(partial(self._stop, name, reason=None, restarting=True))
         return await self._apply_plan(restarting=stopped)
 
     async def remove_server(self, name: str) -> None:
@@ -231,7 +231,7 @@ class McpClientManager:
 
     async def _restart_one(self, name: str, cfg: McpServerConfig, failed: dict[str, str], decided: int) -> None:
         """The old process goes first (a stateful server may hold a port or a lock), then the new one."""
-        await self._stop(name, reason=None)
+        await self._stop(name, reason=None, restarting=True)
         await self._connect_one(name, cfg, failed, decided)
 
     def _superseded(self, name: str, decided: int | None) -> bool:  # a later pass decided (None: no pass's job)
@@ -349,9 +349,10 @@ class McpClientManager:
         with self._stopping.of(client.name):
             await (self._pool.release(self._session_id, client) if self._pool else client.aclose(ending=self._closed))
 
-    async def _stop(self, name: str, *, reason: str | None, forget: bool = False) -> None:
+    async def _stop(self, name: str, *, reason: str | None, forget: bool = False, restarting: bool = False) -> None:
         """Stop ``name``: its tools and prompts go at once (its process may take seconds to stop), and so does its
-        state (``reason``: why it is down; ``forget``: none is kept), before a later pass says anything of it."""
+        state (``reason``: why it is down; ``forget``: none is kept; ``restarting``: it reads as connecting), before a
+        later pass says anything of it."""
         self._cancel_reconnect(name)
         self._quick_stops.pop(name, None)  # a deliberate stop or restart starts the count afresh
         self._up_since.pop(name, None)
@@ -360,8 +361,8 @@ class McpClientManager:
         self._purge(name)
         if forget:
             self._states.removed(name)
-        elif reason is not None:
-            self._publish_state(name, reason=reason)
+        elif reason is not None or restarting:
+            self._publish_state(name, reason=reason, restarting=restarting)
         if client is not None:
             self.disconnect_count += 1
             await self._close(client)
@@ -482,11 +483,13 @@ class McpClientManager:
 
     # -- visible state -----------------------------------------------------------------------
 
-    def _publish_state(self, name: str, *, reason: str | None = None) -> None:
+    def _publish_state(self, name: str, *, reason: str | None = None, restarting: bool = False) -> None:
         for renamed in self._tools.take_renamed() - {name}:  # their tools renamed by this one's coming
             self._publish_state(renamed)
         client = self._clients.get(name)
         status, error = (client.status, client.last_error) if client is not None else (None, None)
+        if restarting and client is None:  # its new connection comes once the old one is gone
+            status = "connecting"
         state = server_state(name, status, error, self._tools, self._prompts, self._held.get(name), reason=reason)
         self._states.say(state)
 
