@@ -304,3 +304,27 @@ async def test_a_server_restarting_while_its_old_process_stops_is_not_said_conne
         await wait_until(lambda: config.manager.snapshot()["x"].status == "connected", what="x connected")
         assert not any(pid_alive(pid) for pid in old)  # the old process went first
         assert [(e.status, e.tools) for e in said][0] == ("connecting", ())  # said as the old tools went
+
+
+async def test_a_reconcile_asked_for_while_a_restart_stops_its_servers_does_not_wait_for_their_handshakes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """restart_mcp_servers stops every server first (x slowly here), then starts them again (h now hangs in its
+    handshake). A reconcile asked for while the restart still stopped them was lost on the way: the restart's
+    pass waited for h until its discovery timeout, and the added server n with it."""
+    monkeypatch.setattr(processes, "TERMINATE_GRACE_S", 3.0)  # x ignores SIGTERM: seconds to stop
+    hold = tmp_path / "hold"
+    script = f'if [ -f "{hold}" ]; then exec sleep 600; fi; exec "{sys.executable}" -m {LIGHT} --name h'
+    h = McpServerConfig.model_validate({"command": "/bin/sh", "args": ["-c", script], "discoveryTimeoutMs": 25_000})
+    servers = {"x": light("x", "--stubborn"), "h": h}
+    async with running(tmp_path, pooled=False) as config:
+        config.set_mcp_servers(servers)
+        await config.initialize()
+        hold.touch()  # h's next start never answers its handshake
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(config.restart_mcp_servers)
+            await wait_until(lambda: not config.tool_registry.names(), what="the restart to stop x and h")
+            await config.reinitialize_mcp_servers({**servers, "n": light("n")})
+            assert config.manager.clients()["n"].status == "connected"
+            assert config.manager.clients()["h"].status == "connecting"  # its handshake did not hold the reconcile
+            tg.cancel_scope.cancel()

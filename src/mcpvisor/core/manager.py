@@ -126,6 +126,7 @@ class McpClientManager:
     async def discover_all_mcp_tools_incremental(self) -> ReconcileFinished:
         """Bring the live connections in line with the config, touching only what changed. With a pool (SPEC §5.5)
         the same plan applies, gating first: an excluded or pending server never reaches ``acquire``."""
+        self._another_pass = anyio.Event()
         return await self._apply_plan()
 
     async def _apply_plan(self, restarting: frozenset[str] = frozenset()) -> ReconcileFinished:
@@ -134,7 +135,6 @@ class McpClientManager:
         if self._closed or (not self._config.is_trusted_folder() and not self._clients):
             return ReconcileFinished()
         started_at = time.perf_counter()
-        self._another_pass = anyio.Event()
         self._events.emit(McpClientUpdate(in_progress=True))
         plan = self.plan()
         desired = self._config.get_mcp_servers()
@@ -209,6 +209,7 @@ class McpClientManager:
 
     async def restart_mcp_servers(self, names: Iterable[str] | None = None) -> ReconcileFinished:
         """Stop and reconnect ``names`` of those connected (all: a full wipe, an explicit request or a baseline)."""
+        self._another_pass = anyio.Event()  # before the stops: a pass asked for while they run is heard
         stopped = frozenset(self._clients if names is None else self._clients.keys() & set(names))
         async with anyio.create_task_group() as tg:
             for name in stopped:
