@@ -328,3 +328,35 @@ async def test_a_reconcile_asked_for_while_a_restart_stops_its_servers_does_not_
             assert config.manager.clients()["n"].status == "connected"
             assert config.manager.clients()["h"].status == "connecting"  # its handshake did not hold the reconcile
             tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("then", ["removed again", "excluded"])
+async def test_a_pass_that_stops_a_server_added_back_while_its_old_process_stops_does_not_wait_for_that_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str
+) -> None:
+    """x is removed (its process slow to stop), added back (its start waits for the old process), then removed or
+    excluded again: that last pass had nothing of its own to stop, yet it waited for the first removal's stop to
+    end, as a stop of the same name, as long as no other pass was asked for."""
+    monkeypatch.setattr(processes, "TERMINATE_GRACE_S", 15.0)  # the process ignores SIGTERM: 15 s to stop
+    marker = tmp_path / "x.pids"
+    x = light("x", "--stubborn", "--marker", str(marker))
+    async with running(tmp_path, pooled=False) as config:
+        config.set_mcp_servers({"x": x, "r": light("r")})
+        await config.initialize()
+        old = marker_pids(marker)  # the server and a child of its group that ignores SIGTERM too
+        async with anyio.create_task_group() as tg:
+            planned = passes_planned(config)
+            tg.start_soon(config.reinitialize_mcp_servers, {"r": light("r")})
+            await planned.wait()  # x's removal: its process is stopping
+            planned = passes_planned(config)
+            tg.start_soon(config.reinitialize_mcp_servers, {"x": x, "r": light("r")})
+            await planned.wait()  # x added back: its start waits for the old process
+            if then == "excluded":
+                config.set_excluded_mcp_servers(["x"])
+                await config.reinitialize_mcp_servers({"x": x, "r": light("r")})
+            else:
+                await config.reinitialize_mcp_servers({"r": light("r")})
+            assert all(pid_alive(pid) for pid in old)  # the pass did not wait for the old process
+        assert "x" not in config.manager.clients()
+        assert set(config.tool_registry.names()) == {"mcp__r__echo"}
+        assert ("x" in config.manager.snapshot()) == (then == "excluded")

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
@@ -74,28 +75,36 @@ class Background:
         self._tg = tg
         self.running: dict[str, int] = {}
         """Names of the jobs still running, with how many run under each."""
+        self._live: set[int] = set()  # the jobs still running, by the number :meth:`start` gave each
+        self._numbers = itertools.count()
         self._changed = anyio.Event()
 
-    def start(self, jobs: Mapping[str, Callable[[], Awaitable[None]]]) -> None:
+    def start(self, jobs: Mapping[str, Callable[[], Awaitable[None]]]) -> frozenset[int]:
+        """Start ``jobs``; the numbers of those started, for :meth:`over` (a name may have earlier jobs running)."""
+        numbers = []
         for name, job in jobs.items():
             self.running[name] = self.running.get(name, 0) + 1
-            self._tg.start_soon(self._run, name, job)
+            numbers.append(number := next(self._numbers))
+            self._live.add(number)
+            self._tg.start_soon(self._run, name, number, job)
+        return frozenset(numbers)
 
-    async def _run(self, name: str, job: Callable[[], Awaitable[None]]) -> None:
+    async def _run(self, name: str, number: int, job: Callable[[], Awaitable[None]]) -> None:
         try:
             await job()
         except Exception:
             logger.exception("%s failed", name)
         finally:
+            self._live.discard(number)
             self.running[name] -= 1
             if not self.running[name]:
                 del self.running[name]
             self._changed.set()
             self._changed = anyio.Event()
 
-    async def over(self, names: Collection[str] | None, asked: Callable[[], bool]) -> None:
-        """Return once no job of ``names`` (None: no job at all) runs, or once ``asked()``."""
-        while (self.running.keys() & names if names is not None else self.running) and not asked():  # noqa: ASYNC110 - polls: ms at a time
+    async def over(self, jobs: Collection[int] | None, asked: Callable[[], bool]) -> None:
+        """Return once none of ``jobs`` (numbered by :meth:`start`; None: no job at all) runs, or once ``asked()``."""
+        while (self._live.intersection(jobs) if jobs is not None else self._live) and not asked():  # noqa: ASYNC110 - polls: ms at a time
             await anyio.sleep(0.01)
 
     async def wait(self, stop_waiting: Callable[[], Awaitable[None]]) -> set[str]:

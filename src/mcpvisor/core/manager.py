@@ -180,10 +180,10 @@ class McpClientManager:
         # other server, only the pass's end, and that only until another pass is asked for (it starts meanwhile).
         stops = {n: partial(self.remove_server, n) for n in plan.remove}
         stops |= {n: partial(self._stop, n, reason=reason) for n, reason in plan.gate_stop.items()}
-        self._stops.start(stops)
-        self._background.start(jobs)  # also waited for: starts an earlier pass left running
-        starting = await self._background.wait(partial(self._detachable, frozenset(jobs)))
-        await self._stops.wait(partial(self._stops.over, frozenset(stops), self._another_pass.is_set))
+        own_stops = self._stops.start(stops)  # (not an earlier pass's stop of the same name, still running)
+        own_starts = self._background.start(jobs)  # also waited for: starts an earlier pass left running
+        starting = await self._background.wait(partial(self._detachable, own_starts))
+        await self._stops.wait(partial(self._stops.over, own_stops, self._another_pass.is_set))
 
         self._failed = (
             self._failed - set(plan.remove) - set(plan.gate_stop) - set(plan.start) - set(plan.restart)
@@ -199,7 +199,7 @@ class McpClientManager:
     def ask_another_pass(self) -> None:  # another reconcile waits: a slow handshake must not hold it up
         self._another_pass.set()
 
-    async def _detachable(self, mine: frozenset[str]) -> None:  # see EARLIER_STARTS_WAIT_S
+    async def _detachable(self, mine: frozenset[int]) -> None:  # see EARLIER_STARTS_WAIT_S
         asked = self._another_pass.is_set
         await self._background.over(mine, asked)
         with anyio.move_on_after(EARLIER_STARTS_WAIT_S):
