@@ -5,13 +5,14 @@ processes)."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -208,32 +209,53 @@ def test_a_client_that_stops_reading_cannot_keep_the_gateway_from_stopping(tmp_p
     assert not pid_alive(pid)
 
 
+@contextmanager
+def _flooding(process: subprocess.Popen[bytes], line: Callable[[int], bytes], cap: int) -> Iterator[list[int]]:
+    """A client writing ``line(1)``, ``line(2)``, … to the gateway without reading, in a thread, until ``cap`` bytes
+    or its pipe is gone; yields how many bytes it wrote so far. Its end is closed on the way out."""
+    assert process.stdin is not None
+    stdin = process.stdin
+    written = [0]
+
+    def flood() -> None:
+        with contextlib.suppress(OSError):  # (its end closes as the gateway stops)
+            for i in itertools.count(1):
+                if written[0] >= cap:
+                    return
+                data = line(i)
+                stdin.write(data)
+                stdin.flush()
+                written[0] += len(data)
+
+    writer = threading.Thread(target=flood, daemon=True)
+    writer.start()
+    try:
+        yield written
+    finally:
+        if process.poll() is None:
+            process.kill()
+        writer.join(timeout=WAIT_S)
+        with contextlib.suppress(BrokenPipeError):
+            stdin.close()  # (what the writer had buffered no longer reaches anyone)
+
+
+def _line(request: dict[str, Any]) -> bytes:
+    return json.dumps(request).encode() + b"\n"
+
+
 def test_sigterm_with_a_flooding_clients_requests_still_unread_ends_cleanly(tmp_path: Path) -> None:
     """A client writes requests faster than the gateway answers them, and the gateway is stopped: the SDK's stdin
     reader, blocked handing the next line to the session, failed as the session closed, and the gateway ended with
     exit code 1 and a ``BrokenResourceError`` traceback in the client's log."""
     with _gateway(tmp_path) as process:
-        assert process.stdin is not None
         _send(process, *_HELLO)
         _until(process, lambda m: m.get("id") == 0)
-        written = [0]
-
-        def flood() -> None:
-            with contextlib.suppress(OSError):  # (its end closes as the gateway stops)
-                for i in range(1, 1_000_000):
-                    _send(process, _call(i, "echo", text="x" * 200))
-                    written[0] = i
-
-        writer = threading.Thread(target=flood, daemon=True)
-        writer.start()
-        deadline = time.monotonic() + WAIT_S
-        while written[0] < 20_000 and time.monotonic() < deadline:  # more than the session takes meanwhile
-            time.sleep(0.05)
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=WAIT_S) == 0, (tmp_path / "gateway.stderr").read_text()
-        writer.join(timeout=WAIT_S)
-        with contextlib.suppress(BrokenPipeError):
-            process.stdin.close()  # (what the writer had buffered no longer reaches anyone)
+        with _flooding(process, lambda i: _line(_call(i, "echo", text="x" * 200)), cap=1 << 30) as written:
+            deadline = time.monotonic() + WAIT_S
+            while written[0] < 1 << 20 and time.monotonic() < deadline:  # more than the session takes meanwhile
+                time.sleep(0.05)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=WAIT_S) == 0, (tmp_path / "gateway.stderr").read_text()
     said = (tmp_path / "gateway.stderr").read_text()
     assert "Traceback" not in said, said
 
@@ -245,31 +267,15 @@ def test_a_client_writing_faster_than_it_reads_fills_its_pipe_not_the_gateways_m
     refused, and past 1 MiB of lines waiting stdin is no longer read: the client's own pipe fills."""
     cap = 32 << 20
     with _gateway(tmp_path) as process:
-        assert process.stdin is not None
         _send(process, *_HELLO)
         _until(process, lambda m: m.get("id") == 0)
-        written = [0]
-
-        def flood() -> None:
-            line = json.dumps(_call(1, "echo", text="x" * 1000)).encode() + b"\n"
-            with contextlib.suppress(OSError):  # (its end closes as the gateway is killed)
-                while written[0] < cap:
-                    assert process.stdin is not None
-                    process.stdin.write(line)
-                    process.stdin.flush()
-                    written[0] += len(line)
-
-        writer = threading.Thread(target=flood, daemon=True)
-        writer.start()
-        seen = -1
-        while seen != written[0] < cap:  # until the writer is held on a full pipe, or wrote it all
-            seen = written[0]
-            writer.join(timeout=2)
-        assert written[0] < 8 << 20
-        process.kill()
-        writer.join(timeout=WAIT_S)
-        with contextlib.suppress(BrokenPipeError):
-            process.stdin.close()  # (what the writer had buffered no longer reaches anyone)
+        line = _line(_call(1, "echo", text="x" * 1000))
+        with _flooding(process, lambda _: line, cap) as written:
+            seen = -1
+            while seen != written[0] < cap:  # until the writer is held on a full pipe, or wrote it all
+                seen = written[0]
+                time.sleep(2)
+            assert written[0] < 8 << 20
 
 
 def test_past_the_bound_on_requests_in_flight_one_more_is_refused_and_answers_make_room(tmp_path: Path) -> None:
