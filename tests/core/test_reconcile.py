@@ -398,6 +398,27 @@ async def test_tool_not_found_names_the_server_and_the_fix(config: Config) -> No
     assert (missing.value.kind, missing.value.target) == ("prompt", "nope")
 
 
+async def test_a_tool_of_a_server_that_is_down_names_its_log_and_how_to_start_it_again(
+    config: Config, tmp_path: Path
+) -> None:
+    """It said "check its configuration and logs, or /reload": which log, and ``/reload`` is the shell's alone (an
+    agent calling through the gateway, or a library, has none)."""
+    dead = McpServerConfig(
+        command=sys.executable, args=["-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]
+    )
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"dead": dead, "a": light("a")})
+    with pytest.raises(ToolNotFoundError) as info:
+        await config.call_tool("mcp__dead__t")
+    assert info.value.reason == "disconnected"
+    said = str(info.value)
+    assert f"its log: {tmp_path / 'logs' / 'dead.log'}" in said, said
+    assert "the next change to the settings starts it again (in the shell: /reload)" in said, said
+    await config.reinitialize_mcp_servers({"dead": dead, "a": light("a"), "b": light("b")})  # (any change: a pass)
+    assert config.manager.connect_count == 4  # dead was started again
+    assert "boom" in (tmp_path / "logs" / "dead.log").read_text()
+
+
 async def test_not_found_names_a_server_whose_name_registered_names_spell_otherwise(config: Config) -> None:
     """A server named with a dot (or a space, or a long name) has its tools registered under a valid spelling
     with a digest: a tool of it that is missing is still explained by its server, removed or crashed."""

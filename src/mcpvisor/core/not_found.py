@@ -92,7 +92,12 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
         elif client is None or client.status == "disconnected":
             reason = "disconnected"
             error = f" (last error: {client.last_error})" if client is not None and client.last_error else ""
-            text = f"{head} is not connected{error}; check its configuration and logs, or /reload"
+            log = client.log_path if client is not None else None
+            where = f"; its log: {log}" if log is not None and log.is_file() else ""
+            text = (
+                f"{head} is not connected{error}{where}; check its configuration: the next change to the settings "
+                "starts it again (in the shell: /reload)"
+            )
         elif client.status == "connecting":
             reason = "starting"
             text = f"{head} is still starting; retry in a moment"
