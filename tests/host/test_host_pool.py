@@ -150,3 +150,24 @@ async def test_with_a_pool_a_hung_server_holds_the_start_no_longer_than_the_wait
                 assert set(host.config.tool_registry.names()) == {"mcp__fast__echo"}
                 assert host.config.last_reconcile is not None
                 assert host.config.last_reconcile.starting == ("hung",)
+
+
+async def test_with_a_pool_a_server_that_fails_to_start_reads_down_with_its_error(tmp_path: Path) -> None:
+    # As without a pool: its state says it is down and why (status views, `run --json`, the gateway's views).
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    other = layout.root.parent / "ws2"
+    broken = {"command": sys.executable, "args": ["-c", "import sys; sys.exit(3)"]}
+    replace_text(layout.paths.user, json.dumps({"mcpServers": {"broken": broken}}))
+    replace_text(other / ".mcp.json", json.dumps({"mcpServers": {}}))  # creates ws2
+    async with McpConnectionPool(ConnectionOptions(log_dir=tmp_path / "logs")) as pool:
+        one = Host(HostOptions(env=layout.env, workspace=layout.root, watch=False, pool=pool, session_id="one"))
+        two = Host(HostOptions(env=layout.env, workspace=other, watch=False, pool=pool, session_id="two"))
+        async with one, two:
+            for host in (one, two):
+                assert host.config.last_reconcile is not None
+                assert "exited with code 3" in host.config.last_reconcile.failed["broken"]
+                state = host.config.manager.snapshot()["broken"]
+                assert state.status == "disconnected"
+                assert state.error is not None
+                assert "process exited with code 3 during start-up" in state.error
+            assert pool.connections() == {}  # nothing of it is left running

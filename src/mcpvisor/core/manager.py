@@ -29,9 +29,9 @@ from mcpvisor.core.events import (
     ToolsChanged,
 )
 from mcpvisor.core.lifecycle import Background, Stopping
-from mcpvisor.core.pool import default_max_starts
+from mcpvisor.core.pool import PooledStartFailed, default_max_starts
 from mcpvisor.core.processes import SpawnedAhead, loading_sdk
-from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, plan_for
+from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, admitted, plan_for
 from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, admit, server_state
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of, exposure_of
 
@@ -261,6 +261,9 @@ class McpClientManager:
         except ConnectError as exc:
             if self._superseded(name, decided):
                 return  # stopped for a later pass's start: not a failure
+            if isinstance(exc, PooledStartFailed) and name in self._configs and not self._closed:
+                self._clients[name] = exc.client  # kept, down with its error, as a start of its own is
+                self._sync_registry(name)
             failed[name] = str(exc)
             self._failed.add(name)  # also when it failed after its pass was over
             logger.warning("%s", exc)
@@ -329,10 +332,8 @@ class McpClientManager:
         """Whether ``name`` may still start: a start waits (for a slot, a pass, a backoff) and the gating may
         have changed meanwhile — a rejection made elsewhere must stop a start already planned, not follow
         it. A start it stops is the next pass's (the gating change asked for one): that pass says why."""
-        config = self._config
-        if config.is_trusted_folder() and name in config.get_mcp_servers():
-            if config.get_mcp_server_unavailable_reason(name) is None:
-                return True
+        if admitted(self._config, name):
+            return True
         if say:
             logger.info("server %r: not started, no longer admitted", name)
         return False

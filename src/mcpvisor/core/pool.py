@@ -34,7 +34,7 @@ from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, conn
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
 
-__all__ = ["McpConnectionPool", "default_max_starts", "pool_key"]
+__all__ = ["McpConnectionPool", "PooledStartFailed", "default_max_starts", "pool_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,15 @@ def pool_key(session_id: str, name: str, cfg: McpServerConfig) -> str:
     """The pool key: the connection id, or one per session for ``"shared": false`` servers."""
     cid = connection_id_of(name, cfg)
     return cid if cfg.shared is not False else f"{cid}#{session_id}"
+
+
+class PooledStartFailed(ConnectError):
+    """A pooled connection could not be started; ``client`` is the failed one (closed, its ``last_error`` and
+    ``needs_auth`` kept), so that a session shows it down and why, as it does a failed start of its own."""
+
+    def __init__(self, message: str, *, server: str, client: McpClient) -> None:
+        super().__init__(message, server=server)
+        self.client = client
 
 
 @dataclass(eq=False)
@@ -132,7 +141,8 @@ class McpConnectionPool:
     ) -> McpClient:
         """A connected client for ``name``/``cfg``, shared where the connection id matches.
 
-        Raises :class:`ConnectError` if the server cannot be connected; the failed entry is evicted.
+        Raises :class:`PooledStartFailed` (a :class:`ConnectError`) if the server cannot be connected; the failed
+        entry is evicted.
         """
 
         if self._tg is None:
@@ -157,7 +167,7 @@ class McpConnectionPool:
                 raise
             if entry.error is not None:
                 entry.holders.pop(session_id, None)
-                raise ConnectError(entry.error, server=name)
+                raise PooledStartFailed(entry.error, server=name, client=entry.client)
             if self._entries.get(key) is not entry:
                 continue  # its starter gave up (cancelled) before it connected: start it ourselves
             return entry.client
@@ -207,6 +217,8 @@ class McpConnectionPool:
             new.holders.clear()
             with anyio.CancelScope(shield=True):
                 await client.aclose()
+            if new.error is not None:
+                raise PooledStartFailed(new.error, server=name, client=client) from exc
             raise
         finally:
             new.ready.set()

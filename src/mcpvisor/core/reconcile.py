@@ -14,7 +14,7 @@ from mcpvisor.core.events import ReconcileFinished
 from mcpvisor.core.gating import McpGating
 from mcpvisor.core.server_config import Exposure, McpServerConfig, connection_id_of, exposure_of
 
-__all__ = ["DesiredServers", "LiveServer", "ReconcilePlan", "plan_for", "plan_reconcile"]
+__all__ = ["DesiredServers", "LiveServer", "ReconcilePlan", "admitted", "plan_for", "plan_reconcile"]
 
 
 class DesiredServers(Protocol):
@@ -32,6 +32,13 @@ class DesiredServers(Protocol):
     def is_trusted_folder(self) -> bool: ...
 
     def get_mcp_server_unavailable_reason(self, name: str) -> str | None: ...
+
+
+def admitted(config: DesiredServers, name: str) -> bool:
+    """Whether ``name`` may start now: desired, in a trusted folder, and not held back (pending, rejected...)."""
+    if not config.is_trusted_folder() or name not in config.get_mcp_servers():
+        return False
+    return config.get_mcp_server_unavailable_reason(name) is None
 
 
 @dataclass(frozen=True, slots=True)
