@@ -233,3 +233,21 @@ async def test_a_sign_out_ends_a_connection_shared_between_workspaces_at_once(tm
                 assert missing.is_error
                 assert "mcpvisor mcp login sec" in text_of(missing)
         tg.cancel_scope.cancel()
+
+
+async def test_a_sign_in_made_elsewhere_is_not_said_to_fail_before_it_connects(tmp_path: Path, server: Server) -> None:
+    """``mcpvisor mcp login`` while a shell (or a gateway, or ``run``) runs: the sign-in saves its client registration
+    before its tokens, and the host retried the server at that first save, so it said "✗ sec failed to start: the
+    server needs authentication" before "+ connected sec". A save that brings no token retries nothing."""
+    user = {"mcpServers": {"sec": {"type": "http", "url": server.url}}}
+    async with shell(tmp_path, user=user) as s:
+        await s.run("/mcp", "sec · 🔒 needs authentication — run: /login sec")
+        since = s.mark()
+        login = await anyio.to_thread.run_sync(partial(cli, s.layout, "mcp", "login", "sec"))
+        assert login.returncode == 0, login.stderr
+        await s.wait_for("+ connected sec (1 tool)", since)
+        # Another change: once it is said, whatever the passes before it had to say was said.
+        light = {"command": sys.executable, "args": ["-m", LIGHT]}
+        save(s.layout.paths.user, {"mcpServers": {**user["mcpServers"], "b": light}})
+        await s.wait_for("+ added b", since)
+        assert "failed" not in s.text(since), s.text(since)

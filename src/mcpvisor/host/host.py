@@ -229,6 +229,9 @@ class Host(StackOwner):
                     current=lambda: self._state,
                     task_group=reloads,
                     pending=self._pending,
+                    signed_in=lambda: self._signed.follow(  # a new sign-in reconnects what needs it
+                        self.tokens, self.state.assembled.servers, self.config.manager.clients()
+                    ),
                 )
 
                 async def follow_lsp(event: SettingsChanged) -> None:
@@ -249,9 +252,9 @@ class Host(StackOwner):
                 self.watcher.add_change_listener(follow_trust)
                 self.watcher.add_change_listener(self._on_settings_changed)
                 self.watcher.add_error_listener(self._on_settings_error)
-                self.watcher.add_ok_listener(self._on_settings_ok)
+                self.watcher.add_ok_listener(self._pass_on)
                 self.watcher.add_warning_listener(self._on_settings_warning)
-                self.watcher.add_restart_listener(self._on_restart_required)
+                self.watcher.add_restart_listener(self._pass_on)
                 await stack.enter_async_context(self.watcher)
                 watcher = self.watcher
 
@@ -310,16 +313,15 @@ class Host(StackOwner):
             self.emit(event)
 
     async def _on_settings_changed(self, event: SettingsChanged) -> None:
-        if event.scope == "tokens":  # signed in elsewhere: connected servers use the stored sign-in next
-            self.tokens.note_sign_ins_changed()
-            self._signed.end_signed_out(self.tokens, self.state.assembled.servers, self.config.manager.clients())
+        if event.scope == "tokens":  # (a store that became unreadable is said, also when nothing reconnects)
+            self._report_problems()
         if event.scope in ("user", "workspace", "project") and event.scope in self.options.watched_scopes:
             path = self.settings.paths.of(event.scope)
             if not await anyio.Path(path).exists():
                 self.emit(SettingsWarning(f"{path} was deleted: what it configured is gone (its servers are removed)"))
 
-    async def _on_settings_ok(self, ok: SettingsOk) -> None:
-        self.emit(ok)
+    async def _pass_on(self, event: SettingsOk | RestartRequired) -> None:
+        self.emit(event)
 
     async def _on_settings_error(self, error: SettingsError) -> None:
         self._warned.discard(str(error))
@@ -328,9 +330,6 @@ class Host(StackOwner):
     async def _on_settings_warning(self, message: str) -> None:
         self._warned.discard(message)  # said again on every such save
         self._warn_once(SettingsWarning(message))
-
-    async def _on_restart_required(self, notice: RestartRequired) -> None:
-        self.emit(notice)
 
     # -- actions -----------------------------------------------------------------------------
 

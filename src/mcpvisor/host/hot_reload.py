@@ -184,8 +184,12 @@ def register_mcp_hot_reload(
     current: Callable[[], DesiredState | None] | None = None,
     task_group: anyio.abc.TaskGroup | None = None,
     pending: PendingAnnouncements | None = None,
+    signed_in: Callable[[], bool] | None = None,
 ) -> Callable[[], None]:
     """Subscribe the reconcile to ``watcher``; returns the unsubscribe function. Register once.
+
+    ``signed_in()`` is asked at each change of the OAuth token store: whether it brought a server that is down a
+    sign-in (what is down is then started again); without it, every change of the store does.
 
     With ``task_group``, each reload runs there and the watcher goes on reading edits meanwhile;
     edits that arrive during a reconcile then coalesce into one more pass (``Config``'s guard).
@@ -214,6 +218,8 @@ def register_mcp_hot_reload(
             approvals.reload()
         # A sign-in changes no configuration: reconnect what is down (a server that needed one) all the same.
         force = event.scope == "tokens"
+        if force and signed_in is not None and not signed_in():
+            return  # no new sign-in (a client registered before its tokens come): a start would fail for want of one
         if task_group is not None:
             task_group.start_soon(functools.partial(reload, force=force))
         else:

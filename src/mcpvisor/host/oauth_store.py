@@ -275,16 +275,49 @@ def unreadable(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> str
     return None
 
 
+def _token_digests(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[str, str | None]:
+    """Server -> a digest of its stored access token (``None``: it has none a connection could use); never a token."""
+    if all(cfg.transport == "stdio" for cfg in servers.values()):
+        return dict.fromkeys(servers)
+    try:
+        records = store.read()
+    except ConfigError:
+        return dict.fromkeys(servers)  # (said by those that show the sign-ins)
+    out: dict[str, str | None] = {}
+    for name, cfg in servers.items():
+        out[name] = None
+        if sign_in_state(records, name, cfg).signed_in:  # (so its record and settings are readable)
+            token = records[token_key(cfg, oauth_settings(name, cfg))]["tokens"]["access_token"]
+            out[name] = hashlib.sha256(token.encode()).hexdigest()
+    return out
+
+
 class SignedIn:
     """The servers that had a sign-in at the last look, to tell which were signed out since (``mcp logout`` in
-    another process, a refresh refused for good)."""
+    another process, a refresh refused for good), and the tokens they had, to tell which got a new one."""
 
     def __init__(self) -> None:
         self._names: frozenset[str] = frozenset()
+        self._tokens: dict[str, str | None] = {}
 
     def note(self, store: TokenStore, servers: Mapping[str, McpServerConfig]) -> None:
         """Count the sign-ins of ``servers`` (configured since the last look) in; none is counted out here."""
         self._names |= frozenset(sign_ins(store, servers))
+        new = {name: cfg for name, cfg in servers.items() if name not in self._tokens}
+        self._tokens |= _token_digests(store, new) if new else {}
+
+    def follow(
+        self, store: TokenStore, servers: Mapping[str, McpServerConfig], clients: Mapping[str, McpClient]
+    ) -> bool:
+        """The store changed (a sign-in or sign-out elsewhere): live connections take the stored sign-in before
+        their next request, those signed out end. True when a server that is not connected got a new token
+        (reconnect it); a save that brings none (a sign-in registers its client before its tokens come, a refresh
+        of a connected server's) starts nothing, so a start it would fail for want of a token is not tried."""
+        store.note_sign_ins_changed()
+        self.end_signed_out(store, servers, clients)
+        before, self._tokens = self._tokens, _token_digests(store, servers)
+        new = [name for name, digest in self._tokens.items() if digest is not None and digest != before.get(name)]
+        return any((client := clients.get(name)) is None or client.status != "connected" for name in new)
 
     def signed_out(self, store: TokenStore, servers: Mapping[str, McpServerConfig]) -> frozenset[str]:
         """Those of ``servers`` signed in at the last look and no longer; this look is the next one's last."""
