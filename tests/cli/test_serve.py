@@ -503,3 +503,32 @@ async def test_ctrl_c_pressed_again_and_again_stops_the_gateway_once_without_a_t
     assert "Traceback" not in said
     assert process.returncode == 0, said
     await wait_until(lambda: not any(pid_alive(pid) for pid in marker_pids(marker)), what="no server left")
+
+
+async def test_the_approve_command_a_gateway_client_is_told_works_pasted_in_another_folder(tmp_path: Path) -> None:
+    """``MCPVISOR_HOME=HOME mcpvisor serve --workspace WS``, started in another folder: a client calling a tool of a
+    project server that needs approval was told ``run: mcpvisor mcp approve p`` — pasted in another terminal, it
+    named that terminal's folder and the default home, and approved nothing the gateway reads. It names both."""
+    layout = make_layout(tmp_path)
+    home, elsewhere = tmp_path / "other home", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    save(home / "settings.json", {"mcpServers": {}})
+    save(layout.paths.project, {"mcpServers": {"p": server("p")}})
+    env = {**layout.env, "MCPVISOR_HOME": str(home)}
+    params = StdioServerParameters(
+        command=mcpvisor_command(), args=["serve", "--workspace", str(layout.root)], env=env, cwd=str(elsewhere)
+    )
+    another = {**os.environ, **layout.env, "PATH": f"{Path(mcpvisor_command()).parent}{os.pathsep}{os.environ['PATH']}"}
+    del another["MCPVISOR_HOME"]  # another terminal: only what the command says
+    with (tmp_path / "gateway.stderr").open("w") as err:
+        async with (
+            Client(stdio_client(params, errlog=err)) as client,
+            client.listen(tools_list_changed=True) as subscription,
+        ):
+            said = text_of(await client.call_tool("mcp__p__echo", {"text": "hi"}))
+            command = said.split("needs approval; run: ", 1)[1].split(" (in the shell:", 1)[0]
+            pasted = await anyio.run_process(["sh", "-c", command], cwd=elsewhere, env=another, check=False)
+            assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+            assert isinstance(await next_event(subscription), ToolsListChanged)
+            assert text_of(await client.call_tool("mcp__p__echo", {"text": "hi"})) == "p:echo:hi"
+    assert not layout.paths.approvals.exists()  # the default home's store: untouched

@@ -311,7 +311,7 @@ async def test_a_held_tool_keeps_its_short_name_and_a_call_by_it_says_why_it_is_
         assert served not in await tool_names(client)
         held = text_of(await client.call_tool(served, {"text": "hi"}))
         assert "is held back: its definition changed since server 'p' was approved" in held
-        assert "mcpvisor mcp approve p" in held
+        assert held.endswith(f"accept it with: mcpvisor mcp approve --workspace {r.layout.root} p")
         with pytest.raises(ToolNotFoundError, match=f"tool 'mcp__p__{long}' is held back: its definition changed"):
             await r.host.config.call_tool(long, {"text": "hi"})  # a library caller, by the tool's own name
 
@@ -386,7 +386,7 @@ async def test_a_tool_of_a_server_pending_approval_is_an_error_result_naming_the
         result = await client.call_tool("mcp__proj__echo", {"text": "hi"})
         assert result.is_error
         assert "needs approval" in text_of(result)
-        assert "mcpvisor mcp approve proj" in text_of(result)
+        assert f"mcpvisor mcp approve --workspace {r.layout.root} proj (in the shell" in text_of(result)
 
 
 async def test_an_unknown_tool_is_an_error_result_not_a_protocol_error(tmp_path: Path) -> None:

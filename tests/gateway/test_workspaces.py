@@ -161,7 +161,7 @@ async def test_each_client_sees_its_workspaces_servers_and_the_users_server_runs
         assert len(setup.pids("pd")) == 1
         pending = await in_b.call_tool("mcp__pb__echo", {"text": "hi"})
         assert pending.is_error
-        assert "mcpvisor mcp approve pb" in text_of(pending)
+        assert f"run: mcpvisor mcp approve --workspace {setup.b} pb (in the shell" in text_of(pending)
         a_project = await in_b.call_tool("mcp__pa__echo", {"text": "hi"})  # A's server is not B's
         assert a_project.is_error
         assert not setup.markers["pb"].exists()

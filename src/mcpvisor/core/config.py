@@ -91,6 +91,8 @@ class Config(StackOwner):
         self._cli_allowed = _as_tuple(allowed_mcp_server_names)
         self._gating = McpGating(allowed=self._cli_allowed)
         self._refiner: Callable[[str, str], str] | None = None
+        self.approve_command = "mcpvisor mcp approve {name}"
+        """How a fix says to approve a server (``{name}``): the layer above names its workspace and home in it."""
         self._removed: set[str] = set()
         self._trusted = trusted_folder
         self.events = EventBus()

@@ -21,6 +21,7 @@ class Servers(Protocol):
 
     tool_registry: ToolRegistry
     prompt_registry: PromptRegistry
+    approve_command: str
 
     @property
     def initialized(self) -> bool: ...
@@ -57,6 +58,7 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
     if reason is not None:
         reason = config.refined_reason(server, reason)
     head = f"{kind} {name!r} is unavailable: server {server!r}"
+    approve = config.approve_command.format(name=name_word(server))
     if reason == "removed":
         text = f"{head} was removed from the configuration this session; add it back to mcpServers to use it"
     elif reason == "not_allowed":
@@ -71,15 +73,9 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
     elif reason == "excluded":
         text = f"{head} is excluded; remove {server!r} from mcp.excluded in your settings"
     elif reason == "pending_approval":
-        text = (
-            f"{head} needs approval; run: mcpvisor mcp approve {name_word(server)} "
-            f"(in the shell: /approve {shlex.quote(server)})"
-        )
+        text = f"{head} needs approval; run: {approve} (in the shell: /approve {shlex.quote(server)})"
     elif reason == "rejected":
-        text = (
-            f"{head} was rejected; edit its configuration to be asked again, "
-            f"or run: mcpvisor mcp approve {name_word(server)}"
-        )
+        text = f"{head} was rejected; edit its configuration to be asked again, or run: {approve}"
     else:
         reason = "missing"
         client = manager.get_client(server) if manager is not None else None
@@ -107,7 +103,7 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
             reason = "held"
             text = (
                 f"{kind} {name!r} is held back: its definition changed since server {server!r} was approved; "
-                f"review the change and accept it with: mcpvisor mcp approve {name_word(server)}"
+                f"review the change and accept it with: {approve}"
             )
         else:
             listed = (

@@ -54,7 +54,7 @@ from mcpvisor.host.settings.lsp_servers import load_lsp_file
 from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier
 from mcpvisor.host.settings.scopes import TRUST_SCOPES
 from mcpvisor.host.settings.servers import name_written_otherwise
-from mcpvisor.host.status import LiveConnection, ServerView, describe_servers
+from mcpvisor.host.status import LiveConnection, ServerView, describe_servers, fix_commands
 from mcpvisor.host.watcher import RestartRequired, SettingsChanged, SettingsOk, SettingsWatcher, read_store_states
 
 __all__ = ["Host", "HostEvent", "HostOptions", "Ready", "SettingsSource", "SettingsWarning"]
@@ -185,6 +185,7 @@ class Host(StackOwner):
             )
             await stack.enter_async_context(self._config)
             self._config.set_reason_refiner(lambda name, reason: self.refine_reason(name, reason) or reason)
+            self._config.approve_command = fix_commands(self._settings.root, self._approvals.decided_with, env)[0]
             self._config.events.subscribe(self.emit)
             lsp_files = [load_lsp_file(Path(p), env) for p in opts.lsp_config]
             for lsp_file in lsp_files:

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from mcpvisor.core.errors import name_word
 from mcpvisor.core.gating import McpGating
 from mcpvisor.host.approvals import ApprovalStore, is_gated
+from mcpvisor.host.paths import named_home
 from mcpvisor.host.settings.mcp_servers import SOURCE_ORDER, AssembledServers
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "ServerView",
     "describe_servers",
     "fill_hint",
+    "fix_commands",
     "held_text",
     "lsp_hint",
     "plural",
@@ -116,6 +118,14 @@ def command_hints(
     if approvals_error is not None:
         approve += ", once the approvals store can be read again (see above)"
     return approve, in_home(with_options(LOGIN_HINT, workspace), home)
+
+
+def fix_commands(root: str | os.PathLike[str], options: str, env: Mapping[str, str]) -> tuple[str, str]:
+    """The approve and login commands (``{name}`` in each) a running host gives, to paste in any folder: with
+    ``--workspace ROOT``, ``options`` (a fleet's ``--fleet URL``), and after ``MCPVISOR_HOME=HOME`` when the host
+    runs with one (:func:`~mcpvisor.host.paths.named_home`)."""
+    words, home = f" --workspace {shlex.quote(str(root))}{options}", named_home(env)
+    return in_home(with_options(APPROVE_HINT, words), home), in_home(with_options(LOGIN_HINT, words), home)
 
 
 def in_home(hint: str, home: str | None) -> str:
