@@ -532,3 +532,34 @@ async def test_the_approve_command_a_gateway_client_is_told_works_pasted_in_anot
             assert isinstance(await next_event(subscription), ToolsListChanged)
             assert text_of(await client.call_tool("mcp__p__echo", {"text": "hi"})) == "p:echo:hi"
     assert not layout.paths.approvals.exists()  # the default home's store: untouched
+
+
+async def test_the_approve_command_a_gateways_status_prints_works_pasted_in_another_folder(tmp_path: Path) -> None:
+    """``MCPVISOR_HOME=HOME mcpvisor serve``'s status said ``needs approval — run: mcpvisor mcp approve --workspace
+    WS p``, without the home (its sign-in command had it): pasted in another terminal, it approved in the default
+    home's store, which the gateway never reads. It carries ``MCPVISOR_HOME=HOME``, as ``run``'s does."""
+    layout = make_layout(tmp_path)
+    home, elsewhere = tmp_path / "other home", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    save(home / "settings.json", {"mcpServers": {}})
+    save(layout.paths.project, {"mcpServers": {"p": server("p")}})
+    env = {**layout.env, "MCPVISOR_HOME": str(home), "COLUMNS": "1000"}
+    params = StdioServerParameters(
+        command=mcpvisor_command(), args=["serve", "--workspace", str(layout.root)], env=env, cwd=str(elsewhere)
+    )
+    another = {**os.environ, **layout.env, "PATH": f"{Path(mcpvisor_command()).parent}{os.pathsep}{os.environ['PATH']}"}
+    del another["MCPVISOR_HOME"]  # another terminal: only what the command says
+    errlog = tmp_path / "gateway.stderr"
+    with errlog.open("w") as err:
+        async with (
+            Client(stdio_client(params, errlog=err)) as client,
+            client.listen(tools_list_changed=True) as subscription,
+        ):
+            await wait_until(lambda: "needs approval — run: " in errlog.read_text(), what="the status table")
+            line = next(line for line in errlog.read_text().splitlines() if "needs approval — run: " in line)
+            command = line.split("needs approval — run: ", 1)[1].strip()
+            pasted = await anyio.run_process(["sh", "-c", command], cwd=elsewhere, env=another, check=False)
+            assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+            assert not layout.paths.approvals.exists(), command  # the default home's store: untouched
+            assert isinstance(await next_event(subscription), ToolsListChanged)
+            assert text_of(await client.call_tool("mcp__p__echo", {"text": "hi"})) == "p:echo:hi"

@@ -74,7 +74,8 @@ class HumanOutput:
     def _approve_command(self) -> str:
         """The approve command to print (``{name}``), deciding where the host's decisions are kept."""
         options = f" --workspace {shlex.quote(str(self._host.root))}{self._host.approvals.decided_with}"
-        return with_options(self._approve_command_given or APPROVE_HINT, options)
+        given = self._approve_command_given or in_home(APPROVE_HINT, named_home(self._host.options.env))
+        return with_options(given, options)
 
     @property
     def _login_command(self) -> str:
