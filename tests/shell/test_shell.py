@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -21,7 +22,15 @@ from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.host import HostOptions
 from mcpvisor.shell import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, run_shell
 from mcpvisor.shell.session import HELP_HINT
-from tests.helpers import LIGHT, WAIT_S, in_memory_unless_a_process_is_needed, marker_pids, pid_alive, wait_until
+from tests.helpers import (
+    LIGHT,
+    WAIT_S,
+    in_memory_unless_a_process_is_needed,
+    marker_pids,
+    mcpvisor_command,
+    pid_alive,
+    wait_until,
+)
 from tests.layout import Layout, make_layout, replace_text
 
 
@@ -458,6 +467,28 @@ async def test_the_approve_command_the_session_prints_decides_in_its_own_home(tm
         ApprovalStore(s.layout.paths.approvals).reject(s.layout.root, "proj", cfg)  # as `mcp reject` elsewhere
         await s.wait_for(f"✗ proj rejected — edit its config to be asked again, or approve it after all: {command}")
         assert "run: mcpvisor" not in s.text(since)
+
+
+async def test_the_trust_command_the_mcp_view_prints_trusts_the_sessions_folder_in_its_home(tmp_path: Path) -> None:
+    """In an untrusted folder, ``/mcp`` said ``untrusted folder — run: mcpvisor mcp trust``: pasted in another
+    terminal, it trusted that terminal's folder, in the default home, not the session's. It names both."""
+    user = {"mcpServers": {"a": server("a")}, "security": {"folderTrust": {"enabled": True}}}
+    async with shell(tmp_path, user=user, project={"mcpServers": {"proj": server("proj")}}, home="elsewhere") as s:
+        out = await s.run("/mcp", "a · ○ untrusted folder — run: ")
+        home = s.layout.env["MCPVISOR_HOME"]
+        command = f"MCPVISOR_HOME={home} mcpvisor mcp trust --workspace {s.layout.root}"
+        assert f"untrusted folder — run: {command}" in " ".join(out.split())  # (a line the view wrapped)
+        elsewhere = tmp_path / "elsewhere terminal"
+        elsewhere.mkdir()
+        path = f"{Path(mcpvisor_command()).parent}{os.pathsep}{os.environ['PATH']}"
+        another = {**os.environ, **s.layout.env, "PATH": path}
+        del another["MCPVISOR_HOME"]  # another terminal: only what the command says
+        pasted = await anyio.run_process(["sh", "-c", command], cwd=elsewhere, env=another, check=False)
+        assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+        listed = await anyio.run_process(
+            ["sh", "-c", f"{command.replace(' trust ', ' list ')} --json"], cwd=elsewhere, env=another
+        )
+        assert json.loads(listed.stdout)["trusted"] is True  # the session's folder, in the session's home
 
 
 # -- leaving ----------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ __all__ = [
     "short_command",
     "short_path",
     "state_text",
+    "trust_hint",
     "with_options",
 ]
 
@@ -246,12 +247,18 @@ def plural(n: int, word: str) -> str:
 
 
 def state_text(
-    row: ServerView, *, live: bool = True, approve_hint: str = APPROVE_HINT, login_hint: str = LOGIN_HINT
+    row: ServerView,
+    *,
+    live: bool = True,
+    approve_hint: str = APPROVE_HINT,
+    login_hint: str = LOGIN_HINT,
+    trust: str | None = None,
 ) -> tuple[str, str, str]:
     """(icon, text, style) for one row, in SPEC §9 priority order; the hints are the commands that fix a
-    waiting approval or sign-in (the shell's own ``/approve`` and ``/login`` in the shell)."""
+    waiting approval or sign-in (the shell's own ``/approve`` and ``/login`` in the shell), ``trust`` the one that
+    trusts the folder (by default made from the approve hint: :func:`trust_hint`)."""
     if row.state == "untrusted":
-        return "○", f"untrusted folder — run: {trust_hint(approve_hint)}", "yellow"
+        return "○", f"untrusted folder — run: {trust or trust_hint(approve_hint)}", "yellow"
     if row.state == "disabled":
         return "○", "disabled (in mcp.excluded)", "dim"
     if row.state == "not_allowed":

@@ -32,7 +32,7 @@ from mcpvisor.host.lsp.config import LSP_KEY_PREFIX
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged
 from mcpvisor.host.oauth_store import sign_ins
 from mcpvisor.host.paths import named_home, user_dir
-from mcpvisor.host.status import APPROVE_HINT, in_home, plural
+from mcpvisor.host.status import APPROVE_HINT, fix_commands, in_home, plural, trust_hint
 from mcpvisor.shell.commands import (
     ALIASES,
     BUILTIN_COMMANDS,
@@ -407,6 +407,7 @@ class ShellSession:
             approve_hint="/approve {name}",
             login_hint="/login {name}",
             unreadable=bool(self.host.settings.errors),
+            trust=trust_hint(fix_commands(self.host.root, self.host.approvals.decided_with, self.host.options.env)[0]),
         )
         render_lsp_status(self.console, self.host.lsp.views())
         return False

@@ -28,12 +28,14 @@ def render_status(
     approve_hint: str = APPROVE_HINT,
     login_hint: str = LOGIN_HINT,
     unreadable: bool = False,
+    trust: str | None = None,
 ) -> None:
     """Draw the ``/mcp`` view: servers grouped by source, each ``name · icon text``.
 
     ``live=False`` shows admission only (nothing was started); ``show_target`` adds what each
     server runs or reaches on a line of its own; ``unreadable`` says a settings file did not parse
-    (an empty list then is no news that nothing is configured)."""
+    (an empty list then is no news that nothing is configured); ``trust``: the command that trusts the folder
+    (by default made from ``approve_hint``)."""
     if title:
         console.print(Text(title, style="bold"))
     if not rows:
@@ -48,7 +50,7 @@ def render_status(
             group = row.source
             where = f" ({row.file})" if row.file and row.source != "Command line" else ""
             console.print(Text(f"{group}{where}", style="bold"))
-        icon, text, style = state_text(row, live=live, approve_hint=approve_hint, login_hint=login_hint)
+        icon, text, style = state_text(row, live=live, approve_hint=approve_hint, login_hint=login_hint, trust=trust)
         line = Text(row.name, style="bold")
         line.append(" · ")
         line.append(f"{icon} {text}", style=style)
