@@ -25,7 +25,7 @@ from mcpvisor.fleet.tokens import FleetTokenStore
 from mcpvisor.host.host import Host, HostOptions
 from tests.e2e.test_oauth import FOLLOW, start_server
 from tests.fleet.conftest import RedisServer
-from tests.helpers import WAIT_S, mcpvisor_command, wait_until
+from tests.helpers import WAIT_S, free_port, mcpvisor_command, wait_until
 from tests.layout import make_layout, write_json
 
 pytestmark = pytest.mark.fleet
@@ -160,10 +160,12 @@ async def test_a_sign_in_stored_or_reported_by_the_fleet_reaches_the_hosts_conne
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
     """A write to the fleet's token store, and one the fleet's log reports from another replica, each tell this
-    host's connections once to look at the stored sign-in again (the report also reconnects what is down), and
-    nothing more: the report is not taken for another one."""
+    host's connections once to look at the stored sign-in again (the report also reconnects a server that is down
+    and got a new sign-in), and nothing more: the report is not taken for another one."""
     tokens = FleetTokenStore(FleetStore(redis_server.url), FleetKey([SECRET]))
     layout = make_layout(tmp_path)
+    down = f"http://127.0.0.1:{free_port()}/mcp"  # (nothing listens there)
+    write_json(layout.paths.user, {"mcpServers": {"sec": {"type": "http", "url": down}}})
     reconciles: list[ReconcileFinished] = []
     async with Host(HostOptions(env=layout.env, workspace=layout.root, tokens=tokens)) as host:
         host.subscribe(lambda event: reconciles.append(event) if isinstance(event, ReconcileFinished) else None)
@@ -171,6 +173,7 @@ async def test_a_sign_in_stored_or_reported_by_the_fleet_reaches_the_hosts_conne
         tokens.update("https://a.example/mcp", tokens={"access_token": "A"})  # e.g. a refresh stored here
         assert tokens.generation == before + 1
         seen = len(reconciles)
-        tokens.changed()  # as the replica does when the fleet's log reports another replica's sign-in
+        tokens.update(down, tokens={"access_token": "B"})  # as the fleet holds another replica's sign-in of sec
+        tokens.changed()  # as the replica does when the fleet's log reports it
         await wait_until(lambda: len(reconciles) > seen, what="the reconcile the report asks for")
-        assert tokens.generation == before + 2
+        assert tokens.generation == before + 3
