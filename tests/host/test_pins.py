@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -99,7 +100,9 @@ async def test_a_changed_description_is_held_until_approved_and_the_rest_stays_c
             await h.config.call_tool("mcp__p__echo", {"text": "hi"})
         assert caught.value.reason == "held"
         assert "its definition changed since server 'p' was approved" in str(caught.value)
-        assert "mcpvisor mcp approve p" in str(caught.value)
+        assert f"accept it with: mcpvisor mcp approve --workspace {shlex.quote(str(layout.root))} p" in str(
+            caught.value
+        )
         other = await h.config.call_tool("mcp__p__other", {"text": "hi"})
         assert other.content[0].text == "p:other:hi"  # type: ignore[union-attr]
 
