@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from mcpvisor.core.exposure import exposure_of
 from mcpvisor.core.gating import McpGating
 from mcpvisor.core.reconcile import LiveServer, plan_reconcile
-from mcpvisor.core.server_config import McpServerConfig, connection_id_of, exposure_of
+from mcpvisor.core.server_config import McpServerConfig, connection_id_of
 
 
 def cfg(*args: str, **fields: object) -> McpServerConfig:

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mcp_types import Prompt, Tool
 
+from mcpvisor.core.exposure import Exposure
 from mcpvisor.core.registry import PromptRegistry, ToolRegistry, fnv1a_base36, mcp_tool_name
-from mcpvisor.core.server_config import Exposure
 
 VALID = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
 

@@ -10,11 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from mcpvisor.core.exposure import exposure_of
 from mcpvisor.core.server_config import (
     McpServerConfig,
     approval_hash,
     connection_id_of,
-    exposure_of,
     normalize_server_entry,
     redact_text,
 )

@@ -31,6 +31,7 @@ from mcpvisor.core.errors import (
     timed_out,
 )
 from mcpvisor.core.events import EventBus, ReconcileFinished, ToolsChanged
+from mcpvisor.core.exposure import Exposure
 from mcpvisor.core.gating import McpGating
 from mcpvisor.core.lifecycle import StackOwner
 from mcpvisor.core.manager import McpClientManager
@@ -44,7 +45,7 @@ from mcpvisor.core.registry import (
     ToolRegistry,
     may_be_of,
 )
-from mcpvisor.core.server_config import ConnectionOptions, Exposure, McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 
 if TYPE_CHECKING:
     from mcp_types import CallToolResult, GetPromptResult

@@ -28,12 +28,13 @@ from mcpvisor.core.events import (
     ServerStates,
     ToolsChanged,
 )
+from mcpvisor.core.exposure import exposure_of
 from mcpvisor.core.lifecycle import Background, Stopping
 from mcpvisor.core.pool import PooledStartFailed, default_max_starts
 from mcpvisor.core.processes import SpawnedAhead, loading_sdk
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, admitted, plan_for
 from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, admit, server_state
-from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of, exposure_of
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of
 
 if TYPE_CHECKING:
     from mcp_types import Prompt, Tool

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mcpvisor.core.events import ReconcileFinished
+from mcpvisor.core.exposure import Exposure, exposure_of
 from mcpvisor.core.gating import McpGating
-from mcpvisor.core.server_config import Exposure, McpServerConfig, connection_id_of, exposure_of
+from mcpvisor.core.server_config import McpServerConfig, connection_id_of
 
 __all__ = ["DesiredServers", "LiveServer", "ReconcilePlan", "admitted", "plan_for", "plan_reconcile"]
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mcpvisor.core.events import ServerStateChanged, ServerStatus
-from mcpvisor.core.server_config import Exposure, McpServerConfig
+from mcpvisor.core.exposure import Exposure
+from mcpvisor.core.server_config import McpServerConfig
 
 if TYPE_CHECKING:
     from mcp_types import Prompt, Tool

@@ -30,7 +30,6 @@ __all__ = [
     "REPOSITORY_SCOPES",
     "HttpAuth",
     "InMemoryServers",
-    "Exposure",
     "McpServerConfig",
     "Scope",
     "TransportKind",
@@ -38,7 +37,6 @@ __all__ = [
     "arguments_hint",
     "canonical_json",
     "connection_id_of",
-    "exposure_of",
     "is_secret_name",
     "normalize_server_entry",
     "redact_text",
@@ -442,26 +440,6 @@ def connection_id_of(name: str, cfg: McpServerConfig) -> str:
         material["max_message_bytes"] = cfg.max_message_bytes
     digest = hashlib.sha256(canonical_json(material).encode()).hexdigest()
     return f"{name}::{digest[:16]}"
-
-
-class Exposure(BaseModel):
-    """The settings that filter an already open connection (SPEC §3.2)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    trust: bool | None = None
-    include_tools: tuple[str, ...] | None = None
-    exclude_tools: tuple[str, ...] | None = None
-
-    def admits(self, tool_name: str) -> bool:
-        """Whether a tool (by its name on the server) is exposed. Exclude wins over include."""
-        if self.exclude_tools and tool_name in self.exclude_tools:
-            return False
-        return self.include_tools is None or tool_name in self.include_tools
-
-
-def exposure_of(cfg: McpServerConfig) -> Exposure:
-    return Exposure(trust=cfg.trust, include_tools=cfg.include_tools, exclude_tools=cfg.exclude_tools)
 
 
 @dataclass(frozen=True, slots=True)
