@@ -270,7 +270,7 @@ async def test_a_sign_in_reaches_a_running_host_without_a_restart(tmp_path: Path
     async with run(tmp_path, user=user) as r:
         await r.wait_for(lambda: r.last_server("sec") is not None)
         assert r.status("sec") == "disconnected"
-        assert "mcpvisor mcp login sec" in r.last_server("sec")["error"]  # type: ignore[index]
+        assert f"mcpvisor mcp login --workspace {r.layout.root} sec" in r.last_server("sec")["error"]  # type: ignore[index]
         script = tmp_path / "browser.py"
         script.write_text(FOLLOW)
         login = await anyio.run_process(
@@ -298,7 +298,8 @@ async def test_a_logout_elsewhere_ends_a_running_hosts_connection_at_once(tmp_pa
         command[2] = "logout"
         logout = await anyio.run_process(command, env=env, check=False)
         assert logout.returncode == 0, logout.stderr.decode()
-        await r.wait_for(lambda: "mcpvisor mcp login sec" in str((r.last_server("sec") or {}).get("error")))
+        fix = f"mcpvisor mcp login --workspace {r.layout.root} sec"
+        await r.wait_for(lambda: fix in str((r.last_server("sec") or {}).get("error")))
         assert r.status("sec") == "disconnected"
         assert r.last_server("sec")["tools"] == []  # type: ignore[index]
 
@@ -337,12 +338,12 @@ async def test_a_call_whose_sign_in_is_revoked_under_it_says_so_not_that_the_ser
             await host.config.call_tool("mcp__sec__echo", {"text": "b"})
         assert str(refused.value) == (
             "call to tool 'echo' failed: server 'sec' refused its refresh token (signed out or revoked) — "
-            "run: mcpvisor mcp login sec"
+            f"run: mcpvisor mcp login --workspace {layout.root} sec"
         )
         client = host.config.manager.clients()["sec"]
         await wait_until(lambda: client.status == "disconnected", what="sec down")
         assert client.last_error is not None
-        assert "run: mcpvisor mcp login sec" in client.last_error
+        assert f"run: mcpvisor mcp login --workspace {layout.root} sec" in client.last_error
 
 
 async def test_a_server_restarted_without_its_sign_ins_waits_for_the_next_and_connects_once_it_comes(
@@ -415,7 +416,8 @@ async def test_a_sign_in_under_way_leaves_the_one_before_in_use_and_a_sign_out_e
             return ""
 
         with anyio.fail_after(WAIT_S):  # (a reload the store's change asked for may start it once more meanwhile)
-            needed = "needs authentication .*sign in with: mcpvisor mcp login sec"
+            fix = re.escape(f"mcpvisor mcp login --workspace {layout.root} sec")
+            needed = f"needs authentication .*sign in with: {fix}"
             while not re.search(needed, await refused()):  # noqa: ASYNC110 - what the call says is the state
                 await anyio.sleep(0.05)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sys
 import time
 import urllib.request
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import anyio
 import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.subscriptions import ToolsListChanged
 
 from mcpvisor.core.errors import ToolNotFoundError
@@ -22,11 +25,11 @@ from mcpvisor.host.host import Host, HostOptions, SettingsWarning
 from mcpvisor.host.oauth_store import TokenStore
 from mcpvisor.host.paths import named_home
 from mcpvisor.host.status import home_words
-from tests.e2e.test_oauth import Server, cli, setup, start_server, store_path, text_of
+from tests.e2e.test_oauth import FOLLOW, Server, cli, setup, start_server, store_path, text_of
 from tests.gateway.test_gateway import Notices, next_event, tool_names
 from tests.gateway.test_workspaces import client_for
-from tests.helpers import LIGHT, WAIT_S, free_port, wait_until
-from tests.layout import Layout
+from tests.helpers import LIGHT, WAIT_S, free_port, mcpvisor_command, wait_until
+from tests.layout import Layout, make_layout, write_json
 from tests.shell.test_shell import save, shell
 
 
@@ -238,3 +241,40 @@ async def test_a_sign_out_ends_a_connection_shared_between_workspaces_at_once(tm
                 assert missing.is_error
                 assert "mcpvisor mcp login sec" in text_of(missing)
         tg.cancel_scope.cancel()
+
+
+async def test_the_sign_in_command_a_gateway_client_is_told_works_pasted_in_another_folder(
+    tmp_path: Path, server: Server
+) -> None:
+    """``MCPVISOR_HOME=HOME mcpvisor serve --workspace WS``, started in another folder, and an approved project
+    server that needs a sign-in: a client calling its tool was told ``sign in with: mcpvisor mcp login sec`` —
+    pasted in another terminal, it looked for ``sec`` in that terminal's folder and the default home, and signed in
+    to nothing the gateway reads. The command names both."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    home, elsewhere = tmp_path / "other home", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    write_json(layout.paths.project, {"mcpServers": {"sec": {"type": "http", "url": server.url}}})
+    env = {**layout.env, "MCPVISOR_HOME": str(home)}
+    approve = [mcpvisor_command(), "mcp", "approve", "--workspace", str(layout.root), "sec"]
+    assert (await anyio.run_process(approve, env={**os.environ, **env}, check=False)).returncode == 0
+    params = StdioServerParameters(
+        command=mcpvisor_command(), args=["serve", "--workspace", str(layout.root)], env=env, cwd=str(elsewhere)
+    )
+    browser = tmp_path / "browser.py"
+    browser.write_text(FOLLOW)
+    another = {**os.environ, **layout.env, "BROWSER": f"{sys.executable} {browser} %s"}
+    another["PATH"] = f"{Path(mcpvisor_command()).parent}{os.pathsep}{os.environ['PATH']}"
+    del another["MCPVISOR_HOME"]  # another terminal: only what the command says
+    another.pop("DISPLAY", None)
+    with (tmp_path / "gateway.stderr").open("w") as err:
+        async with (
+            Client(stdio_client(params, errlog=err)) as client,
+            client.listen(tools_list_changed=True) as subscription,
+        ):
+            said = text_of(await client.call_tool("mcp__sec__echo", {"text": "a"}))
+            command = said.split("sign in with: ", 1)[1].split(" (or put", 1)[0]
+            pasted = await anyio.run_process(["sh", "-c", command], cwd=elsewhere, env=another, check=False)
+            assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+            assert isinstance(await next_event(subscription), ToolsListChanged)
+            assert text_of(await client.call_tool("mcp__sec__echo", {"text": "b"})) == "secure:echo:b"
+    assert not store_path(layout).exists()  # the default home's store: untouched

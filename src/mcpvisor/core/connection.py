@@ -132,6 +132,7 @@ class ServerConnection:
         """The server answered 401/403: it wants credentials."""
         self._log_dir = options.log_dir or default_log_dir()
         self._http_auth = options.http_auth
+        self._login_command = options.login_command
         self._in_memory = options.in_memory
         self._ahead = ahead
         self._auth_in_use: Any = None
@@ -354,7 +355,13 @@ class ServerConnection:
         """Why the connection failed, for people: never a URL's credentials, an env or header value."""
         return redact_text(
             explain_start_failure(
-                self.name, self.config, exc, needs_auth=self.needs_auth, process=self.process, log_path=self.log_path
+                self.name,
+                self.config,
+                exc,
+                needs_auth=self.needs_auth,
+                process=self.process,
+                log_path=self.log_path,
+                login_command=self._login_command,
             ),
             self.config,
         )

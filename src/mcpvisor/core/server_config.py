@@ -462,6 +462,9 @@ class ConnectionOptions:
     in_memory: InMemoryServers | None = None
     """Servers served inside this process rather than spawned or reached (protocol-level tests, embedding):
     :func:`mcpvisor.examples.in_memory.light_servers_in_memory` serves the light example server so."""
+    login_command: str = "mcpvisor mcp login {name}"
+    """How a connection's errors say to sign in to a server (``{name}``, braces doubled elsewhere): the host names
+    its workspace and home in it, so that it works pasted in any folder."""
 
     def __post_init__(self) -> None:
         if self.log_dir is not None and not isinstance(self.log_dir, Path):

@@ -230,8 +230,10 @@ def explain_start_failure(
     needs_auth: bool,
     process: StdioProcess | None,
     log_path: Path,
+    login_command: str = "mcpvisor mcp login {name}",
 ) -> str:
-    """Why a connection could not be made, for people (the caller redacts it)."""
+    """Why a connection could not be made, for people (the caller redacts it); ``login_command``: how to sign in
+    (``{name}``, see :class:`~mcpvisor.core.server_config.ConnectionOptions`)."""
     for leaf in flatten(exc):
         if isinstance(leaf, McpvisorError) and not isinstance(leaf, ConnectError):
             return str(leaf)  # e.g. a sign-in the layer above says is needed, with its fix
@@ -251,7 +253,8 @@ def explain_start_failure(
                 )
         return (
             f"the server needs authentication ({cfg.target()} answered 401/403); sign in with: "
-            f"mcpvisor mcp login {name_word(name)} (or put the credentials it expects in mcpServers.{name}.headers)"
+            f"{login_command.format(name=name_word(name))} "
+            f"(or put the credentials it expects in mcpServers.{name}.headers)"
         )
     for leaf in flatten(exc):  # another origin than the server's is its sign-in's (e.g. a refresh): that one is down
         if (origin := _unreachable_origin(leaf)) is not None and origin != _origin_of(cfg.http_url or cfg.url):

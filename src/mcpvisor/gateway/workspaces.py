@@ -82,6 +82,7 @@ from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.limits import max_message_bytes_of
 from mcpvisor.host.oauth import TokenStore, http_auth_for
 from mcpvisor.host.settings.loader import load_settings
+from mcpvisor.host.status import LOGIN_HINT, in_home
 
 __all__ = ["MAX_WORKSPACES", "WorkspaceGateway", "workspace_log_dir"]
 
@@ -190,20 +191,23 @@ class WorkspaceGateway(StackOwner):
             # One store for the shared connections and every workspace's host: a sign-in a host hears of (its
             # watcher) reaches the connections' next requests.
             self._tokens = self._options.tokens or TokenStore(paths.oauth_tokens_path(self._options.env))
-            # Connections are shared between workspaces: their size limit is the gateway's own workspace's.
+            # Connections are shared between workspaces: their size limit is the gateway's own workspace's, and
+            # how they say to sign in names no workspace (the gateway's home, the one their sign-ins are kept in).
             max_bytes = (
                 self._options.max_message_bytes
                 or max_message_bytes_of(load_settings(self._options.env, self._default_root))[0]
             )
+            login = in_home(LOGIN_HINT, paths.named_home(self._options.env))
             self._pool = await stack.enter_async_context(
                 McpConnectionPool(
                     ConnectionOptions(
                         log_dir=log_dir,
                         max_concurrent_starts=self._options.max_concurrent_starts,
-                        http_auth=http_auth_for(self._tokens),
+                        http_auth=http_auth_for(self._tokens, login),
                         client_requests=self._options.client_requests,
                         max_message_bytes=max_bytes,
                         in_memory=self._options.in_memory,
+                        login_command=login,
                     )
                 )
             )

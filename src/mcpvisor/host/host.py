@@ -27,7 +27,6 @@ from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import Listeners, McpEvent, synchronous
 from mcpvisor.core.lifecycle import StackOwner, running
-from mcpvisor.core.server_config import ConnectionOptions
 from mcpvisor.host import paths
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.decisions import Decided, Verdict, check_verdict, decide
@@ -44,7 +43,7 @@ from mcpvisor.host.hot_reload import (
 from mcpvisor.host.limits import max_message_bytes_of
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
 from mcpvisor.host.lsp.session import LspSession, touches_lsp
-from mcpvisor.host.oauth import SignedIn, TokenStore, check_sign_in, http_auth_for, sign_ins, unreadable
+from mcpvisor.host.oauth import SignedIn, TokenStore, check_sign_in, sign_ins, unreadable
 from mcpvisor.host.oauth_login import DEFAULT_LOGIN_TIMEOUT_S, login
 from mcpvisor.host.options import HostOptions, SettingsSource
 from mcpvisor.host.pin_review import Change, changes_since_approval
@@ -166,26 +165,18 @@ class Host(StackOwner):
             for layer in self._top_tier.mcp_config:
                 if layer.error is not None:
                     raise ConfigError(str(layer.error))
-            starts = opts.max_concurrent_starts or self._settings.merged.get("mcp.maxConcurrentStarts")
-            max_bytes = opts.max_message_bytes or max_message_bytes_of(self._settings)[0]
+            approve, login = fix_commands(self._settings.root, self._approvals.decided_with, env)
             self._config = Config(
                 allowed_mcp_server_names=opts.allowed_mcp_server_names,
                 trusted_folder=self._settings.trusted,
-                options=ConnectionOptions(
-                    log_dir=opts.log_dir or paths.log_dir(env),
-                    max_concurrent_starts=starts if isinstance(starts, int) and starts > 0 else None,
-                    http_auth=http_auth_for(self.tokens),
-                    client_requests=opts.client_requests,
-                    max_message_bytes=max_bytes,
-                    in_memory=opts.in_memory,
-                ),
+                options=opts.connections(self._settings, self.tokens, login),
                 pool=opts.pool,
                 session_id=opts.session_id,
                 definition_gate=PinGate(self.pins, self._settings.root, lambda: self._pin_mode),
             )
             await stack.enter_async_context(self._config)
             self._config.set_reason_refiner(lambda name, reason: self.refine_reason(name, reason) or reason)
-            self._config.approve_command = fix_commands(self._settings.root, self._approvals.decided_with, env)[0]
+            self._config.approve_command = approve
             self._config.events.subscribe(self.emit)
             lsp_files = [load_lsp_file(Path(p), env) for p in opts.lsp_config]
             for lsp_file in lsp_files:
@@ -200,7 +191,7 @@ class Host(StackOwner):
                     emit=self.emit,  # type: ignore[arg-type]
                     cli_allowed=opts.allowed_lsp_server_names,
                     cli_files=lsp_files,
-                    max_message_bytes=max_bytes,
+                    max_message_bytes=self._config.options.max_message_bytes,
                 )
             )
             self._report_problems()

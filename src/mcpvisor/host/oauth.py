@@ -49,6 +49,7 @@ from mcpvisor.host.oauth_store import (
     sign_ins,
     unreadable,
 )
+from mcpvisor.host.status import LOGIN_HINT
 
 if TYPE_CHECKING:
     pass
@@ -89,10 +90,12 @@ def oauth_provider(
     redirect_uri: str,
     redirect_handler: Callable[[str], Awaitable[None]] | None,
     callback_handler: Callable[[], Awaitable[Any]] | None,
+    login_command: str = LOGIN_HINT,
 ) -> Any:
     """An ``httpx2.Auth`` for one server. Without handlers it never starts a sign-in: a refusal it
     cannot mend with the refresh token raises :class:`LoginRequired`, and a request refused for want of
-    scope (403 ``insufficient_scope``) fails alone, the wider scope remembered for the next sign-in."""
+    scope (403 ``insufficient_scope``) fails alone, the wider scope remembered for the next sign-in.
+    ``login_command``: how its refusals say to sign in (``{name}``: :func:`~mcpvisor.host.status.fix_commands`)."""
     settings = oauth_settings(name, cfg)
     url = server_url(cfg)
     assert url is not None
@@ -171,7 +174,7 @@ def oauth_provider(
                 if issued_by is None:
                     raise self.refusal(
                         f"server {name!r}: its authorization server cannot be found to refresh the sign-in — "
-                        f"run: mcpvisor mcp login {name_word(name)}"
+                        f"run: {login_command.format(name=name_word(name))}"
                     )
                 storage.keep_authorization_server(issued_by)
             if issued_by is not None:
@@ -294,7 +297,10 @@ def oauth_provider(
             self.step_up_scope = missing_scopes(needed, granted) or needed
             store.update(key, scope_needed=needed)
             logger.warning(
-                "server %r needs a wider sign-in (%s) — run: mcpvisor mcp login %s", name, self.step_up_scope, name
+                "server %r needs a wider sign-in (%s) — run: %s",
+                name,
+                self.step_up_scope,
+                login_command.format(name=name_word(name)),
             )
 
         async def _perform_authorization(self) -> Any:
@@ -308,7 +314,9 @@ def oauth_provider(
                     await self._adopt_stored_tokens()  # the newest refresh token, whoever stored it
                     self._turn = turn
                 return await self._refresh_token()
-            raise self.refusal(f"server {name!r} needs authentication — run: mcpvisor mcp login {name_word(name)}")
+            raise self.refusal(
+                f"server {name!r} needs authentication — run: {login_command.format(name=name_word(name))}"
+            )
 
         async def _handle_token_response(self, response: Any) -> None:
             if not self._refreshing:
@@ -320,7 +328,7 @@ def oauth_provider(
             if not await self._handle_refresh_response(response):
                 raise self.refusal(
                     f"server {name!r} refused its refresh token (signed out or revoked) — "
-                    f"run: mcpvisor mcp login {name_word(name)}"
+                    f"run: {login_command.format(name=name_word(name))}"
                 )
             return None
 
@@ -422,9 +430,10 @@ def stored_redirect(record: Mapping[str, Any]) -> str | None:
     return None
 
 
-def http_auth_for(store: TokenStore) -> HttpAuth:
+def http_auth_for(store: TokenStore, login_command: str = LOGIN_HINT) -> HttpAuth:
     """What a host signs remote servers' requests with: a server with a stored sign-in gets a provider
-    that refreshes and never prompts; one without gets nothing (a 401 then reads "needs authentication")."""
+    that refreshes and never prompts; one without gets nothing (a 401 then reads "needs authentication").
+    ``login_command``: how a refused sign-in says to sign in again (``{name}``)."""
 
     def auth(name: str, cfg: McpServerConfig) -> Any:
         try:
@@ -445,6 +454,7 @@ def http_auth_for(store: TokenStore) -> HttpAuth:
             redirect_uri=redirect or f"http://127.0.0.1{CALLBACK_PATH}",
             redirect_handler=None,
             callback_handler=None,
+            login_command=login_command,
         )
 
     return auth

@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mcpvisor.core.pool import McpConnectionPool
-from mcpvisor.core.server_config import InMemoryServers, McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions, InMemoryServers, McpServerConfig
+from mcpvisor.host import paths
 from mcpvisor.host.approvals import ApprovalStore
+from mcpvisor.host.limits import max_message_bytes_of
+from mcpvisor.host.oauth import http_auth_for
 from mcpvisor.host.oauth_store import TokenStore
 from mcpvisor.host.pins import PinStore
 from mcpvisor.host.settings.loader import Settings
@@ -73,6 +76,20 @@ class HostOptions:
             value = getattr(self, name)
             if isinstance(value, str | os.PathLike):  # (a string is a sequence: of one-letter names or paths)
                 raise TypeError(f"HostOptions.{name} takes a list, not one {type(value).__name__}: {name}=[{value!r}]")
+
+    def connections(self, settings: Settings, tokens: TokenStore, login_command: str) -> ConnectionOptions:
+        """How the host's own connections are made, by these options and the workspace's ``settings``: signed
+        with ``tokens``, and saying to sign in with ``login_command`` (``{name}``: how the host's status says it)."""
+        starts = self.max_concurrent_starts or settings.merged.get("mcp.maxConcurrentStarts")
+        return ConnectionOptions(
+            log_dir=self.log_dir or paths.log_dir(self.env),
+            max_concurrent_starts=starts if isinstance(starts, int) and starts > 0 else None,
+            http_auth=http_auth_for(tokens, login_command),
+            client_requests=self.client_requests,
+            max_message_bytes=self.max_message_bytes or max_message_bytes_of(settings)[0],
+            in_memory=self.in_memory,
+            login_command=login_command,
+        )
 
 
 class SettingsSource(Protocol):
