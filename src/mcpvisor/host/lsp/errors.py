@@ -87,14 +87,16 @@ class LspDocumentUnreadable(LspError):
 
 
 class LspConnectionClosed(LspError):
-    """The server's process ended or its output closed (or could not be read on) before an answer."""
+    """The server's process ended or its output closed (or could not be read on) before an answer;
+    ``crashed``: it ended on its own (the host did not stop it)."""
 
-    def __init__(self, *, server: str, reason: str, method: str | None = None) -> None:
+    def __init__(self, *, server: str, reason: str, method: str | None = None, crashed: bool = False) -> None:
         subject = f"language server {server!r}"
         super().__init__(f"{method} failed: {subject} {reason}" if method else f"{subject} {reason}")
         self.server = server
         self.reason = reason
         self.method = method
+        self.crashed = crashed
 
 
 class LspMessageTooLarge(LspError):

@@ -166,7 +166,9 @@ class LspConnection:
 
     def _check_open(self, method: str) -> None:
         if self.closed():
-            error = LspConnectionClosed(server=self.name, reason=self._ended_reason, method=method)
+            error = LspConnectionClosed(
+                server=self.name, reason=self._ended_reason, method=method, crashed=not self.stopping
+            )
             raise error from self.process.failure
 
     async def _send(self, data: bytes, method: str) -> None:
@@ -255,7 +257,9 @@ class LspConnection:
                     )
                 else:
                     cut_short = f"{reason} before it answered{why}" if self.stopping else reason
-                    pending.error = LspConnectionClosed(server=self.name, reason=cut_short, method=pending.method)
+                    pending.error = LspConnectionClosed(
+                        server=self.name, reason=cut_short, method=pending.method, crashed=not self.stopping
+                    )
                 pending.done.set()
         self.process.ended.set()
 

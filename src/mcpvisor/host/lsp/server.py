@@ -364,6 +364,11 @@ class LanguageServer:
                 raise LspRequestTimedOut(
                     server=self.name, method=method, timeout_s=timeout_s, log=self.log_path, hung=hung
                 ) from exc
+            except LspConnectionClosed as exc:
+                if not exc.crashed:
+                    raise  # stopped by the host: it says why
+                reason = f"ended before it answered ({exc.reason}); retry the call"  # the call starts it again
+                raise LspConnectionClosed(server=self.name, reason=reason, method=method) from exc
             except LspRequestError as exc:
                 if exc.code != CONTENT_MODIFIED or attempt == CONTENT_MODIFIED_RETRIES:
                     raise

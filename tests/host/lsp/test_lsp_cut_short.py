@@ -1,0 +1,56 @@
+"""A call a language server's stop cuts short says why it stopped and what to do, with the real pylsp: the server
+crashed, was stopped as hung, or was idle."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import psutil
+from mcp_types import CallToolResult
+
+from tests.helpers import wait_until
+from tests.host.lsp.test_lsp_host import Session, language_server_processes, pylsp, session, text
+
+
+async def hover_cut_short(s: Session, then: Callable[[psutil.Process], Awaitable[None]]) -> CallToolResult:
+    """A hover sent to a warm server that answers nothing (suspended), and what it gets once ``then`` ran."""
+    await s.ok("document_symbols", file="models.py")  # started and warm, whatever the machine's load
+    server = s.host.lsp.manager.servers()["python"]
+    connection = server._connection
+    assert connection is not None
+    [process] = [p for p in language_server_processes(s.layout.root) if p.pid != server.pid]
+    results: list[CallToolResult] = []
+
+    async def hover() -> None:
+        results.append(await s.call("hover", file="service.py", line=3, character=6))
+
+    async with anyio.create_task_group() as tg:
+        process.suspend()  # alive, but answers nothing: the call waits
+        tg.start_soon(hover)
+        await wait_until(
+            lambda: any(p.method == "textDocument/hover" for p in connection._pending.values()),
+            what="the call's request to be sent",
+        )
+        await then(process)
+        await wait_until(lambda: bool(results), what="the call's answer")
+    [result] = results
+    assert result.is_error
+    return result
+
+
+async def test_a_call_a_crash_cuts_short_says_the_server_ended_before_it_answered_and_to_retry(tmp_path: Path) -> None:
+    """Before, it said only "exited with code 137", as if the call itself had been refused for good."""
+
+    async def crash(process: psutil.Process) -> None:
+        process.kill()
+
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        result = await hover_cut_short(s, crash)
+        assert text(result) == (
+            "textDocument/hover failed: language server 'python' ended before it answered (exited with code 137); "
+            "retry the call"
+        )
+        again = await s.ok("hover", file="service.py", line=3, character=6)  # the retry starts it again
+        assert "make_user" in again["contents"]
