@@ -8,8 +8,10 @@ from pathlib import Path
 
 import anyio
 import psutil
+import pytest
 from mcp_types import CallToolResult
 
+from mcpvisor.host.lsp import tools
 from tests.helpers import wait_until
 from tests.host.lsp.test_lsp_host import Session, language_server_processes, pylsp, session, text
 
@@ -53,4 +55,27 @@ async def test_a_call_a_crash_cuts_short_says_the_server_ended_before_it_answere
             "retry the call"
         )
         again = await s.ok("hover", file="service.py", line=3, character=6)  # the retry starts it again
+        assert "make_user" in again["contents"]
+
+
+async def test_a_call_cut_short_when_its_server_is_stopped_as_hung_says_why_and_to_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a call in flight when two others timed out in a row (the server stopped as hung) said only that the
+    server "was stopped before it answered"."""
+
+    async def hang(process: psutil.Process) -> None:
+        monkeypatch.setattr(tools, "REQUEST_TIMEOUT_S", 0.5)  # (the call in flight keeps its own)
+        for _ in range(2):
+            assert (await s.call("hover", file="service.py", line=3, character=6)).is_error
+
+    entry = pylsp(shutdownTimeout=500)  # (it is suspended: its shutdown is never answered)
+    async with session(tmp_path, user={"lspServers": {"python": entry}}, watch=False) as s:
+        result = await hover_cut_short(s, hang)
+        assert text(result) == (
+            "textDocument/hover failed: language server 'python' was stopped before it answered (it did not answer 2 "
+            "requests in a row in time: stopped as hung, it starts again on the next call); retry the call"
+        )
+        monkeypatch.setattr(tools, "REQUEST_TIMEOUT_S", 60.0)
+        again = await s.ok("hover", file="service.py", line=3, character=6)
         assert "make_user" in again["contents"]

@@ -255,6 +255,10 @@ class LanguageServer:
 
                     async def hung() -> None:
                         await self._unresponsive.wait()
+                        connection.stopped_because = (  # what is still in flight is cut short: why, and to retry
+                            f"it did not answer {self._unanswered} requests in a row in time: stopped as hung, it "
+                            "starts again on the next call"
+                        )
                         self._set("stopping")  # at once: the next call waits for it to go, then starts it again
                         watch.cancel()
 
