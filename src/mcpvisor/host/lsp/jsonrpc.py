@@ -122,6 +122,10 @@ class LspConnection:
     def closed(self) -> bool:
         return self.process.ended.is_set()
 
+    def busy(self) -> bool:
+        """Whether a request to the server waits for its answer."""
+        return bool(self._pending)
+
     @property
     def over_socket(self) -> bool:
         return self._over_socket

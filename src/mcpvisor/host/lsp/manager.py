@@ -289,8 +289,10 @@ class LspManager:
                 continue
             now = time.monotonic()
             for name, server in list(self._servers.items()):
-                if server.state == "ready" and now - server.last_used >= limit:
+                if server.state == "ready" and not server.busy() and now - server.last_used >= limit:
                     logger.info("language server %r idle for %.0f s: stopping it", name, limit)
                     self._idle.add(name)
-                    await server.stop()
+                    await server.stop(
+                        f"it was unused for {limit:g} s: stopped as idle, it starts again on the next call"
+                    )
                     self._changed(server)

@@ -131,6 +131,10 @@ class LanguageServer:
     def supports(self, capability: str) -> bool:
         return bool(self.capabilities.get(capability))
 
+    def busy(self) -> bool:
+        """Whether a request waits for the running server's answer (it is in use, however long ago it was sent)."""
+        return self._connection is not None and self._connection.busy()
+
     # -- life cycle -----------------------------------------------------------------------------
 
     def start(self, tg: anyio.abc.TaskGroup) -> None:
@@ -355,6 +359,7 @@ class LanguageServer:
                 self.last_used = time.monotonic()
                 answer = await connection.request(method, params, timeout_s=timeout_s)
                 self._unanswered = 0
+                self.last_used = time.monotonic()  # unused from its last answer on, not from the last question
                 return answer
             except TimeoutError as exc:
                 if timeout_s is None:
