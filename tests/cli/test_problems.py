@@ -556,3 +556,23 @@ def test_a_server_whose_name_holds_half_a_surrogate_pair_is_skipped_with_a_warni
         assert code == 0, command
         assert skipped in said, command
         assert "b · ? needs approval" in said, command
+
+
+def test_status_says_where_the_language_server_tools_are_while_an_mcp_server_is_named_lsp(layout: Layout) -> None:
+    """Before, it showed the MCP server 'lsp' and the language servers, but nowhere that their tools were served as
+    mcp__lsp_1__* meanwhile (an allow-list or a prompt naming mcp__lsp__hover reached the MCP server)."""
+    light = {"command": sys.executable, "args": ["-m", "mcpvisor.examples.light_server", "--name", "lsp"]}
+    pylsp = {"command": sys.executable, "args": ["-m", "pylsp"], "extensionToLanguage": {".py": "python"}}
+    write_json(layout.paths.user, {"mcpServers": {"lsp": light}, "lspServers": {"python": pylsp}})
+    code, out = invoke(layout, "status", "--json")
+    assert code == 0, out
+    assert json.loads(out)["language_server_tools"] == "mcp__lsp_1__*"
+    code, out = invoke(layout, "status")
+    assert code == 0, out
+    assert "Language servers  tools served as mcp__lsp_1__*: an MCP server is named 'lsp'" in out
+
+    write_json(layout.paths.user, {"lspServers": {"python": pylsp}})
+    code, out = invoke(layout, "status", "--json")
+    assert json.loads(out)["language_server_tools"] == "mcp__lsp__*"
+    code, out = invoke(layout, "status")
+    assert "tools served as" not in out

@@ -206,7 +206,7 @@ def status(
     if not as_json:
         new_console(stderr=True, highlight=False).print("[dim]Connecting to the admitted servers…[/]")
 
-    async def once() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str], bool]:
+    async def once() -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None, list[str], bool]:
         from mcpvisor.cli.commands import config_problems, store_problems
         from mcpvisor.host.host import Host
         from mcpvisor.host.paths import named_home
@@ -225,6 +225,7 @@ def status(
             await host.lsp.wait_started()  # those lsp.startup "eager" started: ready, or failed and why
             rows = host.server_views()
             lsp_rows = host.lsp.views()
+            lsp_tools = host.lsp.tools_served_as()  # mcp__lsp_1__* while an MCP server is named lsp
             unreadable, pins_unread = store_problems(host.tokens), store_problems(host.pins)
             warnings = (*host.state.assembled.warnings, *host.lsp.warnings())
             home = named_home(host.options.env)
@@ -251,12 +252,14 @@ def status(
                 render_status(
                     console, rows, title=title, approve_hint=approve_hint, login_hint=login_hint, unreadable=unread
                 )
-                render_lsp_status(console, lsp_rows, show_target=True)
-        return [row.to_json() for row in rows], [row.to_json() for row in lsp_rows], problems, broken
+                render_lsp_status(console, lsp_rows, show_target=True, tools=lsp_tools)
+        return [row.to_json() for row in rows], [row.to_json() for row in lsp_rows], lsp_tools, problems, broken
 
     interrupted = False
 
-    async def until_told_to_stop() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str], bool] | None:
+    async def until_told_to_stop() -> (
+        tuple[list[dict[str, Any]], list[dict[str, Any]], str | None, list[str], bool] | None
+    ):
         nonlocal interrupted
         found = None
         # SIGTERM, SIGHUP and Ctrl-C: its servers stop (also while one is still starting: it may take 30 s)
@@ -273,9 +276,15 @@ def status(
         found = anyio.run(until_told_to_stop)
     if found is None:
         raise typer.Exit(130 if interrupted else 1)
-    rows, lsp_rows, problems, broken = found
+    rows, lsp_rows, lsp_tools, problems, broken = found
     if as_json:
-        typer.echo(json.dumps({"servers": rows, "language_servers": lsp_rows, "problems": problems}, indent=2))
+        shown = {
+            "servers": rows,
+            "language_servers": lsp_rows,
+            "language_server_tools": lsp_tools,
+            "problems": problems,
+        }
+        typer.echo(json.dumps(shown, indent=2))
     failed = [row["name"] for row in rows if row["state"] in ("disconnected", "needs_auth") and row["error"]]
     failed += [row["name"] for row in lsp_rows if row["error"]]
     if failed or broken:

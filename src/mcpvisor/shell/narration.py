@@ -222,6 +222,6 @@ class HumanOutput:
                 login_hint=self._login_command,
                 unreadable=unread,
             )
-            render_lsp_status(self._console, self._host.lsp.views())
+            render_lsp_status(self._console, self._host.lsp.views(), tools=self._host.lsp.tools_served_as())
             if self._on_ready is not None:
                 self._on_ready()

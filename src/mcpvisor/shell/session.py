@@ -409,7 +409,7 @@ class ShellSession:
             unreadable=bool(self.host.settings.errors),
             trust=trust_hint(fix_commands(self.host.root, self.host.approvals.decided_with, self.host.options.env)[0]),
         )
-        render_lsp_status(self.console, self.host.lsp.views())
+        render_lsp_status(self.console, self.host.lsp.views(), tools=self.host.lsp.tools_served_as())
         return False
 
     async def _cmd_tools(self, argument: str) -> bool:

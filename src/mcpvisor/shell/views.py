@@ -10,6 +10,9 @@ from mcpvisor.host.lsp.events import LspServerView
 from mcpvisor.host.pin_review import Change, diff_lines
 from mcpvisor.host.status import APPROVE_HINT, LOGIN_HINT, ServerView, short_command, state_text
 
+LSP_TOOLS = "mcp__lsp__*"
+"""The language server tools' names while no MCP server has theirs."""
+
 __all__ = ["indented", "lsp_state_style", "render_definition_changes", "render_lsp_status", "render_status"]
 
 
@@ -82,11 +85,17 @@ def lsp_state_style(state: str) -> tuple[str, str]:
     return "○", "dim"
 
 
-def render_lsp_status(console: Console, rows: list[LspServerView], *, show_target: bool = False) -> None:
-    """Draw the language servers under the MCP servers: ``name · icon state`` (pid, open documents, error)."""
+def render_lsp_status(
+    console: Console, rows: list[LspServerView], *, show_target: bool = False, tools: str | None = None
+) -> None:
+    """Draw the language servers under the MCP servers: ``name · icon state`` (pid, open documents, error);
+    ``tools``: the names their tools are served under, said when an MCP server took theirs (``mcp__lsp_1__*``)."""
     if not rows:
         return
-    console.print(Text("Language servers", style="bold"))
+    heading = Text("Language servers", style="bold")
+    if tools is not None and tools != LSP_TOOLS:
+        heading.append(f"  tools served as {tools}: an MCP server is named 'lsp'", style="yellow")
+    console.print(heading)
     for row in rows:
         icon, style = lsp_state_style(row.state)
         line = Text(row.name, style="bold")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.registry import TOOL_PREFIX
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.lsp.config import LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
@@ -266,6 +267,12 @@ class LspSession:
         return cast("RenameResult", await self._run("rename_preview", arguments))
 
     # -- views --------------------------------------------------------------------------------------
+
+    def tools_served_as(self) -> str | None:
+        """The names the language server tools are served under (``mcp__lsp__*``, or ``mcp__lsp_1__*`` while an MCP
+        server is named ``lsp``); None while no language server is configured (none are served)."""
+        key = self._config.tool_provider_key(self.tools)
+        return f"{TOOL_PREFIX}{key}__*" if key is not None and self.manager.configured() else None
 
     def views(self) -> list[LspServerView]:
         state = self.manager.state
