@@ -278,3 +278,49 @@ async def test_the_sign_in_command_a_gateway_client_is_told_works_pasted_in_anot
             assert isinstance(await next_event(subscription), ToolsListChanged)
             assert text_of(await client.call_tool("mcp__sec__echo", {"text": "b"})) == "secure:echo:b"
     assert not store_path(layout).exists()  # the default home's store: untouched
+
+
+def admin(server: Server, action: str) -> None:
+    url = f"http://127.0.0.1:{server.port}/admin/{action}"
+    urllib.request.urlopen(urllib.request.Request(url, method="POST")).close()
+
+
+def stored_tokens(layout: Layout) -> dict[str, str]:
+    [record] = json.loads(store_path(layout).read_text()).values()
+    tokens: dict[str, str] = record["tokens"]
+    return tokens
+
+
+async def test_a_sign_in_stored_while_a_host_refreshes_the_one_before_is_kept(tmp_path: Path, server: Server) -> None:
+    """``mcpvisor mcp login`` completes while a running host's refresh of the sign-in before is on its way: the
+    host's answer, refreshed from the older sign-in, came last and was written over the one just made (a wider
+    sign-in, another account: lost, and the store said nothing of it). The newer sign-in stays, and serves."""
+    layout = setup(tmp_path, server)
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+        manager = host.config.manager
+        await wait_until(lambda: manager.clients()["sec"].status == "connected", what="sec connected")
+        admin(server, "hold-refresh")
+        [key] = json.loads(store_path(layout).read_text())
+        seen = host.tokens.generation
+        TokenStore(store_path(layout)).update(key, expires_at=time.time() + 5)  # due for a refresh
+        await wait_until(lambda: host.tokens.generation != seen, what="the host to see the token store change")
+        async with anyio.create_task_group() as tg:
+            calls: list[str] = []
+
+            async def call() -> None:
+                calls.append(text_of(await host.config.call_tool("mcp__sec__echo", {"text": "a"})))
+
+            tg.start_soon(call)
+            await wait_until(lambda: "refresh-held" in server.events(), what="the host's refresh under way")
+            login = await anyio.to_thread.run_sync(partial(cli, layout, "mcp", "login", "sec"))
+            assert login.returncode == 0, login.stderr
+            newer = stored_tokens(layout)
+            admin(server, "release-refresh")
+        assert calls == ["secure:echo:a"]
+        assert server.events()[-1] == "refresh"
+        assert stored_tokens(layout) == newer
+        assert server.accepts(newer["access_token"])
+        result = await host.config.call_tool("mcp__sec__echo", {"text": "b"})
+        assert text_of(result) == "secure:echo:b"
+        assert stored_tokens(layout) == newer

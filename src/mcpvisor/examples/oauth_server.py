@@ -10,7 +10,8 @@ tests and demos on loopback:
 - ``--token-lifetime SECONDS`` makes short-lived access tokens, to exercise refreshing;
 - ``POST /admin/revoke-all`` revokes every token it issued (a user revoking access at the provider);
   ``POST /admin/token-endpoint-down`` makes ``/token`` answer 503 from then on (an authorization server that fails),
-  ``POST /admin/token-endpoint-up`` answers again;
+  ``POST /admin/token-endpoint-up`` answers again; ``POST /admin/hold-refresh`` keeps each refresh waiting
+  (marked ``refresh-held``) until ``POST /admin/release-refresh`` (a slow authorization server);
 - ``--issuer URL`` advertises another authorization server (e.g. one that is down) in the resource's
   metadata;
 - ``--auth-host HOST`` serves the authorization server under another host name (``localhost`` for a server
@@ -35,6 +36,7 @@ import secrets
 import time
 from typing import Any
 
+import anyio
 import uvicorn
 from mcp.server import MCPServer
 from mcp.server.auth.provider import (
@@ -65,6 +67,7 @@ class DemoOAuthProvider(OAuthAuthorizationServerProvider[AuthorizationCode, Refr
     def __init__(self, *, token_lifetime_s: int, marker: str | None = None) -> None:
         self.token_lifetime_s = token_lifetime_s
         self.token_endpoint_down = False
+        self.refresh_held: anyio.Event | None = None
         self.clients: dict[str, OAuthClientInformationFull] = {}
         self.codes: dict[str, AuthorizationCode] = {}
         self.access: dict[str, AccessToken] = {}
@@ -120,6 +123,9 @@ class DemoOAuthProvider(OAuthAuthorizationServerProvider[AuthorizationCode, Refr
     async def exchange_refresh_token(
         self, client: OAuthClientInformationFull, refresh_token: RefreshToken, scopes: list[str]
     ) -> OAuthToken:
+        if self.refresh_held is not None:
+            self._mark("refresh-held")
+            await self.refresh_held.wait()
         if self.refresh.pop(refresh_token.token, None) is None:
             raise TokenError("invalid_grant", "refresh token was revoked")
         self._mark("refresh")
@@ -201,6 +207,20 @@ def build_server(
         return JSONResponse({"down": False})
 
     server.custom_route("/admin/token-endpoint-up", methods=["POST"])(token_endpoint_up)
+
+    async def hold_refresh(request: Request) -> Response:
+        provider.refresh_held = anyio.Event()
+        return JSONResponse({"held": True})
+
+    server.custom_route("/admin/hold-refresh", methods=["POST"])(hold_refresh)
+
+    async def release_refresh(request: Request) -> Response:
+        held, provider.refresh_held = provider.refresh_held, None
+        if held is not None:
+            held.set()
+        return JSONResponse({"held": False})
+
+    server.custom_route("/admin/release-refresh", methods=["POST"])(release_refresh)
 
     return server, provider
 

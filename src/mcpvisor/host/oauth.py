@@ -335,7 +335,14 @@ def oauth_provider(
         async def _handle_refresh_response(self, response: Any) -> bool:
             held, expires_at = self.context.current_tokens, storage.expires_at()
             used = held.refresh_token if held else None
-            ok = await super()._handle_refresh_response(response)
+            storage.refreshed_from = used  # stored only over the sign-in refreshed, not one stored since
+            try:
+                ok = await super()._handle_refresh_response(response)
+            finally:
+                storage.refreshed_from = None
+            if ok and storage.superseded:  # signed in (or out) elsewhere meanwhile: that sign-in serves
+                logger.info("server %r: a sign-in stored while its sign-in was refreshed is used instead", name)
+                await self._adopt_stored_tokens()
             failed = None
             if not ok:
                 logger.info("server %r: refreshing its sign-in failed (HTTP %s)", name, response.status_code)

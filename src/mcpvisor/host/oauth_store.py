@@ -92,6 +92,23 @@ class TokenStore(PrivateJsonStore):
         self.mutate(change)
         self.note_sign_ins_changed()
 
+    def store_refreshed(self, key: str, used: str, **fields: Any) -> bool:
+        """Set fields of a refresh's record (``None`` removes one) unless the sign-in refreshed is no longer the
+        stored one (``used``: the refresh token it was refreshed with): a sign-in stored meanwhile (``mcp login``
+        in another process) or a sign-out stands. Whether they were stored."""
+        stored: list[bool] = []
+
+        def change(records: dict[str, Any]) -> None:
+            record = records.get(key)
+            tokens = record.get("tokens") if isinstance(record, dict) else None
+            if isinstance(record, dict) and isinstance(tokens, dict) and tokens.get("refresh_token") == used:
+                records[key] = {k: v for k, v in {**record, **fields}.items() if v is not None}
+                stored.append(True)
+
+        self.mutate(change)
+        self.note_sign_ins_changed()
+        return bool(stored)
+
     def drop_refused(self, key: str, refresh_token: str, *, client_unknown: bool = False) -> None:
         """The server refused ``refresh_token``: the sign-in it belongs to is over (``mcp list`` and ``status``
         say so), unless another one was stored since; ``client_unknown`` (``invalid_client``: a server that
@@ -356,6 +373,10 @@ class FileTokenStorage:
         self._fresh = fresh
         self.issued: OAuthToken | None = None
         """The tokens stored through this storage (``fresh``: the only ones it reads)."""
+        self.refreshed_from: str | None = None
+        """The refresh token the next tokens set were refreshed with: they replace that sign-in only."""
+        self.superseded = False
+        """The last tokens set were not stored: another sign-in (or a sign-out) was stored since the refresh began."""
 
     async def get_tokens(self) -> OAuthToken | None:
         """The stored tokens; for a ``fresh`` sign-in, only those it got: the server runs the whole flow, and
@@ -368,9 +389,15 @@ class FileTokenStorage:
         return self._valid(OAuthToken, tokens, "tokens") if isinstance(tokens, dict) else None
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.issued = tokens
         expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
-        self._store.update(self._key, tokens=tokens.model_dump(mode="json", exclude_none=True), expires_at=expires_at)
+        fields = {"tokens": tokens.model_dump(mode="json", exclude_none=True), "expires_at": expires_at}
+        used, self.refreshed_from = self.refreshed_from, None
+        self.superseded = used is not None and not self._store.store_refreshed(self._key, used, **fields)
+        if self.superseded:
+            return
+        self.issued = tokens
+        if used is None:
+            self._store.update(self._key, **fields)
 
     def _valid(self, model: type[M], value: dict[str, Any], what: str) -> M:
         """``value`` as ``model``; one that is not is an error naming the store and the record, never its
