@@ -235,6 +235,33 @@ def test_an_expired_token_is_refreshed_and_a_revoked_one_asks_for_a_new_sign_in(
         assert "client" in record  # the registration stands: the next login reuses it
 
 
+def test_mcp_list_says_a_sign_in_that_was_refused_or_expired_and_the_command_that_mends_it(tmp_path: Path) -> None:
+    """``mcp list`` connects nothing: it said only "✓ allowed" of a server whose sign-in the authorization server
+    had refused, and "sign-in expired" of one that cannot be refreshed — nothing told what to do."""
+    for server in start_server(tmp_path, "--token-lifetime", "2"):
+        layout = setup(tmp_path, server)
+        assert cli(layout, "mcp", "login", "sec").returncode == 0
+        server.revoke_all()
+        assert status_row(layout)["state"] == "needs_auth"  # its refresh was refused
+        refused = "signed out: the authorization server refused the stored sign-in (revoked or expired)"
+        listed = cli(layout, "mcp", "list")
+        assert f"sec · ✓ allowed · {refused} — run: mcpvisor mcp login sec" in " ".join(listed.stdout.split())
+        row = json.loads(cli(layout, "mcp", "list", "--json").stdout)["servers"][0]
+        assert row["sign_in"] == f"{refused} — run: mcpvisor mcp login sec"
+
+        assert cli(layout, "mcp", "login", "sec").returncode == 0
+        assert "sec · ✓ allowed · signed in" in cli(layout, "mcp", "list").stdout
+        [key] = json.loads(store_path(layout).read_text())
+        store = TokenStore(store_path(layout))
+        tokens = {k: v for k, v in store.get(key)["tokens"].items() if k != "refresh_token"}
+        store.update(key, tokens=tokens, expires_at=1.0)  # a sign-in issued without a refresh token, expired
+        expired = json.loads(cli(layout, "mcp", "list", "--json").stdout)["servers"][0]["sign_in"]
+        assert expired == "sign-in expired — run: mcpvisor mcp login sec"
+
+        assert cli(layout, "mcp", "logout", "sec").returncode == 0
+        assert json.loads(cli(layout, "mcp", "list", "--json").stdout)["servers"][0]["sign_in"] is None
+
+
 def test_an_authorization_server_that_fails_to_refresh_leaves_the_unexpired_token_in_use(tmp_path: Path) -> None:
     # A token within the refresh margin (60 s) is refreshed before use; the token endpoint answers 503.
     for server in start_server(tmp_path, "--token-lifetime", "50"):

@@ -111,8 +111,9 @@ class TokenStore(PrivateJsonStore):
 
     def drop_refused(self, key: str, refresh_token: str, *, client_unknown: bool = False) -> None:
         """The server refused ``refresh_token``: the sign-in it belongs to is over (``mcp list`` and ``status``
-        say so), unless another one was stored since; ``client_unknown`` (``invalid_client``: a server that
-        forgot its registrations) drops the registered client too, so the next sign-in registers again."""
+        say so: the record is marked ``refused``), unless another one was stored since; ``client_unknown``
+        (``invalid_client``: a server that forgot its registrations) drops the registered client too, so the
+        next sign-in registers again."""
         dropped = ("tokens", "expires_at", "client") if client_unknown else ("tokens", "expires_at")
 
         def change(records: dict[str, Any]) -> None:
@@ -121,7 +122,7 @@ class TokenStore(PrivateJsonStore):
                 return
             tokens = record.get("tokens")
             if isinstance(tokens, dict) and tokens.get("refresh_token") == refresh_token:
-                records[key] = {k: v for k, v in record.items() if k not in dropped}
+                records[key] = {k: v for k, v in record.items() if k not in dropped} | {"refused": True}
 
         self.mutate(change)
         self.note_sign_ins_changed()
@@ -164,7 +165,15 @@ class TokenStore(PrivateJsonStore):
         """Drop a server's sign-in; whether there was one."""
         if not self.get(key):
             return False
-        self.update(key, client=None, tokens=None, expires_at=None, register_again=None, authorization_server=None)
+        self.update(
+            key,
+            client=None,
+            tokens=None,
+            expires_at=None,
+            register_again=None,
+            authorization_server=None,
+            refused=None,
+        )
         return True
 
 
@@ -181,10 +190,21 @@ class SignIn:
     """Scopes the server asked for that the sign-in does not hold (``insufficient_scope``)."""
     unreadable: bool = False
     """A record is kept but its tokens are not tokens (edited by hand, or written by something else)."""
+    refused: bool = False
+    """Not signed in: the authorization server refused the refresh token of the sign-in there was."""
+
+    def needs_sign_in(self, now: float | None = None) -> bool:
+        """Whether only ``mcp login`` mends it: refused, expired with no refresh token, or too narrow."""
+        if self.refused or self.wider:
+            return True
+        expired = self.expires_at is not None and self.expires_at <= (time.time() if now is None else now)
+        return self.signed_in and expired and not self.refreshable and not self.machine
 
     def describe(self, now: float | None = None) -> str:
         if self.unreadable:
             return "the stored sign-in is unreadable"
+        if self.refused:
+            return "signed out: the authorization server refused the stored sign-in (revoked or expired)"
         if not self.signed_in:
             return "not signed in"
         if self.wider:
@@ -222,7 +242,7 @@ def sign_in_state(records: Mapping[str, Any], name: str, cfg: McpServerConfig) -
     record = records.get(token_key(cfg, settings), {})
     tokens = record.get("tokens") if isinstance(record, Mapping) else record
     if tokens is None:
-        return SignIn(False)
+        return SignIn(False, refused=isinstance(record, Mapping) and record.get("refused") is True)
     if not _token_shaped(tokens) or not isinstance(record.get("expires_at"), int | float | None):
         return SignIn(False, unreadable=True)
     expires_at = record.get("expires_at")
@@ -261,8 +281,23 @@ def missing_scopes(needed: object, granted: object) -> str | None:
 
 
 def sign_ins(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[str, str]:
-    """Server -> what its sign-in looks like, for remote servers with one (never a token). The store is read only
-    when there is a remote server (a host reads this at start-up and on each reload)."""
+    """Server -> what its sign-in looks like, for remote servers with one or one refused (never a token), with
+    the command that mends it. The store is read only when there is a remote server (a host reads this at
+    start-up and on each reload)."""
+    out: dict[str, str] = {}
+    for name, state in _sign_in_states(store, servers).items():
+        if state.unreadable:
+            word = name_word(name)
+            out[name] = f"{state.describe()} — run: mcpvisor mcp logout {word}, then mcpvisor mcp login {word}"
+        elif state.needs_sign_in():
+            out[name] = f"{state.describe()} — run: mcpvisor mcp login {name_word(name)}"
+        elif state.signed_in:
+            out[name] = state.describe()
+    return out
+
+
+def _sign_in_states(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[str, SignIn]:
+    """Server -> its sign-in, for every server (none when the store cannot be read: said here)."""
     if all(cfg.transport == "stdio" for cfg in servers.values()):
         return {}
     try:
@@ -270,15 +305,12 @@ def sign_ins(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[
     except ConfigError as exc:
         logger.warning("%s", exc)
         return {}
-    out: dict[str, str] = {}
-    for name, cfg in servers.items():
-        state = sign_in_state(records, name, cfg)
-        if state.unreadable:
-            word = name_word(name)
-            out[name] = f"{state.describe()} — run: mcpvisor mcp logout {word}, then mcpvisor mcp login {word}"
-        elif state.signed_in:
-            out[name] = state.describe() + (f" — run: mcpvisor mcp login {name_word(name)}" if state.wider else "")
-    return out
+    return {name: sign_in_state(records, name, cfg) for name, cfg in servers.items()}
+
+
+def _holding(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> frozenset[str]:
+    """Those of ``servers`` with a stored sign-in (an unreadable one too: it was not signed out)."""
+    return frozenset(name for name, s in _sign_in_states(store, servers).items() if s.signed_in or s.unreadable)
 
 
 def unreadable(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> str | None:
@@ -319,7 +351,7 @@ class SignedIn:
 
     def note(self, store: TokenStore, servers: Mapping[str, McpServerConfig]) -> None:
         """Count the sign-ins of ``servers`` (configured since the last look) in; none is counted out here."""
-        self._names |= frozenset(sign_ins(store, servers))
+        self._names |= _holding(store, servers)
         new = {name: cfg for name, cfg in servers.items() if name not in self._tokens}
         self._tokens |= _token_digests(store, new) if new else {}
 
@@ -338,7 +370,7 @@ class SignedIn:
 
     def signed_out(self, store: TokenStore, servers: Mapping[str, McpServerConfig]) -> frozenset[str]:
         """Those of ``servers`` signed in at the last look and no longer; this look is the next one's last."""
-        before, self._names = self._names, frozenset(sign_ins(store, servers))
+        before, self._names = self._names, _holding(store, servers)
         return before - self._names
 
     def end_signed_out(
@@ -390,7 +422,11 @@ class FileTokenStorage:
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
         expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
-        fields = {"tokens": tokens.model_dump(mode="json", exclude_none=True), "expires_at": expires_at}
+        fields = {
+            "tokens": tokens.model_dump(mode="json", exclude_none=True),
+            "expires_at": expires_at,
+            "refused": None,
+        }
         used, self.refreshed_from = self.refreshed_from, None
         self.superseded = used is not None and not self._store.store_refreshed(self._key, used, **fields)
         if self.superseded:
