@@ -202,7 +202,7 @@ async def test_run_gateway_over_http_serves_until_cancelled(tmp_path: Path, caps
         assert refused.status_code == 400
         assert "--per-client-workspaces" in refused.text
         tg.cancel_scope.cancel()
-    assert f"mcpvisor gateway: serving 1 tools on http://127.0.0.1:{port}/mcp" in capsys.readouterr().err
+    assert f"mcpvisor gateway: serving 1 tool on http://127.0.0.1:{port}/mcp" in capsys.readouterr().err
 
 
 async def test_a_server_slow_to_start_holds_no_client_up_and_comes_in_with_list_changed(tmp_path: Path) -> None:
@@ -287,7 +287,7 @@ async def test_mcpvisor_serve_over_stdio_in_a_subprocess_serves_follows_edits_an
             assert await tool_names(client) == {"mcp__a__echo", "mcp__b__echo"}
     [pid] = marker_pids(marker)
     await wait_until(lambda: not pid_alive(pid))
-    assert "mcpvisor gateway: serving 1 tools on stdio" in errlog.read_text()
+    assert "mcpvisor gateway: serving 1 tool on stdio" in errlog.read_text()
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

@@ -19,6 +19,7 @@ from mcpvisor.gateway.limits import DEFAULT_HTTP_LIMITS, DEFAULT_NAME_BUDGET, Ht
 from mcpvisor.gateway.listen import bind_http_socket, http_url, refuse_without_token
 from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
+from mcpvisor.host.status import plural
 from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.narration import HumanOutput
 
@@ -102,8 +103,8 @@ async def _serve(
     secret = token.value if token is not None else None
 
     def serving(host: Host, where: str) -> None:
-        tools = len(host.config.tool_registry.get_all_tools())
-        console.print(f"[dim]mcpvisor gateway: serving {tools} tools on {escape(where)}; settings edits apply live.[/]")
+        tools = plural(len(host.config.tool_registry.get_all_tools()), "tool")
+        console.print(f"[dim]mcpvisor gateway: serving {tools} on {escape(where)}; settings edits apply live.[/]")
         if http is not None:
             auth = token.hint() if token is not None else "no authentication (--no-auth): any local program may connect"
             console.print(f"[dim]Authentication: {escape(auth)}.[/]", soft_wrap=True)
