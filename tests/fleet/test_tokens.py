@@ -177,3 +177,30 @@ async def test_a_sign_in_stored_or_reported_by_the_fleet_reaches_the_hosts_conne
         tokens.changed()  # as the replica does when the fleet's log reports it
         await wait_until(lambda: len(reconciles) > seen, what="the reconcile the report asks for")
         assert tokens.generation == before + 3
+
+
+def test_a_replica_without_a_fleet_key_says_its_sign_ins_stay_its_own(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    # At the default log level (no -v), as people run it: a warning logged there was never shown.
+    layout = make_layout(tmp_path)
+    write_json(layout.paths.user, {"mcpServers": {}})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCPVISOR_FLEET_KEY")} | layout.env
+    process = subprocess.Popen(
+        [mcpvisor_command(), "run", "--workspace", str(layout.root), "--fleet", redis_server.url],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:  # until the host follows its files
+            if line.startswith("Watching"):
+                break
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=WAIT_S)
+    assert "no fleet key (MCPVISOR_FLEET_KEY or MCPVISOR_FLEET_KEY_FILE): OAuth sign-ins stay with each replica" in (
+        " ".join(err.split())
+    )

@@ -8,7 +8,6 @@ setting ``MCPVISOR_FLEET`` for the command: every part of it then reads one envi
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -36,8 +35,6 @@ __all__ = [
     "token_store",
     "with_fleet_stores",
 ]
-
-logger = logging.getLogger(__name__)
 
 FLEET_ENV: Final = "MCPVISOR_FLEET"
 FLEET_NAME_ENV: Final = "MCPVISOR_FLEET_NAME"
@@ -249,11 +246,15 @@ async def joined(
     joined_options = dataclasses.replace(options, approvals=replica.approvals, pins=replica.pins)
     if replica.tokens is not None:
         joined_options = dataclasses.replace(joined_options, tokens=replica.tokens)
-    else:
-        logger.warning(
-            "fleet %s: no fleet key (MCPVISOR_FLEET_KEY or MCPVISOR_FLEET_KEY_FILE): OAuth sign-ins stay with "
-            "each replica; set one to share them",
-            store.keys.fleet,
+    else:  # said on stderr, not logged: a command's default log level shows errors only
+        from rich.markup import escape
+
+        from mcpvisor.shell.consoles import new_console
+
+        new_console(stderr=True, highlight=False).print(
+            f"[yellow]! fleet {escape(store.keys.fleet)}: no fleet key (MCPVISOR_FLEET_KEY or "
+            "MCPVISOR_FLEET_KEY_FILE): OAuth sign-ins stay with each replica; set one to share them[/]",
+            soft_wrap=True,
         )
     if follow_settings:  # its settings are the fleet's, its decisions too: it watches only its own stores
         joined_options = dataclasses.replace(joined_options, watched_scopes=("tokens", "pins"), settings_source=replica)
