@@ -251,7 +251,7 @@ def test_a_language_servers_approval_shows_its_whole_entry_as_written(tmp_path: 
     assert "  env:     PATH=${TOK} (decides what code runs)" in shown
     assert "  reads:   ${TOK} -> env KEY, ${TOK} -> env PATH" in shown
     assert '"zzz": {"evil": "/tmp/evil.sh"}' in shown.replace("\n", "")
-    assert '  settings:{"pylsp": {"plugins": {"pylint": {"enabled": true, "executable": "./evil.sh"}}}}' in shown
+    assert '  settings: {"pylsp": {"plugins": {"pylint": {"enabled": true, "executable": "./evil.sh"}}}}' in shown
     assert "tok-s3cret-999" not in result.output
 
     folder_only = {"command": "pylsp", "extensionToLanguage": {".py": "python"}, "workspaceFolder": "${SUB}/x"}
@@ -261,7 +261,7 @@ def test_a_language_servers_approval_shows_its_whole_entry_as_written(tmp_path: 
     console = recording()
     render_approval_request(console, lsp_approval_request("python", cfg, "project", None))
     text = console.export_text()
-    assert '    settings:{"pylsp": {"plugins": {"pylint": {"enabled": true, "executable": "./evil.sh"}}}}' in text
+    assert '    settings: {"pylsp": {"plugins": {"pylint": {"enabled": true, "executable": "./evil.sh"}}}}' in text
     assert "tok-s3cret-999" not in text
     for command in (["lsp", "list"], ["status"]):  # lists and status show the command line as written too
         listed = CliRunner().invoke(app, [*command, "--workspace", str(layout.root)], env=layout.env)

@@ -387,7 +387,7 @@ def _token_key_of(name: str, cfg: McpServerConfig) -> str | None:
 def show_approval_lines(console: Console, request: ApprovalRequest) -> None:
     """What is approved, as the shell's dialog shows it: the entry as written, before ``${VAR}`` expansion."""
     for label, value in approval_lines(request):
-        console.print(f"  {label + ':':<9}{escape(value)}")
+        console.print(f"  {label + ':':<8} {escape(value)}")
     for note in request.notes:
         if note != RUNS_WORKSPACE_CODE:  # said with the decision
             console.print(f"  [yellow]{escape(note)}[/]", highlight=False)

@@ -278,7 +278,7 @@ def render_approval_request(console: Console, request: ApprovalRequest, *, intro
         head.append(f" ({request.file})")
     console.print(head)
     for label, value in approval_lines(request):
-        console.print(indented(Text(f"{label + ':':<9}{value}", overflow="fold"), 4))
+        console.print(indented(Text(f"{label + ':':<8} {value}", overflow="fold"), 4))
     for note in request.notes:
         console.print(indented(Text(note, style="yellow"), 4))
 
