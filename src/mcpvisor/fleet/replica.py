@@ -37,7 +37,7 @@ from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.fleet.approvals import DEFAULT_FRESHNESS_S, FleetApprovalStore
 from mcpvisor.fleet.bus import FleetBus
 from mcpvisor.fleet.pins import FleetPinStore
-from mcpvisor.fleet.routing import FleetUnavailable, OwnerRouter, round_name, round_owner
+from mcpvisor.fleet.routing import FleetUnavailable, OwnerRouter, forwarding_client, round_name, round_owner
 from mcpvisor.fleet.sealing import FleetKey
 from mcpvisor.fleet.settings import (
     PUBLISHED_SCOPES,
@@ -78,9 +78,6 @@ REGISTRY_TTL_MS: Final = 10_000
 LEASE_MS: Final = 10_000
 """The publisher lease: another replica takes it over this long after its holder stopped renewing."""
 BLOCK_MS: Final = 5_000
-FORWARD_CONNECTIONS: Final = 1000
-FORWARD_CONNECT_TIMEOUT_S: Final = 1.0
-"""A session's owner that does not accept a connection within this is taken as gone (404)."""
 RETRY_S: Final = (0.1, 0.25, 0.5, 1.0)
 """Pauses before reconnecting to the store, one per failure in a row (the last repeats): a replica follows
 Redis again within about a second of its return."""
@@ -155,15 +152,7 @@ class Replica(StackOwner):
         if self._register:
             await anyio.to_thread.run_sync(self.store.claim, self.id, self._nonce, REGISTRY_TTL_MS)
         async with AsyncExitStack() as stack:
-            # Replica to replica, never through a proxy (the requests carry clients' tokens); a full pool
-            # answers at once rather than queueing a forward for ever.
-            self._http = await stack.enter_async_context(
-                httpx2.AsyncClient(
-                    timeout=httpx2.Timeout(None, connect=FORWARD_CONNECT_TIMEOUT_S, pool=FORWARD_CONNECT_TIMEOUT_S),
-                    limits=httpx2.Limits(max_connections=FORWARD_CONNECTIONS, max_keepalive_connections=64),
-                    trust_env=False,
-                )
-            )
+            self._http = await stack.enter_async_context(forwarding_client())
             self._registry = self.store.async_client()
             stack.push_async_callback(self._registry.aclose)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
@@ -383,6 +372,7 @@ class Replica(StackOwner):
                     await self._beat(client)
                 except (redis.RedisError, OSError) as exc:
                     logger.debug("fleet heartbeat failed: %s", exc)
+                    self._succession.away()
                     if self.publisher:
                         self.publisher = False
                         logger.warning("fleet %s: replica %s stops publishing settings", keys.fleet, self.id)

@@ -26,7 +26,7 @@ import httpx2
 
 from mcpvisor.fleet.sealing import FleetKey
 
-__all__ = ["HOP_HEADER", "FleetUnavailable", "OwnerRouter", "round_name", "round_owner"]
+__all__ = ["HOP_HEADER", "FleetUnavailable", "OwnerRouter", "forwarding_client", "round_name", "round_owner"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,21 @@ _HOP_BY_HOP: Final = frozenset(
     {b"host", b"connection", b"keep-alive", b"transfer-encoding", b"te", b"upgrade", b"content-length"}
 )
 
+FORWARD_CONNECTIONS: Final = 1000
+FORWARD_CONNECT_TIMEOUT_S: Final = 1.0
+"""A session's owner that does not accept a connection within this is taken as gone (404)."""
+
 ASGIApp = Any
+
+
+def forwarding_client() -> httpx2.AsyncClient:
+    """The client a replica forwards with: replica to replica, never through a proxy (the requests carry
+    clients' tokens); a full pool answers at once rather than queueing a forward for ever."""
+    return httpx2.AsyncClient(
+        timeout=httpx2.Timeout(None, connect=FORWARD_CONNECT_TIMEOUT_S, pool=FORWARD_CONNECT_TIMEOUT_S),
+        limits=httpx2.Limits(max_connections=FORWARD_CONNECTIONS, max_keepalive_connections=64),
+        trust_env=False,
+    )
 
 
 class FleetUnavailable(Exception):

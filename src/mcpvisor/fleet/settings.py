@@ -143,26 +143,51 @@ async def published_elsewhere(
 
 
 class Succession:
-    """Who publishes once the store lost the published settings (emptied, or restored from a copy without
-    them) while their publisher may well be alive: the first replica to find the lease free would make the
-    fleet follow its own files. A replica leaves the lease to the publisher of the snapshot it applied for as
-    long as that one is listed, and for a registry entry's lifetime (``wait_s``) after it found them gone."""
+    """Who publishes once the lease fell free while the publisher of the settings the fleet follows may well be
+    alive: the store lost the published settings (emptied, or restored from a copy without them), or it did not
+    answer for longer than the lease (the publisher could not renew it either). The first replica to find the
+    lease free would make the fleet follow its own files. A replica leaves the lease to the publisher of the
+    snapshot it applied for as long as that one is listed, and for a registry entry's lifetime (``wait_s``)
+    after it found the lease to leave."""
 
     def __init__(self, wait_s: float) -> None:
         self._wait_s = wait_s
-        self._lost_at: float | None = None
+        self._since: float | None = None
+        self._away = False
+
+    def away(self) -> None:
+        """The store did not answer this replica: a lease found free once it answers again may have expired under
+        a publisher that was cut off too, which renews it on its next beat."""
+        self._away = True
 
     async def defers(self, client: Any, keys: Keys, applied: Snapshot | None, me: str) -> bool:
         """Whether replica ``me``, which ``applied`` that snapshot last, leaves a free lease alone now."""
-        if applied is None or applied.by in ("", me) or await client.exists(keys.settings):
-            self._lost_at = None
+        if applied is None or applied.by in ("", me):
+            self._since, self._away = None, False
             return False
-        if self._lost_at is None:
-            self._lost_at = time.monotonic()
+        lost = not await client.exists(keys.settings)
+        if self._away and not lost and await client.exists(keys.lease):
+            self._away = False  # the lease outlived the silence: nothing to leave
+        if not lost and not self._away:
+            self._since = None
+            return False
+        if self._since is None:
+            self._since = time.monotonic()
             logger.warning(
-                "fleet %s: the store lost the published settings; %s publishes first", keys.fleet, applied.by
+                "fleet %s: %s; %s publishes first",
+                keys.fleet,
+                "the store lost the published settings"
+                if lost
+                else "the publisher lease expired while the store did not answer",
+                applied.by,
             )
-        return bool(await client.exists(keys.replica(applied.by))) or time.monotonic() - self._lost_at < self._wait_s
+        if await client.exists(keys.replica(applied.by)):
+            self._away = False  # it is back: it renews the lease
+            return True
+        if time.monotonic() - self._since < self._wait_s:
+            return True
+        self._away = False
+        return False
 
     async def took_over(self, client: Any, keys: Keys, source: Settings, applied: Snapshot | None, me: str) -> None:
         """Replica ``me`` took a free lease: whether the fleet followed other files until now is for the log."""

@@ -1,0 +1,75 @@
+"""A store that stops answering for longer than the publisher lease, then answers again (with its data):
+the fleet keeps following the settings of the replica that published them, whichever replica reaches the
+store first once it is back."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+
+from mcpvisor.fleet.store import FleetStore
+from tests.fleet.conftest import RedisServer
+from tests.fleet.test_replicas import Replica, fleet_of, publisher_and_follower, tools
+from tests.helpers import WAIT_S, wait_until
+
+pytestmark = pytest.mark.fleet
+
+
+def listening_pid(replica: Replica) -> int:
+    """The process that listens on the replica's port (the command started is a stand-in that forwards
+    signals, which a SIGSTOP cannot be)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == replica.port and fields[3] == "0A":  # LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if any(os.readlink(fd) in inodes for fd in (proc / "fd").iterdir()):
+                    return int(proc.name)
+            except OSError:
+                continue
+    raise AssertionError(f"nothing listens on port {replica.port}")
+
+
+async def store_silent(replica: Replica) -> None:
+    """Until ``/readyz`` says the store has not answered (after the freshness time, beyond the lease's)."""
+    async with httpx2.AsyncClient() as http:
+        with anyio.fail_after(WAIT_S + 15):
+            while "has not answered since" not in (await http.get(replica.url + "/readyz")).json()["approvals"]:  # noqa: ASYNC110
+                await anyio.sleep(0.2)  # another process's view of the store: nothing to wait on
+
+
+async def test_after_an_outage_the_fleet_keeps_its_publishers_settings(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    with fleet_of(tmp_path, redis_server) as fleet:
+        a, b = await publisher_and_follower(fleet, tmp_path)
+        keys = FleetStore(fleet.url).keys
+        redis_server.kill()  # with its data (appendfsync always); the lease expires meanwhile
+        for replica in (a, b):
+            await store_silent(replica)
+        a_pid = listening_pid(a)
+        os.kill(a_pid, signal.SIGSTOP)  # the publisher is the last to reach the store again
+        try:
+            redis_server.start()
+            with redis_server.client() as store:
+                await wait_until(
+                    lambda: store.get(keys.lease) is not None or "publishes first" in b.log.read_text(),
+                    what="the follower back in touch with the store",
+                )
+        finally:
+            os.kill(a_pid, signal.SIGCONT)
+        with redis_server.client() as store:
+            await wait_until(lambda: store.get(keys.lease) is not None, what="a publisher again")
+            assert store.get(keys.lease) == "ra"
+            assert store.hget(keys.settings, "by") == "ra"
+        assert "takes over publishing" not in b.log.read_text()
+        assert await tools(b) >= {"mcp__u__echo"}
