@@ -14,7 +14,7 @@ import pytest
 
 from mcpvisor.fleet.store import FleetStore
 from tests.fleet.conftest import RedisServer
-from tests.fleet.test_replicas import Replica, fleet_of, publisher_and_follower, tools
+from tests.fleet.test_replicas import Replica, fleet_of, publisher_and_follower, ready, tools
 from tests.helpers import WAIT_S, wait_until
 
 pytestmark = pytest.mark.fleet
@@ -73,3 +73,35 @@ async def test_after_an_outage_the_fleet_keeps_its_publishers_settings(
             assert store.hget(keys.settings, "by") == "ra"
         assert "takes over publishing" not in b.log.read_text()
         assert await tools(b) >= {"mcp__u__echo"}
+
+
+KEY = "a fleet key of at least thirty-two characters"
+
+
+async def test_a_replica_started_with_another_fleet_key_says_so_and_stops(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """It would serve rounds and sign-ins no other replica can read (and a sign-in made there again would replace
+    the fleet's with one no other replica opens): it refuses to start, naming the fix. A key being rotated (the
+    fleet's secret second) is the fleet's."""
+    with fleet_of(tmp_path, redis_server) as fleet:
+        await ready(fleet.start("ra", tmp_path / "a", MCPVISOR_FLEET_KEY=KEY))
+        wrong = fleet.start(
+            "rb", tmp_path / "b", MCPVISOR_FLEET_KEY="another key that is also thirty-two characters long"
+        )
+        await wait_until(lambda: wrong.proc.poll() is not None or ready_now(wrong), what="rb started or refused")
+        assert wrong.proc.poll() == 1
+        said = " ".join(wrong.log.read_text().split())
+        assert "MCPVISOR_FLEET_KEY differs from the fleet key the other replicas of fleet 'default' use" in said
+        assert "give every replica the same key" in said
+        rotating = fleet.start(
+            "rc", tmp_path / "c", MCPVISOR_FLEET_KEY=f"a new key that is thirty-two characters long too,{KEY}"
+        )
+        await ready(rotating)
+
+
+def ready_now(replica: Replica) -> bool:
+    try:
+        return httpx2.get(replica.url + "/readyz").status_code == 200
+    except httpx2.TransportError:
+        return False

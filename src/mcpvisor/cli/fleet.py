@@ -89,7 +89,7 @@ def fleet_store(env: Mapping[str, str]) -> FleetStore | None:
 def _fleet_in_settings(env: Mapping[str, str]) -> tuple[str, str, Path] | None:
     """``(url, name, file)`` from the ``fleet`` block of the system settings, else the user's."""
     from mcpvisor.core.errors import ConfigError
-    from mcpvisor.fleet.store import CLEAR_PASSWORD_PROBLEM, holds_clear_password
+    from mcpvisor.fleet.settings import CLEAR_PASSWORD_PROBLEM, holds_clear_password
     from mcpvisor.host import paths
     from mcpvisor.host.settings.expand import expand_string
     from mcpvisor.host.settings.files import SettingsFileError, read_settings_file

@@ -38,7 +38,7 @@ from mcpvisor.fleet.approvals import DEFAULT_FRESHNESS_S, FleetApprovalStore
 from mcpvisor.fleet.bus import FleetBus
 from mcpvisor.fleet.pins import FleetPinStore
 from mcpvisor.fleet.routing import FleetUnavailable, OwnerRouter, forwarding_client, round_name, round_owner
-from mcpvisor.fleet.sealing import FleetKey
+from mcpvisor.fleet.sealing import FleetKey, check_fleet_key
 from mcpvisor.fleet.settings import (
     PUBLISHED_SCOPES,
     Snapshot,
@@ -149,6 +149,8 @@ class Replica(StackOwner):
         self._apply_lock = anyio.Lock()
         self._wake = anyio.Event()
         await anyio.to_thread.run_sync(self.store.ping)
+        if self._key is not None:
+            await anyio.to_thread.run_sync(check_fleet_key, self.store, self._key)
         if self._register:
             await anyio.to_thread.run_sync(self.store.claim, self.id, self._nonce, REGISTRY_TTL_MS)
         async with AsyncExitStack() as stack:

@@ -20,11 +20,14 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from mcpvisor.core.errors import ConfigError
 
-__all__ = ["KEY_ENV", "KEY_FILE_ENV", "FleetKey"]
+if TYPE_CHECKING:
+    from mcpvisor.fleet.store import FleetStore
+
+__all__ = ["KEY_ENV", "KEY_FILE_ENV", "FleetKey", "check_fleet_key"]
 
 KEY_ENV: Final = "MCPVISOR_FLEET_KEY"
 KEY_FILE_ENV: Final = "MCPVISOR_FLEET_KEY_FILE"
@@ -127,3 +130,26 @@ class FleetKey:
                 except InvalidTag as exc:
                     raise ValueError("sealed record does not open: changed, or moved to another key") from exc
         raise ValueError("sealed with a fleet key that is not in MCPVISOR_FLEET_KEY any more")
+
+
+def check_fleet_key(store: FleetStore, key: FleetKey) -> None:
+    """Refuse a fleet key that shares no secret with the key the fleet's replicas use: the store keeps a tag of
+    the latest first secret seen (``keycheck``), which any secret of this ring must verify (a key being rotated
+    shares one). A replica started with another key would serve rounds and sign-ins no other replica reads, and
+    a sign-in made again there would replace the fleet's with one no other replica opens. Blocking."""
+    import redis
+
+    from mcpvisor.fleet.store import fleet_unreachable
+
+    text = f"mcpvisor fleet key check {store.keys.fleet}"
+    client = store.sync_client()
+    try:
+        held = client.get(store.keys.key_check)
+        if held is not None and not key.verify(text, str(held)):
+            raise ConfigError(
+                f"{KEY_ENV} differs from the fleet key the other replicas of fleet {store.keys.fleet!r} use: give "
+                "every replica the same key (to rotate it, add the new secret second on every replica first)"
+            )
+        client.set(store.keys.key_check, key.mac(text))
+    except (redis.RedisError, OSError) as exc:
+        raise fleet_unreachable(store.url, exc, store.named_in) from exc

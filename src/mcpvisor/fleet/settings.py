@@ -17,15 +17,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import parse_qsl, urlsplit
 
 import anyio
 
-from mcpvisor.fleet.store import CLEAR_PASSWORD_PROBLEM, holds_clear_password
 from mcpvisor.host.settings.files import SettingsFileError, parse_settings_text, read_settings_text
 from mcpvisor.host.settings.loader import ScopeRead, Settings
 from mcpvisor.host.settings.scopes import FileScope
@@ -36,11 +37,13 @@ if TYPE_CHECKING:
     from mcpvisor.host.host import Host
 
 __all__ = [
+    "CLEAR_PASSWORD_PROBLEM",
     "PUBLISHED_SCOPES",
     "Snapshot",
     "Succession",
     "apply_snapshot",
     "apply_to_settings",
+    "holds_clear_password",
     "publish_refusal",
     "published_elsewhere",
     "read_snapshot_texts",
@@ -80,6 +83,22 @@ class Snapshot:
             return cls(gen, str(data["root"]), texts, str(fields.get("by", "")))
         except (KeyError, ValueError, TypeError, AttributeError):
             return None
+
+
+CLEAR_PASSWORD_PROBLEM: Final = (
+    "'fleet.url' holds a password in clear, and this file's text is published to the fleet's store: write it as "
+    "${VAR} (e.g. redis://:${REDIS_PASSWORD}@host:6379/0) and set VAR in the environment"
+)
+
+
+def holds_clear_password(url: str) -> bool:
+    """Whether a URL carries a password itself (not as ``${VAR}``): in its user part, or a query parameter."""
+    parts = urlsplit(url.strip())
+    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+    secret = userinfo.partition(":")[2] if ":" in userinfo else ""
+    secret += "".join(v for k, v in parse_qsl(parts.query) if k.lower() == "password")
+    # What is left once every plain ${VAR} is taken out is written in clear (a ${VAR:-default}'s default too).
+    return bool(re.sub(r"\$\{[A-Za-z_][A-Za-z0-9_]*(:-)?\}|\$[A-Za-z_][A-Za-z0-9_]*", "", secret))
 
 
 def read_snapshot_texts(source: Settings) -> dict[FileScope, str | None] | None:

@@ -14,6 +14,7 @@ touch several keys, which must sit in one slot):
 ``tokens``          hash: token key -> the record sealed with the fleet key (:mod:`mcpvisor.fleet.tokens`)
 ``lock:tok:<key>``  the replica refreshing that token (expires); ``fresh:tok:<key>``: it was just refreshed
 ``settings``        hash: ``gen``, ``sha``, ``files`` (JSON of the raw settings texts), ``by``, ``at``
+``keycheck``        a tag of the fleet key (:func:`~mcpvisor.fleet.sealing.check_fleet_key`)
 ``lease:publisher`` the replica id of the one replica that publishes settings (expires)
 ``replica:<id>``    hash: ``addr``, ``started``, ``gen``, ``seen`` of a live replica (expires)
 ``bus:<workspace>``  pub/sub channel: one workspace's list-changed notices, for every replica's listen streams
@@ -181,6 +182,10 @@ class Keys:
         return self._k(f"fresh:tok:{digest}")
 
     @property
+    def key_check(self) -> str:
+        return self._k("keycheck")
+
+    @property
     def lease(self) -> str:
         return self._k("lease:publisher")
 
@@ -270,22 +275,6 @@ def sign_in_refused(exc: BaseException) -> str:
         "redis://:${REDIS_PASSWORD}@HOST:6379/0 with REDIS_PASSWORD set (an ACL user: "
         "redis://${REDIS_USER}:${REDIS_PASSWORD}@HOST:6379/0)"
     )
-
-
-CLEAR_PASSWORD_PROBLEM: Final = (
-    "'fleet.url' holds a password in clear, and this file's text is published to the fleet's store: write it as "
-    "${VAR} (e.g. redis://:${REDIS_PASSWORD}@host:6379/0) and set VAR in the environment"
-)
-
-
-def holds_clear_password(url: str) -> bool:
-    """Whether a URL carries a password itself (not as ``${VAR}``): in its user part, or a query parameter."""
-    parts = urlsplit(url.strip())
-    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
-    secret = userinfo.partition(":")[2] if ":" in userinfo else ""
-    secret += "".join(v for k, v in parse_qsl(parts.query) if k.lower() == "password")
-    # What is left once every plain ${VAR} is taken out is written in clear (a ${VAR:-default}'s default too).
-    return bool(re.sub(r"\$\{[A-Za-z_][A-Za-z0-9_]*(:-)?\}|\$[A-Za-z_][A-Za-z0-9_]*", "", secret))
 
 
 def _secret_parameter(name: str) -> bool:
