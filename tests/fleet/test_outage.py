@@ -15,7 +15,7 @@ import pytest
 from mcpvisor.fleet.store import FleetStore
 from tests.fleet.conftest import RedisServer
 from tests.fleet.test_replicas import Replica, fleet_of, publisher_and_follower, ready, tools
-from tests.helpers import WAIT_S, wait_until
+from tests.helpers import WAIT_S, mcpvisor_command, wait_until
 
 pytestmark = pytest.mark.fleet
 
@@ -93,11 +93,35 @@ async def test_a_replica_started_with_another_fleet_key_says_so_and_stops(
         assert wrong.proc.poll() == 1
         said = " ".join(wrong.log.read_text().split())
         assert "MCPVISOR_FLEET_KEY differs from the fleet key the other replicas of fleet 'default' use" in said
-        assert "give every replica the same key" in said
+        assert "(running: ra): give every replica the same key" in said
+        command = [mcpvisor_command(), "mcp", "list", "--workspace", str(fleet.root), "--fleet", fleet.url]
+        env = {**fleet.env(tmp_path / "d"), "MCPVISOR_FLEET_KEY": "another key that is also thirty-two characters long"}
+        listed = await anyio.run_process(command, env=env, check=False)
+        assert listed.returncode == 1  # a sign-in made with that key (mcp login) would open on no replica
+        assert "(running: ra): give every replica the same key" in " ".join(listed.stderr.decode().split())
         rotating = fleet.start(
             "rc", tmp_path / "c", MCPVISOR_FLEET_KEY=f"a new key that is thirty-two characters long too,{KEY}"
         )
         await ready(rotating)
+
+
+async def test_a_fleet_stopped_and_started_again_with_a_new_key_starts(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """A key replaced on every replica (one that leaked, say) while the fleet was down: the store's tag of the old
+    one refused every replica for good, with no way out but deleting it by hand. With no replica running, the
+    new key is the fleet's; a replica started with the old one is then the one refused."""
+    with fleet_of(tmp_path, redis_server) as fleet:
+        first = fleet.start("ra", tmp_path / "a", MCPVISOR_FLEET_KEY=KEY)
+        await ready(first)
+        first.proc.send_signal(signal.SIGTERM)
+        assert first.proc.wait(timeout=WAIT_S) == 0
+        new_key = "a replacement key of at least thirty-two characters"
+        await ready(fleet.start("rb", tmp_path / "b", MCPVISOR_FLEET_KEY=new_key))
+        old = fleet.start("rc", tmp_path / "c", MCPVISOR_FLEET_KEY=KEY)
+        await wait_until(lambda: old.proc.poll() is not None or ready_now(old), what="rc started or refused")
+        assert old.proc.poll() == 1
+        assert "(running: rb)" in " ".join(old.log.read_text().split())
 
 
 def ready_now(replica: Replica) -> bool:

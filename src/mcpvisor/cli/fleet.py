@@ -209,12 +209,14 @@ def _fleet_approvals(store: FleetStore, env: Mapping[str, str]) -> ApprovalStore
 
 
 def _fleet_tokens(store: FleetStore, env: Mapping[str, str]) -> TokenStore | None:
-    """The fleet's sign-ins, sealed with the fleet key; ``None`` without a key (each process keeps its own)."""
-    from mcpvisor.fleet.sealing import FleetKey
+    """The fleet's sign-ins, sealed with the fleet key; ``None`` without a key (each process keeps its own). A key
+    that shares no secret with the running replicas' is refused: a sign-in stored with it opens on none of them."""
+    from mcpvisor.fleet.sealing import FleetKey, check_fleet_key
 
     key = FleetKey.from_env(env)
     if key is None:
         return None
+    check_fleet_key(store, key)
     from mcpvisor.fleet.tokens import FleetTokenStore
 
     return FleetTokenStore(store, key)

@@ -133,10 +133,11 @@ class FleetKey:
 
 
 def check_fleet_key(store: FleetStore, key: FleetKey) -> None:
-    """Refuse a fleet key that shares no secret with the key the fleet's replicas use: the store keeps a tag of
-    the latest first secret seen (``keycheck``), which any secret of this ring must verify (a key being rotated
-    shares one). A replica started with another key would serve rounds and sign-ins no other replica reads, and
-    a sign-in made again there would replace the fleet's with one no other replica opens. Blocking."""
+    """Refuse a fleet key that shares no secret with the key the fleet's running replicas use: the store keeps a
+    tag of the latest first secret seen (``keycheck``), which any secret of this ring must verify (a key being
+    rotated shares one). A replica started with another key would serve rounds and sign-ins no other replica
+    reads, and a sign-in made again there would replace the fleet's with one no other replica opens. With no
+    replica running, the key is the fleet's new one (every replica was given it). Blocking."""
     import redis
 
     from mcpvisor.fleet.store import fleet_unreachable
@@ -145,10 +146,12 @@ def check_fleet_key(store: FleetStore, key: FleetKey) -> None:
     client = store.sync_client()
     try:
         held = client.get(store.keys.key_check)
-        if held is not None and not key.verify(text, str(held)):
+        if held is not None and not key.verify(text, str(held)) and (running := store.replicas()):
+            names = ", ".join(entry["id"] for entry in running)
             raise ConfigError(
-                f"{KEY_ENV} differs from the fleet key the other replicas of fleet {store.keys.fleet!r} use: give "
-                "every replica the same key (to rotate it, add the new secret second on every replica first)"
+                f"{KEY_ENV} differs from the fleet key the other replicas of fleet {store.keys.fleet!r} use "
+                f"(running: {names}): give every replica the same key (to rotate it, add the new secret second "
+                "on every replica first)"
             )
         client.set(store.keys.key_check, key.mac(text))
     except (redis.RedisError, OSError) as exc:
