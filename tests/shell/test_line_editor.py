@@ -37,6 +37,7 @@ _WITH_TERMINAL = (
     "os.execv(sys.argv[1], sys.argv[1:])"
 )
 UP, CTRL_C, CTRL_D, CTRL_R, TAB = "\x1b[A", "\x03", "\x04", "\x12", "\t"
+PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
 
 
 _FORWARD = re.compile(r"\x1b\[(\d*)C")
@@ -312,6 +313,27 @@ async def test_lines_typed_ahead_run_each_below_the_output_of_the_one_before(tmp
         assert help_line < listed < tools_line, "\n".join(lines)
         t.type(CTRL_D)
         assert await t.exit_code() == 0
+
+
+async def test_lines_pasted_together_run_one_by_one_each_at_its_own_prompt(tmp_path: Path) -> None:
+    """A paste of several commands (the terminal brackets it, and the editor keeps its line breaks) was one line: Enter
+    ran ``/help\n/tools`` as the unknown command ``/help\n/tools``, and kept it so in the history."""
+    layout = make_layout(tmp_path)
+    save(layout.paths.user, {"mcpServers": {"alpha": server("alpha")}})
+    async with shell_at_a_terminal(layout) as t:
+        await t.expect("Type /help")
+        t.type(f"{PASTE_START}/help\r\r/tools alpha\r{PASTE_END}")
+        since = t.type("\r")
+        shown = await t.answered("mcp__alpha__echo", since)
+        assert "unknown command" not in shown
+        lines = screen_lines(t.output)
+        help_line = lines.index("mcp> /help")
+        listed = next(i for i, line in enumerate(lines) if "leave the shell" in line)
+        tools_line = lines.index("mcp> /tools alpha")
+        assert help_line < listed < tools_line, "\n".join(lines)
+        t.type(CTRL_D)
+        assert await t.exit_code() == 0
+    assert kept_lines(Path(layout.env["MCPVISOR_HOME"]) / HISTORY_FILENAME) == ["/help", "/tools alpha"]
 
 
 async def test_commands_read_from_a_pipe_draw_no_prompt_at_the_terminal_showing_their_output(tmp_path: Path) -> None:

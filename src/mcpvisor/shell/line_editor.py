@@ -6,7 +6,8 @@ pipes and files are read line by line as they are (:func:`mcpvisor.shell.termina
 never load prompt_toolkit. What the editor
 gives: the arrow keys, Home/End and the usual Emacs keys; Up/Down and Ctrl-R through the history of
 slash commands, kept across sessions in ``$MCPVISOR_HOME/shell-history`` (0600: call arguments may be
-private); Tab completion (:mod:`mcpvisor.shell.completion`); and everything the session prints while
+private); Tab completion (:mod:`mcpvisor.shell.completion`); a paste of several lines shown as pasted, and on
+Enter run line by line; and everything the session prints while
 the prompt is displayed (a server was added, an approval is needed) goes above it, the line being
 typed kept as it was.
 
@@ -28,10 +29,12 @@ from typing import Any, TextIO
 
 import anyio.lowlevel
 from prompt_toolkit import PromptSession
-from prompt_toolkit.application import get_app_session, run_in_terminal
-from prompt_toolkit.filters import is_searching
+from prompt_toolkit.application import get_app, get_app_session, run_in_terminal
+from prompt_toolkit.filters import Condition, is_searching
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from prompt_toolkit.key_binding.key_processor import KeyPress
+from prompt_toolkit.keys import Keys
 from prompt_toolkit.search import accept_search
 
 from mcpvisor.shell.completion import ShellCompleter
@@ -93,6 +96,23 @@ def _key_bindings() -> KeyBindings:
         """Enter in a Ctrl-R search runs the line found, as readline does (not only ends the search)."""
         accept_search()
         event.app.current_buffer.validate_and_handle()
+
+    @Condition
+    def several_lines() -> bool:
+        return "\n" in get_app().current_buffer.text
+
+    @bindings.add("enter", filter=~is_searching & several_lines)
+    def _run_line_by_line(event: KeyPressEvent) -> None:
+        """Enter on several lines (pasted: the editor keeps a paste's line breaks) runs each line in turn, at a prompt
+        of its own, as though typed one after the other; blank lines are left out. The first runs now; the rest is
+        pasted again, with its Enter, ahead of whatever was typed after it, for the next prompt to take."""
+        buffer = event.app.current_buffer
+        first, *rest = [line for line in buffer.text.split("\n") if line.strip()] or [""]
+        buffer.text = first
+        if rest:
+            again = [KeyPress(Keys.BracketedPaste, "\n".join(rest)), KeyPress(Keys.ControlM, "\r")]
+            event.app.key_processor.feed_multiple(again, first=True)
+        buffer.validate_and_handle()
 
     return bindings
 
