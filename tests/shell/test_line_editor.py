@@ -336,6 +336,33 @@ async def test_lines_pasted_together_run_one_by_one_each_at_its_own_prompt(tmp_p
     assert kept_lines(Path(layout.env["MCPVISOR_HOME"]) / HISTORY_FILENAME) == ["/help", "/tools alpha"]
 
 
+async def test_an_answer_typed_before_the_question_changed_approves_nothing(tmp_path: Path) -> None:
+    """'a' typed while the dialog asked about one configuration of a server, Enter pressed once it asked about another
+    (the project file changed meanwhile, the new details drawn above the line): the server was approved with a
+    configuration the user had not seen when answering."""
+    layout = make_layout(tmp_path)
+    async with shell_at_a_terminal(layout) as t:
+        await t.expect("Type /help")
+        since = t.mark()
+        save(layout.paths.project, {"mcpServers": {"proj": server("proj")}})
+        await t.expect("[a/A/r/s]> ", since)
+        t.type("a")
+        since = t.mark()
+        save(layout.paths.project, {"mcpServers": {"proj": server("proj", "--tools", "other")}})
+        await t.answered('"--tools", "other"', since, prompt="[a/A/r/s]> a")
+        since = t.type("\r")
+        shown = await t.answered("not answered: the question changed", since, prompt="[a/A/r/s]>")
+        assert "approved proj" not in shown
+        since = t.type("/mcp\r")
+        await t.answered("proj · ? needs approval", since, prompt="[a/A/r/s]>")
+        since = t.type("a\r")  # the question as it is now, answered
+        await t.answered("approved proj", since)
+        since = t.type("/tools\r")
+        await t.answered("mcp__proj__other", since)
+        t.type(CTRL_D)
+        assert await t.exit_code() == 0
+
+
 async def test_commands_read_from_a_pipe_draw_no_prompt_at_the_terminal_showing_their_output(tmp_path: Path) -> None:
     """``mcpvisor shell < commands.txt`` at a terminal: no one types, yet a prompt was drawn before each command, and
     the command's output (a line read from a pipe is not echoed) came out after it on its line, as though typed."""

@@ -2,7 +2,8 @@
 or mid-session, and persists the answer (SPEC §7, §9 "Approval dialog").
 
 The queue is recomputed from the live server map and the approvals store (never from names alone):
-a server whose configuration changed after it was shown is asked about again, with the new details.
+a server whose configuration changed after it was shown is asked about again, with the new details, and an answer
+begun before that decides nothing.
 """
 
 from __future__ import annotations
@@ -112,7 +113,15 @@ class ApprovalDialog:
         render_question(self.console, head[0], waiting=len(self._queue))
         self.question_shown = True
 
-    async def answer(self, line: str) -> None:
+    def shown(self) -> tuple[tuple[str, str], ...]:
+        """What the dialog asks about now: each waiting server with the hash of the configuration shown for it, the
+        first the one asked about (an answer begun now is an answer to this)."""
+        return self._queue.snapshot()
+
+    async def answer(self, line: str, seen: Sequence[tuple[str, str]] | None = None) -> None:
+        """Answer the open question; ``seen``: what the dialog asked when the answer was begun (:meth:`shown`). An
+        answer begun before the question changed (its server's configuration changed, another server came first, or,
+        for approve all, the servers waiting changed) decides nothing: the question is asked again."""
         head = self._queue.head
         if head is None:
             self.asked = None
@@ -122,6 +131,11 @@ class ApprovalDialog:
         if choice is None:
             self.console.print(
                 Text(f"  answer a (approve {name}), A (approve all), r (reject) or s (skip) — or run a /command"),
+            )
+            return
+        if seen is not None and (tuple(seen) != self.shown() if choice == "approve_all" else seen[:1] != (head,)):
+            self.console.print(
+                Text("✗ not answered: the question changed while the answer was typed; answer again", style="yellow")
             )
             return
         if choice == "skip":

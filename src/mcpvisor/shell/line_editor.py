@@ -30,6 +30,7 @@ from typing import Any, TextIO
 import anyio.lowlevel
 from prompt_toolkit import PromptSession
 from prompt_toolkit.application import get_app, get_app_session, run_in_terminal
+from prompt_toolkit.buffer import Buffer
 from prompt_toolkit.filters import Condition, is_searching
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
@@ -124,9 +125,11 @@ async def edited_lines(
     candidates: Callable[[str], Mapping[str, str]],
     history: Path | None,
     on_interrupt: Callable[[], None],
+    on_typing: Callable[[], None] = lambda: None,
 ) -> AsyncIterator[AsyncIterator[str]]:
     """Lines read with the line editor; ``message`` is the prompt as it reads now (asked again whenever
-    the prompt is drawn), ``candidates`` feeds completion (see :class:`ShellCompleter`)."""
+    the prompt is drawn), ``candidates`` feeds completion (see :class:`ShellCompleter`), ``on_typing`` is
+    called when an empty line gets its first text (typed, recalled or pasted)."""
     session: PromptSession[str] = PromptSession(
         history=_history(history),
         completer=ShellCompleter(candidates),
@@ -134,9 +137,20 @@ async def edited_lines(
         enable_history_search=False,  # Up recalls; Ctrl-R searches
         key_bindings=_key_bindings(),
     )
+    typed = False
+
+    def text_changed(buffer: Buffer) -> None:
+        nonlocal typed
+        if buffer.text and not typed:
+            on_typing()
+        typed = bool(buffer.text)
+
+    session.default_buffer.on_text_changed += text_changed
 
     async def lines() -> AsyncGenerator[str, None]:
+        nonlocal typed
         while True:
+            typed = False  # each prompt starts on an empty line
             try:
                 # The session owns SIGINT (cli/main.py listens for it): prompt_toolkit must neither
                 # install nor, on leaving, remove a handler of its own.

@@ -121,6 +121,8 @@ class ShellSession:
         self._started = False
         self._gated: dict[str, str] = {}
         self.dialog = ApprovalDialog(host, console, self._gated)
+        self._seen: tuple[tuple[str, str], ...] | None = None
+        """The dialog's question when the line being read was begun, at the line editor (see ``dialog.shown``)."""
         self._reconciles = 0
         self._prompt_commands: tuple[str, ...] = ()
         self._interrupts = 0
@@ -245,6 +247,7 @@ class ShellSession:
                             candidates=self.completion_candidates,
                             history=user_dir(self.host.options.env) / HISTORY_FILENAME,
                             on_interrupt=self._interrupted,
+                            on_typing=self._typing,
                         ) as lines:
                             await self._read_eval(lines)
                     else:
@@ -259,6 +262,7 @@ class ShellSession:
     async def _read_eval(self, lines: AsyncIterator[str]) -> None:
         while True:
             self.screen.show_prompt()
+            self._seen = None  # the line editor tells when a line is begun; other lines answer as they come
             try:
                 line = await anext(lines)
             except StopAsyncIteration:
@@ -278,6 +282,10 @@ class ShellSession:
                 return
             if self.dialog.asked is not None and not self.dialog.question_shown:
                 self.dialog.ask_next(force=True)  # the dialog is still open: ask again below the command's output
+
+    def _typing(self) -> None:
+        """A line is begun at the line editor: an answer in it answers the dialog's question as it is now."""
+        self._seen = self.dialog.shown()
 
     def output_closed(self) -> None:
         """Standard output is gone (a pipe whose reader left: ``| head``, or a ``| tee`` that Ctrl-C ended): the
@@ -339,7 +347,7 @@ class ShellSession:
         command = parse_command(line)
         leave = False
         if self.dialog.asked is not None and command is None:
-            await self._guarded("answer", self._reconciling(self.dialog.answer(line)))
+            await self._guarded("answer", self._reconciling(self.dialog.answer(line, seen=self._seen)))
         elif command is None:
             if line.strip():
                 self.console.print("Commands start with '/'; type /help for the list.")
