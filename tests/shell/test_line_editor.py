@@ -36,7 +36,25 @@ _WITH_TERMINAL = (
     "import fcntl, os, sys, termios; os.setsid(); fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
     "os.execv(sys.argv[1], sys.argv[1:])"
 )
-UP, CTRL_C, CTRL_D, CTRL_R, TAB = "\x1b[A", "\x03", "\x04", "\x12", "\t"
+_WITH_JOB_CONTROL = """
+import fcntl, os, signal, sys, termios
+os.setsid(); fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+pid = os.fork()
+if pid == 0:
+    os.setpgid(0, 0); os.tcsetpgrp(0, os.getpid()); signal.signal(signal.SIGTTOU, signal.SIG_DFL)
+    os.execv(sys.argv[1], sys.argv[1:])
+os.setpgid(pid, pid); os.tcsetpgrp(0, pid)
+while True:
+    _, status = os.waitpid(pid, os.WUNTRACED)
+    if not os.WIFSTOPPED(status):
+        sys.exit(os.waitstatus_to_exitcode(status))
+    os.write(1, b"\\r\\n[stopped] the job shell resumes it\\r\\n")
+    os.tcsetpgrp(0, pid); os.killpg(pid, signal.SIGCONT)
+"""
+"""A shell with job control, as the user's (the terminal's session leader): it runs the command in a process group
+of its own, in the foreground, and resumes it when it stops (as ``fg`` does)."""
+UP, CTRL_C, CTRL_D, CTRL_R, TAB, CTRL_Z = "\x1b[A", "\x03", "\x04", "\x12", "\t", "\x1a"
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
 
 
@@ -158,14 +176,14 @@ class Terminal:
 
 
 @asynccontextmanager
-async def shell_at_a_terminal(layout: Layout) -> AsyncIterator[Terminal]:
+async def shell_at_a_terminal(layout: Layout, *, job_control: bool = False) -> AsyncIterator[Terminal]:
     main, side = pty.openpty()
     fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
     process = await anyio.open_process(
         [
             sys.executable,
             "-c",
-            _WITH_TERMINAL,
+            _WITH_JOB_CONTROL if job_control else _WITH_TERMINAL,
             sys.executable,
             "-m",
             "mcpvisor",
@@ -311,6 +329,21 @@ async def test_lines_typed_ahead_run_each_below_the_output_of_the_one_before(tmp
         listed = next(i for i, line in enumerate(lines) if "leave the shell" in line)
         tools_line = next(i for i, line in enumerate(lines) if line.startswith("mcp> /tools"))
         assert help_line < listed < tools_line, "\n".join(lines)
+        t.type(CTRL_D)
+        assert await t.exit_code() == 0
+
+
+async def test_ctrl_z_stops_the_shell_until_it_is_resumed(tmp_path: Path) -> None:
+    """Ctrl-Z put an invisible control character in the line (the next command read as '^Z/tools alpha', "Commands
+    start with '/'"): it stops the shell as it stops any program at a terminal, and ``fg`` resumes it."""
+    layout = make_layout(tmp_path)
+    save(layout.paths.user, {"mcpServers": {"alpha": server("alpha")}})
+    async with shell_at_a_terminal(layout, job_control=True) as t:
+        await t.expect("Type /help")
+        await t.expect("[stopped] the job shell resumes it", t.type(CTRL_Z))
+        since = t.type("/tools alpha\r")
+        shown = await t.answered("mcp__alpha__echo", since)
+        assert "Commands start with" not in shown
         t.type(CTRL_D)
         assert await t.exit_code() == 0
 

@@ -13,7 +13,7 @@ typed kept as it was.
 
 Ctrl-C at the prompt is a key here (the terminal is in raw mode while a line is edited), passed to
 ``on_interrupt``; while a command runs the terminal is cooked again and Ctrl-C is the signal the
-session already handles. Ctrl-D on an empty line is the end of input.
+session already handles. Ctrl-D on an empty line is the end of input. Ctrl-Z stops the shell until ``fg``.
 """
 
 from __future__ import annotations
@@ -135,6 +135,7 @@ async def edited_lines(
         completer=ShellCompleter(candidates),
         complete_while_typing=False,
         enable_history_search=False,  # Up recalls; Ctrl-R searches
+        enable_suspend=True,  # Ctrl-Z stops the shell (its servers run on, in sessions of their own) until `fg`
         key_bindings=_key_bindings(),
     )
     typed = False
