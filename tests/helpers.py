@@ -179,6 +179,16 @@ def mcpvisor_command() -> str:
     return str(Path(forked_python()).with_name("mcpvisor"))
 
 
+async def paste_elsewhere(command: str, env: dict[str, str], folder: Path) -> subprocess.CompletedProcess[bytes]:
+    """``command`` as a user pastes it in another terminal: in ``folder`` (made), with ``env`` but no
+    ``MCPVISOR_HOME`` (only what the command says), ``mcpvisor`` on the ``PATH``."""
+    await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
+    another = {**os.environ, **env, "PATH": f"{Path(mcpvisor_command()).parent}{os.pathsep}{os.environ['PATH']}"}
+    another.pop("MCPVISOR_HOME", None)
+    another.pop("DISPLAY", None)
+    return await anyio.run_process(["sh", "-c", command], cwd=folder, env=another, check=False)
+
+
 def python_for(module: str) -> str:
     """The Python to start example server ``module`` with: forked for the SDK-based ones (a second of
     imports each), this one for the stdlib light server (30 ms)."""

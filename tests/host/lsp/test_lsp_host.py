@@ -23,7 +23,7 @@ from mcpvisor.core.errors import ToolNotFoundError
 from mcpvisor.host.host import Host, HostEvent, HostOptions
 from mcpvisor.host.lsp import manager as lsp_manager
 from mcpvisor.host.lsp.events import LspServerChanged
-from tests.helpers import WAIT_S, pid_alive, wait_until
+from tests.helpers import WAIT_S, paste_elsewhere, pid_alive, wait_until
 from tests.layout import Layout, make_layout, replace_text
 
 MODELS = """class User:
@@ -686,3 +686,16 @@ async def test_a_call_an_edit_cuts_short_says_why_its_server_stopped_and_to_retr
         if mine:  # the retry goes to the server the edit made
             again = await s.ok("hover", file="service.py", line=3, character=6)
             assert "make_user" in again["contents"]
+
+
+async def test_the_trust_command_a_language_server_tool_gives_works_pasted_in_another_folder(tmp_path: Path) -> None:
+    """A host in an untrusted folder, with another home: a language-server tool said ``run: mcpvisor mcp trust``;
+    pasted in another terminal, it trusted that terminal's folder, in the default home. It names both."""
+    user = {"lspServers": {"python": pylsp()}, "security": {"folderTrust": {"enabled": True}}}
+    async with session(tmp_path, user=user, watch=False, MCPVISOR_HOME=str(tmp_path / "other home")) as s:
+        said = text(await s.call("hover", file="models.py", line=1, character=7))
+        command = said.split("run: ", 1)[1]
+        pasted = await paste_elsewhere(command, s.layout.env, tmp_path / "elsewhere")
+        assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+        await s.host.reload()
+        await s.ok("hover", file="models.py", line=1, character=7)

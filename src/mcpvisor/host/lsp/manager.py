@@ -24,7 +24,7 @@ import anyio.abc
 from mcpvisor.core.errors import McpvisorError
 from mcpvisor.host.lsp.config import LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, LspPlan, plan_lsp_reconcile
-from mcpvisor.host.status import lsp_approve_hint
+from mcpvisor.host.status import APPROVE_HINT, fill_hint, lsp_hint, trust_hint
 
 if TYPE_CHECKING:
     from mcpvisor.host.lsp.server import LanguageServer
@@ -68,6 +68,9 @@ class LspManager:
         self.trusted = trusted
         self.approve_options = ""
         """What an approve command needs besides the name (a fleet's ``--fleet URL``)."""
+        self.approve_command = APPROVE_HINT
+        """How the host says to approve an MCP server (``{name}``; :func:`~mcpvisor.host.status.fix_commands`): the
+        fixes :meth:`why_not` gives, which reach clients in any folder, are made from it."""
         self.state = LspDesiredState()
         self._log_dir = log_dir
         self._max_message_bytes = max_message_bytes
@@ -223,18 +226,15 @@ class LspManager:
         if not self.trusted:
             return (
                 f"language server {name!r} does not start: the folder {self.root} is not trusted; "
-                "run: mcpvisor mcp trust"
+                f"run: {trust_hint(self.approve_command)}"
             )
         reason = self.state.reason(name)
         if reason == "pending_approval":
-            return (
-                f"language server {name!r} needs approval — run: "
-                f"{lsp_approve_hint(self.root, name, self.approve_options)}"
-            )
+            return f"language server {name!r} needs approval — run: {fill_hint(lsp_hint(self.approve_command), name)}"
         if reason == "rejected":
             return (
                 f"language server {name!r} was rejected — edit its configuration to be asked again, or run: "
-                f"{lsp_approve_hint(self.root, name, self.approve_options)}"
+                f"{fill_hint(lsp_hint(self.approve_command), name)}"
             )
         if reason == "excluded":
             return f"language server {name!r} is excluded; remove it from lsp.excluded in your settings"

@@ -120,6 +120,7 @@ class LspSession:
             on_change=self._server_changed,
         )
         self.manager.approve_options = approvals.decided_with
+        self.manager.approve_command = config.approve_command
         self.tools = _LazyTools(self.manager)
         self._seen: dict[str, LspServerChanged] = {}
         self._stack: AsyncExitStack | None = None
