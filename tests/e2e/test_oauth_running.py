@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import sys
 import time
 import urllib.request
@@ -20,6 +21,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.subscriptions import ToolsListChanged
 
 from mcpvisor.core.errors import ToolNotFoundError
+from mcpvisor.core.events import ServerStateChanged
 from mcpvisor.gateway.workspaces import WorkspaceGateway
 from mcpvisor.host.host import Host, HostOptions, SettingsWarning
 from mcpvisor.host.oauth_store import TokenStore
@@ -28,7 +30,7 @@ from mcpvisor.host.status import home_words
 from tests.e2e.test_oauth import FOLLOW, Server, cli, setup, start_server, store_path, text_of
 from tests.gateway.test_gateway import Notices, next_event, tool_names
 from tests.gateway.test_workspaces import client_for
-from tests.helpers import LIGHT, WAIT_S, free_port, mcpvisor_command, wait_until
+from tests.helpers import LIGHT, WAIT_S, free_port, mcpvisor_command, paste_elsewhere, wait_until
 from tests.layout import Layout, make_layout, write_json
 from tests.shell.test_shell import save, shell
 
@@ -239,7 +241,8 @@ async def test_a_sign_out_ends_a_connection_shared_between_workspaces_at_once(tm
                         await anyio.sleep(0.05)
                 missing = await client.call_tool("mcp__sec__echo", {"text": "b"})
                 assert missing.is_error
-                assert "mcpvisor mcp login sec" in text_of(missing)
+                # (said by the host that saw the sign-out first, or by the shared connection's restart)
+                assert re.search(r"mcpvisor mcp login (--workspace \S+ )?sec", text_of(missing)), text_of(missing)
         tg.cancel_scope.cancel()
 
 
@@ -324,3 +327,31 @@ async def test_a_sign_in_stored_while_a_host_refreshes_the_one_before_is_kept(tm
         result = await host.config.call_tool("mcp__sec__echo", {"text": "b"})
         assert text_of(result) == "secure:echo:b"
         assert stored_tokens(layout) == newer
+
+
+async def test_the_sign_in_command_a_sign_out_elsewhere_ends_a_connection_with_works_pasted_in_another_folder(
+    tmp_path: Path, server: Server
+) -> None:
+    """A host with another home and ``mcp logout`` in another terminal: the connection ended saying ``was signed out
+    — run: mcpvisor mcp login sec``; pasted in another folder, it found no such server (or signed in to the default
+    home's store, which the host never reads). It names the workspace and the home."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"), MCPVISOR_HOME=str(tmp_path / "other home"))
+    write_json(layout.paths.user, {"mcpServers": {"sec": {"type": "http", "url": server.url}}})
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    errors: list[str] = []
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+        host.subscribe(
+            lambda event: errors.append(event.error or "") if isinstance(event, ServerStateChanged) else None
+        )
+        manager = host.config.manager
+        await wait_until(lambda: manager.clients()["sec"].status == "connected", what="sec connected")
+        assert (await anyio.to_thread.run_sync(partial(cli, layout, "mcp", "logout", "sec"))).returncode == 0
+        await wait_until(lambda: any("was signed out" in e for e in errors), what="the sign-out to end sec")
+        [said] = [e for e in errors if "was signed out" in e]
+        command = said.split("run: ", 1)[1]
+        script = tmp_path / "browser.py"
+        script.write_text(FOLLOW)
+        browser = {**layout.env, "BROWSER": f"{sys.executable} {script} %s"}
+        pasted = await paste_elsewhere(command, browser, tmp_path / "elsewhere")
+        assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+        await wait_until(lambda: manager.clients()["sec"].status == "connected", what="sec connected again")

@@ -222,7 +222,10 @@ class Host(StackOwner):
                     task_group=reloads,
                     pending=self._pending,
                     signed_in=lambda: self._signed.follow(  # a new sign-in reconnects what needs it
-                        self.tokens, self.state.assembled.servers, self.config.manager.clients()
+                        self.tokens,
+                        self.state.assembled.servers,
+                        self.config.manager.clients(),
+                        self.config.options.login_command,
                     ),
                 )
 

@@ -20,6 +20,7 @@ from mcpvisor.core.errors import ConfigError, describe_invalid, name_word
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.oauth_settings import oauth_settings, token_key
 from mcpvisor.host.private_files import STORE_MODE, PrivateJsonStore
+from mcpvisor.host.status import LOGIN_HINT
 
 if TYPE_CHECKING:
     from mcp.shared.auth import OAuthClientInformationFull, OAuthMetadata, OAuthToken
@@ -356,14 +357,19 @@ class SignedIn:
         self._tokens |= _token_digests(store, new) if new else {}
 
     def follow(
-        self, store: TokenStore, servers: Mapping[str, McpServerConfig], clients: Mapping[str, McpClient]
+        self,
+        store: TokenStore,
+        servers: Mapping[str, McpServerConfig],
+        clients: Mapping[str, McpClient],
+        login_command: str = LOGIN_HINT,
     ) -> bool:
         """The store changed (a sign-in or sign-out elsewhere): live connections take the stored sign-in before
         their next request, those signed out end. True when a server that is not connected got a new token
         (reconnect it); a save that brings none (a sign-in registers its client before its tokens come, a refresh
-        of a connected server's) starts nothing, so a start it would fail for want of a token is not tried."""
+        of a connected server's) starts nothing, so a start it would fail for want of a token is not tried.
+        ``login_command``: how the end of a signed-out connection says to sign in (``{name}``)."""
         store.note_sign_ins_changed()
-        self.end_signed_out(store, servers, clients)
+        self.end_signed_out(store, servers, clients, login_command)
         before, self._tokens = self._tokens, _token_digests(store, servers)
         new = [name for name, digest in self._tokens.items() if digest is not None and digest != before.get(name)]
         return any((client := clients.get(name)) is None or client.status != "connected" for name in new)
@@ -374,13 +380,18 @@ class SignedIn:
         return before - self._names
 
     def end_signed_out(
-        self, store: TokenStore, servers: Mapping[str, McpServerConfig], clients: Mapping[str, McpClient]
+        self,
+        store: TokenStore,
+        servers: Mapping[str, McpServerConfig],
+        clients: Mapping[str, McpClient],
+        login_command: str = LOGIN_HINT,
     ) -> None:
         """End the connections of those of ``servers`` signed out since the last look, for every session holding
-        one (a restart would leave a connection another workspace holds); reconnected, they need a sign-in."""
+        one (a restart would leave a connection another workspace holds); reconnected, they need a sign-in, with
+        ``login_command`` (``{name}``: :func:`~mcpvisor.host.status.fix_commands`)."""
         for name in self.signed_out(store, servers):
             if (client := clients.get(name)) is not None:
-                client.mark_lost(f"server {name!r} was signed out — run: mcpvisor mcp login {name_word(name)}")
+                client.mark_lost(f"server {name!r} was signed out — run: {login_command.format(name=name_word(name))}")
 
 
 M = TypeVar("M", bound="BaseModel")
