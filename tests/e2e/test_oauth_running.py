@@ -355,3 +355,30 @@ async def test_the_sign_in_command_a_sign_out_elsewhere_ends_a_connection_with_w
         pasted = await paste_elsewhere(command, browser, tmp_path / "elsewhere")
         assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
         await wait_until(lambda: manager.clients()["sec"].status == "connected", what="sec connected again")
+
+
+async def test_the_sign_in_command_a_running_hosts_status_row_gives_works_pasted_in_another_folder(
+    tmp_path: Path, server: Server
+) -> None:
+    """A host with another home, and a sign-in that expired with no way to refresh it: its status row (``/mcp``,
+    ``mcpvisor status``) said ``sign-in expired — run: mcpvisor mcp login sec``; pasted in another folder, it found
+    no such server, or signed in to the default home's store. It names the workspace and the home."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"), MCPVISOR_HOME=str(tmp_path / "other home"))
+    write_json(layout.paths.user, {"mcpServers": {"sec": {"type": "http", "url": server.url}}})
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    store = TokenStore(store_path(layout))
+    [key] = store.read()
+    tokens = {k: v for k, v in store.get(key)["tokens"].items() if k != "refresh_token"}
+    store.update(key, tokens=tokens, expires_at=1.0)  # a sign-in issued without a refresh token, expired
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+        [row] = host.server_views()
+        assert row.sign_in is not None
+        assert row.sign_in.startswith("sign-in expired — run: "), row.sign_in
+        command = row.sign_in.split("run: ", 1)[1]
+        script = tmp_path / "browser.py"
+        script.write_text(FOLLOW)
+        browser = {**layout.env, "BROWSER": f"{sys.executable} {script} %s"}
+        pasted = await paste_elsewhere(command, browser, tmp_path / "elsewhere")
+        assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+        manager = host.config.manager
+        await wait_until(lambda: manager.clients()["sec"].status == "connected", what="sec connected")

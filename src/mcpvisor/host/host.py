@@ -489,5 +489,5 @@ class Host(StackOwner):
             self.root,
             live=live,
             trusted=self.settings.trusted,
-            sign_ins=sign_ins(self.tokens, self.state.assembled.servers),
+            sign_ins=sign_ins(self.tokens, self.state.assembled.servers, self.config.options.login_command),
         )

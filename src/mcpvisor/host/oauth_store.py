@@ -281,17 +281,20 @@ def missing_scopes(needed: object, granted: object) -> str | None:
     return " ".join(missing) or None
 
 
-def sign_ins(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[str, str]:
+def sign_ins(
+    store: TokenStore, servers: Mapping[str, McpServerConfig], login_command: str = LOGIN_HINT
+) -> dict[str, str]:
     """Server -> what its sign-in looks like, for remote servers with one or one refused (never a token), with
-    the command that mends it. The store is read only when there is a remote server (a host reads this at
-    start-up and on each reload)."""
+    the command that mends it (``login_command``: ``{name}``, :func:`~mcpvisor.host.status.fix_commands`). The
+    store is read only when there is a remote server (a host reads this at start-up and on each reload)."""
+    logout_command = login_command.replace(" mcp login ", " mcp logout ", 1)
     out: dict[str, str] = {}
     for name, state in _sign_in_states(store, servers).items():
+        login, logout = (command.format(name=name_word(name)) for command in (login_command, logout_command))
         if state.unreadable:
-            word = name_word(name)
-            out[name] = f"{state.describe()} — run: mcpvisor mcp logout {word}, then mcpvisor mcp login {word}"
+            out[name] = f"{state.describe()} — run: {logout}, then {login}"
         elif state.needs_sign_in():
-            out[name] = f"{state.describe()} — run: mcpvisor mcp login {name_word(name)}"
+            out[name] = f"{state.describe()} — run: {login}"
         elif state.signed_in:
             out[name] = state.describe()
     return out
