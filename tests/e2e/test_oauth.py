@@ -23,11 +23,21 @@ import anyio
 import pytest
 
 from mcpvisor.core.errors import ServerUnavailableError, ToolCallError, ToolNotFoundError
+from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.oauth_registration import registered_for
 from mcpvisor.host.oauth_store import TokenStore
 from tests.e2e.test_run import run
-from tests.helpers import LIGHT, WAIT_S, forked_python, free_port, http_server, mcpvisor_command, wait_until
+from tests.helpers import (
+    LIGHT,
+    WAIT_S,
+    forked_python,
+    free_port,
+    http_server,
+    mcpvisor_command,
+    paste_elsewhere,
+    wait_until,
+)
 from tests.layout import Layout, make_layout, write_json
 from tests.shell.test_shell import shell
 
@@ -510,14 +520,28 @@ def test_login_refuses_what_it_cannot_sign_in_to(tmp_path: Path) -> None:
     cases = {
         "plain": "refusing to sign in to server 'plain' over plain HTTP (http://mcp.example.invalid/mcp)",
         "local": "it runs a command (stdio), there is nothing to sign in to",
-        "proj": "not approved; approve it first: mcpvisor mcp approve proj",
+        "proj": f"not approved; approve it first: mcpvisor mcp approve --workspace {layout.root} proj",
         "nope": "no MCP server of that name is configured",
     }
     for name, message in cases.items():
         result = cli(layout, "mcp", "login", name, browser=NOTHING)
         assert result.returncode == 1, result.stdout
-        assert message in result.stderr
+        assert message in " ".join(result.stderr.split())
     assert not store_path(layout).exists()
+
+
+async def test_the_approve_command_a_refused_login_gives_works_pasted_where_the_login_ran(tmp_path: Path) -> None:
+    """``mcp login --workspace WS proj`` run in another folder, for a project server not approved: it said ``approve
+    it first: mcpvisor mcp approve proj``; pasted there, that found no such server. It names the workspace."""
+    layout = make_layout(tmp_path)
+    write_json(layout.paths.project, {"mcpServers": {"proj": {"type": "http", "url": "https://mcp.example.invalid"}}})
+    refused = await anyio.to_thread.run_sync(lambda: cli(layout, "mcp", "login", "proj", browser=NOTHING))
+    assert refused.returncode == 1, refused.stdout
+    command = " ".join(refused.stderr.split()).split("approve it first: ", 1)[1]
+    pasted = await paste_elsewhere(command, layout.env, tmp_path / "elsewhere")
+    assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+    cfg = layout.settings().project.servers["proj"].config
+    assert ApprovalStore(layout.paths.approvals).get_state(layout.root, "proj", cfg) == "approved"
 
 
 async def test_login_to_a_server_that_asks_for_no_sign_in_says_so_and_stores_nothing(tmp_path: Path) -> None:

@@ -293,6 +293,7 @@ def _remote_server(
         label=state.assembled.sources[name].label,
         approval=approvals.get_state(settings.root, name, cfg) if is_gated(cfg) else None,
         what=what,
+        approve_command=command_hints(settings.root, options=approvals.decided_with)[0],
     )
     return state, cfg
 
@@ -341,12 +342,12 @@ def logout(*, env: Mapping[str, str], workspace: Path | None, name: str, mcp_con
 
     from mcpvisor.host.oauth import oauth_settings, token_key
     from mcpvisor.host.oauth_revocation import revoke
-    from mcpvisor.host.oauth_settings import server_url
+    from mcpvisor.host.oauth_settings import server_url, sign_in_key
 
     state, cfg = _remote_server(env, workspace, name, "sign out of", mcp_config)
     settings = oauth_settings(name, cfg)
     key = token_key(cfg, settings)
-    sharing = sorted(n for n, c in state.assembled.servers.items() if n != name and _token_key_of(n, c) == key)
+    sharing = sorted(n for n, c in state.assembled.servers.items() if n != name and sign_in_key(n, c) == key)
     store = token_store(env)
     store.read()  # a corrupt store: say so rather than "not signed in"
     record = store.get(key)
@@ -369,19 +370,6 @@ def logout(*, env: Mapping[str, str], workspace: Path | None, name: str, mcp_con
         )
     else:
         new_console(highlight=False).print(f"Not signed in to [bold]{escape(name)}[/]: nothing to forget")
-
-
-def _token_key_of(name: str, cfg: McpServerConfig) -> str | None:
-    """Where ``cfg``'s sign-in is kept (None: a server with nothing to sign in to, or a broken oauth entry)."""
-    from mcpvisor.host.oauth import oauth_settings, token_key
-    from mcpvisor.host.oauth_settings import server_url
-
-    if server_url(cfg) is None:
-        return None
-    try:
-        return token_key(cfg, oauth_settings(name, cfg))
-    except ConfigError:
-        return None
 
 
 def show_approval_lines(console: Console, request: ApprovalRequest) -> None:

@@ -446,7 +446,8 @@ class Host(StackOwner):
             known = ", ".join(sorted(state.assembled.servers)) or "none"
             raise ConfigError(f"cannot sign in to server {name!r}: no such server is configured (configured: {known})")
         approval = self.approvals.get_state(self.root, name, cfg) if is_gated(cfg) else None
-        check_sign_in(name, cfg, label=state.assembled.sources[name].label, approval=approval)
+        label = state.assembled.sources[name].label
+        check_sign_in(name, cfg, label=label, approval=approval, approve_command=self.config.approve_command)
         tools = await login(
             self.tokens,
             name,

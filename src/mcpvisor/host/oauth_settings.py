@@ -27,6 +27,7 @@ __all__ = [
     "is_loopback_url",
     "oauth_settings",
     "server_url",
+    "sign_in_key",
     "token_key",
 ]
 
@@ -147,18 +148,35 @@ def token_key(cfg: McpServerConfig, settings: OAuthSettings) -> str:
     return f"{url}#{settings.client_id}" if settings.client_id else url
 
 
+def sign_in_key(name: str, cfg: McpServerConfig) -> str | None:
+    """Where ``cfg``'s sign-in is kept (None: a server with nothing to sign in to, or a broken oauth entry)."""
+    if server_url(cfg) is None:
+        return None
+    try:
+        return token_key(cfg, oauth_settings(name, cfg))
+    except ConfigError:
+        return None
+
+
 def check_sign_in(
-    name: str, cfg: McpServerConfig, *, label: str, approval: str | None, what: str = "sign in to"
+    name: str,
+    cfg: McpServerConfig,
+    *,
+    label: str,
+    approval: str | None,
+    what: str = "sign in to",
+    approve_command: str = "mcpvisor mcp approve {name}",
 ) -> None:
     """Refuse, naming the fix, a server that cannot be signed in to (or out of, ``what="sign out of"``):
     one that runs a command, or a project or workspace server (``label``) whose ``approval`` is not
-    ``"approved"`` — no sign-in starts for a configuration the user has not approved."""
+    ``"approved"`` — no sign-in starts for a configuration the user has not approved. ``approve_command``: how
+    to approve it where the refusal is read (``{name}``: :func:`~mcpvisor.host.status.command_hints`)."""
     if server_url(cfg) is None:
         raise ConfigError(f"cannot {what} server {name!r}: it runs a command (stdio), there is nothing to sign in to")
     if what == "sign in to" and is_gated(cfg) and approval != "approved":
         raise ConfigError(
             f"cannot sign in to server {name!r}: it is a {label} server that is not approved; "
-            f"approve it first: mcpvisor mcp approve {name_word(name)}"
+            f"approve it first: {approve_command.format(name=name_word(name))}"
         )
 
 
