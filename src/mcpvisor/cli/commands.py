@@ -313,7 +313,7 @@ def login(
 
     from mcpvisor.host.oauth_login import login as sign_in
 
-    _, cfg = _remote_server(env, workspace, name, "sign in to", mcp_config)
+    state, cfg = _remote_server(env, workspace, name, "sign in to", mcp_config)
     store = token_store(env)
     err = new_console(stderr=True, highlight=False)
 
@@ -328,7 +328,14 @@ def login(
 
     tools = anyio.run(
         lambda: sign_in(
-            store, name, cfg, open_url=open_url, announce=announce, timeout_s=timeout_s, log_dir=paths.log_dir(env)
+            store,
+            name,
+            cfg,
+            open_url=open_url,
+            announce=announce,
+            timeout_s=timeout_s,
+            log_dir=paths.log_dir(env),
+            defined_in=state.assembled.sources[name].path,
         )
     )
     new_console(highlight=False).print(

@@ -343,9 +343,10 @@ class ServerConnection:
 
     async def _note_http_status(self, response: Any) -> None:
         """Remember that the server asked for credentials (the SDK keeps only a generic error) — until its
-        endpoint answers otherwise: a 401 a sign-in satisfied does not explain a 400 after it (a wrong type)."""
+        endpoint answers otherwise: a 401 a sign-in satisfied does not explain a 400 after it (a wrong type).
+        Not when what signs the requests gets its credentials by itself: no sign-in of a person's mends that."""
         if response.status_code in (401, 403):
-            self.needs_auth = True
+            self.needs_auth = not getattr(self._auth_in_use, "signs_in_by_itself", False)
         elif self.needs_auth and _endpoint(str(response.request.url)) == _endpoint(
             self.config.http_url or self.config.url or ""
         ):

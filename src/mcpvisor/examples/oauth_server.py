@@ -21,8 +21,12 @@ tests and demos on loopback:
   ``--echoing-token-endpoint`` 400 with the request it got in the body (as some servers' error pages do);
 - ``--needs-scope TOOL=SCOPE`` refuses a call of TOOL made with a token without SCOPE: 403
   ``insufficient_scope`` naming the scope, as a server asking for a wider sign-in (a scope step-up);
+- ``--client ID:SECRET`` pre-registers a confidential client for the machine-to-machine grant
+  (``client_credentials``, its secret sent with HTTP Basic or in the form); a wrong secret is refused with 401
+  ``invalid_client``; repeatable;
 - ``--marker PATH`` appends a line per event (``register``, ``authorize``, ``token``, ``refresh``,
-  ``revoke``, ``token-endpoint-down``: a request it answered 503) so a test can count them.
+  ``client-credentials``, ``revoke``, ``token-endpoint-down``: a request it answered 503) so a test can
+  count them.
 
 Tools: the configurable tools of the other examples (``--tools``, each returns ``"{name}:{tool}:{text}"``).
 Everything lives in memory: a restart forgets clients and tokens.
@@ -31,10 +35,13 @@ Everything lives in memory: a restart forgets clients and tokens.
 from __future__ import annotations
 
 import argparse
+import base64
+import hmac
 import json
 import secrets
 import time
 from typing import Any
+from urllib.parse import parse_qs, unquote
 
 import anyio
 import uvicorn
@@ -146,18 +153,26 @@ class DemoOAuthProvider(OAuthAuthorizationServerProvider[AuthorizationCode, Refr
         self.access.clear()
         self.refresh.clear()
 
-    def _issue(self, client_id: str, scopes: list[str], resource: str | None) -> OAuthToken:
+    def exchange_client_credentials(self, client_id: str, scopes: list[str], resource: str | None) -> OAuthToken:
+        """An access token for the client itself (RFC 6749 §4.4): no refresh token, it asks again."""
+        self._mark("client-credentials")
+        return self._issue(client_id, scopes, resource, refreshable=False)
+
+    def _issue(
+        self, client_id: str, scopes: list[str], resource: str | None, *, refreshable: bool = True
+    ) -> OAuthToken:
         access, refresh = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
         expires_at = int(time.time()) + self.token_lifetime_s
         self.access[access] = AccessToken(
             token=access, client_id=client_id, scopes=scopes, expires_at=expires_at, resource=resource
         )
-        self.refresh[refresh] = RefreshToken(token=refresh, client_id=client_id, scopes=scopes, resource=resource)
+        if refreshable:
+            self.refresh[refresh] = RefreshToken(token=refresh, client_id=client_id, scopes=scopes, resource=resource)
         return OAuthToken(
             access_token=access,
             token_type="Bearer",
             expires_in=self.token_lifetime_s,
-            refresh_token=refresh,
+            refresh_token=refresh if refreshable else None,
             scope=" ".join(scopes) or None,
         )
 
@@ -171,6 +186,7 @@ def build_server(
     token_lifetime_s: int,
     marker: str | None,
     issuer: str | None = None,
+    clients: tuple[tuple[str, str], ...] = (),
 ) -> tuple[MCPServer[Any], DemoOAuthProvider]:
     provider = DemoOAuthProvider(token_lifetime_s=token_lifetime_s, marker=marker)
     base = f"http://{host}:{port}"
@@ -185,6 +201,13 @@ def build_server(
             validate_token_resource=True,
         ),
     )
+    for client_id, secret in clients:
+        provider.clients[client_id] = OAuthClientInformationFull(
+            client_id=client_id,
+            client_secret=secret,
+            grant_types=["client_credentials"],
+            token_endpoint_auth_method="client_secret_basic",
+        )
     for tool in tools:
         server.add_tool(
             _tool_function(name, tool), name=tool, description=f"Return {tool_text(name, tool, '{text}')!r}."
@@ -258,6 +281,13 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="refuse a call of TOOL without SCOPE (403 insufficient_scope); repeatable",
     )
+    parser.add_argument(
+        "--client",
+        metavar="ID:SECRET",
+        action="append",
+        default=[],
+        help="pre-register a client for the client_credentials grant; repeatable",
+    )
     args = parser.parse_args(argv)
     server, provider = build_server(
         name=args.name,
@@ -267,6 +297,7 @@ def main(argv: list[str] | None = None) -> None:
         token_lifetime_s=args.token_lifetime,
         marker=args.marker,
         issuer=args.issuer or (f"http://{args.auth_host}:{args.port}" if args.auth_host else None),
+        clients=tuple((item.partition(":")[0], item.partition(":")[2]) for item in args.client),
     )
     app = server.streamable_http_app(host=args.host)
 
@@ -275,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
         return Response("<html>503 Service Unavailable</html>", status_code=503, media_type="text/html")
 
     token_route = next(r for r in app.router.routes if isinstance(r, Route) and r.path == "/token")
-    served_token = token_route.app
+    served_token = _ClientCredentials(token_route.app, provider)
     token_route.app = _Switch(lambda: provider.token_endpoint_down, down_or, served_token)
     if args.garbage_token_endpoint:
 
@@ -307,6 +338,60 @@ class _Switch:
             await (await self.then(Request(scope, receive)))(scope, receive, send)
             return
         await self.otherwise(scope, receive, send)
+
+
+class _ClientCredentials:
+    """ASGI: a token request of the ``client_credentials`` grant, which the SDK's token endpoint does not
+    serve, is answered here (the client's secret in HTTP Basic or in the form); any other goes on to ``app``."""
+
+    def __init__(self, app: Any, provider: DemoOAuthProvider) -> None:
+        self.app, self.provider = app, provider
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        messages: list[Any] = []
+        while not messages or messages[-1].get("more_body"):
+            messages.append(await receive())
+        body = b"".join(m.get("body", b"") for m in messages)
+
+        async def replay() -> Any:
+            return messages.pop(0) if messages else await receive()
+
+        form = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+        if form.get("grant_type") != "client_credentials":
+            await self.app(scope, replay, send)
+            return
+        client = self._authenticated(Request(scope), form)
+        if client is None:
+            answer = _token_error("invalid_client", "unknown client or wrong secret", 401)
+        elif "client_credentials" not in client.grant_types:
+            answer = _token_error("unauthorized_client", "the client may not use this grant", 400)
+        else:
+            scopes = form.get("scope", "").split()
+            token = self.provider.exchange_client_credentials(client.client_id, scopes, form.get("resource"))
+            answer = JSONResponse(token.model_dump(mode="json", exclude_none=True), headers=_NO_STORE)
+        await answer(scope, receive, send)
+
+    def _authenticated(self, request: Request, form: dict[str, str]) -> OAuthClientInformationFull | None:
+        """The client the request authenticates as: HTTP Basic (RFC 6749 §2.3.1), or the secret in the form."""
+        client_id, secret = form.get("client_id"), form.get("client_secret")
+        scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "basic":
+            try:
+                user, _, password = base64.b64decode(credentials).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                return None
+            client_id, secret = unquote(user), unquote(password)
+        client = self.provider.clients.get(client_id or "")
+        if client is None or client.client_secret is None or secret is None:
+            return None
+        return client if hmac.compare_digest(client.client_secret.encode(), secret.encode()) else None
+
+
+_NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+
+
+def _token_error(error: str, description: str, status: int) -> Response:
+    return JSONResponse({"error": error, "error_description": description}, status_code=status, headers=_NO_STORE)
 
 
 class _AuthHost:

@@ -180,6 +180,10 @@ class WorkspaceGateway(StackOwner):
         self._draining = False
         """Set by :meth:`drain`: the gateway is stopping, so no workspace opens any more."""
 
+    def _defined_in(self, name: str) -> Path | None:
+        """The file that defines server ``name`` in an open workspace (its connection is shared between them)."""
+        return next((p for w in self._workspaces.values() if w.host and (p := w.host.defined_in(name))), None)
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> WorkspaceGateway:
@@ -203,7 +207,7 @@ class WorkspaceGateway(StackOwner):
                     ConnectionOptions(
                         log_dir=log_dir,
                         max_concurrent_starts=self._options.max_concurrent_starts,
-                        http_auth=http_auth_for(self._tokens, login),
+                        http_auth=http_auth_for(self._tokens, login, self._defined_in),
                         client_requests=self._options.client_requests,
                         max_message_bytes=max_bytes,
                         in_memory=self._options.in_memory,

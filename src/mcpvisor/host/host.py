@@ -169,7 +169,7 @@ class Host(StackOwner):
             self._config = Config(
                 allowed_mcp_server_names=opts.allowed_mcp_server_names,
                 trusted_folder=self._settings.trusted,
-                options=opts.connections(self._settings, self.tokens, login),
+                options=opts.connections(self._settings, self.tokens, login, self.defined_in),
                 pool=opts.pool,
                 session_id=opts.session_id,
                 definition_gate=PinGate(self.pins, self._settings.root, lambda: self._pin_mode),
@@ -456,11 +456,17 @@ class Host(StackOwner):
             announce=announce,
             timeout_s=timeout_s,
             log_dir=self.options.log_dir or paths.log_dir(self.options.env),
+            defined_in=state.assembled.sources[name].path,
         )
         await self._reconcile(force=True)
         return tools
 
     # -- views -------------------------------------------------------------------------------
+
+    def defined_in(self, name: str) -> Path | None:
+        """The file that defines server ``name`` now (None: none does, or it is not a file's)."""
+        source = self._state.assembled.sources.get(name) if self._state is not None else None
+        return source.path if source is not None else None
 
     def refine_reason(self, name: str, reason: str | None) -> str | None:
         """A core gating reason as people read it: ``pending_approval`` of a server the user

@@ -18,10 +18,10 @@ part of the connection id, so a refresh never restarts anything.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
@@ -34,6 +34,7 @@ from mcpvisor.host.oauth_settings import (
     LoginRequired,
     check_sign_in,
     is_loopback_url,
+    oauth_error,
     oauth_settings,
     server_url,
     token_key,
@@ -91,11 +92,13 @@ def oauth_provider(
     redirect_handler: Callable[[str], Awaitable[None]] | None,
     callback_handler: Callable[[], Awaitable[Any]] | None,
     login_command: str = LOGIN_HINT,
+    defined_in: Path | None = None,
 ) -> Any:
     """An ``httpx2.Auth`` for one server. Without handlers it never starts a sign-in: a refusal it
     cannot mend with the refresh token raises :class:`LoginRequired`, and a request refused for want of
     scope (403 ``insufficient_scope``) fails alone, the wider scope remembered for the next sign-in.
-    ``login_command``: how its refusals say to sign in (``{name}``: :func:`~mcpvisor.host.status.fix_commands`)."""
+    ``login_command``: how its refusals say to sign in (``{name}``: :func:`~mcpvisor.host.status.fix_commands`);
+    ``defined_in``: the file that defines the server (a machine grant's refused credentials name it)."""
     settings = oauth_settings(name, cfg)
     url = server_url(cfg)
     assert url is not None
@@ -103,7 +106,8 @@ def oauth_provider(
     if settings.machine:
         from mcpvisor.host.oauth_grants import machine_provider
 
-        return machine_provider(name, url, settings, FileTokenStorage(store, key, name=name))
+        storage = FileTokenStorage(store, key, name=name)
+        return machine_provider(name, url, settings, storage, defined_in=defined_in)
 
     from mcp.client.auth import OAuthClientProvider
     from mcp.client.auth.utils import extract_field_from_www_auth, extract_scope_from_www_auth, union_scopes
@@ -347,7 +351,7 @@ def oauth_provider(
             if not ok:
                 logger.info("server %r: refreshing its sign-in failed (HTTP %s)", name, response.status_code)
                 if response.status_code in (400, 401) and used:  # refused (revoked), not failing: signed out
-                    unknown = not settings.client_id and await _oauth_error(response) == "invalid_client"
+                    unknown = not settings.client_id and await oauth_error(response) == "invalid_client"
                     try:  # before the turn passes on: nobody tries the refused token again
                         store.drop_refused(key, used, client_unknown=unknown)
                     except ConfigError as exc:
@@ -400,15 +404,6 @@ def _refusing(error: ConfigError) -> Any:
     return Refusing()
 
 
-async def _oauth_error(response: Any) -> str | None:
-    """The ``error`` code of an authorization server's error answer (RFC 6749 §5.2), if it gave one."""
-    try:
-        error = json.loads(await response.aread()).get("error")
-    except (ValueError, AttributeError):
-        return None
-    return error if isinstance(error, str) else None
-
-
 class _SameOrigin(str):
     """An expected issuer that any issuer on the same origin equals (the 2025-03-26 discovery rules)."""
 
@@ -437,10 +432,13 @@ def stored_redirect(record: Mapping[str, Any]) -> str | None:
     return None
 
 
-def http_auth_for(store: TokenStore, login_command: str = LOGIN_HINT) -> HttpAuth:
+def http_auth_for(
+    store: TokenStore, login_command: str = LOGIN_HINT, defined_in: Callable[[str], Path | None] | None = None
+) -> HttpAuth:
     """What a host signs remote servers' requests with: a server with a stored sign-in gets a provider
     that refreshes and never prompts; one without gets nothing (a 401 then reads "needs authentication").
-    ``login_command``: how a refused sign-in says to sign in again (``{name}``)."""
+    ``login_command``: how a refused sign-in says to sign in again (``{name}``); ``defined_in``: the file that
+    defines a server, by its name (None: not known)."""
 
     def auth(name: str, cfg: McpServerConfig) -> Any:
         try:
@@ -462,6 +460,7 @@ def http_auth_for(store: TokenStore, login_command: str = LOGIN_HINT) -> HttpAut
             redirect_handler=None,
             callback_handler=None,
             login_command=login_command,
+            defined_in=defined_in(name) if defined_in is not None else None,
         )
 
     return auth

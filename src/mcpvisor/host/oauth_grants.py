@@ -11,19 +11,22 @@ What a gateway running unattended needs. An entry's ``oauth.grant`` chooses:
   the SDK presents to the authorization server (RFC 7523).
 
 Both are the SDK's providers (``mcp.client.auth.extensions``) over the same token store as a person's
-sign-in; a token is fetched when a connection needs one and again before it expires.
+sign-in; a token is fetched when a connection needs one and again before it expires. No ``mcp login``
+mends them (``signs_in_by_itself``): credentials the authorization server refuses are said as such, naming
+the ``oauth`` block to fix and the file it is in, never a secret.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.file_reads import read_regular
-from mcpvisor.host.oauth_settings import LoginRequired
+from mcpvisor.host.oauth_settings import LoginRequired, oauth_error
 
 if TYPE_CHECKING:
     from mcp.client.auth import TokenStorage
@@ -40,8 +43,11 @@ ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"
 IDP_TIMEOUT_S = 30.0
 
 
-def machine_provider(name: str, url: str, settings: OAuthSettings, storage: TokenStorage) -> Any:
-    """The ``httpx2.Auth`` for a server whose ``oauth.grant`` is a machine-to-machine grant."""
+def machine_provider(
+    name: str, url: str, settings: OAuthSettings, storage: TokenStorage, *, defined_in: Path | None = None
+) -> Any:
+    """The ``httpx2.Auth`` for a server whose ``oauth.grant`` is a machine-to-machine grant; ``defined_in``: the
+    file that defines the server (named when its credentials are refused)."""
     from mcp.shared.exceptions import MCPDeprecationWarning
 
     assert settings.client_id is not None  # checked by oauth_settings
@@ -56,7 +62,37 @@ def machine_provider(name: str, url: str, settings: OAuthSettings, storage: Toke
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MCPDeprecationWarning)  # said above, in this project's words
-        return _client_credentials_provider(name, url, settings, storage)
+        provider = _client_credentials_provider(name, url, settings, storage)
+    what = "clientId and privateKeyFile" if settings.private_key_file else "clientId and clientSecret"
+    where = f"mcpServers.{name}.oauth" + (f" in {defined_in}" if defined_in is not None else "")
+    provider.refused_says = (
+        f"server {name!r}: its authorization server refused the client credentials ({{refusal}}); no sign-in "
+        f"mends that: check {what} in {where}"
+    )
+    return provider
+
+
+class _SaysRefusal:
+    """Mixed into the SDK's client-credentials providers: a token request the authorization server refuses
+    (400 or 401: credentials unknown, wrong, or not allowed the grant) ends the connection saying so (see
+    ``sign_in_refused`` in :data:`~mcpvisor.core.server_config.HttpAuth`), not as a sign-in to make."""
+
+    signs_in_by_itself = True
+    sign_in_refused: str | None = None
+    refused_says = "{refusal}"
+    """What a refusal reads (``{refusal}``: the HTTP status and the OAuth error code)."""
+
+    async def _handle_token_response(self, response: Any) -> None:
+        if response.status_code in (400, 401):
+            error = await oauth_error(response)
+            code = f", {error}" if error is not None and _ERROR_CODE.fullmatch(error) else ""
+            self.sign_in_refused = self.refused_says.format(refusal=f"HTTP {response.status_code}{code}")
+            raise ConfigError(self.sign_in_refused)
+        await super()._handle_token_response(response)  # type: ignore[misc]
+
+
+_ERROR_CODE = re.compile(r"[a-z_]{1,64}")
+"""An OAuth error code (RFC 6749 §5.2) as shown: anything else an answer puts there may echo the request."""
 
 
 def _client_credentials_provider(name: str, url: str, settings: OAuthSettings, storage: TokenStorage) -> Any:
@@ -66,6 +102,12 @@ def _client_credentials_provider(name: str, url: str, settings: OAuthSettings, s
         SignedJWTParameters,
     )
 
+    class ClientCredentials(_SaysRefusal, ClientCredentialsOAuthProvider):
+        pass
+
+    class PrivateKeyJWT(_SaysRefusal, PrivateKeyJWTOAuthProvider):
+        pass
+
     assert settings.client_id is not None
     if settings.private_key_file:
         jwt = SignedJWTParameters(
@@ -74,7 +116,7 @@ def _client_credentials_provider(name: str, url: str, settings: OAuthSettings, s
             signing_key=_private_key(name, settings.private_key_file),
             signing_algorithm=settings.signing_algorithm,
         )
-        return PrivateKeyJWTOAuthProvider(
+        return PrivateKeyJWT(
             url,
             storage,
             settings.client_id,
@@ -83,7 +125,7 @@ def _client_credentials_provider(name: str, url: str, settings: OAuthSettings, s
             issuer=settings.issuer,
         )
     assert settings.client_secret is not None
-    return ClientCredentialsOAuthProvider(
+    return ClientCredentials(
         url,
         storage,
         settings.client_id,

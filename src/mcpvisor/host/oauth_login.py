@@ -31,13 +31,14 @@ async def login(
     announce: Callable[[str], None],
     timeout_s: float = DEFAULT_LOGIN_TIMEOUT_S,
     log_dir: Path | None = None,
+    defined_in: Path | None = None,
 ) -> int:
     """Sign in to server ``name`` and return how many tools it offers once signed in.
 
     ``open_url`` opens the authorization URL in a browser (False: none could be opened), ``announce``
     tells the person what to do. Raises :class:`ConfigError` for what they can fix (not a remote
     server, not https, a corrupt store, no sign-in within ``timeout_s``) and :class:`McpvisorError`
-    when the flow fails; nothing is stored then."""
+    when the flow fails; nothing is stored then. ``defined_in``: the file that defines the server."""
     import anyio
 
     from mcpvisor.core.client import McpClient
@@ -114,6 +115,7 @@ async def login(
             redirect_uri=callback.redirect_uri,
             redirect_handler=redirect_handler,
             callback_handler=callback_handler,
+            defined_in=defined_in,
         )
         patient = cfg.model_copy(update={"discovery_timeout_ms": int((timeout_s + 60) * 1000)})
         client = McpClient(name, patient, options=ConnectionOptions(log_dir=log_dir, http_auth=lambda _n, _c: provider))

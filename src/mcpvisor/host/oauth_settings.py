@@ -6,9 +6,10 @@ Shared by the sign-in flow (:mod:`mcpvisor.host.oauth`) and the machine grants
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from mcpvisor.core.errors import ConfigError, McpvisorError, name_word
@@ -25,6 +26,7 @@ __all__ = [
     "OAuthSettings",
     "check_sign_in",
     "is_loopback_url",
+    "oauth_error",
     "oauth_settings",
     "server_url",
     "sign_in_key",
@@ -183,3 +185,12 @@ def check_sign_in(
 def is_loopback_url(url: str) -> bool:
     host = (urlsplit(url).hostname or "").lower()
     return host in ("localhost", "::1") or host.startswith("127.")
+
+
+async def oauth_error(response: Any) -> str | None:
+    """The ``error`` code of an authorization server's error answer (RFC 6749 §5.2), if it gave one."""
+    try:
+        error = json.loads(await response.aread()).get("error")
+    except (ValueError, AttributeError):
+        return None
+    return error if isinstance(error, str) else None

@@ -77,14 +77,21 @@ class HostOptions:
             if isinstance(value, str | os.PathLike):  # (a string is a sequence: of one-letter names or paths)
                 raise TypeError(f"HostOptions.{name} takes a list, not one {type(value).__name__}: {name}=[{value!r}]")
 
-    def connections(self, settings: Settings, tokens: TokenStore, login_command: str) -> ConnectionOptions:
+    def connections(
+        self,
+        settings: Settings,
+        tokens: TokenStore,
+        login_command: str,
+        defined_in: Callable[[str], Path | None] | None = None,
+    ) -> ConnectionOptions:
         """How the host's own connections are made, by these options and the workspace's ``settings``: signed
-        with ``tokens``, and saying to sign in with ``login_command`` (``{name}``: how the host's status says it)."""
+        with ``tokens``, and saying to sign in with ``login_command`` (``{name}``: how the host's status says it)
+        or what to fix in the file that defines a server (``defined_in``, by its name)."""
         starts = self.max_concurrent_starts or settings.merged.get("mcp.maxConcurrentStarts")
         return ConnectionOptions(
             log_dir=self.log_dir or paths.log_dir(self.env),
             max_concurrent_starts=starts if isinstance(starts, int) and starts > 0 else None,
-            http_auth=http_auth_for(tokens, login_command),
+            http_auth=http_auth_for(tokens, login_command, defined_in),
             client_requests=self.client_requests,
             max_message_bytes=self.max_message_bytes or max_message_bytes_of(settings)[0],
             in_memory=self.in_memory,
