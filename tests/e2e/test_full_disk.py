@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_commands import cli
+from tests.e2e.test_oauth import cli as oauth_cli
+from tests.e2e.test_oauth import start_server
 from tests.helpers import free_port
-from tests.layout import make_layout, replace_text
+from tests.layout import make_layout, replace_text, write_json
 
 FULL = "no space left on device — nothing was changed"
 
@@ -91,3 +93,33 @@ def test_adding_a_server_on_a_full_disk_keeps_the_settings_file(tmp_path: Path, 
     assert result.returncode == 1
     assert one_red_line(result.stderr).endswith(f"could not save {layout.paths.user}: {FULL}")
     assert layout.paths.user.read_bytes() == before
+
+
+def test_a_logout_on_a_full_disk_says_its_tokens_were_revoked_but_are_still_kept_here(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """The sign-in was revoked at the authorization server, then deleting the tokens here failed: the error said
+    "could not save … — nothing was changed", though the tokens it kept no longer work anywhere."""
+    home = small_disk / "home"
+    for server in start_server(tmp_path):
+        layout = make_layout(tmp_path, MCPVISOR_HOME=str(home), MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+        write_json(layout.paths.user, {"mcpServers": {"sec": {"type": "http", "url": server.url}}})
+        assert oauth_cli(layout, "mcp", "login", "sec").returncode == 0
+        store = home / "oauth-tokens.json"
+        before = store.read_bytes()
+        fill(small_disk)
+        logout = oauth_cli(layout, "mcp", "logout", "sec")
+        assert logout.returncode == 1
+        assert logout.stderr.splitlines()[-1] == (
+            f"error: could not sign out of sec here: its tokens could not be deleted from {store} (no space left on "
+            f"device), so they are still kept; revoked at http://127.0.0.1:{server.port}/revoke; run mcpvisor mcp "
+            "logout again once there is space"
+        )
+        assert "nothing was changed" not in logout.stderr
+        assert server.events()[-2:] == ["revoke", "revoke"]
+        assert store.read_bytes() == before
+        (small_disk / "filler").unlink()
+        again = oauth_cli(layout, "mcp", "logout", "sec")
+        assert again.returncode == 0, again.stderr
+        assert "Signed out of sec" in again.stdout
+        assert json.loads(store.read_text()) == {}

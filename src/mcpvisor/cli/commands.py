@@ -348,7 +348,7 @@ def logout(*, env: Mapping[str, str], workspace: Path | None, name: str, mcp_con
     import anyio
 
     from mcpvisor.host.oauth import oauth_settings, token_key
-    from mcpvisor.host.oauth_revocation import revoke
+    from mcpvisor.host.oauth_revocation import not_forgotten, revoke
     from mcpvisor.host.oauth_settings import server_url, sign_in_key
 
     state, cfg = _remote_server(env, workspace, name, "sign out of", mcp_config)
@@ -368,7 +368,10 @@ def logout(*, env: Mapping[str, str], workspace: Path | None, name: str, mcp_con
     except KeyboardInterrupt:
         revoked = "; revoking them at the authorization server was skipped (Ctrl-C)"
     finally:  # skipped or failed, the sign-in is deleted all the same
-        forgotten = store.forget(key)
+        try:
+            forgotten = store.forget(key)
+        except ConfigError as exc:  # (revoked all the same, when it was)
+            raise not_forgotten(name, store.place, exc, revoked.removeprefix("; ")) from None
     if forgotten:
         also = f" (and of {', '.join(sharing)}: {'it shares' if len(sharing) == 1 else 'they share'} its sign-in)"
         new_console(highlight=False).print(

@@ -12,6 +12,7 @@ deleted all the same: signing out never fails because the server is down.
 from __future__ import annotations
 
 import base64
+import errno
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -20,14 +21,16 @@ from urllib.parse import quote
 
 import anyio
 
+from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import redact_url
 from mcpvisor.host.oauth_settings import OAuthSettings
+from mcpvisor.host.private_files import describe_read_error
 
 if TYPE_CHECKING:
     from mcp.shared.auth import OAuthMetadata
     from pydantic import BaseModel
 
-__all__ = ["REVOKE_TIMEOUT_S", "discover_authorization_server", "revoke", "revoke_unused"]
+__all__ = ["REVOKE_TIMEOUT_S", "discover_authorization_server", "not_forgotten", "revoke", "revoke_unused"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +90,20 @@ def revoke_unused(name: str, server_url: str, record: Mapping[str, Any], setting
         logger.info("server %r: the sign-in a refresh got after a newer one was stored: %s", name, said)
 
     threading.Thread(target=run, name=f"oauth-revoke:{name}", daemon=True).start()
+
+
+def not_forgotten(name: str, place: str, error: ConfigError, revoked: str) -> ConfigError:
+    """The error of a sign-out whose tokens could not be deleted (``error``: the store's), after what was done at
+    the authorization server (``revoked``: :func:`revoke`'s clause, "" when nothing was tried) — which it was,
+    whatever the store says of itself ("nothing was changed")."""
+    cause = error.__cause__
+    reason = describe_read_error(cause) if isinstance(cause, OSError) else str(error)
+    full = isinstance(cause, OSError) and cause.errno == errno.ENOSPC
+    return ConfigError(
+        f"could not sign out of {name} here: its tokens could not be deleted from {place} ({reason}), so they are "
+        f"still kept{f'; {revoked}' if revoked else ''}; run mcpvisor mcp logout again "
+        + ("once there is space" if full else "once it can be written")
+    )
 
 
 async def discover_authorization_server(server_url: str, issuer: str | None) -> OAuthMetadata | None:
