@@ -36,7 +36,15 @@ def test_every_private_sdk_method_the_provider_overrides_still_exists_with_its_p
         for name, value in vars(subclass).items()
         if name.startswith("_") and not name.startswith("__") and callable(value)
     )
-    ours = {"_choose_method", "_refresh_due", "_adopt_stored_tokens", "_take_turn", "_end_turn", "_note_step_up"}
+    ours = {
+        "_choose_method",
+        "_refresh_due",
+        "_adopt_stored_tokens",
+        "_take_turn",
+        "_end_turn",
+        "_note_step_up",
+        "_revoke_unused",
+    }
     assert set(overridden) >= {"_initialize", "_perform_authorization", "_handle_token_response"}
     for name in sorted(set(overridden) - ours):
         base = getattr(OAuthClientProvider, name, None)
