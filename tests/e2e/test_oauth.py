@@ -544,6 +544,21 @@ async def test_the_approve_command_a_refused_login_gives_works_pasted_where_the_
     assert ApprovalStore(layout.paths.approvals).get_state(layout.root, "proj", cfg) == "approved"
 
 
+async def test_the_approve_command_a_refused_login_gives_names_the_home_it_ran_with(tmp_path: Path) -> None:
+    """``MCPVISOR_HOME=HOME mcpvisor mcp login --workspace WS proj``, for a project server not approved: it said
+    ``approve it first: mcpvisor mcp approve --workspace WS proj``, without the home (``mcp list``'s table has it):
+    pasted in another terminal, it approved in the default home's store, and the login was refused again."""
+    layout = make_layout(tmp_path, MCPVISOR_HOME=str(tmp_path / "other home"))
+    write_json(layout.paths.project, {"mcpServers": {"proj": {"type": "http", "url": "https://mcp.example.invalid"}}})
+    refused = await anyio.to_thread.run_sync(lambda: cli(layout, "mcp", "login", "proj", browser=NOTHING))
+    assert refused.returncode == 1, refused.stdout
+    command = " ".join(refused.stderr.split()).split("approve it first: ", 1)[1]
+    pasted = await paste_elsewhere(command, layout.env, tmp_path / "elsewhere")
+    assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+    cfg = layout.settings().project.servers["proj"].config
+    assert ApprovalStore(layout.paths.approvals).get_state(layout.root, "proj", cfg) == "approved"
+
+
 async def test_login_to_a_server_that_asks_for_no_sign_in_says_so_and_stores_nothing(tmp_path: Path) -> None:
     async with http_server("open") as url:
         layout = make_layout(tmp_path)

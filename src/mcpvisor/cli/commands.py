@@ -293,7 +293,7 @@ def _remote_server(
         label=state.assembled.sources[name].label,
         approval=approvals.get_state(settings.root, name, cfg) if is_gated(cfg) else None,
         what=what,
-        approve_command=command_hints(settings.root, options=approvals.decided_with)[0],
+        approve_command=command_hints(settings.root, options=approvals.decided_with, home=paths.named_home(env))[0],
     )
     return state, cfg
 
