@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import stat
@@ -23,9 +24,11 @@ import anyio
 import pytest
 
 from mcpvisor.core.errors import ServerUnavailableError, ToolCallError, ToolNotFoundError
+from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.oauth_registration import registered_for
+from mcpvisor.host.oauth_settings import sign_in_key
 from mcpvisor.host.oauth_store import TokenStore
 from tests.e2e.test_run import run
 from tests.helpers import (
@@ -253,11 +256,12 @@ def test_mcp_list_says_a_sign_in_that_was_refused_or_expired_and_the_command_tha
         assert cli(layout, "mcp", "login", "sec").returncode == 0
         server.revoke_all()
         assert status_row(layout)["state"] == "needs_auth"  # its refresh was refused
+        login = f"mcpvisor mcp login --workspace {layout.root} sec"  # the table's: it ran elsewhere
         refused = "signed out: the authorization server refused the stored sign-in (revoked or expired)"
         listed = cli(layout, "mcp", "list")
-        assert f"sec · ✓ allowed · {refused} — run: mcpvisor mcp login sec" in " ".join(listed.stdout.split())
+        assert f"sec · ✓ allowed · {refused} — run: {login}" in " ".join(listed.stdout.split())
         row = json.loads(cli(layout, "mcp", "list", "--json").stdout)["servers"][0]
-        assert row["sign_in"] == f"{refused} — run: mcpvisor mcp login sec"
+        assert row["sign_in"] == f"{refused} — run: {login}"
 
         assert cli(layout, "mcp", "login", "sec").returncode == 0
         assert "sec · ✓ allowed · signed in" in cli(layout, "mcp", "list").stdout
@@ -266,7 +270,7 @@ def test_mcp_list_says_a_sign_in_that_was_refused_or_expired_and_the_command_tha
         tokens = {k: v for k, v in store.get(key)["tokens"].items() if k != "refresh_token"}
         store.update(key, tokens=tokens, expires_at=1.0)  # a sign-in issued without a refresh token, expired
         expired = json.loads(cli(layout, "mcp", "list", "--json").stdout)["servers"][0]["sign_in"]
-        assert expired == "sign-in expired — run: mcpvisor mcp login sec"
+        assert expired == f"sign-in expired — run: {login}"
 
         assert cli(layout, "mcp", "logout", "sec").returncode == 0
         assert json.loads(cli(layout, "mcp", "list", "--json").stdout)["servers"][0]["sign_in"] is None
@@ -557,6 +561,26 @@ async def test_the_approve_command_a_refused_login_gives_names_the_home_it_ran_w
     assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
     cfg = layout.settings().project.servers["proj"].config
     assert ApprovalStore(layout.paths.approvals).get_state(layout.root, "proj", cfg) == "approved"
+
+
+def test_mcp_list_says_to_sign_in_again_with_the_command_its_table_gives(tmp_path: Path) -> None:
+    """``MCPVISOR_HOME=HOME mcpvisor mcp list --workspace WS``, run in another folder: of a sign-in the authorization
+    server refused it said ``run: mcpvisor mcp login sec``, which, run there, found no such server (or signed in to
+    the default home's store); the same table's other commands name the workspace and the home."""
+    home = tmp_path / "other home"
+    layout = make_layout(tmp_path, MCPVISOR_HOME=str(home))
+    entry = {"type": "http", "url": "https://mcp.example.invalid/mcp"}
+    write_json(layout.paths.user, {"mcpServers": {"sec": entry}})
+    cfg = McpServerConfig.model_validate(entry)
+    key = sign_in_key("sec", cfg)
+    assert key is not None
+    TokenStore(home / "oauth-tokens.json").update(key, refused=True)
+    listed = cli(layout, "mcp", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    said = json.loads(listed.stdout)["servers"][0]["sign_in"]
+    assert said.endswith(
+        f"— run: MCPVISOR_HOME={shlex.quote(str(home))} mcpvisor mcp login --workspace {layout.root} sec"
+    )
 
 
 async def test_login_to_a_server_that_asks_for_no_sign_in_says_so_and_stores_nothing(tmp_path: Path) -> None:

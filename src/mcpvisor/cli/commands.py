@@ -113,11 +113,14 @@ def list_servers(
     from mcpvisor.host.pins import held_names, pin_mode_of
 
     tokens = token_store(env)
-    signed = sign_ins(tokens, state.assembled.servers)
+    home = paths.named_home(env)
+    approve, login = command_hints(
+        settings.root, approvals_error=approvals.error, options=approvals.decided_with, home=home
+    )
+    signed = sign_ins(tokens, state.assembled.servers, login)  # its commands are the table's
     mode, pin_problems = pin_mode_of(settings)
     unreadable = store_problems(tokens)
     broken = bool(settings.errors) or approvals.error is not None or bool(unreadable)
-    home = paths.named_home(env)
     problems = config_problems(settings, approvals.error, state.assembled.warnings, pin_problems, unreadable, home=home)
     try:
         held = held_names(pin_store(env), settings.root, state.assembled.servers, mode)
@@ -160,9 +163,6 @@ def list_servers(
     console = new_console(highlight=False)
     for problem in problems:
         console.print(f"[yellow]! {escape(problem)}[/]")
-    approve, login = command_hints(
-        settings.root, approvals_error=approvals.error, options=approvals.decided_with, home=home
-    )
     head, bad = f"MCP servers for {settings.root}", bool(settings.errors)
     render_status(
         console, rows, live=False, title=head, show_target=True, approve_hint=approve, login_hint=login, unreadable=bad
