@@ -493,3 +493,36 @@ async def test_a_password_in_clear_in_the_publishers_settings_is_never_published
         await wait_until(
             lambda: fleet.command("fleet", "status", home=tmp_path / "c").returncode == 0, what="the problem gone"
         )
+
+
+async def test_a_call_in_flight_to_a_server_rejected_elsewhere_is_told_so(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """A rejection made elsewhere stops the server on every replica: a call in flight there is answered that the
+    server was rejected, not told to retry a call that would be refused."""
+    with fleet_of(tmp_path, redis_server) as fleet:
+        replace_text(fleet.root / ".mcp.json", json.dumps({"mcpServers": {"p": server("p", "--control")}}))
+        a, b = await publisher_and_follower(fleet, tmp_path)
+        approved = fleet.command("mcp", "approve", "p", "--workspace", str(fleet.root), home=tmp_path / "c")
+        assert approved.returncode == 0, approved.stderr
+        await wait_tools(b, {"mcp__p__sleep"})
+        outcome: list[types.CallToolResult] = []
+        sleeping = anyio.Event()
+
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            sleeping.set()  # the call reached p
+
+        async def call(c: Client) -> None:
+            outcome.append(await c.call_tool("mcp__p__sleep", {"seconds": 60}, progress_callback=progress))
+
+        async with Client(b.url + "/mcp") as c, anyio.create_task_group() as tg:
+            tg.start_soon(call, c)
+            with anyio.fail_after(WAIT_S):
+                await sleeping.wait()
+            rejected = fleet.command("mcp", "reject", "p", "--workspace", str(fleet.root), home=tmp_path / "c")
+            assert rejected.returncode == 0, rejected.stderr
+        [result] = outcome
+        assert result.is_error
+        said = text(result)
+        assert "server 'p' was stopped while the call was in flight (it was rejected" in said, said
+        assert "retry the call" not in said

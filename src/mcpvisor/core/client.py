@@ -12,7 +12,7 @@ import logging
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import anyio
 import anyio.abc
@@ -57,6 +57,14 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+GATED: Final[dict[str, str]] = {
+    "rejected": "it was rejected; it serves no calls until approved",
+    "pending_approval": "it waits for approval again",
+    "excluded": "it was excluded",
+    "not_allowed": "it is not allowed any more",
+}
+"""What a call cut short by gating is told, per reason (calling it again is refused for that reason)."""
 
 
 class McpClient(ServerConnection):
@@ -299,9 +307,11 @@ class McpClient(ServerConnection):
     ) -> Exception:
         if self._stopping:
             why = "its session was closed" if self._ending else "its configuration changed or it was removed"
+            if self._gated is not None:  # a retry would be refused: say why instead
+                why = GATED.get(self._gated, f"it is {self._gated.replace('_', ' ')} now")
             return ServerUnavailableError(
                 f"{what} failed: server {self.name!r} was stopped while the call was in flight ({why})"
-                + ("" if self._ending else "; retry the call"),
+                + ("" if self._ending or self._gated is not None else "; retry the call"),
                 server=self.name,
             )
         if isinstance(exc, MCPError) and timed_out_in_sdk(exc):

@@ -151,6 +151,8 @@ class ServerConnection:
         self._life: anyio.CancelScope | None = None
         self._stopping = False
         self._ending = False
+        self._gated: str | None = None
+        """Why gating stopped this connection (``rejected``, ``pending_approval``, ...), when it did."""
         self._refresher = Refresher()
         self._started = False
         self._connection_tg: anyio.abc.TaskGroup | None = None
@@ -208,11 +210,13 @@ class ServerConnection:
         if self.status != "connected":
             raise ConnectError(f"could not connect to server {self.name!r}: {self.last_error}", server=self.name)
 
-    async def aclose(self, *, ending: bool = False) -> None:
+    async def aclose(self, *, ending: bool = False, gated: str | None = None) -> None:
         """Disconnect (a deliberate stop: never reported as lost). Safe to call more than once. ``ending``: the
-        session (or the pool) it belongs to is closing, which is what a call cut short is told."""
+        session (or the pool) it belongs to is closing; ``gated``: gating forbids the server now (the reason);
+        either is what a call cut short is told."""
         self._stopping = True
         self._ending = self._ending or ending
+        self._gated = self._gated or gated
         self._stop.set()
         self._wake.set()
         if not self._started:

@@ -30,7 +30,7 @@ from mcpvisor.core.events import (
 )
 from mcpvisor.core.exposure import exposure_of
 from mcpvisor.core.lifecycle import Background, Stopping
-from mcpvisor.core.pool import PooledStartFailed, default_max_starts
+from mcpvisor.core.pool import PooledStartFailed, default_max_starts, release
 from mcpvisor.core.processes import SpawnedAhead, loading_sdk
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, admitted, plan_for
 from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, admit, server_state
@@ -348,9 +348,9 @@ class McpClientManager:
             else:
                 self._states.removed(name)
 
-    async def _close(self, client: McpClient) -> None:
+    async def _close(self, client: McpClient, gated: str | None = None) -> None:
         with self._stopping.of(client.name):
-            await (self._pool.release(self._session_id, client) if self._pool else client.aclose(ending=self._closed))
+            await release(self._pool, self._session_id, client, ending=self._closed, gated=gated)
 
     async def _stop(self, name: str, *, reason: str | None, forget: bool = False, restarting: bool = False) -> None:
         """Stop ``name``: its tools and prompts go at once (its process may take seconds to stop), and so does its
@@ -368,7 +368,7 @@ class McpClientManager:
             self._publish_state(name, reason=reason, restarting=restarting)
         if client is not None:
             self.disconnect_count += 1
-            await self._close(client)
+            await self._close(client, reason)  # (a reason is gating's)
             logger.info("server %r disconnected%s", name, f" ({reason})" if reason else "")
 
     def _purge(self, name: str) -> None:

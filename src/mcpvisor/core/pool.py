@@ -34,7 +34,7 @@ from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, conn
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
 
-__all__ = ["McpConnectionPool", "PooledStartFailed", "default_max_starts", "pool_key"]
+__all__ = ["McpConnectionPool", "PooledStartFailed", "default_max_starts", "pool_key", "release"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,14 @@ def pool_key(session_id: str, name: str, cfg: McpServerConfig) -> str:
     """The pool key: the connection id, or one per session for ``"shared": false`` servers."""
     cid = connection_id_of(name, cfg)
     return cid if cfg.shared is not False else f"{cid}#{session_id}"
+
+
+async def release(
+    pool: McpConnectionPool | None, session_id: str, client: McpClient, *, ending: bool, gated: str | None
+) -> None:
+    """A session is done with ``client``: the pool's hold dropped, or without a pool the connection closed
+    (``ending``: the session is closing; ``gated``: gating forbids the server now, the reason)."""
+    await (pool.release(session_id, client, gated) if pool is not None else client.aclose(ending=ending, gated=gated))
 
 
 class PooledStartFailed(ConnectError):
@@ -241,8 +249,9 @@ class McpConnectionPool:
         self._log_names[key] = named
         return named
 
-    async def release(self, session_id: str, client: McpClient) -> None:
-        """Drop ``session_id``'s hold on ``client``; the last holder stops the process."""
+    async def release(self, session_id: str, client: McpClient, gated: str | None = None) -> None:
+        """Drop ``session_id``'s hold on ``client``; the last holder stops the process (``gated``: the reason gating
+        forbids it, when that is why)."""
         for key, entry in list(self._entries.items()):
             if entry.client is client:
                 entry.holders.pop(session_id, None)
@@ -250,4 +259,4 @@ class McpConnectionPool:
                     return
                 del self._entries[key]
                 break
-        await client.aclose()
+        await client.aclose(gated=gated)
