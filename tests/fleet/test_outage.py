@@ -117,6 +117,14 @@ async def test_a_fleet_stopped_and_started_again_with_a_new_key_starts(
         first.proc.send_signal(signal.SIGTERM)
         assert first.proc.wait(timeout=WAIT_S) == 0
         new_key = "a replacement key of at least thirty-two characters"
+        keys = FleetStore(fleet.url).keys
+        with redis_server.client() as store:
+            tag = store.get(keys.key_check)
+        command = [mcpvisor_command(), "mcp", "list", "--workspace", str(fleet.root), "--fleet", fleet.url]
+        env = {**fleet.env(tmp_path / "d"), "MCPVISOR_FLEET_KEY": new_key}
+        assert (await anyio.run_process(command, env=env, check=False)).returncode == 0
+        with redis_server.client() as store:
+            assert store.get(keys.key_check) == tag  # a command checks the key; only a replica records it
         await ready(fleet.start("rb", tmp_path / "b", MCPVISOR_FLEET_KEY=new_key))
         old = fleet.start("rc", tmp_path / "c", MCPVISOR_FLEET_KEY=KEY)
         await wait_until(lambda: old.proc.poll() is not None or ready_now(old), what="rc started or refused")

@@ -216,7 +216,7 @@ def _fleet_tokens(store: FleetStore, env: Mapping[str, str]) -> TokenStore | Non
     key = FleetKey.from_env(env)
     if key is None:
         return None
-    check_fleet_key(store, key)
+    check_fleet_key(store, key, record=False)
     from mcpvisor.fleet.tokens import FleetTokenStore
 
     return FleetTokenStore(store, key)

@@ -132,12 +132,13 @@ class FleetKey:
         raise ValueError("sealed with a fleet key that is not in MCPVISOR_FLEET_KEY any more")
 
 
-def check_fleet_key(store: FleetStore, key: FleetKey) -> None:
+def check_fleet_key(store: FleetStore, key: FleetKey, *, record: bool = True) -> None:
     """Refuse a fleet key that shares no secret with the key the fleet's running replicas use: the store keeps a
     tag of the latest first secret seen (``keycheck``), which any secret of this ring must verify (a key being
     rotated shares one). A replica started with another key would serve rounds and sign-ins no other replica
     reads, and a sign-in made again there would replace the fleet's with one no other replica opens. With no
-    replica running, the key is the fleet's new one (every replica was given it). Blocking."""
+    replica running, the key is the fleet's new one (every replica was given it). ``record``: keep this key's tag
+    (a replica; a management command only checks). Blocking."""
     import redis
 
     from mcpvisor.fleet.store import fleet_unreachable
@@ -153,6 +154,7 @@ def check_fleet_key(store: FleetStore, key: FleetKey) -> None:
                 f"(running: {names}): give every replica the same key (to rotate it, add the new secret second "
                 "on every replica first)"
             )
-        client.set(store.keys.key_check, key.mac(text))
+        if record:
+            client.set(store.keys.key_check, key.mac(text))
     except (redis.RedisError, OSError) as exc:
         raise fleet_unreachable(store.url, exc, store.named_in) from exc
