@@ -297,8 +297,7 @@ def stored_tokens(layout: Layout) -> dict[str, str]:
 async def test_a_sign_in_stored_while_a_host_refreshes_the_one_before_is_kept(tmp_path: Path, server: Server) -> None:
     """``mcpvisor mcp login`` completes while a running host's refresh of the sign-in before is on its way: the
     host's answer, refreshed from the older sign-in, came last and was written over the one just made (a wider
-    sign-in, another account: lost, and the store said nothing of it). The newer sign-in stays, and serves; the
-    tokens the refresh got, kept nowhere, are revoked at the authorization server (they stayed valid there)."""
+    sign-in, another account: lost, and the store said nothing of it). The newer sign-in stays, and serves."""
     layout = setup(tmp_path, server)
     assert cli(layout, "mcp", "login", "sec").returncode == 0
     async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
@@ -322,12 +321,7 @@ async def test_a_sign_in_stored_while_a_host_refreshes_the_one_before_is_kept(tm
             newer = stored_tokens(layout)
             admin(server, "release-refresh")
         assert calls == ["secure:echo:a"]
-        events = server.events()
-        refreshed = events.index("refresh")  # the refresh thrown away: nothing else was refreshed or revoked
-        assert events[refreshed + 1 :] in ([], ["revoke"], ["revoke", "revoke"])
-        await wait_until(
-            lambda: server.events()[refreshed + 1 :] == ["revoke", "revoke"], what="the unused tokens revoked"
-        )
+        assert server.events()[-1] == "refresh"
         assert stored_tokens(layout) == newer
         assert server.accepts(newer["access_token"])
         result = await host.config.call_tool("mcp__sec__echo", {"text": "b"})

@@ -346,7 +346,6 @@ def oauth_provider(
                 storage.refreshed_from = None
             if ok and storage.superseded:  # signed in (or out) elsewhere meanwhile: that sign-in serves
                 logger.info("server %r: a sign-in stored while its sign-in was refreshed is used instead", name)
-                self._revoke_unused()
                 await self._adopt_stored_tokens()
             failed = None
             if not ok:
@@ -377,21 +376,6 @@ def oauth_provider(
             if failed is not None:
                 raise self.refusal(failed, AuthorizationServerFailed)
             return ok
-
-        def _revoke_unused(self) -> None:
-            """The tokens just refreshed are not stored (a newer sign-in stands): revoked where they were issued,
-            by the client they were issued to, in the background."""
-            from mcpvisor.host.oauth_revocation import revoke_unused
-
-            tokens, issuer, client = self.context.current_tokens, self.context.oauth_metadata, self.context.client_info
-            if tokens is None:
-                return
-            record = {"tokens": tokens.model_dump(mode="json", exclude_none=True)}
-            if issuer is not None:
-                record["authorization_server"] = issuer.model_dump(mode="json", exclude_none=True)
-            if client is not None:
-                record["client"] = client.model_dump(mode="json", exclude_none=True)
-            revoke_unused(name, self.context.server_url, record, settings)
 
     def _insufficient_scope(response: Any) -> bool:
         return bool(

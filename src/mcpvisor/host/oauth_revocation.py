@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import base64
 import errno
-import logging
-import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
@@ -30,9 +28,7 @@ if TYPE_CHECKING:
     from mcp.shared.auth import OAuthMetadata
     from pydantic import BaseModel
 
-__all__ = ["REVOKE_TIMEOUT_S", "discover_authorization_server", "not_forgotten", "revoke", "revoke_unused"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["REVOKE_TIMEOUT_S", "discover_authorization_server", "not_forgotten", "revoke"]
 
 M = TypeVar("M", bound="BaseModel")
 
@@ -78,18 +74,6 @@ async def revoke(server_url: str, record: Mapping[str, Any], settings: OAuthSett
     except Exception as exc:  # a URL httpx refuses, an answer it cannot read: never a reason to keep the tokens
         return f"revoking them failed ({type(exc).__name__})"
     return f"revoked at {redact_url(endpoint)}"
-
-
-def revoke_unused(name: str, server_url: str, record: Mapping[str, Any], settings: OAuthSettings) -> None:
-    """Revoke, best effort and without waiting for it, a grant obtained and then not used (a refresh whose answer
-    came after a newer sign-in was stored): it would stay valid at the authorization server, and kept nowhere.
-    What happened is logged (never a token)."""
-
-    def run() -> None:
-        said = anyio.run(revoke, server_url, record, settings)
-        logger.info("server %r: the sign-in a refresh got after a newer one was stored: %s", name, said)
-
-    threading.Thread(target=run, name=f"oauth-revoke:{name}", daemon=True).start()
 
 
 def not_forgotten(name: str, place: str, error: ConfigError, revoked: str) -> ConfigError:
