@@ -15,7 +15,7 @@ import anyio
 import pytest
 from anyio.streams.text import TextReceiveStream
 
-from tests.helpers import LIGHT, WAIT_S, marker_pids, mcpvisor_command, pid_alive, wait_until
+from tests.helpers import LIGHT, WAIT_S, marker_pids, mcpvisor_command, paste_elsewhere, pid_alive, wait_until
 from tests.layout import make_layout, replace_text
 
 
@@ -532,8 +532,26 @@ def test_approving_an_edited_server_says_its_tools_are_compared_with_those_appro
     said = " ".join(approved.stdout.split())
     assert (
         "What it offers is compared with the tools and prompts approved before: any that changed are held until you "
-        "accept them (mcpvisor mcp approve p again, once it ran)."
+        f"accept them (mcpvisor mcp approve --workspace {layout.root} p again, once it ran)."
     ) in said
+
+
+async def test_the_approve_command_said_of_an_approved_edit_works_pasted_in_another_folder(tmp_path: Path) -> None:
+    """``mcp approve --workspace WS p`` run elsewhere, for an edited server whose definitions were pinned, said to
+    accept what changed with ``mcpvisor mcp approve p``: pasted, that found no such server (nor the home)."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    entry = {"command": sys.executable, "args": ["-m", LIGHT, "--name", "p"]}
+    replace_text(layout.paths.project, json.dumps({"mcpServers": {"p": entry}}))
+    where = ("--workspace", str(layout.root))
+    assert cli("mcp", "approve", "p", *where, env=layout.env).returncode == 0
+    assert cli("status", *where, env=layout.env).returncode == 0  # it ran: its definitions are pinned
+    replace_text(layout.paths.project, json.dumps({"mcpServers": {"p": {**entry, "env": {"MODE": "x"}}}}))
+    approved = await anyio.to_thread.run_sync(lambda: cli("mcp", "approve", "p", *where, env=layout.env))
+    assert approved.returncode == 0, approved.stderr
+    command = " ".join(approved.stdout.split()).split("accept them (", 1)[1].split(" again, once it ran", 1)[0]
+    pasted = await paste_elsewhere(command, layout.env, tmp_path / "elsewhere")
+    assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+    assert str(layout.root) in " ".join(pasted.stdout.decode().split())
 
 
 async def test_ctrl_c_stops_status_while_a_server_is_still_starting(tmp_path: Path) -> None:

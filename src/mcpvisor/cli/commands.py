@@ -272,7 +272,8 @@ def decide(
         then = f"But {blocked}." if blocked else "A running mcpvisor connects it now."
         console.print(f"[green]Approved[/] for {escape(str(settings.root))}. {escape(then)}")
         if is_pinned(pin_mode, cfg) and pinned_before(pins, settings.root, name, cfg):
-            console.print(compared_note(name), markup=False)
+            approve = command_hints(settings.root, options=approvals.decided_with, home=paths.named_home(env))[0]
+            console.print(compared_note(name, approve), markup=False)
     elif decided.recorded:
         console.print(
             f"[red]Rejected[/] for {escape(str(settings.root))}. It stays disconnected until its configuration changes."

@@ -250,11 +250,12 @@ class PinStore(PrivateJsonStore):
         self.mutate(change, timeout_s=timeout_s)
 
 
-def compared_note(name: str) -> str:
-    """What approving an edit of server ``name`` means for its definitions pinned before (:func:`pinned_before`)."""
+def compared_note(name: str, approve_command: str) -> str:
+    """What approving an edit of server ``name`` means for its definitions pinned before (:func:`pinned_before`);
+    ``approve_command``: the command that accepts them, as it is to be pasted (its ``{name}`` filled here)."""
     return (
         "What it offers is compared with the tools and prompts approved before: any that changed are held until you "
-        f"accept them (mcpvisor mcp approve {name_word(name)} again, once it ran)."
+        f"accept them ({approve_command.format(name=name_word(name))} again, once it ran)."
     )
 
 
