@@ -7,24 +7,34 @@ import json
 import os
 import pty
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+import mcp_types as types
 
+from mcpvisor.host import paths
+from mcpvisor.host.approvals import ApprovalStore
+from mcpvisor.host.pins import PinGate, PinStore
 from tests.e2e.test_run import Run, run
-from tests.helpers import WAIT_S, marker_pids, mcpvisor_command
+from tests.helpers import WAIT_S, marker_pids, mcpvisor_command, paste_elsewhere
 from tests.host.test_pins import HOSTILE, ORIGINAL, describe, server
+from tests.layout import Layout, make_layout, write_json
 
 
-async def answer_at_a_terminal(r: Run, answer: str, *args: str) -> str:
-    """Run the CLI with a pseudo-terminal for stdin and stdout, type ``answer`` once it asks; its output."""
+async def answer_at_a_terminal(
+    r: Run | Layout, answer: str, *args: str, meanwhile: Callable[[], None] | None = None, code: int = 0
+) -> str:
+    """Run the CLI with a pseudo-terminal for stdin and stdout, type ``answer`` once it asks (after ``meanwhile``,
+    what happens while the person reads); its output (it exits with ``code``)."""
+    layout = r if isinstance(r, Layout) else r.layout
     main, side = pty.openpty()
     process = await anyio.open_process(
-        [mcpvisor_command(), *args, "--workspace", str(r.layout.root)],
+        [mcpvisor_command(), *args, "--workspace", str(layout.root)],
         stdin=side,
         stdout=side,
         stderr=side,
-        env={**os.environ, **r.layout.env, "COLUMNS": "200", "NO_COLOR": "1"},
+        env={**os.environ, **layout.env, "COLUMNS": "200", "NO_COLOR": "1"},
     )
     os.close(side)
     output = b""
@@ -33,6 +43,8 @@ async def answer_at_a_terminal(r: Run, answer: str, *args: str) -> str:
             while b"[y/N]" not in output:
                 await anyio.wait_readable(main)
                 output += os.read(main, 65536)
+            if meanwhile is not None:
+                meanwhile()
             os.write(main, answer.encode())
             while True:
                 await anyio.wait_readable(main)
@@ -47,7 +59,7 @@ async def answer_at_a_terminal(r: Run, answer: str, *args: str) -> str:
         os.close(main)
         with anyio.fail_after(WAIT_S):
             await process.wait()
-    assert process.returncode == 0, output.decode(errors="replace")
+    assert process.returncode == code, output.decode(errors="replace")
     return output.decode(errors="replace")
 
 
@@ -95,3 +107,27 @@ async def test_run_holds_a_changed_tool_and_mcp_approve_shows_and_accepts_the_ch
         await r.wait_for(lambda: (r.last_server("p") or {}).get("held_tools") == [])
         assert "mcp__p__echo" in r.last_server("p")["tools"]  # type: ignore[index]
         assert len(marker_pids(marker)) == 2  # accepting restarted nothing
+
+
+async def test_a_refused_acceptance_says_an_approve_command_that_works_pasted_in_another_folder(tmp_path: Path) -> None:
+    """``mcp approve --workspace WS p`` run elsewhere, when what p offers changed again while the diff was read: it
+    said to look again with ``mcpvisor mcp approve p``; pasted, that found no such server. It names the workspace."""
+    layout = make_layout(tmp_path)
+    write_json(layout.paths.project, {"mcpServers": {"p": server("p", tmp_path / "descriptions.json")}})
+    cfg = layout.settings().project.servers["p"].config
+    ApprovalStore(layout.paths.approvals).approve(layout.root, "p", cfg)
+    gate = PinGate(PinStore(paths.pins_path(layout.env)), layout.root, lambda: "gated")
+
+    def offered(description: str) -> None:
+        gate("p", cfg, [types.Tool(name="echo", description=description, inputSchema={"type": "object"})], [])
+
+    offered(ORIGINAL)  # pinned at first use
+    offered(HOSTILE)  # held
+    asked = await answer_at_a_terminal(
+        layout, "y\n", "mcp", "approve", "p", meanwhile=lambda: offered(HOSTILE + " Now."), code=1
+    )
+    said = " ".join(asked.split())
+    assert "nothing was accepted: what p offers changed after it was shown" in said
+    command = said.split("look at it again (", 1)[1].split(")", 1)[0]
+    pasted = await paste_elsewhere(command, layout.env, tmp_path / "elsewhere")
+    assert "changed 1 definition since approval" in " ".join(pasted.stdout.decode().split()), (command, pasted)

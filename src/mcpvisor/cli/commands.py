@@ -252,6 +252,7 @@ def decide(
         show_approval_lines(console, approval_request(name, cfg, source))
         if (replaces := state.assembled.shadowed.get(name)) is not None:
             console.print(f"[yellow]![/] {escape(replaces)}")
+    approve = command_hints(settings.root, options=approvals.decided_with, home=paths.named_home(env))[0]
     decided = decide(
         approvals,
         pins,
@@ -264,6 +265,7 @@ def decide(
         shown_stamp=stamp,
         shown_changes=changes if confirm is not None else None,  # --yes: as they are
         source=source.label,
+        approve_command=approve,
     )
     if decided.accepted:
         console.print(f"[green]Accepted[/] what {escape(name)} offers now. A running mcpvisor serves it at once.")
@@ -272,7 +274,6 @@ def decide(
         then = f"But {blocked}." if blocked else "A running mcpvisor connects it now."
         console.print(f"[green]Approved[/] for {escape(str(settings.root))}. {escape(then)}")
         if is_pinned(pin_mode, cfg) and pinned_before(pins, settings.root, name, cfg):
-            approve = command_hints(settings.root, options=approvals.decided_with, home=paths.named_home(env))[0]
             console.print(compared_note(name, approve), markup=False)
     elif decided.recorded:
         console.print(

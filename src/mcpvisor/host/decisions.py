@@ -23,6 +23,7 @@ from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore, DecidedSinceShown, is_gated
 from mcpvisor.host.pin_review import Change, accept_held, changes_since_approval
 from mcpvisor.host.pins import PinMode, PinStore
+from mcpvisor.host.status import APPROVE_HINT
 
 __all__ = ["VERDICTS", "ChangedSinceShown", "Decided", "DecidedSinceShown", "Verdict", "check_verdict", "decide"]
 
@@ -66,6 +67,7 @@ def decide(
     shown_stamp: str | None = None,
     shown_changes: Sequence[Change] | None = None,
     source: str | None = None,
+    approve_command: str = APPROVE_HINT,
 ) -> Decided:
     """Decide on server ``name``, configured now as ``cfg``, for the project at ``root`` (blocking file I/O).
 
@@ -75,8 +77,9 @@ def decide(
     ``shown_changes``: the held definitions the person was shown (None: as they are), the only ones accepted
     (:class:`~mcpvisor.host.pin_review.HeldChangedSinceShown` when they differ by the time of the write).
     ``source`` names where the server comes from, for the refusal of one that needs no
-    approval. Raises :class:`ChangedSinceShown`, or :class:`ConfigError` saying why it cannot be decided
-    (needs no approval, the store cannot be read or written)."""
+    approval; ``approve_command``, how a refusal says to look again (``{name}``:
+    :func:`~mcpvisor.host.status.fix_commands`). Raises :class:`ChangedSinceShown`, or :class:`ConfigError` saying
+    why it cannot be decided (needs no approval, the store cannot be read or written)."""
     check_verdict(verdict, name)
     if shown_hash is not None and cfg.approval_hash != shown_hash:
         raise ChangedSinceShown(name, verdict)
@@ -88,7 +91,7 @@ def decide(
         raise ConfigError(approvals.error)  # before anything is written: all of the verdict or none of it
     accepted: tuple[Change, ...] = ()
     if held:
-        accepted = tuple(accept_held(pins, root, name, cfg, shown=shown_changes))
+        accepted = tuple(accept_held(pins, root, name, cfg, shown=shown_changes, approve_command=approve_command))
         if not record:
             return Decided(recorded=False, accepted=accepted)
     if not is_gated(cfg):

@@ -392,11 +392,10 @@ class Host(StackOwner):
         shown_changes: Sequence[Change] | None = None,
         on_decided: Callable[[Decided], None] | None = None,
     ) -> Decided:
-        """Approve or reject a server (:func:`mcpvisor.host.decisions.decide`: ``shown_hash`` is the
-        approval hash of the configuration the person saw, ``shown_changes`` the held definitions they
-        saw), then follow it: accepted definitions are
-        served at once, a recorded verdict is reconciled (approving connects the server). ``on_decided``
-        hears the outcome once it is written, before the reconcile says what it did."""
+        """Approve or reject a server (:func:`mcpvisor.host.decisions.decide`: ``shown_hash`` is the approval hash
+        of the configuration the person saw, ``shown_changes`` the held definitions they saw), then follow it:
+        accepted definitions are served at once, a recorded verdict is reconciled (approving connects the server).
+        ``on_decided`` hears the outcome once it is written, before the reconcile says what it did."""
         check_verdict(decision, name)
         state = self.state
         cfg = state.assembled.servers.get(name)
@@ -417,6 +416,7 @@ class Host(StackOwner):
                 shown_stamp=shown_stamp,
                 shown_changes=shown_changes,
                 source=state.assembled.sources[name].label,
+                approve_command=self.config.approve_command,
             )
         )
         if on_decided is not None:

@@ -13,6 +13,7 @@ from typing import Any
 from mcpvisor.core.errors import ConfigError, name_word
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.pins import KINDS, Kind, PinMode, PinStore, is_pinned, pin_scope
+from mcpvisor.host.status import APPROVE_HINT
 
 __all__ = ["Change", "HeldChangedSinceShown", "accept_held", "changes_since_approval", "diff_lines", "held_changes"]
 
@@ -64,10 +65,10 @@ def diff_lines(change: Change) -> list[str]:
 class HeldChangedSinceShown(ConfigError):
     """The definitions held for a server are not the ones that were shown: nothing was accepted."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, approve_command: str = APPROVE_HINT) -> None:
         super().__init__(
             f"nothing was accepted: what {name} offers changed after it was shown; look at it again "
-            f"(mcpvisor mcp approve {name_word(name)})"
+            f"({approve_command.format(name=name_word(name))})"
         )
         self.name = name
 
@@ -79,10 +80,12 @@ def accept_held(
     cfg: McpServerConfig,
     *,
     shown: Sequence[Change] | None = None,
+    approve_command: str = APPROVE_HINT,
 ) -> list[Change]:
     """Pin what server ``name`` now offers in place of its held definitions; returns what was accepted.
     ``shown``: the changes the person was shown (None: accept as they are); when the held ones differ by the
-    time of the write, nothing is accepted (:class:`HeldChangedSinceShown`)."""
+    time of the write, nothing is accepted (:class:`HeldChangedSinceShown`, saying ``approve_command``:
+    ``{name}``, :func:`~mcpvisor.host.status.fix_commands`)."""
     scope = pin_scope(root, cfg)
     accepted: list[Change] = []
 
@@ -91,7 +94,7 @@ def accept_held(
         record = records.get(scope, {}).get(name)
         held = held_changes(record, cfg)
         if shown is not None and held != list(shown):  # checked under the store's lock, beside the write
-            raise HeldChangedSinceShown(name)
+            raise HeldChangedSinceShown(name, approve_command)
         accepted.extend(held)
         if not accepted or record is None:
             return
