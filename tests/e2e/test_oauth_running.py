@@ -20,7 +20,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.subscriptions import ToolsListChanged
 
-from mcpvisor.core.errors import ToolNotFoundError
+from mcpvisor.core.errors import ConnectError, ToolNotFoundError
 from mcpvisor.core.events import ServerStateChanged
 from mcpvisor.gateway.workspaces import WorkspaceGateway
 from mcpvisor.host.host import Host, HostOptions, SettingsWarning
@@ -375,6 +375,30 @@ async def test_the_sign_in_command_a_running_hosts_status_row_gives_works_pasted
         assert row.sign_in is not None
         assert row.sign_in.startswith("sign-in expired — run: "), row.sign_in
         command = row.sign_in.split("run: ", 1)[1]
+        script = tmp_path / "browser.py"
+        script.write_text(FOLLOW)
+        browser = {**layout.env, "BROWSER": f"{sys.executable} {script} %s"}
+        pasted = await paste_elsewhere(command, browser, tmp_path / "elsewhere")
+        assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+        manager = host.config.manager
+        await wait_until(lambda: manager.clients()["sec"].status == "connected", what="sec connected")
+
+
+async def test_the_command_a_timed_out_sign_in_gives_works_pasted_in_another_folder(
+    tmp_path: Path, server: Server
+) -> None:
+    """A host with another home (the shell's ``/login``) whose sign-in did not come: it said ``run mcpvisor mcp login
+    sec again``; pasted in another folder, that found no such server (or signed in to the default home's store, which
+    the host never reads). It names the workspace and the home."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"), MCPVISOR_HOME=str(tmp_path / "other home"))
+    write_json(layout.paths.workspace, {"mcpServers": {"sec": {"type": "http", "url": server.url}}})
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+        await host.decide("sec", "approve")
+        with pytest.RaisesGroup(ConnectError, flatten_subgroups=True) as refused:
+            await host.sign_in("sec", open_url=lambda _url: False, announce=lambda _text: None, timeout_s=0.1)
+        [said] = [str(error) for error in refused.value.exceptions]
+        assert "no sign-in to 'sec' within 0.1 s" in said
+        command = said.split("; run ", 1)[1].removesuffix(" again")
         script = tmp_path / "browser.py"
         script.write_text(FOLLOW)
         browser = {**layout.env, "BROWSER": f"{sys.executable} {script} %s"}

@@ -36,7 +36,16 @@ from mcpvisor.shell.approval import ApprovalRequest, approval_lines, approval_re
 from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.views import render_definition_changes, render_status
 
-__all__ = ["add_server", "check_scope", "decide", "list_servers", "load_state", "remove_server", "trust_folder"]
+__all__ = [
+    "add_server",
+    "check_scope",
+    "configured",
+    "decide",
+    "list_servers",
+    "load_state",
+    "remove_server",
+    "trust_folder",
+]
 
 
 def load_state(
@@ -170,7 +179,7 @@ def list_servers(
     return broken
 
 
-def _configured(settings: Settings, state: DesiredState, name: str, what: str) -> McpServerConfig:
+def configured(settings: Settings, state: DesiredState, name: str, what: str) -> McpServerConfig:
     """Server ``name`` as configured, or :class:`ConfigError` saying why it is not."""
     cfg = state.assembled.servers.get(name)
     if cfg is None:
@@ -232,7 +241,7 @@ def decide(
     from mcpvisor.host.pins import compared_note, is_pinned, pin_mode_of, pinned_before
 
     settings, approvals, state = load_state(env, workspace)
-    cfg = _configured(settings, state, name, decision)
+    cfg = configured(settings, state, name, decision)
     source = state.assembled.sources[name]
     pins, pin_mode = pin_store(env), pin_mode_of(settings)[0]
     changes = changes_since_approval(pins, settings.root, name, cfg, pin_mode) if decision == "approve" else []
@@ -279,109 +288,6 @@ def decide(
         console.print(
             f"[red]Rejected[/] for {escape(str(settings.root))}. It stays disconnected until its configuration changes."
         )
-
-
-def _remote_server(
-    env: Mapping[str, str], workspace: Path | None, name: str, what: str, mcp_config: Sequence[Path] = ()
-) -> tuple[DesiredState, McpServerConfig]:
-    """The configured remote server ``name`` (the servers, its config), or :class:`ConfigError` saying why not."""
-    from mcpvisor.host.oauth import check_sign_in
-
-    settings, approvals, state = load_state(env, workspace, mcp_config)
-    cfg = _configured(settings, state, name, what)
-    check_sign_in(
-        name,
-        cfg,
-        label=state.assembled.sources[name].label,
-        approval=approvals.get_state(settings.root, name, cfg) if is_gated(cfg) else None,
-        what=what,
-        approve_command=command_hints(settings.root, options=approvals.decided_with, home=paths.named_home(env))[0],
-    )
-    return state, cfg
-
-
-def login(
-    *,
-    env: Mapping[str, str],
-    workspace: Path | None,
-    name: str,
-    timeout_s: float,
-    browser: bool,
-    mcp_config: Sequence[Path] = (),
-) -> None:
-    import webbrowser
-
-    import anyio
-
-    from mcpvisor.host.oauth_login import login as sign_in
-
-    state, cfg = _remote_server(env, workspace, name, "sign in to", mcp_config)
-    store = token_store(env)
-    err = new_console(stderr=True, highlight=False)
-
-    def open_url(url: str) -> bool:
-        try:
-            return browser and webbrowser.open(url)
-        except webbrowser.Error:
-            return False
-
-    def announce(text: str) -> None:
-        err.print(text, soft_wrap=True, markup=False)
-
-    tools = anyio.run(
-        lambda: sign_in(
-            store,
-            name,
-            cfg,
-            open_url=open_url,
-            announce=announce,
-            timeout_s=timeout_s,
-            log_dir=paths.log_dir(env),
-            defined_in=state.assembled.sources[name].path,
-        )
-    )
-    new_console(highlight=False).print(
-        f"[green]Signed in[/] to [bold]{name}[/] ({plural(tools, 'tool')}); the sign-in is kept in "
-        f"{store.place}. A running mcpvisor connects it now."
-    )
-
-
-def logout(*, env: Mapping[str, str], workspace: Path | None, name: str, mcp_config: Sequence[Path] = ()) -> None:
-    import anyio
-
-    from mcpvisor.host.oauth import oauth_settings, token_key
-    from mcpvisor.host.oauth_revocation import not_forgotten, revoke
-    from mcpvisor.host.oauth_settings import server_url, sign_in_key
-
-    state, cfg = _remote_server(env, workspace, name, "sign out of", mcp_config)
-    settings = oauth_settings(name, cfg)
-    key = token_key(cfg, settings)
-    sharing = sorted(n for n, c in state.assembled.servers.items() if n != name and sign_in_key(n, c) == key)
-    store = token_store(env)
-    store.read()  # a corrupt store: say so rather than "not signed in"
-    record = store.get(key)
-    revoked = ""
-    try:
-        if record.get("tokens"):
-            new_console(stderr=True, highlight=False).print(
-                "[dim]Revoking the sign-in at the authorization server… (Ctrl-C skips it)[/]"
-            )
-            revoked = f"; {anyio.run(revoke, server_url(cfg) or '', record, settings)}"
-    except KeyboardInterrupt:
-        revoked = "; revoking them at the authorization server was skipped (Ctrl-C)"
-    finally:  # skipped or failed, the sign-in is deleted all the same
-        try:
-            forgotten = store.forget(key)
-        except ConfigError as exc:  # (revoked all the same, when it was)
-            raise not_forgotten(name, store.place, exc, revoked.removeprefix("; ")) from None
-    if forgotten:
-        also = f" (and of {', '.join(sharing)}: {'it shares' if len(sharing) == 1 else 'they share'} its sign-in)"
-        new_console(highlight=False).print(
-            f"Signed out of [bold]{escape(name)}[/]{escape(also) if sharing else ''}: its tokens are deleted from "
-            f"{escape(str(store.place))}{escape(revoked)}"
-        )
-    else:
-        new_console(highlight=False).print(f"Not signed in to [bold]{escape(name)}[/]: nothing to forget")
 
 
 def show_approval_lines(console: Console, request: ApprovalRequest) -> None:

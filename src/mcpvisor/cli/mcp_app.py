@@ -103,7 +103,7 @@ def mcp_login(
     """Sign in to a remote server with OAuth (browser, then a redirect to this machine); tokens are kept
     0600 in the user directory and refreshed by themselves (with --fleet and a fleet key in
     MCPVISOR_FLEET_KEY: sealed in the fleet store, for every replica, refreshed by one at a time)."""
-    from mcpvisor.cli.commands import login
+    from mcpvisor.cli.sign_in_commands import login
 
     with reported():
         login(
@@ -126,7 +126,7 @@ def mcp_logout(
 ) -> None:
     """Sign out of a remote server: revoke its OAuth tokens at the authorization server where it offers
     revocation, and forget them (with --fleet and a fleet key: the fleet's)."""
-    from mcpvisor.cli.commands import logout
+    from mcpvisor.cli.sign_in_commands import logout
 
     with reported():
         logout(env=dict(os.environ), workspace=workspace, name=name, mcp_config=list(mcp_config or []))

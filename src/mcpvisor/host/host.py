@@ -53,7 +53,7 @@ from mcpvisor.host.settings.lsp_servers import load_lsp_file
 from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier
 from mcpvisor.host.settings.scopes import TRUST_SCOPES
 from mcpvisor.host.settings.servers import name_written_otherwise
-from mcpvisor.host.status import LiveConnection, ServerView, describe_servers, fix_commands
+from mcpvisor.host.status import ServerView, describe_servers, fix_commands, live_connections
 from mcpvisor.host.watcher import RestartRequired, SettingsChanged, SettingsOk, SettingsWatcher, read_store_states
 
 __all__ = ["Host", "HostEvent", "HostOptions", "Ready", "SettingsSource", "SettingsWarning"]
@@ -437,9 +437,9 @@ class Host(StackOwner):
     ) -> int:
         """Sign in to remote server ``name`` (``/login``), then connect it; returns how many tools it offers.
 
-        Refused, naming the fix, for a server that is not configured, runs a command, or is a project or
-        workspace server the user has not approved. Connecting does not wait for the watcher to see the
-        token store change (a host may run without one)."""
+        Refused, naming the fix, for a server that is not configured, runs a command, or is a project or workspace
+        server the user has not approved. Connecting does not wait for the watcher to see the token store change
+        (a host may run without one)."""
         state = self.state
         cfg = state.assembled.servers.get(name)
         if cfg is None:
@@ -457,6 +457,7 @@ class Host(StackOwner):
             timeout_s=timeout_s,
             log_dir=self.options.log_dir or paths.log_dir(self.options.env),
             defined_in=state.assembled.sources[name].path,
+            login_command=self.config.options.login_command,
         )
         await self._reconcile(force=True)
         return tools
@@ -476,25 +477,12 @@ class Host(StackOwner):
         return reason
 
     def server_views(self) -> list[ServerView]:
-        live: dict[str, LiveConnection] = {}
-        for name, client in self.config.manager.clients().items():
-            held = self.config.manager.held(name)
-            live[name] = LiveConnection(
-                status=client.status,
-                tools=len(self.config.tool_registry.tools_of(name)),
-                prompts=len(self.config.prompt_registry.prompts_of(name)),
-                error=client.last_error,
-                log_path=str(client.log_path),
-                needs_auth=client.needs_auth,
-                held_tools=tuple(held.held_tools) if held else (),
-                held_prompts=tuple(held.held_prompts) if held else (),
-            )
         return describe_servers(
             self.state.assembled,
             self.config.get_mcp_gating(),
             self.approvals,
             self.root,
-            live=live,
+            live=live_connections(self.config),
             trusted=self.settings.trusted,
             sign_ins=sign_ins(self.tokens, self.state.assembled.servers, self.config.options.login_command),
         )

@@ -16,6 +16,7 @@ from mcpvisor.host.oauth_callback import Callback
 from mcpvisor.host.oauth_registration import registered_for
 from mcpvisor.host.oauth_settings import is_loopback_url, oauth_settings, server_url, token_key
 from mcpvisor.host.oauth_store import TokenStore
+from mcpvisor.host.status import LOGIN_HINT
 
 __all__ = ["DEFAULT_LOGIN_TIMEOUT_S", "login"]
 
@@ -32,13 +33,15 @@ async def login(
     timeout_s: float = DEFAULT_LOGIN_TIMEOUT_S,
     log_dir: Path | None = None,
     defined_in: Path | None = None,
+    login_command: str = LOGIN_HINT,
 ) -> int:
     """Sign in to server ``name`` and return how many tools it offers once signed in.
 
     ``open_url`` opens the authorization URL in a browser (False: none could be opened), ``announce``
     tells the person what to do. Raises :class:`ConfigError` for what they can fix (not a remote
     server, not https, a corrupt store, no sign-in within ``timeout_s``) and :class:`McpvisorError`
-    when the flow fails; nothing is stored then. ``defined_in``: the file that defines the server."""
+    when the flow fails; nothing is stored then. ``defined_in``: the file that defines the server; ``login_command``:
+    how a sign-in that did not come says to try again (``{name}``: :func:`~mcpvisor.host.status.fix_commands`)."""
     import anyio
 
     from mcpvisor.core.client import McpClient
@@ -100,7 +103,7 @@ async def login(
                         if reused
                         else ""
                     )
-                    + f"); run mcpvisor mcp login {name_word(name)} again"
+                    + f"); run {login_command.format(name=name_word(name))} again"
                 )
             query = callback.received
             if "code" not in query:

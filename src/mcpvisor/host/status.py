@@ -15,13 +15,16 @@ import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from mcpvisor.core.errors import name_word
 from mcpvisor.core.gating import McpGating
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.paths import named_home
 from mcpvisor.host.settings.mcp_servers import SOURCE_ORDER, AssembledServers
+
+if TYPE_CHECKING:
+    from mcpvisor.core.config import Config
 
 __all__ = [
     "APPROVE_HINT",
@@ -33,6 +36,7 @@ __all__ = [
     "fill_hint",
     "fix_commands",
     "held_text",
+    "live_connections",
     "lsp_hint",
     "plural",
     "short_command",
@@ -67,6 +71,24 @@ class LiveConnection:
     needs_auth: bool = False
     held_tools: tuple[str, ...] = ()
     held_prompts: tuple[str, ...] = ()
+
+
+def live_connections(config: Config) -> dict[str, LiveConnection]:
+    """What a running host's ``config`` knows about each of its connections."""
+    live: dict[str, LiveConnection] = {}
+    for name, client in config.manager.clients().items():
+        held = config.manager.held(name)
+        live[name] = LiveConnection(
+            status=client.status,
+            tools=len(config.tool_registry.tools_of(name)),
+            prompts=len(config.prompt_registry.prompts_of(name)),
+            error=client.last_error,
+            log_path=str(client.log_path),
+            needs_auth=client.needs_auth,
+            held_tools=tuple(held.held_tools) if held else (),
+            held_prompts=tuple(held.held_prompts) if held else (),
+        )
+    return live
 
 
 @dataclass(frozen=True, slots=True)
