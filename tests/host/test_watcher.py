@@ -28,6 +28,7 @@ from mcpvisor.host.watcher import (
     DEBOUNCE_S,
     RestartRequired,
     SettingsChanged,
+    SettingsOk,
     SettingsWatcher,
     classify_change,
     is_approvals_file,
@@ -330,6 +331,31 @@ async def test_a_broken_save_reports_the_error_keeps_the_state_and_the_next_vali
         await env.settle()
         assert env.non_sentinel() == [SettingsChanged("user", ("mcp.excluded",))]
         assert len(env.rec.errors) == 1
+
+
+async def test_a_broken_file_deleted_removes_its_settings_and_is_never_called_valid_again(layout: Layout) -> None:
+    """Before, deleting a settings file whose last save did not parse was announced as "... is valid again —
+    applied": its servers were removed, as they should be, but there was no file, let alone a valid one."""
+    oks: list[SettingsOk] = []
+
+    async def on_ok(ok: SettingsOk) -> None:
+        oks.append(ok)
+
+    async with watching(layout) as env:
+        env.watcher.add_ok_listener(on_ok)
+        env.paths.user.write_text('{"mcpServers": ')
+        await env.rec.wait_for(lambda: bool(env.rec.errors))
+        env.paths.user.unlink()
+        await env.rec.wait_for(lambda: bool(env.non_sentinel()))
+        await env.settle()
+        assert [c.scope for c in env.non_sentinel()] == ["user"]
+        assert "a" not in env.settings.merged.mcp_servers
+        assert oks == []
+        write_json(env.paths.user, _user_with(mcp__excluded=["q"]))  # a new file: applied, and no "valid again"
+        await env.rec.wait_for(lambda: len(env.non_sentinel()) == 2)
+        await env.settle()
+        assert env.settings.merged.excluded == ("q",)
+        assert oks == []
 
 
 async def test_a_workspace_file_and_its_folder_created_after_start_are_picked_up(layout: Layout) -> None:

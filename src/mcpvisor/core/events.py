@@ -24,6 +24,7 @@ __all__ = [
     "ServerStates",
     "ServerStatus",
     "ToolsChanged",
+    "listener_name",
     "synchronous",
 ]
 
@@ -121,6 +122,11 @@ class Listeners(Generic[F]):
                 fn(*args)
             except Exception:
                 logger.exception("%s %r failed", self._what, fn)
+
+
+def listener_name(fn: object) -> str:
+    """How a listener is named in a log line: its qualified name, else its ``repr``."""
+    return getattr(fn, "__qualname__", None) or repr(fn)
 
 
 def synchronous(listener: F, what: str) -> F:

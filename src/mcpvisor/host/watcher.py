@@ -45,7 +45,7 @@ import anyio
 import anyio.abc
 from watchfiles import Change, awatch
 
-from mcpvisor.core.events import Listeners
+from mcpvisor.core.events import Listeners, listener_name
 from mcpvisor.host.settings.loader import SETTINGS_SCOPES, FileScope, Settings, SettingsError
 from mcpvisor.host.settings.schema import is_restart_required_key
 from mcpvisor.host.watched_files import (
@@ -460,9 +460,10 @@ class SettingsWatcher:
             return
         if scope in self._broken:
             self._broken.discard(scope)
-            ok = SettingsOk(scope, self._targets[scope])
-            logger.info("%s", ok)
-            await self._dispatch(self._ok_listeners, ok)
+            if read.data is not None:  # a broken file deleted is no file valid again (its removal is what applies)
+                ok = SettingsOk(scope, self._targets[scope])
+                logger.info("%s", ok)
+                await self._dispatch(self._ok_listeners, ok)
         for notice in () if kept_told else result.kept:
             logger.warning("%s", notice)
             await self._dispatch(self._warning_listeners, notice)
@@ -491,10 +492,6 @@ class SettingsWatcher:
             with anyio.fail_after(self._listener_timeout_s):
                 await fn(event)
         except TimeoutError:
-            logger.warning("settings listener %s timed out after %.0f s", _name(fn), self._listener_timeout_s)
+            logger.warning("settings listener %s timed out after %.0f s", listener_name(fn), self._listener_timeout_s)
         except Exception:
-            logger.exception("settings listener %s failed", _name(fn))
-
-
-def _name(fn: object) -> str:
-    return getattr(fn, "__qualname__", None) or repr(fn)
+            logger.exception("settings listener %s failed", listener_name(fn))
