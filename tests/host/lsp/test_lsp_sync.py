@@ -236,3 +236,19 @@ async def test_a_file_that_is_no_source_written_beside_them_leaves_the_diagnosti
         with anyio.fail_after(LONG_WAIT_MS / 1000 / 2):
             after = await s.ok("diagnostics", files=["service.py", "models.py"], wait_ms=LONG_WAIT_MS)
         assert [f["fresh"] for f in after["files"]] == [True, True]
+
+
+async def test_an_open_file_deleted_on_disk_is_told_deleted_before_another_files_diagnostics_are_read(
+    tmp_path: Path,
+) -> None:
+    """service.py imports models.py. Before, right after models.py was deleted its open document was closed, but the
+    server was not told the file was gone: service.py's diagnostics came back clean, marked fresh."""
+    async with session(tmp_path, user={"lspServers": {"python": basedpyright()}}, watch=False) as s:
+        clean = await s.ok("diagnostics", files=["service.py", "models.py"], severity="error", wait_ms=LONG_WAIT_MS)
+        assert [(f["fresh"], f["diagnostics"]) for f in clean["files"]] == [(True, []), (True, [])]
+        (s.layout.root / "models.py").unlink()
+        after = await s.ok("diagnostics", files=["service.py"], severity="error", wait_ms=LONG_WAIT_MS)
+        [service] = after["files"]
+        assert service["fresh"] is True
+        assert service["diagnostics"], service  # the import of models (its wording depends on basedpyright's timing)
+        assert {d["loc"]["line"] for d in service["diagnostics"]} == {1}, service

@@ -136,6 +136,13 @@ class FileWatch:
                     return kind
         return None
 
+    async def deleted(self, path: Path) -> None:
+        """Tell the server at once that ``path`` is gone when it watches for that (an open document found deleted
+        before a request): the watcher's batch comes later, and what the server says of the files that import it
+        until then is stale."""
+        if (kind := self._wanted(Change.deleted, path)) is not None:
+            await self._notify(WATCHED_FILES, {"changes": [{"uri": uri_of(path), "type": kind}]})
+
     async def _until_unregistered(self, stop: anyio.Event) -> None:
         while self._watchers:
             await self._changed.wait()

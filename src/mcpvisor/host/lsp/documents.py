@@ -4,8 +4,8 @@ Agents edit files behind the server's back. Before any request, :meth:`Documents
 open file on disk and :meth:`Documents.sync` at the file the request names: a file the server has not seen
 is opened (``didOpen``); one whose size or modification time moved since it was sent is read again and, when
 its text really changed, sent whole (``didChange``, then ``didSave``); a file gone from disk is closed
-(``didClose``). Open files are capped (least recently used closed first). After a restart the server is told
-of the open set again (:meth:`replay`).
+(``didClose``), and a server that watches files told at once that it was deleted. Open files are capped (least
+recently used closed first). After a restart the server is told of the open set again (:meth:`replay`).
 """
 
 from __future__ import annotations
@@ -78,8 +78,16 @@ def _read(path: Path) -> tuple[os.stat_result, bytes]:
 class Documents:
     """The open documents of one language server."""
 
-    def __init__(self, notify: Notify, *, max_open: int = MAX_OPEN_DOCUMENTS) -> None:
+    def __init__(
+        self,
+        notify: Notify,
+        *,
+        deleted: Callable[[Path], Awaitable[None]] | None = None,
+        max_open: int = MAX_OPEN_DOCUMENTS,
+    ) -> None:
+        """``deleted``: called after an open document found deleted on disk was closed."""
         self._notify = notify
+        self._deleted = deleted
         self._max_open = max_open
         self._open: OrderedDict[Path, Document] = OrderedDict()
         self._lock = anyio.Lock()
@@ -127,6 +135,8 @@ class Documents:
         if st is None:
             if doc is not None:
                 await self._close(doc)
+                if self._deleted is not None:
+                    await self._deleted(path)
             raise NoSuchFile(str(path))
         if doc is not None:
             if touch:

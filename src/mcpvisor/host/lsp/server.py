@@ -87,7 +87,7 @@ class LanguageServer:
         self._done = anyio.Event()
         self._done.set()
         self._reopen = list(reopen)
-        self.documents = Documents(self._notify)
+        self.documents = Documents(self._notify, deleted=lambda path: self._watch.deleted(path))
         self.published = PublishedDiagnostics(lambda: self.config.extension_to_language)
         self._unanswered = 0
         """Requests in a row the running process did not answer in time: at :data:`UNRESPONSIVE_AFTER` it is hung."""
