@@ -33,7 +33,7 @@ from mcpvisor.core.errors import (
 from mcpvisor.core.events import EventBus, ReconcileFinished, ToolsChanged
 from mcpvisor.core.exposure import Exposure
 from mcpvisor.core.gating import McpGating
-from mcpvisor.core.lifecycle import StackOwner
+from mcpvisor.core.lifecycle import StackOwner, on_loop
 from mcpvisor.core.manager import McpClientManager
 from mcpvisor.core.not_found import why_not_found
 from mcpvisor.core.registry import (
@@ -362,6 +362,8 @@ class Config(StackOwner):
         if timeout_s is not None and not timeout_s > 0:
             raise ValueError(f"timeout_s must be a number of seconds above 0 (None: the server's), not {timeout_s!r}")
         manager = self.manager
+        if (loop := self.elsewhere()) is not None:  # called from another thread's event loop: run on this one's
+            return await on_loop(loop, self.call_tool(name, arguments, timeout_s=timeout_s, progress=progress))
         entry = self.tool_registry.get_tool(name) or self._tool_by_own_name(name)
         provider = self._providers.get(entry.server) if entry is not None else None
         if entry is not None and provider is not None:
@@ -423,6 +425,8 @@ class Config(StackOwner):
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> GetPromptResult:
         """Get a prompt by its registered name or by the gateway's ``mcp__<server>__<name>``."""
+        if (loop := self.elsewhere()) is not None:  # called from another thread's event loop: run on this one's
+            return await on_loop(loop, self.get_prompt(name, arguments))
         entry = self.find_prompt(name)
         client = self.manager.get_client(entry.server) if entry is not None else None
         if entry is None or client is None:

@@ -5,20 +5,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator, Mapping
 from contextlib import AsyncExitStack, contextmanager
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
 
 from mcpvisor.core.errors import NotRunningError
 
-__all__ = ["Background", "StackOwner", "Stopping", "running"]
+__all__ = ["Background", "StackOwner", "Stopping", "on_loop", "running"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,9 +33,23 @@ def running(value: T | None, what: str) -> T:
     return value
 
 
+def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio event loop (None under another backend)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+async def on_loop(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
+    """``coro`` run on ``loop`` (another thread's), awaited here; cancelling the wait cancels it there."""
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+
+
 class StackOwner:
     _stack: AsyncExitStack | None = None
     _entered = False
+    _loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def is_running(self) -> bool:
@@ -46,6 +61,14 @@ class StackOwner:
         if self._entered:
             raise NotRunningError(f"this {type(self).__name__} was already entered; create a new one to run it again")
         self._entered = True
+        self._loop = _asyncio_loop()
+
+    def elsewhere(self) -> asyncio.AbstractEventLoop | None:
+        """The asyncio event loop it runs on when the caller's is another thread's (an agent run with
+        ``run_sync`` in a worker thread): what it reads and writes wakes only its own loop, so the
+        caller's requests must run there (:func:`on_loop`). None on its own loop."""
+        own, current = self._loop, _asyncio_loop()
+        return own if own is not None and current is not None and current is not own else None
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
