@@ -50,8 +50,9 @@ def fleet_status(fleet: FleetOpt = None, fleet_name: FleetNameOpt = None, as_jso
         rev = store.revision()
         publisher = store.publisher()
     now = time.time()
-    rows = [
-        {
+    rows = []
+    for r in replicas:
+        row = {
             "id": r["id"],
             "address": r.get("addr", ""),
             "settings_generation": int(r.get("gen") or 0),
@@ -62,8 +63,9 @@ def fleet_status(fleet: FleetOpt = None, fleet_name: FleetNameOpt = None, as_jso
             "up_s": round(now - float(r.get("started") or now)),
             "problem": r.get("error") or None,
         }
-        for r in replicas
-    ]
+        row["settings"] = "up to date" if row["lag"] <= 0 else "behind"
+        row["next_step"] = _next_step(row)
+        rows.append(row)
     if as_json:
         out = {"fleet": store.keys.fleet, "settings_generation": gen, "revision": rev, "replicas": rows}
         typer.echo(json.dumps(out, indent=2))
@@ -83,10 +85,31 @@ def fleet_status(fleet: FleetOpt = None, fleet_name: FleetNameOpt = None, as_jso
             )
             if row["problem"]:
                 console.print(f"    [red]! {row['problem']}[/]", soft_wrap=True)
+            if row["next_step"]:
+                console.print(f"    ! {row['next_step']}", style="red", soft_wrap=True, markup=False)
         if not rows:
             console.print(f"  no replica of fleet {store.keys.fleet} is running (is --fleet-name right?)")
     if not rows or any(row["problem"] or row["lag"] > 0 for row in rows):
         raise typer.Exit(1)
+
+
+def _next_step(row: dict[str, Any]) -> str | None:
+    """What to do about a replica's row: where to look, and what makes it catch up (``None``: nothing)."""
+    from mcpvisor.fleet.replica import HEARTBEAT_S
+
+    if row["lag"] <= 0:
+        return None
+    base = row["address"].removesuffix("/mcp")
+    readyz = f"GET {base}/readyz" if base else "its GET /readyz"
+    silent = (
+        f"not heard from for {row['seen_s_ago']:g} s (it is stopped or stuck); "
+        if row["seen_s_ago"] > 2 * HEARTBEAT_S
+        else ""
+    )
+    return (
+        f"{silent}it has not applied the newest settings: look at its log (the standard error of its mcpvisor "
+        f"serve) for why, and {readyz} for the generation it applied; restart it if it stays behind"
+    )
 
 
 @fleet_app.command("ack-reset")

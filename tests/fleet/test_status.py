@@ -1,0 +1,54 @@
+"""``mcpvisor fleet status`` against real replicas: a replica that lags says what to do next, and a store that lost
+the published settings (restarted without its data) is said so rather than read as "up to date"."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from mcpvisor.fleet.store import FleetStore
+from tests.fleet.conftest import RedisServer
+from tests.fleet.test_outage import listening_pid
+from tests.fleet.test_replicas import fleet_of, publisher_and_follower
+from tests.gateway.test_gateway import server
+from tests.helpers import wait_until
+from tests.layout import replace_text
+
+pytestmark = pytest.mark.fleet
+
+
+async def test_a_replica_that_lags_is_told_what_to_do_next(tmp_path: Path, redis_server: RedisServer) -> None:
+    with fleet_of(tmp_path, redis_server) as fleet:
+        a, b = await publisher_and_follower(fleet, tmp_path)
+        keys = FleetStore(fleet.url).keys
+        b_pid = listening_pid(b)
+        os.kill(b_pid, signal.SIGSTOP)  # a replica that stopped following (stuck, or its host paused)
+        try:
+            with redis_server.client() as store:
+                store.persist(keys.replica("rb"))  # still listed while the test looks (its entry expires in 10 s)
+                before = int(store.hget(keys.settings, "gen") or 0)
+                settings = tmp_path / "a" / ".mcpvisor" / "settings.json"
+                replace_text(settings, json.dumps({"mcpServers": {"u": server("u"), "v": server("v")}}))
+                await wait_until(lambda: int(store.hget(keys.settings, "gen") or 0) > before, what="a new generation")
+            status = fleet.command("fleet", "status", home=tmp_path / "c")
+            as_json = fleet.command("fleet", "status", "--json", home=tmp_path / "c")
+        finally:
+            os.kill(b_pid, signal.SIGCONT)
+        said = " ".join(status.stdout.split())
+        assert status.returncode == 1
+        assert "rb  " in status.stdout
+        assert "settings 1 (1 generation(s) behind)" in said, said
+        assert "look at its log (the standard error of its mcpvisor serve)" in said, said
+        assert f"GET {b.url}/readyz" in said, said
+        assert "restart it" in said, said
+        assert as_json.returncode == 1
+        rows = {row["id"]: row for row in json.loads(as_json.stdout)["replicas"]}
+        assert rows["rb"]["lag"] == 1
+        assert rows["rb"]["settings"] == "behind"
+        assert "restart it" in rows["rb"]["next_step"]
+        assert rows["ra"]["settings"] == "up to date"
+        assert rows["ra"]["next_step"] is None
