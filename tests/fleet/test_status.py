@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -52,3 +53,41 @@ async def test_a_replica_that_lags_is_told_what_to_do_next(tmp_path: Path, redis
         assert "restart it" in rows["rb"]["next_step"]
         assert rows["ra"]["settings"] == "up to date"
         assert rows["ra"]["next_step"] is None
+
+
+async def test_a_store_that_lost_the_published_settings_is_said_so(tmp_path: Path, redis_server: RedisServer) -> None:
+    """Redis restarted without its data: its settings generation starts again below what the replicas applied."""
+    with fleet_of(tmp_path, redis_server) as fleet:
+        a, b = await publisher_and_follower(fleet, tmp_path)
+        keys = FleetStore(fleet.url).keys
+        settings = tmp_path / "a" / ".mcpvisor" / "settings.json"
+        replace_text(settings, json.dumps({"mcpServers": {"u": server("u"), "v": server("v")}}))
+        with redis_server.client() as store:
+            await wait_until(lambda: store.hget(keys.replica("rb"), "gen") == "2", what="rb on generation 2")
+        pids = [listening_pid(a), listening_pid(b)]
+        os.kill(pids[0], signal.SIGSTOP)  # the publisher cannot publish them again while the test looks
+        try:
+            redis_server.kill()
+            shutil.rmtree(redis_server.folder / "appendonlydir")
+            redis_server.start()
+            with redis_server.client() as store:
+                await wait_until(lambda: store.hget(keys.replica("rb"), "gen") == "2", what="rb listed again")
+                os.kill(pids[1], signal.SIGSTOP)  # nor the follower its own files once it stops waiting for ra
+                store.persist(keys.replica("rb"))
+            status = fleet.command("fleet", "status", home=tmp_path / "c")
+            as_json = fleet.command("fleet", "status", "--json", home=tmp_path / "c")
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        said = " ".join(status.stdout.split())
+        assert status.returncode == 1, said
+        assert "settings 2 (the store's generation 0 is below it)" in said, said
+        assert (
+            "the store lost the published settings (restarted without its data, or restored from an older copy)" in said
+        )
+        assert "their publisher publishes them again" in said, said
+        assert "up to date" not in said, said
+        [row] = json.loads(as_json.stdout)["replicas"]
+        assert row["lag"] == -2
+        assert row["settings"] == "ahead of the store"
+        assert "their publisher publishes them again" in row["next_step"]

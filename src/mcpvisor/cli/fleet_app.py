@@ -41,8 +41,9 @@ def _store() -> Any:
 def fleet_status(fleet: FleetOpt = None, fleet_name: FleetNameOpt = None, as_json: JsonOpt = False) -> None:
     """List the live replicas: address, settings generation applied and its lag, decisions revision, the
     settings publisher, and any replica that holds its gated servers (store unreachable or rewound).
-    Exits 1 when no replica is running (a mistyped --fleet-name finds none), a replica reports a problem, or
-    one lags behind the published settings."""
+    Exits 1 when no replica is running (a mistyped --fleet-name finds none), a replica reports a problem, one
+    lags behind the published settings, or the store's settings generation is below what one applied (the
+    store lost them); each such row says what to do next."""
     with reported():
         store = _store()
         replicas = store.replicas()
@@ -63,7 +64,7 @@ def fleet_status(fleet: FleetOpt = None, fleet_name: FleetNameOpt = None, as_jso
             "up_s": round(now - float(r.get("started") or now)),
             "problem": r.get("error") or None,
         }
-        row["settings"] = "up to date" if row["lag"] <= 0 else "behind"
+        row["settings"] = "up to date" if row["lag"] == 0 else "behind" if row["lag"] > 0 else "ahead of the store"
         row["next_step"] = _next_step(row)
         rows.append(row)
     if as_json:
@@ -77,7 +78,9 @@ def fleet_status(fleet: FleetOpt = None, fleet_name: FleetNameOpt = None, as_jso
         )
         for row in rows:
             role = " (publisher)" if row["publisher"] else ""
-            lag = "up to date" if row["lag"] <= 0 else f"{row['lag']} generation(s) behind"
+            lag = {"up to date": "up to date", "behind": f"{row['lag']} generation(s) behind"}.get(
+                row["settings"], f"the store's generation {gen} is below it"
+            )
             console.print(
                 f"  {row['id']}{role}  {row['address'] or '-'}  settings {row['settings_generation']} ({lag})  "
                 f"revision {row['revision']}  up {row['up_s']} s",
@@ -89,16 +92,23 @@ def fleet_status(fleet: FleetOpt = None, fleet_name: FleetNameOpt = None, as_jso
                 console.print(f"    ! {row['next_step']}", style="red", soft_wrap=True, markup=False)
         if not rows:
             console.print(f"  no replica of fleet {store.keys.fleet} is running (is --fleet-name right?)")
-    if not rows or any(row["problem"] or row["lag"] > 0 for row in rows):
+    if not rows or any(row["problem"] or row["lag"] for row in rows):
         raise typer.Exit(1)
 
 
 def _next_step(row: dict[str, Any]) -> str | None:
     """What to do about a replica's row: where to look, and what makes it catch up (``None``: nothing)."""
-    from mcpvisor.fleet.replica import HEARTBEAT_S
+    from mcpvisor.fleet.replica import HEARTBEAT_S, REGISTRY_TTL_MS
 
-    if row["lag"] <= 0:
+    if row["lag"] == 0:
         return None
+    if row["lag"] < 0:
+        return (
+            "the store lost the published settings (restarted without its data, or restored from an older copy): "
+            "their publisher publishes them again within seconds (the others leave it the lease while it is listed, "
+            f"and for {REGISTRY_TTL_MS // 1000} s after); if it is gone, the next publisher's own files are the "
+            "fleet's; check again then"
+        )
     base = row["address"].removesuffix("/mcp")
     readyz = f"GET {base}/readyz" if base else "its GET /readyz"
     silent = (
