@@ -91,3 +91,12 @@ async def test_a_store_that_lost_the_published_settings_is_said_so(tmp_path: Pat
         assert row["lag"] == -2
         assert row["settings"] == "ahead of the store"
         assert "their publisher publishes them again" in row["next_step"]
+        with redis_server.client() as store:  # published again (the same texts): every replica is on that generation
+
+            def on_the_stores() -> bool:
+                gen = store.hget(keys.settings, "gen")
+                return gen is not None and all(store.hget(keys.replica(r), "gen") == gen for r in ("ra", "rb"))
+
+            await wait_until(on_the_stores, what="every replica on the generation the settings were published again at")
+        again = fleet.command("fleet", "status", home=tmp_path / "c")
+        assert again.returncode == 0, again.stdout

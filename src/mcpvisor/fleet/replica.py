@@ -335,10 +335,13 @@ class Replica(StackOwner):
     async def _settings_from(self, client: redis.asyncio.Redis) -> None:
         fields = await client.hgetall(self.store.keys.settings)
         snapshot = Snapshot.parse({str(k): str(v) for k, v in fields.items()})
-        if snapshot is None or (self._snapshot is not None and snapshot.sha == self._snapshot.sha):
-            return  # a newer text, not only a higher generation: a store that lost its data restarts at 1
-        self._snapshot = snapshot
-        await self._apply_to(list(self._hosts))
+        if snapshot is None:
+            return
+        if self._snapshot is None or snapshot.sha != self._snapshot.sha:  # a newer text, not only a higher generation
+            self._snapshot = snapshot
+            await self._apply_to(list(self._hosts))
+        elif snapshot.gen == self.applied_gen:
+            return  # (the same text under another generation: published again after the store lost its data)
         self.applied_gen = snapshot.gen
         if self._wake is not None:
             self._wake.set()  # the registry says so now, not at the next heartbeat
