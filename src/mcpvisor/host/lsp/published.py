@@ -52,6 +52,8 @@ class PublishedDiagnostics:
         self._fresh_after = 0
         """Diagnostics published before this sync number are stale whatever version they name: they came from an
         earlier process (whose document versions started again at 1) or were computed under earlier settings."""
+        self._closed: set[str] = set()
+        """The URIs of documents closed on the server (and not opened again)."""
         self._event = anyio.Event()
 
     def restart(self) -> None:
@@ -67,6 +69,12 @@ class PublishedDiagnostics:
         """The server was sent ``method``: a change of a source file's text makes what it published before stale."""
         if method == "textDocument/didChange" or (method == WATCHED_FILES and self._of_sources(params)):
             self._changed, self._changed_at = next_sync_number(), anyio.current_time()
+        elif method in ("textDocument/didOpen", "textDocument/didClose") and isinstance(params, dict):
+            uri = str((params.get("textDocument") or {}).get("uri"))
+            if method == "textDocument/didClose":
+                self._closed.add(uri)
+            else:
+                self._closed.discard(uri)
 
     def _of_sources(self, params: Any) -> bool:
         extensions = self._extensions()
@@ -77,10 +85,12 @@ class PublishedDiagnostics:
     def publish(self, params: dict[str, Any]) -> None:
         uri = params.get("uri")
         if isinstance(uri, str):
-            self._latest, self._latest_at = next_sync_number(), anyio.current_time()
+            sequence = next_sync_number()
             version = params.get("version")
             items = [d for d in params.get("diagnostics") or () if isinstance(d, dict)]
-            self._by_uri[uri] = Published(version if isinstance(version, int) else None, self._latest, items)
+            if items or uri not in self._closed:  # not a closed file's diagnostics cleared: no sign of a re-check
+                self._latest, self._latest_at = sequence, anyio.current_time()
+            self._by_uri[uri] = Published(version if isinstance(version, int) else None, sequence, items)
             self._event.set()
             self._event = anyio.Event()
 
