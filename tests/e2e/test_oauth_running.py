@@ -406,3 +406,32 @@ async def test_the_command_a_timed_out_sign_in_gives_works_pasted_in_another_fol
         assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
         manager = host.config.manager
         await wait_until(lambda: manager.clients()["sec"].status == "connected", what="sec connected")
+
+
+async def test_the_sign_in_command_a_client_of_a_workspace_of_its_own_is_told_works_pasted_in_another_folder(
+    tmp_path: Path, server: Server
+) -> None:
+    """``serve --http --per-client-workspaces`` and a client whose own workspace (its header) defines a server that
+    needs a sign-in: its connection is the gateway's, shared between workspaces, and a call of its tool was told
+    ``sign in with: mcpvisor mcp login sec`` — pasted in another folder, that found no such server. The command
+    names the client's workspace."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"), MCPVISOR_HOME=str(tmp_path / "other home"))
+    other = layout.home / "client"
+    write_json(other / ".mcp.json", {"mcpServers": {"sec": {"type": "http", "url": server.url}}})
+    approve = [mcpvisor_command(), "mcp", "approve", "--workspace", str(other), "sec"]
+    assert (await anyio.run_process(approve, env={**os.environ, **layout.env}, check=False)).returncode == 0
+    options = HostOptions(env=layout.env, workspace=layout.root)
+    async with WorkspaceGateway(options) as gateway, anyio.create_task_group() as tg:
+        url = await tg.start(gateway.serve_http, "127.0.0.1", 0)
+        async with client_for(url, other) as client, client.listen(tools_list_changed=True) as subscription:
+            said = await client.call_tool("mcp__sec__echo", {"text": "a"})
+            assert said.is_error
+            command = text_of(said).split("sign in with: ", 1)[1].split(" (or put", 1)[0]
+            script = tmp_path / "browser.py"
+            script.write_text(FOLLOW)
+            browser = {**layout.env, "BROWSER": f"{sys.executable} {script} %s"}
+            pasted = await paste_elsewhere(command, browser, tmp_path / "elsewhere")
+            assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+            assert isinstance(await next_event(subscription), ToolsListChanged)
+            assert text_of(await client.call_tool("mcp__sec__echo", {"text": "b"})) == "secure:echo:b"
+        tg.cancel_scope.cancel()

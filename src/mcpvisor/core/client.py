@@ -343,7 +343,7 @@ class McpClient(ServerConnection):
             self._auth_in_use.step_up_scope = None
             return request_failed(
                 f"server {self.name!r} needs a wider sign-in ({wider}) — "
-                f"run: {self._login_command.format(name=name_word(self.name))}",
+                f"run: {self.login_command.format(name=name_word(self.name))}",
                 kind=kind,
                 target=target,
                 server=self.name,

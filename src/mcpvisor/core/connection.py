@@ -132,7 +132,8 @@ class ServerConnection:
         """The server answered 401/403: it wants credentials."""
         self._log_dir = options.log_dir or default_log_dir()
         self._http_auth = options.http_auth
-        self._login_command = options.login_command
+        self.login_command = options.login_command
+        """How its errors say to sign in (``{name}``): with a pool, the pool's, which names no session's workspace."""
         self._in_memory = options.in_memory
         self._ahead = ahead
         self._auth_in_use: Any = None
@@ -366,7 +367,7 @@ class ServerConnection:
                 needs_auth=self.needs_auth,
                 process=self.process,
                 log_path=self.log_path,
-                login_command=self._login_command,
+                login_command=self.login_command,
             ),
             self.config,
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import mcp_types as types
 from mcp.server.connection import Connection
@@ -17,7 +17,10 @@ from pydantic import ValidationError
 
 from mcpvisor.core.call_logs import LOG_LEVELS
 from mcpvisor.core.client import Progress
-from mcpvisor.core.errors import McpvisorError, NotFoundError, describe_invalid
+from mcpvisor.core.errors import McpvisorError, NotFoundError, describe_invalid, name_word
+
+if TYPE_CHECKING:
+    from mcpvisor.core.config import Config
 
 __all__ = [
     "GatewayServer",
@@ -32,6 +35,7 @@ __all__ = [
     "log_level_asked",
     "page",
     "progress_to",
+    "said_here",
     "shape_problem",
 ]
 
@@ -102,6 +106,20 @@ def log_level_asked(params: types.RequestParams) -> types.LoggingLevel | None:
 
 def error_result(message: str) -> types.CallToolResult:
     return types.CallToolResult(is_error=True, content=[types.TextContent(type="text", text=message)])
+
+
+def said_here(config: Config, exc: McpvisorError) -> str:
+    """``exc``'s message as ``config``'s session says it: a connection shared between sessions (a pool's) says to
+    sign in with the pool's command, which names no workspace; told to a session, it is the session's own command
+    (``config.options.login_command``: its workspace and home), which finds the server pasted in any folder."""
+    server = getattr(exc, "server", None)
+    client = config.manager.get_client(server) if isinstance(server, str) else None
+    if client is None or client.login_command == config.options.login_command:
+        return str(exc)
+    shared, own = (
+        command.format(name=name_word(client.name)) for command in (client.login_command, config.options.login_command)
+    )
+    return str(exc).replace(shared, own)
 
 
 def connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection | None:

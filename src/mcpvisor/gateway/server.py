@@ -76,6 +76,7 @@ from mcpvisor.gateway.protocol import (
     log_level_asked,
     page,
     progress_to,
+    said_here,
 )
 from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.resources import ResourceRoutes, complete
@@ -243,7 +244,7 @@ class Gateway(StackOwner):
             return as_served(await self.config.call_tool(name, params.arguments, progress=progress))
         except McpvisorError as exc:  # not found (with the reason), unavailable, timed out, failed
             logger.debug("gateway call to %r failed: %s", params.name, exc)
-            return error_result(str(exc))
+            return error_result(said_here(self.config, exc))
         except Exception as exc:  # request boundary: a client never sees a crash
             logger.exception("gateway call to tool %r failed", params.name)
             return error_result(f"call to tool {params.name!r} failed: {type(exc).__name__}: {exc}")
