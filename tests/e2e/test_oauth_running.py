@@ -435,3 +435,29 @@ async def test_the_sign_in_command_a_client_of_a_workspace_of_its_own_is_told_wo
             assert isinstance(await next_event(subscription), ToolsListChanged)
             assert text_of(await client.call_tool("mcp__sec__echo", {"text": "b"})) == "secure:echo:b"
         tg.cancel_scope.cancel()
+
+
+async def test_the_shells_login_completion_says_the_sign_ins_state_and_the_shell_command_that_mends_it(
+    tmp_path: Path, server: Server
+) -> None:
+    """The shell's ``/login`` completion described a sign-in that expired with no way to refresh it as ``sign-in
+    expired — run: mcpvisor mcp login sec``: the bare command (no workspace, no home) where the shell's own command
+    is at hand. It says the state and ``/login sec``."""
+    from rich.console import Console
+
+    from mcpvisor.shell.session import ShellSession
+
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"), MCPVISOR_HOME=str(tmp_path / "other home"))
+    write_json(
+        layout.paths.user, {"mcpServers": {name: {"type": "http", "url": server.url} for name in ("sec", "s x")}}
+    )
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    store = TokenStore(store_path(layout))
+    [key] = store.read()
+    tokens = {k: v for k, v in store.get(key)["tokens"].items() if k != "refresh_token"}
+    store.update(key, tokens=tokens, expires_at=1.0)  # a sign-in issued without a refresh token, expired
+    host = Host(HostOptions(env=layout.env, workspace=layout.root))
+    session = ShellSession(host, Console(file=io.StringIO()))
+    async with host:
+        offered = session.completion_candidates("login")
+    assert offered == {"sec": "sign-in expired — run: /login sec", "s x": "sign-in expired — run: /login 's x'"}

@@ -20,7 +20,7 @@ from mcpvisor.core.errors import ConfigError, describe_invalid, name_word
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.oauth_settings import oauth_settings, token_key
 from mcpvisor.host.private_files import STORE_MODE, PrivateJsonStore
-from mcpvisor.host.status import LOGIN_HINT
+from mcpvisor.host.status import LOGIN_HINT, fill_hint
 
 if TYPE_CHECKING:
     from mcp.shared.auth import OAuthClientInformationFull, OAuthMetadata, OAuthToken
@@ -282,15 +282,21 @@ def missing_scopes(needed: object, granted: object) -> str | None:
 
 
 def sign_ins(
-    store: TokenStore, servers: Mapping[str, McpServerConfig], login_command: str = LOGIN_HINT
+    store: TokenStore,
+    servers: Mapping[str, McpServerConfig],
+    login_command: str = LOGIN_HINT,
+    *,
+    sign_in_command: str | None = None,
 ) -> dict[str, str]:
     """Server -> what its sign-in looks like, for remote servers with one or one refused (never a token), with
-    the command that mends it (``login_command``: ``{name}``, :func:`~mcpvisor.host.status.fix_commands`). The
-    store is read only when there is a remote server (a host reads this at start-up and on each reload)."""
+    the command that mends it (``login_command``: ``{name}``, :func:`~mcpvisor.host.status.fix_commands`; the
+    logout command is made from it). ``sign_in_command``: how to sign in, when not so (the shell's ``/login
+    {name}``). The store is read only when there is a remote server (a host reads this at start-up and on each
+    reload)."""
     logout_command = login_command.replace(" mcp login ", " mcp logout ", 1)
     out: dict[str, str] = {}
     for name, state in _sign_in_states(store, servers).items():
-        login, logout = (command.format(name=name_word(name)) for command in (login_command, logout_command))
+        login, logout = (fill_hint(command, name) for command in (sign_in_command or login_command, logout_command))
         if state.unreadable:
             out[name] = f"{state.describe()} — run: {logout}, then {login}"
         elif state.needs_sign_in():

@@ -338,7 +338,9 @@ class ShellSession:
             )
             return offered
         if command == "login":
-            signed_in = sign_ins(self.host.tokens, servers)
+            # (the state, and the shell's own command; the logout an unreadable one needs: the host's, to paste)
+            login = self.host.config.options.login_command
+            signed_in = sign_ins(self.host.tokens, servers, login, sign_in_command="/login {name}")
             return {name: signed_in.get(name, "") for name, cfg in servers.items() if cfg.transport != "stdio"}
         return {}
 
