@@ -412,9 +412,11 @@ async def test_commands_read_from_a_pipe_draw_no_prompt_at_the_terminal_showing_
     os.close(side)
     try:
         assert process.stdin is not None
+        t = Terminal(process, main)
+        # Once alpha is up (its row, or the notice after a start slower than the shell waits for on a busy machine).
+        await t.expect("1 tool")
         await process.stdin.send(b'/call mcp__alpha__echo {"text": "hi"}\n/tools\n')
         await process.stdin.aclose()
-        t = Terminal(process, main)
         assert await t.exit_code() == 0
     finally:
         with anyio.CancelScope(shield=True):
