@@ -63,3 +63,23 @@ async def test_prompts_are_listed_and_fetched_through_the_session(tmp_path: Path
         assert "rivers" in fetched.messages[0].content.text  # type: ignore[union-attr]
         await server.cleanup()
         assert config.manager.get_client("p") is not None  # cleanup leaves the session running
+
+
+async def test_the_meta_of_the_sdks_tool_meta_resolver_reaches_the_server(tmp_path: Path) -> None:
+    servers = {"m": light("m", "--tools", "echo", "--echo-meta", "echo")}
+    async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=tmp_path / "logs")) as config:
+        await config.initialize()
+        server = McpvisorMCPServer(config, tool_meta_resolver=lambda context: {"tenant": context.tool_name})
+
+        async def first(call: ModelCall) -> Any:
+            return [function_call("mcp__m__echo", {"text": "hi"}, call_id="c1")]
+
+        async def second(call: ModelCall) -> Any:
+            return [assistant_message(tool_outputs(call)["c1"])]
+
+        model = ScriptedModel([ModelStep.respond(first), ModelStep.respond(second)])
+        agent = Agent(name="assistant", model=model, mcp_servers=[server])
+        result = await Runner.run(agent, "go", run_config=RunConfig(tracing_disabled=True))
+
+    assert '"tenant": "mcp__m__echo"' in result.final_output
+    model.assert_complete()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Final, cast
 
@@ -208,17 +208,20 @@ class McpClient(ServerConnection):
         *,
         timeout_s: float | None = None,
         progress: Progress | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> types.CallToolResult:
         """Call ``tool`` by its name on the server. Fails fast if the server is not connected.
-        ``progress(progress, total, message)`` hears the server's progress notifications for this call."""
+        ``progress(progress, total, message)`` hears the server's progress notifications for this call;
+        ``meta`` is sent as the request's ``_meta`` (but its ``progressToken``: ``progress`` has one)."""
         what = f"call to tool {tool!r}"
         client = self._connected_client(what)
         timeout = timeout_s or self.call_timeout_s
         relay = _InOrder(progress) if progress is not None else None
         with self._requesting(what, "tool", tool, client, timeout_s=timeout_s):
-            async with self._calling(client) as meta:
+            async with self._calling(client) as own:
+                sent = own if not meta else _with_meta(meta, own)
                 result = await client.call_tool(
-                    tool, arguments or {}, read_timeout_seconds=timeout, progress_callback=relay, meta=meta
+                    tool, arguments or {}, read_timeout_seconds=timeout, progress_callback=relay, meta=sent
                 )
         if relay is not None:
             await relay.settled()
@@ -405,3 +408,10 @@ def _output_problem(exc: RuntimeError) -> str | None:
     if text.startswith("Invalid schema for tool "):
         return "the tool's output schema cannot be used to check its result (a $ref in it does not resolve)"
     return None
+
+
+def _with_meta(meta: Mapping[str, Any], own: types.RequestParamsMeta | None) -> types.RequestParamsMeta:
+    """The caller's ``_meta`` for a request, with what mcpvisor sets itself in its place (the log level it asks for);
+    without a ``progressToken``: the SDK gives the request its own when someone listens for progress."""
+    merged = {key: value for key, value in meta.items() if key != "progressToken"}
+    return cast(types.RequestParamsMeta, {**merged, **(own or {})})

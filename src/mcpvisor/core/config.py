@@ -32,7 +32,7 @@ from mcpvisor.core.errors import (
 )
 from mcpvisor.core.events import EventBus, ReconcileFinished, ToolsChanged
 from mcpvisor.core.exposure import Exposure
-from mcpvisor.core.gating import McpGating
+from mcpvisor.core.gating import McpGating, names_tuple
 from mcpvisor.core.lifecycle import StackOwner, on_loop
 from mcpvisor.core.manager import McpClientManager
 from mcpvisor.core.not_found import why_not_found
@@ -45,7 +45,7 @@ from mcpvisor.core.registry import (
     ToolRegistry,
     may_be_of,
 )
-from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, checked_servers
 
 if TYPE_CHECKING:
     from mcp_types import CallToolResult, GetPromptResult
@@ -59,12 +59,6 @@ __all__ = ["Config", "UnavailableReason"]
 logger = logging.getLogger(__name__)
 
 UnavailableReason = Literal["removed", "not_allowed", "excluded", "pending_approval"]
-
-
-def _as_tuple(names: Iterable[str] | None) -> tuple[str, ...] | None:
-    if isinstance(names, str):  # iterable, but one name per character
-        raise TypeError(f"expected a list of server names, not the string {names!r}: write [{names!r}]")
-    return None if names is None else tuple(names)
 
 
 class Config(StackOwner):
@@ -86,10 +80,10 @@ class Config(StackOwner):
         """How this session's connections are made (with a ``pool``, the pool's options rule)."""
         self._definition_gate = definition_gate
         self._session_id = session_id
-        self._settings_servers: dict[str, McpServerConfig] = _checked(mcp_servers or {})
+        self._settings_servers: dict[str, McpServerConfig] = checked_servers(mcp_servers or {})
         self._extension_servers: dict[str, McpServerConfig] = {}
         self._runtime_servers: dict[str, McpServerConfig] = {}
-        self._cli_allowed = _as_tuple(allowed_mcp_server_names)
+        self._cli_allowed = names_tuple(allowed_mcp_server_names)
         self._gating = McpGating(allowed=self._cli_allowed)
         self._refiner: Callable[[str, str], str] | None = None
         self.approve_command = "mcpvisor mcp approve {name}"
@@ -186,7 +180,7 @@ class Config(StackOwner):
     def set_mcp_servers(self, servers: Mapping[str, McpServerConfig]) -> None:
         """Replace (not merge) the settings layer. Allowed at any time; removals take effect."""
         before = set(self.get_merged_mcp_servers())
-        self._settings_servers = _checked(servers)
+        self._settings_servers = checked_servers(servers)
         after = set(self.get_merged_mcp_servers())
         self._removed = (self._removed | (before - after)) - after
 
@@ -197,20 +191,20 @@ class Config(StackOwner):
                 "cannot add MCP servers after initialisation: use set_mcp_servers() or "
                 "reinitialize_mcp_servers() to change servers at run time"
             )
-        self._settings_servers.update(_checked(servers))
+        self._settings_servers.update(checked_servers(servers))
 
     def get_settings_mcp_servers(self) -> dict[str, McpServerConfig]:
         return dict(self._settings_servers)
 
     def set_extension_mcp_servers(self, servers: Mapping[str, McpServerConfig]) -> None:
         before = set(self.get_merged_mcp_servers())
-        self._extension_servers = _checked(servers)
+        self._extension_servers = checked_servers(servers)
         after = set(self.get_merged_mcp_servers())
         self._removed = (self._removed | (before - after)) - after
 
     def add_runtime_mcp_server(self, name: str, config: McpServerConfig) -> None:
         """Add a server that wins over every other layer (takes effect at the next reconcile)."""
-        self._runtime_servers[name] = _checked({name: config})[name]
+        self._runtime_servers[name] = checked_servers({name: config})[name]
         self._removed.discard(name)
 
     def remove_runtime_mcp_server(self, name: str) -> None:
@@ -232,13 +226,13 @@ class Config(StackOwner):
     # -- gating ------------------------------------------------------------------------------
 
     def set_excluded_mcp_servers(self, names: Iterable[str] | None) -> None:
-        self._gating = McpGating(_as_tuple(names), self._gating.allowed, self._gating.pending)
+        self._gating = McpGating(names_tuple(names), self._gating.allowed, self._gating.pending)
 
     def set_allowed_mcp_servers(self, names: Iterable[str] | None) -> None:
-        self._gating = McpGating(self._gating.excluded, _as_tuple(names), self._gating.pending)
+        self._gating = McpGating(self._gating.excluded, names_tuple(names), self._gating.pending)
 
     def set_pending_mcp_servers(self, names: Iterable[str] | None) -> None:
-        self._gating = McpGating(self._gating.excluded, self._gating.allowed, _as_tuple(names))
+        self._gating = McpGating(self._gating.excluded, self._gating.allowed, names_tuple(names))
 
     def set_reason_refiner(self, refine: Callable[[str, str], str] | None) -> None:
         """How the layer above words a gated server's reason (SPEC §4: the host, which knows the approvals
@@ -353,17 +347,21 @@ class Config(StackOwner):
         *,
         timeout_s: float | None = None,
         progress: Progress | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> CallToolResult:
         """Call a registered tool (``mcp__<server>__<tool>``), or a tool by its own name on its server
         when exactly one connected server offers a tool by that name (clients that know a server's
         tools by their own names). Unknown names raise :class:`ToolNotFoundError` saying which server
         would own it and how to fix it. ``progress`` (an async function of progress, total, message) hears the
-        server's progress notifications for the call; ``timeout_s`` (above 0) replaces the server's ``timeout``."""
+        server's progress notifications for the call; ``timeout_s`` (above 0) replaces the server's ``timeout``;
+        ``meta`` goes to the server as the request's ``_meta`` (an in-process tool provider gets none)."""
         if timeout_s is not None and not timeout_s > 0:
             raise ValueError(f"timeout_s must be a number of seconds above 0 (None: the server's), not {timeout_s!r}")
         manager = self.manager
         if (loop := self.elsewhere()) is not None:  # called from another thread's event loop: run on this one's
-            return await on_loop(loop, self.call_tool(name, arguments, timeout_s=timeout_s, progress=progress))
+            return await on_loop(
+                loop, self.call_tool(name, arguments, timeout_s=timeout_s, progress=progress, meta=meta)
+            )
         entry = self.tool_registry.get_tool(name) or self._tool_by_own_name(name)
         provider = self._providers.get(entry.server) if entry is not None else None
         if entry is not None and provider is not None:
@@ -374,7 +372,7 @@ class Config(StackOwner):
         client = manager.get_client(entry.server) if entry is not None else None
         if entry is None or client is None:
             raise self.not_found(name, "tool")
-        return await client.call_tool(entry.tool.name, arguments, timeout_s=timeout_s, progress=progress)
+        return await client.call_tool(entry.tool.name, arguments, timeout_s=timeout_s, progress=progress, meta=meta)
 
     # -- in-process tool providers -----------------------------------------------------------
 
@@ -483,17 +481,3 @@ class Config(StackOwner):
         """Why no connected server provides the tool or prompt (``kind``) ``name``, naming the server its
         ``mcp__<server>__`` prefix belongs to and the fix (SPEC §9)."""
         return why_not_found(self, self._manager, name, kind)
-
-
-def _checked(servers: Mapping[str, McpServerConfig]) -> dict[str, McpServerConfig]:
-    """``servers`` as a dict, once each is known to be an :class:`McpServerConfig` (a plain settings-file entry
-    would only fail at connect time, deep in a task group)."""
-    for name, cfg in servers.items():
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"a server's name must be a non-blank string, not {name!r}: its tools are mcp__NAME__*")
-        if not isinstance(cfg, McpServerConfig):
-            raise TypeError(
-                f"server {name!r} is a {type(cfg).__name__}, not an McpServerConfig: build it with "
-                f"McpServerConfig(command=...) or, from a settings-file entry, McpServerConfig.from_entry(entry)"
-            )
-    return dict(servers)

@@ -7,9 +7,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase, translate
 
-__all__ = ["McpGating", "NameMatcher", "escape_glob", "matches_any"]
+__all__ = ["McpGating", "NameMatcher", "escape_glob", "matches_any", "names_tuple"]
 
 _GLOB_CHARS = frozenset("*?[")
+
+
+def names_tuple(names: Iterable[str] | None) -> tuple[str, ...] | None:
+    """``names`` as a tuple (None stays None: no list); a lone string is refused."""
+    if isinstance(names, str):  # iterable, but one name per character
+        raise TypeError(f"expected a list of server names, not the string {names!r}: write [{names!r}]")
+    return None if names is None else tuple(names)
 
 
 def matches_any(name: str, patterns: Iterable[str]) -> bool:

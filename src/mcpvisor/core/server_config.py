@@ -21,7 +21,10 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
 
+from mcpvisor.core.errors import ConfigError
+
 __all__ = [
+    "checked_servers",
     "CODE_LOADING_ENV",
     "CONNECTION_FIELDS",
     "ConnectionOptions",
@@ -481,3 +484,17 @@ class ConnectionOptions:
                 f"max_message_bytes must be at least {MIN_MESSAGE_BYTES} (None: the default), "
                 f"not {self.max_message_bytes}"
             )
+
+
+def checked_servers(servers: Mapping[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+    """``servers`` as a dict, once each is known to be an :class:`McpServerConfig` (a plain settings-file entry
+    would only fail at connect time, deep in a task group)."""
+    for name, cfg in servers.items():
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"a server's name must be a non-blank string, not {name!r}: its tools are mcp__NAME__*")
+        if not isinstance(cfg, McpServerConfig):
+            raise TypeError(
+                f"server {name!r} is a {type(cfg).__name__}, not an McpServerConfig: build it with "
+                f"McpServerConfig(command=...) or, from a settings-file entry, McpServerConfig.from_entry(entry)"
+            )
+    return dict(servers)

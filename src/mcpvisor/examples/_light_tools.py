@@ -4,6 +4,7 @@ Standard library only."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -20,6 +21,7 @@ __all__ = [
     "LOG_LEVELS",
     "MIB_SCHEMA",
     "be_stubborn",
+    "echoed_meta",
     "flood_stderr",
     "template_regex",
     "text_result",
@@ -124,3 +126,8 @@ def template_regex(template: str) -> re.Pattern[str]:
 
 def text_result(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": False}
+
+
+def echoed_meta(params: dict[str, Any]) -> str:
+    """A request's ``_meta`` as JSON, keys sorted (``--echo-meta``: what reached the server)."""
+    return json.dumps(params.get("_meta") or {}, sort_keys=True)

@@ -67,6 +67,7 @@ class Options:
         "hang_on_initialize",
         "host",
         "descriptions",
+        "echo_meta",
         "flood_stderr",
         "garbage_stdout",
         "hang_on_read",
@@ -95,6 +96,7 @@ class Options:
         self.garbage_stdout: bool = getattr(namespace, "garbage_stdout", False)
         self.big: bool = getattr(namespace, "big", False)
         self.hang_on_read: str | None = getattr(namespace, "hang_on_read", None)
+        self.echo_meta: str | None = getattr(namespace, "echo_meta", None)
         slow, error = getattr(namespace, "slow_call", None), getattr(namespace, "error_on_call", None)
         self.slow_call: tuple[str, float] | None = _tool_and(slow, float, "--slow-call TOOL=SECONDS")
         self.error_on_call: tuple[str, int] | None = _tool_and(error, int, "--error-on-call TOOL=CODE")
@@ -177,6 +179,9 @@ def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
             "--flood-stderr", action="store_true", help="write to stderr as fast as it can, forever (light server)"
         )
         parser.add_argument("--hang-on-read", metavar="URI", help="never answer a read of URI (light server)")
+        parser.add_argument(
+            "--echo-meta", metavar="TOOL", help="answer calls of the configurable tool TOOL with their _meta as JSON"
+        )
         parser.add_argument(
             "--slow-call",
             metavar="TOOL=SECONDS",

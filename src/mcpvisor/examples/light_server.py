@@ -32,6 +32,7 @@ from mcpvisor.examples._light_tools import (
     LOG_LEVELS,
     MIB_SCHEMA,
     be_stubborn,
+    echoed_meta,
     flood_stderr,
     log_messages,
     template_regex,
@@ -345,7 +346,8 @@ class LightServer:
             text = arguments.get("text", "")
             if not isinstance(text, str):
                 raise RequestError(INVALID_PARAMS, f"tool {tool!r}: argument 'text' must be a string")
-            result = text_result(tool_text(self._options.name, tool, text))
+            own = tool_text(self._options.name, tool, text)
+            result = text_result(echoed_meta(params) if tool == self._options.echo_meta else own)
             slow = self._options.slow_call
             if slow is not None and slow[0] == tool:
                 threading.Thread(target=self._reply_later, args=(request_id, result, slow[1]), daemon=True).start()

@@ -82,11 +82,17 @@ class ToolAnswer:
 
 
 async def call_registered_tool(
-    config: Config, name: str, arguments: dict[str, Any] | None, *, timeout_s: float | None = None
+    config: Config,
+    name: str,
+    arguments: dict[str, Any] | None,
+    *,
+    timeout_s: float | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> ToolAnswer:
-    """Call registered tool ``name``; an unknown tool, a failed call or an ``isError`` result is an error."""
+    """Call registered tool ``name`` (``meta``: the request's ``_meta``); an unknown tool, a failed call or an
+    ``isError`` result is an error."""
     try:
-        result = await config.call_tool(name, arguments, timeout_s=timeout_s)
+        result = await config.call_tool(name, arguments, timeout_s=timeout_s, meta=meta)
     except McpvisorError as exc:
         return ToolAnswer(error=str(exc))
     if result.is_error:

@@ -81,7 +81,9 @@ class McpvisorMCPServer(MCPServer):
     async def call_tool(
         self, tool_name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None = None
     ) -> CallToolResult:
-        answer = await call_registered_tool(self.config, tool_name, arguments, timeout_s=self._timeout_s)
+        """Call registered tool ``tool_name``; ``meta`` (from the SDK's ``tool_meta_resolver``) goes to its server as
+        the request's ``_meta``. A tool that is not there or fails answers with an error result saying why."""
+        answer = await call_registered_tool(self.config, tool_name, arguments, timeout_s=self._timeout_s, meta=meta)
         if answer.result is not None:
             return answer.result
         return CallToolResult(is_error=True, content=[TextContent(type="text", text=answer.error or "tool failed")])
