@@ -15,7 +15,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from mcpvisor.core.config import Config
 from mcpvisor.core.server_config import ConnectionOptions
 from mcpvisor.integrations.pydantic_ai import McpvisorToolset
-from tests.helpers import light, wait_until
+from tests.helpers import WAIT_S, light, wait_until
 
 
 async def test_an_agent_on_another_threads_event_loop_gets_its_answers(tmp_path: Path) -> None:
@@ -57,3 +57,43 @@ async def test_an_agent_on_another_threads_event_loop_gets_its_answers(tmp_path:
     assert "error" not in outcome, outcome.get("error")
     assert outcome["agent"] == "got a:slow:hi"
     assert outcome["prompt"] == "a:brief:rivers"
+
+
+def run_on_a_loop_of_its_own(work: Any) -> tuple[threading.Event, dict[str, Any], threading.Thread]:
+    """``work()`` (a coroutine function) run by ``asyncio.run`` in a worker thread; its outcome, once done is set."""
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["result"] = asyncio.run(work())
+        except BaseException as exc:  # reported by the test
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=run, daemon=True)  # left behind if its loop stalls
+    worker.start()
+    return done, outcome, worker
+
+
+async def test_servers_changed_from_another_threads_event_loop_are_connected(tmp_path: Path) -> None:
+    servers = {"a": light("a")}
+    async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=tmp_path / "logs")) as config:
+        await config.initialize()
+
+        async def change() -> list[str]:
+            await config.reinitialize_mcp_servers(
+                {**servers, "b": light("b", "--tools", "slow", "--slow-call", "slow=0.5")}
+            )
+            result = await config.call_tool("mcp__b__slow", {"text": "hi"})
+            return [result.content[0].text, *sorted(config.tool_registry.names())]  # type: ignore[union-attr]
+
+        done, outcome, worker = run_on_a_loop_of_its_own(change)
+        # This loop idles meanwhile (no polling wakes it): only what the change does on it, thread-safely, does.
+        assert await anyio.to_thread.run_sync(done.wait, WAIT_S), "the change made on another event loop stalled"
+        await anyio.to_thread.run_sync(worker.join)
+        assert "error" not in outcome, outcome.get("error")
+        assert outcome["result"] == ["b:slow:hi", "mcp__a__echo", "mcp__b__slow"]
+        later = await config.call_tool("mcp__b__slow", {"text": "later"})  # its connection outlives that loop
+        assert later.content[0].text == "b:slow:later"  # type: ignore[union-attr]

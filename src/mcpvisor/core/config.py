@@ -284,12 +284,16 @@ class Config(StackOwner):
 
     async def reinitialize_mcp_servers(self, servers: Mapping[str, McpServerConfig]) -> None:
         """Replace the settings layer, then reconcile. A safe no-op for connections before ``initialize``."""
+        if (loop := self.elsewhere()) is not None:  # called from another thread's event loop: run on this one's
+            return await on_loop(loop, self.reinitialize_mcp_servers(servers))
         self.set_mcp_servers(servers)
         await self.reconcile()
 
     async def reconcile(self) -> ReconcileFinished | None:
         """Run the incremental reconcile. A call during a run marks it dirty and waits for it; the
         run repeats until clean, so bursts coalesce and every caller sees the final state."""
+        if (loop := self.elsewhere()) is not None:  # called from another thread's event loop: run on this one's
+            return await on_loop(loop, self.reconcile())
         if not self._initialized or self._manager is None:
             return None
         self._dirty = True
@@ -318,6 +322,8 @@ class Config(StackOwner):
     async def restart_mcp_servers(self, names: Iterable[str] | None = None) -> ReconcileFinished | None:
         """Disconnect and reconnect ``names`` (all: an explicit request; hot reload never does this). Never beside
         a reconcile pass: it waits for a running one, and one asked for meanwhile runs after it."""
+        if (loop := self.elsewhere()) is not None:  # called from another thread's event loop: run on this one's
+            return await on_loop(loop, self.restart_mcp_servers(names))
         if not self._initialized or self._manager is None:
             return None
         while self._reconcile_done is not None:
