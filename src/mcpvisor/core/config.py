@@ -92,6 +92,7 @@ class Config(StackOwner):
         self._trusted = trusted_folder
         self.events = EventBus()
         self.tool_registry = ToolRegistry()
+        """Every connected tool by its registered name (live: each reconcile and list change updates it)."""
         self.prompt_registry = PromptRegistry()
         self._manager: McpClientManager | None = None
         self._initialized = False

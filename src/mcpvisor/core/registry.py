@@ -211,6 +211,7 @@ class ToolRegistry:
         return self._by_name.get(name)
 
     def get_all_tools(self) -> list[RegisteredTool]:
+        """Every registered tool now, as a new list (a snapshot: later changes do not reach it). Never raises."""
         return list(self._by_name.values())
 
     def find_by_own_name(self, tool: str) -> list[RegisteredTool]:
@@ -221,6 +222,7 @@ class ToolRegistry:
         return [self._by_name[n] for n in self._by_server.get(server, ())]
 
     def names(self) -> frozenset[str]:
+        """The registered names (``mcp__<server>__<tool>``) now, a frozen snapshot. Never raises."""
         return frozenset(self._by_name)
 
 
@@ -283,6 +285,7 @@ class PromptRegistry:
         return [self._by_name[n] for n in self._by_server.get(server, ())]
 
     def names(self) -> frozenset[str]:
+        """The registered prompt names now, a frozen snapshot. Never raises."""
         return frozenset(self._by_name)
 
 

@@ -115,6 +115,8 @@ class Host(StackOwner):
 
     @property
     def config(self) -> Config:
+        """The running session's :class:`Config` (live: edits to the settings files reach it); before ``async with``
+        and after it, :class:`NotRunningError`."""
         config = self._config
         return running(config if config is not None and config.is_running else None, "host")  # none once it exited
 

@@ -115,6 +115,8 @@ class McpvisorToolkit(BaseToolkit):
     timeout_s: float | None = None
 
     def __init__(self, session: Config | Host, *, timeout_s: float | None = None) -> None:
+        """``session``: a :class:`~mcpvisor.Config` or :class:`~mcpvisor.host.Host`, entered by the time tools are
+        taken; ``timeout_s``: replaces each server's call timeout (None: the server's)."""
         super().__init__(session=session, timeout_s=timeout_s)
 
     @property
@@ -122,6 +124,8 @@ class McpvisorToolkit(BaseToolkit):
         return config_of(self.session)
 
     def get_tools(self) -> list[BaseTool]:
+        """The session's tools now, as LangChain tools (a snapshot: a tool added later is not in it; one removed since
+        answers with the reason). :class:`NotRunningError` outside the session's ``async with``."""
         config = self.config
         return [
             McpvisorTool.of(config, entry, timeout_s=self.timeout_s) for entry in config.tool_registry.get_all_tools()

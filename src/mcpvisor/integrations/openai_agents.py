@@ -59,10 +59,12 @@ class McpvisorMCPServer(MCPServer):
 
     @property
     def name(self) -> str:
+        """The server's name as the Agents SDK shows it (``name=``; default ``mcpvisor``)."""
         return self._name
 
     @property
     def config(self) -> Config:
+        """The session's :class:`Config`; :class:`NotRunningError` outside its ``async with``."""
         return config_of(self._session)
 
     async def connect(self) -> None:
@@ -74,6 +76,7 @@ class McpvisorMCPServer(MCPServer):
     async def list_tools(
         self, run_context: RunContextWrapper[Any] | None = None, agent: AgentBase | None = None
     ) -> list[Tool]:
+        """Every tool the session has connected now, named ``mcp__<server>__<tool>`` (read again at each turn)."""
         return [
             entry.tool.model_copy(update={"name": entry.name}) for entry in self.config.tool_registry.get_all_tools()
         ]
@@ -89,6 +92,7 @@ class McpvisorMCPServer(MCPServer):
         return CallToolResult(is_error=True, content=[TextContent(type="text", text=answer.error or "tool failed")])
 
     async def list_prompts(self) -> ListPromptsResult:
+        """Every prompt the session has connected now, by its registered name."""
         prompts = [
             entry.prompt.model_copy(update={"name": entry.name})
             for entry in self.config.prompt_registry.get_all_prompts()

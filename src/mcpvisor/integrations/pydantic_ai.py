@@ -65,6 +65,7 @@ class McpvisorToolset(AbstractToolset[AgentDepsT]):
 
     @property
     def config(self) -> Config:
+        """The session's :class:`Config`; :class:`NotRunningError` outside its ``async with``."""
         return config_of(self._session)
 
     async def get_tools(self, ctx: RunContext[AgentDepsT]) -> dict[str, ToolsetTool[AgentDepsT]]:
