@@ -284,3 +284,21 @@ def _json_or_event(response: httpx2.Response) -> dict[str, Any]:
     if response.headers["content-type"].startswith("text/event-stream"):
         return sse_messages(response.text)[-1]
     return dict(response.json())
+
+
+@pytest.mark.parametrize("capabilities", [{}, ROOTS], ids=["direct", "sdk"])
+async def test_a_calls_meta_reaches_its_server_but_the_protocols_own_keys(
+    tmp_path: Path, capabilities: dict[str, Any]
+) -> None:
+    """A client's ``_meta`` on a call (an extension's keys, a tenant) was dropped on its way to the server. It is
+    passed on, but for what the protocol keeps there for one connection (its version, client and capabilities,
+    which the gateway's connection to the server states for itself) and the progress token (the gateway's own)."""
+    request = call("mcp__a__echo", {"text": "hi"})
+    spoofed = {"name": "not the gateway", "version": "0"}
+    request["params"]["_meta"] = {"example.com/tenant": "t1", "io.modelcontextprotocol/clientInfo": spoofed}
+    async with served(tmp_path, "--echo-meta", "echo") as s, httpx2.AsyncClient(timeout=WAIT_S) as http:
+        answer = await http.post(s.url, json=request, headers=await session(http, s.url, capabilities))
+    echoed = json.loads(answer.json()["result"]["content"][0]["text"])
+    assert echoed["example.com/tenant"] == "t1"
+    assert echoed.get("io.modelcontextprotocol/clientInfo") != spoofed
+    assert s.through_sdk == (["mcp__a__echo"] if capabilities else [])

@@ -410,8 +410,13 @@ def _output_problem(exc: RuntimeError) -> str | None:
     return None
 
 
-def _with_meta(meta: Mapping[str, Any], own: types.RequestParamsMeta | None) -> types.RequestParamsMeta:
+_PROTOCOL_META_PREFIX = "io.modelcontextprotocol/"
+
+
+def _with_meta(meta: Mapping[str, Any], own: types.RequestParamsMeta | None) -> types.RequestParamsMeta | None:
     """The caller's ``_meta`` for a request, with what mcpvisor sets itself in its place (the log level it asks for);
-    without a ``progressToken``: the SDK gives the request its own when someone listens for progress."""
-    merged = {key: value for key, value in meta.items() if key != "progressToken"}
-    return cast(types.RequestParamsMeta, {**merged, **(own or {})})
+    without a ``progressToken`` (the SDK gives the request its own when someone listens for progress) and without
+    the protocol's own keys (``io.modelcontextprotocol/…``: this connection's version, client and capabilities, as
+    the SDK stamps them; a gateway client's are its own connection's)."""
+    merged = {k: v for k, v in meta.items() if k != "progressToken" and not k.startswith(_PROTOCOL_META_PREFIX)}
+    return cast(types.RequestParamsMeta, {**merged, **(own or {})}) if merged else own

@@ -241,7 +241,7 @@ class Gateway(StackOwner):
     async def _call_tool(self, params: types.CallToolRequestParams, progress: Progress | None) -> types.CallToolResult:
         try:
             name = self._names().registered(params.name)
-            return as_served(await self.config.call_tool(name, params.arguments, progress=progress))
+            return as_served(await self.config.call_tool(name, params.arguments, progress=progress, meta=params.meta))
         except McpvisorError as exc:  # not found (with the reason), unavailable, timed out, failed
             logger.debug("gateway call to %r failed: %s", params.name, exc)
             return error_result(said_here(self.config, exc))
