@@ -4,44 +4,16 @@ crashed, was stopped as hung, or was idle."""
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
 
 import anyio
 import psutil
 import pytest
-from mcp_types import CallToolResult
 
 from mcpvisor.host.lsp import manager as lsp_manager
 from mcpvisor.host.lsp import tools
-from tests.helpers import wait_until
-from tests.host.lsp.test_lsp_host import Session, language_server_processes, pylsp, session, text
-
-
-async def hover_cut_short(s: Session, then: Callable[[psutil.Process], Awaitable[None]]) -> CallToolResult:
-    """A hover sent to a warm server that answers nothing (suspended), and what it gets once ``then`` ran."""
-    await s.ok("document_symbols", file="models.py")  # started and warm, whatever the machine's load
-    server = s.host.lsp.manager.servers()["python"]
-    connection = server._connection
-    assert connection is not None
-    [process] = [p for p in language_server_processes(s.layout.root) if p.pid != server.pid]
-    results: list[CallToolResult] = []
-
-    async def hover() -> None:
-        results.append(await s.call("hover", file="service.py", line=3, character=6))
-
-    async with anyio.create_task_group() as tg:
-        process.suspend()  # alive, but answers nothing: the call waits
-        tg.start_soon(hover)
-        await wait_until(
-            lambda: any(p.method == "textDocument/hover" for p in connection._pending.values()),
-            what="the call's request to be sent",
-        )
-        await then(process)
-        await wait_until(lambda: bool(results), what="the call's answer")
-    [result] = results
-    return result
+from tests.host.lsp.test_lsp_host import hover_cut_short, pylsp, session, text
 
 
 async def test_a_call_a_crash_cuts_short_says_the_server_ended_before_it_answered_and_to_retry(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -640,42 +640,54 @@ async def test_a_server_writing_other_text_to_its_stdout_fails_at_once_quoting_i
         assert "wrote 'Starting my language server v1.2 on stdio' to its stdout, which is not LSP" in text(result)
 
 
+async def hover_cut_short(s: Session, then: Callable[[psutil.Process], Awaitable[None]]) -> CallToolResult:
+    """A hover sent to a warm server that answers nothing (suspended), and what it gets once ``then`` ran."""
+    await s.ok("document_symbols", file="models.py")  # started and warm, whatever the machine's load
+    server = s.host.lsp.manager.servers()["python"]
+    connection = server._connection
+    assert connection is not None
+    [process] = [p for p in language_server_processes(s.layout.root) if p.pid != server.pid]
+    results: list[CallToolResult] = []
+
+    async def hover() -> None:
+        results.append(await s.call("hover", file="service.py", line=3, character=6))
+
+    async with anyio.create_task_group() as tg:
+        process.suspend()  # alive, but answers nothing: the call waits
+        tg.start_soon(hover)
+        await wait_until(
+            lambda: any(p.method == "textDocument/hover" for p in connection._pending.values()),
+            what="the call's request to be sent",
+        )
+        await then(process)
+        await wait_until(lambda: bool(results), what="the call's answer")
+    [result] = results
+    return result
+
+
 @pytest.mark.parametrize("edit", ["restarted", "removed", "changed"])
 async def test_a_call_an_edit_cuts_short_says_why_its_server_stopped_and_to_retry(tmp_path: Path, edit: str) -> None:
     """A call in flight when an edit restarts its server (a user's entry changed) or stops it (a repository's entry
     removed, or changed: it waits for approval again) said only that the server "was stopped", neither why nor what
     to do, where a call to an MCP server an edit stops says both."""
     entry = pylsp(shutdownTimeout=500)  # (it is suspended: its shutdown is never answered)
-    edited = {**entry, "args": ["-m", "pylsp", "-v"]}
+    edited_entry = {**entry, "args": ["-m", "pylsp", "-v"]}
     mine = edit == "restarted"
     async with session(
         tmp_path, user={"lspServers": {"python": entry}} if mine else None, lsp_json=None if mine else {"python": entry}
     ) as s:
         if not mine:
             await s.host.lsp.decide("python", "approve")
-        await s.ok("document_symbols", file="models.py")  # started and warm, whatever the machine's load
-        server = s.host.lsp.manager.servers()["python"]
-        connection = server._connection
-        assert connection is not None
-        [process] = [p for p in language_server_processes(s.layout.root) if p.pid != server.pid]
-        results: list[CallToolResult] = []
 
-        async def hover() -> None:
-            results.append(await s.call("hover", file="service.py", line=3, character=6))
-
-        async with anyio.create_task_group() as tg:
-            process.suspend()  # alive, but answers nothing: the call waits
-            tg.start_soon(hover)
-            await wait_until(
-                lambda: any(p.method == "textDocument/hover" for p in connection._pending.values()),
-                what="the call's request to be sent",
-            )
+        async def edited(_: psutil.Process) -> None:
             if edit == "restarted":
-                replace_text(s.layout.paths.user, json.dumps({"lspServers": {"python": edited}}))
+                replace_text(s.layout.paths.user, json.dumps({"lspServers": {"python": edited_entry}}))
             else:
-                replace_text(s.layout.root / ".lsp.json", json.dumps({} if edit == "removed" else {"python": edited}))
-            await wait_until(lambda: bool(results), what="the call's answer")
-        [result] = results
+                replace_text(
+                    s.layout.root / ".lsp.json", json.dumps({} if edit == "removed" else {"python": edited_entry})
+                )
+
+        result = await hover_cut_short(s, edited)
         assert result.is_error
         restarts = "its configuration changed: it restarts with the new one"
         why = restarts if mine else "its configuration changed or it was removed"
