@@ -144,7 +144,8 @@ async def test_with_a_pool_a_hung_server_holds_the_start_no_longer_than_the_wait
     fast = {"command": sys.executable, "args": ["-m", LIGHT, "--name", "fast"]}
     replace_text(layout.paths.user, json.dumps({"mcpServers": {"hung": hung, "fast": fast}}))
     async with McpConnectionPool(ConnectionOptions(log_dir=tmp_path / "logs")) as pool:
-        options = HostOptions(env=layout.env, workspace=layout.root, watch=False, pool=pool, startup_wait_s=1)
+        # 5 s, as the CLI waits: time for the fast server to start on a loaded machine (1 s was not, under coverage).
+        options = HostOptions(env=layout.env, workspace=layout.root, watch=False, pool=pool, startup_wait_s=5)
         with anyio.fail_after(60):  # well before the hung server's 120 s
             async with Host(options) as host:
                 assert set(host.config.tool_registry.names()) == {"mcp__fast__echo"}
