@@ -16,7 +16,7 @@ import pytest
 from anyio.streams.text import TextReceiveStream
 
 from tests.helpers import LIGHT, WAIT_S, marker_pids, mcpvisor_command, paste_elsewhere, pid_alive, wait_until
-from tests.layout import make_layout, replace_text
+from tests.layout import Layout, make_layout, replace_text
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -519,7 +519,9 @@ def test_a_folder_untrusted_because_a_settings_file_does_not_parse_says_to_fix_t
     assert f"Folder trust may be on: {layout.paths.user} does not parse" in " ".join(trusted.stdout.split())
 
 
-def test_approving_an_edited_server_says_its_tools_are_compared_with_those_approved_before(tmp_path: Path) -> None:
+def pinned_then_edited(tmp_path: Path) -> tuple[Layout, tuple[str, ...]]:
+    """A project server ``p`` approved and run (its definitions pinned), then edited; with the ``--workspace`` words
+    that name its folder."""
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
     entry = {"command": sys.executable, "args": ["-m", LIGHT, "--name", "p"]}
     replace_text(layout.paths.project, json.dumps({"mcpServers": {"p": entry}}))
@@ -527,6 +529,11 @@ def test_approving_an_edited_server_says_its_tools_are_compared_with_those_appro
     assert cli("mcp", "approve", "p", *where, env=layout.env).returncode == 0
     assert cli("status", *where, env=layout.env).returncode == 0  # it ran: its definitions are pinned
     replace_text(layout.paths.project, json.dumps({"mcpServers": {"p": {**entry, "env": {"MODE": "x"}}}}))
+    return layout, where
+
+
+def test_approving_an_edited_server_says_its_tools_are_compared_with_those_approved_before(tmp_path: Path) -> None:
+    layout, where = pinned_then_edited(tmp_path)
     approved = cli("mcp", "approve", "p", *where, env=layout.env)
     assert approved.returncode == 0, approved.stderr
     said = " ".join(approved.stdout.split())
@@ -539,13 +546,7 @@ def test_approving_an_edited_server_says_its_tools_are_compared_with_those_appro
 async def test_the_approve_command_said_of_an_approved_edit_works_pasted_in_another_folder(tmp_path: Path) -> None:
     """``mcp approve --workspace WS p`` run elsewhere, for an edited server whose definitions were pinned, said to
     accept what changed with ``mcpvisor mcp approve p``: pasted, that found no such server (nor the home)."""
-    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
-    entry = {"command": sys.executable, "args": ["-m", LIGHT, "--name", "p"]}
-    replace_text(layout.paths.project, json.dumps({"mcpServers": {"p": entry}}))
-    where = ("--workspace", str(layout.root))
-    assert cli("mcp", "approve", "p", *where, env=layout.env).returncode == 0
-    assert cli("status", *where, env=layout.env).returncode == 0  # it ran: its definitions are pinned
-    replace_text(layout.paths.project, json.dumps({"mcpServers": {"p": {**entry, "env": {"MODE": "x"}}}}))
+    layout, where = pinned_then_edited(tmp_path)
     approved = await anyio.to_thread.run_sync(lambda: cli("mcp", "approve", "p", *where, env=layout.env))
     assert approved.returncode == 0, approved.stderr
     command = " ".join(approved.stdout.split()).split("accept them (", 1)[1].split(" again, once it ran", 1)[0]

@@ -534,25 +534,15 @@ def test_login_refuses_what_it_cannot_sign_in_to(tmp_path: Path) -> None:
     assert not store_path(layout).exists()
 
 
-async def test_the_approve_command_a_refused_login_gives_works_pasted_where_the_login_ran(tmp_path: Path) -> None:
+@pytest.mark.parametrize("home", ["default", "another"])
+async def test_the_approve_command_a_refused_login_gives_works_pasted_where_the_login_ran(
+    tmp_path: Path, home: str
+) -> None:
     """``mcp login --workspace WS proj`` run in another folder, for a project server not approved: it said ``approve
-    it first: mcpvisor mcp approve proj``; pasted there, that found no such server. It names the workspace."""
-    layout = make_layout(tmp_path)
-    write_json(layout.paths.project, {"mcpServers": {"proj": {"type": "http", "url": "https://mcp.example.invalid"}}})
-    refused = await anyio.to_thread.run_sync(lambda: cli(layout, "mcp", "login", "proj", browser=NOTHING))
-    assert refused.returncode == 1, refused.stdout
-    command = " ".join(refused.stderr.split()).split("approve it first: ", 1)[1]
-    pasted = await paste_elsewhere(command, layout.env, tmp_path / "elsewhere")
-    assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
-    cfg = layout.settings().project.servers["proj"].config
-    assert ApprovalStore(layout.paths.approvals).get_state(layout.root, "proj", cfg) == "approved"
-
-
-async def test_the_approve_command_a_refused_login_gives_names_the_home_it_ran_with(tmp_path: Path) -> None:
-    """``MCPVISOR_HOME=HOME mcpvisor mcp login --workspace WS proj``, for a project server not approved: it said
-    ``approve it first: mcpvisor mcp approve --workspace WS proj``, without the home (``mcp list``'s table has it):
-    pasted in another terminal, it approved in the default home's store, and the login was refused again."""
-    layout = make_layout(tmp_path, MCPVISOR_HOME=str(tmp_path / "other home"))
+    it first: mcpvisor mcp approve proj``; pasted there, that found no such server. It names the workspace; and, run
+    with ``MCPVISOR_HOME=HOME``, the home (without it, pasted in another terminal, it approved in the default home's
+    store, and the login was refused again)."""
+    layout = make_layout(tmp_path, **({"MCPVISOR_HOME": str(tmp_path / "other home")} if home == "another" else {}))
     write_json(layout.paths.project, {"mcpServers": {"proj": {"type": "http", "url": "https://mcp.example.invalid"}}})
     refused = await anyio.to_thread.run_sync(lambda: cli(layout, "mcp", "login", "proj", browser=NOTHING))
     assert refused.returncode == 1, refused.stdout

@@ -329,6 +329,16 @@ async def test_a_sign_in_stored_while_a_host_refreshes_the_one_before_is_kept(tm
         assert stored_tokens(layout) == newer
 
 
+async def signed_in_pasted(command: str, layout: Layout, tmp_path: Path) -> None:
+    """Run the sign-in ``command`` as pasted in another folder (no ``MCPVISOR_HOME`` but what it says), the browser a
+    script that follows the authorization server's redirect; it must succeed."""
+    script = tmp_path / "browser.py"
+    script.write_text(FOLLOW)
+    browser = {**layout.env, "BROWSER": f"{sys.executable} {script} %s"}
+    pasted = await paste_elsewhere(command, browser, tmp_path / "elsewhere")
+    assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+
+
 async def test_the_sign_in_command_a_sign_out_elsewhere_ends_a_connection_with_works_pasted_in_another_folder(
     tmp_path: Path, server: Server
 ) -> None:
@@ -349,11 +359,7 @@ async def test_the_sign_in_command_a_sign_out_elsewhere_ends_a_connection_with_w
         await wait_until(lambda: any("was signed out" in e for e in errors), what="the sign-out to end sec")
         [said] = [e for e in errors if "was signed out" in e]
         command = said.split("run: ", 1)[1]
-        script = tmp_path / "browser.py"
-        script.write_text(FOLLOW)
-        browser = {**layout.env, "BROWSER": f"{sys.executable} {script} %s"}
-        pasted = await paste_elsewhere(command, browser, tmp_path / "elsewhere")
-        assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+        await signed_in_pasted(command, layout, tmp_path)
         await wait_until(lambda: manager.clients()["sec"].status == "connected", what="sec connected again")
 
 
@@ -375,11 +381,7 @@ async def test_the_sign_in_command_a_running_hosts_status_row_gives_works_pasted
         assert row.sign_in is not None
         assert row.sign_in.startswith("sign-in expired — run: "), row.sign_in
         command = row.sign_in.split("run: ", 1)[1]
-        script = tmp_path / "browser.py"
-        script.write_text(FOLLOW)
-        browser = {**layout.env, "BROWSER": f"{sys.executable} {script} %s"}
-        pasted = await paste_elsewhere(command, browser, tmp_path / "elsewhere")
-        assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+        await signed_in_pasted(command, layout, tmp_path)
         manager = host.config.manager
         await wait_until(lambda: manager.clients()["sec"].status == "connected", what="sec connected")
 
@@ -399,11 +401,7 @@ async def test_the_command_a_timed_out_sign_in_gives_works_pasted_in_another_fol
         [said] = [str(error) for error in refused.value.exceptions]
         assert "no sign-in to 'sec' within 0.1 s" in said
         command = said.split("; run ", 1)[1].removesuffix(" again")
-        script = tmp_path / "browser.py"
-        script.write_text(FOLLOW)
-        browser = {**layout.env, "BROWSER": f"{sys.executable} {script} %s"}
-        pasted = await paste_elsewhere(command, browser, tmp_path / "elsewhere")
-        assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+        await signed_in_pasted(command, layout, tmp_path)
         manager = host.config.manager
         await wait_until(lambda: manager.clients()["sec"].status == "connected", what="sec connected")
 
@@ -427,11 +425,7 @@ async def test_the_sign_in_command_a_client_of_a_workspace_of_its_own_is_told_wo
             said = await client.call_tool("mcp__sec__echo", {"text": "a"})
             assert said.is_error
             command = text_of(said).split("sign in with: ", 1)[1].split(" (or put", 1)[0]
-            script = tmp_path / "browser.py"
-            script.write_text(FOLLOW)
-            browser = {**layout.env, "BROWSER": f"{sys.executable} {script} %s"}
-            pasted = await paste_elsewhere(command, browser, tmp_path / "elsewhere")
-            assert pasted.returncode == 0, (command, pasted.stdout, pasted.stderr)
+            await signed_in_pasted(command, layout, tmp_path)
             assert isinstance(await next_event(subscription), ToolsListChanged)
             assert text_of(await client.call_tool("mcp__sec__echo", {"text": "b"})) == "secure:echo:b"
         tg.cancel_scope.cancel()
