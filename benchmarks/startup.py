@@ -40,8 +40,8 @@ from _common import (
 
 from mcpvisor.core.config import Config
 from mcpvisor.core.events import McpEvent, ServerStateChanged
-from mcpvisor.core.manager import default_max_starts
 from mcpvisor.core.server_config import ConnectionOptions
+from mcpvisor.core.start_slots import default_max_starts
 
 GONE_TIMEOUT_S = 30.0
 

@@ -33,6 +33,9 @@ def server(name: str, *args: str, marker: Path | None = None) -> dict[str, Any]:
     return {"command": sys.executable, "args": ["-m", LIGHT, "--name", name, *args, *extra]}
 
 
+BUSY_STARTING = "import sys\nopen(sys.argv[1], 'a').write('started')\nwhile True: pass"
+
+
 def save(path: Path, data: Any) -> None:
     replace_text(path, json.dumps(data, indent=2))
 
@@ -402,8 +405,13 @@ async def test_an_approval_made_while_the_host_starts_its_servers_is_followed(tm
 async def test_a_server_rejected_elsewhere_while_its_start_waits_for_a_slot_never_starts(tmp_path: Path) -> None:
     slow_started, x_started = tmp_path / "slow.pids", tmp_path / "x.pids"
     entries = {
-        # Never answers initialize: holds the one start slot for its whole discovery timeout.
-        "slow": {**server("slow", "--hang-on-initialize", marker=slow_started), "discoveryTimeoutMs": 3000},
+        # Busy starting (its CPU in use, as a server loading its modules), never answering: holds the one start slot
+        # for its whole discovery timeout (a server that waits idle would hand the slot on).
+        "slow": {
+            "command": sys.executable,
+            "args": ["-c", BUSY_STARTING, str(slow_started)],
+            "discoveryTimeoutMs": 3000,
+        },
         "x": server("x", marker=x_started),
     }
     async with session(tmp_path, max_concurrent_starts=1) as s:

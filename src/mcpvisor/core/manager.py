@@ -30,11 +30,12 @@ from mcpvisor.core.events import (
 )
 from mcpvisor.core.exposure import exposure_of
 from mcpvisor.core.lifecycle import Background, Stopping
-from mcpvisor.core.pool import PooledStartFailed, default_max_starts, release
+from mcpvisor.core.pool import PooledStartFailed, release
 from mcpvisor.core.processes import SpawnedAhead, loading_sdk
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, admitted, plan_for
 from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, admit, server_state
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of
+from mcpvisor.core.start_slots import StartSlots
 
 if TYPE_CHECKING:
     from mcp_types import Prompt, Tool
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
     from mcpvisor.core.pool import McpConnectionPool
 
-__all__ = ["BACKOFF_INITIAL_S", "BACKOFF_MAX_S", "MAX_RECONNECT_ATTEMPTS", "McpClientManager", "default_max_starts"]
+__all__ = ["BACKOFF_INITIAL_S", "BACKOFF_MAX_S", "MAX_RECONNECT_ATTEMPTS", "McpClientManager"]
 
 logger = logging.getLogger(__name__)
 _CLIENT_MODULE = "mcpvisor.core.client"
@@ -81,12 +82,10 @@ class McpClientManager:
     ) -> None:
         self._config = config
         self._options = options or ConnectionOptions()
-        self._gate = definition_gate
-        self._held: dict[str, Admitted] = {}
-        self._pool = pool
-        self._session_id = session_id
+        self._gate, self._held = definition_gate, dict[str, Admitted]()
+        self._pool, self._session_id = pool, session_id
         self._tg, self._events, self._tools, self._prompts = tg, events, tools, prompts
-        self._limiter = anyio.CapacityLimiter(self._options.max_concurrent_starts or default_max_starts())
+        self._slots = StartSlots(self._options.max_concurrent_starts)
         self._clients: dict[str, McpClient] = {}
         self._failed: set[str] = set()  # whose last start failed (started again by the next pass: a retry)
         self._configs: dict[str, McpServerConfig] = {}
@@ -276,7 +275,7 @@ class McpClientManager:
     async def _open(self, name: str, cfg: McpServerConfig, decided: int | None = None) -> None:
         """Start (or, with a pool, acquire) a connection for ``name`` unless a later pass took it on (ConnectError)."""
         spawnable, logs = partial(self._spawnable, name), self._options.log_dir
-        async with loading_sdk(_CLIENT_MODULE, self._limiter, name, cfg, spawnable, logs) as ahead:
+        async with loading_sdk(_CLIENT_MODULE, self._slots, name, cfg, spawnable, logs) as ahead:
             await self._start(name, cfg, decided, ahead)
 
     def _spawnable(self, name: str) -> bool:  # asked in its start slot, right before: the gating may have changed
@@ -317,7 +316,8 @@ class McpClientManager:
         )
         self._clients[name] = self._handshaking[name] = client
         try:
-            async with self._limiter:
+            async with self._slots.hold() as slot:
+                slot.watch(client)
                 if self._clients.get(name) is not client:
                     return  # superseded while waiting for a start slot
                 if not self._still_admitted(name):

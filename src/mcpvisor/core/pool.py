@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -30,20 +29,16 @@ import anyio.abc
 
 from mcpvisor.core.errors import ConnectError, NotRunningError
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of
+from mcpvisor.core.start_slots import StartSlots
 
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
 
-__all__ = ["McpConnectionPool", "PooledStartFailed", "default_max_starts", "pool_key", "release"]
+__all__ = ["McpConnectionPool", "PooledStartFailed", "pool_key", "release"]
 
 logger = logging.getLogger(__name__)
 
 ClientCallback = Callable[["McpClient"], None]
-
-
-def default_max_starts() -> int:
-    """Simultaneous server starts: spawning is CPU-bound, so about the number of cores."""
-    return max(2, os.cpu_count() or 2)
 
 
 def pool_key(session_id: str, name: str, cfg: McpServerConfig) -> str:
@@ -88,7 +83,7 @@ class McpConnectionPool:
     def __init__(self, options: ConnectionOptions | None = None) -> None:
         self.options = options or ConnectionOptions()
         """How the pool's connections are made (theirs, not the sessions': a session's own are ignored)."""
-        self._limiter = anyio.CapacityLimiter(self.options.max_concurrent_starts or default_max_starts())
+        self._slots = StartSlots(self.options.max_concurrent_starts)
         self._entries: dict[str, _Entry] = {}
         self._log_names: dict[str, str] = {}
         """Pool key -> the name its server's log is written under (:meth:`_log_name`)."""
@@ -213,7 +208,8 @@ class McpConnectionPool:
         new.holders[session_id] = (on_change, on_lost)
         self._entries[key] = new
         try:
-            async with self._limiter:
+            async with self._slots.hold() as slot:
+                slot.watch(client)
                 self.start_count += 1
                 await client.start(self._tg)
         except BaseException as exc:

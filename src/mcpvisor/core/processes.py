@@ -28,6 +28,7 @@ import anyio.to_thread
 
 from mcpvisor.core.server_config import REPOSITORY_SCOPES, McpServerConfig
 from mcpvisor.core.server_log import ServerLog, log_file
+from mcpvisor.core.start_slots import StartSlots
 
 __all__ = [
     "INHERITED_ENV_VARS",
@@ -174,10 +175,18 @@ async def spawn_ahead(cfg: McpServerConfig, log_path: Path) -> SpawnedAhead | No
     return SpawnedAhead(cfg, process, log)
 
 
+def _loaded(module: str) -> bool:
+    """Whether ``module``'s import is over: a module is in ``sys.modules`` from the start of its import, and
+    importing it then (on the loop) would wait for the import's end. Python's import system tells the two apart
+    the same way (``importlib._bootstrap._find_and_load``)."""
+    spec = getattr(sys.modules.get(module), "__spec__", None)
+    return module in sys.modules and not getattr(spec, "_initializing", False)
+
+
 @asynccontextmanager
 async def loading_sdk(
     module: str,
-    slots: anyio.CapacityLimiter,
+    slots: StartSlots,
     name: str,
     cfg: McpServerConfig,
     may_spawn: Callable[[], bool],
@@ -190,10 +199,12 @@ async def loading_sdk(
     import runs. Yields that process for its connection to adopt (None: nothing spawned ahead), and stops it on
     the way out unless it was adopted."""
     ahead = None
-    if module not in sys.modules:
-        async with slots:
-            if module not in sys.modules:  # (else it was loaded while this start waited for its slot)
+    if not _loaded(module):
+        async with slots.hold() as slot:
+            if not _loaded(module):  # (else it was loaded while this start waited for its slot)
                 ahead = await spawn_ahead(cfg, log_file(log_dir, name)) if may_spawn() else None
+                if ahead is not None:
+                    slot.watch(ahead)
                 try:
                     await anyio.to_thread.run_sync(importlib.import_module, module)
                 except BaseException:

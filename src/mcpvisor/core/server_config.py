@@ -456,7 +456,7 @@ class ConnectionOptions:
     log_dir: Path | None = None
     """Where each stdio server's stderr is written (``<name>.log``); default: a temporary folder."""
     max_concurrent_starts: int | None = None
-    """How many servers start at once (default: :func:`~mcpvisor.core.pool.default_max_starts`)."""
+    """How many servers start at once (default: :func:`~mcpvisor.core.start_slots.default_max_starts`)."""
     http_auth: HttpAuth | None = None
     """Signs a remote server's requests (OAuth), by server name and entry."""
     client_requests: bool = False

@@ -217,7 +217,8 @@ SETTINGS_SCHEMA: Mapping[str, SettingDefinition] = {
         ),
         maxConcurrentStarts=SettingDefinition(
             "integer",
-            "How many servers may start at the same time (read at start-up).",
+            "How many servers may start at the same time while they use the CPU (one that waits — for a download, for "
+            "its handshake — lets the next one start; read at start-up).",
             requires_restart=True,
             show_in_dialog=False,
         ),

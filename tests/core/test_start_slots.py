@@ -1,0 +1,99 @@
+"""Simultaneous server starts (``mcpvisor.core.start_slots``): a start whose server waits lets the next one begin;
+one whose server is busy starting keeps its slot. Real processes, read through Linux's ``/proc``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import pytest
+
+from mcpvisor.core.config import Config
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
+from mcpvisor.core.start_slots import IDLE_WINDOW_S, StartSlots, tree_cpu_ns
+from tests.helpers import LIGHT, WAIT_S, light, wait_until
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads what a process uses from Linux's /proc"),
+]
+
+SPIN = [sys.executable, "-c", "while True: pass"]
+WAITS = ["sleep", "60"]
+
+
+@dataclass
+class Running:
+    pid: int | None
+
+
+@contextmanager
+def running(argv: list[str]) -> Iterator[Running]:
+    process = subprocess.Popen(argv, start_new_session=True)
+    try:
+        yield Running(process.pid)
+    finally:
+        process.kill()
+        process.wait()
+
+
+async def test_a_waiting_tree_has_a_cpu_time_and_a_busy_one_none() -> None:
+    with running(["/bin/sh", "-c", "sleep 60; true"]) as waiting:
+        await wait_until(lambda: isinstance(tree_cpu_ns(waiting.pid or 0), int), what="the shell and its sleep to wait")
+    # a shell waiting for its busy child, as npx waits for the server it runs: the tree is busy
+    with running(["/bin/sh", "-c", f"{sys.executable} -c 'while True: pass'; true"]) as busy_below:
+        await wait_until(lambda: tree_cpu_ns(busy_below.pid or 0) is None, what="the busy child to be seen")
+    assert tree_cpu_ns(2**22 + 1) is None  # no such process
+
+
+async def _second_start_begins(slots: StartSlots, server: Running, *, within_s: float) -> bool:
+    """Whether a second start gets a slot within ``within_s`` while the first holds one watching ``server``."""
+    got = anyio.Event()
+
+    async def second() -> None:
+        async with slots.hold():
+            got.set()
+
+    async with anyio.create_task_group() as tg, slots.hold() as first:
+        first.watch(server)
+        tg.start_soon(second)
+        with anyio.move_on_after(within_s):
+            await got.wait()
+        began = got.is_set()
+        assert first.held is not began  # its slot was handed on, or it still holds it
+    return began
+
+
+async def test_a_start_whose_server_waits_gives_its_slot_to_the_next() -> None:
+    with running(WAITS) as waiting:
+        assert await _second_start_begins(StartSlots(1), waiting, within_s=WAIT_S)
+
+
+async def test_a_start_whose_server_is_busy_keeps_its_slot() -> None:
+    with running(SPIN) as busy:
+        assert not await _second_start_begins(StartSlots(1), busy, within_s=10 * IDLE_WINDOW_S)
+    unspawned = Running(None)  # (a start that has not spawned its server yet keeps its slot too)
+    assert not await _second_start_begins(StartSlots(1), unspawned, within_s=10 * IDLE_WINDOW_S)
+
+
+async def test_a_server_that_waits_before_it_is_ready_holds_no_other_start_up(tmp_path: Path) -> None:
+    """One start at a time: a server that sleeps before it serves (as ``npx`` checks its package) lets the next
+    server start and connect meanwhile."""
+    waits = McpServerConfig(
+        command="/bin/sh",
+        args=("-c", 'sleep 60; exec "$0" "$@"', sys.executable, "-m", LIGHT, "--name", "waits"),
+        discovery_timeout_ms=120_000,
+    )
+    options = ConnectionOptions(log_dir=tmp_path / "logs", max_concurrent_starts=1)
+    async with Config(options=options) as config, anyio.create_task_group() as tg:
+        config.set_mcp_servers({"waits": waits, "b": light("b")})
+        tg.start_soon(config.initialize)
+        await wait_until(lambda: "mcp__b__echo" in config.tool_registry.names(), what="b's tools")
+        assert config.manager is not None
+        assert config.manager.clients()["waits"].status != "connected"
+        tg.cancel_scope.cancel()
