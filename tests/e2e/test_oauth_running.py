@@ -10,7 +10,8 @@ import re
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
@@ -19,6 +20,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.subscriptions import ToolsListChanged
+from mcp.shared.exceptions import MCPError
+from mcp_types import PromptReference
 
 from mcpvisor.core.errors import ConnectError, ToolNotFoundError
 from mcpvisor.core.events import ServerStateChanged
@@ -406,13 +409,11 @@ async def test_the_command_a_timed_out_sign_in_gives_works_pasted_in_another_fol
         await wait_until(lambda: manager.clients()["sec"].status == "connected", what="sec connected")
 
 
-async def test_the_sign_in_command_a_client_of_a_workspace_of_its_own_is_told_works_pasted_in_another_folder(
-    tmp_path: Path, server: Server
-) -> None:
-    """``serve --http --per-client-workspaces`` and a client whose own workspace (its header) defines a server that
-    needs a sign-in: its connection is the gateway's, shared between workspaces, and a call of its tool was told
-    ``sign in with: mcpvisor mcp login sec`` — pasted in another folder, that found no such server. The command
-    names the client's workspace."""
+@asynccontextmanager
+async def a_client_of_a_workspace_of_its_own(tmp_path: Path, server: Server) -> AsyncIterator[tuple[Layout, Client]]:
+    """``serve --http --per-client-workspaces`` with another home, and a client whose own workspace (its header)
+    defines an approved server ``sec`` that needs a sign-in (its connection is the gateway's, shared between
+    workspaces): the layout and the client."""
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"), MCPVISOR_HOME=str(tmp_path / "other home"))
     other = layout.home / "client"
     write_json(other / ".mcp.json", {"mcpServers": {"sec": {"type": "http", "url": server.url}}})
@@ -421,14 +422,56 @@ async def test_the_sign_in_command_a_client_of_a_workspace_of_its_own_is_told_wo
     options = HostOptions(env=layout.env, workspace=layout.root)
     async with WorkspaceGateway(options) as gateway, anyio.create_task_group() as tg:
         url = await tg.start(gateway.serve_http, "127.0.0.1", 0)
-        async with client_for(url, other) as client, client.listen(tools_list_changed=True) as subscription:
-            said = await client.call_tool("mcp__sec__echo", {"text": "a"})
-            assert said.is_error
-            command = text_of(said).split("sign in with: ", 1)[1].split(" (or put", 1)[0]
-            await signed_in_pasted(command, layout, tmp_path)
-            assert isinstance(await next_event(subscription), ToolsListChanged)
-            assert text_of(await client.call_tool("mcp__sec__echo", {"text": "b"})) == "secure:echo:b"
+        async with client_for(url, other) as client:
+            yield layout, client
         tg.cancel_scope.cancel()
+
+
+def sign_in_command_of(said: str) -> str:
+    """The command a message needing a sign-in says to sign in with."""
+    return said.split("sign in with: ", 1)[1].split(" (or put", 1)[0]
+
+
+async def test_the_sign_in_command_a_client_of_a_workspace_of_its_own_is_told_works_pasted_in_another_folder(
+    tmp_path: Path, server: Server
+) -> None:
+    """``serve --http --per-client-workspaces`` and a client whose own workspace (its header) defines a server that
+    needs a sign-in: its connection is the gateway's, shared between workspaces, and a call of its tool was told
+    ``sign in with: mcpvisor mcp login sec`` — pasted in another folder, that found no such server. The command
+    names the client's workspace."""
+    async with (
+        a_client_of_a_workspace_of_its_own(tmp_path, server) as (layout, client),
+        client.listen(tools_list_changed=True) as subscription,
+    ):
+        said = await client.call_tool("mcp__sec__echo", {"text": "a"})
+        assert said.is_error
+        await signed_in_pasted(sign_in_command_of(text_of(said)), layout, tmp_path)
+        assert isinstance(await next_event(subscription), ToolsListChanged)
+        assert text_of(await client.call_tool("mcp__sec__echo", {"text": "b"})) == "secure:echo:b"
+
+
+async def test_the_sign_in_command_a_prompt_or_resource_of_a_workspace_of_its_own_is_refused_with_works_elsewhere(
+    tmp_path: Path, server: Server
+) -> None:
+    """As for a tool call: a client of a workspace of its own getting a prompt, reading a resource or completing a
+    prompt's argument of a server that needs a sign-in was told the gateway's ``sign in with: mcpvisor mcp login
+    sec``, which names no workspace — pasted in another folder, that found no such server. It names the client's."""
+    async with (
+        a_client_of_a_workspace_of_its_own(tmp_path, server) as (layout, client),
+        client.listen(tools_list_changed=True) as subscription,
+    ):
+        commands = set()
+        for request in (
+            partial(client.get_prompt, "mcp__sec__greet"),
+            partial(client.read_resource, "mcpvisor://sec/notes"),
+            partial(client.complete, PromptReference(name="mcp__sec__greet"), {"name": "who", "value": "a"}),
+        ):
+            with pytest.raises(MCPError) as refused:
+                await request()
+            commands.add(sign_in_command_of(refused.value.error.message))
+        [command] = commands
+        await signed_in_pasted(command, layout, tmp_path)
+        assert isinstance(await next_event(subscription), ToolsListChanged)
 
 
 async def test_the_shells_login_completion_says_the_sign_ins_state_and_the_shell_command_that_mends_it(

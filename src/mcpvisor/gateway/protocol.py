@@ -130,15 +130,16 @@ def connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection | None:
 
 
 @contextmanager
-def as_mcp_errors() -> Iterator[None]:
-    """mcpvisor's errors as the JSON-RPC errors a client gets (for requests whose result has no error
-    flag): what no server provides is invalid params, the rest an internal error, the message as it is."""
+def as_mcp_errors(config: Config) -> Iterator[None]:
+    """mcpvisor's errors as the JSON-RPC errors a client of ``config``'s session gets (for requests whose result has
+    no error flag): what no server provides is invalid params, the rest an internal error, the message as that
+    session says it (:func:`said_here`)."""
     try:
         yield
     except NotFoundError as exc:
-        raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+        raise MCPError(types.INVALID_PARAMS, said_here(config, exc)) from exc
     except McpvisorError as exc:
-        raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+        raise MCPError(types.INTERNAL_ERROR, said_here(config, exc)) from exc
 
 
 def shape_problem(data: Any, *, unit: str = "POST") -> str | None:

@@ -171,7 +171,7 @@ async def complete(
     ref = params.ref
     upstream_ref: types.PromptReference | types.ResourceTemplateReference
     if isinstance(ref, types.PromptReference):
-        with as_mcp_errors():  # (several servers offering a prompt by its own name: which to complete)
+        with as_mcp_errors(config):  # (several servers offering a prompt by its own name: which to complete)
             if (entry := prompts.find(ref.name)) is None:
                 raise config.not_found(ref.name, "prompt")
         server, upstream_ref = entry.server, ref.model_copy(update={"name": entry.prompt.name})
@@ -182,5 +182,5 @@ async def complete(
         raise MCPError(types.INVALID_PARAMS, f"cannot complete: server {server!r} is not connected")
     context = params.context.arguments if params.context is not None else None
     argument = {"name": params.argument.name, "value": params.argument.value}
-    with as_mcp_errors():
+    with as_mcp_errors(config):
         return await client.complete(upstream_ref, argument, context)

@@ -287,7 +287,7 @@ class Gateway(StackOwner):
     ) -> types.GetPromptResult | types.InputRequiredResult:
         async def get(progress: Progress) -> types.GetPromptResult:  # (a retry of a round goes on with the first's)
             # A prompt result has no error flag: failures are JSON-RPC errors carrying the same messages.
-            with as_mcp_errors():  # (several servers offering a prompt by its own name: which to get)
+            with as_mcp_errors(self.config):  # (several servers offering a prompt by its own name: which to get)
                 if (entry := self._prompts().find(params.name)) is None:
                     raise self.config.not_found(params.name, "prompt")
                 return as_served(await self.config.get_prompt(entry.name, params.arguments))
@@ -325,7 +325,7 @@ class Gateway(StackOwner):
                 raise MCPError(
                     RESOURCE_NOT_FOUND, f"resource {uri!r} is unavailable: server {server!r} is not connected"
                 )
-            with as_mcp_errors():
+            with as_mcp_errors(self.config):
                 result = as_served(await client.read_resource(upstream_uri))
             if upstream_uri == uri:
                 return result
