@@ -498,3 +498,40 @@ async def test_the_shells_login_completion_says_the_sign_ins_state_and_the_shell
     async with host:
         offered = session.completion_candidates("login")
     assert offered == {"sec": "sign-in expired — run: /login sec", "s x": "sign-in expired — run: /login 's x'"}
+
+
+async def test_the_sign_in_command_a_workspace_of_its_own_narrates_works_pasted_in_another_folder(
+    tmp_path: Path, server: Server
+) -> None:
+    """``serve --http --per-client-workspaces``, a client's workspace defining a server that needs a sign-in, approved
+    while the workspace is open: the gateway's output for that workspace said ``✗ sec failed to start: … sign in
+    with: mcpvisor mcp login sec``, and its status row the same — the shared connection's command, which names no
+    workspace: pasted in another folder, it found no such server. Both name the client's workspace."""
+    from rich.console import Console
+
+    from mcpvisor.shell.narration import HumanOutput
+
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"), MCPVISOR_HOME=str(tmp_path / "other home"))
+    other = layout.home / "client"
+    write_json(other / ".mcp.json", {"mcpServers": {"sec": {"type": "http", "url": server.url}}})
+    console = Console(record=True, width=1000, file=io.StringIO())
+    hosts: list[Host] = []
+
+    def opened(host: Host) -> None:
+        hosts.append(host)
+        host.subscribe(HumanOutput(host, console, where=str(host.options.workspace)))
+
+    options = HostOptions(env=layout.env, workspace=layout.root)
+    async with WorkspaceGateway(options, on_open=opened) as gateway, anyio.create_task_group() as tg:
+        url = await tg.start(gateway.serve_http, "127.0.0.1", 0)
+        async with client_for(url, other) as client:
+            await client.list_tools()
+            approve = [mcpvisor_command(), "mcp", "approve", "--workspace", str(other), "sec"]
+            assert (await anyio.run_process(approve, env={**os.environ, **layout.env}, check=False)).returncode == 0
+            await wait_until(lambda: "sec failed to start" in console.export_text(clear=False), what="sec to fail")
+            [said] = [line for line in console.export_text().splitlines() if "sec failed to start" in line]
+            [row] = next(host for host in hosts if host.root == other.resolve()).server_views()
+            assert row.error is not None
+            assert sign_in_command_of(row.error) == sign_in_command_of(said)
+            await signed_in_pasted(sign_in_command_of(said), layout, tmp_path)
+        tg.cancel_scope.cancel()

@@ -30,6 +30,7 @@ from mcpvisor.core.client_requests import InFlight
 from mcpvisor.core.errors import (
     ConnectError,
     ConnectionBrokenError,
+    name_word,
 )
 from mcpvisor.core.events import ServerStatus
 from mcpvisor.core.listing import Listings, Refresher, discover, follow_list_changes, listen_wanted
@@ -180,6 +181,15 @@ class ServerConnection:
     @property
     def log_path(self) -> Path:
         return server_log.log_file(self._log_dir, self._log_name)
+
+    def said_to(self, login_command: str, text: str) -> str:
+        """``text`` (this connection's words) as a session that signs in with ``login_command`` (``{name}``) says
+        it: a connection shared between sessions (a pool's) says to sign in with the pool's command, which names no
+        workspace; told to a session, it is that session's own (its workspace and home)."""
+        if login_command == self.login_command:
+            return text
+        shared, own = (command.format(name=name_word(self.name)) for command in (self.login_command, login_command))
+        return text.replace(shared, own)
 
     @property
     def discovery_timeout_s(self) -> float:

@@ -17,7 +17,8 @@ from pydantic import ValidationError
 
 from mcpvisor.core.call_logs import LOG_LEVELS
 from mcpvisor.core.client import Progress
-from mcpvisor.core.errors import McpvisorError, NotFoundError, describe_invalid, name_word
+from mcpvisor.core.errors import McpvisorError, NotFoundError, describe_invalid
+from mcpvisor.host.status import as_said_here
 
 if TYPE_CHECKING:
     from mcpvisor.core.config import Config
@@ -109,17 +110,10 @@ def error_result(message: str) -> types.CallToolResult:
 
 
 def said_here(config: Config, exc: McpvisorError) -> str:
-    """``exc``'s message as ``config``'s session says it: a connection shared between sessions (a pool's) says to
-    sign in with the pool's command, which names no workspace; told to a session, it is the session's own command
-    (``config.options.login_command``: its workspace and home), which finds the server pasted in any folder."""
+    """``exc``'s message as ``config``'s session says it (the sign-in command of a shared connection's error:
+    :func:`~mcpvisor.host.status.as_said_here`)."""
     server = getattr(exc, "server", None)
-    client = config.manager.get_client(server) if isinstance(server, str) else None
-    if client is None or client.login_command == config.options.login_command:
-        return str(exc)
-    shared, own = (
-        command.format(name=name_word(client.name)) for command in (client.login_command, config.options.login_command)
-    )
-    return str(exc).replace(shared, own)
+    return as_said_here(config, server, str(exc)) if isinstance(server, str) else str(exc)
 
 
 def connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection | None:

@@ -53,7 +53,7 @@ from mcpvisor.host.settings.lsp_servers import load_lsp_file
 from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier
 from mcpvisor.host.settings.scopes import TRUST_SCOPES
 from mcpvisor.host.settings.servers import name_written_otherwise
-from mcpvisor.host.status import ServerView, describe_servers, fix_commands, live_connections
+from mcpvisor.host.status import ServerView, describe_servers, event_as_said_here, fix_commands, live_connections
 from mcpvisor.host.watcher import RestartRequired, SettingsChanged, SettingsOk, SettingsWatcher, read_store_states
 
 __all__ = ["Host", "HostEvent", "HostOptions", "Ready", "SettingsSource", "SettingsWarning"]
@@ -179,7 +179,7 @@ class Host(StackOwner):
             await stack.enter_async_context(self._config)
             self._config.set_reason_refiner(lambda name, reason: self.refine_reason(name, reason) or reason)
             self._config.approve_command = approve
-            self._config.events.subscribe(self.emit)
+            self._config.events.subscribe(lambda event: self.emit(event_as_said_here(self.config, event)))
             lsp_files = [load_lsp_file(Path(p), env) for p in opts.lsp_config]
             for lsp_file in lsp_files:
                 if lsp_file.error is not None:

@@ -13,11 +13,12 @@ import re
 import shlex
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from mcpvisor.core.errors import name_word
+from mcpvisor.core.events import ReconcileFinished, ServerStateChanged
 from mcpvisor.core.gating import McpGating
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.paths import named_home
@@ -30,9 +31,11 @@ __all__ = [
     "APPROVE_HINT",
     "LOGIN_HINT",
     "LiveConnection",
+    "as_said_here",
     "ServerState",
     "ServerView",
     "describe_servers",
+    "event_as_said_here",
     "fill_hint",
     "fix_commands",
     "held_text",
@@ -73,6 +76,23 @@ class LiveConnection:
     held_prompts: tuple[str, ...] = ()
 
 
+def as_said_here(config: Config, server: str, text: str) -> str:
+    """``text`` of server ``server``'s connection as ``config``'s session says it: a connection shared between
+    sessions (a pool's) says to sign in with the pool's command, which names no workspace; the session's own
+    (``config.options.login_command``: its workspace and home) finds the server pasted in any folder."""
+    client = config.manager.get_client(server)
+    return text if client is None else client.said_to(config.options.login_command, text)
+
+
+def event_as_said_here(config: Config, event: Any) -> Any:
+    """``event`` of ``config``'s connections with the errors in it as that session says them (:func:`as_said_here`)."""
+    if isinstance(event, ServerStateChanged) and event.error:
+        return replace(event, error=as_said_here(config, event.server, event.error))
+    if isinstance(event, ReconcileFinished) and event.failed:
+        return replace(event, failed={name: as_said_here(config, name, why) for name, why in event.failed.items()})
+    return event
+
+
 def live_connections(config: Config) -> dict[str, LiveConnection]:
     """What a running host's ``config`` knows about each of its connections."""
     live: dict[str, LiveConnection] = {}
@@ -82,7 +102,7 @@ def live_connections(config: Config) -> dict[str, LiveConnection]:
             status=client.status,
             tools=len(config.tool_registry.tools_of(name)),
             prompts=len(config.prompt_registry.prompts_of(name)),
-            error=client.last_error,
+            error=as_said_here(config, name, client.last_error) if client.last_error else None,
             log_path=str(client.log_path),
             needs_auth=client.needs_auth,
             held_tools=tuple(held.held_tools) if held else (),
