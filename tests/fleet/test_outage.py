@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
 import httpx2
 import pytest
 
+from mcpvisor.core.errors import ConfigError
+from mcpvisor.fleet.sealing import FleetKey, check_fleet_key
 from mcpvisor.fleet.store import FleetStore
 from tests.fleet.conftest import RedisServer
 from tests.fleet.test_replicas import Replica, fleet_of, publisher_and_follower, ready, tools
@@ -130,6 +134,38 @@ async def test_a_fleet_stopped_and_started_again_with_a_new_key_starts(
         await wait_until(lambda: old.proc.poll() is not None or ready_now(old), what="rc started or refused")
         assert old.proc.poll() == 1
         assert "(running: rb)" in " ".join(old.log.read_text().split())
+
+
+def test_of_two_replicas_starting_at_once_with_different_keys_one_is_refused(redis_server: RedisServer) -> None:
+    """The fleet was stopped (its old key's tag is left, no replica is listed) and two replicas start at the same
+    instant with different keys: each read the old tag and no replica, so each took its own key for the fleet's
+    new one, and the two served sign-ins and rounds the other cannot read. The second now sees the first's."""
+    text, key_check = "mcpvisor fleet key check default", FleetStore(redis_server.url).keys.key_check
+    with redis_server.client() as store:
+        store.set(key_check, FleetKey([KEY]).mac(text))
+    keys = [FleetKey([f"one new key, {KEY}"]), FleetKey([f"another new key, {KEY}"])]
+    together = threading.Barrier(2)
+
+    def start(n: int) -> str:
+        store = FleetStore(redis_server.url)
+        try:
+            store.ping()  # connected: the two checks start together
+            together.wait()
+            check_fleet_key(store, keys[n])
+            return "started"
+        except ConfigError as exc:
+            return str(exc)
+        finally:
+            store.close()
+
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(start, range(2)))
+    assert outcomes.count("started") == 1, outcomes
+    [refused] = [said for said in outcomes if said != "started"]
+    assert "differs from the fleet key the other replicas of fleet 'default' use (running: one starting now)" in refused
+    winner = keys[outcomes.index("started")]
+    with redis_server.client() as store:
+        assert winner.verify(text, str(store.get(key_check)))
 
 
 def ready_now(replica: Replica) -> bool:

@@ -27,7 +27,7 @@ from mcpvisor.core.errors import ConfigError
 if TYPE_CHECKING:
     from mcpvisor.fleet.store import FleetStore
 
-__all__ = ["KEY_ENV", "KEY_FILE_ENV", "FleetKey", "check_fleet_key"]
+__all__ = ["KEY_ENV", "KEY_FILE_ENV", "KEY_MARK_MS", "FleetKey", "check_fleet_key", "release_key_mark"]
 
 KEY_ENV: Final = "MCPVISOR_FLEET_KEY"
 KEY_FILE_ENV: Final = "MCPVISOR_FLEET_KEY_FILE"
@@ -35,6 +35,9 @@ MIN_SECRET: Final = 32
 _PREFIX: Final = "v1."
 _INFO: Final = b"mcpvisor fleet seal v1"
 _MAC_INFO: Final = b"mcpvisor fleet mac v1"
+KEY_MARK_MS: Final = 30_000
+"""How long a replica that recorded its key counts as starting when it is not listed (and did not say it is):
+longer than it waits for its id's entry left by a replica that stopped (``FleetStore.claim``)."""
 
 
 class FleetKey:
@@ -132,29 +135,60 @@ class FleetKey:
         raise ValueError("sealed with a fleet key that is not in MCPVISOR_FLEET_KEY any more")
 
 
-def check_fleet_key(store: FleetStore, key: FleetKey, *, record: bool = True) -> None:
+def check_fleet_key(store: FleetStore, key: FleetKey, *, record: bool = True, holder: str = "") -> None:
     """Refuse a fleet key that shares no secret with the key the fleet's running replicas use: the store keeps a
     tag of the latest first secret seen (``keycheck``), which any secret of this ring must verify (a key being
     rotated shares one). A replica started with another key would serve rounds and sign-ins no other replica
     reads, and a sign-in made again there would replace the fleet's with one no other replica opens. With no
     replica running, the key is the fleet's new one (every replica was given it). ``record``: keep this key's tag
-    (a replica; a management command only checks). Blocking."""
+    (a replica; a management command only checks), and mark it as chosen by a replica still starting (``holder``,
+    until :func:`release_key_mark` once it is listed, or :data:`KEY_MARK_MS`): a replica started at the same time
+    with another key is then refused too. The check and the record are one transaction (``WATCH``): of two
+    replicas recording different keys at once, the second sees the first's. Blocking."""
     import redis
 
     from mcpvisor.fleet.store import fleet_unreachable
 
     text = f"mcpvisor fleet key check {store.keys.fleet}"
-    client = store.sync_client()
     try:
-        held = client.get(store.keys.key_check)
-        if held is not None and not key.verify(text, str(held)) and (running := store.replicas()):
-            names = ", ".join(entry["id"] for entry in running)
-            raise ConfigError(
-                f"{KEY_ENV} differs from the fleet key the other replicas of fleet {store.keys.fleet!r} use "
-                f"(running: {names}): give every replica the same key (to rotate it, add the new secret second "
-                "on every replica first)"
-            )
-        if record:
-            client.set(store.keys.key_check, key.mac(text))
+        with store.sync_client().pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(store.keys.key_check)  # type: ignore[no-untyped-call]
+                    held = pipe.get(store.keys.key_check)
+                    if held is not None and not key.verify(text, str(held)):
+                        _refuse_unless_stopped(store, starting=bool(pipe.exists(store.keys.key_starting)))
+                    if record:
+                        pipe.multi()
+                        pipe.set(store.keys.key_check, key.mac(text))
+                        pipe.set(store.keys.key_starting, holder, px=KEY_MARK_MS)
+                        pipe.execute()
+                    return
+                except redis.WatchError:
+                    continue  # another replica recorded its key meanwhile: check against that one
+    except (redis.RedisError, OSError) as exc:
+        raise fleet_unreachable(store.url, exc, store.named_in) from exc
+
+
+def _refuse_unless_stopped(store: FleetStore, *, starting: bool) -> None:
+    """Refuse a key that is not the fleet's while a replica runs, or one that recorded it is starting."""
+    running = ", ".join(entry["id"] for entry in store.replicas())
+    if running or starting:
+        raise ConfigError(
+            f"{KEY_ENV} differs from the fleet key the other replicas of fleet {store.keys.fleet!r} use "
+            f"(running: {running or 'one starting now'}): give every replica the same key (to rotate it, add the "
+            "new secret second on every replica first)"
+        )
+
+
+def release_key_mark(store: FleetStore, holder: str) -> None:
+    """Drop ``holder``'s mark of a replica starting (:func:`check_fleet_key`): it is listed now, or not starting.
+    Blocking."""
+    import redis
+
+    from mcpvisor.fleet.store import RELEASE, fleet_unreachable
+
+    try:
+        store.sync_client().eval(RELEASE, 1, store.keys.key_starting, holder)
     except (redis.RedisError, OSError) as exc:
         raise fleet_unreachable(store.url, exc, store.named_in) from exc

@@ -15,6 +15,7 @@ touch several keys, which must sit in one slot):
 ``lock:tok:<key>``  the replica refreshing that token (expires); ``fresh:tok:<key>``: it was just refreshed
 ``settings``        hash: ``gen``, ``sha``, ``files`` (JSON of the raw settings texts), ``by``, ``at``
 ``keycheck``        a tag of the fleet key (:func:`~mcpvisor.fleet.sealing.check_fleet_key`)
+``keycheck:starting``  the replica that recorded that tag and is not listed yet (expires)
 ``lease:publisher`` the replica id of the one replica that publishes settings (expires)
 ``replica:<id>``    hash: ``addr``, ``started``, ``gen``, ``seen`` of a live replica (expires)
 ``bus:<workspace>``  pub/sub channel: one workspace's list-changed notices, for every replica's listen streams
@@ -184,6 +185,10 @@ class Keys:
     @property
     def key_check(self) -> str:
         return self._k("keycheck")
+
+    @property
+    def key_starting(self) -> str:
+        return self._k("keycheck:starting")
 
     @property
     def lease(self) -> str:
