@@ -122,7 +122,9 @@ def test_fleet_status_fails_when_no_replica_runs_and_a_fleet_name_is_a_name(
     monkeypatch.setenv("MCPVISOR_FLEET_NAME", "defualt")
     result = CliRunner().invoke(app, ["fleet", "status", "--fleet", redis_server.url, "--fleet-name", "defualt"])
     assert result.exit_code == 1
-    assert "no replica of fleet defualt is running (is --fleet-name right?)" in result.stdout
+    said = " ".join(result.stdout.split())
+    assert "no fleet named 'defualt' is known in the fleet store" in said
+    assert "it knows no fleet yet (no replica ran with it)" in said
     for name in ("*", "a b", "x}y", ""):
         with pytest.raises(ConfigError, match="invalid fleet name"):
             FleetStore(redis_server.url, fleet=name)

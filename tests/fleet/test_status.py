@@ -100,3 +100,26 @@ async def test_a_store_that_lost_the_published_settings_is_said_so(tmp_path: Pat
             await wait_until(on_the_stores, what="every replica on the generation the settings were published again at")
         again = fleet.command("fleet", "status", home=tmp_path / "c")
         assert again.returncode == 0, again.stdout
+
+
+def test_a_fleet_name_the_store_does_not_know_is_said_so_with_the_names_it_knows(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """A mistyped --fleet-name read as a fleet at generation 0 with no replica running: the store knows no such
+    fleet, and says which ones it does know."""
+    with fleet_of(tmp_path, redis_server) as fleet:
+        for name in ("prod", "staging"):
+            FleetStore(fleet.url, fleet=name).ack_reset()
+        typo = fleet.command("fleet", "status", "--fleet-name", "prd", home=tmp_path / "c")
+        as_json = fleet.command("fleet", "status", "--fleet-name", "prd", "--json", home=tmp_path / "c")
+        known = fleet.command("fleet", "status", "--fleet-name", "prod", "--json", home=tmp_path / "c")
+    said = " ".join(typo.stdout.split())
+    assert typo.returncode == 1
+    assert f"no fleet named 'prd' is known in the fleet store {fleet.url}: the fleets it knows: prod, staging" in said
+    assert "settings generation 0" not in said
+    assert as_json.returncode == 1
+    out = json.loads(as_json.stdout)
+    assert (out["known"], out["fleets_in_store"]) == (False, ["prod", "staging"])
+    assert "no fleet named 'prd' is known" in out["error"]
+    assert known.returncode == 1  # known, but no replica of it is running
+    assert json.loads(known.stdout)["known"] is True

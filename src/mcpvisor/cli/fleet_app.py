@@ -41,15 +41,17 @@ def _store() -> Any:
 def fleet_status(fleet: FleetOpt = None, fleet_name: FleetNameOpt = None, as_json: JsonOpt = False) -> None:
     """List the live replicas: address, settings generation applied and its lag, decisions revision, the
     settings publisher, and any replica that holds its gated servers (store unreachable or rewound).
-    Exits 1 when no replica is running (a mistyped --fleet-name finds none), a replica reports a problem, one
-    lags behind the published settings, or the store's settings generation is below what one applied (the
-    store lost them); each such row says what to do next."""
+    Exits 1 when no replica is running (a --fleet-name the store does not know is said so, with the names it
+    knows), a replica reports a problem, one lags behind the published settings, or the store's settings
+    generation is below what one applied (the store lost them); each such row says what to do next."""
     with reported():
         store = _store()
         replicas = store.replicas()
         gen = store.settings_generation()
         rev = store.revision()
         publisher = store.publisher()
+        fleets = None if replicas else store.fleet_names()  # none running: is it a fleet this store knows at all?
+    unknown = _unknown_fleet(store, fleets)
     now = time.time()
     rows = []
     for r in replicas:
@@ -69,7 +71,10 @@ def fleet_status(fleet: FleetOpt = None, fleet_name: FleetNameOpt = None, as_jso
         rows.append(row)
     if as_json:
         out = {"fleet": store.keys.fleet, "settings_generation": gen, "revision": rev, "replicas": rows}
+        out |= {"known": unknown is None, "fleets_in_store": fleets} | ({"error": unknown} if unknown else {})
         typer.echo(json.dumps(out, indent=2))
+    elif unknown:
+        new_console(highlight=False).print(unknown, soft_wrap=True, markup=False)
     else:
         console = new_console(highlight=False)
         console.print(
@@ -94,6 +99,20 @@ def fleet_status(fleet: FleetOpt = None, fleet_name: FleetNameOpt = None, as_jso
             console.print(f"  no replica of fleet {store.keys.fleet} is running (is --fleet-name right?)")
     if not rows or any(row["problem"] or row["lag"] for row in rows):
         raise typer.Exit(1)
+
+
+def _unknown_fleet(store: Any, fleets: list[str] | None) -> str | None:
+    """What to say of a fleet name the store holds no key of (``fleets``: the names it holds; ``None``: not
+    looked up, a replica runs), else ``None``."""
+    from mcpvisor.fleet.store import redact
+
+    if fleets is None or store.keys.fleet in fleets:
+        return None
+    held = f"the fleets it knows: {', '.join(fleets)}" if fleets else "it knows no fleet yet (no replica ran with it)"
+    return (
+        f"no fleet named {store.keys.fleet!r} is known in the fleet store {redact(store.url)}: {held} "
+        "(pick one with --fleet-name, or MCPVISOR_FLEET_NAME)"
+    )
 
 
 def _next_step(row: dict[str, Any]) -> str | None:

@@ -52,6 +52,22 @@ DEFAULT_FRESHNESS_S = 15.0
 """How long a mirror may go without hearing from the store before gated servers are held."""
 
 
+def read_approvals(store: FleetStore) -> tuple[int, dict[str, dict[str, FleetRecord]], int]:
+    """The revision, every approval record and the acknowledgement epoch, read in one transaction."""
+    client, keys = store.sync_client(), store.keys
+    roots = sorted(str(key) for key in client.smembers(keys.roots))
+    pipe = client.pipeline(transaction=True)
+    pipe.get(keys.rev)
+    pipe.get(keys.epoch)
+    for key in roots:
+        pipe.hgetall(keys.approvals(key))
+    rev, epoch, *hashes = pipe.execute()
+    out: dict[str, dict[str, FleetRecord]] = {}
+    for key, fields in zip(roots, hashes, strict=True):
+        out[key] = {name: rec for name, raw in fields.items() if (rec := parse_record(raw)) is not None}
+    return int(rev or 0), out, int(epoch or 0)
+
+
 class FleetApprovalStore(ApprovalStore):
     """The approvals of one fleet. :meth:`load` reads every record (blocking: for commands and start-up);
     a running replica's :class:`~mcpvisor.fleet.follower.Follower` keeps the mirror current."""
@@ -236,7 +252,7 @@ class FleetApprovalStore(ApprovalStore):
         import redis
 
         try:
-            rev, records, epoch = self.store.read_approvals()
+            rev, records, epoch = read_approvals(self.store)
         except (redis.RedisError, OSError) as exc:
             with self._lock:
                 self._loaded = True

@@ -248,6 +248,7 @@ _REFUSED_SIGN_IN = ("NOAUTH", "HELLO must be called", "invalid username-password
 
 
 _FLEET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_FLEET_KEY = re.compile(r"mcpv:\{(" + _FLEET_NAME.pattern + r")\}:")
 
 
 NAMED_BY_OPTION = "--fleet / MCPVISOR_FLEET"
@@ -429,21 +430,6 @@ class FleetStore:
             left_before = left
             time.sleep(CLAIM_POLL_S)
 
-    def read_approvals(self) -> tuple[int, dict[str, dict[str, FleetRecord]], int]:
-        """The revision, every approval record and the acknowledgement epoch, read in one transaction."""
-        client = self.sync_client()
-        roots = sorted(str(key) for key in client.smembers(self.keys.roots))
-        pipe = client.pipeline(transaction=True)
-        pipe.get(self.keys.rev)
-        pipe.get(self.keys.epoch)
-        for key in roots:
-            pipe.hgetall(self.keys.approvals(key))
-        rev, epoch, *hashes = pipe.execute()
-        out: dict[str, dict[str, FleetRecord]] = {}
-        for key, fields in zip(roots, hashes, strict=True):
-            out[key] = {name: rec for name, raw in fields.items() if (rec := parse_record(raw)) is not None}
-        return int(rev or 0), out, int(epoch or 0)
-
     def decide(self, key: str, name: str, digest: str, status: str, *, expected_rev: int | None, by: str) -> int | None:
         """Write one decision; the new revision, or ``None`` when the record changed since ``expected_rev``."""
         client = self.sync_client()
@@ -488,3 +474,10 @@ class FleetStore:
 
     def revision(self) -> int:
         return int(self.sync_client().get(self.keys.rev) or 0)
+
+    def fleet_names(self) -> list[str]:
+        """The names of the fleets this Redis holds keys of (one ``SCAN`` of ``mcpv:{*``: for a command that
+        did not find its fleet, not for a path taken often)."""
+        client = self.sync_client()
+        found = (_FLEET_KEY.match(str(key)) for key in client.scan_iter(match="mcpv:{*}:*", count=1000))
+        return sorted({match.group(1) for match in found if match is not None})
