@@ -483,6 +483,19 @@ def test_a_fleet_without_its_extra_installed_says_what_to_install(
         assert "hunter2" not in result.output
 
 
+def test_fleet_status_as_json_says_an_unreachable_store_in_json(layout: Layout) -> None:
+    """``fleet status --json`` with a store nothing answers at printed its error as a line of text on stderr only:
+    a script reading its output read nothing."""
+    env = {**layout.env, "MCPVISOR_FLEET": f"redis://:hunter2@127.0.0.1:{free_port()}/0"}
+    result = CliRunner().invoke(app, ["fleet", "status", "--json"], env=env)
+    assert result.exit_code == 1, result.output
+    out = json.loads(result.stdout)
+    assert "cannot reach the fleet store redis://:***@127.0.0.1:" in out["error"], out
+    assert out["problems"] == [out["error"]]
+    assert "cannot reach the fleet store" in result.stderr
+    assert "hunter2" not in result.output
+
+
 def test_a_tool_pin_store_that_cannot_be_read_fails_status_and_the_listing(layout: Layout) -> None:
     """Every tool of a pinned server is held while the pin store cannot be read: ``status`` said so only as "N
     tools changed since approval — run: mcpvisor mcp approve p" (which then failed on the store) and exited 0, as

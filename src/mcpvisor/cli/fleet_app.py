@@ -44,7 +44,7 @@ def fleet_status(fleet: FleetOpt = None, fleet_name: FleetNameOpt = None, as_jso
     Exits 1 when no replica is running (a --fleet-name the store does not know is said so, with the names it
     knows), a replica reports a problem, one lags behind the published settings, or the store's settings
     generation is below what one applied (the store lost them); each such row says what to do next."""
-    with reported():
+    with reported(json_problems=as_json):
         store = _store()
         replicas = store.replicas()
         gen = store.settings_generation()
