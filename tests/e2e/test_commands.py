@@ -122,6 +122,25 @@ def test_approve_shows_every_part_of_the_entry_and_every_variable_it_reads(tmp_p
     assert "S3CRET" not in (docs.stdout + docs.stderr + git.stdout + git.stderr).upper()
 
 
+def test_approve_names_the_fields_of_the_entry_as_the_settings_file_spells_them(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    entry = {
+        "command": "srv",
+        "includeTools": ["a", "b"],
+        "excludeTools": ["b"],
+        "discoveryTimeoutMs": 20000,
+        "maxMessageBytes": 4096,
+    }
+    replace_text(layout.paths.project, json.dumps({"mcpServers": {"p": entry}}))
+    shown = cli("mcp", "approve", "p", "--workspace", str(layout.root), env=layout.env)
+    assert shown.returncode == 0, shown.stderr
+    lines = [" ".join(line.split()) for line in shown.stdout.splitlines()]
+    assert 'includeTools: ["a", "b"]' in lines
+    assert 'excludeTools: ["b"]' in lines
+    assert "discoveryTimeoutMs: 20000" in lines
+    assert "maxMessageBytes: 4096" in lines
+
+
 def test_status_shows_a_working_folder_as_written_never_what_its_variable_stands_for(tmp_path: Path) -> None:
     layout = make_layout(tmp_path)
     entry = {"command": sys.executable, "args": ["-c", "pass"], "cwd": "/nonexistent/${MY_SECRET}"}

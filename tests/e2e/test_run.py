@@ -460,6 +460,29 @@ async def test_human_output_has_a_status_table_and_one_line_per_change(tmp_path:
         await wait_until(lambda pid=pid: not pid_alive(pid))  # type: ignore[misc]
 
 
+async def test_a_restart_line_names_the_changed_fields_as_the_settings_file_spells_them(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    m = tmp_path / "pids"
+    save(layout.paths.user, {"mcpServers": {"a": server("a", m)}})
+    process = await anyio.open_process(
+        [mcpvisor_command(), "run", "--workspace", str(layout.root)],
+        env={**os.environ, **layout.env, "COLUMNS": "250"},
+        stderr=subprocess.DEVNULL,
+    )
+    said = Said(process)
+    async with process:
+        await said.until("Ctrl-C to stop")
+        save(layout.paths.user, {"mcpServers": {"a": {**server("a", m), "maxMessageBytes": 1 << 20}}})
+        await said.until("↻ restarted a (")
+        await said.until(" changed)")
+        process.send_signal(signal.SIGINT)
+        with anyio.fail_after(WAIT_S):
+            await process.wait()
+    assert "↻ restarted a (maxMessageBytes changed)" in said.text
+    for pid in marker_pids(m):
+        await wait_until(lambda pid=pid: not pid_alive(pid))  # type: ignore[misc]
+
+
 async def test_run_json_tells_of_language_servers_waiting_for_approval_and_of_their_state(tmp_path: Path) -> None:
     from tests.host.lsp.test_lsp_host import pylsp
 

@@ -288,6 +288,17 @@ async def test_a_project_server_opens_the_dialog_with_its_command_and_file_and_a
     assert "s3cret-value" not in s.text()
 
 
+async def test_the_dialog_names_the_entrys_fields_as_the_settings_file_spells_them(tmp_path: Path) -> None:
+    entry = server("proj", excludeTools=["echo"], discoveryTimeoutMs=20000)
+    async with shell(tmp_path, project={"mcpServers": {"proj": entry}}) as s:
+        out = await s.wait_for("Approve proj? [a]pprove / approve [A]ll / [r]eject / [s]kip")
+        await s.run("r", "✗ rejected proj")
+    assert "    discoveryTimeoutMs: 20000" in out
+    assert '    excludeTools: ["echo"]' in out
+    assert "discovery_timeout_ms" not in out
+    assert "exclude_tools" not in out
+
+
 async def test_rejecting_leaves_the_server_disconnected_and_mcp_says_rejected(tmp_path: Path) -> None:
     marker = tmp_path / "proj.pids"
     async with shell(tmp_path, project={"mcpServers": {"proj": server("proj", marker=marker)}}) as s:

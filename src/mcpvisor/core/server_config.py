@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
 
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.spellings import ALIASES
 
 __all__ = [
     "checked_servers",
@@ -52,18 +53,6 @@ REPOSITORY_SCOPES = frozenset({"project", "workspace"})
 """The scopes a repository writes (``.mcp.json``, ``.mcpvisor/settings.json``): its servers wait for approval, and
 a bare ``command`` of theirs is looked up on the host's PATH, never on their own ``env.PATH``."""
 TransportKind = Literal["stdio", "sse", "http"]
-
-# camelCase and other common spellings -> canonical field names.
-_ALIASES: dict[str, str] = {
-    "httpUrl": "http_url",
-    "includeTools": "include_tools",
-    "excludeTools": "exclude_tools",
-    "discoveryTimeoutMs": "discovery_timeout_ms",
-    "discoveryTimeout": "discovery_timeout_ms",
-    "extensionName": "extension_name",
-    "workingDirectory": "cwd",
-    "maxMessageBytes": "max_message_bytes",
-}
 
 # Keys that never take part in the approval hash (SPEC §3.3).
 _NOT_APPROVAL_KEYS = frozenset({"scope", "extension_name", "description"})
@@ -101,7 +90,7 @@ def normalize_server_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for key, value in entry.items():
-        out[_ALIASES.get(key, key)] = value
+        out[ALIASES.get(key, key)] = value
     kind = out.pop("type", None)
     if kind is None:
         return out

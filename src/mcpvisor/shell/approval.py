@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.text import Text
 
 from mcpvisor.core.server_config import CODE_LOADING_ENV, McpServerConfig, is_secret_name, redact_text
+from mcpvisor.core.spellings import file_name
 from mcpvisor.host.lsp.config import LSP_KEY_PREFIX, RUNS_WORKSPACE_CODE, LspServerConfig
 from mcpvisor.host.settings.expand import variables_in
 from mcpvisor.host.settings.mcp_servers import ServerSource
@@ -198,7 +199,9 @@ def approval_request(name: str, cfg: McpServerConfig, source: ServerSource) -> A
         header_keys=tuple(sorted(cfg.headers or {})),
         code_env=code_env,
         reads=reads,
-        details=tuple((key, json.dumps(_shown(value, key), ensure_ascii=False)) for key, value in rest.items()),
+        details=tuple(
+            (file_name(key), json.dumps(_shown(value, key), ensure_ascii=False)) for key, value in rest.items()
+        ),
         notes=(FROM_ENVIRONMENT,) if reads or names_variables(command, *args, cwd, url) else (),
     )
 

@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from mcpvisor.core.events import ReconcileFinished, ServerStateChanged
 from mcpvisor.core.server_config import CONNECTION_FIELDS, McpServerConfig
+from mcpvisor.core.spellings import file_name
 from mcpvisor.host.host import Host, HostEvent, Ready, SettingsWarning
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpReloadFailed
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
@@ -28,7 +29,7 @@ __all__ = ["HumanOutput", "changed_fields"]
 def changed_fields(old: McpServerConfig | None, new: McpServerConfig | None) -> list[str]:
     if old is None or new is None:
         return []
-    changed = [f for f in CONNECTION_FIELDS if getattr(old, f) != getattr(new, f)]
+    changed = [file_name(f) for f in CONNECTION_FIELDS if getattr(old, f) != getattr(new, f)]
     return changed or ["connection settings"]
 
 

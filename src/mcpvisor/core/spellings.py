@@ -1,0 +1,33 @@
+"""How an MCP server entry's fields are spelled in a settings file: the spellings read (camelCase and others, onto
+the canonical field names) and the one people are shown, the file's own (``excludeTools``, not ``exclude_tools``)."""
+
+from __future__ import annotations
+
+__all__ = ["ALIASES", "file_name"]
+
+ALIASES: dict[str, str] = {
+    "httpUrl": "http_url",
+    "includeTools": "include_tools",
+    "excludeTools": "exclude_tools",
+    "discoveryTimeoutMs": "discovery_timeout_ms",
+    "discoveryTimeout": "discovery_timeout_ms",
+    "extensionName": "extension_name",
+    "workingDirectory": "cwd",
+    "maxMessageBytes": "max_message_bytes",
+}
+"""camelCase and other common spellings -> canonical field names."""
+
+_FILE_NAMES: dict[str, str] = {
+    "http_url": "httpUrl",
+    "include_tools": "includeTools",
+    "exclude_tools": "excludeTools",
+    "discovery_timeout_ms": "discoveryTimeoutMs",
+    "extension_name": "extensionName",
+    "max_message_bytes": "maxMessageBytes",
+}
+"""Canonical field names -> their spelling in a settings file (the README's); the others are spelled alike."""
+
+
+def file_name(field: str) -> str:
+    """A field's name as a settings file spells it, for people: ``excludeTools`` for ``exclude_tools``."""
+    return _FILE_NAMES.get(field, field)
