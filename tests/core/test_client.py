@@ -804,17 +804,25 @@ async def test_cancelling_the_owner_task_group_leaves_no_process(tmp_path: Path)
     await wait_until(lambda: not pid_alive(pid))
 
 
-async def test_a_killed_server_is_reported_lost(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("signum", "said"),
+    [(signal.SIGKILL, "was killed by SIGKILL (signal 9)"), (signal.SIGTERM, "was ended by SIGTERM (signal 15)")],
+)
+async def test_a_killed_server_is_reported_lost_naming_the_signal_not_an_exit_code(
+    tmp_path: Path, signum: signal.Signals, said: str
+) -> None:
     lost = anyio.Event()
     client = McpClient("k", light("k"), on_lost=lambda _: lost.set(), options=ConnectionOptions(log_dir=tmp_path))
     async with anyio.create_task_group() as tg:
         await client.start(tg)
         assert client.pid is not None
-        os.kill(client.pid, signal.SIGKILL)
+        os.kill(client.pid, signum)
         with anyio.fail_after(WAIT_S):
             await lost.wait()
         assert client.last_error is not None
-        assert "exited" in client.last_error
+        assert f"process {said}" in client.last_error
+        assert "exited with code" not in client.last_error
+        tg.cancel_scope.cancel()
 
 
 async def test_a_stdio_server_gets_a_small_environment_plus_its_own_env(

@@ -34,7 +34,7 @@ from mcpvisor.core.errors import (
 )
 from mcpvisor.core.events import ServerStatus
 from mcpvisor.core.listing import Listings, Refresher, discover, follow_list_changes, listen_wanted
-from mcpvisor.core.processes import SpawnedAhead
+from mcpvisor.core.processes import SpawnedAhead, how_it_exited
 from mcpvisor.core.server_config import (
     DEFAULT_MAX_MESSAGE_BYTES,
     REPOSITORY_SCOPES,
@@ -435,7 +435,7 @@ class ServerConnection:
                 while process.returncode is None:  # noqa: ASYNC110 - the exit code has no event to wait on
                     await anyio.sleep(0.01)
             code = process.returncode
-            self.mark_lost(f"process exited with code {code}" if code is not None else "server closed its output")
+            self.mark_lost(f"process {how_it_exited(code)}" if code is not None else "server closed its output")
 
     # -- notification ------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ __all__ = [
     "TERMINATE_GRACE_S",
     "SpawnedAhead",
     "child_environment",
+    "how_it_exited",
     "loading_sdk",
     "on_host_path",
     "spawn",
@@ -216,6 +217,20 @@ async def loading_sdk(
     finally:
         if ahead is not None:
             await ahead.discard()
+
+
+def how_it_exited(returncode: int) -> str:
+    """A process's end as people read it: ``exited with code 1``, or for a death by a signal (a negative return
+    code) ``was killed by SIGKILL (signal 9)``, ``was ended by SIGTERM (signal 15)``. A code of 128 + N is left as
+    it is: a process may exit with it by itself, or a shell in front of the server say so of its death."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    number = -returncode
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return f"was ended by signal {number}"
+    return f"was {'killed' if number == signal.SIGKILL else 'ended'} by {name} (signal {number})"
 
 
 async def _wait_exit(process: anyio.abc.Process, timeout_s: float) -> bool:

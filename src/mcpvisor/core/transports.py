@@ -27,7 +27,7 @@ from mcpvisor.core.errors import (
     name_word,
 )
 from mcpvisor.core.listing import ListingTooLong
-from mcpvisor.core.processes import SpawnedAhead, uses_host_path
+from mcpvisor.core.processes import SpawnedAhead, how_it_exited, uses_host_path
 from mcpvisor.core.server_config import InMemoryServers, McpServerConfig, arguments_hint
 from mcpvisor.core.server_log import ServerLog, log_problem
 from mcpvisor.core.stdio import StdioProcess, open_stdio_transport
@@ -283,7 +283,7 @@ def explain_start_failure(
     if cfg.transport == "stdio":
         code = process.returncode if process is not None else None
         if code is not None:
-            return f"process exited with code {code} during start-up; see its log {log_path}"
+            return f"process {how_it_exited(code)} during start-up; see its log {log_path}"
         # (a server served in memory has no process, and no log)
         return f"{reason}; see its log {log_path}" if process is not None or log_path.exists() else reason
     return f"{reason} (reaching {cfg.target()}){_transport_hint(exc, name, cfg)}"

@@ -17,7 +17,8 @@ from tests.host.lsp.test_lsp_host import hover_cut_short, pylsp, session, text
 
 
 async def test_a_call_a_crash_cuts_short_says_the_server_ended_before_it_answered_and_to_retry(tmp_path: Path) -> None:
-    """Before, it said only "exited with code 137", as if the call itself had been refused for good."""
+    """Before, it said only "exited with code 137", as if the call itself had been refused for good; the server was
+    killed by SIGKILL, and that is what it says."""
 
     async def crash(process: psutil.Process) -> None:
         process.kill()
@@ -26,7 +27,8 @@ async def test_a_call_a_crash_cuts_short_says_the_server_ended_before_it_answere
         result = await hover_cut_short(s, crash)
         assert result.is_error
         assert text(result) == (
-            "textDocument/hover failed: language server 'python' ended before it answered (exited with code 137); "
+            "textDocument/hover failed: language server 'python' ended before it answered (was killed by SIGKILL "
+            "(signal 9)); "
             "retry the call"
         )
         again = await s.ok("hover", file="service.py", line=3, character=6)  # the retry starts it again

@@ -25,7 +25,7 @@ import anyio
 import anyio.abc
 
 from mcpvisor.core.lines import without_lone_surrogates
-from mcpvisor.core.processes import stop_process
+from mcpvisor.core.processes import how_it_exited, stop_process
 from mcpvisor.core.server_config import DEFAULT_MAX_MESSAGE_BYTES
 from mcpvisor.core.server_log import ServerLog, pump_stderr
 from mcpvisor.host.lsp.errors import LspConnectionClosed, LspError, LspMessageTooLarge, LspRequestError
@@ -307,7 +307,7 @@ class LspConnection:
             await stderr_done.wait()
         code = self.process.returncode
         if code is not None:
-            reason = f"exited with code {code}"
+            reason = how_it_exited(code)
         else:
             reason = "closed the connection" if self._over_socket else "closed its output"
         last_line = stderr.last_line() if stderr is not None else ""
@@ -443,7 +443,10 @@ async def open_lsp_connection(
                             await handle.ended.wait()
                 tg.cancel_scope.cancel()
                 if process is not None:
-                    logger.info("language server %r stopped (exit code %s)", name, process.returncode)
+                    code = process.returncode
+                    logger.info(
+                        "language server %r stopped (%s)", name, "running" if code is None else how_it_exited(code)
+                    )
     except BaseExceptionGroup as group:
         if len(group.exceptions) != 1:
             raise

@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from mcpvisor.core.processes import child_environment, on_host_path
+from mcpvisor.core.processes import child_environment, how_it_exited, on_host_path
 from mcpvisor.host.lsp import reaper
 from mcpvisor.host.lsp.errors import LspConnectionClosed, LspError
 
@@ -179,7 +179,7 @@ async def connect_language_server(
     if process is not None and process.returncode is not None:
         await anyio.sleep(CONNECT_RETRY_S)  # its last words reach the pipe's reader
         last_line = output.last_line() if output is not None else ""
-        reason = f"exited with code {process.returncode} before it listened on {where}"
+        reason = f"{how_it_exited(process.returncode)} before it listened on {where}"
         raise LspConnectionClosed(server=name, reason=f"{reason}: {last_line}" if last_line else reason)
     if isinstance(problem, socket.gaierror):
         reason = f"could not connect to {where}: its host name does not resolve ({problem.strerror or problem})"

@@ -11,7 +11,7 @@ when it stops the server) into SIGTERM to the whole group, then SIGKILL to whate
 (The kernel sends it when the host *thread* that spawned the reaper ends: with anyio that is the event
 loop's thread, which outlives every connection it runs.)
 When the server exits by itself, whatever it left behind in the group is killed and the reaper exits with
-the server's exit code (128 + N when signal N killed it; 127 or 126 when COMMAND cannot be run).
+the server's exit code, or is ended by the signal that ended the server (127 or 126 when COMMAND cannot be run).
 
 It never reads stdin or writes stdout: the server inherits them as its protocol pipes. Stdlib only, and
 run isolated and without ``site`` (``-I -S``) so that it starts fast whatever the environment holds.
@@ -73,8 +73,21 @@ def main(argv: list[str]) -> int:
         _kill_others(signal.SIGKILL)  # what the server left behind
     except _Stop as stop:
         _stop_group()
-        return 128 + stop.signum
-    return code if code >= 0 else 128 - code
+        return _end_by(stop.signum)
+    return code if code >= 0 else _end_by(-code)
+
+
+def _end_by(signum: int) -> int:
+    """End the reaper by ``signum`` (without a core dump), as the server was: its host reads a death by a signal
+    where an exit code of 128 + N could be the server's own. The code a shell gives it, if that fails."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if signum != signal.SIGKILL:  # (its action cannot be set: it is the default's)
+        signal.signal(signum, signal.SIG_DFL)  # Python ignores SIGPIPE; the reaper handles STOP_SIGNALS
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+    os.kill(os.getpid(), signum)
+    return 128 + signum
 
 
 def _stop_group() -> None:

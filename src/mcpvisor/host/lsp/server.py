@@ -21,6 +21,7 @@ import anyio
 import anyio.abc
 
 from mcpvisor import __version__
+from mcpvisor.core.processes import how_it_exited
 from mcpvisor.core.server_config import arguments_hint
 from mcpvisor.core.server_log import ServerLog, log_file, log_problem
 from mcpvisor.host.lsp.client_side import CLIENT_CAPABILITIES, FileWatch
@@ -313,7 +314,7 @@ class LanguageServer:
         if connection.over_socket:
             return f"{connection.ended_reason}; see its log {self.log_path}"
         code = process.returncode
-        return f"the process exited{f' with code {code}' if code is not None else ''}; see its log {self.log_path}"
+        return f"the process {how_it_exited(code) if code is not None else 'exited'}; see its log {self.log_path}"
 
     def _initialize_params(self) -> dict[str, Any]:
         folder = self.folder
