@@ -457,6 +457,17 @@ async def test_a_server_that_never_started_is_said_to_have_failed_once_and_a_cra
         assert out.count("✗ c disconnected") == 1
 
 
+async def test_the_line_saying_a_server_disconnected_names_its_log_as_mcp_does(tmp_path: Path) -> None:
+    crashing = server("c", "--crash-on-call", "echo", "--stderr", "starting c")
+    async with shell(tmp_path, user={"mcpServers": {"c": crashing}}) as s:
+        log = tmp_path / "logs" / "c.log"
+        since = s.mark()
+        await s.run('/call mcp__c__echo {"text": "x"}', "✗ c disconnected")
+        await s.wait_for("+ c connected again (", since)
+    out = " ".join(s.text(since).split())
+    assert f"; see error logs: {log}" in out.split("✗ c disconnected: ", 1)[1].split("+ c connected again")[0]
+
+
 async def test_reload_rereads_the_files(tmp_path: Path) -> None:
     async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
         await s.run("/reload", "✓ settings re-read — no MCP changes")

@@ -40,6 +40,7 @@ __all__ = [
     "fix_commands",
     "held_text",
     "live_connections",
+    "log_hint",
     "lsp_hint",
     "plural",
     "short_command",
@@ -322,14 +323,16 @@ def state_text(
     if row.state == "connecting":
         return "◌", "connecting…", "cyan"
     if row.error:
-        shows_log = row.log_path is not None and row.log_path in row.error
-        hint = (
-            f"; see error logs: {row.log_path}"
-            if row.log_path and row.transport == "stdio" and not shows_log and _has_content(row.log_path)
-            else ""
-        )
-        return "✗", f"disconnected — {row.error}{hint}", "red"
+        return "✗", f"disconnected — {row.error}{log_hint(row.error, row.log_path, row.transport)}", "red"
     return "○", "disconnected", "dim"
+
+
+def log_hint(error: str, log_path: str | None, transport: str) -> str:
+    """``; see error logs: PATH`` after a stdio server's ``error`` when its log holds something the error does
+    not name already; else nothing."""
+    if not log_path or transport != "stdio" or log_path in error or not _has_content(log_path):
+        return ""
+    return f"; see error logs: {log_path}"
 
 
 def _has_content(path: str) -> bool:

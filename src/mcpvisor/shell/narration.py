@@ -19,7 +19,16 @@ from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpReloadFailed
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
 from mcpvisor.host.paths import named_home
 from mcpvisor.host.settings.loader import SettingsError
-from mcpvisor.host.status import APPROVE_HINT, LOGIN_HINT, fill_hint, in_home, lsp_hint, plural, with_options
+from mcpvisor.host.status import (
+    APPROVE_HINT,
+    LOGIN_HINT,
+    fill_hint,
+    in_home,
+    log_hint,
+    lsp_hint,
+    plural,
+    with_options,
+)
 from mcpvisor.host.watcher import RestartRequired, SettingsOk
 from mcpvisor.shell.views import render_lsp_status, render_status
 
@@ -209,7 +218,11 @@ class HumanOutput:
             self._up.discard(event.server)
             self._said_up.discard(event.server)
             self._down.add(event.server)
-            self._say(f"[red]✗ {escape(str(event.server))} disconnected: {escape(str(event.error))}[/]")
+            client = self._host.config.manager.clients().get(event.server)
+            cfg = self._servers.get(event.server)
+            log = str(client.log_path) if client is not None else None
+            said = event.error + log_hint(event.error, log, cfg.transport if cfg is not None else "stdio")
+            self._say(f"[red]✗ {escape(str(event.server))} disconnected: {escape(said)}[/]")
         elif isinstance(event, Ready):
             self._ready = True
             hint = self._approve_command
