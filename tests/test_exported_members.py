@@ -75,7 +75,7 @@ def test_the_host_and_gateway_entry_points_are_pinned() -> None:
     from mcpvisor.gateway.server import Gateway
     from mcpvisor.host.host import Host
 
-    assert mcpvisor.host.__all__ == ["Host", "HostEvent", "HostOptions", "Ready", "SettingsWarning"]
+    assert mcpvisor.host.__all__ == ["Host", "HostEvent", "HostOptions", "Ready", "SettingsWarning", "ToolFailure"]
     assert mcpvisor.gateway.__all__ == ["Gateway", "WorkspaceGateway"]
     assert mcpvisor.host.Host is Host
     assert mcpvisor.gateway.Gateway is Gateway
@@ -92,3 +92,15 @@ def test_importing_a_package_above_the_core_stays_cheap() -> None:
         "assert not {'mcp', 'watchfiles', 'rich', 'typer'} & set(sys.modules), sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_error_a_language_server_tool_raises_is_imported_from_where_the_readme_says() -> None:
+    from mcpvisor import McpvisorError
+    from mcpvisor.host import ToolFailure
+    from mcpvisor.host.lsp.tools import ToolFailure as raised
+
+    assert ToolFailure is raised
+    assert issubclass(ToolFailure, McpvisorError)
+    assert "from mcpvisor.host import ToolFailure" in " ".join(
+        (Path(__file__).parents[1] / "README.md").read_text().split()
+    )

@@ -15,7 +15,10 @@ from mcpvisor._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from mcpvisor.host.host import Host, HostEvent, HostOptions, Ready, SettingsWarning
+    from mcpvisor.host.lsp.tool_specs import ToolFailure
 
-__all__ = ["Host", "HostEvent", "HostOptions", "Ready", "SettingsWarning"]
+__all__ = ["Host", "HostEvent", "HostOptions", "Ready", "SettingsWarning", "ToolFailure"]
 
-__getattr__ = lazy_exports(__name__, dict.fromkeys(__all__, "mcpvisor.host.host"))
+__getattr__ = lazy_exports(
+    __name__, {**dict.fromkeys(__all__, "mcpvisor.host.host"), "ToolFailure": "mcpvisor.host.lsp.tool_specs"}
+)
