@@ -3,9 +3,11 @@ client downstream, in both protocol eras."""
 
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import anyio
 import mcp_types as types
@@ -172,6 +174,40 @@ async def test_completion_goes_to_the_server_that_owns_the_prompt_or_the_templat
                 types.PromptReference(type="ref/prompt", name="mcp__gone__plan"), {"name": "topic", "value": ""}
             )
         assert "prompt 'mcp__gone__plan' not found" in no_prompt.value.message
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_meta_of_a_prompt_get_a_read_and_a_completion_reaches_the_server_but_the_protocols_own_keys(
+    tmp_path: Path, mode: str
+) -> None:
+    """A client's ``_meta`` (an extension's keys, a tenant) reached the server on a tool call only: prompts/get,
+    resources/read and completion/complete dropped it. It is passed on as a call's is: without what the protocol
+    keeps there for one connection (the gateway's connection to the server states its own) or a progress token."""
+    echo = "note,note://a/1,note://a/{id}"
+    args = ("--prompts", "note", "--resources", "note://a/1", "--templates", "note://a/{id}", "--echo-meta", echo)
+    spoofed = {"name": "not the gateway", "version": "0"}
+    meta: Any = {"example.com/tenant": "t1", "io.modelcontextprotocol/clientInfo": spoofed, "progressToken": "p"}
+    prompt_ref = types.PromptReference(type="ref/prompt", name="mcp__a__note")
+    template_ref = types.ResourceTemplateReference(type="ref/resource", uri="note://a/{id}")
+    echoed: list[dict[str, Any]] = []
+    user = {"mcpServers": {"a": server("a", *args)}}
+    async with running(tmp_path, user=user, processes=True) as r, anyio.create_task_group() as tg:
+        url = await tg.start(r.gateway.serve_http, "127.0.0.1", 0)
+        async with Client(url, mode=mode) as client:
+            [message] = (await client.get_prompt("mcp__a__note", meta=meta)).messages
+            assert isinstance(message.content, types.TextContent)
+            echoed.append(json.loads(message.content.text))
+            echoed.append(json.loads(text_of(await client.read_resource("note://a/1", meta=meta))[1]))
+            for ref in (prompt_ref, template_ref):
+                argument = types.CompletionArgument(name="topic", value="x")
+                params = types.CompleteRequestParams(ref=ref, argument=argument, _meta=meta)
+                completed = await client.session.send_request(
+                    types.CompleteRequest(params=params), types.CompleteResult
+                )
+                echoed.append(json.loads(completed.completion.values[0]))
+        tg.cancel_scope.cancel()
+    assert [e.get("example.com/tenant") for e in echoed] == ["t1"] * 4
+    assert all(e.get("io.modelcontextprotocol/clientInfo") != spoofed and e.get("progressToken") != "p" for e in echoed)
 
 
 async def test_an_upstream_that_changes_its_resources_is_refetched_and_announced_downstream(tmp_path: Path) -> None:

@@ -218,8 +218,7 @@ class McpClient(ServerConnection):
         timeout = timeout_s or self.call_timeout_s
         relay = _InOrder(progress) if progress is not None else None
         with self._requesting(what, "tool", tool, client, timeout_s=timeout_s):
-            async with self._calling(client) as own:
-                sent = own if not meta else _with_meta(meta, own)
+            async with self._calling(client, meta) as sent:
                 result = await client.call_tool(
                     tool, arguments or {}, read_timeout_seconds=timeout, progress_callback=relay, meta=sent
                 )
@@ -233,39 +232,55 @@ class McpClient(ServerConnection):
             )
         return result
 
-    async def get_prompt(self, prompt: str, arguments: dict[str, str] | None = None) -> types.GetPromptResult:
+    async def get_prompt(
+        self, prompt: str, arguments: dict[str, str] | None = None, *, meta: Mapping[str, Any] | None = None
+    ) -> types.GetPromptResult:
+        """Get ``prompt`` from the server; ``meta`` is sent as the request's ``_meta``."""
         what = f"getting prompt {prompt!r}"
         client = self._connected_client(what)
         with self._requesting(what, "prompt", prompt, client), self._bounded(what, "prompt", prompt):
-            async with self._calling(client) as meta:
-                return await client.get_prompt(prompt, arguments, meta=meta)
+            async with self._calling(client, meta) as sent:
+                return await client.get_prompt(prompt, arguments, meta=sent)
 
-    async def read_resource(self, uri: str) -> types.ReadResourceResult:
+    async def read_resource(self, uri: str, *, meta: Mapping[str, Any] | None = None) -> types.ReadResourceResult:
+        """Read ``uri`` from the server; ``meta`` is sent as the request's ``_meta``."""
         what = f"reading resource {uri!r}"
         client = self._connected_client(what)
         with self._requesting(what, "resource", uri, client), self._bounded(what, "resource", uri):
-            async with self._calling(client) as meta:
-                return await client.read_resource(uri, meta=meta)
+            async with self._calling(client, meta) as sent:
+                return await client.read_resource(uri, meta=sent)
 
     async def complete(
         self,
         ref: types.PromptReference | types.ResourceTemplateReference,
         argument: dict[str, str],
         context_arguments: dict[str, str] | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
     ) -> types.CompleteResult:
-        """Completions for an argument of one of this server's prompts or resource templates."""
+        """Completions for an argument of one of this server's prompts or resource templates; ``meta`` is sent as
+        the request's ``_meta`` (as :meth:`call_tool` sends it; the SDK's ``complete`` takes none)."""
         of = ref.name if isinstance(ref, types.PromptReference) else ref.uri
         what = f"completing argument {argument.get('name')!r} of {of!r}"
         client = self._connected_client(what)
         name = argument.get("name", "")
         with self._requesting(what, "completion", name, client), self._bounded(what, "completion", name):
-            return await client.complete(ref, argument, context_arguments)
+            context = types.CompletionContext(arguments=context_arguments) if context_arguments is not None else None
+            params = types.CompleteRequestParams(
+                ref=ref,
+                argument=types.CompletionArgument(**argument),
+                context=context,
+                _meta=_with_meta(meta or {}, None),
+            )
+            return await client.session.send_request(types.CompleteRequest(params=params), types.CompleteResult)
 
     @asynccontextmanager
-    async def _calling(self, client: Client) -> AsyncIterator[types.RequestParamsMeta | None]:
+    async def _calling(
+        self, client: Client, caller_meta: Mapping[str, Any] | None = None
+    ) -> AsyncIterator[types.RequestParamsMeta | None]:
         """A call in flight: what the server asks of its client meanwhile goes to this call's caller, and
         its log messages to a caller that wants to hear them (:mod:`mcpvisor.core.call_logs`). Yields the
-        request's ``_meta``."""
+        request's ``_meta``: the caller's (see :func:`_with_meta`) with what mcpvisor sets itself."""
         log = call_logs.current()
         meta: types.RequestParamsMeta | None = None
         if log is not None and log.ask_only:
@@ -282,6 +297,8 @@ class McpClient(ServerConnection):
         self._calls.add(ended)
         if self._client is not client:
             ended.cancel()  # it ended meanwhile
+        if caller_meta:
+            meta = _with_meta(caller_meta, meta)
         try:
             with ended:
                 if self._in_flight is None:
@@ -411,12 +428,15 @@ def _output_problem(exc: RuntimeError) -> str | None:
 
 
 _PROTOCOL_META_PREFIX = "io.modelcontextprotocol/"
+_PROGRESS_KEYS = ("progressToken", "progress_token")
 
 
 def _with_meta(meta: Mapping[str, Any], own: types.RequestParamsMeta | None) -> types.RequestParamsMeta | None:
     """The caller's ``_meta`` for a request, with what mcpvisor sets itself in its place (the log level it asks for);
-    without a ``progressToken`` (the SDK gives the request its own when someone listens for progress) and without
-    the protocol's own keys (``io.modelcontextprotocol/…``: this connection's version, client and capabilities, as
-    the SDK stamps them; a gateway client's are its own connection's)."""
-    merged = {k: v for k, v in meta.items() if k != "progressToken" and not k.startswith(_PROTOCOL_META_PREFIX)}
+    without a progress token (the SDK gives the request its own when someone listens for progress; a caller's would
+    name another request of this connection to the server: the SDK's request ids are its tokens), under either of
+    its names (a request's parsed ``_meta`` has it as ``progress_token``), and without the protocol's own keys
+    (``io.modelcontextprotocol/…``: this connection's version, client and capabilities, as the SDK stamps them;
+    a gateway client's are its own connection's)."""
+    merged = {k: v for k, v in meta.items() if k not in _PROGRESS_KEYS and not k.startswith(_PROTOCOL_META_PREFIX)}
     return cast(types.RequestParamsMeta, {**merged, **(own or {})}) if merged else own

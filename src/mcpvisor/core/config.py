@@ -428,10 +428,13 @@ class Config(StackOwner):
         """The name ``provider``'s tools are registered under, if it is added."""
         return next((key for key, known in self._providers.items() if known is provider), None)
 
-    async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> GetPromptResult:
-        """Get a prompt by its registered name or by the gateway's ``mcp__<server>__<name>``."""
+    async def get_prompt(
+        self, name: str, arguments: dict[str, str] | None = None, *, meta: Mapping[str, Any] | None = None
+    ) -> GetPromptResult:
+        """Get a prompt by its registered name or by the gateway's ``mcp__<server>__<name>``; ``meta`` goes to the
+        server as the request's ``_meta`` (as :meth:`call_tool` sends it)."""
         if (loop := self.elsewhere()) is not None:  # called from another thread's event loop: run on this one's
-            return await on_loop(loop, self.get_prompt(name, arguments))
+            return await on_loop(loop, self.get_prompt(name, arguments, meta=meta))
         entry = self.find_prompt(name)
         client = self.manager.get_client(entry.server) if entry is not None else None
         if entry is None or client is None:
@@ -440,7 +443,7 @@ class Config(StackOwner):
             raise NotFoundError(
                 f"prompt {name!r} not found: no connected MCP server provides it{listed}", kind="prompt", target=name
             )
-        return await client.get_prompt(entry.prompt.name, arguments)
+        return await client.get_prompt(entry.prompt.name, arguments, meta=meta)
 
     def find_prompt(self, name: str) -> RegisteredPrompt | None:
         """The prompt registered as ``name``, or served under it as ``mcp__<server>__<prompt>``."""

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from mcpvisor.examples._options import ASK_CLIENT_DESCRIPTION, ASK_CLIENT_SCHEMA
+from mcpvisor.examples._options import ASK_CLIENT_DESCRIPTION, ASK_CLIENT_SCHEMA, prompt_text
 
 __all__ = [
     "BIG_TOOLS",
@@ -23,6 +23,7 @@ __all__ = [
     "be_stubborn",
     "echoed_meta",
     "flood_stderr",
+    "prompt_list",
     "template_regex",
     "text_result",
 ]
@@ -131,3 +132,15 @@ def text_result(text: str) -> dict[str, Any]:
 def echoed_meta(params: dict[str, Any]) -> str:
     """A request's ``_meta`` as JSON, keys sorted (``--echo-meta``: what reached the server)."""
     return json.dumps(params.get("_meta") or {}, sort_keys=True)
+
+
+def prompt_list(server: str, prompts: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The ``prompts/list`` entries of ``prompts``: each takes an optional ``topic``."""
+    return [
+        {
+            "name": prompt,
+            "description": f"One user message: {prompt_text(server, prompt, '{topic}')!r}.",
+            "arguments": [{"name": "topic", "description": "what the prompt is about", "required": False}],
+        }
+        for prompt in prompts
+    ]

@@ -96,7 +96,7 @@ class Options:
         self.garbage_stdout: bool = getattr(namespace, "garbage_stdout", False)
         self.big: bool = getattr(namespace, "big", False)
         self.hang_on_read: str | None = getattr(namespace, "hang_on_read", None)
-        self.echo_meta: str | None = getattr(namespace, "echo_meta", None)
+        self.echo_meta: tuple[str, ...] = split_names(getattr(namespace, "echo_meta", None) or "")
         slow, error = getattr(namespace, "slow_call", None), getattr(namespace, "error_on_call", None)
         self.slow_call: tuple[str, float] | None = _tool_and(slow, float, "--slow-call TOOL=SECONDS")
         self.error_on_call: tuple[str, int] | None = _tool_and(error, int, "--error-on-call TOOL=CODE")
@@ -180,7 +180,10 @@ def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
         )
         parser.add_argument("--hang-on-read", metavar="URI", help="never answer a read of URI (light server)")
         parser.add_argument(
-            "--echo-meta", metavar="TOOL", help="answer calls of the configurable tool TOOL with their _meta as JSON"
+            "--echo-meta",
+            metavar="NAMES",
+            help="answer calls of the configurable tools, gets of the prompts, reads of the resources and completions "
+            "for the prompts or templates NAMES (comma-separated) with the request's _meta as JSON",
         )
         parser.add_argument(
             "--slow-call",

@@ -35,6 +35,7 @@ from mcpvisor.examples._light_tools import (
     echoed_meta,
     flood_stderr,
     log_messages,
+    prompt_list,
     template_regex,
     text_result,
 )
@@ -224,7 +225,7 @@ class LightServer:
         elif method == "tools/call":
             self._call_tool(request_id, params)
         elif method == "prompts/list":
-            self._reply(request_id, {"prompts": self._prompt_list()})
+            self._reply(request_id, {"prompts": prompt_list(self._options.name, self._prompts)})
         elif method == "prompts/get":
             self._reply(request_id, self._get_prompt(params))
         elif method == "resources/list":
@@ -238,7 +239,7 @@ class LightServer:
             uri = params.get("uri")
             if uri not in self._resources and not self._template_matches(uri):
                 raise RequestError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}")
-            text = f"{self._options.name}:{uri}"
+            text = echoed_meta(params) if uri in self._options.echo_meta else f"{self._options.name}:{uri}"
             self._reply(request_id, {"contents": [{"uri": uri, "mimeType": "text/plain", "text": text}]})
         elif method in ("resources/subscribe", "resources/unsubscribe"):
             uri = params.get("uri")
@@ -347,7 +348,7 @@ class LightServer:
             if not isinstance(text, str):
                 raise RequestError(INVALID_PARAMS, f"tool {tool!r}: argument 'text' must be a string")
             own = tool_text(self._options.name, tool, text)
-            result = text_result(echoed_meta(params) if tool == self._options.echo_meta else own)
+            result = text_result(echoed_meta(params) if tool in self._options.echo_meta else own)
             slow = self._options.slow_call
             if slow is not None and slow[0] == tool:
                 threading.Thread(target=self._reply_later, args=(request_id, result, slow[1]), daemon=True).start()
@@ -436,17 +437,6 @@ class LightServer:
         params = {"progressToken": token, "progress": progress, "total": total, "message": message}
         self.send({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
 
-    def _prompt_list(self) -> list[dict[str, Any]]:
-        name = self._options.name
-        return [
-            {
-                "name": prompt,
-                "description": f"One user message: {prompt_text(name, prompt, '{topic}')!r}.",
-                "arguments": [{"name": "topic", "description": "what the prompt is about", "required": False}],
-            }
-            for prompt in self._prompts
-        ]
-
     def _get_prompt(self, params: dict[str, Any]) -> dict[str, Any]:
         prompt = params.get("name")
         arguments = params.get("arguments")
@@ -460,6 +450,8 @@ class LightServer:
         if not isinstance(topic, str):
             raise RequestError(INVALID_PARAMS, f"prompt {prompt!r}: argument 'topic' must be a string")
         text = prompt_text(self._options.name, prompt, topic)
+        if prompt in self._options.echo_meta:
+            text = echoed_meta(params)
         return {"messages": [{"role": "user", "content": {"type": "text", "text": text}}]}
 
     def _template_matches(self, uri: object) -> bool:
@@ -474,6 +466,8 @@ class LightServer:
         if ref.get("type") == "ref/resource" and ref.get("uri") not in self._options.templates:
             raise RequestError(INVALID_PARAMS, f"Unknown resource template: {ref.get('uri')}")
         value = f"{self._options.name}:{argument.get('name')}:{argument.get('value', '')}"
+        if ref.get("name", ref.get("uri")) in self._options.echo_meta:
+            value = echoed_meta(params)
         return {"completion": {"values": [value], "total": 1, "hasMore": False}}
 
 

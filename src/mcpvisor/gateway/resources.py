@@ -183,4 +183,4 @@ async def complete(
     context = params.context.arguments if params.context is not None else None
     argument = {"name": params.argument.name, "value": params.argument.value}
     with as_mcp_errors(config):
-        return await client.complete(upstream_ref, argument, context)
+        return await client.complete(upstream_ref, argument, context, meta=params.meta)

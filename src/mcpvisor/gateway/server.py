@@ -290,7 +290,7 @@ class Gateway(StackOwner):
             with as_mcp_errors(self.config):  # (several servers offering a prompt by its own name: which to get)
                 if (entry := self._prompts().find(params.name)) is None:
                     raise self.config.not_found(params.name, "prompt")
-                return as_served(await self.config.get_prompt(entry.name, params.arguments))
+                return as_served(await self.config.get_prompt(entry.name, params.arguments, meta=params.meta))
 
         try:
             return await self._interactive(ctx, params, get)
@@ -326,7 +326,7 @@ class Gateway(StackOwner):
                     RESOURCE_NOT_FOUND, f"resource {uri!r} is unavailable: server {server!r} is not connected"
                 )
             with as_mcp_errors(self.config):
-                result = as_served(await client.read_resource(upstream_uri))
+                result = as_served(await client.read_resource(upstream_uri, meta=params.meta))
             if upstream_uri == uri:
                 return result
             contents = [c.model_copy(update={"uri": uri}) if str(c.uri) == upstream_uri else c for c in result.contents]
