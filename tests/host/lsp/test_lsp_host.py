@@ -7,6 +7,7 @@ import gc
 import json
 import os
 import sys
+import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -23,6 +24,7 @@ from mcpvisor.core.errors import ToolNotFoundError
 from mcpvisor.host.host import Host, HostEvent, HostOptions
 from mcpvisor.host.lsp import manager as lsp_manager
 from mcpvisor.host.lsp.events import LspServerChanged
+from mcpvisor.host.lsp.server import LanguageServer
 from tests.helpers import WAIT_S, paste_elsewhere, pid_alive, wait_until
 from tests.layout import Layout, make_layout, replace_text
 
@@ -401,6 +403,54 @@ async def test_servers_start_on_first_use_and_stop_when_idle(tmp_path: Path) -> 
         ready = [e.pid for e in s.events if isinstance(e, LspServerChanged) and e.state == "ready"]
         assert len(ready) == 2  # (its pid read from the events: under load it may be idle and stopped again by now)
         assert ready[1] not in (None, pid)
+
+
+async def test_a_diagnostics_call_waiting_for_published_diagnostics_keeps_its_server_from_stopping_as_idle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call waiting for published diagnostics (``wait_ms``) did not count as a use: with ``lsp.idleStopSeconds``
+    shorter than the wait, the server was stopped as idle under it, and the call answered only at the end of its
+    wait, with no fresh diagnostics. Here pylsp's checker (pylint, a slow one) finishes only once the idle check
+    has looked at the server after its idle time ran out."""
+    monkeypatch.setattr(lsp_manager, "IDLE_CHECK_S", 0.05)
+    started, release = tmp_path / "checker-started", tmp_path / "checker-release"
+    checker = tmp_path / "slow-pylint"
+    checker.write_text(f'#!/bin/sh\ntouch "{started}"\nwhile [ ! -e "{release}" ]; do sleep 0.05; done\n')
+    checker.chmod(0o755)
+    off = {"enabled": False}
+    plugins = {
+        "pyflakes": off,
+        "pycodestyle": off,
+        "mccabe": off,
+        "pylint": {"enabled": True, "executable": str(checker)},
+    }
+    idle_stop_s = 0.2
+    user = {
+        "lspServers": {"python": pylsp(settings={"pylsp": {"plugins": plugins}})},
+        "lsp": {"idleStopSeconds": idle_stop_s},
+    }
+    looked_after: list[float] = []  # how long the server had been unused each time the idle check looked
+    busy = LanguageServer.busy
+
+    def looked(server: LanguageServer) -> bool:
+        looked_after.append(time.monotonic() - server.last_used)
+        return busy(server)
+
+    monkeypatch.setattr(LanguageServer, "busy", looked)
+    answers: list[dict[str, Any]] = []
+    async with session(tmp_path, user=user, watch=False) as s, anyio.create_task_group() as tg:
+
+        async def diagnose() -> None:
+            answers.append(await s.ok("diagnostics", files=["models.py"], wait_ms=int(WAIT_S * 1000)))
+
+        tg.start_soon(diagnose)
+        await wait_until(started.exists, what="pylsp to run its checker")
+        looked_after.clear()  # (looks before the wait began)
+        await wait_until(lambda: any(unused >= idle_stop_s for unused in looked_after), what="an idle check")
+        release.touch()  # the checker ends: pylsp publishes
+    assert "idle" not in [e.state for e in s.events if isinstance(e, LspServerChanged)]  # never stopped as idle
+    [file] = answers[0]["files"]
+    assert file["fresh"] is True
 
 
 async def test_a_planted_log_link_is_refused_and_the_call_says_so(tmp_path: Path) -> None:

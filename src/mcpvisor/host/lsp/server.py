@@ -78,6 +78,7 @@ class LanguageServer:
         """Crashes since the server last ran stably (restartOnCrash counts against maxRestarts)."""
         self.ready_since = 0.0  # when it last became ready (anyio's clock)
         self.last_used = time.monotonic()
+        self._waiting_for_diagnostics = 0  # calls waiting for published diagnostics (see busy)
         self._log_dir = log_dir
         self._on_change = on_change
         self._max_message_bytes = max_message_bytes
@@ -133,8 +134,9 @@ class LanguageServer:
         return bool(self.capabilities.get(capability))
 
     def busy(self) -> bool:
-        """Whether a request waits for the running server's answer (it is in use, however long ago it was sent)."""
-        return self._connection is not None and self._connection.busy()
+        """Whether a request waits for the running server's answer, or a call for the diagnostics it publishes (it
+        is in use, however long ago it was asked)."""
+        return self._waiting_for_diagnostics > 0 or (self._connection is not None and self._connection.busy())
 
     # -- life cycle -----------------------------------------------------------------------------
 
@@ -461,7 +463,12 @@ class LanguageServer:
             else:
                 if isinstance(report, dict) and report.get("kind") == "full":
                     return True, [d for d in report.get("items") or () if isinstance(d, dict)]
-        return await self.published.wait(doc, wait_s)
+        self._waiting_for_diagnostics += 1
+        try:
+            return await self.published.wait(doc, wait_s)
+        finally:
+            self._waiting_for_diagnostics -= 1
+            self.last_used = time.monotonic()  # unused from the end of the wait on
 
     # -- state ------------------------------------------------------------------------------------
 
