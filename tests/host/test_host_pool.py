@@ -4,6 +4,7 @@ hot reload in pool mode never starts an unapproved project server (SPEC §5.5)."
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import McpvisorError, NotRunningError, ServerUnavailableError, ToolNotFoundError
+from mcpvisor.core.events import ToolsChanged
 from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from mcpvisor.host.host import Host, HostOptions
@@ -172,3 +174,21 @@ async def test_with_a_pool_a_server_that_fails_to_start_reads_down_with_its_erro
                 assert state.error is not None
                 assert "process exited with code 3 during start-up" in state.error
             assert pool.connections() == {}  # nothing of it is left running
+
+
+async def test_what_a_host_says_while_it_stops_reaches_its_listeners(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, once the session's Config had stopped, each event of its servers going down failed in the host's
+    relay (``the host is not running``): a traceback logged by every ``mcpvisor run`` stopped with Ctrl-C, and the
+    host's listeners never heard their tools go."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    replace_text(layout.paths.user, json.dumps({"mcpServers": {"echo": server("echo", tmp_path / "echo")}}))
+    heard: list[object] = []
+    host = Host(HostOptions(env=layout.env, workspace=layout.root, watch=False))
+    host.subscribe(heard.append)
+    async with host:
+        assert host.config.tool_registry.names() == {"mcp__echo__echo"}
+        heard.clear()
+    assert ToolsChanged() in heard  # its tools went with it
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text

@@ -179,7 +179,8 @@ class Host(StackOwner):
             await stack.enter_async_context(self._config)
             self._config.set_reason_refiner(lambda name, reason: self.refine_reason(name, reason) or reason)
             self._config.approve_command = approve
-            self._config.events.subscribe(lambda event: self.emit(event_as_said_here(self.config, event)))
+            config = self._config  # not self.config: its servers' last events come while it stops
+            config.events.subscribe(lambda event: self.emit(event_as_said_here(config, event)))
             lsp_files = [load_lsp_file(Path(p), env) for p in opts.lsp_config]
             for lsp_file in lsp_files:
                 if lsp_file.error is not None:
