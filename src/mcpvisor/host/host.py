@@ -228,7 +228,6 @@ class Host(StackOwner):
                         self.tokens,
                         self.state.assembled.servers,
                         self.config.manager.clients(),
-                        self.config.options.login_command,
                     ),
                 )
 

@@ -370,15 +370,13 @@ class SignedIn:
         store: TokenStore,
         servers: Mapping[str, McpServerConfig],
         clients: Mapping[str, McpClient],
-        login_command: str = LOGIN_HINT,
     ) -> bool:
         """The store changed (a sign-in or sign-out elsewhere): live connections take the stored sign-in before
         their next request, those signed out end. True when a server that is not connected got a new token
         (reconnect it); a save that brings none (a sign-in registers its client before its tokens come, a refresh
-        of a connected server's) starts nothing, so a start it would fail for want of a token is not tried.
-        ``login_command``: how the end of a signed-out connection says to sign in (``{name}``)."""
+        of a connected server's) starts nothing, so a start it would fail for want of a token is not tried."""
         store.note_sign_ins_changed()
-        self.end_signed_out(store, servers, clients, login_command)
+        self.end_signed_out(store, servers, clients)
         before, self._tokens = self._tokens, _token_digests(store, servers)
         new = [name for name, digest in self._tokens.items() if digest is not None and digest != before.get(name)]
         return any((client := clients.get(name)) is None or client.status != "connected" for name in new)
@@ -393,14 +391,16 @@ class SignedIn:
         store: TokenStore,
         servers: Mapping[str, McpServerConfig],
         clients: Mapping[str, McpClient],
-        login_command: str = LOGIN_HINT,
     ) -> None:
         """End the connections of those of ``servers`` signed out since the last look, for every session holding
-        one (a restart would leave a connection another workspace holds); reconnected, they need a sign-in, with
-        ``login_command`` (``{name}``: :func:`~mcpvisor.host.status.fix_commands`)."""
+        one (a restart would leave a connection another workspace holds); reconnected, they need a sign-in. The end
+        is said in the connection's own words (its login command): a connection shared between workspaces (a
+        pool's) is worded for each by its host (:func:`~mcpvisor.host.status.as_said_here`), so none hears the
+        command of the workspace that saw the sign-out first."""
         for name in self.signed_out(store, servers):
             if (client := clients.get(name)) is not None:
-                client.mark_lost(f"server {name!r} was signed out — run: {login_command.format(name=name_word(name))}")
+                command = client.login_command.format(name=name_word(name))
+                client.mark_lost(f"server {name!r} was signed out — run: {command}")
 
 
 M = TypeVar("M", bound="BaseModel")
