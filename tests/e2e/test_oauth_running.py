@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import sys
 import time
@@ -472,6 +473,29 @@ async def test_the_sign_in_command_a_prompt_or_resource_of_a_workspace_of_its_ow
         [command] = commands
         await signed_in_pasted(command, layout, tmp_path)
         assert isinstance(await next_event(subscription), ToolsListChanged)
+
+
+async def test_the_wider_sign_in_a_workspace_of_its_own_needs_is_logged_with_a_command_that_works_elsewhere(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``serve --http --per-client-workspaces`` and a client whose own workspace defines a server that refuses a call
+    for want of scope: the gateway logged ``server 'sec' needs a wider sign-in (mcp:write) — run: mcpvisor mcp login
+    sec``, the shared connection's command, which names no workspace — pasted in another folder, it found no such
+    server. The log names a workspace that defines the server."""
+    caplog.set_level(logging.WARNING, logger="mcpvisor.host.oauth")
+    for server in start_server(tmp_path, "--tools", "echo,admin", "--needs-scope", "admin=mcp:write"):
+        async with (
+            a_client_of_a_workspace_of_its_own(tmp_path, server) as (layout, client),
+            client.listen(tools_list_changed=True) as subscription,
+        ):
+            said = await client.call_tool("mcp__sec__echo", {"text": "a"})
+            await signed_in_pasted(sign_in_command_of(text_of(said)), layout, tmp_path)
+            assert isinstance(await next_event(subscription), ToolsListChanged)
+            refused = await client.call_tool("mcp__sec__admin", {})
+            assert "needs a wider sign-in (mcp:write)" in text_of(refused), text_of(refused)
+            [logged] = [r.getMessage() for r in caplog.records if "needs a wider sign-in" in r.getMessage()]
+            await signed_in_pasted(logged.split(" — run: ", 1)[1], layout, tmp_path)
+            assert text_of(await client.call_tool("mcp__sec__admin", {})) == "secure:admin:"
 
 
 async def test_the_shells_login_completion_says_the_sign_ins_state_and_the_shell_command_that_mends_it(

@@ -58,8 +58,8 @@ from starlette.types import Receive, Scope, Send
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.lifecycle import StackOwner, running
-from mcpvisor.core.pool import McpConnectionPool
-from mcpvisor.core.server_config import ConnectionOptions
+from mcpvisor.core.pool import McpConnectionPool, pool_key
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from mcpvisor.gateway.http import (
     DEFAULT_HTTP_LIMITS,
     WORKSPACE_HEADER,
@@ -184,6 +184,17 @@ class WorkspaceGateway(StackOwner):
         """The file that defines server ``name`` in an open workspace (its connection is shared between them)."""
         return next((p for w in self._workspaces.values() if w.host and (p := w.host.defined_in(name))), None)
 
+    def _login_of(self, name: str, cfg: McpServerConfig) -> str:
+        """The sign-in command (``{name}``) of an open workspace holding server ``name``'s shared connection, for what
+        the pool says to no workspace (its log): the pool's own names no workspace, so a server a client's workspace
+        defines is not found with it; sign-ins are kept by the server's URL: any holder's command signs in for all."""
+        pool = self.pool
+        for host in self.workspaces().values():
+            session = host.options.session_id
+            if host.is_running and session in pool.holders_of(pool_key(session, name, cfg)):
+                return host.config.options.login_command
+        return pool.options.login_command
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> WorkspaceGateway:
@@ -207,7 +218,7 @@ class WorkspaceGateway(StackOwner):
                     ConnectionOptions(
                         log_dir=log_dir,
                         max_concurrent_starts=self._options.max_concurrent_starts,
-                        http_auth=http_auth_for(self._tokens, login, self._defined_in),
+                        http_auth=http_auth_for(self._tokens, login, self._defined_in, self._login_of),
                         client_requests=self._options.client_requests,
                         max_message_bytes=max_bytes,
                         in_memory=self._options.in_memory,

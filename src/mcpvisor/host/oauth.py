@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
@@ -93,12 +94,15 @@ def oauth_provider(
     callback_handler: Callable[[], Awaitable[Any]] | None,
     login_command: str = LOGIN_HINT,
     defined_in: Path | None = None,
+    logged_login: Callable[[], str] | None = None,
 ) -> Any:
     """An ``httpx2.Auth`` for one server. Without handlers it never starts a sign-in: a refusal it
     cannot mend with the refresh token raises :class:`LoginRequired`, and a request refused for want of
     scope (403 ``insufficient_scope``) fails alone, the wider scope remembered for the next sign-in.
     ``login_command``: how its refusals say to sign in (``{name}``: :func:`~mcpvisor.host.status.fix_commands`);
-    ``defined_in``: the file that defines the server (a machine grant's refused credentials name it)."""
+    ``defined_in``: the file that defines the server (a machine grant's refused credentials name it);
+    ``logged_login()``: how its log lines say to sign in (``{name}``; None: ``login_command``), for a connection
+    whose refusals each session words its own way but whose log no session words."""
     settings = oauth_settings(name, cfg)
     url = server_url(cfg)
     assert url is not None
@@ -304,7 +308,7 @@ def oauth_provider(
                 "server %r needs a wider sign-in (%s) — run: %s",
                 name,
                 self.step_up_scope,
-                login_command.format(name=name_word(name)),
+                (logged_login() if logged_login is not None else login_command).format(name=name_word(name)),
             )
 
         async def _perform_authorization(self) -> Any:
@@ -433,12 +437,16 @@ def stored_redirect(record: Mapping[str, Any]) -> str | None:
 
 
 def http_auth_for(
-    store: TokenStore, login_command: str = LOGIN_HINT, defined_in: Callable[[str], Path | None] | None = None
+    store: TokenStore,
+    login_command: str = LOGIN_HINT,
+    defined_in: Callable[[str], Path | None] | None = None,
+    logged_login: Callable[[str, McpServerConfig], str] | None = None,
 ) -> HttpAuth:
     """What a host signs remote servers' requests with: a server with a stored sign-in gets a provider
     that refreshes and never prompts; one without gets nothing (a 401 then reads "needs authentication").
     ``login_command``: how a refused sign-in says to sign in again (``{name}``); ``defined_in``: the file that
-    defines a server, by its name (None: not known)."""
+    defines a server, by its name (None: not known); ``logged_login(name, cfg)``: how the log says to sign in to a
+    server (``{name}``; None: ``login_command``)."""
 
     def auth(name: str, cfg: McpServerConfig) -> Any:
         try:
@@ -461,6 +469,7 @@ def http_auth_for(
             callback_handler=None,
             login_command=login_command,
             defined_in=defined_in(name) if defined_in is not None else None,
+            logged_login=partial(logged_login, name, cfg) if logged_login is not None else None,
         )
 
     return auth
