@@ -97,3 +97,40 @@ async def test_a_server_that_waits_before_it_is_ready_holds_no_other_start_up(tm
         assert config.manager is not None
         assert config.manager.clients()["waits"].status != "connected"
         tg.cancel_scope.cancel()
+
+
+async def _begins(slots: StartSlots, *, within_s: float) -> bool:
+    """Whether a start gets a slot within ``within_s``."""
+    with anyio.move_on_after(within_s):
+        async with slots.hold():
+            return True
+    return False
+
+
+@contextmanager
+def _waits_then_spins() -> Iterator[subprocess.Popen[bytes]]:
+    """A process that waits for a byte on its stdin, then spins."""
+    argv = [sys.executable, "-c", "import sys\nsys.stdin.read(1)\nwhile True: pass"]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, start_new_session=True) as process:
+        try:
+            yield process
+        finally:
+            process.kill()
+
+
+async def test_a_start_whose_server_is_busy_again_counts_again() -> None:
+    """A server that waits (as ``npx`` asks a registry), then loads: its start gave its slot up while it waited,
+    and counts again once its server uses the CPU — no further start begins meanwhile, and one begins once it is
+    over."""
+    with _waits_then_spins() as process:
+        assert process.stdin is not None
+        slots = StartSlots(1)
+        async with slots.hold() as first:
+            first.watch(Running(process.pid))
+            assert await _begins(slots, within_s=WAIT_S)  # its server waits: the next start takes the slot
+            assert not first.held
+            process.stdin.write(b"x")
+            process.stdin.flush()
+            await wait_until(lambda: tree_cpu_ns(process.pid) is None, what="the server to use the CPU")
+            assert not await _begins(slots, within_s=10 * IDLE_WINDOW_S)
+        assert await _begins(slots, within_s=WAIT_S)

@@ -6,7 +6,9 @@ things that need no CPU — ``npx`` or ``uvx`` asking a registry about their pac
 server ready and waiting for its handshake — and a slot held through such a wait only delays the starts behind it.
 So a start waiting for a slot looks, every :data:`SAMPLE_S`, at the servers of the starts holding one: one whose
 processes (the server and every process under it, each thread) neither ran nor waited to run for a whole
-:data:`IDLE_WINDOW_S` gives its slot up, and its start goes on without one.
+:data:`IDLE_WINDOW_S` gives its slot up, and its start goes on without one. Once its processes use the CPU again
+(``npx`` done asking, the server loading) it counts again: no further start begins until as few use the CPU as
+there are slots.
 
 What a server's processes used comes from Linux's ``/proc`` (each task's ``schedstat``: the nanoseconds it ran and
 it waited on a run queue; ``stat`` for its state; ``children`` for the processes under it). Where that cannot be
@@ -69,7 +71,8 @@ def tree_cpu_ns(pid: int) -> int | None:
 @dataclass(eq=False)
 class StartSlot:
     """One start's slot (:meth:`StartSlots.hold`): held until the start is over, or until the server it
-    :meth:`watch`\\ es has been idle a while (:attr:`held` False from then on)."""
+    :meth:`watch`\\ es has been idle a while (:attr:`held` False from then on; the start counts again while its
+    server is :meth:`busy`)."""
 
     held: bool = True
     _server: _HasPid | None = field(default=None, repr=False)
@@ -99,6 +102,18 @@ class StartSlot:
         self._since = (now, used)
         return False
 
+    def busy(self, now: float) -> bool:
+        """Whether the watched server's processes use the CPU again (or are gone: its start is about to hear of it)
+        since they were last looked at."""
+        pid = self._server.pid if self._server is not None else None
+        if pid is None:
+            return False
+        used, since = tree_cpu_ns(pid), self._since
+        self._since = None if used is None else (now, used)
+        if used is None:
+            return True
+        return since is not None and used - since[1] > (now - since[0]) * IDLE_SHARE * 1e9
+
 
 class StartSlots:
     """At most ``total`` starts at once whose server uses the CPU (see the module's docstring)."""
@@ -107,6 +122,10 @@ class StartSlots:
         self.total = total or default_max_starts()
         self._limiter = anyio.CapacityLimiter(self.total)
         self._holding: list[StartSlot] = []
+        self._resting: list[StartSlot] = []
+        """The starts that gave their slot up and whose server waits."""
+        self._busy_again: list[StartSlot] = []
+        """The starts that gave their slot up and whose server uses the CPU again: each takes a slot's place."""
         self._sampled = 0.0
 
     @asynccontextmanager
@@ -119,8 +138,14 @@ class StartSlots:
             yield slot
         finally:
             self._give_up(slot)
+            if slot in self._busy_again:
+                self._busy_again.remove(slot)
+                self._count_busy_again()
+            else:
+                self._resting.remove(slot)
 
     async def _acquire(self, slot: StartSlot) -> None:
+        self._sample(time.monotonic())  # a start that gave its slot up may use the CPU again: it counts first
         while True:
             with anyio.move_on_after(SAMPLE_S):
                 await self._limiter.acquire_on_behalf_of(slot)
@@ -132,12 +157,27 @@ class StartSlots:
         now = time.monotonic()
         if now - self._sampled < SAMPLE_S * 0.9:
             return
+        self._sample(now)
+
+    def _sample(self, now: float) -> None:
         self._sampled = now
+        for slot in [slot for slot in self._resting if slot.busy(now)]:
+            self._resting.remove(slot)
+            self._busy_again.append(slot)
+        for slot in [slot for slot in self._busy_again if slot.idle(now)]:
+            self._busy_again.remove(slot)
+            self._resting.append(slot)
+        self._count_busy_again()
         for slot in [slot for slot in self._holding if slot.idle(now)]:
             self._give_up(slot)
+
+    def _count_busy_again(self) -> None:
+        """Leave as many slots to take as there are, less one for each start whose server is busy again."""
+        self._limiter.total_tokens = max(0, self.total - len(self._busy_again))
 
     def _give_up(self, slot: StartSlot) -> None:
         if slot.held:
             slot.held = False
             self._holding.remove(slot)
+            self._resting.append(slot)
             self._limiter.release_on_behalf_of(slot)
