@@ -134,3 +134,20 @@ async def test_a_start_whose_server_is_busy_again_counts_again() -> None:
             await wait_until(lambda: tree_cpu_ns(process.pid) is None, what="the server to use the CPU")
             assert not await _begins(slots, within_s=10 * IDLE_WINDOW_S)
         assert await _begins(slots, within_s=WAIT_S)
+
+
+async def test_at_most_as_many_starts_go_on_without_a_slot_as_there_are_slots() -> None:
+    """Servers that all wait (and may all load at once when their waits end): with one slot, one start goes on
+    without it, and the next start waits for a start to be over."""
+    with running(WAITS) as a, running(WAITS) as b:
+        slots = StartSlots(1)
+        async with slots.hold() as first:
+            first.watch(a)
+            with anyio.fail_after(WAIT_S):
+                await wait_until(lambda: isinstance(tree_cpu_ns(a.pid or 0), int), what="a to wait")
+            async with slots.hold() as second:  # a waits: its start gives its slot up
+                second.watch(b)
+                assert not first.held
+                assert not await _begins(slots, within_s=10 * IDLE_WINDOW_S)
+                assert second.held
+        assert await _begins(slots, within_s=WAIT_S)

@@ -8,7 +8,8 @@ So a start waiting for a slot looks, every :data:`SAMPLE_S`, at the servers of t
 processes (the server and every process under it, each thread) neither ran nor waited to run for a whole
 :data:`IDLE_WINDOW_S` gives its slot up, and its start goes on without one. Once its processes use the CPU again
 (``npx`` done asking, the server loading) it counts again: no further start begins until as few use the CPU as
-there are slots.
+there are slots. And at most as many starts go on without a slot as there are slots: servers that all waited
+(spawned meanwhile) and then all load at once are at most twice the bound.
 
 What a server's processes used comes from Linux's ``/proc`` (each task's ``schedstat``: the nanoseconds it ran and
 it waited on a run queue; ``stat`` for its state; ``children`` for the processes under it). Where that cannot be
@@ -169,6 +170,8 @@ class StartSlots:
             self._resting.append(slot)
         self._count_busy_again()
         for slot in [slot for slot in self._holding if slot.idle(now)]:
+            if len(self._resting) + len(self._busy_again) >= self.total:
+                break  # as many run without a slot as there are slots: should all their servers load at once
             self._give_up(slot)
 
     def _count_busy_again(self) -> None:
