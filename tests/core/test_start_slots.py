@@ -3,6 +3,8 @@ one whose server is busy starting keeps its slot. Real processes, read through L
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -38,7 +40,7 @@ def running(argv: list[str]) -> Iterator[Running]:
     try:
         yield Running(process.pid)
     finally:
-        process.kill()
+        os.killpg(process.pid, signal.SIGKILL)  # the whole group: a shell's child too
         process.wait()
 
 
@@ -115,7 +117,7 @@ def _waits_then_spins() -> Iterator[subprocess.Popen[bytes]]:
         try:
             yield process
         finally:
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)
 
 
 async def test_a_start_whose_server_is_busy_again_counts_again() -> None:
