@@ -490,6 +490,27 @@ async def test_eager_startup_starts_admitted_servers_at_once(tmp_path: Path) -> 
             assert await server.wait_ready()
 
 
+async def test_a_server_that_took_longer_to_start_than_its_idle_time_is_not_stopped_as_soon_as_it_is_ready(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unused counts from the moment it is ready: a server started eagerly (or again on a call, after an idle
+    stop) that took longer to get ready than ``lsp.idleStopSeconds`` was stopped as idle at the next look, before
+    anyone could use it."""
+    monkeypatch.setattr(lsp_manager, "IDLE_CHECK_S", 0.05)
+    idle_stop_s = 0.2
+    slow = {**pylsp(), "command": "/bin/sh", "args": ["-c", 'sleep 0.5; exec "$0" "$@"', sys.executable, "-m", "pylsp"]}
+    user = {"lspServers": {"python": slow}, "lsp": {"startup": "eager", "idleStopSeconds": idle_stop_s}}
+    seen: list[tuple[float, str]] = []
+    async with session(tmp_path, user=user, watch=False) as s:
+        s.host.subscribe(
+            lambda e: seen.append((time.monotonic(), e.state)) if isinstance(e, LspServerChanged) else None
+        )
+        await wait_until(lambda: "idle" in [state for _, state in seen], what="the server to stop as idle")
+    [ready_at] = [at for at, state in seen if state == "ready"]
+    [idle_at] = [at for at, state in seen if state == "idle"]
+    assert idle_at - ready_at >= idle_stop_s
+
+
 @pytest.mark.parametrize(
     ("lsp", "reason"),
     [({"excluded": ["py*"]}, "is excluded"), ({"allowed": []}, "is not allowed")],

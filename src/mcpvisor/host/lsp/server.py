@@ -249,6 +249,7 @@ class LanguageServer:
                             logger.debug("language server %r: could not re-open %s: %s", self.name, path, exc)
                 self._reopen = []
                 self.last_error, self.ready_since = None, anyio.current_time()
+                self.last_used = time.monotonic()  # unused from the moment it is ready, not from before its start
                 self._starting = None
                 self._set("ready")
                 self._ready.set()
