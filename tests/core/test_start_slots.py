@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import pytest
 
 from mcpvisor.core.config import Config
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
-from mcpvisor.core.start_slots import IDLE_WINDOW_S, StartSlots, tree_cpu_ns
+from mcpvisor.core.start_slots import IDLE_WINDOW_S, StartSlot, StartSlots, tree_cpu_ns
 from tests.helpers import LIGHT, WAIT_S, light, wait_until
 
 pytestmark = [
@@ -153,3 +154,16 @@ async def test_at_most_as_many_starts_go_on_without_a_slot_as_there_are_slots() 
                 assert not await _begins(slots, within_s=10 * IDLE_WINDOW_S)
                 assert second.held
         assert await _begins(slots, within_s=WAIT_S)
+
+
+async def test_a_long_unlooked_at_window_says_nothing_of_idleness() -> None:
+    """Nobody waited for a slot for a while: what a server used over that long window (a burst at its end hidden
+    in the average) is no sign it is idle now; a window of the usual length after it is."""
+    with running(WAITS) as waiting:
+        await wait_until(lambda: isinstance(tree_cpu_ns(waiting.pid or 0), int), what="the sleep to wait")
+        slot = StartSlot()
+        slot.watch(waiting)
+        now = time.monotonic()
+        assert not slot.idle(now)  # the first look
+        assert not slot.idle(now + 10 * IDLE_WINDOW_S)  # too long after it: only a new first look
+        assert slot.idle(now + 12 * IDLE_WINDOW_S)

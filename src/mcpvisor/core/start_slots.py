@@ -98,9 +98,9 @@ class StartSlot:
         since, used_then = self._since
         if now - since < IDLE_WINDOW_S:
             return False
-        if 0 <= used - used_then <= (now - since) * IDLE_SHARE * 1e9:
+        if now - since <= 4 * IDLE_WINDOW_S and 0 <= used - used_then <= (now - since) * IDLE_SHARE * 1e9:
             return True
-        self._since = (now, used)
+        self._since = (now, used)  # (a longer window, nobody having looked meanwhile, would hide a recent burst)
         return False
 
     def busy(self, now: float) -> bool:
