@@ -111,9 +111,9 @@ async def _begins(slots: StartSlots, *, within_s: float) -> bool:
 
 
 @contextmanager
-def _waits_then_spins() -> Iterator[subprocess.Popen[bytes]]:
-    """A process that waits for a byte on its stdin, then spins."""
-    argv = [sys.executable, "-c", "import sys\nsys.stdin.read(1)\nwhile True: pass"]
+def _waits_then_spins(then: str = "while True: pass") -> Iterator[subprocess.Popen[bytes]]:
+    """A process that waits for a byte on its stdin, then spins (or runs ``then``)."""
+    argv = [sys.executable, "-c", f"import sys\nsys.stdin.read(1)\n{then}"]
     with subprocess.Popen(argv, stdin=subprocess.PIPE, start_new_session=True) as process:
         try:
             yield process
@@ -167,3 +167,29 @@ async def test_a_long_unlooked_at_window_says_nothing_of_idleness() -> None:
         assert not slot.idle(now)  # the first look
         assert not slot.idle(now + 10 * IDLE_WINDOW_S)  # too long after it: only a new first look
         assert slot.idle(now + 12 * IDLE_WINDOW_S)
+
+
+_BURST_S = 0.1
+_THEN_BURSTS = f"""import time
+start = time.process_time()
+while time.process_time() - start < {_BURST_S}:
+    pass
+time.sleep(60)
+"""
+
+
+async def test_a_burst_at_the_end_of_a_long_unlooked_at_window_is_busy_again() -> None:
+    """A start that gave its slot up, looked at again long after: its server, loading again for a moment now (its
+    threads not runnable at the instant of the look, as between two reads from disk), uses the CPU again — the
+    burst is not averaged over the whole window nobody looked at."""
+    with _waits_then_spins(_THEN_BURSTS) as process:
+        assert process.stdin is not None
+        await wait_until(lambda: isinstance(tree_cpu_ns(process.pid), int), what="the server to wait")
+        slot = StartSlot()
+        slot.watch(Running(process.pid))
+        now, before = time.monotonic(), tree_cpu_ns(process.pid) or 0
+        assert not slot.busy(now)  # the first look
+        process.stdin.write(b"x")
+        process.stdin.flush()
+        await wait_until(lambda: (tree_cpu_ns(process.pid) or 0) - before >= _BURST_S * 1e9, what="the burst")
+        assert slot.busy(now + 100 * IDLE_WINDOW_S)

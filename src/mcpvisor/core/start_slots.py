@@ -35,6 +35,8 @@ IDLE_WINDOW_S = 0.1
 """How long a server must have been idle for its start to give up its slot."""
 IDLE_SHARE = 0.05
 """Idle: its processes ran or waited to run for at most this share of one core over the window."""
+_LONGEST_WINDOW_S = 4 * IDLE_WINDOW_S
+"""A longer window, nobody having looked meanwhile, would hide a recent burst in its average."""
 
 
 def default_max_starts() -> int:
@@ -98,14 +100,15 @@ class StartSlot:
         since, used_then = self._since
         if now - since < IDLE_WINDOW_S:
             return False
-        if now - since <= 4 * IDLE_WINDOW_S and 0 <= used - used_then <= (now - since) * IDLE_SHARE * 1e9:
+        if now - since <= _LONGEST_WINDOW_S and 0 <= used - used_then <= (now - since) * IDLE_SHARE * 1e9:
             return True
-        self._since = (now, used)  # (a longer window, nobody having looked meanwhile, would hide a recent burst)
+        self._since = (now, used)
         return False
 
     def busy(self, now: float) -> bool:
         """Whether the watched server's processes use the CPU again (or are gone: its start is about to hear of it)
-        since they were last looked at."""
+        since they were last looked at (what they used over a longer window than :data:`_LONGEST_WINDOW_S` is
+        weighed against that window: it may all have been used at its end)."""
         pid = self._server.pid if self._server is not None else None
         if pid is None:
             return False
@@ -113,7 +116,9 @@ class StartSlot:
         self._since = None if used is None else (now, used)
         if used is None:
             return True
-        return since is not None and used - since[1] > (now - since[0]) * IDLE_SHARE * 1e9
+        if since is None:
+            return False
+        return used - since[1] > min(now - since[0], _LONGEST_WINDOW_S) * IDLE_SHARE * 1e9
 
 
 class StartSlots:
