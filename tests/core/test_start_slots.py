@@ -146,8 +146,7 @@ async def test_at_most_as_many_starts_go_on_without_a_slot_as_there_are_slots() 
         slots = StartSlots(1)
         async with slots.hold() as first:
             first.watch(a)
-            with anyio.fail_after(WAIT_S):
-                await wait_until(lambda: isinstance(tree_cpu_ns(a.pid or 0), int), what="a to wait")
+            await wait_until(lambda: isinstance(tree_cpu_ns(a.pid or 0), int), what="a to wait")
             async with slots.hold() as second:  # a waits: its start gives its slot up
                 second.watch(b)
                 assert not first.held

@@ -4,9 +4,10 @@ Spawning a server is CPU-bound (an interpreter loading its modules): starting fi
 every one of them late, so at most about as many start at once as there are cores. But a start also waits for
 things that need no CPU — ``npx`` or ``uvx`` asking a registry about their package, a wrapper's ``sleep``, a
 server ready and waiting for its handshake — and a slot held through such a wait only delays the starts behind it.
-So a start waiting for a slot looks, every :data:`SAMPLE_S`, at the servers of the starts holding one: one whose
-processes (the server and every process under it, each thread) neither ran nor waited to run for a whole
-:data:`IDLE_WINDOW_S` gives its slot up, and its start goes on without one. Once its processes use the CPU again
+So a start asking for a slot, and every :data:`SAMPLE_S` one waiting for it, looks at the servers of the starts
+holding one: one whose processes (the server and every process under it, each thread) ran or waited to run for at
+most :data:`IDLE_SHARE` of one core over a whole :data:`IDLE_WINDOW_S` gives its slot up, and its start goes on
+without one. Once its processes use the CPU again
 (``npx`` done asking, the server loading) it counts again: no further start begins until as few use the CPU as
 there are slots. And at most as many starts go on without a slot as there are slots: servers that all waited
 (spawned meanwhile) and then all load at once are at most twice the bound.
