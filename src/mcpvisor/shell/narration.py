@@ -11,6 +11,7 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.markup import escape
 
+from mcpvisor.core.errors import NotRunningError
 from mcpvisor.core.events import ReconcileFinished, ServerStateChanged
 from mcpvisor.core.server_config import CONNECTION_FIELDS, McpServerConfig
 from mcpvisor.core.spellings import file_name
@@ -218,7 +219,10 @@ class HumanOutput:
             self._up.discard(event.server)
             self._said_up.discard(event.server)
             self._down.add(event.server)
-            client = self._host.config.manager.clients().get(event.server)
+            try:
+                client = self._host.config.manager.clients().get(event.server)
+            except NotRunningError:  # a server's last words as the session stops: its log is not named
+                client = None
             cfg = self._servers.get(event.server)
             log = str(client.log_path) if client is not None else None
             said = event.error + log_hint(event.error, log, cfg.transport if cfg is not None else "stdio")
