@@ -498,6 +498,34 @@ async def test_the_wider_sign_in_a_workspace_of_its_own_needs_is_logged_with_a_c
             assert text_of(await client.call_tool("mcp__sec__admin", {})) == "secure:admin:"
 
 
+async def test_the_sign_out_that_ends_a_workspace_of_its_owns_server_is_logged_with_a_command_that_works_elsewhere(
+    tmp_path: Path, server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``serve --http --per-client-workspaces``, a client whose own workspace defines a server it signed in to, and
+    ``mcp logout``: the gateway logged ``server 'sec' lost: server 'sec' was signed out — run: mcpvisor mcp login
+    sec``, the shared connection's command, which names no workspace — pasted in another folder, it found no such
+    server. The log names a workspace that defines the server."""
+    caplog.set_level(logging.WARNING, logger="mcpvisor.core.connection")
+    async with (
+        a_client_of_a_workspace_of_its_own(tmp_path, server) as (layout, client),
+        client.listen(tools_list_changed=True) as subscription,
+    ):
+        said = await client.call_tool("mcp__sec__echo", {"text": "a"})
+        await signed_in_pasted(sign_in_command_of(text_of(said)), layout, tmp_path)
+        assert isinstance(await next_event(subscription), ToolsListChanged)
+        assert text_of(await client.call_tool("mcp__sec__echo", {"text": "b"})) == "secure:echo:b"
+        logout = [mcpvisor_command(), "mcp", "logout", "sec", "--workspace", str(layout.home / "client")]
+        assert (await anyio.run_process(logout, env={**os.environ, **layout.env}, check=False)).returncode == 0
+
+        def lost() -> list[str]:
+            return [r.getMessage() for r in caplog.records if "was signed out" in r.getMessage()]
+
+        await wait_until(lambda: bool(lost()), what="the sign-out to end sec")
+        [logged] = lost()
+        assert logged.startswith("server 'sec' lost: "), logged
+        await signed_in_pasted(logged.split(" — run: ", 1)[1], layout, tmp_path)
+
+
 async def test_the_shells_login_completion_says_the_sign_ins_state_and_the_shell_command_that_mends_it(
     tmp_path: Path, server: Server
 ) -> None:

@@ -317,7 +317,10 @@ class ServerConnection:
             self._connection_tg = None
             if not self._stopping and self._lost_reason is not None:
                 self.last_error = self._lost_reason
-                logger.warning("server %r lost: %s", self.name, self._lost_reason)
+                # Said as its sign-in's log lines say to sign in: a shared connection's own command names no workspace.
+                logged = getattr(self._auth_in_use, "logged_login", None)
+                reason = self.said_to(logged(), self._lost_reason) if logged is not None else self._lost_reason
+                logger.warning("server %r lost: %s", self.name, reason)
 
     async def _open(self, stack: AsyncExitStack) -> Client:
         self._auth_in_use = self._auth()

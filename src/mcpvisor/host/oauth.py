@@ -161,6 +161,10 @@ def oauth_provider(
             self.sign_in_refused = message
             return kind(message)
 
+        def logged_login(self) -> str:
+            """How its log lines say to sign in (``{name}``), and the log line saying its connection was lost."""
+            return logged_login() if logged_login is not None else login_command
+
         async def _initialize(self) -> None:
             self._seen = store.generation
             await super()._initialize()
@@ -308,7 +312,7 @@ def oauth_provider(
                 "server %r needs a wider sign-in (%s) — run: %s",
                 name,
                 self.step_up_scope,
-                (logged_login() if logged_login is not None else login_command).format(name=name_word(name)),
+                self.logged_login().format(name=name_word(name)),
             )
 
         async def _perform_authorization(self) -> Any:
