@@ -283,3 +283,17 @@ def test_user_info_made_of_variable_references_only_is_no_secret_to_hide() -> No
     said = "write it as ${VAR} (e.g. redis://:${REDIS_PASSWORD}@host:6379/0) and set VAR"
     assert redact_text(said) == said
     assert redact_text("redis://:hunter2@host/0 redis://u:${P}@h/0") == "redis://host/0 redis://h/0"
+
+
+def test_a_field_is_shown_as_the_readme_spells_it() -> None:
+    from mcpvisor.core.spellings import file_name
+
+    shown = {field: file_name(field) for field in McpServerConfig.model_fields}
+    assert {field: name for field, name in shown.items() if field != name} == {
+        "http_url": "httpUrl",
+        "include_tools": "includeTools",
+        "exclude_tools": "excludeTools",
+        "discovery_timeout_ms": "discoveryTimeoutMs",
+        "extension_name": "extensionName",
+        "max_message_bytes": "maxMessageBytes",
+    }

@@ -17,14 +17,10 @@ ALIASES: dict[str, str] = {
 }
 """camelCase and other common spellings -> canonical field names."""
 
-_FILE_NAMES: dict[str, str] = {
-    "http_url": "httpUrl",
-    "include_tools": "includeTools",
-    "exclude_tools": "excludeTools",
-    "discovery_timeout_ms": "discoveryTimeoutMs",
-    "extension_name": "extensionName",
-    "max_message_bytes": "maxMessageBytes",
-}
+_ALSO_READ = ("discoveryTimeout", "workingDirectory")
+"""Spellings read but never shown: the README's are ``discoveryTimeoutMs`` and ``cwd``."""
+
+_FILE_NAMES = {field: spelling for spelling, field in ALIASES.items() if spelling not in _ALSO_READ}
 """Canonical field names -> their spelling in a settings file (the README's); the others are spelled alike."""
 
 
