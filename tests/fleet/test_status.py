@@ -1,12 +1,17 @@
 """``mcpvisor fleet status`` against real replicas: a replica that lags says what to do next, and a store that lost
-the published settings (restarted without its data) is said so rather than read as "up to date"."""
+the published settings (restarted without its data) is said so rather than read as "up to date", and a store that
+stops answering partway through a command is said unreachable."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
+import socketserver
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +19,7 @@ import pytest
 from mcpvisor.fleet.store import FleetStore
 from tests.fleet.conftest import RedisServer
 from tests.fleet.test_outage import listening_pid
-from tests.fleet.test_replicas import fleet_of, publisher_and_follower
+from tests.fleet.test_replicas import Fleet, fleet_of, publisher_and_follower
 from tests.gateway.test_gateway import server
 from tests.helpers import wait_until
 from tests.layout import replace_text
@@ -123,3 +128,71 @@ def test_a_fleet_name_the_store_does_not_know_is_said_so_with_the_names_it_knows
     assert "no fleet named 'prd' is known" in out["error"]
     assert known.returncode == 1  # known, but no replica of it is running
     assert json.loads(known.stdout)["known"] is True
+
+
+class _AnswersThePingOnly(socketserver.StreamRequestHandler):
+    """A store that answers a connection's sign-in and ``PING``, then closes the connection on any other command."""
+
+    def handle(self) -> None:
+        while line := self.rfile.readline():
+            words = [self.rfile.read(int(self.rfile.readline()[1:]) + 2)[:-2] for _ in range(int(line[1:]))]
+            if words[0].upper() not in (b"PING", b"AUTH", b"CLIENT", b"HELLO", b"SELECT"):
+                return
+            said = {b"PING": b"+PONG\r\n", b"HELLO": b"%1\r\n+proto\r\n:3\r\n"}  # HELLO: RESP3 spoken
+            self.wfile.write(said.get(words[0].upper(), b"+OK\r\n"))
+
+
+@contextlib.contextmanager
+def store_answering_the_ping_only() -> Iterator[int]:
+    """The port of a store (on 127.0.0.1) that answers the first question a command asks it, and no other."""
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), _AnswersThePingOnly) as store:
+        store.daemon_threads = True
+        thread = threading.Thread(target=store.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield store.server_address[1]
+        finally:
+            store.shutdown()
+            thread.join()
+
+
+def test_a_store_that_stops_answering_after_the_ping_is_said_unreachable(tmp_path: Path) -> None:
+    """The store answered the command's ping, then closed its connections: each command says it cannot reach the
+    store (its URL without the password) and what to do, not a Redis client's traceback."""
+    with store_answering_the_ping_only() as port:
+        url = f"redis://:s3cret@127.0.0.1:{port}/0"
+        fleet = Fleet(tmp_path, url, tmp_path, [])
+        for command in (("fleet", "status"), ("fleet", "status", "--json"), ("fleet", "ack-reset")):
+            done = fleet.command(*command, home=tmp_path / "c")
+            said = " ".join((done.stdout + done.stderr).split())
+            assert done.returncode == 1, said
+            assert f"cannot reach the fleet store redis://:***@127.0.0.1:{port}/0" in said, said
+            assert "and try again" in said, said
+            assert "Traceback" not in said, said
+            assert "s3cret" not in said, said
+
+
+def test_a_store_gone_between_the_ping_and_the_reads_is_said_unreachable(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same with a real Redis stopped right after the command's ping, in this process."""
+    from typer.testing import CliRunner
+
+    from mcpvisor.cli.main import app
+
+    ping = FleetStore.ping
+
+    def ping_then_stop(store: FleetStore) -> None:
+        ping(store)
+        redis_server.kill()
+
+    monkeypatch.setattr(FleetStore, "ping", ping_then_stop)
+    monkeypatch.setenv("MCPVISOR_FLEET", redis_server.url)  # --fleet sets it in this process: put back afterwards
+    for command in (("fleet", "status"), ("fleet", "ack-reset")):
+        if redis_server.proc is None:
+            redis_server.start()
+        result = CliRunner().invoke(app, [*command, "--fleet", redis_server.url])
+        said = " ".join(result.output.split())
+        assert result.exit_code == 1, said
+        assert isinstance(result.exception, SystemExit), repr(result.exception)
+        assert f"cannot reach the fleet store {redis_server.url}" in said, said

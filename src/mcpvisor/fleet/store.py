@@ -35,6 +35,8 @@ import re
 import secrets
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qsl, urlsplit
@@ -392,14 +394,20 @@ class FleetStore:
 
     # -- blocking operations (CLI, decisions) ---------------------------------------------------
 
-    def ping(self) -> None:
-        """Raise :class:`ConfigError` naming the store when it does not answer."""
+    @contextmanager
+    def answering(self) -> Iterator[redis.Redis]:
+        """The blocking client; a store that does not answer raises :class:`ConfigError` naming it, with the fix."""
         import redis
 
         try:
-            self.sync_client().ping()
+            yield self.sync_client()
         except (redis.RedisError, OSError) as exc:
             raise fleet_unreachable(self.url, exc, self.named_in) from exc
+
+    def ping(self) -> None:
+        """Raise :class:`ConfigError` naming the store when it does not answer."""
+        with self.answering() as client:
+            client.ping()
 
     def claim(self, replica_id: str, nonce: str, ttl_ms: int) -> None:
         """Take ``replica_id`` for this process (``nonce``), refused when another live replica has it: two
@@ -453,31 +461,35 @@ class FleetStore:
 
     def ack_reset(self) -> int:
         """Tell every replica that the store's current revision is to be trusted; returns it."""
-        return int(self.sync_client().eval(ACK, 3, self.keys.rev, self.keys.log, self.keys.epoch, LOG_MAXLEN))
+        with self.answering() as client:
+            return int(client.eval(ACK, 3, self.keys.rev, self.keys.log, self.keys.epoch, LOG_MAXLEN))
 
     def replicas(self) -> list[dict[str, Any]]:
         """The live replicas' registry entries (each with its ``id``), and the settings generation."""
-        client = self.sync_client()
         out: list[dict[str, Any]] = []
-        for key in sorted(client.scan_iter(match=self.keys.replica_prefix + "*", count=200)):
-            fields = {str(k): str(v) for k, v in client.hgetall(key).items()}
-            if fields:
-                out.append({"id": str(key).removeprefix(self.keys.replica_prefix), **fields})
+        with self.answering() as client:
+            for key in sorted(client.scan_iter(match=self.keys.replica_prefix + "*", count=200)):
+                fields = {str(k): str(v) for k, v in client.hgetall(key).items()}
+                if fields:
+                    out.append({"id": str(key).removeprefix(self.keys.replica_prefix), **fields})
         return out
 
     def settings_generation(self) -> int:
-        return int(self.sync_client().hget(self.keys.settings, "gen") or 0)
+        with self.answering() as client:
+            return int(client.hget(self.keys.settings, "gen") or 0)
 
     def publisher(self) -> str | None:
-        value = self.sync_client().get(self.keys.lease)
+        with self.answering() as client:
+            value = client.get(self.keys.lease)
         return str(value) if value is not None else None
 
     def revision(self) -> int:
-        return int(self.sync_client().get(self.keys.rev) or 0)
+        with self.answering() as client:
+            return int(client.get(self.keys.rev) or 0)
 
     def fleet_names(self) -> list[str]:
         """The names of the fleets this Redis holds keys of (one ``SCAN`` of ``mcpv:{*``: for a command that
         did not find its fleet, not for a path taken often)."""
-        client = self.sync_client()
-        found = (_FLEET_KEY.match(str(key)) for key in client.scan_iter(match="mcpv:{*}:*", count=1000))
-        return sorted({match.group(1) for match in found if match is not None})
+        with self.answering() as client:
+            keys = list(client.scan_iter(match="mcpv:{*}:*", count=1000))
+        return sorted({match.group(1) for key in keys if (match := _FLEET_KEY.match(str(key))) is not None})
