@@ -23,7 +23,7 @@ from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types import PromptReference
 
-from mcpvisor.core.errors import ConnectError, ToolNotFoundError
+from mcpvisor.core.errors import ConnectError, ServerUnavailableError, ToolNotFoundError
 from mcpvisor.core.events import ServerStateChanged
 from mcpvisor.gateway.workspaces import WorkspaceGateway
 from mcpvisor.host.host import Host, HostOptions, SettingsWarning
@@ -47,6 +47,12 @@ def server(tmp_path: Path) -> Iterator[Server]:
 def short_lived(tmp_path: Path) -> Iterator[Server]:
     """The example server issuing access tokens that expire after a second."""
     yield from start_server(tmp_path, "--token-lifetime", "1")
+
+
+@pytest.fixture
+def hanging(tmp_path: Path) -> Iterator[Server]:
+    """The example server with a tool ``stuck`` that never answers (once it reported progress)."""
+    yield from start_server(tmp_path, "--tools", "echo,stuck", "--hang-on-call", "stuck")
 
 
 def token_endpoint_up(server: Server) -> None:
@@ -587,3 +593,77 @@ async def test_the_sign_in_command_a_workspace_of_its_own_narrates_works_pasted_
             assert sign_in_command_of(row.error) == sign_in_command_of(said)
             await signed_in_pasted(sign_in_command_of(said), layout, tmp_path)
         tg.cancel_scope.cancel()
+
+
+async def test_a_call_in_flight_when_a_sign_out_elsewhere_ends_the_connection_is_told_it_was_signed_out(
+    tmp_path: Path, hanging: Server
+) -> None:
+    """``mcp logout`` in another terminal while a tool call is in flight: the call was told ``the connection to
+    server 'sec' closed (the server exited or crashed; see …)``, though the host ended the connection itself; a
+    call made a moment later was told the sign-out and the command to sign in again. Both are told the sign-out."""
+    layout = setup(tmp_path, hanging)
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    outcome: list[BaseException] = []
+    reached = anyio.Event()
+
+    async def heard(progress: float, total: float | None, message: str | None) -> None:
+        reached.set()
+
+    async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+        manager = host.config.manager
+        await wait_until(lambda: manager.clients()["sec"].status == "connected", what="sec connected")
+
+        async def call() -> None:
+            try:
+                await host.config.call_tool("mcp__sec__stuck", {}, progress=heard)
+            except ServerUnavailableError as exc:
+                outcome.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with anyio.fail_after(WAIT_S):
+                await reached.wait()
+            assert (await anyio.to_thread.run_sync(partial(cli, layout, "mcp", "logout", "sec"))).returncode == 0
+        command = host.config.options.login_command.format(name="sec")
+    [error] = outcome
+    assert f"server 'sec' was signed out — run: {command}" in str(error), str(error)
+
+
+async def test_a_call_in_flight_on_a_connection_shared_between_workspaces_is_told_its_own_sign_in_command(
+    tmp_path: Path, hanging: Server
+) -> None:
+    """``serve --http --per-client-workspaces``, a call in flight from a client of another workspace on the shared
+    connection, and ``mcp logout``: the call is told the sign-out, with its own workspace's sign-in command."""
+    layout = setup(tmp_path, hanging)
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    other = layout.home / "other"
+    other.mkdir()
+    hosts: list[Host] = []
+    reached = anyio.Event()
+    answers: list[str] = []
+
+    async def heard(progress: float, total: float | None, message: str | None) -> None:
+        reached.set()
+
+    options = HostOptions(env=layout.env, workspace=layout.root)
+    async with WorkspaceGateway(options, on_open=hosts.append) as gateway, anyio.create_task_group() as tg:
+        url = await tg.start(gateway.serve_http, "127.0.0.1", 0)
+        async with client_for(url, None) as here, client_for(url, other) as there:
+            assert text_of(await here.call_tool("mcp__sec__echo", {"text": "a"})) == "secure:echo:a"
+
+            async def call() -> None:
+                answer = await there.call_tool("mcp__sec__stuck", {}, progress_callback=heard)
+                assert answer.is_error
+                answers.append(text_of(answer))
+
+            async with anyio.create_task_group() as calls:
+                calls.start_soon(call)
+                with anyio.fail_after(WAIT_S):
+                    await reached.wait()
+                logout = await anyio.to_thread.run_sync(partial(cli, layout, "mcp", "logout", "sec"))
+                assert logout.returncode == 0, logout.stderr
+            [host] = [host for host in hosts if host.root == other.resolve()]
+            command = host.config.options.login_command.format(name="sec")
+        tg.cancel_scope.cancel()
+    [answer] = answers
+    assert f"server 'sec' was signed out — run: {command}" in answer, answer

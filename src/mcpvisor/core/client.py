@@ -338,6 +338,9 @@ class McpClient(ServerConnection):
             timeout = timeout_s or self.call_timeout_s
             fix = "raise the call's timeout_s" if timeout_s is not None else None  # else the server's timeout
             return timed_out(what, kind=kind, target=target, server=self.name, timeout_s=timeout, fix=fix)
+        if self._ended and self._lost_reason is not None and (not isinstance(exc, MCPError) or closed_in_sdk(exc)):
+            # Ended on purpose (signed out): that is why it closed, not the server.
+            return ServerUnavailableError(f"{what} failed: {self._lost_reason}", server=self.name)
         if self._broken is not None:  # the transport stopped reading: that is why the request failed
             return self._broken.during(what)
         refused = getattr(self._auth_in_use, "sign_in_refused", None)

@@ -146,6 +146,8 @@ class ServerConnection:
         self._stop = anyio.Event()
         self._wake = anyio.Event()
         self._lost_reason: str | None = None
+        self._ended = False
+        """Whether the connection was ended on purpose (:meth:`mark_lost` ``ended``): its calls are told why."""
         self._broken: ConnectionBrokenError | None = None
         """Why the transport stopped reading a server that still runs (it broke the size bound)."""
         self._ready = anyio.Event()
@@ -245,10 +247,12 @@ class ServerConnection:
         self._broken = error
         self.mark_lost(str(error))
 
-    def mark_lost(self, reason: str) -> None:
-        """Declare the connection dead (e.g. an HTTP session the server no longer knows)."""
+    def mark_lost(self, reason: str, *, ended: bool = False) -> None:
+        """Declare the connection dead (e.g. an HTTP session the server no longer knows); ``ended``: ended on
+        purpose (e.g. signed out), the calls in flight are told ``reason`` (not that the server closed it)."""
         if self._lost_reason is None and not self._stopping:
             self._lost_reason = redact_text(reason, self.config)
+            self._ended = ended
             if self.status == "connected":  # said at once: the teardown that follows may take a second
                 self.last_error = self._lost_reason
                 self._set_status("disconnected")

@@ -26,7 +26,8 @@ tests and demos on loopback:
   ``invalid_client``; repeatable;
 - ``--marker PATH`` appends a line per event (``register``, ``authorize``, ``token``, ``refresh``,
   ``client-credentials``, ``revoke``, ``token-endpoint-down``: a request it answered 503) so a test can
-  count them.
+  count them;
+- ``--hang-on-call TOOL`` never answers a call of TOOL (a call left in flight), once it reported progress 0.
 
 Tools: the configurable tools of the other examples (``--tools``, each returns ``"{name}:{tool}:{text}"``).
 Everything lives in memory: a restart forgets clients and tokens.
@@ -56,6 +57,7 @@ from mcp.server.auth.provider import (
     construct_redirect_uri,
 )
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
+from mcp.server.mcpserver import Context
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -187,6 +189,7 @@ def build_server(
     marker: str | None,
     issuer: str | None = None,
     clients: tuple[tuple[str, str], ...] = (),
+    hang: str | None = None,
 ) -> tuple[MCPServer[Any], DemoOAuthProvider]:
     provider = DemoOAuthProvider(token_lifetime_s=token_lifetime_s, marker=marker)
     base = f"http://{host}:{port}"
@@ -210,7 +213,9 @@ def build_server(
         )
     for tool in tools:
         server.add_tool(
-            _tool_function(name, tool), name=tool, description=f"Return {tool_text(name, tool, '{text}')!r}."
+            _hanging if tool == hang else _tool_function(name, tool),
+            name=tool,
+            description=f"Return {tool_text(name, tool, '{text}')!r}.",
         )
 
     async def revoke_all(request: Request) -> Response:
@@ -246,6 +251,12 @@ def build_server(
     server.custom_route("/admin/release-refresh", methods=["POST"])(release_refresh)
 
     return server, provider
+
+
+async def _hanging(ctx: Context[Any, Any], text: str = "") -> str:
+    await ctx.report_progress(0)  # (heard by a caller that asked: the call reached the server)
+    await anyio.sleep_forever()
+    raise AssertionError("unreachable")
 
 
 def _tool_function(server: str, tool: str) -> Any:
@@ -288,6 +299,7 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="pre-register a client for the client_credentials grant; repeatable",
     )
+    parser.add_argument("--hang-on-call", metavar="TOOL", help="never answer a call of TOOL")
     args = parser.parse_args(argv)
     server, provider = build_server(
         name=args.name,
@@ -298,6 +310,7 @@ def main(argv: list[str] | None = None) -> None:
         marker=args.marker,
         issuer=args.issuer or (f"http://{args.auth_host}:{args.port}" if args.auth_host else None),
         clients=tuple((item.partition(":")[0], item.partition(":")[2]) for item in args.client),
+        hang=args.hang_on_call,
     )
     app = server.streamable_http_app(host=args.host)
 

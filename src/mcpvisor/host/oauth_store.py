@@ -400,7 +400,7 @@ class SignedIn:
         for name in self.signed_out(store, servers):
             if (client := clients.get(name)) is not None:
                 command = client.login_command.format(name=name_word(name))
-                client.mark_lost(f"server {name!r} was signed out — run: {command}")
+                client.mark_lost(f"server {name!r} was signed out — run: {command}", ended=True)
 
 
 M = TypeVar("M", bound="BaseModel")
