@@ -19,9 +19,9 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp.client.subscriptions import ToolsListChanged
+from mcp.client.subscriptions import Subscription, ToolsListChanged
 from mcp.shared.exceptions import MCPError
-from mcp_types import PromptReference
+from mcp_types import CallToolResult, PromptReference
 
 from mcpvisor.core.errors import ConnectError, ServerUnavailableError, ToolNotFoundError
 from mcpvisor.core.events import ServerStateChanged
@@ -439,6 +439,17 @@ def sign_in_command_of(said: str) -> str:
     return said.split("sign in with: ", 1)[1].split(" (or put", 1)[0]
 
 
+async def signed_in_as_told(
+    client: Client, subscription: Subscription, layout: Layout, tmp_path: Path
+) -> CallToolResult:
+    """Call ``sec``'s tool before any sign-in, paste in another folder the sign-in command it is told, and wait for
+    the tools to change as the sign-in takes effect; what the call was told."""
+    said = await client.call_tool("mcp__sec__echo", {"text": "a"})
+    await signed_in_pasted(sign_in_command_of(text_of(said)), layout, tmp_path)
+    assert isinstance(await next_event(subscription), ToolsListChanged)
+    return said
+
+
 async def test_the_sign_in_command_a_client_of_a_workspace_of_its_own_is_told_works_pasted_in_another_folder(
     tmp_path: Path, server: Server
 ) -> None:
@@ -450,10 +461,8 @@ async def test_the_sign_in_command_a_client_of_a_workspace_of_its_own_is_told_wo
         a_client_of_a_workspace_of_its_own(tmp_path, server) as (layout, client),
         client.listen(tools_list_changed=True) as subscription,
     ):
-        said = await client.call_tool("mcp__sec__echo", {"text": "a"})
+        said = await signed_in_as_told(client, subscription, layout, tmp_path)
         assert said.is_error
-        await signed_in_pasted(sign_in_command_of(text_of(said)), layout, tmp_path)
-        assert isinstance(await next_event(subscription), ToolsListChanged)
         assert text_of(await client.call_tool("mcp__sec__echo", {"text": "b"})) == "secure:echo:b"
 
 
@@ -494,9 +503,7 @@ async def test_the_wider_sign_in_a_workspace_of_its_own_needs_is_logged_with_a_c
             a_client_of_a_workspace_of_its_own(tmp_path, server) as (layout, client),
             client.listen(tools_list_changed=True) as subscription,
         ):
-            said = await client.call_tool("mcp__sec__echo", {"text": "a"})
-            await signed_in_pasted(sign_in_command_of(text_of(said)), layout, tmp_path)
-            assert isinstance(await next_event(subscription), ToolsListChanged)
+            await signed_in_as_told(client, subscription, layout, tmp_path)
             refused = await client.call_tool("mcp__sec__admin", {})
             assert "needs a wider sign-in (mcp:write)" in text_of(refused), text_of(refused)
             [logged] = [r.getMessage() for r in caplog.records if "needs a wider sign-in" in r.getMessage()]
@@ -516,9 +523,7 @@ async def test_the_sign_out_that_ends_a_workspace_of_its_owns_server_is_logged_w
         a_client_of_a_workspace_of_its_own(tmp_path, server) as (layout, client),
         client.listen(tools_list_changed=True) as subscription,
     ):
-        said = await client.call_tool("mcp__sec__echo", {"text": "a"})
-        await signed_in_pasted(sign_in_command_of(text_of(said)), layout, tmp_path)
-        assert isinstance(await next_event(subscription), ToolsListChanged)
+        await signed_in_as_told(client, subscription, layout, tmp_path)
         assert text_of(await client.call_tool("mcp__sec__echo", {"text": "b"})) == "secure:echo:b"
         logout = [mcpvisor_command(), "mcp", "logout", "sec", "--workspace", str(layout.home / "client")]
         assert (await anyio.run_process(logout, env={**os.environ, **layout.env}, check=False)).returncode == 0
