@@ -21,6 +21,7 @@ import asyncio
 import compileall
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -136,6 +137,7 @@ def launch_once(src: Path | None, count: int, slow_s: float) -> Launch:
         process.terminate()
         process.wait(timeout=DEADLINE_S)
         watcher.join(timeout=1)
+        shutil.rmtree(folder, ignore_errors=True)
     return Launch((first_spawn or [float("nan")])[0] * 1000, port_s * 1000, listed_s * 1000)
 
 
