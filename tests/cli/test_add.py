@@ -165,8 +165,27 @@ def test_a_remote_server_takes_headers_and_a_command_takes_env_each_refused_the_
     assert "--header is sent to a remote server (--url)" in " ".join(out.split())
     code, out = add(layout, "r3", "--url", "https://x.example.com/mcp", "-H", "no colon")
     assert code == 1
-    assert "--header 'no colon' must look like 'NAME: VALUE'" in " ".join(out.split())
+    assert "--header number 1 must look like 'NAME: VALUE'" in " ".join(out.split())
     assert set(saved(layout)) == {"r"}
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--url", "https://x.example.com/mcp", "-H", "A: 1", "-H", "Authorization s3cr3t-t0ken"], "--header number 2"),
+        (["--url", "https://x.example.com/mcp", "-H", ": s3cr3t-t0ken"], "--header number 1"),
+        (["-e", "A=1", "-e", "s3cr3t-t0ken", "--", "echo"], "--env number 2 must look like KEY=VALUE"),
+        (["-e", "=s3cr3t-t0ken", "--", "echo"], "--env number 1 must look like KEY=VALUE"),
+    ],
+)  # fmt: skip
+def test_a_malformed_env_or_header_is_refused_without_showing_it(layout: Layout, args: list[str], said: str) -> None:
+    """A value given without its name (a token pasted alone) is a secret: the refusal says which option is wrong,
+    never what it holds."""
+    code, out = add(layout, "r", *args)
+    assert code == 1
+    assert said in " ".join(out.split())
+    assert "s3cr3t" not in out
+    assert saved(layout) == {}
 
 
 def test_a_value_written_in_clear_into_a_repositorys_file_is_warned_about(layout: Layout) -> None:

@@ -55,9 +55,11 @@ def server_entry(
     else:
         raise ConfigError(f"cannot add server {name!r}: give a command (mcpvisor mcp add {name} -- CMD ARGS) or --url")
     if env_vars:
-        entry["env"] = dict(_pair(name, item, "=", "--env", "KEY=VALUE") for item in env_vars)
+        entry["env"] = dict(_pair(name, item, n, "=", "--env", "KEY=VALUE") for n, item in enumerate(env_vars, 1))
     if headers:
-        entry["headers"] = dict(_pair(name, item, ":", "--header", "'NAME: VALUE'") for item in headers)
+        entry["headers"] = dict(
+            _pair(name, item, n, ":", "--header", "'NAME: VALUE'") for n, item in enumerate(headers, 1)
+        )
     McpServerConfig.model_validate(entry)  # fail before writing anything
     return entry
 
@@ -82,10 +84,15 @@ def check_name_free(settings: Settings, scope: Literal["user", "workspace"], nam
         )
 
 
-def _pair(name: str, item: str, sep: str, option: str, shape: str) -> tuple[str, str]:
+def _pair(name: str, item: str, number: int, sep: str, option: str, shape: str) -> tuple[str, str]:
+    """``item`` split at ``sep``; one that cannot be is refused without being shown, since it may be a value alone
+    (a token pasted without its name): ``number`` says which of the ``option``s it is."""
     key, found, value = item.partition(sep)
     if not found or not key.strip():
-        raise ConfigError(f"cannot add server {name!r}: {option} {item!r} must look like {shape}")
+        raise ConfigError(
+            f"cannot add server {name!r}: {option} number {number} must look like {shape} (what was given is not "
+            "shown: it may hold a secret)"
+        )
     return key.strip(), value.strip() if sep == ":" else value
 
 
