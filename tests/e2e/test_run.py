@@ -257,6 +257,22 @@ async def test_one_invalid_entry_keeps_its_last_good_config_and_the_rest_of_the_
         assert not pid_alive(b_pid)
 
 
+async def test_a_misspelt_servers_key_in_mcp_json_is_named_with_the_key_it_was_meant_as(tmp_path: Path) -> None:
+    p = server("p", tmp_path / "p.pids")
+    async with run(tmp_path, project={"mcpServers": {"p": p}}) as r:
+        await r.wait_for(lambda: bool(r.of("approval_needed")))
+        save(r.layout.paths.project, {"mcp_servers": {"p": p}})
+        await r.wait_for(lambda: any("mcp_servers" in w["message"] for w in r.of("warning")))
+        [warning] = [w["message"] for w in r.of("warning") if "mcp_servers" in w["message"]]
+        assert (
+            warning == f"unknown key 'mcp_servers' in {r.layout.paths.project} is ignored; did you mean 'mcpServers'?"
+        )
+        save(r.layout.paths.project, {"p": p})  # an entry written without the object around it
+        await r.wait_for(lambda: any("'p'" in w["message"] for w in r.of("warning")))
+        [warning] = [w["message"] for w in r.of("warning") if "'p'" in w["message"]]
+        assert warning.endswith('is ignored; it looks like a server: put it inside "mcpServers": {"p": {...}}')
+
+
 async def test_a_restart_only_edit_reports_restart_required(tmp_path: Path) -> None:
     async with run(tmp_path, user={"mcpServers": {}}) as r:
         save(r.layout.paths.user, {"mcpServers": {}, "mcp": {"serverCommand": "x"}})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 import re
 import unicodedata
@@ -293,9 +294,31 @@ def server_layer_from_data(
     key = servers_key(data)
     if key == "mcpServers" and "servers" in data:
         warnings.append(f"ignored 'servers' in {path}: 'mcpServers' is also set and wins")
+    warnings.extend(
+        f"unknown key {other!r} in {path} is ignored{servers_key_hint(other, data[other])}"
+        for other in data
+        if other not in _SERVER_FILE_KEYS
+    )
     stamp: Scope | None = "project" if scope == "project" else None
     servers, more = build_server_entries(data.get(key), path=path, scope=scope, stamp=stamp, env=env, key=key)
     return ServerLayer(scope, path, servers, tuple(warnings + more))
+
+
+_SERVER_FILE_KEYS = frozenset({"mcpServers", "servers", "inputs", "$schema"})
+"""Top-level keys of a server file: Claude Code's servers, VS Code's servers and the inputs they ask for, a schema."""
+
+_TRANSPORT_FIELDS = ("command", "url", "httpUrl")
+
+
+def servers_key_hint(key: str, value: Any) -> str:
+    """``; did you mean 'mcpServers'?`` for a top-level ``key`` that was meant to hold the servers (a misspelling
+    of it), or the advice to move an entry written at the top level (one with a command or URL) into it; else ""."""
+    if isinstance(value, Mapping) and any(field in value for field in _TRANSPORT_FIELDS):
+        return f'; it looks like a server: put it inside "mcpServers": {{{json.dumps(key)}: {{...}}}}'
+    squashed = key.casefold().replace("_", "").replace("-", "")
+    if squashed in ("mcpservers", "mcpserver", "servers") or difflib.get_close_matches(key, ["mcpServers"], cutoff=0.8):
+        return "; did you mean 'mcpServers'?"
+    return ""
 
 
 def load_server_file(path: Path, env: Mapping[str, str], *, scope: ServerScope, missing_ok: bool = True) -> ServerLayer:
