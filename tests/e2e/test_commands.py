@@ -594,3 +594,12 @@ async def test_ctrl_c_stops_status_while_a_server_is_still_starting(tmp_path: Pa
             assert await process.wait() == 130
     [pid] = marker_pids(marker)
     await wait_until(lambda: not pid_alive(pid), what="its server to stop")
+
+
+@pytest.mark.parametrize("key", ["mcpservers", "mcp_servers", "servers", "MCPServers"])
+def test_a_misspelt_servers_key_in_the_settings_is_named_with_the_key_it_was_meant_as(tmp_path: Path, key: str) -> None:
+    layout = make_layout(tmp_path)
+    replace_text(layout.paths.user, json.dumps({key: {"s": {"command": sys.executable, "args": ["-m", LIGHT]}}}))
+    result = cli("mcp", "list", "--workspace", str(layout.root), env=layout.env)
+    said = " ".join((result.stdout + result.stderr).split())
+    assert f"unknown setting {key!r} in {layout.paths.user}; did you mean 'mcpServers'?" in said

@@ -13,7 +13,7 @@ from mcpvisor.core.gating import escape_glob, matches_any
 from mcpvisor.host.settings.expand import expand_vars, expansion_warnings
 from mcpvisor.host.settings.schema import type_mismatches, unknown_keys
 from mcpvisor.host.settings.scopes import SCOPE_STAMPS, TRUST_SCOPES, SettingsScope
-from mcpvisor.host.settings.servers import ServerEntry, build_server_entries
+from mcpvisor.host.settings.servers import ServerEntry, build_server_entries, servers_key_hint
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +134,10 @@ def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> Merg
     warnings: list[str] = []
     for layer in layers:
         where = layer.path
-        warnings.extend(f"unknown setting {key!r} in {where}" for key in unknown_keys(layer.data))
+        warnings.extend(
+            f"unknown setting {key!r} in {where}{servers_key_hint(key, layer.data[key]) if key in layer.data else ''}"
+            for key in unknown_keys(layer.data)
+        )
         warnings.extend(f"{problem} in {where}" for problem in type_mismatches(layer.data))
         missing: set[str] = set()
         rest = {k: v for k, v in layer.data.items() if k != "mcpServers"}
