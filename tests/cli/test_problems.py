@@ -467,6 +467,19 @@ def test_a_url_left_without_a_host_by_an_unset_variable_says_so(layout: Layout) 
     )
 
 
+@pytest.mark.parametrize("url", ["example.com/mcp", "localhost:8080/mcp"])
+def test_a_url_written_without_its_scheme_says_to_add_it(layout: Layout, url: str) -> None:
+    """Before: "its URL has no host", of a URL whose host is there and whose https:// is not."""
+    write_json(layout.paths.user, {"mcpServers": {"r": {"type": "http", "url": url}}})
+    code, out = invoke(layout, "status", "--json")
+    assert code == 1
+    [row] = json.loads(out)["servers"]
+    assert row["error"] == (
+        f"its URL has no scheme (written {url!r}); write it as 'https://{url}' "
+        "(or http:// for a server without TLS) in mcpServers.r.url"
+    )
+
+
 def test_a_fleet_without_its_extra_installed_says_what_to_install(
     layout: Layout, monkeypatch: pytest.MonkeyPatch
 ) -> None:

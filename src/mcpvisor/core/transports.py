@@ -73,6 +73,12 @@ async def open_transport(
     process: StdioProcess | None = None
     if cfg.command is None and not urlsplit(cfg.http_url or cfg.url or "").hostname:
         written = str(cfg.approved_value("http_url" if cfg.http_url is not None else "url"))
+        if "://" not in (cfg.http_url or cfg.url or "") and "$" not in written and written.strip():
+            raise ConnectError(
+                f"could not reach server {name!r}: its URL has no scheme (written {written!r}); write it as "
+                f"{'https://' + written.strip()!r} (or http:// for a server without TLS) in mcpServers.{name}.url",
+                server=name,
+            )
         unset = ": a variable in it is unset or empty" if "$" in written else ""
         raise ConnectError(
             f"could not reach server {name!r}: its URL has no host (written {written!r}{unset}); "
