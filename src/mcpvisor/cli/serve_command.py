@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import anyio
 import typer
@@ -39,6 +40,9 @@ __all__ = ["fast_event_loop", "serve"]
 def _parse_http(value: str) -> tuple[str, int]:
     from mcpvisor.gateway.listen import is_loopback
 
+    if "://" in value:
+        address = urlsplit(value).netloc.rpartition("@")[2] or "127.0.0.1:8080"
+        raise typer.BadParameter(f"give HOST:PORT or PORT, not a URL: --http {address}", param_hint="--http")
     host, sep, port = value.rpartition(":")
     if not sep:
         host, port = "127.0.0.1", value
