@@ -303,6 +303,22 @@ def test_lsp_list_fails_when_a_file_cannot_be_read(layout: Layout) -> None:
     assert invoke(layout, "lsp", "list")[0] == 0
 
 
+@pytest.mark.parametrize("wrapper", ["lspServers", "servers"])
+def test_an_lsp_json_with_its_servers_wrapped_in_an_object_says_to_move_them_to_the_top_level(
+    layout: Layout, wrapper: str
+) -> None:
+    """Before: the wrapper was read as a server of that name, said to lack extensionToLanguage."""
+    pylsp = {"command": "pylsp", "extensionToLanguage": {".py": "python"}}
+    write_json(layout.root / ".lsp.json", {wrapper: {"python": pylsp}})
+    code, out = invoke(layout, "lsp", "list")
+    said = " ".join(out.split())
+    assert (
+        f"skipped {wrapper!r} in {layout.root / '.lsp.json'}: this file is itself the object of language servers by "
+        f"name; move the servers inside {wrapper!r} to the top level ('lspServers' is the key of settings files)"
+    ) in said
+    assert "extensionToLanguage" not in said
+
+
 def test_lsp_list_says_a_command_is_not_found_as_status_does_and_lists_the_arguments_as_written(
     layout: Layout,
 ) -> None:

@@ -164,6 +164,12 @@ def build_lsp_entries(
             warnings.append(f"skipped language server {name!r} in {where}: expected an object; fix {at}")
             continue
         built = _build(entry, source, env)
+        if isinstance(built, str) and key is None and str(name).casefold() in _WRAPPERS:
+            warnings.append(
+                f"skipped {name!r} in {where}: this file is itself the object of language servers by name; move "
+                f"the servers inside {name!r} to the top level ({LSP_KEY!r} is the key of settings files)"
+            )
+            continue
         if isinstance(built, str):
             typos = "".join(
                 f" (its field {k!r}{_did_you_mean(k)})" for k in sorted(map(str, entry)) if _did_you_mean(k)
@@ -185,6 +191,10 @@ def build_lsp_entries(
         warnings.extend(expansion_warnings(missing, f"language server {name!r} ({where})"))
         servers[str(name)] = LspEntry(cfg, source, path)
     return servers, warnings
+
+
+_WRAPPERS = frozenset({"lspservers", "lsp_servers", "languageservers", "servers"})
+"""Keys that, at the top level of a ``.lsp.json``, wrap its servers rather than name one (``{"lspServers": {...}}``)."""
 
 
 def keep_last_good_lsp_entries(
