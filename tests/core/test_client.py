@@ -30,6 +30,7 @@ from mcpvisor.core.errors import (
     ToolCallError,
     ToolNotFoundError,
 )
+from mcpvisor.core.processes import how_it_exited
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from mcpvisor.core.server_log import ServerLog
 from mcpvisor.core.transports import closed_in_sdk, explain_start_failure
@@ -823,6 +824,47 @@ async def test_a_killed_server_is_reported_lost_naming_the_signal_not_an_exit_co
         assert f"process {said}" in client.last_error
         assert "exited with code" not in client.last_error
         tg.cancel_scope.cancel()
+
+
+async def test_a_server_behind_a_shell_that_is_killed_is_said_to_have_the_code_a_shell_gives_a_killed_program(
+    tmp_path: Path,
+) -> None:
+    """A shell that runs the server without ``exec`` exits 128 + N when the server dies by signal N: before, that was
+    only "exited with code 137"; now the code is read for the user, without claiming it was so."""
+    marker = tmp_path / "pids"
+    command = f"{shlex.quote(sys.executable)} -m {LIGHT} --name w --marker {shlex.quote(str(marker))}; exit $?"
+    lost = anyio.Event()
+    cfg = McpServerConfig.model_validate({"command": "sh", "args": ["-c", command]})
+    client = McpClient("w", cfg, on_lost=lambda _: lost.set(), options=ConnectionOptions(log_dir=tmp_path))
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        [server_pid] = marker_pids(marker)
+        assert server_pid != client.pid  # the shell waits for it
+        os.kill(server_pid, signal.SIGKILL)
+        with anyio.fail_after(WAIT_S):
+            await lost.wait()
+        assert client.last_error is not None
+        assert "process exited with code 137 (as a shell reports a program killed by SIGKILL, signal 9)" in (
+            client.last_error
+        )
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (128, "exited with code 128"),
+        (129, "exited with code 129 (as a shell reports a program ended by SIGHUP, signal 1)"),
+        (143, "exited with code 143 (as a shell reports a program ended by SIGTERM, signal 15)"),
+        (128 + signal.NSIG - 1, f"exited with code {128 + signal.NSIG - 1} (as a shell reports a program ended by "),
+        (128 + signal.NSIG, f"exited with code {128 + signal.NSIG}"),
+        (255, "exited with code 255"),
+    ],
+)
+def test_only_a_code_of_128_plus_a_signal_is_read_as_a_shell_reports_a_death_by_it(code: int, said: str) -> None:
+    told = how_it_exited(code)
+    assert told.startswith(said)
+    assert ("(" in told) == ("(" in said)
 
 
 async def test_a_stdio_server_gets_a_small_environment_plus_its_own_env(

@@ -221,16 +221,39 @@ async def loading_sdk(
 
 def how_it_exited(returncode: int) -> str:
     """A process's end as people read it: ``exited with code 1``, or for a death by a signal (a negative return
-    code) ``was killed by SIGKILL (signal 9)``, ``was ended by SIGTERM (signal 15)``. A code of 128 + N is left as
-    it is: a process may exit with it by itself, or a shell in front of the server say so of its death."""
-    if returncode >= 0:
-        return f"exited with code {returncode}"
-    number = -returncode
+    code) ``was killed by SIGKILL (signal 9)``, ``was ended by SIGTERM (signal 15)``. A code of 128 + N (N a signal)
+    keeps its code and says what it likely means, without claiming it: ``exited with code 137 (as a shell reports a
+    program killed by SIGKILL, signal 9)``. A shell in front of the server exits so when the server dies by signal N
+    (a language server's reaper does not: it dies by the server's signal), but a process may exit with it by itself."""
+    if returncode < 0:
+        number = -returncode
+        name = _signal_name(number)
+        if name is None:
+            return f"was ended by signal {number}"
+        return f"was {_ended(number)} by {name} (signal {number})"
+    said = f"exited with code {returncode}"
+    number = returncode - SHELL_SIGNAL_BASE
+    if not 0 < number < signal.NSIG:
+        return said
+    name = _signal_name(number)
+    if name is None:
+        return f"{said} (as a shell reports a program ended by signal {number})"
+    return f"{said} (as a shell reports a program {_ended(number)} by {name}, signal {number})"
+
+
+SHELL_SIGNAL_BASE = 128
+"""A shell's exit code for a program it ran that died by signal N is 128 + N."""
+
+
+def _signal_name(number: int) -> str | None:
     try:
-        name = signal.Signals(number).name
+        return signal.Signals(number).name
     except ValueError:
-        return f"was ended by signal {number}"
-    return f"was {'killed' if number == signal.SIGKILL else 'ended'} by {name} (signal {number})"
+        return None
+
+
+def _ended(number: int) -> str:
+    return "killed" if number == signal.SIGKILL else "ended"
 
 
 async def _wait_exit(process: anyio.abc.Process, timeout_s: float) -> bool:

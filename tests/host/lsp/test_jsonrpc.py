@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -277,6 +278,29 @@ async def test_a_missing_executable_surfaces_cannot_start_in_connection_closed(t
         assert "cannot start" in (tmp_path / "missing.log").read_text()
     else:
         assert "could not be started" in info.value.reason
+
+
+@linux_only
+async def test_a_server_behind_a_shell_that_is_killed_is_said_to_have_the_code_a_shell_gives_a_killed_program(
+    tmp_path: Path,
+) -> None:
+    """The reaper passes on the code of the shell in front of the server: 137 when the server was killed by SIGKILL.
+    Before, that was only "exited with code 137"."""
+    async with open_lsp_connection(
+        "sh",
+        ["-c", f"{shlex.quote(sys.executable)} {shlex.quote(FAKE)}; exit $?"],
+        env=None,
+        cwd=None,
+        log=ServerLog(tmp_path / "wrapped.log"),
+        name="wrapped",
+        on_notification=lambda method, params: None,
+        on_request=refuse,
+    ) as connection:
+        pids = await connection.request("spawn")
+        os.kill(pids["server"], signal.SIGKILL)
+        with anyio.fail_after(WAIT_S), pytest.raises(LspConnectionClosed) as info:
+            await connection.request("park")
+    assert info.value.reason == "exited with code 137 (as a shell reports a program killed by SIGKILL, signal 9)"
 
 
 async def test_stopping_a_stubborn_server_kills_its_whole_process_group(tmp_path: Path) -> None:
