@@ -41,6 +41,7 @@ from mcpvisor.shell.commands import (
     split_name,
 )
 from mcpvisor.shell.consoles import new_console
+from mcpvisor.shell.narration import changed_fields
 from mcpvisor.shell.render import first_line, render_call_result
 from mcpvisor.shell.terminal import Screen, stdin_lines
 from mcpvisor.shell.views import indented
@@ -136,6 +137,28 @@ def test_an_approval_request_shows_command_and_file_and_only_the_names_of_env_va
         '    args:    ["-y", "srv", "--flag=a b"]',
         "    cwd:     /w",
         "    env:     A, TOKEN (values hidden)",
+    ]
+
+
+def test_an_approval_request_and_a_restart_name_the_fields_as_the_settings_file_spelled_them() -> None:
+    """A file may spell a field another accepted way (``discoveryTimeout``, ``workingDirectory``): it is shown so, not
+    as the README spells it (``discoveryTimeoutMs``, ``cwd``), which the file does not hold."""
+    entry = {"command": "srv", "workingDirectory": "/w", "discoveryTimeout": 20000, "excludeTools": ["b"]}
+    cfg = McpServerConfig.from_entry(entry)
+    lines = approval_lines(approval_request("p", cfg, ServerSource("Project .mcp.json", "project", None)))
+    assert lines == [
+        ("command", "srv"),
+        ("workingDirectory", "/w"),
+        ("discoveryTimeout", "20000"),
+        ("excludeTools", '["b"]'),
+    ]
+    moved = McpServerConfig.from_entry({**entry, "workingDirectory": "/v"})
+    assert changed_fields(cfg, moved) == ["workingDirectory"]
+    written_so = McpServerConfig.from_entry({"command": "srv", "cwd": "/w", "discovery_timeout_ms": 20000})
+    assert approval_lines(approval_request("p", written_so, ServerSource("Workspace", "workspace", None))) == [
+        ("command", "srv"),
+        ("cwd", "/w"),
+        ("discovery_timeout_ms", "20000"),
     ]
 
 

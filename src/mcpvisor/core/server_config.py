@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
 
 from mcpvisor.core.errors import ConfigError
-from mcpvisor.core.spellings import ALIASES
+from mcpvisor.core.spellings import ALIASES, written_names
 
 __all__ = [
     "checked_servers",
@@ -146,6 +146,7 @@ class McpServerConfig(BaseModel):
     _approval_hash: str | None = PrivateAttr(default=None)
     _content_key: str | None = PrivateAttr(default=None)
     _literal: dict[str, Any] | None = PrivateAttr(default=None)
+    _names: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -198,6 +199,7 @@ class McpServerConfig(BaseModel):
         cfg = cls.model_validate({**expanded, **overrides})
         cfg._approval_hash = approval_hash(literal)
         cfg._literal = literal
+        cfg._names = written_names(entry, literal)
         return cfg
 
     def code_loading_env(self) -> tuple[tuple[str, str], ...]:
@@ -210,6 +212,10 @@ class McpServerConfig(BaseModel):
         """``key``'s value as the entry wrote it, before ``${VAR}`` expansion: what an approval covers (and shows:
         a ``${VAR}`` runs whatever the environment of the process that runs it says, and may hold a secret)."""
         return self._literal.get(key) if self._literal is not None else getattr(self, key)
+
+    def written_name(self, field: str) -> str | None:
+        """``field``'s name as the settings-file entry spelled it (``workingDirectory`` for ``cwd``), if it set it."""
+        return self._names.get(field)
 
     def written_entry(self) -> dict[str, Any]:
         """The entry as written, before ``${VAR}`` expansion, in canonical spelling: what an approval covers."""

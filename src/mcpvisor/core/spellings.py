@@ -3,7 +3,10 @@ the canonical field names) and the one people are shown, the file's own (``exclu
 
 from __future__ import annotations
 
-__all__ = ["ALIASES", "file_name"]
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["ALIASES", "file_name", "written_names"]
 
 ALIASES: dict[str, str] = {
     "httpUrl": "http_url",
@@ -27,3 +30,13 @@ _FILE_NAMES = {field: spelling for spelling, field in ALIASES.items() if spellin
 def file_name(field: str) -> str:
     """A field's name as a settings file spells it, for people: ``excludeTools`` for ``exclude_tools``."""
     return _FILE_NAMES.get(field, field)
+
+
+def written_names(entry: Mapping[str, Any], normalized: Mapping[str, Any]) -> dict[str, str]:
+    """Canonical field names -> their spelling in ``entry`` (``cwd`` -> ``workingDirectory``), for the fields it
+    sets; ``normalized`` is the entry in canonical spelling (a Claude-style ``type: "http"`` makes ``url`` its
+    ``http_url``)."""
+    names = {ALIASES.get(key, key): key for key in entry if isinstance(key, str)}
+    if "http_url" in normalized and "http_url" not in names and "url" in names:
+        names["http_url"] = names.pop("url")
+    return names

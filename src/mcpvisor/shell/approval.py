@@ -85,6 +85,8 @@ class ApprovalRequest:
     """The env variables whose values are not shown (they may hold secrets)."""
     header_keys: tuple[str, ...]
     code_env: tuple[tuple[str, str], ...] = ()
+    cwd_name: str = "cwd"
+    """The working folder's field as the entry spelled it (``workingDirectory``)."""
     reads: tuple[str, ...] = ()
     """What the server is given of the environment of the mcpvisor that runs it: ``${GITHUB_TOKEN} -> env
     FOO`` (names only: an env value or a header that copies a variable may carry a secret off the machine)."""
@@ -194,13 +196,15 @@ def approval_request(name: str, cfg: McpServerConfig, source: ServerSource) -> A
         command=command,
         args=args,
         cwd=cwd,
+        cwd_name=cfg.written_name("cwd") or "cwd",
         url=url,
         env_keys=env_hidden,
         header_keys=tuple(sorted(cfg.headers or {})),
         code_env=code_env,
         reads=reads,
         details=tuple(
-            (file_name(key), json.dumps(_shown(value, key), ensure_ascii=False)) for key, value in rest.items()
+            (cfg.written_name(key) or file_name(key), json.dumps(_shown(value, key), ensure_ascii=False))
+            for key, value in rest.items()
         ),
         notes=(FROM_ENVIRONMENT,) if reads or names_variables(command, *args, cwd, url) else (),
     )
@@ -254,7 +258,7 @@ def approval_lines(request: ApprovalRequest) -> list[tuple[str, str]]:
         if request.args:
             lines.append(("args", json.dumps(list(request.args))))
         if request.cwd:
-            lines.append(("cwd", request.cwd))
+            lines.append((request.cwd_name, request.cwd))
     if request.url is not None:
         lines.append(("socket" if request.files else "url", f"{request.url} ({request.transport})"))
     for key, value in request.code_env:

@@ -39,7 +39,11 @@ __all__ = ["HumanOutput", "changed_fields"]
 def changed_fields(old: McpServerConfig | None, new: McpServerConfig | None) -> list[str]:
     if old is None or new is None:
         return []
-    changed = [file_name(f) for f in CONNECTION_FIELDS if getattr(old, f) != getattr(new, f)]
+    changed = [
+        new.written_name(f) or old.written_name(f) or file_name(f)
+        for f in CONNECTION_FIELDS
+        if getattr(old, f) != getattr(new, f)
+    ]
     return changed or ["connection settings"]
 
 
