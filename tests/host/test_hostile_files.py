@@ -25,7 +25,7 @@ from mcpvisor.host.file_reads import read_regular
 from mcpvisor.host.hot_reload import compute_desired_state
 from mcpvisor.host.oauth import TokenStore
 from mcpvisor.host.oauth_grants import _private_key
-from mcpvisor.host.oauth_store import FileTokenStorage
+from mcpvisor.host.oauth_storage import FileTokenStorage
 from mcpvisor.host.pins import PinStore
 from mcpvisor.host.settings.files import SettingsFileError
 from mcpvisor.host.settings.loader import load_settings

@@ -40,8 +40,8 @@ from mcpvisor.host.oauth_settings import (
     server_url,
     token_key,
 )
+from mcpvisor.host.oauth_storage import FileTokenStorage
 from mcpvisor.host.oauth_store import (
-    FileTokenStorage,
     RefreshTurn,
     SignedIn,
     SignIn,
@@ -145,7 +145,7 @@ def oauth_provider(
             token_endpoint_auth_method=method,
             scope=settings.scopes,
         )
-    storage = FileTokenStorage(store, key, client=client, name=name, fresh=interactive)
+    storage = FileTokenStorage(store, key, client=client, name=name, fresh=interactive, login=login_command)
 
     class Provider(OAuthClientProvider):
         _refreshing = False
@@ -275,6 +275,8 @@ def oauth_provider(
                         await self._initialize()
                     else:
                         self.context.clear_tokens()
+                if not interactive:
+                    storage.save_unsaved()  # a refreshed sign-in that could not be saved, once its back-off passed
                 if not interactive and self._refresh_due():
                     await self._take_turn()
                 inner = super()._auth_flow(request)

@@ -1,7 +1,7 @@
 """The OAuth token store: one 0600 file in the user directory (``$MCPVISOR_HOME/oauth-tokens.json``),
 written like the approvals store (atomic, under a file lock), keyed by a server's URL and the configured
-client id; what a status view may say of a sign-in (never a token); and the SDK's ``TokenStorage`` over
-one record. A corrupt store fails closed: nothing is signed in, and the file is kept.
+client id; what a status view may say of a sign-in (never a token). A corrupt store fails closed: nothing is
+signed in, and the file is kept. (The SDK's ``TokenStorage`` over one record: :mod:`.oauth_storage`.)
 """
 
 from __future__ import annotations
@@ -12,24 +12,21 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from mcpvisor.core.errors import ConfigError, describe_invalid, name_word
+from mcpvisor.core.errors import ConfigError, name_word
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.oauth_settings import oauth_settings, token_key
 from mcpvisor.host.private_files import STORE_MODE, PrivateJsonStore
 from mcpvisor.host.status import LOGIN_HINT, fill_hint
 
 if TYPE_CHECKING:
-    from mcp.shared.auth import OAuthClientInformationFull, OAuthMetadata, OAuthToken
-    from pydantic import BaseModel
-
     from mcpvisor.core.client import McpClient
 
 __all__ = [
-    "FileTokenStorage",
     "RefreshTurn",
     "SignIn",
     "TokenStore",
@@ -66,6 +63,31 @@ class TokenStore(PrivateJsonStore):
     generation = 0
     """Counts the changes this process knows of (its own writes, :meth:`note_sign_ins_changed`): a live
     connection that has not seen the current one looks at the stored sign-in before its next request."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.unsaved: dict[str, str] = {}
+        """Sign-in key -> why the sign-in a refresh brought could not be saved (in use in memory meanwhile)."""
+        self._not_saved_listeners: list[Callable[[str], None]] = []
+
+    def on_not_saved(self, listener: Callable[[str], None]) -> Callable[[], None]:
+        """``listener(message)`` hears that a refreshed sign-in could not be saved (once per sign-in until it is
+        saved); returns the function that removes it. Without a listener, the message is logged."""
+        self._not_saved_listeners.append(listener)
+        return lambda: self._not_saved_listeners.remove(listener)
+
+    def note_not_saved(self, key: str, reason: str | None, message: str = "") -> None:
+        """``key``'s refreshed sign-in could not be saved (``reason``; ``message``: what people are told, the first
+        time), or (``None``) the store holds a sign-in for it again."""
+        if reason is None:
+            self.unsaved.pop(key, None)
+            return
+        first = key not in self.unsaved
+        self.unsaved[key] = reason
+        if first and not self._not_saved_listeners:
+            logger.warning("%s", message)
+        for listener in list(self._not_saved_listeners) if first else ():
+            listener(message)
 
     def note_sign_ins_changed(self) -> None:
         """The stored sign-ins may have changed (e.g. ``mcpvisor mcp login`` in another process): live
@@ -299,11 +321,23 @@ def sign_ins(
         login, logout = (fill_hint(command, name) for command in (sign_in_command or login_command, logout_command))
         if state.unreadable:
             out[name] = f"{state.describe()} — run: {logout}, then {login}"
+        elif state.signed_in and (reason := _unsaved(store, name, servers[name])) is not None:
+            out[name] = f"signed in; its refreshed sign-in is not saved ({reason}): it serves until mcpvisor stops"
         elif state.needs_sign_in():
             out[name] = f"{state.describe()} — run: {login}"
         elif state.signed_in:
             out[name] = state.describe()
     return out
+
+
+def _unsaved(store: TokenStore, name: str, cfg: McpServerConfig) -> str | None:
+    """Why the sign-in a refresh of ``name``'s brought could not be saved, if it could not (it is in use here)."""
+    if not store.unsaved:
+        return None
+    try:
+        return store.unsaved.get(token_key(cfg, oauth_settings(name, cfg)))
+    except ConfigError:
+        return None
 
 
 def _sign_in_states(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[str, SignIn]:
@@ -401,100 +435,3 @@ class SignedIn:
             if (client := clients.get(name)) is not None:
                 command = client.login_command.format(name=name_word(name))
                 client.mark_lost(f"server {name!r} was signed out — run: {command}", ended=True)
-
-
-M = TypeVar("M", bound="BaseModel")
-
-
-class FileTokenStorage:
-    """The SDK's ``TokenStorage`` over one record of the :class:`TokenStore`."""
-
-    def __init__(
-        self,
-        store: TokenStore,
-        key: str,
-        *,
-        client: OAuthClientInformationFull | None = None,
-        name: str = "NAME",
-        fresh: bool = False,
-    ) -> None:
-        self._store = store
-        self._key = key
-        self._client = client  # a pre-registered client: used as it is, never replaced
-        self._name = name  # the server's, for the fix
-        self._fresh = fresh
-        self.issued: OAuthToken | None = None
-        """The tokens stored through this storage (``fresh``: the only ones it reads)."""
-        self.refreshed_from: str | None = None
-        """The refresh token the next tokens set were refreshed with: they replace that sign-in only."""
-        self.superseded = False
-        """The last tokens set were not stored: another sign-in (or a sign-out) was stored since the refresh began."""
-
-    async def get_tokens(self) -> OAuthToken | None:
-        """The stored tokens; for a ``fresh`` sign-in, only those it got: the server runs the whole flow, and
-        the sign-in before stays in the store (and in use elsewhere) until new tokens replace it."""
-        from mcp.shared.auth import OAuthToken
-
-        if self._fresh:
-            return self.issued
-        tokens = self._store.get(self._key).get("tokens")
-        return self._valid(OAuthToken, tokens, "tokens") if isinstance(tokens, dict) else None
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
-        fields = {
-            "tokens": tokens.model_dump(mode="json", exclude_none=True),
-            "expires_at": expires_at,
-            "refused": None,
-        }
-        used, self.refreshed_from = self.refreshed_from, None
-        self.superseded = used is not None and not self._store.store_refreshed(self._key, used, **fields)
-        if self.superseded:
-            return
-        self.issued = tokens
-        if used is None:
-            self._store.update(self._key, **fields)
-
-    def _valid(self, model: type[M], value: dict[str, Any], what: str) -> M:
-        """``value`` as ``model``; one that is not is an error naming the store and the record, never its
-        values (a token may be among them)."""
-        from pydantic import ValidationError
-
-        try:
-            return model.model_validate(value)
-        except ValidationError as exc:
-            raise ConfigError(
-                f"in {self._store.path}, the {what} stored for {self._key} fail validation ({describe_invalid(exc)}); "
-                f"sign out and in again (mcpvisor mcp logout {(word := name_word(self._name))}, "
-                f"then mcpvisor mcp login {word})"
-            ) from None
-
-    def authorization_server(self) -> OAuthMetadata | None:
-        """The metadata of the authorization server that issued the stored tokens (None: not kept)."""
-        from mcp.shared.auth import OAuthMetadata
-
-        kept = self._store.get(self._key).get("authorization_server")
-        return self._valid(OAuthMetadata, kept, "authorization server") if isinstance(kept, dict) else None
-
-    def keep_authorization_server(self, metadata: OAuthMetadata) -> None:
-        self._store.update(self._key, authorization_server=metadata.model_dump(mode="json", exclude_none=True))
-
-    def expires_at(self) -> float | None:
-        value = self._store.get(self._key).get("expires_at")
-        return float(value) if isinstance(value, int | float) else None
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        from mcp.shared.auth import OAuthClientInformationFull
-
-        if self._client is not None:
-            # The method chosen against the server's metadata, for a refresh before any discovery.
-            method = self._store.get(self._key).get("token_endpoint_auth_method")
-            return self._client.model_copy(update={"token_endpoint_auth_method": method}) if method else self._client
-        client = self._store.get(self._key).get("client")
-        return (
-            self._valid(OAuthClientInformationFull, client, "registered client") if isinstance(client, dict) else None
-        )
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        if self._client is None:
-            self._store.update(self._key, client=client_info.model_dump(mode="json", exclude_none=True))
