@@ -15,6 +15,7 @@ import httpx2
 import pytest
 
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.fleet.replica import Replica as Joined
 from mcpvisor.fleet.sealing import FleetKey, check_fleet_key
 from mcpvisor.fleet.store import FleetStore
 from tests.fleet.conftest import RedisServer
@@ -173,3 +174,20 @@ def ready_now(replica: Replica) -> bool:
         return httpx2.get(replica.url + "/readyz").status_code == 200
     except httpx2.TransportError:
         return False
+
+
+async def test_a_process_that_joins_without_being_listed_leaves_a_starting_replicas_key_mark(
+    redis_server: RedisServer,
+) -> None:
+    """A replica recorded its key and is still starting (not listed yet) when ``mcpvisor run --fleet`` (or a shell,
+    or a stdio gateway) joins with the same key: that process is never listed, so it neither records the key nor
+    takes the mark; a replica started meanwhile with another key is still refused."""
+    store = FleetStore(redis_server.url)
+    try:
+        check_fleet_key(store, FleetKey([KEY]), holder="starting replica")
+        async with Joined(store, register=False, key=FleetKey([KEY])):
+            pass
+        with pytest.raises(ConfigError, match=r"\(running: one starting now\)"):
+            check_fleet_key(store, FleetKey([f"another key, {KEY}"]), holder="another replica")
+    finally:
+        store.close()

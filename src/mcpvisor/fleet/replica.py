@@ -38,7 +38,7 @@ from mcpvisor.fleet.approvals import DEFAULT_FRESHNESS_S, FleetApprovalStore
 from mcpvisor.fleet.bus import FleetBus
 from mcpvisor.fleet.pins import FleetPinStore
 from mcpvisor.fleet.routing import FleetUnavailable, OwnerRouter, forwarding_client, round_name, round_owner
-from mcpvisor.fleet.sealing import FleetKey, check_fleet_key, release_key_mark
+from mcpvisor.fleet.sealing import FleetKey, join_with_key
 from mcpvisor.fleet.settings import (
     PUBLISHED_SCOPES,
     Snapshot,
@@ -149,14 +149,10 @@ class Replica(StackOwner):
         self._apply_lock = anyio.Lock()
         self._wake = anyio.Event()
         await anyio.to_thread.run_sync(self.store.ping)
-        if (key := self._key) is not None:
-            await anyio.to_thread.run_sync(lambda: check_fleet_key(self.store, key, holder=self._nonce))
-        try:
-            if self._register:
-                await anyio.to_thread.run_sync(self.store.claim, self.id, self._nonce, REGISTRY_TTL_MS)
-        finally:  # listed now (or not starting): the key's mark of a replica starting has done its work
-            if self._key is not None:
-                await anyio.to_thread.run_sync(release_key_mark, self.store, self._nonce)
+        listed_as = self.id if self._register else None
+        await anyio.to_thread.run_sync(
+            lambda: join_with_key(self.store, self._key, listed_as=listed_as, nonce=self._nonce, ttl_ms=REGISTRY_TTL_MS)
+        )
         async with AsyncExitStack() as stack:
             self._http = await stack.enter_async_context(forwarding_client())
             self._registry = self.store.async_client()

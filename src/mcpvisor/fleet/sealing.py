@@ -27,7 +27,7 @@ from mcpvisor.core.errors import ConfigError
 if TYPE_CHECKING:
     from mcpvisor.fleet.store import FleetStore
 
-__all__ = ["KEY_ENV", "KEY_FILE_ENV", "KEY_MARK_MS", "FleetKey", "check_fleet_key", "release_key_mark"]
+__all__ = ["KEY_ENV", "KEY_FILE_ENV", "KEY_MARK_MS", "FleetKey", "check_fleet_key", "join_with_key", "release_key_mark"]
 
 KEY_ENV: Final = "MCPVISOR_FLEET_KEY"
 KEY_FILE_ENV: Final = "MCPVISOR_FLEET_KEY_FILE"
@@ -192,3 +192,20 @@ def release_key_mark(store: FleetStore, holder: str) -> None:
         store.sync_client().eval(RELEASE, 1, store.keys.key_starting, holder)
     except (redis.RedisError, OSError) as exc:
         raise fleet_unreachable(store.url, exc, store.named_in) from exc
+
+
+def join_with_key(store: FleetStore, key: FleetKey | None, *, listed_as: str | None, nonce: str, ttl_ms: int) -> None:
+    """A process joining the fleet: check its key (:func:`check_fleet_key`) and, for a replica to be listed under
+    ``listed_as``, record the key, claim the id (:meth:`FleetStore.claim`, ``nonce``, ``ttl_ms``) and drop the mark
+    of a replica starting. A process never listed (a shell, a stdio gateway) only checks: it would protect no key
+    of its own, and taking the mark (then dropping it) would unmark a replica starting meanwhile, whose key another
+    replica starting then could replace. Blocking."""
+    if key is not None:
+        check_fleet_key(store, key, record=listed_as is not None, holder=nonce)
+    if listed_as is None:
+        return
+    try:
+        store.claim(listed_as, nonce, ttl_ms)
+    finally:  # listed now (or not starting): the key's mark of a replica starting has done its work
+        if key is not None:
+            release_key_mark(store, nonce)
