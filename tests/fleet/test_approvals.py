@@ -74,7 +74,7 @@ def test_an_unreachable_store_leaves_every_gated_server_pending_and_says_why(tmp
     store.load()
     assert store.get_state(ROOT, "p", Cfg("h1")) == "pending"
     assert store.error is not None
-    assert "cannot read decisions from the fleet store" in store.error
+    assert "cannot read the fleet's decisions: the fleet store" in store.error
     with pytest.raises(ConfigError, match="could not record approval"):
         store.approve(ROOT, "p", Cfg("h1"))
 

@@ -99,7 +99,7 @@ async def test_no_turn_is_given_while_the_store_does_not_answer(tmp_path: Path) 
     """Without the store nobody can know whether another replica is refreshing: no refresh then (a refresh
     token used twice may revoke the whole grant)."""
     store = FleetTokenStore(FleetStore(f"unix://{tmp_path}/none.sock"), FleetKey([SECRET]))
-    with pytest.raises(ConfigError, match="does not answer"):
+    with pytest.raises(ConfigError, match="has no socket there"):
         await store.refresh_turn("https://a.example/mcp")
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import Listeners
+from mcpvisor.fleet.failures import store_failure
 from mcpvisor.fleet.store import FleetRecord, FleetStore, parse_record, redact, sign_in_refused
 from mcpvisor.host.approvals import (
     ApprovalRecord,
@@ -50,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_FRESHNESS_S = 15.0
 """How long a mirror may go without hearing from the store before gated servers are held."""
+NOT_RECORDED = "nothing was recorded (try again when it answers)"
 
 
 def read_approvals(store: FleetStore) -> tuple[int, dict[str, dict[str, FleetRecord]], int]:
@@ -86,6 +88,8 @@ class FleetApprovalStore(ApprovalStore):
         """The rewind was seen in the other replicas' registry entries, not by this process."""
         self._rewound_at: int | None = None
         self._unreachable_since: float | None = None
+        self._unanswered: str | None = None
+        """Why the last whole read failed (the store did not answer), until one succeeds."""
         self.refused = ""
         """While the store refuses the follower's sign-in: what to say, with the fix (:meth:`note_failure`)."""
         self._followed = False
@@ -170,7 +174,7 @@ class FleetApprovalStore(ApprovalStore):
         A revision below one seen before is a rewind, unless an operator acknowledged since (``epoch``)."""
         with self._lock:
             self._loaded = True
-            self._error, self.refused = None, ""
+            self._error, self.refused, self._unanswered = None, "", None
             self._heard()
             if epoch > self._epoch:
                 if self._rewound_at is not None:
@@ -204,12 +208,20 @@ class FleetApprovalStore(ApprovalStore):
             self._max_rev = rev
             return False
 
-    def note_failure(self, exc: BaseException) -> None:
+    def note_failure(self, exc: BaseException, *, first: bool = False) -> None:
         """The follower could not read the store (``exc``): a refused sign-in is said once, and in :attr:`error`
-        until the store is read again (else a store restarted with another password only "has not answered")."""
+        until the store is read again (else a store restarted with another password only "has not answered");
+        another failure of the store is said when it is the ``first`` in a row."""
+        import redis
+
         refused = sign_in_refused(exc)
         if refused and refused != self.refused:
             logger.warning("fleet store %s %s", redact(self.store.url), refused)
+        elif first and not refused and isinstance(exc, redis.RedisError | OSError):
+            logger.warning(
+                "cannot follow the fleet's decisions: %s; reconnecting (project and workspace servers are held if it "
+                "stays silent for %g s)", store_failure(self.store.url, exc, self.store.keys.fleet), self.freshness_s,
+            )  # fmt: skip
         self.refused = refused
 
     def check_fresh(self) -> bool:
@@ -254,11 +266,12 @@ class FleetApprovalStore(ApprovalStore):
         try:
             rev, records, epoch = read_approvals(self.store)
         except (redis.RedisError, OSError) as exc:
+            failure = store_failure(self.store.url, exc, self.store.keys.fleet)
             with self._lock:
-                self._loaded = True
+                self._loaded, self._unanswered = True, failure
                 self._set_error(
-                    f"cannot read decisions from the fleet store {redact(self.store.url)}: {exc}; every project "
-                    "and workspace server stays pending until it answers"
+                    f"cannot read the fleet's decisions: {failure}; every project and workspace server stays pending "
+                    "until it answers"
                 )
             return
         self.replace_all(rev, records, epoch)
@@ -322,6 +335,8 @@ class FleetApprovalStore(ApprovalStore):
         key = root_key(root, kind)
         verb = "approval" if status == "approved" else "rejection"
         with self._lock:
+            if self._rewound_at is None and self._unanswered is not None:  # (its decisions were never read)
+                raise ConfigError(f"could not record {verb} of server {name!r}: {self._unanswered}; {NOT_RECORDED}")
             if self._rewound_at is not None or self._error is not None:
                 raise ConfigError(f"could not record {verb} of server {name!r}: {self.error}")
             expected = self.revision_of(root, name, kind)
@@ -333,10 +348,8 @@ class FleetApprovalStore(ApprovalStore):
         try:
             rev = self.store.decide(key, name, cfg.approval_hash, status, expected_rev=expected, by=_who())
         except (redis.RedisError, OSError) as exc:
-            raise ConfigError(
-                f"could not record {verb} of server {name!r} in the fleet store {redact(self.store.url)}: {exc}; "
-                "nothing was recorded, try again when it answers"
-            ) from exc
+            failure = store_failure(self.store.url, exc, self.store.keys.fleet)
+            raise ConfigError(f"could not record {verb} of server {name!r}: {failure}; {NOT_RECORDED}") from exc
         if rev is None:
             self._reread(key, name)
             raise DecidedSinceShown(name, verb)

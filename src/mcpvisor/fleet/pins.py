@@ -37,7 +37,8 @@ logger = logging.getLogger(__name__)
 class FleetPinStore(FleetRecords, PinStore):
     """The pins of one fleet (see the module)."""
 
-    what = "the fleet's tool pin store"
+    what = "the fleet's tool pins"
+    unanswered = "every tool and prompt of a pinned server is held until it answers"
     log_kind = "pins"
 
     def __init__(self, store: FleetStore, *, fresh: Callable[[], bool] | None = None) -> None:
@@ -65,7 +66,7 @@ class FleetPinStore(FleetRecords, PinStore):
         if mirrored is None or self._fresh is None:
             return super().read()
         if not self._fresh():
-            raise ConfigError(f"cannot read {self.what} {self.where}: it has not answered lately; {self.consequence}")
+            raise ConfigError(f"cannot read {self.what}: {self.place} has not answered lately; {self.unanswered}")
         return copy.deepcopy(mirrored)
 
     def _written(self, records: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Final
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import Listeners
+from mcpvisor.fleet.failures import store_failure
 from mcpvisor.fleet.store import LOG_MAXLEN, FleetStore, redact
 from mcpvisor.host.private_files import LOCK_TIMEOUT_S
 
@@ -41,6 +42,8 @@ class FleetRecords:
     consequence: ClassVar[str]
     log_kind: ClassVar[str]
     """The change log entry's ``kind``: how the other replicas know what to re-read."""
+    unanswered: ClassVar[str]
+    """What holds while the store does not answer, said after the reason."""
     skip_unreadable: ClassVar[bool] = False
     """Leave a record that cannot be read out (and say so once) instead of refusing the whole store."""
 
@@ -53,6 +56,10 @@ class FleetRecords:
     @property
     def place(self) -> str:
         return f"the fleet store {redact(self.store.url)} (fleet {self.store.keys.fleet})"
+
+    def failure(self, exc: BaseException) -> str:
+        """The store (its URL without its password) and what it did (``exc``: the Redis client's error)."""
+        return store_failure(self.store.url, exc, self.store.keys.fleet)
 
     def _warn_once(self, message: str) -> None:
         warned: set[str] = self.__dict__.setdefault("_warned", set())
@@ -79,7 +86,7 @@ class FleetRecords:
         try:
             fields = self.store.sync_client().hgetall(self.hash_key)
         except (redis.RedisError, OSError) as exc:
-            raise ConfigError(f"cannot read {self.what} {self.where}: {exc}; {self.consequence}") from exc
+            raise ConfigError(f"cannot read {self.what}: {self.failure(exc)}; {self.unanswered}") from exc
         return self._records(fields)
 
     def mutate(self, change: Callable[[dict[str, Any]], object], *, timeout_s: float = LOCK_TIMEOUT_S) -> None:
@@ -110,7 +117,7 @@ class FleetRecords:
                         time.sleep(random.uniform(0, RETRY_PAUSE_S))  # changed meanwhile: read it again, a moment later
                         continue
         except (redis.RedisError, OSError) as exc:
-            raise ConfigError(f"could not save {self.what} {self.where}: {exc} — nothing was changed") from exc
+            raise ConfigError(f"could not save {self.what}: {self.failure(exc)}; nothing was changed") from exc
         raise ConfigError(f"{self.what} {self.where} kept changing under {ATTEMPTS} tries; try again")
 
     def _written(self, records: dict[str, Any]) -> None:

@@ -36,6 +36,7 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.fleet.approvals import DEFAULT_FRESHNESS_S, FleetApprovalStore
 from mcpvisor.fleet.bus import FleetBus
+from mcpvisor.fleet.failures import store_failure
 from mcpvisor.fleet.pins import FleetPinStore
 from mcpvisor.fleet.routing import FleetUnavailable, OwnerRouter, forwarding_client, round_name, round_owner
 from mcpvisor.fleet.sealing import FleetKey, join_with_key
@@ -261,11 +262,9 @@ class Replica(StackOwner):
                         self.approvals.changed()
                     last_id = await self._take(client, batch, last_id)
             except Exception as exc:  # the store's errors, and any entry this version cannot read
-                self.approvals.note_failure(exc)
+                self.approvals.note_failure(exc, first=failures == 0)
                 if not isinstance(exc, redis.RedisError | OSError):
                     logger.exception("fleet: following the change log failed; reading the store whole again")
-                elif failures == 0 and not self.approvals.refused:
-                    logger.warning("fleet store %s: %s; reconnecting", redact(self.store.url), exc)
                 if not started:  # the hosts start anyway: every gated server stays held meanwhile
                     started = True
                     task_status.started()
@@ -453,7 +452,7 @@ class Replica(StackOwner):
                 LOG_MAXLEN,
             )  # fmt: skip
         except (redis.RedisError, OSError) as exc:
-            logger.warning("fleet %s: could not publish settings: %s", keys.fleet, exc)
+            logger.warning("could not publish the settings: %s", store_failure(self.store.url, exc, keys.fleet))
             return
         finally:
             await client.aclose()

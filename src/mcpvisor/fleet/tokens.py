@@ -46,7 +46,8 @@ FRESH_MS: Final = 10_000
 class FleetTokenStore(FleetRecords, TokenStore):
     """The OAuth tokens of one fleet (see the module)."""
 
-    what = "the fleet's OAuth token store"
+    what = "the fleet's OAuth sign-ins"
+    unanswered = "the servers signed in through it connect without their sign-in until it answers"
     consequence = "that server is not signed in until it signs in again (mcpvisor mcp login NAME --fleet URL)"
     log_kind = "tok"
     skip_unreadable = True  # one record sealed with a key no longer in the ring costs that sign-in, not all
@@ -80,8 +81,8 @@ class FleetTokenStore(FleetRecords, TokenStore):
             return None
         except (redis.RedisError, OSError) as exc:
             raise ConfigError(
-                f"cannot take the turn to refresh a sign-in: {self.where} does not answer ({exc}); the sign-in is "
-                "refreshed when it answers again"
+                f"cannot take the turn to refresh a sign-in: {self.failure(exc)}; the sign-in is refreshed when it "
+                "answers again"
             ) from exc
         finally:
             with anyio.CancelScope(shield=True):
@@ -97,7 +98,7 @@ class FleetTokenStore(FleetRecords, TokenStore):
                     await client.set(fresh, holder, px=FRESH_MS)
                 await client.eval(RELEASE, 1, lock, holder)
         except (redis.RedisError, OSError) as exc:
-            logger.warning("fleet: could not release a token refresh turn (%s); it expires by itself", exc)
+            logger.warning("could not release a sign-in's refresh turn: %s; it expires by itself", self.failure(exc))
         finally:
             with anyio.CancelScope(shield=True):
                 await client.aclose()
