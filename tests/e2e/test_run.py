@@ -273,6 +273,32 @@ async def test_a_misspelt_servers_key_in_mcp_json_is_named_with_the_key_it_was_m
         assert warning.endswith('is ignored; it looks like a server: put it inside "mcpServers": {"p": {...}}')
 
 
+async def test_a_misspelt_mcp_servers_key_keeps_the_last_good_servers_of_the_file_until_fixed(tmp_path: Path) -> None:
+    marker = tmp_path / "a.pids"
+    a = server("a", marker)
+    async with run(tmp_path, user={"mcpServers": {"a": a}}) as r:
+        [pid] = marker_pids(marker)
+        path = r.layout.paths.user
+        save(path, {"mcpservers": {"a": a}})
+        await r.wait_for(
+            lambda: r.status("a") != "connected" or any("kept the last good" in w["message"] for w in r.of("warning"))
+        )
+        assert r.status("a") == "connected"
+        [kept] = [w["message"] for w in r.of("warning") if "kept the last good" in w["message"]]
+        assert kept == (
+            f"kept the last good servers of {path} ('a') until 'mcpservers' there is renamed 'mcpServers' "
+            "(did you mean 'mcpServers'?); to stop them instead, remove 'mcpservers'"
+        )
+        assert marker_pids(marker) == [pid]
+        assert pid_alive(pid)
+        # Fixing the key changes nothing that runs; removing the servers then stops a.
+        save(path, {"mcpServers": {"a": a}})
+        save(path, {})
+        await r.wait_for(lambda: any(e["removed"] == ["a"] for e in r.of("reconcile")))
+        assert marker_pids(marker) == [pid]  # never restarted
+        await wait_until(lambda: not pid_alive(pid))
+
+
 async def test_a_restart_only_edit_reports_restart_required(tmp_path: Path) -> None:
     async with run(tmp_path, user={"mcpServers": {}}) as r:
         save(r.layout.paths.user, {"mcpServers": {}, "mcp": {"serverCommand": "x"}})

@@ -380,7 +380,9 @@ class Settings:
         if scope == "lsp_project":
             data, kept = keep_last_good_lsp_entries(data, previous, path=path, source="project", env=self.env, key=None)
         else:
-            data, kept = keep_last_good_entries(data, previous, path=path, env=self.env)
+            data, kept = keep_last_good_entries(
+                data, previous, path=path, env=self.env, settings_file=scope != "project"
+            )
             lsp, lsp_kept = keep_last_good_lsp_entries(
                 data.get(LSP_KEY), previous.get(LSP_KEY), path=path, source=scope, env=self.env, key=LSP_KEY
             )

@@ -242,13 +242,23 @@ def servers_key(data: Mapping[str, Any]) -> str:
 
 
 def keep_last_good_entries(
-    data: Mapping[str, Any], previous: Mapping[str, Any], *, path: Path | None, env: Mapping[str, str]
+    data: Mapping[str, Any],
+    previous: Mapping[str, Any],
+    *,
+    path: Path | None,
+    env: Mapping[str, str],
+    settings_file: bool = False,
 ) -> tuple[Mapping[str, Any], tuple[str, ...]]:
     """``data`` with each invalid server entry replaced by that server's entry in ``previous`` when that
     one was valid: a typo in one server's ``args`` keeps it running on its last good configuration,
     while every other change of the same save applies. Returns the data and one notice per kept entry.
 
+    In a settings file (``settings_file``), a save whose servers sit under a misspelling of ``mcpServers``
+    (and none under ``mcpServers``) keeps all the last good servers of the file, with one notice.
+
     ``data`` is returned as is when nothing is kept; only its servers object is ever copied."""
+    if settings_file and (misspelt := _keep_servers_of_misspelt_key(data, previous, path)) is not None:
+        return misspelt
     key = servers_key(data)
     entries, before = data.get(key), previous.get(servers_key(previous))
     if not isinstance(entries, Mapping) or not isinstance(before, Mapping):
@@ -269,6 +279,25 @@ def keep_last_good_entries(
     if not kept:
         return data, ()
     return {**data, key: {**entries, **kept}}, tuple(notices)
+
+
+def _keep_servers_of_misspelt_key(
+    data: Mapping[str, Any], previous: Mapping[str, Any], path: Path | None
+) -> tuple[Mapping[str, Any], tuple[str, ...]] | None:
+    """``data`` with the last good ``mcpServers`` of ``previous`` when ``data`` has none but holds an object under a
+    misspelling of it (``mcpservers``, ``mcp_servers``): a renamed key is a typo, not every server deleted."""
+    before = previous.get("mcpServers")
+    if "mcpServers" in data or not isinstance(before, Mapping) or not before:
+        return None
+    misspelt = next((k for k, v in data.items() if isinstance(v, Mapping) and misspelt_servers_key(k)), None)
+    if misspelt is None:
+        return None
+    names = ", ".join(repr(name) for name in before)
+    notice = (
+        f"kept the last good servers of {path} ({names}) until {misspelt!r} there is renamed 'mcpServers' "
+        f"(did you mean 'mcpServers'?); to stop them instead, remove {misspelt!r}"
+    )
+    return {**data, "mcpServers": before}, (notice,)
 
 
 def _located(key: str, name: str, problem: str) -> str:
@@ -315,10 +344,17 @@ def servers_key_hint(key: str, value: Any) -> str:
     of it), or the advice to move an entry written at the top level (one with a command or URL) into it; else ""."""
     if isinstance(value, Mapping) and any(field in value for field in _TRANSPORT_FIELDS):
         return f'; it looks like a server: put it inside "mcpServers": {{{json.dumps(key)}: {{...}}}}'
+    return "; did you mean 'mcpServers'?" if misspelt_servers_key(key) else ""
+
+
+def misspelt_servers_key(key: str) -> bool:
+    """Whether a top-level ``key`` (other than ``mcpServers``) reads as a misspelling of it."""
     squashed = key.casefold().replace("_", "").replace("-", "")
-    if squashed in ("mcpservers", "mcpserver", "servers") or difflib.get_close_matches(key, ["mcpServers"], cutoff=0.8):
-        return "; did you mean 'mcpServers'?"
-    return ""
+    if key == "mcpServers":
+        return False
+    return squashed in ("mcpservers", "mcpserver", "servers") or bool(
+        difflib.get_close_matches(key, ["mcpServers"], cutoff=0.8)
+    )
 
 
 def load_server_file(path: Path, env: Mapping[str, str], *, scope: ServerScope, missing_ok: bool = True) -> ServerLayer:
