@@ -26,6 +26,7 @@ from mcp.client.subscriptions import ToolsListChanged
 
 from mcpvisor.cli.serve import run_gateway
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.gateway.listen import bind_http_socket
 from mcpvisor.host.host import HostOptions
 from tests.gateway.test_gateway import next_event, save, server, text_of, tool_names, wait_for_port
 from tests.gateway.test_workspaces import client_for, make_setup
@@ -255,6 +256,35 @@ def test_a_url_given_to_http_is_refused_saying_the_address_to_give(tmp_path: Pat
     assert result.returncode == 2
     assert f"give HOST:PORT or PORT, not a URL: --http {address}" in said
     assert "not loopback" not in said
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("badhost.invalid:80", "the address 'badhost.invalid' could not be resolved"),
+    ],
+)
+def test_an_http_address_that_cannot_be_served_on_says_what_to_give(tmp_path: Path, given: str, said: str) -> None:
+    """Before: "not loopback: other machines can reach this port", then "[Errno -2] Name or service not known"."""
+    layout = make_layout(tmp_path)
+    result = subprocess.run(
+        [mcpvisor_command(), "serve", "--http", given, "--workspace", str(layout.root)],
+        env={**os.environ, **layout.env},
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    out = " ".join(result.stderr.split())
+    assert result.returncode == 2
+    assert said in out
+    assert "not loopback" not in out
+    assert "Errno" not in out
+
+
+def test_binding_to_a_name_that_does_not_resolve_says_so() -> None:
+    with pytest.raises(ConfigError, match="the address 'badhost.invalid' could not be resolved") as raised:
+        bind_http_socket("badhost.invalid", 80)
+    assert "Errno" not in str(raised.value)
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,7 @@ __all__ = ["fast_event_loop", "serve"]
 
 
 def _parse_http(value: str) -> tuple[str, int]:
-    from mcpvisor.gateway.listen import is_loopback
+    from mcpvisor.gateway.listen import is_loopback, unresolvable
 
     if "://" in value:
         address = urlsplit(value).netloc.rpartition("@")[2] or "127.0.0.1:8080"
@@ -53,6 +53,8 @@ def _parse_http(value: str) -> tuple[str, int]:
     if not 1 <= number <= 65535:
         raise typer.BadParameter(f"port {number} is out of range: use 1 to 65535", param_hint="--http")
     host = host.strip("[]") or "127.0.0.1"
+    if (why := unresolvable(host, number)) is not None:
+        raise typer.BadParameter(why, param_hint="--http")
     if not is_loopback(host):
         new_console(stderr=True, soft_wrap=True).print(
             f"[yellow]! serving on {host}, not loopback: other machines can reach this port; every request "

@@ -12,7 +12,7 @@ import socket
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.gateway.auth import TOKEN_ENV
 
-__all__ = ["MCP_PATH", "bind_http_socket", "http_url", "is_loopback", "refuse_without_token"]
+__all__ = ["MCP_PATH", "bind_http_socket", "http_url", "is_loopback", "refuse_without_token", "unresolvable"]
 
 MCP_PATH = "/mcp"
 
@@ -25,6 +25,25 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def unresolvable(host: str, port: int) -> str | None:
+    """Why the gateway cannot listen on ``host``: a name that does not resolve to an address (None: it resolves,
+    or fails otherwise, which binding says)."""
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return _not_resolved(host, exc)
+    except (OSError, UnicodeError):
+        return None
+    return None
+
+
+def _not_resolved(host: str, exc: socket.gaierror) -> str:
+    return (
+        f"the address {host!r} could not be resolved ({exc.strerror}): give an IP address or a name of this "
+        "machine (127.0.0.1 for this machine only, 0.0.0.0 for every network)"
+    )
 
 
 def refuse_without_token(host: str, token: str | None) -> None:
@@ -42,6 +61,8 @@ def bind_http_socket(host: str, port: int) -> socket.socket:
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, kind, proto)
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot serve on {host}:{port}: {_not_resolved(host, exc)}") from exc
     except OSError as exc:
         raise ConfigError(f"cannot serve on {host}:{port}: {exc}") from exc
     try:
