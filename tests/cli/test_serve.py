@@ -262,10 +262,13 @@ def test_a_url_given_to_http_is_refused_saying_the_address_to_give(tmp_path: Pat
     ("given", "said"),
     [
         ("badhost.invalid:80", "the address 'badhost.invalid' could not be resolved"),
+        ("localhost:0", "port 0 picks no port: a port must be given (1 to 65535)"),
+        ("0", "port 0 picks no port: a port must be given (1 to 65535)"),
     ],
 )
 def test_an_http_address_that_cannot_be_served_on_says_what_to_give(tmp_path: Path, given: str, said: str) -> None:
-    """Before: "not loopback: other machines can reach this port", then "[Errno -2] Name or service not known"."""
+    """Before: "not loopback: other machines can reach this port", then "[Errno -2] Name or service not known";
+    and "port 0 is out of range"."""
     layout = make_layout(tmp_path)
     result = subprocess.run(
         [mcpvisor_command(), "serve", "--http", given, "--workspace", str(layout.root)],
@@ -279,6 +282,7 @@ def test_an_http_address_that_cannot_be_served_on_says_what_to_give(tmp_path: Pa
     assert said in out
     assert "not loopback" not in out
     assert "Errno" not in out
+    assert "out of range" not in out
 
 
 def test_binding_to_a_name_that_does_not_resolve_says_so() -> None:

@@ -50,6 +50,8 @@ def _parse_http(value: str) -> tuple[str, int]:
         number = int(port)
     except ValueError:
         raise typer.BadParameter(f"{value!r} is not HOST:PORT or PORT", param_hint="--http") from None
+    if number == 0:
+        raise typer.BadParameter("port 0 picks no port: a port must be given (1 to 65535)", param_hint="--http")
     if not 1 <= number <= 65535:
         raise typer.BadParameter(f"port {number} is out of range: use 1 to 65535", param_hint="--http")
     host = host.strip("[]") or "127.0.0.1"
