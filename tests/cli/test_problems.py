@@ -618,3 +618,39 @@ def test_status_says_where_the_language_server_tools_are_while_an_mcp_server_is_
     assert json.loads(out)["language_server_tools"] == "mcp__lsp__*"
     code, out = invoke(layout, "status")
     assert "tools served as" not in out
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        (
+            {"command": "npx", "url": "https://example.com/mcp"},
+            "sets both 'command' and 'url': 'command' is used (stdio), 'url' ignored; remove the one not meant",
+        ),
+        (
+            {"type": "sse", "command": "npx"},
+            """has "type": "sse" but 'command' is used (stdio); fix "type" or 'command'""",
+        ),
+        ({"type": "http", "command": "npx"}, """has "type": "http" but 'command' is used (stdio)"""),
+        ({"type": "stdio", "url": "https://example.com/sse"}, """has "type": "stdio" but 'url' is used (SSE)"""),
+    ],
+)
+def test_an_entry_naming_two_transports_says_which_one_is_used(
+    layout: Layout, entry: dict[str, str], said: str
+) -> None:
+    """Before: the command ran (or the URL was reached), and nothing said the rest of the entry was ignored."""
+    write_json(layout.paths.user, {"mcpServers": {"s": entry}})
+    code, out = invoke(layout, "mcp", "list", "--json")
+    assert code == 0
+    listed = json.loads(out)
+    assert [row["name"] for row in listed["servers"]] == ["s"]
+    assert f"MCP server 's' ({layout.paths.user}) {said}" in "\n".join(listed["problems"])
+    assert any(p.endswith("in mcpServers.s") for p in listed["problems"])
+
+
+def test_an_entry_naming_one_transport_says_nothing_of_transports(layout: Layout) -> None:
+    servers = {"s": {"type": "http", "url": "https://example.com/mcp"}, "t": {"type": "stdio", "command": "npx"}}
+    write_json(layout.paths.user, {"mcpServers": servers})
+    code, out = invoke(layout, "mcp", "list", "--json")
+    assert code == 0
+    assert json.loads(out)["problems"] == []

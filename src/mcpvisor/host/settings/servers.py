@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mcpvisor.core.server_config import REPOSITORY_SCOPES, McpServerConfig, Scope, canonical_json
+from mcpvisor.core.spellings import ALIASES
 from mcpvisor.host.settings.expand import expand_vars, expansion_warnings
 from mcpvisor.host.settings.files import SettingsError, SettingsFileError, read_settings_file
 from mcpvisor.host.settings.scopes import ServerScope
@@ -226,6 +227,8 @@ def build_server_entries(
             for field in sorted(cfg.model_extra or {})
             if field not in _EXTRA_OK
         )
+        if (conflict := transport_conflict(entry, cfg)) is not None:
+            warnings.append(f"MCP server {name!r} ({where}) {conflict} in {key}.{name}")
         warnings.extend(expansion_warnings(missing, f"MCP server {name!r} ({where})"))
         if cfg.timeout is not None and cfg.timeout < SECONDS_LIKE_TIMEOUT_MS:
             warnings.append(
@@ -234,6 +237,32 @@ def build_server_entries(
             )
         servers[name] = ServerEntry(cfg, scope, path)
     return servers, warnings
+
+
+_TRANSPORT_NAMES = {"stdio": "stdio", "sse": "SSE", "http": "streamable HTTP"}
+_TYPE_TRANSPORTS = {"stdio": "stdio", "sse": "sse", "http": "http", "streamable-http": "http"}
+_TYPE_TRANSPORTS.update(streamable_http="http", streamablehttp="http")
+
+
+def transport_conflict(entry: Mapping[str, Any], cfg: McpServerConfig) -> str | None:
+    """The end of a sentence saying which transport an entry that names more than one runs over (``command``
+    with ``url``, or a ``type`` of ``sse`` with a ``command``), and what to fix; None: it names one."""
+    written = [k for k, v in entry.items() if v is not None and ALIASES.get(k, k) in ("command", "url", "http_url")]
+    used = cfg.transport
+    if used == "stdio":
+        used_key = "command"
+    elif used == "sse":
+        used_key = "url"
+    else:
+        used_key = next((k for k in written if ALIASES.get(k, k) == "http_url"), "url")
+    how = f"{used_key!r} is used ({_TRANSPORT_NAMES[used]})"
+    if others := [k for k in written if k != used_key]:
+        ignored = " and ".join(repr(k) for k in others)
+        return f"sets both {used_key!r} and {ignored}: {how}, {ignored} ignored; remove the one not meant"
+    kind = entry.get("type")
+    if isinstance(kind, str) and _TYPE_TRANSPORTS.get(kind.lower(), used) != used:
+        return f'has "type": {json.dumps(kind)} but {how}; fix "type" or {used_key!r}'
+    return None
 
 
 def servers_key(data: Mapping[str, Any]) -> str:
