@@ -654,3 +654,23 @@ def test_an_entry_naming_one_transport_says_nothing_of_transports(layout: Layout
     code, out = invoke(layout, "mcp", "list", "--json")
     assert code == 0
     assert json.loads(out)["problems"] == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "hint"),
+    [
+        ({"comand": "npx"}, "(its field 'comand'; did you mean 'command'?)"),
+        ({"URL": "https://example.com/mcp"}, "(its field 'URL'; did you mean 'url'?)"),
+        ({"command": "npx", "args": "-y", "ars": []}, "(its field 'ars'; did you mean 'args'?)"),
+    ],
+)
+def test_an_invalid_entry_with_a_misspelt_field_says_which_field_was_meant(
+    layout: Layout, entry: dict[str, str], hint: str
+) -> None:
+    """Before: "no transport: set 'command' (stdio), …" of an entry whose command was written 'comand'."""
+    write_json(layout.paths.user, {"mcpServers": {"s": entry}})
+    code, out = invoke(layout, "mcp", "list", "--json")
+    assert code == 0
+    [problem] = json.loads(out)["problems"]
+    assert problem.startswith(f"skipped MCP server 's' in {layout.paths.user}: ")
+    assert problem.endswith(f" {hint}; fix mcpServers.s")

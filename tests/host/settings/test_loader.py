@@ -529,6 +529,16 @@ def test_an_invalid_project_entry_keeps_its_last_good_entry_and_other_changes_ap
     assert not any("invalid entry" in w for w in settings.warnings)
 
 
+def test_a_running_entry_saved_with_its_command_misspelt_says_which_field_was_meant(layout: Layout) -> None:
+    """Before: "(mcpServers.a: no transport: set 'command' …)" of an entry whose command was written 'comand'."""
+    write_json(layout.paths.user, {"mcpServers": {"a": _server("a")}})
+    settings = layout.settings()
+    write_json(layout.paths.user, {"mcpServers": {"a": {"comand": "a"}}})
+    [notice] = settings.reload_scope("user").kept
+    assert notice.startswith(f"invalid entry in {layout.paths.user} (mcpServers.a: no transport: ")
+    assert "(its field 'comand'; did you mean 'command'?)) — the last good configuration" in notice
+
+
 def test_an_entry_invalid_from_the_start_is_skipped_with_a_warning(layout: Layout) -> None:
     write_json(layout.paths.user, {"mcpServers": {"a": {"command": "x", "args": "y"}, "b": _server("b")}})
     settings = layout.settings()

@@ -150,8 +150,20 @@ _KNOWN_FIELDS = (
 def _did_you_mean(field: str) -> str:
     if field in ("disabled", "enabled"):
         return "; to turn a server off, list its name in mcp.excluded"
-    close = difflib.get_close_matches(field, _KNOWN_FIELDS, n=1, cutoff=0.6)
+    close = [known for known in _KNOWN_FIELDS if known.casefold() == field.casefold()]
+    close = close or difflib.get_close_matches(field, _KNOWN_FIELDS, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _typos(entry: Mapping[str, Any]) -> str:
+    """`` (its field 'comand'; did you mean 'command'?)`` for each unknown field of an invalid entry that reads as a
+    misspelling of a known one, to go after why it is invalid (else "")."""
+    unknown = (
+        str(k)
+        for k in entry
+        if ALIASES.get(str(k), str(k)) not in McpServerConfig.model_fields and k not in ("type", *_EXTRA_OK)
+    )
+    return "".join(f" (its field {k!r}{hint})" for k in sorted(unknown) if (hint := _did_you_mean(k)))
 
 
 _CACHE_MAX = 4096
@@ -219,7 +231,7 @@ def build_server_entries(
             continue
         built = _build_config(entry, stamp, env)
         if isinstance(built, str):
-            warnings.append(f"skipped MCP server {name!r} in {where}: {built}; fix {key}.{name}")
+            warnings.append(f"skipped MCP server {name!r} in {where}: {built}{_typos(entry)}; fix {key}.{name}")
             continue
         cfg, missing = built
         warnings.extend(
@@ -302,7 +314,7 @@ def keep_last_good_entries(
         if isinstance(problem, str):
             kept[name] = old
             notices.append(
-                f"invalid entry in {path} ({_located(key, name, problem)}) — the last good "
+                f"invalid entry in {path} ({_located(key, name, problem)}{_typos(entry)}) — the last good "
                 f"configuration of MCP server {name!r} stays in force; fix the entry and save to apply it"
             )
     if not kept:
