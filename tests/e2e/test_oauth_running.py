@@ -672,3 +672,40 @@ async def test_a_call_in_flight_on_a_connection_shared_between_workspaces_is_tol
         tg.cancel_scope.cancel()
     [answer] = answers
     assert f"server 'sec' was signed out — run: {command}" in answer, answer
+
+
+async def test_the_failed_start_of_a_workspace_of_its_owns_server_is_logged_with_a_command_that_works_elsewhere(
+    tmp_path: Path, server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``serve --http --per-client-workspaces`` and a client whose own workspace defines a server that needs a
+    sign-in: the gateway logged ``could not connect to server 'sec': … sign in with: mcpvisor mcp login sec`` at its
+    first start, and again at its start after ``mcp logout`` — the shared connection's command, which names no
+    workspace: pasted in another folder, it found no such server. The log names a workspace that defines it."""
+    caplog.set_level(logging.WARNING, logger="mcpvisor.core.manager")
+
+    def logged() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "mcpvisor.core.manager" and "sign in with: " in r.getMessage()
+        ]
+
+    async with (
+        a_client_of_a_workspace_of_its_own(tmp_path, server) as (layout, client),
+        client.listen(tools_list_changed=True) as subscription,
+    ):
+        await wait_until(lambda: bool(logged()), what="sec's first start to fail")
+        [first] = logged()
+        assert "could not connect to server 'sec'" in first, first
+        await signed_in_pasted(sign_in_command_of(first), layout, tmp_path)
+        assert isinstance(await next_event(subscription), ToolsListChanged)
+        assert text_of(await client.call_tool("mcp__sec__echo", {"text": "b"})) == "secure:echo:b"
+        caplog.clear()
+        logout = [mcpvisor_command(), "mcp", "logout", "sec", "--workspace", str(layout.home / "client")]
+        assert (await anyio.run_process(logout, env={**os.environ, **layout.env}, check=False)).returncode == 0
+        await wait_until(lambda: bool(logged()), what="sec's start after the sign-out to fail")
+        await signed_in_pasted(sign_in_command_of(logged()[0]), layout, tmp_path)
+        with anyio.fail_after(WAIT_S):
+            while "mcp__sec__echo" not in await tool_names(client):
+                await next_event(subscription)
+        assert text_of(await client.call_tool("mcp__sec__echo", {"text": "c"})) == "secure:echo:c"

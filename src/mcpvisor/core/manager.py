@@ -30,7 +30,7 @@ from mcpvisor.core.events import (
 )
 from mcpvisor.core.exposure import exposure_of
 from mcpvisor.core.lifecycle import Background, Stopping
-from mcpvisor.core.pool import PooledStartFailed, release
+from mcpvisor.core.pool import PooledStartFailed, as_said_to, release
 from mcpvisor.core.processes import SpawnedAhead, loading_sdk
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, admitted, plan_for
 from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, admit, server_state
@@ -266,7 +266,7 @@ class McpClientManager:
                 self._sync_registry(name)
             failed[name] = str(exc)
             self._failed.add(name)  # also when it failed after its pass was over
-            logger.warning("%s", exc)
+            logger.warning("%s", as_said_to(exc, self._options.login_command))  # its workspace: pasted, it works
             down = self._clients.get(name)  # a remote server may come up later: tried again, for as long as it runs
             if down and cfg.transport != "stdio" and down.connection_id == connection_id_of(name, cfg):
                 if down.status == "disconnected" and not down.needs_auth and not self._closed:
@@ -472,7 +472,7 @@ class McpClientManager:
                     await self._open(name, cfg)
                 except ConnectError as exc:  # said at each try of the first ones, then quietly
                     tell = logger.warning if attempt <= MAX_RECONNECT_ATTEMPTS else logger.info
-                    tell("server %r: reconnect failed: %s", name, exc)
+                    tell("server %r: reconnect failed: %s", name, as_said_to(exc, self._options.login_command))
                     if (down := self._clients.get(name)) is not None and down.needs_auth:
                         self._reconnects.pop(name, None)  # a sign-in is the person's: the pass after it starts it
                         return

@@ -34,7 +34,7 @@ from mcpvisor.core.start_slots import StartSlots
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
 
-__all__ = ["McpConnectionPool", "PooledStartFailed", "pool_key", "release"]
+__all__ = ["McpConnectionPool", "PooledStartFailed", "as_said_to", "pool_key", "release"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,13 @@ class PooledStartFailed(ConnectError):
     def __init__(self, message: str, *, server: str, client: McpClient) -> None:
         super().__init__(message, server=server)
         self.client = client
+
+
+def as_said_to(exc: ConnectError, login_command: str) -> str:
+    """``exc`` as a session that signs in with ``login_command`` (``{name}``) says it: a shared connection's failed
+    start says to sign in with the pool's command, which names no session's workspace (see
+    :meth:`~mcpvisor.core.connection.ServerConnection.said_to`)."""
+    return exc.client.said_to(login_command, str(exc)) if isinstance(exc, PooledStartFailed) else str(exc)
 
 
 @dataclass(eq=False)
