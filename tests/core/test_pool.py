@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 import anyio
+import pytest
 
 from mcpvisor.core.config import Config
+from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from tests.helpers import light, marker_pids, pid_alive, wait_until
@@ -274,3 +276,25 @@ async def test_a_second_exit_of_a_pool_does_nothing_as_for_a_config_or_a_host(tm
     async with pool:
         pass
     await pool.__aexit__(None, None, None)  # a bare AssertionError before
+
+
+async def test_a_second_config_with_a_session_id_in_use_is_refused_and_the_first_keeps_its_server(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "m"
+    server = light("s", "--marker", str(marker))
+    async with McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool:
+        async with Config(mcp_servers={"s": server}, pool=pool) as first:  # session_id left at its default
+            await first.initialize()
+            second = Config(mcp_servers={"s": server}, pool=pool)
+            with pytest.raises(ConfigError, match="session_id 'default' is already used") as refused:
+                async with second:
+                    await second.initialize()
+            assert "give each Config sharing a pool its own session_id" in str(refused.value)
+            [pid] = marker_pids(marker)
+            assert pid_alive(pid)
+            result = await first.call_tool("mcp__s__echo", {"text": "hi"})
+            assert result.content[0].text == "s:echo:hi"  # type: ignore[union-attr]
+        async with Config(mcp_servers={"s": server}, pool=pool) as again:  # the id is free once its Config left
+            await again.initialize()
+            assert again.tool_registry.get_tool("mcp__s__echo") is not None

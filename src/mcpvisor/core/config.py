@@ -118,6 +118,9 @@ class Config(StackOwner):
             )
         self._enter_once()
         async with AsyncExitStack() as stack:
+            if self._pool is not None:  # freed last, once its holds are released
+                self._pool.join(self._session_id)
+                stack.callback(self._pool.leave, self._session_id)
             tg = await stack.enter_async_context(anyio.create_task_group())
             self._manager = McpClientManager(
                 self,

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from mcpvisor.core.errors import ConnectError, NotRunningError
+from mcpvisor.core.errors import ConfigError, ConnectError, NotRunningError
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of
 from mcpvisor.core.start_slots import StartSlots
 
@@ -99,6 +99,8 @@ class McpConnectionPool:
         self.start_count = 0
         """Connections opened in total (for tests and benchmarks)."""
         self._entered = False
+        self._sessions: set[str] = set()
+        """The session ids of the Configs running on it (holds are counted by session id)."""
 
     @property
     def is_running(self) -> bool:
@@ -131,6 +133,21 @@ class McpConnectionPool:
                 for entry in entries:
                     entry.holders.clear()
                     tg.start_soon(partial(entry.client.aclose, ending=True))
+
+    def join(self, session_id: str) -> None:
+        """A Config starts on the pool as ``session_id``, refused while another running Config has that id (its
+        holds would be taken as the other's: the first of them to leave would stop the servers of both)."""
+        if session_id in self._sessions:
+            raise ConfigError(
+                f"session_id {session_id!r} is already used by another running Config of this connection pool: "
+                "give each Config sharing a pool its own session_id (Config(..., session_id=...), or "
+                "HostOptions(session_id=...) for a Host)"
+            )
+        self._sessions.add(session_id)
+
+    def leave(self, session_id: str) -> None:
+        """The Config of ``session_id`` has left the pool (its holds released): the id is free again."""
+        self._sessions.discard(session_id)
 
     def connections(self) -> dict[str, McpClient]:
         """Pool key -> client, for status views and tests."""
