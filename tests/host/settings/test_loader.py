@@ -696,3 +696,27 @@ def test_a_timeout_that_looks_like_seconds_is_warned_about() -> None:
     assert warnings == [
         "'timeout' of MCP server 'fast' (/s.json) is in milliseconds: 15 means 0.015 s; for 15 s write 15000"
     ]
+
+
+@pytest.mark.parametrize("key", ["lspServers", "lsp", "mcp", "$schema"])
+def test_a_key_settings_files_know_is_never_taken_for_a_misspelt_mcp_servers(key: str) -> None:
+    from mcpvisor.host.settings.servers import keep_last_good_entries, misspelt_servers_key
+
+    previous = {"mcpServers": {"a": {"command": "a"}}}
+    data = {key: {"l": {"command": "pylsp", "extensionToLanguage": {".py": "python"}}}}
+    kept, notices = keep_last_good_entries(data, previous, path=Path("settings.json"), env={}, settings_file=True)
+    assert not misspelt_servers_key(key)
+    assert (kept, notices) == (data, ())
+
+
+@pytest.mark.parametrize("key", ["mcpservers", "mcp_servers", "MCPServers", "mcpServer"])
+def test_a_misspelt_mcp_servers_key_keeps_the_servers_before_it(key: str) -> None:
+    from mcpvisor.host.settings.servers import keep_last_good_entries
+
+    previous = {"mcpServers": {"a": {"command": "a"}}}
+    kept, notices = keep_last_good_entries(
+        {key: {"b": {"command": "b"}}}, previous, path=Path("settings.json"), env={}, settings_file=True
+    )
+    assert kept["mcpServers"] == previous["mcpServers"]
+    [notice] = notices
+    assert f"until {key!r} there is renamed 'mcpServers'" in notice

@@ -19,6 +19,7 @@ from mcpvisor.core.server_config import REPOSITORY_SCOPES, McpServerConfig, Scop
 from mcpvisor.core.spellings import ALIASES
 from mcpvisor.host.settings.expand import expand_vars, expansion_warnings
 from mcpvisor.host.settings.files import SettingsError, SettingsFileError, read_settings_file
+from mcpvisor.host.settings.schema import SETTINGS_SCHEMA
 from mcpvisor.host.settings.scopes import ServerScope
 
 logger = logging.getLogger(__name__)
@@ -389,10 +390,11 @@ def servers_key_hint(key: str, value: Any) -> str:
 
 
 def misspelt_servers_key(key: str) -> bool:
-    """Whether a top-level ``key`` (other than ``mcpServers``) reads as a misspelling of it."""
-    squashed = key.casefold().replace("_", "").replace("-", "")
-    if key == "mcpServers":
+    """Whether a top-level ``key`` reads as a misspelling of ``mcpServers``: never a key settings files know
+    (``lspServers`` is as close to it as a typo, and is a setting of its own)."""
+    if key in SETTINGS_SCHEMA:
         return False
+    squashed = key.casefold().replace("_", "").replace("-", "")
     return squashed in ("mcpservers", "mcpserver", "servers") or bool(
         difflib.get_close_matches(key, ["mcpServers"], cutoff=0.8)
     )
