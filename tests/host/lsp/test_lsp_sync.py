@@ -122,6 +122,20 @@ async def test_a_file_too_large_to_send_is_a_tool_error_that_names_the_server(tm
         )
 
 
+async def test_diagnostics_of_several_files_check_the_others_when_one_is_too_large_to_send(tmp_path: Path) -> None:
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        (s.layout.root / "big.py").write_text("x = 1\n" * (3 * 1024 * 1024))  # 18 MiB
+        (s.layout.root / "a.py").write_text("import os\n")
+        report = await s.ok("diagnostics", files=["big.py", "a.py"])
+        [big, small] = report["files"]
+        assert (big["file"], big["server"], big["diagnostics"]) == ("big.py", "python", [])
+        assert big["problem"].startswith("textDocument/didOpen failed: big.py cannot be sent to language server")
+        assert (small["file"], [d["message"] for d in small["diagnostics"]]) == ("a.py", ["'os' imported but unused"])
+        alone = await s.call("diagnostics", files=["big.py"])  # nothing could be checked: the call fails, saying why
+        assert alone.is_error
+        assert text(alone).startswith("textDocument/didOpen failed: big.py cannot be sent to language server 'python'")
+
+
 async def test_a_server_that_stopped_answering_is_stopped_as_hung_and_the_next_call_starts_it_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -28,6 +28,7 @@ from mcpvisor.core.client_requests import Progress
 from mcpvisor.host.file_reads import read_regular
 from mcpvisor.host.lsp import normalize
 from mcpvisor.host.lsp.documents import Document
+from mcpvisor.host.lsp.errors import LspDocumentUnreadable
 from mcpvisor.host.lsp.jsonrpc import LspError
 from mcpvisor.host.lsp.manager import LspManager, Unroutable
 from mcpvisor.host.lsp.results import (
@@ -430,8 +431,8 @@ class LspTools:
                 continue  # an open document closed by sync_open (deleted, grown too large, unreadable): not reported
             try:
                 doc = await server.sync(path)
-            except NoSuchFile as exc:
-                if files is not None:  # deleted since it was routed
+            except (NoSuchFile, LspDocumentUnreadable) as exc:
+                if files is not None:  # deleted since it was routed, or too large (or unreadable) to send
                     shown = relative(path, self.root)
                     out.append(FileDiagnostics(file=shown, server=server.name, fresh=False, problem=str(exc)))
                 continue  # an open document deleted on disk: closed, not reported
@@ -440,12 +441,13 @@ class LspTools:
             kept = [d for d in found if _SEVERITY_RANK[d.severity] <= threshold]
             shown = relative(path, self.root)
             out.append(FileDiagnostics(file=shown, server=server.name, fresh=fresh, diagnostics=kept))
+        if files and all(f.problem is not None for f in out):  # not one could be checked: the call fails, saying why
+            raise ToolFailure("; ".join(f"{f.file}: {f.problem}" for f in out) if len(out) > 1 else str(out[0].problem))
         return DiagnosticsResult(files=out)
 
     async def _diagnosed(self, files: list[str], server: Any) -> tuple[list[_Target], list[FileDiagnostics]]:
         """The servers of each named file (``server``, or every one running for it: the first that can answer is
-        started when none runs), and a file none can check with the reason (the others are still checked); when
-        no file can be checked, the call fails with every reason."""
+        started when none runs), and a file none can check with the reason (the others are still checked)."""
         targets: list[_Target] = []
         problems: list[FileDiagnostics] = []
         for file in files:
@@ -454,10 +456,6 @@ class LspTools:
                 targets.extend(running or [await self._server_for(file, server=server, sync_open=False)])
             except (ToolFailure, Unroutable, NoSuchFile, FileOutsideWorkspace) as exc:
                 problems.append(FileDiagnostics(file=file, fresh=False, problem=str(exc)))
-        if problems and not targets:
-            raise ToolFailure(
-                "; ".join(f"{p.file}: {p.problem}" for p in problems) if len(files) > 1 else str(problems[0].problem)
-            )
         return targets, problems
 
     def _running_for(self, file: str) -> list[_Target]:
