@@ -163,3 +163,20 @@ async def test_diagnostics_naming_a_server_waiting_for_approval_say_so(tmp_path:
         assert said.startswith(
             f"language server 'proj' needs approval — run: mcpvisor lsp approve --workspace {s.layout.root} proj"
         ), said
+
+
+async def test_a_server_that_does_not_offer_the_operation_names_the_one_beside_it_waiting_for_approval(
+    tmp_path: Path,
+) -> None:
+    """Before, only 'alpha does not offer incoming_calls' was said, though approving the repository's beta, which
+    takes the same files, is what makes the call answerable."""
+    lsp_json = {"beta": basedpyright()}
+    async with session(tmp_path, user={"lspServers": {"alpha": pylsp()}}, lsp_json=lsp_json, watch=False) as s:
+        result = await s.call("incoming_calls", file="models.py", symbol="make_user")
+        assert result.is_error
+        why = text(result)
+        assert why.startswith("no language server for '.py' files can answer incoming_calls: ")
+        assert "language server 'alpha' does not offer incoming_calls (it offers: " in why
+        approve = f"mcpvisor lsp approve --workspace {s.layout.root} beta"
+        assert why.endswith(f"language server 'beta' needs approval — run: {approve}")
+        assert s.pid("beta") is None

@@ -219,6 +219,8 @@ class LspTools:
             if sync_open:
                 await candidate.sync_open()
             return candidate, path
+        if server is None:  # one held back beside them might answer once the user lets it start
+            unable += self.manager.held_back(path)
         if len(unable) == 1:
             if failed is not None:
                 raise failed
