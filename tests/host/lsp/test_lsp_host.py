@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import signal
 import sys
 import time
 import weakref
@@ -321,6 +322,24 @@ async def test_a_crashed_server_stops_reading_as_ready_at_once_and_the_next_call
         assert seen[:2] == ["stopping", "failed"]  # never "ready" while what is left of it is cleaned up
         again = await s.ok("hover", file="service.py", line=3, character=6)  # started again on demand
         assert "make_user" in again["contents"]
+
+
+async def test_the_pid_status_shows_killed_with_sigkill_ends_the_server_and_reads_as_failed(tmp_path: Path) -> None:
+    """Before, killing the pid status shows (the reaper's) with kill -9 left pylsp running unseen, its parent gone,
+    and status read ready with that dead pid."""
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        await s.ok("hover", file="service.py", line=3, character=6)
+        server = s.host.lsp.manager.servers()["python"]
+        shown = server.pid
+        assert shown is not None
+        os.kill(shown, signal.SIGKILL)
+        await wait_until(lambda: server.state == "failed", what="the kill to be seen through")
+        assert server.last_error is not None
+        assert server.last_error.startswith("the process was killed by SIGKILL")
+        await wait_until(lambda: not language_server_processes(s.layout.root), what="pylsp to end with its reaper")
+        again = await s.ok("hover", file="service.py", line=3, character=6)  # started again on demand
+        assert "make_user" in again["contents"]
+        assert s.pid("python") not in (None, shown)
 
 
 async def test_a_folder_that_is_not_there_is_named_with_the_field_to_fix(tmp_path: Path) -> None:

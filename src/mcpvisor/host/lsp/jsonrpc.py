@@ -31,10 +31,12 @@ from mcpvisor.core.server_log import ServerLog, pump_stderr
 from mcpvisor.host.lsp.errors import LspConnectionClosed, LspError, LspMessageTooLarge, LspRequestError
 from mcpvisor.host.lsp.framing import FrameReader
 from mcpvisor.host.lsp.process import (
+    USE_REAPER,
     LspProcess,
     StderrTail,
     connect_language_server,
     connection_target,
+    end_group_after_its_leader,
     spawn_language_server,
 )
 
@@ -394,6 +396,8 @@ async def open_lsp_connection(
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(copy_output)
+            if process is not None and USE_REAPER:
+                tg.start_soon(end_group_after_its_leader, process)
             try:
                 if address is None:
                     assert process is not None

@@ -7,10 +7,12 @@ Stopping it is :func:`mcpvisor.core.processes.stop_process`'s (close stdin, SIGT
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +31,7 @@ __all__ = [
     "connect_language_server",
     "connect_unix",
     "connection_target",
+    "end_group_after_its_leader",
     "launch_argv",
     "spawn_language_server",
 ]
@@ -40,6 +43,8 @@ STDERR_TAIL_BYTES = 4 * 1024
 EXIT_POLL_S = 0.01
 CONNECT_RETRY_S = 0.05
 """How often a server that does not listen yet is tried again."""
+LEADER_POLL_S = 0.5
+"""How often a running server's reaper is looked at (has it been killed?)."""
 
 
 @dataclass(eq=False)
@@ -92,6 +97,16 @@ class StderrTail(anyio.abc.ByteReceiveStream):
     def last_line(self) -> str:
         lines = self.tail.decode(errors="replace").strip().splitlines()
         return lines[-1].strip()[:300] if lines else ""
+
+
+async def end_group_after_its_leader(process: anyio.abc.Process) -> None:
+    """Once the reaper ``process`` (the pid status shows) has exited, SIGKILL what is left of its process group.
+    It stops the group itself, unless it was killed with SIGKILL: then the server would run on unseen, without
+    its parent-death signal, its output still open, so that the host would go on reading it as ready."""
+    while process.returncode is None:  # noqa: ASYNC110 - the exit code has no event to wait on
+        await anyio.sleep(LEADER_POLL_S)
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def launch_argv(command: str, args: Sequence[str]) -> list[str]:
