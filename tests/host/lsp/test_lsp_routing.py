@@ -55,14 +55,15 @@ async def test_diagnostics_check_the_files_they_can_and_say_why_not_the_others(t
         by_file = {entry["file"]: entry for entry in report["files"]}
         assert [d["message"] for d in by_file["bad.py"]["diagnostics"]] == ["'os' imported but unused"]
         assert by_file["README.md"]["problem"] == "no language server for '.md' files (configured for: .py)"
-        assert by_file["missing.py"]["problem"] == "no such file 'missing.py' in the workspace"
+        assert by_file["missing.py"]["problem"].startswith("no such file 'missing.py' in the workspace ")
         shown = text(await s.call("diagnostics", files=["bad.py", "README.md"]))
         assert "README.md: not checked: no language server for '.md' files" in shown
         none = await s.call("diagnostics", files=["README.md", "missing.py"])
         assert none.is_error
         assert text(none) == (
             "README.md: no language server for '.md' files (configured for: .py); "
-            "missing.py: no such file 'missing.py' in the workspace"
+            f"missing.py: no such file 'missing.py' in the workspace {s.layout.root.resolve()}; name it relative to "
+            "that folder, or by its absolute path"
         )
 
 

@@ -220,6 +220,28 @@ def test_a_missing_file_or_a_folder_is_no_such_file(workspace: Path, file: str) 
     assert isinstance(caught.value, ValueError)
 
 
+def test_a_missing_file_is_said_with_the_folder_a_relative_path_starts_at(workspace: Path) -> None:
+    """Before, only "no such file 'missing.py' in the workspace": neither which folder, nor what to give instead."""
+    with pytest.raises(NoSuchFile) as caught:
+        resolve_file("missing.py", workspace)
+    root = workspace.resolve()
+    assert str(caught.value) == (
+        f"no such file 'missing.py' in the workspace {root}; name it relative to that folder, or by its absolute path"
+    )
+
+
+@pytest.mark.parametrize("file", ["repo/pkg/a.py", "src/repo/pkg/a.py", "x/pkg/a.py"])
+def test_a_path_written_from_another_folder_says_which_file_of_the_workspace_it_names(
+    workspace: Path, file: str
+) -> None:
+    with pytest.raises(NoSuchFile) as caught:
+        resolve_file(file, workspace)
+    assert str(caught.value) == (
+        f"no such file {file!r} in the workspace {workspace.resolve()}; did you mean 'pkg/a.py'? (a relative path "
+        "starts at the workspace folder)"
+    )
+
+
 def test_a_workspace_reached_through_a_symlink_still_contains_its_files(workspace: Path, tmp_path: Path) -> None:
     alias = tmp_path / "alias"
     alias.symlink_to(workspace, target_is_directory=True)

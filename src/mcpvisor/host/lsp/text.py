@@ -141,11 +141,18 @@ class FileOutsideWorkspace(McpvisorError, ValueError):
 
 
 class NoSuchFile(McpvisorError, ValueError):
-    """A tool named a file inside the workspace that does not exist (or is not a regular file)."""
+    """A tool named a file inside the workspace that does not exist (or is not a regular file); with the workspace
+    ``root``, the message says where a relative path starts, and ``meant``: the file the path names from there."""
 
-    def __init__(self, file: str) -> None:
-        super().__init__(f"no such file {file!r} in the workspace")
+    def __init__(self, file: str, root: Path | None = None, *, meant: str | None = None) -> None:
+        message = f"no such file {file!r} in the workspace"
+        if meant is not None:
+            message += f" {root}; did you mean {meant!r}? (a relative path starts at the workspace folder)"
+        elif root is not None:
+            message += f" {root}; name it relative to that folder, or by its absolute path"
+        super().__init__(message)
         self.file = file
+        self.root = root
 
 
 def resolve_file(file: str, root: Path) -> Path:
@@ -157,5 +164,16 @@ def resolve_file(file: str, root: Path) -> Path:
     if not real.is_relative_to(real_root):
         raise FileOutsideWorkspace(file, real_root)
     if not real.is_file():
-        raise NoSuchFile(file)
+        raise NoSuchFile(file, real_root, meant=_meant(candidate, real_root))
     return real
+
+
+def _meant(candidate: Path, root: Path) -> str | None:
+    """The file of ``root`` a relative ``candidate`` names when its first folders are dropped (a path written from
+    the workspace's parent, ``proj/src/a.py`` for ``src/a.py``), if one does."""
+    parts = () if candidate.is_absolute() else candidate.parts
+    for start in range(1, len(parts)):
+        shorter = Path(*parts[start:])
+        if ".." not in shorter.parts and (root / shorter).resolve().is_relative_to(root) and (root / shorter).is_file():
+            return shorter.as_posix()
+    return None
