@@ -539,6 +539,18 @@ def test_a_running_entry_saved_with_its_command_misspelt_says_which_field_was_me
     assert "(its field 'comand'; did you mean 'command'?)) — the last good configuration" in notice
 
 
+def test_removing_the_mcp_servers_of_a_file_that_also_has_language_servers_stops_them(layout: Layout) -> None:
+    """Before, 'lspServers' read as a misspelling of 'mcpServers': the last MCP servers of the file were kept
+    "until 'lspServers' there is renamed 'mcpServers'"."""
+    lsp = {"python": {"command": "pylsp", "extensionToLanguage": {".py": "python"}}}
+    write_json(layout.paths.user, {"mcpServers": {"a": _server("a")}, "lspServers": lsp})
+    settings = layout.settings()
+    write_json(layout.paths.user, {"lspServers": lsp})
+    assert settings.reload_scope("user").kept == ()
+    assert list(settings.merged.mcp_servers) == []
+    assert not any("mcpServers" in w for w in settings.warnings)
+
+
 def test_an_entry_invalid_from_the_start_is_skipped_with_a_warning(layout: Layout) -> None:
     write_json(layout.paths.user, {"mcpServers": {"a": {"command": "x", "args": "y"}, "b": _server("b")}})
     settings = layout.settings()
