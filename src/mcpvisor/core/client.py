@@ -114,7 +114,8 @@ class McpClient(ServerConnection):
         client = self._connected_client(what)
         if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
             if self._connection_tg is not None:
-                await self._notices.listen_for_resource(self._connection_tg, client, uri)
+                with self._requesting(what, "subscription", uri, client), self._bounded(what, "subscription", uri):
+                    await self._notices.listen_for_resource(self._connection_tg, client, uri)
             return
         caps = client.server_capabilities.resources
         if caps is None or not caps.subscribe:

@@ -23,6 +23,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcpvisor.core.call_logs import CallLog, rank
 from mcpvisor.core.errors import RequestError
 from mcpvisor.core.events import Listeners
+from mcpvisor.core.transports import closed_in_sdk
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -121,9 +122,23 @@ class ServerNotices:
 
     async def listen_for_resource(self, tg: anyio.abc.TaskGroup, client: Client, uri: str) -> None:
         """Hear ``uri``'s updates on a ``subscriptions/listen`` stream of its own, in ``tg`` (the
-        connection's: the stream ends with it). Raises :class:`RequestError` if the server refuses."""
-        if uri not in self._resource_listens:
-            self._resource_listens[uri] = await tg.start(self._resource_listener, client, uri)
+        connection's: the stream ends with it). Returns once the server acknowledged it; raises
+        :class:`RequestError` if the server refuses, and the SDK's ``Connection closed`` if the connection
+        ends first. The stream is a task of ``tg`` from its start: an acknowledgement that never comes
+        (the connection ended under the request) holds up neither the connection's end nor the caller."""
+        if uri in self._resource_listens:
+            return
+        opening = _Opening()
+        scope = anyio.CancelScope()
+        tg.start_soon(self._resource_listener, client, uri, scope, opening)
+        try:
+            await opening.done.wait()
+        except BaseException:  # given up (timed out, cancelled): the stream is not wanted any more
+            scope.cancel()
+            raise
+        if opening.error is not None:
+            raise opening.error
+        self._resource_listens[uri] = scope
 
     def listened(self) -> list[str]:
         """The URIs with a listen stream open now."""
@@ -137,28 +152,42 @@ class ServerNotices:
         scope.cancel()
         return True
 
-    async def _resource_listener(
-        self, client: Client, uri: str, *, task_status: anyio.abc.TaskStatus[anyio.CancelScope]
-    ) -> None:
-        started = False
-        with anyio.CancelScope() as scope:
+    async def _resource_listener(self, client: Client, uri: str, scope: anyio.CancelScope, opening: _Opening) -> None:
+        with scope:
             try:
                 async with client.listen(resource_subscriptions=[uri]) as sub:
-                    task_status.started(scope)
-                    started = True
+                    opening.error = None
+                    opening.done.set()
                     async for event in sub:
                         if str(getattr(event, "uri", "")) == uri:
                             params = types.ResourceUpdatedNotificationParams(uri=uri)
                             self.tell(types.ResourceUpdatedNotification(params=params))
             except (ListenNotSupportedError, SubscriptionLost, MCPError) as exc:
-                if not started:
-                    raise RequestError(
+                if opening.done.is_set():
+                    logger.debug("server %r: the subscription to %r ended: %s", self.server, uri, exc)
+                elif isinstance(exc, MCPError) and closed_in_sdk(exc):
+                    opening.error = exc  # (said by the caller as the connection's end is said)
+                else:
+                    opening.error = RequestError(
                         f"subscribing to resource {uri!r} failed on server {self.server!r}: {exc}",
                         kind="subscription",
                         target=uri,
                         server=self.server,
-                    ) from exc
-                logger.debug("server %r: the subscription to %r ended: %s", self.server, uri, exc)
+                    )
+            except Exception as exc:
+                if opening.done.is_set():
+                    raise
+                opening.error = exc  # the caller's to say, not the connection's to end with
             finally:
+                opening.done.set()  # (ended before an acknowledgement: the connection closed, as opening.error says)
                 if self._resource_listens.get(uri) is scope:
                     del self._resource_listens[uri]
+
+
+class _Opening:
+    """How the opening of a listen stream went, for the task that waits for it: acknowledged (``error`` None),
+    refused, or ended with the connection (``Connection closed``, until the acknowledgement comes)."""
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.error: Exception | None = MCPError(types.CONNECTION_CLOSED, "Connection closed")

@@ -25,6 +25,8 @@ from mcp.shared.exceptions import MCPError
 
 from mcpvisor.core.errors import McpvisorError
 from mcpvisor.gateway.notices import NOTIFY_TIMEOUT_S
+from mcpvisor.gateway.protocol import said_here
+from mcpvisor.host.status import as_said_here
 
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient, Notice
@@ -148,8 +150,11 @@ class ResourceSubscriptions:
     def _connected(self, server: str, uri: str) -> McpClient:
         client = self._config.manager.get_client(server)
         if client is None or client.status != "connected":
+            why = client.last_error if client is not None else None
             raise MCPError(
-                types.INVALID_PARAMS, f"cannot subscribe to resource {uri!r}: server {server!r} is not connected"
+                types.INVALID_PARAMS,
+                f"cannot subscribe to resource {uri!r}: server {server!r} is not connected"
+                + (f": {as_said_here(self._config, server, why)}" if why else ""),
             )
         return client
 
@@ -157,7 +162,9 @@ class ResourceSubscriptions:
         try:
             await client.subscribe_resource(upstream_uri)
         except McpvisorError as exc:
-            raise MCPError(types.INVALID_PARAMS, f"cannot subscribe to resource {uri!r}: {exc}") from exc
+            raise MCPError(
+                types.INVALID_PARAMS, f"cannot subscribe to resource {uri!r}: {said_here(self._config, exc)}"
+            ) from exc
 
     def _listener(self, key: tuple[str, str]) -> Callable[[str, Notice], None]:
         """What hears the server's notices for one upstream subscription: a change of its URI reaches the
