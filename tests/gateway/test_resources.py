@@ -497,3 +497,18 @@ async def test_a_server_that_never_answers_a_subscribe_holds_up_no_other_servers
             await subscribe(fine, "note://a/1")
         assert r.gateway.subscriptions.subscribed() == {"note://a/1": 1}
         tg.cancel_scope.cancel()
+
+
+async def test_a_subscribe_a_server_never_answers_is_answered_within_its_timeout(tmp_path: Path) -> None:
+    """A handshake-era server that never answers ``resources/subscribe``: the client's subscribe waited for ever (the
+    server's ``timeout`` bounded its reads of resources, its prompts and completions, not its subscriptions)."""
+    marker = tmp_path / "subscribing"
+    hang = {"command": sys.executable, "args": ["-c", HANGING_SUBSCRIBE, str(marker)], "timeout": 1000}
+    async with (
+        running(tmp_path, user={"mcpServers": {"hang": hang}}) as r,
+        Client(r.gateway.server, mode="legacy") as c,
+    ):
+        with anyio.fail_after(WAIT_S), pytest.raises(MCPError) as refused:
+            await subscribe(c, "hang://x")
+        assert "subscribing to resource 'hang://x' on server 'hang' timed out" in refused.value.error.message
+        assert r.gateway.subscriptions.subscribed() == {}

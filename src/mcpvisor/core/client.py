@@ -125,9 +125,10 @@ class McpClient(ServerConnection):
                 target=uri,
                 server=self.name,
             )
-        with self._requesting(what, "subscription", uri, client), warnings.catch_warnings():
-            warnings.simplefilter("ignore", MCPDeprecationWarning)  # deprecated only for the modern era
-            await client.session.subscribe_resource(uri)
+        with self._requesting(what, "subscription", uri, client), self._bounded(what, "subscription", uri):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)  # deprecated only for the modern era
+                await client.session.subscribe_resource(uri)
 
     async def unsubscribe_resource(self, uri: str) -> None:
         """One subscriber of ``uri`` fewer; the last one ends the subscription at the server."""
@@ -141,13 +142,15 @@ class McpClient(ServerConnection):
         if client is None or self.status != "connected" or client.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return  # gone with the connection
         try:
+            what = f"unsubscribing from {uri!r}"
             with (
-                self._requesting(f"unsubscribing from {uri!r}", "subscription", uri, client),
+                self._requesting(what, "subscription", uri, client),
+                self._bounded(what, "subscription", uri),
                 warnings.catch_warnings(),
             ):
                 warnings.simplefilter("ignore", MCPDeprecationWarning)
                 await client.session.unsubscribe_resource(uri)
-        except (RequestError, ServerUnavailableError) as exc:
+        except (RequestError, ServerUnavailableError) as exc:  # (a timeout is a RequestError)
             logger.debug("server %r: %s", self.name, exc)
 
     # -- requests ----------------------------------------------------------------------------
