@@ -674,3 +674,29 @@ def test_an_invalid_entry_with_a_misspelt_field_says_which_field_was_meant(
     [problem] = json.loads(out)["problems"]
     assert problem.startswith(f"skipped MCP server 's' in {layout.paths.user}: ")
     assert problem.endswith(f" {hint}; fix mcpServers.s")
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"globalShortcut": "Ctrl+Space", "preferences": {"menuBarEnabled": False}},  # Claude Desktop's
+        {"theme": "Dark", "selectedAuthType": "oauth-personal", "mcp": {"allowed": ["s"]}},  # Gemini CLI's
+    ],
+)
+def test_another_tools_config_given_as_mcp_config_loads_its_servers_without_a_word_on_its_other_settings(
+    layout: Layout, tmp_path: Path, other: dict[str, object]
+) -> None:
+    """Before: one "unknown key 'globalShortcut' … is ignored" per setting of the other tool, at every start, of a file
+    that is that tool's, not mcpvisor's to fix."""
+    config = tmp_path / "config.json"
+    write_json(config, {"mcpServers": {"s": {"command": "npx", "args": ["-y", "server"]}}, **other})
+    code, out = invoke(layout, "mcp", "list", "--json", "--mcp-config", str(config))
+    assert code == 0
+    listed = json.loads(out)
+    assert [row["name"] for row in listed["servers"]] == ["s"]
+    assert listed["problems"] == []
+    write_json(config, {"mcp_servers": {"s": {"command": "npx"}}, **other})
+    code, out = invoke(layout, "mcp", "list", "--json", "--mcp-config", str(config))
+    assert json.loads(out)["problems"] == [
+        f"unknown key 'mcp_servers' in {config} is ignored; did you mean 'mcpServers'?"
+    ]

@@ -365,10 +365,10 @@ def server_layer_from_data(
     key = servers_key(data)
     if key == "mcpServers" and "servers" in data:
         warnings.append(f"ignored 'servers' in {path}: 'mcpServers' is also set and wins")
-    warnings.extend(
-        f"unknown key {other!r} in {path} is ignored{servers_key_hint(other, data[other])}"
+    warnings.extend(  # only those meant as servers: the file may be another tool's, with settings of its own
+        f"unknown key {other!r} in {path} is ignored{hint}"
         for other in data
-        if other not in _SERVER_FILE_KEYS
+        if other not in _SERVER_FILE_KEYS and (hint := servers_key_hint(other, data[other]))
     )
     stamp: Scope | None = "project" if scope == "project" else None
     servers, more = build_server_entries(data.get(key), path=path, scope=scope, stamp=stamp, env=env, key=key)
@@ -376,7 +376,9 @@ def server_layer_from_data(
 
 
 _SERVER_FILE_KEYS = frozenset({"mcpServers", "servers", "inputs", "$schema"})
-"""Top-level keys of a server file: Claude Code's servers, VS Code's servers and the inputs they ask for, a schema."""
+"""Top-level keys of a server file: Claude Code's servers, VS Code's servers and the inputs they ask for, a schema.
+Another key is warned about only when it reads as meant for the servers: a ``--mcp-config`` file may be another
+tool's configuration (Claude Desktop's ``globalShortcut``, Gemini CLI's ``theme``), which is not for mcpvisor to fix."""
 
 _TRANSPORT_FIELDS = ("command", "url", "httpUrl")
 
