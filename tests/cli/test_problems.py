@@ -700,3 +700,12 @@ def test_another_tools_config_given_as_mcp_config_loads_its_servers_without_a_wo
     assert json.loads(out)["problems"] == [
         f"unknown key 'mcp_servers' in {config} is ignored; did you mean 'mcpServers'?"
     ]
+
+
+def test_a_url_with_a_scheme_other_than_http_is_not_said_to_lack_one(layout: Layout) -> None:
+    """Before: "its URL has no scheme (written 'unix:/tmp/mcp.sock'); write it as 'https://unix:/tmp/mcp.sock'"."""
+    write_json(layout.paths.user, {"mcpServers": {"r": {"type": "http", "url": "unix:/tmp/mcp.sock"}}})
+    code, out = invoke(layout, "status", "--json")
+    assert code == 1
+    [row] = json.loads(out)["servers"]
+    assert row["error"] == "its URL has no host (written 'unix:/tmp/mcp.sock'); check mcpServers.r.url"

@@ -73,7 +73,7 @@ async def open_transport(
     process: StdioProcess | None = None
     if cfg.command is None and not urlsplit(cfg.http_url or cfg.url or "").hostname:
         written = str(cfg.approved_value("http_url" if cfg.http_url is not None else "url"))
-        if "://" not in (cfg.http_url or cfg.url or "") and "$" not in written and written.strip():
+        if _lacks_scheme(cfg.http_url or cfg.url or "") and "$" not in written and written.strip():
             raise ConnectError(
                 f"could not reach server {name!r}: its URL has no scheme (written {written!r}); write it as "
                 f"{'https://' + written.strip()!r} (or http:// for a server without TLS) in mcpServers.{name}.url",
@@ -183,6 +183,15 @@ async def open_transport(
             httpx_client_factory=http_client,
         )
     return transport, process
+
+
+def _lacks_scheme(url: str) -> bool:
+    """Whether ``url`` was written without its ``https://`` (``example.com/mcp``, ``localhost:8080/mcp``), not with
+    another scheme (``unix:/tmp/mcp.sock``), which adding one would not mend."""
+    if "://" in url:
+        return False
+    scheme = urlsplit(url).scheme
+    return not scheme or url[len(scheme) + 1 : len(scheme) + 2].isdigit()  # ``HOST:PORT`` reads as a scheme
 
 
 def _limited(
