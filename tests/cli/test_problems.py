@@ -709,3 +709,28 @@ def test_a_url_with_a_scheme_other_than_http_is_not_said_to_lack_one(layout: Lay
     assert code == 1
     [row] = json.loads(out)["servers"]
     assert row["error"] == "its URL has no host (written 'unix:/tmp/mcp.sock'); check mcpServers.r.url"
+
+
+def test_a_url_whose_variable_is_set_but_has_no_scheme_says_to_add_the_scheme(layout: Layout) -> None:
+    """Before: "a variable in it is unset or empty", of a variable that was set (to a host without https://)."""
+    layout.env["MCP_HOST"] = "example.com"
+    write_json(layout.paths.user, {"mcpServers": {"r": {"type": "http", "url": "${MCP_HOST}/mcp"}}})
+    code, out = invoke(layout, "status", "--json")
+    assert code == 1
+    [row] = json.loads(out)["servers"]
+    assert row["error"] == (
+        "its URL has no scheme (written '${MCP_HOST}/mcp'); write it as 'https://${MCP_HOST}/mcp' "
+        "(or http:// for a server without TLS) in mcpServers.r.url"
+    )
+
+
+def test_a_url_whose_host_variable_is_unset_is_shown_once_as_written(layout: Layout) -> None:
+    """Before: "written '${NOPE}${NOPE}/mcp'": what the URL ran as ("/mcp") was put back as written inside the
+    written form the message already showed."""
+    write_json(layout.paths.user, {"mcpServers": {"r": {"type": "http", "url": "${NOPE}/mcp"}}})
+    code, out = invoke(layout, "status", "--json")
+    assert code == 1
+    [row] = json.loads(out)["servers"]
+    assert row["error"] == (
+        "its URL has no host (written '${NOPE}/mcp': a variable in it is unset or empty); check mcpServers.r.url"
+    )

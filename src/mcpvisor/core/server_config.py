@@ -396,8 +396,8 @@ def redact_values(text: str, expansions: Iterable[tuple[str, str]], secrets: Ite
     """:func:`redact_text` for any configuration: each ``(value as run, as written)`` of ``expansions`` put
     back as written, every URL redacted, each of ``secrets`` replaced by ``***``."""
     for run, written in expansions:
-        if len(run) >= _MIN_SECRET_LEN:
-            text = text.replace(run, written)
+        if len(run) >= _MIN_SECRET_LEN:  # (not inside the written form, where a message may show it already)
+            text = written.join(part.replace(run, written) for part in text.split(written))
     text = _URL.sub(_redact_url_in_text, text)
     for value in secrets:
         if len(value) >= _MIN_SECRET_LEN:

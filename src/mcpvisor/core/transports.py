@@ -73,7 +73,8 @@ async def open_transport(
     process: StdioProcess | None = None
     if cfg.command is None and not urlsplit(cfg.http_url or cfg.url or "").hostname:
         written = str(cfg.approved_value("http_url" if cfg.http_url is not None else "url"))
-        if _lacks_scheme(cfg.http_url or cfg.url or "") and "$" not in written and written.strip():
+        run = (cfg.http_url or cfg.url or "").strip()
+        if run and not run.startswith("/") and _lacks_scheme(run):  # (a host left empty by a variable: "/mcp")
             raise ConnectError(
                 f"could not reach server {name!r}: its URL has no scheme (written {written!r}); write it as "
                 f"{'https://' + written.strip()!r} (or http:// for a server without TLS) in mcpServers.{name}.url",
