@@ -390,6 +390,7 @@ async def test_an_answer_typed_before_the_question_changed_approves_nothing(tmp_
         await t.answered("proj · ? needs approval", since, prompt="[a/A/r/s]>")
         since = t.type("a\r")  # the question as it is now, answered
         await t.answered("approved proj", since)
+        await t.expect("added proj", since)  # (connected: /tools typed before would list none yet)
         since = t.type("/tools\r")
         await t.answered("mcp__proj__other", since)
         t.type(CTRL_D)
