@@ -32,7 +32,7 @@ import psutil
 from _common import Table, light, print_header, run, temp_log_dir, verdict
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.manager import MAX_RECONNECT_ATTEMPTS
+from mcpvisor.core.reconnects import MAX_RECONNECT_ATTEMPTS
 from mcpvisor.core.server_config import ConnectionOptions
 from mcpvisor.core.server_log import LOG_BACKUPS, LOG_MAX_BYTES, LOG_RATE_BYTES_PER_S
 from mcpvisor.host.approvals import ApprovalStore

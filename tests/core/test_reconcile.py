@@ -15,7 +15,7 @@ from mcpvisor.core import processes
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError, NotFoundError, ServerUnavailableError, ToolNotFoundError
 from mcpvisor.core.events import McpEvent, ReconcileFinished, ServerStateChanged
-from mcpvisor.core.manager import BACKOFF_INITIAL_S, MAX_RECONNECT_ATTEMPTS
+from mcpvisor.core.reconnects import BACKOFF_INITIAL_S, MAX_RECONNECT_ATTEMPTS
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from tests.helpers import LIGHT, WAIT_S, free_port, http_server, light, marker_pids, pid_alive, wait_until
 
@@ -521,7 +521,7 @@ async def test_a_save_while_a_server_that_gave_up_goes_down_starts_it_again(conf
     again, as a reload does, also when it lands while the lost connection is torn down."""
     await config.initialize()
     await config.reinitialize_mcp_servers({"q": light("q")})
-    config.manager._quick_stops["q"] = MAX_RECONNECT_ATTEMPTS  # its earlier quick stops
+    config.manager._reconnects._quick_stops["q"] = MAX_RECONNECT_ATTEMPTS  # its earlier quick stops
     config.manager.clients()["q"].mark_lost("the session was refused")
     summary = await config.reconcile()
     assert summary is not None

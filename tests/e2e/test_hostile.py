@@ -231,12 +231,12 @@ async def test_eight_processes_deciding_at_once_lose_no_record(tmp_path: Path) -
 async def test_a_server_that_keeps_crashing_is_restarted_a_bounded_number_of_times_then_left_down(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mcpvisor.core import manager
+    from mcpvisor.core import reconnects
     from mcpvisor.core.config import Config
     from mcpvisor.core.server_config import McpServerConfig
 
-    monkeypatch.setattr(manager, "BACKOFF_INITIAL_S", 0.05)
-    monkeypatch.setattr(manager, "MAX_RECONNECT_ATTEMPTS", 3)
+    monkeypatch.setattr(reconnects, "BACKOFF_INITIAL_S", 0.05)
+    monkeypatch.setattr(reconnects, "MAX_RECONNECT_ATTEMPTS", 3)
     marker, good = tmp_path / "crashy.pids", tmp_path / "good.pids"
     servers = {
         # Long enough to finish starting on a loaded machine (under coverage), then it crashes.

@@ -681,13 +681,13 @@ async def test_the_failed_start_of_a_workspace_of_its_owns_server_is_logged_with
     sign-in: the gateway logged ``could not connect to server 'sec': … sign in with: mcpvisor mcp login sec`` at its
     first start, and again at its start after ``mcp logout`` — the shared connection's command, which names no
     workspace: pasted in another folder, it found no such server. The log names a workspace that defines it."""
-    caplog.set_level(logging.WARNING, logger="mcpvisor.core.manager")
+    caplog.set_level(logging.WARNING, logger="mcpvisor.core")
 
-    def logged() -> list[str]:
+    def logged() -> list[str]:  # a start's failure, or its reconnect's
         return [
             r.getMessage()
             for r in caplog.records
-            if r.name == "mcpvisor.core.manager" and "sign in with: " in r.getMessage()
+            if r.name in ("mcpvisor.core.manager", "mcpvisor.core.reconnects") and "sign in with: " in r.getMessage()
         ]
 
     async with (

@@ -3,11 +3,10 @@
 It owns the connections of one session. Every change goes through :meth:`discover_all_mcp_tools_incremental`:
 removals and gated tear-downs beside concurrent (re)connects bounded by a capacity limiter; unchanged servers
 are never touched. A server that dies reconnects with bounded exponential backoff, and so does a remote one that
-could not be reached at its start; a deliberate stop never respawns."""
+could not be reached at its start (:mod:`mcpvisor.core.reconnects`); a deliberate stop never respawns."""
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,6 +32,7 @@ from mcpvisor.core.lifecycle import Background, Stopping
 from mcpvisor.core.pool import PooledStartFailed, as_said_to, release
 from mcpvisor.core.processes import SpawnedAhead, loading_sdk
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, admitted, plan_for
+from mcpvisor.core.reconnects import Reconnects
 from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, admit, server_state
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of
 from mcpvisor.core.start_slots import StartSlots
@@ -43,23 +43,15 @@ if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
     from mcpvisor.core.pool import McpConnectionPool
 
-__all__ = ["BACKOFF_INITIAL_S", "BACKOFF_MAX_S", "MAX_RECONNECT_ATTEMPTS", "McpClientManager"]
+__all__ = ["McpClientManager"]
 
 logger = logging.getLogger(__name__)
 _CLIENT_MODULE = "mcpvisor.core.client"
 
-BACKOFF_INITIAL_S = 0.5
-BACKOFF_MAX_S = 30.0
-MAX_RECONNECT_ATTEMPTS = 8
-"""After this many failed reconnects in a row the server stays down until the next reconcile."""
 EARLIER_STARTS_WAIT_S = 2.0
 """A reconcile waits for its own starts (until another one is asked for), then this long for starts an earlier one
 left handshaking (a usual start ends within it: a sign-in's reconnect, an approval's start); one still handshaking
 then (a hang, a download) is reported as starting and holds up no edit's report or approval prompt."""
-STABLE_AFTER_S = 30.0
-"""A server that stops sooner than this after it connected is crashing in a loop: each such stop doubles the pause
-before the next start, and after :data:`MAX_RECONNECT_ATTEMPTS` of them in a row it is left down until the next
-reconcile."""
 
 
 class McpClientManager:
@@ -90,9 +82,14 @@ class McpClientManager:
         self._failed: set[str] = set()  # whose last start failed (started again by the next pass: a retry)
         self._configs: dict[str, McpServerConfig] = {}
         self._states = ServerStates(events)
-        self._reconnects: dict[str, anyio.CancelScope] = {}
-        self._up_since, self._quick_stops = dict[str, float](), dict[str, int]()
-        self._held_while_ending: set[str] = set()  # lost ones a pass left to their pause, their teardown not over
+        self._reconnects = Reconnects(
+            tg,
+            clients=self._clients,
+            configs=self._configs,
+            reopen=self._reopen,
+            said=partial(as_said_to, login_command=self._options.login_command),
+            publish=self._publish_state,
+        )
         self._handshaking: dict[str, McpClient] = {}  # in place, waiting for the handshake: a pass may take them on
         self._acquiring: set[str] = set()  # with a pool: waiting for its connection (started, or being started)
         self._decided: dict[str, int] = {}  # per server, how many passes decided about it: a job of an older one stops
@@ -165,7 +162,7 @@ class McpClientManager:
             n for n in plan.start if (c := self._clients.get(n)) and c.connection_id == connection_id_of(n, desired[n])
         }
         waiting = tuple(n for n in plan.start if n in lost and (n in self._reconnects or self._clients[n].ending))
-        self._held_while_ending.update(n for n in waiting if self._clients[n].ending)
+        self._reconnects.held_while_ending.update(n for n in waiting if self._clients[n].ending)
         plan = replace(plan, start=tuple(n for n in plan.start if n not in waiting), keep=(*plan.keep, *waiting))
         retried = tuple(n for n in plan.start if n in self._failed or n in lost)  # started again
         changed = tuple(n for n in plan.start if (n in self._clients and n not in lost) or n in restarting)
@@ -222,8 +219,7 @@ class McpClientManager:
 
     async def aclose(self) -> None:
         self._closed = True
-        for scope in self._reconnects.values():
-            scope.cancel()
+        self._reconnects.close()
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as tg:
                 for name in list(self._clients):
@@ -243,7 +239,7 @@ class McpClientManager:
     async def _connect_one(self, name: str, cfg: McpServerConfig, failed: dict[str, str], decided: int) -> None:
         if self._superseded(name, decided):
             return  # a later pass took it on while this job waited (to stop the old process): that pass starts it
-        self._cancel_reconnect(name)
+        self._reconnects.cancel(name)
         current = self._clients.get(name)
         if current is not None:  # planned while down: a reconnect may have run since
             if current.status == "connected" and current.connection_id == connection_id_of(name, cfg):
@@ -270,7 +266,7 @@ class McpClientManager:
             down = self._clients.get(name)  # a remote server may come up later: tried again, for as long as it runs
             if down and cfg.transport != "stdio" and down.connection_id == connection_id_of(name, cfg):
                 if down.status == "disconnected" and not down.needs_auth and not self._closed:
-                    self._retry(name, down, attempts=None)
+                    self._reconnects.retry(name, down, attempts=None)
 
     async def _open(self, name: str, cfg: McpServerConfig, decided: int | None = None) -> None:
         """Start (or, with a pool, acquire) a connection for ``name`` unless a later pass took it on (ConnectError)."""
@@ -308,7 +304,7 @@ class McpClientManager:
                 self._forget_unstarted(name)
                 return
             self._clients[name] = client
-            self._up_since[name] = time.monotonic()
+            self._reconnects.up(name)
             self._sync_registry(name)
             return
         client = McpClient(
@@ -324,7 +320,7 @@ class McpClientManager:
                     return  # left unstarted (disconnected) for the next pass to remove or gate
                 self.connect_count += 1
                 await client.start(self._tg)
-                self._up_since[name] = time.monotonic()
+                self._reconnects.up(name)
         finally:
             if self._handshaking.get(name) is client:
                 del self._handshaking[name]
@@ -356,9 +352,7 @@ class McpClientManager:
         """Stop ``name``: its tools and prompts go at once (its process may take seconds to stop), and so does its
         state (``reason``: why it is down; ``forget``: none is kept; ``restarting``: it reads as connecting), before a
         later pass says anything of it."""
-        self._cancel_reconnect(name)
-        self._quick_stops.pop(name, None)  # a deliberate stop or restart starts the count afresh
-        self._up_since.pop(name, None)
+        self._reconnects.forget(name)  # a deliberate stop or restart starts the count afresh
         client = self._clients.pop(name, None)
         self._configs.pop(name, None)
         self._purge(name)
@@ -418,71 +412,15 @@ class McpClientManager:
             self._sync_registry(name)
 
     def _on_lost(self, client: McpClient) -> None:
-        name = client.name
-        if self._closed or self._clients.get(name) is not client:
-            return
-        up_since = self._up_since.pop(name, None)
-        quick = up_since is not None and time.monotonic() - up_since < STABLE_AFTER_S
-        stops = self._quick_stops.get(name, 0) + 1 if quick else 0
-        if stops > MAX_RECONNECT_ATTEMPTS and name in self._held_while_ending:
-            stops = 0  # a reload came while it went down: it is started again, as a reload does
-        self._held_while_ending.discard(name)
-        self._quick_stops[name] = stops
-        if stops > MAX_RECONNECT_ATTEMPTS:
-            client.last_error = (
-                f"{client.last_error or 'it stopped'}; left down after {stops} stops within {STABLE_AFTER_S:g} s of "
-                "starting (it is started again when its configuration changes or on a reload)"
-            )
-            logger.error("server %r keeps crashing: %s", name, client.last_error)
-            self._publish_state(name)
-            return
-        self._retry(name, client, min(BACKOFF_INITIAL_S * 2**stops, BACKOFF_MAX_S), MAX_RECONNECT_ATTEMPTS)
+        if not self._closed and self._clients.get(client.name) is client:
+            self._reconnects.lost(client)
 
-    def _retry(
-        self, name: str, client: McpClient, first_pause: float = BACKOFF_INITIAL_S, attempts: int | None = None
-    ) -> None:
-        """Start the reconnect loop (``attempts``: how many before it gives up; None: never), the only one for it."""
-        self._cancel_reconnect(name)
-        scope = self._reconnects[name] = anyio.CancelScope()
-        self._tg.start_soon(self._reconnect_loop, name, client.connection_id, scope, first_pause, attempts)
-
-    def _cancel_reconnect(self, name: str) -> None:
-        if (scope := self._reconnects.pop(name, None)) is not None:
-            scope.cancel()
-
-    async def _reconnect_loop(
-        self, name: str, connection_id: str, scope: anyio.CancelScope, first_pause: float, attempts: int | None
-    ) -> None:
-        delay = first_pause
-        with scope:
-            for attempt in itertools.count(1) if attempts is None else range(1, attempts + 1):
-                await anyio.sleep(delay)
-                current = self._clients.get(name)
-                # The config as it is now (a re-filter may have changed it); a changed connection is the reconcile's.
-                cfg = self._configs.get(name)
-                if self._closed or current is None or current.status != "disconnected" or cfg is None:
-                    return
-                if connection_id_of(name, cfg) != connection_id:
-                    return
-                logger.info("server %r: reconnecting (attempt %d)", name, attempt)
-                if self._pool is not None:
-                    # Drop our hold on the dead connection; the dead client stays (disconnected) until a new one.
-                    await self._pool.release(self._session_id, current)
-                try:
-                    await self._open(name, cfg)
-                except ConnectError as exc:  # said at each try of the first ones, then quietly
-                    tell = logger.warning if attempt <= MAX_RECONNECT_ATTEMPTS else logger.info
-                    tell("server %r: reconnect failed: %s", name, as_said_to(exc, self._options.login_command))
-                    if (down := self._clients.get(name)) is not None and down.needs_auth:
-                        self._reconnects.pop(name, None)  # a sign-in is the person's: the pass after it starts it
-                        return
-                    delay = min(delay * 2, BACKOFF_MAX_S)
-                    continue
-                self._reconnects.pop(name, None)
-                return
-            logger.error("server %r: gave up reconnecting after %d attempts", name, MAX_RECONNECT_ATTEMPTS)
-        if self._reconnects.get(name) is scope:
-            del self._reconnects[name]
+    async def _reopen(self, name: str, cfg: McpServerConfig, dead: McpClient) -> None:
+        """A reconnect's start of ``name`` in place of its ``dead`` client."""
+        if self._pool is not None:
+            # Drop our hold on the dead connection; the dead client stays (disconnected) until a new one.
+            await self._pool.release(self._session_id, dead)
+        await self._open(name, cfg)
 
     # -- visible state -----------------------------------------------------------------------
 
