@@ -197,10 +197,12 @@ class NotFoundError(RequestError):
     """No connected server provides the tool or prompt named ``target``. ``reason`` is one of ``removed``,
     ``not_allowed``, ``excluded``, ``pending_approval``, ``rejected``, ``held`` (its definition changed
     since it was approved), ``missing`` (connected but not providing it), ``starting`` (its server is still
-    starting: retry in a moment), ``disconnected`` (its server is not connected now: it may come back, a crashed
-    one is restarted), ``not_started`` (no server was started yet: ``initialize()`` first), ``ambiguous`` (a
-    tool's own name that several servers offer), ``moved`` (one of mcpvisor's own tools, such as ``mcp__lsp__hover``,
-    served under another name while an MCP server has theirs) or ``None`` (no configured server owns that name)."""
+    starting: retry in a moment), ``disconnected`` (its server went down and is being started again by itself:
+    retry in a moment), ``down`` (its server is not connected and does not come back by itself: its restarts gave
+    up, its start failed or it waits for a sign-in; the message says what to do), ``not_started`` (no server was
+    started yet: ``initialize()`` first), ``ambiguous`` (a tool's own name that several servers offer), ``moved``
+    (one of mcpvisor's own tools, such as ``mcp__lsp__hover``, served under another name while an MCP server has
+    theirs) or ``None`` (no configured server owns that name)."""
 
     def __init__(
         self, message: str, *, kind: RequestKind, target: str, server: str | None = None, reason: str | None = None

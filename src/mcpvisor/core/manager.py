@@ -32,7 +32,7 @@ from mcpvisor.core.lifecycle import Background, Stopping
 from mcpvisor.core.pool import PooledStartFailed, as_said_to, release
 from mcpvisor.core.processes import SpawnedAhead, loading_sdk
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, admitted, plan_for
-from mcpvisor.core.reconnects import Reconnects
+from mcpvisor.core.reconnects import Reconnects, Recovery
 from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, admit, server_state
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of
 from mcpvisor.core.start_slots import StartSlots
@@ -106,6 +106,10 @@ class McpClientManager:
 
     def clients(self) -> dict[str, McpClient]:
         return dict(self._clients)
+
+    def recovery(self, name: str) -> Recovery | None:
+        """Whether ``name``, down by itself, is being started again or was left down (see :class:`Recovery`)."""
+        return self._reconnects.recovery(name)
 
     # -- the reconcile -----------------------------------------------------------------------
 

@@ -11,7 +11,9 @@ from mcpvisor.core.gating import matches_any
 from mcpvisor.core.registry import TOOL_PREFIX, PromptRegistry, ToolRegistry, mcp_tool_name
 
 if TYPE_CHECKING:
+    from mcpvisor.core.client import McpClient
     from mcpvisor.core.manager import McpClientManager
+    from mcpvisor.core.reconnects import Recovery
 
 __all__ = ["Servers", "why_not_found"]
 
@@ -86,14 +88,7 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
             reason = "starting"  # (re)started by a reload: the old process may still be stopping
             text = f"{head} is being (re)started by a reload; retry in a moment"
         elif client is None or client.status == "disconnected":
-            reason = "disconnected"
-            error = f" (last error: {client.last_error})" if client is not None and client.last_error else ""
-            log = client.log_path if client is not None else None
-            where = f"; its log: {log}" if log is not None and log.is_file() else ""
-            text = (
-                f"{head} is not connected{error}{where}; check its configuration: the next change to the settings "
-                "starts it again (in the shell: /reload)"
-            )
+            reason, text = _down(head, client, manager.recovery(server) if manager is not None else None)
         elif client.status == "connecting":
             reason = "starting"
             text = f"{head} is still starting; retry in a moment"
@@ -114,6 +109,27 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
             offered = ", ".join(sorted(set(listed))) or "none"
             text = f"{head} does not provide it (renamed or filtered out?); its {kind}s: {offered}"
     return not_found(text, kind=kind, target=name, server=server, reason=reason)
+
+
+def _down(head: str, client: McpClient | None, recovery: Recovery | None) -> tuple[str, str]:
+    """The reason and the words for a server that is not connected: ``disconnected`` while it is being started
+    again by itself (retry in a moment), ``down`` when it is not (what to do)."""
+    error = f" (last error: {client.last_error})" if client is not None and client.last_error else ""
+    log = client.log_path if client is not None else None
+    where = f"; its log: {log}" if log is not None and log.is_file() else ""
+    again = "restarted" if client is None or client.config.transport == "stdio" else "reconnected"
+    reload = "check its configuration: the next change to the settings starts it again (in the shell: /reload)"
+    if recovery is not None and not recovery.gave_up:
+        of = f" of {recovery.attempts}" if recovery.attempts is not None else ""
+        return (
+            "disconnected",
+            f"{head} is not connected{error}{where}; it is being {again} (try {recovery.tries}{of}); retry in a moment",
+        )
+    if client is None:  # no client yet: as before any start of it
+        return "disconnected", f"{head} is not connected; {reload}"
+    gave_up = f"; it was {again} {recovery.tries} times and gave up" if recovery is not None else ""
+    fix = "it is started again once signed in" if client.needs_auth else reload
+    return "down", f"{head} is not connected{error}{where}{gave_up}; {fix}"
 
 
 def _moved_provider_tool(config: Servers, server: str, name: str) -> str | None:

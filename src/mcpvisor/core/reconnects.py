@@ -11,6 +11,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
@@ -22,7 +23,7 @@ from mcpvisor.core.server_config import McpServerConfig, connection_id_of
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
 
-__all__ = ["BACKOFF_INITIAL_S", "BACKOFF_MAX_S", "MAX_RECONNECT_ATTEMPTS", "STABLE_AFTER_S", "Reconnects"]
+__all__ = ["BACKOFF_INITIAL_S", "BACKOFF_MAX_S", "MAX_RECONNECT_ATTEMPTS", "STABLE_AFTER_S", "Reconnects", "Recovery"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,23 @@ STABLE_AFTER_S = 30.0
 """A server that stops sooner than this after it connected is crashing in a loop: each such stop doubles the pause
 before the next start, and after :data:`MAX_RECONNECT_ATTEMPTS` of them in a row it is left down until the next
 reconcile."""
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What is done about a server that is down: it is being started again (``tries``: the try under way or next,
+    of ``attempts`` at most, None: for as long as the session runs), or that gave up after ``tries`` of them."""
+
+    tries: int
+    attempts: int | None
+    gave_up: bool = False
+
+
+@dataclass
+class _Loop:
+    scope: anyio.CancelScope
+    attempts: int | None
+    tries: int = 1
 
 
 class Reconnects:
@@ -54,7 +72,8 @@ class Reconnects:
     ) -> None:
         self._tg, self._clients, self._configs = tg, clients, configs
         self._reopen, self._said, self._publish = reopen, said, publish
-        self._scopes: dict[str, anyio.CancelScope] = {}
+        self._loops: dict[str, _Loop] = {}
+        self._gave_up: dict[str, tuple[McpClient, int]] = {}  # the client left down, after how many tries
         self._up_since, self._quick_stops = dict[str, float](), dict[str, int]()
         self.held_while_ending: set[str] = set()
         """Lost ones a pass left to their pause, their teardown not over."""
@@ -62,7 +81,24 @@ class Reconnects:
 
     def __contains__(self, name: object) -> bool:
         """Whether a reconnect loop runs for ``name`` (in its pause, or starting it)."""
-        return name in self._scopes
+        return name in self._loops
+
+    def recovery(self, name: str) -> Recovery | None:
+        """Whether ``name``'s client, down, is being started again or was left down after its tries; None when it
+        is not down, or not by itself (it failed to start, it waits for a sign-in, it was stopped)."""
+        client = self._clients.get(name)
+        if client is None or client.status != "disconnected" or self._closed:
+            return None
+        if (loop := self._loops.get(name)) is not None:
+            return Recovery(loop.tries, loop.attempts)
+        if (given := self._gave_up.get(name)) is not None and given[0] is client:
+            return Recovery(given[1], MAX_RECONNECT_ATTEMPTS, gave_up=True)
+        if client.ending and name in self._up_since:  # lost, its teardown not over: :meth:`lost` comes next
+            stops = self._stops(name)
+            if stops > MAX_RECONNECT_ATTEMPTS:
+                return Recovery(stops - 1, MAX_RECONNECT_ATTEMPTS, gave_up=True)
+            return Recovery(1, MAX_RECONNECT_ATTEMPTS)
+        return None
 
     def up(self, name: str) -> None:
         """``name`` connected now: how long it stays up tells a crash loop from a server that ran."""
@@ -73,25 +109,23 @@ class Reconnects:
         self.cancel(name)
         self._quick_stops.pop(name, None)
         self._up_since.pop(name, None)
+        self._gave_up.pop(name, None)
 
     def cancel(self, name: str) -> None:
-        if (scope := self._scopes.pop(name, None)) is not None:
-            scope.cancel()
+        if (loop := self._loops.pop(name, None)) is not None:
+            loop.scope.cancel()
 
     def close(self) -> None:
         """The manager closes: every loop ends, and a loss heard from now on starts none."""
         self._closed = True
-        for scope in self._scopes.values():
-            scope.cancel()
+        for loop in self._loops.values():
+            loop.scope.cancel()
 
     def lost(self, client: McpClient) -> None:
         """``client``, the manager's current one for its server, went down by itself (its teardown is over)."""
         name = client.name
-        up_since = self._up_since.pop(name, None)
-        quick = up_since is not None and time.monotonic() - up_since < STABLE_AFTER_S
-        stops = self._quick_stops.get(name, 0) + 1 if quick else 0
-        if stops > MAX_RECONNECT_ATTEMPTS and name in self.held_while_ending:
-            stops = 0  # a reload came while it went down: it is started again, as a reload does
+        stops = self._stops(name)
+        self._up_since.pop(name, None)
         self.held_while_ending.discard(name)
         self._quick_stops[name] = stops
         if stops > MAX_RECONNECT_ATTEMPTS:
@@ -100,16 +134,27 @@ class Reconnects:
                 "starting (it is started again when its configuration changes or on a reload)"
             )
             logger.error("server %r keeps crashing: %s", name, client.last_error)
+            self._gave_up[name] = (client, stops - 1)
             self._publish(name)
             return
         self.retry(name, client, min(BACKOFF_INITIAL_S * 2**stops, BACKOFF_MAX_S), MAX_RECONNECT_ATTEMPTS)
+
+    def _stops(self, name: str) -> int:
+        """How many quick stops in a row ``name`` has made if it went down now (0: it ran long enough)."""
+        up_since = self._up_since.get(name)
+        quick = up_since is not None and time.monotonic() - up_since < STABLE_AFTER_S
+        stops = self._quick_stops.get(name, 0) + 1 if quick else 0
+        if stops > MAX_RECONNECT_ATTEMPTS and name in self.held_while_ending:
+            stops = 0  # a reload came while it went down: it is started again, as a reload does
+        return stops
 
     def retry(
         self, name: str, client: McpClient, first_pause: float = BACKOFF_INITIAL_S, attempts: int | None = None
     ) -> None:
         """Start the reconnect loop (``attempts``: how many before it gives up; None: never), the only one for it."""
         self.cancel(name)
-        scope = self._scopes[name] = anyio.CancelScope()
+        scope = anyio.CancelScope()
+        self._loops[name] = _Loop(scope, attempts)
         self._tg.start_soon(self._loop, name, client.connection_id, scope, first_pause, attempts)
 
     async def _loop(
@@ -118,6 +163,8 @@ class Reconnects:
         delay = first_pause
         with scope:
             for attempt in itertools.count(1) if attempts is None else range(1, attempts + 1):
+                if (loop := self._loops.get(name)) is not None and loop.scope is scope:
+                    loop.tries = attempt
                 await anyio.sleep(delay)
                 current = self._clients.get(name)
                 # The config as it is now (a re-filter may have changed it); a changed connection is the reconcile's.
@@ -133,12 +180,14 @@ class Reconnects:
                     tell = logger.warning if attempt <= MAX_RECONNECT_ATTEMPTS else logger.info
                     tell("server %r: reconnect failed: %s", name, self._said(exc))
                     if (down := self._clients.get(name)) is not None and down.needs_auth:
-                        self._scopes.pop(name, None)  # a sign-in is the person's: the pass after it starts it
+                        self._loops.pop(name, None)  # a sign-in is the person's: the pass after it starts it
                         return
                     delay = min(delay * 2, BACKOFF_MAX_S)
                     continue
-                self._scopes.pop(name, None)
+                self._loops.pop(name, None)
                 return
+            if (down := self._clients.get(name)) is not None:
+                self._gave_up[name] = (down, attempt)
             logger.error("server %r: gave up reconnecting after %d attempts", name, MAX_RECONNECT_ATTEMPTS)
-        if self._scopes.get(name) is scope:
-            del self._scopes[name]
+        if (loop := self._loops.get(name)) is not None and loop.scope is scope:
+            del self._loops[name]
