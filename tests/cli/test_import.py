@@ -421,3 +421,28 @@ def test_claude_code_brings_the_language_servers_of_its_enabled_plugins(layout: 
         "go": "present",
         "cfg": "skip",
     }
+
+
+def test_a_server_without_a_name_or_with_an_unshowable_one_is_listed_not_written(layout: Layout) -> None:
+    """Before, an empty name stopped the import half-way with a traceback, and a name holding a zero-width joiner
+    (an emoji's) was written and said imported, then skipped by every command that read the settings."""
+    write_json(
+        layout.home / ".cursor" / "mcp.json",
+        {
+            "mcpServers": {
+                "ok": {"command": "a"},
+                "": {"command": "b"},
+                "dev 👨\u200d💻": {"command": "c"},
+                "z": {"command": "d"},
+            }
+        },
+    )
+    result = run(layout, "--from", "cursor")
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.output.split())
+    assert "! '' it has no name, which mcpvisor needs: give it one in Cursor and import again" in said
+    assert "! 'dev 👨\\u200d💻' its name holds \\u200d" in said
+    assert "rename it in Cursor and import again" in said
+    assert "Imported 2 servers from Cursor; 2 not imported" in said
+    assert servers(layout.paths.user) == {"ok": {"command": "a"}, "z": {"command": "d"}}

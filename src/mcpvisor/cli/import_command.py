@@ -18,6 +18,7 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.importers import SOURCES, ImportLevel, PlannedImport, plan_import, scan_source
 from mcpvisor.host.plugin_lsp import PluginLsp, scan_plugin_lsp_servers
 from mcpvisor.host.settings.loader import Settings, load_settings
+from mcpvisor.host.settings.servers import unshowable_name
 from mcpvisor.host.settings.writer import set_setting
 from mcpvisor.host.status import command_hints, fill_hint
 from mcpvisor.shell.consoles import new_console
@@ -187,7 +188,8 @@ def _print_import(
         for item in items:
             cand = item.candidate
             cfg = cand.config()
-            line = f"{_MARKS[item.action]} [bold]{escape(cand.name)}[/]"
+            shown = cand.name if cand.name.strip() and unshowable_name(cand.name) is None else repr(cand.name)
+            line = f"{_MARKS[item.action]} [bold]{escape(shown)}[/]"
             if cfg is not None:
                 line += f"  {cfg.transport}: {escape(cfg.target().replace('$$', '$'))}"
                 hidden = [f"{k}: {', '.join(sorted(v))}" for k, v in (("env", cfg.env), ("headers", cfg.headers)) if v]

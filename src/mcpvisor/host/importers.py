@@ -29,7 +29,12 @@ from typing import Any, Literal
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host import paths as _paths
 from mcpvisor.host.settings.files import SettingsFileError, read_settings_file
-from mcpvisor.host.settings.servers import REPOSITORY_RESERVED_NAMES, describe_validation, reserved_name
+from mcpvisor.host.settings.servers import (
+    REPOSITORY_RESERVED_NAMES,
+    describe_validation,
+    reserved_name,
+    unshowable_name,
+)
 
 __all__ = [
     "SOURCES",
@@ -337,6 +342,10 @@ def _translate(name: str, raw: Any, path: Path, ctx: _Context) -> Candidate:
     def skipped(reason: str, notes: tuple[str, ...] = ()) -> Candidate:
         return Candidate(name, path, ctx.level, None, reason, notes)
 
+    if not name.strip():
+        return skipped(f"it has no name, which mcpvisor needs: give it one in {ctx.spec.title} and import again")
+    if (unshowable := unshowable_name(name)) is not None:
+        return skipped(f"{unshowable}: rename it in {ctx.spec.title} and import again")
     if not isinstance(raw, Mapping):
         return skipped(f"the entry is not an object (found {type(raw).__name__})")
     if raw.get("disabled") is True or raw.get("enabled") is False:
