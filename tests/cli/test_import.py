@@ -446,3 +446,20 @@ def test_a_server_without_a_name_or_with_an_unshowable_one_is_listed_not_written
     assert "rename it in Cursor and import again" in said
     assert "Imported 2 servers from Cursor; 2 not imported" in said
     assert servers(layout.paths.user) == {"ok": {"command": "a"}, "z": {"command": "d"}}
+
+
+def test_a_url_with_unbalanced_brackets_is_shown_without_its_secrets(layout: Layout) -> None:
+    """Before, showing such a URL (an IPv6 address missing its ']') ended the import, and then 'mcp list', with a
+    traceback: Invalid IPv6 URL."""
+    write_json(
+        layout.home / ".cursor" / "mcp.json",
+        {"mcpServers": {"v6": {"url": "http://me:S3CRET-PW@[::1:8080/mcp?key=S3CRET-Q"}}},
+    )
+    result = run(layout, "--from", "cursor")
+    assert result.exit_code == 0, result.exception
+    assert "+ v6  http: http://[::1:8080/mcp?***" in result.output
+    assert "S3CRET" not in result.output
+    listed = CliRunner().invoke(app, ["mcp", "list", "--workspace", str(layout.root)], env=layout.env)
+    assert listed.exit_code == 0, listed.exception
+    assert "http://[::1:8080/mcp?***" in listed.output
+    assert "S3CRET" not in listed.output

@@ -318,7 +318,11 @@ def arguments_hint(command: Any) -> str:
 def redact_url(url: str) -> str:
     """``url`` without user info and with every query value replaced by ``***``; user info made of ``${VAR}``
     references only (``:${REDIS_PASSWORD}@``, as a fix tells how to write it) is no secret and stays."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # brackets that hold no IPv6 address ("http://[::1:8080/mcp"): cut by hand
+        head, question, _ = url.partition("#")[0].partition("?")
+        return _USERINFO.sub(r"\1", head) + ("?***" if question else "")
     userinfo, at, netloc = parts.netloc.rpartition("@")
     if at and _REFERENCES_ONLY.fullmatch(userinfo):
         netloc = parts.netloc
@@ -326,6 +330,7 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
+_USERINFO = re.compile(r"^([^:/?#]*://)?[^/?#]*@")
 _REFERENCES_ONLY = re.compile(r"(\$\{[A-Za-z_][A-Za-z0-9_]*\})?:?(\$\{[A-Za-z_][A-Za-z0-9_]*\})?")
 
 CODE_LOADING_ENV = re.compile(
