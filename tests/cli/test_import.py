@@ -463,3 +463,26 @@ def test_a_url_with_unbalanced_brackets_is_shown_without_its_secrets(layout: Lay
     assert listed.exit_code == 0, listed.exception
     assert "http://[::1:8080/mcp?***" in listed.output
     assert "S3CRET" not in listed.output
+
+
+def test_nothing_to_import_names_every_file_read_and_the_fix(layout: Layout) -> None:
+    """Before, a Claude Code file without this project's servers was left out of what was looked in, which said no
+    configuration was found; and Claude Desktop with --scope workspace said it had looked in nothing."""
+    write_json(layout.home / ".claude.json", {"mcpServers": {"mine": {"command": "a"}}, "projects": {}})
+    claude = run(layout, "--from", "claude-code", "--scope", "workspace")
+    assert claude.exit_code == 1
+    assert f"no Claude Code MCP servers for {layout.root}; looked in:" in claude.output
+    assert str(layout.home / ".claude.json") in claude.output
+    write_json(layout.home / ".config" / "Code" / "User" / "settings.json", {"editor.fontSize": 14})
+    vscode = run(layout, "--from", "vscode")
+    assert f"no VS Code MCP servers for {layout.root}; looked in:" in vscode.output
+    assert str(layout.home / ".config" / "Code" / "User" / "settings.json") in vscode.output
+    write_json(
+        layout.home / ".config" / "Claude" / "claude_desktop_config.json", {"mcpServers": {"d": {"command": "d"}}}
+    )
+    desktop = run(layout, "--from", "claude-desktop", "--scope", "workspace")
+    assert desktop.exit_code == 1
+    assert "Claude Desktop keeps no workspace servers, only your own" in " ".join(desktop.output.split())
+    assert "import without --scope" in " ".join(desktop.output.split())
+    assert not layout.paths.user.exists()
+    assert not layout.paths.workspace.exists()

@@ -44,7 +44,14 @@ def import_servers(
     scan = scan_source(source, env, settings.root, levels=levels)
     plugin_lsp = _plan_plugin_lsp(env, settings, force) if source == "claude-code" and "user" in levels else []
     if not scan.found and not plugin_lsp:
-        looked = "\n  ".join(dict.fromkeys(str(f.path) for f in scan.files))  # a file read for two levels: once
+        if not scan.looked:  # Claude Desktop's servers are the user's only
+            raise ConfigError(
+                f"{scan.title} keeps no {levels[0]} servers, only your own: nothing to import with --scope "
+                f"{levels[0]}; import without --scope (they go to your user settings)"
+            )
+        looked = "\n  ".join(map(str, scan.looked))
+        if any(path.is_file() for path in scan.looked):
+            raise ConfigError(f"no {scan.title} MCP servers for {settings.root}; looked in:\n  {looked}")
         raise ConfigError(f"no {scan.title} configuration found; looked in:\n  {looked}")
     for level in levels:
         if level in settings.errors:

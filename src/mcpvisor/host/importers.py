@@ -127,6 +127,8 @@ class ImportScan:
     title: str
     files: tuple[SourceFile, ...]
     candidates: tuple[Candidate, ...] = field(default=())
+    looked: tuple[Path, ...] = ()
+    """Every file looked for, once each: also one read that holds no servers (none for this folder)."""
 
     @property
     def found(self) -> tuple[SourceFile, ...]:
@@ -223,9 +225,11 @@ def scan_source(
     files: list[SourceFile] = []
     candidates: list[Candidate] = []
     parsed: dict[Path, dict[str, Any] | None] = {}
+    looked: dict[Path, None] = {}
     for path, level, key in _locations(source, env, root, platform):
         if level not in levels:
             continue
+        looked.setdefault(path)
         if path not in parsed:
             try:
                 parsed[path] = read_settings_file(path)
@@ -254,7 +258,7 @@ def scan_source(
         context = _Context(spec, env, root, level, inputs)
         for name, raw in servers.items():
             candidates.append(_translate(str(name), raw, path, context))
-    return ImportScan(source, spec.title, tuple(files), tuple(candidates))
+    return ImportScan(source, spec.title, tuple(files), tuple(candidates), tuple(looked))
 
 
 def _inputs(data: Mapping[str, Any]) -> dict[str, str]:
