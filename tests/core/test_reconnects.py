@@ -86,3 +86,36 @@ async def test_a_tool_of_a_server_whose_restarts_gave_up_says_so_and_what_to_do(
     assert "it was restarted 2 times and gave up" in said, said
     assert "check its configuration: the next change to the settings starts it again (in the shell: /reload)" in said
     assert "retry in a moment" not in said, said
+
+
+async def test_a_server_crashing_on_every_call_says_how_many_of_its_restarts_are_used_up(
+    config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each of its restarts succeeds, so each crash started a fresh reconnect loop: the message said "try 1 of 8"
+    every time until it was left down after its eighth quick stop in a row."""
+    monkeypatch.setattr(reconnects, "MAX_RECONNECT_ATTEMPTS", 3)
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"c": light("c", "--tools", "echo,boom", "--crash-on-call", "boom")})
+    manager = config.manager
+    for stops in (1, 2, 3):
+        crashed = manager.get_client("c")
+        with pytest.raises(ServerUnavailableError):
+            await config.call_tool("mcp__c__boom")
+        said = str(config.not_found("mcp__c__echo", "tool"))  # right away (its teardown may be under way)
+        assert f"it is being restarted (try {stops} of 3); retry in a moment" in said, said
+        tries: set[int] = set()
+
+        def back(crashed: object = crashed, tries: set[int] = tries) -> bool:
+            if (recovery := manager.recovery("c")) is not None:
+                tries.add(recovery.tries)  # in its reconnect loop's pause
+            client = manager.get_client("c")
+            return client is not crashed and client is not None and client.status == "connected"
+
+        await wait_until(back, what=f"its restart after quick stop {stops}")
+        assert tries <= {stops}, tries
+    with pytest.raises(ServerUnavailableError):
+        await config.call_tool("mcp__c__boom")
+    await wait_until(lambda: (r := manager.recovery("c")) is not None and r.gave_up, what="it to be left down")
+    down = config.not_found("mcp__c__echo", "tool")
+    assert down.reason == "down", str(down)
+    assert "it was restarted 3 times and gave up" in str(down), str(down)

@@ -40,7 +40,9 @@ reconcile."""
 @dataclass(frozen=True)
 class Recovery:
     """What is done about a server that is down: it is being started again (``tries``: the try under way or next,
-    of ``attempts`` at most, None: for as long as the session runs), or that gave up after ``tries`` of them."""
+    of ``attempts`` at most, None: for as long as the session runs), or that gave up after ``tries`` of them. A
+    server crashing in a loop is at the try its quick stops in a row have come to: each of its restarts succeeds, and
+    the stops, not the starts, are what it is left down after."""
 
     tries: int
     attempts: int | None
@@ -52,6 +54,7 @@ class _Loop:
     scope: anyio.CancelScope
     attempts: int | None
     tries: int = 1
+    since: int = 1  # the try its first start is (a server crashing in a loop: its quick stops in a row)
 
 
 class Reconnects:
@@ -97,7 +100,7 @@ class Reconnects:
             stops = self._stops(name)
             if stops > MAX_RECONNECT_ATTEMPTS:
                 return Recovery(stops - 1, MAX_RECONNECT_ATTEMPTS, gave_up=True)
-            return Recovery(1, MAX_RECONNECT_ATTEMPTS)
+            return Recovery(max(stops, 1), MAX_RECONNECT_ATTEMPTS)
         return None
 
     def up(self, name: str) -> None:
@@ -137,7 +140,8 @@ class Reconnects:
             self._gave_up[name] = (client, stops - 1)
             self._publish(name)
             return
-        self.retry(name, client, min(BACKOFF_INITIAL_S * 2**stops, BACKOFF_MAX_S), MAX_RECONNECT_ATTEMPTS)
+        pause = min(BACKOFF_INITIAL_S * 2**stops, BACKOFF_MAX_S)
+        self.retry(name, client, pause, MAX_RECONNECT_ATTEMPTS, since=max(stops, 1))
 
     def _stops(self, name: str) -> int:
         """How many quick stops in a row ``name`` has made if it went down now (0: it ran long enough)."""
@@ -149,12 +153,20 @@ class Reconnects:
         return stops
 
     def retry(
-        self, name: str, client: McpClient, first_pause: float = BACKOFF_INITIAL_S, attempts: int | None = None
+        self,
+        name: str,
+        client: McpClient,
+        first_pause: float = BACKOFF_INITIAL_S,
+        attempts: int | None = None,
+        *,
+        since: int = 1,
     ) -> None:
-        """Start the reconnect loop (``attempts``: how many before it gives up; None: never), the only one for it."""
+        """Start the reconnect loop (``attempts``: how many before it gives up; None: never), the only one for it;
+        ``since``: the try its first start is said to be (a server crashing in a loop: its quick stops in a row), until
+        the loop's own count of starts is higher: each count has its give-up, the nearer one is said."""
         self.cancel(name)
         scope = anyio.CancelScope()
-        self._loops[name] = _Loop(scope, attempts)
+        self._loops[name] = _Loop(scope, attempts, since, since)
         self._tg.start_soon(self._loop, name, client.connection_id, scope, first_pause, attempts)
 
     async def _loop(
@@ -164,7 +176,7 @@ class Reconnects:
         with scope:
             for attempt in itertools.count(1) if attempts is None else range(1, attempts + 1):
                 if (loop := self._loops.get(name)) is not None and loop.scope is scope:
-                    loop.tries = attempt
+                    loop.tries = max(loop.since, attempt)
                 await anyio.sleep(delay)
                 current = self._clients.get(name)
                 # The config as it is now (a re-filter may have changed it); a changed connection is the reconcile's.
