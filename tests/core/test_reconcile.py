@@ -398,11 +398,12 @@ async def test_tool_not_found_names_the_server_and_the_fix(config: Config) -> No
     assert (missing.value.kind, missing.value.target) == ("prompt", "nope")
 
 
-async def test_a_tool_of_a_server_that_is_down_names_its_log_and_how_to_start_it_again(
+async def test_a_tool_of_a_server_that_is_down_names_its_log_once_and_how_to_start_it_again(
     config: Config, tmp_path: Path
 ) -> None:
     """It said "check its configuration and logs, or /reload": which log, and ``/reload`` is the shell's alone (an
-    agent calling through the gateway, or a library, has none)."""
+    agent calling through the gateway, or a library, has none). The log is named once: the failed start's error
+    says "see its log PATH", and "; its log: PATH" came after it."""
     dead = McpServerConfig(
         command=sys.executable, args=["-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]
     )
@@ -412,7 +413,9 @@ async def test_a_tool_of_a_server_that_is_down_names_its_log_and_how_to_start_it
         await config.call_tool("mcp__dead__t")
     assert info.value.reason == "down"  # (a failed start is not tried again by itself: a retry would not help)
     said = str(info.value)
-    assert f"its log: {tmp_path / 'logs' / 'dead.log'}" in said, said
+    log = tmp_path / "logs" / "dead.log"
+    assert f"(last error: process exited with code 3 during start-up; see its log {log})" in said, said
+    assert said.count(str(log)) == 1, said
     assert "the next change to the settings starts it again (in the shell: /reload)" in said, said
     await config.reinitialize_mcp_servers({"dead": dead, "a": light("a"), "b": light("b")})  # (any change: a pass)
     assert config.manager.connect_count == 4  # dead was started again

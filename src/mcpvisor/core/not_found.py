@@ -116,7 +116,8 @@ def _down(head: str, client: McpClient | None, recovery: Recovery | None) -> tup
     again by itself (retry in a moment), ``down`` when it is not (what to do)."""
     error = f" (last error: {client.last_error})" if client is not None and client.last_error else ""
     log = client.log_path if client is not None else None
-    where = f"; its log: {log}" if log is not None and log.is_file() else ""
+    named = log is not None and str(log) in error  # a failed start's error names it already
+    where = f"; its log: {log}" if log is not None and log.is_file() and not named else ""
     again = "restarted" if client is None or client.config.transport == "stdio" else "reconnected"
     reload = "check its configuration: the next change to the settings starts it again (in the shell: /reload)"
     if recovery is not None and not recovery.gave_up:
