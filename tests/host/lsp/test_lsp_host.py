@@ -668,6 +668,25 @@ async def test_a_repository_server_whose_workspace_folder_leads_out_of_the_works
         assert not language_server_processes(outside.resolve())
 
 
+async def test_a_server_that_exits_at_its_start_says_why_and_names_its_log(tmp_path: Path) -> None:
+    """The call said the exit and its last stderr line, but not the log the rest of its output is in (a crash
+    after its start names it)."""
+    script = (
+        "import sys; print('reading the config', file=sys.stderr); print('no licence', file=sys.stderr); sys.exit(3)"
+    )
+    entry = {"command": sys.executable, "args": ["-c", script], "extensionToLanguage": {".py": "python"}}
+    async with session(tmp_path, user={"lspServers": {"python": entry}}, watch=False) as s:
+        failed = await s.call("hover", file="service.py", line=3, character=6)
+        assert failed.is_error
+        server = s.host.lsp.manager.servers()["python"]
+        assert text(failed) == (
+            f"language server 'python' failed — exited with code 3: no licence; see its log {server.log_path}"
+        )
+        assert "reading the config" in server.log_path.read_text()
+        [status] = (await s.ok("status"))["servers"]
+        assert status["last_error"] == f"exited with code 3: no licence; see its log {server.log_path}", status
+
+
 async def test_a_server_that_never_answers_initialize_is_killed_and_reported_failed_by_the_call_that_waited(
     tmp_path: Path,
 ) -> None:

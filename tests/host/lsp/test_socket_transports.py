@@ -174,7 +174,9 @@ async def test_nobody_listening_fails_within_the_startup_timeout_naming_the_addr
         assert "start it, or give it a command to run (see lspServers.python.socket)" in getattr(content, "text", "")
 
 
-async def test_a_started_server_that_exits_before_it_listens_says_so_with_its_last_words(tmp_path: Path) -> None:
+async def test_a_started_server_that_exits_before_it_listens_says_so_with_its_last_words_and_its_log(
+    tmp_path: Path,
+) -> None:
     port = free_port()
     script = "import sys; print('no licence for this machine', file=sys.stderr); sys.exit(3)"
     entry = tcp_entry(port, command=sys.executable, args=["-c", script])
@@ -182,8 +184,9 @@ async def test_a_started_server_that_exits_before_it_listens_says_so_with_its_la
         result = await s.call("hover", file="service.py", line=3, character=6)
         assert result.is_error
         [content] = result.content
-        assert f"exited with code 3 before it listened on 127.0.0.1:{port}: no licence for this machine" in getattr(
-            content, "text", ""
+        log = s.host.lsp.manager.servers()["python"].log_path
+        assert getattr(content, "text", "").endswith(
+            f"exited with code 3 before it listened on 127.0.0.1:{port}: no licence for this machine; see its log {log}"
         )
 
 

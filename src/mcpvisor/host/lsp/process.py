@@ -195,7 +195,8 @@ async def connect_language_server(
         await anyio.sleep(CONNECT_RETRY_S)  # its last words reach the pipe's reader
         last_line = output.last_line() if output is not None else ""
         reason = f"{how_it_exited(process.returncode)} before it listened on {where}"
-        raise LspConnectionClosed(server=name, reason=f"{reason}: {last_line}" if last_line else reason)
+        said = f"{reason}: {last_line}" if last_line else reason
+        raise LspConnectionClosed(server=name, reason=said, crashed=True)
     if isinstance(problem, socket.gaierror):
         reason = f"could not connect to {where}: its host name does not resolve ({problem.strerror or problem})"
         raise LspConnectionClosed(server=name, reason=f"{reason}; fix {field}")

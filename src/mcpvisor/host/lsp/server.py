@@ -293,6 +293,8 @@ class LanguageServer:
             # callers name the server: what is said of it is enough
             reason = exc.reason if isinstance(exc, LspConnectionClosed) else str(exc)
             self.last_error = reason.removeprefix(f"language server {self.name!r} ")
+            if isinstance(exc, LspConnectionClosed) and exc.crashed and "cannot start" not in reason:
+                self.last_error += f"; see its log {self.log_path}"  # it ran, and ended at its start by itself
         except Exception as exc:  # task boundary: one broken server never takes the others down
             logger.exception("language server %r failed", self.name)
             self.last_error = f"{type(exc).__name__}: {exc}"
