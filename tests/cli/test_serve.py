@@ -226,6 +226,29 @@ async def test_a_server_slow_to_start_holds_no_client_up_and_comes_in_with_list_
         tg.cancel_scope.cancel()
 
 
+@pytest.mark.parametrize("http", [False, True])
+async def test_a_stop_while_a_server_still_starts_stops_at_once_without_waiting_for_it(
+    tmp_path: Path, http: bool
+) -> None:
+    """SIGTERM (``stop``) while a server still handshakes: there is no call in flight to let finish, yet the gateway
+    went on waiting for the start (up to its start-up wait, 5 s for ``serve``), then served and only then stopped; a
+    client that kills its server 2 s after SIGTERM (the SDK's) killed the gateway meanwhile, its servers unstopped."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "pids"
+    hung = {**server("hung", "--hang-on-initialize", "--marker", str(marker)), "discoveryTimeoutMs": 600_000}
+    save(layout.paths.user, {"mcpServers": {"hung": hung}})
+    options = HostOptions(env=layout.env, workspace=layout.root, startup_wait_s=600)
+    stop = anyio.Event()
+    address = ("127.0.0.1", free_port()) if http else None
+    with anyio.fail_after(WAIT_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(run_gateway, options, http=address, token=None, stop=stop))
+            await wait_until(lambda: bool(marker_pids(marker)), what="the server to be spawned")
+            stop.set()
+    [pid] = marker_pids(marker)
+    assert not pid_alive(pid)
+
+
 async def test_run_gateway_on_a_busy_port_fails_before_starting_any_server(tmp_path: Path) -> None:
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
     marker = tmp_path / "pids"

@@ -131,12 +131,14 @@ async def _serve(
         # Nothing in mcpvisor writes to stdout, and while serving the SDK points fd 1 at stderr.
         served_as = replica.round_state if replica is not None else None
         async with (
+            _stopped_while_starting(stop) as started,
             host,
             _gateway()(host.config, name_budget=name_budget, round_state=served_as, bus=_bus(replica, host)) as gateway,
             _stdio_streams() as (read, write),
         ):
             if replica is not None:
                 await replica.publish_from(host.options.env, host.root)
+            started()
             serving(host, "stdio")
 
             async def drain() -> int:
@@ -152,12 +154,14 @@ async def _serve(
             served_as = replica.round_state if replica is not None else None
             bus = _bus(replica, host)
             async with (
+                _stopped_while_starting(stop) as started,
                 host,
                 _gateway()(host.config, name_budget=name_budget, round_state=served_as, bus=bus) as gateway,
             ):
                 if replica is not None:
                     await replica.publish_from(host.options.env, host.root)
                     replica.serve_at(http_url(sock))
+                started()
                 serving(host, http_url(sock))  # already listening: early clients wait in the backlog
                 async with _until_stopped(stop, gateway.drain, console):
                     await gateway.serve_http_socket(
@@ -192,6 +196,33 @@ def _bus(replica: Replica | None, host: Host) -> SubscriptionBus | None:
     if replica is None:
         return None
     return replica.bus_for(paths.workspace_root(host.options.workspace))
+
+
+@asynccontextmanager
+async def _stopped_while_starting(stop: anyio.Event | None) -> AsyncIterator[Callable[[], None]]:
+    """The body, cancelled if ``stop`` is set before it calls the function it is given (as it begins to serve): while
+    the servers start no call is in flight to let finish, so a stop then does not wait for a server still
+    handshaking (up to the start-up wait) before it stops them all."""
+    watching = anyio.CancelScope()
+    with anyio.CancelScope() as whole:
+
+        async def watch() -> None:
+            with watching:
+                if stop is not None:
+                    await stop.wait()
+                    whole.cancel()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch)
+                try:
+                    yield watching.cancel
+                finally:
+                    watching.cancel()
+        except BaseExceptionGroup as group:  # what the body raised (a ConfigError), as itself
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
 
 
 @asynccontextmanager
@@ -247,19 +278,23 @@ async def _run_workspace_gateway(
     workspaces: WorkspaceGateway | None = None
     sock = bind_http_socket(*http)
     try:
-        async with WorkspaceGateway(
-            options,
-            http_host=sock.getsockname()[0],
-            on_open=opened,
-            workspace_root=workspace_root,
-            limits=limits,
-            name_budget=name_budget,
-            round_state=replica.round_state if replica else None,
-            bus_for=replica.workspace_bus if replica else None,
-        ) as workspaces:
+        async with (
+            _stopped_while_starting(stop) as started,
+            WorkspaceGateway(
+                options,
+                http_host=sock.getsockname()[0],
+                on_open=opened,
+                workspace_root=workspace_root,
+                limits=limits,
+                name_budget=name_budget,
+                round_state=replica.round_state if replica else None,
+                bus_for=replica.workspace_bus if replica else None,
+            ) as workspaces,
+        ):
             if replica is not None:  # the default workspace's files are the ones published
                 await replica.publish_from(workspaces.default.options.env, workspaces.default.root)
                 replica.serve_at(http_url(sock))
+            started()
             serving(workspaces.default, http_url(sock))
             allowed = (
                 f"a folder under {workspace_root}"
