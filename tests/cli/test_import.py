@@ -486,3 +486,38 @@ def test_nothing_to_import_names_every_file_read_and_the_fix(layout: Layout) -> 
     assert "import without --scope" in " ".join(desktop.output.split())
     assert not layout.paths.user.exists()
     assert not layout.paths.workspace.exists()
+
+
+@pytest.mark.parametrize("tool", ["gemini", "qwen"])
+def test_a_server_turned_off_in_gemini_or_qwen_settings_is_listed_not_imported(layout: Layout, tool: str) -> None:
+    """Gemini CLI and Qwen Code turn a server off by listing it in 'mcp.excluded' (older versions: the top-level
+    'excludeMCPServers'); the user's list applies to the project's servers too."""
+    write_json(
+        layout.home / f".{tool}" / "settings.json",
+        {
+            "mcp": {"excluded": ["off", "proj-off"]},
+            "mcpServers": {"off": {"command": "off-mcp"}, "on": {"command": "on-mcp"}},
+        },
+    )
+    write_json(
+        layout.root / f".{tool}" / "settings.json",
+        {
+            "excludeMCPServers": ["legacy-off"],
+            "mcpServers": {"legacy-off": {"command": "a"}, "proj-off": {"command": "b"}, "proj": {"command": "c"}},
+        },
+    )
+    alone = import_json(layout, "--from", tool, "--scope", "workspace", "--dry-run")
+    assert {name: s["action"] for name, s in alone.items()} == {"legacy-off": "skip", "proj-off": "skip", "proj": "add"}
+    found = import_json(layout, "--from", tool)
+    assert {name: s["action"] for name, s in found.items()} == {
+        "off": "skip",
+        "on": "add",
+        "legacy-off": "skip",
+        "proj-off": "skip",
+        "proj": "add",
+    }
+    assert "turned off in" in found["off"]["reason"]
+    assert "'mcp.excluded'" in found["off"]["reason"]
+    assert "'excludeMCPServers'" in found["legacy-off"]["reason"]
+    assert servers(layout.paths.user) == {"on": {"command": "on-mcp"}}
+    assert servers(layout.paths.workspace) == {"proj": {"command": "c"}}

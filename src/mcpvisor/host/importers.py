@@ -57,15 +57,19 @@ class _Spec:
     dialect: Dialect
     url_means: Literal["sse", "guess"]
     """What a ``url`` without ``type`` is: SSE (Gemini, Claude) or guessed from the path (Cursor, VS Code)."""
+    off_lists: tuple[str, ...] = ()
+    """Where the tool's settings list the names of servers it turns off (``/``-separated paths)."""
 
+
+_GEMINI_OFF = ("mcp/excluded", "excludeMCPServers")  # the second: versions before the mcp settings object
 
 SOURCES: Mapping[str, _Spec] = {
     "claude-desktop": _Spec("Claude Desktop", "literal", "guess"),
     "claude-code": _Spec("Claude Code", "braced", "sse"),
     "vscode": _Spec("VS Code", "vscode", "guess"),
     "cursor": _Spec("Cursor", "vscode", "guess"),
-    "gemini": _Spec("Gemini CLI", "shell", "sse"),
-    "qwen": _Spec("Qwen Code", "shell", "sse"),
+    "gemini": _Spec("Gemini CLI", "shell", "sse", _GEMINI_OFF),
+    "qwen": _Spec("Qwen Code", "shell", "sse", _GEMINI_OFF),
 }
 """The tools ``mcp import --from`` reads, with how each spells its entries."""
 
@@ -255,10 +259,35 @@ def scan_source(
             )
             continue
         inputs = _inputs(data) if spec.dialect == "vscode" and data is not None else {}
-        context = _Context(spec, env, root, level, inputs)
+        turned_off = _turned_off(spec, data, path)
+        if level == "workspace" and spec.off_lists:  # the user's list turns a project's server off too
+            user_file = _locations(source, env, root, platform)[0][0]
+            turned_off = {**_turned_off(spec, _read_quietly(user_file, parsed), user_file), **turned_off}
+        context = _Context(spec, env, root, level, inputs, turned_off)
         for name, raw in servers.items():
             candidates.append(_translate(str(name), raw, path, context))
     return ImportScan(source, spec.title, tuple(files), tuple(candidates), tuple(looked))
+
+
+def _read_quietly(path: Path, parsed: Mapping[Path, dict[str, Any] | None]) -> dict[str, Any] | None:
+    """``path``'s settings as read already, or read now; None if it is missing or does not parse."""
+    if path in parsed:
+        return parsed[path]
+    try:
+        return read_settings_file(path)
+    except SettingsFileError:
+        return None
+
+
+def _turned_off(spec: _Spec, data: Mapping[str, Any] | None, path: Path) -> dict[str, str]:
+    """Server name -> the setting that turns it off in ``data`` (``'mcp.excluded' in <path>``)."""
+    off: dict[str, str] = {}
+    for key in spec.off_lists:
+        names = _dig(data, key) if data is not None else None
+        for name in names if isinstance(names, list) else []:
+            if isinstance(name, str):
+                off.setdefault(name, f"'{key.replace('/', '.')}' in {path}")
+    return off
 
 
 def _inputs(data: Mapping[str, Any]) -> dict[str, str]:
@@ -283,6 +312,7 @@ class _Context:
     root: Path
     level: ImportLevel
     inputs: Mapping[str, str]
+    turned_off: Mapping[str, str] = field(default_factory=dict)
 
 
 class _Untranslatable(Exception):
@@ -354,6 +384,9 @@ def _translate(name: str, raw: Any, path: Path, ctx: _Context) -> Candidate:
         return skipped(f"the entry is not an object (found {type(raw).__name__})")
     if raw.get("disabled") is True or raw.get("enabled") is False:
         return skipped(f"it is turned off in {ctx.spec.title}; add it by hand if you want it")
+    if name in ctx.turned_off:
+        listed = f"listed in {ctx.turned_off[name]}"
+        return skipped(f"it is turned off in {ctx.spec.title} ({listed}); add it by hand if you want it")
     for key, why in _UNSUPPORTED.items():
         if key in raw:
             return skipped(f"it uses '{key}': {why}")
