@@ -521,3 +521,18 @@ def test_a_server_turned_off_in_gemini_or_qwen_settings_is_listed_not_imported(l
     assert "'excludeMCPServers'" in found["legacy-off"]["reason"]
     assert servers(layout.paths.user) == {"on": {"command": "on-mcp"}}
     assert servers(layout.paths.workspace) == {"proj": {"command": "c"}}
+
+
+def test_an_entry_with_both_command_and_url_is_said_to_run_its_command(layout: Layout) -> None:
+    """Before, the note said the entry was taken as streamable HTTP (and 'type' was written so), while the
+    command runs."""
+    write_json(
+        layout.home / ".cursor" / "mcp.json",
+        {"mcpServers": {"both": {"command": "both-mcp", "url": "https://example.com/mcp"}}},
+    )
+    found = import_json(layout, "--from", "cursor")
+    assert found["both"]["transport"] == "stdio"
+    (note,) = found["both"]["notes"]
+    assert "'command' is used (stdio), 'url' ignored" in note
+    assert "HTTP" not in note
+    assert servers(layout.paths.user) == {"both": {"command": "both-mcp", "url": "https://example.com/mcp"}}

@@ -33,6 +33,7 @@ from mcpvisor.host.settings.servers import (
     REPOSITORY_RESERVED_NAMES,
     describe_validation,
     reserved_name,
+    transport_conflict,
     unshowable_name,
 )
 
@@ -393,7 +394,8 @@ def _translate(name: str, raw: Any, path: Path, ctx: _Context) -> Candidate:
     ignored = sorted(k for k in raw if k not in _FIELDS and k not in ("disabled", "enabled"))
     notes: list[str] = [f"ignored {', '.join(repr(k) for k in ignored)} (no mcpvisor equivalent)"] if ignored else []
     entry: dict[str, Any] = {k: v for k, v in raw.items() if k in _FIELDS}
-    if "url" in entry and "type" not in entry and "httpUrl" not in entry and ctx.spec.url_means == "guess":
+    guess = ctx.spec.url_means == "guess" and not {"type", "httpUrl", "command"} & entry.keys()
+    if "url" in entry and guess:  # with a command, the command runs: nothing to guess
         sse = entry["url"].rstrip("/").endswith("/sse") if isinstance(entry["url"], str) else False
         entry["type"] = "sse" if sse else "http"
         notes.append(f"no 'type': taken as {'SSE (the path ends in /sse)' if sse else 'streamable HTTP'}")
@@ -411,9 +413,11 @@ def _translate(name: str, raw: Any, path: Path, ctx: _Context) -> Candidate:
     except _Untranslatable as exc:
         return skipped(str(exc), tuple(notes))
     try:
-        McpServerConfig.model_validate(entry)
+        cfg = McpServerConfig.model_validate(entry)
     except ValueError as exc:
         return skipped(f"invalid entry: {describe_validation(exc)}", tuple(notes))
+    if (conflict := transport_conflict(entry, cfg)) is not None:
+        notes.append(f"it {conflict}")
     return Candidate(name, path, ctx.level, entry, None, tuple(notes))
 
 
