@@ -536,3 +536,26 @@ def test_an_entry_with_both_command_and_url_is_said_to_run_its_command(layout: L
     assert "'command' is used (stdio), 'url' ignored" in note
     assert "HTTP" not in note
     assert servers(layout.paths.user) == {"both": {"command": "both-mcp", "url": "https://example.com/mcp"}}
+
+
+def test_the_plan_shows_what_the_server_is_given_and_the_file_gets_the_escape(layout: Layout) -> None:
+    """Before, --json showed the '$$' written to the file while the text showed '$'; and a '$$' that Gemini CLI
+    passes as it is was written unescaped (the server got '$') and shown as '$'."""
+    write_json(
+        layout.home / ".config" / "Claude" / "claude_desktop_config.json",
+        {"mcpServers": {"shop": {"command": "shop-mcp", "args": ["--price", "$5"]}}},
+    )
+    write_json(
+        layout.home / ".gemini" / "settings.json",
+        {"mcpServers": {"pay": {"command": "pay-mcp", "args": ["--mark", "$$", "--home", "$HOME", "${X:?}"]}}},
+    )
+    shown = "pay-mcp --mark $$ --home $HOME ${X:?}"
+    assert import_json(layout, "--from", "claude-desktop", "--dry-run")["shop"]["target"] == "shop-mcp --price $5"
+    assert import_json(layout, "--from", "gemini", "--dry-run")["pay"]["target"] == shown
+    text = run(layout, "--from", "claude-desktop")
+    assert "stdio: shop-mcp --price $5\n" in text.output
+    assert f"stdio: {shown}\n" in run(layout, "--from", "gemini").output
+    assert servers(layout.paths.user) == {
+        "shop": {"command": "shop-mcp", "args": ["--price", "$$5"]},
+        "pay": {"command": "pay-mcp", "args": ["--mark", "$$$$", "--home", "$HOME", "$${X:?}"]},
+    }

@@ -15,6 +15,7 @@ from rich.padding import Padding
 from mcpvisor.cli.add_entry import values_in_clear
 from mcpvisor.cli.commands import check_scope
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.importers import SOURCES, ImportLevel, PlannedImport, plan_import, scan_source
 from mcpvisor.host.plugin_lsp import PluginLsp, scan_plugin_lsp_servers
 from mcpvisor.host.settings.loader import Settings, load_settings
@@ -148,12 +149,18 @@ def _import_json(source: str, planned: Sequence[PlannedImport], dry_run: bool) -
                 "reason": item.reason,
                 "notes": list(cand.notes),
                 "transport": cfg.transport if cfg else None,
-                "target": cfg.target() if cfg else None,
+                "target": _shown_target(cfg) if cfg else None,
                 "env": sorted(cfg.env or {}) if cfg else [],
                 "headers": sorted(cfg.headers or {}) if cfg else [],
             }
         )
     return {"source": source, "dry_run": dry_run, "servers": servers}
+
+
+def _shown_target(cfg: McpServerConfig) -> str:
+    """The command line or URL as the server is given it: each ``$$`` the file holds (a literal ``$``) shown as
+    that ``$``; a ``${VAR}`` stays as written (it may stand for a secret)."""
+    return cfg.target().replace("$$", "$")
 
 
 _MARKS = {"add": "[green]+[/]", "replace": "[yellow]~[/]", "present": "[dim]=[/]", "skip": "[red]![/]"}
@@ -198,7 +205,7 @@ def _print_import(
             shown = cand.name if cand.name.strip() and unshowable_name(cand.name) is None else repr(cand.name)
             line = f"{_MARKS[item.action]} [bold]{escape(shown)}[/]"
             if cfg is not None:
-                line += f"  {cfg.transport}: {escape(cfg.target().replace('$$', '$'))}"
+                line += f"  {cfg.transport}: {escape(_shown_target(cfg))}"
                 hidden = [f"{k}: {', '.join(sorted(v))}" for k, v in (("env", cfg.env), ("headers", cfg.headers)) if v]
                 if hidden:
                     line += f" ({escape('; '.join(hidden))}; values hidden)"

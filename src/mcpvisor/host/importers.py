@@ -322,6 +322,7 @@ class _Untranslatable(Exception):
 
 _VSCODE_VAR = re.compile(r"\$\{([^}]*)\}")
 _BRACED_VAR = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\}")
+_SHELL_VAR = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\}|[A-Za-z_][A-Za-z0-9_]*)")
 
 
 def _substitute(text: str, pattern: re.Pattern[str], replace: Callable[[re.Match[str]], str]) -> str:
@@ -370,7 +371,7 @@ def _string(text: str, ctx: _Context) -> str:
         return _substitute(text, _VSCODE_VAR, lambda m: _vscode_variable(m[1], ctx))
     if ctx.spec.dialect == "braced":  # Claude Code expands only ${VAR} and ${VAR:-default}
         return _substitute(text, _BRACED_VAR, lambda m: m[0])
-    return text
+    return _substitute(text, _SHELL_VAR, lambda m: m[0])  # Gemini and Qwen expand $VAR and ${VAR}, keep '$$'
 
 
 def _translate(name: str, raw: Any, path: Path, ctx: _Context) -> Candidate:
