@@ -693,6 +693,41 @@ def test_a_cli_sign_in_interrupted_with_ctrl_c_ends_the_process_at_once(tmp_path
     )
 
 
+STAYING_BROWSER = """import os, sys, time
+print(f"browser {os.getpid()}", flush=True)
+time.sleep(600)
+"""
+
+
+def test_ctrl_c_while_the_browser_command_has_not_returned_ends_the_sign_in_at_once(
+    tmp_path: Path, server: Server
+) -> None:
+    """A browser command that stays until its window closes (``BROWSER=firefox`` when none runs yet): Python's
+    ``webbrowser`` waits for it, and that wait held Ctrl-C, then the interpreter's exit, until it ended. Run as
+    ``python -m mcpvisor`` itself: a process that is not forked waits for its threads at exit."""
+    layout = setup(tmp_path, server)
+    script = tmp_path / "staying-browser.py"
+    script.write_text(STAYING_BROWSER)
+    env = {**os.environ, **layout.env, "BROWSER": f"{sys.executable} {script} %s"}
+    env.pop("DISPLAY", None)
+    command = [sys.executable, "-m", "mcpvisor", "mcp", "login", "sec", "--workspace", str(layout.root)]
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as process:
+        assert process.stdout is not None
+        opened = process.stdout.readline()  # the browser command prints it once started: it then waits
+        try:
+            assert opened.startswith("browser "), opened
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=WAIT_S)
+        finally:
+            process.kill()
+            if opened.startswith("browser "):
+                os.kill(int(opened.split()[1]), signal.SIGKILL)
+    assert process.returncode == 130
+    assert not store_path(layout).exists() or not any(
+        record.get("tokens") for record in json.loads(store_path(layout).read_text()).values()
+    )
+
+
 # -- an authorization server that fails ---------------------------------------------------------
 
 

@@ -80,7 +80,7 @@ async def login(
 
         async def redirect_handler(authorization_url: str) -> None:
             callback.reset(authorization_url)
-            opened = await anyio.to_thread.run_sync(open_url, authorization_url)
+            opened = await _opened(open_url, authorization_url)
             announce(
                 f"Opening your browser to sign in to {name}. If it does not open, visit:\n  {authorization_url}"
                 if opened
@@ -151,3 +151,36 @@ async def login(
             raise
     finally:
         callback.close()
+
+
+async def _opened(open_url: Callable[[str], bool], url: str) -> bool:
+    """``open_url(url)`` in a thread of its own that neither the sign-in nor the process waits for once it is
+    cancelled: a browser command that stays until its window closes (``BROWSER=firefox`` when none runs yet) is
+    waited for by Python's ``webbrowser``, and an anyio worker thread would hold Ctrl-C until then, and the
+    interpreter's exit after it (it waits for such threads)."""
+    import threading
+
+    import anyio
+    import anyio.from_thread
+    import anyio.lowlevel
+
+    token = anyio.lowlevel.current_token()
+    done = anyio.Event()
+    outcome: list[bool | BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(open_url(url))
+        except BaseException as exc:  # raised in the sign-in, as the browser's own failures always were
+            outcome.append(exc)
+        try:
+            anyio.from_thread.run_sync(done.set, token=token)
+        except RuntimeError:  # anyio.RunFinishedError among them
+            pass  # the sign-in was cancelled and its event loop has ended: nobody waits for the answer
+
+    threading.Thread(target=run, name="mcpvisor-browser", daemon=True).start()
+    await done.wait()
+    [result] = outcome
+    if isinstance(result, BaseException):
+        raise result
+    return result
