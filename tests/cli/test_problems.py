@@ -519,9 +519,9 @@ def test_fleet_status_as_json_says_an_unreachable_store_in_json(layout: Layout) 
     result = CliRunner().invoke(app, ["fleet", "status", "--json"], env=env)
     assert result.exit_code == 1, result.output
     out = json.loads(result.stdout)
-    assert "cannot reach the fleet store redis://:***@127.0.0.1:" in out["error"], out
+    assert "cannot use the fleet store redis://:***@127.0.0.1:" in out["error"], out
     assert out["problems"] == [out["error"]]
-    assert "cannot reach the fleet store" in result.stderr
+    assert "cannot use the fleet store" in result.stderr
     assert "hunter2" not in result.output
 
 
@@ -552,7 +552,7 @@ def test_a_fleet_store_named_in_the_settings_that_cannot_be_reached_names_the_fi
     code, out = failing(layout, "mcp", "list")
     said = " ".join(out.split())
     assert code == 1
-    assert f"(or fix fleet.url in {layout.paths.user}) and try again" in said, said
+    assert f"start it, or check the URL (fleet.url in {layout.paths.user}), and try again" in said, said
 
 
 def test_a_fleet_key_without_the_cryptography_package_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

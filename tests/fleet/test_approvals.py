@@ -13,8 +13,9 @@ import redis
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import redact_text
 from mcpvisor.fleet.approvals import FleetApprovalStore
+from mcpvisor.fleet.failures import fleet_unreachable, redact
 from mcpvisor.fleet.replica import Replica
-from mcpvisor.fleet.store import FleetStore, fleet_unreachable, parse_record, redact
+from mcpvisor.fleet.store import FleetStore, parse_record
 from mcpvisor.host.approvals import root_key
 from tests.fleet.conftest import RedisServer
 from tests.helpers import wait_until
@@ -189,7 +190,7 @@ def test_a_store_that_wants_a_password_says_so(redis_server: RedisServer) -> Non
         FleetStore(redis_server.url).ping()
     said = str(refused.value)
     assert "refused the connection's sign-in" in said
-    fix = "give its password in the URL, percent-encoded: redis://:${REDIS_PASSWORD}@HOST:6379/0 with REDIS_PASSWORD"
+    fix = "give its password in the URL (--fleet / MCPVISOR_FLEET), percent-encoded: redis://:${REDIS_PASSWORD}@HOST"
     assert fix in said
     assert fix in redact_text(said)  # as a log line shows it: a ${VAR} reference is no secret to hide
     assert ".;" not in said

@@ -85,3 +85,49 @@ def test_a_store_with_no_socket_says_so(tmp_path: Path) -> None:
         f"cannot read the fleet's tool pins: the fleet store unix://{tmp_path}/none.sock has no socket there (is it "
         "running?); "
     )
+
+
+def test_a_store_that_is_not_running_is_said_so_with_its_fix(tmp_path: Path) -> None:
+    """``fleet_unreachable`` (the store's ping, ``fleet status``, ``fleet ack-reset``) quoted the Redis client
+    (``Error 2 connecting to …. No such file or directory``) rather than what the store did."""
+    store = FleetStore(f"unix://{tmp_path}/none.sock", fleet="blue")
+    message = said(store.ping)
+    assert message == (
+        f"cannot use the fleet store unix://{tmp_path}/none.sock (fleet blue): it has no socket there (is it "
+        "running?); start it, or check the URL (--fleet / MCPVISOR_FLEET), and try again"
+    )
+
+
+def test_a_store_that_does_not_answer_in_time_is_not_told_to_start(redis_server: RedisServer) -> None:
+    """A store that timed out was told to "start it" (it runs), quoting ``Timeout reading from …``."""
+    store = FleetStore(f"{redis_server.url}?password=s3cret&db=0")
+    with redis_server.client() as client:
+        client.client_pause(60_000, all=True)  # it runs, and answers nothing (CLIENT PAUSE ALL)
+        try:
+            message = said(store.ping)
+        finally:
+            client.client_unpause()
+    assert message == (
+        f"cannot use the fleet store {redis_server.url}?password=***&db=0: it did not answer in time; check that it "
+        "runs and that this host reaches it at the URL's address (--fleet / MCPVISOR_FLEET), and try again"
+    )
+    assert "s3cret" not in message
+
+
+def test_a_store_that_refuses_the_password_says_check_the_password(redis_server: RedisServer) -> None:
+    """A wrong password was told to "give its password", quoting ``invalid username-password pair …``."""
+    with redis_server.client() as client:
+        client.config_set("requirepass", "hunter2")
+    message = said(FleetStore(f"{redis_server.url}?password=wrong").ping)
+    assert message == (
+        f"cannot use the fleet store {redis_server.url}?password=***: it refused the connection's sign-in; check the "
+        "password in the URL (--fleet / MCPVISOR_FLEET), percent-encoded: redis://:${REDIS_PASSWORD}@HOST:6379/0 "
+        "with REDIS_PASSWORD set, and try again"
+    )
+    missing = said(FleetStore(redis_server.url).ping)
+    assert missing.startswith(
+        f"cannot use the fleet store {redis_server.url}: it refused the connection's sign-in; give its password in "
+        "the URL (--fleet / MCPVISOR_FLEET), percent-encoded: redis://:${REDIS_PASSWORD}@HOST:6379/0 with "
+        "REDIS_PASSWORD set"
+    )
+    assert "HELLO" not in missing

@@ -166,7 +166,9 @@ def test_a_store_that_stops_answering_after_the_ping_is_said_unreachable(tmp_pat
             done = fleet.command(*command, home=tmp_path / "c")
             said = " ".join((done.stdout + done.stderr).split())
             assert done.returncode == 1, said
-            assert f"cannot reach the fleet store redis://:***@127.0.0.1:{port}/0" in said, said
+            assert f"cannot use the fleet store redis://:***@127.0.0.1:{port}/0: it closed the connection;" in said, (
+                said
+            )
             assert "and try again" in said, said
             assert "Traceback" not in said, said
             assert "s3cret" not in said, said
@@ -195,4 +197,6 @@ def test_a_store_gone_between_the_ping_and_the_reads_is_said_unreachable(
         said = " ".join(result.output.split())
         assert result.exit_code == 1, said
         assert isinstance(result.exception, SystemExit), repr(result.exception)
-        assert f"cannot reach the fleet store {redis_server.url}" in said, said
+        assert f"cannot use the fleet store {redis_server.url}: it refused the connection (is it running?)" in said, (
+            said
+        )

@@ -104,7 +104,7 @@ def fleet_status(fleet: FleetOpt = None, fleet_name: FleetNameOpt = None, as_jso
 def _unknown_fleet(store: Any, fleets: list[str] | None) -> str | None:
     """What to say of a fleet name the store holds no key of (``fleets``: the names it holds; ``None``: not
     looked up, a replica runs), else ``None``."""
-    from mcpvisor.fleet.store import redact
+    from mcpvisor.fleet.failures import redact
 
     if fleets is None or store.keys.fleet in fleets:
         return None

@@ -33,8 +33,8 @@ from typing import Any
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import Listeners
-from mcpvisor.fleet.failures import store_failure
-from mcpvisor.fleet.store import FleetRecord, FleetStore, parse_record, redact, sign_in_refused
+from mcpvisor.fleet.failures import redact, sign_in_refused, store_failure
+from mcpvisor.fleet.store import FleetRecord, FleetStore, parse_record
 from mcpvisor.host.approvals import (
     ApprovalRecord,
     ApprovalStore,

@@ -32,7 +32,8 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 
-from mcpvisor.fleet.store import FleetStore, redact
+from mcpvisor.fleet.failures import redact
+from mcpvisor.fleet.store import FleetStore
 
 if TYPE_CHECKING:
     import redis.asyncio

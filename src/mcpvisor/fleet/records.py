@@ -20,8 +20,8 @@ from typing import Any, ClassVar, Final
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import Listeners
-from mcpvisor.fleet.failures import store_failure
-from mcpvisor.fleet.store import LOG_MAXLEN, FleetStore, redact
+from mcpvisor.fleet.failures import redact, store_failure
+from mcpvisor.fleet.store import LOG_MAXLEN, FleetStore
 from mcpvisor.host.private_files import LOCK_TIMEOUT_S
 
 __all__ = ["ATTEMPTS", "FleetRecords"]

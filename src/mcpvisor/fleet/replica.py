@@ -36,7 +36,7 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.lifecycle import StackOwner, running
 from mcpvisor.fleet.approvals import DEFAULT_FRESHNESS_S, FleetApprovalStore
 from mcpvisor.fleet.bus import FleetBus
-from mcpvisor.fleet.failures import store_failure
+from mcpvisor.fleet.failures import redact, store_failure
 from mcpvisor.fleet.pins import FleetPinStore
 from mcpvisor.fleet.routing import FleetUnavailable, OwnerRouter, forwarding_client, round_name, round_owner
 from mcpvisor.fleet.sealing import FleetKey, join_with_key
@@ -58,7 +58,6 @@ from mcpvisor.fleet.store import (
     FleetStore,
     new_replica_id,
     parse_record,
-    redact,
 )
 from mcpvisor.fleet.tokens import FleetTokenStore
 from mcpvisor.host.settings.loader import Settings, load_settings

@@ -147,7 +147,7 @@ def check_fleet_key(store: FleetStore, key: FleetKey, *, record: bool = True, ho
     replicas recording different keys at once, the second sees the first's. Blocking."""
     import redis
 
-    from mcpvisor.fleet.store import fleet_unreachable
+    from mcpvisor.fleet.failures import fleet_unreachable
 
     text = f"mcpvisor fleet key check {store.keys.fleet}"
     try:
@@ -167,7 +167,7 @@ def check_fleet_key(store: FleetStore, key: FleetKey, *, record: bool = True, ho
                 except redis.WatchError:
                     continue  # another replica recorded its key meanwhile: check against that one
     except (redis.RedisError, OSError) as exc:
-        raise fleet_unreachable(store.url, exc, store.named_in) from exc
+        raise fleet_unreachable(store.url, exc, store.named_in, fleet=store.keys.fleet) from exc
 
 
 def _refuse_unless_stopped(store: FleetStore, *, starting: bool) -> None:
@@ -186,12 +186,13 @@ def release_key_mark(store: FleetStore, holder: str) -> None:
     Blocking."""
     import redis
 
-    from mcpvisor.fleet.store import RELEASE, fleet_unreachable
+    from mcpvisor.fleet.failures import fleet_unreachable
+    from mcpvisor.fleet.store import RELEASE
 
     try:
         store.sync_client().eval(RELEASE, 1, store.keys.key_starting, holder)
     except (redis.RedisError, OSError) as exc:
-        raise fleet_unreachable(store.url, exc, store.named_in) from exc
+        raise fleet_unreachable(store.url, exc, store.named_in, fleet=store.keys.fleet) from exc
 
 
 def join_with_key(store: FleetStore, key: FleetKey | None, *, listed_as: str | None, nonce: str, ttl_ms: int) -> None:

@@ -39,9 +39,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.fleet.failures import NAMED_BY_OPTION, fleet_unreachable, redact
 
 if TYPE_CHECKING:
     import redis
@@ -53,7 +54,6 @@ __all__ = [
     "FleetRecord",
     "FleetStore",
     "Keys",
-    "fleet_unreachable",
     "new_replica_id",
     "parse_record",
 ]
@@ -246,73 +246,8 @@ def new_replica_id() -> str:
     return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-_REFUSED_SIGN_IN = ("NOAUTH", "HELLO must be called", "invalid username-password", "WRONGPASS", "Authentication")
-
-
 _FLEET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _FLEET_KEY = re.compile(r"mcpv:\{(" + _FLEET_NAME.pattern + r")\}:")
-
-
-NAMED_BY_OPTION = "--fleet / MCPVISOR_FLEET"
-"""Where a fleet store's URL is fixed unless it came from a settings file."""
-
-
-def fleet_unreachable(url: str, exc: BaseException, named_in: str = NAMED_BY_OPTION) -> ConfigError:
-    """Why the store at ``url`` (named in ``named_in``: where to fix it) cannot be used, with the fix."""
-    if refused := sign_in_refused(exc):  # reached, but refused
-        return ConfigError(f"the fleet store {redact(url)} {refused}")
-    said = str(exc).rstrip(". ") or type(exc).__name__
-    if "CERTIFICATE_VERIFY_FAILED" in said:
-        fix = "name the CA that signed its certificate: rediss://HOST:6379/0?ssl_ca_certs=/path/to/ca.pem"
-    elif urlsplit(url).scheme == "rediss":
-        fix = "start it, or use redis:// if it does not speak TLS (rediss:// is TLS)"
-    elif "reset by peer" in said or "closed by server" in said:
-        fix = "start it, or use rediss:// if it speaks TLS only"
-    else:
-        fix = "start it"
-    return ConfigError(f"cannot reach the fleet store {redact(url)}: {said}; {fix} (or fix {named_in}) and try again")
-
-
-def sign_in_refused(exc: BaseException) -> str:
-    """What to say when the store answered but refused the connection's sign-in (``exc``), with the fix; else ""."""
-    said = str(exc).rstrip(". ") or type(exc).__name__
-    if not any(mark in said or mark in type(exc).__name__ for mark in _REFUSED_SIGN_IN):
-        return ""
-    return (
-        f"refused the connection's sign-in ({said}); give its password in the URL, percent-encoded: "
-        "redis://:${REDIS_PASSWORD}@HOST:6379/0 with REDIS_PASSWORD set (an ACL user: "
-        "redis://${REDIS_USER}:${REDIS_PASSWORD}@HOST:6379/0)"
-    )
-
-
-def _secret_parameter(name: str) -> bool:
-    return "password" in name.lower() or name.lower() == "username"
-
-
-def redact(url: str) -> str:
-    """The URL without its secrets: a password in its user part (``redis://:***@host``, whatever characters
-    it holds and however the rest parses) and the values of the ``username`` query parameter and of every one
-    named like a password (``password``, ``ssl_password``: redis-py reads them all)."""
-    head, at, tail = url.rpartition("@")
-    if at:
-        scheme, sep, userinfo = head.partition("://")
-        if not sep:  # no scheme, or a mistyped one: all before the last @ may hold the password
-            scheme, userinfo = "", head
-        user, colon, _ = userinfo.partition(":")
-        if re.search(r"[/?#&=]", user):  # no user name: a path or query (with a password=) swallowed: hide it all
-            head = f"{scheme}{sep}***{at}"
-        else:
-            head = f"{scheme}{sep}{user}{':***' if colon else ''}{at}"
-    else:
-        head, tail = "", url
-    where, question, rest = tail.partition("?")
-    query, hash_, fragment = rest.partition("#")
-    if question:
-        where += "?" + "&".join(
-            f"{name}=***" if _secret_parameter(name) else f"{name}={value}" if value else name
-            for name, value in parse_qsl(query, keep_blank_values=True)
-        )
-    return head + where + (f"#{fragment}" if hash_ else "")
 
 
 class FleetStore:
@@ -402,7 +337,7 @@ class FleetStore:
         try:
             yield self.sync_client()
         except (redis.RedisError, OSError) as exc:
-            raise fleet_unreachable(self.url, exc, self.named_in) from exc
+            raise fleet_unreachable(self.url, exc, self.named_in, fleet=self.keys.fleet) from exc
 
     def ping(self) -> None:
         """Raise :class:`ConfigError` naming the store when it does not answer."""
@@ -424,7 +359,7 @@ class FleetStore:
                     return
                 left = int(client.pttl(key))
             except (redis.RedisError, OSError) as exc:
-                raise fleet_unreachable(self.url, exc, self.named_in) from exc
+                raise fleet_unreachable(self.url, exc, self.named_in, fleet=self.keys.fleet) from exc
             if (left_before is not None and left > left_before) or time.monotonic() > deadline:
                 raise ConfigError(
                     f"replica id {replica_id!r} is in use by another running replica of fleet {self.keys.fleet!r}: "
