@@ -125,19 +125,50 @@ def test_one_sign_in_serves_every_process_and_exactly_one_refreshes(tmp_path: Pa
             assert not store_file.exists() or stat.S_IMODE(store_file.stat().st_mode) == 0o600
 
 
+def test_a_sign_in_is_not_stored_under_a_key_a_replica_started_meanwhile_cannot_open(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """``mcp login --fleet`` checked the fleet key when it started only: a replica started with another key while
+    the browser was open took its key for the fleet's, and the sign-in was stored sealed with a key no replica
+    opens (each one then left it out, with a warning). The key is checked again as the sign-in is stored."""
+    key_check = FleetStore(redis_server.url).keys.key_check
+    starts_meanwhile = (  # in the browser step: a replica with another key starts (it records its key)
+        "from mcpvisor.fleet.sealing import FleetKey, check_fleet_key\n"
+        "from mcpvisor.fleet.store import FleetStore\n"
+        f"check_fleet_key(FleetStore({redis_server.url!r}), FleetKey([{OTHER!r}]), holder='rb')\n"
+    )
+    for server in start_server(tmp_path, "--token-lifetime", "30"):
+        login = run_mcpvisor(
+            tmp_path, server.url, redis_server.url, "signer", "mcp", "login", "sec", browser=starts_meanwhile + FOLLOW
+        )
+        said = " ".join(login.stderr.split())
+        assert login.returncode == 1, login.stdout + login.stderr
+        assert (
+            "could not save the fleet's OAuth sign-ins: MCPVISOR_FLEET_KEY differs from the fleet key of fleet "
+            "'default' (running: one starting now)" in said
+        ), said
+        assert "nothing was stored: run this again with the replicas' key (or restart them with this one)" in said
+        assert "Traceback" not in said, said
+        with redis_server.client() as client:
+            assert FleetKey([OTHER]).verify("mcpvisor fleet key check default", str(client.get(key_check)))
+        stored = FleetTokenStore(FleetStore(redis_server.url), FleetKey([SECRET])).get(server.url)
+        assert "tokens" not in stored, stored  # (the client registered before the browser step stays)
+        assert server.events() == ["register", "authorize", "token"]  # signed in there; refused as it was stored
+
+
 def run_mcpvisor(
-    tmp_path: Path, server_url: str, fleet_url: str, home: str, *args: str
+    tmp_path: Path, server_url: str, fleet_url: str, home: str, *args: str, browser: str = FOLLOW
 ) -> subprocess.CompletedProcess[str]:
     """``mcpvisor ARGS`` with a home of its own (a user server ``sec``), the fleet and its key; its browser
-    follows the sign-in redirect."""
-    browser = tmp_path / "browser.py"
-    browser.write_text(FOLLOW)
+    follows the sign-in redirect (``browser``: the script it runs)."""
+    script = tmp_path / "browser.py"
+    script.write_text(browser)
     layout = make_layout(tmp_path / home)
     write_json(layout.paths.user, {"mcpServers": {"sec": {"type": "http", "url": server_url}}})
     env = {
         **os.environ,
         **layout.env,
-        "BROWSER": f"{sys.executable} {browser} %s",
+        "BROWSER": f"{sys.executable} {script} %s",
         "MCPVISOR_FLEET": fleet_url,
         "MCPVISOR_FLEET_KEY": SECRET,
     }

@@ -219,7 +219,7 @@ def _fleet_tokens(store: FleetStore, env: Mapping[str, str]) -> TokenStore | Non
     check_fleet_key(store, key, record=False)
     from mcpvisor.fleet.tokens import FleetTokenStore
 
-    return FleetTokenStore(store, key)
+    return FleetTokenStore(store, key, checks_key=True)  # a replica may start with another key meanwhile
 
 
 @asynccontextmanager

@@ -101,12 +101,14 @@ class FleetRecords:
                         before = self._records(pipe.hgetall(self.hash_key))
                         after = json.loads(json.dumps(before))
                         change(after)
+                        written = {key: record for key, record in after.items() if before.get(key) != record}
+                        if written:
+                            self._before_writing(pipe)
                         pipe.multi()
                         for key in before.keys() - after.keys():
                             pipe.hdel(self.hash_key, key)
-                        for key, record in after.items():
-                            if before.get(key) != record:
-                                pipe.hset(self.hash_key, key, self.encode(key, record))
+                        for key, record in written.items():
+                            pipe.hset(self.hash_key, key, self.encode(key, record))
                         if before != after:
                             pipe.incr(keys.rev)
                             pipe.xadd(keys.log, {"kind": self.log_kind}, maxlen=LOG_MAXLEN, approximate=True)
@@ -119,6 +121,10 @@ class FleetRecords:
         except (redis.RedisError, OSError) as exc:
             raise ConfigError(f"could not save {self.what}: {self.failure(exc)}; nothing was changed") from exc
         raise ConfigError(f"{self.what} {self.where} kept changing under {ATTEMPTS} tries; try again")
+
+    def _before_writing(self, pipe: Any) -> None:
+        """About to write records in the transaction ``pipe`` (watching the hash, not yet ``MULTI``): raise
+        :class:`ConfigError` to write nothing; a key watched here that changes before it runs makes it try again."""
 
     def _written(self, records: dict[str, Any]) -> None:
         """This process just wrote ``records`` (a store with a mirror takes them at once)."""

@@ -25,9 +25,20 @@ from typing import TYPE_CHECKING, Final
 from mcpvisor.core.errors import ConfigError
 
 if TYPE_CHECKING:
+    import redis.client
+
     from mcpvisor.fleet.store import FleetStore
 
-__all__ = ["KEY_ENV", "KEY_FILE_ENV", "KEY_MARK_MS", "FleetKey", "check_fleet_key", "join_with_key", "release_key_mark"]
+__all__ = [
+    "KEY_ENV",
+    "KEY_FILE_ENV",
+    "KEY_MARK_MS",
+    "FleetKey",
+    "check_fleet_key",
+    "join_with_key",
+    "other_key_in_use",
+    "release_key_mark",
+]
 
 KEY_ENV: Final = "MCPVISOR_FLEET_KEY"
 KEY_FILE_ENV: Final = "MCPVISOR_FLEET_KEY_FILE"
@@ -149,18 +160,19 @@ def check_fleet_key(store: FleetStore, key: FleetKey, *, record: bool = True, ho
 
     from mcpvisor.fleet.failures import fleet_unreachable
 
-    text = f"mcpvisor fleet key check {store.keys.fleet}"
     try:
         with store.sync_client().pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    pipe.watch(store.keys.key_check)  # type: ignore[no-untyped-call]
-                    held = pipe.get(store.keys.key_check)
-                    if held is not None and not key.verify(text, str(held)):
-                        _refuse_unless_stopped(store, starting=bool(pipe.exists(store.keys.key_starting)))
+                    if running := other_key_in_use(store, key, pipe):
+                        raise ConfigError(
+                            f"{KEY_ENV} differs from the fleet key the other replicas of fleet {store.keys.fleet!r} "
+                            f"use (running: {running}): give every replica the same key (to rotate it, add the new "
+                            "secret second on every replica first)"
+                        )
                     if record:
                         pipe.multi()
-                        pipe.set(store.keys.key_check, key.mac(text))
+                        pipe.set(store.keys.key_check, key.mac(_key_check_text(store)))
                         pipe.set(store.keys.key_starting, holder, px=KEY_MARK_MS)
                         pipe.execute()
                     return
@@ -170,15 +182,21 @@ def check_fleet_key(store: FleetStore, key: FleetKey, *, record: bool = True, ho
         raise fleet_unreachable(store.url, exc, store.named_in, fleet=store.keys.fleet) from exc
 
 
-def _refuse_unless_stopped(store: FleetStore, *, starting: bool) -> None:
-    """Refuse a key that is not the fleet's while a replica runs, or one that recorded it is starting."""
+def _key_check_text(store: FleetStore) -> str:
+    return f"mcpvisor fleet key check {store.keys.fleet}"
+
+
+def other_key_in_use(store: FleetStore, key: FleetKey, pipe: redis.client.Pipeline) -> str:
+    """Who uses a fleet key that shares no secret with ``key`` (the replicas running, or ``one starting now``), or
+    "" when ``key`` is the fleet's, or no replica runs or starts. ``pipe`` is a transaction being prepared: the
+    fleet's ``keycheck`` is watched, so a key recorded before it runs makes it fail (:class:`redis.WatchError`) and
+    the caller checks again. Blocking."""
+    pipe.watch(store.keys.key_check)  # type: ignore[no-untyped-call]
+    held = pipe.get(store.keys.key_check)
+    if held is None or key.verify(_key_check_text(store), str(held)):
+        return ""
     running = ", ".join(entry["id"] for entry in store.replicas())
-    if running or starting:
-        raise ConfigError(
-            f"{KEY_ENV} differs from the fleet key the other replicas of fleet {store.keys.fleet!r} use "
-            f"(running: {running or 'one starting now'}): give every replica the same key (to rotate it, add the "
-            "new secret second on every replica first)"
-        )
+    return running or ("one starting now" if pipe.exists(store.keys.key_starting) else "")
 
 
 def release_key_mark(store: FleetStore, holder: str) -> None:

@@ -26,7 +26,7 @@ import anyio
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.fleet.records import FleetRecords
-from mcpvisor.fleet.sealing import FleetKey
+from mcpvisor.fleet.sealing import KEY_ENV, FleetKey, other_key_in_use
 from mcpvisor.fleet.store import RELEASE, FleetStore
 from mcpvisor.host.oauth_store import RefreshTurn, TokenStore
 
@@ -52,10 +52,23 @@ class FleetTokenStore(FleetRecords, TokenStore):
     log_kind = "tok"
     skip_unreadable = True  # one record sealed with a key no longer in the ring costs that sign-in, not all
 
-    def __init__(self, store: FleetStore, key: FleetKey) -> None:
+    def __init__(self, store: FleetStore, key: FleetKey, *, checks_key: bool = False) -> None:
+        """``checks_key``: for a process that is no listed replica (a command such as ``mcp login``), whose key
+        was checked when it started only: a replica started since with another key made that key the fleet's."""
         TokenStore.__init__(self, Path(os.devnull))
         self._fleet_init(store, store.keys.tokens)
         self._key = key
+        self._checks_key = checks_key
+
+    def _before_writing(self, pipe: Any) -> None:
+        """Refuse to seal records with a key that is no longer the fleet's: no replica would open them (each would
+        leave them out). The check is part of the write's transaction."""
+        if self._checks_key and (running := other_key_in_use(self.store, self._key, pipe)):
+            raise ConfigError(
+                f"could not save {self.what}: {KEY_ENV} differs from the fleet key of fleet {self.store.keys.fleet!r} "
+                f"(running: {running}), so no replica could open them; nothing was stored: run this again with the "
+                "replicas' key (or restart them with this one)"
+            )
 
     def encode(self, key: str, record: Any) -> str:
         return self._key.seal(json.dumps(record, sort_keys=True).encode(), key)
