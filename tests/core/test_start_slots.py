@@ -112,9 +112,10 @@ async def _begins(slots: StartSlots, *, within_s: float) -> bool:
 
 @contextmanager
 def _waits_then_spins(then: str = "while True: pass") -> Iterator[subprocess.Popen[bytes]]:
-    """A process that waits for a byte on its stdin, then spins (or runs ``then``)."""
-    argv = [sys.executable, "-c", f"import sys\nsys.stdin.read(1)\n{then}"]
-    with subprocess.Popen(argv, stdin=subprocess.PIPE, start_new_session=True) as process:
+    """A process that waits for a byte on its stdin, then spins (or runs ``then``); it says ``waiting`` on its
+    stdout as it begins to wait."""
+    argv = [sys.executable, "-c", f"import sys\nprint('waiting', flush=True)\nsys.stdin.read(1)\n{then}"]
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True) as process:
         try:
             yield process
         finally:
@@ -183,6 +184,8 @@ async def test_a_burst_at_the_end_of_a_long_unlooked_at_window_is_busy_again() -
     burst is not averaged over the whole window nobody looked at."""
     with _waits_then_spins(_THEN_BURSTS) as process:
         assert process.stdin is not None
+        assert process.stdout is not None
+        assert await anyio.to_thread.run_sync(process.stdout.readline) == b"waiting\n"  # (its start-up is over)
         await wait_until(lambda: isinstance(tree_cpu_ns(process.pid), int), what="the server to wait")
         slot = StartSlot()
         slot.watch(Running(process.pid))
