@@ -728,6 +728,43 @@ def test_ctrl_c_while_the_browser_command_has_not_returned_ends_the_sign_in_at_o
     )
 
 
+STAYING_FOLLOWING_BROWSER = """import os, sys, time, urllib.request
+print(f"browser {os.getpid()}", flush=True)
+for stream in (1, 2):  # (it leaves mcpvisor's output to it, which is read to its end)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), stream)
+urllib.request.urlopen(sys.argv[1]).read()
+time.sleep(600)
+"""
+
+
+def test_a_sign_in_made_in_a_browser_that_stays_open_ends_without_waiting_for_it_to_close(
+    tmp_path: Path, server: Server
+) -> None:
+    """A browser command that stays until its window closes (``BROWSER=firefox`` when none runs yet), in which the
+    person signs in: ``mcp login`` waited for the command to end before it printed the URL's line and went on, so
+    the sign-in ended only once the browser was closed."""
+    layout = setup(tmp_path, server)
+    script = tmp_path / "staying-browser.py"
+    script.write_text(STAYING_FOLLOWING_BROWSER)
+    env = {**os.environ, **layout.env, "BROWSER": f"{sys.executable} {script} %s"}
+    env.pop("DISPLAY", None)
+    command = [sys.executable, "-m", "mcpvisor", "mcp", "login", "sec", "--workspace", str(layout.root)]
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        assert process.stdout is not None
+        opened = process.stdout.readline()  # the browser command's, first on the shared stdout
+        try:
+            assert opened.startswith("browser "), opened
+            out, err = process.communicate(timeout=WAIT_S)
+        finally:
+            process.kill()
+            if opened.startswith("browser "):
+                os.kill(int(opened.split()[1]), signal.SIGKILL)
+    assert process.returncode == 0, err
+    assert "Signed in to sec" in out
+    assert "Opening your browser to sign in to sec" in err
+    assert stored_secrets(layout)
+
+
 # -- an authorization server that fails ---------------------------------------------------------
 
 

@@ -21,6 +21,10 @@ from mcpvisor.host.status import LOGIN_HINT
 __all__ = ["DEFAULT_LOGIN_TIMEOUT_S", "login"]
 
 DEFAULT_LOGIN_TIMEOUT_S: Final = 300.0
+BROWSER_ANSWER_S: Final = 2.0
+"""How long the browser command is waited for before the sign-in goes on without its answer: one that stays until
+its window closes (``BROWSER=firefox`` when none runs yet) would otherwise hold the URL's line, and the sign-in's
+end, until then."""
 
 
 async def login(
@@ -80,7 +84,9 @@ async def login(
 
         async def redirect_handler(authorization_url: str) -> None:
             callback.reset(authorization_url)
-            opened = await _opened(open_url, authorization_url)
+            opened = True  # a browser command still running: it opened a window and stays until it is closed
+            with anyio.move_on_after(BROWSER_ANSWER_S):
+                opened = await _opened(open_url, authorization_url)
             announce(
                 f"Opening your browser to sign in to {name}. If it does not open, visit:\n  {authorization_url}"
                 if opened
