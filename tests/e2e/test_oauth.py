@@ -4,6 +4,7 @@ script that follows the authorization redirect with an HTTP client, then hosts t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -693,6 +694,28 @@ def test_a_cli_sign_in_interrupted_with_ctrl_c_ends_the_process_at_once(tmp_path
     )
 
 
+@contextlib.contextmanager
+def login_in_a_staying_browser(layout: Layout, browser: str, *, stderr: int) -> Iterator[subprocess.Popen[str]]:
+    """``python -m mcpvisor mcp login sec`` (not forked: a process that is not waits for its threads at exit) with
+    the browser command ``browser``, a script that prints ``browser PID`` first on the shared stdout and then stays;
+    yields once it printed it, and kills both at the end."""
+    script = layout.root.parent / "staying-browser.py"
+    script.write_text(browser)
+    env = {**os.environ, **layout.env, "BROWSER": f"{sys.executable} {script} %s"}
+    env.pop("DISPLAY", None)
+    command = [sys.executable, "-m", "mcpvisor", "mcp", "login", "sec", "--workspace", str(layout.root)]
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True) as process:
+        assert process.stdout is not None
+        opened = process.stdout.readline()
+        try:
+            assert opened.startswith("browser "), opened
+            yield process
+        finally:
+            process.kill()
+            if opened.startswith("browser "):
+                os.kill(int(opened.split()[1]), signal.SIGKILL)
+
+
 STAYING_BROWSER = """import os, sys, time
 print(f"browser {os.getpid()}", flush=True)
 time.sleep(600)
@@ -706,22 +729,9 @@ def test_ctrl_c_while_the_browser_command_has_not_returned_ends_the_sign_in_at_o
     ``webbrowser`` waits for it, and that wait held Ctrl-C, then the interpreter's exit, until it ended. Run as
     ``python -m mcpvisor`` itself: a process that is not forked waits for its threads at exit."""
     layout = setup(tmp_path, server)
-    script = tmp_path / "staying-browser.py"
-    script.write_text(STAYING_BROWSER)
-    env = {**os.environ, **layout.env, "BROWSER": f"{sys.executable} {script} %s"}
-    env.pop("DISPLAY", None)
-    command = [sys.executable, "-m", "mcpvisor", "mcp", "login", "sec", "--workspace", str(layout.root)]
-    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as process:
-        assert process.stdout is not None
-        opened = process.stdout.readline()  # the browser command prints it once started: it then waits
-        try:
-            assert opened.startswith("browser "), opened
-            process.send_signal(signal.SIGINT)
-            process.wait(timeout=WAIT_S)
-        finally:
-            process.kill()
-            if opened.startswith("browser "):
-                os.kill(int(opened.split()[1]), signal.SIGKILL)
+    with login_in_a_staying_browser(layout, STAYING_BROWSER, stderr=subprocess.DEVNULL) as process:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=WAIT_S)
     assert process.returncode == 130
     assert not store_path(layout).exists() or not any(
         record.get("tokens") for record in json.loads(store_path(layout).read_text()).values()
@@ -744,21 +754,8 @@ def test_a_sign_in_made_in_a_browser_that_stays_open_ends_without_waiting_for_it
     person signs in: ``mcp login`` waited for the command to end before it printed the URL's line and went on, so
     the sign-in ended only once the browser was closed."""
     layout = setup(tmp_path, server)
-    script = tmp_path / "staying-browser.py"
-    script.write_text(STAYING_FOLLOWING_BROWSER)
-    env = {**os.environ, **layout.env, "BROWSER": f"{sys.executable} {script} %s"}
-    env.pop("DISPLAY", None)
-    command = [sys.executable, "-m", "mcpvisor", "mcp", "login", "sec", "--workspace", str(layout.root)]
-    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
-        assert process.stdout is not None
-        opened = process.stdout.readline()  # the browser command's, first on the shared stdout
-        try:
-            assert opened.startswith("browser "), opened
-            out, err = process.communicate(timeout=WAIT_S)
-        finally:
-            process.kill()
-            if opened.startswith("browser "):
-                os.kill(int(opened.split()[1]), signal.SIGKILL)
+    with login_in_a_staying_browser(layout, STAYING_FOLLOWING_BROWSER, stderr=subprocess.PIPE) as process:
+        out, err = process.communicate(timeout=WAIT_S)
     assert process.returncode == 0, err
     assert "Signed in to sec" in out
     assert "Opening your browser to sign in to sec" in err

@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
 
 from mcpvisor.core.errors import ConfigError
-from mcpvisor.core.spellings import ALIASES, written_names
+from mcpvisor.core.spellings import ALIASES, TYPE_TRANSPORTS, written_names
 
 __all__ = [
     "checked_servers",
@@ -97,15 +97,10 @@ def normalize_server_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(kind, str):
         raise ValueError(f"'type' must be a string, got {type(kind).__name__}")
     kind = kind.lower()
-    if kind in ("http", "streamable-http", "streamable_http", "streamablehttp"):
-        if "url" in out and "http_url" not in out:
-            out["http_url"] = out.pop("url")
-    elif kind == "sse":
-        pass
-    elif kind == "stdio":
-        pass
-    else:
+    if kind not in TYPE_TRANSPORTS:
         raise ValueError(f"unknown transport type {kind!r}; use 'stdio', 'sse' or 'http'")
+    if TYPE_TRANSPORTS[kind] == "http" and "url" in out and "http_url" not in out:
+        out["http_url"] = out.pop("url")
     return out
 
 

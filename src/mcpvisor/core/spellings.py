@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ALIASES", "file_name", "written_names"]
+__all__ = ["ALIASES", "TYPE_TRANSPORTS", "file_name", "written_names"]
 
 ALIASES: dict[str, str] = {
     "httpUrl": "http_url",
@@ -22,6 +22,17 @@ ALIASES: dict[str, str] = {
 
 _ALSO_READ = ("discoveryTimeout", "workingDirectory")
 """Spellings read but never shown: the README's are ``discoveryTimeoutMs`` and ``cwd``."""
+
+TYPE_TRANSPORTS: dict[str, str] = {
+    "stdio": "stdio",
+    "sse": "sse",
+    "http": "http",
+    "streamable-http": "http",
+    "streamable_http": "http",
+    "streamablehttp": "http",
+}
+"""An entry's ``type`` (lower-cased: Claude's ``stdio``/``sse``/``http``, VS Code's ``streamable-http``) -> the
+transport it names."""
 
 _FILE_NAMES = {field: spelling for spelling, field in ALIASES.items() if spelling not in _ALSO_READ}
 """Canonical field names -> their spelling in a settings file (the README's); the others are spelled alike."""

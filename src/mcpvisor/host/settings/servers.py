@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mcpvisor.core.server_config import REPOSITORY_SCOPES, McpServerConfig, Scope, canonical_json
-from mcpvisor.core.spellings import ALIASES
+from mcpvisor.core.spellings import ALIASES, TYPE_TRANSPORTS
 from mcpvisor.host.settings.expand import expand_vars, expansion_warnings
 from mcpvisor.host.settings.files import SettingsError, SettingsFileError, read_settings_file
 from mcpvisor.host.settings.schema import SETTINGS_SCHEMA
@@ -253,8 +253,6 @@ def build_server_entries(
 
 
 _TRANSPORT_NAMES = {"stdio": "stdio", "sse": "SSE", "http": "streamable HTTP"}
-_TYPE_TRANSPORTS = {"stdio": "stdio", "sse": "sse", "http": "http", "streamable-http": "http"}
-_TYPE_TRANSPORTS.update(streamable_http="http", streamablehttp="http")
 
 
 def transport_conflict(entry: Mapping[str, Any], cfg: McpServerConfig) -> str | None:
@@ -273,7 +271,7 @@ def transport_conflict(entry: Mapping[str, Any], cfg: McpServerConfig) -> str | 
         ignored = " and ".join(repr(k) for k in others)
         return f"sets both {used_key!r} and {ignored}: {how}, {ignored} ignored; remove the one not meant"
     kind = entry.get("type")
-    if isinstance(kind, str) and _TYPE_TRANSPORTS.get(kind.lower(), used) != used:
+    if isinstance(kind, str) and TYPE_TRANSPORTS.get(kind.lower(), used) != used:
         return f'has "type": {json.dumps(kind)} but {how}; fix "type" or {used_key!r}'
     return None
 
