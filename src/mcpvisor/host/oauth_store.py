@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from mcpvisor.core.errors import ConfigError, name_word
+from mcpvisor.core.events import Listeners
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.oauth_settings import oauth_settings, token_key
 from mcpvisor.host.private_files import STORE_MODE, PrivateJsonStore
@@ -68,13 +69,12 @@ class TokenStore(PrivateJsonStore):
         super().__init__(path)
         self.unsaved: dict[str, str] = {}
         """Sign-in key -> why the sign-in a refresh brought could not be saved (in use in memory meanwhile)."""
-        self._not_saved_listeners: list[Callable[[str], None]] = []
+        self._not_saved_listeners = Listeners[Callable[[str], None]]("not-saved listener")
 
     def on_not_saved(self, listener: Callable[[str], None]) -> Callable[[], None]:
         """``listener(message)`` hears that a refreshed sign-in could not be saved (once per sign-in until it is
         saved); returns the function that removes it. Without a listener, the message is logged."""
-        self._not_saved_listeners.append(listener)
-        return lambda: self._not_saved_listeners.remove(listener)
+        return self._not_saved_listeners.add(listener)
 
     def note_not_saved(self, key: str, reason: str | None, message: str = "") -> None:
         """``key``'s refreshed sign-in could not be saved (``reason``; ``message``: what people are told, the first
@@ -86,8 +86,8 @@ class TokenStore(PrivateJsonStore):
         self.unsaved[key] = reason
         if first and not self._not_saved_listeners:
             logger.warning("%s", message)
-        for listener in list(self._not_saved_listeners) if first else ():
-            listener(message)
+        elif first:
+            self._not_saved_listeners.tell(message)
 
     def note_sign_ins_changed(self) -> None:
         """The stored sign-ins may have changed (e.g. ``mcpvisor mcp login`` in another process): live
