@@ -43,8 +43,6 @@ STDERR_TAIL_BYTES = 4 * 1024
 EXIT_POLL_S = 0.01
 CONNECT_RETRY_S = 0.05
 """How often a server that does not listen yet is tried again."""
-LEADER_POLL_S = 0.5
-"""How often a running server's reaper is looked at (has it been killed?)."""
 
 
 @dataclass(eq=False)
@@ -103,8 +101,7 @@ async def end_group_after_its_leader(process: anyio.abc.Process) -> None:
     """Once the reaper ``process`` (the pid status shows) has exited, SIGKILL what is left of its process group.
     It stops the group itself, unless it was killed with SIGKILL: then the server would run on unseen, without
     its parent-death signal, its output still open, so that the host would go on reading it as ready."""
-    while process.returncode is None:  # noqa: ASYNC110 - the exit code has no event to wait on
-        await anyio.sleep(LEADER_POLL_S)
+    await process.wait()  # (the connection's end cancels it)
     with suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
 
