@@ -272,9 +272,7 @@ async def bench(rounds: int, calls: int) -> None:
         results = {kind: await per_server(ws, kind, rounds, calls) for kind in COMMANDS}
         title = "Restart of 'stubs' (basedpyright, .pyi), a prober hovering on 'py' (pylsp, .py) every 20 ms (ms)"
         columns = ["window", "probe calls", "p50", "p99", "max", "failed", "stubs ready s", "answers s", "py pid"]
-        restarts = Table(
-            title + "; seconds from the save (the watcher's 30 ms settle included)", columns, note_last=False
-        )
+        restarts = Table(title + "; seconds from the save (the watcher's settle included)", columns, note_last=False)
         failed, kept = await restart(ws, rounds, restarts)
     title = f"Spawn → first answer: a cold go_to_definition, a fresh Host each of {rounds} rounds (seconds)"
     columns = ["server", "to ready med", "min", "max", "to answer med", "min", "max", "errors"]

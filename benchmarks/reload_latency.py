@@ -13,7 +13,7 @@ Each latency is split at timestamps taken inside the one process:
 
 - ``detect``: the save -> the watcher receives the file event (watchfiles batch);
 - ``settle``: -> the watcher starts reloading the scope (the file must be quiet for the watcher's settle
-  time, 30 ms: an editor's write-then-rename is one save);
+  time, 10 ms; a read between the two steps of an editor's write-then-rename does nothing);
 - ``read+diff``: -> the watcher dispatches its change event (read, json5 parse, merge, diff);
 - ``gate``: -> the reconcile starts (assemble, gating, gate, push gating);
 - ``plan``: -> the plan is applied up to the first visible step (old tools purged, or the new

@@ -273,6 +273,20 @@ async def test_write_then_rename_is_seen(layout: Layout) -> None:
         assert env.non_sentinel() == [SettingsChanged("user", ("mcpServers.b.command",))]
 
 
+async def test_a_read_between_the_steps_of_a_save_does_not_hold_back_its_last_step(layout: Layout) -> None:
+    """An editor slower than the settle: its temporary file's event has the settings file read unchanged, and
+    the rename is still acted on at once — a read that found nothing new opens no coalescing window (here one
+    far longer than the test waits)."""
+    async with watching(layout, debounce_s=600.0) as env:
+        tmp = env.paths.user.with_name(".settings.json.slow-tmp")
+        tmp.write_text(json.dumps(_user_with(mcpServers__b={"command": "b"})))
+        await env.settle()  # the temporary file's event has been read: settings.json itself unchanged
+        assert env.non_sentinel() == []
+        os.replace(tmp, env.paths.user)
+        await env.rec.wait_for(lambda: bool(env.non_sentinel()))
+        assert env.non_sentinel() == [SettingsChanged("user", ("mcpServers.b.command",))]
+
+
 async def test_a_configmap_style_symlink_swap_is_seen(tmp_path: Path) -> None:
     mount = tmp_path / "mount"
     layout = make_layout(tmp_path / "lay", MCPVISOR_HOME=str(mount))

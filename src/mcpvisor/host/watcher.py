@@ -12,10 +12,11 @@ approvals store. How:
 - **Missing files and folders**: the nearest existing ancestor is watched; when a folder on the way
   appears (or a watched one vanishes) the watch is re-armed and the affected scopes re-checked.
 - **Debounce, without paying it on every save**: a scope is read :data:`SETTLE_S` after its last
-  file event (enough for an editor's write-then-rename); a save that parses is acted on at once, and
-  what follows within :data:`DEBOUNCE_S` of that is coalesced into at most one more reload at the
-  window's end, so a burst of saves costs one extra reconcile at most. A save that does not parse, or a
-  file gone, is read again a full :data:`DEBOUNCE_S` after the last event before it is acted on.
+  file event; a save that parses is acted on at once, and what follows within :data:`DEBOUNCE_S` of a
+  reload that changed something is coalesced into at most one more reload at the window's end, so a
+  burst of saves costs one extra reconcile at most; a read that finds nothing new (between the two
+  steps of a write-then-rename) opens no window. A save that does not parse, or a file gone, is read
+  again a full :data:`DEBOUNCE_S` after the last event before it is acted on (a later event, sooner).
 - **Reload and diff** through :class:`Settings` (the in-memory state the app reads):
   no change → nothing (this swallows the app's own writes, which update memory first, and
   formatting-only saves); a parse error (an empty file from a non-atomic save included) → the
@@ -86,8 +87,8 @@ DEFAULT_WATCHED_SCOPES: tuple[WatchScope, ...] = ("user", "workspace", "project"
 
 DEBOUNCE_S = 0.3
 """The coalescing window per scope (see the module): saves after a reload within it wait for its end."""
-SETTLE_S = 0.03
-"""How long a scope's file must be quiet before it is read (an editor's write-then-rename takes less)."""
+SETTLE_S = 0.01
+"""How long a scope's file must be quiet before it is read (a read between a save's steps does nothing)."""
 LISTENER_TIMEOUT_S = 60.0
 """A listener still running after this long is cancelled and logged."""
 WATCHFILES_DEBOUNCE_MS = 10
@@ -172,7 +173,7 @@ class SettingsWatcher:
         self._due: dict[WatchScope, float] = {}
         self._last_event: dict[WatchScope, float] = {}
         self._quiet_until: dict[WatchScope, float] = {}
-        """Per scope: the end of the window after its last reload; events before it coalesce there."""
+        """Per scope: the end of the window after its last reload that did something (events coalesce there)."""
         self._confirming: set[WatchScope] = set()
         """Scopes whose last read did not parse, read again once the whole window passed."""
         self._wake = anyio.Event()
@@ -439,8 +440,9 @@ class SettingsWatcher:
             self._wake.set()
             return
         self._confirming.discard(scope)
-        self._quiet_until[scope] = anyio.current_time() + self._debounce_s
         result = self._settings.apply(read)
+        if result.changed or result.error is not None or result.kept:  # (else no window: see the module)
+            self._quiet_until[scope] = anyio.current_time() + self._debounce_s
         told = kept_told = False
         if result.error is not None or result.kept:
             state = await anyio.to_thread.run_sync(read_file_state, self._targets[scope])
