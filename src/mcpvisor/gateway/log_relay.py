@@ -160,6 +160,13 @@ class LogRelay:
                     text = f"{dropped} log messages of the servers were dropped: they came faster than this client read"
                     await self._send(connection, "warning", text, "mcpvisor")
 
+    async def tell(self, connection: Connection, level: types.LoggingLevel, text: str) -> None:
+        """Send mcpvisor's own log message (logger ``mcpvisor``) to ``connection``'s client, unless the level it
+        asked for (``logging/setLevel``) holds it back."""
+        asked = self.level_of(connection)
+        if asked is None or rank(level) >= rank(asked):
+            await self._send(connection, level, text, "mcpvisor")
+
     async def _send(self, connection: Connection, level: types.LoggingLevel, data: object, name: str) -> None:
         with anyio.move_on_after(NOTIFY_TIMEOUT_S):
             try:

@@ -71,6 +71,10 @@ class ChangeNotices:
         """How many handshake-era client connections are live."""
         return len(self._legacy)
 
+    def connections(self) -> list[Connection]:
+        """The live handshake-era client connections."""
+        return list(self._legacy)
+
     async def middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """Every inbound message, ``initialize`` included, passes here first."""
         self._track(ctx)

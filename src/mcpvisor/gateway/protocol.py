@@ -3,7 +3,7 @@ advertises list changes, paging, the connection behind a request, and error resu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -53,7 +53,18 @@ class GatewayServer(Server[dict[str, Any]]):
     """A low-level server that advertises ``listChanged`` for tools, prompts and resources on every transport.
 
     The in-memory and streamable-HTTP transports call ``create_initialization_options()`` with no
-    arguments, so the default has to say it; the modern era derives it from the listen handler."""
+    arguments, so the default has to say it; the modern era derives it from the listen handler.
+    ``instructions`` are read when they are sent: from ``live_instructions`` once it is set."""
+
+    live_instructions: Callable[[], str] | None = None
+
+    @property
+    def instructions(self) -> str | None:
+        return self.live_instructions() if self.live_instructions is not None else self._instructions
+
+    @instructions.setter
+    def instructions(self, value: str | None) -> None:
+        self._instructions = value
 
     def create_initialization_options(
         self,

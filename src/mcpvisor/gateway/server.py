@@ -49,7 +49,6 @@ from mcpvisor.core.config import Config
 from mcpvisor.core.errors import McpvisorError
 from mcpvisor.core.events import McpClientUpdate, McpEvent, PromptsChanged, ServerStateChanged, ToolsChanged
 from mcpvisor.core.lifecycle import StackOwner
-from mcpvisor.core.registry import mcp_tool_name
 from mcpvisor.gateway.asks import ROUND_TIMEOUT_S, CallingClient, OffersNothing, Rounds, offers_input, pass_log
 from mcpvisor.gateway.calls import DRAIN_S, SHUTTING_DOWN, InFlight, ShuttingDown
 from mcpvisor.gateway.http import (
@@ -63,7 +62,7 @@ from mcpvisor.gateway.lazy_streams import note_initialize
 from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET, MIN_NAME_BUDGET
 from mcpvisor.gateway.listen import MCP_PATH, bind_http_socket
 from mcpvisor.gateway.log_relay import LogRelay
-from mcpvisor.gateway.names import ServedNames, ServedPrompts
+from mcpvisor.gateway.names import ServedNames, ServedPrompts, served_tool_names
 from mcpvisor.gateway.notices import ChangeNotices
 from mcpvisor.gateway.protocol import (
     PAGE_SIZE,
@@ -84,6 +83,7 @@ from mcpvisor.gateway.sessions import OnePath, ServedBy, SessionBook, session_ma
 from mcpvisor.gateway.stdio import stdio_streams
 from mcpvisor.gateway.subscriptions import ResourceSubscriptions, Subscribers, acquire_each, release_all
 from mcpvisor.gateway.tracing import only_when_tracing
+from mcpvisor.gateway.waiting import INSTRUCTIONS, WaitingNotices, instructions
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http import EventStore
@@ -142,7 +142,7 @@ class Gateway(StackOwner):
             self.server = GatewayServer(
                 name,
                 version=__version__,
-                instructions="Tools and prompts of the MCP servers mcpvisor runs; the set follows its settings files.",
+                instructions=INSTRUCTIONS,
                 get_tool_input_schema=self._input_schema,
                 on_list_tools=self._on_list_tools,
                 on_call_tool=self._on_call_tool,
@@ -158,6 +158,8 @@ class Gateway(StackOwner):
                 on_set_logging_level=self._on_set_logging_level,
             )
         self.server.middleware = [*only_when_tracing(self.server.middleware), self.notices.middleware, note_initialize]
+        self.server.live_instructions = partial(instructions, config)  # naming the servers waiting for approval
+        self._waiting = WaitingNotices(config, self.notices, self._logs)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -173,6 +175,7 @@ class Gateway(StackOwner):
             stack.callback(self.config.events.subscribe(self._on_event))
             tg.start_soon(self.notices.run)
             self._logs.start(tg)
+            self._waiting.start(tg)
             stack.callback(self._logs.stop)
             self._stack = stack.pop_all()
         return self
@@ -200,15 +203,7 @@ class Gateway(StackOwner):
     def _names(self) -> ServedNames:
         """Served tool names; a tool held back since approval keeps its own (a call of it is told why)."""
         if self._tool_names is None:
-            manager = self.config.manager
-            held = {
-                mcp_tool_name(server, tool)
-                for server in manager.clients()
-                if (admitted := manager.held(server)) is not None
-                for tool in admitted.held_tools
-            }
-            names = self.config.tool_registry.names() | held
-            self._tool_names = ServedNames(names, self.name_budget, former=self._former_names)
+            self._tool_names = served_tool_names(self.config, self.name_budget, self._former_names)
         return self._tool_names
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
@@ -388,6 +383,7 @@ class Gateway(StackOwner):
     # -- change notices ----------------------------------------------------------------------
 
     def _on_event(self, event: McpEvent) -> None:
+        self._waiting.on_event(event)
         if isinstance(event, ToolsChanged):
             self._former_names, self._tool_names = self._tool_names or self._former_names, None
         if isinstance(event, ToolsChanged | PromptsChanged):
