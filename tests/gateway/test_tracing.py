@@ -1,5 +1,5 @@
-"""OpenTelemetry spans of the gateway's inbound messages: recorded when a tracer provider is set, not
-even built when none is (SPEC §8: the call path carries nothing it does not need)."""
+"""OpenTelemetry spans of the gateway's inbound messages and of the requests it sends its servers: recorded when a
+tracer provider is set, not even built when none is (SPEC §8: the call path carries nothing it does not need)."""
 
 from __future__ import annotations
 
@@ -42,8 +42,10 @@ async def test_spans_are_recorded_exactly_when_a_tracer_provider_is_set(
     monkeypatch.setattr(sdk_otel, "_tracer", tracer)  # the SDK's module-level tracer, restored afterwards
     if provider_set:
         monkeypatch.setattr(trace, "_TRACER_PROVIDER", RecordingProvider(tracer))
-    async with running(tmp_path, user={"mcpServers": {"a": server("a")}}) as r:
+    async with running(tmp_path, user={"mcpServers": {"a": server("a")}}, processes=True) as r:  # a real stdio server
         async with Client(r.gateway.server) as client:
             assert text_of(await client.call_tool("mcp__a__echo", {"text": "hi"})) == "a:echo:hi"
     served = [name for name in tracer.names if name == "tools/call mcp__a__echo"]
     assert served == (["tools/call mcp__a__echo"] if provider_set else [])
+    sent = [name for name in tracer.names if name == "MCP send tools/call echo"]  # the request to the server
+    assert sent == (["MCP send tools/call echo"] if provider_set else [])

@@ -45,6 +45,7 @@ from mcpvisor.core.errors import (
 )
 from mcpvisor.core.server_config import redact_text
 from mcpvisor.core.server_notices import SDK_REQUEST_ERRORS, Notice
+from mcpvisor.core.tracing import skip_unrecorded_spans
 from mcpvisor.core.transports import closed_in_sdk, timed_out_in_sdk
 
 __all__ = [
@@ -57,6 +58,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+skip_unrecorded_spans()  # the SDK builds its request spans only when they are recorded (see core/tracing.py)
 
 GATED: Final[dict[str, str]] = {
     "rejected": "it was rejected; it serves no calls until approved",

@@ -5,7 +5,8 @@ default). Without a configured tracer provider those spans are no-ops, yet build
 context extraction from ``_meta``, the no-op span itself) is about a tenth of the gateway's CPU per
 proxied call. :func:`only_when_tracing` keeps the SDK's middleware and skips it while OpenTelemetry
 has no tracer provider: a program that sets one (``trace.set_tracer_provider``, or
-``opentelemetry-instrument``) gets every span, from the next message on.
+``opentelemetry-instrument``) gets every span, from the next message on. (The spans of the requests sent
+upstream: :mod:`mcpvisor.core.tracing`.)
 """
 
 from __future__ import annotations
@@ -13,16 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware
-from opentelemetry import trace
+
+from mcpvisor.core.tracing import tracing
 
 __all__ = ["only_when_tracing", "tracing"]
 
 _SDK_SPANS = "OpenTelemetryMiddleware"
-
-
-def tracing() -> bool:
-    """Whether OpenTelemetry has a tracer provider, i.e. whether a span would be recorded anywhere."""
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 def only_when_tracing(middleware: list[ServerMiddleware[Any]]) -> list[ServerMiddleware[Any]]:
