@@ -262,14 +262,14 @@ async def test_a_misspelt_servers_key_in_mcp_json_is_named_with_the_key_it_was_m
     async with run(tmp_path, project={"mcpServers": {"p": p}}) as r:
         await r.wait_for(lambda: bool(r.of("approval_needed")))
         save(r.layout.paths.project, {"mcp_servers": {"p": p}})
-        await r.wait_for(lambda: any("mcp_servers" in w["message"] for w in r.of("warning")))
-        [warning] = [w["message"] for w in r.of("warning") if "mcp_servers" in w["message"]]
+        await r.wait_for(lambda: any(w["message"].startswith("unknown key 'mcp_servers'") for w in r.of("warning")))
+        [warning] = [w["message"] for w in r.of("warning") if w["message"].startswith("unknown key 'mcp_servers'")]
         assert (
             warning == f"unknown key 'mcp_servers' in {r.layout.paths.project} is ignored; did you mean 'mcpServers'?"
         )
         save(r.layout.paths.project, {"p": p})  # an entry written without the object around it
-        await r.wait_for(lambda: any("'p'" in w["message"] for w in r.of("warning")))
-        [warning] = [w["message"] for w in r.of("warning") if "'p'" in w["message"]]
+        await r.wait_for(lambda: any(w["message"].startswith("unknown key 'p'") for w in r.of("warning")))
+        [warning] = [w["message"] for w in r.of("warning") if w["message"].startswith("unknown key 'p'")]
         assert warning.endswith('is ignored; it looks like a server: put it inside "mcpServers": {"p": {...}}')
 
 
@@ -295,6 +295,37 @@ async def test_a_misspelt_mcp_servers_key_keeps_the_last_good_servers_of_the_fil
         save(path, {"mcpServers": {"a": a}})
         save(path, {})
         await r.wait_for(lambda: any(e["removed"] == ["a"] for e in r.of("reconcile")))
+        assert marker_pids(marker) == [pid]  # never restarted
+        await wait_until(lambda: not pid_alive(pid))
+
+
+async def test_a_misspelt_mcp_servers_key_in_mcp_json_keeps_its_approved_servers_running_until_fixed(
+    tmp_path: Path,
+) -> None:
+    """Before, a project file saved with 'mcp_servers' stopped its servers as if they had been deleted."""
+    marker = tmp_path / "p.pids"
+    p = server("p", marker)
+    async with run(tmp_path, project={"mcpServers": {"p": p}}) as r:
+        approved = await r.cli("mcp", "approve", "p")
+        assert approved.returncode == 0, approved.stderr
+        await r.wait_for(lambda: r.status("p") == "connected")
+        [pid] = marker_pids(marker)
+        path = r.layout.paths.project
+        save(path, {"mcp_servers": {"p": p}})
+        await r.wait_for(
+            lambda: r.status("p") != "connected" or any("kept the last good" in w["message"] for w in r.of("warning"))
+        )
+        assert r.status("p") == "connected"
+        [kept] = [w["message"] for w in r.of("warning") if "kept the last good" in w["message"]]
+        assert kept == (
+            f"kept the last good servers of {path} ('p') until 'mcp_servers' there is renamed 'mcpServers' "
+            "(did you mean 'mcpServers'?); to stop them instead, remove 'mcp_servers'"
+        )
+        assert pid_alive(pid)
+        # Fixing the key changes nothing that runs (nor asks again); removing the servers then stops p.
+        save(path, {"mcpServers": {"p": p}})
+        save(path, {})
+        await r.wait_for(lambda: any(e["removed"] == ["p"] for e in r.of("reconcile")))
         assert marker_pids(marker) == [pid]  # never restarted
         await wait_until(lambda: not pid_alive(pid))
 

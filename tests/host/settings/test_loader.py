@@ -539,6 +539,21 @@ def test_a_running_entry_saved_with_its_command_misspelt_says_which_field_was_me
     assert "(its field 'comand'; did you mean 'command'?)) — the last good configuration" in notice
 
 
+def test_a_project_file_whose_servers_key_is_misspelt_keeps_its_last_good_servers_under_the_key_it_used(
+    layout: Layout,
+) -> None:
+    write_json(layout.paths.project, {"servers": {"p": _server("p")}})
+    settings = layout.settings()
+    write_json(layout.paths.project, {"Servers": {"p": _server("p2")}, "inputs": []})
+    [notice] = settings.reload_scope("project").kept
+    assert notice.startswith(f"kept the last good servers of {layout.paths.project} ('p') until 'Servers' there")
+    assert settings.project.servers["p"].config.command == "p"
+    # VS Code's 'servers' and Claude Code's 'mcpServers' are both servers keys of the file: a move is applied.
+    write_json(layout.paths.project, {"mcpServers": {"q": _server("q")}})
+    assert settings.reload_scope("project").kept == ()
+    assert list(settings.project.servers) == ["q"]
+
+
 def test_removing_the_mcp_servers_of_a_file_that_also_has_language_servers_stops_them(layout: Layout) -> None:
     """Before, 'lspServers' read as a misspelling of 'mcpServers': the last MCP servers of the file were kept
     "until 'lspServers' there is renamed 'mcpServers'"."""

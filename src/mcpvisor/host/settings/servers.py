@@ -293,11 +293,12 @@ def keep_last_good_entries(
     one was valid: a typo in one server's ``args`` keeps it running on its last good configuration,
     while every other change of the same save applies. Returns the data and one notice per kept entry.
 
-    In a settings file (``settings_file``), a save whose servers sit under a misspelling of ``mcpServers``
-    (and none under ``mcpServers``) keeps all the last good servers of the file, with one notice.
+    A save whose servers sit under a misspelling of ``mcpServers`` (and none under ``mcpServers``, nor, in a server
+    file such as ``.mcp.json``, under VS Code's ``servers``) keeps all the last good servers of the file, with one
+    notice. ``settings_file``: ``data`` is a settings file's, where ``servers`` is no servers key.
 
     ``data`` is returned as is when nothing is kept; only its servers object is ever copied."""
-    if settings_file and (misspelt := _keep_servers_of_misspelt_key(data, previous, path)) is not None:
+    if (misspelt := _keep_servers_of_misspelt_key(data, previous, path, settings_file)) is not None:
         return misspelt
     key = servers_key(data)
     entries, before = data.get(key), previous.get(servers_key(previous))
@@ -322,12 +323,15 @@ def keep_last_good_entries(
 
 
 def _keep_servers_of_misspelt_key(
-    data: Mapping[str, Any], previous: Mapping[str, Any], path: Path | None
+    data: Mapping[str, Any], previous: Mapping[str, Any], path: Path | None, settings_file: bool
 ) -> tuple[Mapping[str, Any], tuple[str, ...]] | None:
-    """``data`` with the last good ``mcpServers`` of ``previous`` when ``data`` has none but holds an object under a
-    misspelling of it (``mcpservers``, ``mcp_servers``): a renamed key is a typo, not every server deleted."""
-    before = previous.get("mcpServers")
-    if "mcpServers" in data or not isinstance(before, Mapping) or not before:
+    """``data`` with the last good servers of ``previous`` when ``data`` has none but holds an object under a
+    misspelling of ``mcpServers`` (``mcpservers``, ``mcp_servers``): a renamed key is a typo, not every server
+    deleted."""
+    keys = ("mcpServers",) if settings_file else ("mcpServers", "servers")
+    before_key = "mcpServers" if settings_file else servers_key(previous)
+    before = previous.get(before_key)
+    if any(key in data for key in keys) or not isinstance(before, Mapping) or not before:
         return None
     misspelt = next((k for k, v in data.items() if isinstance(v, Mapping) and misspelt_servers_key(k)), None)
     if misspelt is None:
@@ -337,7 +341,7 @@ def _keep_servers_of_misspelt_key(
         f"kept the last good servers of {path} ({names}) until {misspelt!r} there is renamed 'mcpServers' "
         f"(did you mean 'mcpServers'?); to stop them instead, remove {misspelt!r}"
     )
-    return {**data, "mcpServers": before}, (notice,)
+    return {**data, before_key: before}, (notice,)
 
 
 def _located(key: str, name: str, problem: str) -> str:
