@@ -215,6 +215,28 @@ def test_approving_or_removing_by_a_name_that_differs_only_in_case_or_in_unicode
     assert f"(configured: Git, Zed, {decomposed})" in " ".join(out.split())
 
 
+def test_removing_a_server_kept_under_a_misspelt_servers_key_says_where_it_is_and_how_to_fix_it(
+    layout: Layout,
+) -> None:
+    """Before: "cannot remove server 'a': it is not in FILE", of a server written in FILE under 'mcp_servers',
+    which a running host keeps running on its last good configuration."""
+    write_json(layout.paths.workspace, {"mcp_servers": {"a": {"command": "x"}}})
+    code, out = failing(layout, "mcp", "remove", "a", "--scope", "workspace")
+    assert code == 1
+    assert (
+        f"cannot remove server 'a': in {layout.paths.workspace} it is under 'mcp_servers', which is not read "
+        "(did you mean 'mcpServers'?); rename 'mcp_servers' to 'mcpServers' there (a running mcpvisor keeps the "
+        "file's last good servers until then), then remove it"
+    ) in " ".join(out.split())
+    assert json.loads(layout.paths.workspace.read_text()) == {"mcp_servers": {"a": {"command": "x"}}}
+    code, out = failing(layout, "mcp", "remove", "a")  # (--scope user): the other file is named, and its --scope
+    assert code == 1
+    assert (
+        f"cannot remove server 'a': in {layout.paths.workspace} it is under 'mcp_servers', which is not read "
+    ) in " ".join(out.split())
+    assert " ".join(out.split()).endswith("then remove it with --scope workspace")
+
+
 def test_mcp_list_says_the_scope_of_every_server(layout: Layout) -> None:
     write_json(layout.paths.user, {"mcpServers": {"u": {"command": "x"}}})
     write_json(layout.paths.project, {"mcpServers": {"p": {"command": "x"}}})

@@ -29,7 +29,7 @@ from mcpvisor.host.lsp.config import RUNS_WORKSPACE_CODE
 from mcpvisor.host.private_files import PrivateJsonStore, write_atomically
 from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted_folders
 from mcpvisor.host.settings.mcp_servers import load_top_tier
-from mcpvisor.host.settings.servers import name_written_otherwise
+from mcpvisor.host.settings.servers import misspelt_servers_key_of, name_written_otherwise
 from mcpvisor.host.settings.writer import delete_setting, set_setting
 from mcpvisor.host.status import command_hints, describe_servers, home_words, plural
 from mcpvisor.shell.approval import ApprovalRequest, approval_lines, approval_request
@@ -371,10 +371,19 @@ def remove_server(*, env: Mapping[str, str], workspace: Path | None, name: str, 
     settings = load_settings(env, workspace)
     path = settings.paths.of(file_scope)
     if not delete_setting(settings, file_scope, ("mcpServers", name)):
+        other: Literal["user", "workspace"] = "workspace" if file_scope == "user" else "user"
+        for scope_of_file in (file_scope, other):
+            data = settings.data(scope_of_file)
+            if (misspelt := misspelt_servers_key_of(data)) is not None and name in data[misspelt]:
+                then = "" if scope_of_file == file_scope else f" with --scope {scope_of_file}"
+                raise ConfigError(
+                    f"cannot remove server {name!r}: in {settings.paths.of(scope_of_file)} it is under {misspelt!r}, "
+                    f"which is not read (did you mean 'mcpServers'?); rename {misspelt!r} to 'mcpServers' there (a "
+                    f"running mcpvisor keeps the file's last good servers until then), then remove it{then}"
+                )
         _, _, state = load_state(env, workspace)
         source = state.assembled.sources.get(name)
         where = f"; it is defined in {source.path} ({source.label}): edit that file" if source and source.path else ""
-        other: Literal["user", "workspace"] = "workspace" if file_scope == "user" else "user"
         if source is not None and source.path == settings.paths.of(other):
             where = f"; it is in {source.path}: pass --scope {other}"
         elif source is None and (meant := name_written_otherwise(name, state.assembled.servers)) is not None:

@@ -333,7 +333,7 @@ def _keep_servers_of_misspelt_key(
     before = previous.get(before_key)
     if any(key in data for key in keys) or not isinstance(before, Mapping) or not before:
         return None
-    misspelt = next((k for k, v in data.items() if isinstance(v, Mapping) and misspelt_servers_key(k)), None)
+    misspelt = misspelt_servers_key_of(data)
     if misspelt is None:
         return None
     names = ", ".join(repr(name) for name in before)
@@ -402,6 +402,12 @@ def misspelt_servers_key(key: str) -> bool:
     return squashed in ("mcpservers", "mcpserver", "servers") or bool(
         difflib.get_close_matches(key, ["mcpServers"], cutoff=0.8)
     )
+
+
+def misspelt_servers_key_of(data: Mapping[str, Any]) -> str | None:
+    """The first top-level key of a file's content that holds an object under a misspelling of ``mcpServers``
+    (``mcpservers``, ``mcp_servers``; None: no key does)."""
+    return next((k for k, v in data.items() if isinstance(v, Mapping) and misspelt_servers_key(k)), None)
 
 
 def load_server_file(path: Path, env: Mapping[str, str], *, scope: ServerScope, missing_ok: bool = True) -> ServerLayer:
