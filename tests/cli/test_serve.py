@@ -270,11 +270,15 @@ async def test_run_gateway_on_a_busy_port_fails_before_starting_any_server(tmp_p
         ("badhost.invalid:80", "the address 'badhost.invalid' could not be resolved"),
         ("localhost:0", "port 0 picks no port: a port must be given (1 to 65535)"),
         ("0", "port 0 picks no port: a port must be given (1 to 65535)"),
+        ("localhost:", "'localhost:' gives no port: give HOST:PORT or PORT, e.g. --http localhost:8080"),
+        ("localhost", "'localhost' gives no port: give HOST:PORT or PORT, e.g. --http localhost:8080"),
+        ("localhost:http", "the port 'http' of 'localhost:http' is not a number: give HOST:PORT or PORT, e.g. --http"),
     ],
 )
 def test_an_http_address_that_cannot_be_served_on_says_what_to_give(tmp_path: Path, given: str, said: str) -> None:
     """Before: "not loopback: other machines can reach this port", then "[Errno -2] Name or service not known" (for a
-    URL too, taken for a host); and "port 0 is out of range"."""
+    URL too, taken for a host); "port 0 is out of range"; and "'localhost:' is not HOST:PORT or PORT", of an address
+    that gave no port."""
     layout = make_layout(tmp_path)
     result = subprocess.run(
         [mcpvisor_command(), "serve", "--http", given, "--workspace", str(layout.root)],

@@ -46,10 +46,18 @@ def _parse_http(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep:
         host, port = "127.0.0.1", value
+    if not port.strip() or (not sep and not port.strip().isdigit()):  # 'localhost:', or a host alone
+        example = f"{(host if sep else value).strip() or 'localhost'}:8080"
+        raise typer.BadParameter(
+            f"{value!r} gives no port: give HOST:PORT or PORT, e.g. --http {example}", param_hint="--http"
+        )
     try:
         number = int(port)
     except ValueError:
-        raise typer.BadParameter(f"{value!r} is not HOST:PORT or PORT", param_hint="--http") from None
+        raise typer.BadParameter(
+            f"the port {port!r} of {value!r} is not a number: give HOST:PORT or PORT, e.g. --http {host}:8080",
+            param_hint="--http",
+        ) from None
     if number == 0:
         raise typer.BadParameter("port 0 picks no port: a port must be given (1 to 65535)", param_hint="--http")
     if not 1 <= number <= 65535:
