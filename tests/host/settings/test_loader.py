@@ -566,6 +566,27 @@ def test_removing_the_mcp_servers_of_a_file_that_also_has_language_servers_stops
     assert not any("mcpServers" in w for w in settings.warnings)
 
 
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ({"command": "x", "workingDirectory": 5}, "workingDirectory: expected a string"),
+        ({"command": "x", "cwd": 5}, "cwd: expected a string"),
+        ({"command": "x", "excludeTools": "t"}, "excludeTools: expected a list"),
+        ({"command": "x", "exclude_tools": "t"}, "exclude_tools: expected a list"),
+        ({"command": "x", "discoveryTimeout": "soon"}, "discoveryTimeout: expected a whole number"),
+        ({"type": "http", "url": 5}, "url: expected a string"),
+        ({"httpUrl": 5}, "httpUrl: expected a string"),
+    ],
+)
+def test_an_invalid_field_is_named_as_the_file_wrote_it(layout: Layout, entry: dict[str, Any], said: str) -> None:
+    """Before: "cwd: expected a string" of a field written 'workingDirectory', and "exclude_tools: ..." of one
+    written 'excludeTools': names the file does not hold."""
+    write_json(layout.paths.user, {"mcpServers": {"a": entry}})
+    settings = layout.settings()
+    [warning] = [w for w in settings.warnings if "skipped MCP server 'a'" in w]
+    assert warning == f"skipped MCP server 'a' in {layout.paths.user}: {said}; fix mcpServers.a"
+
+
 def test_an_entry_invalid_from_the_start_is_skipped_with_a_warning(layout: Layout) -> None:
     write_json(layout.paths.user, {"mcpServers": {"a": {"command": "x", "args": "y"}, "b": _server("b")}})
     settings = layout.settings()

@@ -15,8 +15,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mcpvisor.core.server_config import REPOSITORY_SCOPES, McpServerConfig, Scope, canonical_json
-from mcpvisor.core.spellings import ALIASES, TYPE_TRANSPORTS
+from mcpvisor.core.server_config import (
+    REPOSITORY_SCOPES,
+    McpServerConfig,
+    Scope,
+    canonical_json,
+    normalize_server_entry,
+)
+from mcpvisor.core.spellings import ALIASES, TYPE_TRANSPORTS, file_name, written_names
 from mcpvisor.host.settings.expand import expand_vars, expansion_warnings
 from mcpvisor.host.settings.files import SettingsError, SettingsFileError, read_settings_file
 from mcpvisor.host.settings.schema import SETTINGS_SCHEMA
@@ -111,16 +117,30 @@ SECONDS_LIKE_TIMEOUT_MS = 1000
 """A ``timeout`` below this many milliseconds was most likely meant in seconds: it is warned about."""
 
 
-def describe_validation(exc: ValueError) -> str:
-    """A validation problem in words, never echoing the input (it may hold secrets)."""
+def describe_validation(exc: ValueError, names: Mapping[str, str] | None = None) -> str:
+    """A validation problem in words, never echoing the input (it may hold secrets). Each field is named as the entry
+    wrote it (``names``: canonical field name -> its spelling in the entry, :func:`written_fields`), else as a
+    settings file spells it (``excludeTools``, not ``exclude_tools``)."""
     if isinstance(exc, ValidationError):
         parts = []
         for err in exc.errors(include_input=False, include_url=False):
-            loc = ".".join(str(p) for p in err["loc"])
+            path = [str(p) for p in err["loc"]]
+            if path:
+                path[0] = (names or {}).get(path[0]) or file_name(path[0])
+            loc = ".".join(path)
             msg = _EXPECTED.get(err["type"]) or err["msg"].removeprefix("Value error, ")
             parts.append(f"{loc}: {msg}" if loc else msg)
         return "; ".join(parts)
     return str(exc)
+
+
+def written_fields(entry: Mapping[str, Any]) -> dict[str, str]:
+    """Canonical field names -> their spelling in a server ``entry`` (``cwd`` -> ``workingDirectory``)."""
+    try:
+        normalized = normalize_server_entry(entry)
+    except ValueError:  # (a 'type' that is not one: no field is renamed by it)
+        normalized = {}
+    return written_names(entry, normalized)
 
 
 # Pydantic's words for a wrong JSON type, in the words of the settings file.
@@ -188,7 +208,7 @@ def _build_config(
         cfg = McpServerConfig.from_entry(entry, expand=partial(expand_vars, env=env, missing=missing), scope=stamp)
         result = (cfg, frozenset(missing))
     except ValueError as exc:
-        result = describe_validation(exc)
+        result = describe_validation(exc, written_fields(entry))
     if cache_key is not None:
         if len(_cache) >= _CACHE_MAX:
             _cache.clear()
