@@ -218,3 +218,24 @@ def test_a_read_only_settings_file_is_not_rewritten(layout: Layout) -> None:
     assert "chmod u+w" in said
     assert layout.paths.user.read_text() == before
     assert oct(layout.paths.user.stat().st_mode & 0o777) == "0o444"
+
+
+def test_a_server_is_not_added_to_a_file_whose_servers_key_is_misspelt_and_the_fix_is_said(layout: Layout) -> None:
+    """Before, 'mcpServers' was written beside 'mcp_servers': a running host, which had kept the file's servers on
+    their last good configuration, then stopped them, and add said nothing of it."""
+    layout.paths.user.parent.mkdir(parents=True)
+    text = '{"mcp_servers": {"a": {"command": "echo"}, "b": {"command": "echo"}}}\n'
+    layout.paths.user.write_text(text)
+    code, output = add(layout, "c", "--", "echo", "hi")
+    assert code == 1
+    assert " ".join(output.split()) == (
+        f"error: cannot add server 'c': {layout.paths.user} has its servers ('a', 'b') under 'mcp_servers', which is "
+        "not read (did you mean 'mcpServers'?); rename 'mcp_servers' to 'mcpServers' there first (nothing was "
+        "written: 'mcpServers' written beside it would stop those servers in a running mcpvisor, which keeps them "
+        "until then)"
+    )
+    assert layout.paths.user.read_text() == text
+    layout.paths.user.write_text(text.replace("mcp_servers", "mcpServers"))
+    code, output = add(layout, "c", "--", "echo", "hi")
+    assert code == 0, output
+    assert list(saved(layout)) == ["a", "b", "c"]

@@ -346,6 +346,21 @@ def test_bad_input_names_the_file_and_writes_nothing(layout: Layout) -> None:
     assert servers(layout.paths.user) == {"ok": {"command": "y"}}
 
 
+def test_nothing_is_imported_into_a_file_whose_servers_key_is_misspelt(layout: Layout) -> None:
+    """Before, 'mcpServers' was written beside 'mcpservers', and a running host stopped the servers it had kept."""
+    write_json(
+        layout.home / ".config" / "Claude" / "claude_desktop_config.json", {"mcpServers": {"x": {"command": "x"}}}
+    )
+    write_json(layout.paths.user, {"mcpservers": {"a": {"command": "a"}}})
+    result = run(layout, "--from", "claude-desktop")
+    assert result.exit_code == 1
+    assert (
+        f"cannot import: {layout.paths.user} has its servers ('a') under 'mcpservers', which is not read (did you "
+        "mean 'mcpServers'?); rename 'mcpservers' to 'mcpServers' there first"
+    ) in " ".join(result.output.split())
+    assert read_settings_file(layout.paths.user) == {"mcpservers": {"a": {"command": "a"}}}
+
+
 def test_an_imported_server_runs(layout: Layout) -> None:
     """The translated entry is one mcpvisor starts: status connects it and lists its tools."""
     write_json(

@@ -10,12 +10,17 @@ from urllib.parse import urlsplit
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.settings.expand import variables_in
-from mcpvisor.host.settings.servers import REPOSITORY_RESERVED_NAMES, reserved_name, unshowable_name
+from mcpvisor.host.settings.servers import (
+    REPOSITORY_RESERVED_NAMES,
+    misspelt_servers_key_of,
+    reserved_name,
+    unshowable_name,
+)
 
 if TYPE_CHECKING:
     from mcpvisor.host.settings.loader import Settings
 
-__all__ = ["check_name_free", "server_entry", "values_in_clear"]
+__all__ = ["check_name_free", "check_servers_key", "server_entry", "values_in_clear"]
 
 
 def server_entry(
@@ -67,6 +72,7 @@ def server_entry(
 def check_name_free(settings: Settings, scope: Literal["user", "workspace"], name: str, *, force: bool) -> None:
     """Refuse a name ``scope``'s file cannot take: one it defines already (unless ``force``), or, in a repository's
     file, one its servers may not have (the loader would skip the entry written)."""
+    check_servers_key(settings, scope, f"cannot add server {name!r}")
     path = settings.paths.of(scope)
     existing = settings.data(scope).get("mcpServers")
     if not force and isinstance(existing, dict) and name in existing:
@@ -82,6 +88,22 @@ def check_name_free(settings: Settings, scope: Literal["user", "workspace"], nam
             f"cannot add server {name!r} to {path}: {reserved_name(name)}; pick another name, "
             "or add it with --scope user"
         )
+
+
+def check_servers_key(settings: Settings, scope: Literal["user", "workspace"], failed: str) -> None:
+    """Refuse to write a server into ``scope``'s file while its servers sit under a misspelling of ``mcpServers``
+    (``failed``: what could not be done, "cannot add server 'a'"): a running host keeps them on their last good
+    configuration until the key is fixed, and an ``mcpServers`` written beside it would stop them."""
+    data = settings.data(scope)
+    misspelt = misspelt_servers_key_of(data)
+    if "mcpServers" in data or misspelt is None or not data[misspelt]:
+        return
+    names = ", ".join(repr(name) for name in data[misspelt])
+    raise ConfigError(
+        f"{failed}: {settings.paths.of(scope)} has its servers ({names}) under {misspelt!r}, which is not read (did "
+        f"you mean 'mcpServers'?); rename {misspelt!r} to 'mcpServers' there first (nothing was written: "
+        "'mcpServers' written beside it would stop those servers in a running mcpvisor, which keeps them until then)"
+    )
 
 
 def _pair(name: str, item: str, number: int, sep: str, option: str, shape: str) -> tuple[str, str]:

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.padding import Padding
 
-from mcpvisor.cli.add_entry import values_in_clear
+from mcpvisor.cli.add_entry import check_servers_key, values_in_clear
 from mcpvisor.cli.commands import check_scope
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
@@ -60,6 +60,8 @@ def import_servers(
     existing = {level: _servers_of(settings.data(level)) for level in levels}
     destinations = {level: settings.paths.of(level) for level in get_args(ImportLevel)}
     planned = plan_import(scan, existing, destinations, force=force)
+    for level in sorted({item.candidate.level for item in planned if item.action in ("add", "replace")}):
+        check_servers_key(settings, level, "cannot import")
     if not dry_run:
         for item in planned:
             if item.action in ("add", "replace") and item.candidate.entry is not None:
