@@ -494,6 +494,16 @@ def test_a_command_made_empty_by_an_unset_variable_says_so(layout: Layout) -> No
     )
 
 
+def test_a_command_written_empty_is_not_said_to_hold_a_variable(layout: Layout) -> None:
+    """Before: "its command is empty (written '': a variable in it is unset or empty)", of a command with no
+    variable in it."""
+    write_json(layout.paths.user, {"mcpServers": {"e": {"command": ""}}})
+    code, out = invoke(layout, "status", "--json")
+    assert code == 1
+    [row] = json.loads(out)["servers"]
+    assert row["error"] == "its command is empty (written ''); check mcpServers.e.command"
+
+
 def test_a_url_left_without_a_host_by_an_unset_variable_says_so(layout: Layout) -> None:
     """Before: httpx's "Request URL is missing an 'http://' or 'https://' protocol" beside https://${…}."""
     write_json(layout.paths.user, {"mcpServers": {"r": {"type": "http", "url": "https://${UNSET_HOST_FOR_TEST}/mcp"}}})

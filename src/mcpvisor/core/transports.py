@@ -126,8 +126,10 @@ async def open_transport(
                 server=name,
             ) from exc
         except PermissionError as exc:
+            written = cfg.approved_value("command")
+            unset = ": a variable in it is unset or empty" if "$" in str(written) else ""
             reason = (
-                f"its command is empty (written {cfg.approved_value('command')!r}: a variable in it is unset or empty)"
+                f"its command is empty (written {written!r}{unset})"
                 if not cfg.command
                 else f"permission denied running {cfg.command!r}"
             )
