@@ -743,6 +743,20 @@ def test_a_url_with_a_scheme_other_than_http_is_not_said_to_lack_one(layout: Lay
     assert row["error"] == "its URL has no host (written 'unix:/tmp/mcp.sock'); check mcpServers.r.url"
 
 
+@pytest.mark.parametrize("url", ["ftp://example.com/mcp", "ws://localhost:8080/mcp"])
+def test_a_url_with_a_scheme_mcp_is_not_served_over_says_to_write_an_http_one(layout: Layout, url: str) -> None:
+    """Before: httpx's "UnsupportedProtocol: Request URL has an unsupported protocol 'ftp://'." with no fix."""
+    write_json(layout.paths.user, {"mcpServers": {"r": {"type": "http", "url": url}}})
+    code, out = invoke(layout, "status", "--json")
+    assert code == 1
+    [row] = json.loads(out)["servers"]
+    scheme = url.partition(":")[0]
+    assert row["error"] == (
+        f"its URL's scheme {scheme!r} is not one MCP is served over (written {url!r}); write an https:// (or "
+        "http://) URL in mcpServers.r.url"
+    )
+
+
 def test_a_url_whose_variable_is_set_but_has_no_scheme_says_to_add_the_scheme(layout: Layout) -> None:
     """Before: "a variable in it is unset or empty", of a variable that was set (to a host without https://)."""
     layout.env["MCP_HOST"] = "example.com"

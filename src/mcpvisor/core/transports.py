@@ -86,6 +86,13 @@ async def open_transport(
             f"check mcpServers.{name}.url",
             server=name,
         )
+    if cfg.command is None and (scheme := urlsplit(cfg.http_url or cfg.url or "").scheme.lower()) not in _SCHEMES:
+        written = str(cfg.approved_value("http_url" if cfg.http_url is not None else "url"))
+        raise ConnectError(
+            f"could not reach server {name!r}: its URL's scheme {scheme!r} is not one MCP is served over (written "
+            f"{written!r}); write an https:// (or http://) URL in mcpServers.{name}.url",
+            server=name,
+        )
     if cfg.command is not None:
         adopted = ahead.take(cfg) if ahead is not None else None
         # A server may print anything it was given, secrets included: the log is the user's alone (0600).
@@ -186,6 +193,10 @@ async def open_transport(
             httpx_client_factory=http_client,
         )
     return transport, process
+
+
+_SCHEMES = ("http", "https")
+"""The schemes of a remote server's URL."""
 
 
 def _lacks_scheme(url: str) -> bool:
