@@ -239,3 +239,22 @@ def test_a_server_is_not_added_to_a_file_whose_servers_key_is_misspelt_and_the_f
     code, output = add(layout, "c", "--", "echo", "hi")
     assert code == 0, output
     assert list(saved(layout)) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        (
+            "example.com/mcp",
+            "'example.com/mcp' is not an http:// or https:// URL; give it as --url 'https://example.com/mcp'",
+        ),
+        ("localhost:8080/mcp", "is not an http:// or https:// URL; give it as --url 'https://localhost:8080/mcp'"),
+        ("ftp://example.com/mcp", "'ftp://example.com/mcp' is not an http:// or https:// URL"),
+    ],
+)
+def test_a_url_given_without_its_scheme_is_refused_with_the_url_to_give(layout: Layout, url: str, said: str) -> None:
+    """Before: "'example.com/mcp' is not an http:// or https:// URL", without the URL that would do."""
+    code, output = add(layout, "r", "--url", url)
+    assert code == 1
+    assert said in " ".join(output.split())
+    assert not layout.paths.user.exists()

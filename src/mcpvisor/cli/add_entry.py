@@ -40,7 +40,8 @@ def server_entry(
     entry: dict[str, Any] = {}
     if url:
         if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
-            raise ConfigError(f"cannot add server {name!r}: {url!r} is not an http:// or https:// URL")
+            fix = f"; give it as --url {'https://' + url!r}" if "://" not in url and urlsplit("//" + url).netloc else ""
+            raise ConfigError(f"cannot add server {name!r}: {url!r} is not an http:// or https:// URL{fix}")
         if env_vars:
             raise ConfigError(
                 f"cannot add server {name!r}: --env sets the environment of a command the host starts; a remote "
