@@ -223,6 +223,22 @@ async def test_calls_that_cannot_be_answered_say_why(tmp_path: Path) -> None:
         assert "files" in text(misnamed)
 
 
+async def test_a_file_uri_names_its_file_and_a_folder_is_said_to_be_one(tmp_path: Path) -> None:
+    """Before, both were "no such file": agents pass the file:// URIs language servers and editors use."""
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        uri = (s.layout.root / "service.py").as_uri()
+        hover = await s.ok("hover", file=uri, line=3, character=6)
+        assert "make_user(name: str) -> User" in hover["contents"]
+        checked = await s.ok("diagnostics", files=[uri])
+        assert [f["file"] for f in checked["files"]] == ["service.py"]
+        (s.layout.root / "pkg").mkdir()
+        folder = await s.call("document_symbols", file="pkg")
+        assert text(folder) == "'pkg' is a folder, not a file; name a file in it"
+        outside = (tmp_path / "elsewhere.py").as_uri()
+        refused = await s.call("hover", file=outside, line=1, character=1)
+        assert text(refused) == f"file {outside!r} is outside the workspace {s.layout.root}; name a file inside it"
+
+
 async def test_a_failure_shows_the_command_line_as_written_never_what_a_variable_stands_for(tmp_path: Path) -> None:
     user = {"lspServers": {"python": pylsp(command="${LSPCMD}", args=["--token", "${TOK}"])}}
     secrets = {"LSPCMD": "/nonexistent/s3cret-cmd-xyz", "TOK": "tok-s3cret-999"}

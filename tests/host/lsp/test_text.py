@@ -12,6 +12,7 @@ import pytest
 from mcpvisor.core.errors import McpvisorError
 from mcpvisor.host.lsp.text import (
     FileOutsideWorkspace,
+    FolderNotFile,
     Lines,
     NoSuchFile,
     character_of,
@@ -212,12 +213,41 @@ def test_a_file_outside_is_refused_even_when_it_does_not_exist(workspace: Path) 
         resolve_file("../nothing.py", workspace)
 
 
-@pytest.mark.parametrize("file", ["missing.py", "pkg", "pkg/missing/b.py", ""])
-def test_a_missing_file_or_a_folder_is_no_such_file(workspace: Path, file: str) -> None:
+@pytest.mark.parametrize("file", ["missing.py", "pkg/missing/b.py", ""])
+def test_a_missing_file_is_no_such_file(workspace: Path, file: str) -> None:
     with pytest.raises(NoSuchFile, match=re.escape(f"no such file {file!r} in the workspace")) as caught:
         resolve_file(file, workspace)
     assert caught.value.file == file
     assert isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize("file", ["pkg", "pkg/", ".", "ABSOLUTE"])
+def test_a_folder_is_said_to_be_a_folder_where_a_file_is_needed(workspace: Path, file: str) -> None:
+    """Before, "no such file 'pkg' in the workspace": the folder is there, and the agent looked for a typo."""
+    if file == "ABSOLUTE":
+        file = str(workspace / "pkg")
+    with pytest.raises(FolderNotFile) as caught:
+        resolve_file(file, workspace)
+    assert str(caught.value) == f"{file!r} is a folder, not a file; name a file in it"
+    assert isinstance(caught.value, NoSuchFile)  # what cannot be read as a file, wherever that is caught
+
+
+def test_a_file_uri_of_a_file_inside_the_workspace_names_that_file(workspace: Path) -> None:
+    """Before, "no such file 'file:///…/pkg/a.py'": the URI a language server or an editor gives was no file."""
+    assert resolve_file((workspace / "pkg" / "a.py").as_uri(), workspace) == (workspace / "pkg" / "a.py").resolve()
+    (workspace / "with space é.py").write_text("")
+    spaced = (workspace / "with space é.py").as_uri()
+    assert "%20" in spaced
+    assert resolve_file(spaced, workspace) == (workspace / "with space é.py").resolve()
+    assert resolve_file("FILE://" + str(workspace / "top.py"), workspace) == (workspace / "top.py").resolve()
+
+
+@pytest.mark.parametrize("uri", ["SECRET", "file://other-host/etc/passwd", "LINK"])
+def test_a_file_uri_outside_the_workspace_is_refused_as_an_outside_path_is(workspace: Path, uri: str) -> None:
+    uri = {"SECRET": (workspace.parent / "secret.py").as_uri(), "LINK": (workspace / "out.py").as_uri()}.get(uri, uri)
+    with pytest.raises(FileOutsideWorkspace) as caught:
+        resolve_file(uri, workspace)
+    assert str(caught.value) == f"file {uri!r} is outside the workspace {workspace.resolve()}; name a file inside it"
 
 
 def test_a_missing_file_is_said_with_the_folder_a_relative_path_starts_at(workspace: Path) -> None:

@@ -25,6 +25,7 @@ from mcpvisor.core.errors import McpvisorError
 
 __all__ = [
     "FileOutsideWorkspace",
+    "FolderNotFile",
     "Lines",
     "NoSuchFile",
     "character_of",
@@ -155,14 +156,31 @@ class NoSuchFile(McpvisorError, ValueError):
         self.root = root
 
 
+class FolderNotFile(NoSuchFile):
+    """A tool named a folder of the workspace where a file is needed."""
+
+    def __init__(self, file: str, root: Path) -> None:
+        super(NoSuchFile, self).__init__(f"{file!r} is a folder, not a file; name a file in it")
+        self.file = file
+        self.root = root
+
+
 def resolve_file(file: str, root: Path) -> Path:
-    """A tool's ``file`` argument (workspace-relative or absolute) as the real path of a file inside
-    ``root``, symlinks followed. Reads the file system (``resolve``, ``is_file``), nothing else."""
+    """A tool's ``file`` argument (workspace-relative, absolute, or a ``file://`` URI) as the real path of a file
+    inside ``root``, symlinks followed. Reads the file system (``resolve``, ``is_file``), nothing else."""
     real_root = root.resolve()
-    candidate = Path(file)
+    if file[:7].lower() == "file://":  # what a language server or an editor calls a file
+        local = path_of(file)
+        if local is None or not local.is_absolute():  # a file on another host
+            raise FileOutsideWorkspace(file, real_root)
+        candidate = local
+    else:
+        candidate = Path(file)
     real = (candidate if candidate.is_absolute() else real_root / candidate).resolve()
     if not real.is_relative_to(real_root):
         raise FileOutsideWorkspace(file, real_root)
+    if file and real.is_dir():
+        raise FolderNotFile(file, real_root)
     if not real.is_file():
         raise NoSuchFile(file, real_root, meant=_meant(candidate, real_root))
     return real

@@ -27,7 +27,10 @@ __all__ = ["CAPABILITY", "DIAGNOSTICS_WAIT_MS", "TOOLS", "TOOL_NAMES", "WHAT", "
 
 DIAGNOSTICS_WAIT_MS = 3000
 
-_FILE = {"type": "string", "description": "A file of the workspace: relative to it, or absolute inside it."}
+_FILE = {
+    "type": "string",
+    "description": "A file of the workspace: relative to it, absolute inside it, or its file:// URI.",
+}
 _LINE = {"type": "integer", "minimum": 1, "description": "1-based line."}
 _CHARACTER = {"type": "integer", "minimum": 1, "description": "1-based column, in characters."}
 _SYMBOL = {

@@ -5,9 +5,9 @@ Registered in the session's tool registry like a server's tools, so the gateway 
 listed as soon as a language server is configured that is not excluded or not allowed (a pending one
 counts, so that a call can say it needs approval), and the set never changes shape.
 
-Inputs: ``file`` is workspace-relative or absolute inside the workspace; ``line`` and ``character`` are
-1-based (characters as a person counts them); every position-taking tool accepts ``symbol`` (a name,
-optionally ``Class.method``) instead. Outputs are ``structuredContent`` matching each tool's
+Inputs: ``file`` is workspace-relative, absolute inside the workspace or its ``file://`` URI; ``line`` and
+``character`` are 1-based (characters as a person counts them); every position-taking tool accepts ``symbol``
+(a name, optionally ``Class.method``) instead. Outputs are ``structuredContent`` matching each tool's
 ``outputSchema``, plus a short text. A call that cannot be answered says why, as a tool error.
 Every tool is read-only: ``rename_preview`` writes nothing.
 """
