@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mcpvisor.core.errors import McpvisorError
+from mcpvisor.host.lsp import text as lsp_text
 from mcpvisor.host.lsp.text import (
     FileOutsideWorkspace,
     FolderNotFile,
@@ -270,6 +271,42 @@ def test_a_path_written_from_another_folder_says_which_file_of_the_workspace_it_
         f"no such file {file!r} in the workspace {workspace.resolve()}; did you mean 'pkg/a.py'? (a relative path "
         "starts at the workspace folder)"
     )
+
+
+@pytest.mark.parametrize("file", ["a.py", "ABSOLUTE"])
+def test_a_path_missing_its_first_folders_says_the_one_file_of_the_workspace_it_names(
+    workspace: Path, file: str
+) -> None:
+    """Before, "no such file 'a.py'", though pkg/a.py is the only a.py of the workspace."""
+    if file == "ABSOLUTE":
+        file = str(workspace / "a.py")
+    with pytest.raises(NoSuchFile) as caught:
+        resolve_file(file, workspace)
+    assert str(caught.value) == (
+        f"no such file {file!r} in the workspace {workspace.resolve()}; did you mean 'pkg/a.py'? (a relative path "
+        "starts at the workspace folder)"
+    )
+
+
+@pytest.mark.parametrize("planted", ["other/a.py", ".venv/lib/b.py", "node_modules/m/b.py", ".git/b.py"])
+def test_no_file_is_guessed_among_several_nor_in_installed_or_hidden_folders(workspace: Path, planted: str) -> None:
+    (workspace / planted).parent.mkdir(parents=True)
+    (workspace / planted).write_text("")
+    file = Path(planted).name
+    with pytest.raises(NoSuchFile) as caught:
+        resolve_file(file, workspace)
+    assert "did you mean" not in str(caught.value)
+
+
+def test_the_search_for_a_file_meant_gives_up_beyond_its_bound(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lsp_text, "SEARCH_MAX_ENTRIES", 3)
+    for n in range(5):
+        (workspace / f"f{n}.txt").write_text("")
+    with pytest.raises(NoSuchFile) as caught:
+        resolve_file("a.py", workspace)
+    assert "did you mean" not in str(caught.value)
 
 
 def test_a_workspace_reached_through_a_symlink_still_contains_its_files(workspace: Path, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ Lines end the LSP way: at ``\\n``, ``\\r\\n`` or ``\\r`` (not at the other separ
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,6 +40,10 @@ __all__ = [
 ]
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
+SEARCH_MAX_ENTRIES = 20_000
+"""How many entries of the workspace the search for a file a missing path may have meant looks at, at most."""
+SEARCH_SKIPPED = frozenset({"node_modules", "__pycache__", "site-packages", "venv"})
+"""Folders that search never enters (nor hidden ones: ``.git``, ``.venv``): installed and generated files."""
 
 
 def _units(char: str) -> int:
@@ -188,10 +193,46 @@ def resolve_file(file: str, root: Path) -> Path:
 
 def _meant(candidate: Path, root: Path) -> str | None:
     """The file of ``root`` a relative ``candidate`` names when its first folders are dropped (a path written from
-    the workspace's parent, ``proj/src/a.py`` for ``src/a.py``), if one does."""
-    parts = () if candidate.is_absolute() else candidate.parts
+    the workspace's parent, ``proj/src/a.py`` for ``src/a.py``), if one does; else the one file of ``root`` whose
+    path ends as ``candidate`` does (``mod.py`` for ``pkg/mod.py``), if there is exactly one."""
+    if candidate.is_absolute():
+        if not candidate.is_relative_to(root):
+            return None
+        candidate = candidate.relative_to(root)
+    parts = candidate.parts
     for start in range(1, len(parts)):
         shorter = Path(*parts[start:])
         if ".." not in shorter.parts and (root / shorter).resolve().is_relative_to(root) and (root / shorter).is_file():
             return shorter.as_posix()
-    return None
+    if not parts or ".." in parts or "." in parts:
+        return None
+    return _the_one_ending_as(parts, root)
+
+
+def _the_one_ending_as(parts: tuple[str, ...], root: Path) -> str | None:
+    """The one regular file under ``root`` whose relative path ends with ``parts``, looking at no more than
+    :data:`SEARCH_MAX_ENTRIES` entries and never inside :data:`SEARCH_SKIPPED` folders, hidden ones or symlinks;
+    ``None`` when there is none, more than one, or the search was cut short."""
+    found: str | None = None
+    seen = 0
+    folders = [root]
+    while folders:
+        folder = folders.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > SEARCH_MAX_ENTRIES:
+                        return None
+                    if entry.is_dir(follow_symlinks=False):
+                        if entry.name not in SEARCH_SKIPPED and not entry.name.startswith("."):
+                            folders.append(Path(entry.path))
+                    elif entry.name == parts[-1] and entry.is_file(follow_symlinks=False):
+                        rel = Path(entry.path).relative_to(root)
+                        if rel.parts[-len(parts) :] == parts:
+                            if found is not None:
+                                return None  # two of them: no guess
+                            found = rel.as_posix()
+        except OSError:
+            continue
+    return found
