@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import keyword
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,16 @@ from mcpvisor.host.lsp.results import (
     WorkspaceSymbolsResult,
 )
 
-__all__ = ["CAPABILITY", "DIAGNOSTICS_WAIT_MS", "TOOLS", "TOOL_NAMES", "WHAT", "ToolFailure", "argument_problem"]
+__all__ = [
+    "CAPABILITY",
+    "DIAGNOSTICS_WAIT_MS",
+    "TOOLS",
+    "TOOL_NAMES",
+    "WHAT",
+    "ToolFailure",
+    "argument_problem",
+    "new_name_problem",
+]
 
 DIAGNOSTICS_WAIT_MS = 3000
 
@@ -189,6 +199,22 @@ def argument_problem(tool: str, arguments: dict[str, Any]) -> str | None:
         return None
     where = "".join(f"[{p}]" if isinstance(p, int) else (f".{p}" if i else p) for i, p in enumerate(error.path))
     return f"{tool}: {where + ': ' if where else ''}{error.message}"
+
+
+def new_name_problem(language_id: str, new_name: str) -> str | None:
+    """Why ``new_name`` cannot name anything in a document of ``language_id``, for a language whose rule is known
+    (Python), or None. A server asked for such a rename answers nothing (basedpyright) or an edit that breaks the
+    code (pylsp), and nothing says why."""
+    if language_id != "python":
+        return None
+    if keyword.iskeyword(new_name):
+        return f"cannot rename to {new_name!r}: it is a Python keyword"
+    if not new_name.isidentifier():
+        return (
+            f"cannot rename to {new_name!r}: it is not a Python identifier (letters, digits and _, not starting "
+            "with a digit)"
+        )
+    return None
 
 
 _VALIDATORS = {name: jsonschema.Draft202012Validator(spec.input_schema) for name, spec in _SPECS.items()}

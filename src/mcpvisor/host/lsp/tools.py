@@ -60,6 +60,7 @@ from mcpvisor.host.lsp.tool_specs import (
     WHAT,
     ToolFailure,
     argument_problem,
+    new_name_problem,
 )
 
 __all__ = ["LSP_PROVIDER", "TOOL_NAMES", "LspTools", "ToolFailure"]
@@ -470,6 +471,8 @@ class LspTools:
         if not isinstance(new_name, str) or not new_name:
             raise ToolFailure("give 'new_name': the name to rename to")
         at = await self._at(arguments, "rename_preview")
+        if problem := new_name_problem(at.doc.language_id, new_name):
+            raise ToolFailure(problem)
         prepare = at.server.capabilities.get("renameProvider")
         if isinstance(prepare, Mapping) and prepare.get("prepareProvider"):
             if not await self._request(at.server, "textDocument/prepareRename", at.params):

@@ -1,0 +1,42 @@
+"""What the language server tools answer an agent that asks something a server cannot do as asked, with real
+servers (pylsp and basedpyright)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcpvisor.host.lsp.tool_specs import new_name_problem
+from tests.host.lsp.test_lsp_host import basedpyright, pylsp, session, text
+
+SERVERS = pytest.mark.parametrize("server", [pylsp(), basedpyright()], ids=["pylsp", "basedpyright"])
+
+
+@SERVERS
+async def test_a_rename_to_a_name_python_does_not_allow_says_why_instead_of_no_changes(
+    tmp_path: Path, server: dict[str, Any]
+) -> None:
+    """Before, basedpyright's empty edit read "no changes" (as if nothing referred to the symbol), and pylsp's edit
+    wrote ``def 1abc(``: neither said the name is not one Python allows."""
+    async with session(tmp_path, user={"lspServers": {"python": server}}, watch=False) as s:
+        renamed = await s.ok("rename_preview", file="models.py", symbol="make_user", new_name="new_user")
+        assert {change["file"] for change in renamed["changes"]} == {"models.py", "service.py"}
+        for name, why in [
+            ("1abc", "it is not a Python identifier (letters, digits and _, not starting with a digit)"),
+            ("a-b", "it is not a Python identifier (letters, digits and _, not starting with a digit)"),
+            ("class", "it is a Python keyword"),
+        ]:
+            refused = await s.call("rename_preview", file="models.py", symbol="make_user", new_name=name)
+            assert refused.is_error, text(refused)
+            assert text(refused) == f"cannot rename to {name!r}: {why}"
+        soft = await s.ok("rename_preview", file="models.py", symbol="make_user", new_name="match")
+        assert soft["changes"]  # a soft keyword is a name like any other
+
+
+def test_only_the_rule_of_a_language_known_here_is_applied_to_a_new_name() -> None:
+    assert new_name_problem("python", "ok_name") is None
+    assert new_name_problem("python", "名前") is None
+    assert new_name_problem("rust", "1abc") is None  # its rules are its server's to say
+    assert new_name_problem("typescript", "class") is None
