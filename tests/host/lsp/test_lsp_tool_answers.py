@@ -40,3 +40,28 @@ def test_only_the_rule_of_a_language_known_here_is_applied_to_a_new_name() -> No
     assert new_name_problem("python", "名前") is None
     assert new_name_problem("rust", "1abc") is None  # its rules are its server's to say
     assert new_name_problem("typescript", "class") is None
+
+
+@SERVERS
+async def test_line_one_of_a_file_saved_with_a_byte_order_mark_counts_characters_as_a_person_does(
+    tmp_path: Path, server: dict[str, Any]
+) -> None:
+    """Editors neither show nor send a UTF-8 byte order mark. Before, it was sent as a character: with basedpyright
+    a hover on the first character of line 1 found nothing and line 1's symbols read one column right; pylsp put
+    the same name at 1:1 in its references and at 1:2 in its symbols, and its previews began with the mark."""
+    async with session(tmp_path, user={"lspServers": {"python": server}}, watch=False) as s:
+        (s.layout.root / "bom.py").write_bytes(b"\xef\xbb\xbfzed = 1\nw = zed\n")
+        symbols = await s.ok("document_symbols", file="bom.py")
+        assert [(sym["name"], sym["loc"]["line"], sym["loc"]["character"]) for sym in symbols["symbols"]] == [
+            ("zed", 1, 1),
+            ("w", 2, 1),
+        ]
+        refs = await s.ok("find_references", file="bom.py", line=2, character=5, include_declaration=True)
+        assert [(r["line"], r["character"], r["preview"]) for r in refs["references"]] == [
+            (1, 1, "zed = 1"),
+            (2, 5, "w = zed"),
+        ]
+        found = await s.ok("go_to_definition", file="bom.py", line=2, character=5)
+        assert [(loc["line"], loc["character"]) for loc in found["locations"]] == [(1, 1)]
+        hover = await s.ok("hover", file="bom.py", line=1, character=1)
+        assert hover["contents"]  # about zed, not about the mark before it

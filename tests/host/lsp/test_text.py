@@ -17,6 +17,7 @@ from mcpvisor.host.lsp.text import (
     Lines,
     NoSuchFile,
     character_of,
+    document_text,
     from_wire,
     path_of,
     relative,
@@ -314,3 +315,9 @@ def test_a_workspace_reached_through_a_symlink_still_contains_its_files(workspac
     alias.symlink_to(workspace, target_is_directory=True)
     assert resolve_file("pkg/a.py", alias) == (workspace / "pkg" / "a.py").resolve()
     assert resolve_file(os.fspath(alias / "top.py"), alias) == (workspace / "top.py").resolve()
+
+
+def test_a_documents_text_is_utf_8_without_a_leading_byte_order_mark() -> None:
+    assert document_text(b"\xef\xbb\xbfx = 1\n") == "x = 1\n"
+    assert document_text(b"x = '\xef\xbb\xbf'\n") == "x = '\ufeff'\n"  # one inside the text is text
+    assert document_text("# café\n".encode("latin-1")) == "# caf\ufffd\n"

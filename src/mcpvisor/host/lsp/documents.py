@@ -24,9 +24,9 @@ from typing import Any
 import anyio
 
 from mcpvisor.host.file_reads import read_regular
-from mcpvisor.host.lsp.text import Lines, NoSuchFile, uri_of
+from mcpvisor.host.lsp.text import Lines, NoSuchFile, document_text, uri_of
 
-__all__ = ["MAX_OPEN_DOCUMENTS", "Document", "Documents", "next_sync_number"]
+__all__ = ["MAX_OPEN_DOCUMENTS", "Document", "Documents", "next_sync_number", "text_on_disk"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,12 @@ def _regular_file_stat(path: Path) -> os.stat_result | None:
 
 def _read(path: Path) -> tuple[os.stat_result, bytes]:
     return read_regular(path, MAX_DOCUMENT_BYTES, what="a document sent to a language server")
+
+
+def text_on_disk(path: Path, max_bytes: int) -> str:
+    """The text of ``path`` (its first ``max_bytes``) as a server that opened it would have been sent it: what
+    results about a file no server has open are converted against. Raises :class:`OSError`."""
+    return document_text(read_regular(path, max_bytes)[1])
 
 
 class Documents:
@@ -148,7 +154,7 @@ class Documents:
         else:
             now, data = _read(path)
         digest = hashlib.sha1(data, usedforsecurity=False).digest()
-        text = data.decode("utf-8", errors="replace")
+        text = document_text(data)
         if doc is None:
             doc = Document(
                 path, uri_of(path), language_id, 1, now.st_mtime_ns, now.st_size, digest, text, Lines(text), 0

@@ -30,6 +30,7 @@ __all__ = [
     "Lines",
     "NoSuchFile",
     "character_of",
+    "document_text",
     "from_wire",
     "path_of",
     "relative",
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
+UTF8_BOM = b"\xef\xbb\xbf"
 SEARCH_MAX_ENTRIES = 20_000
 """How many entries of the workspace the search for a file a missing path may have meant looks at, at most."""
 SEARCH_SKIPPED = frozenset({"node_modules", "__pycache__", "site-packages", "venv"})
@@ -112,6 +114,13 @@ def from_wire(lines: Lines, position: Mapping[str, Any]) -> tuple[int, int]:
     """An LSP ``Position`` as a 1-based (line, code-point character); negative numbers count as 0."""
     line0 = max(0, int(position["line"]))
     return line0 + 1, character_of(lines.line(line0), max(0, int(position["character"])))
+
+
+def document_text(data: bytes) -> str:
+    """A file's bytes as the text a language server is sent and positions are counted in: UTF-8 (bytes that are
+    not read as U+FFFD), without a leading byte order mark, which editors neither show nor send (with it, line 1's
+    characters were one off: the server counted the mark, a person does not)."""
+    return data.removeprefix(UTF8_BOM).decode("utf-8", errors="replace")
 
 
 def uri_of(path: Path) -> str:

@@ -25,9 +25,8 @@ import mcp_types as types
 from pydantic import BaseModel
 
 from mcpvisor.core.client_requests import Progress
-from mcpvisor.host.file_reads import read_regular
 from mcpvisor.host.lsp import normalize
-from mcpvisor.host.lsp.documents import Document
+from mcpvisor.host.lsp.documents import Document, text_on_disk
 from mcpvisor.host.lsp.errors import LspDocumentUnreadable
 from mcpvisor.host.lsp.jsonrpc import LspError
 from mcpvisor.host.lsp.manager import LspManager, Unroutable
@@ -179,7 +178,7 @@ class LspTools:
                 return text
             if path not in cache:
                 try:
-                    cache[path] = read_regular(path, _PREVIEW_READ_BYTES)[1].decode("utf-8", errors="replace")
+                    cache[path] = text_on_disk(path, _PREVIEW_READ_BYTES)
                 except OSError:
                     cache[path] = None
             return cache[path]
