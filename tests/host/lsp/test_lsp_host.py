@@ -703,6 +703,31 @@ async def test_a_server_that_exits_at_its_start_says_why_and_names_its_log(tmp_p
         assert status["last_error"] == f"exited with code 3: no licence; see its log {server.log_path}", status
 
 
+async def test_a_server_that_exits_before_initialize_is_written_says_why_and_names_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host slow to write (a busy machine) found the pipe already closed: that write's failure was not taken for
+    the crash it is, and the call and status said the exit without the log to read."""
+    from mcpvisor.host.lsp import jsonrpc
+    from mcpvisor.host.lsp.process import spawn_language_server
+
+    async def spawned_and_gone(*args: Any, **kwargs: Any) -> Any:
+        process = await spawn_language_server(*args, **kwargs)
+        await process.wait()  # initialize is written only once the server has exited
+        return process
+
+    monkeypatch.setattr(jsonrpc, "spawn_language_server", spawned_and_gone)
+    script = "import sys; print('no licence', file=sys.stderr); sys.exit(3)"
+    entry = {"command": sys.executable, "args": ["-c", script], "extensionToLanguage": {".py": "python"}}
+    async with session(tmp_path, user={"lspServers": {"python": entry}}, watch=False) as s:
+        failed = await s.call("hover", file="service.py", line=3, character=6)
+        server = s.host.lsp.manager.servers()["python"]
+        said = f"exited with code 3: no licence; see its log {server.log_path}"
+        assert text(failed) == f"language server 'python' failed — {said}"
+        [status] = (await s.ok("status"))["servers"]
+        assert (status["state"], status["last_error"]) == ("failed", said)
+
+
 async def test_a_server_that_never_answers_initialize_is_killed_and_reported_failed_by_the_call_that_waited(
     tmp_path: Path,
 ) -> None:

@@ -186,7 +186,8 @@ class LspConnection:
                 with anyio.move_on_after(2 * EXIT_REPORT_S):
                     await self.process.ended.wait()  # the reader learns why: an exit code, its last words
                 reason = self._ended_reason if self.closed() else "closed its input"
-                raise LspConnectionClosed(server=self.name, reason=reason, method=method) from exc
+                crashed = not self.stopping  # it ended (or stopped reading) on its own, as when the reader sees it
+                raise LspConnectionClosed(server=self.name, reason=reason, method=method, crashed=crashed) from exc
 
     async def _cancel(self, request_id: int) -> None:
         """Best effort: tell the server a request was given up (a late answer is dropped anyway)."""
