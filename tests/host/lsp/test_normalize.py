@@ -145,6 +145,24 @@ def test_a_preview_is_the_stripped_line_cut_at_200_characters() -> None:
     assert found.preview == ("x = '" + "a" * 300)[:200]
 
 
+def test_a_preview_of_a_location_far_along_a_long_line_shows_the_location() -> None:
+    """Before, the line's first 200 characters: on minified or generated code every location of the line had
+    the same preview, and none showed what it was about."""
+    path = ROOT / "minified.js"
+    line = "var a=1;" * 100 + "function target(){return 1}" + ";b=2" * 100
+    texts = {path: "  " + line + "\n"}
+    at = line.index("target")
+    [found] = locations({"uri": path.as_uri(), "range": rng(0, 2 + at, 0, 2 + at + 6)}, root=ROOT, text_of=texts.get)
+    assert found.preview == "…" + line[at - 40 : at + 158] + "…"
+    assert len(found.preview) == 200
+    assert (found.line, found.character) == (1, 3 + at)
+    [first] = locations({"uri": path.as_uri(), "range": rng(0, 2)}, root=ROOT, text_of=texts.get)
+    assert first.preview == line[:200]  # near the start: the line's start, as for any line
+    end = len(line) - 4
+    [last] = locations({"uri": path.as_uri(), "range": rng(0, 2 + end)}, root=ROOT, text_of=texts.get)
+    assert last.preview == "…" + line[end - 40 :]
+
+
 def test_text_of_is_asked_once_per_file_within_one_answer() -> None:
     asked: list[Path] = []
 

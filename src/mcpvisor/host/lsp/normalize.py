@@ -38,6 +38,8 @@ TextOf = Callable[[Path], str | None]
 """A file's current text, or ``None`` when it is not known."""
 
 PREVIEW_CHARS = 200
+PREVIEW_LEAD_CHARS = 40
+"""How much of a long line a preview shows before the location it is about, when the location lies past its start."""
 
 SYMBOL_KINDS: dict[int, str] = dict(
     enumerate(
@@ -53,6 +55,18 @@ SYMBOL_KINDS: dict[int, str] = dict(
 
 _SEVERITIES: dict[int, Severity] = {1: "error", 2: "warning", 3: "info", 4: "hint"}
 _FILE_OPERATIONS = frozenset({"create", "rename", "delete"})
+
+
+def _preview(line_text: str, character: int) -> str:
+    """The source line of a location at the 1-based ``character``, stripped and cut to :data:`PREVIEW_CHARS`; on a
+    longer line (minified or generated code) the cut keeps the location in view, ``…`` marking what is left out."""
+    stripped = line_text.strip()
+    at = max(0, character - 1 - (len(line_text) - len(line_text.lstrip())))  # where it is in the stripped line
+    if len(stripped) <= PREVIEW_CHARS or at + PREVIEW_LEAD_CHARS <= PREVIEW_CHARS:
+        return stripped[:PREVIEW_CHARS]
+    start = at - PREVIEW_LEAD_CHARS
+    end = start + PREVIEW_CHARS - 2
+    return "…" + stripped[start:end] + ("…" if end < len(stripped) else "")
 
 
 class _Files:
@@ -108,7 +122,7 @@ class _Files:
         start, end = range_["start"], range_["end"]
         line, character = _position(lines, start)
         end_line, end_character = _position(lines, end)
-        preview = lines.line(line - 1).strip()[:PREVIEW_CHARS] if lines is not None else None
+        preview = _preview(lines.line(line - 1), character) if lines is not None else None
         return Loc(
             file=self.shown(path) if path is not None else uri,
             line=line,

@@ -67,7 +67,8 @@ def _one_line(text: str) -> str:
 
 class Loc(_Model):
     """A range in a file: ``file`` is workspace-relative (POSIX) or absolute outside the workspace;
-    lines and characters are 1-based, characters in code points; ``preview`` is the stripped first line."""
+    lines and characters are 1-based, characters in code points; ``preview`` is the stripped first line (at most
+    200 characters of it, around the start of the range on a longer line)."""
 
     file: str
     line: int
