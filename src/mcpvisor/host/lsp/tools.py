@@ -193,7 +193,7 @@ class LspTools:
         does not start is passed over while another can answer); ``server``: that one (the caller's choice)."""
         if not isinstance(file, str) or not file:
             raise ToolFailure("give 'file': a file of the workspace (relative to it, or absolute inside it)")
-        path = resolve_file(file, self.root)
+        path = await anyio.to_thread.run_sync(resolve_file, file, self.root)  # (a wrong path's search: off the loop)
         candidates = self.manager.candidates(path)
         if server is not None:
             chosen = [c for c in candidates if c.name == server]
@@ -454,15 +454,15 @@ class LspTools:
         problems: list[FileDiagnostics] = []
         for file in files:
             try:
-                running = [] if server is not None else self._running_for(file)
+                running = [] if server is not None else await self._running_for(file)
                 targets.extend(running or [await self._server_for(file, server=server, sync_open=False)])
             except (ToolFailure, Unroutable, NoSuchFile, FileOutsideWorkspace) as exc:
                 problems.append(FileDiagnostics(file=file, fresh=False, problem=str(exc)))
         return targets, problems
 
-    def _running_for(self, file: str) -> list[_Target]:
+    async def _running_for(self, file: str) -> list[_Target]:
         """The servers running for ``file``'s extension (none: its first is to be started)."""
-        path = resolve_file(file, self.root) if file else None
+        path = await anyio.to_thread.run_sync(resolve_file, file, self.root) if file else None
         return [(c, path) for c in self.manager.candidates(path) if c.state == "ready"] if path else []
 
     async def rename_preview(self, arguments: dict[str, Any]) -> RenameResult:
