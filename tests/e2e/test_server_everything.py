@@ -2,7 +2,8 @@
 ``mcpvisor serve --http``, reached by the SDK's client in both eras: its tools (text, structured content, an
 image, annotations, resource links), the tools it adds once it has seen the gateway's client capabilities,
 progress, sampling, elicitation and roots asked of the calling client, its prompts with their completions, its
-resources and templates, a subscription whose updates reach the subscriber, and its log messages. A settings
+resources and templates, a subscription whose updates reach the subscriber, its log messages, and the URL its
+URL-elicitation-required error asks the user to open (to a library caller and to the gateway's clients). A settings
 edit that adds a server leaves it running: same process, same subscription.
 
 The server and its Node.js are installed from the npm registry on first use (:mod:`tests.e2e.npm_peers`)."""
@@ -23,6 +24,9 @@ import pytest
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 
+from mcpvisor.core.config import Config
+from mcpvisor.core.errors import ToolCallError
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from tests.e2e.npm_peers import installed
 from tests.e2e.test_lsp import serving
 from tests.gateway.test_gateway import ERAS, save, server, text_of
@@ -34,6 +38,10 @@ pytestmark = pytest.mark.conformance
 DOCUMENT = "demo://resource/static/document/architecture.md"
 ASKING_TOOLS = {"get-roots-list", "trigger-sampling-request", "trigger-elicitation-request"}
 """What the server registers only after it has seen a client that can answer (its ``tools/list_changed``)."""
+URL_REQUIRED = {"url": "https://example.org/sign-in", "errorPath": True}
+"""Arguments of ``trigger-url-elicitation`` that make the server answer with its URL-elicitation-required error
+(-32042), which asks the user to open :data:`PREREQUISITE` before the call can succeed."""
+PREREQUISITE = "https://modelcontextprotocol.io"
 
 
 def everything(folder: Path) -> dict[str, Any]:
@@ -251,3 +259,20 @@ async def test_a_modern_clients_listen_stream_hears_the_reference_servers_resour
                 event = await subscription.__anext__()
         assert isinstance(event, ResourceUpdated)
         assert str(event.uri) == DOCUMENT
+
+
+async def test_a_url_the_reference_server_requires_opened_reaches_a_library_caller(tmp_path: Path) -> None:
+    servers = {"everything": McpServerConfig(**everything(tmp_path))}
+    options = ConnectionOptions(log_dir=tmp_path / "logs", client_requests=True)  # it offers URL elicitation
+    async with Config(mcp_servers=servers, options=options) as config:
+        await config.initialize()
+        await wait_until(lambda: "mcp__everything__trigger-url-elicitation" in config.tool_registry.names())
+        with pytest.raises(ToolCallError) as caught:
+            await config.call_tool("mcp__everything__trigger-url-elicitation", URL_REQUIRED)
+    assert str(caught.value) == (
+        "call to tool 'trigger-url-elicitation' on server 'everything' failed: MCP error -32042: This request "
+        f"requires browser-based authorization; open in a browser: {PREREQUISITE} (Open this link to satisfy the "
+        "prerequisite, then retry the request); then make the request again"
+    )
+    [elicitation] = caught.value.elicitations
+    assert elicitation.url == PREREQUISITE

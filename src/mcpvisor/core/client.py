@@ -378,12 +378,18 @@ class McpClient(ServerConnection):
                 target=target,
                 server=self.name,
             )
-        return request_failed(
-            f"{what} on server {self.name!r} failed: {redact_text(exc.message, self.config)}",
+        why, elicitations = exc.message, _urls_to_open(exc)
+        if elicitations:  # what the user is to do first: open them
+            opened = ", ".join(f"{e.url} ({e.message.rstrip('.')})" for e in elicitations)
+            why = f"{why.rstrip('.')}; open in a browser: {opened}; then make the request again"
+        error = request_failed(
+            f"{what} on server {self.name!r} failed: {redact_text(why, self.config)}",
             kind=kind,
             target=target,
             server=self.name,
         )
+        error.elicitations = elicitations
+        return error
 
 
 PROGRESS_SETTLE_S = 1.0
@@ -419,6 +425,17 @@ class _InOrder:
         await anyio.lowlevel.checkpoint()  # a relay the answer's arrival scheduled after it gets to start
         with anyio.move_on_after(PROGRESS_SETTLE_S):
             await self._idle.wait()
+
+
+def _urls_to_open(exc: MCPError) -> tuple[types.ElicitRequestURLParams, ...]:
+    """The URLs a server's URL-elicitation-required error (-32042, handshake era) asks the user to open; none for
+    another error, or one whose data is not what the protocol says it is."""
+    if exc.code != types.URL_ELICITATION_REQUIRED:
+        return ()
+    try:
+        return tuple(types.ElicitationRequiredErrorData.model_validate(exc.error.data).elicitations)
+    except ValidationError:
+        return ()
 
 
 def _output_problem(exc: RuntimeError) -> str | None:

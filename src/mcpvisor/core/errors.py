@@ -29,6 +29,7 @@ import shlex
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    from mcp_types import ElicitRequestURLParams
     from pydantic import ValidationError
 
 __all__ = [
@@ -153,6 +154,10 @@ class RequestError(McpvisorError):
     """A request to a server could not be made or failed. ``kind`` says what was asked, ``target`` of
     what (the tool or prompt name, the resource URI, the argument completed), ``server`` of whom (None
     when no server owns the target)."""
+
+    elicitations: tuple[ElicitRequestURLParams, ...] = ()
+    """What the server asks the user to open in a browser before the request can succeed (its
+    URL-elicitation-required error, -32042); the message names each URL too."""
 
     def __init__(self, message: str, *, kind: RequestKind, target: str, server: str | None = None) -> None:
         super().__init__(message)
