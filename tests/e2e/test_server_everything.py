@@ -21,7 +21,7 @@ import anyio
 import mcp_types as types
 import psutil
 import pytest
-from mcp import Client
+from mcp import Client, MCPError, UrlElicitationRequiredError
 from mcp.client.session import ClientRequestContext
 
 from mcpvisor.core.config import Config
@@ -276,3 +276,26 @@ async def test_a_url_the_reference_server_requires_opened_reaches_a_library_call
     )
     [elicitation] = caught.value.elicitations
     assert elicitation.url == PREREQUISITE
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_url_the_reference_server_requires_opened_reaches_the_calling_client(tmp_path: Path, mode: str) -> None:
+    peer = Peer()
+    async with gateway(tmp_path) as (_, url), peer.client(url, mode) as client:
+        await listed(client, {"mcp__everything__trigger-url-elicitation"})
+        if mode == "legacy":  # as the server said it: the client opens the URL (-32042 is of the handshake era)
+            with pytest.raises(MCPError) as caught:
+                await client.call_tool("mcp__everything__trigger-url-elicitation", URL_REQUIRED)
+            [elicitation] = UrlElicitationRequiredError.from_error(caught.value.error).elicitations
+            assert elicitation.url == PREREQUISITE
+            assert caught.value.error.message.startswith(
+                "call to tool 'trigger-url-elicitation' on server 'everything' failed: MCP error -32042: This request "
+                "requires browser-based authorization"
+            )
+        else:  # a 2026-07-28 client reads what to open in the error result
+            refused = await client.call_tool("mcp__everything__trigger-url-elicitation", URL_REQUIRED)
+            assert refused.is_error
+            assert f"open in a browser: {PREREQUISITE} (Open this link" in text_of(refused)
+        again = await client.call_tool("mcp__everything__trigger-url-elicitation", URL_REQUIRED)  # (opened: done)
+        assert "User completed the URL elicitation flow" in again.content[0].text  # type: ignore[union-attr]
+        assert peer.asked == ["elicitation: Please open the link to complete this action."]

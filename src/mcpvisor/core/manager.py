@@ -33,7 +33,15 @@ from mcpvisor.core.pool import PooledStartFailed, as_said_to, release
 from mcpvisor.core.processes import SpawnedAhead, loading_sdk
 from mcpvisor.core.reconcile import DesiredServers, LiveServer, ReconcilePlan, admitted, plan_for
 from mcpvisor.core.reconnects import Reconnects, Recovery
-from mcpvisor.core.registry import Admitted, DefinitionGate, PromptRegistry, ToolRegistry, admit, server_state
+from mcpvisor.core.registry import (
+    Admitted,
+    DefinitionGate,
+    PromptRegistry,
+    ToolRegistry,
+    admit,
+    mcp_tool_name,
+    server_state,
+)
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, connection_id_of
 from mcpvisor.core.start_slots import StartSlots
 
@@ -409,6 +417,15 @@ class McpClientManager:
     def held(self, name: str) -> Admitted | None:
         """What the definition gate holds back of ``name``'s tools and prompts (None: nothing)."""
         return self._held.get(name)
+
+    def held_tool_names(self) -> set[str]:
+        """The registered names (``mcp__<server>__<tool>``) of the connected servers' tools held back."""
+        return {
+            mcp_tool_name(server, tool)
+            for server in self._clients
+            if (admitted := self._held.get(server)) is not None
+            for tool in admitted.held_tools
+        }
 
     def refresh_definitions(self) -> None:
         """Ask the definition gate again for every connected server (e.g. after definitions were accepted)."""

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from mcpvisor.core.config import Config
 from mcpvisor.core.errors import NotFoundError
-from mcpvisor.core.registry import PromptRegistry, RegisteredPrompt, fnv1a_base36, mcp_tool_name
+from mcpvisor.core.registry import PromptRegistry, RegisteredPrompt, fnv1a_base36
 from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET, MIN_NAME_BUDGET
 
-__all__ = ["DEFAULT_NAME_BUDGET", "MIN_NAME_BUDGET", "ServedNames", "ServedPrompts", "served_tool_names", "shortened"]
+__all__ = ["DEFAULT_NAME_BUDGET", "MIN_NAME_BUDGET", "ServedNames", "ServedPrompts", "shortened"]
 
 _HASH_LEN = 7
 FORMER_NAMES_KEPT = 4096
@@ -100,16 +99,3 @@ class ServedPrompts:
                 reason="ambiguous",
             )
         return next(iter(owners.values()), None)
-
-
-def served_tool_names(config: Config, budget: int, former: ServedNames | None) -> ServedNames:
-    """The served names of ``config``'s tools; a tool held back since approval keeps its own (a call of it is
-    told why). ``former``: the names served before (see :class:`ServedNames`)."""
-    manager = config.manager
-    held = {
-        mcp_tool_name(server, tool)
-        for server in manager.clients()
-        if (admitted := manager.held(server)) is not None
-        for tool in admitted.held_tools
-    }
-    return ServedNames(config.tool_registry.names() | held, budget, former=former)

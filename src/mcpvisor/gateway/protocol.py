@@ -12,12 +12,13 @@ from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from mcpvisor.core.call_logs import LOG_LEVELS
 from mcpvisor.core.client import Progress
-from mcpvisor.core.errors import McpvisorError, NotFoundError, describe_invalid
+from mcpvisor.core.errors import McpvisorError, NotFoundError, RequestError, describe_invalid
 from mcpvisor.host.status import as_said_here
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ __all__ = [
     "as_served",
     "connection_of",
     "error_result",
+    "failed_call",
     "invalid_message",
     "is_request_id",
     "log_level_asked",
@@ -38,6 +40,7 @@ __all__ = [
     "progress_to",
     "said_here",
     "shape_problem",
+    "takes_url_errors",
 ]
 
 PAGE_SIZE = 500
@@ -118,6 +121,24 @@ def log_level_asked(params: types.RequestParams) -> types.LoggingLevel | None:
 
 def error_result(message: str) -> types.CallToolResult:
     return types.CallToolResult(is_error=True, content=[types.TextContent(type="text", text=message)])
+
+
+def takes_url_errors(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the client of ``ctx`` is told a server's URL-elicitation-required error (-32042) as the server said
+    it: a handshake-era client (the 2026-07-28 era retired the error) that offers URL elicitation."""
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        return False
+    offered = ctx.session.client_capabilities
+    return offered is not None and offered.elicitation is not None and offered.elicitation.url is not None
+
+
+def failed_call(config: Config, exc: McpvisorError, *, url_errors: bool) -> types.CallToolResult:
+    """A failed tool call's answer: an error result saying why. A server's URL-elicitation-required error is raised
+    as the server said it, with the URLs to open, when ``url_errors`` (:func:`takes_url_errors`): its client opens
+    them and calls again, as it would with that server; to any other client the result's text names them."""
+    if url_errors and isinstance(exc, RequestError) and exc.elicitations:
+        raise UrlElicitationRequiredError(list(exc.elicitations), said_here(config, exc))
+    return error_result(said_here(config, exc))
 
 
 def said_here(config: Config, exc: McpvisorError) -> str:

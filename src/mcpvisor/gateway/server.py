@@ -62,7 +62,7 @@ from mcpvisor.gateway.lazy_streams import note_initialize
 from mcpvisor.gateway.limits import DEFAULT_NAME_BUDGET, MIN_NAME_BUDGET
 from mcpvisor.gateway.listen import MCP_PATH, bind_http_socket
 from mcpvisor.gateway.log_relay import LogRelay
-from mcpvisor.gateway.names import ServedNames, ServedPrompts, served_tool_names
+from mcpvisor.gateway.names import ServedNames, ServedPrompts
 from mcpvisor.gateway.notices import ChangeNotices
 from mcpvisor.gateway.protocol import (
     PAGE_SIZE,
@@ -72,10 +72,11 @@ from mcpvisor.gateway.protocol import (
     as_served,
     connection_of,
     error_result,
+    failed_call,
     log_level_asked,
     page,
     progress_to,
-    said_here,
+    takes_url_errors,
 )
 from mcpvisor.gateway.replay import ReplayBuffer
 from mcpvisor.gateway.resources import ResourceRoutes, complete
@@ -203,7 +204,8 @@ class Gateway(StackOwner):
     def _names(self) -> ServedNames:
         """Served tool names; a tool held back since approval keeps its own (a call of it is told why)."""
         if self._tool_names is None:
-            self._tool_names = served_tool_names(self.config, self.name_budget, self._former_names)
+            names = self.config.tool_registry.names() | self.config.manager.held_tool_names()
+            self._tool_names = ServedNames(names, self.name_budget, former=self._former_names)
         return self._tool_names
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
@@ -220,7 +222,9 @@ class Gateway(StackOwner):
         self, ctx: _Ctx, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         try:
-            return await self._interactive(ctx, params, partial(self._call_tool, params))
+            return await self._interactive(
+                ctx, params, partial(self._call_tool, params, url_errors=takes_url_errors(ctx))
+            )
         except ShuttingDown:
             return error_result(f"call to tool {params.name!r} failed: {SHUTTING_DOWN}")
 
@@ -233,13 +237,15 @@ class Gateway(StackOwner):
         except ShuttingDown:
             return error_result(f"call to tool {params.name!r} failed: {SHUTTING_DOWN}")
 
-    async def _call_tool(self, params: types.CallToolRequestParams, progress: Progress | None) -> types.CallToolResult:
+    async def _call_tool(
+        self, params: types.CallToolRequestParams, progress: Progress | None, *, url_errors: bool = False
+    ) -> types.CallToolResult:
         try:
             name = self._names().registered(params.name)
             return as_served(await self.config.call_tool(name, params.arguments, progress=progress, meta=params.meta))
         except McpvisorError as exc:  # not found (with the reason), unavailable, timed out, failed
             logger.debug("gateway call to %r failed: %s", params.name, exc)
-            return error_result(said_here(self.config, exc))
+            return failed_call(self.config, exc, url_errors=url_errors)
         except Exception as exc:  # request boundary: a client never sees a crash
             logger.exception("gateway call to tool %r failed", params.name)
             return error_result(f"call to tool {params.name!r} failed: {type(exc).__name__}: {exc}")
