@@ -299,3 +299,18 @@ async def test_a_url_the_reference_server_requires_opened_reaches_the_calling_cl
         again = await client.call_tool("mcp__everything__trigger-url-elicitation", URL_REQUIRED)  # (opened: done)
         assert "User completed the URL elicitation flow" in again.content[0].text  # type: ignore[union-attr]
         assert peer.asked == ["elicitation: Please open the link to complete this action."]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_the_reference_servers_error_codes_reach_the_client(tmp_path: Path, mode: str) -> None:
+    async with gateway(tmp_path) as (_, url), Client(url, mode=mode) as client:
+        await listed(client, {"mcp__everything__echo"})
+        # The server answers both with invalid params (-32602): the client's request is at fault, not a server.
+        with pytest.raises(MCPError) as unknown:
+            await client.read_resource("demo://resource/session/never-made")
+        assert unknown.value.error.code == types.INVALID_PARAMS
+        assert "Resource demo://resource/session/never-made not found" in unknown.value.error.message
+        with pytest.raises(MCPError) as missing:
+            await client.get_prompt("mcp__everything__args-prompt", {})
+        assert missing.value.error.code == types.INVALID_PARAMS
+        assert "Invalid arguments for prompt args-prompt" in missing.value.error.message

@@ -81,7 +81,7 @@ async def test_a_uri_not_listed_goes_to_the_only_server_with_resources_and_its_e
     async with running(tmp_path, user=user) as r, Client(r.gateway.server) as client:
         with pytest.raises(MCPError) as caught:
             await client.read_resource("note://a/2")
-        assert caught.value.code == types.INTERNAL_ERROR
+        assert caught.value.code == -32002  # the server's own: resource not found
         assert "reading resource 'note://a/2' on server 'a' failed: Resource not found" in caught.value.message
 
 

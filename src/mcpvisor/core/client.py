@@ -388,7 +388,7 @@ class McpClient(ServerConnection):
             target=target,
             server=self.name,
         )
-        error.elicitations = elicitations
+        error.code, error.elicitations = exc.code, elicitations
         return error
 
 

@@ -155,6 +155,9 @@ class RequestError(McpvisorError):
     what (the tool or prompt name, the resource URI, the argument completed), ``server`` of whom (None
     when no server owns the target)."""
 
+    code: int | None = None
+    """The JSON-RPC error code the server refused the request with (None: it did not answer with an error; it
+    timed out, say, or its connection ended)."""
     elicitations: tuple[ElicitRequestURLParams, ...] = ()
     """What the server asks the user to open in a browser before the request can succeed (its
     URL-elicitation-required error, -32042); the message names each URL too."""

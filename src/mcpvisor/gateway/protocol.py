@@ -158,14 +158,19 @@ def connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection | None:
 @contextmanager
 def as_mcp_errors(config: Config) -> Iterator[None]:
     """mcpvisor's errors as the JSON-RPC errors a client of ``config``'s session gets (for requests whose result has
-    no error flag): what no server provides is invalid params, the rest an internal error, the message as that
-    session says it (:func:`said_here`)."""
+    no error flag): what no server provides is invalid params, a server's refusal keeps the server's code (invalid
+    params stay the client's fault), the rest is an internal error; the message as that session says it
+    (:func:`said_here`). A URL-elicitation-required error is an internal error whose message names the URLs (the
+    2026-07-28 era retired its code)."""
     try:
         yield
     except NotFoundError as exc:
         raise MCPError(types.INVALID_PARAMS, said_here(config, exc)) from exc
     except McpvisorError as exc:
-        raise MCPError(types.INTERNAL_ERROR, said_here(config, exc)) from exc
+        code = exc.code if isinstance(exc, RequestError) else None
+        if code is None or code == types.URL_ELICITATION_REQUIRED:
+            code = types.INTERNAL_ERROR
+        raise MCPError(code, said_here(config, exc)) from exc
 
 
 def shape_problem(data: Any, *, unit: str = "POST") -> str | None:
