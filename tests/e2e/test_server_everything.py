@@ -27,6 +27,7 @@ from mcp.client.session import ClientRequestContext
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ToolCallError
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
+from mcpvisor.gateway.resources import namespaced_uri
 from tests.e2e.npm_peers import installed
 from tests.e2e.test_lsp import serving
 from tests.gateway.test_gateway import ERAS, save, server, text_of
@@ -314,3 +315,22 @@ async def test_the_reference_servers_error_codes_reach_the_client(tmp_path: Path
             await client.get_prompt("mcp__everything__args-prompt", {})
         assert missing.value.error.code == types.INVALID_PARAMS
         assert "Invalid arguments for prompt args-prompt" in missing.value.error.message
+
+
+async def test_a_uri_the_templates_of_two_servers_match_is_refused_naming_the_uris_that_read_it(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+    save(layout.paths.user, {"mcpServers": {name: everything(tmp_path / name) for name in ("one", "two")}})
+    dynamic = "demo://resource/dynamic/text/3"  # both servers' template demo://resource/dynamic/text/{resourceId}
+    async with serving(layout) as (_, url), Client(url) as client:
+        await listed(client, {"mcp__one__echo", "mcp__two__echo"})
+        with pytest.raises(MCPError) as ambiguous:
+            await client.read_resource(dynamic)
+        assert ambiguous.value.error.message == (
+            f"resource {dynamic!r} is ambiguous: it matches resource templates of servers one, two; "
+            f"read {namespaced_uri('one', dynamic)} or {namespaced_uri('two', dynamic)}"
+        )
+        [read] = (await client.read_resource(namespaced_uri("two", dynamic))).contents
+        assert isinstance(read, types.TextResourceContents)
+        assert read.text.startswith("Resource 3: This is a plaintext resource")

@@ -7,8 +7,9 @@ reversible, and the same on every reload. A URI no server lists is routed to the
 could own it (the one server whose resource template matches it, or the only server with
 resources), or refused with a message naming the reason.
 
-Resource templates are served as the servers list them. A ``completion/complete`` for a template
-goes to the server that lists that template.
+Resource templates are served as the servers list them. A URI the templates of several servers match is
+refused naming its ``mcpvisor://<server>/…`` form for each of them, which reads it from that server. A
+``completion/complete`` for a template goes to the server that lists that template.
 """
 
 from __future__ import annotations
@@ -139,11 +140,12 @@ class ResourceRoutes:
         by_template = servers_matching_templates(uri, self.templates())
         if len(by_template) == 1:
             return by_template[0], uri
-        if len(by_template) > 1:
+        if len(by_template) > 1:  # (no server lists it: a URI made from a template, a resource_link of a result)
+            forms = " or ".join(namespaced_uri(n, uri) for n in by_template)
             raise MCPError(
                 RESOURCE_NOT_FOUND,
                 f"resource {uri!r} is ambiguous: it matches resource templates of servers {', '.join(by_template)}; "
-                "read it through a URI one of them lists",
+                f"read {forms}",
             )
         clients = self._manager.clients()
         listing = sorted(
