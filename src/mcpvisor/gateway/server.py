@@ -221,10 +221,9 @@ class Gateway(StackOwner):
     async def _on_call_tool(
         self, ctx: _Ctx, params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
+        call = partial(self._call_tool, params, url_errors=takes_url_errors(ctx))
         try:
-            return await self._interactive(
-                ctx, params, partial(self._call_tool, params, url_errors=takes_url_errors(ctx))
-            )
+            return await self._interactive(ctx, params, call)
         except ShuttingDown:
             return error_result(f"call to tool {params.name!r} failed: {SHUTTING_DOWN}")
 
@@ -393,7 +392,7 @@ class Gateway(StackOwner):
         if isinstance(event, ToolsChanged):
             self._former_names, self._tool_names = self._tool_names or self._former_names, None
         if isinstance(event, ToolsChanged | PromptsChanged):
-            self.mark_changed(tools=isinstance(event, ToolsChanged), prompts=isinstance(event, PromptsChanged))
+            self.notices.mark_changed(tools=isinstance(event, ToolsChanged), prompts=isinstance(event, PromptsChanged))
         elif isinstance(event, ServerStateChanged) or (isinstance(event, McpClientUpdate) and event.server):
             self._check_resources()  # a server came or went, or one's listings changed
             if (
@@ -413,11 +412,7 @@ class Gateway(StackOwner):
         served = self.routes.served()
         if served != self._served_resources:
             self._served_resources = served
-            self.mark_changed(resources=True)
-
-    def mark_changed(self, *, tools: bool = False, prompts: bool = False, resources: bool = False) -> None:
-        """Schedule a (coalesced) list-changed notice to every client."""
-        self.notices.mark_changed(tools=tools, prompts=prompts, resources=resources)
+            self.notices.mark_changed(resources=True)
 
     # -- transports --------------------------------------------------------------------------
 
