@@ -45,6 +45,12 @@ async def serving(layout: Layout) -> AsyncIterator[tuple[anyio.abc.Process, str]
             await wait_for_port(port)
             yield process, f"http://127.0.0.1:{port}/mcp"
         finally:
+            # Stopped as a user stops it, so that it stops its servers: one that ignores the end of its stdin, as the
+            # npm reference server does while its timer runs, would outlive a gateway killed.
+            if process.returncode is None:
+                process.terminate()
+                with anyio.CancelScope(shield=True), anyio.move_on_after(WAIT_S):
+                    await process.wait()
             if process.returncode is None:
                 process.kill()
                 with anyio.CancelScope(shield=True):
