@@ -547,6 +547,72 @@ async def test_every_notice_of_a_reload_leaves_once_its_tools_are_callable(tmp_p
         assert r.gateway.notices_sent == sent
 
 
+async def test_a_server_restarted_by_an_edit_is_one_notice_sent_once_its_new_tools_are_callable(
+    tmp_path: Path,
+) -> None:
+    """A new argument restarts the server (its old tools go, the new process brings its own): clients of both
+    eras over HTTP hear one tools/list_changed for it, sent when the new tools are listed, not one per step."""
+    notices = Notices()
+    listed_at_notice: list[set[str]] = []
+    user = {"mcpServers": {"a": server("a")}}
+    async with running(tmp_path, user=user, processes=True) as r, anyio.create_task_group() as tg:
+        publish = r.gateway.notices._publish
+
+        async def recording(kinds: frozenset[str]) -> None:
+            listed_at_notice.append(set(r.host.config.tool_registry.names()))
+            await publish(kinds)
+
+        r.gateway.notices._publish = recording  # type: ignore[method-assign]
+        url = await tg.start(r.gateway.serve_http, "127.0.0.1", 0)
+        async with (
+            Client(url, mode="legacy", message_handler=notices) as legacy,
+            Client(url) as modern,
+            modern.listen(tools_list_changed=True) as subscription,
+        ):
+            assert await tool_names(legacy) == {"mcp__a__echo"}
+            await r.settle()
+            sent = r.gateway.notices_sent
+            save(r.layout.paths.user, {"mcpServers": {"a": server("a", "--tools", "echo,t")}})
+            assert isinstance(await next_event(subscription), ToolsListChanged)
+            assert await tool_names(modern) == {"mcp__a__echo", "mcp__a__t"}
+            await r.settle()
+            assert r.gateway.notices_sent == sent + 1
+            assert listed_at_notice[-1] == {"mcp__a__echo", "mcp__a__t"}
+            await notices.wait_for(tools=1)
+            assert await tool_names(legacy) == {"mcp__a__echo", "mcp__a__t"}
+            assert notices.tools == 1
+        tg.cancel_scope.cancel()
+
+
+async def test_an_explicit_restart_is_one_notice_sent_once_the_tools_are_back(tmp_path: Path) -> None:
+    notices = Notices()
+    async with (
+        running(tmp_path, user={"mcpServers": {"a": server("a")}}, processes=True) as r,
+        Client(r.gateway.server, mode="legacy", message_handler=notices) as client,
+    ):
+        assert await tool_names(client) == {"mcp__a__echo"}
+        await r.settle()
+        sent = r.gateway.notices_sent
+        await r.host.config.restart_mcp_servers(["a"])
+        await notices.wait_for(tools=1)
+        assert await tool_names(client) == {"mcp__a__echo"}
+        await r.settle()
+        assert r.gateway.notices_sent == sent + 1
+        assert notices.tools == 1
+
+
+async def test_a_restart_by_an_edit_whose_new_process_fails_still_says_the_old_tools_went(tmp_path: Path) -> None:
+    notices = Notices()
+    async with (
+        running(tmp_path, user={"mcpServers": {"a": server("a")}}, processes=True) as r,
+        Client(r.gateway.server, mode="legacy", message_handler=notices) as client,
+    ):
+        assert await tool_names(client) == {"mcp__a__echo"}
+        save(r.layout.paths.user, {"mcpServers": {"a": {"command": str(tmp_path / "no-such-command")}}})
+        await notices.wait_for(tools=1)
+        assert await tool_names(client) == set()
+
+
 async def test_changes_of_one_step_go_out_as_one_notice() -> None:
     notices = Notices()
     async with (

@@ -50,7 +50,8 @@ async def test_what_follows_an_edit_of_a_server_slow_to_stop_does_not_wait_for_i
     tmp_path: Path, edit: str, then: str
 ) -> None:
     """x is removed or changed (its old process goes first, then the new one starts); a save that adds n, or an
-    approval of n, right after: n is served while x's old process still stops, and r is never disturbed."""
+    approval of n, right after: n is served while x's old process still stops, and r is never disturbed. x's tools
+    go at once either way; a change (a restart) is told once, when x's new process serves its tools."""
     marker = tmp_path / "x.pids"
     user = {"mcpServers": {"x": x_server(marker), "r": server("r")}}
     project = {"mcpServers": {"n": server("n")}} if then == "n is approved" else None
@@ -66,7 +67,10 @@ async def test_what_follows_an_edit_of_a_server_slow_to_stop_does_not_wait_for_i
             else {"x": x_server(marker, "--tools", "echo,more"), "r": server("r")}
         )
         save(r.layout.paths.user, {"mcpServers": edited})
-        await notices.wait_for(tools=1)  # x's tools went at once
+        if edit == "removed":
+            await notices.wait_for(tools=1)  # x's tools went at once
+        else:
+            await wait_until(lambda: "mcp__x__echo" not in r.host.config.tool_registry.names(), what="x's tools to go")
         assert await tool_names(client) == {"mcp__r__echo"}
         if then == "n is approved":
             await r.host.decide("n", "approve")
@@ -79,6 +83,8 @@ async def test_what_follows_an_edit_of_a_server_slow_to_stop_does_not_wait_for_i
         if edit == "changed":
             await wait_until(lambda: "mcp__x__more" in r.host.config.tool_registry.names(), what="x's new process")
             assert not any(pid_alive(pid) for pid in stubborn)  # the old process went first
+            await notices.wait_for(tools=2)  # n's, then x's restart's
+            assert "mcp__x__more" in await tool_names(client)
 
 
 async def test_a_server_removed_and_added_back_while_slow_to_stop_starts_once_its_old_process_is_gone(

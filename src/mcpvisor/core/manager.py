@@ -105,6 +105,7 @@ class McpClientManager:
         self._another_pass, self._background = anyio.Event(), Background(tg)
         self._stops, self._stopping = Background(tg), Stopping()  # a pass's removals and gated tear-downs; closes
         self._closed = False
+        self._unsaid: dict[str, tuple[bool, bool]] = {}  # restarting: whether its tools, prompts went untold so far
         self.connect_count = self.disconnect_count = 0  # connections opened and closed (tests, benchmarks)
 
     # -- reading -----------------------------------------------------------------------------
@@ -178,9 +179,9 @@ class McpClientManager:
         plan = replace(plan, start=tuple(n for n in plan.start if n not in waiting), keep=(*plan.keep, *waiting))
         retried = tuple(n for n in plan.start if n in self._failed or n in lost)  # started again
         changed = tuple(n for n in plan.start if (n in self._clients and n not in lost) or n in restarting)
-        # A restarted server's old tools and prompts go before anything new is discovered.
+        # A restarted server's old tools and prompts go before anything new is discovered (told with what it brings).
         for name in plan.restart:
-            self._purge(name)
+            self._purge(name, restarting=True)
         failed: dict[str, str] = {}
         jobs = {n: partial(self._connect_one, n, desired[n], failed, self._decided[n]) for n in plan.start}
         jobs |= {n: partial(self._restart_one, n, desired[n], failed, self._decided[n]) for n in plan.restart}
@@ -223,7 +224,10 @@ class McpClientManager:
         async with anyio.create_task_group() as tg:
             for name in stopped:
                 tg.start_soon(partial(self._stop, name, reason=None, restarting=True))
-        return await self._apply_plan(restarting=stopped)
+        summary = await self._apply_plan(restarting=stopped)
+        for name in stopped - self._background.running.keys():  # not started again (gated meanwhile): say they went
+            self._announce(name)
+        return summary
 
     async def remove_server(self, name: str) -> None:
         """Disconnect ``name``, drop its tools and prompts, forget its status."""
@@ -249,6 +253,12 @@ class McpClientManager:
     # -- single servers ----------------------------------------------------------------------
 
     async def _connect_one(self, name: str, cfg: McpServerConfig, failed: dict[str, str], decided: int) -> None:
+        try:
+            await self._connect(name, cfg, failed, decided)
+        finally:
+            self._announce(name)  # a restart's that ended with no new tools: its old ones went all the same
+
+    async def _connect(self, name: str, cfg: McpServerConfig, failed: dict[str, str], decided: int) -> None:
         if self._superseded(name, decided):
             return  # a later pass took it on while this job waited (to stop the old process): that pass starts it
         self._reconnects.cancel(name)
@@ -367,7 +377,7 @@ class McpClientManager:
         self._reconnects.forget(name)  # a deliberate stop or restart starts the count afresh
         client = self._clients.pop(name, None)
         self._configs.pop(name, None)
-        self._purge(name)
+        self._purge(name, restarting=restarting)
         if forget:
             self._states.removed(name)
         elif reason is not None or restarting:
@@ -377,13 +387,27 @@ class McpClientManager:
             await self._close(client, reason)  # (a reason is gating's)
             logger.info("server %r disconnected%s", name, f" ({reason})" if reason else "")
 
-    def _purge(self, name: str) -> None:
+    def _purge(self, name: str, *, restarting: bool = False) -> None:
+        """Drop ``name``'s tools and prompts. ``restarting``: their going is told with what its new start brings
+        (one list-changed notice for the restart, sent once the new tools are callable), not before."""
         self._held.pop(name, None)
         tools_changed = self._tools.remove_mcp_tools_by_server(name)
         prompts_changed = self._prompts.remove_prompts_by_server(name)
-        if tools_changed:
+        if restarting:
+            self._untold(name, tools=tools_changed, prompts=prompts_changed)
+        else:
+            self._announce(name, tools=tools_changed, prompts=prompts_changed)
+
+    def _untold(self, name: str, *, tools: bool, prompts: bool) -> None:
+        tools_unsaid, prompts_unsaid = self._unsaid.get(name, (False, False))
+        self._unsaid[name] = (tools_unsaid or tools, prompts_unsaid or prompts)
+
+    def _announce(self, name: str, *, tools: bool = False, prompts: bool = False) -> None:
+        """Emit what changed of ``name``'s tools and prompts, with what a restart's stop left untold."""
+        tools_unsaid, prompts_unsaid = self._unsaid.pop(name, (False, False))
+        if tools or tools_unsaid:
             self._events.emit(ToolsChanged())
-        if prompts_changed:
+        if prompts or prompts_unsaid:
             self._events.emit(PromptsChanged())
 
     # -- client callbacks --------------------------------------------------------------------
@@ -408,10 +432,12 @@ class McpClientManager:
             tools, prompts = admitted.tools, admitted.prompts
             if admitted.held_tools or admitted.held_prompts:
                 self._held[name] = admitted
-        if self._tools.set_server_tools(name, tools, exposure_of(cfg)):
-            self._events.emit(ToolsChanged())
-        if self._prompts.set_server_prompts(name, prompts):
-            self._events.emit(PromptsChanged())
+        tools_changed = self._tools.set_server_tools(name, tools, exposure_of(cfg))
+        prompts_changed = self._prompts.set_server_prompts(name, prompts)
+        if client.status == "connecting" and name in self._unsaid:  # a restart's start: told once it is over
+            self._untold(name, tools=tools_changed, prompts=prompts_changed)
+        else:
+            self._announce(name, tools=tools_changed, prompts=prompts_changed)
         self._publish_state(name)
 
     def held(self, name: str) -> Admitted | None:
