@@ -166,6 +166,24 @@ def test_requests_piped_in_are_all_answered_when_stdin_ends_after_them(tmp_path:
     assert "mcp__a__echo" in {t["name"] for t in answers[2]["tools"]}
 
 
+def test_a_request_before_initialize_is_refused_saying_to_initialize_first(tmp_path: Path) -> None:
+    """A handshake-era client that lists or calls before ``initialize`` is told to initialize first (the SDK's own
+    answer, ``-32602 Invalid request parameters``, sent it looking at its parameters); a ping is answered, a method
+    the gateway does not serve is ``-32601`` (clients probe with it), and after ``initialize`` all is served."""
+    with _gateway(tmp_path) as process, _bounded(process):
+        unknown = {"jsonrpc": "2.0", "id": 3, "method": "no/such", "params": {}}
+        ping = {"jsonrpc": "2.0", "id": 4, "method": "ping"}
+        _send(process, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, _call(2, "echo", text="hi"), unknown, ping)
+        answers = _answers(_until(process, lambda m: m.get("id") == 4))
+        for request_id, method in ((1, "tools/list"), (2, "tools/call")):
+            assert answers[request_id]["code"] == -32600, answers
+            assert answers[request_id]["message"].startswith(f"{method} before initialize: send an initialize request")
+        assert answers[3]["code"] == -32601
+        assert answers[4] == {}
+        _send(process, *_HELLO, _call(5, "echo", text="hi"))
+        assert _text(_answers(_until(process, lambda m: m.get("id") == 5))[5]) == "a:echo:hi"
+
+
 def test_a_client_that_dies_with_calls_in_flight_costs_no_traceback_and_the_servers_stop(tmp_path: Path) -> None:
     """Its stdout closes under the gateway (the client was killed): writing the calls' answers failed with a
     BrokenPipeError that ended the gateway with a traceback in the client's log and exit code 1."""

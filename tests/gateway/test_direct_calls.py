@@ -276,7 +276,9 @@ async def test_a_session_whose_initialize_was_refused_gets_no_call_made(tmp_path
         refused = await http.post(s.url, json=call("mcp__a__echo", {"text": "x"}), headers=headers)
         listed = await http.post(s.url, json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, headers=headers)
     assert "error" in _json_or_event(refused)
-    assert _json_or_event(refused)["error"] == _json_or_event(listed)["error"]
+    said = _json_or_event(refused)["error"]
+    assert {**said, "message": said["message"].replace("tools/call", "tools/list")} == _json_or_event(listed)["error"]
+    assert said["message"].startswith("tools/call before initialize: send an initialize request first")
 
 
 def _json_or_event(response: httpx2.Response) -> dict[str, Any]:

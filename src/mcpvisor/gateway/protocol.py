@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import mcp_types as types
 from mcp.server.connection import Connection
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
@@ -56,10 +56,15 @@ class GatewayServer(Server[dict[str, Any]]):
     """A low-level server that advertises ``listChanged`` for tools, prompts and resources on every transport.
 
     The in-memory and streamable-HTTP transports call ``create_initialization_options()`` with no
-    arguments, so the default has to say it; the modern era derives it from the listen handler.
-    ``instructions`` are read when they are sent: from ``live_instructions`` once it is set."""
+    arguments, so the default has to say it; the modern era derives it from the listen handler. A handshake-era
+    request before ``initialize`` is refused saying so (:meth:`initialize_first`). ``instructions`` are read when
+    they are sent: from ``live_instructions`` once it is set."""
 
     live_instructions: Callable[[], str] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.middleware.append(self.initialize_first)
 
     @property
     def instructions(self) -> str | None:
@@ -81,6 +86,25 @@ class GatewayServer(Server[dict[str, Any]]):
             experimental_capabilities,
             extensions,
         )
+
+    async def initialize_first(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """Middleware: a handshake-era request before ``initialize`` is refused saying so (the SDK's own answer is
+        ``-32602 Invalid request parameters``, which sends a client looking at its parameters). A method the
+        gateway does not serve still gets the SDK's ``-32601`` (clients probe with it before the handshake)."""
+        connection = connection_of(ctx)
+        if (
+            ctx.request_id is not None
+            and ctx.method not in ("initialize", "ping")
+            and connection is not None
+            and not connection.initialize_accepted
+            and self.get_request_handler(ctx.method) is not None
+        ):
+            raise MCPError(
+                types.INVALID_REQUEST,
+                f"{ctx.method} before initialize: send an initialize request first, or make each request a "
+                "2026-07-28 one (its _meta naming the protocol version and the client's capabilities)",
+            )
+        return await call_next(ctx)
 
 
 def page(items: list[T], params: types.PaginatedRequestParams | None, what: str) -> tuple[list[T], str | None]:
