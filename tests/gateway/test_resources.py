@@ -119,6 +119,37 @@ async def test_a_server_with_resources_joining_is_announced_to_clients_of_both_e
         assert sum(isinstance(m, types.ResourceListChangedNotification) for m in heard) == 1
 
 
+async def test_a_server_restarted_by_an_edit_is_one_resources_notice_sent_once_its_new_resources_are_listed(
+    tmp_path: Path,
+) -> None:
+    """A new argument restarts a server with resources: its clients hear one resources/list_changed, with its tools',
+    once the new process lists its resources (not one as the old process goes, when a client finds none of them)."""
+    heard: list[object] = []
+
+    async def handler(message: object) -> None:
+        heard.append(message)
+
+    def resource_notices() -> int:
+        return sum(isinstance(m, types.ResourceListChangedNotification) for m in heard)
+
+    user = {"mcpServers": {"a": server("a", "--resources", "note://a/1")}}
+    async with (
+        running(tmp_path, user=user, processes=True) as r,
+        Client(r.gateway.server, mode="legacy", message_handler=handler) as legacy,
+    ):
+        assert {str(res.uri) for res in (await legacy.list_resources()).resources} == {"note://a/1"}
+        await r.settle()
+        sent = r.gateway.notices_sent
+        save(r.layout.paths.user, {"mcpServers": {"a": server("a", "--resources", "note://a/1,note://a/2")}})
+        await wait_until(lambda: resource_notices() >= 1, what="a resources/list_changed")
+        listed = (await legacy.list_resources()).resources
+        assert {str(res.uri) for res in listed} == {"note://a/1", "note://a/2"}
+        await r.settle()
+        await legacy.list_tools()  # a round trip: what the gateway sent before has arrived
+        assert r.gateway.notices_sent == sent + 1
+        assert resource_notices() == 1
+
+
 @pytest.mark.parametrize("mode", ERAS)
 async def test_templates_are_listed_and_a_uri_is_read_from_the_server_whose_template_it_matches(
     tmp_path: Path, mode: str

@@ -116,6 +116,10 @@ class McpClientManager:
     def clients(self) -> dict[str, McpClient]:
         return dict(self._clients)
 
+    def restart_untold(self, name: str) -> bool:
+        """Whether ``name`` is being restarted and its clients not told yet (they are once its new start is over)."""
+        return name in self._unsaid
+
     def recovery(self, name: str) -> Recovery | None:
         """Whether ``name``, down by itself, is being started again or was left down (see :class:`Recovery`)."""
         return self._reconnects.recovery(name)

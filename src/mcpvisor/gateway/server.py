@@ -394,7 +394,7 @@ class Gateway(StackOwner):
         if isinstance(event, ToolsChanged | PromptsChanged):
             self.notices.mark_changed(tools=isinstance(event, ToolsChanged), prompts=isinstance(event, PromptsChanged))
         elif isinstance(event, ServerStateChanged) or (isinstance(event, McpClientUpdate) and event.server):
-            self._check_resources()  # a server came or went, or one's listings changed
+            self._check_resources(event.server)  # a server came or went, or one's listings changed
             if (
                 isinstance(event, ServerStateChanged)
                 and event.status == "connected"
@@ -407,10 +407,10 @@ class Gateway(StackOwner):
         elif isinstance(event, McpClientUpdate) and event.server is None and not event.in_progress:
             self._check_resources()
 
-    def _check_resources(self) -> None:
-        """Resources change when servers connect or leave, or a server's list changed: announce a change."""
+    def _check_resources(self, server: str | None = None) -> None:
+        """Resources change as servers come and go, or one's list changed: announce it (a restart's once over)."""
         served = self.routes.served()
-        if served != self._served_resources:
+        if served != self._served_resources and not (server and self.config.manager.restart_untold(server)):
             self._served_resources = served
             self.notices.mark_changed(resources=True)
 
