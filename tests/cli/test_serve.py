@@ -499,6 +499,7 @@ async def test_on_sigterm_calls_in_flight_finish_or_are_told_the_gateway_is_shut
     assert outcomes["late"] == outcomes["long"]
     await wait_until(lambda: not any(pid_alive(pid) for pid in marker_pids(marker)), what="no server left")
     assert "calls in flight get up to 5 s to finish" in errlog.read_text()
+    assert "2 call(s) were told the gateway is shutting down" in errlog.read_text()  # the long one and the late one
     assert "Traceback" not in errlog.read_text()  # a handshake-era client's GET stream is ended, not cut
 
 

@@ -31,12 +31,14 @@ class ShuttingDown(Exception):
 class InFlight:
     def __init__(self) -> None:
         self._draining = False
+        self._refused = 0  # calls made while draining (each answered that the gateway is shutting down)
         self._scopes: set[anyio.CancelScope] = set()
         self._done = anyio.Event()
 
     async def run(self, call: Callable[[], Awaitable[T]]) -> T:
         """Make ``call``; :class:`ShuttingDown` when the gateway drains before it starts or ends."""
         if self._draining:
+            self._refused += 1
             raise ShuttingDown
         with anyio.CancelScope() as scope:
             self._scopes.add(scope)
@@ -50,7 +52,7 @@ class InFlight:
 
     async def drain(self, grace_s: float = DRAIN_S) -> int:
         """Stop taking calls, let those in flight finish for up to ``grace_s``, then end the rest (they are
-        answered as they end, for up to ``grace_s`` more). Returns how many were ended."""
+        answered as they end, for up to ``grace_s`` more). Returns how many were ended or, made meanwhile, refused."""
         self._draining = True
         await self._settle(grace_s)
         ended = len(self._scopes)
@@ -59,7 +61,7 @@ class InFlight:
         await self._settle(grace_s)
         if ended:
             logger.info("ended %d call(s) still in flight: the gateway is shutting down", ended)
-        return ended
+        return ended + self._refused
 
     async def _settle(self, timeout_s: float) -> None:
         with anyio.move_on_after(timeout_s):

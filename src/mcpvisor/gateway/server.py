@@ -183,7 +183,7 @@ class Gateway(StackOwner):
 
     async def drain(self, grace_s: float = DRAIN_S) -> int:
         """Stop taking calls (a new one is answered that the gateway is shutting down), let those in flight
-        finish for up to ``grace_s``, then end the rest with the same answer. Returns how many were ended."""
+        finish for up to ``grace_s``, then end the rest with the same answer. Returns how many were told so."""
         return await self._in_flight.drain(grace_s)
 
     def legacy_sessions(self) -> int:

@@ -261,7 +261,7 @@ class WorkspaceGateway(StackOwner):
         return workspace.gateway if workspace is not None else None
 
     async def drain(self, grace_s: float = DRAIN_S) -> int:
-        """:meth:`Gateway.drain` for every open workspace at once; how many calls were ended in all."""
+        """:meth:`Gateway.drain` for every open workspace at once; how many calls were told so in all."""
         ended: list[int] = []
         self._draining = True  # a workspace opened now would start its servers only to stop them, and serve calls
 
