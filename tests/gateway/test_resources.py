@@ -543,3 +543,19 @@ async def test_a_subscribe_a_server_never_answers_is_answered_within_its_timeout
             await subscribe(c, "hang://x")
         assert "subscribing to resource 'hang://x' on server 'hang' timed out" in refused.value.error.message
         assert r.gateway.subscriptions.subscribed() == {}
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_completing_a_prompt_of_a_server_without_completions_is_no_method_not_found_of_the_gateway(
+    tmp_path: Path, mode: str
+) -> None:
+    """The gateway serves completion/complete; a server that does not (the SDK example server offers prompts and
+    no completions) answering -32601 must not reach the client as if the gateway lacked the method."""
+    user = {"mcpServers": {"s": server("s", "--prompts", "plan", module=SDK)}}
+    async with running(tmp_path, user=user) as r, Client(r.gateway.server, mode=mode) as client:
+        assert client.server_capabilities.completions is not None
+        ref = types.PromptReference(type="ref/prompt", name="mcp__s__plan")
+        with pytest.raises(MCPError) as caught:
+            await client.complete(ref, {"name": "topic", "value": "wea"})
+        assert caught.value.code != types.METHOD_NOT_FOUND
+        assert "completing argument 'topic' of 'plan' on server 's' failed" in caught.value.message

@@ -179,20 +179,36 @@ def connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection | None:
     return connection if isinstance(connection, Connection) else None
 
 
+NOT_RELAYED = frozenset(
+    {
+        types.PARSE_ERROR,
+        types.INVALID_REQUEST,
+        types.METHOD_NOT_FOUND,  # the gateway has the method: -32601 would tell its client it has not
+        types.HEADER_MISMATCH,
+        types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+        types.UNSUPPORTED_PROTOCOL_VERSION,
+        types.URL_ELICITATION_REQUIRED,
+    }
+)
+"""Server error codes about mcpvisor's own request to the server, answered to the client as internal errors."""
+
+
 @contextmanager
 def as_mcp_errors(config: Config) -> Iterator[None]:
     """mcpvisor's errors as the JSON-RPC errors a client of ``config``'s session gets (for requests whose result has
     no error flag): what no server provides is invalid params, a server's refusal keeps the server's code (invalid
     params stay the client's fault), the rest is an internal error; the message as that session says it
-    (:func:`said_here`). A URL-elicitation-required error is an internal error whose message names the URLs (the
-    2026-07-28 era retired its code)."""
+    (:func:`said_here`). A code that speaks of the exchange between mcpvisor and the server (:data:`NOT_RELAYED`:
+    a method the server lacks, a request or version it could not take) is an internal error too: the client made
+    none of those. So is a URL-elicitation-required error, whose message names the URLs (the 2026-07-28 era
+    retired its code)."""
     try:
         yield
     except NotFoundError as exc:
         raise MCPError(types.INVALID_PARAMS, said_here(config, exc)) from exc
     except McpvisorError as exc:
         code = exc.code if isinstance(exc, RequestError) else None
-        if code is None or code == types.URL_ELICITATION_REQUIRED:
+        if code is None or code in NOT_RELAYED:
             code = types.INTERNAL_ERROR
         raise MCPError(code, said_here(config, exc)) from exc
 
