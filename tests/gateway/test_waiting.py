@@ -100,3 +100,24 @@ async def test_a_stdio_client_of_mcpvisor_serve_is_told_which_project_server_wai
             assert client.instructions is not None
             assert "the server 'repo-tools' waits for the user's approval" in client.instructions
             assert f"mcpvisor mcp approve --workspace {layout.root} repo-tools" in client.instructions
+
+
+async def test_a_server_waiting_while_the_approvals_store_cannot_be_read_is_not_said_to_need_only_the_command(
+    tmp_path: Path,
+) -> None:
+    """An approvals store that cannot be read holds every project server, and `mcp approve` refuses to write over it
+    (a fleet's store that does not answer holds the approved ones too): the client is told so, not only the command."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    save(layout.paths.project, {"mcpServers": {"repo-tools": server("repo")}})
+    layout.paths.approvals.parent.mkdir(parents=True, exist_ok=True)
+    layout.paths.approvals.write_text("{not json")
+    argv = ["-m", "mcpvisor", "serve", "--workspace", str(layout.root)]
+    params = StdioServerParameters(command=sys.executable, args=argv, env={**os.environ, **layout.env})
+    with (tmp_path / "stderr.txt").open("w") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
+            assert await tool_names(client) == set()
+            said = client.instructions
+            assert said is not None
+            assert "the server 'repo-tools' waits for the user's approval" in said
+            assert "mcpvisor cannot read the approvals store now (its log says why)" in said
+            assert "not json" not in said  # what the store holds stays in the log

@@ -88,6 +88,8 @@ class Config(StackOwner):
         self._refiner: Callable[[str, str], str] | None = None
         self.approve_command = "mcpvisor mcp approve {name}"
         """How a fix says to approve a server (``{name}``): the layer above names its workspace and home in it."""
+        self.approvals_unreadable: Callable[[], bool] = lambda: False
+        """Whether no approval can be read now (the layer above knows its approvals store): every gated server held."""
         self._removed: set[str] = set()
         self._trusted = trusted_folder
         self.events = EventBus()

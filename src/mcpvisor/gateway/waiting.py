@@ -49,14 +49,17 @@ def _approve(config: Config, name: str) -> str:
 
 
 def _waiting_said(config: Config, names: Sequence[str], *, told: str) -> str:
-    """``names`` (one or more) wait for the user's approval; ``told`` whose: "the user's" or "your"."""
+    """``names`` (one or more) wait for the user's approval; ``told`` whose: "the user's" or "your". While the
+    approvals store cannot be read (a corrupt file, a fleet's store not answering), that is said too: every
+    server is held then, approved or not, and ``mcp approve`` cannot record a decision."""
+    held = "; mcpvisor cannot read the approvals store now (its log says why)" if config.approvals_unreadable() else ""
     if len(names) == 1:
-        return f"the server {names[0]!r} waits for {told} approval before it starts: {_approve(config, names[0])}"
+        return f"the server {names[0]!r} waits for {told} approval before it starts: {_approve(config, names[0])}{held}"
     each = "; ".join(f"{name!r}: {_approve(config, name)}" for name in names[:NAMED_AT_MOST])
     more = (
         f"; and {len(names) - NAMED_AT_MOST} more (mcpvisor mcp list shows them)" if len(names) > NAMED_AT_MOST else ""
     )
-    return f"{len(names)} servers wait for {told} approval before they start: {each}{more}"
+    return f"{len(names)} servers wait for {told} approval before they start: {each}{more}{held}"
 
 
 def instructions(config: Config) -> str:

@@ -181,6 +181,8 @@ class Host(StackOwner):
             self._config.set_reason_refiner(lambda name, reason: self.refine_reason(name, reason) or reason)
             self._config.approve_command = approve
             config = self._config  # not self.config: its servers' last events come while it stops
+            approvals = self._approvals
+            config.approvals_unreadable = lambda: approvals.error is not None
             config.events.subscribe(lambda event: self.emit(event_as_said_here(config, event)))
             lsp_files = [load_lsp_file(Path(p), env) for p in opts.lsp_config]
             for lsp_file in lsp_files:
