@@ -22,6 +22,8 @@ from typing import Any
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
+import anyio
+
 from mcpvisor.core.errors import McpvisorError
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "from_wire",
     "path_of",
     "relative",
+    "resolved",
     "resolve_file",
     "to_wire",
     "uri_of",
@@ -179,9 +182,19 @@ class FolderNotFile(NoSuchFile):
         self.root = root
 
 
-def resolve_file(file: str, root: Path) -> Path:
+async def resolved(file: str, root: Path) -> Path:
+    """:func:`resolve_file` on the event loop (a few system calls); a ``file`` that names no file is resolved again in
+    a worker thread, where the workspace is searched for the file it likely meant."""
+    try:
+        return resolve_file(file, root, search=False)
+    except NoSuchFile:
+        return await anyio.to_thread.run_sync(resolve_file, file, root)
+
+
+def resolve_file(file: str, root: Path, *, search: bool = True) -> Path:
     """A tool's ``file`` argument (workspace-relative, absolute, or a ``file://`` URI) as the real path of a file
-    inside ``root``, symlinks followed. Reads the file system (``resolve``, ``is_file``), nothing else."""
+    inside ``root``, symlinks followed. Reads the file system (``resolve``, ``is_file``; with ``search``, a file
+    that is not there is looked for under ``root``: see :func:`_meant`), nothing else."""
     real_root = root.resolve()
     if file[:7].lower() == "file://":  # what a language server or an editor calls a file
         local = path_of(file)
@@ -196,7 +209,7 @@ def resolve_file(file: str, root: Path) -> Path:
     if file and real.is_dir():
         raise FolderNotFile(file, real_root)
     if not real.is_file():
-        raise NoSuchFile(file, real_root, meant=_meant(candidate, real_root))
+        raise NoSuchFile(file, real_root, meant=_meant(candidate, real_root) if search else None)
     return real
 
 

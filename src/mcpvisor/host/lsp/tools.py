@@ -49,7 +49,7 @@ from mcpvisor.host.lsp.results import (
 )
 from mcpvisor.host.lsp.server import LanguageServer
 from mcpvisor.host.lsp.status import describe_state
-from mcpvisor.host.lsp.text import FileOutsideWorkspace, NoSuchFile, relative, resolve_file, to_wire
+from mcpvisor.host.lsp.text import FileOutsideWorkspace, NoSuchFile, relative, resolved, to_wire
 from mcpvisor.host.lsp.tool_specs import (
     ARGUMENTS,
     CAPABILITY,
@@ -193,7 +193,7 @@ class LspTools:
         does not start is passed over while another can answer); ``server``: that one (the caller's choice)."""
         if not isinstance(file, str) or not file:
             raise ToolFailure("give 'file': a file of the workspace (relative to it, or absolute inside it)")
-        path = await anyio.to_thread.run_sync(resolve_file, file, self.root)  # (a wrong path's search: off the loop)
+        path = await resolved(file, self.root)
         candidates = self.manager.candidates(path)
         if server is not None:
             chosen = [c for c in candidates if c.name == server]
@@ -462,7 +462,7 @@ class LspTools:
 
     async def _running_for(self, file: str) -> list[_Target]:
         """The servers running for ``file``'s extension (none: its first is to be started)."""
-        path = await anyio.to_thread.run_sync(resolve_file, file, self.root) if file else None
+        path = await resolved(file, self.root) if file else None
         return [(c, path) for c in self.manager.candidates(path) if c.state == "ready"] if path else []
 
     async def rename_preview(self, arguments: dict[str, Any]) -> RenameResult:
