@@ -39,7 +39,8 @@ def waiting_for_approval(config: Config) -> list[str]:
     return sorted(
         name
         for name in config.get_merged_mcp_servers()
-        if config.get_mcp_server_unavailable_reason(name) == "pending_approval"
+        if config.is_mcp_server_pending_approval(name)  # (cheap: the full reason is asked of these few only)
+        and config.get_mcp_server_unavailable_reason(name) == "pending_approval"
         and config.refined_reason(name, "pending_approval") == "pending_approval"
     )
 
