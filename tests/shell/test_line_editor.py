@@ -176,7 +176,9 @@ class Terminal:
 
 
 @asynccontextmanager
-async def shell_at_a_terminal(layout: Layout, *, job_control: bool = False) -> AsyncIterator[Terminal]:
+async def shell_at_a_terminal(
+    layout: Layout, *, job_control: bool = False, term: str = "xterm-256color"
+) -> AsyncIterator[Terminal]:
     main, side = pty.openpty()
     fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
     process = await anyio.open_process(
@@ -194,7 +196,7 @@ async def shell_at_a_terminal(layout: Layout, *, job_control: bool = False) -> A
         stdin=side,
         stdout=side,
         stderr=side,
-        env={**os.environ, **layout.env, "TERM": "xterm-256color", "NO_COLOR": "1"},
+        env={**os.environ, **layout.env, "TERM": term, "NO_COLOR": "1"},
     )
     os.close(side)
     terminal = Terminal(process, main)

@@ -127,7 +127,7 @@ class ShellSession:
         self._prompt_commands: tuple[str, ...] = ()
         self._interrupts = 0
         self._exit_code = EXIT_OK
-        self._failed = self._scripted = False
+        self._failed = self._scripted = self._typed_unedited = False
         self._command_scope: anyio.CancelScope | None = None
         self._session_scope: anyio.CancelScope | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -252,6 +252,7 @@ class ShellSession:
                             await self._read_eval(lines)
                     else:
                         self._scripted = self.screen.prompt_not_drawn = not stdin_is_terminal()
+                        self._typed_unedited = not self._scripted
                         async with stdin_lines() as lines:
                             await self._read_eval(lines)
                 finally:
@@ -262,7 +263,9 @@ class ShellSession:
     async def _read_eval(self, lines: AsyncIterator[str]) -> None:
         while True:
             self.screen.show_prompt()
-            self._seen = None  # the line editor tells when a line is begun; other lines answer as they come
+            # The line editor tells when a line is begun; one typed without it (TERM=dumb) answers the question open
+            # when its prompt was drawn, if one was; lines from a pipe or a file answer as they come.
+            self._seen = (self.dialog.shown() or None) if self._typed_unedited else None
             try:
                 line = await anext(lines)
             except StopAsyncIteration:
