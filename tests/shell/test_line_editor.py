@@ -177,7 +177,7 @@ class Terminal:
 
 @asynccontextmanager
 async def shell_at_a_terminal(
-    layout: Layout, *, job_control: bool = False, term: str = "xterm-256color"
+    layout: Layout, *, job_control: bool = False, term: str = "xterm-256color", ready: str = "mcp> "
 ) -> AsyncIterator[Terminal]:
     main, side = pty.openpty()
     fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
@@ -201,7 +201,7 @@ async def shell_at_a_terminal(
     os.close(side)
     terminal = Terminal(process, main)
     try:
-        await terminal.expect("mcp> ")
+        await terminal.expect(ready)
         yield terminal
     finally:
         with anyio.CancelScope(shield=True):

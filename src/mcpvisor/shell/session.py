@@ -299,6 +299,7 @@ class ShellSession:
 
     async def _watch_interrupts(self, interrupts: AsyncIterable[object]) -> None:
         async for _ in interrupts:
+            self.screen.interrupted()
             self._interrupted()
 
     def _interrupted(self) -> None:

@@ -75,6 +75,13 @@ class Screen:
         """The user pressed Enter: the cursor is on a fresh line and no prompt is displayed."""
         self._prompt = None
 
+    def interrupted(self) -> None:
+        """Ctrl-C came as a signal (the terminal is not in the line editor's hands): the terminal echoed it (``^C``)
+        where the cursor was, so what is printed next starts on the next line, not after the echo (a displayed prompt
+        is redrawn by what is printed above it)."""
+        if self._prompt is None and self.console.is_terminal:
+            self._write("\n")
+
     def leave(self) -> None:
         """The session ends: move off a displayed prompt so what follows starts on a fresh line."""
         if self._prompt is not None:
