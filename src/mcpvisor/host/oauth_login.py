@@ -18,13 +18,23 @@ from mcpvisor.host.oauth_settings import is_loopback_url, oauth_settings, server
 from mcpvisor.host.oauth_store import TokenStore
 from mcpvisor.host.status import LOGIN_HINT
 
-__all__ = ["DEFAULT_LOGIN_TIMEOUT_S", "login"]
+__all__ = ["DEFAULT_LOGIN_TIMEOUT_S", "login", "open_in_browser"]
 
 DEFAULT_LOGIN_TIMEOUT_S: Final = 300.0
 BROWSER_ANSWER_S: Final = 2.0
 """How long the browser command is waited for before the sign-in goes on without its answer: one that stays until
 its window closes (``BROWSER=firefox`` when none runs yet) would otherwise hold the URL's line, and the sign-in's
 end, until then."""
+
+
+def open_in_browser(url: str) -> bool:
+    """Open ``url`` in the user's browser; False when there is none (e.g. over SSH)."""
+    import webbrowser
+
+    try:
+        return webbrowser.open(url)
+    except webbrowser.Error:
+        return False
 
 
 async def login(

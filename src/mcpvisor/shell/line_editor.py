@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
 import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
@@ -33,6 +34,8 @@ from prompt_toolkit.application import get_app, get_app_session, run_in_terminal
 from prompt_toolkit.buffer import Buffer
 from prompt_toolkit.filters import Condition, is_searching
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+from prompt_toolkit.input import Input
+from prompt_toolkit.input.typeahead import get_typeahead, store_typeahead
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.key_binding.key_processor import KeyPress
 from prompt_toolkit.keys import Keys
@@ -125,11 +128,12 @@ async def edited_lines(
     candidates: Callable[[str], Mapping[str, str]],
     history: Path | None,
     on_interrupt: Callable[[], None],
-    on_typing: Callable[[], None] = lambda: None,
+    on_typing: Callable[[bool], None] = lambda ahead: None,
 ) -> AsyncIterator[AsyncIterator[str]]:
     """Lines read with the line editor; ``message`` is the prompt as it reads now (asked again whenever
     the prompt is drawn), ``candidates`` feeds completion (see :class:`ShellCompleter`), ``on_typing`` is
-    called when an empty line gets its first text (typed, recalled or pasted)."""
+    called when an empty line gets its first text (typed, recalled or pasted), with True when the line was
+    typed ahead: it waits already as its prompt comes, typed while the line before ran."""
     session: PromptSession[str] = PromptSession(
         history=_history(history),
         completer=ShellCompleter(candidates),
@@ -143,7 +147,7 @@ async def edited_lines(
     def text_changed(buffer: Buffer) -> None:
         nonlocal typed
         if buffer.text and not typed:
-            on_typing()
+            on_typing(False)
         typed = bool(buffer.text)
 
     session.default_buffer.on_text_changed += text_changed
@@ -152,6 +156,9 @@ async def edited_lines(
         nonlocal typed
         while True:
             typed = False  # each prompt starts on an empty line
+            if _typed_ahead(session.input):
+                typed = True
+                on_typing(True)
             try:
                 # The session owns SIGINT (cli/main.py listens for it): prompt_toolkit must neither
                 # install nor, on leaving, remove a handler of its own.
@@ -172,6 +179,17 @@ async def edited_lines(
             yield iterator
         finally:
             await iterator.aclose()
+
+
+def _typed_ahead(terminal: Input) -> bool:
+    """Whether keys typed before the next prompt wait for it: read by the prompt before (typed as it ended), or a
+    line typed while a command ran (the terminal is not in raw mode then: a line counts once its Enter is typed)."""
+    keys = get_typeahead(terminal)
+    store_typeahead(terminal, keys)  # (only looked at: the prompt takes them)
+    try:
+        return bool(keys) or bool(select.select([sys.stdin.fileno()], [], [], 0)[0])
+    except (OSError, ValueError):  # no standard input to look at
+        return bool(keys)
 
 
 @contextmanager

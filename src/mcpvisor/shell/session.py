@@ -30,6 +30,7 @@ from mcpvisor.host.host import Host, HostEvent, HostOptions
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpPromptsChanged
 from mcpvisor.host.lsp.config import LSP_KEY_PREFIX
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged
+from mcpvisor.host.oauth_login import open_in_browser
 from mcpvisor.host.oauth_store import sign_ins
 from mcpvisor.host.paths import named_home, user_dir
 from mcpvisor.host.status import APPROVE_HINT, fix_commands, in_home, plural, trust_hint
@@ -74,16 +75,6 @@ _CALL_EXAMPLE = '/call mcp__server__tool {"text": "hi"}'
 _PROMPT_EXAMPLE = '/prompt NAME {"topic": "hi"}'
 
 
-def open_in_browser(url: str) -> bool:
-    """Open ``url`` in the user's browser; False when there is none (e.g. over SSH)."""
-    import webbrowser
-
-    try:
-        return webbrowser.open(url)
-    except webbrowser.Error:
-        return False
-
-
 async def run_shell(
     options: HostOptions,
     *,
@@ -123,6 +114,8 @@ class ShellSession:
         self.dialog = ApprovalDialog(host, console, self._gated)
         self._seen: tuple[tuple[str, str], ...] | None = None
         """The dialog's question when the line being read was begun, at the line editor (see ``dialog.shown``)."""
+        self._taken: tuple[tuple[str, str], ...] = ()
+        """The dialog's question when the last line was taken (Enter): a line typed ahead was begun then or later."""
         self._reconciles = 0
         self._prompt_commands: tuple[str, ...] = ()
         self._interrupts = 0
@@ -271,6 +264,7 @@ class ShellSession:
             except StopAsyncIteration:
                 return
             self.screen.prompt_answered()
+            self._taken = self.dialog.shown()
             self._interrupts = 0
             self.dialog.question_shown = False
             with anyio.CancelScope() as scope:
@@ -286,9 +280,10 @@ class ShellSession:
             if self.dialog.asked is not None and not self.dialog.question_shown:
                 self.dialog.ask_next(force=True)  # the dialog is still open: ask again below the command's output
 
-    def _typing(self) -> None:
-        """A line is begun at the line editor: an answer in it answers the dialog's question as it is now."""
-        self._seen = self.dialog.shown()
+    def _typing(self, ahead: bool) -> None:
+        """A line is begun at the line editor: an answer in it answers the dialog's question as it is now, or, typed
+        ahead while the line before ran, as it was when that line was taken (the earliest it can have been begun)."""
+        self._seen = self._taken if ahead else self.dialog.shown()
 
     def output_closed(self) -> None:
         """Standard output is gone (a pipe whose reader left: ``| head``, or a ``| tee`` that Ctrl-C ended): the
