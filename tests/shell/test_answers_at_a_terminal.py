@@ -8,6 +8,8 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from tests.layout import make_layout
 from tests.shell.test_line_editor import CTRL_D, shell_at_a_terminal
 from tests.shell.test_shell import save, server
@@ -46,15 +48,16 @@ async def test_an_answer_typed_before_the_question_changed_approves_nothing_with
         assert await t.exit_code() == 0
 
 
+@pytest.mark.parametrize("term", ["xterm-256color", "dumb"])
 async def test_an_answer_typed_ahead_while_a_command_ran_approves_nothing_the_question_changed_to_meanwhile(
-    tmp_path: Path,
+    tmp_path: Path, term: str
 ) -> None:
     """'a' and Enter typed while a command ran at the dialog's prompt, then proj's configuration changed (its new
     details printed): the next prompt took the line as begun then, and approved the configuration it had not seen."""
     layout = make_layout(tmp_path)
     save(layout.paths.user, {"mcpServers": {"alpha": server("alpha", "--tools", "slow", "--hang-on-call", "slow")}})
     save(layout.paths.project, {"mcpServers": {"proj": server("proj")}})
-    async with shell_at_a_terminal(layout, ready="[a/A/r/s]> ") as t:
+    async with shell_at_a_terminal(layout, ready="[a/A/r/s]> ", term=term) as t:
         since = t.type("/call mcp__alpha__slow\r")
         await t.expect("still waiting for mcp__alpha__slow", since)
         await t.expect("a", t.type("a\r"))  # typed ahead (the terminal echoes it) ...

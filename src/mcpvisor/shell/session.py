@@ -120,7 +120,9 @@ class ShellSession:
         self._prompt_commands: tuple[str, ...] = ()
         self._interrupts = 0
         self._exit_code = EXIT_OK
-        self._failed = self._scripted = self._typed_unedited = False
+        self._failed = self._scripted = False
+        self._typed_ahead: Callable[[], bool] | None = None
+        """At a terminal without the line editor: whether the next line was typed before its prompt."""
         self._command_scope: anyio.CancelScope | None = None
         self._session_scope: anyio.CancelScope | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -245,8 +247,8 @@ class ShellSession:
                             await self._read_eval(lines)
                     else:
                         self._scripted = self.screen.prompt_not_drawn = not stdin_is_terminal()
-                        self._typed_unedited = not self._scripted
                         async with stdin_lines() as lines:
+                            self._typed_ahead = None if self._scripted else lines.waiting
                             await self._read_eval(lines)
                 finally:
                     unsubscribe()  # shutting the servers down is not news
@@ -257,8 +259,10 @@ class ShellSession:
         while True:
             self.screen.show_prompt()
             # The line editor tells when a line is begun; one typed without it (TERM=dumb) answers the question open
-            # when its prompt was drawn, if one was; lines from a pipe or a file answer as they come.
-            self._seen = (self.dialog.shown() or None) if self._typed_unedited else None
+            # when its prompt was drawn, if one was (typed ahead: when the line before was taken); lines from a pipe or
+            # a file answer as they come.
+            ahead = self._typed_ahead
+            self._seen = None if ahead is None else self._taken if ahead() else self.dialog.shown() or None
             try:
                 line = await anext(lines)
             except StopAsyncIteration:

@@ -16,15 +16,15 @@ import math
 import os
 import sys
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
 import anyio
 from anyio.from_thread import BlockingPortal
-from anyio.streams.memory import MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from rich.console import Console
 
-__all__ = ["READ_CHUNK_BYTES", "Screen", "stdin_lines", "wants_line_editor"]
+__all__ = ["READ_CHUNK_BYTES", "InputLines", "Screen", "stdin_lines", "wants_line_editor"]
 
 READ_CHUNK_BYTES = 4096
 _CLEAR_LINE = "\r\x1b[2K"
@@ -131,30 +131,40 @@ def _read_lines(fd: int, deliver: Callable[[str | None], bool]) -> None:
             return
 
 
+class InputLines(AsyncIterator[str]):
+    """Lines read off standard input, in order; the iteration ends at end of file."""
+
+    def __init__(self, receive: MemoryObjectReceiveStream[str | None]) -> None:
+        self._receive = receive
+        self._ended = False
+
+    async def __anext__(self) -> str:
+        line = None if self._ended else await self._receive.receive()
+        if line is None:
+            self._ended = True
+            raise StopAsyncIteration
+        return line
+
+    def waiting(self) -> bool:
+        """Whether a line was read already and waits to be taken (at a terminal: typed ahead, before its prompt)."""
+        return self._receive.statistics().current_buffer_used > 0
+
+
 @asynccontextmanager
-async def stdin_lines(fd: int | None = None) -> AsyncIterator[AsyncIterator[str]]:
+async def stdin_lines(fd: int | None = None) -> AsyncIterator[InputLines]:
     """Lines of standard input (or ``fd``) without their line ending; the iterator ends at end of file."""
     if fd is None:
         fd = sys.stdin.fileno() if sys.stdin is not None else -1
     send, receive = anyio.create_memory_object_stream[str | None](math.inf)
-
-    async def lines() -> AsyncGenerator[str, None]:
-        async for line in receive:
-            if line is None:
-                return
-            yield line
-
     async with BlockingPortal() as portal:
         if fd < 0:
             send.send_nowait(None)  # no standard input at all: end of file at once
         else:
             deliver = _deliverer(portal, send)
             threading.Thread(target=_read_lines, args=(fd, deliver), name="mcpvisor-shell-input", daemon=True).start()
-        iterator = lines()
         try:
-            yield iterator
+            yield InputLines(receive)
         finally:
-            await iterator.aclose()
             receive.close()
             send.close()
 
