@@ -11,10 +11,11 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
+import pytest
 from anyio.streams.text import TextReceiveStream
 
 from tests.helpers import LIGHT, WAIT_S, marker_pids, mcpvisor_command, pid_alive, wait_until, wait_woken
@@ -273,59 +274,35 @@ async def test_a_misspelt_servers_key_in_mcp_json_is_named_with_the_key_it_was_m
         assert warning.endswith('is ignored; it looks like a server: put it inside "mcpServers": {"p": {...}}')
 
 
-async def test_a_misspelt_mcp_servers_key_keeps_the_last_good_servers_of_the_file_until_fixed(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("scope", "misspelt"), [("user", "mcpservers"), ("project", "mcp_servers")])
+async def test_a_misspelt_mcp_servers_key_keeps_the_last_good_servers_of_the_file_until_fixed(
+    tmp_path: Path, scope: Literal["user", "project"], misspelt: str
+) -> None:
+    """A settings file, or a project's .mcp.json (before, one saved so stopped its servers as if deleted)."""
     marker = tmp_path / "a.pids"
     a = server("a", marker)
-    async with run(tmp_path, user={"mcpServers": {"a": a}}) as r:
+    async with run(tmp_path, **{scope: {"mcpServers": {"a": a}}}) as r:
+        if scope == "project":
+            approved = await r.cli("mcp", "approve", "a")
+            assert approved.returncode == 0, approved.stderr
+        await r.wait_for(lambda: r.status("a") == "connected")
         [pid] = marker_pids(marker)
-        path = r.layout.paths.user
-        save(path, {"mcpservers": {"a": a}})
+        path = r.layout.paths.of(scope)
+        save(path, {misspelt: {"a": a}})
         await r.wait_for(
             lambda: r.status("a") != "connected" or any("kept the last good" in w["message"] for w in r.of("warning"))
         )
         assert r.status("a") == "connected"
         [kept] = [w["message"] for w in r.of("warning") if "kept the last good" in w["message"]]
         assert kept == (
-            f"kept the last good servers of {path} ('a') until 'mcpservers' there is renamed 'mcpServers' "
-            "(did you mean 'mcpServers'?); to stop them instead, remove 'mcpservers'"
+            f"kept the last good servers of {path} ('a') until {misspelt!r} there is renamed 'mcpServers' "
+            f"(did you mean 'mcpServers'?); to stop them instead, remove {misspelt!r}"
         )
-        assert marker_pids(marker) == [pid]
         assert pid_alive(pid)
-        # Fixing the key changes nothing that runs; removing the servers then stops a.
+        # Fixing the key changes nothing that runs (nor asks again); removing the servers then stops a.
         save(path, {"mcpServers": {"a": a}})
         save(path, {})
         await r.wait_for(lambda: any(e["removed"] == ["a"] for e in r.of("reconcile")))
-        assert marker_pids(marker) == [pid]  # never restarted
-        await wait_until(lambda: not pid_alive(pid))
-
-
-async def test_a_misspelt_mcp_servers_key_in_mcp_json_keeps_its_approved_servers_running_until_fixed(
-    tmp_path: Path,
-) -> None:
-    """Before, a project file saved with 'mcp_servers' stopped its servers as if they had been deleted."""
-    marker = tmp_path / "p.pids"
-    p = server("p", marker)
-    async with run(tmp_path, project={"mcpServers": {"p": p}}) as r:
-        approved = await r.cli("mcp", "approve", "p")
-        assert approved.returncode == 0, approved.stderr
-        await r.wait_for(lambda: r.status("p") == "connected")
-        [pid] = marker_pids(marker)
-        path = r.layout.paths.project
-        save(path, {"mcp_servers": {"p": p}})
-        await r.wait_for(
-            lambda: r.status("p") != "connected" or any("kept the last good" in w["message"] for w in r.of("warning"))
-        )
-        assert r.status("p") == "connected"
-        [kept] = [w["message"] for w in r.of("warning") if "kept the last good" in w["message"]]
-        assert kept == (
-            f"kept the last good servers of {path} ('p') until 'mcp_servers' there is renamed 'mcpServers' "
-            "(did you mean 'mcpServers'?); to stop them instead, remove 'mcp_servers'"
-        )
-        assert pid_alive(pid)
-        # Fixing the key changes nothing that runs (nor asks again); removing the servers then stops p.
-        save(path, {"mcpServers": {"p": p}})
-        save(path, {})
-        await r.wait_for(lambda: any(e["removed"] == ["p"] for e in r.of("reconcile")))
         assert marker_pids(marker) == [pid]  # never restarted
         await wait_until(lambda: not pid_alive(pid))
 
