@@ -574,3 +574,49 @@ def test_the_plan_shows_what_the_server_is_given_and_the_file_gets_the_escape(la
         "shop": {"command": "shop-mcp", "args": ["--price", "$$5"]},
         "pay": {"command": "pay-mcp", "args": ["--mark", "$$$$", "--home", "$HOME", "$${X:?}"]},
     }
+
+
+@pytest.mark.parametrize("tool", ["gemini", "qwen"])
+def test_a_server_left_out_of_the_allow_list_of_gemini_or_qwen_is_listed_not_imported(
+    layout: Layout, tool: str
+) -> None:
+    """Before, 'mcp.allowed' (older versions: the top-level 'allowMCPServers') was not read: a server the tool never
+    connects was imported as active. As in the tool, an empty list restricts nothing, and the user's list applies to
+    the project's servers too."""
+    write_json(
+        layout.home / f".{tool}" / "settings.json",
+        {
+            "mcp": {"allowed": ["github", "proj"]},
+            "mcpServers": {"github": {"command": "gh-mcp"}, "rogue": {"command": "rogue-mcp"}},
+        },
+    )
+    write_json(
+        layout.root / f".{tool}" / "settings.json",
+        {"mcpServers": {"proj": {"command": "p"}, "other": {"command": "o"}}},
+    )
+    found = import_json(layout, "--from", tool)
+    assert {name: s["action"] for name, s in found.items()} == {
+        "github": "add",
+        "rogue": "skip",
+        "proj": "add",
+        "other": "skip",
+    }
+    assert f"not in 'mcp.allowed' in {layout.home / f'.{tool}' / 'settings.json'}" in found["rogue"]["reason"]
+    assert servers(layout.paths.user) == {"github": {"command": "gh-mcp"}}
+    assert servers(layout.paths.workspace) == {"proj": {"command": "p"}}
+
+    layout.paths.user.unlink()
+    layout.paths.workspace.unlink()
+    write_json(
+        layout.home / f".{tool}" / "settings.json",
+        {"allowMCPServers": ["a"], "mcpServers": {"a": {"command": "a"}, "b": {"command": "b"}}},
+    )
+    write_json(layout.root / f".{tool}" / "settings.json", {"mcpServers": {"c": {"command": "c"}}})
+    legacy = import_json(layout, "--from", tool)
+    assert {name: s["action"] for name, s in legacy.items()} == {"a": "add", "b": "skip", "c": "skip"}
+    assert "'allowMCPServers'" in legacy["b"]["reason"]
+    # An empty list alone restricts nothing.
+    write_json(
+        layout.home / f".{tool}" / "settings.json", {"mcp": {"allowed": []}, "mcpServers": {"d": {"command": "d"}}}
+    )
+    assert import_json(layout, "--from", tool, "--scope", "user")["d"]["action"] == "add"

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -60,17 +60,21 @@ class _Spec:
     """What a ``url`` without ``type`` is: SSE (Gemini, Claude) or guessed from the path (Cursor, VS Code)."""
     off_lists: tuple[str, ...] = ()
     """Where the tool's settings list the names of servers it turns off (``/``-separated paths)."""
+    on_lists: tuple[str, ...] = ()
+    """Where they list the only servers it runs: a file's first one set counts; the lists of the files that apply are
+    intersected, and an empty result restricts nothing (as an empty list does in the tool)."""
 
 
 _GEMINI_OFF = ("mcp/excluded", "excludeMCPServers")  # the second: versions before the mcp settings object
+_GEMINI_ON = ("mcp/allowed", "allowMCPServers")
 
 SOURCES: Mapping[str, _Spec] = {
     "claude-desktop": _Spec("Claude Desktop", "literal", "guess"),
     "claude-code": _Spec("Claude Code", "braced", "sse"),
     "vscode": _Spec("VS Code", "vscode", "guess"),
     "cursor": _Spec("Cursor", "vscode", "guess"),
-    "gemini": _Spec("Gemini CLI", "shell", "sse", _GEMINI_OFF),
-    "qwen": _Spec("Qwen Code", "shell", "sse", _GEMINI_OFF),
+    "gemini": _Spec("Gemini CLI", "shell", "sse", _GEMINI_OFF, _GEMINI_ON),
+    "qwen": _Spec("Qwen Code", "shell", "sse", _GEMINI_OFF, _GEMINI_ON),
 }
 """The tools ``mcp import --from`` reads, with how each spells its entries."""
 
@@ -260,10 +264,11 @@ def scan_source(
             )
             continue
         inputs = _inputs(data) if spec.dialect == "vscode" and data is not None else {}
-        turned_off = _turned_off(spec, data, path)
-        if level == "workspace" and spec.off_lists:  # the user's list turns a project's server off too
+        lists = [(path, data)]
+        if level == "workspace" and spec.off_lists:  # the user's lists apply to a project's servers too
             user_file = _locations(source, env, root, platform)[0][0]
-            turned_off = {**_turned_off(spec, _read_quietly(user_file, parsed), user_file), **turned_off}
+            lists.append((user_file, _read_quietly(user_file, parsed)))
+        turned_off = _turned_off(spec, lists, [str(name) for name in servers])
         context = _Context(spec, env, root, level, inputs, turned_off)
         for name, raw in servers.items():
             candidates.append(_translate(str(name), raw, path, context))
@@ -280,14 +285,29 @@ def _read_quietly(path: Path, parsed: Mapping[Path, dict[str, Any] | None]) -> d
         return None
 
 
-def _turned_off(spec: _Spec, data: Mapping[str, Any] | None, path: Path) -> dict[str, str]:
-    """Server name -> the setting that turns it off in ``data`` (``'mcp.excluded' in <path>``)."""
+def _turned_off(
+    spec: _Spec, lists: Sequence[tuple[Path, Mapping[str, Any] | None]], names: Sequence[str]
+) -> dict[str, str]:
+    """Server name -> why the tool does not run it, given the settings that apply (``(path, data)``, the nearest
+    first): listed in an off list (``listed in 'mcp.excluded' in <path>``), or left out of the allow-lists."""
     off: dict[str, str] = {}
-    for key in spec.off_lists:
-        names = _dig(data, key) if data is not None else None
-        for name in names if isinstance(names, list) else []:
-            if isinstance(name, str):
-                off.setdefault(name, f"'{key.replace('/', '.')}' in {path}")
+    allowed: list[tuple[set[str], str]] = []
+    for path, data in lists:
+        for key in spec.off_lists:
+            listed = _dig(data, key) if data is not None else None
+            for name in listed if isinstance(listed, list) else []:
+                if isinstance(name, str):
+                    off.setdefault(name, f"listed in '{key.replace('/', '.')}' in {path}")
+        on = [(key, _dig(data, key)) for key in spec.on_lists] if data is not None else []
+        key, listed = next(((k, v) for k, v in on if isinstance(v, list)), ("", None))
+        if listed is not None:
+            allowed.append(({n for n in listed if isinstance(n, str) and n}, f"'{key.replace('/', '.')}' in {path}"))
+    common = set.intersection(*(kept for kept, _ in allowed)) if allowed else set()
+    if common:  # no list, or none in common: the tool runs every server
+        where = " and ".join(where for _, where in allowed)
+        for name in names:
+            if name not in common:
+                off.setdefault(name, f"not in {where}")
     return off
 
 
@@ -387,8 +407,8 @@ def _translate(name: str, raw: Any, path: Path, ctx: _Context) -> Candidate:
     if raw.get("disabled") is True or raw.get("enabled") is False:
         return skipped(f"it is turned off in {ctx.spec.title}; add it by hand if you want it")
     if name in ctx.turned_off:
-        listed = f"listed in {ctx.turned_off[name]}"
-        return skipped(f"it is turned off in {ctx.spec.title} ({listed}); add it by hand if you want it")
+        why = ctx.turned_off[name]
+        return skipped(f"it is turned off in {ctx.spec.title} ({why}); add it by hand if you want it")
     for key, why in _UNSUPPORTED.items():
         if key in raw:
             return skipped(f"it uses '{key}': {why}")
