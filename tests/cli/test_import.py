@@ -620,3 +620,30 @@ def test_a_server_left_out_of_the_allow_list_of_gemini_or_qwen_is_listed_not_imp
         layout.home / f".{tool}" / "settings.json", {"mcp": {"allowed": []}, "mcpServers": {"d": {"command": "d"}}}
     )
     assert import_json(layout, "--from", tool, "--scope", "user")["d"]["action"] == "add"
+
+
+def test_a_gemini_server_that_signs_in_with_google_credentials_is_listed_not_imported(layout: Layout) -> None:
+    """Before, a server Gemini CLI reaches with Google credentials ('authProviderType' google_credentials or
+    service_account_impersonation) was imported as a plain remote server, which mcpvisor reached without them."""
+    write_json(
+        layout.home / ".gemini" / "settings.json",
+        {
+            "mcpServers": {
+                "adc": {"httpUrl": "https://x.googleapis.com/mcp", "authProviderType": "google_credentials"},
+                "run": {
+                    "httpUrl": "https://svc-123.run.app/mcp",
+                    "authProviderType": "service_account_impersonation",
+                    "targetAudience": "123.apps.googleusercontent.com",
+                    "targetServiceAccount": "mcp@proj.iam.gserviceaccount.com",
+                },
+                "oauth": {"httpUrl": "https://example.com/mcp", "authProviderType": "dynamic_discovery"},
+            }
+        },
+    )
+    found = import_json(layout, "--from", "gemini")
+    assert {name: s["action"] for name, s in found.items()} == {"adc": "skip", "run": "skip", "oauth": "add"}
+    assert "'authProviderType' 'google_credentials'" in found["adc"]["reason"]
+    assert "'authProviderType' 'service_account_impersonation'" in found["run"]["reason"]
+    assert servers(layout.paths.user) == {
+        "oauth": {"httpUrl": "https://example.com/mcp", "authProviderType": "dynamic_discovery"}
+    }

@@ -99,6 +99,8 @@ _UNSUPPORTED: Mapping[str, str] = {
     "headersHelper": "mcpvisor runs no header helper: put the headers in 'headers', values as ${VAR}",
 }
 
+_GOOGLE_SIGN_IN = ("google_credentials", "service_account_impersonation")  # Gemini CLI's (dynamic_discovery: OAuth)
+
 _STRING_FIELDS = ("command", "cwd", "url", "httpUrl", "http_url")
 _STRING_MAP_FIELDS = ("env", "headers")
 
@@ -412,6 +414,9 @@ def _translate(name: str, raw: Any, path: Path, ctx: _Context) -> Candidate:
     for key, why in _UNSUPPORTED.items():
         if key in raw:
             return skipped(f"it uses '{key}': {why}")
+    if (provider := raw.get("authProviderType")) in _GOOGLE_SIGN_IN:
+        why = "mcpvisor signs in with no Google credentials: send a token in 'headers' as ${VAR}, or use 'oauth'"
+        return skipped(f"it uses 'authProviderType' {provider!r}: {why}")
     ignored = sorted(k for k in raw if k not in _FIELDS and k not in ("disabled", "enabled"))
     notes: list[str] = [f"ignored {', '.join(repr(k) for k in ignored)} (no mcpvisor equivalent)"] if ignored else []
     entry: dict[str, Any] = {k: v for k, v in raw.items() if k in _FIELDS}
