@@ -1019,3 +1019,36 @@ async def test_a_tool_a_server_lists_twice_is_named_once_when_another_is_not_fou
         with pytest.raises(ToolNotFoundError) as missing:
             await config.call_tool("mcp__twice__nope", {})
     assert str(missing.value).endswith("does not provide it (renamed or filtered out?); its tools: mcp__twice__ok")
+
+
+@pytest.mark.parametrize("edit", ["removed", "changed"])
+async def test_a_call_cut_short_by_an_edit_says_whether_a_retry_can_reach_the_server(tmp_path: Path, edit: str) -> None:
+    # What an agent's model reads: the tool of a removed server is gone, so "retry the call" would send it in circles.
+    after = {"s": light("s", "--control", "--tools", "other")} if edit == "changed" else {}
+    outcome: list[BaseException] = []
+    options = ConnectionOptions(log_dir=tmp_path)
+    async with Config(mcp_servers={"s": light("s", "--control")}, options=options) as config:
+        await config.initialize()
+        sleeping = anyio.Event()
+
+        async def heard(progress: float, total: float | None, message: str | None) -> None:
+            sleeping.set()  # the server reports progress once the call reached it
+
+        async def call() -> None:
+            try:
+                await config.call_tool("mcp__s__sleep", {"seconds": 60}, progress=heard, timeout_s=WAIT_S)
+            except ServerUnavailableError as exc:
+                outcome.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with anyio.fail_after(WAIT_S):
+                await sleeping.wait()
+            await config.reinitialize_mcp_servers(after)
+    why = (
+        "(it was removed from the configuration)"
+        if edit == "removed"
+        else "(its configuration changed or it was removed); retry the call"
+    )
+    [said] = outcome
+    assert str(said) == f"call to tool 'sleep' failed: server 's' was stopped while the call was in flight {why}"

@@ -66,8 +66,10 @@ GATED: Final[dict[str, str]] = {
     "pending_approval": "it waits for approval again",
     "excluded": "it was excluded",
     "not_allowed": "it is not allowed any more",
+    "removed": "it was removed from the configuration",
 }
-"""What a call cut short by gating is told, per reason (calling it again is refused for that reason)."""
+"""What a call cut short by gating, or by the server's removal, is told, per reason (calling it again is refused for
+that reason)."""
 
 
 class McpClient(ServerConnection):

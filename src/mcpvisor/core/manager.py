@@ -388,7 +388,7 @@ class McpClientManager:
             self._publish_state(name, reason=reason, restarting=restarting)
         if client is not None:
             self.disconnect_count += 1
-            await self._close(client, reason)  # (a reason is gating's)
+            await self._close(client, "removed" if forget else reason)  # (a reason is gating's)
             logger.info("server %r disconnected%s", name, f" ({reason})" if reason else "")
 
     def _purge(self, name: str, *, restarting: bool = False) -> None:
