@@ -46,7 +46,8 @@ async def test_two_workspaces_share_the_users_server_and_keep_their_project_serv
             await two.config.reconcile()
             assert not proj.exists()
             await two.decide("p", "approve")
-            assert len(marker_pids(proj)) == 1
+            # (Its start may go on after decide: the watcher's pass for the store decide wrote lets decide's return.)
+            await wait_until(lambda: proj.exists() and len(marker_pids(proj)) == 1, what="p started once approved")
             assert one.config.manager.get_client("p") is None
 
 
