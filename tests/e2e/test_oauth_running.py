@@ -563,6 +563,34 @@ async def test_the_shells_login_completion_says_the_sign_ins_state_and_the_shell
     assert offered == {"sec": "sign-in expired — run: /login sec", "s x": "sign-in expired — run: /login 's x'"}
 
 
+async def test_the_shells_status_view_says_to_widen_a_sign_in_with_the_shells_own_command(
+    tmp_path: Path, server: Server
+) -> None:
+    """A call refused for want of scope, then ``/mcp`` in the shell: the row of a server needing authentication said
+    ``/login sec``, but the row of one needing a wider sign-in said ``mcpvisor mcp login --workspace WS sec``, a
+    command the shell does not take. Both say ``/login``."""
+    from rich.console import Console
+
+    from mcpvisor.shell.session import ShellSession
+
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    write_json(layout.paths.user, {"mcpServers": {"sec": {"type": "http", "url": server.url}}})
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    store = TokenStore(store_path(layout))
+    [key] = store.read()
+    store.update(key, scope_needed="mcp:write")  # what a call refused with 403 insufficient_scope keeps
+    host = Host(HostOptions(env=layout.env, workspace=layout.root))
+    console = Console(file=io.StringIO(), width=400)
+    session = ShellSession(host, console)
+    async with host:
+        await session._cmd_mcp("")
+    said = " ".join(console.file.getvalue().split())  # type: ignore[attr-defined]
+    assert "sec · ● connected (1 tool, 0 prompts) · signed in; needs a wider sign-in (mcp:write) — run: /login sec" in (
+        said
+    )
+    assert "mcp login" not in said
+
+
 async def test_the_sign_in_command_a_workspace_of_its_own_narrates_works_pasted_in_another_folder(
     tmp_path: Path, server: Server
 ) -> None:

@@ -481,7 +481,9 @@ class Host(StackOwner):
             return "rejected"
         return reason
 
-    def server_views(self) -> list[ServerView]:
+    def server_views(self, sign_in_command: str | None = None) -> list[ServerView]:
+        """The status rows; ``sign_in_command``: how a sign-in says to sign in (``{name}``; None: the host's
+        login command), e.g. the shell's ``/login {name}``."""
         return describe_servers(
             self.state.assembled,
             self.config.get_mcp_gating(),
@@ -489,5 +491,10 @@ class Host(StackOwner):
             self.root,
             live=live_connections(self.config),
             trusted=self.settings.trusted,
-            sign_ins=sign_ins(self.tokens, self.state.assembled.servers, self.config.options.login_command),
+            sign_ins=sign_ins(
+                self.tokens,
+                self.state.assembled.servers,
+                self.config.options.login_command,
+                sign_in_command=sign_in_command,
+            ),
         )

@@ -415,7 +415,7 @@ class ShellSession:
     async def _cmd_mcp(self, argument: str) -> bool:
         render_status(
             self.console,
-            self.host.server_views(),
+            self.host.server_views(sign_in_command="/login {name}"),
             title="MCP servers",
             approve_hint="/approve {name}",
             login_hint="/login {name}",
