@@ -184,6 +184,31 @@ async def test_an_authorization_server_that_cannot_be_reached_to_refresh_is_name
         assert "sec" in manager._reconnects  # tried again, as a server that cannot be reached
 
 
+async def test_an_authorization_server_slow_to_refresh_is_named_not_the_mcp_server(
+    tmp_path: Path, short_lived: Server
+) -> None:
+    """The token endpoint keeps the refresh of an expired sign-in waiting past the start's time: the start said
+    "no answer within 1 s from http://…/mcp", the MCP server, which had answered at once. It names the
+    authorization server the refresh waits for."""
+    server = short_lived
+    layout = setup(tmp_path, server, discoveryTimeoutMs=1000)
+    assert cli(layout, "mcp", "login", "sec").returncode == 0
+    await wait_until(lambda: expires_at(store_path(layout)) < time.time(), what="the access token to expire")
+    admin(server, "hold-refresh")
+    try:
+        async with Host(HostOptions(env=layout.env, workspace=layout.root)) as host:
+            manager = host.config.manager
+            await wait_until(lambda: manager.clients()["sec"].last_error is not None, what="sec's start to end")
+            client = manager.clients()["sec"]
+            assert "refresh-held" in server.events()
+            assert client.last_error is not None
+            said = client.last_error
+            assert f"from its authorization server http://127.0.0.1:{server.port} to refresh the sign-in" in said
+            assert server.url not in said
+    finally:
+        admin(server, "release-refresh")
+
+
 async def see_a_sign_in(layout: Layout, host: Host) -> None:
     """``mcpvisor mcp login sec``, then wait until ``host`` has heard of the token store's change."""
     seen = host.tokens.generation

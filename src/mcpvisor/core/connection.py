@@ -265,10 +265,14 @@ class ServerConnection:
                 await self._connect_and_serve(life)
             if life.cancelled_caught and not self._ready.is_set() and not self._stopping:
                 longer = f"a server that needs longer may have it: set mcpServers.{self.name}.discoveryTimeoutMs"
+                refreshing_at = getattr(self._auth_in_use, "refreshing_at", None)  # the sign-in's, not the server's
                 self.last_error = (
                     f"no answer within {self.discovery_timeout_s:g} s; check that the server starts and speaks MCP "
                     f"(its log: {self.log_path}); {longer}"
                     if self.config.transport == "stdio"
+                    else f"no answer within {self.discovery_timeout_s:g} s from its authorization server "
+                    f"{refreshing_at} to refresh the sign-in; {longer}"
+                    if refreshing_at
                     else f"no answer within {self.discovery_timeout_s:g} s from {self.config.target()}; {longer}"
                 )
         except anyio.get_cancelled_exc_class():

@@ -74,8 +74,10 @@ signs with is not part of the connection id, so a refreshed token never restarts
 object may set ``step_up_scope`` (a string of scopes) when the server refused a request for want of
 scope: the request then fails saying that a wider sign-in is needed, and the connection stays; and
 ``sign_in_refused`` (a sentence) when its sign-in was refused under a request: the request fails saying
-that, and the connection ends. One whose ``signs_in_by_itself`` is true (a machine-to-machine grant) gets
-its credentials by itself: a 401 never marks its server as waiting for a person's sign-in."""
+that, and the connection ends; ``refreshing_at`` (an origin) while a refresh of its sign-in waits for the
+authorization server: a start that times out then says so. One whose ``signs_in_by_itself`` is true (a
+machine-to-machine grant) gets its credentials by itself: a 401 never marks its server as waiting for a
+person's sign-in."""
 InMemoryServers = Callable[[str, "McpServerConfig"], AbstractAsyncContextManager[Any] | None]
 """Serves a server entry inside this process instead of reaching it: called with the server's name and
 entry, it returns a context whose entering yields the connection's two message streams (the SDK's

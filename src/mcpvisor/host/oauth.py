@@ -156,6 +156,8 @@ def oauth_provider(
         """Scopes the server refused a request for want of (read once by the client: see core.client)."""
         sign_in_refused: str | None = None
         """Why a request found no usable sign-in (it ends the connection; the client says this, not 'closed')."""
+        refreshing_at: str | None = None
+        """The authorization server (its origin) a refresh of the sign-in waits for an answer from."""
 
         def refusal(self, message: str, kind: type[Exception] = LoginRequired) -> Exception:
             self.sign_in_refused = message
@@ -191,7 +193,9 @@ def oauth_provider(
                 storage.keep_authorization_server(issued_by)
             if issued_by is not None:
                 self.context.oauth_metadata = issued_by
-            return await super()._refresh_token()
+            request = await super()._refresh_token()
+            self.refreshing_at = "{0.scheme}://{0.netloc}".format(urlsplit(str(request.url)))
+            return request
 
         def _expected_issuer(self) -> str:
             expected: str = super()._expected_issuer()
@@ -347,6 +351,7 @@ def oauth_provider(
             return None
 
         async def _handle_refresh_response(self, response: Any) -> bool:
+            self.refreshing_at = None
             held, expires_at = self.context.current_tokens, storage.expires_at()
             used = held.refresh_token if held else None
             storage.refreshed_from = used  # stored only over the sign-in refreshed, not one stored since
