@@ -156,6 +156,33 @@ def test_a_sign_in_is_not_stored_under_a_key_a_replica_started_meanwhile_cannot_
         assert server.events() == ["register", "authorize", "token"]  # signed in there; refused as it was stored
 
 
+def test_a_sign_in_the_store_could_not_keep_is_not_said_to_be_a_failed_connection(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """The store stops answering while the browser is open: the sign-in is made at the authorization server, and
+    only keeping it fails. The error said "could not connect to server 'sec'" (the MCP server, which answered
+    all along), sending people after the wrong thing."""
+    stops_meanwhile = (  # in the browser step: the fleet store goes away
+        "import redis\n"
+        f"client = redis.Redis(unix_socket_path={str(redis_server.socket)!r})\n"
+        "try:\n"
+        "    client.shutdown(nosave=True)\n"
+        "except redis.ConnectionError:\n"
+        "    pass\n"
+    )
+    for server in start_server(tmp_path):
+        login = run_mcpvisor(
+            tmp_path, server.url, redis_server.url, "signer", "mcp", "login", "sec", browser=stops_meanwhile + FOLLOW
+        )
+        said = " ".join(login.stderr.split())
+        assert login.returncode == 1, login.stdout + login.stderr
+        assert server.events() == ["register", "authorize", "token"]  # signed in there; lost as it was stored
+        assert "could not connect" not in said, said
+        assert "signed in to server 'sec', but the sign-in could not be kept: could not save the fleet's OAuth " in said
+        assert "has no socket there (is it running?)" in said, said
+        assert "Traceback" not in said, said
+
+
 def run_mcpvisor(
     tmp_path: Path, server_url: str, fleet_url: str, home: str, *args: str, browser: str = FOLLOW
 ) -> subprocess.CompletedProcess[str]:

@@ -152,7 +152,7 @@ async def login(
                 )
             store.update(key, scope_needed=None, register_again=None)  # what a refused request asked for is held
             return tools
-        except BaseException:
+        except BaseException as exc:
             # The sign-in before stays as it was (its tokens were never touched), with its client: a refresh needs
             # both. A client the server may have forgotten is registered again next time (at once when no tokens
             # depend on it).
@@ -164,6 +164,12 @@ async def login(
                     client=original.get("client") if keep else None,
                     register_again=True if keep and suspect else None,
                 )
+            not_kept = provider.context.storage.not_kept
+            if not_kept is not None and isinstance(exc, Exception):
+                # The server and its authorization server answered: only storing the sign-in failed.
+                raise ConfigError(
+                    f"signed in to server {name!r}, but the sign-in could not be kept: {not_kept}"
+                ) from exc
             raise
     finally:
         callback.close()

@@ -68,6 +68,8 @@ class FileTokenStorage:
         """The refresh token the next tokens set were refreshed with: they replace that sign-in only."""
         self.superseded = False
         """The last tokens set were not stored: another sign-in (or a sign-out) was stored since the refresh began."""
+        self.not_kept: ConfigError | None = None
+        """Why the tokens of a sign-in (not a refresh) could not be stored: the flow ends with this failure."""
 
     async def get_tokens(self) -> OAuthToken | None:
         """The stored tokens; for a ``fresh`` sign-in, only those it got: the server runs the whole flow, and
@@ -106,7 +108,11 @@ class FileTokenStorage:
             return
         self.issued = tokens
         if used is None:
-            self._store.update(self._key, **fields)
+            try:
+                self._store.update(self._key, **fields)
+            except ConfigError as exc:
+                self.not_kept = exc
+                raise
 
     def save_unsaved(self) -> None:
         """Try again to save a refreshed sign-in kept in memory, once :data:`UNSAVED_RETRY_S` passed."""
