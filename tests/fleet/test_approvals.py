@@ -240,6 +240,29 @@ async def test_a_store_that_starts_refusing_the_password_says_so_while_the_repli
         await wait_until(lambda: mirror.error is None, what="recovery once it answers")
 
 
+async def test_a_store_that_starts_refusing_the_password_the_url_gives_says_to_check_it(
+    redis_server: RedisServer,
+) -> None:
+    """A store restarted with another password than the one in the replica's URL: the replica said to "give its
+    password in the URL" (it gives one) and quoted the Redis client's own words; the command line, for the same
+    refusal, says to check the password."""
+    with redis_server.client() as client:
+        client.config_set("requirepass", "before")
+    url = f"{redis_server.url}?password=before"
+    async with Replica(FleetStore(url), freshness_s=1.0, register=False) as replica:
+        mirror = replica.approvals
+        with redis.Redis(unix_socket_path=str(redis_server.socket), password="before") as client:
+            client.config_set("requirepass", "after")
+            client.client_kill_filter(_type="normal", skipme=True)  # its connections sign in again
+        await wait_until(lambda: "refused the connection's sign-in" in (mirror.error or ""), what="the refusal said")
+        said = mirror.error or ""
+        assert "check the password in the URL, percent-encoded: redis://:${REDIS_PASSWORD}@HOST:6379/0" in said, said
+        assert "give its password" not in said, said
+        assert "username-password" not in said, said  # (the client's own text)
+        with redis.Redis(unix_socket_path=str(redis_server.socket), password="after") as client:
+            client.config_set("requirepass", "")
+
+
 async def test_a_store_that_went_back_in_revision_is_distrusted_until_acknowledged(redis_server: RedisServer) -> None:
     async with Replica(FleetStore(redis_server.url), register=False) as replica:
         mirror = replica.approvals

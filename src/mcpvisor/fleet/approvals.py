@@ -214,7 +214,7 @@ class FleetApprovalStore(ApprovalStore):
         another failure of the store is said when it is the ``first`` in a row."""
         import redis
 
-        refused = sign_in_refused(exc)
+        refused = sign_in_refused(exc, self.store.url)
         if refused and refused != self.refused:
             logger.warning("fleet store %s %s", redact(self.store.url), refused)
         elif first and not refused and isinstance(exc, redis.RedisError | OSError):

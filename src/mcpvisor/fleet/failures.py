@@ -80,12 +80,7 @@ def fleet_unreachable(
     did, url_in = what_the_store_did(exc), f"the URL ({named_in})"
     tls = urlsplit(url).scheme == "rediss"
     if did == SIGNED_IN:
-        fix = (
-            f"check the password in {url_in}, percent-encoded: redis://:${{REDIS_PASSWORD}}@HOST:6379/0 with "
-            "REDIS_PASSWORD set"
-            if _has_password(url)
-            else f"give its password in {url_in}, {_PASSWORD_IN_URL}"
-        )
+        fix = _password_fix(url, url_in)
     elif did == TIMED_OUT:
         fix = f"check that it runs and that this host reaches it at the URL's address ({named_in})" + (
             ", or use redis:// if it does not speak TLS (rediss:// is TLS)" if tls else ""
@@ -121,12 +116,23 @@ def _has_password(url: str) -> bool:
         return "@" in url
 
 
-def sign_in_refused(exc: BaseException) -> str:
-    """What to say when the store answered but refused the connection's sign-in (``exc``), with the fix; else ""."""
-    said = str(exc).rstrip(". ") or type(exc).__name__
-    if not any(mark in said or mark in type(exc).__name__ for mark in _REFUSED_SIGN_IN):
+def _password_fix(url: str, url_in: str) -> str:
+    """What to do about a refused sign-in: check the password ``url`` gives, or give one (``url_in``: where)."""
+    if _has_password(url):
+        return (
+            f"check the password in {url_in}, percent-encoded: redis://:${{REDIS_PASSWORD}}@HOST:6379/0 with "
+            "REDIS_PASSWORD set"
+        )
+    return f"give its password in {url_in}, {_PASSWORD_IN_URL}"
+
+
+def sign_in_refused(exc: BaseException, url: str) -> str:
+    """What to say when the store at ``url`` answered but refused the connection's sign-in (``exc``), with the fix;
+    else ""."""
+    said = f"{type(exc).__name__} {exc}"
+    if not any(mark in said for mark in _REFUSED_SIGN_IN):
         return ""
-    return f"refused the connection's sign-in ({said}); give its password in the URL, {_PASSWORD_IN_URL}"
+    return f"{SIGNED_IN}; {_password_fix(url, 'the URL')}"
 
 
 def _secret_parameter(name: str) -> bool:
