@@ -20,6 +20,7 @@ import pytest
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import ReconcileFinished
 from mcpvisor.fleet.sealing import FleetKey
+from mcpvisor.fleet.settings import Snapshot
 from mcpvisor.fleet.store import FleetStore
 from mcpvisor.fleet.tokens import FleetTokenStore
 from mcpvisor.host.host import Host, HostOptions
@@ -183,15 +184,44 @@ def test_a_sign_in_the_store_could_not_keep_is_not_said_to_be_a_failed_connectio
         assert "Traceback" not in said, said
 
 
+def test_a_sign_in_on_a_machine_without_the_publishers_files_signs_in_to_the_fleets_server(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """A replica serving a remote server of the fleet's settings (the publisher's user settings) says to run
+    ``mcpvisor mcp login --fleet URL sec``; run on that replica's machine, whose own files do not define ``sec``,
+    it said "no MCP server of that name is configured". It signs in to the server the replicas serve."""
+    for server in start_server(tmp_path):
+        root = str(tmp_path.resolve() / "replica" / "ws")  # (the workspace run_mcpvisor makes)
+        published = Snapshot(1, root, {"user": json.dumps({"mcpServers": {"sec": _remote(server.url)}})})
+        with redis_server.client() as client:  # as the publisher, on another machine, published its files
+            keys = FleetStore(redis_server.url).keys
+            client.hset(keys.settings, mapping={"gen": 1, "files": published.files, "sha": published.sha, "by": "r1"})
+        login = run_mcpvisor(tmp_path, server.url, redis_server.url, "replica", "mcp", "login", "sec", servers={})
+        assert login.returncode == 0, login.stdout + login.stderr
+        assert server.events() == ["register", "authorize", "token"]
+        stored = FleetTokenStore(FleetStore(redis_server.url), FleetKey([SECRET])).get(server.url)
+        assert "tokens" in stored
+
+
+def _remote(url: str) -> dict[str, str]:
+    return {"type": "http", "url": url}
+
+
 def run_mcpvisor(
-    tmp_path: Path, server_url: str, fleet_url: str, home: str, *args: str, browser: str = FOLLOW
+    tmp_path: Path,
+    server_url: str,
+    fleet_url: str,
+    home: str,
+    *args: str,
+    browser: str = FOLLOW,
+    servers: dict[str, Any] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``mcpvisor ARGS`` with a home of its own (a user server ``sec``), the fleet and its key; its browser
-    follows the sign-in redirect (``browser``: the script it runs)."""
+    """``mcpvisor ARGS`` with a home of its own (a user server ``sec``, or ``servers``), the fleet and its key; its
+    browser follows the sign-in redirect (``browser``: the script it runs)."""
     script = tmp_path / "browser.py"
     script.write_text(browser)
     layout = make_layout(tmp_path / home)
-    write_json(layout.paths.user, {"mcpServers": {"sec": {"type": "http", "url": server_url}}})
+    write_json(layout.paths.user, {"mcpServers": {"sec": _remote(server_url)} if servers is None else servers})
     env = {
         **os.environ,
         **layout.env,

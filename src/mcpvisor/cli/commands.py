@@ -16,7 +16,7 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.markup import escape
 
-from mcpvisor.cli.fleet import approval_store, pin_store, token_store
+from mcpvisor.cli.fleet import approval_store, follow_fleet_settings, pin_store, token_store
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError, name_word
 from mcpvisor.core.gating import matches_any
@@ -53,8 +53,14 @@ def load_state(
     workspace: Path | None,
     mcp_config: Sequence[Path] = (),
     allowed: Sequence[str] | None = None,
+    *,
+    fleets_settings: bool = False,
 ) -> tuple[Settings, ApprovalStore, DesiredState]:
+    """The configuration as read here; ``fleets_settings``: with the fleet's published settings when a fleet is
+    named (what its replicas serve), for a command acting on the servers they run."""
     settings = load_settings(env, workspace)
+    if fleets_settings:
+        follow_fleet_settings(settings)
     approvals = approval_store(env)  # the fleet's with --fleet
     approvals.load()
     top_tier = load_top_tier(mcp_config, env)

@@ -24,12 +24,14 @@ if TYPE_CHECKING:
     from mcpvisor.host.host import HostOptions
     from mcpvisor.host.oauth_store import TokenStore
     from mcpvisor.host.pins import PinStore
+    from mcpvisor.host.settings.loader import Settings
 
 __all__ = [
     "FleetNameOpt",
     "FleetOpt",
     "approval_store",
     "fleet_store",
+    "follow_fleet_settings",
     "joined",
     "pin_store",
     "token_store",
@@ -184,6 +186,24 @@ def pin_store(env: Mapping[str, str]) -> PinStore:
     from mcpvisor.host.pins import PinStore
 
     return PinStore(paths.pins_path(env))
+
+
+def follow_fleet_settings(settings: Settings) -> None:
+    """``settings``, read from this machine's files, take the fleet's published settings when a fleet is named:
+    the servers its replicas serve (the publisher's files, which need not be on this machine)."""
+    store = fleet_store(settings.env)
+    if store is None:
+        return
+    from mcpvisor.fleet.settings import Snapshot, apply_to_settings
+
+    try:
+        with store.answering() as client:
+            fields = {str(k): str(v) for k, v in client.hgetall(store.keys.settings).items()}
+    finally:
+        store.close()
+    snapshot = Snapshot.parse(fields)
+    if snapshot is not None:
+        apply_to_settings(settings, snapshot)
 
 
 def with_fleet_stores(options: HostOptions) -> HostOptions:

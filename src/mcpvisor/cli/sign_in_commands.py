@@ -28,7 +28,7 @@ def _remote_server(
     to be pasted: ``{name}``, :func:`~mcpvisor.host.status.command_hints`), or :class:`ConfigError` saying why not."""
     from mcpvisor.host.oauth import check_sign_in
 
-    settings, approvals, state = load_state(env, workspace, mcp_config)
+    settings, approvals, state = load_state(env, workspace, mcp_config, fleets_settings=True)
     cfg = configured(settings, state, name, what)
     approve, login = command_hints(settings.root, options=approvals.decided_with, home=paths.named_home(env))
     check_sign_in(
