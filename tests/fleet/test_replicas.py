@@ -70,14 +70,15 @@ class Fleet:
             "MCPVISOR_SYSTEM_SETTINGS_PATH": str(self.tmp / "etc" / "settings.json"),
         }
 
-    def start(self, rid: str, home: Path, *extra_args: str, **extra_env: str) -> Replica:
+    def start(self, rid: str, home: Path, *extra_args: str, verbose: bool = True, **extra_env: str) -> Replica:
+        """Replica ``rid`` with its own ``home``; ``verbose``: with ``-v`` (else at the default log level)."""
         env = {**self.env(home), **extra_env}
         port = free_port()
         log = self.tmp / f"{rid}.stderr"
         args = ["serve", "--http", f"127.0.0.1:{port}", "--no-auth", "--workspace", str(self.root), *extra_args]
         with log.open("wb") as err:
             proc = subprocess.Popen(
-                [mcpvisor_command(), *args, "--fleet", self.url, "--replica-id", rid, "-v"],
+                [mcpvisor_command(), *args, "--fleet", self.url, "--replica-id", rid, *(["-v"] if verbose else [])],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -361,14 +362,14 @@ def text(result: types.CallToolResult) -> str:
     return content.text
 
 
-async def publisher_and_follower(fleet: Fleet, tmp_path: Path) -> tuple[Replica, Replica]:
+async def publisher_and_follower(fleet: Fleet, tmp_path: Path, *, verbose: bool = True) -> tuple[Replica, Replica]:
     """Replica ra, whose settings have server u, publishes; rb, with none of its own, follows them."""
     home_a, home_b = tmp_path / "a", tmp_path / "b"
     replace_text(home_a / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {"u": server("u")}}))
     replace_text(home_b / ".mcpvisor" / "settings.json", json.dumps({"mcpServers": {}}))
-    a = fleet.start("ra", home_a)
+    a = fleet.start("ra", home_a, verbose=verbose)
     await ready(a)
-    b = fleet.start("rb", home_b)
+    b = fleet.start("rb", home_b, verbose=verbose)
     await ready(b)
     await wait_tools(b, {"mcp__u__echo"})  # A's files are the fleet's
     return a, b
@@ -376,7 +377,9 @@ async def publisher_and_follower(fleet: Fleet, tmp_path: Path) -> tuple[Replica,
 
 async def test_the_publisher_lease_moves_on_when_its_holder_dies(tmp_path: Path, redis_server: RedisServer) -> None:
     with fleet_of(tmp_path, redis_server) as fleet:
-        a, b = await publisher_and_follower(fleet, tmp_path)
+        # At the default log level, as people run them: the line saying whose files were replaced was logged
+        # below it, and the servers went without a word why.
+        a, b = await publisher_and_follower(fleet, tmp_path, verbose=False)
         a.proc.kill()  # kill -9: it never gives the lease back
         a.proc.wait()
 

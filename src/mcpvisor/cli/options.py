@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import anyio
 import typer
@@ -39,6 +39,7 @@ __all__ = [
     "own_error",
     "reported",
     "setup_logging",
+    "show_fleet_operation",
     "split_names",
 ]
 
@@ -135,6 +136,19 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     @stream.setter
     def stream(self, value: Any) -> None:
         pass  # always sys.stderr
+
+
+FLEET_OPERATION: Final = ("mcpvisor.fleet.replica", "mcpvisor.fleet.settings", "mcpvisor.fleet.store")
+"""The loggers of a fleet replica's own operation, which nothing else tells: the publisher lease taken over or lost,
+whose settings files the fleet follows, a replica id still listed, settings not published and why."""
+
+
+def show_fleet_operation(verbose: int) -> None:
+    """A replica's log at the default level (errors only, the command narrating the rest) keeps the warnings of
+    :data:`FLEET_OPERATION`: no narration says them."""
+    if verbose == 0:
+        for name in FLEET_OPERATION:
+            logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def setup_logging(verbose: int, *, narrated: bool = False) -> None:

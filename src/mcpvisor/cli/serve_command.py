@@ -22,6 +22,7 @@ from mcpvisor.cli.options import (
     host_options,
     reported,
     setup_logging,
+    show_fleet_operation,
 )
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.gateway.limits import (
@@ -201,6 +202,7 @@ def serve(
     are applied.
     """
     setup_logging(verbose, narrated=True)
+    show_fleet_operation(verbose)
     address = _parse_http(http) if http is not None else None
     from mcpvisor.gateway.limits import HttpLimits
 

@@ -106,13 +106,14 @@ def read_snapshot_texts(source: Settings) -> dict[FileScope, str | None] | None:
     half-saved file is never published; the next good save is) or holds a password in clear; why is
     :func:`publish_refusal`'s. Blocking: run it in a thread."""
     texts: dict[FileScope, str | None] = {}
-    _WHY_NOT.pop(source.root, None)
+    said = _WHY_NOT.pop(source.root, None)
     for scope in PUBLISHED_SCOPES:
         path = source.paths.of(scope)
         try:
             text = read_settings_text(path)
         except SettingsFileError as exc:
-            logger.warning("not publishing settings: %s", exc)
+            if said != str(exc):  # once, not at every heartbeat's try
+                logger.warning("not publishing settings: %s", exc)
             _WHY_NOT[source.root] = str(exc)
             return None
         if text is None:
