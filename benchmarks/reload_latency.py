@@ -18,7 +18,9 @@ Each latency is split at timestamps taken inside the one process:
 - ``gate``: -> the reconcile starts (assemble, gating, gate, push gating);
 - ``plan``: -> the plan is applied up to the first visible step (old tools purged, or the new
   server connecting);
-- ``stop old``: change only, the old process stopping before the new one starts;
+- ``stop old``: change only, the old process stopping before the new one starts, when a visible step marks
+  it (a ``ToolsChanged`` for the old tools; a restart announces their going with the new tools now, so the stop
+  reads as part of ``connect``: the restarting server shows as connecting from the start of its stop);
 - ``connect``: the new server connecting -> its tools listed in the registry.
 
 The floor is the standalone connect of the same server (a fresh ``Config`` with only that server,
