@@ -647,3 +647,52 @@ def test_a_gemini_server_that_signs_in_with_google_credentials_is_listed_not_imp
     assert servers(layout.paths.user) == {
         "oauth": {"httpUrl": "https://example.com/mcp", "authProviderType": "dynamic_discovery"}
     }
+
+
+def test_a_server_turned_off_with_gemini_mcp_disable_is_listed_not_imported(layout: Layout) -> None:
+    """Before, Gemini CLI's ~/.gemini/mcp-server-enablement.json ('gemini mcp disable NAME': the name lowercased and
+    trimmed, '{"enabled": false}') was not read: a server Gemini CLI never connects was imported as active. The file
+    is the user's and applies to the project's servers too."""
+    write_json(
+        layout.home / ".gemini" / "settings.json",
+        {"mcpServers": {"GitHub": {"command": "gh-mcp"}, "on": {"command": "on-mcp"}}},
+    )
+    write_json(
+        layout.root / ".gemini" / "settings.json",
+        {"mcpServers": {"Proj-Off": {"command": "a"}, "proj": {"command": "b"}}},
+    )
+    enablement = layout.home / ".gemini" / "mcp-server-enablement.json"
+    write_json(
+        enablement,
+        {"github": {"enabled": False}, "proj-off": {"enabled": False}, "on": {"enabled": True}, "gone": {}},
+    )
+    alone = import_json(layout, "--from", "gemini", "--scope", "workspace", "--dry-run")
+    assert {name: s["action"] for name, s in alone.items()} == {"Proj-Off": "skip", "proj": "add"}
+    found = import_json(layout, "--from", "gemini")
+    assert {name: s["action"] for name, s in found.items()} == {
+        "GitHub": "skip",
+        "on": "add",
+        "Proj-Off": "skip",
+        "proj": "add",
+    }
+    assert "turned off in Gemini CLI" in found["GitHub"]["reason"]
+    assert "'gemini mcp disable'" in found["GitHub"]["reason"]
+    assert str(enablement) in found["GitHub"]["reason"]
+    assert servers(layout.paths.user) == {"on": {"command": "on-mcp"}}
+    assert servers(layout.paths.workspace) == {"proj": {"command": "b"}}
+    # Qwen Code keeps no such file ('qwen mcp disable' writes 'mcp.excluded', read already): one there changes nothing.
+    write_json(layout.home / ".qwen" / "settings.json", {"mcpServers": {"GitHub": {"command": "gh-mcp"}}})
+    write_json(layout.home / ".qwen" / "mcp-server-enablement.json", {"github": {"enabled": False}})
+    assert import_json(layout, "--from", "qwen", "--scope", "user", "--dry-run")["GitHub"]["action"] == "add"
+
+
+def test_an_unreadable_gemini_enablement_file_imports_none_of_its_servers(layout: Layout) -> None:
+    """Gemini CLI may leave any of them off; whether it does cannot be told, so none is taken as active."""
+    write_json(layout.home / ".gemini" / "settings.json", {"mcpServers": {"a": {"command": "a"}}})
+    (layout.home / ".gemini" / "mcp-server-enablement.json").write_text('{"a": {"enabled": fal')
+    result = run(layout, "--from", "gemini")
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.output.split())
+    assert "mcp-server-enablement.json" in said
+    assert "fix the file and import again" in said
+    assert not layout.paths.user.exists()

@@ -1,7 +1,7 @@
 """Reading the MCP server entries other tools keep, translated to mcpvisor entries (``mcp import``).
 
 Pure reading and planning: :func:`scan_source` finds a tool's files at their documented locations
-and turns each entry into an mcpvisor entry, or says why it cannot be imported;
+(:mod:`mcpvisor.host.import_sources`) and turns each entry into an mcpvisor entry, or says why it cannot be imported;
 :func:`plan_import` compares the result with what the settings already hold. Writing is the
 caller's (through :mod:`mcpvisor.host.settings.writer`, which keeps comments).
 
@@ -21,13 +21,22 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from mcpvisor.core.server_config import McpServerConfig
-from mcpvisor.host import paths as _paths
+from mcpvisor.host.import_sources import (
+    SOURCES,
+    ImportLevel,
+    SourceSpec,
+    dig,
+    home_of,
+    locations,
+    read_quietly,
+    turned_off,
+)
 from mcpvisor.host.settings.files import SettingsFileError, read_settings_file
 from mcpvisor.host.settings.servers import (
     REPOSITORY_RESERVED_NAMES,
@@ -47,36 +56,6 @@ __all__ = [
     "plan_import",
     "scan_source",
 ]
-
-ImportLevel = Literal["user", "workspace"]
-Dialect = Literal["literal", "vscode", "braced", "shell"]
-
-
-@dataclass(frozen=True, slots=True)
-class _Spec:
-    title: str
-    dialect: Dialect
-    url_means: Literal["sse", "guess"]
-    """What a ``url`` without ``type`` is: SSE (Gemini, Claude) or guessed from the path (Cursor, VS Code)."""
-    off_lists: tuple[str, ...] = ()
-    """Where the tool's settings list the names of servers it turns off (``/``-separated paths)."""
-    on_lists: tuple[str, ...] = ()
-    """Where they list the only servers it runs: a file's first one set counts; the lists of the files that apply are
-    intersected, and an empty result restricts nothing (as an empty list does in the tool)."""
-
-
-_GEMINI_OFF = ("mcp/excluded", "excludeMCPServers")  # the second: versions before the mcp settings object
-_GEMINI_ON = ("mcp/allowed", "allowMCPServers")
-
-SOURCES: Mapping[str, _Spec] = {
-    "claude-desktop": _Spec("Claude Desktop", "literal", "guess"),
-    "claude-code": _Spec("Claude Code", "braced", "sse"),
-    "vscode": _Spec("VS Code", "vscode", "guess"),
-    "cursor": _Spec("Cursor", "vscode", "guess"),
-    "gemini": _Spec("Gemini CLI", "shell", "sse", _GEMINI_OFF, _GEMINI_ON),
-    "qwen": _Spec("Qwen Code", "shell", "sse", _GEMINI_OFF, _GEMINI_ON),
-}
-"""The tools ``mcp import --from`` reads, with how each spells its entries."""
 
 # Fields each tool writes that mcpvisor reads the same way (before normalization).
 _FIELDS = frozenset(
@@ -156,68 +135,7 @@ class PlannedImport:
     reason: str | None = None
 
 
-# --------------------------------------------------------------------------- where each tool keeps them
-
-
-def _home(env: Mapping[str, str]) -> Path:
-    return Path(env.get("HOME") or env.get("USERPROFILE") or Path.home())
-
-
-def _app_dir(env: Mapping[str, str], platform: str, *parts: str) -> Path:
-    """A desktop application's per-user folder: ~/Library/Application Support on macOS, %APPDATA%
-    on Windows, $XDG_CONFIG_HOME (~/.config) elsewhere."""
-    home = _home(env)
-    if platform == "darwin":
-        base = home / "Library" / "Application Support"
-    elif platform.startswith("win"):
-        base = Path(env.get("APPDATA") or home / "AppData" / "Roaming")
-    else:
-        base = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
-    return base.joinpath(*parts)
-
-
-def _locations(
-    source: str, env: Mapping[str, str], root: Path, platform: str
-) -> list[tuple[Path, ImportLevel, str | None]]:
-    """``(file, level, key)`` for each place ``source`` keeps servers; key ``None`` is ``.mcp.json``."""
-    home = _home(env)
-    if source == "claude-desktop":
-        return [(_app_dir(env, platform, "Claude", "claude_desktop_config.json"), "user", "mcpServers")]
-    if source == "claude-code":
-        config_dir = env.get("CLAUDE_CONFIG_DIR")
-        claude_json = Path(config_dir) / ".claude.json" if config_dir else home / ".claude.json"
-        return [
-            (claude_json, "user", "mcpServers"),
-            (claude_json, "workspace", f"projects/{root}/mcpServers"),
-            (_paths.workspace_mcp_json_path(root), "workspace", None),
-        ]
-    if source == "vscode":
-        user = _app_dir(env, platform, "Code", "User")
-        return [
-            (user / "mcp.json", "user", "servers"),
-            (user / "settings.json", "user", "mcp/servers"),
-            (root / ".vscode" / "mcp.json", "workspace", "servers"),
-            (root / ".vscode" / "settings.json", "workspace", "mcp/servers"),
-        ]
-    if source in ("cursor", "gemini", "qwen"):
-        folder = {"cursor": ".cursor", "gemini": ".gemini", "qwen": ".qwen"}[source]
-        name = "mcp.json" if source == "cursor" else "settings.json"
-        return [(home / folder / name, "user", "mcpServers"), (root / folder / name, "workspace", "mcpServers")]
-    raise ValueError(f"unknown source {source!r}")
-
-
-def _dig(data: Mapping[str, Any], key: str) -> Any:
-    """``data`` at a ``/``-separated path whose last-but-one part may hold slashes (a project folder)."""
-    head, _, rest = key.partition("/")
-    if not rest:
-        return data.get(head)
-    if head == "projects":
-        folder, _, tail = rest.rpartition("/")
-        projects = data.get("projects")
-        node = projects.get(folder) if isinstance(projects, Mapping) else None
-        return node.get(tail) if isinstance(node, Mapping) else None
-    node = data.get(head)
-    return _dig(node, rest) if isinstance(node, Mapping) else None
+# --------------------------------------------------------------------------- reading a tool's files
 
 
 def scan_source(
@@ -237,7 +155,7 @@ def scan_source(
     candidates: list[Candidate] = []
     parsed: dict[Path, dict[str, Any] | None] = {}
     looked: dict[Path, None] = {}
-    for path, level, key in _locations(source, env, root, platform):
+    for path, level, key in locations(source, env, root, platform):
         if level not in levels:
             continue
         looked.setdefault(path)
@@ -254,7 +172,7 @@ def scan_source(
             note = "mcpvisor reads .mcp.json itself (its servers need approval): nothing to import"
             files.append(SourceFile(path, level, data is not None, note))
             continue
-        servers = _dig(data, key) if data is not None else None
+        servers = dig(data, key) if data is not None else None
         if data is not None and key.count("/") and servers is None:
             continue  # a settings file without MCP servers, or no entry for this project
         files.append(SourceFile(path, level, data is not None))
@@ -267,50 +185,14 @@ def scan_source(
             continue
         inputs = _inputs(data) if spec.dialect == "vscode" and data is not None else {}
         lists = [(path, data)]
+        user_file = locations(source, env, root, platform)[0][0]
         if level == "workspace" and spec.off_lists:  # the user's lists apply to a project's servers too
-            user_file = _locations(source, env, root, platform)[0][0]
-            lists.append((user_file, _read_quietly(user_file, parsed)))
-        turned_off = _turned_off(spec, lists, [str(name) for name in servers])
-        context = _Context(spec, env, root, level, inputs, turned_off)
+            lists.append((user_file, read_quietly(user_file, parsed)))
+        off = turned_off(spec, lists, [str(name) for name in servers], user_file.parent)
+        context = _Context(spec, env, root, level, inputs, off)
         for name, raw in servers.items():
             candidates.append(_translate(str(name), raw, path, context))
     return ImportScan(source, spec.title, tuple(files), tuple(candidates), tuple(looked))
-
-
-def _read_quietly(path: Path, parsed: Mapping[Path, dict[str, Any] | None]) -> dict[str, Any] | None:
-    """``path``'s settings as read already, or read now; None if it is missing or does not parse."""
-    if path in parsed:
-        return parsed[path]
-    try:
-        return read_settings_file(path)
-    except SettingsFileError:
-        return None
-
-
-def _turned_off(
-    spec: _Spec, lists: Sequence[tuple[Path, Mapping[str, Any] | None]], names: Sequence[str]
-) -> dict[str, str]:
-    """Server name -> why the tool does not run it, given the settings that apply (``(path, data)``, the nearest
-    first): listed in an off list (``listed in 'mcp.excluded' in <path>``), or left out of the allow-lists."""
-    off: dict[str, str] = {}
-    allowed: list[tuple[set[str], str]] = []
-    for path, data in lists:
-        for key in spec.off_lists:
-            listed = _dig(data, key) if data is not None else None
-            for name in listed if isinstance(listed, list) else []:
-                if isinstance(name, str):
-                    off.setdefault(name, f"listed in '{key.replace('/', '.')}' in {path}")
-        on = [(key, _dig(data, key)) for key in spec.on_lists] if data is not None else []
-        key, listed = next(((k, v) for k, v in on if isinstance(v, list)), ("", None))
-        if listed is not None:
-            allowed.append(({n for n in listed if isinstance(n, str) and n}, f"'{key.replace('/', '.')}' in {path}"))
-    common = set.intersection(*(kept for kept, _ in allowed)) if allowed else set()
-    if common:  # no list, or none in common: the tool runs every server
-        where = " and ".join(where for _, where in allowed)
-        for name in names:
-            if name not in common:
-                off.setdefault(name, f"not in {where}")
-    return off
 
 
 def _inputs(data: Mapping[str, Any]) -> dict[str, str]:
@@ -330,7 +212,7 @@ def _inputs(data: Mapping[str, Any]) -> dict[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class _Context:
-    spec: _Spec
+    spec: SourceSpec
     env: Mapping[str, str]
     root: Path
     level: ImportLevel
@@ -372,7 +254,7 @@ def _vscode_variable(name: str, ctx: _Context) -> str:
             "server with mcpvisor mcp add"
         )
     if name == "userHome":
-        return str(_home(ctx.env)).replace("$", "$$")
+        return str(home_of(ctx.env)).replace("$", "$$")
     if name in ("pathSeparator", "/"):
         return os.sep
     if name in ("workspaceFolder", "workspaceFolderBasename", "workspaceRoot"):
@@ -409,8 +291,7 @@ def _translate(name: str, raw: Any, path: Path, ctx: _Context) -> Candidate:
     if raw.get("disabled") is True or raw.get("enabled") is False:
         return skipped(f"it is turned off in {ctx.spec.title}; add it by hand if you want it")
     if name in ctx.turned_off:
-        why = ctx.turned_off[name]
-        return skipped(f"it is turned off in {ctx.spec.title} ({why}); add it by hand if you want it")
+        return skipped(ctx.turned_off[name])
     for key, why in _UNSUPPORTED.items():
         if key in raw:
             return skipped(f"it uses '{key}': {why}")
