@@ -11,7 +11,10 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from mcpvisor.cli.main import app
+from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.importers import scan_source
+from mcpvisor.host.oauth_settings import OAuthSettings, oauth_settings
+from mcpvisor.host.settings.expand import expand_vars
 from mcpvisor.host.settings.files import read_settings_file
 from tests.layout import Layout, make_layout, write_json
 
@@ -696,3 +699,47 @@ def test_an_unreadable_gemini_enablement_file_imports_none_of_its_servers(layout
     assert "mcp-server-enablement.json" in said
     assert "fix the file and import again" in said
     assert not layout.paths.user.exists()
+
+
+def test_a_cursor_pre_registered_oauth_client_becomes_the_oauth_block(layout: Layout) -> None:
+    """Before, Cursor's 'auth' (a pre-registered OAuth client: CLIENT_ID, CLIENT_SECRET, scopes) was dropped with
+    "ignored 'auth'": mcpvisor then registered a client of its own, which a server that takes only its pre-registered
+    client refuses. Its ${env:NAME} become ${NAME}; its values are never shown."""
+    auth = {"CLIENT_ID": "corp-client", "CLIENT_SECRET": "${env:CORP_SECRET}", "scopes": ["mcp", "offline_access"]}
+    write_json(
+        layout.home / ".cursor" / "mcp.json",
+        {
+            "mcpServers": {
+                "corp": {"url": "https://mcp.example.com/mcp", "auth": auth},
+                "bad": {"url": "https://bad.example.com/mcp", "auth": {"CLIENT_ID": 42}},
+            }
+        },
+    )
+    project = {"url": "https://p.example.com/mcp", "auth": {"CLIENT_ID": "${env:P_ID}", "CLIENT_SECRET": "S3CRET-CS"}}
+    write_json(layout.root / ".cursor" / "mcp.json", {"mcpServers": {"proj": project}})
+    planned = run(layout, "--from", "cursor", "--json", "--dry-run")
+    assert "S3CRET" not in planned.stdout
+    found = {s["name"]: s for s in json.loads(planned.stdout)["servers"]}
+    assert found["corp"]["oauth"] == ["clientId", "clientSecret", "scopes"]
+    assert not any("ignored" in note for note in found["corp"]["notes"])
+    assert any("http://127.0.0.1/callback" in note for note in found["corp"]["notes"])
+    assert found["bad"]["action"] == "skip"
+    assert "'auth.CLIENT_ID' must be a string" in found["bad"]["reason"]
+    result = run(layout, "--from", "cursor")
+    assert result.exit_code == 1, result.output  # 'bad'
+    assert "S3CRET" not in result.output
+    said = " ".join(result.output.split())
+    assert "oauth: clientId, clientSecret, scopes; values hidden" in said
+    assert "gets the value of oauth clientSecret of server 'proj' as written" in said
+    user = servers(layout.paths.user)
+    assert user["corp"] == {
+        "url": "https://mcp.example.com/mcp",
+        "type": "http",
+        "oauth": {"clientId": "corp-client", "clientSecret": "${CORP_SECRET}", "scopes": ["mcp", "offline_access"]},
+    }
+    assert servers(layout.paths.workspace)["proj"]["oauth"] == {"clientId": "${P_ID}", "clientSecret": "S3CRET-CS"}
+    # mcpvisor signs in with it as the pre-registered client.
+    cfg = McpServerConfig.model_validate(expand_vars(user["corp"], {"CORP_SECRET": "s"}))
+    assert oauth_settings("corp", cfg) == OAuthSettings(
+        client_id="corp-client", client_secret="s", scopes="mcp offline_access"
+    )

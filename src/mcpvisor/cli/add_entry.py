@@ -120,12 +120,17 @@ def _pair(name: str, item: str, number: int, sep: str, option: str, shape: str) 
 
 
 def values_in_clear(entry: Mapping[str, Any]) -> list[str]:
-    """``env KEY`` or ``headers NAME`` for each value of ``entry`` written as it is (a ``${VAR}`` reference,
-    which each machine fills from its own environment, is not a value)."""
+    """``env KEY``, ``headers NAME`` or ``oauth clientSecret`` for each value of ``entry`` written as it is (a
+    ``${VAR}`` reference, which each machine fills from its own environment, is not a value)."""
+    oauth = entry.get("oauth")
     return [
         f"{field} {key}"
-        for field in ("env", "headers")
-        if isinstance(values := entry.get(field), Mapping)
+        for field, values in (
+            ("env", entry.get("env")),
+            ("headers", entry.get("headers")),
+            ("oauth", {"clientSecret": oauth.get("clientSecret")} if isinstance(oauth, Mapping) else None),
+        )
+        if isinstance(values, Mapping)
         for key, value in values.items()
         if isinstance(value, str) and value and not variables_in(value)
     ]

@@ -154,6 +154,7 @@ def _import_json(source: str, planned: Sequence[PlannedImport], dry_run: bool) -
                 "target": _shown_target(cfg) if cfg else None,
                 "env": sorted(cfg.env or {}) if cfg else [],
                 "headers": sorted(cfg.headers or {}) if cfg else [],
+                "oauth": _oauth_fields(cfg) if cfg else [],
             }
         )
     return {"source": source, "dry_run": dry_run, "servers": servers}
@@ -163,6 +164,12 @@ def _shown_target(cfg: McpServerConfig) -> str:
     """The command line or URL as the server is given it: each ``$$`` the file holds (a literal ``$``) shown as
     that ``$``; a ``${VAR}`` stays as written (it may stand for a secret)."""
     return cfg.target().replace("$$", "$")
+
+
+def _oauth_fields(cfg: McpServerConfig) -> list[str]:
+    """The fields of the entry's ``oauth`` block, whose values are not shown (one is a client secret)."""
+    block = (cfg.model_extra or {}).get("oauth")
+    return sorted(map(str, block)) if isinstance(block, Mapping) else []
 
 
 _MARKS = {"add": "[green]+[/]", "replace": "[yellow]~[/]", "present": "[dim]=[/]", "skip": "[red]![/]"}
@@ -208,7 +215,8 @@ def _print_import(
             line = f"{_MARKS[item.action]} [bold]{escape(shown)}[/]"
             if cfg is not None:
                 line += f"  {cfg.transport}: {escape(_shown_target(cfg))}"
-                hidden = [f"{k}: {', '.join(sorted(v))}" for k, v in (("env", cfg.env), ("headers", cfg.headers)) if v]
+                fields = (("env", cfg.env), ("headers", cfg.headers), ("oauth", _oauth_fields(cfg)))
+                hidden = [f"{k}: {', '.join(sorted(v))}" for k, v in fields if v]
                 if hidden:
                     line += f" ({escape('; '.join(hidden))}; values hidden)"
             console.print(Padding(line, (0, 0, 0, 2), expand=False))

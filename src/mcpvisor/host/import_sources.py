@@ -43,6 +43,9 @@ class SourceSpec:
     on_lists: tuple[str, ...] = ()
     """Where they list the only servers it runs: a file's first one set counts; the lists of the files that apply are
     intersected, and an empty result restricts nothing (as an empty list does in the tool)."""
+    auth_client: bool = False
+    """Whether an entry's ``auth`` is a pre-registered OAuth client (Cursor's ``CLIENT_ID``, ``CLIENT_SECRET``,
+    ``scopes``), which becomes mcpvisor's ``oauth`` block."""
     enablement: tuple[str, str] | None = None
     """``(file, command)``: the file beside the user's settings where the tool's command keeps the servers it turned
     off, ``{name: {"enabled": false}}`` with the name lowercased and trimmed; it applies to every file's servers."""
@@ -55,9 +58,14 @@ SOURCES: Mapping[str, SourceSpec] = {
     "claude-desktop": SourceSpec("Claude Desktop", "literal", "guess"),
     "claude-code": SourceSpec("Claude Code", "braced", "sse"),
     "vscode": SourceSpec("VS Code", "vscode", "guess"),
-    "cursor": SourceSpec("Cursor", "vscode", "guess"),
+    "cursor": SourceSpec("Cursor", "vscode", "guess", auth_client=True),
     "gemini": SourceSpec(
-        "Gemini CLI", "shell", "sse", _GEMINI_OFF, _GEMINI_ON, ("mcp-server-enablement.json", "gemini mcp disable")
+        "Gemini CLI",
+        "shell",
+        "sse",
+        _GEMINI_OFF,
+        _GEMINI_ON,
+        enablement=("mcp-server-enablement.json", "gemini mcp disable"),
     ),
     # 'qwen mcp disable' writes 'mcp.excluded': Qwen Code keeps no enablement file.
     "qwen": SourceSpec("Qwen Code", "shell", "sse", _GEMINI_OFF, _GEMINI_ON),

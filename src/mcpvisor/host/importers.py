@@ -80,6 +80,9 @@ _UNSUPPORTED: Mapping[str, str] = {
 
 _GOOGLE_SIGN_IN = ("google_credentials", "service_account_impersonation")  # Gemini CLI's (dynamic_discovery: OAuth)
 
+_CLIENT_FIELDS = {"CLIENT_ID": "clientId", "CLIENT_SECRET": "clientSecret", "scopes": "scopes"}
+"""Cursor's ``auth`` (a pre-registered OAuth client) -> mcpvisor's ``oauth``."""
+
 _STRING_FIELDS = ("command", "cwd", "url", "httpUrl", "http_url")
 _STRING_MAP_FIELDS = ("env", "headers")
 
@@ -298,7 +301,8 @@ def _translate(name: str, raw: Any, path: Path, ctx: _Context) -> Candidate:
     if (provider := raw.get("authProviderType")) in _GOOGLE_SIGN_IN:
         why = "mcpvisor signs in with no Google credentials: send a token in 'headers' as ${VAR}, or use 'oauth'"
         return skipped(f"it uses 'authProviderType' {provider!r}: {why}")
-    ignored = sorted(k for k in raw if k not in _FIELDS and k not in ("disabled", "enabled"))
+    client = ctx.spec.auth_client and "auth" in raw and "oauth" not in raw
+    ignored = sorted(k for k in raw if k not in _FIELDS and k not in ("disabled", "enabled", *(["auth"] * client)))
     notes: list[str] = [f"ignored {', '.join(repr(k) for k in ignored)} (no mcpvisor equivalent)"] if ignored else []
     entry: dict[str, Any] = {k: v for k, v in raw.items() if k in _FIELDS}
     guess = ctx.spec.url_means == "guess" and not {"type", "httpUrl", "command"} & entry.keys()
@@ -317,6 +321,8 @@ def _translate(name: str, raw: Any, path: Path, ctx: _Context) -> Candidate:
         for key in _STRING_MAP_FIELDS:
             if isinstance(entry.get(key), Mapping):
                 entry[key] = {k: _string(v, ctx) if isinstance(v, str) else v for k, v in entry[key].items()}
+        if client:
+            entry["oauth"] = _client_block(raw["auth"], ctx, notes)
     except _Untranslatable as exc:
         return skipped(str(exc), tuple(notes))
     try:
@@ -326,6 +332,31 @@ def _translate(name: str, raw: Any, path: Path, ctx: _Context) -> Candidate:
     if (conflict := transport_conflict(entry, cfg)) is not None:
         notes.append(f"it {conflict}")
     return Candidate(name, path, ctx.level, entry, None, tuple(notes))
+
+
+def _client_block(auth: Any, ctx: _Context, notes: list[str]) -> dict[str, Any]:
+    """Cursor's ``auth`` as mcpvisor's ``oauth`` block, its strings translated; what else it holds is noted as
+    ignored."""
+    if not isinstance(auth, Mapping):
+        raise _Untranslatable(f"its 'auth' is not an object (found {type(auth).__name__})")
+    block: dict[str, Any] = {}
+    for key, value in auth.items():
+        if key not in _CLIENT_FIELDS:
+            continue
+        if key == "scopes" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            block["scopes"] = [_string(v, ctx) for v in value]
+        elif key != "scopes" and isinstance(value, str):
+            block[_CLIENT_FIELDS[key]] = _string(value, ctx)
+        else:  # the value is not shown: it may be the secret
+            kind = "a list of strings" if key == "scopes" else "a string"
+            raise _Untranslatable(f"'auth.{key}' must be {kind} (found {type(value).__name__})")
+    if ignored := sorted(str(k) for k in auth if k not in _CLIENT_FIELDS):
+        notes.append(f"ignored {', '.join(repr(f'auth.{k}') for k in ignored)} (no mcpvisor equivalent)")
+    notes.append(
+        f"'auth' taken as 'oauth' (a pre-registered client): besides {ctx.spec.title}'s redirect, the client must "
+        "allow mcpvisor's, http://127.0.0.1/callback (on any port)"
+    )
+    return block
 
 
 # --------------------------------------------------------------------------- against the settings
