@@ -170,6 +170,8 @@ def setup_logging(verbose: int, *, narrated: bool = False) -> None:
     # The SDK's sign-in logs its failures with a traceback that can quote a token response; the error
     # people see says what failed in one line.
     logging.getLogger("mcp.client.auth").setLevel(logging.CRITICAL)
+    # A command ending waits for a refresh its server's start stopped waiting for: it says so (nothing else does).
+    logging.getLogger("mcpvisor.host.oauth_refreshes").setLevel(logging.WARNING if verbose < 2 else logging.DEBUG)
     # Its HTTP transports log an answer they cannot parse at ERROR, with a traceback that quotes it; the
     # server's state says so in one line, without the answer.
     if verbose < 2:

@@ -162,7 +162,7 @@ class Host(StackOwner):
             self._approvals = opts.approvals or ApprovalStore(paths.approvals_path(env))
             self._approvals.load()
             self.tokens = opts.tokens or TokenStore(paths.oauth_tokens_path(env))
-            stack.callback(self.tokens.on_not_saved(lambda message: self._warn_once(SettingsWarning(message))))
+            await stack.enter_async_context(self.tokens.in_use(lambda m: self._warn_once(SettingsWarning(m))))
             self._pin_mode, _ = pin_mode_of(self._settings)
             self._top_tier = load_top_tier(opts.mcp_config, env, opts.session_servers)
             for layer in self._top_tier.mcp_config:

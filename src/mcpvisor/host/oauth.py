@@ -29,10 +29,12 @@ from urllib.parse import urlsplit
 from mcpvisor.core.errors import ConfigError, name_word
 from mcpvisor.core.server_config import HttpAuth, McpServerConfig
 from mcpvisor.host.oauth_callback import CALLBACK_PATH
+from mcpvisor.host.oauth_refreshes import send_refresh
 from mcpvisor.host.oauth_registration import widening_metadata
 from mcpvisor.host.oauth_settings import (
     AuthorizationServerFailed,
     LoginRequired,
+    SameOrigin,
     check_sign_in,
     is_loopback_url,
     oauth_error,
@@ -150,6 +152,8 @@ def oauth_provider(
     class Provider(OAuthClientProvider):
         _refreshing = False
         _turn: RefreshTurn | None = None
+        _refresh_request: Any = None
+        """The refresh request the flow is about to send (sent by :func:`send_refresh`, not the connection)."""
         _seen = -1
         """The token store's generation whose tokens are in use; after a newer one they are read again."""
         step_up_scope: str | None = None
@@ -193,7 +197,7 @@ def oauth_provider(
                 storage.keep_authorization_server(issued_by)
             if issued_by is not None:
                 self.context.oauth_metadata = issued_by
-            request = await super()._refresh_token()
+            request = self._refresh_request = await super()._refresh_token()
             self.refreshing_at = "{0.scheme}://{0.netloc}".format(urlsplit(str(request.url)))
             return request
 
@@ -206,7 +210,7 @@ def oauth_provider(
             # the server's own. RFC 8414 §3.3's exact match, which the SDK applies, refuses such servers.
             if self.context.oauth_metadata is not None:
                 return str(self.context.oauth_metadata.issuer)
-            return _SameOrigin(expected)
+            return SameOrigin(expected)
 
         def _choose_method(self) -> None:
             """A pre-registered confidential client authenticates the way the authorization server accepts
@@ -287,6 +291,13 @@ def oauth_provider(
                 try:
                     outgoing = await inner.__anext__()
                     while True:
+                        if outgoing is self._refresh_request:  # it runs to its end, whoever stops waiting for it
+                            self._refresh_request = None
+                            answer = await send_refresh(
+                                outgoing, name=name, keeper=store.refreshes, abandoned=self._gone
+                            )
+                            outgoing = await inner.asend(answer)
+                            continue
                         response = yield outgoing
                         if not interactive and outgoing is request and _insufficient_scope(response):
                             self._note_step_up(response)
@@ -298,6 +309,19 @@ def oauth_provider(
                     await inner.aclose()
             finally:
                 await self._end_turn(False)
+
+        def _gone(self) -> Callable[[Any], Awaitable[None]]:
+            """The refresh under way goes on without this flow: it keeps the turn, and stores what it gets."""
+            turn, self._turn = self._turn, None
+
+            async def store_answer(response: Any) -> None:
+                self._turn, self._refreshing = turn, False
+                if response is None:
+                    await self._end_turn(False)
+                else:
+                    await self._handle_refresh_response(response)
+
+            return store_answer
 
         async def _end_turn(self, refreshed: bool) -> None:
             turn, self._turn = self._turn, None
@@ -417,25 +441,6 @@ def _refusing(error: ConfigError) -> Any:
             yield request  # a generator, as httpx drives it
 
     return Refusing()
-
-
-class _SameOrigin(str):
-    """An expected issuer that any issuer on the same origin equals (the 2025-03-26 discovery rules)."""
-
-    __slots__ = ()
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, str) and _origin(other) == _origin(self)
-
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
-
-    __hash__ = str.__hash__
-
-
-def _origin(url: str) -> tuple[str, str]:
-    parts = urlsplit(url)
-    return parts.scheme.lower(), parts.netloc.lower()
 
 
 def stored_redirect(record: Mapping[str, Any]) -> str | None:

@@ -24,6 +24,7 @@ __all__ = [
     "AuthorizationServerFailed",
     "LoginRequired",
     "OAuthSettings",
+    "SameOrigin",
     "check_sign_in",
     "is_loopback_url",
     "oauth_error",
@@ -194,3 +195,22 @@ async def oauth_error(response: Any) -> str | None:
     except (ValueError, AttributeError):
         return None
     return error if isinstance(error, str) else None
+
+
+class SameOrigin(str):
+    """An expected issuer that any issuer on the same origin equals (the 2025-03-26 discovery rules)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and _origin(other) == _origin(self)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()

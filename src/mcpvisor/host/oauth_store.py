@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +20,7 @@ import anyio
 from mcpvisor.core.errors import ConfigError, name_word
 from mcpvisor.core.events import Listeners
 from mcpvisor.core.server_config import McpServerConfig
+from mcpvisor.host.oauth_refreshes import Refreshes
 from mcpvisor.host.oauth_settings import oauth_settings, token_key
 from mcpvisor.host.private_files import STORE_MODE, PrivateJsonStore
 from mcpvisor.host.status import LOGIN_HINT, fill_hint
@@ -64,6 +65,8 @@ class TokenStore(PrivateJsonStore):
     generation = 0
     """Counts the changes this process knows of (its own writes, :meth:`note_sign_ins_changed`): a live
     connection that has not seen the current one looks at the stored sign-in before its next request."""
+    refreshes: Refreshes | None = None
+    """Where the refreshes of its sign-ins run, while a host uses it (:meth:`in_use`)."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
@@ -75,6 +78,20 @@ class TokenStore(PrivateJsonStore):
         """``listener(message)`` hears that a refreshed sign-in could not be saved (once per sign-in until it is
         saved); returns the function that removes it. Without a listener, the message is logged."""
         return self._not_saved_listeners.add(listener)
+
+    @contextlib.asynccontextmanager
+    async def in_use(self, on_not_saved: Callable[[str], None]) -> AsyncIterator[None]:
+        """While a host uses the store: ``on_not_saved`` hears of a refreshed sign-in that could not be saved, and
+        a refresh its connection stops waiting for goes on (:mod:`.oauth_refreshes`), waited for at the end."""
+        remove = self.on_not_saved(on_not_saved)
+        try:
+            if self.refreshes is not None and not self.refreshes.closed:  # another host's, using the same store
+                yield
+                return
+            async with Refreshes() as self.refreshes:
+                yield
+        finally:
+            remove()
 
     def note_not_saved(self, key: str, reason: str | None, message: str = "") -> None:
         """``key``'s refreshed sign-in could not be saved (``reason``; ``message``: what people are told, the first
