@@ -43,6 +43,7 @@ def test_every_private_sdk_method_the_provider_overrides_still_exists_with_its_p
         "_take_turn",
         "_end_turn",
         "_note_step_up",
+        "_gone",
     }
     assert set(overridden) >= {"_initialize", "_perform_authorization", "_handle_token_response"}
     for name in sorted(set(overridden) - ours):
