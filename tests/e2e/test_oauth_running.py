@@ -30,7 +30,7 @@ from mcpvisor.host.host import Host, HostOptions, SettingsWarning
 from mcpvisor.host.oauth_store import TokenStore
 from mcpvisor.host.paths import named_home
 from mcpvisor.host.status import home_words
-from tests.e2e.test_oauth import FOLLOW, Server, cli, setup, start_server, store_path, text_of
+from tests.e2e.test_oauth import FOLLOW, Server, cli, follow_redirect, setup, start_server, store_path, text_of
 from tests.gateway.test_gateway import Notices, next_event, tool_names
 from tests.gateway.test_workspaces import client_for
 from tests.helpers import LIGHT, WAIT_S, free_port, mcpvisor_command, paste_elsewhere, wait_until
@@ -47,6 +47,12 @@ def server(tmp_path: Path) -> Iterator[Server]:
 def short_lived(tmp_path: Path) -> Iterator[Server]:
     """The example server issuing access tokens that expire after a second."""
     yield from start_server(tmp_path, "--token-lifetime", "1")
+
+
+@pytest.fixture
+def scoped(tmp_path: Path) -> Iterator[Server]:
+    """The example server with a tool ``admin`` that a token without the scope ``mcp:write`` may not call."""
+    yield from start_server(tmp_path, "--tools", "echo,admin", "--needs-scope", "admin=mcp:write")
 
 
 @pytest.fixture
@@ -614,6 +620,32 @@ async def test_the_shells_status_view_says_to_widen_a_sign_in_with_the_shells_ow
         said
     )
     assert "mcp login" not in said
+
+
+async def test_the_shell_says_to_sign_in_with_its_own_login_command(tmp_path: Path, scoped: Server) -> None:
+    """What the shell prints of a server needing a sign-in (its status table at start, a server added that fails to
+    start, a call's error, a call refused for want of scope, a connection ended by a revoked sign-in) said ``run:
+    mcpvisor mcp login --workspace WS sec``, while its ``/mcp`` view and completion say ``/login sec``, which signs
+    in without leaving the session. All of it says ``/login``."""
+    user = {"mcpServers": {"sec": {"type": "http", "url": scoped.url}}}
+    async with shell(tmp_path, user=user, open_url=follow_redirect) as s:
+        await s.wait_for("sec · 🔒 needs authentication — run: /login sec")
+        await s.run('/call mcp__sec__echo {"text": "a"}', "sign in with: /login sec (or put the credentials")
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {**user["mcpServers"], "sec2": user["mcpServers"]["sec"]}})
+        await s.wait_for("✗ sec2 failed to start:", since)
+        await s.wait_for("sign in with: /login sec2 (or put the credentials", since)
+        await s.run("/login sec", "✓ signed in to sec (2 tools)")
+        await s.run("/call mcp__sec__admin", "✗ server 'sec' needs a wider sign-in (mcp:write) — run: /login sec")
+        admin(scoped, "revoke-all")
+        since = s.mark()
+        await s.type('/call mcp__sec__echo {"text": "b"}')
+        refused = "server 'sec' refused its refresh token (signed out or revoked) — run: /login sec"
+        await s.wait_for(f"✗ sec disconnected: {refused}", since)
+        await wait_until(
+            lambda: " ".join(s.text(since).split()).count(refused) == 2, what="the call's error to say it too"
+        )
+    assert "mcp login" not in s.text(), s.text()
 
 
 async def test_the_sign_in_command_a_workspace_of_its_own_narrates_works_pasted_in_another_folder(

@@ -35,6 +35,7 @@ __all__ = [
     "ServerState",
     "ServerView",
     "describe_servers",
+    "error_as_said_here",
     "event_as_said_here",
     "fill_hint",
     "fix_commands",
@@ -77,20 +78,33 @@ class LiveConnection:
     held_prompts: tuple[str, ...] = ()
 
 
-def as_said_here(config: Config, server: str, text: str) -> str:
+def as_said_here(config: Config, server: str, text: str, login_command: str | None = None) -> str:
     """``text`` of server ``server``'s connection as ``config``'s session says it: a connection shared between
     sessions (a pool's) says to sign in with the pool's command, which names no workspace; the session's own
-    (``config.options.login_command``: its workspace and home) finds the server pasted in any folder."""
+    (``config.options.login_command``: its workspace and home) finds the server pasted in any folder.
+    ``login_command``: a view's own (``{name}``), e.g. the shell's ``/login {name}``; None: the session's."""
     client = config.manager.get_client(server)
-    return text if client is None else client.said_to(config.options.login_command, text)
+    said = text if client is None else client.said_to(config.options.login_command, text)
+    if login_command is None:
+        return said
+    return said.replace(fill_hint(config.options.login_command, server), fill_hint(login_command, server))
 
 
-def event_as_said_here(config: Config, event: Any) -> Any:
-    """``event`` of ``config``'s connections with the errors in it as that session says them (:func:`as_said_here`)."""
+def error_as_said_here(config: Config, exc: Exception, login_command: str | None = None) -> str:
+    """``exc``'s message as ``config``'s session (or a view of it that signs in with ``login_command``) says it: of
+    the server it names, if it names one (:func:`as_said_here`)."""
+    server = getattr(exc, "server", None)
+    return as_said_here(config, server, str(exc), login_command) if isinstance(server, str) else str(exc)
+
+
+def event_as_said_here(config: Config, event: Any, login_command: str | None = None) -> Any:
+    """``event`` of ``config``'s connections with the errors in it as that session (or a view of it that signs in
+    with ``login_command``) says them (:func:`as_said_here`)."""
     if isinstance(event, ServerStateChanged) and event.error:
-        return replace(event, error=as_said_here(config, event.server, event.error))
+        return replace(event, error=as_said_here(config, event.server, event.error, login_command))
     if isinstance(event, ReconcileFinished) and event.failed:
-        return replace(event, failed={name: as_said_here(config, name, why) for name, why in event.failed.items()})
+        failed = {name: as_said_here(config, name, why, login_command) for name, why in event.failed.items()}
+        return replace(event, failed=failed)
     return event
 
 

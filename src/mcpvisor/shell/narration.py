@@ -23,6 +23,7 @@ from mcpvisor.host.settings.loader import SettingsError
 from mcpvisor.host.status import (
     APPROVE_HINT,
     LOGIN_HINT,
+    event_as_said_here,
     fill_hint,
     in_home,
     log_hint,
@@ -57,6 +58,7 @@ class HumanOutput:
         *,
         on_ready: Callable[[], None] | None = None,
         approve_command: str | None = None,
+        login_command: str | None = None,
         where: str | None = None,
     ) -> None:
         self._host = host
@@ -65,6 +67,8 @@ class HumanOutput:
         """The workspace every line names (a gateway serving several), or None."""
         self._on_ready = on_ready
         self._approve_command_given = approve_command
+        self._login_command_given = login_command
+        """How its lines say to sign in (``{name}``), e.g. the shell's ``/login {name}``; None: the host's command."""
         self._ready = False
         self._servers: dict[str, McpServerConfig] = {}
         self._announced: set[str] = set()
@@ -95,7 +99,9 @@ class HumanOutput:
     @property
     def _login_command(self) -> str:
         """The login command to print (``{name}``), naming the workspace as the approve command does (and the
-        home, the fleet the sign-ins are kept in)."""
+        home, the fleet the sign-ins are kept in), unless it was given one."""
+        if self._login_command_given is not None:
+            return self._login_command_given
         options = f" --workspace {shlex.quote(str(self._host.root))}{self._host.approvals.decided_with}"
         return in_home(with_options(LOGIN_HINT, options), named_home(self._host.options.env))
 
@@ -103,6 +109,11 @@ class HumanOutput:
         self._console.print(f"[dim]{escape(self._where)}:[/] {line}" if self._where else line, soft_wrap=True)
 
     def __call__(self, event: HostEvent) -> None:
+        if self._login_command_given is not None:  # its errors say to sign in as its other lines do
+            try:
+                event = event_as_said_here(self._host.config, event, self._login_command_given)
+            except NotRunningError:  # a server's last words as the session stops
+                pass
         if isinstance(event, ReconcileFinished):
             current = self._host.config.get_mcp_servers()
             self._starting |= set(event.starting)  # (the first pass's: the status table shows them connecting)

@@ -33,7 +33,7 @@ from mcpvisor.host.lsp.events import LspPendingApprovalChanged
 from mcpvisor.host.oauth_login import open_in_browser
 from mcpvisor.host.oauth_store import sign_ins
 from mcpvisor.host.paths import named_home, user_dir
-from mcpvisor.host.status import APPROVE_HINT, fix_commands, in_home, plural, trust_hint
+from mcpvisor.host.status import APPROVE_HINT, error_as_said_here, fix_commands, in_home, plural, trust_hint
 from mcpvisor.shell.commands import (
     ALIASES,
     BUILTIN_COMMANDS,
@@ -107,7 +107,9 @@ class ShellSession:
         self.screen = Screen(console, prompt=lambda: ANSWER_PROMPT if self.dialog.asked is not None else PROMPT)
         # What it prints to paste in another terminal decides in this session's home, as run's does.
         approve_command = in_home(APPROVE_HINT, named_home(host.options.env))
-        self._output = HumanOutput(host, console, on_ready=self._on_ready, approve_command=approve_command)
+        self._output = HumanOutput(
+            host, console, on_ready=self._on_ready, approve_command=approve_command, login_command="/login {name}"
+        )
         self._ready = False
         self._started = False
         self._gated: dict[str, str] = {}
@@ -370,8 +372,8 @@ class ShellSession:
         """Run one command; its failure is reported and the session goes on."""
         try:
             return bool(await action)
-        except (McpvisorError, ArgumentError) as exc:
-            self.console.print(Text(f"✗ {exc}", style="red"))
+        except (McpvisorError, ArgumentError) as exc:  # (a sign-in it asks for: the shell's /login)
+            self.console.print(Text(f"✗ {error_as_said_here(self.host.config, exc, '/login {name}')}", style="red"))
         except Exception as exc:
             logger.exception("shell command %s failed", what)
             self.console.print(Text(f"✗ {what} failed unexpectedly: {exc!r}", style="red"))
