@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from mcpvisor.core.call_logs import LOG_LEVELS
 from mcpvisor.core.client import Progress
 from mcpvisor.core.errors import McpvisorError, NotFoundError, RequestError, describe_invalid
-from mcpvisor.host.status import as_said_here
+from mcpvisor.host.status import error_as_said_here
 
 if TYPE_CHECKING:
     from mcpvisor.core.config import Config
@@ -167,9 +167,8 @@ def failed_call(config: Config, exc: McpvisorError, *, url_errors: bool) -> type
 
 def said_here(config: Config, exc: McpvisorError) -> str:
     """``exc``'s message as ``config``'s session says it (the sign-in command of a shared connection's error:
-    :func:`~mcpvisor.host.status.as_said_here`)."""
-    server = getattr(exc, "server", None)
-    return as_said_here(config, server, str(exc)) if isinstance(server, str) else str(exc)
+    :func:`~mcpvisor.host.status.error_as_said_here`)."""
+    return error_as_said_here(config, exc)
 
 
 def connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection | None:
