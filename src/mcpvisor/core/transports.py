@@ -71,28 +71,8 @@ async def open_transport(
         return _FixedStreams(await stack.enter_async_context(served)), None
     transport: Any
     process: StdioProcess | None = None
-    if cfg.command is None and not urlsplit(cfg.http_url or cfg.url or "").hostname:
-        written = str(cfg.approved_value("http_url" if cfg.http_url is not None else "url"))
-        run = (cfg.http_url or cfg.url or "").strip()
-        if run and not run.startswith("/") and _lacks_scheme(run):  # (a host left empty by a variable: "/mcp")
-            raise ConnectError(
-                f"could not reach server {name!r}: its URL has no scheme (written {written!r}); write it as "
-                f"{'https://' + written.strip()!r} (or http:// for a server without TLS) in mcpServers.{name}.url",
-                server=name,
-            )
-        unset = ": a variable in it is unset or empty" if "$" in written else ""
-        raise ConnectError(
-            f"could not reach server {name!r}: its URL has no host (written {written!r}{unset}); "
-            f"check mcpServers.{name}.url",
-            server=name,
-        )
-    if cfg.command is None and (scheme := urlsplit(cfg.http_url or cfg.url or "").scheme.lower()) not in _SCHEMES:
-        written = str(cfg.approved_value("http_url" if cfg.http_url is not None else "url"))
-        raise ConnectError(
-            f"could not reach server {name!r}: its URL's scheme {scheme!r} is not one MCP is served over (written "
-            f"{written!r}); write an https:// (or http://) URL in mcpServers.{name}.url",
-            server=name,
-        )
+    if cfg.command is None:
+        _check_url(name, cfg)
     if cfg.command is not None:
         adopted = ahead.take(cfg) if ahead is not None else None
         # A server may print anything it was given, secrets included: the log is the user's alone (0600).
@@ -197,6 +177,35 @@ async def open_transport(
 
 _SCHEMES = ("http", "https")
 """The schemes of a remote server's URL."""
+
+
+def _check_url(name: str, cfg: McpServerConfig) -> None:
+    """Refuse a remote server's URL that cannot be reached (no host, no scheme, a scheme MCP is not served over),
+    saying how to write it; the URL is shown as written (``${VAR}`` kept: a value may be a secret)."""
+    run = cfg.http_url or cfg.url or ""
+    parts = urlsplit(run)
+    if parts.hostname and parts.scheme.lower() in _SCHEMES:
+        return
+    written = str(cfg.approved_value("http_url" if cfg.http_url is not None else "url"))
+    if not parts.hostname:
+        run = run.strip()
+        if run and not run.startswith("/") and _lacks_scheme(run):  # (a host left empty by a variable: "/mcp")
+            raise ConnectError(
+                f"could not reach server {name!r}: its URL has no scheme (written {written!r}); write it as "
+                f"{'https://' + written.strip()!r} (or http:// for a server without TLS) in mcpServers.{name}.url",
+                server=name,
+            )
+        unset = ": a variable in it is unset or empty" if "$" in written else ""
+        raise ConnectError(
+            f"could not reach server {name!r}: its URL has no host (written {written!r}{unset}); "
+            f"check mcpServers.{name}.url",
+            server=name,
+        )
+    raise ConnectError(
+        f"could not reach server {name!r}: its URL's scheme {parts.scheme.lower()!r} is not one MCP is served over "
+        f"(written {written!r}); write an https:// (or http://) URL in mcpServers.{name}.url",
+        server=name,
+    )
 
 
 def _lacks_scheme(url: str) -> bool:
