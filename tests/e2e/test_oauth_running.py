@@ -635,6 +635,9 @@ async def test_the_shell_says_to_sign_in_with_its_own_login_command(tmp_path: Pa
         save(s.layout.paths.user, {"mcpServers": {**user["mcpServers"], "sec2": user["mcpServers"]["sec"]}})
         await s.wait_for("✗ sec2 failed to start:", since)
         await s.wait_for("sign in with: /login sec2 (or put the credentials", since)
+        since = s.mark()
+        save(s.layout.paths.user, user)  # sec2 goes: of one URL, it would share sec's sign-in and its revocation below
+        await s.wait_for("- removed sec2", since)
         await s.run("/login sec", "✓ signed in to sec (2 tools)")
         await s.run("/call mcp__sec__admin", "✗ server 'sec' needs a wider sign-in (mcp:write) — run: /login sec")
         admin(scoped, "revoke-all")
