@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcpvisor.core import processes
+from mcpvisor.core import manager, processes
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError, NotFoundError, ServerUnavailableError, ToolNotFoundError
 from mcpvisor.core.events import McpEvent, ReconcileFinished, ServerStateChanged
@@ -170,6 +170,47 @@ async def test_a_server_slow_to_exit_delays_no_other_servers_start(
     assert config.last_reconcile is not None
     assert config.last_reconcile.added == ("n",)
     assert config.last_reconcile.removed == ("x",)
+
+
+async def test_a_server_that_came_up_while_a_pass_waited_for_a_stop_is_not_reported_as_still_starting(
+    config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass returns while a start still handshakes (another was asked for); the next one removes a server slow to
+    stop, and the start ends while it waits for the stop: its summary named the server as still starting, although
+    it was up (the shell said "◌ b is still starting", never that it came up, and a sign-in refused later was said
+    as its start failing). A summary names only what still starts as it ends."""
+    monkeypatch.setattr(processes, "TERMINATE_GRACE_S", 60.0)  # it stops when the test kills it
+    monkeypatch.setattr(manager, "EARLIER_STARTS_WAIT_S", 0.1)
+    marker, gate = tmp_path / "x.pids", tmp_path / "gate"
+    x = light("x", "--stubborn", "--marker", str(marker))
+    waits_for_gate = (
+        "import os, pathlib, sys, time\n"
+        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
+        f"os.execv(sys.executable, [sys.executable, '-m', {LIGHT!r}, '--name', 'b'])"
+    )
+    b = McpServerConfig(command=sys.executable, args=["-c", waits_for_gate])
+    await config.initialize()
+    await config.reinitialize_mcp_servers({"x": x})
+    stubborn = marker_pids(marker)
+    events = record(config)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(config.reinitialize_mcp_servers, {"x": x, "b": b})
+            await wait_until(lambda: config.manager.starting("b"), what="b's start")
+            tg.start_soon(config.reinitialize_mcp_servers, {"b": b})  # x goes: the pass waits for its stop
+            await wait_until(lambda: "mcp__x__echo" not in tools(config), what="x's stop")
+            await anyio.sleep(0.5)  # the pass is past its wait for b's start (so that b comes up during the stop)
+            gate.touch()
+            await wait_until(lambda: "mcp__b__echo" in tools(config), what="b's tools")
+            for pid in stubborn:
+                os.kill(pid, signal.SIGKILL)
+    finally:
+        for pid in (p for p in stubborn if pid_alive(p)):
+            os.kill(pid, signal.SIGKILL)
+    summaries = [e for e in events if isinstance(e, ReconcileFinished)]
+    assert summaries[0].starting == ("b",)  # the first pass: b handshook still
+    assert summaries[-1].removed == ("x",)
+    assert summaries[-1].starting == ()
 
 
 async def test_exposure_change_refilters_in_place_without_reconnecting(config: Config) -> None:

@@ -198,6 +198,8 @@ class McpClientManager:
         own_starts = self._background.start(jobs)  # also waited for: starts an earlier pass left running
         starting = await self._background.wait(partial(self._detachable, own_starts))
         await self._stops.wait(partial(self._stops.over, own_stops, self._another_pass.is_set))
+        up = {n for n, c in self._clients.items() if c.status == "connected"}  # (came up while the stops ended)
+        starting = (starting & self._background.running.keys()) - up
 
         self._failed = (
             self._failed - set(plan.remove) - set(plan.gate_stop) - set(plan.start) - set(plan.restart)
