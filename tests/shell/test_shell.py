@@ -410,13 +410,18 @@ async def test_approving_a_server_slow_to_start_gives_the_prompt_back_and_says_i
 ) -> None:
     """The answer (or /approve, or /reload) waited for the server's whole start, up to its discovery timeout (a first
     npx download, a hang), with no word and no prompt; like the session's own start, it waits a few seconds at most
-    (``startup_wait_s``): the server goes on starting, and how its start ends is said when it does."""
+    (``startup_wait_s``): the server goes on starting, and how its start ends is said when it does — once: a later
+    pass, which finds it starting still, said so again each time."""
     slow = server("slow", "--hang-on-initialize", discoveryTimeoutMs=600_000)
     async with shell(tmp_path, project={"mcpServers": {"slow": slow}}, startup_wait_s=0.1) as s:
         await s.wait_for("Approve slow?")
         await s.run("a", "slow is still starting")
         await s.run("/mcp", "slow · ◌ connecting")
         await s.run("/reload", "settings re-read")
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {"b": server("b")}})  # a pass that finds slow starting still
+        await s.wait_for("+ added b", since)
+        assert "still starting" not in s.text(since)
 
 
 async def test_a_skipped_server_stays_pending_is_not_asked_again_and_can_be_approved_later(tmp_path: Path) -> None:

@@ -116,9 +116,10 @@ class HumanOutput:
                 pass
         if isinstance(event, ReconcileFinished):
             current = self._host.config.get_mcp_servers()
+            fresh = [n for n in event.starting if n not in self._starting]  # (said still starting by one pass)
             self._starting |= set(event.starting)  # (the first pass's: the status table shows them connecting)
             if self._ready:
-                for name in event.starting:  # another change went first: how its start ends is said when it does
+                for name in fresh:  # another change went first: how its start ends is said when it does
                     self._say(f"[dim]◌ {escape(str(name))} is still starting[/]")
                 for name in (n for n in (*event.added, *event.retried) if n not in event.starting):
                     failed = event.failed.get(name)
