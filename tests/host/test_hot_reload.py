@@ -425,6 +425,23 @@ async def test_a_server_rejected_elsewhere_while_its_start_waits_for_a_slot_neve
         assert not x_started.exists()  # its planned start saw the rejection once it had a slot
 
 
+async def test_a_server_whose_start_waits_for_a_slot_reads_connecting_not_disconnected(tmp_path: Path) -> None:
+    """Servers wait their turn to start (a start slot): the status view (the table ``run`` and ``serve`` print at
+    start, ``/mcp``, ``status``) said ``○ disconnected`` of each server still waiting, as of one that failed. It is
+    on its way: ``connecting``."""
+    slow_started = tmp_path / "slow.pids"
+    slow = {"command": sys.executable, "args": ["-c", BUSY_STARTING, str(slow_started)], "discoveryTimeoutMs": 60_000}
+    async with session(tmp_path, max_concurrent_starts=1) as s:
+        save(s.layout.paths.user, {"mcpServers": {"slow": slow, "x": server("x")}})
+        await wait_until(slow_started.exists, what="the slow server to take the start slot")
+        views = {v.name: v for v in s.host.server_views()}
+        assert (views["slow"].state, views["x"].state) == ("connecting", "connecting")
+        assert views["x"].error is None
+        save(s.layout.paths.user, {"mcpServers": {"x": server("x")}})  # the slot goes to x
+        await s.rec.wait_for(lambda: s.live() == {"x"})
+        assert {v.name: v.state for v in s.host.server_views()} == {"x": "connected"}
+
+
 async def test_a_hash_change_of_an_approved_server_prompts_again_and_stops_it(tmp_path: Path) -> None:
     marker = tmp_path / "m"
     async with session(tmp_path, project={"mcpServers": {"p": server("p", marker=marker)}}) as s:

@@ -123,6 +123,9 @@ def live_connections(config: Config) -> dict[str, LiveConnection]:
             held_tools=tuple(held.held_tools) if held else (),
             held_prompts=tuple(held.held_prompts) if held else (),
         )
+    for name in config.get_mcp_servers().keys() - live.keys():
+        if config.manager.starting(name):  # its start waits its turn (a start slot, the SDK's loading): on its way
+            live[name] = LiveConnection(status="connecting", tools=0, prompts=0, error=None)
     return live
 
 
