@@ -156,6 +156,14 @@ async def test_mcp_shows_each_server_with_its_state(tmp_path: Path) -> None:
         assert "b · ○ disabled (in mcp.excluded)" in out
 
 
+async def test_mcp_given_an_argument_says_it_takes_none_rather_than_showing_every_server(tmp_path: Path) -> None:
+    user = {"mcpServers": {"a": server("a"), "b": server("b")}}
+    async with shell(tmp_path, user=user) as s:
+        out = await s.run("/mcp a", "/mcp takes no argument")
+        assert " · " not in out
+    assert s.code == EXIT_FAILED
+
+
 async def test_tools_lists_registered_names_grouped_by_server_with_descriptions(tmp_path: Path) -> None:
     user = {"mcpServers": {"a": server("a", "--tools", "echo,rev"), "b": server("b")}}
     async with shell(tmp_path, user=user) as s:

@@ -33,7 +33,7 @@ from mcpvisor.host.lsp.events import LspPendingApprovalChanged
 from mcpvisor.host.oauth_login import open_in_browser
 from mcpvisor.host.oauth_store import sign_ins
 from mcpvisor.host.paths import named_home, user_dir
-from mcpvisor.host.status import APPROVE_HINT, error_as_said_here, fix_commands, in_home, plural, trust_hint
+from mcpvisor.host.status import APPROVE_HINT, error_as_said_here, in_home, plural
 from mcpvisor.shell.commands import (
     ALIASES,
     BUILTIN_COMMANDS,
@@ -50,7 +50,7 @@ from mcpvisor.shell.dialog import ApprovalDialog
 from mcpvisor.shell.narration import HumanOutput
 from mcpvisor.shell.render import first_line, render_call_result, render_prompt_result, render_prompts, render_tools
 from mcpvisor.shell.terminal import Screen, stdin_is_terminal, stdin_lines, wants_line_editor
-from mcpvisor.shell.views import render_lsp_status, render_status
+from mcpvisor.shell.views import render_mcp_view
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "ShellSession", "run_shell"]
 
@@ -415,16 +415,9 @@ class ShellSession:
     # -- commands ----------------------------------------------------------------------------
 
     async def _cmd_mcp(self, argument: str) -> bool:
-        render_status(
-            self.console,
-            self.host.server_views(sign_in_command="/login {name}"),
-            title="MCP servers",
-            approve_hint="/approve {name}",
-            login_hint="/login {name}",
-            unreadable=bool(self.host.settings.errors),
-            trust=trust_hint(fix_commands(self.host.root, self.host.approvals.decided_with, self.host.options.env)[0]),
-        )
-        render_lsp_status(self.console, self.host.lsp.views(), tools=self.host.lsp.tools_served_as())
+        if argument:
+            raise ArgumentError("/mcp takes no argument: it shows every server (/tools SERVER lists one's tools)")
+        render_mcp_view(self.console, self.host)
         return False
 
     async def _cmd_tools(self, argument: str) -> bool:

@@ -6,14 +6,30 @@ from rich.console import Console, RenderableType
 from rich.padding import Padding
 from rich.text import Text
 
+from mcpvisor.host.host import Host
 from mcpvisor.host.lsp.events import LspServerView
 from mcpvisor.host.pin_review import Change, diff_lines
-from mcpvisor.host.status import APPROVE_HINT, LOGIN_HINT, ServerView, short_command, state_text
+from mcpvisor.host.status import (
+    APPROVE_HINT,
+    LOGIN_HINT,
+    ServerView,
+    fix_commands,
+    short_command,
+    state_text,
+    trust_hint,
+)
 
 LSP_TOOLS = "mcp__lsp__*"
 """The language server tools' names while no MCP server has theirs."""
 
-__all__ = ["indented", "lsp_state_style", "render_definition_changes", "render_lsp_status", "render_status"]
+__all__ = [
+    "indented",
+    "lsp_state_style",
+    "render_definition_changes",
+    "render_lsp_status",
+    "render_mcp_view",
+    "render_status",
+]
 
 
 def indented(renderable: RenderableType, columns: int) -> Padding:
@@ -111,3 +127,17 @@ def render_lsp_status(
         console.print(indented(line, 2))
         if show_target:
             console.print(indented(Text(short_command(row.target), style="dim", overflow="fold"), 6))
+
+
+def render_mcp_view(console: Console, host: Host) -> None:
+    """The shell's ``/mcp``: the MCP servers, then the language servers, with the shell's own commands as hints."""
+    render_status(
+        console,
+        host.server_views(sign_in_command="/login {name}"),
+        title="MCP servers",
+        approve_hint="/approve {name}",
+        login_hint="/login {name}",
+        unreadable=bool(host.settings.errors),
+        trust=trust_hint(fix_commands(host.root, host.approvals.decided_with, host.options.env)[0]),
+    )
+    render_lsp_status(console, host.lsp.views(), tools=host.lsp.tools_served_as())
