@@ -343,6 +343,23 @@ def test_a_malformed_excluded_list_excludes_all() -> None:
     assert any("exclude all" in w for w in merged.warnings)
 
 
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        ({"mcpServers": []}, "ignored 'mcpServers' in /user.json: expected an object of servers by name"),
+        ({"mcp": {"allowed": 3}}, "invalid mcp.allowed in /user.json: expected a list of glob patterns; treated as"),
+        ({"mcp": {"excluded": ["a", 2]}}, "invalid mcp.excluded in /user.json: expected a list of glob patterns;"),
+        ({"mcp": {"allowed": "a"}}, 'mcp.allowed should be array, got string; taken as ["a"] in /user.json'),
+    ],
+)
+def test_a_key_of_the_wrong_type_is_warned_about_once_by_what_its_reading_makes_of_it(
+    data: dict[str, Any], said: str
+) -> None:
+    """Before, the type check said it too (``mcpServers should be object, got array``): two warnings, one problem."""
+    [warning] = _merge(user=data).warnings
+    assert warning.startswith(said)
+
+
 def test_settings_values_expand_variables() -> None:
     merged = _merge(user={"ui": {"theme": "${TOKEN}"}, "mcp": {"allowed": ["$TOKEN"]}})
     assert merged.get("ui.theme") == "t0k"

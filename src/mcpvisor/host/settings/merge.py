@@ -121,6 +121,10 @@ def _pattern_list(
     return on_invalid, f"invalid {what} in {where}: expected a list of glob patterns; treated as {fallback}"
 
 
+SAID_WHEN_READ = frozenset({"mcpServers", "mcp.allowed", "mcp.excluded"})
+"""Keys whose reading below says what a value of the wrong type becomes (ignored, deny all, exclude all)."""
+
+
 def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> MergedSettings:
     """Merge settings scopes (lowest precedence first) with the strategies in the module docstring.
 
@@ -138,7 +142,8 @@ def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> Merg
             f"unknown setting {key!r} in {where}{servers_key_hint(key, layer.data[key]) if key in layer.data else ''}"
             for key in unknown_keys(layer.data)
         )
-        warnings.extend(f"{problem} in {where}" for problem in type_mismatches(layer.data))
+        said = type_mismatches(layer.data, said_when_read=SAID_WHEN_READ)
+        warnings.extend(f"{problem} in {where}" for problem in said)
         missing: set[str] = set()
         rest = {k: v for k, v in layer.data.items() if k != "mcpServers"}
         mcp = rest.get("mcp")

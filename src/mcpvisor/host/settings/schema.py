@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -385,7 +386,9 @@ _ONE_PATTERN_LISTS = frozenset({"mcp.allowed", "mcp.excluded", "lsp.allowed", "l
 """Pattern lists where a lone string is taken as a list of that one pattern."""
 
 
-def _walk_types(data: Mapping[str, Any], schema: Mapping[str, SettingDefinition], prefix: str) -> Iterator[str]:
+def _walk_types(
+    data: Mapping[str, Any], schema: Mapping[str, SettingDefinition], prefix: str, said: AbstractSet[str]
+) -> Iterator[str]:
     for key, value in data.items():
         definition = schema.get(key)
         if definition is None:
@@ -393,16 +396,21 @@ def _walk_types(data: Mapping[str, Any], schema: Mapping[str, SettingDefinition]
         path = f"{prefix}{key}"
         if not _is_type(value, definition.type):
             taken = f"; taken as [{json.dumps(value)}]" if path in _ONE_PATTERN_LISTS and isinstance(value, str) else ""
-            yield f"{path} should be {definition.type}, got {_json_type(value)}{taken}"
+            if taken or path not in said:
+                yield f"{path} should be {definition.type}, got {_json_type(value)}{taken}"
         elif definition.items is not None and not all(_is_type(item, definition.items) for item in value):
-            yield f"{path} should be an array of {definition.items}s"
+            if path not in said:
+                yield f"{path} should be an array of {definition.items}s"
         elif definition.properties:
-            yield from _walk_types(value, definition.properties, f"{path}.")
+            yield from _walk_types(value, definition.properties, f"{path}.", said)
 
 
-def type_mismatches(data: Mapping[str, Any]) -> list[str]:
-    """Human-readable problems with the types of known keys (``mcp.allowed should be array, got string``)."""
-    return list(_walk_types(data, SETTINGS_SCHEMA, ""))
+def type_mismatches(data: Mapping[str, Any], *, said_when_read: AbstractSet[str] = frozenset()) -> list[str]:
+    """Human-readable problems with the types of known keys (``mcp.allowed should be array, got string``).
+
+    ``said_when_read``: keys whose reader says itself what it does with a value of the wrong type (a lone string
+    taken as a list of one pattern is still said here): their problem is not said twice."""
+    return list(_walk_types(data, SETTINGS_SCHEMA, "", said_when_read))
 
 
 _TYPE_ORDER: tuple[SettingType, ...] = ("boolean", "integer", "number", "string", "array", "object")
