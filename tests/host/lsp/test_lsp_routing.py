@@ -70,6 +70,18 @@ async def test_diagnostics_check_the_files_they_can_and_say_why_not_the_others(t
         )
 
 
+async def test_diagnostics_of_a_file_named_twice_report_it_once(tmp_path: Path) -> None:
+    """Before, each naming was checked and reported: the same diagnostics (or the same problem) twice."""
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        (s.layout.root / "bad.py").write_text("import os\n")
+        report = await s.ok("diagnostics", files=["bad.py", "./bad.py", "missing.py", "bad.py", "missing.py"])
+        by_file = {entry["file"]: entry for entry in report["files"]}
+        assert sorted(entry["file"] for entry in report["files"]) == ["bad.py", "missing.py"]
+        assert [d["message"] for d in by_file["bad.py"]["diagnostics"]] == ["'os' imported but unused"]
+        shown = text(await s.call("diagnostics", files=["bad.py", "bad.py"]))
+        assert shown.count("'os' imported but unused") == 1
+
+
 async def test_diagnostics_of_a_file_come_from_every_running_server_or_the_one_named(tmp_path: Path) -> None:
     """Before, named files got the first server's diagnostics only (no 'server' argument: basedpyright's type
     errors could not be had), and entries of two servers for one file could not be told apart."""

@@ -425,7 +425,7 @@ class LspTools:
         else:
             raise ToolFailure("'files' must be a list of files of the workspace")
         synced: set[LanguageServer] = set()
-        for server, path in targets:
+        for server, path in dict.fromkeys(targets):  # a file named twice (as a.py and ./a.py too) is checked once
             if server not in synced:
                 synced.add(server)
                 await server.sync_open()
@@ -452,7 +452,7 @@ class LspTools:
         started when none runs), and a file none can check with the reason (the others are still checked)."""
         targets: list[_Target] = []
         problems: list[FileDiagnostics] = []
-        for file in files:
+        for file in dict.fromkeys(files):
             try:
                 running = [] if server is not None else await self._running_for(file)
                 targets.extend(running or [await self._server_for(file, server=server, sync_open=False)])
