@@ -13,7 +13,13 @@ import pytest
 
 from mcpvisor.core import manager, processes
 from mcpvisor.core.config import Config
-from mcpvisor.core.errors import ConfigError, NotFoundError, ServerUnavailableError, ToolNotFoundError
+from mcpvisor.core.errors import (
+    ConfigError,
+    NotFoundError,
+    NotRunningError,
+    ServerUnavailableError,
+    ToolNotFoundError,
+)
 from mcpvisor.core.events import McpEvent, ReconcileFinished, ServerStateChanged
 from mcpvisor.core.reconnects import BACKOFF_INITIAL_S, MAX_RECONNECT_ATTEMPTS
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
@@ -77,6 +83,17 @@ async def test_reinitialize_before_initialize_is_a_safe_no_op(config: Config, tm
     assert set(config.get_mcp_servers()) == {"a"}
     assert config.manager.clients() == {}
     assert not marker.exists()
+
+
+async def test_reinitialize_after_the_block_says_the_config_is_not_running(tmp_path: Path) -> None:
+    """Before, it returned as if done: the servers were set and nothing connected, with no word of why."""
+    config = Config(mcp_servers={"a": light("a")}, options=ConnectionOptions(log_dir=tmp_path / "logs"))
+    async with config:
+        await config.initialize()
+        assert tools(config) == {"mcp__a__echo"}
+    with pytest.raises(NotRunningError, match="the config is not running"):
+        await config.reinitialize_mcp_servers({"b": light("b")})
+    assert set(config.get_mcp_servers()) == {"a"}
 
 
 async def test_the_same_config_three_times_connects_once(config: Config) -> None:

@@ -292,6 +292,8 @@ class Config(StackOwner):
         """Replace the settings layer, then reconcile. A safe no-op for connections before ``initialize``."""
         if (loop := self.elsewhere()) is not None:  # called from another thread's event loop: run on this one's
             return await on_loop(loop, self.reinitialize_mcp_servers(servers))
+        if self._entered and not self.is_running:  # after its block: nothing would ever apply them
+            raise NotRunningError("the config is not running: use it inside 'async with Config(...)'")
         self.set_mcp_servers(servers)
         await self.reconcile()
 
