@@ -689,6 +689,25 @@ def test_a_server_turned_off_with_gemini_mcp_disable_is_listed_not_imported(layo
     assert import_json(layout, "--from", "qwen", "--scope", "user", "--dry-run")["GitHub"]["action"] == "add"
 
 
+def test_gemini_cli_home_is_where_gemini_cli_keeps_the_users_settings(layout: Layout, tmp_path: Path) -> None:
+    """Before, ~/.gemini was read whatever GEMINI_CLI_HOME said: Gemini CLI's servers were not found (and those of a
+    ~/.gemini it does not read were imported), nor the servers its 'gemini mcp disable' turned off there."""
+    other = tmp_path / "gemini-home"
+    write_json(layout.home / ".gemini" / "settings.json", {"mcpServers": {"unread": {"command": "u"}}})
+    write_json(other / ".gemini" / "settings.json", {"mcpServers": {"used": {"command": "a"}, "off": {"command": "b"}}})
+    write_json(other / ".gemini" / "mcp-server-enablement.json", {"off": {"enabled": False}})
+    result = CliRunner().invoke(
+        app,
+        ["mcp", "import", "--from", "gemini", "--json", "--workspace", str(layout.root)],
+        env={**layout.env, "GEMINI_CLI_HOME": str(other)},
+    )
+    assert result.exit_code == 1, result.output
+    found = {s["name"]: s for s in json.loads(result.stdout)["servers"]}
+    assert {name: s["action"] for name, s in found.items()} == {"used": "add", "off": "skip"}
+    assert str(other / ".gemini" / "mcp-server-enablement.json") in found["off"]["reason"]
+    assert servers(layout.paths.user) == {"used": {"command": "a"}}
+
+
 def test_an_unreadable_gemini_enablement_file_imports_none_of_its_servers(layout: Layout) -> None:
     """Gemini CLI may leave any of them off; whether it does cannot be told, so none is taken as active."""
     write_json(layout.home / ".gemini" / "settings.json", {"mcpServers": {"a": {"command": "a"}}})

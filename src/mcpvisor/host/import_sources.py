@@ -117,6 +117,8 @@ def locations(
     if source in ("cursor", "gemini", "qwen"):
         folder = {"cursor": ".cursor", "gemini": ".gemini", "qwen": ".qwen"}[source]
         name = "mcp.json" if source == "cursor" else "settings.json"
+        if source == "gemini" and env.get("GEMINI_CLI_HOME"):  # Gemini CLI's home instead of the user's
+            home = Path(env["GEMINI_CLI_HOME"])
         return [(home / folder / name, "user", "mcpServers"), (root / folder / name, "workspace", "mcpServers")]
     raise ValueError(f"unknown source {source!r}")
 
