@@ -4,7 +4,10 @@ and the licence text it names, which goes into the wheel and the sdist."""
 from __future__ import annotations
 
 import tomllib
+from importlib.metadata import version
 from pathlib import Path
+
+from packaging.requirements import Requirement
 
 import mcpvisor
 
@@ -21,3 +24,15 @@ def test_the_licence_file_pyproject_names_holds_the_licence_it_declares() -> Non
     assert project["license"] == "MIT"
     (name,) = project["license-files"]
     assert (ROOT / name).read_text().startswith("MIT License\n")
+
+
+def test_the_typer_releases_the_package_accepts_run_its_commands() -> None:
+    """Typer before 0.19.1 cannot run a command with an unset repeatable option that has a callback
+    (``--mcp-config``, ``--lsp-config``: its list converter gets None and raises a TypeError), and 0.15.0 to 0.15.2
+    cannot show a command's help beside click 8.2 or later: an environment that already holds such a typer
+    keeps it when mcpvisor is installed, so the requirement must leave those releases out."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (typer,) = (Requirement(spec) for spec in project["dependencies"] if Requirement(spec).name == "typer")
+    assert not typer.specifier.contains("0.19.0")
+    assert typer.specifier.contains("0.19.1")
+    assert typer.specifier.contains(version("typer"))
