@@ -31,8 +31,22 @@ def test_the_typer_releases_the_package_accepts_run_its_commands() -> None:
     (``--mcp-config``, ``--lsp-config``: its list converter gets None and raises a TypeError), and 0.15.0 to 0.15.2
     cannot show a command's help beside click 8.2 or later: an environment that already holds such a typer
     keeps it when mcpvisor is installed, so the requirement must leave those releases out."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    (typer,) = (Requirement(spec) for spec in project["dependencies"] if Requirement(spec).name == "typer")
+    typer = _required("typer")
     assert not typer.specifier.contains("0.19.0")
     assert typer.specifier.contains("0.19.1")
     assert typer.specifier.contains(version("typer"))
+
+
+def test_the_json5_releases_the_package_accepts_say_where_a_settings_file_breaks() -> None:
+    """json5 before 0.9.8 names the wrong place for a syntax error (line 1, column 2 for a comma missing
+    further on, or for a file cut short): every "FILE:LINE:COL" a bad save reports comes from it."""
+    json5 = _required("json5")
+    assert not json5.specifier.contains("0.9.7")
+    assert json5.specifier.contains("0.9.8")
+    assert json5.specifier.contains(version("json5"))
+
+
+def _required(name: str) -> Requirement:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (requirement,) = (Requirement(spec) for spec in project["dependencies"] if Requirement(spec).name == name)
+    return requirement
