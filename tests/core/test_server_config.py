@@ -204,6 +204,19 @@ def test_target_hides_url_credentials_and_query_values() -> None:
     assert cfg.target() == "https://example.com/mcp?token=***&x=***"
 
 
+def test_a_password_in_a_url_of_the_command_line_is_never_shown_but_is_run() -> None:
+    """A DSN in an argument ("postgres://app:s3cret@db/prod") was shown as written by mcp list, lsp list and
+    mcp import's plan, while a remote server's URL loses its credentials. It loses them too; a URL without a
+    password, or with a ${VAR} for one, is shown as written."""
+    args = ["--db", "postgres://app:s3cret@db/prod", "--dsn=mysql://u:pw@h/d?ssl=1", "redis://:${PW}@h/0"]
+    cfg = McpServerConfig.model_validate({"command": "srv", "args": [*args, "git+ssh://git@github.com/a/b?x=1"]})
+    assert cfg.args[1:3] == ("postgres://app:s3cret@db/prod", "--dsn=mysql://u:pw@h/d?ssl=1")  # what runs
+    shown = "srv --db postgres://db/prod --dsn=mysql://h/d?ssl=*** redis://:${PW}@h/0 git+ssh://git@github.com/a/b?x=1"
+    assert cfg.target() == shown
+    assert "s3cret" not in repr(cfg)
+    assert ":pw@" not in repr(cfg)
+
+
 def test_a_url_in_parentheses_is_redacted_and_the_parenthesis_kept() -> None:
     text = "ConnectError: refused (reaching http://127.0.0.1:1/mcp?key=s3cret)"
     assert redact_text(text) == "ConnectError: refused (reaching http://127.0.0.1:1/mcp?key=***)"

@@ -151,6 +151,18 @@ def test_status_shows_a_working_folder_as_written_never_what_its_variable_stands
     assert "S3CRETzz9q" not in shown.stdout + shown.stderr
 
 
+def test_lists_show_a_command_line_without_the_password_of_a_url_in_it(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    entry = {"command": "srv", "args": ["--db", "postgres://app:s3cretPW9@db/prod"]}
+    lsp = {"command": "ls", "args": ["postgres://app:s3cretPW9@db/prod"], "extensionToLanguage": {".py": "python"}}
+    replace_text(layout.paths.user, json.dumps({"mcpServers": {"db": entry}, "lspServers": {"py": lsp}}))
+    for command in (("mcp", "list"), ("mcp", "list", "--json"), ("lsp", "list"), ("lsp", "list", "--json")):
+        shown = cli(*command, "--workspace", str(layout.root), env=layout.env)
+        assert shown.returncode == 0, shown.stderr
+        assert "postgres://db/prod" in shown.stdout
+        assert "s3cretPW9" not in shown.stdout + shown.stderr
+
+
 def test_approving_a_project_server_that_replaces_ones_own_says_so_first(tmp_path: Path) -> None:
     layout = make_layout(tmp_path)
     replace_text(layout.paths.user, json.dumps({"mcpServers": {"echo": {"command": "my-echo"}}}))

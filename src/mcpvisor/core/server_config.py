@@ -17,11 +17,11 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
 
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.redaction import passwords_hidden, redact_url, redact_urls, redact_values
 from mcpvisor.core.spellings import ALIASES, TYPE_TRANSPORTS, written_names
 
 __all__ = [
@@ -248,10 +248,11 @@ class McpServerConfig(BaseModel):
     def target(self) -> str:
         """What this server runs or reaches, for people: command line or URL, as the entry wrote them (a
         ``${VAR}`` in them may stand for a secret). Never secrets: env and header values are left out, and a
-        URL loses its credentials and query values."""
+        URL loses its credentials and query values, also one in the command line that holds a password."""
         if self.command is not None:
             command = self.approved_value("command")
-            return " ".join(map(str, [command if isinstance(command, str) else self.command, *self._written_args()]))
+            words = [command if isinstance(command, str) else self.command, *self._written_args()]
+            return " ".join(passwords_hidden(str(word)) for word in words)
         for key in ("http_url", "url"):
             if (url := getattr(self, key)) is not None:
                 written_url = self.approved_value(key)
@@ -260,7 +261,8 @@ class McpServerConfig(BaseModel):
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         written = {key: self.approved_value(key) for key in ("command", "cwd", "url", "http_url")}
-        return repr_fields(super().__repr_args__(), {**written, "args": tuple(self._written_args())})
+        args = tuple(passwords_hidden(arg) if isinstance(arg, str) else arg for arg in self._written_args())
+        return repr_fields(super().__repr_args__(), {**written, "args": args})
 
     def _written_args(self) -> Sequence[Any]:
         """The arguments as the entry wrote them (before ``${VAR}`` expansion), one for each argument run."""
@@ -312,24 +314,6 @@ def arguments_hint(command: Any) -> str:
     return f' (its arguments go in args: "command": "{program}", "args": {json.dumps(rest)})'
 
 
-def redact_url(url: str) -> str:
-    """``url`` without user info and with every query value replaced by ``***``; user info made of ``${VAR}``
-    references only (``:${REDIS_PASSWORD}@``, as a fix tells how to write it) is no secret and stays."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # brackets that hold no IPv6 address ("http://[::1:8080/mcp"): cut by hand
-        head, question, _ = url.partition("#")[0].partition("?")
-        return _USERINFO.sub(r"\1", head) + ("?***" if question else "")
-    userinfo, at, netloc = parts.netloc.rpartition("@")
-    if at and _REFERENCES_ONLY.fullmatch(userinfo):
-        netloc = parts.netloc
-    query = "&".join(f"{k}=***" for k, _ in parse_qsl(parts.query, keep_blank_values=True))
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
-
-
-_USERINFO = re.compile(r"^([^:/?#]*://)?[^/?#]*@")
-_REFERENCES_ONLY = re.compile(r"(\$\{[A-Za-z_][A-Za-z0-9_]*\})?:?(\$\{[A-Za-z_][A-Za-z0-9_]*\})?")
-
 CODE_LOADING_ENV = re.compile(
     r"^(LD_.*|DYLD_.*|GLIBC_TUNABLES|PATH|NODE_OPTIONS|NODE_PATH|NODE_REPL_EXTERNAL_MODULE|PYTHONSTARTUP|PYTHONPATH"
     r"|PYTHONHOME|PYTHONUSERBASE|PYTHONWARNINGS|PYTHONBREAKPOINT|PYTHONEXECUTABLE|VIRTUAL_ENV|BASH_ENV|ENV|ZDOTDIR"
@@ -370,41 +354,13 @@ def is_secret_name(name: str) -> bool:
     return any(word in _SECRET_WORDS for word in words) or name.upper().endswith(("PASSWORD", "TOKEN", "SECRET"))
 
 
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
-"""A URL in a message: up to a space, a quote or an angle bracket. Parentheses may be part of it (a password,
-a query value); one that closes more than the URL opened is the text's (:func:`_redact_url_in_text`)."""
-_MIN_SECRET_LEN = 4
-
-
-def _redact_url_in_text(match: re.Match[str]) -> str:
-    url, tail = match.group(0), ""
-    # The text's, not the URL's: a closing parenthesis the URL did not open ("(reaching http://h/mcp?k=v)"), and
-    # the punctuation after the URL ("...; check the URL").
-    while url.endswith((";", ",", ".", ":")) or (url.endswith(")") and url.count(")") > url.count("(")):
-        url, tail = url[:-1], url[-1] + tail
-    return redact_url(url) + tail
-
-
 def redact_text(text: str, cfg: McpServerConfig | None = None) -> str:
     """``text`` fit to show people: ``cfg``'s command, arguments and URL as written wherever ``${VAR}``
     expansion changed them, every URL redacted (:func:`redact_url`), and the values of ``cfg``'s env and
     headers replaced by ``***`` wherever they appear."""
     if cfg is None:
-        return _URL.sub(_redact_url_in_text, text)
+        return redact_urls(text)
     return redact_values(text, cfg.expansions(), (*(cfg.env or {}).values(), *(cfg.headers or {}).values()))
-
-
-def redact_values(text: str, expansions: Iterable[tuple[str, str]], secrets: Iterable[str]) -> str:
-    """:func:`redact_text` for any configuration: each ``(value as run, as written)`` of ``expansions`` put
-    back as written, every URL redacted, each of ``secrets`` replaced by ``***``."""
-    for run, written in expansions:
-        if len(run) >= _MIN_SECRET_LEN:  # (not inside the written form, where a message may show it already)
-            text = written.join(part.replace(run, written) for part in text.split(written))
-    text = _URL.sub(_redact_url_in_text, text)
-    for value in secrets:
-        if len(value) >= _MIN_SECRET_LEN:
-            text = text.replace(value, "***")
-    return text
 
 
 def canonical_json(value: Any) -> str:

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from mcpvisor.core.redaction import passwords_hidden
 from mcpvisor.core.server_config import CODE_LOADING_ENV, canonical_json, redact_values, repr_fields
 
 __all__ = [
@@ -209,12 +210,13 @@ class LspServerConfig(BaseModel):
         return tuple(written) if ok else run
 
     def written_args(self) -> list[str]:
-        """The arguments as written (a ``${VAR}`` in one may stand for a secret)."""
-        return list(self._written("args"))
+        """The arguments as written, for people (a ``${VAR}`` in one may stand for a secret; a URL that holds a
+        password is shown without it)."""
+        return [passwords_hidden(arg) for arg in self._written("args")]
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         return repr_fields(
-            super().__repr_args__(), {"command": self._written("command"), "args": self._written("args")}
+            super().__repr_args__(), {"command": self._written("command"), "args": tuple(self.written_args())}
         )
 
     def expansions(self) -> list[tuple[str, str]]:
