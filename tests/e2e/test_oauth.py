@@ -671,6 +671,23 @@ async def test_a_shell_login_with_no_browser_prints_the_url_and_ctrl_c_cancels_i
         await s.run_until("/mcp", "sec · 🔒 needs authentication — run: /login sec", row="sec · ")
 
 
+async def test_a_shell_login_that_times_out_says_so_in_one_line_with_the_shells_own_command(
+    tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``/login sec`` whose sign-in did not come in time said ``✗ /login failed unexpectedly: ExceptionGroup('unhandled
+    errors in a TaskGroup', [ConnectError(...)])`` with a traceback in the log, and told to run ``mcpvisor mcp login
+    --workspace WS sec`` where ``/login sec`` does. It says why, as the shell's other errors do, and ``/login sec``."""
+    defaults = Host.sign_in.__kwdefaults__
+    assert defaults is not None
+    monkeypatch.setitem(defaults, "timeout_s", 0.5)  # (the shell waits 300 s for the browser)
+    user = {"mcpServers": {"sec": {"type": "http", "url": server.url}}}
+    async with shell(tmp_path, user=user, open_url=lambda _url: False) as s:
+        out = await s.run("/login sec", "✗ could not connect to server 'sec': no sign-in to 'sec' within 0.5 s")
+        assert "(was the browser closed?); run /login sec again" in " ".join(out.split())
+        assert "unexpectedly" not in out
+        assert "mcp login" not in out
+
+
 def test_a_cli_sign_in_interrupted_with_ctrl_c_ends_the_process_at_once(tmp_path: Path, server: Server) -> None:
     """Nothing is left waiting for the browser's redirect (it used to hold the process until --timeout)."""
     layout = setup(tmp_path, server)

@@ -17,7 +17,7 @@ import anyio
 import typer
 from rich.markup import escape
 
-from mcpvisor.core.errors import McpvisorError
+from mcpvisor.core.errors import McpvisorError, own_error
 from mcpvisor.core.server_config import redact_text
 from mcpvisor.host.settings.expand import as_written
 from mcpvisor.shell.consoles import new_console, visible
@@ -182,18 +182,6 @@ def setup_logging(verbose: int, *, narrated: bool = False) -> None:
 def fail(message: str, code: int = 1) -> typer.Exit:
     new_console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
-
-
-def own_error(exc: BaseException) -> McpvisorError | None:
-    """mcpvisor's own error inside ``exc``, also when task groups wrapped it in exception groups."""
-    if isinstance(exc, McpvisorError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for sub in exc.exceptions:
-            found = own_error(sub)
-            if found is not None:
-                return found
-    return None
 
 
 def _exit_of(exc: BaseException) -> SystemExit | None:

@@ -52,6 +52,7 @@ __all__ = [
     "ToolCallTimeoutError",
     "ToolNotFoundError",
     "not_found",
+    "own_error",
     "request_failed",
     "timed_out",
 ]
@@ -249,6 +250,18 @@ def not_found(
     if kind == "tool":
         return ToolNotFoundError(message, tool=target, server=server, reason=reason)
     return NotFoundError(message, kind=kind, target=target, server=server, reason=reason)
+
+
+def own_error(exc: BaseException) -> McpvisorError | None:
+    """mcpvisor's own error inside ``exc``, also when task groups wrapped it in exception groups."""
+    if isinstance(exc, McpvisorError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            found = own_error(sub)
+            if found is not None:
+                return found
+    return None
 
 
 def describe_invalid(exc: ValidationError, most: int = 3) -> str:

@@ -23,7 +23,7 @@ import anyio.abc
 from rich.console import Console
 from rich.text import Text
 
-from mcpvisor.core.errors import McpvisorError, NotRunningError
+from mcpvisor.core.errors import NotRunningError, own_error
 from mcpvisor.core.events import PromptsChanged, ReconcileFinished
 from mcpvisor.host.approvals import is_gated
 from mcpvisor.host.host import Host, HostEvent, HostOptions
@@ -372,11 +372,14 @@ class ShellSession:
         """Run one command; its failure is reported and the session goes on."""
         try:
             return bool(await action)
-        except (McpvisorError, ArgumentError) as exc:  # (a sign-in it asks for: the shell's /login)
-            self.console.print(Text(f"✗ {error_as_said_here(self.host.config, exc, '/login {name}')}", style="red"))
-        except Exception as exc:
-            logger.exception("shell command %s failed", what)
-            self.console.print(Text(f"✗ {what} failed unexpectedly: {exc!r}", style="red"))
+        except Exception as exc:  # mcpvisor's own, also one a task group wrapped (a sign-in that did not come)
+            own = exc if isinstance(exc, ArgumentError) else own_error(exc)
+            if own is None:
+                logger.exception("shell command %s failed", what)
+                self.console.print(Text(f"✗ {what} failed unexpectedly: {exc!r}", style="red"))
+            else:  # (a sign-in it asks for: the shell's /login)
+                said = error_as_said_here(self.host.config, own, "/login {name}")
+                self.console.print(Text(f"✗ {said}", style="red"))
         self._failed = True
         return False
 
