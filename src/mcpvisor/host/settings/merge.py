@@ -142,7 +142,9 @@ def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> Merg
             f"unknown setting {key!r} in {where}{servers_key_hint(key, layer.data[key]) if key in layer.data else ''}"
             for key in unknown_keys(layer.data)
         )
-        said = type_mismatches(layer.data, said_when_read=SAID_WHEN_READ)
+        # (a null mcpServers reads as none at all, silently: the type check says it)
+        read = SAID_WHEN_READ if layer.data.get("mcpServers") is not None else SAID_WHEN_READ - {"mcpServers"}
+        said = type_mismatches(layer.data, said_when_read=read)
         warnings.extend(f"{problem} in {where}" for problem in said)
         missing: set[str] = set()
         rest = {k: v for k, v in layer.data.items() if k != "mcpServers"}
