@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -264,6 +265,51 @@ async def test_saves_after_a_reload_coalesce_into_one_more_at_the_windows_end(la
         await env.settle()
         assert env.non_sentinel() == [SettingsChanged("user", ("mcp.excluded",))] * 2
         assert env.settings.merged.excluded == ("5",)
+
+
+async def test_a_save_heard_while_a_reload_reads_waits_for_the_window_that_reload_opens(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save's event that comes while the reload before it is still reading (a non-atomic save's last
+    steps, a quick second save) counts as one after that reload: it is read at the window's end, not at once."""
+    real_awatch = watchfiles.awatch
+    batches_heard = 0
+    batch_marked = anyio.Event()
+
+    async def observed_awatch(*paths: Any, **kwargs: Any) -> AsyncIterator[set[tuple[watchfiles.Change, str]]]:
+        nonlocal batch_marked, batches_heard
+        async for batch in real_awatch(*paths, **kwargs):
+            yield batch  # resumed once the watcher has marked the scopes this batch concerns
+            batches_heard += 1
+            batch_marked.set()
+            batch_marked = anyio.Event()
+
+    monkeypatch.setattr(watcher_module, "awatch", observed_awatch)
+    async with watching(layout, debounce_s=600.0) as env:  # a window far longer than the test waits
+        real_read = env.settings.read_scope
+        reading, release = threading.Event(), threading.Event()
+
+        def held_read(scope: Any) -> Any:
+            read = real_read(scope)
+            if read.data is not None and read.data["mcp"]["excluded"] == ["1"] and not reading.is_set():
+                reading.set()  # the reload has read "1": it waits to apply it until the second save was heard
+                release.wait(WAIT_S)
+            return read
+
+        monkeypatch.setattr(env.settings, "read_scope", held_read)
+        write_json(env.paths.user, _user_with(mcp__excluded=["1"]))
+        await anyio.to_thread.run_sync(reading.wait, WAIT_S)
+        assert reading.is_set()
+        heard_before = batches_heard
+        write_json(env.paths.user, _user_with(mcp__excluded=["2"]))
+        with anyio.fail_after(WAIT_S, reason="the second save was never heard"):
+            while batches_heard == heard_before:
+                await batch_marked.wait()
+        release.set()
+        await env.rec.wait_for(lambda: bool(env.non_sentinel()))
+        await env.settle()
+        assert env.non_sentinel() == [SettingsChanged("user", ("mcp.excluded",))]
+        assert env.settings.merged.excluded == ("1",)  # "2" waits for the window's end
 
 
 async def test_write_then_rename_is_seen(layout: Layout) -> None:

@@ -18,6 +18,7 @@ __all__ = [
     "FileState",
     "FolderIdentity",
     "WatchScope",
+    "classify_batch",
     "classify_change",
     "folder_identities",
     "is_approvals_file",
@@ -192,3 +193,17 @@ def classify_change(path: Path, targets: Mapping[WatchScope, Path]) -> tuple[set
         if path == folder or path in folder.parents:
             rearm = True
     return scopes, rearm
+
+
+def classify_batch(paths: Iterable[str], targets: Mapping[WatchScope, Path]) -> tuple[set[WatchScope], bool]:
+    """:func:`classify_change` for a batch of event paths, against the targets and the files they link to:
+    the scopes concerned, and whether any event touches a folder on the way to a target."""
+    scopes: set[WatchScope] = set()
+    touches = False
+    links = linked_targets(targets)
+    for raw in paths:
+        for each in (targets, links):
+            concerned, touches_folder = classify_change(Path(raw), each)
+            scopes |= concerned
+            touches = touches or touches_folder
+    return scopes, touches

@@ -54,10 +54,10 @@ from mcpvisor.host.watched_files import (
     FileState,
     FolderIdentity,
     WatchScope,
+    classify_batch,
     classify_change,
     folder_identities,
     is_approvals_file,
-    linked_targets,
     nearest_existing_dir,
     read_file_state,
     read_store_states,
@@ -374,13 +374,8 @@ class SettingsWatcher:
 
     def _on_batch(self, batch: set[tuple[Change, str]], current: Mapping[WatchScope, tuple[Path, ...]]) -> bool:
         """Mark the scopes the events concern; return whether the watch must be re-armed."""
-        rearm = False
-        links = linked_targets(self._targets)
-        for _change, raw in batch:
-            for targets in (self._targets, links):
-                scopes, touches_folder = classify_change(Path(raw), targets)
-                self._mark(scopes)
-                rearm = rearm or touches_folder
+        scopes, rearm = classify_batch((raw for _change, raw in batch), self._targets)
+        self._mark(scopes)
         return rearm or self._watch_dirs() != current
 
     def _mark(self, scopes: Iterable[WatchScope]) -> None:
@@ -442,7 +437,9 @@ class SettingsWatcher:
         self._confirming.discard(scope)
         result = self._settings.apply(read)
         if result.changed or result.error is not None or result.kept:  # (else no window: see the module)
-            self._quiet_until[scope] = anyio.current_time() + self._debounce_s
+            self._quiet_until[scope] = quiet = anyio.current_time() + self._debounce_s
+            if scope in self._due:  # a save heard while this read ran follows this reload: it waits for the window too
+                self._due[scope] = max(self._due[scope], quiet)
         told = kept_told = False
         if result.error is not None or result.kept:
             state = await anyio.to_thread.run_sync(read_file_state, self._targets[scope])
