@@ -3,6 +3,7 @@ example servers (SPEC §8, §11 "Subscriber gate", "Approvals", "Trust")."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import threading
@@ -429,6 +430,9 @@ async def test_a_server_whose_start_waits_for_a_slot_reads_connecting_not_discon
     """Servers wait their turn to start (a start slot): the status view (the table ``run`` and ``serve`` print at
     start, ``/mcp``, ``status``) said ``○ disconnected`` of each server still waiting, as of one that failed. It is
     on its way: ``connecting``."""
+    # The SDK's client loaded (as after a session's first start): x's connection is made, then waits for the slot.
+    # (The first start in a process waits for the slot before it makes its connection: the view reads the same.)
+    importlib.import_module("mcpvisor.core.client")
     slow_started = tmp_path / "slow.pids"
     slow = {"command": sys.executable, "args": ["-c", BUSY_STARTING, str(slow_started)], "discoveryTimeoutMs": 60_000}
     async with session(tmp_path, max_concurrent_starts=1) as s:

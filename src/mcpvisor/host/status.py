@@ -111,10 +111,13 @@ def event_as_said_here(config: Config, event: Any, login_command: str | None = N
 def live_connections(config: Config) -> dict[str, LiveConnection]:
     """What a running host's ``config`` knows about each of its connections."""
     live: dict[str, LiveConnection] = {}
+    # A start waiting its turn (a start slot, the SDK's loading), its connection made or not yet: on its way.
+    waiting = {name for name in config.get_mcp_servers() if config.manager.starting(name)}
     for name, client in config.manager.clients().items():
         held = config.manager.held(name)
+        unstarted = client.status == "disconnected" and not client.last_error and name in waiting
         live[name] = LiveConnection(
-            status=client.status,
+            status="connecting" if unstarted else client.status,
             tools=len(config.tool_registry.tools_of(name)),
             prompts=len(config.prompt_registry.prompts_of(name)),
             error=as_said_here(config, name, client.last_error) if client.last_error else None,
@@ -123,9 +126,8 @@ def live_connections(config: Config) -> dict[str, LiveConnection]:
             held_tools=tuple(held.held_tools) if held else (),
             held_prompts=tuple(held.held_prompts) if held else (),
         )
-    for name in config.get_mcp_servers().keys() - live.keys():
-        if config.manager.starting(name):  # its start waits its turn (a start slot, the SDK's loading): on its way
-            live[name] = LiveConnection(status="connecting", tools=0, prompts=0, error=None)
+    for name in waiting - live.keys():
+        live[name] = LiveConnection(status="connecting", tools=0, prompts=0, error=None)
     return live
 
 
