@@ -79,6 +79,7 @@ class HumanOutput:
         """The start failure last said per server: a retry that fails the same way says nothing."""
         self._starting: set[str] = set()
         """Servers a reconcile left starting (another change went first): their end is said when it comes."""
+        self._said_starting: set[str] = set()  # of those, the ones said to be still starting
         self._down: set[str] = set()
         """The servers said to have disconnected: their reconnect is said too."""
         self._unreached: set[str] = set()
@@ -116,11 +117,12 @@ class HumanOutput:
                 pass
         if isinstance(event, ReconcileFinished):
             current = self._host.config.get_mcp_servers()
-            fresh = [n for n in event.starting if n not in self._starting]  # (said still starting by one pass)
+            self._said_starting &= self._starting  # (a start that ended since: the next one is said again)
             self._starting |= set(event.starting)  # (the first pass's: the status table shows them connecting)
             if self._ready:
-                for name in fresh:  # another change went first: how its start ends is said when it does
-                    self._say(f"[dim]◌ {escape(str(name))} is still starting[/]")
+                for name in (n for n in event.starting if n not in self._said_starting):  # once, not at each pass
+                    self._say(f"[dim]◌ {escape(str(name))} is still starting[/]")  # how it ends is said when it does
+                self._said_starting |= set(event.starting)
                 for name in (n for n in (*event.added, *event.retried) if n not in event.starting):
                     failed = event.failed.get(name)
                     if failed:
