@@ -403,6 +403,38 @@ async def test_an_approval_made_while_the_host_starts_its_servers_is_followed(tm
             await rec.wait_for(lambda: client.status == "connected")
 
 
+async def test_a_reload_that_finds_its_change_applied_returns_once_the_pass_applying_it_is_over(
+    tmp_path: Path,
+) -> None:
+    """An approval's write is seen by the watcher too, whose pass may apply it first: the decision's own reload then
+    found the config as it wanted it and returned at once, while that pass still waited for the server's start. The
+    shell, which stops waiting for a slow start after a few seconds (it asks for another pass), had stopped asking by
+    then: the start went unsaid ("◌ slow is still starting" never came), and a caller of ``decide`` or ``reload``
+    saw the server not yet started. Such a reload returns once the pass applying its change is over."""
+    gate = tmp_path / "gate"
+    waits_for_gate = (
+        "import os, pathlib, sys, time\n"
+        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
+        f"os.execv(sys.executable, [sys.executable, '-m', {LIGHT!r}, '--name', 'p'])"
+    )
+    entry = {"command": sys.executable, "args": ["-c", waits_for_gate]}
+    async with session(tmp_path, project={"mcpServers": {"p": entry}}) as s:
+        cfg = s.layout.settings().project.servers["p"].config
+        ApprovalStore(s.layout.paths.approvals).approve(s.layout.root, "p", cfg)  # elsewhere: the watcher's pass
+        await wait_until(lambda: s.host.config.manager.starting("p"), what="p's start")
+        live_when_reloaded: set[str] = set()
+
+        async def reload() -> None:
+            await s.host.reload()  # finds p approved and its entry applied already
+            live_when_reloaded.update(s.live() | {"returned"})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reload)
+            await anyio.sleep(0.3)
+            gate.touch()
+        assert live_when_reloaded == {"p", "returned"}
+
+
 async def test_a_server_rejected_elsewhere_while_its_start_waits_for_a_slot_never_starts(tmp_path: Path) -> None:
     slow_started, x_started = tmp_path / "slow.pids", tmp_path / "x.pids"
     entries = {

@@ -22,14 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from mcpvisor.core.errors import (
-    ConfigError,
-    NotFoundError,
-    NotRunningError,
-    RequestKind,
-    ToolNotFoundError,
-    timed_out,
-)
+from mcpvisor.core.errors import ConfigError, NotFoundError, NotRunningError, RequestKind, ToolNotFoundError, timed_out
 from mcpvisor.core.events import EventBus, ReconcileFinished, ToolsChanged
 from mcpvisor.core.exposure import Exposure
 from mcpvisor.core.gating import McpGating, names_tuple
@@ -334,8 +327,7 @@ class Config(StackOwner):
             return await on_loop(loop, self.restart_mcp_servers(names))
         if not self._initialized or self._manager is None:
             return None
-        while self._reconcile_done is not None:
-            await self._reconcile_done.wait()
+        await self.reconciled()
         done = self._reconcile_done = anyio.Event()
         try:
             self.last_reconcile = await self._manager.restart_mcp_servers(names)
@@ -346,6 +338,12 @@ class Config(StackOwner):
             self._reconcile_done = None
             done.set()
         return self.last_reconcile
+
+    async def reconciled(self) -> None:
+        """Return once no reconcile pass runs (one running may be applying what the caller set: a reload that finds
+        the server map and gating as it would set them waits for the pass that set them)."""
+        while self._reconcile_done is not None:
+            await self._reconcile_done.wait()
 
     def refresh_definitions(self) -> None:
         """Run the definition gate again over every connected server's tools and prompts."""

@@ -253,13 +253,16 @@ async def reload_now(
         logger.exception("%s", RELOAD_FAILED_MESSAGE)
         emit(McpReloadFailed(RELOAD_FAILED_MESSAGE, str(exc)))
         applied = True
-    if not applied and pending is None:
-        return state  # the gate: nothing MCP-relevant changed
-    # What waits for approval is the latest pass's to say, also when its state passed the gate unchanged.
-    promptable = strictly_promptable(state, approvals, settings.root)
-    if (pending is None or pending.changed(state, promptable, this_pass)) and promptable:
-        emit(McpPendingApprovalChanged(promptable))
+    if applied or pending is not None:  # (else the gate: nothing MCP-relevant changed)
+        # What waits for approval is the latest pass's to say, also when its state passed the gate unchanged.
+        promptable = strictly_promptable(state, approvals, settings.root)
+        if (pending is None or pending.changed(state, promptable, this_pass)) and promptable:
+            emit(McpPendingApprovalChanged(promptable))
     if not applied:
+        # The config holds this state already: a pass running now may be the one applying it (a decision's own
+        # write, seen by the watcher first). Returns once it is over, as when this reload applies it itself: a
+        # caller that bounds its wait (the shell's few seconds for a slow start) bounds that pass's.
+        await config.reconciled()
         return state
     prompts_after = config.prompt_registry.names()
     if prompts_after != prompts_before:
