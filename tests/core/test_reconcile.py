@@ -189,6 +189,27 @@ async def test_a_server_slow_to_exit_delays_no_other_servers_start(
     assert config.last_reconcile.removed == ("x",)
 
 
+async def test_each_pass_waits_for_starts_still_handshaking_at_most_its_pass_wait(tmp_path: Path) -> None:
+    """``pass_wait_s`` bounds every pass, not the first alone: a later one returns naming the start that goes on
+    (which then comes up by itself), as the first did."""
+    gate = tmp_path / "gate"
+    waits_for_gate = (
+        "import os, pathlib, sys, time\n"
+        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
+        f"os.execv(sys.executable, [sys.executable, '-m', {LIGHT!r}, '--name', 'b'])"
+    )
+    b = McpServerConfig(command=sys.executable, args=["-c", waits_for_gate])
+    async with Config(mcp_servers={"a": b}, pass_wait_s=0.2) as config:
+        first = await config.initialize()
+        config.set_mcp_servers({"a": b, "b": b})
+        later = await config.reconcile()
+        assert first is not None
+        assert later is not None
+        assert (first.starting, later.starting) == (("a",), ("a", "b"))
+        gate.touch()
+        await wait_until(lambda: {"mcp__a__echo", "mcp__b__echo"} <= tools(config), what="both servers' tools")
+
+
 async def test_a_server_that_came_up_while_a_pass_waited_for_a_stop_is_not_reported_as_still_starting(
     config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -432,6 +432,18 @@ async def test_approving_a_server_slow_to_start_gives_the_prompt_back_and_says_i
         assert "still starting" not in s.text(since)
 
 
+async def test_a_server_slow_to_start_added_by_an_edit_is_said_to_be_still_starting(tmp_path: Path) -> None:
+    """An edit's reconcile waited for a slow start (a first npx download, a hang) until its discovery timeout, and
+    the shell said nothing of the server until then; like the session's start and a decision, an edit's reconcile
+    waits a few seconds at most (``startup_wait_s``), and the start that goes on is said."""
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}, startup_wait_s=0.1) as s:
+        since = s.mark()
+        slow = server("slow", "--hang-on-initialize", discoveryTimeoutMs=600_000)
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "slow": slow}})
+        await s.wait_for("slow is still starting", since)
+        await s.run("/mcp", "slow · ◌ connecting")
+
+
 async def test_a_skipped_server_stays_pending_is_not_asked_again_and_can_be_approved_later(tmp_path: Path) -> None:
     project = {"mcpServers": {"proj": server("proj")}}
     async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}, project=project) as s:

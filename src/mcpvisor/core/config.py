@@ -67,6 +67,7 @@ class Config(StackOwner):
         pool: McpConnectionPool | None = None,
         session_id: str = "default",
         definition_gate: DefinitionGate | None = None,
+        pass_wait_s: float | None = None,
     ) -> None:
         self._pool = pool
         self.options = options or ConnectionOptions()
@@ -93,6 +94,9 @@ class Config(StackOwner):
         self._initialized = False
         self._dirty = False
         self._reconcile_done: anyio.Event | None = None
+        self.pass_wait_s = pass_wait_s
+        """The most a reconcile pass waits for servers still handshaking (a download, a hang): they go on starting,
+        and its result's ``starting`` names them. None: each one's discovery timeout, or until another pass."""
         self.last_reconcile: ReconcileFinished | None = None
         self._providers: dict[str, ToolProvider] = {}
         """Registered name -> in-process tool provider (:mod:`mcpvisor.core.providers`)."""
@@ -143,26 +147,9 @@ class Config(StackOwner):
 
     async def initialize(self, *, wait_s: float | None = None) -> ReconcileFinished | None:
         """First discovery: connect every admitted server. A no-op in an untrusted folder. ``wait_s``: the most it
-        waits for servers still handshaking then (a download, a hang); they go on starting, and the result's
-        ``starting`` names them (default: wait for each until its discovery timeout)."""
+        waits for servers still handshaking then (default: :attr:`pass_wait_s`, as every later pass)."""
         self._initialized = self.manager is not None
-        if wait_s is None:
-            return await self.reconcile()
-
-        async def stop_waiting() -> None:
-            await anyio.sleep(wait_s)
-            self.manager.ask_another_pass()  # the pass returns once each start left only handshakes
-
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(stop_waiting)
-                result = await self.reconcile()
-                tg.cancel_scope.cancel()
-        except BaseExceptionGroup as group:  # what the pass raised, as itself (as without wait_s)
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
-        return result
+        return await self.reconcile(wait_s=wait_s)
 
     @property
     def initialized(self) -> bool:
@@ -290,11 +277,11 @@ class Config(StackOwner):
         self.set_mcp_servers(servers)
         await self.reconcile()
 
-    async def reconcile(self) -> ReconcileFinished | None:
-        """Run the incremental reconcile. A call during a run marks it dirty and waits for it; the
-        run repeats until clean, so bursts coalesce and every caller sees the final state."""
+    async def reconcile(self, *, wait_s: float | None = None) -> ReconcileFinished | None:
+        """Run the incremental reconcile. A call during a run marks it dirty and waits for it; the run repeats until
+        clean, so bursts coalesce and every caller sees the final state. ``wait_s``: as :attr:`pass_wait_s`."""
         if (loop := self.elsewhere()) is not None:  # called from another thread's event loop: run on this one's
-            return await on_loop(loop, self.reconcile())
+            return await on_loop(loop, self.reconcile(wait_s=wait_s))
         if not self._initialized or self._manager is None:
             return None
         self._dirty = True
@@ -310,7 +297,8 @@ class Config(StackOwner):
             while self._dirty:
                 self._dirty = False
                 self._place_tool_providers(vacate_only=True)  # before a server of a provider's name connects
-                self.last_reconcile = await self._manager.discover_all_mcp_tools_incremental()
+                wait_s = self.pass_wait_s if wait_s is None else wait_s
+                self.last_reconcile = await self._manager.discover_all_mcp_tools_incremental(wait_s)
                 self._place_tool_providers()  # after one that had it is gone
         except BaseException:
             self._dirty = True  # this pass may be incomplete: whoever comes next runs again
@@ -330,7 +318,7 @@ class Config(StackOwner):
         await self.reconciled()
         done = self._reconcile_done = anyio.Event()
         try:
-            self.last_reconcile = await self._manager.restart_mcp_servers(names)
+            self.last_reconcile = await self._manager.restart_mcp_servers(names, self.pass_wait_s)
         except BaseException:
             self._dirty = True  # cut short after some stopped: the next pass starts them again
             raise

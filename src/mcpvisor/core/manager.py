@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -137,18 +137,19 @@ class McpClientManager:
                 live[name] = LiveServer(connection_id_of(name, cfg), exposure_of(cfg), connected=True)
         return plan_for(self._config, live)
 
-    async def discover_all_mcp_tools_incremental(self) -> ReconcileFinished:
+    async def discover_all_mcp_tools_incremental(self, wait_s: float | None = None) -> ReconcileFinished:
         """Bring the live connections in line with the config, touching only what changed. With a pool (SPEC §5.5)
-        the same plan applies, gating first: an excluded or pending server never reaches ``acquire``."""
+        the same plan applies, gating first: an excluded or pending server never reaches ``acquire``. ``wait_s``:
+        the most it waits for its starts, as if another pass were asked for then (None: each start's timeout)."""
         self._another_pass = anyio.Event()
-        return await self._apply_plan()
+        return await self._apply_plan(wait_s)
 
-    async def _apply_plan(self, restarting: frozenset[str] = frozenset()) -> ReconcileFinished:
+    async def _apply_plan(self, wait_s: float | None, restarting: frozenset[str] = frozenset()) -> ReconcileFinished:
         """The reconcile; ``restarting``: servers stopped for a restart, whose start it reports as one."""
         # Nothing runs in an untrusted folder: a pass there only stops what trust, since revoked, had started.
         if self._closed or (not self._config.is_trusted_folder() and not self._clients):
             return ReconcileFinished()
-        started_at = time.perf_counter()
+        started_at, asked = time.perf_counter(), self._asked_for_another(wait_s)
         self._events.emit(McpClientUpdate(in_progress=True))
         plan = self.plan()
         desired = self._config.get_mcp_servers()
@@ -196,8 +197,8 @@ class McpClientManager:
         stops |= {n: partial(self._stop, n, reason=reason) for n, reason in plan.gate_stop.items()}
         own_stops = self._stops.start(stops)  # (not an earlier pass's stop of the same name, still running)
         own_starts = self._background.start(jobs)  # also waited for: starts an earlier pass left running
-        starting = await self._background.wait(partial(self._detachable, own_starts))
-        await self._stops.wait(partial(self._stops.over, own_stops, self._another_pass.is_set))
+        starting = await self._background.wait(partial(self._detachable, own_starts, asked))
+        await self._stops.wait(partial(self._stops.over, own_stops, asked))
         up = {n for n, c in self._clients.items() if c.status == "connected"}  # (came up while the stops ended)
         starting = (starting & self._background.running.keys()) - up
 
@@ -215,22 +216,28 @@ class McpClientManager:
     def ask_another_pass(self) -> None:  # another reconcile waits: a slow handshake must not hold it up
         self._another_pass.set()
 
-    async def _detachable(self, mine: frozenset[int]) -> None:  # see EARLIER_STARTS_WAIT_S
-        asked = self._another_pass.is_set
+    def _asked_for_another(self, wait_s: float | None) -> Callable[[], bool]:  # or the pass waited wait_s
+        event, deadline = self._another_pass, time.perf_counter() + (float("inf") if wait_s is None else wait_s)
+        return lambda: event.is_set() or time.perf_counter() >= deadline
+
+    async def _detachable(self, mine: frozenset[int], asked: Callable[[], bool]) -> None:  # see EARLIER_STARTS_WAIT_S
         await self._background.over(mine, asked)
         with anyio.move_on_after(EARLIER_STARTS_WAIT_S):
             await self._background.over(None, asked)
         while self._background.running.keys() - self._handshaking.keys() - self._acquiring - self._stopping.names():  # noqa: ASYNC110 - a few ms at most
             await anyio.sleep(0.01)
 
-    async def restart_mcp_servers(self, names: Iterable[str] | None = None) -> ReconcileFinished:
-        """Stop and reconnect ``names`` of those connected (all: a full wipe, an explicit request or a baseline)."""
+    async def restart_mcp_servers(
+        self, names: Iterable[str] | None = None, wait_s: float | None = None
+    ) -> ReconcileFinished:
+        """Stop and reconnect ``names`` of those connected (all: a full wipe, an explicit request or a baseline);
+        ``wait_s`` as for :meth:`discover_all_mcp_tools_incremental`."""
         self._another_pass = anyio.Event()  # before the stops: a pass asked for while they run is heard
         stopped = frozenset(self._clients if names is None else self._clients.keys() & set(names))
         async with anyio.create_task_group() as tg:
             for name in stopped:
                 tg.start_soon(partial(self._stop, name, reason=None, restarting=True))
-        summary = await self._apply_plan(restarting=stopped)
+        summary = await self._apply_plan(wait_s, restarting=stopped)
         for name in stopped - self._background.running.keys():  # not started again (gated meanwhile): say they went
             self._announce(name)
         return summary

@@ -165,9 +165,10 @@ class Host(StackOwner):
             await stack.enter_async_context(self.tokens.in_use(lambda m: self._warn_once(SettingsWarning(m))))
             self._pin_mode, _ = pin_mode_of(self._settings)
             self._top_tier = load_top_tier(opts.mcp_config, env, opts.session_servers)
-            for layer in self._top_tier.mcp_config:
-                if layer.error is not None:
-                    raise ConfigError(str(layer.error))
+            lsp_files = [load_lsp_file(Path(p), env) for p in opts.lsp_config]
+            for error in (*(f.error for f in self._top_tier.mcp_config), *(f.error for f in lsp_files)):
+                if error is not None:
+                    raise ConfigError(str(error))
             approve, login = fix_commands(self._settings.root, self._approvals.decided_with, env)
             self._config = Config(
                 allowed_mcp_server_names=opts.allowed_mcp_server_names,
@@ -176,6 +177,7 @@ class Host(StackOwner):
                 pool=opts.pool,
                 session_id=opts.session_id,
                 definition_gate=PinGate(self.pins, self._settings.root, lambda: self._pin_mode),
+                pass_wait_s=opts.startup_wait_s,  # the first pass's and each later one's (an edit's, a decision's)
             )
             await stack.enter_async_context(self._config)
             self._config.set_reason_refiner(lambda name, reason: self.refine_reason(name, reason) or reason)
@@ -184,10 +186,6 @@ class Host(StackOwner):
             approvals = self._approvals
             config.approvals_unreadable = lambda: approvals.error is not None
             config.events.subscribe(lambda event: self.emit(event_as_said_here(config, event)))
-            lsp_files = [load_lsp_file(Path(p), env) for p in opts.lsp_config]
-            for lsp_file in lsp_files:
-                if lsp_file.error is not None:
-                    raise ConfigError(str(lsp_file.error))
             self._lsp = await stack.enter_async_context(
                 LspSession(
                     self._settings,
@@ -207,7 +205,7 @@ class Host(StackOwner):
             state = self._remember(compute_desired_state(self._settings, self._config, self._approvals, self._top_tier))
             self._config.set_mcp_gating(state.gating)
             self._config.set_mcp_servers(state.assembled.servers)
-            await self._config.initialize(wait_s=opts.startup_wait_s)
+            await self._config.initialize()
             promptable = strictly_promptable(state, self._approvals, self.root)
             if self._pending.changed(state, promptable) and promptable:
                 self.emit(McpPendingApprovalChanged(promptable))

@@ -37,8 +37,9 @@ class HostOptions:
     session_servers: Mapping[str, McpServerConfig] = field(default_factory=dict)
     watch: bool = True
     startup_wait_s: float | None = None
-    """The most entering the host waits for servers still handshaking (they go on starting, and come in with a
-    ``list_changed``); default: each one's discovery timeout. The commands set a few seconds."""
+    """The most a reconcile waits for servers still handshaking — entering the host, and each edit's, decision's or
+    reload's after it (they go on starting, come in with a ``list_changed``, and the reconcile's result names them
+    ``starting``); default: each one's discovery timeout. The commands set a few seconds."""
     log_dir: Path | None = None
     max_concurrent_starts: int | None = None
     pool: McpConnectionPool | None = None

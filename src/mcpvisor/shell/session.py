@@ -354,7 +354,7 @@ class ShellSession:
         command = parse_command(line)
         leave = False
         if self.dialog.asked is not None and command is None:
-            await self._guarded("answer", self._reconciling(self.dialog.answer(line, seen=self._seen)))
+            await self._guarded("answer", self.dialog.answer(line, seen=self._seen))
         elif command is None:
             if line.strip():
                 self.console.print("Commands start with '/'; type /help for the list.")
@@ -397,23 +397,6 @@ class ShellSession:
         with scope:
             await anyio.sleep(SLOW_CALL_NOTICE_S)
             self.console.print(Text(f"… still waiting for {what} (Ctrl-C cancels)", style="dim"))
-
-    async def _reconciling(self, action: Awaitable[T]) -> T:
-        """Await a command that reconciles (a decision, ``/reload``): like the session's start, it waits for servers
-        still handshaking ``startup_wait_s`` at most; they go on starting, and how each start ends is said."""
-        stopper = anyio.CancelScope()
-        if self._tg is not None and (wait_s := self.host.options.startup_wait_s) is not None:
-            self._tg.start_soon(self._stop_waiting, stopper, wait_s)
-        try:
-            return await action
-        finally:
-            stopper.cancel()
-
-    async def _stop_waiting(self, scope: anyio.CancelScope, wait_s: float) -> None:
-        with scope:
-            while True:  # (each pass of the command's: a decision writes its store first, and may take several)
-                await anyio.sleep(wait_s)
-                self.host.config.manager.ask_another_pass()  # the pass returns, naming the servers still starting
 
     # -- commands ----------------------------------------------------------------------------
 
@@ -458,7 +441,7 @@ class ShellSession:
 
     async def _cmd_reload(self, argument: str) -> bool:
         before = self._reconciles
-        await self._reconciling(self.host.reload())
+        await self.host.reload()
         changed = "" if self._reconciles > before else " — no MCP changes"
         if self.host.settings.errors:  # said above, with where: the last good configuration stays in force
             self.console.print(Text(f"✗ settings re-read, but a file does not parse{changed}", style="red"))
@@ -467,11 +450,11 @@ class ShellSession:
         return False
 
     async def _cmd_approve(self, argument: str) -> bool:
-        await self._reconciling(self.dialog.decide_by_command("approve", argument))
+        await self.dialog.decide_by_command("approve", argument)
         return False
 
     async def _cmd_reject(self, argument: str) -> bool:
-        await self._reconciling(self.dialog.decide_by_command("reject", argument))
+        await self.dialog.decide_by_command("reject", argument)
         return False
 
     async def _cmd_login(self, argument: str) -> bool:
