@@ -37,6 +37,17 @@ def light(name: str, *args: str, **fields: object) -> McpServerConfig:
     )
 
 
+def light_after_gate(name: str, gate: Path) -> dict[str, Any]:
+    """The entry of a light server whose start is held until the file ``gate`` exists: its process runs at once, and
+    its handshake waits (a start that ends when the test says)."""
+    script = (
+        "import os, pathlib, sys, time\n"
+        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
+        f"os.execv(sys.executable, [sys.executable, '-m', {LIGHT!r}, '--name', {name!r}])"
+    )
+    return {"command": sys.executable, "args": ["-c", script]}
+
+
 def sdk(name: str, *args: str, **fields: object) -> McpServerConfig:
     """An SDK-based example server (about a second to start)."""
     return McpServerConfig.model_validate(

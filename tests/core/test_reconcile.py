@@ -23,7 +23,17 @@ from mcpvisor.core.errors import (
 from mcpvisor.core.events import McpEvent, ReconcileFinished, ServerStateChanged
 from mcpvisor.core.reconnects import BACKOFF_INITIAL_S, MAX_RECONNECT_ATTEMPTS
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
-from tests.helpers import LIGHT, WAIT_S, free_port, http_server, light, marker_pids, pid_alive, wait_until
+from tests.helpers import (
+    LIGHT,
+    WAIT_S,
+    free_port,
+    http_server,
+    light,
+    light_after_gate,
+    marker_pids,
+    pid_alive,
+    wait_until,
+)
 
 
 @pytest.fixture
@@ -193,12 +203,7 @@ async def test_each_pass_waits_for_starts_still_handshaking_at_most_its_pass_wai
     """``pass_wait_s`` bounds every pass, not the first alone: a later one returns naming the start that goes on
     (which then comes up by itself), as the first did."""
     gate = tmp_path / "gate"
-    waits_for_gate = (
-        "import os, pathlib, sys, time\n"
-        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
-        f"os.execv(sys.executable, [sys.executable, '-m', {LIGHT!r}, '--name', 'b'])"
-    )
-    b = McpServerConfig(command=sys.executable, args=["-c", waits_for_gate])
+    b = McpServerConfig.model_validate(light_after_gate("b", gate))
     async with Config(mcp_servers={"a": b}, pass_wait_s=0.2) as config:
         first = await config.initialize()
         config.set_mcp_servers({"a": b, "b": b})
@@ -221,12 +226,7 @@ async def test_a_server_that_came_up_while_a_pass_waited_for_a_stop_is_not_repor
     monkeypatch.setattr(manager, "EARLIER_STARTS_WAIT_S", 0.1)
     marker, gate = tmp_path / "x.pids", tmp_path / "gate"
     x = light("x", "--stubborn", "--marker", str(marker))
-    waits_for_gate = (
-        "import os, pathlib, sys, time\n"
-        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
-        f"os.execv(sys.executable, [sys.executable, '-m', {LIGHT!r}, '--name', 'b'])"
-    )
-    b = McpServerConfig(command=sys.executable, args=["-c", waits_for_gate])
+    b = McpServerConfig.model_validate(light_after_gate("b", gate))
     await config.initialize()
     await config.reinitialize_mcp_servers({"x": x})
     stubborn = marker_pids(marker)

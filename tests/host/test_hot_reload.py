@@ -25,7 +25,7 @@ from mcpvisor.host.host import Host, HostEvent, HostOptions, SettingsWarning
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, mcp_gating_equal
 from mcpvisor.host.settings.loader import ScopeRead, Settings, SettingsError
 from mcpvisor.host.settings.scopes import FileScope
-from tests.helpers import LIGHT, WAIT_S, marker_pids, pid_alive, wait_until, wait_woken
+from tests.helpers import LIGHT, WAIT_S, light_after_gate, marker_pids, pid_alive, wait_until, wait_woken
 from tests.layout import Layout, make_layout, replace_text
 
 
@@ -412,12 +412,7 @@ async def test_a_reload_that_finds_its_change_applied_returns_once_the_pass_appl
     then: the start went unsaid ("◌ slow is still starting" never came), and a caller of ``decide`` or ``reload``
     saw the server not yet started. Such a reload returns once the pass applying its change is over."""
     gate = tmp_path / "gate"
-    waits_for_gate = (
-        "import os, pathlib, sys, time\n"
-        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
-        f"os.execv(sys.executable, [sys.executable, '-m', {LIGHT!r}, '--name', 'p'])"
-    )
-    entry = {"command": sys.executable, "args": ["-c", waits_for_gate]}
+    entry = light_after_gate("p", gate)
     async with session(tmp_path, project={"mcpServers": {"p": entry}}) as s:
         cfg = s.layout.settings().project.servers["p"].config
         ApprovalStore(s.layout.paths.approvals).approve(s.layout.root, "p", cfg)  # elsewhere: the watcher's pass
