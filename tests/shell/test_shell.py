@@ -501,6 +501,21 @@ async def test_reload_rereads_the_files(tmp_path: Path) -> None:
         assert "✓" not in out
 
 
+async def test_reload_starts_again_a_server_that_failed_to_start(tmp_path: Path) -> None:
+    """A call of a tool of a server whose start failed says ``/reload`` starts it again; with the settings
+    unchanged, ``/reload`` said "no MCP changes" and left it down, its executable installed since or not."""
+    tool = tmp_path / "bin" / "tool"
+    async with shell(tmp_path, user={"mcpServers": {"t": {"command": str(tool)}}}) as s:
+        await s.run("/call mcp__t__echo {}", "(in the shell: /reload)")
+        tool.parent.mkdir()
+        tool.write_text(f"#!/bin/sh\nexec {sys.executable} -m {LIGHT} --name t\n")
+        tool.chmod(0o755)
+        out = await s.run("/reload", "✓ settings re-read")
+        assert "no MCP changes" not in out
+        await s.run_until("/mcp", "t · ● connected (1 tool", row="t · ")
+        await s.run('/call mcp__t__echo {"text": "hi"}', "t:echo:hi")
+
+
 async def test_the_approve_command_the_session_prints_decides_in_its_own_home(tmp_path: Path) -> None:
     """With MCPVISOR_HOME naming another folder than ~/.mcpvisor, the status shown at the start, and a rejection made
     elsewhere, said 'run: mcpvisor mcp approve --workspace WS NAME': pasted in another terminal, it decided in

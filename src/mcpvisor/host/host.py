@@ -332,7 +332,8 @@ class Host(StackOwner):
     # -- actions -----------------------------------------------------------------------------
 
     async def reload(self) -> DesiredState:
-        """Re-read every settings file and reconcile the MCP servers and the language servers (``/reload``)."""
+        """Re-read every settings file and reconcile the MCP servers and the language servers (``/reload``); a server
+        that is down is started again, as a tool call of it says (its executable installed since, its service up)."""
         running(self._stack, "host")
         # Read in a worker thread, applied here at once: the loop never sees a half-loaded state. A scope
         # changed in memory meanwhile (the watcher applied a newer save, the app wrote) is read again.
@@ -352,7 +353,8 @@ class Host(StackOwner):
             if not trusted:
                 stopping = "its MCP servers and language servers stop"
                 self.emit(SettingsWarning(f"folder {self.root} is no longer trusted: {stopping}"))
-        state = await self._reconcile(force=trust_changed)
+        down = any(c.status == "disconnected" for c in self.config.manager.clients().values())
+        state = await self._reconcile(force=trust_changed or down)
         self.lsp.set_trusted(trusted)  # the language servers follow the same decision in their reconcile
         await self._reload_lsp()
         return state
