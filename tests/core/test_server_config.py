@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import partial
 from typing import Any
 
@@ -56,6 +57,17 @@ def test_transport_kind_follows_the_fields() -> None:
 def test_a_server_without_transport_is_a_clear_error() -> None:
     with pytest.raises(ValidationError, match="no transport"):
         McpServerConfig.model_validate({"description": "nothing to run"})
+
+
+@pytest.mark.parametrize(
+    ("kind", "needed"),
+    [("http", "'url' (the server's address)"), ("sse", "'url'"), ("stdio", "'command' (the program to run)")],
+)
+def test_a_typed_server_without_its_field_is_told_the_field_its_type_needs(kind: str, needed: str) -> None:
+    """Before: a Claude Code entry ``{"type": "http"}`` without its url was told "set 'command' (stdio), 'url' (SSE) or
+    'httpUrl' (streamable HTTP)": 'url' is its streamable HTTP address, and the type it gave went unread."""
+    with pytest.raises(ValidationError, match=f"no transport: type '{kind}' needs {re.escape(needed)}"):
+        McpServerConfig.model_validate({"type": kind, "headers": {"A": "b"}})
 
 
 def test_an_unknown_type_is_a_clear_error() -> None:

@@ -101,6 +101,11 @@ def normalize_server_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
     kind = kind.lower()
     if kind not in TYPE_TRANSPORTS:
         raise ValueError(f"unknown transport type {kind!r}; use 'stdio', 'sse' or 'http'")
+    if not {"command", "url", "http_url"} & out.keys():  # the type says which one is missing (not "url is SSE")
+        needed = (
+            "'command' (the program to run)" if TYPE_TRANSPORTS[kind] == "stdio" else "'url' (the server's address)"
+        )
+        raise ValueError(f"no transport: type {kind!r} needs {needed}")
     if TYPE_TRANSPORTS[kind] == "http" and "url" in out and "http_url" not in out:
         out["http_url"] = out.pop("url")
     return out
