@@ -12,9 +12,10 @@ import pytest
 
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.events import ReconcileFinished
 from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
-from tests.helpers import light, marker_pids, pid_alive, wait_until
+from tests.helpers import LIGHT, light, marker_pids, pid_alive, wait_until
 
 
 def live_pids(pool: McpConnectionPool) -> set[int]:
@@ -298,3 +299,37 @@ async def test_a_second_config_with_a_session_id_in_use_is_refused_and_the_first
         async with Config(mcp_servers={"s": server}, pool=pool) as again:  # the id is free once its Config left
             await again.initialize()
             assert again.tool_registry.get_tool("mcp__s__echo") is not None
+
+
+async def test_a_pooled_start_a_pass_left_waiting_for_its_connection_is_not_started_again_by_the_next(
+    tmp_path: Path,
+) -> None:
+    """A pass waits for a slow start its ``pass_wait_s`` at most; with a pool the start goes on waiting for its
+    connection. The next pass found no client of that name and started it again: a second acquire, and the server
+    reported added by that pass after its own start had said it came up (the shell said it twice)."""
+    gate, marker = tmp_path / "gate", tmp_path / "m"
+    waits_for_gate = (
+        "import os, pathlib, sys, time\n"
+        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
+        f"os.execv(sys.executable, [sys.executable, '-m', {LIGHT!r}, '--name', 'a', '--marker', {str(marker)!r}])"
+    )
+    a = McpServerConfig(command=sys.executable, args=["-c", waits_for_gate])
+    summaries: list[ReconcileFinished] = []
+    async with (
+        McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool,
+        Config(mcp_servers={"a": a}, pool=pool, session_id="one", pass_wait_s=0.2) as config,
+    ):
+        config.events.subscribe(lambda e: summaries.append(e) if isinstance(e, ReconcileFinished) else None)
+        first = await config.initialize()
+        assert first is not None
+        assert first.starting == ("a",)
+        config.set_mcp_servers({"a": a, "b": light("b")})
+        later = await config.reconcile()
+        assert later is not None
+        gate.touch()
+        await wait_until(lambda: "mcp__a__echo" in config.tool_registry.names(), what="a's tools")
+        await config.reconcile()
+        assert "a" not in later.added
+        assert [s.added for s in summaries if "a" in s.added] == [("a",)]  # the first pass's start, once
+        assert config.manager.connect_count == 2  # a once, b once
+        assert len(marker_pids(marker)) == 1

@@ -131,9 +131,11 @@ class McpClientManager:
             name: LiveServer(client.connection_id, exposure_of(self._configs[name]), client.status != "disconnected")
             for name, client in self._clients.items()
         }
-        # A start waiting for the old process of its name to stop is live too: a pass meanwhile decides about it.
+        # A start waiting for the old process of its name to stop, or (with a pool) for its connection, is live too:
+        # a pass meanwhile decides about it (keeps it, rather than starting it again).
+        waiting = self._stopping.names() | self._acquiring
         for name, (decided, cfg) in self._planned.items():
-            if name not in live and name in self._stopping.names() and self._decided.get(name) == decided:
+            if name not in live and name in waiting and self._decided.get(name) == decided:
                 live[name] = LiveServer(connection_id_of(name, cfg), exposure_of(cfg), connected=True)
         return plan_for(self._config, live)
 
