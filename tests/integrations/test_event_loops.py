@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,9 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.server_config import ConnectionOptions
+from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from mcpvisor.integrations.pydantic_ai import McpvisorToolset
-from tests.helpers import WAIT_S, light, wait_until
+from tests.helpers import LIGHT, WAIT_S, light, wait_until
 
 
 async def test_an_agent_on_another_threads_event_loop_gets_its_answers(tmp_path: Path) -> None:
@@ -97,3 +98,32 @@ async def test_servers_changed_from_another_threads_event_loop_are_connected(tmp
         assert outcome["result"] == ["b:slow:hi", "mcp__a__echo", "mcp__b__slow"]
         later = await config.call_tool("mcp__b__slow", {"text": "later"})  # its connection outlives that loop
         assert later.content[0].text == "b:slow:later"  # type: ignore[union-attr]
+
+
+async def test_a_pass_waited_for_from_another_threads_event_loop_is_seen_to_end(tmp_path: Path) -> None:
+    """``reconciled()`` waited on this loop's event from the other loop: the pass's end never woke it."""
+    gate = tmp_path / "gate"
+    waits_for_gate = (
+        "import os, pathlib, sys, time\n"
+        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
+        f"os.execv(sys.executable, [sys.executable, '-m', {LIGHT!r}, '--name', 'a'])"
+    )
+    servers = {"a": McpServerConfig(command=sys.executable, args=["-c", waits_for_gate])}
+    async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=tmp_path / "logs")) as config:
+        waiting = threading.Event()
+
+        async def wait_for_the_pass() -> list[str]:
+            waiting.set()
+            await config.reconciled()
+            return sorted(config.tool_registry.names())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(config.initialize)
+            await wait_until(lambda: config.manager.starting("a"), what="a's start")
+            done, outcome, worker = run_on_a_loop_of_its_own(wait_for_the_pass)
+            await anyio.to_thread.run_sync(waiting.wait, WAIT_S)
+            gate.touch()
+        assert await anyio.to_thread.run_sync(done.wait, WAIT_S), "the wait made on another event loop stalled"
+        await anyio.to_thread.run_sync(worker.join)
+        assert "error" not in outcome, outcome.get("error")
+        assert outcome["result"] == ["mcp__a__echo"]

@@ -330,6 +330,8 @@ class Config(StackOwner):
     async def reconciled(self) -> None:
         """Return once no reconcile pass runs (one running may be applying what the caller set: a reload that finds
         the server map and gating as it would set them waits for the pass that set them)."""
+        if (loop := self.elsewhere()) is not None:  # called from another thread's event loop: wait on this one's
+            return await on_loop(loop, self.reconciled())
         while self._reconcile_done is not None:
             await self._reconcile_done.wait()
 
