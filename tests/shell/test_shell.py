@@ -698,3 +698,19 @@ def test_a_prompts_change_heard_as_the_session_ends_is_passed_over_quietly(tmp_p
     session = ShellSession(Host(HostOptions(env=layout.env, workspace=layout.root)), Console(file=io.StringIO()))
     session._ready = True  # (as after its first start)
     session.on_event(PromptsChanged())  # the host never ran: as one that exited
+
+
+async def test_a_server_still_starting_restarted_by_an_edit_is_said_restarted_not_also_connected(
+    tmp_path: Path,
+) -> None:
+    """A start an edit's pass left going, restarted by a later edit (its arguments changed): the new start's coming
+    up was said as the end of the old one ("+ connected slow") and the pass said it restarted too."""
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}, startup_wait_s=0.1) as s:
+        hangs = server("slow", "--hang-on-initialize", discoveryTimeoutMs=600_000)
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "slow": hangs}})
+        await s.wait_for("slow is still starting")
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "slow": server("slow")}})
+        said = await s.wait_for("restarted slow", since)
+        await s.run("/mcp", "slow · ● connected")
+        assert "connected slow" not in said

@@ -6,7 +6,7 @@ One line per change once the first discovery is over, the status table when it i
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from rich.console import Console
 from rich.markup import escape
@@ -80,6 +80,7 @@ class HumanOutput:
         self._starting: set[str] = set()
         """Servers a reconcile left starting (another change went first): their end is said when it comes."""
         self._said_starting: set[str] = set()  # of those, the ones said to be still starting
+        self._starting_as: dict[str, str] = {}  # of those, the connection id each was starting with (when known)
         self._down: set[str] = set()
         """The servers said to have disconnected: their reconnect is said too."""
         self._unreached: set[str] = set()
@@ -109,6 +110,26 @@ class HumanOutput:
     def _say(self, line: str) -> None:  # soft-wrapped: a command in it stays one line to copy, however long
         self._console.print(f"[dim]{escape(self._where)}:[/] {line}" if self._where else line, soft_wrap=True)
 
+    def _connection_of(self, name: str) -> str | None:
+        try:
+            client = self._host.config.manager.get_client(name)
+        except NotRunningError:
+            return None
+        return client.connection_id if client is not None else None
+
+    def _note_connections(self, names: Iterable[str]) -> None:
+        for name in names:
+            if (connection := self._connection_of(name)) is not None:
+                self._starting_as[name] = connection
+            else:
+                self._starting_as.pop(name, None)
+
+    def _started_again(self, name: str) -> bool:
+        """Whether what came up of ``name`` is another connection than the start said to be still starting: a later
+        pass restarted it (its configuration changed meanwhile), and says so itself."""
+        before = self._starting_as.pop(name, None)
+        return before is not None and before != self._connection_of(name)
+
     def __call__(self, event: HostEvent) -> None:
         if self._login_command_given is not None:  # its errors say to sign in as its other lines do
             try:
@@ -119,6 +140,7 @@ class HumanOutput:
             current = self._host.config.get_mcp_servers()
             self._said_starting &= self._starting  # (a start that ended since: the next one is said again)
             self._starting |= set(event.starting)  # (the first pass's: the status table shows them connecting)
+            self._note_connections(event.starting)
             if self._ready:
                 for name in (n for n in event.starting if n not in self._said_starting):  # once, not at each pass
                     self._say(f"[dim]◌ {escape(str(name))} is still starting[/]")  # how it ends is said when it does
@@ -216,7 +238,8 @@ class HumanOutput:
             self._starting.discard(event.server)
             if event.status == "connected":
                 self._up.add(event.server)
-                self._say(f"[green]+ connected {escape(str(event.server))}[/] ({plural(len(event.tools), 'tool')})")
+                if not self._started_again(event.server):  # (a later pass's restart: that pass says it)
+                    self._say(f"[green]+ connected {escape(str(event.server))}[/] ({plural(len(event.tools), 'tool')})")
             elif event.error:
                 self._say(f"[red]✗ {escape(str(event.server))} failed to start:[/] {escape(str(event.error))}")
                 if (cfg := self._servers.get(event.server)) is not None and cfg.transport != "stdio":
