@@ -714,3 +714,24 @@ async def test_a_server_still_starting_restarted_by_an_edit_is_said_restarted_no
         said = await s.wait_for("restarted slow", since)
         await s.run("/mcp", "slow · ● connected")
         assert "connected slow" not in said
+
+
+async def test_a_server_whose_start_hangs_is_not_said_again_to_start_and_fail_at_every_unrelated_edit(
+    tmp_path: Path,
+) -> None:
+    """Every pass starts a failed server again. A start that outlasts its pass ends after it, and that ending was
+    said whatever was said before: each unrelated save said "◌ slow is still starting", then the very failure said
+    already ("a retry that fails the same way says nothing", as when the pass itself sees it fail)."""
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}, startup_wait_s=0.1) as s:
+        marker = tmp_path / "slow.pids"
+        hangs = server("slow", "--hang-on-initialize", marker=marker, discoveryTimeoutMs=1_000)
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "slow": hangs}})
+        await s.wait_for("slow failed to start")
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "slow": hangs, "b": server("b")}})
+        await wait_until(lambda: len(marker_pids(marker)) == 2, what="slow's retry")
+        await wait_until(lambda: not pid_alive(marker_pids(marker)[1]), what="slow's retry to end")
+        await s.run_until("/mcp", "slow · ✗ disconnected", row="slow ·")  # (its end is in, said or not)
+        said = s.text(since)
+        assert "slow failed to start" not in said
+        assert "slow is still starting" not in said

@@ -143,6 +143,8 @@ class HumanOutput:
             self._note_connections(event.starting)
             if self._ready:
                 for name in (n for n in event.starting if n not in self._said_starting):  # once, not at each pass
+                    if name in event.retried and name in self._failures:
+                        continue  # a retry of a failed start: said if it ends otherwise (as one a pass sees end)
                     self._say(f"[dim]◌ {escape(str(name))} is still starting[/]")  # how it ends is said when it does
                 self._said_starting |= set(event.starting)
                 for name in (n for n in (*event.added, *event.retried) if n not in event.starting):
@@ -238,10 +240,13 @@ class HumanOutput:
             self._starting.discard(event.server)
             if event.status == "connected":
                 self._up.add(event.server)
+                self._failures.pop(event.server, None)
                 if not self._started_again(event.server):  # (a later pass's restart: that pass says it)
                     self._say(f"[green]+ connected {escape(str(event.server))}[/] ({plural(len(event.tools), 'tool')})")
             elif event.error:
-                self._say(f"[red]✗ {escape(str(event.server))} failed to start:[/] {escape(str(event.error))}")
+                if self._failures.get(event.server) != event.error:  # (a retry that fails the same way: nothing)
+                    self._say(f"[red]✗ {escape(str(event.server))} failed to start:[/] {escape(str(event.error))}")
+                self._failures[event.server] = event.error
                 if (cfg := self._servers.get(event.server)) is not None and cfg.transport != "stdio":
                     self._unreached.add(event.server)  # tried again by itself: its coming up is said
         elif isinstance(event, ServerStateChanged) and event.status != "disconnected":
