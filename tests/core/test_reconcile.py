@@ -694,3 +694,34 @@ async def test_a_tool_name_two_servers_make_alike_calls_the_same_server_whicheve
     with pytest.raises(ToolNotFoundError, match="server 'a__b' was removed"):
         await echo("mcp__a__b__echo", "y")
     assert await echo(renamed, "y") == "a:b__echo:y"
+
+
+async def test_a_reconcile_asked_to_wait_briefly_during_a_pass_is_not_held_by_its_own_starts(tmp_path: Path) -> None:
+    """A call during a pass joins it (the pass runs again for what it set): the pass ran again with the waiting of
+    whoever began it (here each start's timeout), not the joining call's ``wait_s``."""
+    gate = tmp_path / "gate"
+
+    def waits_for_gate(name: str) -> McpServerConfig:
+        code = (
+            "import os, pathlib, sys, time\n"
+            f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
+            f"os.execv(sys.executable, [sys.executable, '-m', {LIGHT!r}, '--name', {name!r}])"
+        )
+        return McpServerConfig(command=sys.executable, args=["-c", code])
+
+    joined: list[ReconcileFinished | None] = []
+    async with Config(options=ConnectionOptions(log_dir=tmp_path / "logs")) as config:
+        await config.initialize()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(config.reinitialize_mcp_servers, {"a": waits_for_gate("a")})  # waits for a's start
+            await wait_until(lambda: config.manager.starting("a"), what="a's start")
+
+            async def join() -> None:
+                config.set_mcp_servers({"a": waits_for_gate("a"), "b": waits_for_gate("b")})
+                joined.append(await config.reconcile(wait_s=0.2))
+
+            tg.start_soon(join)
+            await wait_until(lambda: bool(joined), what="the reconcile asked to wait 0.2 s at most")
+            gate.touch()
+        assert joined[0] is not None
+        assert "b" in joined[0].starting

@@ -94,6 +94,7 @@ class Config(StackOwner):
         self._initialized = False
         self._dirty = False
         self._reconcile_done: anyio.Event | None = None
+        self._wait_asked: float | None = None  # the least ``wait_s`` of the calls the running run is for
         self.pass_wait_s = pass_wait_s
         """The most a reconcile pass waits for servers still handshaking (a download, a hang): they go on starting,
         and its result's ``starting`` names them. None: each one's discovery timeout, or until another pass."""
@@ -279,12 +280,14 @@ class Config(StackOwner):
 
     async def reconcile(self, *, wait_s: float | None = None) -> ReconcileFinished | None:
         """Run the incremental reconcile. A call during a run marks it dirty and waits for it; the run repeats until
-        clean, so bursts coalesce and every caller sees the final state. ``wait_s``: as :attr:`pass_wait_s`."""
+        clean, so bursts coalesce and every caller sees the final state. ``wait_s``: as :attr:`pass_wait_s`, for each
+        pass of the run (also of a run it joins: the least any of its callers asked for)."""
         if (loop := self.elsewhere()) is not None:  # called from another thread's event loop: run on this one's
             return await on_loop(loop, self.reconcile(wait_s=wait_s))
         if not self._initialized or self._manager is None:
             return None
         self._dirty = True
+        self._ask_wait(wait_s)  # (a run this call joins waits no longer than it asks, in each of its passes)
         if self._reconcile_done is not None:  # it stops waiting for starts (they go on): this one follows
             self._manager.ask_another_pass()
         while self._reconcile_done is not None:
@@ -292,21 +295,26 @@ class Config(StackOwner):
             if not self._dirty:
                 return self.last_reconcile
             # The run ended (its caller was cancelled, or it failed) with work left: take it over.
+            self._ask_wait(wait_s)
         done = self._reconcile_done = anyio.Event()
         try:
             while self._dirty:
                 self._dirty = False
                 self._place_tool_providers(vacate_only=True)  # before a server of a provider's name connects
-                wait_s = self.pass_wait_s if wait_s is None else wait_s
+                wait_s = self.pass_wait_s if self._wait_asked is None else self._wait_asked
                 self.last_reconcile = await self._manager.discover_all_mcp_tools_incremental(wait_s)
                 self._place_tool_providers()  # after one that had it is gone
         except BaseException:
             self._dirty = True  # this pass may be incomplete: whoever comes next runs again
             raise
         finally:
-            self._reconcile_done = None
+            self._reconcile_done, self._wait_asked = None, None
             done.set()
         return self.last_reconcile
+
+    def _ask_wait(self, wait_s: float | None) -> None:
+        if wait_s is not None:
+            self._wait_asked = wait_s if self._wait_asked is None else min(self._wait_asked, wait_s)
 
     async def restart_mcp_servers(self, names: Iterable[str] | None = None) -> ReconcileFinished | None:
         """Disconnect and reconnect ``names`` (all: an explicit request; hot reload never does this). Never beside
