@@ -37,13 +37,13 @@ def light(name: str, *args: str, **fields: object) -> McpServerConfig:
     )
 
 
-def light_after_gate(name: str, gate: Path) -> dict[str, Any]:
-    """The entry of a light server whose start is held until the file ``gate`` exists: its process runs at once, and
-    its handshake waits (a start that ends when the test says)."""
+def light_after_gate(name: str, gate: Path, *args: str) -> dict[str, Any]:
+    """The entry of a light server (``args``: its options) whose start is held until the file ``gate`` exists: its
+    process runs at once, and its handshake waits (a start that ends when the test says)."""
     script = (
         "import os, pathlib, sys, time\n"
         f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
-        f"os.execv(sys.executable, [sys.executable, '-m', {LIGHT!r}, '--name', {name!r}])"
+        f"os.execv(sys.executable, [sys.executable, '-m', {LIGHT!r}, '--name', {name!r}, *{list(args)!r}])"
     )
     return {"command": sys.executable, "args": ["-c", script]}
 

@@ -15,7 +15,7 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import ReconcileFinished
 from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
-from tests.helpers import LIGHT, light, marker_pids, pid_alive, wait_until
+from tests.helpers import light, light_after_gate, marker_pids, pid_alive, wait_until
 
 
 def live_pids(pool: McpConnectionPool) -> set[int]:
@@ -308,12 +308,7 @@ async def test_a_pooled_start_a_pass_left_waiting_for_its_connection_is_not_star
     connection. The next pass found no client of that name and started it again: a second acquire, and the server
     reported added by that pass after its own start had said it came up (the shell said it twice)."""
     gate, marker = tmp_path / "gate", tmp_path / "m"
-    waits_for_gate = (
-        "import os, pathlib, sys, time\n"
-        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
-        f"os.execv(sys.executable, [sys.executable, '-m', {LIGHT!r}, '--name', 'a', '--marker', {str(marker)!r}])"
-    )
-    a = McpServerConfig(command=sys.executable, args=["-c", waits_for_gate])
+    a = McpServerConfig.model_validate(light_after_gate("a", gate, "--marker", str(marker)))
     summaries: list[ReconcileFinished] = []
     async with (
         McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool,

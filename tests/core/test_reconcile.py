@@ -702,12 +702,7 @@ async def test_a_reconcile_asked_to_wait_briefly_during_a_pass_is_not_held_by_it
     gate = tmp_path / "gate"
 
     def waits_for_gate(name: str) -> McpServerConfig:
-        code = (
-            "import os, pathlib, sys, time\n"
-            f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
-            f"os.execv(sys.executable, [sys.executable, '-m', {LIGHT!r}, '--name', {name!r}])"
-        )
-        return McpServerConfig(command=sys.executable, args=["-c", code])
+        return McpServerConfig.model_validate(light_after_gate(name, gate))
 
     joined: list[ReconcileFinished | None] = []
     async with Config(options=ConnectionOptions(log_dir=tmp_path / "logs")) as config:

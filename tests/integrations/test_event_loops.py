@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from mcpvisor.core.config import Config
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from mcpvisor.integrations.pydantic_ai import McpvisorToolset
-from tests.helpers import LIGHT, WAIT_S, light, wait_until
+from tests.helpers import WAIT_S, light, light_after_gate, wait_until
 
 
 async def test_an_agent_on_another_threads_event_loop_gets_its_answers(tmp_path: Path) -> None:
@@ -103,12 +102,7 @@ async def test_servers_changed_from_another_threads_event_loop_are_connected(tmp
 async def test_a_pass_waited_for_from_another_threads_event_loop_is_seen_to_end(tmp_path: Path) -> None:
     """``reconciled()`` waited on this loop's event from the other loop: the pass's end never woke it."""
     gate = tmp_path / "gate"
-    waits_for_gate = (
-        "import os, pathlib, sys, time\n"
-        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
-        f"os.execv(sys.executable, [sys.executable, '-m', {LIGHT!r}, '--name', 'a'])"
-    )
-    servers = {"a": McpServerConfig(command=sys.executable, args=["-c", waits_for_gate])}
+    servers = {"a": McpServerConfig.model_validate(light_after_gate("a", gate))}
     async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=tmp_path / "logs")) as config:
         waiting = threading.Event()
 
