@@ -735,3 +735,29 @@ async def test_a_server_whose_start_hangs_is_not_said_again_to_start_and_fail_at
         said = s.text(since)
         assert "slow failed to start" not in said
         assert "slow is still starting" not in said
+
+
+async def test_a_start_that_failed_after_its_pass_and_fails_again_the_same_way_is_said_once(tmp_path: Path) -> None:
+    """A start that fails after its pass returned (another pass was asked for) was said to fail, but not remembered:
+    a later pass retrying it, failing the same way, said it again (a start failing within its pass is said once)."""
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    fails_at_gate = (
+        "import pathlib, sys, time\n"
+        f"pathlib.Path({str(started)!r}).touch()\n"
+        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
+        "sys.exit(3)"
+    )
+    x = {"command": sys.executable, "args": ["-c", fails_at_gate]}
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "x": x}})
+        await wait_until(started.exists, what="x's start")
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "x": x, "b": server("b")}})  # x's pass ends
+        await s.wait_for("+ added b", since)
+        assert "x is still starting" in s.text(since)
+        gate.touch()
+        await s.wait_for("✗ x failed to start", since)
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "x": x, "c": server("c")}})  # retries x
+        await s.wait_for("+ added c", since)
+        out = " ".join(s.text(since).split())
+        assert out.count("x failed to start") == 1, out
