@@ -516,6 +516,17 @@ async def test_reload_starts_again_a_server_that_failed_to_start(tmp_path: Path)
         await s.run('/call mcp__t__echo {"text": "hi"}', "t:echo:hi")
 
 
+async def test_reload_says_a_server_it_started_again_failed_again(tmp_path: Path) -> None:
+    """``/reload`` starts a server whose start failed again; when it fails again the same way, the session says
+    so (it said only "settings re-read", as if the server had been started)."""
+    tool = tmp_path / "bin" / "tool"
+    async with shell(tmp_path, user={"mcpServers": {"t": {"command": str(tool)}}}) as s:
+        await s.run("/call mcp__t__echo {}", "(in the shell: /reload)")
+        await s.run("/reload", "t failed to start")
+        out = await s.run("/reload", "✓ settings re-read")
+        assert "t failed to start" in out, out
+
+
 async def test_the_approve_command_the_session_prints_decides_in_its_own_home(tmp_path: Path) -> None:
     """With MCPVISOR_HOME naming another folder than ~/.mcpvisor, the status shown at the start, and a rejection made
     elsewhere, said 'run: mcpvisor mcp approve --workspace WS NAME': pasted in another terminal, it decided in

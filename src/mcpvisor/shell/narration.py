@@ -107,6 +107,10 @@ class HumanOutput:
         options = f" --workspace {shlex.quote(str(self._host.root))}{self._host.approvals.decided_with}"
         return in_home(with_options(LOGIN_HINT, options), named_home(self._host.options.env))
 
+    def forget_failures(self) -> None:
+        """An explicit retry follows (``/reload``): a start that fails again as before is said again."""
+        self._failures.clear()
+
     def _say(self, line: str) -> None:  # soft-wrapped: a command in it stays one line to copy, however long
         self._console.print(f"[dim]{escape(self._where)}:[/] {line}" if self._where else line, soft_wrap=True)
 

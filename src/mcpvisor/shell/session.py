@@ -441,6 +441,7 @@ class ShellSession:
 
     async def _cmd_reload(self, argument: str) -> bool:
         before = self._reconciles
+        self._output.forget_failures()  # (it starts a failed server again: asked for, its failure is said)
         await self.host.reload()
         changed = "" if self._reconciles > before else " — no MCP changes"
         if self.host.settings.errors:  # said above, with where: the last good configuration stays in force
