@@ -720,3 +720,28 @@ async def test_a_reconcile_asked_to_wait_briefly_during_a_pass_is_not_held_by_it
             gate.touch()
         assert joined[0] is not None
         assert "b" in joined[0].starting
+
+
+async def test_a_reconcile_that_asks_no_wait_joining_a_pass_waits_as_the_config_says(tmp_path: Path) -> None:
+    """A call that asks for no ``wait_s`` waits :attr:`~Config.pass_wait_s` at most: joining a run begun by a call
+    that asked to wait longer, it waited as that call did (until the gated starts ended)."""
+    gate = tmp_path / "gate"
+    a, b = (McpServerConfig.model_validate(light_after_gate(n, gate)) for n in "ab")
+    joined: list[ReconcileFinished | None] = []
+    options = ConnectionOptions(log_dir=tmp_path / "logs")
+    async with Config(options=options, pass_wait_s=0.2) as config:
+        await config.initialize()
+        async with anyio.create_task_group() as tg:
+            config.set_mcp_servers({"a": a})
+            tg.start_soon(lambda: config.reconcile(wait_s=3600))  # waits for a's start
+            await wait_until(lambda: config.manager.starting("a"), what="a's start")
+
+            async def join() -> None:
+                config.set_mcp_servers({"a": a, "b": b})
+                joined.append(await config.reconcile())
+
+            tg.start_soon(join)
+            await wait_until(lambda: bool(joined), what="the reconcile that asked for the config's wait")
+            gate.touch()
+        assert joined[0] is not None
+        assert "b" in joined[0].starting

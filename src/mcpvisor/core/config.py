@@ -313,6 +313,7 @@ class Config(StackOwner):
         return self.last_reconcile
 
     def _ask_wait(self, wait_s: float | None) -> None:
+        wait_s = self.pass_wait_s if wait_s is None else wait_s  # (a call asking none asks for the config's)
         if wait_s is not None:
             self._wait_asked = wait_s if self._wait_asked is None else min(self._wait_asked, wait_s)
 
