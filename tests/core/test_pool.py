@@ -328,3 +328,32 @@ async def test_a_pooled_start_a_pass_left_waiting_for_its_connection_is_not_star
         assert [s.added for s in summaries if "a" in s.added] == [("a",)]  # the first pass's start, once
         assert config.manager.connect_count == 2  # a once, b once
         assert len(marker_pids(marker)) == 1
+
+
+async def test_a_pooled_start_superseded_while_both_wait_for_their_connections_leaves_the_newer_one_waiting(
+    tmp_path: Path,
+) -> None:
+    """An edit replaces a server whose pooled start still waits for its connection: the newer start waits too. The
+    older one's end counted the name as no longer waiting, although the newer one was: the next pass started it a
+    second time (another acquire)."""
+    gate_old, gate_new, old_marker = tmp_path / "old", tmp_path / "new", tmp_path / "old.pids"
+    old = McpServerConfig.model_validate(light_after_gate("a", gate_old, "--marker", str(old_marker)))
+    new = McpServerConfig.model_validate(light_after_gate("a", gate_new, "--tools", "echo,add"))
+    async with (
+        McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool,
+        Config(mcp_servers={"a": old}, pool=pool, session_id="one", pass_wait_s=0.2) as config,
+    ):
+        await config.initialize()
+        config.set_mcp_servers({"a": new})
+        await config.reconcile()  # the newer start waits behind its gate, beside the older one
+        gate_old.touch()
+        await wait_until(lambda: bool(marker_pids(old_marker)), what="the older start's server")
+        await wait_until(lambda: not pid_alive(marker_pids(old_marker)[0]), what="the older start released")
+        connections = config.manager.connect_count
+        config.set_mcp_servers({"a": new, "b": light("b")})
+        later = await config.reconcile()
+        assert later is not None
+        assert later.added == ("b",)
+        assert config.manager.connect_count == connections + 1  # b's alone
+        gate_new.touch()
+        await wait_until(lambda: "mcp__a__add" in config.tool_registry.names(), what="the newer start's tools")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
@@ -99,7 +100,7 @@ class McpClientManager:
             publish=self._publish_state,
         )
         self._handshaking: dict[str, McpClient] = {}  # in place, waiting for the handshake: a pass may take them on
-        self._acquiring: set[str] = set()  # with a pool: waiting for its connection (started, or being started)
+        self._acquiring: Counter[str] = Counter()  # with a pool: waiting for its connection (a start, or two)
         self._decided: dict[str, int] = {}  # per server, how many passes decided about it: a job of an older one stops
         self._planned: dict[str, tuple[int, McpServerConfig]] = {}  # per server, the latest start job's (decided, cfg)
         self._another_pass, self._background = anyio.Event(), Background(tg)
@@ -131,9 +132,8 @@ class McpClientManager:
             name: LiveServer(client.connection_id, exposure_of(self._configs[name]), client.status != "disconnected")
             for name, client in self._clients.items()
         }
-        # A start waiting for the old process of its name to stop, or (with a pool) for its connection, is live too:
-        # a pass meanwhile decides about it (keeps it, rather than starting it again).
-        waiting = self._stopping.names() | self._acquiring
+        # A start waiting for its name's old process to stop, or for its pooled connection, is live: a pass keeps it.
+        waiting = self._stopping.names() | self._acquiring.keys()
         for name, (decided, cfg) in self._planned.items():
             if name not in live and name in waiting and self._decided.get(name) == decided:
                 live[name] = LiveServer(connection_id_of(name, cfg), exposure_of(cfg), connected=True)
@@ -226,7 +226,7 @@ class McpClientManager:
         await self._background.over(mine, asked)
         with anyio.move_on_after(EARLIER_STARTS_WAIT_S):
             await self._background.over(None, asked)
-        while self._background.running.keys() - self._handshaking.keys() - self._acquiring - self._stopping.names():  # noqa: ASYNC110 - a few ms at most
+        while self._background.running.keys() - {*self._handshaking, *self._acquiring, *self._stopping.names()}:  # noqa: ASYNC110 - a few ms at most
             await anyio.sleep(0.01)
 
     async def restart_mcp_servers(
@@ -325,13 +325,13 @@ class McpClientManager:
                 self._forget_unstarted(name)
                 return
             self.connect_count += 1
-            self._acquiring.add(name)  # a pass may leave it to finish, as it leaves a handshake
+            self._acquiring[name] += 1  # a pass may leave it to finish, as it leaves a handshake
             try:
                 client = await self._pool.acquire(
                     self._session_id, name, cfg, on_change=self._on_client_change, on_lost=self._on_lost
                 )
             finally:
-                self._acquiring.discard(name)
+                self._acquiring -= Counter((name,))  # (a newer start of the name may still wait)
             now = self._configs.get(name)  # a re-filter meanwhile changes the config, not the connection
             if now is None or connection_id_of(name, now) != client.connection_id or self._closed:
                 await self._pool.release(self._session_id, client)  # superseded while acquiring
