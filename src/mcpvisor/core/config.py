@@ -301,8 +301,7 @@ class Config(StackOwner):
             while self._dirty:
                 self._dirty = False
                 self._place_tool_providers(vacate_only=True)  # before a server of a provider's name connects
-                wait_s = self.pass_wait_s if self._wait_asked is None else self._wait_asked
-                self.last_reconcile = await self._manager.discover_all_mcp_tools_incremental(wait_s)
+                self.last_reconcile = await self._manager.discover_all_mcp_tools_incremental(self._wait_asked)
                 self._place_tool_providers()  # after one that had it is gone
         except BaseException:
             self._dirty = True  # this pass may be incomplete: whoever comes next runs again
