@@ -81,7 +81,9 @@ def parse_text(text: str) -> dict[str, Any]:
 
 def build(data: Mapping[str, Any]) -> tuple[dict[str, McpServerConfig], list[str]]:
     """Fresh config objects from parsed data, as the loader builds them (hash, then ``$VAR`` expansion)."""
-    entries, warnings = build_server_entries(data["mcpServers"], path=SETTINGS_PATH, scope="user", stamp=None, env=ENV)
+    entries, warnings, _ = build_server_entries(
+        data["mcpServers"], path=SETTINGS_PATH, scope="user", stamp=None, env=ENV
+    )
     if warnings:
         raise SystemExit(f"unexpected warnings: {warnings[:3]}")
     return {name: entry.config for name, entry in entries.items()}, list(data["mcp"]["excluded"])

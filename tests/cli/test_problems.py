@@ -780,3 +780,35 @@ def test_a_url_whose_host_variable_is_unset_is_shown_once_as_written(layout: Lay
     assert row["error"] == (
         "its URL has no host (written '${NOPE}/mcp': a variable in it is unset or empty); check mcpServers.r.url"
     )
+
+
+def test_an_invalid_server_entry_is_a_row_of_status_and_mcp_list_and_fails_status(layout: Layout) -> None:
+    """The only server entry of a file being invalid, the warning said so, but the views then said "No MCP servers
+    configured." and ``status`` exited 0: the entry is a row saying it is invalid, where, and the fix."""
+    secret = "s3cret-value"
+    entries = {"h": {"comand": "x", "env": {"TOKEN": secret}}, "web": {"type": "http", "headers": {"X": secret}}}
+    write_json(layout.paths.user, {"mcpServers": entries})
+    for command, code_wanted in (("status", 1), ("mcp list", 0)):
+        code, out = invoke(layout, *command.split())
+        said = " ".join(out.split())
+        assert code == code_wanted, command
+        assert "No MCP servers configured" not in said, command
+        assert (
+            f"h · ✗ invalid entry in {layout.paths.user}, not started — no transport: set 'command' (stdio), 'url' "
+            "(SSE) or 'httpUrl' (streamable HTTP) (its field 'comand'; did you mean 'command'?); fix mcpServers.h"
+        ) in said, command
+        assert "web · ✗ invalid entry in" in said, command
+        assert "needs 'url' (the server's address); fix mcpServers.web" in said, command
+        assert secret not in out, command
+    code, out = invoke(layout, "status", "--json")
+    assert code == 1
+    h, web = json.loads(out)["servers"]
+    assert (h["name"], h["state"], h["file"]) == ("h", "invalid", str(layout.paths.user))
+    assert h["error"].endswith("fix mcpServers.h")
+    assert web["error"].endswith("fix mcpServers.web")
+    code, out = invoke(layout, "mcp", "list", "--json")
+    assert [(row["name"], row["admission"]) for row in json.loads(out)["servers"]] == [
+        ("h", "invalid"),
+        ("web", "invalid"),
+    ]
+    assert secret not in out

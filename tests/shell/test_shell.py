@@ -589,6 +589,24 @@ async def test_the_start_says_it_is_connecting_and_how_to_leave_before_anything_
         assert text.index("Connecting to the admitted servers… (Ctrl-C leaves)") < text.index("a · ●")
 
 
+async def test_an_invalid_entry_is_a_row_of_mcp_until_an_edit_fixes_it(tmp_path: Path) -> None:
+    """With a file's only entry invalid, the table at the start and ``/mcp`` said "No MCP servers configured." once
+    its warning was said: the entry is a row saying it is invalid, where and the fix, until the fix starts it."""
+    secret = "s3cret-value"
+    user = {"mcpServers": {"h": {"comand": "x", "env": {"TOKEN": secret}}}}
+    row = f"h · ✗ invalid entry in {tmp_path / 'home' / '.mcpvisor' / 'settings.json'}, not started — no transport"
+    async with shell(tmp_path, user=user) as s:
+        assert s.layout.paths.user == tmp_path / "home" / ".mcpvisor" / "settings.json"
+        await s.wait_for(row)  # the table at the start
+        out = await s.run("/mcp", "fix mcpServers.h")
+        assert row in " ".join(out.split())
+        assert "No MCP servers configured" not in s.text()
+        assert secret not in s.text()
+        save(s.layout.paths.user, {"mcpServers": {"h": server("h")}})
+        out = await s.run_until("/mcp", "h · ● connected (1 tool", row="h · ")
+        assert "invalid entry" not in out
+
+
 async def test_a_broken_save_and_its_fix_are_both_said(tmp_path: Path) -> None:
     a = server("a")
     async with shell(tmp_path, user={"mcpServers": {"a": a}}) as s:

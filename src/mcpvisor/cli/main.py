@@ -198,9 +198,9 @@ def status(
     """Connect every admitted server once, show the status view, and exit (with --fleet: as the
     fleet's approvals decide).
 
-    Exits 1 when a settings file or a store (approvals, sign-ins, tool pins) cannot be read, or an admitted
-    server failed to connect or needs a sign-in, or a language server started at start-up failed (after the
-    view), 0 otherwise.
+    Exits 1 when a settings file or a store (approvals, sign-ins, tool pins) cannot be read, a server entry is
+    invalid (skipped), or an admitted server failed to connect or needs a sign-in, or a language server started at
+    start-up failed (after the view), 0 otherwise.
     """
     setup_logging(verbose, narrated=not as_json)
     if not as_json:
@@ -286,6 +286,7 @@ def status(
         }
         typer.echo(json.dumps(shown, indent=2))
     failed = [row["name"] for row in rows if row["state"] in ("disconnected", "needs_auth") and row["error"]]
+    failed += [row["name"] for row in rows if row["state"] == "invalid"]
     failed += [row["name"] for row in lsp_rows if row["error"]]
     if failed or broken:
         raise typer.Exit(1)

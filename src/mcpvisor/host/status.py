@@ -22,7 +22,7 @@ from mcpvisor.core.events import ReconcileFinished, ServerStateChanged
 from mcpvisor.core.gating import McpGating
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.paths import named_home
-from mcpvisor.host.settings.mcp_servers import SOURCE_ORDER, AssembledServers
+from mcpvisor.host.settings.mcp_servers import SOURCE_LABELS, SOURCE_ORDER, AssembledServers
 
 if TYPE_CHECKING:
     from mcpvisor.core.config import Config
@@ -61,6 +61,7 @@ ServerState = Literal[
     "connecting",
     "disconnected",
     "untrusted",
+    "invalid",
 ]
 
 
@@ -143,7 +144,8 @@ class ServerView:
     """The command line or URL (never env values or headers)."""
     state: ServerState
     reason: str | None
-    """``excluded``, ``not_allowed``, ``pending_approval``, ``rejected`` or None."""
+    """``excluded``, ``not_allowed``, ``pending_approval``, ``rejected``, ``invalid`` (its entry is not valid: no
+    server runs for it, ``error`` says why and the fix) or None."""
     approval: str | None
     """For gated servers: ``approved``, ``pending`` or ``rejected``; None when not gated."""
     tools: int = 0
@@ -245,10 +247,14 @@ def describe_servers(
     sign_ins: Mapping[str, str] | None = None,
     held: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] | None = None,
 ) -> list[ServerView]:
-    """One row per configured server, in source-group order then by name. ``held``: held tools and prompts
-    of servers that are not live (a live server's come with it)."""
+    """One row per configured server, and one per invalid entry no server runs for, in source-group order then by
+    name. ``held``: held tools and prompts of servers that are not live (a live server's come with it)."""
     rows: list[ServerView] = []
-    order = {label: i for i, label in enumerate(SOURCE_ORDER)}
+    order: dict[str, int] = {label: i for i, label in enumerate(SOURCE_ORDER)}
+    for bad in assembled.skipped.values():
+        label = SOURCE_LABELS[bad.scope]
+        file = str(bad.path) if bad.path is not None else None
+        rows.append(ServerView(bad.name, label, file, bad.scope, "", "", "invalid", "invalid", None, error=bad.problem))
     for name in sorted(assembled.servers, key=lambda n: (order.get(assembled.sources[n].label, 99), n)):
         cfg = assembled.servers[name]
         source = assembled.sources[name]
@@ -291,7 +297,7 @@ def describe_servers(
                 held_prompts=conn.held_prompts if conn is not None else (held or {}).get(name, ((), ()))[1],
             )
         )
-    return rows
+    return sorted(rows, key=lambda row: (order.get(row.source, 99), row.name))
 
 
 def held_text(row: ServerView, approve_hint: str = APPROVE_HINT) -> str | None:
@@ -319,6 +325,9 @@ def state_text(
     """(icon, text, style) for one row, in SPEC §9 priority order; the hints are the commands that fix a
     waiting approval or sign-in (the shell's own ``/approve`` and ``/login`` in the shell), ``trust`` the one that
     trusts the folder (by default made from the approve hint: :func:`trust_hint`)."""
+    if row.state == "invalid":
+        where = f" in {row.file}" if row.file else ""
+        return "✗", f"invalid entry{where}, not started — {row.error}", "red"
     if row.state == "untrusted":
         return "○", f"untrusted folder — run: {trust or trust_hint(approve_hint)}", "yellow"
     if row.state == "disabled":

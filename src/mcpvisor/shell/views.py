@@ -74,7 +74,7 @@ def render_status(
         line.append(" · ")
         line.append(f"{icon} {text}", style=style)
         console.print(indented(line, 2))
-        if show_target:
+        if show_target and row.target:  # (an invalid entry has none)
             console.print(indented(Text(short_command(row.target), style="dim", overflow="fold"), 6))
 
 

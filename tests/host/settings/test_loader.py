@@ -713,7 +713,7 @@ def test_replace_scope_data_returns_the_changed_paths_and_updates_the_merge(layo
 def test_unknown_fields_in_a_server_entry_are_warned_about_with_a_suggestion() -> None:
     from mcpvisor.host.settings.servers import build_server_entries
 
-    entries, warnings = build_server_entries(
+    entries, warnings, _ = build_server_entries(
         {"x": {"command": "echo", "arg": ["x"]}, "y": {"command": "a", "disabled": True}, "z": {"command": "b"}},
         path=Path("/s.json"),
         scope="user",
@@ -755,7 +755,7 @@ def test_a_language_servers_misspelled_fields_and_seconds_like_timeouts_are_warn
 def test_a_timeout_that_looks_like_seconds_is_warned_about() -> None:
     from mcpvisor.host.settings.servers import build_server_entries
 
-    entries, warnings = build_server_entries(
+    entries, warnings, _ = build_server_entries(
         {"fast": {"command": "a", "timeout": 15}, "slow": {"command": "b", "timeout": 15000}},
         path=Path("/s.json"),
         scope="user",

@@ -27,7 +27,7 @@ from mcpvisor.host.settings.loader import (
     SettingsError,
     load_server_file,
 )
-from mcpvisor.host.settings.servers import look_alike
+from mcpvisor.host.settings.servers import SkippedServer, look_alike
 
 if TYPE_CHECKING:
     from mcpvisor.host.settings.loader import Settings
@@ -97,6 +97,8 @@ class AssembledServers:
     shadowed: Mapping[str, str] = field(default_factory=dict)
     """For each ``.mcp.json`` server that takes the place of one of the user's own: the warning that says so (it
     is among ``warnings`` too)."""
+    skipped: Mapping[str, SkippedServer] = field(default_factory=dict)
+    """The invalid entries of names no valid entry configures, by name (the highest-precedence one of each)."""
 
     def grouped(self) -> dict[SourceLabel, list[str]]:
         """Server names by source label, in :data:`SOURCE_ORDER` (empty groups left out), names sorted."""
@@ -125,13 +127,15 @@ def assemble_mcp_servers(
     *,
     project: ServerLayer | None = None,
     env: Mapping[str, str] | None = None,
+    settings_skipped: Mapping[str, SkippedServer] | None = None,
 ) -> AssembledServers:
     """The desired server map, lowest to highest precedence as in the module docstring.
 
     ``project`` is the ``.mcp.json`` layer already read (:attr:`Settings.project` keeps the last good
     one, so a half-saved file never drops servers); when ``None``, ``<root>/.mcp.json`` is read now
     and ``env`` (for ``${VAR}`` expansion) is required. A file that fails to parse is reported in
-    ``errors``; a bad entry is skipped with a warning.
+    ``errors``; a bad entry is skipped with a warning, and kept in ``skipped`` (``settings_skipped``: the settings
+    files' own, :attr:`MergedSettings.skipped`) when no valid entry gives its name.
     """
     if project is None:
         if env is None:
@@ -148,6 +152,15 @@ def assemble_mcp_servers(
     chosen: dict[str, ServerEntry] = {}
     for layer in layers:
         chosen.update(layer)
+    invalid = settings_skipped or {}
+    skipped: dict[str, SkippedServer] = {}
+    for bad in (
+        {name: s for name, s in invalid.items() if s.scope in _BELOW_PROJECT},
+        project.skipped,
+        {name: s for name, s in invalid.items() if s.scope not in _BELOW_PROJECT},
+        *(layer.skipped for layer in top.mcp_config),
+    ):
+        skipped.update(bad)
     file_layers = [project, *top.mcp_config]
     shadowed = {
         name: _shadowing(name, below[name], project.servers[name])
@@ -164,6 +177,7 @@ def assemble_mcp_servers(
         ),
         errors=tuple(layer.error for layer in file_layers if layer.error is not None),
         shadowed=shadowed,
+        skipped={name: bad for name, bad in skipped.items() if name not in chosen},
     )
 
 
@@ -202,4 +216,7 @@ def in_its_folder(cfg: McpServerConfig, scope: ServerScope, root: Path) -> McpSe
 
 def assemble_from_settings(settings: Settings, top_tier: TopTier | None = None) -> AssembledServers:
     """:func:`assemble_mcp_servers` over a :class:`Settings`' merged servers and last good ``.mcp.json``."""
-    return assemble_mcp_servers(settings.merged.mcp_servers, settings.root, top_tier, project=settings.project)
+    merged = settings.merged
+    return assemble_mcp_servers(
+        merged.mcp_servers, settings.root, top_tier, project=settings.project, settings_skipped=merged.skipped
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ from mcpvisor.core.gating import escape_glob, matches_any
 from mcpvisor.host.settings.expand import expand_vars, expansion_warnings
 from mcpvisor.host.settings.schema import type_mismatches, unknown_keys
 from mcpvisor.host.settings.scopes import SCOPE_STAMPS, TRUST_SCOPES, SettingsScope
-from mcpvisor.host.settings.servers import ServerEntry, build_server_entries, servers_key_hint
+from mcpvisor.host.settings.servers import ServerEntry, SkippedServer, build_server_entries, servers_key_hint
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,8 @@ class MergedSettings:
     excluded_by_scope: Mapping[SettingsScope, tuple[str, ...]]
     """The ``mcp.excluded`` of each scope that sets one (``excluded`` is their union)."""
     warnings: tuple[str, ...] = ()
+    skipped: Mapping[str, SkippedServer] = field(default_factory=dict)
+    """The invalid server entries by name, the highest scope's for a name given in several."""
 
     @property
     def allowed_lists(self) -> list[tuple[str, ...]]:
@@ -133,6 +135,7 @@ def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> Merg
     """
     data: dict[str, Any] = {}
     servers: dict[str, ServerEntry] = {}
+    skipped: dict[str, SkippedServer] = {}
     excluded_by_scope: dict[SettingsScope, tuple[str, ...]] = {}
     allowed: dict[SettingsScope, tuple[str, ...]] = {}
     warnings: list[str] = []
@@ -163,10 +166,11 @@ def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> Merg
             rest["mcp"] = {k: v for k, v in mcp.items() if k not in ("allowed", "excluded")}
         _deep_merge(data, expand_vars(rest, env, missing))
         warnings.extend(expansion_warnings(missing, where))
-        built, more = build_server_entries(
+        built, more, invalid = build_server_entries(
             layer.data.get("mcpServers"), path=where, scope=layer.scope, stamp=SCOPE_STAMPS[layer.scope], env=env
         )
         servers.update(built)
+        skipped.update(invalid)
         warnings.extend(more)
     all_excluded = [p for patterns in excluded_by_scope.values() for p in patterns]
     excluded = list(dict.fromkeys(all_excluded)) if excluded_by_scope else None
@@ -184,6 +188,7 @@ def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> Merg
         allowed_by_scope=allowed,
         warnings=tuple(warnings),
         excluded_by_scope=excluded_by_scope,
+        skipped=skipped,
     )
 
 

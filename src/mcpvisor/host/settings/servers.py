@@ -43,6 +43,17 @@ class ServerEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class SkippedServer:
+    """A server entry that is not valid, so no server runs for it: kept so status views can show it after its
+    warning scrolled away. ``problem`` is the warning's words after its file (why, and the fix; never a value)."""
+
+    name: str
+    scope: ServerScope
+    path: Path | None
+    problem: str
+
+
+@dataclass(frozen=True, slots=True)
 class ServerLayer:
     """The servers of one server file (``.mcp.json`` or ``--mcp-config``)."""
 
@@ -51,6 +62,7 @@ class ServerLayer:
     servers: Mapping[str, ServerEntry] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     error: SettingsError | None = None
+    skipped: Mapping[str, SkippedServer] = field(default_factory=dict)
 
 
 REPOSITORY_RESERVED_NAMES = frozenset({"lsp"})
@@ -224,35 +236,41 @@ def build_server_entries(
     stamp: Scope | None,
     env: Mapping[str, str],
     key: str = "mcpServers",
-) -> tuple[dict[str, ServerEntry], list[str]]:
+) -> tuple[dict[str, ServerEntry], list[str], dict[str, SkippedServer]]:
     """Validate a ``{name: entry}`` object into server entries, hashing each literal entry before expansion.
 
     An invalid entry is skipped with a warning naming the file, the server and the fix; the others
-    load. Returns the entries and the warnings.
+    load. Returns the entries, the warnings and the skipped entries that can be shown by name.
     """
     where = str(path) if path is not None else scope
     if entries is None:
-        return {}, []
+        return {}, [], {}
     if not isinstance(entries, Mapping):
-        return {}, [f"ignored {key!r} in {where}: expected an object of servers by name"]
+        return {}, [f"ignored {key!r} in {where}: expected an object of servers by name"], {}
     servers: dict[str, ServerEntry] = {}
     warnings: list[str] = []
+    skipped: dict[str, SkippedServer] = {}
+
+    def skip(name: str, problem: str) -> None:
+        warnings.append(f"skipped MCP server {name!r} in {where}: {problem}")
+        skipped[name] = SkippedServer(name, scope, path, problem)
+
     for name, entry in entries.items():
         if not str(name).strip():
             warnings.append(f"skipped an MCP server named {name!r} in {where}: a server needs a name; fix {key}")
             continue
-        if (unshowable := unshowable_name(str(name))) is not None:
+        if (unshowable := unshowable_name(str(name))) is not None:  # (no row can show its name)
             warnings.append(f"skipped MCP server {name!r} in {where}: {unshowable}; rename it in {key}")
             continue
         if not isinstance(entry, Mapping):
-            warnings.append(f"skipped MCP server {name!r} in {where}: expected an object; fix {key}.{name}")
+            skip(name, f"expected an object; fix {key}.{name}")
             continue
         if stamp in REPOSITORY_SCOPES and name in REPOSITORY_RESERVED_NAMES:
-            warnings.append(f"skipped MCP server {name!r} in {where}: {reserved_name(name)}; rename it in {key}.{name}")
+            skip(name, f"{reserved_name(name)}; rename it in {key}.{name}")
             continue
         built = _build_config(entry, stamp, env)
         if isinstance(built, str):
-            warnings.append(f"skipped MCP server {name!r} in {where}: {built}{_typos(entry)}; fix {key}.{name}")
+            skip(name, f"{built}{_typos(entry)}; fix {key}.{name}")
             continue
         cfg, missing = built
         warnings.extend(
@@ -269,7 +287,7 @@ def build_server_entries(
                 f"{cfg.timeout / 1000:g} s; for {cfg.timeout} s write {cfg.timeout * 1000}"
             )
         servers[name] = ServerEntry(cfg, scope, path)
-    return servers, warnings
+    return servers, warnings, skipped
 
 
 _TRANSPORT_NAMES = {"stdio": "stdio", "sse": "SSE", "http": "streamable HTTP"}
@@ -393,8 +411,8 @@ def server_layer_from_data(
         if other not in _SERVER_FILE_KEYS and (hint := servers_key_hint(other, data[other]))
     )
     stamp: Scope | None = "project" if scope == "project" else None
-    servers, more = build_server_entries(data.get(key), path=path, scope=scope, stamp=stamp, env=env, key=key)
-    return ServerLayer(scope, path, servers, tuple(warnings + more))
+    servers, more, skipped = build_server_entries(data.get(key), path=path, scope=scope, stamp=stamp, env=env, key=key)
+    return ServerLayer(scope, path, servers, tuple(warnings + more), skipped=skipped)
 
 
 _SERVER_FILE_KEYS = frozenset({"mcpServers", "servers", "inputs", "$schema"})
