@@ -607,6 +607,24 @@ async def test_an_invalid_entry_is_a_row_of_mcp_until_an_edit_fixes_it(tmp_path:
         assert "invalid entry" not in out
 
 
+async def test_a_running_servers_entry_made_invalid_runs_on_and_mcp_says_so_until_fixed(tmp_path: Path) -> None:
+    """An edit that made a running server's entry invalid kept its last good configuration running, said once; an
+    hour later ``/mcp`` showed it connected as if its file were fine: its row says the last good one runs."""
+    notice = "the last good configuration of MCP server 'h' stays in force; fix the entry and save to apply it"
+    async with shell(tmp_path, user={"mcpServers": {"h": server("h")}}) as s:
+        await s.run_until("/mcp", "h · ● connected (1 tool", row="h · ")
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {"h": {**server("h"), "args": "oops"}}})
+        await s.wait_for(notice, since)
+        out = " ".join((await s.run("/mcp", "fix the entry and save to apply it")).split())
+        assert f"h · ● connected (1 tool, 0 prompts) · ! invalid entry in {s.layout.paths.user}" in out
+        assert "(mcpServers.h.args: expected a list)" in out
+        assert notice in out
+        save(s.layout.paths.user, {"mcpServers": {"h": server("h", "--tools", "echo,rev")}})
+        out = await s.run_until("/mcp", "h · ● connected (2 tools", row="h · ")
+        assert "last good" not in out
+
+
 async def test_a_broken_save_and_its_fix_are_both_said(tmp_path: Path) -> None:
     a = server("a")
     async with shell(tmp_path, user={"mcpServers": {"a": a}}) as s:

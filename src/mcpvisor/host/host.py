@@ -50,7 +50,7 @@ from mcpvisor.host.pin_review import Change, changes_since_approval
 from mcpvisor.host.pins import DEFAULT_PIN_MODE, PinGate, PinMode, PinStore, pin_mode_of
 from mcpvisor.host.settings.loader import Settings, SettingsError, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
-from mcpvisor.host.settings.mcp_servers import TopTier, load_top_tier
+from mcpvisor.host.settings.mcp_servers import TopTier, kept_entries, load_top_tier
 from mcpvisor.host.settings.scopes import TRUST_SCOPES
 from mcpvisor.host.settings.servers import name_written_otherwise
 from mcpvisor.host.status import ServerView, describe_servers, event_as_said_here, fix_commands, live_connections
@@ -484,17 +484,14 @@ class Host(StackOwner):
     def server_views(self, sign_in_command: str | None = None) -> list[ServerView]:
         """The status rows; ``sign_in_command``: how a sign-in says to sign in (``{name}``; None: the host's
         login command), e.g. the shell's ``/login {name}``."""
+        login, assembled = self.config.options.login_command, self.state.assembled
         return describe_servers(
-            self.state.assembled,
+            assembled,
             self.config.get_mcp_gating(),
             self.approvals,
             self.root,
             live=live_connections(self.config),
             trusted=self.settings.trusted,
-            sign_ins=sign_ins(
-                self.tokens,
-                self.state.assembled.servers,
-                self.config.options.login_command,
-                sign_in_command=sign_in_command,
-            ),
+            sign_ins=sign_ins(self.tokens, assembled.servers, login, sign_in_command=sign_in_command),
+            kept=kept_entries(self.settings, assembled),
         )

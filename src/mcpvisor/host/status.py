@@ -157,6 +157,8 @@ class ServerView:
     held_tools: tuple[str, ...] = ()
     """Tools whose definition changed since approval, held back until ``mcp approve`` (names on the server)."""
     held_prompts: tuple[str, ...] = ()
+    kept: str | None = None
+    """Its entry was made invalid by an edit, and its last good configuration runs on: the notice saying so."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -246,9 +248,11 @@ def describe_servers(
     trusted: bool = True,
     sign_ins: Mapping[str, str] | None = None,
     held: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] | None = None,
+    kept: Mapping[str, str] | None = None,
 ) -> list[ServerView]:
     """One row per configured server, and one per invalid entry no server runs for, in source-group order then by
-    name. ``held``: held tools and prompts of servers that are not live (a live server's come with it)."""
+    name. ``held``: held tools and prompts of servers that are not live (a live server's come with it); ``kept``:
+    the notice of each server whose invalid entry gave way to its last good one."""
     rows: list[ServerView] = []
     order: dict[str, int] = {label: i for i, label in enumerate(SOURCE_ORDER)}
     for bad in assembled.skipped.values():
@@ -295,6 +299,7 @@ def describe_servers(
                 sign_in=(sign_ins or {}).get(name),
                 held_tools=conn.held_tools if conn is not None else (held or {}).get(name, ((), ()))[0],
                 held_prompts=conn.held_prompts if conn is not None else (held or {}).get(name, ((), ()))[1],
+                kept=(kept or {}).get(name),
             )
         )
     return sorted(rows, key=lambda row: (order.get(row.source, 99), row.name))

@@ -73,6 +73,8 @@ def render_status(
         line = Text(row.name, style="bold")
         line.append(" · ")
         line.append(f"{icon} {text}", style=style)
+        if row.kept:  # (what runs is not what the file says)
+            line.append(f" · ! {row.kept}", style="yellow")
         console.print(indented(line, 2))
         if show_target and row.target:  # (an invalid entry has none)
             console.print(indented(Text(short_command(row.target), style="dim", overflow="fold"), 6))

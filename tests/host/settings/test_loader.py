@@ -776,7 +776,7 @@ def test_a_key_settings_files_know_is_never_taken_for_a_misspelt_mcp_servers(key
     data = {key: {"l": {"command": "pylsp", "extensionToLanguage": {".py": "python"}}}}
     kept, notices = keep_last_good_entries(data, previous, path=Path("settings.json"), env={}, settings_file=True)
     assert not misspelt_servers_key(key)
-    assert (kept, notices) == (data, ())
+    assert (kept, notices) == (data, {})
 
 
 @pytest.mark.parametrize("key", ["mcpservers", "mcp_servers", "MCPServers", "mcpServer"])
@@ -788,5 +788,5 @@ def test_a_misspelt_mcp_servers_key_keeps_the_servers_before_it(key: str) -> Non
         {key: {"b": {"command": "b"}}}, previous, path=Path("settings.json"), env={}, settings_file=True
     )
     assert kept["mcpServers"] == previous["mcpServers"]
-    [notice] = notices
+    [notice] = notices.values()
     assert f"until {key!r} there is renamed 'mcpServers'" in notice

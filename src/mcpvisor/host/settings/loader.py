@@ -218,6 +218,8 @@ class Settings:
         self._data: dict[FileScope, dict[str, Any]] = {scope: {} for scope in FILE_SCOPES}
         self._kept: dict[FileScope, tuple[str, ...]] = {}
         """Per scope: the notices of invalid server entries replaced by their last good entry."""
+        self._kept_servers: dict[str, dict[str, str]] = {}
+        """Per scope: those of MCP servers, by server name."""
         self._duplicates: dict[FileScope, tuple[str, ...]] = {}
         """Per scope: the warnings of keys its file gives twice in one object."""
         self._inactive: set[FileScope] = set()
@@ -336,6 +338,7 @@ class Settings:
                 data = dict(self._keep_last_good(read.scope, data, previous[read.scope]))
             else:
                 self._kept.pop(read.scope, None)
+                self._kept_servers.pop(read.scope, None)
             self._data[read.scope] = data
 
     # -- updating
@@ -377,12 +380,14 @@ class Settings:
         """``data`` with invalid server entries replaced by their last good ones (the notices kept for
         :attr:`warnings`): one bad entry never stops a server that was running, nor the rest of a save."""
         path = self.paths.of(scope)
+        servers: dict[str, str] = {}
         if scope == "lsp_project":
             data, kept = keep_last_good_lsp_entries(data, previous, path=path, source="project", env=self.env, key=None)
         else:
-            data, kept = keep_last_good_entries(
+            data, servers = keep_last_good_entries(
                 data, previous, path=path, env=self.env, settings_file=scope != "project"
             )
+            kept = tuple(dict.fromkeys(servers.values()))
             lsp, lsp_kept = keep_last_good_lsp_entries(
                 data.get(LSP_KEY), previous.get(LSP_KEY), path=path, source=scope, env=self.env, key=LSP_KEY
             )
@@ -392,7 +397,13 @@ class Settings:
             self._kept[scope] = kept
         else:
             self._kept.pop(scope, None)
+        self._kept_servers[scope] = servers
         return data
+
+    def kept_servers(self, scope: str) -> Mapping[str, str]:
+        """The notice of each MCP server of ``scope``'s file whose invalid entry gave way to its last good one."""
+        active = any(scope == file_scope and self.is_active(file_scope) for file_scope in FILE_SCOPES)
+        return self._kept_servers.get(scope, {}) if active else {}
 
     def _invalidate(self) -> None:
         self._merged = None

@@ -41,6 +41,7 @@ __all__ = [
     "TopTier",
     "assemble_from_settings",
     "assemble_mcp_servers",
+    "kept_entries",
     "load_top_tier",
 ]
 
@@ -220,3 +221,10 @@ def assemble_from_settings(settings: Settings, top_tier: TopTier | None = None) 
     return assemble_mcp_servers(
         merged.mcp_servers, settings.root, top_tier, project=settings.project, settings_skipped=merged.skipped
     )
+
+
+def kept_entries(settings: Settings, assembled: AssembledServers) -> dict[str, str]:
+    """For each server of ``assembled`` whose entry an edit made invalid, so its last good one runs on: the notice
+    saying so. Read from ``settings`` as they are now: such an edit changes no server, so no reload follows it."""
+    kept = {name: settings.kept_servers(source.scope).get(name) for name, source in assembled.sources.items()}
+    return {name: notice for name, notice in kept.items() if notice is not None}

@@ -326,10 +326,10 @@ def keep_last_good_entries(
     path: Path | None,
     env: Mapping[str, str],
     settings_file: bool = False,
-) -> tuple[Mapping[str, Any], tuple[str, ...]]:
+) -> tuple[Mapping[str, Any], dict[str, str]]:
     """``data`` with each invalid server entry replaced by that server's entry in ``previous`` when that
     one was valid: a typo in one server's ``args`` keeps it running on its last good configuration,
-    while every other change of the same save applies. Returns the data and one notice per kept entry.
+    while every other change of the same save applies. Returns the data and a notice per kept entry, by name.
 
     A save whose servers sit under a misspelling of ``mcpServers`` (and none under ``mcpServers``, nor, in a server
     file such as ``.mcp.json``, under VS Code's ``servers``) keeps all the last good servers of the file, with one
@@ -341,9 +341,9 @@ def keep_last_good_entries(
     key = servers_key(data)
     entries, before = data.get(key), previous.get(servers_key(previous))
     if not isinstance(entries, Mapping) or not isinstance(before, Mapping):
-        return data, ()
+        return data, {}
     kept: dict[str, Any] = {}
-    notices: list[str] = []
+    notices: dict[str, str] = {}
     for name, entry in entries.items():
         old = before.get(name)
         if not isinstance(old, Mapping) or isinstance(_build_config(old, None, env), str):
@@ -351,18 +351,18 @@ def keep_last_good_entries(
         problem = "expected an object" if not isinstance(entry, Mapping) else _build_config(entry, None, env)
         if isinstance(problem, str):
             kept[name] = old
-            notices.append(
+            notices[name] = (
                 f"invalid entry in {path} ({_located(key, name, problem)}{_typos(entry)}) — the last good "
                 f"configuration of MCP server {name!r} stays in force; fix the entry and save to apply it"
             )
     if not kept:
-        return data, ()
-    return {**data, key: {**entries, **kept}}, tuple(notices)
+        return data, {}
+    return {**data, key: {**entries, **kept}}, notices
 
 
 def _keep_servers_of_misspelt_key(
     data: Mapping[str, Any], previous: Mapping[str, Any], path: Path | None, settings_file: bool
-) -> tuple[Mapping[str, Any], tuple[str, ...]] | None:
+) -> tuple[Mapping[str, Any], dict[str, str]] | None:
     """``data`` with the last good servers of ``previous`` when ``data`` has none but holds an object under a
     misspelling of ``mcpServers`` (``mcpservers``, ``mcp_servers``): a renamed key is a typo, not every server
     deleted."""
@@ -379,7 +379,7 @@ def _keep_servers_of_misspelt_key(
         f"kept the last good servers of {path} ({names}) until {misspelt!r} there is renamed 'mcpServers' "
         f"(did you mean 'mcpServers'?); to stop them instead, remove {misspelt!r}"
     )
-    return {**data, before_key: before}, (notice,)
+    return {**data, before_key: before}, dict.fromkeys(map(str, before), notice)
 
 
 def _located(key: str, name: str, problem: str) -> str:
