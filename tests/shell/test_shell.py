@@ -607,6 +607,20 @@ async def test_an_invalid_entry_is_a_row_of_mcp_until_an_edit_fixes_it(tmp_path:
         assert "invalid entry" not in out
 
 
+async def test_a_call_of_an_invalid_entrys_tool_says_the_entry_is_invalid_where_and_the_fix(tmp_path: Path) -> None:
+    """A call of a tool of a server whose entry is invalid said "no MCP server providing it is currently configured",
+    as for a server nobody wrote: it says the entry is invalid, where, why and the fix."""
+    user = {"mcpServers": {"h": {"comand": "x", "env": {"TOKEN": "s3cret-value"}}}}
+    async with shell(tmp_path, user=user) as s:
+        out = await s.run("/call mcp__h__echo {}", "fix mcpServers.h")
+        said = " ".join(out.split())
+        where = tmp_path / "home" / ".mcpvisor" / "settings.json"
+        assert f"tool 'mcp__h__echo' is unavailable: the entry of MCP server 'h' in {where} is invalid — " in said
+        assert "did you mean 'command'?" in said
+        assert "currently configured" not in said
+        assert "s3cret-value" not in s.text()
+
+
 async def test_a_running_servers_entry_made_invalid_runs_on_and_mcp_says_so_until_fixed(tmp_path: Path) -> None:
     """An edit that made a running server's entry invalid kept its last good configuration running, said once; an
     hour later ``/mcp`` showed it connected as if its file were fine: its row says the last good one runs."""

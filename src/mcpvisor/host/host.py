@@ -185,6 +185,9 @@ class Host(StackOwner):
             config = self._config  # not self.config: its servers' last events come while it stops
             approvals = self._approvals
             config.approvals_unreadable = lambda: approvals.error is not None
+            config.invalid_entries = lambda: {
+                n: f"in {s.path or s.scope} is invalid — {s.problem}" for n, s in self.state.assembled.skipped.items()
+            }
             config.events.subscribe(lambda event: self.emit(event_as_said_here(config, event)))
             self._lsp = await stack.enter_async_context(
                 LspSession(
