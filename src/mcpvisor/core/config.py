@@ -36,7 +36,7 @@ from mcpvisor.core.registry import (
     RegisteredPrompt,
     RegisteredTool,
     ToolRegistry,
-    may_be_of,
+    owner_among,
 )
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig, checked_servers
 
@@ -488,9 +488,7 @@ class Config(StackOwner):
     def owner_of_tool_name(self, name: str) -> str | None:
         """The configured or removed server whose ``mcp__<server>__`` prefix (as registered names spell it: a name
         with a dot or a space is made valid) is the longest match."""
-        matches = {server: may_be_of(name, server) for server in set(self.get_merged_mcp_servers()) | self._removed}
-        best = max(matches, key=lambda server: (matches[server], len(server)), default=None)
-        return best if best is not None and matches[best] else None
+        return owner_among(name, set(self.get_merged_mcp_servers()) | self._removed)
 
     def not_found(self, name: str, kind: RequestKind) -> NotFoundError:
         """Why no connected server provides the tool or prompt (``kind``) ``name``, naming the server its

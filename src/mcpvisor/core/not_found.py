@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from mcpvisor.core.errors import NotFoundError, RequestKind, name_word, not_found
 from mcpvisor.core.gating import matches_any
-from mcpvisor.core.registry import TOOL_PREFIX, PromptRegistry, ToolRegistry, may_be_of, mcp_tool_name
+from mcpvisor.core.registry import TOOL_PREFIX, PromptRegistry, ToolRegistry, mcp_tool_name, owner_among
 
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
@@ -45,7 +45,7 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
     if server is None and (holder := config.holder_of_own_name(name, kind)) is not None:
         return config.not_found(mcp_tool_name(holder, name), kind)  # called by its own name, and held
     invalid = config.invalid_entries() if server is None else {}
-    if (bad := _invalid_owner(invalid, name)) is not None:  # not configured: its entry was skipped
+    if (bad := owner_among(name, invalid)) is not None:  # not configured: its entry was skipped
         head = f"{kind} {name!r} is unavailable: the entry of MCP server {bad!r}"
         return not_found(f"{head} {invalid[bad]}", kind=kind, target=name)
     if server is None:
@@ -148,10 +148,3 @@ def _moved_provider_tool(config: Servers, server: str, name: str) -> str | None:
         return None
     moved = mcp_tool_name(key, name.removeprefix(prefix))
     return moved if config.tool_registry.get_tool(moved) is not None else None
-
-
-def _invalid_owner(invalid: Mapping[str, str], name: str) -> str | None:
-    """The server among ``invalid`` (entries skipped as invalid, so not configured) whose prefix ``name`` has."""
-    matches = {server: may_be_of(name, server) for server in invalid}
-    best = max(matches, key=lambda server: (matches[server], len(server)), default=None)
-    return best if best is not None and matches[best] else None

@@ -83,6 +83,13 @@ def may_be_of(name: str, server: str) -> int:
     return len(valid) if valid != prefix and name.startswith(valid) else 0
 
 
+def owner_among(name: str, servers: Iterable[str]) -> str | None:
+    """The one of ``servers`` whose prefix the registered tool name ``name`` has (:func:`may_be_of`), the longest."""
+    matches = {server: may_be_of(name, server) for server in servers}
+    best = max(matches, key=lambda server: (matches[server], len(server)), default=None)
+    return best if best is not None and matches[best] else None
+
+
 def qualified_name(server: str, own: str, claimants: Collection[str]) -> str:
     """The registered name of ``server``'s tool or prompt ``own`` when the servers ``claimants`` each have one that
     :func:`mcp_tool_name` names alike (server ``a``'s ``b__c`` and server ``a__b``'s ``c``): the one whose server
