@@ -83,9 +83,9 @@ class Config(StackOwner):
         self.approve_command = "mcpvisor mcp approve {name}"
         """How a fix says to approve a server (``{name}``): the layer above names its workspace and home in it."""
         self.approvals_unreadable: Callable[[], bool] = lambda: False
+        """Whether no approval can be read now (the layer above knows its approvals store): every gated server held."""
         self.invalid_entries: Callable[[], Mapping[str, str]] = dict
         """Servers whose entry the layer above skipped as invalid (not configured): where, why and the fix, by name."""
-        """Whether no approval can be read now (the layer above knows its approvals store): every gated server held."""
         self._removed: set[str] = set()
         self._trusted = trusted_folder
         self.events = EventBus()
