@@ -117,7 +117,9 @@ async def test_servers_that_crash_flood_write_garbage_or_hang_never_disturb_the_
     m = {n: tmp_path / f"{n}.pids" for n in ("good", "crashy", "loud", "garbled", "stuck")}
     servers = {
         "good": light("good", m["good"]),
-        "crashy": light("crashy", m["crashy"], "--exit-after", "0.3"),
+        # Up long enough to finish starting on a loaded machine, then it crashes: a process that exits during its
+        # start is a failed start, said and left down (not a crash loop).
+        "crashy": light("crashy", m["crashy"], "--exit-after", "1.5"),
         "loud": light("loud", m["loud"], "--flood-stderr"),
         "garbled": light("garbled", m["garbled"], "--garbage-stdout"),
         "stuck": light("stuck", m["stuck"], "--hang-on-initialize", discoveryTimeoutMs=1500),
