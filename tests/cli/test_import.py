@@ -762,3 +762,39 @@ def test_a_cursor_pre_registered_oauth_client_becomes_the_oauth_block(layout: La
     assert oauth_settings("corp", cfg) == OAuthSettings(
         client_id="corp-client", client_secret="s", scopes="mcp offline_access"
     )
+
+
+def test_claude_code_servers_turned_off_in_this_folder_are_left_out_of_it_and_noted_for_the_user(
+    layout: Layout,
+) -> None:
+    """Claude Code's ``/mcp`` disable lists a server in the folder's ``disabledMcpServers``: a local one was imported
+    into the workspace as if it ran there, a user one without a word that it does not run in this folder."""
+    write_json(
+        layout.home / ".claude.json",
+        {
+            "mcpServers": {"sentry": {"type": "http", "url": "https://mcp.sentry.dev/mcp"}, "kept": {"command": "k"}},
+            "projects": {
+                str(layout.root): {
+                    "mcpServers": {"db": {"command": "db-mcp"}, "cache": {"command": "cache-mcp"}},
+                    "disabledMcpServers": ["db", "sentry"],
+                },
+                "/elsewhere": {"disabledMcpServers": ["kept", "cache"]},
+            },
+        },
+    )
+    result = run(layout, "--from", "claude-code")
+    assert result.exit_code == 1, result.output  # 'db' is not imported
+    found = import_json(layout, "--from", "claude-code")
+    claude_json = layout.home / ".claude.json"
+    assert found["db"]["reason"] == (
+        "it is turned off here in Claude Code (listed in 'disabledMcpServers' of this folder's entry in "
+        f"{claude_json}); add it by hand if you want it"
+    )
+    assert servers(layout.paths.workspace) == {"cache": {"command": "cache-mcp"}}
+    # A user's server runs in the other folders: imported, with how to turn it off in this one too.
+    assert set(servers(layout.paths.user)) == {"sentry", "kept"}
+    assert found["sentry"]["notes"] == [
+        f"turned off in this folder in Claude Code (listed in 'disabledMcpServers' of this folder's entry in "
+        f"{claude_json}): to do the same, add it to 'mcp.excluded' in this folder's settings"
+    ]
+    assert found["kept"]["notes"] == []

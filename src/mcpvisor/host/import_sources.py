@@ -23,6 +23,7 @@ __all__ = [
     "SourceSpec",
     "dig",
     "home_of",
+    "off_in_project",
     "locations",
     "read_quietly",
     "turned_off",
@@ -49,6 +50,9 @@ class SourceSpec:
     enablement: tuple[str, str] | None = None
     """``(file, command)``: the file beside the user's settings where the tool's command keeps the servers it turned
     off, ``{name: {"enabled": false}}`` with the name lowercased and trimmed; it applies to every file's servers."""
+    project_off: str | None = None
+    """The list, in the project's entry of the user's file (``projects/<folder>/...``), of the servers the tool turns
+    off in this folder whatever their scope (Claude Code's ``/mcp`` disable)."""
 
 
 _GEMINI_OFF = ("mcp/excluded", "excludeMCPServers")  # the second: versions before the mcp settings object
@@ -56,7 +60,7 @@ _GEMINI_ON = ("mcp/allowed", "allowMCPServers")
 
 SOURCES: Mapping[str, SourceSpec] = {
     "claude-desktop": SourceSpec("Claude Desktop", "literal", "guess"),
-    "claude-code": SourceSpec("Claude Code", "braced", "sse"),
+    "claude-code": SourceSpec("Claude Code", "braced", "sse", project_off="disabledMcpServers"),
     "vscode": SourceSpec("VS Code", "vscode", "guess"),
     "cursor": SourceSpec("Cursor", "vscode", "guess", auth_client=True),
     "gemini": SourceSpec(
@@ -189,3 +193,14 @@ def turned_off(
         name: f"it is turned off in {spec.title} ({why}); add it by hand if you want it" for name, why in off.items()
     }
     return {**unknown, **reasons}
+
+
+def off_in_project(
+    spec: SourceSpec, user_data: Mapping[str, Any] | None, root: Path, user_file: Path
+) -> dict[str, str]:
+    """Server name -> where ``spec.project_off`` lists it as turned off in ``root`` (none without such a list)."""
+    if spec.project_off is None or user_data is None:
+        return {}
+    listed = dig(user_data, f"projects/{root}/{spec.project_off}")
+    where = f"listed in '{spec.project_off}' of this folder's entry in {user_file}"
+    return {name: where for name in listed if isinstance(name, str)} if isinstance(listed, list) else {}

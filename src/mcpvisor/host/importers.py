@@ -22,7 +22,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,6 +34,7 @@ from mcpvisor.host.import_sources import (
     dig,
     home_of,
     locations,
+    off_in_project,
     read_quietly,
     turned_off,
 )
@@ -192,9 +193,19 @@ def scan_source(
         if level == "workspace" and spec.off_lists:  # the user's lists apply to a project's servers too
             lists.append((user_file, read_quietly(user_file, parsed)))
         off = turned_off(spec, lists, [str(name) for name in servers], user_file.parent)
+        here = off_in_project(spec, read_quietly(user_file, parsed), root, user_file)
+        if level == "workspace":  # turned off in this folder: as if listed in its settings
+            off |= {
+                n: f"it is turned off here in {spec.title} ({w}); add it by hand if you want it"
+                for n, w in here.items()
+            }
         context = _Context(spec, env, root, level, inputs, off)
         for name, raw in servers.items():
-            candidates.append(_translate(str(name), raw, path, context))
+            found = _translate(str(name), raw, path, context)
+            if found.entry is not None and str(name) in here:  # a user's server: it runs in other folders
+                note = f"turned off in this folder in {spec.title} ({here[str(name)]}): to do the same, add it to "
+                found = replace(found, notes=(*found.notes, f"{note}'mcp.excluded' in this folder's settings"))
+            candidates.append(found)
     return ImportScan(source, spec.title, tuple(files), tuple(candidates), tuple(looked))
 
 
