@@ -798,3 +798,40 @@ def test_claude_code_servers_turned_off_in_this_folder_are_left_out_of_it_and_no
         f"{claude_json}): to do the same, add it to 'mcp.excluded' in this folder's settings"
     ]
     assert found["kept"]["notes"] == []
+
+
+def test_a_gemini_oauth_block_keeps_what_mcpvisor_reads_and_notes_what_it_drops(layout: Layout) -> None:
+    """Gemini CLI's ``oauth`` (endpoints, a redirect, audiences, ``enabled``) was copied whole: mcpvisor read only its
+    client and scopes, and said nothing of the rest, which looked as if it were in force."""
+    write_json(
+        layout.home / ".gemini" / "settings.json",
+        {
+            "mcpServers": {
+                "corp": {
+                    "httpUrl": "https://corp.example/mcp",
+                    "oauth": {
+                        "enabled": True,
+                        "clientId": "corp-client",
+                        "clientSecret": "${CORP_SECRET}",
+                        "authorizationUrl": "https://auth.corp.example/authorize",
+                        "tokenUrl": "https://auth.corp.example/token",
+                        "scopes": ["mcp"],
+                        "redirectUri": "http://localhost:7777/oauth/callback",
+                        "audiences": ["corp-api"],
+                    },
+                },
+                "plain": {"httpUrl": "https://plain.example/mcp", "oauth": {"clientId": "p"}},
+            }
+        },
+    )
+    found = import_json(layout, "--from", "gemini")
+    assert found["corp"]["notes"] == [
+        "ignored 'audiences', 'authorizationUrl', 'enabled', 'redirectUri', 'tokenUrl' of 'oauth' (mcpvisor finds the "
+        "authorization server's endpoints from the server, and has its own redirect)"
+    ]
+    assert found["plain"]["notes"] == []
+    written = servers(layout.paths.user)
+    assert written["corp"]["oauth"] == {"clientId": "corp-client", "clientSecret": "${CORP_SECRET}", "scopes": ["mcp"]}
+    assert written["plain"]["oauth"] == {"clientId": "p"}
+    cfg = McpServerConfig.model_validate(expand_vars(written["corp"], {"CORP_SECRET": "s"}))
+    assert oauth_settings("corp", cfg) == OAuthSettings("corp-client", "s", "mcp")

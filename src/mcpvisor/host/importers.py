@@ -38,6 +38,7 @@ from mcpvisor.host.import_sources import (
     read_quietly,
     turned_off,
 )
+from mcpvisor.host.oauth_settings import OAUTH_FIELDS
 from mcpvisor.host.settings.files import SettingsFileError, read_settings_file
 from mcpvisor.host.settings.servers import (
     REPOSITORY_RESERVED_NAMES,
@@ -334,6 +335,10 @@ def _translate(name: str, raw: Any, path: Path, ctx: _Context) -> Candidate:
                 entry[key] = {k: _string(v, ctx) if isinstance(v, str) else v for k, v in entry[key].items()}
         if client:
             entry["oauth"] = _client_block(raw["auth"], ctx, notes)
+        elif isinstance(block := entry.get("oauth"), Mapping) and (extra := sorted(set(block) - OAUTH_FIELDS)):
+            entry["oauth"] = {k: v for k, v in block.items() if k in OAUTH_FIELDS}
+            why = "mcpvisor finds the authorization server's endpoints from the server, and has its own redirect"
+            notes.append(f"ignored {', '.join(repr(k) for k in extra)} of 'oauth' ({why})")
     except _Untranslatable as exc:
         return skipped(str(exc), tuple(notes))
     try:

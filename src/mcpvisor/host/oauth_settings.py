@@ -19,6 +19,7 @@ from mcpvisor.host.approvals import is_gated
 __all__ = [
     "GRANTS",
     "MACHINE_GRANTS",
+    "OAUTH_FIELDS",
     "SIGNING_ALGORITHMS",
     "TOKEN_ENDPOINT_AUTH_METHODS",
     "AuthorizationServerFailed",
@@ -78,6 +79,13 @@ class OAuthSettings:
     def machine(self) -> bool:
         """Whether the host gets its tokens by itself (no ``mcp login``, no browser)."""
         return self.grant in MACHINE_GRANTS
+
+
+OAUTH_FIELDS: Final = frozenset(
+    {"clientId", "clientSecret", "scopes", "callbackPort", "tokenEndpointAuthMethod", "clientMetadataUrl", "grant"}
+    | {"privateKeyFile", "signingAlgorithm", "issuer", "idp"}
+)
+"""The fields of an ``oauth`` block mcpvisor reads."""
 
 
 def oauth_settings(name: str, cfg: McpServerConfig) -> OAuthSettings:
