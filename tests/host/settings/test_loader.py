@@ -728,6 +728,27 @@ def test_unknown_fields_in_a_server_entry_are_warned_about_with_a_suggestion() -
     ]
 
 
+def test_unknown_fields_of_an_oauth_block_are_warned_about_with_a_suggestion() -> None:
+    """A misspelt ``oauth`` field (``clientID``) was ignored without a word: the sign-in then registered a client of
+    its own, as if none had been given."""
+    from mcpvisor.host.settings.servers import build_server_entries
+
+    oauth = {"clientID": "c", "scopes": "a", "authorizationUrl": "https://a.example/authorize", "enabled": True}
+    entries, warnings, _ = build_server_entries(
+        {"r": {"type": "http", "url": "https://r.example/mcp", "oauth": oauth}},
+        path=Path("/s.json"),
+        scope="user",
+        stamp=None,
+        env={},
+    )
+    assert set(entries) == {"r"}
+    assert warnings == [
+        "unknown field 'authorizationUrl' in the oauth block of MCP server 'r' (/s.json) is ignored",
+        "unknown field 'clientID' in the oauth block of MCP server 'r' (/s.json) is ignored; did you mean 'clientId'?",
+        "unknown field 'enabled' in the oauth block of MCP server 'r' (/s.json) is ignored",
+    ]
+
+
 def test_a_language_servers_misspelled_fields_and_seconds_like_timeouts_are_warned_about() -> None:
     from mcpvisor.host.settings.lsp_servers import build_lsp_entries
 

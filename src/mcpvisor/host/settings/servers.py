@@ -23,6 +23,7 @@ from mcpvisor.core.server_config import (
     normalize_server_entry,
 )
 from mcpvisor.core.spellings import ALIASES, TYPE_TRANSPORTS, file_name, written_names
+from mcpvisor.host.oauth_settings import OAUTH_FIELDS
 from mcpvisor.host.settings.expand import expand_vars, expansion_warnings
 from mcpvisor.host.settings.files import SettingsError, SettingsFileError, read_settings_file
 from mcpvisor.host.settings.schema import SETTINGS_SCHEMA
@@ -180,11 +181,11 @@ _KNOWN_FIELDS = (
 )
 
 
-def _did_you_mean(field: str) -> str:
-    if field in ("disabled", "enabled"):
+def _did_you_mean(field: str, fields: tuple[str, ...] = _KNOWN_FIELDS) -> str:
+    if field in ("disabled", "enabled") and fields is _KNOWN_FIELDS:
         return "; to turn a server off, list its name in mcp.excluded"
-    close = [known for known in _KNOWN_FIELDS if known.casefold() == field.casefold()]
-    close = close or difflib.get_close_matches(field, _KNOWN_FIELDS, n=1, cutoff=0.6)
+    close = [known for known in fields if known.casefold() == field.casefold()]
+    close = close or difflib.get_close_matches(field, fields, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
@@ -278,6 +279,13 @@ def build_server_entries(
             for field in sorted(cfg.model_extra or {})
             if field not in _EXTRA_OK
         )
+        if isinstance(block := (cfg.model_extra or {}).get("oauth"), Mapping):
+            warnings.extend(
+                f"unknown field {field!r} in the oauth block of MCP server {name!r} ({where}) is ignored"
+                f"{_did_you_mean(field, tuple(sorted(OAUTH_FIELDS)))}"
+                for field in sorted(map(str, block))
+                if field not in OAUTH_FIELDS
+            )
         if (conflict := transport_conflict(entry, cfg)) is not None:
             warnings.append(f"MCP server {name!r} ({where}) {conflict} in {key}.{name}")
         warnings.extend(expansion_warnings(missing, f"MCP server {name!r} ({where})"))
