@@ -835,3 +835,14 @@ def test_a_gemini_oauth_block_keeps_what_mcpvisor_reads_and_notes_what_it_drops(
     assert written["plain"]["oauth"] == {"clientId": "p"}
     cfg = McpServerConfig.model_validate(expand_vars(written["corp"], {"CORP_SECRET": "s"}))
     assert oauth_settings("corp", cfg) == OAuthSettings("corp-client", "s", "mcp")
+
+
+def test_a_websocket_entry_is_left_out_saying_mcpvisor_does_not_speak_websocket(layout: Layout) -> None:
+    """An entry of ``type`` ``ws`` was left out as "unknown transport type 'ws'; use 'stdio', 'sse' or 'http'", as
+    if changing the word would do."""
+    write_json(layout.home / ".claude.json", {"mcpServers": {"ide": {"type": "ws", "url": "ws://127.0.0.1:9/x"}}})
+    found = import_json(layout, "--from", "claude-code")
+    assert found["ide"]["reason"] == (
+        "it connects over WebSocket ('type': 'ws'), which mcpvisor does not speak (nor MCP's standard transports): "
+        "add the server's stdio or HTTP form by hand"
+    )

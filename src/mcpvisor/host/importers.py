@@ -310,6 +310,11 @@ def _translate(name: str, raw: Any, path: Path, ctx: _Context) -> Candidate:
     for key, why in _UNSUPPORTED.items():
         if key in raw:
             return skipped(f"it uses '{key}': {why}")
+    if isinstance(kind := raw.get("type"), str) and kind.lower() in ("ws", "websocket"):
+        why = (
+            "which mcpvisor does not speak (nor MCP's standard transports): add the server's stdio or HTTP form by hand"
+        )
+        return skipped(f"it connects over WebSocket ('type': {kind!r}), {why}")
     if (provider := raw.get("authProviderType")) in _GOOGLE_SIGN_IN:
         why = "mcpvisor signs in with no Google credentials: send a token in 'headers' as ${VAR}, or use 'oauth'"
         return skipped(f"it uses 'authProviderType' {provider!r}: {why}")
