@@ -63,3 +63,27 @@ def test_fd_1_is_not_pointed_at_another_file_once_the_client_is_gone(loop: str, 
     """
     done = _run(code, loop, stderr=subprocess.PIPE)
     assert not done.stderr.strip().endswith("other.log"), done.stderr
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_client_that_reads_nothing_of_a_waiting_answer_is_cut_off_saying_why(loop: str) -> None:
+    """Answers finishing while a client reads nothing waited in memory behind the write it did not take, without
+    bound (300 calls of 1 MiB each held 400 MB, 1,000 of 64 MiB could be held); now the client is cut off, as an
+    HTTP connection is, and told gone: the gateway ends as when it closes its end."""
+    code = """
+        import asyncio, logging, os, sys
+        from mcpvisor.gateway import stdio
+        logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
+        stdio.WRITE_STALL_S = 0.3
+        r, w = os.pipe(); os.dup2(w, 1); os.close(w)  # nothing reads r
+        async def main():
+            gone = asyncio.Event()
+            async with stdio._stdout_on_the_loop(gone.set) as out:
+                await asyncio.wait_for(out.write("x" * 1_000_000 + "\\n"), 10)
+                await out.write("dropped\\n")  # (at once)
+                await asyncio.wait_for(gone.wait(), 10)
+            print("gone", file=sys.stderr)
+    """
+    done = _run(code, loop, stderr=subprocess.PIPE)
+    assert "cutting off the client: it read nothing of stdout for 0.3 s while answers waited" in done.stderr
+    assert done.stderr.split()[-1] == "gone", done.stderr

@@ -34,6 +34,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from mcpvisor.gateway.limits import WRITE_STALL_S
 from mcpvisor.gateway.protocol import invalid_message, is_request_id, shape_problem
 
 __all__ = ["ANSWER_S", "stdio_streams"]
@@ -239,13 +240,17 @@ class _Output(asyncio.BaseProtocol):
     """fd 1's pipe written by the event loop, as the SDK's ``stdio_server`` writes its stdout (``write``, then
     ``flush``): a write returns once the pipe took it, and its wait can be cancelled (the SDK's thread could not
     be); once the client's end is closed, or :meth:`drop` gave up on a client that stopped reading, writes do
-    nothing and ``gone`` is told (the first case only)."""
+    nothing and ``gone`` is told (the first case only). A client that takes nothing of a waiting write for
+    :data:`~mcpvisor.gateway.limits.WRITE_STALL_S` is cut off, ``gone`` told: the answers finishing meanwhile
+    waited in memory behind that write, without bound (as the HTTP transport closes such a connection)."""
 
     def __init__(self, gone: Callable[[], None]) -> None:
         self._gone = gone
         self._taken = asyncio.Event()
         self._taken.set()
         self._transport: asyncio.WriteTransport | None = None
+        self._stall_timer: asyncio.TimerHandle | None = None
+        self._unsent = 0
         self.lost = False
         self.letting_go = False
         """Set when the gateway ends the transport itself (:meth:`drop`, the end of serving): not the client gone."""
@@ -256,13 +261,39 @@ class _Output(asyncio.BaseProtocol):
 
     def pause_writing(self) -> None:
         self._taken.clear()
+        if self._stall_timer is None:
+            self._arm_stall_timer()
 
     def resume_writing(self) -> None:
         self._taken.set()
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+
+    def _arm_stall_timer(self) -> None:
+        assert self._transport is not None
+        self._unsent = self._transport.get_write_buffer_size()
+        self._stall_timer = asyncio.get_running_loop().call_later(WRITE_STALL_S, self._stalled)
+
+    def _stalled(self) -> None:
+        self._stall_timer = None
+        if self.lost or self._transport is None or self.letting_go:
+            return
+        if self._transport.get_write_buffer_size() < self._unsent:  # it reads, slowly: it gets another while
+            self._arm_stall_timer()
+            return
+        logger.error(  # (the gateway ends: said whatever the log level, as `serve` narrates only errors)
+            "cutting off the client: it read nothing of stdout for %g s while answers waited to reach it; "
+            "the gateway stops as if it had closed its end",
+            WRITE_STALL_S,
+        )
+        self.letting_go = True
+        self._transport.abort()
+        self._gone()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
-        self._taken.set()
+        self.resume_writing()  # (its stall timer)
         if exc is not None or not self.letting_go:  # (a pipe closed while nothing was buffered: no exception)
             logger.info("the client closed its end of stdout (%s): nothing more can reach it", exc or "EOF")
             self._gone()
