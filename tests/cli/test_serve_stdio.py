@@ -314,6 +314,29 @@ def test_past_the_bound_on_requests_in_flight_one_more_is_refused_and_answers_ma
         assert _text(answer["result"]) == "a:echo:room"
 
 
+def test_a_request_id_already_in_flight_is_refused_and_a_cancel_of_it_reaches_the_first_call(tmp_path: Path) -> None:
+    """As over HTTP. Before, the second request took the first one's place: both ran, and a cancel of that id
+    reached the second only; the first ran on and was answered after its client had cancelled it."""
+    with _gateway(tmp_path) as process, _bounded(process):
+        _send(process, *_HELLO)
+        _until(process, lambda m: m.get("id") == 0)
+        _send(process, _call(1, "sleep", seconds=60))
+        _started(process, 1)
+        _send(process, _call(1, "sleep", seconds=0.1), _call("1", "echo", text="same id"))  # type: ignore[arg-type]
+        refused = [m for m in _until(process, lambda m: m.get("id") == "1") if "id" in m]
+        assert [(m["id"], m["error"]["code"]) for m in refused] == [(1, -32600), ("1", -32600)]
+        assert refused[0]["error"]["message"] == "Invalid Request: a request with id 1 is in flight; use a new id"
+        _send(process, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+        _send(process, _call(1, "echo", text="after"))  # the id is free again once cancelled
+        [answer] = [m for m in _until(process, lambda m: "id" in m) if "id" in m]
+        assert _text(answer["result"]) == "a:echo:after"
+        log = tmp_path / "logs" / "a.log"
+        deadline = time.monotonic() + WAIT_S
+        while "cancelled request" not in log.read_text() and time.monotonic() < deadline:  # the first call's
+            time.sleep(0.02)
+        assert "cancelled request" in log.read_text()
+
+
 async def test_a_clients_answer_to_a_request_of_the_gateways_is_not_waited_for_as_one_of_its_requests() -> None:
     """The ledger of requests read counts requests only: the client's answer to the gateway's own request (sampling,
     in the gateway's ids, here the same id as one of the client's) was counted, and a stop waited for it in vain."""

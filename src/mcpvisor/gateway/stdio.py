@@ -31,6 +31,7 @@ import anyio
 import mcp_types as types
 import pydantic_core
 from mcp.server.stdio import stdio_server
+from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
@@ -73,9 +74,14 @@ class _Unanswered:
             and message.get("method") not in (None, "subscriptions/listen")
         )
 
+    def in_flight(self, request_id: Any) -> bool:
+        """Whether a request read with this id (``"7"`` and ``7`` are one, as the SDK correlates them) is not
+        answered yet."""
+        return is_request_id(request_id) and coerce_request_id(request_id) in self._ids
+
     def read(self, message: Any) -> None:
         if self.counts(message):
-            request_id = message["id"]
+            request_id = coerce_request_id(message["id"])
             self._ids[request_id] = self._ids.get(request_id, 0) + 1
             self.count += 1
         elif isinstance(message, dict) and message.get("method") == "notifications/cancelled":
@@ -83,7 +89,7 @@ class _Unanswered:
             self.answered(params.get("requestId") if isinstance(params, dict) else None)  # (never answered)
 
     def answered(self, request_id: Any) -> None:
-        if not is_request_id(request_id) or request_id not in self._ids:
+        if not is_request_id(request_id) or (request_id := coerce_request_id(request_id)) not in self._ids:
             return
         self.count -= 1
         self._ids[request_id] -= 1
@@ -153,6 +159,10 @@ class _Lines:
             passed, refusal, data = _verdict(text)
             if passed and self.unanswered.count >= MAX_UNANSWERED and self.unanswered.counts(data):
                 passed, refusal = False, _refusal(data["id"], types.INTERNAL_ERROR, _BUSY)
+            elif passed and self.unanswered.counts(data) and self.unanswered.in_flight(data["id"]):
+                # The SDK let the second one take the first one's place: a cancel of that id reached the second
+                # only, and the first ran on, answered after its client had cancelled it.
+                passed, refusal = False, _refusal(data["id"], types.INVALID_REQUEST, _reused(data["id"]))
             if passed:
                 self.unanswered.read(data)
                 return text
@@ -344,6 +354,10 @@ def _verdict(line: str) -> tuple[bool, types.JSONRPCError | None, Any]:
 
 
 _BUSY = f"the gateway has {MAX_UNANSWERED:,} requests of this client in flight: wait for answers before sending more"
+
+
+def _reused(request_id: Any) -> str:
+    return f"Invalid Request: a request with id {request_id!r} is in flight; use a new id"
 
 
 def _refusal(request_id: Any, code: int, message: str) -> types.JSONRPCError:
