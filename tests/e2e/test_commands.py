@@ -193,6 +193,23 @@ def test_add_and_approve_say_when_the_settings_keep_the_server_from_running(tmp_
     assert "does not run" not in plain.stdout
 
 
+def test_mcp_list_says_which_allow_list_leaves_a_server_out_and_the_fix(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    servers = {n: {"command": "echo"} for n in "abc"}
+    replace_text(layout.paths.user, json.dumps({"mcpServers": servers}))
+    replace_text(layout.paths.workspace, json.dumps({"mcp": {"allowed": ["a", "c"]}}))
+    where = ("--workspace", str(layout.root), "--allowed-mcp-server-names", "a,b")
+    flag = "not in --allowed-mcp-server-names given at start-up; relaunch with 'c' added to that flag"
+    key = f"not in mcp.allowed of {layout.paths.workspace}; add it there"
+    shown = cli("mcp", "list", *where, env=layout.env)
+    assert shown.returncode == 0, shown.stderr
+    said = " ".join(shown.stdout.split())
+    assert f"b · ○ not allowed — {key}" in said
+    assert f"c · ○ not allowed — {flag}" in said
+    listed = json.loads(cli("mcp", "list", "--json", *where, env=layout.env).stdout)
+    assert {row["name"]: row["error"] for row in listed["servers"]} == {"a": None, "b": key, "c": flag}
+
+
 def test_add_and_remove_edit_the_settings_file(tmp_path: Path) -> None:
     layout = make_layout(tmp_path)
     added = cli("mcp", "add", "t", "--workspace", str(layout.root), "--", "node", "server.js", env=layout.env)

@@ -328,7 +328,7 @@ def test_allow_all_and_deny_all_are_never_interchangeable(gating: McpGating) -> 
     assert not mcp_gating_equal(McpGating(**{**fields, "allowed": None}), McpGating(**{**fields, "allowed": ()}))
 
 
-def _fields(gating: McpGating) -> dict[str, tuple[str, ...] | None]:
+def _fields(gating: McpGating) -> dict[str, Any]:
     return {"excluded": gating.excluded, "allowed": gating.allowed, "pending": gating.pending}
 
 

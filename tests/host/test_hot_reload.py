@@ -228,6 +228,28 @@ async def test_a_workspace_allow_list_never_widens_the_users(tmp_path: Path) -> 
         assert s.host.config.get_mcp_server_unavailable_reason("b") == "not_allowed"
 
 
+async def test_a_server_an_allow_list_leaves_out_is_said_to_be_left_out_by_that_list_with_the_fix_that_works(
+    tmp_path: Path,
+) -> None:
+    """The flag given at start-up and the settings file's ``mcp.allowed`` are told apart, in the status rows and in
+    what a call of its tool says: adding a name to the settings cannot widen the flag, only relaunching can."""
+    servers = {n: server(n) for n in "abc"}
+    user = {"mcpServers": servers, "mcp": {"allowed": ["a", "c"]}}
+    async with session(tmp_path, user=user, allowed_mcp_server_names=["a", "b"]) as s:
+        file = s.layout.paths.user
+        flag = "not in --allowed-mcp-server-names given at start-up; relaunch with 'c' added to that flag"
+        key = f"not in mcp.allowed of {file}; add it there"
+        rows = {row.name: row for row in s.host.server_views()}
+        assert (rows["b"].error, rows["c"].error) == (key, flag)
+        assert str(s.host.config.not_found("mcp__b__echo", "tool")).endswith(f"server 'b' is not allowed: {key}")
+        assert str(s.host.config.not_found("mcp__c__echo", "tool")).endswith(f"server 'c' is not allowed: {flag}")
+        save(file, {"mcpServers": servers})  # the same list, now set by the workspace's settings
+        save(s.layout.paths.workspace, {"mcp": {"allowed": ["a", "c"]}})
+        moved = f"not in mcp.allowed of {s.layout.paths.workspace}; add it there"
+        await wait_until(lambda: s.host.config.get_mcp_gating().why_not_allowed("b") == moved, what="the moved list")
+        assert {row.name: row.error for row in s.host.server_views()}["b"] == moved
+
+
 async def test_an_empty_allow_list_denies_all(tmp_path: Path) -> None:
     async with session(tmp_path, user={"mcpServers": {"a": server("a")}, "mcp": {"allowed": []}}) as s:
         assert s.live() == set()

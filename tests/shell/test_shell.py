@@ -218,6 +218,14 @@ async def test_call_of_an_excluded_servers_tool_names_the_server_and_the_fix(tmp
         await s.run("/call mcp__b__echo", "remove 'b' from mcp.excluded in your settings")
 
 
+async def test_a_server_an_edit_takes_out_of_the_allow_list_is_said_to_be_left_out_by_that_file(tmp_path: Path) -> None:
+    servers = {"a": server("a"), "b": server("b")}
+    async with shell(tmp_path, user={"mcpServers": servers}) as s:
+        await s.run("/mcp", "b · ● connected")
+        save(s.layout.paths.user, {"mcpServers": servers, "mcp": {"allowed": ["a"]}})
+        await s.wait_for(f"○ b not allowed — not in mcp.allowed of {s.layout.paths.user}; add it there")
+
+
 async def test_call_arguments_that_are_not_a_json_object_are_refused_with_an_example(tmp_path: Path) -> None:
     async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
         await s.run("/call mcp__a__echo {text: hi}", "arguments are not valid JSON")

@@ -164,6 +164,7 @@ def list_servers(
                     "transport": r.transport,
                     "target": r.target,
                     "admission": "untrusted" if r.state == "untrusted" else r.reason or "allowed",
+                    "error": r.error,  # why it is not admitted (an invalid entry, an allow-list), with the fix
                     "approval": r.approval,
                     "held_tools": list(r.held_tools),
                     "held_prompts": list(r.held_prompts),

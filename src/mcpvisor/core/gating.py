@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase, translate
 
-__all__ = ["McpGating", "NameMatcher", "escape_glob", "matches_any", "names_tuple"]
+__all__ = ["AllowList", "McpGating", "NameMatcher", "escape_glob", "matches_any", "names_tuple", "not_allowed_by"]
 
 _GLOB_CHARS = frozenset("*?[")
 
@@ -46,6 +46,33 @@ class NameMatcher:
 
 
 @dataclass(frozen=True, slots=True)
+class AllowList:
+    """One of the lists an allow-list is combined from: the start-up flag ``key`` (``file`` None), or the settings
+    key ``key`` of ``file``."""
+
+    key: str
+    patterns: tuple[str, ...]
+    file: str | None = None
+
+
+def not_allowed_by(name: str, lists: Iterable[AllowList]) -> str | None:
+    """Which of ``lists`` leave server ``name`` out, and the fix that lets it in (None: each admits it).
+
+    >>> not_allowed_by("db", [AllowList("mcp.allowed", ("web",), "/w/settings.json")])
+    'not in mcp.allowed of /w/settings.json; add it there'
+    """
+    missed = [lst for lst in lists if not matches_any(name, lst.patterns)]
+    flags = [lst.key for lst in missed if lst.file is None]
+    files = [lst for lst in missed if lst.file is not None]
+    left_out = [f"{flag} given at start-up" for flag in flags]
+    fixes = [f"relaunch with {name!r} added to that flag"] if flags else []
+    if files:
+        left_out.append(f"{files[0].key} of {', '.join(str(lst.file) for lst in files)}")
+        fixes.append(f"add it to {files[0].key} there" if fixes else "add it there")
+    return f"not in {' nor in '.join(left_out)}; {' and '.join(fixes)}" if left_out else None
+
+
+@dataclass(frozen=True, slots=True)
 class McpGating:
     """The three admission lists.
 
@@ -56,6 +83,8 @@ class McpGating:
     excluded: tuple[str, ...] | None = None
     allowed: tuple[str, ...] | None = None
     pending: tuple[str, ...] | None = None
+    allowed_by: tuple[AllowList, ...] = field(default=(), compare=False)
+    """The lists ``allowed`` was combined from, to say which leaves a server out (empty: not known)."""
     _excluded: NameMatcher = field(init=False, repr=False, compare=False)
     _allowed: NameMatcher | None = field(init=False, repr=False, compare=False)
     _pending: frozenset[str] = field(init=False, repr=False, compare=False)
@@ -73,3 +102,7 @@ class McpGating:
 
     def is_pending(self, name: str) -> bool:
         return name in self._pending
+
+    def why_not_allowed(self, name: str) -> str | None:
+        """Which allow-list leaves ``name`` out and the fix (:func:`not_allowed_by`); None when that is not known."""
+        return not_allowed_by(name, self.allowed_by)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from mcpvisor.core.errors import NotFoundError, RequestKind, name_word, not_found
-from mcpvisor.core.gating import matches_any
+from mcpvisor.core.gating import McpGating, matches_any
 from mcpvisor.core.registry import TOOL_PREFIX, PromptRegistry, ToolRegistry, mcp_tool_name, owner_among
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ class Servers(Protocol):
     def get_mcp_server_unavailable_reason(self, name: str) -> str | None: ...
     def refined_reason(self, name: str, reason: str) -> str: ...
     def get_cli_allowed_mcp_server_names(self) -> tuple[str, ...] | None: ...
+    def get_mcp_gating(self) -> McpGating: ...
     def not_found(self, name: str, kind: RequestKind) -> NotFoundError: ...
 
 
@@ -71,7 +72,9 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
         text = f"{head} was removed from the configuration this session; add it back to mcpServers to use it"
     elif reason == "not_allowed":
         ceiling = config.get_cli_allowed_mcp_server_names()
-        if ceiling is not None and not matches_any(server, ceiling):
+        if (why := config.get_mcp_gating().why_not_allowed(server)) is not None:
+            text = f"{head} is not allowed: {why}"
+        elif ceiling is not None and not matches_any(server, ceiling):
             text = (
                 f"{head} is not allowed by the start-up flag --allowed-mcp-server-names; "
                 "restart with the server listed in that flag"

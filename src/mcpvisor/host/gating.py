@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
-from mcpvisor.core.gating import McpGating, escape_glob, matches_any
+from mcpvisor.core.gating import AllowList, McpGating, escape_glob, matches_any
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore
 
 __all__ = [
+    "allow_lists",
     "mcp_gating_equal",
     "mcp_servers_equal",
     "recompute_mcp_gating",
@@ -58,9 +59,18 @@ def resolve_allowed(
     return tuple(escape_glob(name) for name in admitted)
 
 
+def allow_lists(
+    by_file: Mapping[str, Sequence[str]], cli_allowed: Sequence[str] | None, *, key: str, flag: str
+) -> tuple[AllowList, ...]:
+    """The allow-lists to name when one leaves a server out: the settings ``key`` of each file that sets it
+    (``by_file``), then the start-up ``flag`` when it was given."""
+    files = (AllowList(key, tuple(patterns), file) for file, patterns in by_file.items())
+    return (*files, *([AllowList(flag, tuple(cli_allowed))] if cli_allowed is not None else []))
+
+
 def recompute_mcp_gating(
     *,
-    allowed_lists: Sequence[Sequence[str]],
+    allowed_lists: Sequence[Sequence[str]] | Mapping[str, Sequence[str]],
     excluded: Sequence[str] | None,
     cli_allowed: Sequence[str] | None,
     servers: Mapping[str, McpServerConfig],
@@ -70,16 +80,20 @@ def recompute_mcp_gating(
 ) -> McpGating:
     """The gating lists for the desired server map ``servers``.
 
-    Used both at start-up and on every reload. ``extra_names`` are further server names that the
-    allow-lists must be resolved against when several lists combine (extension or runtime servers).
+    Used both at start-up and on every reload. ``allowed_lists`` may be given by the file that sets each (then a
+    server left out is said to be left out by that file's ``mcp.allowed``). ``extra_names`` are further server
+    names that the allow-lists must be resolved against when several lists combine (extension or runtime servers).
     ``pending`` holds the gated servers not approved for ``root`` (rejected included).
     """
     names = {*servers, *extra_names}
     pending = approvals.get_pending_gated_mcp_servers(servers, root)
+    by_file = allowed_lists if isinstance(allowed_lists, Mapping) else {}
+    lists = list(allowed_lists.values()) if isinstance(allowed_lists, Mapping) else allowed_lists
     return McpGating(
         excluded=resolve_excluded(excluded),
-        allowed=resolve_allowed(allowed_lists, cli_allowed, names),
+        allowed=resolve_allowed(lists, cli_allowed, names),
         pending=pending or None,
+        allowed_by=allow_lists(by_file, cli_allowed, key="mcp.allowed", flag="--allowed-mcp-server-names"),
     )
 
 
@@ -107,8 +121,11 @@ def _as_set(items: Iterable[str] | None) -> frozenset[str]:
 
 def mcp_gating_equal(a: McpGating, b: McpGating) -> bool:
     """Whether two gatings admit the same: lists as sets; ``None`` == ``[]`` for excluded and pending,
-    but for allowed ``None`` (admit all) != ``[]`` (admit none)."""
+    but for allowed ``None`` (admit all) != ``[]`` (admit none). An allow-list moved to another file is a
+    change too (what says which list leaves a server out follows it)."""
     if _as_set(a.excluded) != _as_set(b.excluded) or _as_set(a.pending) != _as_set(b.pending):
+        return False
+    if a.allowed_by != b.allowed_by:
         return False
     if a.allowed is None or b.allowed is None:
         return a.allowed is None and b.allowed is None

@@ -144,8 +144,9 @@ class ServerView:
     """The command line or URL (never env values or headers)."""
     state: ServerState
     reason: str | None
-    """``excluded``, ``not_allowed``, ``pending_approval``, ``rejected``, ``invalid`` (its entry is not valid: no
-    server runs for it, ``error`` says why and the fix) or None."""
+    """``excluded``, ``not_allowed`` (``error`` says which allow-list leaves it out and the fix), ``pending_approval``,
+    ``rejected``, ``invalid`` (its entry is not valid: no server runs for it, ``error`` says why and the fix) or
+    None."""
     approval: str | None
     """For gated servers: ``approved``, ``pending`` or ``rejected``; None when not gated."""
     tools: int = 0
@@ -281,6 +282,7 @@ def describe_servers(
             if conn is not None and conn.needs_auth and conn.status == "disconnected":
                 state = "needs_auth"
         conn = live.get(name) if live is not None else None
+        error = conn.error if conn is not None and reason is None else None
         rows.append(
             ServerView(
                 name=name,
@@ -294,7 +296,7 @@ def describe_servers(
                 approval=approval,
                 tools=conn.tools if conn is not None and reason is None else 0,
                 prompts=conn.prompts if conn is not None and reason is None else 0,
-                error=conn.error if conn is not None and reason is None else None,
+                error=gating.why_not_allowed(name) if reason == "not_allowed" else error,
                 log_path=conn.log_path if conn is not None else None,
                 sign_in=(sign_ins or {}).get(name),
                 held_tools=conn.held_tools if conn is not None else (held or {}).get(name, ((), ()))[0],
@@ -338,7 +340,8 @@ def state_text(
     if row.state == "disabled":
         return "○", "disabled (in mcp.excluded)", "dim"
     if row.state == "not_allowed":
-        return "○", "not allowed (not in mcp.allowed or --allowed-mcp-server-names)", "dim"
+        why = f" — {row.error}" if row.error else " (not in mcp.allowed or --allowed-mcp-server-names)"
+        return "○", f"not allowed{why}", "dim"
     if row.state == "rejected":
         return "✗", "rejected — edit config to re-approve", "red"
     if row.state == "needs_approval":

@@ -178,7 +178,8 @@ class HumanOutput:
                     if reason == "excluded":
                         self._say(f"[dim]○ {escape(str(name))} disabled (mcp.excluded)[/]")
                     elif reason == "not_allowed":
-                        self._say(f"[dim]○ {escape(str(name))} not allowed[/]")
+                        why = self._host.config.get_mcp_gating().why_not_allowed(name)
+                        self._say(f"[dim]○ {escape(str(name))} not allowed{escape(f' — {why}' if why else '')}[/]")
                     elif reason == "rejected":
                         fix = fill_hint(self._approve_command, name)
                         self._say(
