@@ -210,6 +210,18 @@ def test_mcp_list_says_which_allow_list_leaves_a_server_out_and_the_fix(tmp_path
     assert {row["name"]: row["error"] for row in listed["servers"]} == {"a": None, "b": key, "c": flag}
 
 
+def test_lsp_list_says_which_allow_list_leaves_a_language_server_out_and_the_fix(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    servers = {n: {"command": "x", "extensionToLanguage": {f".{n}": n}} for n in "abc"}
+    replace_text(layout.paths.user, json.dumps({"lspServers": servers, "lsp": {"allowed": ["a", "c"]}}))
+    where = ("--workspace", str(layout.root), "--allowed-lsp-server-names", "a,b")
+    flag = "not in --allowed-lsp-server-names given at start-up; relaunch with 'c' added to that flag"
+    key = f"not in lsp.allowed of {layout.paths.user}; add it there"
+    listed = json.loads(cli("lsp", "list", "--json", *where, env=layout.env).stdout)
+    states = {row["name"]: row["state"] for row in listed["servers"]}
+    assert (states["b"], states["c"]) == (f"not allowed — {key}", f"not allowed — {flag}")
+
+
 def test_add_and_remove_edit_the_settings_file(tmp_path: Path) -> None:
     layout = make_layout(tmp_path)
     added = cli("mcp", "add", "t", "--workspace", str(layout.root), "--", "node", "server.js", env=layout.env)

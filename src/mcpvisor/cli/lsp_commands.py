@@ -62,6 +62,8 @@ def configured_state(state: LspDesiredState, name: str, trusted: bool, root: Pat
     reason = state.reason(name)
     if reason == "pending_approval":
         return f"needs approval — run: {lsp_approve_hint(root, name, options)}"
+    if reason == "not_allowed" and (why := state.gating.why_not_allowed(name)) is not None:
+        return f"not allowed — {why}"
     if reason is not None:
         return _STATES[reason].format(name=name)
     if missing := missing_command(name, state.servers[name]):

@@ -106,6 +106,7 @@ async def session(
     lsp_json: dict[str, Any] | None = None,
     user: dict[str, Any] | None = None,
     watch: bool = True,
+    allowed_lsp: list[str] | None = None,
     **env: str,
 ) -> AsyncIterator[Session]:
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"), **env)
@@ -115,7 +116,7 @@ async def session(
         replace_text(layout.root / ".lsp.json", json.dumps(lsp_json))
     if user is not None:
         replace_text(layout.paths.user, json.dumps(user))
-    host = Host(HostOptions(env=layout.env, workspace=layout.root, watch=watch))
+    host = Host(HostOptions(env=layout.env, workspace=layout.root, watch=watch, allowed_lsp_server_names=allowed_lsp))
     s = Session(layout, host)
     host.subscribe(s.events.append)
     async with host:
@@ -556,8 +557,19 @@ async def test_excluded_and_not_allowed_servers_never_start(tmp_path: Path, lsp:
         assert s.host.lsp.manager.why_not("python").endswith(
             "remove it from lsp.excluded in your settings"
             if "excluded" in reason
-            else "add it to lsp.allowed in your settings"
+            else f"is not allowed: not in lsp.allowed of {s.layout.paths.user}; add it there"
         )
+        assert not language_server_processes(s.layout.root)
+
+
+async def test_a_server_the_start_up_flag_leaves_out_says_so_rather_than_to_edit_the_settings(tmp_path: Path) -> None:
+    """``lsp.allowed`` can only narrow ``--allowed-lsp-server-names``: adding the name to the settings cannot help."""
+    user = {"lspServers": {"python": pylsp()}, "lsp": {"allowed": ["python"]}}
+    async with session(tmp_path, user=user, watch=False, allowed_lsp=["other"]) as s:
+        flag = "not in --allowed-lsp-server-names given at start-up; relaunch with 'python' added to that flag"
+        assert s.host.lsp.manager.why_not("python") == f"language server 'python' is not allowed: {flag}"
+        [view] = s.host.lsp.views()
+        assert view.state == f"not allowed — {flag}"
         assert not language_server_processes(s.layout.root)
 
 

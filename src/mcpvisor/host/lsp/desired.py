@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from mcpvisor.core.gating import McpGating
 from mcpvisor.host.approvals import ApprovalStore, is_gated
-from mcpvisor.host.gating import resolve_allowed, resolve_excluded
+from mcpvisor.host.gating import allow_lists, resolve_allowed, resolve_excluded
 from mcpvisor.host.lsp.config import LspServerConfig
 from mcpvisor.host.settings.loader import SETTINGS_SCOPES, Settings
 from mcpvisor.host.settings.lsp_servers import AssembledLsp, LspFile, assemble_lsp_servers
@@ -96,7 +96,7 @@ def compute_lsp_state(
 ) -> LspDesiredState:
     """The desired language servers and their admission, from the settings as they are in memory."""
     assembled = assemble_lsp_servers(settings.lsp_layers(), settings.lsp_project, list(cli_files), env=settings.env)
-    allowed_lists: list[tuple[str, ...]] = []
+    allowed_lists: dict[str, tuple[str, ...]] = {}
     excluded: list[str] = []
     problems: list[str] = []
     startup: Startup = "lazy"
@@ -109,7 +109,7 @@ def compute_lsp_state(
             continue
         where = settings.paths.of(scope)
         if "allowed" in section:
-            allowed_lists.append(_patterns(section["allowed"], "lsp.allowed", where, problems, ()))
+            allowed_lists[str(where)] = _patterns(section["allowed"], "lsp.allowed", where, problems, ())
         if "excluded" in section:
             excluded.extend(_patterns(section["excluded"], "lsp.excluded", where, problems, ("*",)))
         if "startup" in section:
@@ -127,8 +127,9 @@ def compute_lsp_state(
     pending = approvals.get_pending_gated_mcp_servers(servers, settings.root, "lsp")
     gating = McpGating(
         excluded=resolve_excluded(excluded),
-        allowed=resolve_allowed(allowed_lists, cli_allowed, servers),
+        allowed=resolve_allowed(list(allowed_lists.values()), cli_allowed, servers),
         pending=pending or None,
+        allowed_by=allow_lists(allowed_lists, cli_allowed, key="lsp.allowed", flag="--allowed-lsp-server-names"),
     )
     rejected = tuple(
         n

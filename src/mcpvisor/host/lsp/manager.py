@@ -247,7 +247,8 @@ class LspManager:
         if reason == "excluded":
             return f"language server {name!r} is excluded; remove it from lsp.excluded in your settings"
         if reason == "not_allowed":
-            return f"language server {name!r} is not allowed; add it to lsp.allowed in your settings"
+            why = self.state.gating.why_not_allowed(name) or "add it to lsp.allowed in your settings"
+            return f"language server {name!r} is not allowed: {why}"
         return f"language server {name!r} is not configured"
 
     async def ready(self, server: LanguageServer) -> None:

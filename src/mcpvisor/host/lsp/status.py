@@ -36,7 +36,8 @@ def describe_state(
     if reason == "excluded":
         return "disabled (in lsp.excluded)"
     if reason == "not_allowed":
-        return "not allowed"
+        why = manager.state.gating.why_not_allowed(name)
+        return f"not allowed — {why}" if why else "not allowed"
     if cfg is not None and (server is None or server.state == "stopped") and (missing := missing_command(name, cfg)):
         return f"stopped — {missing}"
     if server is None:
