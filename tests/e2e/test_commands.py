@@ -222,6 +222,17 @@ def test_lsp_list_says_which_allow_list_leaves_a_language_server_out_and_the_fix
     assert (states["b"], states["c"]) == (f"not allowed — {key}", f"not allowed — {flag}")
 
 
+def test_status_warns_once_about_each_language_server_key_of_the_wrong_type(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    lsp = {"allowed": 5, "excluded": {"a": 1}, "startup": 3, "idleStopSeconds": "x"}
+    replace_text(layout.paths.user, json.dumps({"lspServers": ["x"], "lsp": lsp}))
+    shown = cli("status", "--workspace", str(layout.root), env=layout.env)
+    said = [line for line in shown.stdout.splitlines() if line.startswith("!")]
+    for key in ("lspServers", "lsp.allowed", "lsp.excluded", "lsp.startup", "lsp.idleStopSeconds"):
+        assert len([line for line in said if f" {key} " in line]) == 1, said
+    assert f"! ignored lspServers in {layout.paths.user}: expected an object of language servers by name" in said
+
+
 def test_add_and_remove_edit_the_settings_file(tmp_path: Path) -> None:
     layout = make_layout(tmp_path)
     added = cli("mcp", "add", "t", "--workspace", str(layout.root), "--", "node", "server.js", env=layout.env)

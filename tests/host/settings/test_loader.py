@@ -360,9 +360,10 @@ def test_a_key_of_the_wrong_type_is_warned_about_once_by_what_its_reading_makes_
     assert warning.startswith(said)
 
 
-def test_a_null_mcp_servers_is_warned_about() -> None:
+@pytest.mark.parametrize("key", ["mcpServers", "lspServers"])
+def test_a_null_servers_key_is_warned_about(key: str) -> None:
     """Its reading takes null for no servers and says nothing: the type check says it (it said nothing either)."""
-    assert _merge(user={"mcpServers": None}).warnings == ("mcpServers should be object, got null in /user.json",)
+    assert _merge(user={key: None}).warnings == (f"{key} should be object, got null in /user.json",)
 
 
 def test_settings_values_expand_variables() -> None:

@@ -125,6 +125,8 @@ def _pattern_list(
 
 SAID_WHEN_READ = frozenset({"mcpServers", "mcp.allowed", "mcp.excluded"})
 """Keys whose reading below says what a value of the wrong type becomes (ignored, deny all, exclude all)."""
+SAID_BY_LSP = frozenset({"lspServers", "lsp.allowed", "lsp.excluded", "lsp.startup", "lsp.idleStopSeconds"})
+"""Keys the language servers' reading says the same of (``mcpvisor.host.lsp.desired``)."""
 
 
 def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> MergedSettings:
@@ -145,8 +147,9 @@ def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> Merg
             f"unknown setting {key!r} in {where}{servers_key_hint(key, layer.data[key]) if key in layer.data else ''}"
             for key in unknown_keys(layer.data)
         )
-        # (a null mcpServers reads as none at all, silently: the type check says it)
-        read = SAID_WHEN_READ if layer.data.get("mcpServers") is not None else SAID_WHEN_READ - {"mcpServers"}
+        # (a null mcpServers or lspServers reads as none at all, silently: the type check says it)
+        nulls = {key for key in ("mcpServers", "lspServers") if layer.data.get(key) is None}
+        read = (SAID_WHEN_READ | SAID_BY_LSP) - nulls
         said = type_mismatches(layer.data, said_when_read=read)
         warnings.extend(f"{problem} in {where}" for problem in said)
         missing: set[str] = set()
