@@ -233,6 +233,16 @@ def test_status_warns_once_about_each_language_server_key_of_the_wrong_type(tmp_
     assert f"! ignored lspServers in {layout.paths.user}: expected an object of language servers by name" in said
 
 
+def test_an_invalid_language_server_allow_list_is_said_to_deny_all(tmp_path: Path) -> None:
+    """It said "treated as none", read as "no list" (every server allowed), when no server may run."""
+    layout = make_layout(tmp_path)
+    replace_text(layout.paths.user, json.dumps({"lsp": {"allowed": 5, "excluded": {"a": 1}}}))
+    said = cli("lsp", "list", "--workspace", str(layout.root), env=layout.env).stdout
+    invalid = f"in {layout.paths.user}: expected a list of glob patterns; treated as"
+    assert f"! invalid lsp.allowed {invalid} deny all: no language server may run" in " ".join(said.split())
+    assert f"! invalid lsp.excluded {invalid} exclude all" in " ".join(said.split())
+
+
 def test_add_and_remove_edit_the_settings_file(tmp_path: Path) -> None:
     layout = make_layout(tmp_path)
     added = cli("mcp", "add", "t", "--workspace", str(layout.root), "--", "node", "server.js", env=layout.env)

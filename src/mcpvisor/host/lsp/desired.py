@@ -83,7 +83,8 @@ def _patterns(value: Any, what: str, where: Path, problems: list[str], on_invali
         return (value,)
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return tuple(value)
-    problems.append(f"invalid {what} in {where}: expected a list of glob patterns; treated as {on_invalid or 'none'}")
+    fallback = "deny all: no language server may run" if what == "lsp.allowed" else "exclude all"
+    problems.append(f"invalid {what} in {where}: expected a list of glob patterns; treated as {fallback}")
     return on_invalid
 
 
