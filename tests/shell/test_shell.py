@@ -830,3 +830,21 @@ async def test_a_start_that_failed_after_its_pass_and_fails_again_the_same_way_i
         await s.wait_for("+ added c", since)
         out = " ".join(s.text(since).split())
         assert out.count("x failed to start") == 1, out
+
+
+async def test_a_running_server_changed_to_an_entry_that_cannot_start_is_said_to_have_failed_to_restart(
+    tmp_path: Path,
+) -> None:
+    """An edit restarting a connected server with a command that does not exist: its failure was said as a
+    disconnection ("✗ b disconnected"), then "↻ restarted b" as if it ran again; it is one line, with the fix."""
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a"), "b": server("b")}}) as s:
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "b": {"command": "/nonexistent/bin/tool"}}})
+        said = await s.wait_for(
+            "✗ b failed to restart (command, args changed): executable '/nonexistent/bin/tool' not found; "
+            "check mcpServers.b.command",
+            since,
+        )
+        await s.run("/mcp", "b · ✗ disconnected — executable '/nonexistent/bin/tool' not found")
+        assert "b disconnected" not in said
+        assert "restarted b" not in said

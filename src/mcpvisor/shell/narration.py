@@ -168,7 +168,13 @@ class HumanOutput:
                     self._say(f"[yellow]- removed {escape(str(name))}[/]")
                 for name in event.restarted:
                     fields = ", ".join(changed_fields(self._servers.get(name), current.get(name)))
-                    self._say(f"[cyan]↻ restarted {escape(str(name))}[/] ({escape(fields)} changed)")
+                    if (failed := event.failed.get(name)) and name not in event.starting:
+                        reason = failed.split(": ", 1)[-1]  # (said even as before: it is another configuration's)
+                        self._failures[name] = reason
+                        said = f"({escape(fields)} changed): {escape(reason)}"
+                        self._say(f"[red]✗ {escape(str(name))} failed to restart[/] {said}")
+                    else:
+                        self._say(f"[cyan]↻ restarted {escape(str(name))}[/] ({escape(fields)} changed)")
                 for name in event.refiltered:
                     self._say(f"[cyan]~ {escape(str(name))}: tool filters changed, re-filtered in place[/]")
                 for name, reason in event.gated.items():
@@ -255,7 +261,9 @@ class HumanOutput:
                 if (cfg := self._servers.get(event.server)) is not None and cfg.transport != "stdio":
                     self._unreached.add(event.server)  # tried again by itself: its coming up is said
         elif isinstance(event, ServerStateChanged) and event.status != "disconnected":
-            if event.status == "connected":
+            if event.status == "connecting":  # starting again (a restart): a failure now is a start's, said as one
+                self._up.discard(event.server)
+            elif event.status == "connected":
                 self._up.add(event.server)
                 count = plural(len(event.tools), "tool")
                 if event.server in self._down:  # back (its reconnect): the last word said of it must not be "lost"
