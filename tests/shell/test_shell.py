@@ -848,3 +848,21 @@ async def test_a_running_server_changed_to_an_entry_that_cannot_start_is_said_to
         await s.run("/mcp", "b · ✗ disconnected — executable '/nonexistent/bin/tool' not found")
         assert "b disconnected" not in said
         assert "restarted b" not in said
+
+
+async def test_a_server_that_failed_to_start_and_is_changed_is_said_once_to_restart_or_to_fail(tmp_path: Path) -> None:
+    """A server whose start failed, changed by an edit, is both retried and restarted: a failing change was said
+    "✗ b failed to start" then "↻ restarted b", and a fixing one "+ connected b" then "↻ restarted b"."""
+    tool = {"command": "/nonexistent/bin/tool"}
+    async with shell(tmp_path, user={"mcpServers": {"a": server("a"), "b": tool}}) as s:
+        await s.run("/mcp", "b · ✗")
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "b": {**tool, "args": ["-v"]}}})
+        failed = await s.wait_for("✗ b failed to restart (args changed): executable '/nonexistent/bin/tool'", since)
+        assert "restarted b" not in failed
+        assert "b failed to start" not in failed
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "b": server("b")}})
+        await s.wait_for("↻ restarted b (command, args changed)", since)
+        await s.run("/mcp", "b · ● connected (1 tool")
+        assert "connected b" not in s.text(since)

@@ -151,7 +151,8 @@ class HumanOutput:
                         continue  # a retry of a failed start: said if it ends otherwise (as one a pass sees end)
                     self._say(f"[dim]◌ {escape(str(name))} is still starting[/]")  # how it ends is said when it does
                 self._said_starting |= set(event.starting)
-                for name in (n for n in (*event.added, *event.retried) if n not in event.starting):
+                # (a failed server whose entry changed is retried and restarted: the restart's line says it)
+                for name in (n for n in (*event.added, *event.retried) if n not in {*event.starting, *event.restarted}):
                     failed = event.failed.get(name)
                     if failed:
                         reason = failed.split(": ", 1)[-1]
@@ -174,6 +175,8 @@ class HumanOutput:
                         said = f"({escape(fields)} changed): {escape(reason)}"
                         self._say(f"[red]✗ {escape(str(name))} failed to restart[/] {said}")
                     else:
+                        if name not in event.starting:
+                            self._failures.pop(name, None)
                         self._say(f"[cyan]↻ restarted {escape(str(name))}[/] ({escape(fields)} changed)")
                 for name in event.refiltered:
                     self._say(f"[cyan]~ {escape(str(name))}: tool filters changed, re-filtered in place[/]")
