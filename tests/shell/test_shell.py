@@ -866,3 +866,17 @@ async def test_a_server_that_failed_to_start_and_is_changed_is_said_once_to_rest
         await s.wait_for("↻ restarted b (command, args changed)", since)
         await s.run("/mcp", "b · ● connected (1 tool")
         assert "connected b" not in s.text(since)
+
+
+async def test_fixing_an_invalid_entry_is_said_as_fixing_a_file_that_did_not_parse_is(tmp_path: Path) -> None:
+    """An invalid entry is said with "fix the entry and save to apply it"; the save that fixed it, as written before
+    (so no server changed), was followed by nothing, leaving the user to wonder whether it was read."""
+    async with shell(tmp_path, user={"mcpServers": {"h": server("h")}}) as s:
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {"h": {**server("h"), "args": "oops"}}})
+        await s.wait_for("fix the entry and save to apply it", since)
+        since = s.mark()
+        save(s.layout.paths.user, {"mcpServers": {"h": server("h")}})
+        await s.wait_for(f"✓ {s.layout.paths.user} is valid again — applied", since)
+        out = await s.run("/mcp", "h · ● connected (1 tool, 0 prompts)")
+        assert "invalid entry" not in out

@@ -440,6 +440,7 @@ class SettingsWatcher:
             self._quiet_until[scope] = quiet = anyio.current_time() + self._debounce_s
             if scope in self._due:  # a save heard while this read ran follows this reload: it waits for the window too
                 self._due[scope] = max(self._due[scope], quiet)
+        had_kept = bool((self._told.get(scope) or (None, None, ()))[2])  # (entries said invalid at its last read)
         told = kept_told = False
         if result.error is not None or result.kept:
             state = await anyio.to_thread.run_sync(read_file_state, self._targets[scope])
@@ -457,7 +458,7 @@ class SettingsWatcher:
             self._broken.add(scope)
             await self._dispatch(self._error_listeners, result.error)
             return
-        if scope in self._broken:
+        if scope in self._broken or (had_kept and not result.kept):  # (a fix of its invalid entries too)
             self._broken.discard(scope)
             if read.data is not None:  # a broken file deleted is no file valid again (its removal is what applies)
                 ok = SettingsOk(scope, self._targets[scope])
