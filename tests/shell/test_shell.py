@@ -880,3 +880,16 @@ async def test_fixing_an_invalid_entry_is_said_as_fixing_a_file_that_did_not_par
         await s.wait_for(f"✓ {s.layout.paths.user} is valid again — applied", since)
         out = await s.run("/mcp", "h · ● connected (1 tool, 0 prompts)")
         assert "invalid entry" not in out
+
+
+async def test_a_server_restarted_by_an_edit_and_still_starting_is_said_restarted_then_still_starting(
+    tmp_path: Path,
+) -> None:
+    """A connected server whose edit restarts it into a slow start: "◌ slow is still starting" came before
+    "↻ restarted slow", as if the old start were still going when the edit landed."""
+    async with shell(tmp_path, user={"mcpServers": {"slow": server("slow")}}, startup_wait_s=0.1) as s:
+        since = s.mark()
+        hangs = server("slow", "--hang-on-initialize", discoveryTimeoutMs=600_000)
+        save(s.layout.paths.user, {"mcpServers": {"slow": hangs}})
+        said = " ".join((await s.wait_for("slow is still starting", since)).split())
+        assert "↻ restarted slow (args changed) ◌ slow is still starting" in said, said

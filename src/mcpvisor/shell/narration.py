@@ -146,11 +146,6 @@ class HumanOutput:
             self._starting |= set(event.starting)  # (the first pass's: the status table shows them connecting)
             self._note_connections(event.starting)
             if self._ready:
-                for name in (n for n in event.starting if n not in self._said_starting):  # once, not at each pass
-                    if name in event.retried and name in self._failures:
-                        continue  # a retry of a failed start: said if it ends otherwise (as one a pass sees end)
-                    self._say(f"[dim]◌ {escape(str(name))} is still starting[/]")  # how it ends is said when it does
-                self._said_starting |= set(event.starting)
                 # (a failed server whose entry changed is retried and restarted: the restart's line says it)
                 for name in (n for n in (*event.added, *event.retried) if n not in {*event.starting, *event.restarted}):
                     failed = event.failed.get(name)
@@ -178,6 +173,11 @@ class HumanOutput:
                         if name not in event.starting:
                             self._failures.pop(name, None)
                         self._say(f"[cyan]↻ restarted {escape(str(name))}[/] ({escape(fields)} changed)")
+                for name in (n for n in event.starting if n not in self._said_starting):  # once, after its restart
+                    if name in event.retried and name in self._failures:
+                        continue  # a retry of a failed start: said if it ends otherwise (as one a pass sees end)
+                    self._say(f"[dim]◌ {escape(str(name))} is still starting[/]")  # how it ends is said when it does
+                self._said_starting |= set(event.starting)
                 for name in event.refiltered:
                     self._say(f"[cyan]~ {escape(str(name))}: tool filters changed, re-filtered in place[/]")
                 for name, reason in event.gated.items():
