@@ -116,3 +116,24 @@ async def test_a_save_that_gives_a_server_twice_warns_with_file_and_lines_and_ru
         assert any(said in warning for warning in host.settings.warnings)
         replace_text(path, f'{{"mcpServers": {{"n": {entry("other")}}}}}')  # fixed: the warning is gone
         await wait_until(lambda: not host.settings.warnings, what="the warning to go")
+
+
+async def test_a_server_given_twice_in_a_file_named_on_the_command_line_is_said_too(tmp_path: Path) -> None:
+    """``--mcp-config FILE`` and ``--lsp-config FILE`` are read by a loader of their own: it kept the later entry
+    without a word, where the same file as ``.mcp.json`` or ``.lsp.json`` was warned about."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+
+    def entry(name: str) -> str:
+        return f'{{"command": "{sys.executable}", "args": ["-m", "{LIGHT}", "--name", "{name}"]}}'
+
+    servers = tmp_path / "servers.json"
+    servers.write_text(f'{{\n  "mcpServers": {{\n    "n": {entry("first")},\n    "n": {entry("later")}\n  }}\n}}\n')
+    lsp = tmp_path / "lsp.json"
+    lsp.write_text('{\n "py": {"command": "pylsp", "extensionToLanguage": {".py": "python"}},\n "py": {}\n}\n')
+    options = HostOptions(env=layout.env, workspace=layout.root, mcp_config=[servers], lsp_config=[lsp], watch=False)
+    async with Host(options) as host:
+        await wait_until(lambda: "mcp__n__echo" in host.config.tool_registry.names(), what="the server's tool")
+        said = f"'mcpServers.n' is given twice in {servers} (lines 3 and 4): only the later one is used"
+        assert any(said in warning for warning in host.state.assembled.warnings)
+        said = f"'py' is given twice in {lsp} (lines 2 and 3): only the later one is used"
+        assert any(said in warning for warning in host.lsp.warnings())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from typing import Any
 from mcpvisor.core.server_config import canonical_json
 from mcpvisor.host.lsp.config import LspScope, LspServerConfig, camel_fields
 from mcpvisor.host.settings.expand import expand_vars, expansion_warnings
-from mcpvisor.host.settings.files import SettingsError, SettingsFileError, read_settings_file
+from mcpvisor.host.settings.files import SettingsError, SettingsFileError, read_settings_document
 from mcpvisor.host.settings.servers import describe_validation, look_alike, unshowable_name
 
 __all__ = [
@@ -235,12 +235,13 @@ def lsp_file_from_data(data: Any, path: Path | None, *, source: LspSourceLabel, 
 def load_lsp_file(path: Path, env: Mapping[str, str], *, source: LspSourceLabel = "cli") -> LspFile:
     """Read a ``--lsp-config FILE`` (a missing file is an error naming it)."""
     try:
-        data = read_settings_file(path)
+        data, duplicates = read_settings_document(path)
     except SettingsFileError as exc:
         return LspFile(source, path, error=exc.report)
     if data is None:
         return LspFile(source, path, error=SettingsError(path, "the file does not exist"))
-    return lsp_file_from_data(data, path, source=source, env=env)
+    read = lsp_file_from_data(data, path, source=source, env=env)
+    return replace(read, warnings=(*duplicates, *read.warnings)) if duplicates else read
 
 
 def assemble_lsp_servers(

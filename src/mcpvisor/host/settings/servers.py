@@ -8,7 +8,7 @@ import logging
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from mcpvisor.core.server_config import (
 from mcpvisor.core.spellings import ALIASES, TYPE_TRANSPORTS, file_name, written_names
 from mcpvisor.host.oauth_settings import OAUTH_FIELDS
 from mcpvisor.host.settings.expand import expand_vars, expansion_warnings
-from mcpvisor.host.settings.files import SettingsError, SettingsFileError, read_settings_file
+from mcpvisor.host.settings.files import SettingsError, SettingsFileError, read_settings_document
 from mcpvisor.host.settings.schema import SETTINGS_SCHEMA
 from mcpvisor.host.settings.scopes import ServerScope
 
@@ -459,9 +459,10 @@ def misspelt_servers_key_of(data: Mapping[str, Any]) -> str | None:
 def load_server_file(path: Path, env: Mapping[str, str], *, scope: ServerScope, missing_ok: bool = True) -> ServerLayer:
     """Read a server file (``.mcp.json``, ``--mcp-config FILE``). Errors are returned in ``error``."""
     try:
-        data = read_settings_file(path)
+        data, duplicates = read_settings_document(path)
     except SettingsFileError as exc:
         return ServerLayer(scope, path, error=exc.report)
     if data is None and not missing_ok:
         return ServerLayer(scope, path, error=SettingsError(path, "the file does not exist"))
-    return server_layer_from_data(data, path, scope=scope, env=env)
+    layer = server_layer_from_data(data, path, scope=scope, env=env)
+    return replace(layer, warnings=(*duplicates, *layer.warnings)) if duplicates else layer
