@@ -325,6 +325,18 @@ def test_lsp_list_fails_when_a_file_cannot_be_read(layout: Layout) -> None:
     assert invoke(layout, "lsp", "list")[0] == 0
 
 
+def test_lsp_list_says_a_language_server_given_twice_in_lsp_json_as_mcp_list_does(layout: Layout) -> None:
+    """Before: ``lsp list`` showed the later entry without a word; ``mcp list`` and ``status`` warned."""
+    path = layout.root / ".lsp.json"
+    path.write_text(
+        '{\n "py": {"command": "a", "extensionToLanguage": {".py": "python"}},\n "py": {"command": "b"}\n}\n'
+    )
+    for command in ("lsp list", "mcp list"):
+        code, out = invoke(layout, *command.split())
+        said = " ".join(out.split())
+        assert f"'py' is given twice in {path} (lines 2 and 3): only the later one is used" in said, command
+
+
 @pytest.mark.parametrize("wrapper", ["lspServers", "servers"])
 def test_an_lsp_json_with_its_servers_wrapped_in_an_object_says_to_move_them_to_the_top_level(
     layout: Layout, wrapper: str

@@ -82,7 +82,7 @@ def list_lsp_servers(
     """Print the list; whether every file it reads could be read."""
     settings, approvals, state = load_lsp_state(env, workspace, lsp_config, allowed)
     unreadable = [str(e) for s, e in settings.errors.items() if s != "project"]
-    problems = [*unreadable, *state.warnings]
+    problems = [*unreadable, *settings.duplicates, *state.warnings]  # (a server pasted twice in .lsp.json)
     if approvals.error:
         problems.append(approvals.error)
     rows: list[dict[str, Any]] = []

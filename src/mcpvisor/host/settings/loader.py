@@ -452,15 +452,24 @@ class Settings:
         return [str(self.paths.of(scope)) for scope in TRUST_SCOPES if scope in self.errors]
 
     @property
+    def duplicates(self) -> tuple[str, ...]:
+        """A warning for each key given twice in one object of a file read (the later one is used)."""
+        return tuple(
+            notice for scope in FILE_SCOPES if self.is_active(scope) for notice in self._duplicates.get(scope, ())
+        )
+
+    @property
     def warnings(self) -> tuple[str, ...]:
         """Every current warning: invalid servers, unknown keys, undefined variables, trust problems."""
-        kept = (
-            notice
-            for scope in FILE_SCOPES
-            if self.is_active(scope)
-            for notice in (*self._duplicates.get(scope, ()), *self._kept.get(scope, ()))
+        kept = (notice for scope in FILE_SCOPES if self.is_active(scope) for notice in self._kept.get(scope, ()))
+        return (
+            *self.trust_warnings,
+            *self.duplicates,
+            *kept,
+            *self.merged.warnings,
+            *self.project.warnings,
+            *self.lsp_project.warnings,
         )
-        return (*self.trust_warnings, *kept, *self.merged.warnings, *self.project.warnings, *self.lsp_project.warnings)
 
     def _log_warnings(self) -> None:
         for warning in self.warnings:
