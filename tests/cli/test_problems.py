@@ -639,9 +639,23 @@ def test_a_server_whose_name_holds_half_a_surrogate_pair_is_skipped_with_a_warni
     for command in ("status", "mcp list"):
         code, out = invoke(layout, *command.split())
         said = " ".join(out.split())
-        assert code == 0, command
+        assert code == (1 if command == "status" else 0), command  # status fails on an invalid entry
         assert skipped in said, command
         assert "b · ? needs approval" in said, command
+
+
+@pytest.mark.parametrize("name", ["c\u200b", " "])
+def test_status_fails_on_a_server_entry_skipped_for_its_name_as_on_any_invalid_entry(layout: Layout, name: str) -> None:
+    """Before: a name blank or holding an invisible character was skipped with a warning and status exited 0, where
+    any other invalid entry fails it (its --help: a server entry is invalid (skipped))."""
+    light = {"command": sys.executable, "args": ["-m", "mcpvisor.examples.light_server"]}
+    layout.paths.user.parent.mkdir(parents=True, exist_ok=True)
+    layout.paths.user.write_text(json.dumps({"mcpServers": {name: {"command": "x"}, "ok": light}}))
+    code, out = invoke(layout, "status")
+    said = " ".join(out.split())
+    assert f"skipped {'MCP server' if name.strip() else 'an MCP server named'} {name!r} in {layout.paths.user}" in said
+    assert "ok · ● connected" in said
+    assert code == 1
 
 
 def test_status_says_where_the_language_server_tools_are_while_an_mcp_server_is_named_lsp(layout: Layout) -> None:

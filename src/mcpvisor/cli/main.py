@@ -210,6 +210,7 @@ def status(
         from mcpvisor.cli.commands import config_problems, store_problems
         from mcpvisor.host.host import Host
         from mcpvisor.host.paths import named_home
+        from mcpvisor.host.settings.servers import SKIPPED_MCP_ENTRY
         from mcpvisor.host.status import command_hints, with_options
         from mcpvisor.shell.views import render_lsp_status, render_status
 
@@ -233,6 +234,8 @@ def status(
                 host.settings, host.approvals.error, warnings, [*unreadable, *pins_unread], home=home
             )
             broken = bool(host.settings.errors) or host.approvals.error is not None or bool(unreadable or pins_unread)
+            # an invalid entry no row shows: one whose name is blank or cannot be shown
+            broken = broken or any(problem.startswith(SKIPPED_MCP_ENTRY) for problem in problems)
             if not as_json:
                 console = new_console(highlight=False)
                 for problem in problems:

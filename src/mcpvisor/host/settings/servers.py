@@ -66,6 +66,9 @@ class ServerLayer:
     skipped: Mapping[str, SkippedServer] = field(default_factory=dict)
 
 
+SKIPPED_MCP_ENTRY = ("skipped MCP server ", "skipped an MCP server named ")
+"""How the warning of each MCP server entry skipped as invalid starts (also one no status row can show by name)."""
+
 REPOSITORY_RESERVED_NAMES = frozenset({"lsp"})
 """Names a repository's server may not take: the host's own tools' (``mcp__lsp__*``, the language server tools).
 A user's server may (the tools then move to ``mcp__lsp_1__*``); a repository's would move them before it is even
@@ -253,15 +256,15 @@ def build_server_entries(
     skipped: dict[str, SkippedServer] = {}
 
     def skip(name: str, problem: str) -> None:
-        warnings.append(f"skipped MCP server {name!r} in {where}: {problem}")
+        warnings.append(f"{SKIPPED_MCP_ENTRY[0]}{name!r} in {where}: {problem}")
         skipped[name] = SkippedServer(name, scope, path, problem)
 
     for name, entry in entries.items():
         if not str(name).strip():
-            warnings.append(f"skipped an MCP server named {name!r} in {where}: a server needs a name; fix {key}")
+            warnings.append(f"{SKIPPED_MCP_ENTRY[1]}{name!r} in {where}: a server needs a name; fix {key}")
             continue
         if (unshowable := unshowable_name(str(name))) is not None:  # (no row can show its name)
-            warnings.append(f"skipped MCP server {name!r} in {where}: {unshowable}; rename it in {key}")
+            warnings.append(f"{SKIPPED_MCP_ENTRY[0]}{name!r} in {where}: {unshowable}; rename it in {key}")
             continue
         if not isinstance(entry, Mapping):
             skip(name, f"expected an object; fix {key}.{name}")
