@@ -138,7 +138,9 @@ ENV = {"A": "alpha", "EMPTY": "", "B_2": "beta"}
         ("${env:A}", "${env:A}", {"${env:A}"}),
         ("${A:?must be set}", "${A:?must be set}", {"${A:?must be set}"}),
         ("x ${NOPE-d} y", "x ${NOPE-d} y", {"${NOPE-d}"}),
-        ("${A:-${B}}", "alpha}", {"${A:-${B}"}),
+        ("${A:-${B}}", "${A:-${B}}", {"${A:-${B}}"}),  # a nested default: kept whole (it was "alpha}")
+        ("$A ${X:-${A:-${B}}} ${A}", "alpha ${X:-${A:-${B}}} alpha", {"${X:-${A:-${B}}}"}),
+        ("${env:A}${A}", "${env:A}alpha", {"${env:A}"}),
         ("$${env:A}", "${env:A}", set()),
         ("$", "$", set()),
         ("no vars", "no vars", set()),

@@ -25,8 +25,9 @@ def expand_string(text: str, env: Mapping[str, str], missing: set[str] | None = 
     to ``missing``. Anything else after ``$`` (``$5``, an unclosed ``${``) stays as written.
     """
 
-    if missing is not None and "${" in text:  # a form not read (${env:X}, ${X:?err}, nested): kept, and said
-        missing.update(_unread_forms(text))
+    spans = _unread_spans(text) if "${" in text else []  # a form not read (${env:X}, ${X:?err}, nested): kept
+    if missing is not None:  # ... and said
+        missing.update(text[start:end] for start, end in spans)
 
     def replace(match: re.Match[str]) -> str:
         if match["dollar"]:
@@ -43,27 +44,39 @@ def expand_string(text: str, env: Mapping[str, str], missing: set[str] | None = 
             _STOOD_FOR[value] = f"${{{name}}}"
         return value
 
-    return _VAR.sub(replace, text)
+    pieces, done = [], 0
+    for start, end in spans:
+        pieces += [_VAR.sub(replace, text[done:start]), text[start:end]]
+        done = end
+    return "".join([*pieces, _VAR.sub(replace, text[done:])])
 
 
-def _unread_forms(text: str) -> list[str]:
-    """Each ``${...}`` of ``text`` that is no ``${VAR}`` nor ``${VAR:-default}``, as written (to its first ``}``)."""
+def _unread_spans(text: str) -> list[tuple[int, int]]:
+    """Where each ``${...}`` of ``text`` that is no ``${VAR}`` nor ``${VAR:-default}`` starts and ends (at the
+    ``}`` that closes it: a nested default, ``${A:-${B}}``, is one form, kept whole)."""
     passed: set[int] = set()  # where a form that is read starts, or the ``${`` of an escaped ``$${``
     for match in _VAR.finditer(text):
         if match["dollar"]:
             passed.add(match.start() + 1)
         elif "${" not in (match["default"] or ""):
             passed.add(match.start())
-    forms, start = [], text.find("${")
+    spans, start = [], text.find("${")
     while start >= 0:
         if start in passed:
             start = text.find("${", start + 2)
             continue
-        end = text.find("}", start)
-        after = len(text) if end < 0 else end + 1
-        forms.append(text[start:after])
+        after, depth = len(text), 0
+        for at in range(start, len(text)):
+            if text.startswith("${", at):
+                depth += 1
+            elif text[at] == "}":
+                depth -= 1
+                if depth == 0:
+                    after = at + 1
+                    break
+        spans.append((start, after))
         start = text.find("${", after)
-    return forms
+    return spans
 
 
 def expansion_warnings(missing: AbstractSet[str], subject: object) -> list[str]:
