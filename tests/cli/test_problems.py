@@ -159,6 +159,31 @@ def test_a_fix_hint_pasted_decides_in_the_mcpvisor_home_the_command_ran_with(
     assert not layout.paths.approvals.exists()  # the default folder's store: untouched
 
 
+@pytest.mark.parametrize("command", ["status", "lsp list"])
+def test_a_language_servers_approve_hint_pasted_decides_in_the_mcpvisor_home_the_command_ran_with(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, command: str
+) -> None:
+    """Before: an MCP server's hint named the MCPVISOR_HOME, a language server's did not (``run: mcpvisor lsp approve
+    python``), also in the views of a running shell: pasted, it approved into the default folder's store, said so,
+    and the host using the other home kept the server waiting."""
+    other = tmp_path / "other home"
+    lsp = {"command": sys.executable, "extensionToLanguage": {".py": "python"}}  # (never started: lazy)
+    write_json(layout.paths.lsp_project, {"python": lsp})
+    monkeypatch.chdir(tmp_path)
+    env = {**layout.env, "MCPVISOR_HOME": str(other), "COLUMNS": "1000"}
+    shell_env = {**os.environ, **env, "PATH": f"{Path(mcpvisor_command()).parent}{os.pathsep}{os.environ['PATH']}"}
+    del shell_env["MCPVISOR_HOME"]  # another terminal: only what the hint says
+    fix = "needs approval — run: "
+    result = CliRunner().invoke(app, [*command.split(), "--workspace", str(layout.root)], env=env)
+    hint = next(line.split(fix, 1)[1] for line in result.stdout.splitlines() if fix in line).split("  ")[0].strip()
+    assert hint.startswith(f"MCPVISOR_HOME={shlex.quote(str(other))} mcpvisor lsp approve "), hint
+    pasted_in = subprocess.run(["sh", "-c", hint], env=shell_env, capture_output=True, text=True, timeout=120)
+    assert pasted_in.returncode == 0, (hint, pasted_in.stdout, pasted_in.stderr)
+    listed = CliRunner().invoke(app, ["lsp", "list", "--workspace", str(layout.root)], env=env).stdout
+    assert "python · approved; starts on first use" in listed, listed
+    assert not layout.paths.approvals.exists()  # the default folder's store: untouched
+
+
 def test_approving_a_server_that_is_not_in_force_says_why(layout: Layout) -> None:
     write_json(layout.paths.project, {"mcpServers": {"r": {"command": ["python"]}}})
     code, out = failing(layout, "mcp", "approve", "r")

@@ -22,6 +22,7 @@ from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.lsp.config import RUNS_WORKSPACE_CODE, LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
 from mcpvisor.host.lsp.status import missing_command
+from mcpvisor.host.paths import named_home
 from mcpvisor.host.settings.loader import Settings, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
 from mcpvisor.host.status import lsp_approve_hint
@@ -55,13 +56,15 @@ def load_lsp_state(
     return settings, approvals, state
 
 
-def configured_state(state: LspDesiredState, name: str, trusted: bool, root: Path, options: str = "") -> str:
-    """What a host would do with ``name`` (nothing runs here)."""
+def configured_state(
+    state: LspDesiredState, name: str, trusted: bool, root: Path, options: str = "", home: str | None = None
+) -> str:
+    """What a host would do with ``name`` (nothing runs here; ``home``: the ``MCPVISOR_HOME`` a fix names)."""
     if not trusted:
         return "not started: the folder is not trusted"
     reason = state.reason(name)
     if reason == "pending_approval":
-        return f"needs approval — run: {lsp_approve_hint(root, name, options)}"
+        return f"needs approval — run: {lsp_approve_hint(root, name, options, home)}"
     if reason == "not_allowed" and (why := state.gating.why_not_allowed(name)) is not None:
         return f"not allowed — {why}"
     if reason is not None:
@@ -97,7 +100,9 @@ def list_lsp_servers(
                 "command": cfg.target(),
                 "args": cfg.written_args() if cfg.transport == "stdio" else [],
                 "extensions": sorted(cfg.extension_to_language),
-                "state": configured_state(state, name, settings.trusted, settings.root, approvals.decided_with),
+                "state": configured_state(
+                    state, name, settings.trusted, settings.root, approvals.decided_with, named_home(env)
+                ),
                 "admission": state.reason(name) or "allowed",
             }
         )

@@ -233,10 +233,10 @@ def lsp_hint(hint: str) -> str:
     return hint.replace(" mcp approve ", " lsp approve ", 1)
 
 
-def lsp_approve_hint(root: str | os.PathLike[str], name: str, options: str = "") -> str:
+def lsp_approve_hint(root: str | os.PathLike[str], name: str, options: str = "", home: str | None = None) -> str:
     """The command that approves language server ``name``, working where it is printed (:func:`command_hints`;
-    ``options``: a fleet's ``--fleet URL``)."""
-    return fill_hint(lsp_hint(command_hints(root, options=options)[0]), name)
+    ``options``: a fleet's ``--fleet URL``; ``home``: the ``MCPVISOR_HOME`` to name, as an MCP server's hint does)."""
+    return fill_hint(lsp_hint(command_hints(root, options=options, home=home)[0]), name)
 
 
 def describe_servers(

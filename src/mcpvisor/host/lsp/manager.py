@@ -68,6 +68,8 @@ class LspManager:
         self.trusted = trusted
         self.approve_options = ""
         """What an approve command needs besides the name (a fleet's ``--fleet URL``)."""
+        self.approve_home: str | None = None
+        """The ``MCPVISOR_HOME`` an approve command is run with (:func:`~mcpvisor.host.paths.named_home`)."""
         self.approve_command = APPROVE_HINT
         """How the host says to approve an MCP server (``{name}``; :func:`~mcpvisor.host.status.fix_commands`): the
         fixes :meth:`why_not` gives, which reach clients in any folder, are made from it."""

@@ -27,6 +27,7 @@ from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged, LspServerView
 from mcpvisor.host.lsp.manager import FAILED_START_REPORT_S, LspManager
 from mcpvisor.host.lsp.status import describe_state
+from mcpvisor.host.paths import named_home
 from mcpvisor.host.settings.loader import Settings
 from mcpvisor.host.settings.lsp_servers import LspFile
 
@@ -120,6 +121,7 @@ class LspSession:
             on_change=self._server_changed,
         )
         self.manager.approve_options = approvals.decided_with
+        self.manager.approve_home = named_home(settings.env)  # pasted without it, it decides in another store
         self.manager.approve_command = config.approve_command
         self.tools = _LazyTools(self.manager)
         self._seen: dict[str, LspServerChanged] = {}

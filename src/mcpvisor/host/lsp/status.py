@@ -30,7 +30,8 @@ def describe_state(
     if reason == "untrusted":
         return "not started: the folder is not trusted"
     if reason == "pending_approval":
-        return f"needs approval — run: {lsp_approve_hint(manager.root, name, manager.approve_options)}"
+        hint = lsp_approve_hint(manager.root, name, manager.approve_options, manager.approve_home)
+        return f"needs approval — run: {hint}"
     if reason == "rejected":
         return "rejected — edit config to re-approve"
     if reason == "excluded":
