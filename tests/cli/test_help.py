@@ -72,3 +72,11 @@ def test_run_help_names_every_event_run_json_prints() -> None:
     result = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
     said = set(re.findall(r"[a-z_]+", result.output.split("one JSON object per line:")[1]))
     assert events <= said, events - said
+
+
+def test_serve_help_names_every_signal_that_stops_it_gently_and_every_fleet_url_form() -> None:
+    """Before: SIGHUP (a closed terminal) was left out, and --fleet named no rediss:// (TLS) URL; both work."""
+    result = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    said = " ".join(result.output.split())
+    assert "SIGTERM, SIGHUP or Ctrl-C lets calls in flight finish" in said
+    assert "redis://HOST:PORT/DB, rediss://… (TLS) or unix:///PATH" in said

@@ -59,7 +59,7 @@ FleetOpt = Annotated[
         metavar="URL",
         callback=_set_env(FLEET_ENV),
         help="Share approvals (and, for serve, settings and sessions) with the other replicas of a fleet kept "
-        "in Redis: redis://HOST:PORT/DB or unix:///PATH. Default: $MCPVISOR_FLEET.",
+        "in Redis: redis://HOST:PORT/DB, rediss://… (TLS) or unix:///PATH. Default: $MCPVISOR_FLEET.",
     ),
 ]
 FleetNameOpt = Annotated[

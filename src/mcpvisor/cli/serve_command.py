@@ -192,8 +192,8 @@ def serve(
     the client whose call caused it; progress, cancellation, log messages and resource
     subscriptions pass through. Over HTTP every request needs 'Authorization: Bearer <token>'; the
     start-up line says where the token is. No server's message may exceed 64 MiB (maxMessageBytes);
-    SIGTERM or Ctrl-C lets calls in flight finish for up to 5 s, then answers them that the gateway
-    is shutting down.
+    SIGTERM, SIGHUP or Ctrl-C lets calls in flight finish for up to 5 s, then answers them that the
+    gateway is shutting down.
 
     With --fleet, this gateway is one replica of several sharing a Redis: approvals come from the
     fleet, one replica publishes its settings files and every replica applies them, a handshake
