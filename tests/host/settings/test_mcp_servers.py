@@ -159,7 +159,16 @@ def test_a_missing_mcp_config_file_is_an_error(layout: Layout, tmp_path: Path) -
     top = load_top_tier([tmp_path / "nope.json"], layout.env)
     out = _assemble(layout, top=top)
     assert out.errors[0].path == tmp_path / "nope.json"
-    assert "does not exist" in out.errors[0].message
+    assert out.errors[0].message == "the file does not exist; check the path given with --mcp-config"
+
+
+def test_a_missing_lsp_config_file_is_an_error_naming_the_option(tmp_path: Path) -> None:
+    from mcpvisor.host.settings.lsp_servers import load_lsp_file
+
+    read = load_lsp_file(tmp_path / "nope.json", {})
+    assert read.error is not None
+    missing = "the file does not exist; check the path given with --lsp-config"
+    assert str(read.error) == f"invalid settings file {tmp_path / 'nope.json'}: {missing}"
 
 
 def test_reading_mcp_json_needs_an_explicit_environment(layout: Layout) -> None:

@@ -239,7 +239,8 @@ def load_lsp_file(path: Path, env: Mapping[str, str], *, source: LspSourceLabel 
     except SettingsFileError as exc:
         return LspFile(source, path, error=exc.report)
     if data is None:
-        return LspFile(source, path, error=SettingsError(path, "the file does not exist"))
+        missing = "the file does not exist; check the path given with --lsp-config"
+        return LspFile(source, path, error=SettingsError(path, missing))
     read = lsp_file_from_data(data, path, source=source, env=env)
     return replace(read, warnings=(*duplicates, *read.warnings)) if duplicates else read
 

@@ -466,6 +466,7 @@ def load_server_file(path: Path, env: Mapping[str, str], *, scope: ServerScope, 
     except SettingsFileError as exc:
         return ServerLayer(scope, path, error=exc.report)
     if data is None and not missing_ok:
-        return ServerLayer(scope, path, error=SettingsError(path, "the file does not exist"))
+        missing = "the file does not exist; check the path given with --mcp-config"
+        return ServerLayer(scope, path, error=SettingsError(path, missing))
     layer = server_layer_from_data(data, path, scope=scope, env=env)
     return replace(layer, warnings=(*duplicates, *layer.warnings)) if duplicates else layer
