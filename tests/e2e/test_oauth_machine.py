@@ -118,3 +118,38 @@ async def test_refused_client_credentials_say_what_to_fix_in_which_file_not_to_s
                 rotated.close()
     finally:
         servers.close()
+
+
+@pytest.fixture
+def m2m_server(tmp_path: Path) -> Iterator[Server]:
+    yield from start_server(tmp_path, "--client", f"gateway:{SECRET}")
+
+
+@pytest.mark.parametrize("command", [["status"], ["mcp", "list"]])
+def test_client_credentials_without_an_issuer_are_warned_about_where_people_read(
+    tmp_path: Path, m2m_server: Server, command: list[str]
+) -> None:
+    """Before: the warning was a log line, which status, run, the shell and serve keep to themselves unless run with
+    -v or --json: the README's "a warning says they go to whichever one the MCP server names" reached nobody."""
+    layout = machine_setup(tmp_path, m2m_server, SECRET)
+    write_json(
+        layout.paths.user,
+        {
+            "mcpServers": {
+                "sec": {
+                    "type": "http",
+                    "url": m2m_server.url,
+                    "oauth": {"grant": "client_credentials", "clientId": "gateway", "clientSecret": "${M2M_SECRET}"},
+                }
+            }
+        },
+    )
+    done = cli(layout, *command)
+    said = " ".join(done.stdout.split())
+    assert (
+        f"MCP server 'sec' ({layout.paths.user}) sends its client credentials to whichever authorization server the "
+        "MCP server names: set mcpServers.sec.oauth.issuer to that server's issuer URL to pin them"
+    ) in said, done.stdout + done.stderr
+    assert SECRET not in done.stdout + done.stderr
+    pinned = machine_setup(tmp_path / "pinned", m2m_server, SECRET)  # with "issuer": nothing to say
+    assert "issuer" not in cli(pinned, *command).stdout

@@ -292,6 +292,11 @@ def build_server_entries(
         if (conflict := transport_conflict(entry, cfg)) is not None:
             warnings.append(f"MCP server {name!r} ({where}) {conflict} in {key}.{name}")
         warnings.extend(expansion_warnings(missing, f"MCP server {name!r} ({where})"))
+        if (oauth := entry.get("oauth")) and isinstance(oauth, Mapping) and unpinned_credentials(oauth):
+            warnings.append(
+                f"MCP server {name!r} ({where}) sends its client credentials to whichever authorization server the "
+                f"MCP server names: set {key}.{name}.oauth.issuer to that server's issuer URL to pin them"
+            )
         if cfg.timeout is not None and cfg.timeout < SECONDS_LIKE_TIMEOUT_MS:
             warnings.append(
                 f"'timeout' of MCP server {name!r} ({where}) is in milliseconds: {cfg.timeout} means "
@@ -302,6 +307,11 @@ def build_server_entries(
 
 
 _TRANSPORT_NAMES = {"stdio": "stdio", "sse": "SSE", "http": "streamable HTTP"}
+
+
+def unpinned_credentials(oauth: Mapping[str, Any]) -> bool:
+    """Whether an ``oauth`` block's client credentials may go to any authorization server (no ``issuer``)."""
+    return oauth.get("grant") == "client_credentials" and not oauth.get("issuer")
 
 
 def transport_conflict(entry: Mapping[str, Any], cfg: McpServerConfig) -> str | None:
