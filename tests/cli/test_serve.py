@@ -301,6 +301,23 @@ def test_binding_to_a_name_that_does_not_resolve_says_so() -> None:
     assert "Errno" not in str(raised.value)
 
 
+def test_binding_to_an_address_this_machine_does_not_have_says_to_fix_the_address_not_the_port() -> None:
+    """Before: "Cannot assign requested address; choose another --http port", a port that changes nothing."""
+    with pytest.raises(ConfigError) as raised:
+        bind_http_socket("192.0.2.1", free_port())  # TEST-NET-1: no machine's own address
+    assert str(raised.value).endswith(
+        "192.0.2.1 is not an address of this machine: give one of its own in --http (127.0.0.1: this machine only; "
+        "0.0.0.0: every interface)"
+    )
+    taken = bind_http_socket("127.0.0.1", free_port())
+    try:
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"cannot serve on 127.0.0.1:{port}: .*; choose another --http port$"):
+            bind_http_socket("127.0.0.1", port)
+    finally:
+        taken.close()
+
+
 @pytest.mark.parametrize(
     ("root", "why"),
     [

@@ -6,6 +6,7 @@ serve without a token where one is needed first, starts the servers, and loads t
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import socket
 
@@ -72,8 +73,23 @@ def bind_http_socket(host: str, port: int) -> socket.socket:
         sock.setblocking(False)
     except OSError as exc:
         sock.close()
-        raise ConfigError(f"cannot serve on {host}:{port}: {exc.strerror or exc}; choose another --http port") from exc
+        raise ConfigError(
+            f"cannot serve on {host}:{port}: {exc.strerror or exc}; {_bind_fix(exc, host, port)}"
+        ) from exc
     return sock
+
+
+def _bind_fix(exc: OSError, host: str, port: int) -> str:
+    """What to do about a listening socket that cannot be bound: the address is not this machine's, or the port is
+    taken or reserved."""
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return (
+            f"{host} is not an address of this machine: give one of its own in --http (127.0.0.1: this machine "
+            "only; 0.0.0.0: every interface)"
+        )
+    if exc.errno == errno.EACCES and port < 1024:
+        return f"ports under 1024 need privileges: choose another --http port (not {port})"
+    return "choose another --http port"
 
 
 def http_url(sock: socket.socket) -> str:
