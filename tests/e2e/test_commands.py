@@ -210,6 +210,23 @@ def test_mcp_list_says_which_allow_list_leaves_a_server_out_and_the_fix(tmp_path
     assert {row["name"]: row["error"] for row in listed["servers"]} == {"a": None, "b": key, "c": flag}
 
 
+def test_mcp_list_and_status_say_which_file_and_pattern_exclude_a_server_and_the_fix(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    replace_text(layout.paths.user, json.dumps({"mcpServers": {"b": {"command": "echo"}, "db1": {"command": "echo"}}}))
+    replace_text(layout.paths.workspace, json.dumps({"mcp": {"excluded": ["b", "db*"]}}))
+    where = ("--workspace", str(layout.root))
+    name = f"in mcp.excluded of {layout.paths.workspace}; remove it there"
+    glob = f"matched by 'db*' in mcp.excluded of {layout.paths.workspace}; remove that pattern there"
+    for command in (("mcp", "list"), ("status",)):
+        shown = cli(*command, *where, env=layout.env)
+        assert shown.returncode == 0, shown.stderr
+        said = " ".join(shown.stdout.split())
+        assert f"b · ○ disabled — {name}" in said
+        assert f"db1 · ○ disabled — {glob}" in said
+    listed = json.loads(cli("mcp", "list", "--json", *where, env=layout.env).stdout)
+    assert {row["name"]: row["error"] for row in listed["servers"]} == {"b": name, "db1": glob}
+
+
 def test_lsp_list_says_which_allow_list_leaves_a_language_server_out_and_the_fix(tmp_path: Path) -> None:
     layout = make_layout(tmp_path)
     servers = {n: {"command": "x", "extensionToLanguage": {f".{n}": n}} for n in "abc"}

@@ -488,7 +488,7 @@ async def test_human_output_has_a_status_table_and_one_line_per_change(tmp_path:
         assert said.text.count("needs approval") == 1
         kept = {"a": server("a", m, "--tools", "x,y"), "d": server("d", m)}
         save(layout.paths.user, {"mcpServers": kept, "mcp": {"excluded": ["d"]}})
-        await until("○ d disabled (mcp.excluded)")
+        await until(f"○ d disabled — in mcp.excluded of {layout.paths.user}; remove it there")
         save(layout.paths.user, {"mcpServers": {**kept, "e": server("e", m)}, "mcp": {"excluded": ["d"]}})
         await until("+ added e (1 tool)")
         assert said.text.count("○ d disabled") == 1  # said when it changed, not after every reload

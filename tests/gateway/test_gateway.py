@@ -286,7 +286,7 @@ async def test_a_short_name_served_before_its_server_went_says_why_it_is_gone(tm
         save(r.layout.paths.user, {**user, "mcp": {"excluded": [name]}})
         await r.settle()
         said = text_of(await client.call_tool(served, {"text": "hi"}))
-        assert f"remove {name!r} from mcp.excluded in your settings" in said
+        assert f"server {name!r} is excluded: in mcp.excluded of {r.layout.paths.user}; remove it there" in said
         save(r.layout.paths.user, {"mcpServers": {}})
         await r.settle()
         said = text_of(await client.call_tool(served, {"text": "hi"}))

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from mcpvisor.core.gating import McpGating
+from mcpvisor.core.gating import McpGating, NameList, excluded_by
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.gating import (
@@ -22,6 +22,36 @@ from mcpvisor.host.gating import (
 )
 
 NAMES = ("a", "b", "c", "d")
+
+
+@pytest.mark.parametrize(
+    ("user", "workspace", "said"),
+    [
+        (["web"], ["api"], None),
+        (["db"], [], "in mcp.excluded of /u; remove it there"),
+        (["db"], ["db"], "in mcp.excluded of /u, /w; remove it there"),
+        (["d*"], [], "matched by 'd*' in mcp.excluded of /u; remove that pattern there"),
+        (
+            ["db"],
+            ["d*"],
+            "matched by 'db' in mcp.excluded of /u and 'd*' in mcp.excluded of /w; remove those patterns there",
+        ),
+    ],
+)
+def test_an_exclude_list_says_which_file_and_pattern_leave_a_server_out(
+    user: list[str], workspace: list[str], said: str | None
+) -> None:
+    lists = [NameList("mcp.excluded", tuple(user), "/u"), NameList("mcp.excluded", tuple(workspace), "/w")]
+    assert excluded_by("db", lists) == said
+    assert McpGating(excluded=(*user, *workspace), excluded_by=tuple(lists)).why_excluded("db") == said
+
+
+def test_an_exclude_list_moved_to_another_file_is_a_change() -> None:
+    user = McpGating(excluded=("b",), excluded_by=(NameList("mcp.excluded", ("b",), "/u"),))
+    workspace = McpGating(excluded=("b",), excluded_by=(NameList("mcp.excluded", ("b",), "/w"),))
+    assert mcp_gating_equal(user, user)
+    assert not mcp_gating_equal(user, workspace)
+
 
 # --- allow-lists (SPEC §11 "Trust") -------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import pytest
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.events import McpClientUpdate, ReconcileFinished
-from mcpvisor.core.gating import McpGating
+from mcpvisor.core.gating import McpGating, NameList
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.host import Host, HostEvent, HostOptions, SettingsWarning
@@ -145,7 +145,8 @@ async def test_a_gating_only_edit_reconciles_with_the_gating_pushed_first(tmp_pa
         save(s.layout.paths.user, {"mcpServers": {"a": server("a"), "b": server("b")}, "mcp": {"excluded": ["b"]}})
         await s.rec.wait_for(lambda: s.live() == {"a"} and bool(s.rec.reconciles()[-1].gated))
         assert seen
-        assert mcp_gating_equal(seen[0], McpGating(excluded=("b",)))
+        by = (NameList("mcp.excluded", ("b",), str(s.layout.paths.user)),)
+        assert mcp_gating_equal(seen[0], McpGating(excluded=("b",), excluded_by=by))
         assert s.rec.reconciles()[-1].gated == {"b": "excluded"}
 
 
@@ -248,6 +249,29 @@ async def test_a_server_an_allow_list_leaves_out_is_said_to_be_left_out_by_that_
         moved = f"not in mcp.allowed of {s.layout.paths.workspace}; add it there"
         await wait_until(lambda: s.host.config.get_mcp_gating().why_not_allowed("b") == moved, what="the moved list")
         assert {row.name: row.error for row in s.host.server_views()}["b"] == moved
+
+
+async def test_a_server_an_exclude_list_leaves_out_is_said_to_be_left_out_by_that_file_and_pattern(
+    tmp_path: Path,
+) -> None:
+    """The status rows and what a call of its tool says name the file whose ``mcp.excluded`` leaves it out, and
+    the glob that matched; the same list moved to another file names that file."""
+    servers = {n: server(n) for n in ("a", "b", "db1")}
+    user = {"mcpServers": servers, "mcp": {"excluded": ["b", "db*"]}}
+    async with session(tmp_path, user=user) as s:
+        file = s.layout.paths.user
+        name = f"in mcp.excluded of {file}; remove it there"
+        glob = f"matched by 'db*' in mcp.excluded of {file}; remove that pattern there"
+        rows = {row.name: row for row in s.host.server_views()}
+        assert (rows["a"].error, rows["b"].error, rows["db1"].error) == (None, name, glob)
+        assert str(s.host.config.not_found("mcp__b__echo", "tool")).endswith(f"server 'b' is excluded: {name}")
+        assert str(s.host.config.not_found("mcp__db1__echo", "tool")).endswith(f"server 'db1' is excluded: {glob}")
+        save(s.layout.paths.workspace, {"mcp": {"excluded": ["b", "db*"]}})  # the same list, now set there
+        save(file, {"mcpServers": servers})
+        moved = f"in mcp.excluded of {s.layout.paths.workspace}; remove it there"
+        await wait_until(lambda: s.host.config.get_mcp_gating().why_excluded("b") == moved, what="the moved list")
+        assert {row.name: row.error for row in s.host.server_views()}["b"] == moved
+        assert s.live() == {"a"}
 
 
 async def test_an_empty_allow_list_denies_all(tmp_path: Path) -> None:

@@ -153,7 +153,7 @@ async def test_mcp_shows_each_server_with_its_state(tmp_path: Path) -> None:
     async with shell(tmp_path, user=user) as s:
         out = await s.run("/mcp", "b · ")
         assert "a · ● connected (2 tools, 0 prompts)" in out
-        assert "b · ○ disabled (in mcp.excluded)" in out
+        assert f"b · ○ disabled — in mcp.excluded of {s.layout.paths.user}; remove it there" in out
 
 
 async def test_mcp_given_an_argument_says_it_takes_none_rather_than_showing_every_server(tmp_path: Path) -> None:
@@ -215,7 +215,8 @@ async def test_call_of_a_name_no_server_owns_says_none_is_configured(tmp_path: P
 async def test_call_of_an_excluded_servers_tool_names_the_server_and_the_fix(tmp_path: Path) -> None:
     user = {"mcpServers": {"a": server("a"), "b": server("b")}, "mcp": {"excluded": ["b"]}}
     async with shell(tmp_path, user=user) as s:
-        await s.run("/call mcp__b__echo", "remove 'b' from mcp.excluded in your settings")
+        why = f"in mcp.excluded of {s.layout.paths.user}; remove it there"
+        await s.run("/call mcp__b__echo", f"server 'b' is excluded: {why}")
 
 
 async def test_a_server_an_edit_takes_out_of_the_allow_list_is_said_to_be_left_out_by_that_file(tmp_path: Path) -> None:

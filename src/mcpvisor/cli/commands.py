@@ -19,7 +19,7 @@ from rich.markup import escape
 from mcpvisor.cli.fleet import approval_store, follow_fleet_settings, pin_store, token_store
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError, name_word
-from mcpvisor.core.gating import matches_any
+from mcpvisor.core.gating import NameList, excluded_by, matches_any
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host import paths
 from mcpvisor.host.approvals import ApprovalStore, is_gated
@@ -360,11 +360,9 @@ def will_not_start(settings: Settings, name: str) -> str | None:
     """Why server ``name`` will not start whatever is decided on it, naming the files and the fix (None:
     nothing in the settings stops it)."""
     merged = settings.merged
-    excluding = [
-        str(settings.paths.of(s)) for s, patterns in merged.excluded_by_scope.items() if matches_any(name, patterns)
-    ]
-    if excluding:
-        return f"it does not run: it is in mcp.excluded of {', '.join(excluding)}; remove it there"
+    excluding = [NameList("mcp.excluded", p, str(settings.paths.of(s))) for s, p in merged.excluded_by_scope.items()]
+    if (why := excluded_by(name, excluding)) is not None:
+        return f"it does not run: it is {why}"
     narrowing = [
         str(settings.paths.of(s)) for s, patterns in merged.allowed_by_scope.items() if not matches_any(name, patterns)
     ]

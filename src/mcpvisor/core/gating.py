@@ -7,7 +7,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase, translate
 
-__all__ = ["AllowList", "McpGating", "NameMatcher", "escape_glob", "matches_any", "names_tuple", "not_allowed_by"]
+__all__ = [
+    "McpGating",
+    "NameList",
+    "NameMatcher",
+    "escape_glob",
+    "excluded_by",
+    "matches_any",
+    "names_tuple",
+    "not_allowed_by",
+]
 
 _GLOB_CHARS = frozenset("*?[")
 
@@ -46,19 +55,19 @@ class NameMatcher:
 
 
 @dataclass(frozen=True, slots=True)
-class AllowList:
-    """One of the lists an allow-list is combined from: the start-up flag ``key`` (``file`` None), or the settings
-    key ``key`` of ``file``."""
+class NameList:
+    """One of the lists an allow-list or an exclude-list is combined from: the start-up flag ``key`` (``file``
+    None), or the settings key ``key`` of ``file``."""
 
     key: str
     patterns: tuple[str, ...]
     file: str | None = None
 
 
-def not_allowed_by(name: str, lists: Iterable[AllowList]) -> str | None:
+def not_allowed_by(name: str, lists: Iterable[NameList]) -> str | None:
     """Which of ``lists`` leave server ``name`` out, and the fix that lets it in (None: each admits it).
 
-    >>> not_allowed_by("db", [AllowList("mcp.allowed", ("web",), "/w/settings.json")])
+    >>> not_allowed_by("db", [NameList("mcp.allowed", ("web",), "/w/settings.json")])
     'not in mcp.allowed of /w/settings.json; add it there'
     """
     missed = [lst for lst in lists if not matches_any(name, lst.patterns)]
@@ -72,6 +81,27 @@ def not_allowed_by(name: str, lists: Iterable[AllowList]) -> str | None:
     return f"not in {' nor in '.join(left_out)}; {' and '.join(fixes)}" if left_out else None
 
 
+def excluded_by(name: str, lists: Iterable[NameList]) -> str | None:
+    """Which of the exclude-lists ``lists`` leave server ``name`` out, by which pattern when one is a glob, and the
+    fix (None: none of them does).
+
+    >>> excluded_by("db", [NameList("mcp.excluded", ("db", "web"), "/u/settings.json")])
+    'in mcp.excluded of /u/settings.json; remove it there'
+    >>> excluded_by("db", [NameList("mcp.excluded", ("d*",), "/u/settings.json")])
+    "matched by 'd*' in mcp.excluded of /u/settings.json; remove that pattern there"
+    """
+    hits = [(lst, [p for p in lst.patterns if fnmatchcase(name, p)]) for lst in lists]
+    hits = [(lst, matched) for lst, matched in hits if matched]
+    if not hits:
+        return None
+    exact = {name, escape_glob(name)}
+    if all(p in exact for _, matched in hits for p in matched):
+        return f"in {hits[0][0].key} of {', '.join(str(lst.file) for lst, _ in hits)}; remove it there"
+    by = [f"{' and '.join(repr(p) for p in matched)} in {lst.key} of {lst.file}" for lst, matched in hits]
+    many = sum(len(matched) for _, matched in hits) > 1
+    return f"matched by {' and '.join(by)}; remove {'those patterns' if many else 'that pattern'} there"
+
+
 @dataclass(frozen=True, slots=True)
 class McpGating:
     """The three admission lists.
@@ -83,8 +113,10 @@ class McpGating:
     excluded: tuple[str, ...] | None = None
     allowed: tuple[str, ...] | None = None
     pending: tuple[str, ...] | None = None
-    allowed_by: tuple[AllowList, ...] = field(default=(), compare=False)
+    allowed_by: tuple[NameList, ...] = field(default=(), compare=False)
     """The lists ``allowed`` was combined from, to say which leaves a server out (empty: not known)."""
+    excluded_by: tuple[NameList, ...] = field(default=(), compare=False)
+    """The lists ``excluded`` was united from, to say which leaves a server out (empty: not known)."""
     _excluded: NameMatcher = field(init=False, repr=False, compare=False)
     _allowed: NameMatcher | None = field(init=False, repr=False, compare=False)
     _pending: frozenset[str] = field(init=False, repr=False, compare=False)
@@ -106,3 +138,7 @@ class McpGating:
     def why_not_allowed(self, name: str) -> str | None:
         """Which allow-list leaves ``name`` out and the fix (:func:`not_allowed_by`); None when that is not known."""
         return not_allowed_by(name, self.allowed_by)
+
+    def why_excluded(self, name: str) -> str | None:
+        """Which exclude-list leaves ``name`` out and the fix (:func:`excluded_by`); None when that is not known."""
+        return excluded_by(name, self.excluded_by)

@@ -82,7 +82,10 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
         else:
             text = f"{head} is not allowed; add {server!r} to mcp.allowed in your settings"
     elif reason == "excluded":
-        text = f"{head} is excluded; remove {server!r} from mcp.excluded in your settings"
+        if (why := config.get_mcp_gating().why_excluded(server)) is not None:
+            text = f"{head} is excluded: {why}"
+        else:
+            text = f"{head} is excluded; remove {server!r} from mcp.excluded in your settings"
     elif reason == "pending_approval":
         text = f"{head} needs approval; run: {approve} (in the shell: /approve {shlex.quote(server)})"
     elif reason == "rejected":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
-from mcpvisor.core.gating import AllowList, McpGating, escape_glob, matches_any
+from mcpvisor.core.gating import McpGating, NameList, escape_glob, matches_any
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore
 
@@ -60,18 +60,18 @@ def resolve_allowed(
 
 
 def allow_lists(
-    by_file: Mapping[str, Sequence[str]], cli_allowed: Sequence[str] | None, *, key: str, flag: str
-) -> tuple[AllowList, ...]:
-    """The allow-lists to name when one leaves a server out: the settings ``key`` of each file that sets it
-    (``by_file``), then the start-up ``flag`` when it was given."""
-    files = (AllowList(key, tuple(patterns), file) for file, patterns in by_file.items())
-    return (*files, *([AllowList(flag, tuple(cli_allowed))] if cli_allowed is not None else []))
+    by_file: Mapping[str, Sequence[str]], cli_allowed: Sequence[str] | None = None, *, key: str, flag: str = ""
+) -> tuple[NameList, ...]:
+    """The allow-lists (or exclude-lists) to name when one leaves a server out: the settings ``key`` of each file
+    that sets it (``by_file``), then the start-up ``flag`` when it was given."""
+    files = (NameList(key, tuple(patterns), file) for file, patterns in by_file.items())
+    return (*files, *([NameList(flag, tuple(cli_allowed))] if cli_allowed is not None else []))
 
 
 def recompute_mcp_gating(
     *,
     allowed_lists: Sequence[Sequence[str]] | Mapping[str, Sequence[str]],
-    excluded: Sequence[str] | None,
+    excluded: Sequence[str] | Mapping[str, Sequence[str]] | None,
     cli_allowed: Sequence[str] | None,
     servers: Mapping[str, McpServerConfig],
     approvals: ApprovalStore,
@@ -81,7 +81,8 @@ def recompute_mcp_gating(
     """The gating lists for the desired server map ``servers``.
 
     Used both at start-up and on every reload. ``allowed_lists`` may be given by the file that sets each (then a
-    server left out is said to be left out by that file's ``mcp.allowed``). ``extra_names`` are further server
+    server left out is said to be left out by that file's ``mcp.allowed``), and ``excluded`` too (``mcp.excluded``).
+    ``extra_names`` are further server
     names that the allow-lists must be resolved against when several lists combine (extension or runtime servers).
     ``pending`` holds the gated servers not approved for ``root`` (rejected included).
     """
@@ -89,11 +90,15 @@ def recompute_mcp_gating(
     pending = approvals.get_pending_gated_mcp_servers(servers, root)
     by_file = allowed_lists if isinstance(allowed_lists, Mapping) else {}
     lists = list(allowed_lists.values()) if isinstance(allowed_lists, Mapping) else allowed_lists
+    excluded_by_file = excluded if isinstance(excluded, Mapping) else {}
+    if isinstance(excluded, Mapping):
+        excluded = [pattern for patterns in excluded.values() for pattern in patterns]
     return McpGating(
         excluded=resolve_excluded(excluded),
         allowed=resolve_allowed(lists, cli_allowed, names),
         pending=pending or None,
         allowed_by=allow_lists(by_file, cli_allowed, key="mcp.allowed", flag="--allowed-mcp-server-names"),
+        excluded_by=allow_lists(excluded_by_file, key="mcp.excluded"),
     )
 
 
@@ -121,11 +126,11 @@ def _as_set(items: Iterable[str] | None) -> frozenset[str]:
 
 def mcp_gating_equal(a: McpGating, b: McpGating) -> bool:
     """Whether two gatings admit the same: lists as sets; ``None`` == ``[]`` for excluded and pending,
-    but for allowed ``None`` (admit all) != ``[]`` (admit none). An allow-list moved to another file is a
-    change too (what says which list leaves a server out follows it)."""
+    but for allowed ``None`` (admit all) != ``[]`` (admit none). An allow-list or exclude-list moved to another
+    file is a change too (what says which list leaves a server out follows it)."""
     if _as_set(a.excluded) != _as_set(b.excluded) or _as_set(a.pending) != _as_set(b.pending):
         return False
-    if a.allowed_by != b.allowed_by:
+    if a.allowed_by != b.allowed_by or a.excluded_by != b.excluded_by:
         return False
     if a.allowed is None or b.allowed is None:
         return a.allowed is None and b.allowed is None

@@ -92,7 +92,7 @@ def compute_desired_state(
     extra = set(config.get_merged_mcp_servers()) - set(config.get_settings_mcp_servers())
     gating = recompute_mcp_gating(
         allowed_lists={str(settings.paths.of(s)): p for s, p in settings.merged.allowed_by_scope.items()},
-        excluded=settings.merged.excluded,
+        excluded={str(settings.paths.of(s)): p for s, p in settings.merged.excluded_by_scope.items()},
         cli_allowed=config.get_cli_allowed_mcp_server_names(),
         servers=assembled.servers,
         approvals=approvals,

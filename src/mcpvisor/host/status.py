@@ -144,7 +144,7 @@ class ServerView:
     """The command line or URL (never env values or headers)."""
     state: ServerState
     reason: str | None
-    """``excluded``, ``not_allowed`` (``error`` says which allow-list leaves it out and the fix), ``pending_approval``,
+    """``excluded``, ``not_allowed`` (``error`` says which list leaves it out and the fix), ``pending_approval``,
     ``rejected``, ``invalid`` (its entry is not valid: no server runs for it, ``error`` says why and the fix) or
     None."""
     approval: str | None
@@ -239,6 +239,13 @@ def lsp_approve_hint(root: str | os.PathLike[str], name: str, options: str = "",
     return fill_hint(lsp_hint(command_hints(root, options=options, home=home)[0]), name)
 
 
+def _left_out_by(gating: McpGating, name: str, reason: str | None) -> str | None:
+    """Which list leaves a server out and the fix, when that is why it does not run."""
+    if reason == "excluded":
+        return gating.why_excluded(name)
+    return gating.why_not_allowed(name) if reason == "not_allowed" else None
+
+
 def describe_servers(
     assembled: AssembledServers,
     gating: McpGating,
@@ -296,7 +303,7 @@ def describe_servers(
                 approval=approval,
                 tools=conn.tools if conn is not None and reason is None else 0,
                 prompts=conn.prompts if conn is not None and reason is None else 0,
-                error=gating.why_not_allowed(name) if reason == "not_allowed" else error,
+                error=_left_out_by(gating, name, reason) or error,
                 log_path=conn.log_path if conn is not None else None,
                 sign_in=(sign_ins or {}).get(name),
                 held_tools=conn.held_tools if conn is not None else (held or {}).get(name, ((), ()))[0],
@@ -338,7 +345,7 @@ def state_text(
     if row.state == "untrusted":
         return "○", f"untrusted folder — run: {trust or trust_hint(approve_hint)}", "yellow"
     if row.state == "disabled":
-        return "○", "disabled (in mcp.excluded)", "dim"
+        return "○", f"disabled{f' — {row.error}' if row.error else ' (in mcp.excluded)'}", "dim"
     if row.state == "not_allowed":
         why = f" — {row.error}" if row.error else " (not in mcp.allowed or --allowed-mcp-server-names)"
         return "○", f"not allowed{why}", "dim"

@@ -185,7 +185,9 @@ class HumanOutput:
                     if self._gated.get(name) == reason:
                         continue  # said already; nothing changed for it
                     if reason == "excluded":
-                        self._say(f"[dim]○ {escape(str(name))} disabled (mcp.excluded)[/]")
+                        why = self._host.config.get_mcp_gating().why_excluded(name)
+                        said = f" — {why}" if why else " (in mcp.excluded)"
+                        self._say(f"[dim]○ {escape(str(name))} disabled{escape(said)}[/]")
                     elif reason == "not_allowed":
                         why = self._host.config.get_mcp_gating().why_not_allowed(name)
                         self._say(f"[dim]○ {escape(str(name))} not allowed{escape(f' — {why}' if why else '')}[/]")
