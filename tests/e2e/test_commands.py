@@ -260,6 +260,23 @@ def test_an_invalid_language_server_allow_list_is_said_to_deny_all(tmp_path: Pat
     assert f"! invalid lsp.excluded {invalid} exclude all" in " ".join(said.split())
 
 
+def test_lsp_list_says_which_file_and_pattern_exclude_a_language_server_and_the_fix(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    servers = {n: {"command": "x", "extensionToLanguage": {f".{n}": n}} for n in ("b", "py1")}
+    replace_text(layout.paths.user, json.dumps({"lspServers": servers, "lsp": {"excluded": ["b", "py*"]}}))
+    where = ("--workspace", str(layout.root))
+    name = f"in lsp.excluded of {layout.paths.user}; remove it there"
+    glob = f"matched by 'py*' in lsp.excluded of {layout.paths.user}; remove that pattern there"
+    listed = json.loads(cli("lsp", "list", "--json", *where, env=layout.env).stdout)
+    assert {row["name"]: row["state"] for row in listed["servers"]} == {
+        "b": f"disabled — {name}",
+        "py1": f"disabled — {glob}",
+    }
+    shown = cli("lsp", "list", *where, env=layout.env)
+    assert shown.returncode == 0, shown.stderr
+    assert f"disabled — {glob}" in " ".join(shown.stdout.split())
+
+
 def test_add_and_remove_edit_the_settings_file(tmp_path: Path) -> None:
     layout = make_layout(tmp_path)
     added = cli("mcp", "add", "t", "--workspace", str(layout.root), "--", "node", "server.js", env=layout.env)

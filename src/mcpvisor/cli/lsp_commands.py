@@ -67,6 +67,8 @@ def configured_state(
         return f"needs approval — run: {lsp_approve_hint(root, name, options, home)}"
     if reason == "not_allowed" and (why := state.gating.why_not_allowed(name)) is not None:
         return f"not allowed — {why}"
+    if reason == "excluded" and (why := state.gating.why_excluded(name)) is not None:
+        return f"disabled — {why}"
     if reason is not None:
         return _STATES[reason].format(name=name)
     if missing := missing_command(name, state.servers[name]):

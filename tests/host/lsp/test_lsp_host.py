@@ -555,10 +555,26 @@ async def test_excluded_and_not_allowed_servers_never_start(tmp_path: Path, lsp:
     async with session(tmp_path, lsp_json={"python": pylsp()}, user={"lsp": lsp}, watch=False) as s:
         assert "mcp__lsp__hover" not in s.host.config.tool_registry.names()  # nothing to serve
         assert s.host.lsp.manager.why_not("python").endswith(
-            "remove it from lsp.excluded in your settings"
+            f"is excluded: matched by 'py*' in lsp.excluded of {s.layout.paths.user}; remove that pattern there"
             if "excluded" in reason
             else f"is not allowed: not in lsp.allowed of {s.layout.paths.user}; add it there"
         )
+        assert not language_server_processes(s.layout.root)
+
+
+async def test_an_excluded_server_names_the_file_whose_lsp_excluded_leaves_it_out_and_follows_it(
+    tmp_path: Path,
+) -> None:
+    user = {"lspServers": {"python": pylsp()}, "lsp": {"excluded": ["python"]}}
+    async with session(tmp_path, user=user) as s:
+        why = f"in lsp.excluded of {s.layout.paths.user}; remove it there"
+        assert s.host.lsp.manager.why_not("python") == f"language server 'python' is excluded: {why}"
+        [view] = s.host.lsp.views()
+        assert view.state == f"disabled — {why}"
+        replace_text(s.layout.paths.workspace, json.dumps({"lsp": {"excluded": ["python"]}}))  # the list moves
+        replace_text(s.layout.paths.user, json.dumps({"lspServers": {"python": pylsp()}}))
+        moved = f"in lsp.excluded of {s.layout.paths.workspace}; remove it there"
+        await wait_until(lambda: s.host.lsp.views()[0].state == f"disabled — {moved}", what="the moved list")
         assert not language_server_processes(s.layout.root)
 
 

@@ -98,7 +98,7 @@ def compute_lsp_state(
     """The desired language servers and their admission, from the settings as they are in memory."""
     assembled = assemble_lsp_servers(settings.lsp_layers(), settings.lsp_project, list(cli_files), env=settings.env)
     allowed_lists: dict[str, tuple[str, ...]] = {}
-    excluded: list[str] = []
+    excluded: dict[str, tuple[str, ...]] = {}
     problems: list[str] = []
     startup: Startup = "lazy"
     idle: float | None = None
@@ -112,7 +112,7 @@ def compute_lsp_state(
         if "allowed" in section:
             allowed_lists[str(where)] = _patterns(section["allowed"], "lsp.allowed", where, problems, ())
         if "excluded" in section:
-            excluded.extend(_patterns(section["excluded"], "lsp.excluded", where, problems, ("*",)))
+            excluded[str(where)] = _patterns(section["excluded"], "lsp.excluded", where, problems, ("*",))
         if "startup" in section:
             if section["startup"] in ("lazy", "eager"):
                 startup = section["startup"]
@@ -127,10 +127,11 @@ def compute_lsp_state(
     servers = assembled.servers
     pending = approvals.get_pending_gated_mcp_servers(servers, settings.root, "lsp")
     gating = McpGating(
-        excluded=resolve_excluded(excluded),
+        excluded=resolve_excluded([pattern for patterns in excluded.values() for pattern in patterns]),
         allowed=resolve_allowed(list(allowed_lists.values()), cli_allowed, servers),
         pending=pending or None,
         allowed_by=allow_lists(allowed_lists, cli_allowed, key="lsp.allowed", flag="--allowed-lsp-server-names"),
+        excluded_by=allow_lists(excluded, key="lsp.excluded"),
     )
     rejected = tuple(
         n

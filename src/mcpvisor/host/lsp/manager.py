@@ -247,7 +247,8 @@ class LspManager:
                 f"{fill_hint(lsp_hint(self.approve_command), name)}"
             )
         if reason == "excluded":
-            return f"language server {name!r} is excluded; remove it from lsp.excluded in your settings"
+            why = self.state.gating.why_excluded(name) or "remove it from lsp.excluded in your settings"
+            return f"language server {name!r} is excluded: {why}"
         if reason == "not_allowed":
             why = self.state.gating.why_not_allowed(name) or "add it to lsp.allowed in your settings"
             return f"language server {name!r} is not allowed: {why}"

@@ -35,7 +35,8 @@ def describe_state(
     if reason == "rejected":
         return "rejected — edit config to re-approve"
     if reason == "excluded":
-        return "disabled (in lsp.excluded)"
+        why = manager.state.gating.why_excluded(name)
+        return f"disabled — {why}" if why else "disabled (in lsp.excluded)"
     if reason == "not_allowed":
         why = manager.state.gating.why_not_allowed(name)
         return f"not allowed — {why}" if why else "not allowed"
