@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.errors import ConfigError, ServerUnavailableError
 from mcpvisor.core.events import McpClientUpdate, ReconcileFinished
 from mcpvisor.core.gating import McpGating, NameList
 from mcpvisor.core.server_config import McpServerConfig
@@ -272,6 +272,40 @@ async def test_a_server_an_exclude_list_leaves_out_is_said_to_be_left_out_by_tha
         await wait_until(lambda: s.host.config.get_mcp_gating().why_excluded("b") == moved, what="the moved list")
         assert {row.name: row.error for row in s.host.server_views()}["b"] == moved
         assert s.live() == {"a"}
+
+
+@pytest.mark.parametrize("edit", ["excluded", "not allowed"])
+async def test_a_call_cut_short_by_an_exclusion_says_which_file_leaves_the_server_out_and_the_fix(
+    tmp_path: Path, edit: str
+) -> None:
+    servers = {"s": server("s", "--control"), "t": server("t")}
+    async with session(tmp_path, user={"mcpServers": servers}) as s:
+        outcome: list[BaseException] = []
+        sleeping = anyio.Event()
+
+        async def heard(progress: float, total: float | None, message: str | None) -> None:
+            sleeping.set()  # the server reports progress once the call reached it
+
+        async def call() -> None:
+            try:
+                await s.host.config.call_tool("mcp__s__sleep", {"seconds": 60}, progress=heard, timeout_s=WAIT_S)
+            except ServerUnavailableError as exc:
+                outcome.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with anyio.fail_after(WAIT_S):
+                await sleeping.wait()
+            gating = {"excluded": ["s"]} if edit == "excluded" else {"allowed": ["t"]}
+            save(s.layout.paths.user, {"mcpServers": servers, "mcp": gating})
+        file = s.layout.paths.user
+        why = (
+            f"it was excluded: in mcp.excluded of {file}; remove it there"
+            if edit == "excluded"
+            else f"it is not allowed any more: not in mcp.allowed of {file}; add it there"
+        )
+        [said] = outcome
+        assert str(said).endswith(f"server 's' was stopped while the call was in flight ({why})")
 
 
 async def test_an_empty_allow_list_denies_all(tmp_path: Path) -> None:

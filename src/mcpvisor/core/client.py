@@ -337,7 +337,8 @@ class McpClient(ServerConnection):
         if self._stopping:
             why = "its session was closed" if self._ending else "its configuration changed or it was removed"
             if self._gated is not None:  # a retry would be refused: say why instead
-                why = GATED.get(self._gated, f"it is {self._gated.replace('_', ' ')} now")
+                gated, _, which = self._gated.partition(": ")  # gating's reason, then which list and the fix
+                why = GATED.get(gated, f"it is {gated.replace('_', ' ')} now") + (f": {which}" if which else "")
             return ServerUnavailableError(
                 f"{what} failed: server {self.name!r} was stopped while the call was in flight ({why})"
                 + ("" if self._ending or self._gated is not None else "; retry the call"),

@@ -225,7 +225,8 @@ class ServerConnection:
 
     async def aclose(self, *, ending: bool = False, gated: str | None = None) -> None:
         """Disconnect (a deliberate stop: never reported as lost). Safe to call more than once. ``ending``: the
-        session (or the pool) it belongs to is closing; ``gated``: gating forbids the server now (the reason);
+        session (or the pool) it belongs to is closing; ``gated``: gating forbids the server now (the reason, then
+        after ``: `` which list leaves it out and the fix when that is known);
         either is what a call cut short is told."""
         self._stopping = True
         self._ending = self._ending or ending

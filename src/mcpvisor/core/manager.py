@@ -399,7 +399,7 @@ class McpClientManager:
             self._publish_state(name, reason=reason, restarting=restarting)
         if client is not None:
             self.disconnect_count += 1
-            await self._close(client, "removed" if forget else reason)  # (a reason is gating's)
+            await self._close(client, "removed" if forget else self._config.get_mcp_gating().with_why(name, reason))
             logger.info("server %r disconnected%s", name, f" ({reason})" if reason else "")
 
     def _purge(self, name: str, *, restarting: bool = False) -> None:
