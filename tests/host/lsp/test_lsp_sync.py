@@ -4,10 +4,14 @@ basedpyright): diagnostics across restarts and settings changes, files edited or
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 import pytest
 
 from mcpvisor.host.lsp import tools
@@ -266,3 +270,47 @@ async def test_an_open_file_deleted_on_disk_is_told_deleted_before_another_files
         assert service["fresh"] is True
         assert service["diagnostics"], service  # the import of models (its wording depends on basedpyright's timing)
         assert {d["loc"]["line"] for d in service["diagnostics"]} == {1}, service
+
+
+async def test_a_server_that_dies_as_file_changes_are_sent_to_it_reads_as_ended_so_not_as_an_internal_error(
+    tmp_path: Path,
+) -> None:
+    """basedpyright watches the folder. Before, when the batch of changes after a save found it dead, status said
+    "failed — ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)" and a traceback was logged."""
+    async with session(tmp_path, user={"lspServers": {"python": basedpyright()}}, watch=False) as s:
+        ask = {"file": "models.py", "symbol": "make_user"}
+        assert {r["file"] for r in (await s.ok("find_references", **ask))["references"]} == {"service.py"}
+        (s.layout.root / "first.py").write_text('from models import make_user\n\nmake_user("b")\n')
+        files: set[str] = set()
+        with anyio.fail_after(WAIT_S):  # the folder is watched: a new file is among the references
+            while "first.py" not in files:
+                await anyio.sleep(0.2)
+                files = {r["file"] for r in (await s.ok("find_references", **ask))["references"]}
+        server = s.host.lsp.manager.servers()["python"]
+        assert server.pid is not None
+        kill_group_after_a_save(server.pid, s.layout.root / "second.py")
+        await wait_until(lambda: server.state == "failed", what="the kill to be seen through")
+        assert server.last_error is not None
+        assert server.last_error.startswith("the process was killed by SIGKILL"), server.last_error
+        again = await s.ok("hover", file="service.py", line=3, character=6)  # started again on demand
+        assert "make_user" in again["contents"]
+
+
+def kill_group_after_a_save(pid: int, saved: Path) -> None:
+    """Save ``saved``, then kill the process group ``pid`` leads, holding the event loop (this blocks) until the
+    watcher's thread has its batch of changes ready and the group is gone: the batch is sent to a server already
+    dead, before the host has read its end."""
+    group = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    saved.write_text("x = 1\n")
+    time.sleep(0.5)  # the watcher's batch is ready, waiting for the loop
+    os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + WAIT_S
+    while any(alive(process) for process in group) and time.monotonic() < deadline:
+        time.sleep(0.01)  # not psutil's wait: it would reap the host's child, whose exit the host reads
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return bool(process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False

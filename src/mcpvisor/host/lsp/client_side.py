@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 from watchfiles import Change, awatch
 
+from mcpvisor.host.lsp.errors import LspConnectionClosed
 from mcpvisor.host.lsp.text import path_of, uri_of
 
 __all__ = ["CLIENT_CAPABILITIES", "WATCHED_FILES", "FileWatch", "glob_pattern"]
@@ -149,12 +150,14 @@ class FileWatch:
         stop.set()
 
     async def run(self) -> None:
-        """Feed the registrations while the server runs: the folder is watched only while one stands."""
+        """Feed the registrations while the server runs: the folder is watched only while one stands. Raises
+        :class:`LspConnectionClosed` (not wrapped in a group) when the server cannot be told any more."""
         while True:
             if not self._watchers:
                 await self._changed.wait()
                 continue
             stop = anyio.Event()
+            closed: LspConnectionClosed | None = None
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._until_unregistered, stop)
                 try:
@@ -165,8 +168,14 @@ class FileWatch:
                             if (kind := self._wanted(change, Path(raw))) is not None
                         ]
                         if events:
-                            await self._notify(WATCHED_FILES, {"changes": events})
+                            try:
+                                await self._notify(WATCHED_FILES, {"changes": events})
+                            except LspConnectionClosed as exc:  # it ended (or closed its input) under the batch
+                                closed = exc
+                                stop.set()
                 except OSError as exc:  # the folder went away or cannot be watched: the server is not told
                     logger.debug("cannot watch %s for a language server: %s", self._folder, exc)
                     await self._changed.wait()
                 tg.cancel_scope.cancel()
+            if closed is not None:
+                raise closed

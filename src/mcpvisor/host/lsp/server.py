@@ -253,6 +253,7 @@ class LanguageServer:
                 self._starting = None
                 self._set("ready")
                 self._ready.set()
+                cut: list[LspConnectionClosed] = []
                 with anyio.CancelScope() as watch:
 
                     async def ended() -> None:
@@ -270,13 +271,23 @@ class LanguageServer:
                         self._set("stopping")  # at once: the next call waits for it to go, then starts it again
                         watch.cancel()
 
+                    async def feed() -> None:
+                        try:
+                            await self._watch.run()
+                        except LspConnectionClosed as exc:  # it ended (said by ended()) or closed its input under
+                            cut.append(exc)  # a batch of file changes
+                            if not connection.closed():
+                                watch.cancel()
+
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(ended)
                         tg.start_soon(hung)
-                        tg.start_soon(self._watch.run)
+                        tg.start_soon(feed)
                         await self._stop.wait()
                         self._set("stopping")
                         tg.cancel_scope.cancel()
+                if cut and not connection.closed() and not self._stop.is_set():
+                    raise cut[0]  # it runs on, reading nothing: why, as a request cut short says it
                 if self._unresponsive.is_set() and not self._stop.is_set():
                     self.last_error = (
                         f"did not answer {self._unanswered} requests in a row in time: stopped as hung (the next "
