@@ -247,12 +247,30 @@ async def test_a_failure_shows_the_command_line_as_written_never_what_a_variable
         failed = await s.call("hover", file="service.py", line=3, character=6)
         assert failed.is_error
         assert text(failed) == (
-            "language server 'python' failed — exited with code 127: cannot start ${LSPCMD}: No such file or directory"
+            "language server 'python' failed — exited with code 127: cannot start ${LSPCMD}: No such file or "
+            "directory; check lspServers.python.command"
         )
         status = await s.ok("status")
         shown = json.dumps(status) + text(await s.call("hover", file="service.py", line=3, character=6))
         assert "cannot start ${LSPCMD}" in shown
         assert not any(secret in shown for secret in secrets.values())
+
+
+async def test_a_command_not_found_names_the_field_to_fix_once_it_failed_as_before_its_first_use(
+    tmp_path: Path,
+) -> None:
+    """Before its first use, status said "its command 'no-such-langserver' is not found …: fix
+    lspServers.python.command"; once a call had tried it, only "cannot start no-such-langserver: No such file or
+    directory", with no word of where to fix it (an MCP server's says "check mcpServers.NAME.command")."""
+    user = {"lspServers": {"python": pylsp(command="no-such-langserver", args=[])}}
+    async with session(tmp_path, user=user, watch=False) as s:
+        failed = await s.call("hover", file="service.py", line=3, character=6)
+        assert text(failed) == (
+            "language server 'python' failed — exited with code 127: cannot start no-such-langserver: No such file "
+            "or directory; check lspServers.python.command"
+        )
+        [entry] = (await s.ok("status"))["servers"]
+        assert entry["last_error"].endswith("; check lspServers.python.command"), entry
 
 
 async def test_an_mcp_server_named_lsp_takes_the_name_and_the_language_server_tools_move_aside(tmp_path: Path) -> None:

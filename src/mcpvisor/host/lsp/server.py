@@ -313,6 +313,8 @@ class LanguageServer:
             self._connection = None
             self.pid = None
             if self.last_error:  # the command and arguments as written: a ${VAR} in them may stand for a secret
+                if "cannot start" in self.last_error:  # the reaper could not run it: where to fix it, as before a use
+                    self.last_error += f"; check {self.config.field(self.name, 'command')}"
                 if "cannot start" in self.last_error or "not found on the host's PATH" in self.last_error:
                     self.last_error += arguments_hint(self.config.approved_value("command"))
                 self.last_error = self.config.redact(self.last_error)
