@@ -199,3 +199,18 @@ async def test_a_server_that_does_not_offer_the_operation_names_the_one_beside_i
         approve = f"mcpvisor lsp approve --workspace {s.layout.root} beta"
         assert why.endswith(f"language server 'beta' needs approval — run: {approve}")
         assert s.pid("beta") is None
+
+
+async def test_a_call_naming_a_server_waiting_for_approval_says_so(tmp_path: Path) -> None:
+    """Before: "language server 'beta' does not answer for '.py' files; 'alpha' do", of the repository's beta, which
+    takes .py files and only waits for the user's approval."""
+    lsp_json = {"beta": basedpyright()}
+    async with session(tmp_path, user={"lspServers": {"alpha": pylsp()}}, lsp_json=lsp_json, watch=False) as s:
+        approve = f"mcpvisor lsp approve --workspace {s.layout.root} beta"
+        hover = await s.call("hover", file="models.py", symbol="make_user", server="beta")
+        assert text(hover) == f"language server 'beta' needs approval — run: {approve}"
+        checked = await s.call("diagnostics", files=["models.py"], server="beta")
+        assert text(checked) == f"language server 'beta' needs approval — run: {approve}"
+        unknown = await s.call("hover", file="models.py", symbol="make_user", server="gamma")
+        assert text(unknown) == "language server 'gamma' does not answer for '.py' files; 'alpha' does"
+        assert s.pid("beta") is None

@@ -199,8 +199,12 @@ class LspTools:
             chosen = [c for c in candidates if c.name == server]
             if not chosen:
                 ext = path.suffix.lower() or "extensionless"
+                configured = self.manager.state.servers.get(server) if isinstance(server, str) else None
+                if configured is not None and ext in configured.extension_to_language:
+                    raise ToolFailure(self.manager.why_not(server))  # it does, once let start: how
                 names = ", ".join(repr(c.name) for c in candidates)
-                raise ToolFailure(f"language server {server!r} does not answer for {ext!r} files; {names} do")
+                verb = "does" if len(candidates) == 1 else "do"
+                raise ToolFailure(f"language server {server!r} does not answer for {ext!r} files; {names} {verb}")
             candidates = chosen
         capability = CAPABILITY.get(tool or "")
         unable: list[str] = []
