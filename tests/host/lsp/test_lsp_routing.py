@@ -214,3 +214,19 @@ async def test_a_call_naming_a_server_waiting_for_approval_says_so(tmp_path: Pat
         unknown = await s.call("hover", file="models.py", symbol="make_user", server="gamma")
         assert text(unknown) == "language server 'gamma' does not answer for '.py' files; 'alpha' does"
         assert s.pid("beta") is None
+
+
+async def test_workspace_symbols_no_running_server_offers_name_the_one_waiting_for_approval(tmp_path: Path) -> None:
+    """pylsp has no workspace/symbol; basedpyright, from the repository, waits for approval. Before, the call said only
+    "no running language server here searches the workspace", not that approving beta would answer it."""
+    lsp_json = {"beta": basedpyright()}
+    async with session(tmp_path, user={"lspServers": {"alpha": pylsp()}}, lsp_json=lsp_json, watch=False) as s:
+        approve = f"mcpvisor lsp approve --workspace {s.layout.root} beta"
+        result = await s.call("workspace_symbols", query="User")
+        assert text(result) == (
+            "no running language server here searches the workspace (workspace/symbol); language server 'beta' needs "
+            f"approval — run: {approve}"
+        )
+        of_rust = await s.call("workspace_symbols", query="User", language="rust")
+        assert text(of_rust) == "no language server for 'rust' may run"
+        assert s.pid("beta") is None

@@ -223,11 +223,17 @@ class LspManager:
             raise Unroutable(f"no language server for {ext or 'extensionless'!r} files{hint}")
         raise Unroutable(self.why_not(matching[0]))
 
-    def held_back(self, path: Path) -> list[str]:
-        """Why each server configured for ``path``'s extension that is not admitted cannot answer (waiting for
-        approval, rejected, untrusted folder), with the fix; an excluded or not allowed one is the user's choice."""
-        ext = path.suffix.lower()
-        names = sorted(n for n, cfg in self.state.servers.items() if ext in cfg.extension_to_language)
+    def held_back(self, path: Path | None, *, language: str | None = None) -> list[str]:
+        """Why each server configured for ``path``'s extension (None: any; ``language``: for it) that is not
+        admitted cannot answer (waiting for approval, rejected, untrusted folder), with the fix; an excluded or not
+        allowed one is the user's choice."""
+        ext = path.suffix.lower() if path is not None else None
+        names = sorted(
+            n
+            for n, cfg in self.state.servers.items()
+            if (ext is None or ext in cfg.extension_to_language)
+            and (language is None or language.lower() in (lang.lower() for lang in cfg.languages()))
+        )
         held = (n for n in names if n not in self._servers)
         return [self.why_not(n) for n in held if self.state.reason(n) not in ("excluded", "not_allowed")]
 

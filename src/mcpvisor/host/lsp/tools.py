@@ -342,10 +342,10 @@ class LspTools:
             for s in self.manager.servers().values()
             if language is None or str(language).lower() in (lang.lower() for lang in s.config.languages())
         ]
-        if not candidates:
-            raise ToolFailure(
-                f"no language server for {language!r} may run" if language else "no language server may run here"
-            )
+        held = self.manager.held_back(None, language=None if language is None else str(language))
+        if not candidates:  # one held back might answer, once the user lets it start: how
+            none = f"no language server for {language!r} may run" if language else "no language server may run here"
+            raise ToolFailure(none + "".join(f"; {reason}" for reason in held))
         found: list[Any] = []
         asked: list[str] = []
         not_asked: dict[str, str] = {}
@@ -376,7 +376,7 @@ class LspTools:
             for server in candidates:
                 tg.start_soon(ask, server)
         if not asked:
-            why = "".join(f"; {reason}" for reason in not_asked.values())
+            why = "".join(f"; {reason}" for reason in [*not_asked.values(), *held])
             raise ToolFailure(f"no running language server here searches the workspace (workspace/symbol){why}")
         order = {server.name: i for i, server in enumerate(candidates)}
         found.sort(key=lambda sym: order.get(sym.server, 0))  # as the servers are configured, not as they answered
