@@ -657,6 +657,26 @@ async def test_a_server_given_up_after_max_restarts_is_not_started_again_by_an_e
         assert not language_server_processes(s.layout.root)
 
 
+async def test_status_says_a_server_that_crashed_too_often_waits_for_its_entry_to_be_saved(tmp_path: Path) -> None:
+    """Before, status read "failed", as for a server the next call starts again, while every call was refused with
+    "failed 2 times in a row …; it starts again when its entry is saved"."""
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        server = s.host.lsp.manager.servers()["python"]
+        for _ in range(2):
+            await s.ok("document_symbols", file="models.py")
+            [process] = [p for p in language_server_processes(s.layout.root) if p.pid != server.pid]
+            process.kill()
+            await wait_until(lambda: server.state == "failed", what="the crash to be seen through")
+        [entry] = (await s.ok("status"))["servers"]
+        assert entry["state"] == (
+            "failed 2 times in a row; it starts again when its entry is saved (or on /reload in the shell)"
+        )
+        assert entry["last_error"].startswith("the process was killed by SIGKILL"), entry
+        refused = text(await s.call("hover", file="service.py", line=3, character=6))
+        assert refused.endswith("; it starts again when its entry is saved (or on /reload in the shell)")
+        assert not language_server_processes(s.layout.root)
+
+
 async def test_folder_trust_gained_or_lost_since_the_start_is_followed_on_reload(tmp_path: Path) -> None:
     user = {"lspServers": {"python": pylsp()}, "security": {"folderTrust": {"enabled": True}}}
     async with session(tmp_path, user=user, watch=False) as s:

@@ -260,14 +260,22 @@ class LspManager:
             return f"language server {name!r} is not allowed: {why}"
         return f"language server {name!r} is not configured"
 
+    GIVEN_UP_FIX = "it starts again when its entry is saved (or on /reload in the shell)"
+    """What starts a server again that crashed too often in a row for a call to start it."""
+
+    @staticmethod
+    def given_up(server: LanguageServer) -> bool:
+        """Whether ``server`` crashed too often in a row to be started by a call (until its entry is saved)."""
+        return server.state == "failed" and server.crashes > max(server.config.restarts_allowed, 1)
+
     async def ready(self, server: LanguageServer) -> None:
         """Start ``server`` if it is not running and wait until it answers, up to its ``startupTimeout``.
         Raises :class:`Unroutable` saying it is starting, or why it failed."""
         await server.wait_stopped()  # a call right after an idle stop (or a crash) began: once it ended
-        if server.state == "failed" and server.crashes > max(server.config.restarts_allowed, 1):
+        if self.given_up(server):
             raise Unroutable(
                 f"language server {server.name!r} failed {server.crashes} times in a row — {server.last_error}; "
-                "it starts again when its entry is saved (or on /reload in the shell)"
+                f"{self.GIVEN_UP_FIX}"
             )
         if server.state in ("stopped", "failed"):
             self._start(server)

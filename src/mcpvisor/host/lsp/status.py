@@ -48,6 +48,8 @@ def describe_state(
         return "ready"
     if server.state == "starting":
         return "starting"
+    if manager.given_up(server):  # a call does not start it as it would another failed one
+        return f"failed {server.crashes} times in a row; {manager.GIVEN_UP_FIX}"
     if server.state in ("failed", "stopping"):
         return server.state
     return "idle" if manager.is_idle(name) else "stopped (starts on first use)"
