@@ -359,11 +359,11 @@ class Host(StackOwner):
         down = any(c.status == "disconnected" for c in self.config.manager.clients().values())
         state = await self._reconcile(force=trust_changed or down)
         self.lsp.set_trusted(trusted)  # the language servers follow the same decision in their reconcile
-        await self._reload_lsp()
+        await self._reload_lsp(retry=True)  # and one given up after crashing too often starts again on demand
         return state
 
-    async def _reload_lsp(self) -> None:
-        await self.lsp.reload()
+    async def _reload_lsp(self, *, retry: bool = False) -> None:
+        await self.lsp.reload(retry=retry)
         self._report_problems()
 
     async def _reconcile(self, *, force: bool = False) -> DesiredState:

@@ -677,6 +677,24 @@ async def test_status_says_a_server_that_crashed_too_often_waits_for_its_entry_t
         assert not language_server_processes(s.layout.root)
 
 
+async def test_reload_starts_again_a_server_given_up_after_crashing_too_often(tmp_path: Path) -> None:
+    """The refusal says "it starts again when its entry is saved (or on /reload in the shell)". Before, /reload
+    changed nothing: every call was still refused, until the entry itself was edited."""
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        server = s.host.lsp.manager.servers()["python"]
+        for _ in range(2):
+            await s.ok("document_symbols", file="models.py")
+            [process] = [p for p in language_server_processes(s.layout.root) if p.pid != server.pid]
+            process.kill()
+            await wait_until(lambda: server.state == "failed", what="the crash to be seen through")
+        assert (await s.call("hover", file="service.py", line=3, character=6)).is_error
+        await s.host.reload()  # /reload in the shell
+        again = await s.ok("hover", file="service.py", line=3, character=6)
+        assert "make_user" in again["contents"]
+        [entry] = (await s.ok("status"))["servers"]
+        assert entry["state"] == "ready"
+
+
 async def test_folder_trust_gained_or_lost_since_the_start_is_followed_on_reload(tmp_path: Path) -> None:
     user = {"lspServers": {"python": pylsp()}, "security": {"folderTrust": {"enabled": True}}}
     async with session(tmp_path, user=user, watch=False) as s:

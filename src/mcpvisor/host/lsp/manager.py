@@ -268,6 +268,12 @@ class LspManager:
         """Whether ``server`` crashed too often in a row to be started by a call (until its entry is saved)."""
         return server.state == "failed" and server.crashes > max(server.config.restarts_allowed, 1)
 
+    def retry_given_up(self) -> None:
+        """Let the next call start each server given up after crashing too often in a row (``/reload``)."""
+        for server in self._servers.values():
+            if self.given_up(server):
+                server.crashes = 0
+
     async def ready(self, server: LanguageServer) -> None:
         """Start ``server`` if it is not running and wait until it answers, up to its ``startupTimeout``.
         Raises :class:`Unroutable` saying it is starting, or why it failed."""

@@ -169,10 +169,13 @@ class LspSession:
         starts what it admits, or — no longer trusted — stops every language server, as for MCP servers."""
         self.manager.trusted = trusted
 
-    async def reload(self) -> LspDesiredState:
+    async def reload(self, *, retry: bool = False) -> LspDesiredState:
         """Follow the settings as they are in memory now. One step on the event loop (the manager hands stops
-        and starts to the servers' own tasks), so it never interleaves with another reconcile, MCP or LSP."""
+        and starts to the servers' own tasks), so it never interleaves with another reconcile, MCP or LSP.
+        ``retry`` (``/reload``): a server given up after crashing too often in a row is started by the next call."""
         state = self._compute()
+        if retry:
+            self.manager.retry_given_up()
         self._apply(state)
         return state
 
