@@ -894,3 +894,22 @@ async def test_a_server_restarted_by_an_edit_and_still_starting_is_said_restarte
         save(s.layout.paths.user, {"mcpServers": {"slow": hangs}})
         said = " ".join((await s.wait_for("slow is still starting", since)).split())
         assert "↻ restarted slow (args changed) ◌ slow is still starting" in said, said
+
+
+async def test_a_language_server_given_up_after_its_second_crash_in_a_row_is_said_to_have_failed(
+    tmp_path: Path,
+) -> None:
+    """Its state reads "failed 2 times in a row; …" after the second crash (calls are refused until /reload). Before,
+    the shell said only states reading "failed" exactly: the second crash passed without a word."""
+    from tests.host.lsp.test_lsp_host import language_server_processes, pylsp
+
+    async with shell(tmp_path, user={"lspServers": {"python": pylsp()}}) as s:
+        (s.layout.root / "models.py").write_text("class User: ...\n")
+        call = '/call mcp__lsp__document_symbols {"file": "models.py"}'
+        for _ in range(2):
+            since = s.mark()
+            await s.run(call, "Class User")
+            running = language_server_processes(s.layout.root)
+            [pylsp_process] = [p for p in running if not any("reaper" in part for part in p.cmdline())]
+            pylsp_process.kill()  # the language server, not the reaper in front of it
+            await s.wait_for("✗ language server python failed: the process was killed by SIGKILL", since)

@@ -234,7 +234,7 @@ class HumanOutput:
                 self._say(
                     f"[green]● language server {escape(str(event.server))} ready[/] (pid {escape(str(event.pid))})"
                 )
-            elif event.state == "failed" and event.error:
+            elif event.state.startswith("failed") and event.error:  # or "failed 2 times in a row; …"
                 self._say(f"[red]✗ language server {escape(str(event.server))} failed: {escape(str(event.error))}[/]")
             elif event.state == "removed":
                 self._say(f"[yellow]- removed language server {escape(str(event.server))}[/]")
