@@ -227,6 +227,12 @@ async def test_workspace_symbols_no_running_server_offers_name_the_one_waiting_f
             "no running language server here searches the workspace (workspace/symbol); language server 'beta' needs "
             f"approval — run: {approve}"
         )
-        of_rust = await s.call("workspace_symbols", query="User", language="rust")
-        assert text(of_rust) == "no language server for 'rust' may run"
         assert s.pid("beta") is None
+
+
+async def test_workspace_symbols_of_a_language_no_server_takes_say_which_languages_they_take(tmp_path: Path) -> None:
+    """Before: "no language server for 'rust' may run", as if one were configured and held back."""
+    async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
+        of_rust = await s.call("workspace_symbols", query="User", language="rust")
+        assert of_rust.is_error
+        assert text(of_rust) == "no language server for 'rust' (configured for: python)"

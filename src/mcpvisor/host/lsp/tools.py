@@ -344,7 +344,9 @@ class LspTools:
         ]
         held = self.manager.held_back(None, language=None if language is None else str(language))
         if not candidates:  # one held back might answer, once the user lets it start: how
-            none = f"no language server for {language!r} may run" if language else "no language server may run here"
+            known = ", ".join(sorted({lang for s in self.manager.servers().values() for lang in s.config.languages()}))
+            none = "no language server may run here"  # or none for that language: which they are for
+            none = f"no language server for {language!r} (configured for: {known})" if known else none
             raise ToolFailure(none + "".join(f"; {reason}" for reason in held))
         found: list[Any] = []
         asked: list[str] = []
