@@ -699,3 +699,23 @@ def test_a_misspelt_servers_key_in_the_settings_is_named_with_the_key_it_was_mea
     result = cli("mcp", "list", "--workspace", str(layout.root), env=layout.env)
     said = " ".join((result.stdout + result.stderr).split())
     assert f"unknown setting {key!r} in {layout.paths.user}; did you mean 'mcpServers'?" in said
+
+
+@pytest.mark.parametrize("command", [["status"], ["mcp", "list"]])
+def test_an_approvals_store_inside_the_project_is_said_where_people_read(tmp_path: Path, command: list[str]) -> None:
+    """Before: only a log line said the store's records are ignored there, which these commands keep to themselves
+    unless run with -v; the row said to run mcpvisor mcp approve, which then failed."""
+    store = tmp_path.resolve() / "ws" / ".approvals" / "mcp-approvals.json"
+    layout = make_layout(tmp_path, MCPVISOR_MCP_APPROVALS_PATH=str(store))
+    server = {"command": sys.executable, "args": ["-m", LIGHT, "--name", "p"]}
+    replace_text(layout.paths.project, json.dumps({"mcpServers": {"p": server}}))
+    done = cli(*command, "--workspace", str(layout.root), env=layout.env)
+    said = " ".join(done.stdout.split())
+    assert (
+        f"! MCP approvals store '{store}' lies inside project '{layout.root}', so none of the project's servers can be "
+        "approved (a repository can never approve its own servers): point MCPVISOR_MCP_APPROVALS_PATH outside the "
+        "project"
+    ) in said, done.stdout + done.stderr
+    outside = make_layout(tmp_path / "outside")  # the store in its usual place: nothing to say
+    replace_text(outside.paths.project, json.dumps({"mcpServers": {"p": server}}))
+    assert "lies inside" not in cli(*command, "--workspace", str(outside.root), env=outside.env).stdout

@@ -310,14 +310,10 @@ class ApprovalStore:
 
     def _records_for(self, root: str | os.PathLike[str], kind: Kind = "mcp") -> Mapping[str, ApprovalRecord]:
         key = root_key(root)
-        if self._inside(Path(key)):
+        if (inside := self.inside_project(key)) is not None:
             if key not in self._warned_inside:
                 self._warned_inside.add(key)
-                logger.warning(
-                    "MCP approvals store %s lies inside project %s; its records are ignored for that project",
-                    self._path,
-                    key,
-                )
+                logger.warning("%s", inside)
             return {}
         self._refresh()
         return self._records.get(root_key(root, kind), {})
@@ -432,6 +428,18 @@ class ApprovalStore:
         self._loaded = True
         self._had_good_load = True
         self._error = None
+
+    def inside_project(self, root: str | os.PathLike[str]) -> str | None:
+        """What to say (file, project and fix) when this store lies inside project ``root``, where it then decides
+        nothing; None: it does not."""
+        key = root_key(root)
+        if not self._inside(Path(key)):
+            return None
+        return (
+            f"MCP approvals store {str(self._path)!r} lies inside project {key!r}, so none of the project's servers "
+            "can be approved (a repository can never approve its own servers): point MCPVISOR_MCP_APPROVALS_PATH "
+            "outside the project"
+        )
 
     def _inside(self, root: Path) -> bool:
         """Whether this store file lies inside ``root`` (then it can decide nothing for ``root``)."""

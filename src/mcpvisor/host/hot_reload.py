@@ -14,7 +14,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import anyio
@@ -104,6 +104,8 @@ def compute_desired_state(
         for name in gating.pending or ()
         if approvals.get_state(settings.root, name, assembled.servers[name]) == "rejected"
     )
+    if gating.pending and (inside := approvals.inside_project(settings.root)) is not None:
+        assembled = replace(assembled, warnings=(*assembled.warnings, inside))  # (else no approve hint works)
     return DesiredState(assembled, gating, rejected)
 
 
