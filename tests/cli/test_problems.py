@@ -863,3 +863,35 @@ def test_an_invalid_server_entry_is_a_row_of_status_and_mcp_list_and_fails_statu
         ("web", "invalid"),
     ]
     assert secret not in out
+
+
+@pytest.mark.parametrize(
+    ("key", "meaning", "command"),
+    [
+        ("mcp.excluded", "excluding every server", "mcp list"),
+        ("mcp.allowed", "allowing no server", "mcp list"),
+        ("mcp.excluded", "excluding every server", "mcp approve web"),
+        ("mcp.allowed", "allowing no server", "mcp approve web"),
+        ("lsp.excluded", "excluding every server", "lsp list"),
+        ("lsp.allowed", "allowing no server", "lsp list"),
+    ],
+)
+def test_a_server_left_out_by_a_list_that_is_no_list_says_to_fix_that_value(
+    layout: Layout, key: str, meaning: str, command: str
+) -> None:
+    """Before: an exclude-list given as an object was said to leave the server out by "matched by '*' …; remove that
+    pattern there" (a pattern the file does not hold), and an allow-list so given "not in mcp.allowed …; add it
+    there" (to an object)."""
+    section, field = key.split(".")
+    web = {"command": sys.executable, "args": ["-m", "mcpvisor.examples.light_server"]}
+    py = {"command": sys.executable, "extensionToLanguage": {".py": "python"}}
+    write_json(layout.paths.user, {"lspServers": {"py": py}, section: {field: {"web": 1}}})
+    write_json(layout.paths.workspace, {"mcpServers": {"web": web}})  # (one to approve)
+    result = CliRunner().invoke(app, [*command.split(), "--workspace", str(layout.root)], env=layout.env)
+    said = " ".join(result.output.split())  # (mcp approve says it on stderr)
+    why = (
+        f"left out by {key} of {layout.paths.user}: it is not a list of glob patterns, read as {meaning}; fix it there"
+    )
+    assert why in said, said
+    assert "'*'" not in said
+    assert "add it there" not in said

@@ -19,7 +19,7 @@ from rich.markup import escape
 from mcpvisor.cli.fleet import approval_store, follow_fleet_settings, pin_store, token_store
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConfigError, name_word
-from mcpvisor.core.gating import NameList, excluded_by, matches_any
+from mcpvisor.core.gating import NameList, excluded_by, not_allowed_by
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host import paths
 from mcpvisor.host.approvals import ApprovalStore, is_gated
@@ -29,6 +29,7 @@ from mcpvisor.host.lsp.config import RUNS_WORKSPACE_CODE
 from mcpvisor.host.private_files import PrivateJsonStore, write_atomically
 from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted_folders
 from mcpvisor.host.settings.mcp_servers import load_top_tier
+from mcpvisor.host.settings.scopes import SettingsScope
 from mcpvisor.host.settings.servers import misspelt_servers_key_of, name_written_otherwise
 from mcpvisor.host.settings.writer import delete_setting, set_setting
 from mcpvisor.host.status import command_hints, describe_servers, home_words, plural
@@ -360,14 +361,16 @@ def will_not_start(settings: Settings, name: str) -> str | None:
     """Why server ``name`` will not start whatever is decided on it, naming the files and the fix (None:
     nothing in the settings stops it)."""
     merged = settings.merged
-    excluding = [NameList("mcp.excluded", p, str(settings.paths.of(s))) for s, p in merged.excluded_by_scope.items()]
-    if (why := excluded_by(name, excluding)) is not None:
+
+    def lists(key: str, by_scope: Mapping[SettingsScope, tuple[str, ...]]) -> list[NameList]:
+        return [
+            NameList(key, p, str(settings.paths.of(s)), (key, s) in merged.invalid_lists) for s, p in by_scope.items()
+        ]
+
+    if (why := excluded_by(name, lists("mcp.excluded", merged.excluded_by_scope))) is not None:
         return f"it does not run: it is {why}"
-    narrowing = [
-        str(settings.paths.of(s)) for s, patterns in merged.allowed_by_scope.items() if not matches_any(name, patterns)
-    ]
-    if narrowing:
-        return f"it does not run: it is not in mcp.allowed of {', '.join(narrowing)}; add it there"
+    if (why := not_allowed_by(name, lists("mcp.allowed", merged.allowed_by_scope))) is not None:
+        return f"it does not run: it is {why}"
     return None
 
 

@@ -62,6 +62,8 @@ class NameList:
     key: str
     patterns: tuple[str, ...]
     file: str | None = None
+    invalid: bool = False
+    """The file's value is no list of patterns: ``patterns`` is what it is read as (deny all, exclude all)."""
 
 
 def not_allowed_by(name: str, lists: Iterable[NameList]) -> str | None:
@@ -71,6 +73,8 @@ def not_allowed_by(name: str, lists: Iterable[NameList]) -> str | None:
     'not in mcp.allowed of /w/settings.json; add it there'
     """
     missed = [lst for lst in lists if not matches_any(name, lst.patterns)]
+    if broken := [lst for lst in missed if lst.invalid]:
+        return _not_a_list(broken, "read as allowing no server")
     flags = [lst.key for lst in missed if lst.file is None]
     files = [lst for lst in missed if lst.file is not None]
     left_out = [f"{flag} given at start-up" for flag in flags]
@@ -94,12 +98,23 @@ def excluded_by(name: str, lists: Iterable[NameList]) -> str | None:
     hits = [(lst, matched) for lst, matched in hits if matched]
     if not hits:
         return None
+    if broken := [lst for lst, _ in hits if lst.invalid]:
+        return _not_a_list(broken, "read as excluding every server")
     exact = {name, escape_glob(name)}
     if all(p in exact for _, matched in hits for p in matched):
         return f"in {hits[0][0].key} of {', '.join(str(lst.file) for lst, _ in hits)}; remove it there"
     by = [f"{' and '.join(repr(p) for p in matched)} in {lst.key} of {lst.file}" for lst, matched in hits]
     many = sum(len(matched) for _, matched in hits) > 1
     return f"matched by {' and '.join(by)}; remove {'those patterns' if many else 'that pattern'} there"
+
+
+def _not_a_list(lists: list[NameList], meaning: str) -> str:
+    """A settings list that leaves a server out because its value is not a list of patterns (nothing to add to or
+    remove from it)."""
+    files = ", ".join(str(lst.file) for lst in lists)
+    one = len(lists) == 1
+    said = "it is not a list of glob patterns" if one else "they are not lists of glob patterns"
+    return f"left out by {lists[0].key} of {files}: {said}, {meaning}; fix {'it' if one else 'them'} there"
 
 
 @dataclass(frozen=True, slots=True)

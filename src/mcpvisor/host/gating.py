@@ -9,7 +9,7 @@ MCP layer cares about.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from mcpvisor.core.gating import McpGating, NameList, escape_glob, matches_any
 from mcpvisor.core.server_config import McpServerConfig
@@ -60,11 +60,17 @@ def resolve_allowed(
 
 
 def allow_lists(
-    by_file: Mapping[str, Sequence[str]], cli_allowed: Sequence[str] | None = None, *, key: str, flag: str = ""
+    by_file: Mapping[str, Sequence[str]],
+    cli_allowed: Sequence[str] | None = None,
+    *,
+    key: str,
+    flag: str = "",
+    invalid: Collection[tuple[str, str]] = (),
 ) -> tuple[NameList, ...]:
     """The allow-lists (or exclude-lists) to name when one leaves a server out: the settings ``key`` of each file
-    that sets it (``by_file``), then the start-up ``flag`` when it was given."""
-    files = (NameList(key, tuple(patterns), file) for file, patterns in by_file.items())
+    that sets it (``by_file``), then the start-up ``flag`` when it was given. ``invalid``: the ``(key, file)`` whose
+    value is no list of patterns (read as deny all or exclude all)."""
+    files = (NameList(key, tuple(patterns), file, (key, file) in invalid) for file, patterns in by_file.items())
     return (*files, *([NameList(flag, tuple(cli_allowed))] if cli_allowed is not None else []))
 
 
@@ -77,13 +83,15 @@ def recompute_mcp_gating(
     approvals: ApprovalStore,
     root: str | os.PathLike[str],
     extra_names: Iterable[str] = (),
+    invalid_lists: Collection[tuple[str, str]] = (),
 ) -> McpGating:
     """The gating lists for the desired server map ``servers``.
 
     Used both at start-up and on every reload. ``allowed_lists`` may be given by the file that sets each (then a
     server left out is said to be left out by that file's ``mcp.allowed``), and ``excluded`` too (``mcp.excluded``).
-    ``extra_names`` are further server
-    names that the allow-lists must be resolved against when several lists combine (extension or runtime servers).
+    ``invalid_lists``: the ``(key, file)`` of those whose value is no list of patterns. ``extra_names`` are further
+    server names that the allow-lists must be resolved against when several lists combine (extension or runtime
+    servers).
     ``pending`` holds the gated servers not approved for ``root`` (rejected included).
     """
     names = {*servers, *extra_names}
@@ -97,8 +105,10 @@ def recompute_mcp_gating(
         excluded=resolve_excluded(excluded),
         allowed=resolve_allowed(lists, cli_allowed, names),
         pending=pending or None,
-        allowed_by=allow_lists(by_file, cli_allowed, key="mcp.allowed", flag="--allowed-mcp-server-names"),
-        excluded_by=allow_lists(excluded_by_file, key="mcp.excluded"),
+        allowed_by=allow_lists(
+            by_file, cli_allowed, key="mcp.allowed", flag="--allowed-mcp-server-names", invalid=invalid_lists
+        ),
+        excluded_by=allow_lists(excluded_by_file, key="mcp.excluded", invalid=invalid_lists),
     )
 
 

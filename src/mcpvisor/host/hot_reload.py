@@ -98,6 +98,7 @@ def compute_desired_state(
         approvals=approvals,
         root=settings.root,
         extra_names=extra,
+        invalid_lists={(key, str(settings.paths.of(s))) for key, s in settings.merged.invalid_lists},
     )
     rejected = tuple(
         name

@@ -78,11 +78,14 @@ class LspDesiredState:
         )
 
 
-def _patterns(value: Any, what: str, where: Path, problems: list[str], on_invalid: tuple[str, ...]) -> tuple[str, ...]:
+def _patterns(
+    value: Any, what: str, where: Path, problems: list[str], on_invalid: tuple[str, ...], invalid: set[tuple[str, str]]
+) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return tuple(value)
+    invalid.add((what, str(where)))
     fallback = "deny all: no language server may run" if what == "lsp.allowed" else "exclude all"
     problems.append(f"invalid {what} in {where}: expected a list of glob patterns; treated as {fallback}")
     return on_invalid
@@ -100,6 +103,7 @@ def compute_lsp_state(
     allowed_lists: dict[str, tuple[str, ...]] = {}
     excluded: dict[str, tuple[str, ...]] = {}
     problems: list[str] = []
+    invalid: set[tuple[str, str]] = set()  # (the lists whose value is no list of patterns)
     startup: Startup = "lazy"
     idle: float | None = None
     for scope in SETTINGS_SCOPES:
@@ -110,9 +114,9 @@ def compute_lsp_state(
             continue
         where = settings.paths.of(scope)
         if "allowed" in section:
-            allowed_lists[str(where)] = _patterns(section["allowed"], "lsp.allowed", where, problems, ())
+            allowed_lists[str(where)] = _patterns(section["allowed"], "lsp.allowed", where, problems, (), invalid)
         if "excluded" in section:
-            excluded[str(where)] = _patterns(section["excluded"], "lsp.excluded", where, problems, ("*",))
+            excluded[str(where)] = _patterns(section["excluded"], "lsp.excluded", where, problems, ("*",), invalid)
         if "startup" in section:
             if section["startup"] in ("lazy", "eager"):
                 startup = section["startup"]
@@ -130,8 +134,10 @@ def compute_lsp_state(
         excluded=resolve_excluded([pattern for patterns in excluded.values() for pattern in patterns]),
         allowed=resolve_allowed(list(allowed_lists.values()), cli_allowed, servers),
         pending=pending or None,
-        allowed_by=allow_lists(allowed_lists, cli_allowed, key="lsp.allowed", flag="--allowed-lsp-server-names"),
-        excluded_by=allow_lists(excluded, key="lsp.excluded"),
+        allowed_by=allow_lists(
+            allowed_lists, cli_allowed, key="lsp.allowed", flag="--allowed-lsp-server-names", invalid=invalid
+        ),
+        excluded_by=allow_lists(excluded, key="lsp.excluded", invalid=invalid),
     )
     rejected = tuple(
         n

@@ -76,6 +76,9 @@ class MergedSettings:
     warnings: tuple[str, ...] = ()
     skipped: Mapping[str, SkippedServer] = field(default_factory=dict)
     """The invalid server entries by name, the highest scope's for a name given in several."""
+    invalid_lists: frozenset[tuple[str, SettingsScope]] = frozenset()
+    """``("mcp.allowed" | "mcp.excluded", scope)`` of each list whose value is no list of patterns (read as deny
+    all, exclude all)."""
 
     @property
     def allowed_lists(self) -> list[tuple[str, ...]]:
@@ -141,6 +144,7 @@ def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> Merg
     excluded_by_scope: dict[SettingsScope, tuple[str, ...]] = {}
     allowed: dict[SettingsScope, tuple[str, ...]] = {}
     warnings: list[str] = []
+    not_lists: set[tuple[str, SettingsScope]] = set()
     for layer in layers:
         where = layer.path
         warnings.extend(
@@ -160,11 +164,13 @@ def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> Merg
                 allowed[layer.scope], problem = _pattern_list(
                     expand_vars(mcp["allowed"], env, missing), what="mcp.allowed", where=where, on_invalid=()
                 )
+                not_lists |= {("mcp.allowed", layer.scope)} if problem else set()
                 warnings.extend([problem] if problem else [])
             if "excluded" in mcp:
                 excluded_by_scope[layer.scope], problem = _pattern_list(
                     expand_vars(mcp["excluded"], env, missing), what="mcp.excluded", where=where, on_invalid=("*",)
                 )
+                not_lists |= {("mcp.excluded", layer.scope)} if problem else set()
                 warnings.extend([problem] if problem else [])
             rest["mcp"] = {k: v for k, v in mcp.items() if k not in ("allowed", "excluded")}
         _deep_merge(data, expand_vars(rest, env, missing))
@@ -192,6 +198,7 @@ def merge_settings(layers: Sequence[ScopeLayer], env: Mapping[str, str]) -> Merg
         warnings=tuple(warnings),
         excluded_by_scope=excluded_by_scope,
         skipped=skipped,
+        invalid_lists=frozenset(not_lists),
     )
 
 
