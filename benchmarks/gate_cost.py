@@ -106,8 +106,8 @@ def bench_gate(n: int, repeats: int, parse_repeats: int, store: ApprovalStore, r
 
     def gating(servers: Mapping[str, McpServerConfig], excluded: Sequence[str]) -> McpGating:
         return recompute_mcp_gating(
-            allowed_lists=[],
-            excluded=excluded,
+            allowed_lists={},
+            excluded={"settings.json": excluded},
             cli_allowed=None,
             servers=servers,
             approvals=store,

@@ -122,8 +122,8 @@ def test_recompute_builds_all_three_lists(store: ApprovalStore, root: Path) -> N
     servers = {"a": user("a"), "b": project("b"), "c": project("c"), "d": user("d")}
     store.approve(root, "c", servers["c"])
     gating = recompute_mcp_gating(
-        allowed_lists=[["a", "b", "c"]],
-        excluded=["d"],
+        allowed_lists={"/s.json": ["a", "b", "c"]},
+        excluded={"/s.json": ["d"]},
         cli_allowed=["a", "b"],
         servers=servers,
         approvals=store,
@@ -134,7 +134,7 @@ def test_recompute_builds_all_three_lists(store: ApprovalStore, root: Path) -> N
 
 def test_recompute_with_nothing_set_admits_all_and_pends_nothing(store: ApprovalStore, root: Path) -> None:
     gating = recompute_mcp_gating(
-        allowed_lists=[], excluded=[], cli_allowed=None, servers={"a": user("a")}, approvals=store, root=root
+        allowed_lists={}, excluded={}, cli_allowed=None, servers={"a": user("a")}, approvals=store, root=root
     )
     assert gating == McpGating(excluded=None, allowed=None, pending=None)
 
@@ -143,15 +143,15 @@ def test_recompute_keeps_rejected_servers_pending(store: ApprovalStore, root: Pa
     servers = {"b": project("b")}
     store.reject(root, "b", servers["b"])
     gating = recompute_mcp_gating(
-        allowed_lists=[], excluded=None, cli_allowed=None, servers=servers, approvals=store, root=root
+        allowed_lists={}, excluded={}, cli_allowed=None, servers=servers, approvals=store, root=root
     )
     assert gating.pending == ("b",)
 
 
 def test_recompute_resolves_several_lists_against_extra_names_too(store: ApprovalStore, root: Path) -> None:
     gating = recompute_mcp_gating(
-        allowed_lists=[["a", "ext-*"]],
-        excluded=None,
+        allowed_lists={"/s.json": ["a", "ext-*"]},
+        excluded={},
         cli_allowed=["a", "ext-tools", "b"],
         servers={"a": user("a"), "b": user("b")},
         approvals=store,
@@ -165,7 +165,7 @@ def test_an_edit_of_an_approved_server_shows_up_as_pending(store: ApprovalStore,
     before = {"b": project("b", "--old")}
     store.approve(root, "b", before["b"])
     after = {"b": project("b", "--new")}
-    common: dict[str, Any] = {"allowed_lists": [], "excluded": None, "cli_allowed": None, "approvals": store}
+    common: dict[str, Any] = {"allowed_lists": {}, "excluded": {}, "cli_allowed": None, "approvals": store}
     first = recompute_mcp_gating(servers=before, root=root, **common)
     second = recompute_mcp_gating(servers=after, root=root, **common)
     assert first.pending is None

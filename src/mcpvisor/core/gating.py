@@ -158,9 +158,14 @@ class McpGating:
         """Which exclude-list leaves ``name`` out and the fix (:func:`excluded_by`); None when that is not known."""
         return excluded_by(name, self.excluded_by)
 
+    def left_out_by(self, name: str, reason: str | None) -> str | None:
+        """Which list leaves ``name`` out and the fix, when gating's ``reason`` is a list's and that is known."""
+        if reason == "excluded":
+            return self.why_excluded(name)
+        return self.why_not_allowed(name) if reason == "not_allowed" else None
+
     def with_why(self, name: str, reason: str | None) -> str | None:
         """Gating's ``reason`` for stopping ``name`` followed by ``: `` and which list leaves it out and the fix,
         when that is known (what a call the stop cuts short is told)."""
-        why = self.why_excluded(name) if reason == "excluded" else None
-        why = self.why_not_allowed(name) if reason == "not_allowed" else why
+        why = self.left_out_by(name, reason)
         return f"{reason}: {why}" if why else reason

@@ -76,8 +76,8 @@ def allow_lists(
 
 def recompute_mcp_gating(
     *,
-    allowed_lists: Sequence[Sequence[str]] | Mapping[str, Sequence[str]],
-    excluded: Sequence[str] | Mapping[str, Sequence[str]] | None,
+    allowed_lists: Mapping[str, Sequence[str]],
+    excluded: Mapping[str, Sequence[str]],
     cli_allowed: Sequence[str] | None,
     servers: Mapping[str, McpServerConfig],
     approvals: ApprovalStore,
@@ -87,8 +87,8 @@ def recompute_mcp_gating(
 ) -> McpGating:
     """The gating lists for the desired server map ``servers``.
 
-    Used both at start-up and on every reload. ``allowed_lists`` may be given by the file that sets each (then a
-    server left out is said to be left out by that file's ``mcp.allowed``), and ``excluded`` too (``mcp.excluded``).
+    Used both at start-up and on every reload. ``allowed_lists`` and ``excluded``: the ``mcp.allowed`` and
+    ``mcp.excluded`` of each file that sets them, by file (a server left out is said to be left out by that file's).
     ``invalid_lists``: the ``(key, file)`` of those whose value is no list of patterns. ``extra_names`` are further
     server names that the allow-lists must be resolved against when several lists combine (extension or runtime
     servers).
@@ -96,19 +96,14 @@ def recompute_mcp_gating(
     """
     names = {*servers, *extra_names}
     pending = approvals.get_pending_gated_mcp_servers(servers, root)
-    by_file = allowed_lists if isinstance(allowed_lists, Mapping) else {}
-    lists = list(allowed_lists.values()) if isinstance(allowed_lists, Mapping) else allowed_lists
-    excluded_by_file = excluded if isinstance(excluded, Mapping) else {}
-    if isinstance(excluded, Mapping):
-        excluded = [pattern for patterns in excluded.values() for pattern in patterns]
     return McpGating(
-        excluded=resolve_excluded(excluded),
-        allowed=resolve_allowed(lists, cli_allowed, names),
+        excluded=resolve_excluded([pattern for patterns in excluded.values() for pattern in patterns]),
+        allowed=resolve_allowed(list(allowed_lists.values()), cli_allowed, names),
         pending=pending or None,
         allowed_by=allow_lists(
-            by_file, cli_allowed, key="mcp.allowed", flag="--allowed-mcp-server-names", invalid=invalid_lists
+            allowed_lists, cli_allowed, key="mcp.allowed", flag="--allowed-mcp-server-names", invalid=invalid_lists
         ),
-        excluded_by=allow_lists(excluded_by_file, key="mcp.excluded", invalid=invalid_lists),
+        excluded_by=allow_lists(excluded, key="mcp.excluded", invalid=invalid_lists),
     )
 
 

@@ -239,13 +239,6 @@ def lsp_approve_hint(root: str | os.PathLike[str], name: str, options: str = "",
     return fill_hint(lsp_hint(command_hints(root, options=options, home=home)[0]), name)
 
 
-def _left_out_by(gating: McpGating, name: str, reason: str | None) -> str | None:
-    """Which list leaves a server out and the fix, when that is why it does not run."""
-    if reason == "excluded":
-        return gating.why_excluded(name)
-    return gating.why_not_allowed(name) if reason == "not_allowed" else None
-
-
 def describe_servers(
     assembled: AssembledServers,
     gating: McpGating,
@@ -303,7 +296,7 @@ def describe_servers(
                 approval=approval,
                 tools=conn.tools if conn is not None and reason is None else 0,
                 prompts=conn.prompts if conn is not None and reason is None else 0,
-                error=_left_out_by(gating, name, reason) or error,
+                error=gating.left_out_by(name, reason) or error,
                 log_path=conn.log_path if conn is not None else None,
                 sign_in=(sign_ins or {}).get(name),
                 held_tools=conn.held_tools if conn is not None else (held or {}).get(name, ((), ()))[0],
