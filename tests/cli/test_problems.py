@@ -895,3 +895,27 @@ def test_a_server_left_out_by_a_list_that_is_no_list_says_to_fix_that_value(
     assert why in said, said
     assert "'*'" not in said
     assert "add it there" not in said
+
+
+def test_a_tool_pin_store_that_cannot_be_saved_holds_the_tools_and_says_why(layout: Layout) -> None:
+    """Pins that could not be saved held the server's tools while ``status`` said "1 tool changed since approval —
+    run: mcpvisor mcp approve p" and exited 0, and ``mcp approve p`` said "Approved" while the tool stayed held."""
+    light = {"command": sys.executable, "args": ["-m", "mcpvisor.examples.light_server", "--name", "p"]}
+    write_json(layout.paths.project, {"mcpServers": {"p": light}})
+    assert invoke(layout, "mcp", "approve", "p")[0] == 0
+    lock = layout.home / ".mcpvisor" / "tool-pins.json.lock"
+    lock.unlink(missing_ok=True)
+    lock.mkdir()  # the pins cannot be saved (chmod would not stop root)
+    code, out = invoke(layout, "status")
+    said = " ".join(out.split())
+    assert code == 1, out
+    assert "changed since approval" not in said, said
+    assert "1 tool held — the tool pins of server 'p' could not be saved" in said, said
+    code, out = invoke(layout, "status", "--json")
+    [row] = json.loads(out)["servers"]
+    assert code == 1
+    assert row["held_tools"] == ["echo"]
+    assert "could not save" in row["held_why"], row
+    code, err = failing(layout, "mcp", "approve", "p")
+    assert code == 1
+    assert "cannot approve server 'p': its tool pins cannot be saved" in " ".join(err.split()), err

@@ -236,6 +236,7 @@ def status(
             broken = bool(host.settings.errors) or host.approvals.error is not None or bool(unreadable or pins_unread)
             # an invalid entry no row shows: one whose name is blank or cannot be shown
             broken = broken or any(problem.startswith(SKIPPED_MCP_ENTRY) for problem in problems)
+            broken = broken or any(row.held_why for row in rows)  # its pins could not be saved: held, row says why
             if not as_json:
                 console = new_console(highlight=False)
                 for problem in problems:

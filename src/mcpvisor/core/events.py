@@ -54,6 +54,8 @@ class ServerStateChanged:
     held_tools: tuple[str, ...] = ()
     """Tools listed but held back (their definition changed since approval), by registered name."""
     held_prompts: tuple[str, ...] = ()
+    held_why: str | None = None
+    """Why they are held when their definitions did not change (their pins could not be saved); None: changed."""
 
 
 @dataclass(frozen=True, slots=True)

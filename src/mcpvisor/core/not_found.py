@@ -109,7 +109,9 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
         ):
             reason = "held"
             text = (
-                f"{kind} {name!r} is held back: its definition changed since server {server!r} was approved; "
+                f"{kind} {name!r} is held back: {held.why}"
+                if held.why
+                else f"{kind} {name!r} is held back: its definition changed since server {server!r} was approved; "
                 f"review the change and accept it with: {approve}"
             )
         else:

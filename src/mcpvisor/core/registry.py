@@ -111,6 +111,9 @@ class Admitted:
     held_tools: tuple[str, ...] = ()
     """Tools held back, by their name on the server."""
     held_prompts: tuple[str, ...] = ()
+    why: str | None = None
+    """Why they are held when it is not that their definition changed (their pins could not be saved: which
+    file, why, the fix); None: changed since approval."""
 
 
 DefinitionGate = Callable[[str, McpServerConfig, "Sequence[Tool]", "Sequence[Prompt]"], Admitted]
@@ -320,4 +323,5 @@ def server_state(
         error,
         held_tools,
         held.held_prompts if held else (),
+        held.why if held else None,
     )

@@ -22,7 +22,7 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore, DecidedSinceShown, is_gated
 from mcpvisor.host.pin_review import Change, accept_held, changes_since_approval
-from mcpvisor.host.pins import PinMode, PinStore
+from mcpvisor.host.pins import PinMode, PinStore, is_pinned
 from mcpvisor.host.status import APPROVE_HINT
 
 __all__ = ["VERDICTS", "ChangedSinceShown", "Decided", "DecidedSinceShown", "Verdict", "check_verdict", "decide"]
@@ -89,6 +89,8 @@ def decide(
     record = is_gated(cfg) and not (held and approvals.get_state(root, name, cfg) == "approved")
     if record and approvals.error:
         raise ConfigError(approvals.error)  # before anything is written: all of the verdict or none of it
+    if verdict == "approve" and is_pinned(pin_mode, cfg):
+        _check_pins_saved(pins, name)  # its tools would stay held: no approval said to have worked
     accepted: tuple[Change, ...] = ()
     if held:
         accepted = tuple(accept_held(pins, root, name, cfg, shown=shown_changes, approve_command=approve_command))
@@ -102,6 +104,22 @@ def decide(
         )
     (approvals.approve if verdict == "approve" else approvals.reject)(root, name, cfg, shown=shown_stamp)
     return Decided(recorded=True, accepted=accepted)
+
+
+def _check_pins_saved(pins: PinStore, name: str) -> None:
+    """:class:`ConfigError` when ``name``'s tool pins cannot be saved (which file, why, the fix); a pin store that
+    cannot be read is said by the status, and stands in no verdict's way."""
+    try:
+        pins.read()
+    except ConfigError:
+        return
+    try:
+        pins.mutate(lambda records: None)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"cannot approve server {name!r}: its tool pins cannot be saved, so its tools and prompts would stay "
+            f"held: {exc}"
+        ) from exc
 
 
 def _held(pins: PinStore, root: str | os.PathLike[str], name: str, cfg: McpServerConfig, mode: PinMode) -> bool:

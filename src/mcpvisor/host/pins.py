@@ -64,6 +64,7 @@ __all__ = [
     "pinned_before",
     "prompt_definition",
     "tool_definition",
+    "unsaved_pins",
 ]
 
 logger = logging.getLogger(__name__)
@@ -250,6 +251,14 @@ class PinStore(PrivateJsonStore):
         self.mutate(change, timeout_s=timeout_s)
 
 
+def unsaved_pins(name: str, exc: Exception) -> str:
+    """Why server ``name``'s tools and prompts are held when their first pins could not be saved (``exc``)."""
+    return (
+        f"the tool pins of server {name!r} could not be saved, so its tools and prompts are held (never served "
+        f"unpinned): {exc}; once that is fixed, they are pinned when it connects again (restart mcpvisor)"
+    )
+
+
 def compared_note(name: str, approve_command: str) -> str:
     """What approving an edit of server ``name`` means for its definitions pinned before (:func:`pinned_before`);
     ``approve_command``: the command that accepts them, as it is to be pasted (its ``{name}`` filled here)."""
@@ -322,8 +331,9 @@ class PinGate:
             try:
                 record = self._store.create(scope, name, fresh, timeout_s=GATE_LOCK_TIMEOUT_S)
             except (ConfigError, OSError) as exc:  # nothing pinned: nothing admitted unpinned either
-                logger.warning("could not record the tool definitions of server %r: %s; holding them", name, exc)
-                return Admitted((), (), tuple(t.name for t in tools), tuple(p.name for p in prompts))
+                why = unsaved_pins(name, exc)
+                logger.warning("%s", why)
+                return Admitted((), (), tuple(t.name for t in tools), tuple(p.name for p in prompts), why)
             if record is None and not any(twice.values()):
                 return Admitted(tools, prompts)
             record = record or fresh

@@ -77,6 +77,7 @@ class LiveConnection:
     needs_auth: bool = False
     held_tools: tuple[str, ...] = ()
     held_prompts: tuple[str, ...] = ()
+    held_why: str | None = None
 
 
 def as_said_here(config: Config, server: str, text: str, login_command: str | None = None) -> str:
@@ -126,6 +127,7 @@ def live_connections(config: Config) -> dict[str, LiveConnection]:
             needs_auth=client.needs_auth,
             held_tools=tuple(held.held_tools) if held else (),
             held_prompts=tuple(held.held_prompts) if held else (),
+            held_why=held.why if held else None,
         )
     for name in waiting - live.keys():
         live[name] = LiveConnection(status="connecting", tools=0, prompts=0, error=None)
@@ -158,6 +160,8 @@ class ServerView:
     held_tools: tuple[str, ...] = ()
     """Tools whose definition changed since approval, held back until ``mcp approve`` (names on the server)."""
     held_prompts: tuple[str, ...] = ()
+    held_why: str | None = None
+    """Why they are held when their definitions did not change (their pins could not be saved, and the fix)."""
     kept: str | None = None
     """Its entry was made invalid by an edit, and its last good configuration runs on: the notice saying so."""
 
@@ -301,6 +305,7 @@ def describe_servers(
                 sign_in=(sign_ins or {}).get(name),
                 held_tools=conn.held_tools if conn is not None else (held or {}).get(name, ((), ()))[0],
                 held_prompts=conn.held_prompts if conn is not None else (held or {}).get(name, ((), ()))[1],
+                held_why=conn.held_why if conn is not None else None,
                 kept=(kept or {}).get(name),
             )
         )
@@ -313,6 +318,8 @@ def held_text(row: ServerView, approve_hint: str = APPROVE_HINT) -> str | None:
     parts = [plural(len(names), word) for names, word in kinds if names]
     if not parts:
         return None
+    if row.held_why:
+        return f"{' and '.join(parts)} held — {row.held_why}"
     since = "since approval" if row.approval is not None else "since first use"
     return f"{' and '.join(parts)} changed {since} — run: {fill_hint(approve_hint, row.name)}"
 

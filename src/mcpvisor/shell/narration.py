@@ -259,6 +259,8 @@ class HumanOutput:
                 self._failures.pop(event.server, None)
                 if not self._started_again(event.server):  # (a later pass's restart: that pass says it)
                     self._say(f"[green]+ connected {escape(str(event.server))}[/] ({plural(len(event.tools), 'tool')})")
+                if event.held_why:  # (changed definitions are said by the status view; this is not a change)
+                    self._say(f"[yellow]! {escape(event.held_why)}[/]")
             elif event.error:
                 if self._failures.get(event.server) != event.error:  # (a retry that fails the same way: nothing)
                     self._say(f"[red]✗ {escape(str(event.server))} failed to start:[/] {escape(str(event.error))}")
