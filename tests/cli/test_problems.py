@@ -916,6 +916,7 @@ def test_a_tool_pin_store_that_cannot_be_saved_holds_the_tools_and_says_why(layo
     assert code == 1
     assert row["held_tools"] == ["echo"]
     assert "could not save" in row["held_why"], row
+    assert f"{lock}: is a directory; remove it (it must be a file)" in row["held_why"], row
     code, err = failing(layout, "mcp", "approve", "p")
     assert code == 1
     assert "cannot approve server 'p': its tool pins cannot be saved" in " ".join(err.split()), err

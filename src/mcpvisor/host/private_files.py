@@ -221,5 +221,11 @@ class PrivateJsonStore:
                 write_private(self.path, json.dumps(records, indent=2, sort_keys=True) + "\n")
         except Timeout as exc:
             raise ConfigError(f"{self.what} {self.path} is locked by another process; try again") from exc
-        except OSError as exc:  # the folder or the lock file could not be made
-            raise not_saved(self.path, exc) from exc
+        except OSError as exc:  # the folder or the lock file could not be made: named, not the store
+            where = Path(exc.filename) if isinstance(exc.filename, str) else self.path
+            if where == self.path:
+                raise not_saved(self.path, exc) from exc
+            fix = "remove it (it must be a file)" if isinstance(exc, IsADirectoryError) else "make it writable"
+            raise ConfigError(
+                f"could not save {self.path}: {where}: {describe_read_error(exc)}; {fix} — nothing was changed"
+            ) from exc
