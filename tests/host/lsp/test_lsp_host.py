@@ -124,6 +124,15 @@ async def session(
     await wait_until(lambda: not language_server_processes(layout.root), what="no language server left")
 
 
+async def crash_twice(s: Session, server: LanguageServer) -> None:
+    """Start ``server`` by a call and kill it, twice in a row (``maxRestarts`` 1 or less: given up)."""
+    for _ in range(2):
+        await s.ok("document_symbols", file="models.py")
+        [process] = [p for p in language_server_processes(s.layout.root) if p.pid != server.pid]
+        process.kill()
+        await wait_until(lambda: server.state == "failed", what="the crash to be seen through")
+
+
 async def test_nothing_spawns_before_approval_and_after_it_the_tools_answer(tmp_path: Path) -> None:
     async with session(tmp_path, lsp_json={"python": pylsp()}, watch=False) as s:
         assert "mcp__lsp__go_to_definition" in s.host.config.tool_registry.names()
@@ -645,11 +654,7 @@ async def test_a_server_given_up_after_max_restarts_is_not_started_again_by_an_e
     user = {"lspServers": {"python": pylsp(restartOnCrash=True, maxRestarts=1)}}
     async with session(tmp_path, user=user, watch=False) as s:
         server = s.host.lsp.manager.servers()["python"]
-        for _ in range(2):
-            await s.ok("document_symbols", file="models.py")
-            [process] = [p for p in language_server_processes(s.layout.root) if p.pid != server.pid]
-            process.kill()
-            await wait_until(lambda: server.state == "failed", what="the crash to be seen through")
+        await crash_twice(s, server)
         given_up = text(await s.call("hover", file="service.py", line=3, character=6))
         assert given_up.startswith("language server 'python' failed 2 times in a row")
         await anyio.sleep(lsp_manager.BACKOFF_INITIAL_S + 1)  # the first crash's restart would have fired by now
@@ -662,11 +667,7 @@ async def test_status_says_a_server_that_crashed_too_often_waits_for_its_entry_t
     "failed 2 times in a row …; it starts again when its entry is saved"."""
     async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
         server = s.host.lsp.manager.servers()["python"]
-        for _ in range(2):
-            await s.ok("document_symbols", file="models.py")
-            [process] = [p for p in language_server_processes(s.layout.root) if p.pid != server.pid]
-            process.kill()
-            await wait_until(lambda: server.state == "failed", what="the crash to be seen through")
+        await crash_twice(s, server)
         [entry] = (await s.ok("status"))["servers"]
         assert entry["state"] == (
             "failed 2 times in a row; it starts again when its entry is saved (or on /reload in the shell)"
@@ -682,11 +683,7 @@ async def test_reload_starts_again_a_server_given_up_after_crashing_too_often(tm
     changed nothing: every call was still refused, until the entry itself was edited."""
     async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:
         server = s.host.lsp.manager.servers()["python"]
-        for _ in range(2):
-            await s.ok("document_symbols", file="models.py")
-            [process] = [p for p in language_server_processes(s.layout.root) if p.pid != server.pid]
-            process.kill()
-            await wait_until(lambda: server.state == "failed", what="the crash to be seen through")
+        await crash_twice(s, server)
         assert (await s.call("hover", file="service.py", line=3, character=6)).is_error
         await s.host.reload()  # /reload in the shell
         again = await s.ok("hover", file="service.py", line=3, character=6)
