@@ -304,7 +304,8 @@ def test_status_shows_an_invalid_language_server_entry_and_fails_on_one_that_fai
     assert code == 1, out
     shown = json.loads(out)
     assert any("'bad'" in problem and "args" in problem for problem in shown["problems"]), shown["problems"]
-    dies, hangs = shown["language_servers"]
+    bad, dies, hangs = shown["language_servers"]
+    assert bad["state"].startswith(f"invalid entry in {layout.paths.user}, not started — args:"), bad
     assert "exited with code 7" in dies["error"]
     assert "no answer to 'initialize' within 1 s" in hangs["error"]
 
@@ -920,3 +921,36 @@ def test_a_tool_pin_store_that_cannot_be_saved_holds_the_tools_and_says_why(layo
     code, err = failing(layout, "mcp", "approve", "p")
     assert code == 1
     assert "cannot approve server 'p': its tool pins cannot be saved" in " ".join(err.split()), err
+
+
+def test_an_invalid_language_server_entry_is_a_row_of_lsp_list_and_status_which_fail_as_for_an_mcp_server(
+    layout: Layout,
+) -> None:
+    """Before: only a ``! skipped`` warning; ``lsp list`` said "No language servers configured", and both exited 0."""
+    write_json(layout.paths.user, {"lspServers": {"py": {"command": 3, "extensionToLanguage": {".py": "python"}}}})
+    write_json(layout.root / ".lsp.json", {"noext": {"command": sys.executable, "args": ["-m", "pylsp"]}})
+    bad = {
+        "py": f"invalid entry in {layout.paths.user}, not started — command: expected a string; fix lspServers.py",
+        "noext": f"invalid entry in {layout.root / '.lsp.json'}, not started — extensionToLanguage: required, e.g. "
+        '{".py": "python"}: files are routed by extension; fix noext',
+    }
+    for command in ("lsp list", "status"):
+        code, out = invoke(layout, *command.split())
+        said = " ".join(out.split())
+        assert code == 1, command
+        assert "No language servers configured" not in said
+        for name, row in bad.items():
+            assert f"{name} · ✗ {row}" in said, (command, said)
+    code, out = invoke(layout, "lsp", "list", "--json")
+    assert code == 1
+    rows = {row["name"]: row for row in json.loads(out)["servers"]}
+    assert {name: (row["admission"], row["state"]) for name, row in rows.items()} == {
+        name: ("invalid", row) for name, row in bad.items()
+    }
+    assert rows["py"]["error"] == "command: expected a string; fix lspServers.py"
+    code, out = invoke(layout, "status", "--json")
+    assert code == 1
+    assert {row["name"]: row["state"] for row in json.loads(out)["language_servers"]} == bad
+    write_json(layout.paths.user, {})
+    (layout.root / ".lsp.json").unlink()
+    assert invoke(layout, "lsp", "list")[0] == 0

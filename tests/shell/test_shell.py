@@ -394,6 +394,17 @@ async def test_approving_language_servers_in_the_dialog_says_only_that_they_were
         assert said.count("Approve language server two?") == 1
 
 
+async def test_mcp_shows_an_invalid_language_server_entry_as_a_row(tmp_path: Path) -> None:
+    """Before: the Language servers section left it out; only the warning at start-up said it was skipped."""
+    async with shell(tmp_path, user={"lspServers": {"py": {"command": 3, "extensionToLanguage": {".py": "py"}}}}) as s:
+        row = (
+            f"py · ✗ invalid entry in {s.layout.paths.user}, not started — command: expected a string; fix "
+            "lspServers.py"
+        )
+        out = await s.run("/mcp", row)
+        assert "Language servers" in out
+
+
 async def test_answers_are_checked_and_commands_still_run_while_the_dialog_is_open(tmp_path: Path) -> None:
     async with shell(tmp_path, project={"mcpServers": {"proj": server("proj")}}) as s:
         await s.wait_for("Approve proj?")

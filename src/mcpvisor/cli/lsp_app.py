@@ -45,7 +45,7 @@ def lsp_list(
 ) -> None:
     """List every configured language server with its source, command, files and admission (with --fleet:
     as the fleet's approvals decide). Exits 1 when a settings file, .lsp.json or the approvals store cannot be
-    read."""
+    read, or a language server entry is invalid (not started)."""
     from mcpvisor.cli.lsp_commands import list_lsp_servers
 
     with reported(json_problems=as_json):

@@ -25,7 +25,7 @@ from mcpvisor.host.lsp.status import missing_command
 from mcpvisor.host.paths import named_home
 from mcpvisor.host.settings.loader import Settings, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
-from mcpvisor.host.status import lsp_approve_hint
+from mcpvisor.host.status import invalid_entry_text, lsp_approve_hint
 from mcpvisor.shell.approval import lsp_approval_request
 from mcpvisor.shell.consoles import new_console
 
@@ -84,7 +84,7 @@ def list_lsp_servers(
     allowed: Sequence[str] | None,
     as_json: bool,
 ) -> bool:
-    """Print the list; whether every file it reads could be read."""
+    """Print the list; whether every file it reads could be read and every entry is valid."""
     settings, approvals, state = load_lsp_state(env, workspace, lsp_config, allowed)
     unreadable = [str(e) for s, e in settings.errors.items() if s != "project"]
     problems = [*unreadable, *settings.duplicates, *state.warnings]  # (a server pasted twice in .lsp.json)
@@ -106,12 +106,30 @@ def list_lsp_servers(
                     state, name, settings.trusted, settings.root, approvals.decided_with, named_home(env)
                 ),
                 "admission": state.reason(name) or "allowed",
+                "error": None,
             }
         )
+    for bad in state.assembled.skipped.values():  # (no server runs for it: where, why and the fix)
+        file = str(bad.path) if bad.path is not None else None
+        rows.append(
+            {
+                "name": bad.name,
+                "source": bad.source,
+                "file": file,
+                "command": "",
+                "args": [],
+                "extensions": list(bad.extensions),
+                "state": invalid_entry_text(file, bad.problem),
+                "admission": "invalid",
+                "error": bad.problem,
+            }
+        )
+    rows.sort(key=lambda row: row["name"])
+    ok = not unreadable and not approvals.error and not state.assembled.skipped
     if as_json:
         out = {"workspace": str(settings.root), "trusted": settings.trusted, "servers": rows, "problems": problems}
         print(json.dumps(out, indent=2))  # noqa: T201 - the command's output
-        return not unreadable and not approvals.error
+        return ok
     console = new_console(highlight=False)
     for problem in problems:
         console.print(f"[yellow]! {escape(problem)}[/]")
@@ -119,12 +137,15 @@ def list_lsp_servers(
     if not rows:
         console.print("  No language servers configured (.lsp.json, or lspServers in the settings).")
     for row in rows:
-        console.print(f"  [bold]{escape(row['name'])}[/] · {escape(row['state'])}")
-        console.print(
-            f"    [dim]{escape(row['command'])}  ({' '.join(row['extensions'])}; {row['source']}"
-            f"{', ' + escape(row['file']) if row['file'] else ''})[/]"
-        )
-    return not unreadable and not approvals.error
+        invalid = row["admission"] == "invalid"
+        shown = f"[red]✗ {escape(row['state'])}[/]" if invalid else escape(row["state"])
+        console.print(f"  [bold]{escape(row['name'])}[/] · {shown}")
+        if not invalid:  # (its row says where already)
+            console.print(
+                f"    [dim]{escape(row['command'])}  ({' '.join(row['extensions'])}; {row['source']}"
+                f"{', ' + escape(row['file']) if row['file'] else ''})[/]"
+            )
+    return ok
 
 
 def _show(console: Console, name: str, cfg: LspServerConfig, source: str, path: Path | None) -> None:

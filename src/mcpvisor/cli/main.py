@@ -199,8 +199,8 @@ def status(
     fleet's approvals decide).
 
     Exits 1 when a settings file or a store (approvals, sign-ins, tool pins) cannot be read, a server entry is
-    invalid (skipped), or an admitted server failed to connect or needs a sign-in, or a language server started at
-    start-up failed (after the view), 0 otherwise.
+    invalid (skipped), or an admitted server failed to connect or needs a sign-in, or a language server entry is
+    invalid or a language server started at start-up failed (after the view), 0 otherwise.
     """
     setup_logging(verbose, narrated=not as_json)
     if not as_json:

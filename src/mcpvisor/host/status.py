@@ -40,6 +40,7 @@ __all__ = [
     "fill_hint",
     "fix_commands",
     "held_text",
+    "invalid_entry_text",
     "live_connections",
     "log_hint",
     "lsp_hint",
@@ -340,8 +341,7 @@ def state_text(
     waiting approval or sign-in (the shell's own ``/approve`` and ``/login`` in the shell), ``trust`` the one that
     trusts the folder (by default made from the approve hint: :func:`trust_hint`)."""
     if row.state == "invalid":
-        where = f" in {row.file}" if row.file else ""
-        return "✗", f"invalid entry{where}, not started — {row.error}", "red"
+        return "✗", invalid_entry_text(row.file, row.error), "red"
     if row.state == "untrusted":
         return "○", f"untrusted folder — run: {trust or trust_hint(approve_hint)}", "yellow"
     if row.state == "disabled":
@@ -368,6 +368,11 @@ def state_text(
     if row.error:
         return "✗", f"disconnected — {row.error}{log_hint(row.error, row.log_path, row.transport)}", "red"
     return "○", "disconnected", "dim"
+
+
+def invalid_entry_text(file: str | None, problem: str | None) -> str:
+    """What a status row says of an entry that is not valid, so no server runs for it: where, why and the fix."""
+    return f"invalid entry{f' in {file}' if file else ''}, not started — {problem}"
 
 
 def log_hint(error: str, log_path: str | None, transport: str) -> str:

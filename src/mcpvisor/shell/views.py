@@ -98,7 +98,7 @@ def lsp_state_style(state: str) -> tuple[str, str]:
         return "●", "green"
     if state.startswith(("needs approval", "starting")):
         return "?" if state.startswith("needs") else "◐", "yellow"
-    if state.startswith(("rejected", "failed")):
+    if state.startswith(("rejected", "failed", "invalid")):
         return "✗", "red"
     return "○", "dim"
 
@@ -124,10 +124,10 @@ def render_lsp_status(
         state = row.state + (f" ({', '.join(facts)})" if facts else "")
         line.append(f"{icon} {state}", style=style)
         line.append(f"  {' '.join(row.extensions)}", style="dim")
-        if row.error:
+        if row.error and row.error not in row.state:  # (an invalid entry's state says it already)
             line.append(f" — {row.error}", style="red")
         console.print(indented(line, 2))
-        if show_target:
+        if show_target and row.target:  # (an invalid entry has none)
             console.print(indented(Text(short_command(row.target), style="dim", overflow="fold"), 6))
 
 

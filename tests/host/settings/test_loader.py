@@ -756,7 +756,7 @@ def test_a_language_servers_misspelled_fields_and_seconds_like_timeouts_are_warn
     from mcpvisor.host.settings.lsp_servers import build_lsp_entries
 
     py = {".py": "python"}
-    entries, warnings = build_lsp_entries(
+    entries, warnings, _ = build_lsp_entries(
         {
             "typo": {"comand": "pylsp", "extensionToLanguage": py},  # its command is missing: said why
             "quick": {"command": "pylsp", "extensionToLanguage": py, "startupTimeout": 30, "extensionToLanguag": 1},

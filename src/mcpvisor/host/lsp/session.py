@@ -30,6 +30,7 @@ from mcpvisor.host.lsp.status import describe_state
 from mcpvisor.host.paths import named_home
 from mcpvisor.host.settings.loader import Settings
 from mcpvisor.host.settings.lsp_servers import LspFile
+from mcpvisor.host.status import invalid_entry_text
 
 if TYPE_CHECKING:
     from mcp_types import CallToolResult, Tool
@@ -283,7 +284,21 @@ class LspSession:
     def views(self) -> list[LspServerView]:
         state = self.manager.state
         servers = self.manager.servers()
-        out = []
+        out = [
+            LspServerView(
+                name=bad.name,
+                source=bad.source,
+                path=str(bad.path) if bad.path is not None else None,
+                target="",
+                extensions=bad.extensions,
+                state=invalid_entry_text(str(bad.path) if bad.path is not None else None, bad.problem),
+                pid=None,
+                open_documents=0,
+                error=bad.problem,
+                gated=False,
+            )
+            for bad in state.assembled.skipped.values()
+        ]
         for name in sorted(state.servers):
             cfg = state.servers[name]
             entry = state.assembled.sources[name]
@@ -304,7 +319,7 @@ class LspSession:
                     gated=is_gated(cfg),
                 )
             )
-        return out
+        return sorted(out, key=lambda view: view.name)
 
     def _server_changed(self, server: LanguageServer) -> None:
         self._server_changed_by_name(server.name)

@@ -31,6 +31,7 @@ __all__ = [
     "LspEntry",
     "LspFile",
     "LspSourceLabel",
+    "SkippedLsp",
     "assemble_lsp_servers",
     "build_lsp_entries",
     "keep_last_good_lsp_entries",
@@ -80,6 +81,19 @@ class LspEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class SkippedLsp:
+    """A language server entry that is not valid, so no server runs for it: kept so status views can show it after
+    its warning scrolled away (as :class:`~mcpvisor.host.settings.servers.SkippedServer` for an MCP server).
+    ``problem``: why, and the fix (never a value); ``extensions``: the files it claims, when it says so readably."""
+
+    name: str
+    source: LspSourceLabel
+    path: Path | None
+    problem: str
+    extensions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class LspFile:
     """The language servers of one file (a ``.lsp.json`` or ``--lsp-config FILE``)."""
 
@@ -88,6 +102,7 @@ class LspFile:
     servers: Mapping[str, LspEntry] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     error: SettingsError | None = None
+    skipped: Mapping[str, SkippedLsp] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +115,8 @@ class AssembledLsp:
     errors: tuple[SettingsError, ...] = ()
     shadowed: Mapping[str, str] = field(default_factory=dict)
     """A repository's ``.lsp.json`` server that takes the place of one of the user's own, by name: what to say."""
+    skipped: Mapping[str, SkippedLsp] = field(default_factory=dict)
+    """The invalid entries of names no valid entry configures, by name (the highest-precedence one of each)."""
 
 
 _cache: dict[tuple[str, str, int], tuple[LspServerConfig, frozenset[str]] | str] = {}
@@ -133,18 +150,32 @@ def _build(
     return result
 
 
+def _claimed(entry: Any) -> tuple[str, ...]:
+    """The extensions an invalid entry claims, when its ``extensionToLanguage`` says so readably (else none)."""
+    value = entry.get("extensionToLanguage", entry.get("extension_to_language")) if isinstance(entry, Mapping) else None
+    if not isinstance(value, Mapping):
+        return ()
+    return tuple(
+        sorted(
+            {"." + ext.strip().lstrip(".").lower() for ext in value if isinstance(ext, str) and ext.strip(".").strip()}
+        )
+    )
+
+
 def build_lsp_entries(
     entries: Any, *, path: Path | None, source: LspSourceLabel, env: Mapping[str, str], key: str | None = LSP_KEY
-) -> tuple[dict[str, LspEntry], list[str]]:
+) -> tuple[dict[str, LspEntry], list[str], dict[str, SkippedLsp]]:
     """Validate a ``{name: entry}`` object (``key`` names where it sits, for messages; ``None``: the file's
-    top level). An invalid entry is skipped with a warning naming the file, the server and the fix."""
+    top level). An invalid entry is skipped with a warning naming the file, the server and the fix; returns the
+    entries, the warnings and the skipped entries that can be shown by name."""
     where = str(path) if path is not None else source
     if entries is None:
-        return {}, []
+        return {}, [], {}
     if not isinstance(entries, Mapping):
-        return {}, [f"ignored {key or 'the file'!s} in {where}: expected an object of language servers by name"]
+        return {}, [f"ignored {key or 'the file'!s} in {where}: expected an object of language servers by name"], {}
     servers: dict[str, LspEntry] = {}
     warnings: list[str] = []
+    skipped: dict[str, SkippedLsp] = {}
     for name, entry in entries.items():
         at = f"{key}.{name}" if key else str(name)
         if name == "$schema":
@@ -162,6 +193,7 @@ def build_lsp_entries(
             continue
         if not isinstance(entry, Mapping):
             warnings.append(f"skipped language server {name!r} in {where}: expected an object; fix {at}")
+            skipped[str(name)] = SkippedLsp(str(name), source, path, f"expected an object; fix {at}")
             continue
         built = _build(entry, source, env)
         if isinstance(built, str) and key is None and str(name).casefold() in _WRAPPERS:
@@ -174,7 +206,9 @@ def build_lsp_entries(
             typos = "".join(
                 f" (its field {k!r}{_did_you_mean(k)})" for k in sorted(map(str, entry)) if _did_you_mean(k)
             )
-            warnings.append(f"skipped language server {name!r} in {where}: {built}{typos}; fix {at}")
+            problem = f"{built}{typos}; fix {at}"
+            warnings.append(f"skipped language server {name!r} in {where}: {problem}")
+            skipped[str(name)] = SkippedLsp(str(name), source, path, problem, _claimed(entry))
             continue
         cfg, missing = built
         warnings.extend(
@@ -190,7 +224,7 @@ def build_lsp_entries(
         )
         warnings.extend(expansion_warnings(missing, f"language server {name!r} ({where})"))
         servers[str(name)] = LspEntry(cfg, source, path)
-    return servers, warnings
+    return servers, warnings, skipped
 
 
 _WRAPPERS = frozenset({"lspservers", "lsp_servers", "languageservers", "servers"})
@@ -228,8 +262,8 @@ def lsp_file_from_data(data: Any, path: Path | None, *, source: LspSourceLabel, 
     """The servers of a ``.lsp.json``-shaped file's parsed content (the top level is the keyed object)."""
     if not data:
         return LspFile(source, path)
-    servers, warnings = build_lsp_entries(data, path=path, source=source, env=env, key=None)
-    return LspFile(source, path, servers, tuple(warnings))
+    servers, warnings, skipped = build_lsp_entries(data, path=path, source=source, env=env, key=None)
+    return LspFile(source, path, servers, tuple(warnings), skipped=skipped)
 
 
 def load_lsp_file(path: Path, env: Mapping[str, str], *, source: LspSourceLabel = "cli") -> LspFile:
@@ -256,15 +290,20 @@ def assemble_lsp_servers(
     merge order; ``project`` is the ``.lsp.json`` as last read; ``cli_files`` the ``--lsp-config`` files."""
     below: dict[str, LspEntry] = {}
     above: dict[str, LspEntry] = {}
+    bad_below: dict[str, SkippedLsp] = {}
+    bad_above: dict[str, SkippedLsp] = {}
     warnings: list[str] = []
     for source, path, data in settings_layers:
-        servers, more = build_lsp_entries(data.get(LSP_KEY), path=path, source=source, env=env)
+        servers, more, bad = build_lsp_entries(data.get(LSP_KEY), path=path, source=source, env=env)
         (below if source in ("system_defaults", "user") else above).update(servers)
+        (bad_below if source in ("system_defaults", "user") else bad_above).update(bad)
         warnings.extend(more)
     chosen: dict[str, LspEntry] = {**below, **project.servers, **above}
+    skipped: dict[str, SkippedLsp] = {**bad_below, **project.skipped, **bad_above}
     files = [project, *cli_files]
     for cli in cli_files:
         chosen.update(cli.servers)
+        skipped.update(cli.skipped)
     shadowed = {
         name: f"language server {name!r} of {project.path or '.lsp.json'} replaces your own of that name (in "
         f"{below[name].path}) in this workspace: it runs only once approved, and yours does not run here meanwhile; "
@@ -283,4 +322,5 @@ def assemble_lsp_servers(
         ),
         errors=tuple(f.error for f in files if f.error is not None),
         shadowed=shadowed,
+        skipped={name: bad for name, bad in skipped.items() if name not in chosen},
     )
