@@ -405,6 +405,24 @@ async def test_mcp_shows_an_invalid_language_server_entry_as_a_row(tmp_path: Pat
         assert "Language servers" in out
 
 
+async def test_mcp_says_a_language_server_whose_entry_an_edit_made_invalid_runs_on_its_last_good_one(
+    tmp_path: Path,
+) -> None:
+    """Before: its row read as if nothing had happened, while the file no longer said what ran."""
+    pylsp = {"command": sys.executable, "args": ["-m", "pylsp"], "extensionToLanguage": {".py": "python"}}
+    async with shell(tmp_path, user={"lspServers": {"py": pylsp}}) as s:
+        since = s.mark()
+        save(s.layout.paths.user, {"lspServers": {"py": {**pylsp, "command": 3}}})
+        notice = (
+            f"invalid entry in {s.layout.paths.user} (lspServers.py: command: expected a string) — the last good "
+            "configuration of language server 'py' stays in force; fix the entry and save to apply it"
+        )
+        row = f"py · ○ stopped (starts on first use)  .py · ! {notice}"
+        out = await s.run_until("/mcp", "py · ○ stopped (starts on first use)  .py · ! invalid", row="apply it")
+        assert " ".join(row.split()) in " ".join(out.split())
+        assert "not started" not in s.text(since)
+
+
 async def test_answers_are_checked_and_commands_still_run_while_the_dialog_is_open(tmp_path: Path) -> None:
     async with shell(tmp_path, project={"mcpServers": {"proj": server("proj")}}) as s:
         await s.wait_for("Approve proj?")

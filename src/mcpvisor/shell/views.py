@@ -126,6 +126,8 @@ def render_lsp_status(
         line.append(f"  {' '.join(row.extensions)}", style="dim")
         if row.error and row.error not in row.state:  # (an invalid entry's state says it already)
             line.append(f" — {row.error}", style="red")
+        if row.kept:  # (what runs is not what the file says)
+            line.append(f" · ! {row.kept}", style="yellow")
         console.print(indented(line, 2))
         if show_target and row.target:  # (an invalid entry has none)
             console.print(indented(Text(short_command(row.target), style="dim", overflow="fold"), 6))

@@ -40,6 +40,8 @@ class LspServerView:
     open_documents: int
     error: str | None
     gated: bool
+    kept: str | None = None
+    """Its entry was made invalid by an edit, and its last good configuration runs on: the notice saying so."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -52,4 +54,5 @@ class LspServerView:
             "pid": self.pid,
             "open_documents": self.open_documents,
             "error": self.error,
+            "kept": self.kept,
         }

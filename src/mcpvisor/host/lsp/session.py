@@ -317,9 +317,16 @@ class LspSession:
                     open_documents=len(server.documents) if running and server is not None else 0,
                     error=server.last_error if server is not None and server.state == "failed" else None,
                     gated=is_gated(cfg),
+                    kept=self._kept(name, entry.source),
                 )
             )
         return sorted(out, key=lambda view: view.name)
+
+    def _kept(self, name: str, source: str) -> str | None:
+        """The notice saying that an edit made ``name``'s entry invalid and its last good one runs on (None: it did
+        not). Read from the settings as they are now: such an edit changes no server, so no reload follows it."""
+        scope = "lsp_project" if source == "project" else source
+        return self._settings.kept_servers(scope, lsp=True).get(name)
 
     def _server_changed(self, server: LanguageServer) -> None:
         self._server_changed_by_name(server.name)

@@ -220,6 +220,7 @@ class Settings:
         """Per scope: the notices of invalid server entries replaced by their last good entry."""
         self._kept_servers: dict[str, dict[str, str]] = {}
         """Per scope: those of MCP servers, by server name."""
+        self._kept_lsp: dict[str, dict[str, str]] = {}
         self._duplicates: dict[FileScope, tuple[str, ...]] = {}
         """Per scope: the warnings of keys its file gives twice in one object."""
         self._inactive: set[FileScope] = set()
@@ -382,17 +383,19 @@ class Settings:
         path = self.paths.of(scope)
         servers: dict[str, str] = {}
         if scope == "lsp_project":
-            data, kept = keep_last_good_lsp_entries(data, previous, path=path, source="project", env=self.env, key=None)
+            data, lsp_kept = keep_last_good_lsp_entries(
+                data, previous, path=path, source="project", env=self.env, key=None
+            )
         else:
             data, servers = keep_last_good_entries(
                 data, previous, path=path, env=self.env, settings_file=scope != "project"
             )
-            kept = tuple(dict.fromkeys(servers.values()))
             lsp, lsp_kept = keep_last_good_lsp_entries(
                 data.get(LSP_KEY), previous.get(LSP_KEY), path=path, source=scope, env=self.env, key=LSP_KEY
             )
-            if lsp_kept:
-                data, kept = {**data, LSP_KEY: lsp}, (*kept, *lsp_kept)
+            data = {**data, LSP_KEY: lsp} if lsp_kept else data
+        kept = tuple(dict.fromkeys([*servers.values(), *lsp_kept.values()]))
+        self._kept_lsp[scope] = lsp_kept
         if kept:
             self._kept[scope] = kept
         else:
@@ -400,10 +403,11 @@ class Settings:
         self._kept_servers[scope] = servers
         return data
 
-    def kept_servers(self, scope: str) -> Mapping[str, str]:
-        """The notice of each MCP server of ``scope``'s file whose invalid entry gave way to its last good one."""
+    def kept_servers(self, scope: str, *, lsp: bool = False) -> Mapping[str, str]:
+        """The notice of each MCP server (``lsp``: language server) of ``scope``'s file whose invalid entry gave way
+        to its last good one."""
         active = any(scope == file_scope and self.is_active(file_scope) for file_scope in FILE_SCOPES)
-        return self._kept_servers.get(scope, {}) if active else {}
+        return (self._kept_lsp if lsp else self._kept_servers).get(scope, {}) if active else {}
 
     def _invalidate(self) -> None:
         self._merged = None

@@ -233,14 +233,14 @@ _WRAPPERS = frozenset({"lspservers", "lsp_servers", "languageservers", "servers"
 
 def keep_last_good_lsp_entries(
     entries: Any, previous: Any, *, path: Path | None, source: LspSourceLabel, env: Mapping[str, str], key: str | None
-) -> tuple[Any, tuple[str, ...]]:
+) -> tuple[Any, dict[str, str]]:
     """``entries`` with each invalid entry replaced by the same server's entry in ``previous`` when that one
     was valid: a typo in one server's entry keeps it on its last good configuration while the rest of the
-    save applies. Returns the entries and one notice per kept entry."""
+    save applies. Returns the entries and the notice of each kept entry, by name."""
     if not isinstance(entries, Mapping) or not isinstance(previous, Mapping):
-        return entries, ()
+        return entries, {}
     kept: dict[str, Any] = {}
-    notices: list[str] = []
+    notices: dict[str, str] = {}
     for name, entry in entries.items():
         old = previous.get(name)
         if name == "$schema" or not isinstance(old, Mapping) or isinstance(_build(old, source, env), str):
@@ -249,13 +249,13 @@ def keep_last_good_lsp_entries(
         if isinstance(problem, str):
             kept[name] = old
             at = f"{key}.{name}" if key else str(name)
-            notices.append(
+            notices[str(name)] = (
                 f"invalid entry in {path} ({at}: {problem}) — the last good configuration of "
                 f"language server {name!r} stays in force; fix the entry and save to apply it"
             )
     if not kept:
-        return entries, ()
-    return {**entries, **kept}, tuple(notices)
+        return entries, {}
+    return {**entries, **kept}, notices
 
 
 def lsp_file_from_data(data: Any, path: Path | None, *, source: LspSourceLabel, env: Mapping[str, str]) -> LspFile:
