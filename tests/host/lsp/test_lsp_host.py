@@ -233,6 +233,21 @@ async def test_calls_that_cannot_be_answered_say_why(tmp_path: Path) -> None:
         assert "files" in text(misnamed)
 
 
+async def test_a_call_for_a_file_only_an_invalid_entry_claims_says_the_entry_is_invalid_where_and_the_fix(
+    tmp_path: Path,
+) -> None:
+    """Before: "no language server for '.rs' files (configured for: .py)", as if none had been written for them."""
+    rust = {"command": ["rust-analyzer"], "extensionToLanguage": {".rs": "rust"}}
+    async with session(tmp_path, user={"lspServers": {"python": pylsp(), "rust": rust}}, watch=False) as s:
+        (s.layout.root / "main.rs").write_text("fn main() {}\n")
+        result = await s.call("hover", file="main.rs", line=1, character=4)
+        assert result.is_error
+        assert text(result) == (
+            f"language server 'rust' for '.rs' files is not started: its entry in {s.layout.paths.user} is invalid — "
+            "command: expected a string; fix lspServers.rust"
+        )
+
+
 async def test_a_file_uri_names_its_file_and_a_folder_is_said_to_be_one(tmp_path: Path) -> None:
     """Before, both were "no such file": agents pass the file:// URIs language servers and editors use."""
     async with session(tmp_path, user={"lspServers": {"python": pylsp()}}, watch=False) as s:

@@ -216,6 +216,14 @@ class LspManager:
         admitted = [self._servers[n] for n in matching if n in self._servers]
         if admitted:
             return admitted
+        invalid = [bad for bad in self.state.assembled.skipped.values() if ext and ext in bad.extensions]
+        if not matching and invalid:  # (what the user meant to answer it: its entry says why not and the fix)
+            bad = invalid[0]
+            where = f" in {bad.path}" if bad.path is not None else ""
+            raise Unroutable(
+                f"language server {bad.name!r} for {ext!r} files is not started: its entry{where} is invalid — "
+                f"{bad.problem}"
+            )
         if not matching:
             shown = (n for n in self.state.servers if self.state.reason(n) not in ("excluded", "not_allowed"))
             known = sorted({e for n in shown for e in self.state.servers[n].extension_to_language})
