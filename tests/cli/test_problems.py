@@ -665,7 +665,7 @@ def test_a_server_whose_name_holds_half_a_surrogate_pair_is_skipped_with_a_warni
     for command in ("status", "mcp list"):
         code, out = invoke(layout, *command.split())
         said = " ".join(out.split())
-        assert code == (1 if command == "status" else 0), command  # status fails on an invalid entry
+        assert code == 1, command  # an invalid entry fails status and mcp list
         assert skipped in said, command
         assert "b · ? needs approval" in said, command
 
@@ -754,7 +754,7 @@ def test_an_invalid_entry_with_a_misspelt_field_says_which_field_was_meant(
     """Before: "no transport: set 'command' (stdio), …" of an entry whose command was written 'comand'."""
     write_json(layout.paths.user, {"mcpServers": {"s": entry}})
     code, out = invoke(layout, "mcp", "list", "--json")
-    assert code == 0
+    assert code == 1  # an invalid entry fails the listing
     [problem] = json.loads(out)["problems"]
     assert problem.startswith(f"skipped MCP server 's' in {layout.paths.user}: ")
     assert problem.endswith(f" {hint}; fix mcpServers.s")
@@ -836,14 +836,15 @@ def test_a_url_whose_host_variable_is_unset_is_shown_once_as_written(layout: Lay
 
 def test_an_invalid_server_entry_is_a_row_of_status_and_mcp_list_and_fails_status(layout: Layout) -> None:
     """The only server entry of a file being invalid, the warning said so, but the views then said "No MCP servers
-    configured." and ``status`` exited 0: the entry is a row saying it is invalid, where, and the fix."""
+    configured." and ``status`` exited 0: the entry is a row saying it is invalid, where, and the fix; ``mcp list``
+    fails on it too (it exited 0, while ``lsp list`` fails on an invalid language server entry)."""
     secret = "s3cret-value"
     entries = {"h": {"comand": "x", "env": {"TOKEN": secret}}, "web": {"type": "http", "headers": {"X": secret}}}
     write_json(layout.paths.user, {"mcpServers": entries})
-    for command, code_wanted in (("status", 1), ("mcp list", 0)):
+    for command in ("status", "mcp list"):
         code, out = invoke(layout, *command.split())
         said = " ".join(out.split())
-        assert code == code_wanted, command
+        assert code == 1, command
         assert "No MCP servers configured" not in said, command
         assert (
             f"h · ✗ invalid entry in {layout.paths.user}, not started — no transport: set 'command' (stdio), 'url' "
@@ -859,6 +860,7 @@ def test_an_invalid_server_entry_is_a_row_of_status_and_mcp_list_and_fails_statu
     assert h["error"].endswith("fix mcpServers.h")
     assert web["error"].endswith("fix mcpServers.web")
     code, out = invoke(layout, "mcp", "list", "--json")
+    assert code == 1
     assert [(row["name"], row["admission"]) for row in json.loads(out)["servers"]] == [
         ("h", "invalid"),
         ("web", "invalid"),

@@ -140,6 +140,7 @@ async def test_add_change_remove_and_exclude_touch_only_that_server(tmp_path: Pa
             "error": None,
             "held_tools": [],
             "held_prompts": [],
+            "held_why": None,
         }
         assert marker_pids(m["a"]) == [a_pid]
         assert marker_pids(m["b"]) == [b_pid]

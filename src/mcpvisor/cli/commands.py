@@ -30,7 +30,7 @@ from mcpvisor.host.private_files import PrivateJsonStore, write_atomically
 from mcpvisor.host.settings.loader import Settings, load_settings, parse_trusted_folders
 from mcpvisor.host.settings.mcp_servers import load_top_tier
 from mcpvisor.host.settings.scopes import SettingsScope
-from mcpvisor.host.settings.servers import misspelt_servers_key_of, name_written_otherwise
+from mcpvisor.host.settings.servers import SKIPPED_MCP_ENTRY, misspelt_servers_key_of, name_written_otherwise
 from mcpvisor.host.settings.writer import delete_setting, set_setting
 from mcpvisor.host.status import command_hints, describe_servers, home_words, plural
 from mcpvisor.shell.approval import ApprovalRequest, approval_lines, approval_request
@@ -122,8 +122,8 @@ def list_servers(
     allowed: Sequence[str] | None,
     as_json: bool,
 ) -> bool:
-    """Print every configured server with its admission; whether a settings file or a store could not be read
-    (the command then exits 1, as ``status`` does)."""
+    """Print every configured server with its admission; whether a settings file or a store could not be read, or
+    an entry is invalid (the command then exits 1, as ``status`` does)."""
     settings, approvals, state = load_state(env, workspace, mcp_config, allowed)
     from mcpvisor.host.oauth import sign_ins
     from mcpvisor.host.pins import held_names, pin_mode_of
@@ -138,6 +138,8 @@ def list_servers(
     unreadable = store_problems(tokens)
     broken = bool(settings.errors) or approvals.error is not None or bool(unreadable)
     problems = config_problems(settings, approvals.error, state.assembled.warnings, pin_problems, unreadable, home=home)
+    # an invalid entry (a row, or a warning when its name cannot be shown): as status, and lsp list, fail on it
+    broken = broken or bool(state.assembled.skipped) or any(p.startswith(SKIPPED_MCP_ENTRY) for p in problems)
     try:
         held = held_names(pin_store(env), settings.root, state.assembled.servers, mode)
     except ConfigError as exc:

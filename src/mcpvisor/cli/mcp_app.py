@@ -38,7 +38,8 @@ def mcp_list(
     fleet_name: FleetNameOpt = None,
 ) -> None:
     """List every configured server with its source, scope, admission and approval state (with --fleet:
-    as the fleet's approvals decide)."""
+    as the fleet's approvals decide). Exits 1 when a settings file or a store cannot be read, or a server entry is
+    invalid (not started)."""
     from mcpvisor.cli.commands import list_servers
 
     with reported(json_problems=as_json):
