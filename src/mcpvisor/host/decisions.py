@@ -114,7 +114,7 @@ def _check_pins_saved(pins: PinStore, name: str) -> None:
     except ConfigError:
         return
     try:
-        pins.mutate(lambda records: None)
+        pins.check_lockable()  # (what a save needs first: its folder and lock file; nothing written)
     except ConfigError as exc:
         raise ConfigError(
             f"cannot approve server {name!r}: its tool pins cannot be saved, so its tools and prompts would stay "

@@ -14,7 +14,7 @@ import logging
 import os
 import shlex
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
@@ -211,14 +211,25 @@ class PrivateJsonStore:
 
     def mutate(self, change: Callable[[dict[str, Any]], object], *, timeout_s: float = LOCK_TIMEOUT_S) -> None:
         """Re-read the records under the lock, let ``change`` edit them in place, write them atomically."""
+        with self._locked(timeout_s):
+            records = self.read()
+            change(records)
+            write_private(self.path, json.dumps(records, indent=2, sort_keys=True) + "\n")
+
+    def check_lockable(self, *, timeout_s: float = LOCK_TIMEOUT_S) -> None:
+        """:class:`ConfigError` when a write could not even begin (its folder or lock file cannot be made, another
+        process holds the lock), said as :meth:`mutate` says it; nothing is written."""
+        with self._locked(timeout_s):
+            pass
+
+    @contextlib.contextmanager
+    def _locked(self, timeout_s: float) -> Iterator[None]:
         from filelock import FileLock, Timeout  # only writers lock: a session that only reads never loads it
 
         try:
             self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
             with FileLock(lock_path_of(self.path), timeout=timeout_s, mode=STORE_MODE):
-                records = self.read()
-                change(records)
-                write_private(self.path, json.dumps(records, indent=2, sort_keys=True) + "\n")
+                yield
         except Timeout as exc:
             raise ConfigError(f"{self.what} {self.path} is locked by another process; try again") from exc
         except OSError as exc:  # the folder or the lock file could not be made: named, not the store
