@@ -644,3 +644,40 @@ async def test_the_approve_command_a_gateways_status_prints_works_pasted_in_anot
             assert not layout.paths.approvals.exists(), command  # the default home's store: untouched
             assert isinstance(await next_event(subscription), ToolsListChanged)
             assert text_of(await client.call_tool("mcp__p__echo", {"text": "hi"})) == "p:echo:hi"
+
+
+def test_serving_beyond_loopback_without_a_token_is_refused_without_first_saying_each_request_needs_it(
+    tmp_path: Path,
+) -> None:
+    """``serve --http 0.0.0.0:P --no-auth`` said "every request needs the gateway's token", then refused to start for
+    lack of one: the refusal is said alone."""
+    layout = make_layout(tmp_path)
+    result = subprocess.run(
+        [mcpvisor_command(), "serve", "--http", "0.0.0.0:1", "--no-auth", "--workspace", str(layout.root)],
+        env={k: v for k, v in {**os.environ, **layout.env}.items() if k != "MCPVISOR_GATEWAY_TOKEN"},
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    out = " ".join(result.stderr.split())
+    assert result.returncode == 1
+    assert out.startswith("error: refusing to serve on 0.0.0.0 without a token"), out
+    assert "every request needs the gateway's token" not in out
+    with socket.socket() as taken:  # with a token it is said (here before the port, taken, fails)
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [mcpvisor_command(), "serve", "--http", f"0.0.0.0:{port}", "--workspace", str(layout.root)],
+            env={**os.environ, **layout.env, "MCPVISOR_GATEWAY_TOKEN": "t" * 32},
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+        )
+    out = " ".join(result.stderr.split())
+    assert result.returncode == 1, out
+    assert out.startswith(
+        "! serving on 0.0.0.0, not loopback: other machines can reach this port; every request needs the gateway's "
+        "token"
+    ), out
+    assert f"cannot serve on 0.0.0.0:{port}" in out

@@ -16,7 +16,7 @@ from mcpvisor.cli.fleet import joined
 from mcpvisor.cli.options import STARTUP_WAIT_S
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.gateway.limits import DEFAULT_HTTP_LIMITS, DEFAULT_NAME_BUDGET, HttpLimits
-from mcpvisor.gateway.listen import bind_http_socket, http_url, refuse_without_token
+from mcpvisor.gateway.listen import bind_http_socket, http_url, is_loopback, refuse_without_token
 from mcpvisor.host import paths
 from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.status import plural
@@ -98,6 +98,12 @@ async def _serve(
     console = new_console(stderr=True, highlight=False)
     if http is not None:
         refuse_without_token(http[0], token.value if token is not None else None)  # before any server starts
+        if not is_loopback(http[0]):  # (said once it is known to be served: with a token)
+            console.print(
+                f"[yellow]! serving on {escape(http[0])}, not loopback: other machines can reach this port; every "
+                "request needs the gateway's token[/]",
+                soft_wrap=True,
+            )
     if workspace_root is not None and not per_client_workspaces:
         raise ConfigError("--workspace-root limits the folders clients may name: it needs --per-client-workspaces")
     secret = token.value if token is not None else None

@@ -33,13 +33,12 @@ from mcpvisor.gateway.limits import (
     MIN_NAME_BUDGET,
     SESSION_IDLE_TIMEOUT_S,
 )
-from mcpvisor.shell.consoles import new_console
 
 __all__ = ["fast_event_loop", "serve"]
 
 
 def _parse_http(value: str) -> tuple[str, int]:
-    from mcpvisor.gateway.listen import is_loopback, unresolvable
+    from mcpvisor.gateway.listen import unresolvable
 
     if "://" in value:
         address = urlsplit(value).netloc.rpartition("@")[2] or "127.0.0.1:8080"
@@ -66,11 +65,6 @@ def _parse_http(value: str) -> tuple[str, int]:
     host = host.strip("[]") or "127.0.0.1"
     if (why := unresolvable(host, number)) is not None:
         raise typer.BadParameter(why, param_hint="--http")
-    if not is_loopback(host):
-        new_console(stderr=True, soft_wrap=True).print(
-            f"[yellow]! serving on {host}, not loopback: other machines can reach this port; every request "
-            "needs the gateway's token[/]"
-        )
     return host, number
 
 
