@@ -42,6 +42,7 @@ __all__ = [
     "check_scope",
     "configured",
     "decide",
+    "entry_skipped",
     "list_servers",
     "load_state",
     "remove_server",
@@ -139,7 +140,7 @@ def list_servers(
     broken = bool(settings.errors) or approvals.error is not None or bool(unreadable)
     problems = config_problems(settings, approvals.error, state.assembled.warnings, pin_problems, unreadable, home=home)
     # an invalid entry (a row, or a warning when its name cannot be shown): as status, and lsp list, fail on it
-    broken = broken or bool(state.assembled.skipped) or any(p.startswith(SKIPPED_MCP_ENTRY) for p in problems)
+    broken = broken or bool(state.assembled.skipped) or entry_skipped(problems)
     try:
         held = held_names(pin_store(env), settings.root, state.assembled.servers, mode)
     except ConfigError as exc:
@@ -200,6 +201,12 @@ def configured(settings: Settings, state: DesiredState, name: str, what: str) ->
         other = (lsp, "language server", f"mcpvisor lsp {what}" if what in ("approve", "reject") else "")
         raise not_configured(settings, name, f"{what} server", "MCP server", state.assembled.servers, warnings, other)
     return cfg
+
+
+def entry_skipped(problems: Iterable[str]) -> bool:
+    """Whether ``problems`` say an MCP server entry was skipped as invalid (also one no row shows: its name is blank
+    or cannot be shown)."""
+    return any(problem.startswith(SKIPPED_MCP_ENTRY) for problem in problems)
 
 
 def not_configured(

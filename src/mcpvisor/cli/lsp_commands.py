@@ -21,7 +21,7 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.lsp.config import RUNS_WORKSPACE_CODE, LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
-from mcpvisor.host.lsp.status import missing_command
+from mcpvisor.host.lsp.status import left_out_state, missing_command
 from mcpvisor.host.paths import named_home
 from mcpvisor.host.settings.loader import Settings, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
@@ -65,10 +65,8 @@ def configured_state(
     reason = state.reason(name)
     if reason == "pending_approval":
         return f"needs approval — run: {lsp_approve_hint(root, name, options, home)}"
-    if reason == "not_allowed" and (why := state.gating.why_not_allowed(name)) is not None:
-        return f"not allowed — {why}"
-    if reason == "excluded" and (why := state.gating.why_excluded(name)) is not None:
-        return f"disabled — {why}"
+    if (left_out := left_out_state(state.gating, name, reason)) is not None:
+        return left_out
     if reason is not None:
         return _STATES[reason].format(name=name)
     if missing := missing_command(name, state.servers[name]):

@@ -207,10 +207,9 @@ def status(
         new_console(stderr=True, highlight=False).print("[dim]Connecting to the admitted servers…[/]")
 
     async def once() -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None, list[str], bool]:
-        from mcpvisor.cli.commands import config_problems, store_problems
+        from mcpvisor.cli.commands import config_problems, entry_skipped, store_problems
         from mcpvisor.host.host import Host
         from mcpvisor.host.paths import named_home
-        from mcpvisor.host.settings.servers import SKIPPED_MCP_ENTRY
         from mcpvisor.host.status import command_hints, with_options
         from mcpvisor.shell.views import render_lsp_status, render_status
 
@@ -235,7 +234,7 @@ def status(
             )
             broken = bool(host.settings.errors) or host.approvals.error is not None or bool(unreadable or pins_unread)
             # an invalid entry no row shows: one whose name is blank or cannot be shown
-            broken = broken or any(problem.startswith(SKIPPED_MCP_ENTRY) for problem in problems)
+            broken = broken or entry_skipped(problems)
             broken = broken or any(row.held_why for row in rows)  # its pins could not be saved: held, row says why
             if not as_json:
                 console = new_console(highlight=False)

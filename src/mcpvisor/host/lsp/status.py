@@ -6,6 +6,7 @@ import os
 import shutil
 from typing import TYPE_CHECKING
 
+from mcpvisor.core.gating import McpGating
 from mcpvisor.core.processes import on_host_path
 from mcpvisor.core.server_config import arguments_hint
 from mcpvisor.host.lsp.config import GATED_LSP_SCOPES, LspServerConfig
@@ -15,7 +16,15 @@ if TYPE_CHECKING:
     from mcpvisor.host.lsp.manager import LspManager
     from mcpvisor.host.lsp.server import LanguageServer
 
-__all__ = ["describe_state", "missing_command"]
+__all__ = ["describe_state", "left_out_state", "missing_command"]
+
+
+def left_out_state(gating: McpGating, name: str, reason: str | None) -> str | None:
+    """``disabled — …`` or ``not allowed — …``: which list leaves language server ``name`` out and the fix, when
+    that is gating's ``reason`` and known."""
+    if (why := gating.left_out_by(name, reason)) is None:
+        return None
+    return f"{'disabled' if reason == 'excluded' else 'not allowed'} — {why}"
 
 
 def describe_state(
@@ -34,12 +43,9 @@ def describe_state(
         return f"needs approval — run: {hint}"
     if reason == "rejected":
         return "rejected — edit config to re-approve"
-    if reason == "excluded":
-        why = manager.state.gating.why_excluded(name)
-        return f"disabled — {why}" if why else "disabled (in lsp.excluded)"
-    if reason == "not_allowed":
-        why = manager.state.gating.why_not_allowed(name)
-        return f"not allowed — {why}" if why else "not allowed"
+    if reason in ("excluded", "not_allowed"):
+        fallback = "disabled (in lsp.excluded)" if reason == "excluded" else "not allowed"
+        return left_out_state(manager.state.gating, name, reason) or fallback
     if cfg is not None and (server is None or server.state == "stopped") and (missing := missing_command(name, cfg)):
         return f"stopped — {missing}"
     if server is None:
