@@ -3,6 +3,7 @@ may connect to a server; ``login`` does)."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from rich.markup import escape
 
 from mcpvisor.cli.commands import configured, load_state
 from mcpvisor.cli.fleet import token_store
+from mcpvisor.cli.options import Signals
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host import paths
@@ -104,13 +106,31 @@ def logout(*, env: Mapping[str, str], workspace: Path | None, name: str, mcp_con
     store.read()  # a corrupt store: say so rather than "not signed in"
     record = store.get(key)
     revoked = ""
+
+    async def revoke_unless_interrupted() -> str:
+        # Ctrl-C is taken on the loop while it revokes, and cancels through anyio (which delivers it again until
+        # the revocation's HTTP calls are left): a KeyboardInterrupt raised wherever Python happened to be, or a
+        # cancellation that one library swallowed, could leave it waiting out the server's timeout instead.
+        with Signals((signal.SIGINT,)) as signals, anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+
+                async def on_ctrl_c() -> None:
+                    await signals.wait(1)
+                    scope.cancel()
+
+                tg.start_soon(on_ctrl_c)
+                new_console(stderr=True, highlight=False).print(
+                    "[dim]Revoking the sign-in at the authorization server… (Ctrl-C skips it)[/]"
+                )
+                outcome = await revoke(server_url(cfg) or "", record, settings)
+                tg.cancel_scope.cancel()
+                return outcome
+        return "revoking them at the authorization server was skipped (Ctrl-C)"
+
     try:
         if record.get("tokens"):
-            new_console(stderr=True, highlight=False).print(
-                "[dim]Revoking the sign-in at the authorization server… (Ctrl-C skips it)[/]"
-            )
-            revoked = f"; {anyio.run(revoke, server_url(cfg) or '', record, settings)}"
-    except KeyboardInterrupt:
+            revoked = f"; {anyio.run(revoke_unless_interrupted)}"
+    except KeyboardInterrupt:  # pressed before the loop took it
         revoked = "; revoking them at the authorization server was skipped (Ctrl-C)"
     finally:  # skipped or failed, the sign-in is deleted all the same
         try:
