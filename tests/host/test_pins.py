@@ -245,6 +245,43 @@ async def test_a_corrupt_pin_store_holds_every_definition_of_a_pinned_server_and
         await wait_until(lambda: held_of(h, "p") == () and len(h.config.tool_registry.tools_of("p")) == len(P_TOOLS))
 
 
+def _unsaveable(layout: Layout) -> tuple[dict[str, Any], Path]:
+    """User settings pinning the user's server ``u`` on first use, and the pin store's lock made a folder: the pins
+    cannot be saved (chmod would not stop root). Returns the settings and the lock path (``rmdir`` fixes it)."""
+    descriptions = layout.root.parent / "descriptions.json"
+    describe(descriptions, echo=ORIGINAL)
+    user: dict[str, Any] = {"mcp": {"pinTools": "all"}, "mcpServers": {"u": server("u", descriptions)}}
+    replace_text(layout.paths.user, json.dumps(user))
+    lock = paths.pins_path(layout.env).with_name("tool-pins.json.lock")
+    lock.mkdir(parents=True)
+    return user, lock
+
+
+async def test_pins_that_could_not_be_saved_are_saved_by_reload_once_the_store_is_fixed(layout: Layout) -> None:
+    """Before: fixing the store changed nothing until the server connected again, and the message said to restart."""
+    _, lock = _unsaveable(layout)
+    async with host(layout) as h:
+        await wait_until(lambda: set(held_of(h, "u")) == P_TOOLS)
+        why = row(h, "u").held_why or ""
+        assert "the tool pins of server 'u' could not be saved" in why, why
+        assert "once that is fixed, they are pinned on /reload in the shell" in why, why
+        lock.rmdir()
+        await h.reload()
+        assert held_of(h, "u") == ()
+        assert len(h.config.tool_registry.tools_of("u")) == len(P_TOOLS)
+        assert set(pins(layout)["user"]["u"]["tools"]) == P_TOOLS
+
+
+async def test_pins_that_could_not_be_saved_are_saved_at_the_next_save_of_a_settings_file(layout: Layout) -> None:
+    user, lock = _unsaveable(layout)
+    async with host(layout) as h:
+        await wait_until(lambda: set(held_of(h, "u")) == P_TOOLS)
+        lock.rmdir()
+        replace_text(layout.paths.user, json.dumps({**user, "ui": {"theme": "dark"}}))  # changes no server
+        await wait_until(lambda: held_of(h, "u") == ())
+        assert set(pins(layout)["user"]["u"]["tools"]) == P_TOOLS
+
+
 async def test_the_shells_approve_shows_the_changed_definition_and_accepts_it(tmp_path: Path) -> None:
     from tests.shell.test_shell import shell
 

@@ -40,6 +40,7 @@ __all__ = [
     "compute_desired_state",
     "mcp_gating_equal",
     "mcp_servers_equal",
+    "recheck_unsaved_pins",
     "recompute_mcp_gating",
     "register_mcp_hot_reload",
     "strictly_promptable",
@@ -216,6 +217,7 @@ def register_mcp_hot_reload(
             config.refresh_definitions()  # accepted (or reset) definitions: registries follow, nothing restarts
             return
         if not touches_mcp(event):
+            recheck_unsaved_pins(config)  # (a store fixed since, e.g. made writable, changes no file of its own)
             return  # the cheap gate: e.g. a theme edit never rebuilds the server map
         if event.scope == "approvals":
             approvals.reload()
@@ -231,6 +233,14 @@ def register_mcp_hot_reload(
     return watcher.add_change_listener(on_change)
 
 
+def recheck_unsaved_pins(config: Config) -> None:
+    """Ask the definition gate again for the servers whose definitions are held because their pins could not be
+    saved (a reason is given: :attr:`~mcpvisor.core.registry.Admitted.why`): the store may be writable now."""
+    manager = config.manager
+    if any((held := manager.held(name)) is not None and held.why for name in manager.clients()):
+        config.refresh_definitions()
+
+
 async def reload_now(
     settings: Settings,
     config: Config,
@@ -244,7 +254,9 @@ async def reload_now(
     pending: PendingAnnouncements | None = None,
 ) -> DesiredState:
     """One pass of SPEC §8 steps 1-6 over the current in-memory settings. With ``pending``, servers waiting
-    for approval are announced only when that set changed."""
+    for approval are announced only when that set changed. Definitions held because their pins could not be
+    saved are checked again first (:func:`recheck_unsaved_pins`)."""
+    recheck_unsaved_pins(config)
     prompts_before = config.prompt_registry.names()
     state = compute_desired_state(settings, config, approvals, top_tier)
     this_pass = pending.begin() if pending is not None else None

@@ -255,7 +255,8 @@ def unsaved_pins(name: str, exc: Exception) -> str:
     """Why server ``name``'s tools and prompts are held when their first pins could not be saved (``exc``)."""
     return (
         f"the tool pins of server {name!r} could not be saved, so its tools and prompts are held (never served "
-        f"unpinned): {exc}; once that is fixed, they are pinned when it connects again (restart mcpvisor)"
+        f"unpinned): {exc}; once that is fixed, they are pinned on /reload in the shell, at the next save of a "
+        "settings file, or when mcpvisor restarts"
     )
 
 
