@@ -282,6 +282,49 @@ async def test_pins_that_could_not_be_saved_are_saved_at_the_next_save_of_a_sett
         assert set(pins(layout)["user"]["u"]["tools"]) == P_TOOLS
 
 
+async def test_a_change_whose_note_could_not_be_saved_says_so_in_the_status_row_and_reload_notes_it(
+    layout: Layout,
+) -> None:
+    """Before: only a log line; the row said "changed since first use — run: mcpvisor mcp approve u", which could not
+    show the change (not in the store) and refused to approve (the store could not be saved)."""
+    user, lock = _unsaveable(layout)
+    lock.rmdir()
+    descriptions = layout.root.parent / "descriptions.json"
+    async with host(layout) as h:
+        await wait_until(lambda: "u" in pins(layout).get("user", {}))
+        lock.unlink(missing_ok=True)  # (left by the first pins' write)
+        lock.mkdir()
+        describe(descriptions, echo=HOSTILE)
+        await relist(h, "u")
+        await wait_until(lambda: held_of(h, "u") == ("echo",))
+        said = held_text(row(h, "u")) or ""
+        assert said.startswith("1 tool held — the tool pins of server 'u' could not be saved"), said
+        assert f"{lock}: is a directory; remove it (it must be a file)" in said, said
+        assert "changed since first use" not in said, said
+        assert "heldTools" not in pins(layout)["user"]["u"]
+        lock.rmdir()
+        await h.reload()
+        assert held_of(h, "u") == ("echo",)
+        assert held_text(row(h, "u")) == "1 tool changed since first use — run: mcpvisor mcp approve u"
+        assert list(pins(layout)["user"]["u"]["heldTools"]) == ["echo"]
+
+
+async def test_the_shell_says_when_a_changed_definition_could_not_be_noted(tmp_path: Path) -> None:
+    from tests.shell.test_shell import shell
+
+    descriptions = tmp_path / "descriptions.json"
+    describe(descriptions, echo=ORIGINAL)
+    async with shell(tmp_path, user={"mcp": {"pinTools": "all"}, "mcpServers": {"u": server("u", descriptions)}}) as s:
+        await s.run("/tools", "mcp__u__echo")
+        lock = paths.pins_path(s.layout.env).with_name("tool-pins.json.lock")
+        lock.unlink(missing_ok=True)  # (left by the first pins' write)
+        lock.mkdir()
+        describe(descriptions, echo=HOSTILE)
+        since = s.mark()
+        await s.run('/call mcp__u__set_tools {"names": "echo,other"}', "echo,other")
+        await s.wait_for("! the tool pins of server 'u' could not be saved", since)
+
+
 async def test_the_shells_approve_shows_the_changed_definition_and_accepts_it(tmp_path: Path) -> None:
     from tests.shell.test_shell import shell
 

@@ -64,6 +64,7 @@ __all__ = [
     "pinned_before",
     "prompt_definition",
     "tool_definition",
+    "unnoted_changes",
     "unsaved_pins",
 ]
 
@@ -260,6 +261,15 @@ def unsaved_pins(name: str, exc: Exception) -> str:
     )
 
 
+def unnoted_changes(name: str, exc: Exception) -> str:
+    """Why server ``name``'s changed tools and prompts cannot be accepted when noting them as held failed (``exc``)."""
+    return (
+        f"the tool pins of server {name!r} could not be saved, so what changed since it was pinned stays held and "
+        f"cannot be accepted yet: {exc}; once that is fixed, it can be accepted after /reload in the shell, the next "
+        "save of a settings file, or a restart of mcpvisor"
+    )
+
+
 def compared_note(name: str, approve_command: str) -> str:
     """What approving an edit of server ``name`` means for its definitions pinned before (:func:`pinned_before`);
     ``approve_command``: the command that accepts them, as it is to be pasted (its ``{name}`` filled here)."""
@@ -352,16 +362,19 @@ class PinGate:
         # to what was approved no longer reads as changed.
         mine = self._noted.get((scope, name), {})
         self._noted[(scope, name)] = {key: {n: e["sha256"] for n, e in held[key].items()} for _, key in KINDS}
+        unnoted = None  # (an acceptance reads the held definitions from the store: unnoted, they cannot be accepted)
         if _held_notes(record, held, mine) != {key: record.get(key, {}) for _, key in KINDS}:
             try:
                 self._store.note_held(scope, name, cfg.approval_hash, held, mine, timeout_s=GATE_LOCK_TIMEOUT_S)
             except (ConfigError, OSError) as exc:
-                logger.warning("could not record the tool definitions of server %r: %s", name, exc)
+                unnoted = unnoted_changes(name, exc)
+                logger.warning("%s", unnoted)
         return Admitted(
             [t for t in tools if t.name not in held["heldTools"]],
             [p for p in prompts if p.name not in held["heldPrompts"]],
             tuple(held["heldTools"]),
             tuple(held["heldPrompts"]),
+            unnoted,
         )
 
     def _upgraded(

@@ -90,6 +90,8 @@ class HumanOutput:
         failed is said by the reconcile's 'failed to start')."""
         self._said_up: set[str] = set()
         """Down or unreached servers said to have come up: the pass that retried them does not say it again."""
+        self._held_why: dict[str, str] = {}
+        """Why each connected server's definitions are held, as last said (their pins could not be saved)."""
 
     @property
     def _approve_command(self) -> str:
@@ -113,6 +115,16 @@ class HumanOutput:
 
     def _say(self, line: str) -> None:  # soft-wrapped: a command in it stays one line to copy, however long
         self._console.print(f"[dim]{escape(self._where)}:[/] {line}" if self._where else line, soft_wrap=True)
+
+    def _say_held_why(self, event: ServerStateChanged) -> None:
+        """Why a connected server's definitions are held, once each time it changes (their pins could not be saved;
+        changed definitions are said by the status view: that is not a change)."""
+        if event.held_why and self._held_why.get(event.server) != event.held_why:
+            self._say(f"[yellow]! {escape(event.held_why)}[/]")
+        if event.held_why:
+            self._held_why[event.server] = event.held_why
+        else:
+            self._held_why.pop(event.server, None)
 
     def _connection_of(self, name: str) -> str | None:
         try:
@@ -259,8 +271,8 @@ class HumanOutput:
                 self._failures.pop(event.server, None)
                 if not self._started_again(event.server):  # (a later pass's restart: that pass says it)
                     self._say(f"[green]+ connected {escape(str(event.server))}[/] ({plural(len(event.tools), 'tool')})")
-                if event.held_why:  # (changed definitions are said by the status view; this is not a change)
-                    self._say(f"[yellow]! {escape(event.held_why)}[/]")
+                self._held_why.pop(event.server, None)  # (a start says it again)
+                self._say_held_why(event)
             elif event.error:
                 if self._failures.get(event.server) != event.error:  # (a retry that fails the same way: nothing)
                     self._say(f"[red]✗ {escape(str(event.server))} failed to start:[/] {escape(str(event.error))}")
@@ -281,6 +293,7 @@ class HumanOutput:
                     self._unreached.discard(event.server)
                     self._said_up.add(event.server)
                     self._say(f"[green]+ connected {escape(str(event.server))}[/] ({count})")
+                self._say_held_why(event)  # (a later listing's pins that could not be saved, as at its start)
         elif isinstance(event, ServerStateChanged) and self._ready and event.error and event.server in self._up:
             self._up.discard(event.server)
             self._said_up.discard(event.server)
