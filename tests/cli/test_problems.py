@@ -612,7 +612,9 @@ def test_a_tool_pin_store_that_cannot_be_read_fails_status_and_the_listing(layou
         assert code == 1, (command, out)
         assert "cannot read the tool pin store" in said, (command, said)
     code, out = invoke(layout, "status")
-    assert "once the tool pin store can be read again (see above)" in " ".join(out.split())
+    said = " ".join(out.split())
+    assert "p · ● connected (0 tools, 0 prompts) · 1 tool held — cannot read the tool pin store" in said, said
+    assert "changed since approval" not in said, said
 
 
 def test_a_fleet_store_named_in_the_settings_that_cannot_be_reached_names_the_file(layout: Layout) -> None:

@@ -221,6 +221,8 @@ async def test_workspace_settings_cannot_turn_pinning_off_and_a_bad_value_pins_e
 async def test_a_corrupt_pin_store_holds_every_definition_of_a_pinned_server_and_names_the_file(
     layout: Layout, tmp_path: Path
 ) -> None:
+    """Before: the status row said every tool "changed since approval — run: mcpvisor mcp approve p", which approved
+    nothing (in the shell, /approve p said "approved" and the tools stayed held), and the file was named nowhere."""
     descriptions = tmp_path / "descriptions.json"
     describe(descriptions)
     replace_text(
@@ -240,6 +242,9 @@ async def test_a_corrupt_pin_store_holds_every_definition_of_a_pinned_server_and
         assert not h.config.tool_registry.tools_of("p")
         assert "mcp__u__echo" in h.config.tool_registry.names()  # not pinned: unaffected
         assert store.read_text() == "{broken"
+        said = held_text(row(h, "p")) or ""  # nothing changed: approving would change nothing either
+        assert said.startswith(f"{len(P_TOOLS)} tools held — cannot read the tool pin store {store}: "), said
+        assert "until it is fixed or deleted" in said, said
         # Deleting the broken store pins what the server offers next (the watcher sees it go).
         store.unlink()
         await wait_until(lambda: held_of(h, "p") == () and len(h.config.tool_registry.tools_of("p")) == len(P_TOOLS))

@@ -112,8 +112,8 @@ class Admitted:
     """Tools held back, by their name on the server."""
     held_prompts: tuple[str, ...] = ()
     why: str | None = None
-    """Why they are held when it is not that their definition changed (their pins could not be saved: which
-    file, why, the fix); None: changed since approval."""
+    """Why they are held when it is not only that their definition changed, so that accepting them is no fix (their
+    pins could not be saved, or read: which file, why, the fix); None: changed since approval."""
 
 
 DefinitionGate = Callable[[str, McpServerConfig, "Sequence[Tool]", "Sequence[Prompt]"], Admitted]

@@ -235,7 +235,7 @@ def register_mcp_hot_reload(
 
 def recheck_unsaved_pins(config: Config) -> None:
     """Ask the definition gate again for the servers whose definitions are held because their pins could not be
-    saved (a reason is given: :attr:`~mcpvisor.core.registry.Admitted.why`): the store may be writable now."""
+    saved or read (a reason is given: :attr:`~mcpvisor.core.registry.Admitted.why`): the store may be fixed now."""
     manager = config.manager
     if any((held := manager.held(name)) is not None and held.why for name in manager.clients()):
         config.refresh_definitions()

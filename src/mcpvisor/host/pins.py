@@ -331,7 +331,8 @@ class PinGate:
             if str(exc) != self._warned:
                 self._warned = str(exc)
                 logger.warning("%s", exc)
-            return Admitted((), (), tuple(t.name for t in tools), tuple(p.name for p in prompts))
+            # (said as why they are held: nothing changed, so nothing is there to accept)
+            return Admitted((), (), tuple(t.name for t in tools), tuple(p.name for p in prompts), str(exc))
         if record is None or record.get("config") != cfg.approval_hash:
             # First use of this configuration (approved just now, or a user server first seen): pin it, unless
             # another process (a fleet's other replica) pinned it first, or an earlier configuration pinned
