@@ -9,7 +9,9 @@ from typing import Any
 import anyio
 import pytest
 
-from mcpvisor.host.lsp.tool_specs import new_name_problem
+from mcpvisor.host.lsp.manager import LspManager
+from mcpvisor.host.lsp.tool_specs import ToolFailure, new_name_problem
+from mcpvisor.host.lsp.tools import LspTools
 from tests.helpers import WAIT_S
 from tests.host.lsp.test_lsp_host import basedpyright, pylsp, session, text
 
@@ -40,6 +42,15 @@ async def test_a_rename_to_a_name_python_does_not_allow_says_why_instead_of_no_c
             assert text(refused) == f"cannot rename to {name!r}: {why}"
         soft = await s.ok("rename_preview", file="models.py", symbol="make_user", new_name="match")
         assert soft["changes"]  # a soft keyword is a name like any other
+
+
+async def test_two_unknown_arguments_are_named_in_the_plural(tmp_path: Path) -> None:
+    """It read "hover has no argument 'column', 'row'"."""
+    tools = LspTools(LspManager(tmp_path, log_dir=tmp_path / "logs"))
+    with pytest.raises(ToolFailure, match=r"^hover has no arguments 'column', 'row'; it takes: "):
+        await tools.run("hover", {"file": "a.py", "row": 1, "column": 2})
+    with pytest.raises(ToolFailure, match=r"^hover has no argument 'row'; it takes: "):
+        await tools.run("hover", {"file": "a.py", "row": 1})
 
 
 def test_only_the_rule_of_a_language_known_here_is_applied_to_a_new_name() -> None:

@@ -125,6 +125,14 @@ def test_a_position_outside_the_file_is_refused_with_the_file_named(line: int, c
         to_wire(Lines("a = 1\nb = 2\n"), line, character, file="pkg/a.py")
 
 
+def test_a_position_past_a_one_line_file_or_a_one_character_line_counts_in_the_singular() -> None:
+    """It read "(1 lines)" and "(1 characters)"."""
+    with pytest.raises(ValueError, match=re.escape("line 3 is past the end of a.py (1 line)")):
+        to_wire(Lines("x = 1\n"), 3, 1, file="a.py")
+    with pytest.raises(ValueError, match=re.escape("character 3 is past the end of a.py:1 (1 character)")):
+        to_wire(Lines("x\n"), 1, 3, file="a.py")
+
+
 @pytest.mark.parametrize(
     ("path", "uri"),
     [

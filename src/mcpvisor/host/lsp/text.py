@@ -98,18 +98,22 @@ class Lines:
         return len(self._lines)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def to_wire(lines: Lines, line: int, character: int, *, file: str) -> dict[str, int]:
     """A tool's 1-based ``line`` and code-point ``character`` in ``file`` (its name as shown) as an LSP
     ``Position``; ``ValueError`` when the line is not in the file or the character not in the line."""
     if line < 1:
         raise ValueError(f"line {line} is not a line of {file}: lines count from 1")
     if line > lines.wire_count:
-        raise ValueError(f"line {line} is past the end of {file} ({lines.count} lines)")
+        raise ValueError(f"line {line} is past the end of {file} ({_count(lines.count, 'line')})")
     if character < 1:
         raise ValueError(f"character {character} is not a column of {file}:{line}: characters count from 1")
     text = lines.line(line - 1).rstrip("\r\n")
     if character > len(text) + 1:  # one past the last character is the end of the line
-        raise ValueError(f"character {character} is past the end of {file}:{line} ({len(text)} characters)")
+        raise ValueError(f"character {character} is past the end of {file}:{line} ({_count(len(text), 'character')})")
     return {"line": line - 1, "character": utf16_column(text, character)}
 
 

@@ -157,8 +157,8 @@ class LspTools:
         known = ARGUMENTS[tool]
         unknown = sorted(set(arguments) - known)
         if unknown:  # a misspelled name would be left out without a word, and the answer be about something else
-            takes = ", ".join(sorted(known)) or "no arguments"
-            raise ToolFailure(f"{tool} has no argument {', '.join(map(repr, unknown))}; it takes: {takes}")
+            named = f"argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+            raise ToolFailure(f"{tool} has no {named}; it takes: {', '.join(sorted(known)) or 'no arguments'}")
         if problem := argument_problem(tool, arguments):  # line: true read as line 1, "bogus" as "warning"
             raise ToolFailure(problem)
         try:
