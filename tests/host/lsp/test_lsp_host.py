@@ -483,6 +483,27 @@ async def test_servers_start_on_first_use_and_stop_when_idle(tmp_path: Path) -> 
         assert ready[1] not in (None, pid)
 
 
+async def test_diagnostics_of_no_file_after_an_idle_stop_say_the_server_stopped_while_idle_and_how_to_start_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It said "no document is open yet", as if nothing had ever been opened."""
+    monkeypatch.setattr(lsp_manager, "IDLE_CHECK_S", 0.05)
+    user = {"lspServers": {"python": pylsp()}, "lsp": {"idleStopSeconds": 0.5}}
+    async with session(tmp_path, user=user, watch=False) as s:
+        fresh = await s.call("diagnostics")
+        assert text(fresh) == "no document is open yet: name the 'files' to check"
+        await s.ok("document_symbols", file="models.py")
+        server = s.host.lsp.manager.servers()["python"]
+        await wait_until(lambda: server.state == "stopped", what="the idle server to stop")
+        after = await s.call("diagnostics")
+        assert after.is_error
+        assert text(after) == (
+            "language server 'python' was stopped while idle (lsp.idleStopSeconds), so no document is open: name the "
+            "'files' to check; naming them, or any call for a file, starts it again"
+        )
+        assert (await s.ok("diagnostics", files=["models.py"]))["files"][0]["server"] == "python"
+
+
 async def test_a_diagnostics_call_waiting_for_published_diagnostics_keeps_its_server_from_stopping_as_idle(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from mcpvisor.host.lsp.manager import LspManager
     from mcpvisor.host.lsp.server import LanguageServer
 
-__all__ = ["describe_state", "left_out_state", "missing_command"]
+__all__ = ["describe_state", "left_out_state", "missing_command", "nothing_open"]
 
 
 def left_out_state(gating: McpGating, name: str, reason: str | None) -> str | None:
@@ -59,6 +59,20 @@ def describe_state(
     if server.state in ("failed", "stopping"):
         return server.state
     return "idle" if manager.is_idle(name) else "stopped (starts on first use)"
+
+
+def nothing_open(idle: list[str], named: object = None) -> str:
+    """Why a ``diagnostics`` call that names no file has nothing to check: no document is open, or (``idle``: the
+    servers stopped as idle; ``named``: the one the call names) its server was stopped while idle."""
+    stopped = [name for name in sorted(idle) if named in (None, name)]
+    if not stopped:
+        return "no document is open yet: name the 'files' to check"
+    who = ", ".join(repr(name) for name in stopped)
+    were = f"language server {who} was" if len(stopped) == 1 else f"language servers {who} were"
+    return (
+        f"{were} stopped while idle (lsp.idleStopSeconds), so no document is open: name the 'files' to check; "
+        f"naming them, or any call for a file, starts {'it' if len(stopped) == 1 else 'them'} again"
+    )
 
 
 def missing_command(name: str, cfg: LspServerConfig) -> str | None:

@@ -48,7 +48,7 @@ from mcpvisor.host.lsp.results import (
     find_symbol,
 )
 from mcpvisor.host.lsp.server import LanguageServer
-from mcpvisor.host.lsp.status import describe_state
+from mcpvisor.host.lsp.status import describe_state, nothing_open
 from mcpvisor.host.lsp.text import FileOutsideWorkspace, NoSuchFile, relative, resolved, to_wire
 from mcpvisor.host.lsp.tool_specs import (
     ARGUMENTS,
@@ -424,8 +424,8 @@ class LspTools:
                 raise ToolFailure(f"no language server {named!r} is configured here (configured: {known})")
             ready = [s for s in self.manager.servers().values() if s.state == "ready" and named in (None, s.name)]
             targets = [(s, p) for s in ready for p in s.documents.paths()]
-            if not targets:
-                raise ToolFailure("no document is open yet: name the 'files' to check")
+            if not targets:  # (one stopped as idle has none open: it starts again once a file is named)
+                raise ToolFailure(nothing_open([n for n in self.manager.servers() if self.manager.is_idle(n)], named))
         elif isinstance(files, list) and all(isinstance(f, str) for f in files):
             targets, out = await self._diagnosed(files, named)  # and what cannot be checked
         else:
