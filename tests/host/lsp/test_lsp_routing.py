@@ -3,6 +3,7 @@ that offers it, or to the one the caller names; and a diagnostics call reports p
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import anyio
@@ -236,3 +237,51 @@ async def test_workspace_symbols_of_a_language_no_server_takes_say_which_languag
         of_rust = await s.call("workspace_symbols", query="User", language="rust")
         assert of_rust.is_error
         assert text(of_rust) == "no language server for 'rust' (configured for: python)"
+
+
+async def test_a_server_that_failed_to_start_is_passed_over_for_the_next_until_reload_saying_so_once(
+    tmp_path: Path,
+) -> None:
+    """Every call started the failed server again, waited for it to fail, then asked the next one, without a word."""
+    script = "import sys; print('no licence', file=sys.stderr); sys.exit(3)"
+    broken = {"command": sys.executable, "args": ["-c", script], "extensionToLanguage": {".py": "python"}}
+    async with session(tmp_path, user={"lspServers": {"alpha": broken, "beta": pylsp()}}, watch=False) as s:
+        alpha = s.host.lsp.manager.servers()["alpha"]
+        said = (
+            f"language server 'alpha' failed — exited with code 3: no licence; see its log {alpha.log_path}; 'beta' "
+            "answers for its files until it starts again when its entry is saved (or on /reload in the shell)"
+        )
+        first = await s.call("hover", file="models.py", symbol="make_user")
+        assert not first.is_error, text(first)
+        assert text(first).startswith(said + "\n")
+        assert first.structured_content is not None
+        assert first.structured_content["server"] == "beta"
+        again = await s.call("document_symbols", file="models.py")
+        assert not again.is_error
+        assert "alpha" not in text(again), text(again)
+        assert (alpha.state, alpha.crashes) == ("failed", 1)  # not started again
+        symbols = await s.call("workspace_symbols", query="make_user")  # (pylsp does not search the workspace)
+        assert text(symbols).endswith(f"; language server 'alpha' failed — {alpha.last_error}")
+        assert alpha.crashes == 1
+        await s.host.lsp.reload(retry=True)  # /reload: it is tried again, and said again when it fails
+        retried = await s.call("hover", file="models.py", symbol="make_user")
+        assert text(retried).startswith(said + "\n")
+        assert alpha.crashes == 2
+
+
+async def test_a_failed_server_passed_over_is_tried_again_when_no_other_offers_the_operation(tmp_path: Path) -> None:
+    """Passed over while pylsp answered, basedpyright (failing at its first start only) is still the one asked for
+    incoming calls, which pylsp does not offer."""
+    once = tmp_path / "failed-once"
+    bp = basedpyright()
+    script = (
+        f"import os, sys; m = {str(once)!r}\n"
+        "if not os.path.exists(m): open(m, 'w').close(); sys.exit(3)\n"
+        f"os.execv({bp['command']!r}, [{bp['command']!r}, '--stdio'])"
+    )
+    flaky = {"command": sys.executable, "args": ["-c", script], "extensionToLanguage": {".py": "python"}}
+    async with session(tmp_path, user={"lspServers": {"alpha": flaky, "beta": pylsp()}}, watch=False) as s:
+        hover = await s.call("hover", file="models.py", symbol="make_user")
+        assert text(hover).startswith("language server 'alpha' failed — exited with code 3")
+        calls = await s.ok("incoming_calls", file="models.py", symbol="make_user")
+        assert calls["server"] == "alpha"

@@ -82,6 +82,9 @@ class LspManager:
         self._started_at: dict[LanguageServer, float] = {}
         self._idle: set[str] = set()
         """Servers stopped for being idle (they start again on the next call)."""
+        self._passed_over: dict[LanguageServer, bool] = {}
+        """Failed servers a call passes over while another server of their files answers (true once a call said
+        so), until they start again: after their crash's pause, when their entry is saved, or on ``/reload``."""
         self._tg: anyio.abc.TaskGroup | None = None
         self.last_plan = LspPlan()
 
@@ -203,6 +206,7 @@ class LspManager:
     def _start(self, server: LanguageServer) -> None:
         assert self._tg is not None
         self._idle.discard(server.name)
+        self._passed_over.pop(server, None)
         self._started_at[server] = time.monotonic()
         server.start(self._tg)
 
@@ -277,10 +281,29 @@ class LspManager:
         return server.state == "failed" and server.crashes > max(server.config.restarts_allowed, 1)
 
     def retry_given_up(self) -> None:
-        """Let the next call start each server given up after crashing too often in a row (``/reload``)."""
+        """Let the next call start each server given up after crashing too often in a row, and each failed one
+        passed over for another (``/reload``)."""
+        self._passed_over.clear()
         for server in self._servers.values():
             if self.given_up(server):
                 server.crashes = 0
+
+    def passed_over(self, server: LanguageServer) -> bool:
+        """Whether ``server`` failed and waits to be started again (its crash's pause, a save of its entry,
+        ``/reload``): a call goes to another server of its files meanwhile, rather than fail on it again."""
+        return server.state == "failed" and server in self._passed_over
+
+    def fallback_notice(self, failed: LanguageServer, answered: LanguageServer) -> str | None:
+        """What a call answered by ``answered`` says of ``failed``, passed over: once per failure (else None)."""
+        if self._passed_over.get(failed, True):
+            return None
+        self._passed_over[failed] = True
+        pause = failed.crashes <= failed.config.restarts_allowed  # (else a save of its entry or /reload starts it)
+        again = "after a pause" if pause else self.GIVEN_UP_FIX.removeprefix("it starts again ")
+        return (
+            f"language server {failed.name!r} failed — {failed.last_error}; {answered.name!r} answers for its files "
+            f"until it starts again {again}"
+        )
 
     async def ready(self, server: LanguageServer) -> None:
         """Start ``server`` if it is not running and wait until it answers, up to its ``startupTimeout``.
@@ -302,6 +325,7 @@ class LspManager:
 
     def _changed(self, server: LanguageServer) -> None:
         if server.state == "failed" and self._servers.get(server.name) is server:
+            self._passed_over.setdefault(server, False)
             started = self._started_at.pop(server, None)
             stable = started is not None and time.monotonic() - started >= STABLE_AFTER_S
             server.crashes = 1 if stable else server.crashes + 1

@@ -32,7 +32,10 @@ __all__ = [
     "WHAT",
     "ToolFailure",
     "argument_problem",
+    "error_result",
     "new_name_problem",
+    "positive",
+    "render_result",
 ]
 
 DIAGNOSTICS_WAIT_MS = 3000
@@ -250,3 +253,18 @@ WHAT = {
     "go_to_type_definition": "type definition",
     "go_to_implementation": "implementation",
 }
+
+
+def render_result(result: BaseModel) -> str:
+    """A result's short text (its JSON when it has no rendering)."""
+    render = getattr(result, "render", None)
+    return str(render()) if callable(render) else result.model_dump_json()
+
+
+def positive(value: Any, default: int) -> int:
+    """``value`` when it is a positive integer (a ``limit``), else ``default``."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def error_result(message: str) -> types.CallToolResult:
+    return types.CallToolResult(is_error=True, content=[types.TextContent(type="text", text=message)])

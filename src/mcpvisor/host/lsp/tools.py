@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,6 @@ from mcpvisor.host.lsp.results import (
     LocationsResult,
     ReferencesResult,
     RenameResult,
-    ServerStatus,
     StatusResult,
     Sym,
     SymbolsResult,
@@ -48,7 +48,8 @@ from mcpvisor.host.lsp.results import (
     find_symbol,
 )
 from mcpvisor.host.lsp.server import LanguageServer
-from mcpvisor.host.lsp.status import describe_state, nothing_open
+from mcpvisor.host.lsp.status import nothing_open
+from mcpvisor.host.lsp.status_tool import status_result
 from mcpvisor.host.lsp.text import FileOutsideWorkspace, NoSuchFile, relative, resolved, to_wire
 from mcpvisor.host.lsp.tool_specs import (
     ARGUMENTS,
@@ -59,7 +60,10 @@ from mcpvisor.host.lsp.tool_specs import (
     WHAT,
     ToolFailure,
     argument_problem,
+    error_result,
     new_name_problem,
+    positive,
+    render_result,
 )
 
 __all__ = ["LSP_PROVIDER", "TOOL_NAMES", "LspTools", "ToolFailure"]
@@ -76,6 +80,8 @@ _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2, "hint": 3}
 _PREVIEW_READ_BYTES = 2 * 1024 * 1024
 
 
+_NOTES: ContextVar[list[str] | None] = ContextVar("lsp_call_notes", default=None)
+"""What the call being answered says besides its answer (a failed server another one answered for)."""
 _Target = tuple[LanguageServer, Path]
 """A file (its real path) and a language server that answers for it."""
 
@@ -129,16 +135,21 @@ class LspTools:
     async def call_tool(
         self, tool: str, arguments: dict[str, Any], *, progress: Progress | None = None
     ) -> types.CallToolResult:
+        notes: list[str] = []
+        token = _NOTES.set(notes)
         try:
             result = await self.run(tool, arguments)
         except ToolFailure as exc:
-            return _error(str(exc))
+            return error_result(str(exc))
+        finally:
+            _NOTES.reset(token)
         if isinstance(result, LocationsResult):
             text = result.render(WHAT[tool])
         elif isinstance(result, CallsResult):
             text = result.render("incoming" if tool == "incoming_calls" else "outgoing")
         else:
-            text = _render(result)
+            text = render_result(result)
+        text = "\n".join([*dict.fromkeys(notes), text])
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], structured_content=result.model_dump(mode="json")
         )
@@ -209,12 +220,14 @@ class LspTools:
         capability = CAPABILITY.get(tool or "")
         unable: list[str] = []
         failed: Unroutable | None = None
-        for candidate in candidates:
+        waiting = [c for c in candidates if self.manager.passed_over(c)]  # failed: tried only when no other answers
+        for candidate in [*(c for c in candidates if c not in waiting), *waiting]:
             try:
                 await self.manager.ready(candidate)
             except Unroutable as exc:
                 failed = failed or exc
                 unable.append(str(exc))
+                waiting += [candidate] if self.manager.passed_over(candidate) and candidate not in waiting else []
                 continue
             if capability is not None and not candidate.supports(capability):
                 offers = ", ".join(candidate.operations())
@@ -222,6 +235,10 @@ class LspTools:
                 continue
             if sync_open:
                 await candidate.sync_open()
+            notes = _NOTES.get()
+            for gone in waiting:  # said once per failure, with the answer the other server gave
+                if notes is not None and (note := self.manager.fallback_notice(gone, candidate)) is not None:
+                    notes.append(self.manager.redact(note))
             return candidate, path
         if server is None:  # one held back beside them might answer once the user lets it start
             unable += self.manager.held_back(path)
@@ -268,30 +285,14 @@ class LspTools:
     # -- the tools ----------------------------------------------------------------------------------------
 
     async def status(self, arguments: dict[str, Any]) -> StatusResult:
-        return StatusResult(servers=[self._status(name) for name in sorted(self.manager.state.servers)])
-
-    def _status(self, name: str) -> ServerStatus:
-        cfg = self.manager.state.servers[name]
-        server = self.manager.servers().get(name)
-        reason = self.manager.state.reason(name) if self.manager.trusted else "untrusted"
-        state = describe_state(self.manager, name, server, reason)
-        return ServerStatus(
-            name=name,
-            languages=cfg.languages(),
-            extensions=sorted(cfg.extension_to_language),
-            state=state,
-            pid=server.pid if server is not None else None,
-            open_documents=len(server.documents) if server is not None and server.state == "ready" else 0,
-            operations=server.operations() if server is not None and server.state == "ready" else [],
-            last_error=server.last_error if server is not None else None,
-        )
+        return status_result(self.manager)
 
     def _locations(self, method: str, tool: str) -> Callable[[dict[str, Any]], Awaitable[BaseModel]]:
         async def run(arguments: dict[str, Any]) -> LocationsResult:
             at = await self._at(arguments, tool)
             raw = await self._request(at.server, method, at.params)
             found = normalize.locations(raw, root=self.root, text_of=self._text_of(at.server))
-            limit = _positive(arguments.get("limit"), 20)
+            limit = positive(arguments.get("limit"), 20)
             return LocationsResult(server=at.server.name, locations=found[:limit], truncated=len(found) > limit)
 
         return run
@@ -301,7 +302,7 @@ class LspTools:
         params = {**at.params, "context": {"includeDeclaration": bool(arguments.get("include_declaration", False))}}
         raw = await self._request(at.server, "textDocument/references", params)
         found = normalize.locations(raw, root=self.root, text_of=self._text_of(at.server))
-        limit = _positive(arguments.get("limit"), 100)
+        limit = positive(arguments.get("limit"), 100)
         return ReferencesResult(
             server=at.server.name,
             references=found[:limit],
@@ -329,7 +330,7 @@ class LspTools:
         depth = arguments.get("depth", -1)
         if isinstance(depth, int) and depth >= 0:
             found = [sym.pruned(depth) for sym in found]
-        limit = _positive(arguments.get("limit"), 200)
+        limit = positive(arguments.get("limit"), 200)
         return SymbolsResult(server=server.name, symbols=found[:limit], truncated=len(found) > limit)
 
     async def workspace_symbols(self, arguments: dict[str, Any]) -> WorkspaceSymbolsResult:
@@ -353,6 +354,9 @@ class LspTools:
         not_asked: dict[str, str] = {}
 
         async def ask(server: LanguageServer) -> None:  # all at once: one slow to start delays no other
+            if self.manager.passed_over(server) and len(candidates) > 1:  # failed: waits for its save or /reload
+                not_asked[server.name] = f"language server {server.name!r} failed — {server.last_error}"
+                return
             try:
                 await self.manager.ready(server)
             except Unroutable as exc:
@@ -384,7 +388,7 @@ class LspTools:
         found.sort(key=lambda sym: order.get(sym.server, 0))  # as the servers are configured, not as they answered
         if isinstance(kind, str):
             found = [s for s in found if s.kind.lower() == kind.lower()]
-        limit = _positive(arguments.get("limit"), 50)
+        limit = positive(arguments.get("limit"), 50)
         skipped = [f"{name}: {why}" for name, why in sorted(not_asked.items())]
         return WorkspaceSymbolsResult(symbols=found[:limit], truncated=len(found) > limit, not_asked=skipped)
 
@@ -400,7 +404,7 @@ class LspTools:
             raw = await self._request(at.server, f"callHierarchy/{direction}Calls", {"item": item})
             text_of = self._text_of(at.server)
             found: list[Call] = normalize.calls(raw, direction, root=self.root, text_of=text_of, item=item)
-            limit = _positive(arguments.get("limit"), 50)
+            limit = positive(arguments.get("limit"), 50)
             return CallsResult(
                 server=at.server.name,
                 item=normalize.call_item(item, root=self.root, text_of=text_of),
@@ -485,16 +489,3 @@ class LspTools:
         raw = await self._request(at.server, "textDocument/rename", {**at.params, "newName": new_name})
         changes = normalize.workspace_edit(raw, root=self.root, text_of=self._text_of(at.server))
         return RenameResult(server=at.server.name, changes=changes, file_count=len(changes))
-
-
-def _render(result: BaseModel) -> str:
-    render = getattr(result, "render", None)
-    return str(render()) if callable(render) else result.model_dump_json()
-
-
-def _positive(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
-
-
-def _error(message: str) -> types.CallToolResult:
-    return types.CallToolResult(is_error=True, content=[types.TextContent(type="text", text=message)])

@@ -1,0 +1,31 @@
+"""What the ``status`` tool answers: each configured language server's state, as :mod:`.status` words it."""
+
+from __future__ import annotations
+
+from mcpvisor.host.lsp.manager import LspManager
+from mcpvisor.host.lsp.results import ServerStatus, StatusResult
+from mcpvisor.host.lsp.status import describe_state
+
+__all__ = ["status_result"]
+
+
+def status_result(manager: LspManager) -> StatusResult:
+    """Every configured language server of ``manager``, by name."""
+    return StatusResult(servers=[_status(manager, name) for name in sorted(manager.state.servers)])
+
+
+def _status(manager: LspManager, name: str) -> ServerStatus:
+    cfg = manager.state.servers[name]
+    server = manager.servers().get(name)
+    reason = manager.state.reason(name) if manager.trusted else "untrusted"
+    running = server is not None and server.state == "ready"
+    return ServerStatus(
+        name=name,
+        languages=cfg.languages(),
+        extensions=sorted(cfg.extension_to_language),
+        state=describe_state(manager, name, server, reason),
+        pid=server.pid if server is not None else None,
+        open_documents=len(server.documents) if server is not None and running else 0,
+        operations=server.operations() if server is not None and running else [],
+        last_error=server.last_error if server is not None else None,
+    )
