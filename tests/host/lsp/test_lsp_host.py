@@ -504,6 +504,26 @@ async def test_diagnostics_of_no_file_after_an_idle_stop_say_the_server_stopped_
         assert (await s.ok("diagnostics", files=["models.py"]))["files"][0]["server"] == "python"
 
 
+async def test_the_status_tool_shows_an_invalid_entry_and_a_lsp_json_that_does_not_parse(tmp_path: Path) -> None:
+    """It listed only the valid entries, and said nothing of a .lsp.json saved with a syntax error."""
+    lsp_json = {"python": pylsp(), "rust": {"command": "rust-analyzer"}}
+    async with session(tmp_path, lsp_json=lsp_json) as s:
+        lsp_file = s.layout.root / ".lsp.json"
+        rows = {row["name"]: row["state"] for row in (await s.ok("status"))["servers"]}
+        assert rows["rust"] == (
+            f"invalid entry in {lsp_file}, not started — extensionToLanguage: required, e.g. "
+            '{".py": "python"}: files are routed by extension; fix rust'
+        )
+        replace_text(lsp_file, '{"python": {')
+        await wait_until(lambda: "lsp_project" in s.host.settings.errors, what="the bad save to be read")
+        status = await s.ok("status")
+        assert status["problems"] == [
+            f"invalid settings file {lsp_file}:1:13: unexpected end of input — until it is fixed, its last good "
+            "configuration (if any) stays in force"
+        ]
+        assert [row["name"] for row in status["servers"]] == ["python", "rust"]  # the last good ones
+
+
 async def test_a_diagnostics_call_waiting_for_published_diagnostics_keeps_its_server_from_stopping_as_idle(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

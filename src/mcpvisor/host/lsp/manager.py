@@ -74,6 +74,9 @@ class LspManager:
         """How the host says to approve an MCP server (``{name}``; :func:`~mcpvisor.host.status.fix_commands`): the
         fixes :meth:`why_not` gives, which reach clients in any folder, are made from it."""
         self.state = LspDesiredState()
+        self.unreadable: Callable[[], list[str]] = list
+        """The configuration files of language servers that do not parse now, each with where and why (its
+        :class:`~mcpvisor.host.lsp.session.LspSession` reads them from the settings)."""
         self._log_dir = log_dir
         self._max_message_bytes = max_message_bytes
         self._on_change = on_change

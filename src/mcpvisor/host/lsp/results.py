@@ -330,11 +330,14 @@ class ServerStatus(_Model):
 
 class StatusResult(ToolResult):
     servers: list[ServerStatus]
+    problems: list[str] = []
+    """A configuration file that does not parse (where, why, and what stays in force)."""
 
     def render(self) -> str:
+        problems = [f"! {problem}" for problem in self.problems]
         if not self.servers:
-            return "no language servers configured"
-        return "\n".join(server.render() for server in self.servers)
+            return "\n".join([*problems, "no language servers configured"])
+        return "\n".join([*problems, *(server.render() for server in self.servers)])
 
 
 _SUFFIX = re.compile(r"\s*[(<].*$")

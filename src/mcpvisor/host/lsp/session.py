@@ -124,6 +124,7 @@ class LspSession:
         self.manager.approve_options = approvals.decided_with
         self.manager.approve_home = named_home(settings.env)  # pasted without it, it decides in another store
         self.manager.approve_command = config.approve_command
+        self.manager.unreadable = self._unreadable
         self.tools = _LazyTools(self.manager)
         self._seen: dict[str, LspServerChanged] = {}
         self._stack: AsyncExitStack | None = None
@@ -321,6 +322,14 @@ class LspSession:
                 )
             )
         return sorted(out, key=lambda view: view.name)
+
+    def _unreadable(self) -> list[str]:
+        """The ``.lsp.json`` as it is now, when it does not parse: where, why, and what stays in force (a bad save
+        changes no server, so no reload follows it)."""
+        error = self._settings.errors.get("lsp_project")
+        if error is None:
+            return []
+        return [f"{error} — until it is fixed, its last good configuration (if any) stays in force"]
 
     def _kept(self, name: str, source: str) -> str | None:
         """The notice saying that an edit made ``name``'s entry invalid and its last good one runs on (None: it did

@@ -5,13 +5,27 @@ from __future__ import annotations
 from mcpvisor.host.lsp.manager import LspManager
 from mcpvisor.host.lsp.results import ServerStatus, StatusResult
 from mcpvisor.host.lsp.status import describe_state
+from mcpvisor.host.status import invalid_entry_text
 
 __all__ = ["status_result"]
 
 
 def status_result(manager: LspManager) -> StatusResult:
-    """Every configured language server of ``manager``, by name."""
-    return StatusResult(servers=[_status(manager, name) for name in sorted(manager.state.servers)])
+    """Every configured language server of ``manager`` and every invalid entry, by name, and the configuration
+    files that do not parse."""
+    state = manager.state
+    servers = [_status(manager, name) for name in state.servers]
+    for bad in state.assembled.skipped.values():  # (no server runs for it: where, why and the fix)
+        where = str(bad.path) if bad.path is not None else None
+        servers.append(
+            ServerStatus(
+                name=bad.name,
+                languages=[],
+                extensions=list(bad.extensions),
+                state=invalid_entry_text(where, bad.problem),
+            )
+        )
+    return StatusResult(servers=sorted(servers, key=lambda row: row.name), problems=manager.unreadable())
 
 
 def _status(manager: LspManager, name: str) -> ServerStatus:
