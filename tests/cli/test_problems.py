@@ -958,3 +958,25 @@ def test_an_invalid_language_server_entry_is_a_row_of_lsp_list_and_status_which_
     write_json(layout.paths.user, {})
     (layout.root / ".lsp.json").unlink()
     assert invoke(layout, "lsp", "list")[0] == 0
+
+
+def test_lsp_list_shows_a_language_server_entry_with_a_blank_name_as_an_invalid_entry_and_fails(
+    layout: Layout,
+) -> None:
+    """Before: only a warning above the list said it; it had no row, and lsp list exited 0 as if every entry were
+    valid."""
+    entry = {"command": "pylsp", "extensionToLanguage": {".py": "python"}}
+    write_json(layout.paths.user, {"lspServers": {"": entry, "py": entry}})
+    code, out = invoke(layout, "lsp", "list")
+    said = " ".join(out.split())
+    assert code == 1
+    assert (
+        f"'' · ✗ invalid entry in {layout.paths.user}, not started — a language server needs a name; fix lspServers"
+    ) in said
+    code, out = invoke(layout, "lsp", "list", "--json")
+    rows = {row["name"]: row for row in json.loads(out)["servers"]}
+    assert (rows[""]["admission"], rows[""]["file"], rows[""]["extensions"]) == (
+        "invalid",
+        str(layout.paths.user),
+        [".py"],
+    )

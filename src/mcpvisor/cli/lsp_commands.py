@@ -137,7 +137,8 @@ def list_lsp_servers(
     for row in rows:
         invalid = row["admission"] == "invalid"
         shown = f"[red]✗ {escape(row['state'])}[/]" if invalid else escape(row["state"])
-        console.print(f"  [bold]{escape(row['name'])}[/] · {shown}")
+        name = row["name"] if row["name"].strip() else repr(row["name"])  # (an entry with a blank name)
+        console.print(f"  [bold]{escape(name)}[/] · {shown}")
         if not invalid:  # (its row says where already)
             console.print(
                 f"    [dim]{escape(row['command'])}  ({' '.join(row['extensions'])}; {row['source']}"

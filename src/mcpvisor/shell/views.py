@@ -116,7 +116,7 @@ def render_lsp_status(
     console.print(heading)
     for row in rows:
         icon, style = lsp_state_style(row.state)
-        line = Text(row.name, style="bold")
+        line = Text(row.name if row.name.strip() else repr(row.name), style="bold")  # (an entry with a blank name)
         line.append(" · ")
         facts = [f"pid {row.pid}"] if row.pid is not None and row.state.startswith("ready") else []
         if row.open_documents:

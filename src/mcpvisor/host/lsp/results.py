@@ -321,7 +321,8 @@ class ServerStatus(_Model):
         facts = [f"pid {self.pid}"] if self.pid is not None else []
         if self.open_documents:
             facts.append(_plural(self.open_documents, "open document"))
-        parts = [self.name, self.state, *([", ".join(facts)] if facts else [])]
+        name = self.name if self.name.strip() else repr(self.name)  # (an invalid entry with a blank name)
+        parts = [name, self.state, *([", ".join(facts)] if facts else [])]
         if self.extensions:
             parts.append(" ".join(self.extensions))
         line = "  ".join(parts)

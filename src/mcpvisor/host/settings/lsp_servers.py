@@ -180,11 +180,10 @@ def build_lsp_entries(
         at = f"{key}.{name}" if key else str(name)
         if name == "$schema":
             continue
-        if not str(name).strip():
-            fix = f"fix {key}" if key else "give it a name (its key)"
-            warnings.append(
-                f"skipped a language server named {name!r} in {where}: a language server needs a name; {fix}"
-            )
+        if not str(name).strip():  # (a row shows it by its key as written: '')
+            problem = f"a language server needs a name; {f'fix {key}' if key else 'give it a name (its key)'}"
+            warnings.append(f"skipped a language server named {name!r} in {where}: {problem}")
+            skipped[str(name)] = SkippedLsp(str(name), source, path, problem, _claimed(entry))
             continue
         if (unshowable := unshowable_name(str(name))) is not None:
             warnings.append(
