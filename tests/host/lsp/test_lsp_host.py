@@ -524,6 +524,28 @@ async def test_the_status_tool_shows_an_invalid_entry_and_a_lsp_json_that_does_n
         assert [row["name"] for row in status["servers"]] == ["python", "rust"]  # the last good ones
 
 
+async def test_with_every_entry_invalid_the_tools_are_listed_and_a_call_says_what_to_fix(tmp_path: Path) -> None:
+    """The tools were listed only while a valid entry was there: with every entry invalid an agent had no tool, and
+    never learnt that a language server was meant to run, nor what to fix."""
+    bad = pylsp(startupTimeout=-1)
+    async with session(tmp_path, user={"lspServers": {"python": bad}}, watch=False) as s:
+        assert "mcp__lsp__hover" in s.host.config.tool_registry.names()
+        where = f"its entry in {s.layout.paths.user} is invalid — startupTimeout: must be a positive number of "
+        fix = "milliseconds; fix lspServers.python"
+        why = f"language server 'python' is not started: {where}{fix}"
+        hover = await s.call("hover", file="models.py", line=1, character=1)
+        assert text(hover) == f"language server 'python' for '.py' files is not started: {where}{fix}"
+        (s.layout.root / "main.rs").write_text("fn main() {}\n")
+        other = await s.call("hover", file="main.rs", line=1, character=1)
+        assert (
+            text(other) == f"no language server for '.rs' files; language server 'python' is not started: {where}{fix}"
+        )
+        search = await s.call("workspace_symbols", query="User")
+        assert text(search) == f"no language server can run here; {why}"
+        [row] = (await s.ok("status"))["servers"]
+        assert row["state"].startswith(f"invalid entry in {s.layout.paths.user}, not started — ")
+
+
 async def test_a_diagnostics_call_waiting_for_published_diagnostics_keeps_its_server_from_stopping_as_idle(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

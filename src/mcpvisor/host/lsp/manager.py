@@ -24,6 +24,7 @@ import anyio.abc
 from mcpvisor.core.errors import McpvisorError
 from mcpvisor.host.lsp.config import LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, LspPlan, plan_lsp_reconcile
+from mcpvisor.host.settings.lsp_servers import SkippedLsp
 from mcpvisor.host.status import APPROVE_HINT, fill_hint, lsp_hint, trust_hint
 
 if TYPE_CHECKING:
@@ -121,8 +122,10 @@ class LspManager:
         return name in self._idle
 
     def configured(self) -> bool:
-        """Whether any language server is configured that is not excluded or not allowed (the tools show)."""
-        return any(self.state.reason(n) not in ("excluded", "not_allowed") for n in self.state.servers)
+        """Whether any language server is configured that is not excluded or not allowed, or any entry is invalid
+        (the tools show: a call says why a server cannot answer, and the fix)."""
+        shown = any(self.state.reason(n) not in ("excluded", "not_allowed") for n in self.state.servers)
+        return shown or bool(self.state.assembled.skipped)
 
     # -- reconcile ----------------------------------------------------------------------------------
 
@@ -225,17 +228,13 @@ class LspManager:
             return admitted
         invalid = [bad for bad in self.state.assembled.skipped.values() if ext and ext in bad.extensions]
         if not matching and invalid:  # (what the user meant to answer it: its entry says why not and the fix)
-            bad = invalid[0]
-            where = f" in {bad.path}" if bad.path is not None else ""
-            raise Unroutable(
-                f"language server {bad.name!r} for {ext!r} files is not started: its entry{where} is invalid — "
-                f"{bad.problem}"
-            )
+            raise Unroutable(_invalid(invalid[0], ext))
         if not matching:
             shown = (n for n in self.state.servers if self.state.reason(n) not in ("excluded", "not_allowed"))
             known = sorted({e for n in shown for e in self.state.servers[n].extension_to_language})
             hint = f" (configured for: {', '.join(known)})" if known else ""
-            raise Unroutable(f"no language server for {ext or 'extensionless'!r} files{hint}")
+            bad = "".join(f"; {_invalid(b)}" for b in self.state.assembled.skipped.values()) if not known else ""
+            raise Unroutable(f"no language server for {ext or 'extensionless'!r} files{hint}{bad}")
         raise Unroutable(self.why_not(matching[0]))
 
     def held_back(self, path: Path | None, *, language: str | None = None) -> list[str]:
@@ -250,7 +249,11 @@ class LspManager:
             and (language is None or language.lower() in (lang.lower() for lang in cfg.languages()))
         )
         held = (n for n in names if n not in self._servers)
-        return [self.why_not(n) for n in held if self.state.reason(n) not in ("excluded", "not_allowed")]
+        invalid = [b for b in self.state.assembled.skipped.values() if ext in (None, *b.extensions) and not language]
+        return [
+            *(self.why_not(n) for n in held if self.state.reason(n) not in ("excluded", "not_allowed")),
+            *(_invalid(bad) for bad in invalid),
+        ]
 
     def why_not(self, name: str) -> str:
         """Why the configured server ``name`` cannot answer, with the fix."""
@@ -363,3 +366,10 @@ class LspManager:
                         f"it was unused for {limit:g} s: stopped as idle, it starts again on the next call"
                     )
                     self._changed(server)
+
+
+def _invalid(bad: SkippedLsp, ext: str | None = None) -> str:
+    """Why the language server of an invalid entry does not answer (``ext``: for those files), with the fix."""
+    where = f" in {bad.path}" if bad.path is not None else ""
+    files = f" for {ext!r} files" if ext else ""
+    return f"language server {bad.name!r}{files} is not started: its entry{where} is invalid — {bad.problem}"

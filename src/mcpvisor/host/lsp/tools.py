@@ -3,7 +3,8 @@
 Registered in the session's tool registry like a server's tools, so the gateway serves them as
 ``mcp__lsp__<operation>``, and the shell, the library and the framework adapters get them too. They are
 listed as soon as a language server is configured that is not excluded or not allowed (a pending one
-counts, so that a call can say it needs approval), and the set never changes shape.
+counts, so that a call can say it needs approval), or an entry is invalid (a call says what to fix), and the set
+never changes shape.
 
 Inputs: ``file`` is workspace-relative, absolute inside the workspace or its ``file://`` URI; ``line`` and
 ``character`` are 1-based (characters as a person counts them); every position-taking tool accepts ``symbol``
@@ -346,7 +347,7 @@ class LspTools:
         held = self.manager.held_back(None, language=None if language is None else str(language))
         if not candidates:  # one held back might answer, once the user lets it start: how
             known = ", ".join(sorted({lang for s in self.manager.servers().values() for lang in s.config.languages()}))
-            none = "no language server may run here"  # or none for that language: which they are for
+            none = "no language server can run here"  # or none for that language: which they are for
             none = f"no language server for {language!r} (configured for: {known})" if known else none
             raise ToolFailure(none + "".join(f"; {reason}" for reason in held))
         found: list[Any] = []
