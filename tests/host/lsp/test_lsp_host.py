@@ -297,6 +297,23 @@ async def test_a_command_not_found_names_the_field_to_fix_once_it_failed_as_befo
         assert entry["last_error"].endswith("; check lspServers.python.command"), entry
 
 
+async def test_the_status_tool_says_a_command_not_found_before_its_first_use_as_mcpvisor_status_does(
+    tmp_path: Path,
+) -> None:
+    """mcpvisor status said the first use would fail; the status tool an agent calls said "stopped (starts on first
+    use)"."""
+    user = {"lspServers": {"python": pylsp(command="no-such-langserver", args=[])}}
+    async with session(tmp_path, user=user, watch=False) as s:
+        said = (
+            "stopped — its command 'no-such-langserver' is not found, so its first use will fail: fix "
+            "lspServers.python.command"
+        )
+        [entry] = (await s.ok("status"))["servers"]
+        assert entry["state"] == said
+        [view] = s.host.lsp.views()
+        assert view.state == said
+
+
 async def test_an_mcp_server_named_lsp_takes_the_name_and_the_language_server_tools_move_aside(tmp_path: Path) -> None:
     lsp_server = {"command": sys.executable, "args": ["-m", "mcpvisor.examples.light_server", "--name", "lsp"]}
     both = {"lspServers": {"python": pylsp()}, "mcpServers": {"lsp": lsp_server}}

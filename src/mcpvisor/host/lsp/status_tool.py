@@ -37,7 +37,7 @@ def _status(manager: LspManager, name: str) -> ServerStatus:
         name=name,
         languages=cfg.languages(),
         extensions=sorted(cfg.extension_to_language),
-        state=describe_state(manager, name, server, reason),
+        state=describe_state(manager, name, server, reason, cfg),
         pid=server.pid if server is not None else None,
         open_documents=len(server.documents) if server is not None and running else 0,
         operations=server.operations() if server is not None and running else [],
