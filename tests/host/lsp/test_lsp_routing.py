@@ -285,3 +285,16 @@ async def test_a_failed_server_passed_over_is_tried_again_when_no_other_offers_t
         assert text(hover).startswith("language server 'alpha' failed — exited with code 3")
         calls = await s.ok("incoming_calls", file="models.py", symbol="make_user")
         assert calls["server"] == "alpha"
+
+
+async def test_diagnostics_no_server_can_give_name_the_operation(tmp_path: Path) -> None:
+    """It read "no language server for '.py' files can answer None"."""
+    script = "import sys; sys.exit(3)"
+    broken = {"command": sys.executable, "args": ["-c", script], "extensionToLanguage": {".py": "python"}}
+    async with session(tmp_path, user={"lspServers": {"alpha": broken, "beta": broken}}, watch=False) as s:
+        result = await s.call("diagnostics", files=["models.py"])
+        assert result.is_error
+        assert text(result).startswith(
+            "no language server for '.py' files can answer diagnostics: language server 'alpha' failed — exited with "
+            "code 3"
+        ), text(result)

@@ -466,7 +466,9 @@ class LspTools:
         for file in dict.fromkeys(files):
             try:
                 running = [] if server is not None else await self._running_for(file)
-                targets.extend(running or [await self._server_for(file, server=server, sync_open=False)])
+                targets.extend(
+                    running or [await self._server_for(file, tool="diagnostics", server=server, sync_open=False)]
+                )
             except (ToolFailure, Unroutable, NoSuchFile, FileOutsideWorkspace) as exc:
                 problems.append(FileDiagnostics(file=file, fresh=False, problem=str(exc)))
         return targets, problems
