@@ -980,3 +980,16 @@ def test_lsp_list_shows_a_language_server_entry_with_a_blank_name_as_an_invalid_
         str(layout.paths.user),
         [".py"],
     )
+
+
+def test_lsp_list_and_status_give_the_command_that_trusts_the_folder_of_a_language_server_not_started_there(
+    layout: Layout,
+) -> None:
+    """They said "not started: the folder is not trusted" and no more, where an MCP server's row gives the command."""
+    entry = {"command": "pylsp", "extensionToLanguage": {".py": "python"}}
+    write_json(layout.paths.user, {"security": {"folderTrust": {"enabled": True}}, "lspServers": {"py": entry}})
+    for command in (["lsp", "list"], ["status"]):
+        code, out = invoke(layout, *command)
+        said = " ".join(out.split())
+        assert f"py · {'○ ' if command == ['status'] else ''}not started: the folder is not trusted — run: " in said
+        assert "mcpvisor mcp trust" in said.partition("py · ")[2], said

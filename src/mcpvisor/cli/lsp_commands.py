@@ -21,7 +21,7 @@ from mcpvisor.core.errors import ConfigError
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.lsp.config import RUNS_WORKSPACE_CODE, LspServerConfig
 from mcpvisor.host.lsp.desired import LspDesiredState, compute_lsp_state
-from mcpvisor.host.lsp.status import left_out_state, missing_command
+from mcpvisor.host.lsp.status import left_out_state, missing_command, untrusted_state
 from mcpvisor.host.paths import named_home
 from mcpvisor.host.settings.loader import Settings, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
@@ -61,7 +61,7 @@ def configured_state(
 ) -> str:
     """What a host would do with ``name`` (nothing runs here; ``home``: the ``MCPVISOR_HOME`` a fix names)."""
     if not trusted:
-        return "not started: the folder is not trusted"
+        return untrusted_state(root, options, home)
     reason = state.reason(name)
     if reason == "pending_approval":
         return f"needs approval — run: {lsp_approve_hint(root, name, options, home)}"

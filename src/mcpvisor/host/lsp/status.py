@@ -10,13 +10,13 @@ from mcpvisor.core.gating import McpGating
 from mcpvisor.core.processes import on_host_path
 from mcpvisor.core.server_config import arguments_hint
 from mcpvisor.host.lsp.config import GATED_LSP_SCOPES, LspServerConfig
-from mcpvisor.host.status import lsp_approve_hint
+from mcpvisor.host.status import command_hints, lsp_approve_hint, trust_hint
 
 if TYPE_CHECKING:
     from mcpvisor.host.lsp.manager import LspManager
     from mcpvisor.host.lsp.server import LanguageServer
 
-__all__ = ["describe_state", "left_out_state", "missing_command", "nothing_open"]
+__all__ = ["describe_state", "left_out_state", "missing_command", "nothing_open", "untrusted_state"]
 
 
 def left_out_state(gating: McpGating, name: str, reason: str | None) -> str | None:
@@ -25,6 +25,13 @@ def left_out_state(gating: McpGating, name: str, reason: str | None) -> str | No
     if (why := gating.left_out_by(name, reason)) is None:
         return None
     return f"{'disabled' if reason == 'excluded' else 'not allowed'} — {why}"
+
+
+def untrusted_state(root: str | os.PathLike[str], options: str = "", home: str | None = None) -> str:
+    """What a language server of an untrusted folder reads as, with the command that trusts it (as an MCP server's
+    row gives it: ``--workspace ROOT`` unless ``root`` is the current directory)."""
+    trust = trust_hint(command_hints(root, options=options, home=home)[0])
+    return f"not started: the folder is not trusted — run: {trust}"
 
 
 def describe_state(
@@ -37,7 +44,7 @@ def describe_state(
     """One language server's state as people read it (``cfg``: its entry, to tell a command that is not
     there before its first use fails on it)."""
     if reason == "untrusted":
-        return "not started: the folder is not trusted"
+        return untrusted_state(manager.root, manager.approve_options, manager.approve_home)
     if reason == "pending_approval":
         hint = lsp_approve_hint(manager.root, name, manager.approve_options, manager.approve_home)
         return f"needs approval — run: {hint}"
