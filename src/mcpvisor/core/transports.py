@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import anyio
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from mcpvisor.core.errors import (
@@ -302,6 +303,12 @@ def explain_start_failure(
             return str(leaf).split(": ", 1)[-1]
         if isinstance(leaf, ValidationError) and leaf.title.endswith("Result"):  # before the exit its teardown caused
             return f"its answer to a start-up request ({leaf.title}) is not valid MCP ({describe_invalid(leaf)})"
+        if isinstance(leaf, RuntimeError) and (version := _UNSUPPORTED_VERSION.fullmatch(str(leaf))) is not None:
+            spoken = f"{HANDSHAKE_PROTOCOL_VERSIONS[0]} to {HANDSHAKE_PROTOCOL_VERSIONS[-1]}"
+            return (
+                f"it answered the handshake with protocol version {version[1][:40]!r}, which mcpvisor does not speak "
+                f"(it speaks {spoken}); update the server, or mcpvisor if the server is newer"
+            )
     for leaf in flatten(exc):
         if isinstance(leaf, MCPError) and not closed_in_sdk(leaf) and not timed_out_in_sdk(leaf):
             where = "" if cfg.transport == "stdio" else f" (reaching {cfg.target()})"
@@ -326,6 +333,9 @@ def explain_start_failure(
         return f"{reason}; see its log {log_path}" if process is not None or log_path.exists() else reason
     return f"{reason} (reaching {cfg.target()}){_transport_hint(exc, name, cfg)}"
 
+
+_UNSUPPORTED_VERSION = re.compile(r"Unsupported protocol version from the server: (.*)", re.DOTALL)
+"""What the SDK raises when a server's ``initialize`` result claims a version it did not ask for."""
 
 _SDK_HTTP_STATUSES = {
     (types.METHOD_NOT_FOUND, "Not Found"): "HTTP 404 (Not Found)",
