@@ -132,6 +132,19 @@ def admit(
         return Admitted((), (), tuple(t.name for t in tools), tuple(p.name for p in prompts))
 
 
+def _first_of_each_name(tools: list[Tool]) -> tuple[list[Tool], list[str]]:
+    """``tools`` without a later tool of a name listed before (a server's bug: a call by the name reaches one of
+    them, and the first is the one described), and the names listed more than once."""
+    firsts: dict[str, Tool] = {}
+    repeated: dict[str, None] = {}
+    for t in tools:
+        if t.name in firsts:
+            repeated[t.name] = None
+        else:
+            firsts[t.name] = t
+    return list(firsts.values()), list(repeated)
+
+
 @dataclass(frozen=True, slots=True)
 class RegisteredTool:
     name: str
@@ -167,9 +180,15 @@ class ToolRegistry:
         the other the hashed form (:func:`qualified_name`), whichever connected first: a server's coming may
         rename another's tools (:meth:`take_renamed` says whose). Its going gives its names to no other server
         while the registry lives: a call of one while it is down or removed is told so, never sent elsewhere."""
-        admitted = [t for t in tools if exposure.admits(t.name)]
+        admitted, repeated = _first_of_each_name([t for t in tools if exposure.admits(t.name)])
         if admitted == self._offered.get(server, []):
             return False
+        for tool in repeated:  # said when its listing changes, not at every listing of a chatty server
+            logger.warning(
+                "server %r lists tool %r more than once; only the first is served (the server needs fixing)",
+                server,
+                tool,
+            )
         self.remove_mcp_tools_by_server(server)
         if not admitted:
             return True
