@@ -3,6 +3,7 @@ real processes written here (see :func:`tests.helpers.raw_server`)."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 from pathlib import Path
@@ -12,9 +13,10 @@ import pytest
 
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConnectError
+from mcpvisor.core.listing import REFRESH_GAP_S
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from tests.core.test_client import scripted
-from tests.helpers import light, raw_server
+from tests.helpers import light, raw_server, wait_until
 
 UNKNOWN_VERSION_SERVER = """
 import json, sys
@@ -77,3 +79,42 @@ async def test_a_tool_a_server_lists_twice_is_registered_once_as_first_listed_an
         assert "mcp__good__echo" in config.tool_registry.names()
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert any("server 'twice' lists tool 'same' more than once" in s for s in said), said
+
+
+RESTLESS_SERVER = raw_server(
+    "restless",
+    """
+    listed = []
+    def answer(method, params):
+        if method == "tools/list":
+            listed.append(time.monotonic())
+            with open(sys.argv[1], "a") as f:
+                f.write(f"{listed[-1]}\\n")
+            send({"method": "notifications/tools/list_changed"})  # (before its answer: says the list is stale already)
+            return {"tools": [{"name": f"t{len(listed)}", "inputSchema": {"type": "object"}}]}
+        return {"content": [{"type": "text", "text": "ok"}]}
+    """,
+    capabilities={"tools": {"listChanged": True}},
+)
+
+
+async def test_a_server_announcing_a_new_tool_list_at_every_listing_is_listed_again_at_a_bounded_rate(
+    tmp_path: Path,
+) -> None:
+    script, listed = tmp_path / "restless.py", tmp_path / "listed"
+    script.write_text(RESTLESS_SERVER)
+    servers = {
+        "restless": McpServerConfig(command=sys.executable, args=[str(script), str(listed)]),
+        "good": light("good"),
+    }
+    async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=tmp_path / "logs")) as config:
+        await config.initialize()
+
+        def times() -> list[float]:
+            return [float(t) for t in listed.read_text().split()]
+
+        await wait_until(lambda: len(times()) >= 5, what="five listings")
+        gaps = [later - earlier for earlier, later in itertools.pairwise(times()[1:])]
+        assert all(gap >= REFRESH_GAP_S for gap in gaps), gaps
+        result = await config.call_tool("mcp__good__echo", {"text": "hi"})
+        assert "good:echo:hi" in str(result)

@@ -45,6 +45,10 @@ class RequestRefresh(Protocol):
 _Page = TypeVar("_Page")
 _Item = TypeVar("_Item")
 
+REFRESH_GAP_S = 0.5
+"""The least time between two refetches of one connection's listings: a server announcing a change at every
+listing (or in a loop) is listed again at most this often, and its clients hear of it as often, not without pause."""
+
 MAX_LISTED = 10_000
 """The most tools, prompts, resources or templates one server may list (each); more fails the listing."""
 MAX_PAGES = 1_000
@@ -219,7 +223,8 @@ async def discover(client: Client) -> Listings:
 
 class Refresher:
     """Refetches of a connection's listings when they change: a burst of requests coalesces into one
-    refetch, and refetches run one after another, so an older listing never lands after a newer one."""
+    refetch, refetches run one after another, so an older listing never lands after a newer one, and
+    :data:`REFRESH_GAP_S` apart at least."""
 
     def __init__(self) -> None:
         self._tools = self._prompts = self._resources = False
@@ -255,6 +260,7 @@ class Refresher:
                 )
             except MCPError as exc:
                 failed(exc)
-                continue
-            if new != now:
-                changed(new)
+            else:
+                if new != now:
+                    changed(new)
+            await anyio.sleep(REFRESH_GAP_S)  # requests meanwhile coalesce into the next refetch
