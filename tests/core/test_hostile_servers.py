@@ -118,3 +118,49 @@ async def test_a_server_announcing_a_new_tool_list_at_every_listing_is_listed_ag
         assert all(gap >= REFRESH_GAP_S for gap in gaps), gaps
         result = await config.call_tool("mcp__good__echo", {"text": "hi"})
         assert "good:echo:hi" in str(result)
+
+
+SPOILING_SERVER = raw_server(
+    "spoiling",
+    """
+    import os
+    with open(sys.argv[1], "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    listings = []
+    def answer(method, params):
+        if method == "tools/list":
+            listings.append(method)
+            tools = [{"name": "ok", "inputSchema": {"type": "object"}}]
+            if len(listings) > 1:  # its second listing is not valid MCP
+                tools.append({"name": "bad", "inputSchema": {"type": "string"}})
+            return {"tools": tools}
+        send({"method": "notifications/tools/list_changed"})
+        return {"content": [{"type": "text", "text": "ok"}]}
+    """,
+    capabilities={"tools": {"listChanged": True}},
+)
+
+
+async def test_a_listing_that_turns_invalid_after_a_change_is_said_and_the_server_keeps_running_with_its_tools(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    script, pids = tmp_path / "spoiling.py", tmp_path / "pids"
+    script.write_text(SPOILING_SERVER)
+    servers = {"spoiling": McpServerConfig(command=sys.executable, args=[str(script), str(pids)])}
+    async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=tmp_path / "logs")) as config:
+        await config.initialize()
+        await config.call_tool("mcp__spoiling__ok", {})
+
+        def said() -> list[str]:
+            return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+        await wait_until(lambda: any("not valid MCP" in s for s in said()), what=f"the invalid listing said: {said()}")
+        assert (
+            "server 'spoiling': refreshing its listings failed: its answer (ListToolsResult) is not valid MCP "
+            "(tools.1.inputSchema.type: Input should be 'object'); the listing before it stays in use"
+        ) in said()
+        assert len(pids.read_text().split()) == 1  # not restarted
+        assert config.tool_registry.names() == {"mcp__spoiling__ok"}
+        client = config.manager.get_client("spoiling")
+        assert client is not None
+        assert client.status == "connected"

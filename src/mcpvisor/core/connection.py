@@ -24,12 +24,14 @@ import mcp_types as types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from mcpvisor.core import server_log
 from mcpvisor.core.client_requests import InFlight
 from mcpvisor.core.errors import (
     ConnectError,
     ConnectionBrokenError,
+    describe_invalid,
     name_word,
 )
 from mcpvisor.core.events import ServerStatus
@@ -427,7 +429,13 @@ class ServerConnection:
         self._list(listings)
         self._notify()
 
-    def _refresh_failed(self, exc: MCPError) -> None:
+    def _refresh_failed(self, exc: MCPError | ValidationError) -> None:
+        if isinstance(exc, ValidationError):  # the server's bug: it stays up, serving what it listed before
+            invalid = f"its answer ({exc.title}) is not valid MCP ({describe_invalid(exc)})"
+            logger.warning(
+                "server %r: refreshing its listings failed: %s; the listing before it stays in use", self.name, invalid
+            )
+            return
         logger.warning("server %r: refreshing its listings failed: %s", self.name, redact_text(str(exc), self.config))
         if closed_in_sdk(exc):
             self.mark_lost("connection closed")

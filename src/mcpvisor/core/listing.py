@@ -18,6 +18,7 @@ from mcp.client.caching import CacheMode
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 __all__ = [
     "ListingTooLong",
@@ -241,10 +242,10 @@ class Refresher:
         client: Client,
         current: Callable[[], Listings],
         changed: Callable[[Listings], None],
-        failed: Callable[[MCPError], None],
+        failed: Callable[[MCPError | ValidationError], None],
     ) -> None:
         """Until cancelled: refetch what was asked for; ``changed(new)`` when it differs from ``current()``,
-        ``failed(error)`` when a refetch fails (the next request tries again)."""
+        ``failed(error)`` when a refetch fails, or its answer is not valid MCP (the next request tries again)."""
         while True:
             await self._wanted.wait()
             self._wanted = anyio.Event()
@@ -258,7 +259,7 @@ class Refresher:
                     await list_all_resources(client, bypass=True) if resources else now.resources,
                     await list_all_resource_templates(client, bypass=True) if resources else now.resource_templates,
                 )
-            except MCPError as exc:
+            except (MCPError, ValidationError) as exc:
                 failed(exc)
             else:
                 if new != now:
