@@ -125,6 +125,8 @@ class ServerConnection:
         self.connection_id = connection_id_of(name, config)
         self.status: ServerStatus = "disconnected"
         self.last_error: str | None = None
+        self.listing_problem: str | None = None
+        """Why its latest listing was not taken while it stays connected (the server's bug), or None."""
         self.tools: list[types.Tool] = []
         self.prompts: list[types.Prompt] = []
         self.resources: list[types.Resource] = []
@@ -315,11 +317,13 @@ class ServerConnection:
                 self._list(await discover(client))
                 life.deadline = math.inf
                 self._client = client
-                self.last_error = None
+                self.last_error = self.listing_problem = None
                 self._set_status("connected")
                 self._ready.set()
                 logger.info("server %r connected (%d tools, %d prompts)", self.name, len(self.tools), len(self.prompts))
-                tg.start_soon(self._refresher.run, client, self._listings, self._relisted, self._refresh_failed)
+                tg.start_soon(
+                    self._refresher.run, client, self._listings, self._relisted, self._refresh_failed, self._fetched
+                )
                 if self.process is not None:
                     tg.start_soon(self._watch_process, self.process)
                 await self._wake.wait()
@@ -429,11 +433,17 @@ class ServerConnection:
         self._list(listings)
         self._notify()
 
+    def _fetched(self) -> None:
+        self.listing_problem = None
+
     def _refresh_failed(self, exc: MCPError | ValidationError) -> None:
         if isinstance(exc, ValidationError):  # the server's bug: it stays up, serving what it listed before
             invalid = f"its answer ({exc.title}) is not valid MCP ({describe_invalid(exc)})"
             logger.warning(
                 "server %r: refreshing its listings failed: %s; the listing before it stays in use", self.name, invalid
+            )
+            self.listing_problem = (
+                f"its new listing is not valid MCP ({describe_invalid(exc)}); the one before is served"
             )
             return
         logger.warning("server %r: refreshing its listings failed: %s", self.name, redact_text(str(exc), self.config))

@@ -243,9 +243,11 @@ class Refresher:
         current: Callable[[], Listings],
         changed: Callable[[Listings], None],
         failed: Callable[[MCPError | ValidationError], None],
+        fetched: Callable[[], None] = lambda: None,
     ) -> None:
         """Until cancelled: refetch what was asked for; ``changed(new)`` when it differs from ``current()``,
-        ``failed(error)`` when a refetch fails, or its answer is not valid MCP (the next request tries again)."""
+        ``failed(error)`` when a refetch fails, or its answer is not valid MCP (the next request tries again),
+        ``fetched()`` after each refetch that did not."""
         while True:
             await self._wanted.wait()
             self._wanted = anyio.Event()
@@ -262,6 +264,7 @@ class Refresher:
             except (MCPError, ValidationError) as exc:
                 failed(exc)
             else:
+                fetched()
                 if new != now:
                     changed(new)
             await anyio.sleep(REFRESH_GAP_S)  # requests meanwhile coalesce into the next refetch

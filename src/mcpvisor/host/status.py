@@ -79,6 +79,8 @@ class LiveConnection:
     held_tools: tuple[str, ...] = ()
     held_prompts: tuple[str, ...] = ()
     held_why: str | None = None
+    warning: str | None = None
+    """What is wrong with a connected server that still serves (its latest listing not taken)."""
 
 
 def as_said_here(config: Config, server: str, text: str, login_command: str | None = None) -> str:
@@ -129,6 +131,7 @@ def live_connections(config: Config) -> dict[str, LiveConnection]:
             held_tools=tuple(held.held_tools) if held else (),
             held_prompts=tuple(held.held_prompts) if held else (),
             held_why=held.why if held else None,
+            warning=client.listing_problem if client.status == "connected" else None,
         )
     for name in waiting - live.keys():
         live[name] = LiveConnection(status="connecting", tools=0, prompts=0, error=None)
@@ -165,6 +168,8 @@ class ServerView:
     """Why they are held when their definitions did not change (their pins could not be saved, and the fix)."""
     kept: str | None = None
     """Its entry was made invalid by an edit, and its last good configuration runs on: the notice saying so."""
+    warning: str | None = None
+    """What is wrong with it while it is connected and serving (its latest listing not taken)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -308,6 +313,7 @@ def describe_servers(
                 held_prompts=conn.held_prompts if conn is not None else (held or {}).get(name, ((), ()))[1],
                 held_why=conn.held_why if conn is not None else None,
                 kept=(kept or {}).get(name),
+                warning=conn.warning if conn is not None and reason is None else None,
             )
         )
     return sorted(rows, key=lambda row: (order.get(row.source, 99), row.name))
@@ -362,7 +368,8 @@ def state_text(
         return ("!", f"{allowed} · {held}", "yellow") if held else ("✓", allowed, "green")
     if row.state == "connected":
         connected = f"connected ({plural(row.tools, 'tool')}, {plural(row.prompts, 'prompt')}){signed}"
-        return ("●", f"{connected} · {held}", "yellow") if held else ("●", connected, "green")
+        notes = [note for note in (held, row.warning and f"! {row.warning}") if note]
+        return ("●", " · ".join((connected, *notes)), "yellow") if notes else ("●", connected, "green")
     if row.state == "connecting":
         return "◌", "connecting…", "cyan"
     if row.error:

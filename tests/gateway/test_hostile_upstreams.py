@@ -1,0 +1,45 @@
+"""The gateway and its host against upstream servers that break the protocol while connected: the gateway keeps
+serving, and the status view says what is wrong with which server."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+from mcp import Client
+from rich.console import Console
+
+from mcpvisor.shell.views import render_status
+from tests.core.test_hostile_servers import SPOILING_SERVER
+from tests.gateway.test_gateway import running, server, text_of
+from tests.helpers import wait_until
+
+
+async def test_a_listing_that_turns_invalid_is_said_in_the_status_view_while_the_server_serves_its_earlier_one(
+    tmp_path: Path,
+) -> None:
+    script, pids = tmp_path / "spoiling.py", tmp_path / "pids"
+    script.write_text(SPOILING_SERVER)
+    user = {
+        "mcpServers": {
+            "spoiling": {"command": sys.executable, "args": [str(script), str(pids)]},
+            "good": server("good"),
+        }
+    }
+    async with running(tmp_path, user=user, processes=True) as r, Client(r.gateway.server) as client:
+        await wait_until(lambda: "mcp__spoiling__ok" in r.host.config.tool_registry.names())
+        assert text_of(await client.call_tool("mcp__spoiling__ok", {})) == "ok"  # (it announces a change: invalid)
+
+        def row_text() -> str:
+            console = Console(record=True, width=300, file=io.StringIO())
+            render_status(console, [row for row in r.host.server_views() if row.name == "spoiling"])
+            return console.export_text()
+
+        await wait_until(lambda: "not valid MCP" in row_text(), what="the status view to say the listing is invalid")
+        assert (
+            "spoiling · ● connected (1 tool, 0 prompts) · ! its new listing is not valid MCP "
+            "(tools.1.inputSchema.type: Input should be 'object'); the one before is served"
+        ) in row_text()
+        assert text_of(await client.call_tool("mcp__good__echo", {"text": "hi"})) == "good:echo:hi"
+        assert len(pids.read_text().split()) == 1
