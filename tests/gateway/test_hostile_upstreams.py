@@ -11,7 +11,7 @@ from mcp import Client
 from rich.console import Console
 
 from mcpvisor.shell.views import render_status
-from tests.core.test_hostile_servers import SPOILING_SERVER
+from tests.core.test_hostile_servers import SPOILING_SERVER, TWICE_NAMED_SERVER
 from tests.gateway.test_gateway import running, server, text_of
 from tests.helpers import wait_until
 
@@ -43,3 +43,19 @@ async def test_a_listing_that_turns_invalid_is_said_in_the_status_view_while_the
         ) in row_text()
         assert text_of(await client.call_tool("mcp__good__echo", {"text": "hi"})) == "good:echo:hi"
         assert len(pids.read_text().split()) == 1
+
+
+async def test_a_tool_a_server_lists_twice_is_said_in_the_status_view_and_served_once(tmp_path: Path) -> None:
+    script = tmp_path / "twice.py"
+    script.write_text(TWICE_NAMED_SERVER)
+    user = {"mcpServers": {"twice": {"command": sys.executable, "args": [str(script)]}, "good": server("good")}}
+    async with running(tmp_path, user=user, processes=True) as r, Client(r.gateway.server) as client:
+        await wait_until(lambda: "mcp__twice__same" in r.host.config.tool_registry.names())
+        console = Console(record=True, width=300, file=io.StringIO())
+        render_status(console, [row for row in r.host.server_views() if row.name == "twice"])
+        assert (
+            "twice · ● connected (2 tools, 0 prompts) · ! it lists tool 'same' more than once; the first is served"
+        ) in console.export_text()
+        listed = [tool.name for tool in (await client.list_tools()).tools]
+        assert listed.count("mcp__twice__same") == 1
+        assert text_of(await client.call_tool("mcp__twice__same", {})) == "same"

@@ -35,7 +35,14 @@ from mcpvisor.core.errors import (
     name_word,
 )
 from mcpvisor.core.events import ServerStatus
-from mcpvisor.core.listing import Listings, Refresher, discover, follow_list_changes, listen_wanted
+from mcpvisor.core.listing import (
+    Listings,
+    Refresher,
+    discover,
+    follow_list_changes,
+    listen_wanted,
+    repeated_names,
+)
 from mcpvisor.core.processes import SpawnedAhead, how_it_exited
 from mcpvisor.core.server_config import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -314,10 +321,11 @@ class ServerConnection:
                 if listen_wanted(client):
                     # Subscribe before listing: a change between the two is never missed (no replay).
                     await tg.start(self._listener, client)
-                self._list(await discover(client))
+                listings = await discover(client)
+                self._list(listings)
                 life.deadline = math.inf
                 self._client = client
-                self.last_error = self.listing_problem = None
+                self.last_error, self.listing_problem = None, repeated_names(listings)
                 self._set_status("connected")
                 self._ready.set()
                 logger.info("server %r connected (%d tools, %d prompts)", self.name, len(self.tools), len(self.prompts))
@@ -433,8 +441,8 @@ class ServerConnection:
         self._list(listings)
         self._notify()
 
-    def _fetched(self) -> None:
-        self.listing_problem = None
+    def _fetched(self, listings: Listings) -> None:
+        self.listing_problem = repeated_names(listings)
 
     def _refresh_failed(self, exc: MCPError | ValidationError) -> None:
         if isinstance(exc, ValidationError):  # the server's bug: it stays up, serving what it listed before

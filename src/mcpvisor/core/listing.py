@@ -31,6 +31,7 @@ __all__ = [
     "list_all_resources",
     "list_all_tools",
     "listen_wanted",
+    "repeated_names",
 ]
 
 logger = logging.getLogger(__name__)
@@ -201,6 +202,18 @@ class Listings:
     resource_templates: list[types.ResourceTemplate] = field(default_factory=list)
 
 
+def repeated_names(listings: Listings) -> str | None:
+    """What a listing repeats (a server's bug: a name reaches one of them, and the first is served), said for
+    people: ``it lists tool 'x' more than once; the first is served``, or None."""
+    for kind, names in (("tool", [t.name for t in listings.tools]), ("prompt", [p.name for p in listings.prompts])):
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                return f"it lists {kind} {name[:80]!r} more than once; the first is served"
+            seen.add(name)
+    return None
+
+
 async def discover(client: Client) -> Listings:
     """Everything the server's capabilities say it lists, fetched concurrently."""
     caps = client.server_capabilities
@@ -243,11 +256,11 @@ class Refresher:
         current: Callable[[], Listings],
         changed: Callable[[Listings], None],
         failed: Callable[[MCPError | ValidationError], None],
-        fetched: Callable[[], None] = lambda: None,
+        fetched: Callable[[Listings], None] = lambda listings: None,
     ) -> None:
         """Until cancelled: refetch what was asked for; ``changed(new)`` when it differs from ``current()``,
         ``failed(error)`` when a refetch fails, or its answer is not valid MCP (the next request tries again),
-        ``fetched()`` after each refetch that did not."""
+        ``fetched(new)`` after each refetch that did not."""
         while True:
             await self._wanted.wait()
             self._wanted = anyio.Event()
@@ -264,7 +277,7 @@ class Refresher:
             except (MCPError, ValidationError) as exc:
                 failed(exc)
             else:
-                fetched()
+                fetched(new)
                 if new != now:
                     changed(new)
             await anyio.sleep(REFRESH_GAP_S)  # requests meanwhile coalesce into the next refetch
