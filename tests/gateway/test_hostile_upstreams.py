@@ -13,7 +13,7 @@ from rich.console import Console
 from mcpvisor.shell.views import render_status
 from tests.core.test_hostile_servers import SPOILING_SERVER, TWICE_NAMED_SERVER
 from tests.gateway.test_gateway import running, server, text_of
-from tests.helpers import wait_until
+from tests.helpers import raw_server, wait_until
 
 
 async def test_a_listing_that_turns_invalid_is_said_in_the_status_view_while_the_server_serves_its_earlier_one(
@@ -59,3 +59,44 @@ async def test_a_tool_a_server_lists_twice_is_said_in_the_status_view_and_served
         listed = [tool.name for tool in (await client.list_tools()).tools]
         assert listed.count("mcp__twice__same") == 1
         assert text_of(await client.call_tool("mcp__twice__same", {})) == "same"
+
+
+REFUSING_LATER_SERVER = raw_server(
+    "refusing",
+    """
+    listings = []
+    def answer(method, params):
+        if method == "tools/list":
+            listings.append(method)
+            if len(listings) > 1:  # its listing after announcing a change is an error
+                send({"id": msg["id"], "error": {"code": -32603, "message": "the catalogue is down"}})
+                return None
+            return {"tools": [{"name": "ok", "inputSchema": {"type": "object"}}]}
+        send({"method": "notifications/tools/list_changed"})
+        return {"content": [{"type": "text", "text": "ok"}]}
+    """,
+    capabilities={"tools": {"listChanged": True}},
+)
+
+
+async def test_a_listing_refused_after_a_change_is_said_in_the_status_view_while_the_earlier_one_is_served(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "refusing.py"
+    script.write_text(REFUSING_LATER_SERVER)
+    user = {"mcpServers": {"refusing": {"command": sys.executable, "args": [str(script)]}}}
+    async with running(tmp_path, user=user, processes=True) as r, Client(r.gateway.server) as client:
+        await wait_until(lambda: "mcp__refusing__ok" in r.host.config.tool_registry.names())
+        assert text_of(await client.call_tool("mcp__refusing__ok", {})) == "ok"
+
+        def row_text() -> str:
+            console = Console(record=True, width=300, file=io.StringIO())
+            render_status(console, r.host.server_views())
+            return console.export_text()
+
+        await wait_until(lambda: "catalogue" in row_text(), what="the status view to say the listing failed")
+        assert (
+            "refusing · ● connected (1 tool, 0 prompts) · ! listing it again failed: the catalogue is down "
+            "(code -32603); the one before is served"
+        ) in row_text()
+        assert text_of(await client.call_tool("mcp__refusing__ok", {})) == "ok"

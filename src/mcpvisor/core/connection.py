@@ -457,6 +457,9 @@ class ServerConnection:
         logger.warning("server %r: refreshing its listings failed: %s", self.name, redact_text(str(exc), self.config))
         if closed_in_sdk(exc):
             self.mark_lost("connection closed")
+        else:  # it stays up, serving what it listed before
+            said = redact_text(exc.message, self.config)[:200]
+            self.listing_problem = f"listing it again failed: {said} (code {exc.code}); the one before is served"
 
     async def _listener(self, client: Client, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         await follow_list_changes(
