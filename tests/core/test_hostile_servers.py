@@ -12,11 +12,11 @@ import anyio
 import pytest
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.errors import ConnectError
+from mcpvisor.core.errors import ConnectError, ServerUnavailableError
 from mcpvisor.core.listing import REFRESH_GAP_S
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
 from tests.core.test_client import scripted
-from tests.helpers import light, raw_server, wait_until
+from tests.helpers import WAIT_S, light, raw_server, wait_until
 
 UNKNOWN_VERSION_SERVER = """
 import json, sys
@@ -164,3 +164,38 @@ async def test_a_listing_that_turns_invalid_after_a_change_is_said_and_the_serve
         client = config.manager.get_client("spoiling")
         assert client is not None
         assert client.status == "connected"
+
+
+MUTE_SERVER = raw_server(
+    "mute",
+    """
+    import os
+    with open(sys.argv[1], "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    def answer(method, params):
+        if method == "tools/list":
+            return {"tools": [{"name": "ok", "inputSchema": {"type": "object"}}]}
+        if method != "tools/call":
+            return {}
+        os.close(1)  # closes its output and goes on running
+        while True:
+            time.sleep(1)
+    """,
+)
+
+
+async def test_a_call_to_a_server_that_closes_its_output_but_runs_on_says_so_not_that_it_exited(
+    tmp_path: Path,
+) -> None:
+    client = scripted(tmp_path, "mute", MUTE_SERVER, str(tmp_path / "pids"))
+    async with anyio.create_task_group() as tg:
+        await client.start(tg)
+        with anyio.fail_after(WAIT_S), pytest.raises(ServerUnavailableError) as raised:
+            await client.call_tool("ok")
+        said = str(raised.value)
+        assert said.startswith(
+            "call to tool 'ok' failed: the connection to server 'mute' closed: its process closed its output"
+        ), said
+        assert "exited or crashed" not in said
+        assert str(client.log_path) in said
+        await client.aclose()

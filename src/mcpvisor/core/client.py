@@ -43,6 +43,7 @@ from mcpvisor.core.errors import (
     request_failed,
     timed_out,
 )
+from mcpvisor.core.processes import how_it_exited
 from mcpvisor.core.server_config import redact_text
 from mcpvisor.core.server_notices import SDK_REQUEST_ERRORS, Notice
 from mcpvisor.core.tracing import skip_unrecorded_spans
@@ -359,9 +360,16 @@ class McpClient(ServerConnection):
             return ServerUnavailableError(f"{what} failed: {refused}", server=self.name)
         if not isinstance(exc, MCPError) or closed_in_sdk(exc):
             self.mark_lost("connection closed during a request")
+            where = self.log_path if self.config.transport == "stdio" else self.config.target()
+            code = self.process.returncode if self.process is not None else None
+            if self.process is None:
+                why = f" (the server exited or crashed; see {where})"
+            elif code is not None:
+                why = f": its process {how_it_exited(code)}; see {where}"
+            else:  # (a crash not reaped yet reads so too: its output closed as it ended)
+                why = f": its process closed its output (it ended, or runs on without answering); see {where}"
             return ServerUnavailableError(
-                f"{what} failed: the connection to server {self.name!r} closed (the server exited or crashed; "
-                f"see {self.log_path if self.config.transport == 'stdio' else self.config.target()})",
+                f"{what} failed: the connection to server {self.name!r} closed{why}",
                 server=self.name,
             )
         if isinstance(exc, MCPError) and exc.code == types.PARSE_ERROR and exc.message.startswith("Failed to parse"):
