@@ -281,6 +281,25 @@ async def test_toggling_excluded_disconnects_then_reconnects_with_tools_cleared(
     assert pids(config)["b"] == b_pid
 
 
+async def test_a_server_the_library_caller_leaves_out_is_said_to_be_left_out_by_the_host_not_by_a_settings_file(
+    config: Config,
+) -> None:
+    """A ``Config`` used as a library has no settings file: what a call says names the call that set the list."""
+    await config.initialize()
+    await config.reinitialize_mcp_servers({n: light(n) for n in ("a", "b", "db1")})
+    config.set_excluded_mcp_servers(["a", "db*"])
+    config.set_allowed_mcp_servers(["a", "db*"])
+    await config.reconcile()
+    assert set(config.manager.clients()) == set()
+    said = {n: str(config.not_found(f"mcp__{n}__echo", "tool")) for n in ("a", "b", "db1")}
+    assert said["a"].endswith("server 'a' is excluded: in the list the host set with set_excluded_mcp_servers()")
+    assert said["db1"].endswith(
+        "server 'db1' is excluded: matched by 'db*' in the list the host set with set_excluded_mcp_servers()"
+    )
+    assert said["b"].endswith("server 'b' is not allowed: not in the list the host set with set_allowed_mcp_servers()")
+    assert not any("settings" in text or "mcp.allowed" in text or "mcp.excluded" in text for text in said.values())
+
+
 async def test_pending_servers_are_never_started(config: Config, tmp_path: Path) -> None:
     marker = tmp_path / "m"
     config.set_pending_mcp_servers(["p"])
@@ -442,8 +461,8 @@ async def test_tool_not_found_names_the_server_and_the_fix(config: Config) -> No
     await config.reinitialize_mcp_servers({"a": light("a"), "p": light("p"), "x": light("x"), "n": light("n")})
     cases = {
         "mcp__gone__t": ("removed", "add it back to mcpServers"),
-        "mcp__n__t": ("not_allowed", "mcp.allowed"),
-        "mcp__x__t": ("excluded", "mcp.excluded"),
+        "mcp__n__t": ("not_allowed", "not in the list the host set with set_allowed_mcp_servers()"),
+        "mcp__x__t": ("excluded", "in the list the host set with set_excluded_mcp_servers()"),
         "mcp__p__t": ("pending_approval", "mcpvisor mcp approve p"),
         "mcp__a__nope": ("missing", "its tools: mcp__a__echo"),
         "mcp__zzz__t": (None, "no MCP server providing it is currently configured"),

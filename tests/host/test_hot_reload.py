@@ -274,6 +274,26 @@ async def test_a_server_an_exclude_list_leaves_out_is_said_to_be_left_out_by_tha
         assert s.live() == {"a"}
 
 
+async def test_a_list_a_library_caller_sets_is_said_to_be_the_hosts_and_the_files_lists_keep_their_file(
+    tmp_path: Path,
+) -> None:
+    servers = {n: server(n) for n in "abc"}
+    async with session(tmp_path, user={"mcpServers": servers, "mcp": {"allowed": ["a", "b"]}}) as s:
+        file = s.layout.paths.user
+        s.host.config.set_excluded_mcp_servers(["b"])
+        s.host.config.set_pending_mcp_servers(None)
+        await s.host.config.reconcile()
+        assert s.live() == {"a"}
+        rows = {row.name: row.error for row in s.host.server_views()}
+        assert rows["b"] == "in the list the host set with set_excluded_mcp_servers()"
+        assert rows["c"] == f"not in mcp.allowed of {file}; add it there"
+        s.host.config.set_allowed_mcp_servers(["a", "b"])
+        s.host.config.set_excluded_mcp_servers(None)
+        assert str(s.host.config.not_found("mcp__c__echo", "tool")).endswith(
+            "server 'c' is not allowed: not in the list the host set with set_allowed_mcp_servers()"
+        )
+
+
 @pytest.mark.parametrize("edit", ["excluded", "not allowed"])
 async def test_a_call_cut_short_by_an_exclusion_says_which_file_leaves_the_server_out_and_the_fix(
     tmp_path: Path, edit: str

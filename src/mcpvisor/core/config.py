@@ -17,6 +17,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -215,13 +216,13 @@ class Config(StackOwner):
     # -- gating ------------------------------------------------------------------------------
 
     def set_excluded_mcp_servers(self, names: Iterable[str] | None) -> None:
-        self._gating = McpGating(names_tuple(names), self._gating.allowed, self._gating.pending)
+        self._gating = self._gating.with_host_excluded(names_tuple(names))
 
     def set_allowed_mcp_servers(self, names: Iterable[str] | None) -> None:
-        self._gating = McpGating(self._gating.excluded, names_tuple(names), self._gating.pending)
+        self._gating = self._gating.with_host_allowed(names_tuple(names))
 
     def set_pending_mcp_servers(self, names: Iterable[str] | None) -> None:
-        self._gating = McpGating(self._gating.excluded, self._gating.allowed, names_tuple(names))
+        self._gating = replace(self._gating, pending=names_tuple(names))
 
     def set_reason_refiner(self, refine: Callable[[str, str], str] | None) -> None:
         """How the layer above words a gated server's reason (SPEC §4: the host, which knows the approvals

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase, translate
 
 __all__ = [
@@ -57,13 +57,21 @@ class NameMatcher:
 @dataclass(frozen=True, slots=True)
 class NameList:
     """One of the lists an allow-list or an exclude-list is combined from: the start-up flag ``key`` (``file``
-    None), or the settings key ``key`` of ``file``."""
+    None), the settings key ``key`` of ``file``, or (``call``) the list a library caller set with method ``key``."""
 
     key: str
     patterns: tuple[str, ...]
     file: str | None = None
     invalid: bool = False
     """The file's value is no list of patterns: ``patterns`` is what it is read as (deny all, exclude all)."""
+    call: bool = False
+    """Set by the program hosting the servers through ``Config``'s method ``key``: no file or flag to change."""
+
+    def where(self) -> str:
+        """Where the list is, as a message names it."""
+        if self.call:
+            return f"the list the host set with {self.key}()"
+        return f"{self.key} given at start-up" if self.file is None else f"{self.key} of {self.file}"
 
 
 def not_allowed_by(name: str, lists: Iterable[NameList]) -> str | None:
@@ -75,14 +83,17 @@ def not_allowed_by(name: str, lists: Iterable[NameList]) -> str | None:
     missed = [lst for lst in lists if not matches_any(name, lst.patterns)]
     if broken := [lst for lst in missed if lst.invalid]:
         return _not_a_list(broken, "read as allowing no server")
-    flags = [lst.key for lst in missed if lst.file is None]
+    flags = [lst for lst in missed if lst.file is None and not lst.call]
     files = [lst for lst in missed if lst.file is not None]
-    left_out = [f"{flag} given at start-up" for flag in flags]
+    left_out = [lst.where() for lst in flags]
     fixes = [f"relaunch with {name!r} added to that flag"] if flags else []
     if files:
         left_out.append(f"{files[0].key} of {', '.join(str(lst.file) for lst in files)}")
         fixes.append(f"add it to {files[0].key} there" if fixes else "add it there")
-    return f"not in {' nor in '.join(left_out)}; {' and '.join(fixes)}" if left_out else None
+    left_out += [lst.where() for lst in missed if lst.call]  # the host's to change: no fix to give
+    if not left_out:
+        return None
+    return f"not in {' nor in '.join(left_out)}" + (f"; {' and '.join(fixes)}" if fixes else "")
 
 
 def excluded_by(name: str, lists: Iterable[NameList]) -> str | None:
@@ -101,11 +112,16 @@ def excluded_by(name: str, lists: Iterable[NameList]) -> str | None:
     if broken := [lst for lst, _ in hits if lst.invalid]:
         return _not_a_list(broken, "read as excluding every server")
     exact = {name, escape_glob(name)}
+    fixable = any(not lst.call for lst, _ in hits)  # a list the host set with a call has no file to edit
     if all(p in exact for _, matched in hits for p in matched):
-        return f"in {hits[0][0].key} of {', '.join(str(lst.file) for lst, _ in hits)}; remove it there"
-    by = [f"{' and '.join(repr(p) for p in matched)} in {lst.key} of {lst.file}" for lst, matched in hits]
+        files = [lst for lst, _ in hits if not lst.call]
+        places = [f"{files[0].key} of {', '.join(str(lst.file) for lst in files)}"] if files else []
+        places += [lst.where() for lst, _ in hits if lst.call]
+        return f"in {' and in '.join(places)}{'; remove it there' if fixable else ''}"
+    by = [f"{' and '.join(repr(p) for p in matched)} in {lst.where()}" for lst, matched in hits]
     many = sum(len(matched) for _, matched in hits) > 1
-    return f"matched by {' and '.join(by)}; remove {'those patterns' if many else 'that pattern'} there"
+    fix = f"; remove {'those patterns' if many else 'that pattern'} there" if fixable else ""
+    return f"matched by {' and '.join(by)}{fix}"
 
 
 def _not_a_list(lists: list[NameList], meaning: str) -> str:
@@ -140,6 +156,18 @@ class McpGating:
         object.__setattr__(self, "_excluded", NameMatcher(self.excluded or ()))
         object.__setattr__(self, "_allowed", None if self.allowed is None else NameMatcher(self.allowed))
         object.__setattr__(self, "_pending", frozenset(self.pending or ()))
+
+    def with_host_excluded(self, names: tuple[str, ...] | None) -> McpGating:
+        """This gating with the exclude-list a library caller set (``Config.set_excluded_mcp_servers``): a server it
+        leaves out is said to be left out by the host; the allow-lists keep the files they came from."""
+        by = (NameList("set_excluded_mcp_servers", names, call=True),) if names else ()
+        return replace(self, excluded=names, excluded_by=by)
+
+    def with_host_allowed(self, names: tuple[str, ...] | None) -> McpGating:
+        """This gating with the allow-list a library caller set (``Config.set_allowed_mcp_servers``), which replaces
+        every other; the exclude-lists keep the files they came from."""
+        by = (NameList("set_allowed_mcp_servers", names, call=True),) if names is not None else ()
+        return replace(self, allowed=names, allowed_by=by)
 
     def is_excluded(self, name: str) -> bool:
         return self._excluded(name)
