@@ -251,6 +251,26 @@ async def test_a_server_an_allow_list_leaves_out_is_said_to_be_left_out_by_that_
         assert {row.name: row.error for row in s.host.server_views()}["b"] == moved
 
 
+async def test_an_invalid_allow_list_beside_the_start_up_flag_is_said_with_what_the_flag_allows(tmp_path: Path) -> None:
+    """Fixing the file alone lets in only what the flag allows: a server the flag leaves out says both fixes."""
+    servers = {n: server(n) for n in "ab"}
+    async with session(
+        tmp_path, user={"mcpServers": servers, "mcp": {"allowed": 5}}, allowed_mcp_server_names=["a"]
+    ) as s:
+        flag = "--allowed-mcp-server-names given at start-up"
+        broken = (
+            f"left out by mcp.allowed of {s.layout.paths.user}: it is not a list of glob patterns, read as allowing no"
+            " server"
+        )
+        rows = {row.name: row.error for row in s.host.server_views()}
+        assert rows["a"] == f"allowed by {flag}, but {broken}; fix it there"
+        fixes = "relaunch with 'b' added to that flag and fix mcp.allowed there"
+        assert rows["b"] == f"not in {flag}, and {broken}; {fixes}"
+        said = str(s.host.config.not_found("mcp__b__echo", "tool"))
+        assert said.endswith(f"server 'b' is not allowed: not in {flag}, and {broken}; {fixes}")
+        assert s.live() == set()
+
+
 async def test_a_server_an_exclude_list_leaves_out_is_said_to_be_left_out_by_that_file_and_pattern(
     tmp_path: Path,
 ) -> None:

@@ -81,9 +81,14 @@ def not_allowed_by(name: str, lists: Iterable[NameList]) -> str | None:
     'not in mcp.allowed of /w/settings.json; add it there'
     """
     missed = [lst for lst in lists if not matches_any(name, lst.patterns)]
+    flags = [lst for lst in lists if lst.file is None and not lst.call]
     if broken := [lst for lst in missed if lst.invalid]:
-        return _not_a_list(broken, "read as allowing no server")
-    flags = [lst for lst in missed if lst.file is None and not lst.call]
+        why, fix = _not_a_list(broken, "read as allowing no server")
+        if flag_missed := [lst for lst in flags if lst in missed]:  # fixing the file alone would not let it in
+            flag = f"relaunch with {name!r} added to that flag"
+            return f"not in {flag_missed[0].where()}, and {why}; {flag} and fix {broken[0].key} there"
+        return f"allowed by {flags[0].where()}, but {why}; {fix}" if flags else f"{why}; {fix}"
+    flags = [lst for lst in flags if lst in missed]
     files = [lst for lst in missed if lst.file is not None]
     left_out = [lst.where() for lst in flags]
     fixes = [f"relaunch with {name!r} added to that flag"] if flags else []
@@ -110,7 +115,7 @@ def excluded_by(name: str, lists: Iterable[NameList]) -> str | None:
     if not hits:
         return None
     if broken := [lst for lst, _ in hits if lst.invalid]:
-        return _not_a_list(broken, "read as excluding every server")
+        return "; ".join(_not_a_list(broken, "read as excluding every server"))
     exact = {name, escape_glob(name)}
     fixable = any(not lst.call for lst, _ in hits)  # a list the host set with a call has no file to edit
     if all(p in exact for _, matched in hits for p in matched):
@@ -124,13 +129,13 @@ def excluded_by(name: str, lists: Iterable[NameList]) -> str | None:
     return f"matched by {' and '.join(by)}{fix}"
 
 
-def _not_a_list(lists: list[NameList], meaning: str) -> str:
-    """A settings list that leaves a server out because its value is not a list of patterns (nothing to add to or
-    remove from it)."""
+def _not_a_list(lists: list[NameList], meaning: str) -> tuple[str, str]:
+    """Why settings lists leave a server out when their value is not a list of patterns (nothing to add to or remove
+    from them), and the fix."""
     files = ", ".join(str(lst.file) for lst in lists)
     one = len(lists) == 1
     said = "it is not a list of glob patterns" if one else "they are not lists of glob patterns"
-    return f"left out by {lists[0].key} of {files}: {said}, {meaning}; fix {'it' if one else 'them'} there"
+    return f"left out by {lists[0].key} of {files}: {said}, {meaning}", f"fix {'it' if one else 'them'} there"
 
 
 @dataclass(frozen=True, slots=True)
