@@ -11,11 +11,12 @@ import anyio
 import pytest
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.errors import ConfigError
+from mcpvisor.core.errors import ConfigError, ServerUnavailableError
 from mcpvisor.core.events import ReconcileFinished
+from mcpvisor.core.gating import McpGating, NameList
 from mcpvisor.core.pool import McpConnectionPool
 from mcpvisor.core.server_config import ConnectionOptions, McpServerConfig
-from tests.helpers import light, light_after_gate, marker_pids, pid_alive, wait_until
+from tests.helpers import WAIT_S, light, light_after_gate, marker_pids, pid_alive, wait_until
 
 
 def live_pids(pool: McpConnectionPool) -> set[int]:
@@ -357,3 +358,45 @@ async def test_a_pooled_start_superseded_while_both_wait_for_their_connections_l
         assert config.manager.connect_count == connections + 1  # b's alone
         gate_new.touch()
         await wait_until(lambda: "mcp__a__add" in config.tool_registry.names(), what="the newer start's tools")
+
+
+@pytest.mark.parametrize(
+    ("second_file", "told"), [("/one/settings.json", "in mcp.excluded of /one/"), ("/two/settings.json", None)]
+)
+async def test_a_call_cut_short_on_a_shared_connection_is_never_told_another_sessions_settings_file(
+    tmp_path: Path, second_file: str, told: str | None
+) -> None:
+    """A call of session one runs on while one excludes the server (two still holds it); two's exclusion stops it:
+    the call is told it was excluded, and which file only when both sessions name the same one."""
+    server = light("s", "--control")
+    async with McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool:
+        async with (
+            Config(mcp_servers={"s": server}, pool=pool, session_id="one") as one,
+            Config(mcp_servers={"s": server}, pool=pool, session_id="two") as two,
+        ):
+            await one.initialize()
+            await two.initialize()
+            outcome: list[BaseException] = []
+            sleeping = anyio.Event()
+
+            async def heard(progress: float, total: float | None, message: str | None) -> None:
+                sleeping.set()
+
+            async def call() -> None:
+                try:
+                    await one.call_tool("mcp__s__sleep", {"seconds": 60}, progress=heard, timeout_s=WAIT_S)
+                except ServerUnavailableError as exc:
+                    outcome.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                with anyio.fail_after(WAIT_S):
+                    await sleeping.wait()
+                for config, file in ((one, "/one/settings.json"), (two, second_file)):
+                    config.set_mcp_gating(McpGating(("s",), excluded_by=(NameList("mcp.excluded", ("s",), file),)))
+                    await config.reconcile()
+            assert len(outcome) == 1
+            said = str(outcome[0])
+            assert "/two/" not in said
+            assert "(it was excluded" in said
+            assert (told in said) if told is not None else said.endswith("(it was excluded)")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from types import TracebackType
@@ -76,6 +76,8 @@ class _Entry:
     key: str
     client: McpClient
     holders: dict[str, tuple[ClientCallback, ClientCallback]] = field(default_factory=dict)
+    left: dict[str, str | None] = field(default_factory=dict)
+    """What gating said of the server when a session let go while others still held it, by session."""
     ready: anyio.Event = field(default_factory=anyio.Event)
     """Set once the first start attempt is over (connected, failed or abandoned)."""
     error: str | None = None
@@ -183,6 +185,7 @@ class McpConnectionPool:
             if entry is None:
                 return await self._create(key, session_id, name, cfg, on_change, on_lost)
             entry.holders[session_id] = (on_change, on_lost)
+            entry.left.pop(session_id, None)
             try:
                 await entry.ready.wait()
             except BaseException:
@@ -276,7 +279,20 @@ class McpConnectionPool:
             if entry.client is client:
                 entry.holders.pop(session_id, None)
                 if entry.holders:
+                    entry.left[session_id] = gated
                     return
                 del self._entries[key]
+                gated = _said_to_all(gated, entry.left.values())
                 break
         await client.aclose(gated=gated)
+
+
+def _said_to_all(gated: str | None, others: Iterable[str | None]) -> str | None:
+    """What the calls in flight on a shared connection are told when the last session lets go of it (``gated``) and
+    the others had said before (``others``): a call may come from any of them, so the list that leaves the server out,
+    which names one workspace's file, only when each said the same, else gating's reason when they agree on it."""
+    said = [gated, *others]
+    if all(one == gated for one in said):
+        return gated
+    reasons = {one.partition(": ")[0] if one is not None else None for one in said}
+    return reasons.pop() if len(reasons) == 1 else None
