@@ -53,6 +53,15 @@ def test_an_exclude_list_moved_to_another_file_is_a_change() -> None:
     assert not mcp_gating_equal(user, workspace)
 
 
+def test_a_list_reordered_or_with_a_pattern_repeated_in_the_same_file_is_no_change() -> None:
+    def gating(patterns: tuple[str, ...]) -> McpGating:
+        lists = (NameList("mcp.excluded", patterns, "/u"),)
+        return McpGating(excluded=patterns, allowed=patterns, excluded_by=lists, allowed_by=lists)
+
+    assert mcp_gating_equal(gating(("b", "c")), gating(("c", "b", "c")))
+    assert not mcp_gating_equal(gating(("b", "c")), gating(("b",)))
+
+
 # --- allow-lists (SPEC §11 "Trust") -------------------------------------------------------------
 
 

@@ -314,6 +314,25 @@ async def test_a_list_a_library_caller_sets_is_said_to_be_the_hosts_and_the_file
         )
 
 
+async def test_reordering_an_allow_or_exclude_list_starts_no_reconcile(tmp_path: Path) -> None:
+    servers = {n: server(n) for n in "abc"}
+    user = {"mcpServers": servers, "mcp": {"allowed": ["a", "b"], "excluded": ["b", "c"]}}
+    async with session(tmp_path, user=user) as s:
+        await s.settle()
+        save(s.layout.paths.workspace, {})  # settle's sentinel gone: a pass without one is one the reorder began
+
+        def sentinel(gating: McpGating) -> bool:
+            return any(p.startswith("sentinel-") for p in gating.excluded or ())
+
+        await s.rec.wait_for(lambda: not sentinel(s.rec.gating_at_reconcile[-1]))
+        before = len(s.rec.gating_at_reconcile)
+        save(s.layout.paths.user, {"mcpServers": servers, "mcp": {"allowed": ["b", "a"], "excluded": ["c", "b", "c"]}})
+        await s.settle()  # each pass from here on is one of settle's own (its sentinel in the workspace's list)
+        passes = s.rec.gating_at_reconcile[before:]
+        assert all(sentinel(g) for g in passes), passes
+        assert s.live() == {"a"}
+
+
 @pytest.mark.parametrize("edit", ["excluded", "not allowed"])
 async def test_a_call_cut_short_by_an_exclusion_says_which_file_leaves_the_server_out_and_the_fix(
     tmp_path: Path, edit: str

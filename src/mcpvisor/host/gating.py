@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from mcpvisor.core.gating import McpGating, NameList, escape_glob, matches_any
 from mcpvisor.core.server_config import McpServerConfig
@@ -129,13 +130,18 @@ def _as_set(items: Iterable[str] | None) -> frozenset[str]:
     return frozenset(items or ())
 
 
+def _as_sets(lists: Iterable[NameList]) -> list[NameList]:
+    """``lists`` with each one's patterns as a set: a list reordered, or a pattern repeated, changes nothing."""
+    return [replace(lst, patterns=tuple(sorted(set(lst.patterns)))) for lst in lists]
+
+
 def mcp_gating_equal(a: McpGating, b: McpGating) -> bool:
     """Whether two gatings admit the same: lists as sets; ``None`` == ``[]`` for excluded and pending,
     but for allowed ``None`` (admit all) != ``[]`` (admit none). An allow-list or exclude-list moved to another
     file is a change too (what says which list leaves a server out follows it)."""
     if _as_set(a.excluded) != _as_set(b.excluded) or _as_set(a.pending) != _as_set(b.pending):
         return False
-    if a.allowed_by != b.allowed_by or a.excluded_by != b.excluded_by:
+    if _as_sets(a.allowed_by) != _as_sets(b.allowed_by) or _as_sets(a.excluded_by) != _as_sets(b.excluded_by):
         return False
     if a.allowed is None or b.allowed is None:
         return a.allowed is None and b.allowed is None
