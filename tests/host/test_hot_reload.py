@@ -25,6 +25,7 @@ from mcpvisor.host.host import Host, HostEvent, HostOptions, SettingsWarning
 from mcpvisor.host.hot_reload import McpPendingApprovalChanged, mcp_gating_equal
 from mcpvisor.host.settings.loader import ScopeRead, Settings, SettingsError
 from mcpvisor.host.settings.scopes import FileScope
+from mcpvisor.host.watcher import RestartRequired
 from tests.helpers import LIGHT, WAIT_S, light_after_gate, marker_pids, pid_alive, wait_until, wait_woken
 from tests.layout import Layout, make_layout, replace_text
 
@@ -312,6 +313,21 @@ async def test_a_list_a_library_caller_sets_is_said_to_be_the_hosts_and_the_file
         assert str(s.host.config.not_found("mcp__c__echo", "tool")).endswith(
             "server 'c' is not allowed: not in the list the host set with set_allowed_mcp_servers()"
         )
+
+
+async def test_a_list_saved_where_mcp_was_no_object_applies_and_goes_when_mcp_is_no_object_again(
+    tmp_path: Path,
+) -> None:
+    servers = {n: server(n) for n in "ab"}
+    async with session(tmp_path, user={"mcpServers": servers}) as s:
+        save(s.layout.paths.workspace, {"mcp": None})
+        await s.rec.wait_for(lambda: any(isinstance(e, RestartRequired) for e in s.rec.events))  # (no list there)
+        assert s.live() == {"a", "b"}
+        save(s.layout.paths.workspace, {"mcp": {"excluded": ["b"]}})
+        await s.rec.wait_for(lambda: s.live() == {"a"})
+        save(s.layout.paths.workspace, {"mcp": None})
+        await s.rec.wait_for(lambda: s.live() == {"a", "b"})
+        assert sum(isinstance(e, RestartRequired) for e in s.rec.events) == 1  # (no restart needed for the lists)
 
 
 async def test_reordering_an_allow_or_exclude_list_starts_no_reconcile(tmp_path: Path) -> None:

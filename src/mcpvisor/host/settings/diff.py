@@ -34,7 +34,9 @@ def changed_paths(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = 
     Objects recurse and other values compare whole: changing server ``a``'s ``args`` gives
     ``mcpServers.a.args``. An object that appears or disappears recurses against ``{}``, so
     adding ``{"mcp": {"excluded": [...]}}`` gives ``mcp.excluded`` (hot-reloadable) and not ``mcp``,
-    and adding server ``a`` gives one path per field (``mcpServers.a.command``, ...). An empty object
+    and adding server ``a`` gives one path per field (``mcpServers.a.command``, ...). An object that takes the place
+    of another value (``"mcp": null``), or gives its place to one, gives the paths of its keys (its own path when it
+    has none), so ``{"mcp": null}`` to ``{"mcp": {"allowed": ["a"]}}`` gives ``mcp.allowed``. An empty object
     and an absent key are the same. A key with a dot in it is spelled as is (``mcpServers.my.server``).
     """
     out: list[str] = []
@@ -47,5 +49,7 @@ def changed_paths(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = 
         if a_obj and b_obj:
             out.extend(changed_paths({} if a is _ABSENT else a, {} if b is _ABSENT else b, f"{path}."))
         elif not values_equal(a, b):
-            out.append(path)
+            # An object for another value (null, a number) or the other way: the keys it holds are what changed.
+            keys = changed_paths(a if isinstance(a, Mapping) else {}, b if isinstance(b, Mapping) else {}, f"{path}.")
+            out.extend(keys or [path])
     return out
