@@ -300,6 +300,20 @@ async def test_a_server_the_library_caller_leaves_out_is_said_to_be_left_out_by_
     assert not any("settings" in text or "mcp.allowed" in text or "mcp.excluded" in text for text in said.values())
 
 
+async def test_a_gated_server_dropped_from_the_configuration_is_said_gone_as_a_running_one_is(config: Config) -> None:
+    config.set_excluded_mcp_servers(["b"])
+    config.set_allowed_mcp_servers(["a", "b"])
+    await config.initialize()
+    await config.reinitialize_mcp_servers({n: light(n) for n in "abc"})
+    events = record(config)
+    await config.reinitialize_mcp_servers({})
+    gone = {e.server: (e.status, e.reason) for e in events if isinstance(e, ServerStateChanged)}
+    assert gone == dict.fromkeys("abc", ("disconnected", None))  # b excluded, c not allowed: never started
+    events.clear()
+    await config.reinitialize_mcp_servers({"b": light("b")})  # back, and excluded still: said again
+    assert [(e.server, e.reason) for e in events if isinstance(e, ServerStateChanged)] == [("b", "excluded")]
+
+
 async def test_pending_servers_are_never_started(config: Config, tmp_path: Path) -> None:
     marker = tmp_path / "m"
     config.set_pending_mcp_servers(["p"])

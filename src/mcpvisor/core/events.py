@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
@@ -174,6 +174,11 @@ class ServerStates:
         if name in self._last:
             self.say(ServerStateChanged(name, "disconnected", None, (), (), None))
             del self._last[name]
+
+    def keep_only(self, names: Collection[str]) -> None:
+        """The servers not in ``names`` are no longer configured (a gated one, never started, too): :meth:`removed`."""
+        for name in self._last.keys() - set(names):
+            self.removed(name)
 
     def snapshot(self) -> dict[str, ServerStateChanged]:
         return dict(self._last)

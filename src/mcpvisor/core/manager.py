@@ -162,9 +162,9 @@ class McpClientManager:
             gate_stop={n: refine(n, r) for n, r in plan.gate_stop.items()},
             gate_skip={n: refine(n, r) for n, r in plan.gate_skip.items()},
         )
-
         for name in {*plan.remove, *plan.gate_stop, *plan.start, *plan.restart}:  # what a job left by a pass before
             self._decided[name] = self._decided.get(name, 0) + 1  # this one was to do about them is this one's now
+        self._states.keep_only({*self._config.get_merged_mcp_servers(), *self._clients})  # (a gated one too)
         for name, reason in plan.gate_skip.items():
             self._publish_state(name, reason=reason)
 
