@@ -565,19 +565,27 @@ async def test_reload_says_a_server_it_started_again_failed_again(tmp_path: Path
         assert "t failed to start" in out, out
 
 
-async def test_the_approve_command_the_session_prints_decides_in_its_own_home(tmp_path: Path) -> None:
-    """With MCPVISOR_HOME naming another folder than ~/.mcpvisor, the status shown at the start, and a rejection made
-    elsewhere, said 'run: mcpvisor mcp approve --workspace WS NAME': pasted in another terminal, it decided in
-    ~/.mcpvisor, which the session never reads, and said it had. It carries MCPVISOR_HOME=HOME, as run's does."""
+async def test_the_sessions_lines_say_to_approve_with_its_own_approve_command(tmp_path: Path) -> None:
+    """The status shown at the start, and a rejection made elsewhere, said 'run: MCPVISOR_HOME=HOME mcpvisor mcp
+    approve --workspace WS NAME', a command for another terminal, where ``/mcp`` says ``/approve NAME``. They say
+    the shell's own command too, which decides in the session's workspace and home."""
     async with shell(tmp_path, project={"mcpServers": {"proj": server("proj")}}, home="elsewhere") as s:
-        home = s.layout.env["MCPVISOR_HOME"]
-        command = f"MCPVISOR_HOME={home} mcpvisor mcp approve --workspace {s.layout.root} proj"
-        await s.wait_for(f"proj · ? needs approval — run: {command}")  # (a line the table wrapped)
-        since = s.mark()
+        await s.wait_for("proj · ? needs approval — run: /approve proj")
         cfg = s.layout.settings().project.servers["proj"].config
         ApprovalStore(s.layout.paths.approvals).reject(s.layout.root, "proj", cfg)  # as `mcp reject` elsewhere
-        await s.wait_for(f"✗ proj rejected — edit its config to be asked again, or approve it after all: {command}")
-        assert "run: mcpvisor" not in s.text(since)
+        await s.wait_for("✗ proj rejected — edit its config to be asked again, or approve it after all: /approve proj")
+        await s.run("/approve proj", "+ added proj")
+        assert "mcp approve" not in s.text()
+
+
+async def test_the_trust_command_the_session_starts_with_trusts_its_folder_in_its_home(tmp_path: Path) -> None:
+    """The shell has no command that trusts a folder: the status shown at the start names the one to paste in
+    another terminal, with the session's workspace and home."""
+    user = {"mcpServers": {"a": server("a")}, "security": {"folderTrust": {"enabled": True}}}
+    async with shell(tmp_path, user=user, project={"mcpServers": {"proj": server("proj")}}, home="elsewhere") as s:
+        home = s.layout.env["MCPVISOR_HOME"]
+        command = f"MCPVISOR_HOME={home} mcpvisor mcp trust --workspace {s.layout.root}"
+        await s.wait_for(f"a · ○ untrusted folder — run: {command}")
 
 
 async def test_the_trust_command_the_mcp_view_prints_trusts_the_sessions_folder_in_its_home(tmp_path: Path) -> None:

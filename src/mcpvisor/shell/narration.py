@@ -29,6 +29,7 @@ from mcpvisor.host.status import (
     log_hint,
     lsp_hint,
     plural,
+    trust_hint,
     with_options,
 )
 from mcpvisor.host.watcher import RestartRequired, SettingsOk
@@ -95,9 +96,19 @@ class HumanOutput:
 
     @property
     def _approve_command(self) -> str:
-        """The approve command to print (``{name}``), deciding where the host's decisions are kept."""
+        """The approve command to print (``{name}``): the shell's own ``/approve {name}`` when given one, else
+        :attr:`_cli_approve_command`."""
+        given = self._approve_command_given
+        return given if given is not None and given.startswith("/") else self._cli_approve_command
+
+    @property
+    def _cli_approve_command(self) -> str:
+        """The ``mcpvisor mcp approve`` command to paste in any terminal (``{name}``), deciding where the host's
+        decisions are kept."""
         options = f" --workspace {shlex.quote(str(self._host.root))}{self._host.approvals.decided_with}"
-        given = self._approve_command_given or in_home(APPROVE_HINT, named_home(self._host.options.env))
+        given = self._approve_command_given
+        if given is None or given.startswith("/"):
+            given = in_home(APPROVE_HINT, named_home(self._host.options.env))
         return with_options(given, options)
 
     @property
@@ -318,6 +329,7 @@ class HumanOutput:
                 approve_hint=hint,
                 login_hint=self._login_command,
                 unreadable=unread,
+                trust=trust_hint(self._cli_approve_command),  # (the shell has no command that trusts a folder)
             )
             render_lsp_status(self._console, self._host.lsp.views(), tools=self._host.lsp.tools_served_as())
             if self._on_ready is not None:

@@ -32,8 +32,8 @@ from mcpvisor.host.lsp.config import LSP_KEY_PREFIX
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged
 from mcpvisor.host.oauth_login import open_in_browser
 from mcpvisor.host.oauth_store import sign_ins
-from mcpvisor.host.paths import named_home, user_dir
-from mcpvisor.host.status import APPROVE_HINT, error_as_said_here, in_home, plural
+from mcpvisor.host.paths import user_dir
+from mcpvisor.host.status import error_as_said_here, plural
 from mcpvisor.shell.commands import (
     ALIASES,
     BUILTIN_COMMANDS,
@@ -105,10 +105,9 @@ class ShellSession:
         self.console = console
         self._open_url = open_url if open_url is not None else open_in_browser
         self.screen = Screen(console, prompt=lambda: ANSWER_PROMPT if self.dialog.asked is not None else PROMPT)
-        # What it prints to paste in another terminal decides in this session's home, as run's does.
-        approve_command = in_home(APPROVE_HINT, named_home(host.options.env))
+        # Its lines name its own commands, which decide in this session's workspace and home.
         self._output = HumanOutput(
-            host, console, on_ready=self._on_ready, approve_command=approve_command, login_command="/login {name}"
+            host, console, on_ready=self._on_ready, approve_command="/approve {name}", login_command="/login {name}"
         )
         self._ready = False
         self._started = False
