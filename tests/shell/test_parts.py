@@ -11,13 +11,14 @@ from pathlib import Path
 
 import anyio
 import pytest
-from mcp_types import CallToolResult, ImageContent, TextContent
+from mcp_types import CallToolResult, ImageContent, Prompt, TextContent, Tool
 from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
 from typer.testing import CliRunner
 
 from mcpvisor.cli.main import app
+from mcpvisor.core.registry import RegisteredPrompt, RegisteredTool
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.lsp.config import LspServerConfig
 from mcpvisor.host.settings.expand import expand_vars
@@ -42,7 +43,7 @@ from mcpvisor.shell.commands import (
 )
 from mcpvisor.shell.consoles import new_console
 from mcpvisor.shell.narration import changed_fields
-from mcpvisor.shell.render import first_line, render_call_result
+from mcpvisor.shell.render import first_line, render_call_result, render_prompts, render_tools
 from mcpvisor.shell.terminal import Screen, stdin_lines
 from mcpvisor.shell.views import indented
 from tests.helpers import WAIT_S, wait_until
@@ -396,6 +397,35 @@ def test_a_description_shows_its_first_non_empty_line_cut_short() -> None:
     assert first_line("\n  Does things.  \nMore.") == "Does things."
     assert first_line("x" * 100, limit=10) == "x" * 9 + "…"
     assert first_line(None) == ""
+
+
+LONG = "Search the repository for a pattern and return every matching line with its file and line number."
+
+
+def tools_listed(console: Console) -> list[str]:
+    tool = Tool(name="grep", input_schema={"type": "object"}, description=f"{LONG}\nMore.")
+    prompt = Prompt(name="brief", description=LONG)
+    render_tools(console, [RegisteredTool(name="mcp__repo__grep", server="repo", tool=tool)])
+    render_prompts(console, [RegisteredPrompt(name="brief", server="repo", prompt=prompt)])
+    return console.export_text().splitlines()
+
+
+def test_tools_and_prompts_fit_each_description_to_the_terminals_width_at_a_words_end() -> None:
+    """/tools cut every description at 80 characters: mid-word, and short of a wide terminal's width."""
+    lines = tools_listed(Console(record=True, width=60, file=io.StringIO()))
+    assert lines == [
+        "repo (1 tool)",
+        "  mcp__repo__grep — Search the repository for a pattern and…",
+        "repo (1 prompt)",
+        "  brief — Search the repository for a pattern and return…",
+    ]
+    wide = tools_listed(Console(record=True, width=140, file=io.StringIO()))
+    assert wide[1] == f"  mcp__repo__grep — {LONG}"
+
+
+def test_tools_piped_show_each_description_whole() -> None:
+    console = new_console(file=io.StringIO(), record=True)  # not a terminal, no COLUMNS: nothing is cut
+    assert tools_listed(console)[1] == f"  mcp__repo__grep — {LONG}"
 
 
 def test_a_tool_error_result_is_shown_as_an_error_and_server_text_is_never_markup() -> None:

@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from rich.cells import cell_len, set_cell_size
 from rich.console import Console
 from rich.text import Text
 
@@ -23,15 +24,40 @@ if TYPE_CHECKING:
 __all__ = ["content_text", "first_line", "render_call_result", "render_prompt_result", "render_prompts", "render_tools"]
 
 DESCRIPTION_MAX_CHARS = 80
+"""What Tab's menu shows of a description (the listings fit theirs to the console's width: :func:`listed`)."""
+FITTED_MIN_CELLS = 20
+"""A description with less room than this on its line is not cut: the console wraps it."""
 
 
-def first_line(text: str | None, limit: int = DESCRIPTION_MAX_CHARS) -> str:
-    """The first non-empty line of a description, cut to ``limit`` characters."""
+def first_line(text: str | None, limit: int | None = DESCRIPTION_MAX_CHARS) -> str:
+    """The first non-empty line of a description, cut to ``limit`` characters (None: whole)."""
     for line in (text or "").splitlines():
         if line.strip():
             line = line.strip()
-            return line if len(line) <= limit else line[: limit - 1] + "…"
+            return line if limit is None or len(line) <= limit else line[: limit - 1] + "…"
     return ""
+
+
+def fitted(text: str, cells: int) -> str:
+    """``text`` cut to ``cells`` columns with ``…``, after its last whole word that fits (mid-word only when that
+    word takes more than half of them)."""
+    if cell_len(text) <= cells:
+        return text
+    cut = set_cell_size(text, cells - 1)
+    space = len(cut) if text[len(cut) : len(cut) + 1] == " " else cut.rfind(" ")  # (the end of the cut is a word's end)
+    if space > cells // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"
+
+
+def listed(console: Console, line: Text, description: str | None, indent: int) -> Text:
+    """``line`` (a tool's or prompt's name) followed by the first line of its ``description``, cut to what is left of
+    the console's width: one line each at a terminal; to a pipe or a file (no width: ``consoles``), nothing is cut."""
+    text = first_line(description, limit=None)
+    if text:
+        room = console.width - indent - line.cell_len - len(" — ")
+        line.append(f" — {fitted(text, room) if room >= FITTED_MIN_CELLS else text}")
+    return line
 
 
 def _by_server(names: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
@@ -51,10 +77,7 @@ def render_tools(console: Console, tools: list[RegisteredTool], *, server: str =
     for server, names in _by_server((t.server, t.name) for t in tools).items():
         console.print(Text(f"{server} ({plural(len(names), 'tool')})", style="bold"))
         for name in names:
-            line = Text(name, style="cyan")
-            description = first_line(by_name[name].tool.description)
-            if description:
-                line.append(f" — {description}")
+            line = listed(console, Text(name, style="cyan"), by_name[name].tool.description, 2)
             console.print(indented(line, 2))
 
 
@@ -73,10 +96,7 @@ def render_prompts(console: Console, prompts: list[RegisteredPrompt], *, server:
             arguments = [f"{a.name}{'' if a.required else '?'}" for a in prompt.arguments or ()]
             if arguments:
                 line.append(f" ({', '.join(arguments)})", style="dim")
-            description = first_line(prompt.description)
-            if description:
-                line.append(f" — {description}")
-            console.print(indented(line, 2))
+            console.print(indented(listed(console, line, prompt.description, 2), 2))
 
 
 def _none_registered(what: str, server: str) -> str:
