@@ -335,6 +335,18 @@ async def test_demo_runs_shows_the_approval_flow_and_stops_on_ctrl_c(tmp_path: P
                 events += [json.loads(line) for line in lines if line.startswith("{")]
                 if any(e["event"] == "ready" for e in events):
                     break
+        # (its folder was said only by the human output: the first event says where it is and what is in it)
+        demo = demo_dir.resolve()
+        assert events[0] == {
+            "event": "demo",
+            "path": str(demo),
+            "home": str(demo / "home"),
+            "project": str(demo / "project"),
+            "user_settings": str(demo / "home" / "settings.json"),
+            "mcp_json": str(demo / "project" / ".mcp.json"),
+            "logs": str(demo / "logs"),
+            "kept": True,
+        }
         reconcile = next(e for e in events if e["event"] == "reconcile")
         added = reconcile["added"]
         assert isinstance(added, list)

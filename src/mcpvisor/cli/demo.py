@@ -39,6 +39,20 @@ class DemoLayout:
     def mcp_json(self) -> Path:
         return self.project / ".mcp.json"
 
+    def to_json(self, *, kept: bool) -> dict[str, Any]:
+        """The ``demo`` event ``--json`` starts with: where the demo is, its files, and whether the folder is
+        ``kept`` when it stops (else removed)."""
+        return {
+            "event": "demo",
+            "path": str(self.root),
+            "home": str(self.home),
+            "project": str(self.project),
+            "user_settings": str(self.user_settings),
+            "mcp_json": str(self.mcp_json),
+            "logs": str(self.logs),
+            "kept": kept,
+        }
+
     def instructions(self, command: str = "mcpvisor") -> str:
         """What to try, with ``command`` as the way to run this mcpvisor from another terminal."""
         env = f"MCPVISOR_HOME={shlex.quote(str(self.home))} {command}"

@@ -309,7 +309,10 @@ def demo(
     as_json: JsonOpt = False,
     verbose: VerboseOpt = 0,
 ) -> None:
-    """Create a scratch workspace with bundled example servers and run the host on it."""
+    """Create a scratch workspace with bundled example servers and run the host on it.
+
+    With --json, prints run's events after a first one, demo, that says where the demo's folder and files are.
+    """
     import shlex
     import shutil
 
@@ -322,6 +325,8 @@ def demo(
         raise fail(
             f"cannot make the demo in {directory}: {exc.strerror or exc}; name a folder (or a new one) with --dir"
         ) from None
+    if as_json:  # (the human output names its files in the instructions it prints once the servers are up)
+        typer.echo(json.dumps(layout.to_json(kept=directory is not None)))
     env = {**os.environ, "MCPVISOR_HOME": str(layout.home), "MCPVISOR_LOG_DIR": str(layout.logs)}
     command = cli_command()
     home = shlex.quote(str(layout.home))
