@@ -596,6 +596,33 @@ def test_shell_runs_commands_from_piped_input_and_leaves_no_process(tmp_path: Pa
     assert not pid_alive(pid)
 
 
+@pytest.mark.parametrize("command", ["shell", "run", "mcp list"])
+def test_a_store_other_users_could_read_is_said_to_have_been_made_private(tmp_path: Path, command: str) -> None:
+    """The commands that narrate what happens logged errors only: a store of approvals found readable by other users
+    (a copy, a restore) was made private again without a word, however the command was run."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    server = {"command": sys.executable, "args": ["-m", LIGHT, "--name", "proj"]}
+    replace_text(layout.paths.project, json.dumps({"mcpServers": {"proj": server}}))
+    store = layout.paths.approvals
+    cli("mcp", "approve", "proj", "--workspace", str(layout.root), env=layout.env).check_returncode()
+    store.chmod(0o644)
+    args = [mcpvisor_command(), *command.split(), "--workspace", str(layout.root)]
+    env = {**os.environ, **layout.env}
+    if command == "run":  # (it follows the files until stopped: the store is read before it is ready)
+        with subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+            assert process.stdout is not None
+            for line in process.stdout:
+                if line.startswith("Watching "):
+                    break
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=WAIT_S)
+    else:
+        err = subprocess.run(args, input="/quit\n", env=env, capture_output=True, text=True, timeout=120).stderr
+    assert f"{store} could be read by other users (mode 644): made private again (600)" in err
+    assert err.count("made private") == 1
+    assert oct(store.stat().st_mode & 0o777) == oct(0o600)
+
+
 def test_status_exits_1_when_an_admitted_server_fails(tmp_path: Path) -> None:
     layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
     replace_text(layout.paths.user, json.dumps({"mcpServers": {"ghost": {"command": "/nonexistent/ghost"}}}))

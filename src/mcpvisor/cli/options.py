@@ -151,6 +151,12 @@ def show_fleet_operation(verbose: int) -> None:
             logging.getLogger(name).setLevel(logging.WARNING)
 
 
+UNSAID: Final = ("mcpvisor.host.private_files", "mcpvisor.host.settings.writer", "mcpvisor.shell.line_editor")
+"""The loggers whose warnings no command says in its own words, kept by a narrated command too: a private store
+found readable by other users (made private again, or not), a settings file rewritten without its comments, the
+shell's history not read or not saved."""
+
+
 def setup_logging(verbose: int, *, narrated: bool = False) -> None:
     """Log to stderr. ``narrated``: the command already tells people every change and problem in
     its own words, so by default only errors are logged (no line says the same thing twice)."""
@@ -161,6 +167,8 @@ def setup_logging(verbose: int, *, narrated: bool = False) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    for name in UNSAID:  # (their level follows the root's, as set by an earlier call)
+        logging.getLogger(name).setLevel(logging.WARNING if level > logging.WARNING else logging.NOTSET)
     if verbose < 2:
         for noisy in ("mcp", "watchfiles", "uvicorn"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
