@@ -497,6 +497,15 @@ async def test_a_skipped_server_stays_pending_is_not_asked_again_and_can_be_appr
         await s.run('/call mcp__proj__echo {"text":"z"}', "proj:echo:z")
 
 
+async def test_approving_a_connected_server_again_says_it_was_approved_already(tmp_path: Path) -> None:
+    """It said 'approved proj — connecting', and nothing connected: the server was connected all along."""
+    async with shell(tmp_path, project={"mcpServers": {"proj": server("proj")}}) as s:
+        await s.wait_for("Approve proj?")
+        await s.run("a", "+ added proj")
+        out = await s.run("/approve proj", "✓ proj was approved already")
+        assert "connecting" not in out
+
+
 async def test_approve_and_reject_commands_refuse_servers_that_need_no_approval(tmp_path: Path) -> None:
     async with shell(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
         await s.run("/approve a", "cannot approve server 'a': it is not a project or workspace server")

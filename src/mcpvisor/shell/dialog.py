@@ -228,10 +228,18 @@ class ApprovalDialog:
             await self._decide_lsp(name, decision, shown_hash)
             return
 
+        cfg = self.host.state.assembled.servers.get(name)
+        approved = cfg is not None and self._approved(name, cfg)  # (approving again connects nothing)
+
         def said(decided: Decided) -> None:
             self._queue.discard(name)
             if decided.recorded and decision == "approve":
-                self.console.print(Text(f"✓ approved {name} — connecting", style="green"))
+                self.console.print(
+                    Text(
+                        f"✓ {name} was approved already" if approved else f"✓ approved {name} — connecting",
+                        style="green",
+                    )
+                )
             elif decided.recorded:
                 self.console.print(
                     Text(f"✗ rejected {name} — it stays disconnected until its configuration changes", style="red")
