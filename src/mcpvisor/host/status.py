@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APPROVE_HINT",
     "LOGIN_HINT",
+    "ONCE_READABLE",
     "LiveConnection",
     "as_said_here",
     "ServerState",
@@ -177,6 +178,8 @@ class ServerView:
 
 APPROVE_HINT = "mcpvisor mcp approve {name}"
 LOGIN_HINT = "mcpvisor mcp login {name}"
+ONCE_READABLE = ", once the approvals store can be read again (see above)"
+"""After an approve hint while the approvals store cannot be read: approving waits for its fix."""
 
 
 def command_hints(
@@ -194,7 +197,7 @@ def command_hints(
     workspace = ("" if here else f" --workspace {shlex.quote(str(root))}") + options
     approve = in_home(with_options(APPROVE_HINT, workspace), home)
     if approvals_error is not None:
-        approve += ", once the approvals store can be read again (see above)"
+        approve += ONCE_READABLE
     return approve, in_home(with_options(LOGIN_HINT, workspace), home)
 
 

@@ -23,6 +23,7 @@ from mcpvisor.host.settings.loader import SettingsError
 from mcpvisor.host.status import (
     APPROVE_HINT,
     LOGIN_HINT,
+    ONCE_READABLE,
     event_as_said_here,
     fill_hint,
     in_home,
@@ -319,7 +320,7 @@ class HumanOutput:
             self._say(f"[red]✗ {escape(str(event.server))} disconnected: {escape(said)}[/]")
         elif isinstance(event, Ready):
             self._ready = True
-            hint = self._approve_command
+            hint = self._approve_command + (ONCE_READABLE if self._host.approvals.error is not None else "")
             title = f"MCP servers of {self._where}" if self._where else "MCP servers"
             unread = bool(self._host.settings.errors)
             render_status(
