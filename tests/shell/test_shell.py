@@ -587,11 +587,11 @@ async def test_the_sessions_lines_say_to_approve_with_its_own_approve_command(tm
         assert "mcp approve" not in s.text()
 
 
-async def test_with_an_approvals_store_that_cannot_be_read_the_start_says_approving_waits_for_its_fix(
+async def test_with_an_approvals_store_that_cannot_be_read_the_status_says_approving_waits_for_its_fix(
     tmp_path: Path,
 ) -> None:
-    """The status shown at the start said 'needs approval — run: …' as though approving could work, where ``status``
-    says it waits until the store can be read again."""
+    """The status shown at the start, and ``/mcp``, said 'needs approval — run: …' as though approving could work,
+    where ``status`` says it waits until the store can be read again."""
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "mcp-approvals.json").write_text("{not json")
     async with shell(tmp_path, project={"mcpServers": {"proj": server("proj")}}, home="elsewhere") as s:
@@ -599,6 +599,8 @@ async def test_with_an_approvals_store_that_cannot_be_read_the_start_says_approv
         await s.wait_for(
             "proj · ? needs approval — run: /approve proj, once the approvals store can be read again (see above)"
         )
+        out = await s.run("/mcp", "proj · ")
+        assert "proj · ? needs approval — run: /approve proj, once the approvals store can be read again" in out
 
 
 async def test_the_trust_command_the_session_starts_with_trusts_its_folder_in_its_home(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from mcpvisor.host.pin_review import Change, diff_lines
 from mcpvisor.host.status import (
     APPROVE_HINT,
     LOGIN_HINT,
+    ONCE_READABLE,
     ServerView,
     fix_commands,
     short_command,
@@ -139,7 +140,7 @@ def render_mcp_view(console: Console, host: Host) -> None:
         console,
         host.server_views(sign_in_command="/login {name}"),
         title="MCP servers",
-        approve_hint="/approve {name}",
+        approve_hint="/approve {name}" + (ONCE_READABLE if host.approvals.error is not None else ""),
         login_hint="/login {name}",
         unreadable=bool(host.settings.errors),
         trust=trust_hint(fix_commands(host.root, host.approvals.decided_with, host.options.env)[0]),
