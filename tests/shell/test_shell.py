@@ -603,6 +603,20 @@ async def test_with_an_approvals_store_that_cannot_be_read_the_status_says_appro
         assert "proj · ? needs approval — run: /approve proj, once the approvals store can be read again" in out
 
 
+async def test_a_tool_pin_store_that_cannot_be_read_is_said_and_why_a_servers_tools_are_held(tmp_path: Path) -> None:
+    """The store of approved tool definitions could not be read: every tool of a project server, once approved, was
+    held, and the session (and run) said only that they had changed since approval; why was logged, below the level
+    shown. It is said, as an unreadable token store is, once."""
+    home = tmp_path / "elsewhere"
+    home.mkdir()
+    (home / "tool-pins.json").write_text("{not json")
+    project = {"mcpServers": {"proj": server("proj")}}
+    async with shell(tmp_path, project=project, home="elsewhere") as s:
+        await s.wait_for(f"! cannot read the tool pin store {home / 'tool-pins.json'}: not valid JSON")
+        await s.run("/reload", "settings re-read")
+        assert s.text().count("cannot read the tool pin store") == 1
+
+
 async def test_the_trust_command_the_session_starts_with_trusts_its_folder_in_its_home(tmp_path: Path) -> None:
     """The shell has no command that trusts a folder: the status shown at the start names the one to paste in
     another terminal, with the session's workspace and home."""

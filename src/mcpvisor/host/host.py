@@ -47,7 +47,7 @@ from mcpvisor.host.oauth import SignedIn, TokenStore, check_sign_in, sign_ins, u
 from mcpvisor.host.oauth_login import DEFAULT_LOGIN_TIMEOUT_S, login
 from mcpvisor.host.options import HostOptions, SettingsSource
 from mcpvisor.host.pin_review import Change, changes_since_approval
-from mcpvisor.host.pins import DEFAULT_PIN_MODE, PinGate, PinMode, PinStore, pin_mode_of
+from mcpvisor.host.pins import DEFAULT_PIN_MODE, PinGate, PinMode, PinStore, pin_mode_of, unread_pins
 from mcpvisor.host.settings.loader import Settings, SettingsError, load_settings
 from mcpvisor.host.settings.lsp_servers import load_lsp_file
 from mcpvisor.host.settings.mcp_servers import TopTier, kept_entries, load_top_tier
@@ -298,8 +298,8 @@ class Host(StackOwner):
             messages += self._lsp.warnings()
         if self._state is not None:
             messages += [*self._state.assembled.warnings]
-            if (tokens_unread := unreadable(self.tokens, self._state.assembled.servers)) is not None:
-                messages.append(tokens_unread)  # (its servers say they need a sign-in: this says why)
+            cfgs = self._state.assembled.servers  # (a sign-in needed, tools held: why, when a store is unread)
+            messages += filter(None, [unreadable(self.tokens, cfgs), unread_pins(self.pins, self._pin_mode, cfgs)])
             for error in self._state.assembled.errors:
                 self._warn_once(error)
         if self._approvals is not None and self._approvals.error:

@@ -59,6 +59,7 @@ __all__ = [
     "definition_digest",
     "held_names",
     "is_pinned",
+    "unread_pins",
     "pin_scope",
     "pin_mode_of",
     "pinned_before",
@@ -159,6 +160,18 @@ def pin_mode_of(settings: Settings) -> tuple[PinMode, tuple[str, ...]]:
         else:
             mode = read
     return max(mode, stricter, key=modes.index), tuple(problems)
+
+
+def unread_pins(store: PinStore, mode: PinMode, servers: Mapping[str, McpServerConfig]) -> str | None:
+    """Why the store cannot be read (its file, the reason, the fix), when one of ``servers`` is pinned in it: every
+    tool and prompt of those is held meanwhile."""
+    if not any(is_pinned(mode, cfg) for cfg in servers.values()):
+        return None
+    try:
+        store.read()
+    except ConfigError as exc:
+        return str(exc)
+    return None
 
 
 def is_pinned(mode: PinMode, cfg: McpServerConfig) -> bool:
