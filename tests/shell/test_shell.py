@@ -613,7 +613,11 @@ async def test_a_tool_pin_store_that_cannot_be_read_is_said_and_why_a_servers_to
     project = {"mcpServers": {"proj": server("proj")}}
     async with shell(tmp_path, project=project, home="elsewhere") as s:
         await s.wait_for(f"! cannot read the tool pin store {home / 'tool-pins.json'}: not valid JSON")
+        waits = "proj · ? needs approval — run: /approve proj, once the tool pin store can be read again (see above)"
+        await s.wait_for(waits)  # (as status says it)
         await s.run("/reload", "settings re-read")
+        out = await s.run("/mcp", "proj · ")
+        assert waits in out
         assert s.text().count("cannot read the tool pin store") == 1
 
 

@@ -210,7 +210,7 @@ def status(
         from mcpvisor.cli.commands import config_problems, entry_skipped, store_problems
         from mcpvisor.host.host import Host
         from mcpvisor.host.paths import named_home
-        from mcpvisor.host.status import command_hints, with_options
+        from mcpvisor.host.status import ONCE_PINS_READABLE, command_hints, with_options
         from mcpvisor.shell.views import render_lsp_status, render_status
 
         options = host_options(
@@ -249,7 +249,7 @@ def status(
                 if unreadable:  # a sign-in cannot be kept until the store is fixed
                     login_hint += ", once the token store can be read again (see above)"
                 if pins_unread:  # (every tool of a pinned server is held meanwhile)
-                    approve_hint += ", once the tool pin store can be read again (see above)"
+                    approve_hint += ONCE_PINS_READABLE
                 title = f"MCP servers for {host.root}"
                 unread = bool(host.settings.errors)
                 render_status(

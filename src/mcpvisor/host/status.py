@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APPROVE_HINT",
     "LOGIN_HINT",
+    "ONCE_PINS_READABLE",
     "ONCE_READABLE",
     "LiveConnection",
     "as_said_here",
@@ -180,6 +181,8 @@ APPROVE_HINT = "mcpvisor mcp approve {name}"
 LOGIN_HINT = "mcpvisor mcp login {name}"
 ONCE_READABLE = ", once the approvals store can be read again (see above)"
 """After an approve hint while the approvals store cannot be read: approving waits for its fix."""
+ONCE_PINS_READABLE = ", once the tool pin store can be read again (see above)"
+"""After an approve hint while the tool pin store cannot be read: every tool of a pinned server is held till then."""
 
 
 def command_hints(

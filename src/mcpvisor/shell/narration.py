@@ -23,7 +23,6 @@ from mcpvisor.host.settings.loader import SettingsError
 from mcpvisor.host.status import (
     APPROVE_HINT,
     LOGIN_HINT,
-    ONCE_READABLE,
     event_as_said_here,
     fill_hint,
     in_home,
@@ -34,7 +33,7 @@ from mcpvisor.host.status import (
     with_options,
 )
 from mcpvisor.host.watcher import RestartRequired, SettingsOk
-from mcpvisor.shell.views import render_lsp_status, render_status
+from mcpvisor.shell.views import approving_waits, render_lsp_status, render_status
 
 __all__ = ["HumanOutput", "changed_fields"]
 
@@ -320,7 +319,7 @@ class HumanOutput:
             self._say(f"[red]✗ {escape(str(event.server))} disconnected: {escape(said)}[/]")
         elif isinstance(event, Ready):
             self._ready = True
-            hint = self._approve_command + (ONCE_READABLE if self._host.approvals.error is not None else "")
+            hint = self._approve_command + approving_waits(self._host)
             title = f"MCP servers of {self._where}" if self._where else "MCP servers"
             unread = bool(self._host.settings.errors)
             render_status(

@@ -9,9 +9,11 @@ from rich.text import Text
 from mcpvisor.host.host import Host
 from mcpvisor.host.lsp.events import LspServerView
 from mcpvisor.host.pin_review import Change, diff_lines
+from mcpvisor.host.pins import pin_mode_of, unread_pins
 from mcpvisor.host.status import (
     APPROVE_HINT,
     LOGIN_HINT,
+    ONCE_PINS_READABLE,
     ONCE_READABLE,
     ServerView,
     fix_commands,
@@ -24,6 +26,7 @@ LSP_TOOLS = "mcp__lsp__*"
 """The language server tools' names while no MCP server has theirs."""
 
 __all__ = [
+    "approving_waits",
     "indented",
     "lsp_state_style",
     "render_definition_changes",
@@ -36,6 +39,15 @@ __all__ = [
 def indented(renderable: RenderableType, columns: int) -> Padding:
     """``renderable`` indented by ``columns``, wrapped lines too, to the console's width (``COLUMNS``)."""
     return Padding(renderable, (0, 0, 0, columns), expand=False)
+
+
+def approving_waits(host: Host) -> str:
+    """What an approve hint adds while approving cannot work yet (a store that cannot be read), as ``status`` says."""
+    if host.approvals.error is not None:
+        return ONCE_READABLE
+    if unread_pins(host.pins, pin_mode_of(host.settings)[0], host.state.assembled.servers) is not None:
+        return ONCE_PINS_READABLE
+    return ""
 
 
 def render_status(
@@ -140,7 +152,7 @@ def render_mcp_view(console: Console, host: Host) -> None:
         console,
         host.server_views(sign_in_command="/login {name}"),
         title="MCP servers",
-        approve_hint="/approve {name}" + (ONCE_READABLE if host.approvals.error is not None else ""),
+        approve_hint="/approve {name}" + approving_waits(host),
         login_hint="/login {name}",
         unreadable=bool(host.settings.errors),
         trust=trust_hint(fix_commands(host.root, host.approvals.decided_with, host.options.env)[0]),
