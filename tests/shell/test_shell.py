@@ -323,7 +323,9 @@ async def test_rejecting_leaves_the_server_disconnected_and_mcp_says_rejected(tm
         await s.run("r", "✗ rejected proj")
         out = await s.run("/mcp", "proj · ✗ rejected — edit config to re-approve")
         assert "+ added" not in out
-        await s.run("/call mcp__proj__echo", "was rejected; edit its configuration to be asked again")
+        # (as for a server waiting for approval, the shell's own command is named too)
+        out = await s.run("/call mcp__proj__echo", "was rejected; edit its configuration to be asked again")
+        assert "(in the shell: /approve proj)" in out
         assert s.text().count("Approve proj?") == 1
     assert marker_pids(marker) == []
 

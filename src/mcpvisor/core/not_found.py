@@ -68,6 +68,7 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
         reason = config.refined_reason(server, reason)
     head = f"{kind} {name!r} is unavailable: server {server!r}"
     approve = config.approve_command.format(name=name_word(server))
+    in_shell = f" (in the shell: /approve {shlex.quote(server)})"
     if reason == "removed":
         text = f"{head} was removed from the configuration this session; add it back to mcpServers to use it"
     elif reason == "not_allowed":
@@ -87,9 +88,9 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
         else:
             text = f"{head} is excluded; remove {server!r} from mcp.excluded in your settings"
     elif reason == "pending_approval":
-        text = f"{head} needs approval; run: {approve} (in the shell: /approve {shlex.quote(server)})"
+        text = f"{head} needs approval; run: {approve}{in_shell}"
     elif reason == "rejected":
-        text = f"{head} was rejected; edit its configuration to be asked again, or run: {approve}"
+        text = f"{head} was rejected; edit its configuration to be asked again, or run: {approve}{in_shell}"
     else:
         reason = "missing"
         client = manager.get_client(server) if manager is not None else None
