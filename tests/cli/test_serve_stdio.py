@@ -184,6 +184,22 @@ def test_a_request_before_initialize_is_refused_saying_to_initialize_first(tmp_p
         assert _text(_answers(_until(process, lambda m: m.get("id") == 5))[5]) == "a:echo:hi"
 
 
+def test_a_second_initialize_is_refused_and_the_session_goes_on(tmp_path: Path) -> None:
+    """It was answered as a success, and the session took its protocol version and capabilities from then on."""
+    with _gateway(tmp_path) as process, _bounded(process):
+        _send(process, *_HELLO)
+        _until(process, lambda m: m.get("id") == 0)
+        again = {**_HELLO[0], "id": 1, "params": {**_OPENING, "protocolVersion": "2025-06-18"}}
+        _send(process, again, _call(2, "echo", text="on"))
+        answers = _answers(_until(process, lambda m: m.get("id") == 2))
+    assert answers[1]["code"] == -32600, answers
+    assert answers[1]["message"] == (
+        "initialize refused: this session is already initialized (protocol 2025-11-25); to initialize again, open a "
+        "new session"
+    )
+    assert _text(answers[2]) == "a:echo:on"
+
+
 def test_a_client_that_dies_with_calls_in_flight_costs_no_traceback_and_the_servers_stop(tmp_path: Path) -> None:
     """Its stdout closes under the gateway (the client was killed): writing the calls' answers failed with a
     BrokenPipeError that ended the gateway with a traceback in the client's log and exit code 1."""

@@ -90,8 +90,16 @@ class GatewayServer(Server[dict[str, Any]]):
     async def initialize_first(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """Middleware: a handshake-era request before ``initialize`` is refused saying so (the SDK's own answer is
         ``-32602 Invalid request parameters``, which sends a client looking at its parameters). A method the
-        gateway does not serve still gets the SDK's ``-32601`` (clients probe with it before the handshake)."""
+        gateway does not serve still gets the SDK's ``-32601`` (clients probe with it before the handshake). A second
+        ``initialize`` in a session is refused too: the SDK accepted it and the session took its version and
+        capabilities from then on, which what the gateway keeps of the session did not follow."""
         connection = connection_of(ctx)
+        if ctx.method == "initialize" and connection is not None and connection.client_params is not None:
+            raise MCPError(
+                types.INVALID_REQUEST,
+                f"initialize refused: this session is already initialized (protocol {connection.protocol_version}); "
+                "to initialize again, open a new session",
+            )
         if (
             ctx.request_id is not None
             and ctx.method not in ("initialize", "ping")
