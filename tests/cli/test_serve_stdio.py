@@ -200,6 +200,19 @@ def test_a_second_initialize_is_refused_and_the_session_goes_on(tmp_path: Path) 
     assert _text(answers[2]) == "a:echo:on"
 
 
+def test_params_of_the_wrong_type_are_refused_naming_the_field(tmp_path: Path) -> None:
+    """As over HTTP: the answer said ``Invalid request parameters`` and named no field."""
+    with _gateway(tmp_path) as process, _bounded(process):
+        _send(process, *_HELLO)
+        _until(process, lambda m: m.get("id") == 0)
+        wrong = _call(1, "echo")
+        wrong["params"]["arguments"] = "x"
+        _send(process, wrong, {**_call(2, "echo"), "params": {"name": 5}})
+        answers = _answers(_until(process, lambda m: m.get("id") == 2))
+    assert answers[1] == {"code": -32602, "message": "Invalid params: arguments: expected an object"}
+    assert answers[2] == {"code": -32602, "message": "Invalid params: name: expected a string"}
+
+
 def test_a_client_that_dies_with_calls_in_flight_costs_no_traceback_and_the_servers_stop(tmp_path: Path) -> None:
     """Its stdout closes under the gateway (the client was killed): writing the calls' answers failed with a
     BrokenPipeError that ended the gateway with a traceback in the client's log and exit code 1."""

@@ -34,3 +34,30 @@ async def test_a_second_initialize_in_a_session_is_refused_and_the_session_goes_
         fresh = await http.post(s.url, json=again, headers=ACCEPT)  # a new session initializes as ever
     assert _json_or_event(fresh)["result"]["protocolVersion"] == "2025-06-18"
     assert VERSION != "2025-06-18"
+
+
+@pytest.mark.parametrize(
+    ("params", "said"),
+    [
+        ({"name": 5, "arguments": {}}, "Invalid params: name: expected a string"),
+        ({"name": "mcp__a__echo", "arguments": "x"}, "Invalid params: arguments: expected an object"),
+        ({"arguments": {}}, "Invalid params: name: required"),
+        ({"name": "mcp__a__echo", "_meta": {"progressToken": 1.5}}, "Invalid params: _meta.progressToken: expected a "),
+    ],
+)
+async def test_params_of_the_wrong_type_are_refused_naming_the_field_on_both_call_paths(
+    tmp_path: Path, params: dict[str, object], said: str
+) -> None:
+    """The answer was ``-32602 Invalid request parameters`` with no field named, whichever path the call took (a
+    client offering nothing: the direct one; one offering roots: the SDK's)."""
+    request = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
+    async with served(tmp_path) as s, httpx2.AsyncClient(timeout=WAIT_S) as http:
+        for capabilities in ({}, ROOTS):
+            answer = await http.post(s.url, json=request, headers=await session(http, s.url, capabilities))
+            error = _json_or_event(answer)["error"]
+            assert error["code"] == types.INVALID_PARAMS
+            assert error["message"].startswith(said), error
+        listed = {"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"cursor": 5}}
+        answer = await http.post(s.url, json=listed, headers=await session(http, s.url, {}))
+    assert _json_or_event(answer)["error"]["message"] == "Invalid params: cursor: expected a string"
+    assert s.through_sdk == []

@@ -13,6 +13,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
+from mcp_types import methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
@@ -64,7 +65,7 @@ class GatewayServer(Server[dict[str, Any]]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.middleware.append(self.initialize_first)
+        self.middleware += [self.initialize_first, name_invalid_params]
 
     @property
     def instructions(self) -> str | None:
@@ -113,6 +114,63 @@ class GatewayServer(Server[dict[str, Any]]):
                 "2026-07-28 one (its _meta naming the protocol version and the client's capabilities)",
             )
         return await call_next(ctx)
+
+
+async def name_invalid_params(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """Middleware: a request whose params break the method's schema is answered ``-32602`` naming the fields and
+    what each takes (the SDK's answer, ``Invalid request parameters`` with no field, left the client guessing).
+    The params are checked again only on that way out, so a valid request costs nothing more."""
+    try:
+        return await call_next(ctx)
+    except ValidationError:
+        if ctx.request_id is None or ctx.method not in methods.SPEC_CLIENT_METHODS:
+            raise
+        try:
+            methods.validate_client_request(ctx.method, ctx.protocol_version, ctx.params)
+        except ValidationError as invalid:
+            raise MCPError(types.INVALID_PARAMS, f"Invalid params: {describe_params(invalid)}") from None
+        except KeyError:  # (a method this version does not define)
+            pass
+        raise
+
+
+_EXPECTED = {
+    "missing": "required",
+    "string_type": "a string",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+    "list_type": "an array",
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "int_parsing": "an integer",
+    "float_type": "a number",
+    "bool_type": "a boolean",
+}
+_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
+"""Union members' names pydantic puts in an error's location (``progressToken.str``): not fields."""
+
+
+def describe_params(exc: ValidationError, most: int = 3) -> str:
+    """Which fields of a request's params are wrong and what each takes (``arguments: expected an object``), the
+    members of a union as one (``expected a string or an integer``); never the values sent."""
+    said: dict[str, list[str]] = {}
+    for error in exc.errors(include_url=False, include_input=False, include_context=False):
+        path = [str(part) for part in error["loc"][1:] if not (str(part) in _TAGS or str(part)[:1].isupper())]
+        expected = _EXPECTED.get(error["type"]) or str(error["msg"]).replace("Input should be ", "")
+        wants = said.setdefault(".".join(path) or "params", [])
+        if expected not in wants:
+            wants.append(expected)
+    problems = [
+        f"{field}: {'required' if wants == ['required'] else 'expected ' + ' or '.join(_but_required(wants))}"
+        for field, wants in said.items()
+    ]
+    more = f"; and {len(problems) - most} more" if len(problems) > most else ""
+    return "; ".join(problems[:most]) + more
+
+
+def _but_required(wants: list[str]) -> list[str]:
+    return [want for want in wants if want != "required"]
 
 
 def page(items: list[T], params: types.PaginatedRequestParams | None, what: str) -> tuple[list[T], str | None]:
