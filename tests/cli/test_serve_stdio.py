@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
-from mcpvisor.gateway.stdio import MAX_UNANSWERED, _Unanswered
+from mcpvisor.gateway.unanswered import MAX_UNANSWERED, Unanswered
 from tests.gateway.test_gateway import save, server
 from tests.helpers import WAIT_S, marker_pids, mcpvisor_command, pid_alive
 from tests.layout import make_layout
@@ -343,6 +343,43 @@ def test_past_the_bound_on_requests_in_flight_one_more_is_refused_and_answers_ma
         assert _text(answer["result"]) == "a:echo:room"
 
 
+def test_cancelled_requests_hold_their_place_in_the_bound_until_the_gateway_let_go_of_them(tmp_path: Path) -> None:
+    """A cancel freed its request's place at once, while the gateway still held the call: here each waits to tell
+    a server that stopped reading that it was cancelled (the SDK gives that 5 s). Cancelling and sending again, a
+    client had thousands of calls held at once past the bound of 1,000."""
+    extra = range(MAX_UNANSWERED + 1, MAX_UNANSWERED + 4)
+    with _gateway(tmp_path) as process, _bounded(process):
+        _send(process, *_HELLO)
+        _until(process, lambda m: m.get("id") == 0)
+        [pid] = marker_pids(tmp_path / "pids")
+        os.kill(pid, signal.SIGSTOP)  # it reads nothing more: its stdin fills, and every write to it waits
+        woken = threading.Timer(3, os.kill, (pid, signal.SIGCONT))
+        try:
+            _send(process, *(_call(i, "echo", text="x" * 1000) for i in range(1, MAX_UNANSWERED + 1)))
+            time.sleep(1)  # every call is being written to the server by now
+            cancels = (
+                {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": i}}
+                for i in range(1, MAX_UNANSWERED + 1)
+            )
+            _send(process, *cancels, *(_call(i, "echo", text="over") for i in extra))
+            woken.start()  # in 3 s the server reads again: the cancelled calls end, and make room
+            answers = _answers(_until(process, lambda m: m.get("id") == extra[0]))
+            assert "requests of this client in flight" in str(answers[extra[0]]), answers
+            woken.join()
+            deadline = time.monotonic() + WAIT_S
+            while True:
+                _send(process, _call(0, "echo", text="room"))
+                answer = _until(process, lambda m: m.get("id") == 0)[-1]
+                if "result" in answer or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            assert _text(answer["result"]) == "a:echo:room"
+        finally:
+            woken.cancel()
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+
+
 def test_a_request_id_already_in_flight_is_refused_and_a_cancel_of_it_reaches_the_first_call(tmp_path: Path) -> None:
     """As over HTTP. Before, the second request took the first one's place: both ran, and a cancel of that id
     reached the second only; the first ran on and was answered after its client had cancelled it."""
@@ -369,9 +406,22 @@ def test_a_request_id_already_in_flight_is_refused_and_a_cancel_of_it_reaches_th
 async def test_a_clients_answer_to_a_request_of_the_gateways_is_not_waited_for_as_one_of_its_requests() -> None:
     """The ledger of requests read counts requests only: the client's answer to the gateway's own request (sampling,
     in the gateway's ids, here the same id as one of the client's) was counted, and a stop waited for it in vain."""
-    unanswered = _Unanswered()
+    unanswered = Unanswered()
     unanswered.read({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}})
     unanswered.read({"jsonrpc": "2.0", "id": 1, "result": {"role": "assistant"}})
     unanswered.answered(1)
     with anyio.fail_after(WAIT_S):
         await unanswered.settle(timeout_s=WAIT_S * 2)
+
+
+async def test_a_cancelled_request_frees_its_id_at_once_and_its_place_once_let_go_of() -> None:
+    unanswered = Unanswered()
+    unanswered.read({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}})
+    unanswered.read({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+    assert not unanswered.in_flight(1)
+    assert unanswered.count == 1
+    unanswered.read({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}})  # the id again
+    await unanswered.settled(1)()  # the SDK let go of the first
+    assert (unanswered.count, unanswered.in_flight(1)) == (1, True)
+    unanswered.answered(1)
+    assert (unanswered.count, unanswered.in_flight(1)) == (0, False)

@@ -11,7 +11,7 @@ stdout, when it is a pipe or a socket, is written on the event loop too (:class:
 fd 1 while fd 1 points at stderr, as the SDK's does): the SDK writes it in a worker thread that a client no
 longer reading blocks for good, and the gateway waited for that thread as it stopped, whatever the signals. A
 client gone (its end closed) ends the gateway as its stdin's end does, not with a BrokenPipeError. And every
-request read is answered before the input ends (:class:`_Unanswered`): the SDK cancels what is in flight when its input
+request read is answered before the input ends (:class:`Unanswered`): the SDK cancels what is in flight when its input
 ends, and an answer it had begun to write was then lost without a word.
 """
 
@@ -31,12 +31,12 @@ import anyio
 import mcp_types as types
 import pydantic_core
 from mcp.server.stdio import stdio_server
-from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from mcpvisor.gateway.limits import WRITE_STALL_S
 from mcpvisor.gateway.protocol import invalid_message, is_request_id, shape_problem
+from mcpvisor.gateway.unanswered import ANSWER_S, MAX_UNANSWERED, Answering, Settling, Unanswered
 
 __all__ = ["ANSWER_S", "stdio_streams"]
 
@@ -46,92 +46,8 @@ _HELD = 1 << 20
 """How many bytes of complete lines may wait to be read before reading stdin pauses (a client writing faster than
 the gateway takes its requests then fills its pipe, not the gateway's memory). A line is read whole, however long
 (the SDK's own reader has no bound either; the client is the one the user runs)."""
-ANSWER_S = 1.0
-"""How long the requests in flight when the input ends (stdin closed, or a stop after its drain) may take to be
-answered before they are cut (a client closing stdin kills its server 2 s later: the SDK's client does)."""
 _UNREAD_S = 2.0
 """Once the gateway stops, how long output the client does not take may hold it up before it is dropped."""
-MAX_UNANSWERED = 1000
-"""Requests of the client in flight at most: one more is refused at once (each is a task holding its request
-until its answer is taken, so a client that sends without reading answers would grow them without end)."""
-
-
-class _Unanswered:
-    """The requests read and not answered yet (a listen stream is not waited for: it ends as the gateway stops)."""
-
-    def __init__(self) -> None:
-        self._ids: dict[Any, int] = {}
-        self._changed = asyncio.Event()
-        self.count = 0
-
-    @staticmethod
-    def counts(message: Any) -> bool:
-        """Whether ``message`` is a request waited for (not the client's answer to a request of the gateway's, in
-        the gateway's ids, nor a listen stream)."""
-        return (
-            isinstance(message, dict)
-            and is_request_id(message.get("id"))
-            and message.get("method") not in (None, "subscriptions/listen")
-        )
-
-    def in_flight(self, request_id: Any) -> bool:
-        """Whether a request read with this id (``"7"`` and ``7`` are one, as the SDK correlates them) is not
-        answered yet."""
-        return is_request_id(request_id) and coerce_request_id(request_id) in self._ids
-
-    def read(self, message: Any) -> None:
-        if self.counts(message):
-            request_id = coerce_request_id(message["id"])
-            self._ids[request_id] = self._ids.get(request_id, 0) + 1
-            self.count += 1
-        elif isinstance(message, dict) and message.get("method") == "notifications/cancelled":
-            params = message.get("params")
-            self.answered(params.get("requestId") if isinstance(params, dict) else None)  # (never answered)
-
-    def answered(self, request_id: Any) -> None:
-        if not is_request_id(request_id) or (request_id := coerce_request_id(request_id)) not in self._ids:
-            return
-        self.count -= 1
-        self._ids[request_id] -= 1
-        if not self._ids[request_id]:
-            del self._ids[request_id]
-        self._changed.set()
-
-    async def settle(self, timeout_s: float = ANSWER_S) -> None:
-        """Wait until every request read is answered, for up to ``timeout_s``."""
-        with anyio.move_on_after(timeout_s):
-            while self._ids:
-                self._changed.clear()
-                await self._changed.wait()
-
-
-class _Answering:
-    """The write stream the gateway answers on, noting each answer in :class:`_Unanswered`."""
-
-    def __init__(self, inner: Any, unanswered: _Unanswered) -> None:
-        self._inner, self._unanswered = inner, unanswered
-
-    async def settle(self, timeout_s: float = ANSWER_S) -> None:
-        """Wait until every request read is answered, for up to ``timeout_s`` (before the input is ended)."""
-        await self._unanswered.settle(timeout_s)
-
-    async def send(self, item: SessionMessage) -> None:
-        await self._inner.send(item)
-        if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
-            self._unanswered.answered(item.message.id)
-
-    def close(self) -> None:
-        self._inner.close()
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> _Answering:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: object) -> bool | None:
-        return await self._inner.__aexit__(*exc)  # type: ignore[no-any-return]
 
 
 class _Lines:
@@ -142,7 +58,7 @@ class _Lines:
     def __init__(self, reader: _LineReader) -> None:
         self._reader = reader
         self.refuse: Callable[[types.JSONRPCError], Awaitable[None]] | None = None
-        self.unanswered = _Unanswered()
+        self.unanswered = Unanswered()
         self._ended = False
 
     def __aiter__(self) -> _Lines:
@@ -157,7 +73,8 @@ class _Lines:
                 raise StopAsyncIteration
             text = line.decode("utf-8", errors="replace")
             passed, refusal, data = _verdict(text)
-            if passed and self.unanswered.count >= MAX_UNANSWERED and self.unanswered.counts(data):
+            full = passed and self.unanswered.count >= MAX_UNANSWERED and self.unanswered.counts(data)
+            if full and not await self.unanswered.wait_room():
                 passed, refusal = False, _refusal(data["id"], types.INTERNAL_ERROR, _BUSY)
             elif passed and self.unanswered.counts(data) and self.unanswered.in_flight(data["id"]):
                 # The SDK let the second one take the first one's place: a cancel of that id reached the second
@@ -455,11 +372,12 @@ async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
             dropping: asyncio.TimerHandle | None = None
             try:
                 async with stdio_server(stdin=lines, stdout=output) as (read, sent):  # type: ignore[arg-type]
-                    write = _Answering(sent, lines.unanswered if lines is not None else _Unanswered())
+                    unanswered = lines.unanswered if lines is not None else Unanswered()
+                    write = Answering(sent, unanswered)
                     if lines is not None:
                         lines.refuse = lambda refusal: sent.send(SessionMessage(refusal))
-                    try:
-                        yield read.clone(), write  # (the session closing its end leaves this one open: see below)
+                    try:  # (the session closing its end leaves this one open: see below)
+                        yield Settling(read.clone(), unanswered), write
                     finally:
                         if lines is not None:
                             lines.end()  # the SDK waits for its reader task when it leaves, which waited for the client
