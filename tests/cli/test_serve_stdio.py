@@ -213,6 +213,29 @@ def test_params_of_the_wrong_type_are_refused_naming_the_field(tmp_path: Path) -
     assert answers[2] == {"code": -32602, "message": "Invalid params: name: expected a string"}
 
 
+def _asking(process: subprocess.Popen[bytes], kind: str) -> dict[str, Any]:
+    """Open a session offering sampling, elicitation and roots, call ``ask_client`` (``kind``) as id 1; returns the
+    gateway's request to the client."""
+    offers: dict[str, Any] = {"sampling": {}, "elicitation": {}, "roots": {}}
+    _send(process, {**_HELLO[0], "params": {**_OPENING, "capabilities": offers}}, _HELLO[1])
+    _until(process, lambda m: m.get("id") == 0)
+    _send(process, _call(1, "ask_client", kind=kind, text="q"))
+    return _until(process, lambda m: "method" in m and "id" in m)[-1]
+
+
+def test_a_clients_answer_of_the_wrong_shape_reaches_the_server_said_as_such(tmp_path: Path) -> None:
+    """The server heard ``Invalid request parameters (-32602)``, as if its own request had been wrong."""
+    with _gateway(tmp_path) as process, _bounded(process):
+        asked = _asking(process, "sampling")
+        _send(process, {"jsonrpc": "2.0", "id": asked["id"], "result": {"role": 5}})
+        answer = _answers(_until(process, lambda m: m.get("id") == 1))[1]
+    assert answer["isError"] is True
+    said = _text(answer)
+    assert "the client answered server 'a''s sampling request with something else" in said, said
+    assert "role" in said
+    assert "-32602" not in said
+
+
 def test_a_client_that_dies_with_calls_in_flight_costs_no_traceback_and_the_servers_stop(tmp_path: Path) -> None:
     """Its stdout closes under the gateway (the client was killed): writing the calls' answers failed with a
     BrokenPipeError that ended the gateway with a traceback in the client's log and exit code 1."""

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ValidationError
 
 from mcpvisor.core.call_logs import CallLog, hearing
 from mcpvisor.core.client_requests import Progress, answering, refusal
+from mcpvisor.core.errors import describe_invalid
 
 __all__ = [
     "MAX_OPEN_ROUNDS",
@@ -210,6 +211,9 @@ class CallingClient(_Asking):
             )
         except MCPError as exc:  # the client's own answer, or a connection that cannot carry the request
             return exc.error
+        except ValidationError as exc:  # (passed on, the server heard that its own request was invalid)
+            said = describe_invalid(exc)
+            return refusal(f"the client answered server {server!r}'s {what} request with something else: {said}")
 
 
 class _Ask:
