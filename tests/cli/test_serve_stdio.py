@@ -236,6 +236,18 @@ def test_a_clients_answer_of_the_wrong_shape_reaches_the_server_said_as_such(tmp
     assert "-32602" not in said
 
 
+@pytest.mark.parametrize("answer", [{"result": "yes"}, {"error": {"code": "x", "message": 5}}], ids=["result", "error"])
+def test_a_clients_answer_that_is_no_json_rpc_response_fails_the_servers_request(
+    tmp_path: Path, answer: dict[str, Any]
+) -> None:
+    """It was dropped, and the server's request, and the call behind it, waited for an answer that had come."""
+    with _gateway(tmp_path) as process, _bounded(process):
+        asked = _asking(process, "sampling")
+        _send(process, {"jsonrpc": "2.0", "id": asked["id"], **answer})
+        said = _text(_answers(_until(process, lambda m: m.get("id") == 1))[1])
+    assert "the client's answer is no JSON-RPC response: " in said, said
+
+
 def test_a_client_that_dies_with_calls_in_flight_costs_no_traceback_and_the_servers_stop(tmp_path: Path) -> None:
     """Its stdout closes under the gateway (the client was killed): writing the calls' answers failed with a
     BrokenPipeError that ended the gateway with a traceback in the client's log and exit code 1."""

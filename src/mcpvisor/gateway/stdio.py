@@ -73,13 +73,14 @@ class _Lines:
                 raise StopAsyncIteration
             text = line.decode("utf-8", errors="replace")
             passed, refusal, data = _verdict(text)
+            text = passed or text
             full = passed and self.unanswered.count >= MAX_UNANSWERED and self.unanswered.counts(data)
             if full and not await self.unanswered.wait_room():
-                passed, refusal = False, _refusal(data["id"], types.INTERNAL_ERROR, _BUSY)
+                passed, refusal = None, _refusal(data["id"], types.INTERNAL_ERROR, _BUSY)
             elif passed and self.unanswered.counts(data) and self.unanswered.in_flight(data["id"]):
                 # The SDK let the second one take the first one's place: a cancel of that id reached the second
                 # only, and the first ran on, answered after its client had cancelled it.
-                passed, refusal = False, _refusal(data["id"], types.INVALID_REQUEST, _reused(data["id"]))
+                passed, refusal = None, _refusal(data["id"], types.INVALID_REQUEST, _reused(data["id"]))
             if passed:
                 self.unanswered.read(data)
                 return text
@@ -242,16 +243,17 @@ class _Output(asyncio.BaseProtocol):
             self._transport.abort()
 
 
-def _verdict(line: str) -> tuple[bool, types.JSONRPCError | None, Any]:
-    """Whether ``line`` is passed on (a JSON-RPC message), and else the error answering it: none for a blank
-    line, a malformed notification (it has no id to answer) or response (its id is the gateway's); and the line's
-    JSON value when it has one."""
+def _verdict(line: str) -> tuple[str | None, types.JSONRPCError | None, Any]:
+    """The line passed on (a JSON-RPC message), and else the error answering it: none for a blank line, a malformed
+    notification (it has no id to answer) or response (its id is the gateway's: an error with it would reach the
+    client as its own; the gateway's request it names is failed instead, or it waited for ever); and the JSON value
+    passed on, else the line's when it has one."""
     if not line.strip():
-        return False, None, None
+        return None, None, None
     try:
         data = pydantic_core.from_json(line)
     except ValueError:
-        return False, _refusal(None, types.PARSE_ERROR, "Parse error: the line is not JSON"), None
+        return None, _refusal(None, types.PARSE_ERROR, "Parse error: the line is not JSON"), None
     problem = shape_problem(data, unit="line")
     if problem is None:
         try:
@@ -259,15 +261,18 @@ def _verdict(line: str) -> tuple[bool, types.JSONRPCError | None, Any]:
         except ValidationError:
             problem = invalid_message(data)
         else:
-            return True, None, data
+            return line, None, data
     if isinstance(data, dict) and "method" not in data and ("id" in data or "result" in data or "error" in data):
-        logger.debug("dropped a response that is no JSON-RPC response: %s", problem)
-        # (to a request of the gateway's: an error with its id would reach the client as its own)
-        return False, None, data
+        logger.debug("a response that is no JSON-RPC response: %s", problem)
+        if not is_request_id(data.get("id")):
+            return None, None, data
+        why = problem.partition(": ")[2] or problem
+        failed = _refusal(data["id"], types.INTERNAL_ERROR, f"the client's answer is no JSON-RPC response: {why}")
+        return failed.model_dump_json(by_alias=True, exclude_none=True), None, failed.model_dump(by_alias=True)
     if isinstance(data, dict) and "id" not in data and "method" in data:
-        return False, None, data  # a notification: no answer, whatever is wrong with it
+        return None, None, data  # a notification: no answer, whatever is wrong with it
     request_id = data.get("id") if isinstance(data, dict) else None
-    return False, _refusal(request_id if is_request_id(request_id) else None, types.INVALID_REQUEST, problem), data
+    return None, _refusal(request_id if is_request_id(request_id) else None, types.INVALID_REQUEST, problem), data
 
 
 _BUSY = f"the gateway has {MAX_UNANSWERED:,} requests of this client in flight: wait for answers before sending more"
