@@ -1,10 +1,13 @@
 """The gateway over HTTP against clients that use the protocol oddly (raw requests with httpx): a second
-``initialize`` in a session, parameters of the wrong type."""
+``initialize`` in a session, parameters of the wrong type, an answer to the gateway's request that is no answer."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
+import anyio
 import httpx2
 import mcp_types as types
 import pytest
@@ -61,3 +64,29 @@ async def test_params_of_the_wrong_type_are_refused_naming_the_field_on_both_cal
         answer = await http.post(s.url, json=listed, headers=await session(http, s.url, {}))
     assert _json_or_event(answer)["error"]["message"] == "Invalid params: cursor: expected a string"
     assert s.through_sdk == []
+
+
+@pytest.mark.parametrize("answer", [{"result": "yes"}, {"error": {"code": "x", "message": 5}}], ids=["result", "error"])
+async def test_a_clients_answer_that_is_no_json_rpc_response_fails_the_servers_request(
+    tmp_path: Path, answer: dict[str, Any]
+) -> None:
+    """The client was told (400), but the server's request, and the call behind it, waited on for an answer."""
+    offers: dict[str, Any] = {"sampling": {}}
+    async with served(tmp_path) as s, httpx2.AsyncClient(timeout=WAIT_S) as http:
+        headers = await session(http, s.url, offers)
+        asking = call("mcp__a__ask_client", {"kind": "sampling", "text": "q"})
+        with anyio.fail_after(WAIT_S):
+            async with http.stream("POST", s.url, json=asking, headers=headers) as stream:
+                heard: list[dict[str, Any]] = []
+                async for line in stream.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: ":
+                        continue
+                    heard.append(json.loads(line[len("data: ") :]))
+                    if heard[-1].get("method") == "sampling/createMessage":
+                        reply = {"jsonrpc": "2.0", "id": heard[-1]["id"], **answer}
+                        told = await http.post(s.url, json=reply, headers=headers)
+                        assert told.status_code == 400
+                    elif heard[-1].get("id") == asking["id"]:
+                        break
+    said = heard[-1]["result"]["content"][0]["text"]
+    assert "the client's answer is no JSON-RPC response: " in said, said

@@ -59,6 +59,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
+from mcp.shared.message import SessionMessage
 from mcp_types import (
     DEFAULT_NEGOTIATED_VERSION,
     INTERNAL_ERROR,
@@ -82,7 +83,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope, Send
 
 from mcpvisor.gateway.asks import offers_input
-from mcpvisor.gateway.protocol import invalid_message, shape_problem
+from mcpvisor.gateway.protocol import failed_answer, invalid_message, shape_problem
 from mcpvisor.gateway.replay import ReplayBuffer, SessionEvents
 from mcpvisor.gateway.tracing import tracing
 
@@ -124,6 +125,9 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
         except ClientDisconnect:
             return  # it left before its body came (or the server closed it for being too slow): no one to answer
         if isinstance(parsed, str):
+            failed = failed_answer(pydantic_core.from_json(await request.body()), parsed)  # (the body is cached)
+            if failed is not None and self._read_stream_writer is not None:  # the client is told, and its request...
+                await self._read_stream_writer.send(SessionMessage(failed))  # ... fails, not left waiting
             await self._create_error_response(f"Invalid Request: {parsed}", HTTPStatus.BAD_REQUEST, INVALID_REQUEST)(
                 scope, receive, send
             )

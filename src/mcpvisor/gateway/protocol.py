@@ -33,6 +33,7 @@ __all__ = [
     "as_served",
     "connection_of",
     "error_result",
+    "failed_answer",
     "failed_call",
     "invalid_message",
     "is_request_id",
@@ -294,6 +295,18 @@ def shape_problem(data: Any, *, unit: str = "POST") -> str | None:
     if "method" not in data and "id" not in data:
         return "a message needs a 'method' (a request or notification) or an 'id' (a response)"
     return None
+
+
+def failed_answer(data: Any, problem: str) -> types.JSONRPCError | None:
+    """For a client's answer to one of the gateway's requests (no method, a request id) that is no JSON-RPC response
+    (``problem``): the error that fails that request in its place (dropped, it left the request, and the call behind
+    it, waiting for an answer that had come); else None."""
+    if not isinstance(data, dict) or "method" in data or not is_request_id(data.get("id")):
+        return None
+    said = f"the client's answer is no JSON-RPC response: {problem.partition(': ')[2] or problem}"
+    return types.JSONRPCError(
+        jsonrpc="2.0", id=data["id"], error=types.ErrorData(code=types.INTERNAL_ERROR, message=said)
+    )
 
 
 def is_request_id(value: Any) -> bool:

@@ -35,7 +35,7 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from mcpvisor.gateway.limits import WRITE_STALL_S
-from mcpvisor.gateway.protocol import invalid_message, is_request_id, shape_problem
+from mcpvisor.gateway.protocol import failed_answer, invalid_message, is_request_id, shape_problem
 from mcpvisor.gateway.unanswered import ANSWER_S, MAX_UNANSWERED, Answering, Settling, Unanswered
 
 __all__ = ["ANSWER_S", "stdio_streams"]
@@ -264,10 +264,9 @@ def _verdict(line: str) -> tuple[str | None, types.JSONRPCError | None, Any]:
             return line, None, data
     if isinstance(data, dict) and "method" not in data and ("id" in data or "result" in data or "error" in data):
         logger.debug("a response that is no JSON-RPC response: %s", problem)
-        if not is_request_id(data.get("id")):
+        failed = failed_answer(data, problem)
+        if failed is None:
             return None, None, data
-        why = problem.partition(": ")[2] or problem
-        failed = _refusal(data["id"], types.INTERNAL_ERROR, f"the client's answer is no JSON-RPC response: {why}")
         return failed.model_dump_json(by_alias=True, exclude_none=True), None, failed.model_dump(by_alias=True)
     if isinstance(data, dict) and "id" not in data and "method" in data:
         return None, None, data  # a notification: no answer, whatever is wrong with it
