@@ -4,12 +4,15 @@ processes)."""
 
 from __future__ import annotations
 
+import array
 import contextlib
+import fcntl
 import itertools
 import json
 import os
 import signal
 import subprocess
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -378,6 +381,22 @@ def test_past_the_bound_on_requests_in_flight_one_more_is_refused_and_answers_ma
         assert _text(answer["result"]) == "a:echo:room"
 
 
+def _unread(fd: int) -> int:
+    """Bytes written to a pipe and not read yet (asked of either end)."""
+    count = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, count)
+    return count[0]
+
+
+def _until_read(process: subprocess.Popen[bytes]) -> None:
+    """Until the gateway read every line sent to it (over a megabyte here, a while on a loaded machine)."""
+    assert process.stdin is not None
+    deadline = time.monotonic() + WAIT_S
+    while _unread(process.stdin.fileno()):
+        assert time.monotonic() < deadline, "the gateway stopped reading its input"
+        time.sleep(0.05)
+
+
 def test_cancelled_requests_hold_their_place_in_the_bound_until_the_gateway_let_go_of_them(tmp_path: Path) -> None:
     """A cancel freed its request's place at once, while the gateway still held the call: here each waits to tell
     a server that stopped reading that it was cancelled (the SDK gives that 5 s). Cancelling and sending again, a
@@ -391,6 +410,7 @@ def test_cancelled_requests_hold_their_place_in_the_bound_until_the_gateway_let_
         woken = threading.Timer(3, os.kill, (pid, signal.SIGCONT))
         try:
             _send(process, *(_call(i, "echo", text="x" * 1000) for i in range(1, MAX_UNANSWERED + 1)))
+            _until_read(process)
             time.sleep(1)  # every call is being written to the server by now
             cancels = (
                 {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": i}}
