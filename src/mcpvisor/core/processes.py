@@ -267,13 +267,30 @@ async def _wait_exit(process: anyio.abc.Process, timeout_s: float) -> bool:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` runs on. A zombie does not: one whose parent left it to an init that
+    never reaps (as in some containers) would otherwise count for ever."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True  # (no /proc: any member counts)
+    group = str(pgid)
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                state, _parent, member_of = stat.read().rsplit(")", 1)[1].split(maxsplit=3)[:3]
+        except (OSError, ValueError):
+            continue  # (gone meanwhile)
+        if member_of == group and state != "Z":
+            return True
+    return False
 
 
 async def stop_process(
@@ -301,6 +318,9 @@ async def stop_process(
                 os.killpg(pgid, signal.SIGKILL)
         if not await _wait_exit(process, REAP_WAIT_S):
             logger.warning("server process %d is still alive after SIGKILL; abandoning it", process.pid)
+        with anyio.move_on_after(REAP_WAIT_S):  # and its group's other processes (a port or lock they hold is free)
+            while _group_alive(pgid):  # noqa: ASYNC110 - a group's end has no event to wait on
+                await anyio.sleep(EXIT_POLL_S)
     for pipe in (process.stdout, process.stderr):
         if pipe is not None:
             with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
