@@ -56,6 +56,14 @@ def test_servers_filtered_by_the_allow_list_read_as_not_allowed_not_removed() ->
     assert plan.gate_stop == {"a": "not_allowed"}
 
 
+def test_a_known_server_no_longer_configured_reads_as_removed_whether_it_ran_or_not() -> None:
+    a, b = cfg("a"), cfg("b")
+    plan = plan_reconcile({"a": live("a", a)}, {"b": b}, McpGating(excluded=("b",)), known=("a", "b", "g", "f"))
+    assert (plan.remove, plan.unconfigured) == (("a",), ("f", "g"))
+    assert plan.finished((), (), {}, (), 0.0).removed == ("a", "f", "g")
+    assert plan.gate_skip == {"b": "excluded"}
+
+
 def test_gating_matches_plain_names_and_globs_alike() -> None:
     gating = McpGating(excluded=("x", "tmp-*"), allowed=("a", "b?", "[cd]*"), pending=("p",))
     assert gating.is_excluded("x")

@@ -725,3 +725,20 @@ async def test_deleting_a_settings_file_says_so_and_removes_its_servers(tmp_path
         await s.rec.wait_for(
             lambda: any(isinstance(e, SettingsWarning) and "was deleted" in e.message for e in s.rec.events)
         )
+
+
+async def test_a_gated_server_deleted_from_the_settings_is_reported_removed(tmp_path: Path) -> None:
+    """SPEC §9: a reconcile's ``removed`` lists the servers no longer configured, not only those that ran: an
+    excluded, a not-allowed and a pending one deleted from their files are removed, as a running one is."""
+    gating = {"excluded": ["x"], "allowed": ["a", "p", "r", "x"]}
+    user = {"mcpServers": {"a": server("a"), "r": server("r"), "x": server("x"), "n": server("n")}, "mcp": gating}
+    async with session(tmp_path, user=user, project={"mcpServers": {"p": server("p")}}) as s:
+        assert s.live() == {"a", "r"}
+        assert s.rec.reconciles()[-1].gated == {"x": "excluded", "n": "not_allowed", "p": "pending_approval"}
+        save(s.layout.paths.user, {"mcpServers": {"a": server("a")}, "mcp": gating})
+        save(s.layout.paths.project, {"mcpServers": {}})
+        await s.host.reload()
+        last = s.rec.reconciles()[-1]
+        assert sorted(last.removed) == ["n", "p", "r", "x"]
+        assert last.gated == {}
+        assert last.kept == ("a",)

@@ -137,7 +137,7 @@ class McpClientManager:
         for name, (decided, cfg) in self._planned.items():
             if name not in live and name in waiting and self._decided.get(name) == decided:
                 live[name] = LiveServer(connection_id_of(name, cfg), exposure_of(cfg), connected=True)
-        return plan_for(self._config, live)
+        return plan_for(self._config, live, known=self._states.snapshot())  # (a gated one, never live, too)
 
     async def discover_all_mcp_tools_incremental(self, wait_s: float | None = None) -> ReconcileFinished:
         """Bring the live connections in line with the config, touching only what changed. With a pool (SPEC §5.5)

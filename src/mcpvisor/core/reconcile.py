@@ -55,6 +55,8 @@ class LiveServer:
 class ReconcilePlan:
     remove: tuple[str, ...] = ()
     """Live servers no longer configured."""
+    unconfigured: tuple[str, ...] = ()
+    """Servers no longer configured that were not live (gated, or failed to start): nothing to stop, only to report."""
     gate_stop: Mapping[str, str] = field(default_factory=dict)
     """Live servers that gating now forbids, with the reason."""
     gate_skip: Mapping[str, str] = field(default_factory=dict)
@@ -84,7 +86,7 @@ class ReconcilePlan:
         return ReconcileFinished(
             added=tuple(n for n in self.start if n not in retried and n not in changed),
             retried=retried,
-            removed=self.remove,
+            removed=(*self.remove, *self.unconfigured),
             restarted=(*self.restart, *changed),
             refiltered=self.refilter,
             kept=self.keep,
@@ -101,14 +103,17 @@ def plan_reconcile(
     gating: McpGating,
     *,
     not_allowed: Mapping[str, McpServerConfig] | None = None,
+    known: Collection[str] = (),
 ) -> ReconcilePlan:
     """Plan one reconcile.
 
     ``desired`` is the allow-list-filtered map (``Config.get_mcp_servers()``); ``not_allowed``
     holds configured servers the allow-list filtered out, so they read as gated, not removed.
+    ``known`` names the servers reported before (live or not): those no longer configured read as removed.
     """
     not_allowed = not_allowed or {}
     remove = tuple(name for name in live if name not in desired and name not in not_allowed)
+    unconfigured = tuple(sorted(n for n in known if n not in live and n not in desired and n not in not_allowed))
     gate_stop: dict[str, str] = {}
     gate_skip: dict[str, str] = {}
     start: list[str] = []
@@ -135,6 +140,7 @@ def plan_reconcile(
 
     return ReconcilePlan(
         remove=remove,
+        unconfigured=unconfigured,
         gate_stop=gate_stop,
         gate_skip=gate_skip,
         start=tuple(start),
@@ -144,11 +150,12 @@ def plan_reconcile(
     )
 
 
-def plan_for(config: DesiredServers, live: Mapping[str, LiveServer]) -> ReconcilePlan:
+def plan_for(config: DesiredServers, live: Mapping[str, LiveServer], known: Collection[str] = ()) -> ReconcilePlan:
     """Plan one reconcile of ``live`` against what ``config`` desires: nothing in an untrusted folder, and
-    configured servers the allow-list filtered out read as gated."""
+    configured servers the allow-list filtered out read as gated; ``known``: as for :func:`plan_reconcile`."""
     trusted = config.is_trusted_folder()
     merged = config.get_merged_mcp_servers() if trusted else {}
     desired = config.get_mcp_servers() if trusted else {}
     not_allowed = {name: cfg for name, cfg in merged.items() if name not in desired}
-    return plan_reconcile(live, desired, config.get_mcp_gating(), not_allowed=not_allowed)
+    known = known if trusted else ()  # (an untrusted folder stops what ran; the rest is said once trusted again)
+    return plan_reconcile(live, desired, config.get_mcp_gating(), not_allowed=not_allowed, known=known)
