@@ -993,3 +993,31 @@ def test_lsp_list_and_status_give_the_command_that_trusts_the_folder_of_a_langua
         said = " ".join(out.split())
         assert f"py · {'○ ' if command == ['status'] else ''}not started: the folder is not trusted — run: " in said
         assert "mcpvisor mcp trust" in said.partition("py · ")[2], said
+
+
+def test_an_mcp_server_entry_with_a_blank_name_is_an_invalid_entry_row_of_mcp_list_and_status(layout: Layout) -> None:
+    """Before: only a warning above the list said it; mcp list, status and status --json had no row for it (a
+    language server entry with a blank name has one)."""
+    light = {"command": sys.executable, "args": ["-m", "mcpvisor.examples.light_server"]}
+    write_json(layout.paths.user, {"mcpServers": {"": {"command": "x", "env": {"TOKEN": "s3cret"}}, "ok": light}})
+    row = f"'' · ✗ invalid entry in {layout.paths.user}, not started — a server needs a name; fix mcpServers"
+    for command in ("status", "mcp list"):
+        code, out = invoke(layout, *command.split())
+        assert code == 1, command
+        assert row in " ".join(out.split()), command
+        assert "s3cret" not in out
+    code, out = invoke(layout, "status", "--json")
+    assert code == 1
+    rows = {row["name"]: row for row in json.loads(out)["servers"]}
+    assert (rows[""]["state"], rows[""]["file"], rows[""]["error"]) == (
+        "invalid",
+        str(layout.paths.user),
+        "a server needs a name; fix mcpServers",
+    )
+    assert rows["ok"]["state"] == "connected"
+    code, out = invoke(layout, "mcp", "list", "--json")
+    assert code == 1
+    assert [(row["name"], row["admission"]) for row in json.loads(out)["servers"]] == [
+        ("", "invalid"),
+        ("ok", "allowed"),
+    ]

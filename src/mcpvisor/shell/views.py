@@ -83,7 +83,7 @@ def render_status(
             where = f" ({row.file})" if row.file and row.source != "Command line" else ""
             console.print(Text(f"{group}{where}", style="bold"))
         icon, text, style = state_text(row, live=live, approve_hint=approve_hint, login_hint=login_hint, trust=trust)
-        line = Text(row.name, style="bold")
+        line = Text(row.name if row.name.strip() else repr(row.name), style="bold")  # (an entry with a blank name)
         line.append(" · ")
         line.append(f"{icon} {text}", style=style)
         if row.kept:  # (what runs is not what the file says)

@@ -260,8 +260,9 @@ def build_server_entries(
         skipped[name] = SkippedServer(name, scope, path, problem)
 
     for name, entry in entries.items():
-        if not str(name).strip():
+        if not str(name).strip():  # (a row shows it by its key as written: '')
             warnings.append(f"{SKIPPED_MCP_ENTRY[1]}{name!r} in {where}: a server needs a name; fix {key}")
+            skipped[str(name)] = SkippedServer(str(name), scope, path, f"a server needs a name; fix {key}")
             continue
         if (unshowable := unshowable_name(str(name))) is not None:  # (no row can show its name)
             warnings.append(f"{SKIPPED_MCP_ENTRY[0]}{name!r} in {where}: {unshowable}; rename it in {key}")
