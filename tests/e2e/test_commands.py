@@ -193,6 +193,25 @@ def test_add_and_approve_say_when_the_settings_keep_the_server_from_running(tmp_
     assert "does not run" not in plain.stdout
 
 
+def test_approving_a_server_approved_already_says_so_instead_of_connecting_it(tmp_path: Path) -> None:
+    """Before: approving the exact configuration approved already said "Approved ... A running mcpvisor connects it
+    now", as if something had changed."""
+    layout = make_layout(tmp_path)
+    replace_text(layout.paths.project, json.dumps({"mcpServers": {"p": {"command": "echo"}}}))
+    where = ("--workspace", str(layout.root))
+    first = cli("mcp", "approve", "p", *where, env=layout.env)
+    assert first.returncode == 0, first.stderr
+    assert f"Approved for {layout.root}. A running mcpvisor connects it now." in " ".join(first.stdout.split())
+    again = cli("mcp", "approve", "p", *where, env=layout.env)
+    assert again.returncode == 0, again.stderr
+    said = " ".join(again.stdout.split())
+    assert f"p was approved already for {layout.root}. Nothing changed." in said
+    assert "connects it now" not in said
+    replace_text(layout.paths.project, json.dumps({"mcpServers": {"p": {"command": "echo", "args": ["x"]}}}))
+    edited = cli("mcp", "approve", "p", *where, env=layout.env)  # another configuration: a new approval
+    assert f"Approved for {layout.root}. A running mcpvisor connects it now." in " ".join(edited.stdout.split())
+
+
 def test_mcp_list_says_which_allow_list_leaves_a_server_out_and_the_fix(tmp_path: Path) -> None:
     layout = make_layout(tmp_path)
     servers = {n: {"command": "echo"} for n in "abc"}

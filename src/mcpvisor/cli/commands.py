@@ -298,7 +298,11 @@ def decide(
     if decided.recorded and decision == "approve":
         blocked = will_not_start(settings, name)
         then = f"But {blocked}." if blocked else "A running mcpvisor connects it now."
-        console.print(f"[green]Approved[/] for {escape(str(settings.root))}. {escape(then)}")
+        if approved:  # (this exact configuration was: approving again connects nothing)
+            then = f"But {blocked}." if blocked else "Nothing changed."
+            console.print(f"{escape(name)} was [green]approved[/] already for {escape(str(settings.root))}. {then}")
+        else:
+            console.print(f"[green]Approved[/] for {escape(str(settings.root))}. {escape(then)}")
         if is_pinned(pin_mode, cfg) and pinned_before(pins, settings.root, name, cfg):
             console.print(compared_note(name, approve), markup=False)
     elif decided.recorded:
