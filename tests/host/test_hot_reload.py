@@ -308,11 +308,33 @@ async def test_a_list_a_library_caller_sets_is_said_to_be_the_hosts_and_the_file
         rows = {row.name: row.error for row in s.host.server_views()}
         assert rows["b"] == "in the list the host set with set_excluded_mcp_servers()"
         assert rows["c"] == f"not in mcp.allowed of {file}; add it there"
-        s.host.config.set_allowed_mcp_servers(["a", "b"])
+        s.host.config.set_allowed_mcp_servers(["a"])
         s.host.config.set_excluded_mcp_servers(None)
-        assert str(s.host.config.not_found("mcp__c__echo", "tool")).endswith(
-            "server 'c' is not allowed: not in the list the host set with set_allowed_mcp_servers()"
+        assert str(s.host.config.not_found("mcp__b__echo", "tool")).endswith(
+            "server 'b' is not allowed: not in the list the host set with set_allowed_mcp_servers()"
         )
+
+
+async def test_lists_a_library_caller_sets_hold_across_reloads_and_only_narrow_the_files_lists(tmp_path: Path) -> None:
+    """Before: a settings reload recomputed the gating from the files alone, so a list set with
+    set_excluded_mcp_servers or set_allowed_mcp_servers was silently dropped (an excluded server started again)."""
+    servers = {n: server(n) for n in "abcd"}
+    async with session(tmp_path, user={"mcpServers": servers, "mcp": {"allowed": ["a", "b", "c"]}}) as s:
+        s.host.config.set_excluded_mcp_servers(["b"])
+        s.host.config.set_allowed_mcp_servers(["a", "b", "d"])  # d: the file's list leaves it out, and that holds
+        await s.host.config.reconcile()
+        assert s.live() == {"a"}
+        save(
+            s.layout.paths.user, {"mcpServers": {**servers, "e": server("e")}, "mcp": {"allowed": ["a", "b", "c", "e"]}}
+        )
+        await s.host.reload()
+        assert s.live() == {"a"}
+        reasons = {n: s.host.config.get_mcp_server_unavailable_reason(n) for n in "bcde"}
+        assert reasons == {"b": "excluded", "c": "not_allowed", "d": "not_allowed", "e": "not_allowed"}
+        s.host.config.set_excluded_mcp_servers(None)
+        s.host.config.set_allowed_mcp_servers(None)
+        await s.host.config.reconcile()
+        assert s.live() == {"a", "b", "c", "e"}
 
 
 async def test_a_list_saved_where_mcp_was_no_object_applies_and_goes_when_mcp_is_no_object_again(

@@ -79,7 +79,8 @@ class Config(StackOwner):
         self._extension_servers: dict[str, McpServerConfig] = {}
         self._runtime_servers: dict[str, McpServerConfig] = {}
         self._cli_allowed = names_tuple(allowed_mcp_server_names)
-        self._gating = McpGating(allowed=self._cli_allowed)
+        self._settings_gating = self._gating = McpGating(allowed=self._cli_allowed)  # (see set_mcp_gating)
+        self._host_lists: tuple[tuple[str, ...] | None, tuple[str, ...] | None] = (None, None)  # excluded, allowed
         self._refiner: Callable[[str, str], str] | None = None
         self.approve_command = "mcpvisor mcp approve {name}"
         """How a fix says to approve a server (``{name}``): the layer above names its workspace and home in it."""
@@ -216,13 +217,17 @@ class Config(StackOwner):
     # -- gating ------------------------------------------------------------------------------
 
     def set_excluded_mcp_servers(self, names: Iterable[str] | None) -> None:
-        self._gating = self._gating.with_host_excluded(names_tuple(names))
+        """Exclude ``names`` too, across reloads (see :meth:`set_mcp_gating`); None: no list of the program's own."""
+        self._host_lists = (names_tuple(names), self._host_lists[1])
+        self.set_mcp_gating(self._settings_gating)
 
     def set_allowed_mcp_servers(self, names: Iterable[str] | None) -> None:
-        self._gating = self._gating.with_host_allowed(names_tuple(names))
+        """Admit only ``names`` of what is admitted, across reloads (see :meth:`set_mcp_gating`); None: no such list."""
+        self._host_lists = (self._host_lists[0], names_tuple(names))
+        self.set_mcp_gating(self._settings_gating)
 
     def set_pending_mcp_servers(self, names: Iterable[str] | None) -> None:
-        self._gating = replace(self._gating, pending=names_tuple(names))
+        self.set_mcp_gating(replace(self._settings_gating, pending=names_tuple(names)))
 
     def set_reason_refiner(self, refine: Callable[[str, str], str] | None) -> None:
         """How the layer above words a gated server's reason (SPEC §4: the host, which knows the approvals
@@ -234,10 +239,15 @@ class Config(StackOwner):
         return self._refiner(name, reason) if self._refiner is not None else reason
 
     def set_mcp_gating(self, gating: McpGating) -> None:
-        self._gating = gating
+        """Push the gating the layer above computed (a ``Host``'s, from the settings files at each reload): the lists
+        the program set itself (:meth:`set_excluded_mcp_servers`, :meth:`set_allowed_mcp_servers`) narrow it."""
+        self._settings_gating, self._gating = gating, gating.narrowed_by_host(*self._host_lists)
 
     def get_mcp_gating(self) -> McpGating:
         return self._gating
+
+    def get_settings_mcp_gating(self) -> McpGating:  # as last pushed, before the program's own lists narrow it
+        return self._settings_gating
 
     def get_cli_allowed_mcp_server_names(self) -> tuple[str, ...] | None:
         """The immutable start-up ceiling (``--allowed-mcp-server-names``)."""
@@ -256,16 +266,9 @@ class Config(StackOwner):
 
     def get_mcp_server_unavailable_reason(self, name: str) -> UnavailableReason | None:
         """Why a server is not admitted, checked in order: removed, not allowed, excluded, pending."""
-        merged = self.get_merged_mcp_servers()
-        if name not in merged:
+        if name not in self.get_merged_mcp_servers():
             return "removed" if name in self._removed else None
-        if not self._gating.is_allowed(name):
-            return "not_allowed"
-        if self._gating.is_excluded(name):
-            return "excluded"
-        if self._gating.is_pending(name):
-            return "pending_approval"
-        return None
+        return self._gating.reason_of(name)
 
     def removed_mcp_servers(self) -> frozenset[str]:
         return frozenset(self._removed)

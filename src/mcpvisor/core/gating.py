@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase, translate
+from typing import Literal
 
 __all__ = [
     "McpGating",
@@ -153,32 +154,47 @@ class McpGating:
     """The lists ``allowed`` was combined from, to say which leaves a server out (empty: not known)."""
     excluded_by: tuple[NameList, ...] = field(default=(), compare=False)
     """The lists ``excluded`` was united from, to say which leaves a server out (empty: not known)."""
+    host_allowed: tuple[str, ...] | None = None
+    """The allow-list a library caller set (:meth:`narrowed_by_host`), matched besides ``allowed``."""
     _excluded: NameMatcher = field(init=False, repr=False, compare=False)
     _allowed: NameMatcher | None = field(init=False, repr=False, compare=False)
+    _host_allowed: NameMatcher | None = field(init=False, repr=False, compare=False)
     _pending: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_excluded", NameMatcher(self.excluded or ()))
         object.__setattr__(self, "_allowed", None if self.allowed is None else NameMatcher(self.allowed))
+        object.__setattr__(self, "_host_allowed", None if self.host_allowed is None else NameMatcher(self.host_allowed))
         object.__setattr__(self, "_pending", frozenset(self.pending or ()))
 
-    def with_host_excluded(self, names: tuple[str, ...] | None) -> McpGating:
-        """This gating with the exclude-list a library caller set (``Config.set_excluded_mcp_servers``): a server it
-        leaves out is said to be left out by the host; the allow-lists keep the files they came from."""
-        by = (NameList("set_excluded_mcp_servers", names, call=True),) if names else ()
-        return replace(self, excluded=names, excluded_by=by)
-
-    def with_host_allowed(self, names: tuple[str, ...] | None) -> McpGating:
-        """This gating with the allow-list a library caller set (``Config.set_allowed_mcp_servers``), which replaces
-        every other; the exclude-lists keep the files they came from."""
-        by = (NameList("set_allowed_mcp_servers", names, call=True),) if names is not None else ()
-        return replace(self, allowed=names, allowed_by=by)
+    def narrowed_by_host(self, excluded: tuple[str, ...] | None, allowed: tuple[str, ...] | None) -> McpGating:
+        """This gating (the files' and the start-up flag's lists) narrowed by the lists a library caller set with
+        ``Config.set_excluded_mcp_servers`` and ``set_allowed_mcp_servers`` (None: none set): what they leave out is
+        said to be left out by the host, and they never admit a name the other lists leave out."""
+        gating = self
+        if excluded:
+            united = tuple(dict.fromkeys((*(self.excluded or ()), *excluded)))
+            by = (*self.excluded_by, NameList("set_excluded_mcp_servers", excluded, call=True))
+            gating = replace(gating, excluded=united, excluded_by=by)
+        if allowed is not None:
+            by = (*self.allowed_by, NameList("set_allowed_mcp_servers", allowed, call=True))
+            gating = replace(gating, host_allowed=allowed, allowed_by=by)
+        return gating
 
     def is_excluded(self, name: str) -> bool:
         return self._excluded(name)
 
     def is_allowed(self, name: str) -> bool:
-        return self._allowed is None or self._allowed(name)
+        host = self._host_allowed  # (a library caller's list narrows the others)
+        return (self._allowed is None or self._allowed(name)) and (host is None or host(name))
+
+    def reason_of(self, name: str) -> Literal["not_allowed", "excluded", "pending_approval"] | None:
+        """Why a configured server ``name`` may not run, checked in that order (None: it may)."""
+        if not self.is_allowed(name):
+            return "not_allowed"
+        if self.is_excluded(name):
+            return "excluded"
+        return "pending_approval" if self.is_pending(name) else None
 
     def is_pending(self, name: str) -> bool:
         return name in self._pending

@@ -155,7 +155,7 @@ async def apply_desired_state(
     if (
         not force
         and mcp_servers_equal(config.get_settings_mcp_servers(), servers)
-        and mcp_gating_equal(config.get_mcp_gating(), state.gating)
+        and mcp_gating_equal(config.get_settings_mcp_gating(), state.gating)
         and set(previous.rejected if previous is not None else ()) == set(state.rejected)
     ):
         return False
