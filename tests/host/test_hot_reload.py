@@ -704,6 +704,17 @@ async def test_an_excluded_pending_server_is_never_announced(tmp_path: Path) -> 
         assert s.host.config.get_mcp_server_unavailable_reason("p") == "excluded"
 
 
+async def test_a_pending_server_the_program_excluded_is_never_announced(tmp_path: Path) -> None:
+    """Before: a list set with set_excluded_mcp_servers held across reloads, but a server it excluded that waited for
+    approval was still announced (approval_needed, the shell's dialog) when its entry changed."""
+    async with session(tmp_path, user={"mcpServers": {"a": server("a")}}, project={"mcpServers": {}}) as s:
+        s.host.config.set_excluded_mcp_servers(["p"])
+        save(s.layout.paths.project, {"mcpServers": {"p": server("p")}})
+        await s.host.reload()
+        assert s.host.config.get_mcp_server_unavailable_reason("p") == "excluded"
+        assert s.rec.prompts() == []
+
+
 async def test_decide_refuses_unknown_and_ungated_servers(tmp_path: Path) -> None:
     async with session(tmp_path, user={"mcpServers": {"a": server("a")}}) as s:
         with pytest.raises(ConfigError, match="no such server"):

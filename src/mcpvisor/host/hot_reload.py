@@ -111,10 +111,14 @@ def compute_desired_state(
     return DesiredState(assembled, gating, rejected)
 
 
-def strictly_promptable(state: DesiredState, approvals: ApprovalStore, root: str | os.PathLike[str]) -> tuple[str, ...]:
-    """Exactly pending servers that gating would otherwise admit (never excluded or not allowed)."""
+def strictly_promptable(
+    state: DesiredState, approvals: ApprovalStore, root: str | os.PathLike[str], gating: McpGating | None = None
+) -> tuple[str, ...]:
+    """Exactly pending servers that gating would otherwise admit (never excluded or not allowed). ``gating``: the one
+    in force (``Config.get_mcp_gating()``: the lists the program set itself too); None: the state's."""
     promptable = approvals.get_promptable_mcp_servers(state.assembled.servers, root)
-    return tuple(n for n in promptable if state.gating.is_allowed(n) and not state.gating.is_excluded(n))
+    gating = gating or state.gating
+    return tuple(n for n in promptable if gating.is_allowed(n) and not gating.is_excluded(n))
 
 
 class PendingAnnouncements:
@@ -270,7 +274,7 @@ async def reload_now(
         applied = True
     if applied or pending is not None:  # (else the gate: nothing MCP-relevant changed)
         # What waits for approval is the latest pass's to say, also when its state passed the gate unchanged.
-        promptable = strictly_promptable(state, approvals, settings.root)
+        promptable = strictly_promptable(state, approvals, settings.root, config.get_mcp_gating())
         if (pending is None or pending.changed(state, promptable, this_pass)) and promptable:
             emit(McpPendingApprovalChanged(promptable))
     if not applied:

@@ -65,7 +65,7 @@ class ApprovalDialog:
         if not self.host.settings.trusted:
             return {}  # nothing starts in an untrusted folder: asking would promise what cannot happen
         state = self.host.state
-        names = strictly_promptable(state, self.host.approvals, self.host.root)
+        names = strictly_promptable(state, self.host.approvals, self.host.root, self.host.config.get_mcp_gating())
         waiting = {name: state.assembled.servers[name].approval_hash for name in names}
         lsp = self.host.lsp.state
         waiting.update({f"{LSP_KEY_PREFIX}{n}": lsp.servers[n].approval_hash for n in lsp.promptable()})
