@@ -212,6 +212,21 @@ def test_approving_a_server_approved_already_says_so_instead_of_connecting_it(tm
     assert f"Approved for {layout.root}. A running mcpvisor connects it now." in " ".join(edited.stdout.split())
 
 
+def test_approving_a_language_server_approved_already_says_so(tmp_path: Path) -> None:
+    """Before: it said "Approved ... A running mcpvisor may start it now" again, as if something had changed."""
+    layout = make_layout(tmp_path)
+    replace_text(layout.root / ".lsp.json", json.dumps({"py": {"command": "x", "extensionToLanguage": {".py": "py"}}}))
+    where = ("--workspace", str(layout.root))
+    first = cli("lsp", "approve", "py", *where, env=layout.env)
+    assert first.returncode == 0, first.stderr
+    assert "A running mcpvisor may start it now." in " ".join(first.stdout.split())
+    again = cli("lsp", "approve", "py", *where, env=layout.env)
+    assert again.returncode == 0, again.stderr
+    said = " ".join(again.stdout.split())
+    assert f"py was approved already for {layout.root}. Nothing changed." in said
+    assert "may start it now" not in said
+
+
 def test_mcp_list_says_which_allow_list_leaves_a_server_out_and_the_fix(tmp_path: Path) -> None:
     layout = make_layout(tmp_path)
     servers = {n: {"command": "echo"} for n in "abc"}

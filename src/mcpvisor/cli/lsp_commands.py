@@ -176,8 +176,14 @@ def decide_lsp(*, env: Mapping[str, str], workspace: Path | None, name: str, dec
         console.print(f"[yellow]![/] {escape(replaces)}")
     if decision == "approve":
         console.print(f"[yellow]{RUNS_WORKSPACE_CODE}[/]")
+        approved = approvals.get_state(settings.root, name, cfg, "lsp") == "approved"  # (again: nothing changes)
         approvals.approve(settings.root, name, cfg, "lsp")
-        console.print(f"[green]Approved[/] for {escape(str(settings.root))}. A running mcpvisor may start it now.")
+        if approved:
+            console.print(
+                f"{escape(name)} was [green]approved[/] already for {escape(str(settings.root))}. Nothing changed."
+            )
+        else:
+            console.print(f"[green]Approved[/] for {escape(str(settings.root))}. A running mcpvisor may start it now.")
     else:
         approvals.reject(settings.root, name, cfg, "lsp")
         console.print(
