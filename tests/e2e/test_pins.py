@@ -101,6 +101,9 @@ async def test_run_holds_a_changed_tool_and_mcp_approve_shows_and_accepts_the_ch
         asked = await answer_at_a_terminal(r, "y\n", "mcp", "approve", "p")
         assert asked.index("changed tool echo") < asked.index("Accept what p offers now?")
         assert "Accepted what p offers now" in asked
+        await r.wait_for(lambda: bool(r.of("definitions_accepted")))
+        [served] = r.of("definitions_accepted")
+        assert served == {"event": "definitions_accepted", "server": "p", "tools": ["mcp__p__echo"], "prompts": []}
 
         accepted = await r.cli("mcp", "approve", "p", "--yes")  # nothing held any more: the approval stands
         assert accepted.returncode == 0, accepted.stderr

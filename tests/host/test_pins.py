@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp_types import Prompt, Tool
 
@@ -24,7 +25,7 @@ from mcpvisor.host.host import Host, HostOptions
 from mcpvisor.host.pin_review import accept_held, diff_lines, held_changes
 from mcpvisor.host.pins import PinGate, PinStore, definition_digest, pin_scope
 from mcpvisor.host.status import held_text, state_text
-from tests.helpers import LIGHT, marker_pids, wait_until
+from tests.helpers import LIGHT, marker_pids, mcpvisor_command, wait_until
 from tests.layout import Layout, make_layout, replace_text
 
 ORIGINAL = "Return the text."
@@ -351,6 +352,33 @@ async def test_the_shells_approve_shows_the_changed_definition_and_accepts_it(tm
         assert "changed tool echo" in out
         assert f'+  "description": "{HOSTILE}",' in out
         await s.run('/call mcp__p__echo {"text": "hi"}', "p:echo:hi")
+
+
+async def test_the_shell_says_once_that_definitions_accepted_in_another_terminal_are_served_again(
+    tmp_path: Path,
+) -> None:
+    """Before: ``mcpvisor mcp approve p --yes`` in another terminal served the held tool again and the shell said
+    nothing of it (its own /approve says so)."""
+    from tests.shell.test_shell import shell
+
+    descriptions = tmp_path / "descriptions.json"
+    describe(descriptions, echo=ORIGINAL)
+    async with shell(tmp_path, project={"mcpServers": {"p": server("p", descriptions)}}) as s:
+        await s.run("/approve p", "✓ approved p")
+        await s.run_until("/tools", "mcp__p__echo", row="mcp__p__log")
+        describe(descriptions, echo=HOSTILE)
+        await s.run('/call mcp__p__set_tools {"names": "echo,other"}', "echo,other")
+        await s.run_until("/mcp", "1 tool changed since approval", row="  p · ")
+        since = s.mark()
+        accepted = await anyio.run_process(
+            [mcpvisor_command(), "mcp", "approve", "p", "--yes", "--workspace", str(s.layout.root)],
+            env={**os.environ, **s.layout.env},
+            check=False,
+        )
+        assert accepted.returncode == 0, accepted.stderr
+        await s.wait_for("✓ accepted the changed definitions of p: 1 tool served again", since)
+        await s.run('/call mcp__p__echo {"text": "hi"}', "p:echo:hi")
+        assert s.text(since).count("accepted the changed definitions") == 1
 
 
 # -- the gate itself, on definitions made here (the real store file) -------------------------------------------

@@ -10,7 +10,12 @@ from typing import Any, TextIO
 
 from mcpvisor.core.events import ReconcileFinished, ServerStateChanged
 from mcpvisor.host.host import Host, HostEvent, Ready, SettingsWarning
-from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpPromptsChanged, McpReloadFailed
+from mcpvisor.host.hot_reload import (
+    McpDefinitionsAccepted,
+    McpPendingApprovalChanged,
+    McpPromptsChanged,
+    McpReloadFailed,
+)
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
 from mcpvisor.host.settings.loader import SettingsError
 from mcpvisor.host.watcher import RestartRequired, SettingsOk
@@ -67,6 +72,13 @@ def event_to_json(host: Host, event: HostEvent) -> dict[str, Any] | None:
         return {"event": "warning", "message": event.message}
     if isinstance(event, McpReloadFailed):
         return {"event": "error", "message": event.message, "detail": event.detail}
+    if isinstance(event, McpDefinitionsAccepted):
+        return {
+            "event": "definitions_accepted",
+            "server": event.server,
+            "tools": list(event.tools),
+            "prompts": list(event.prompts),
+        }
     if isinstance(event, McpPromptsChanged):
         return {"event": "prompts_changed", "prompts": list(event.prompts)}
     if isinstance(event, LspServerChanged):

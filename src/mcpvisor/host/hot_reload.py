@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -21,6 +21,7 @@ import anyio
 import anyio.abc
 
 from mcpvisor.core.gating import McpGating
+from mcpvisor.core.registry import Admitted
 from mcpvisor.host.gating import mcp_gating_equal, mcp_servers_equal, recompute_mcp_gating
 from mcpvisor.host.settings.mcp_servers import AssembledServers, TopTier, assemble_from_settings
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DesiredState",
     "HotReloadEvent",
+    "McpDefinitionsAccepted",
     "McpPendingApprovalChanged",
     "McpPromptsChanged",
     "McpReloadFailed",
@@ -72,7 +74,17 @@ class McpPromptsChanged:
     prompts: tuple[str, ...]
 
 
-HotReloadEvent = McpPendingApprovalChanged | McpReloadFailed | McpPromptsChanged
+@dataclass(frozen=True, slots=True)
+class McpDefinitionsAccepted:
+    """Definitions of a connected server held since approval were accepted elsewhere (``mcpvisor mcp approve`` in
+    another terminal, a fleet's store): its ``tools`` and ``prompts`` named here are served again."""
+
+    server: str
+    tools: tuple[str, ...]
+    prompts: tuple[str, ...]
+
+
+HotReloadEvent = McpPendingApprovalChanged | McpReloadFailed | McpPromptsChanged | McpDefinitionsAccepted
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +230,10 @@ def register_mcp_hot_reload(
 
     async def on_change(event: SettingsChanged) -> None:
         if event.scope == "pins":
+            held = held_since_approval(config)
             config.refresh_definitions()  # accepted (or reset) definitions: registries follow, nothing restarts
+            for accepted in served_again(config, held):
+                emit(accepted)
             return
         if not touches_mcp(event):
             recheck_unsaved_pins(config)  # (a store fixed since, e.g. made writable, changes no file of its own)
@@ -235,6 +250,30 @@ def register_mcp_hot_reload(
             await reload(force=force)
 
     return watcher.add_change_listener(on_change)
+
+
+def held_since_approval(config: Config) -> dict[str, Admitted]:
+    """What is held of each connected server because it changed since approval (not for want of a pin store)."""
+    manager = config.manager
+    return {name: held for name in manager.clients() if (held := manager.held(name)) is not None and not held.why}
+
+
+def served_again(config: Config, before: Mapping[str, Admitted]) -> list[McpDefinitionsAccepted]:
+    """Of what was held ``before``, what a check of the definitions again let register, per server (by the names
+    the tools and prompts are registered under)."""
+    manager, accepted = config.manager, []
+    for name, was in before.items():
+        now = manager.held(name) or Admitted((), ())
+        tools = {t.tool.name: t.name for t in config.tool_registry.tools_of(name)}
+        prompts = {p.prompt.name: p.name for p in config.prompt_registry.prompts_of(name)}
+        again = McpDefinitionsAccepted(
+            name,
+            tuple(tools[t] for t in was.held_tools if t not in now.held_tools and t in tools),
+            tuple(prompts[p] for p in was.held_prompts if p not in now.held_prompts and p in prompts),
+        )
+        if again.tools or again.prompts:
+            accepted.append(again)
+    return accepted
 
 
 def recheck_unsaved_pins(config: Config) -> None:

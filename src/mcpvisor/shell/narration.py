@@ -16,7 +16,7 @@ from mcpvisor.core.events import ReconcileFinished, ServerStateChanged
 from mcpvisor.core.server_config import CONNECTION_FIELDS, McpServerConfig
 from mcpvisor.core.spellings import file_name
 from mcpvisor.host.host import Host, HostEvent, Ready, SettingsWarning
-from mcpvisor.host.hot_reload import McpPendingApprovalChanged, McpReloadFailed
+from mcpvisor.host.hot_reload import McpDefinitionsAccepted, McpPendingApprovalChanged, McpReloadFailed
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
 from mcpvisor.host.paths import named_home
 from mcpvisor.host.settings.loader import SettingsError
@@ -275,6 +275,12 @@ class HumanOutput:
             self._say(f"[yellow]! {keys} in {where} take effect when mcpvisor restarts (other changes were applied)[/]")
         elif isinstance(event, McpReloadFailed):
             self._say(f"[red]✗ {escape(str(event.message))} ({escape(str(event.detail))})[/]")
+        elif isinstance(event, McpDefinitionsAccepted) and self._ready:  # (accepted elsewhere: nothing else says it)
+            parts = ((event.tools, "tool"), (event.prompts, "prompt"))
+            served = " and ".join(plural(len(names), what) for names, what in parts if names)
+            self._say(
+                f"[green]✓ accepted the changed definitions of {escape(str(event.server))}:[/] {served} served again"
+            )
         elif isinstance(event, ServerStateChanged) and event.server in self._starting and event.status != "connecting":
             self._starting.discard(event.server)
             if event.status == "connected":
