@@ -623,6 +623,26 @@ async def test_a_tool_pin_store_that_cannot_be_read_is_said_and_why_a_servers_to
         assert s.text().count("cannot read the tool pin store") == 1
 
 
+async def test_a_tool_pin_store_that_cannot_be_read_is_said_once_however_many_servers_it_holds(tmp_path: Path) -> None:
+    """Before: the same line was printed once more for each pinned server whose definitions it held."""
+    home = tmp_path / "elsewhere"
+    home.mkdir()
+    (home / "tool-pins.json").write_text("{broken")
+    user = {"mcp": {"pinTools": "all"}, "mcpServers": {name: server(name) for name in ("a", "b", "c")}}
+    async with shell(tmp_path, user=user, home="elsewhere") as s:
+        for name in ("a", "b", "c"):
+            out = await s.run_until("/mcp", f"{name} · ● connected", row="c · ")
+        assert "c · ● connected (0 tools, 0 prompts) · 1 tool held — cannot read the tool pin store" in out
+        assert s.text().count("! cannot read the tool pin store") == 1, s.text()
+        (home / "tool-pins.json").unlink()  # fixed: what they offer is pinned
+        await s.run_until("/mcp", "c · ● connected (1 tool, 0 prompts)", row="c · ")
+        since = s.mark()
+        (home / "tool-pins.json").write_text("{broken")  # broken again: said again, once
+        await s.wait_for("! cannot read the tool pin store", since)
+        await s.run_until("/mcp", "c · ● connected (0 tools, 0 prompts)", row="c · ")
+        assert s.text(since).count("! cannot read the tool pin store") == 1, s.text(since)
+
+
 async def test_the_trust_command_the_session_starts_with_trusts_its_folder_in_its_home(tmp_path: Path) -> None:
     """The shell has no command that trusts a folder: the status shown at the start names the one to paste in
     another terminal, with the session's workspace and home."""

@@ -93,6 +93,8 @@ class HumanOutput:
         """Down or unreached servers said to have come up: the pass that retried them does not say it again."""
         self._held_why: dict[str, str] = {}
         """Why each connected server's definitions are held, as last said (their pins could not be saved)."""
+        self._warned: set[str] = set()
+        """The warnings said: a server's definitions held for one of them do not say it again."""
 
     @property
     def _approve_command(self) -> str:
@@ -130,12 +132,17 @@ class HumanOutput:
     def _say_held_why(self, event: ServerStateChanged) -> None:
         """Why a connected server's definitions are held, once each time it changes (their pins could not be saved;
         changed definitions are said by the status view: that is not a change)."""
-        if event.held_why and self._held_why.get(event.server) != event.held_why:
+        if (
+            event.held_why
+            and self._held_why.get(event.server) != event.held_why
+            and event.held_why not in self._warned  # (an unread pin store, said once for every server it holds)
+            and event.held_why not in self._held_why.values()
+        ):
             self._say(f"[yellow]! {escape(event.held_why)}[/]")
         if event.held_why:
             self._held_why[event.server] = event.held_why
-        else:
-            self._held_why.pop(event.server, None)
+        elif (gone := self._held_why.pop(event.server, None)) not in self._held_why.values():
+            self._warned.discard(gone or "")  # fixed: said again if it comes back
 
     def _connection_of(self, name: str) -> str | None:
         try:
@@ -268,7 +275,9 @@ class HumanOutput:
         elif isinstance(event, SettingsOk):
             self._say(f"[green]✓ {escape(str(event))}[/]")
         elif isinstance(event, SettingsWarning):
-            self._say(f"[yellow]! {escape(str(event.message))}[/]")
+            if event.message not in self._held_why.values():  # (said already as why definitions are held)
+                self._say(f"[yellow]! {escape(str(event.message))}[/]")
+            self._warned.add(event.message)
         elif isinstance(event, RestartRequired):
             where = escape(str(self._host.settings.paths.of(event.scope)))
             keys = escape(str(", ".join(event.paths)))
