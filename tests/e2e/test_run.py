@@ -141,6 +141,7 @@ async def test_add_change_remove_and_exclude_touch_only_that_server(tmp_path: Pa
             "held_tools": [],
             "held_prompts": [],
             "held_why": None,
+            "warning": None,
         }
         assert marker_pids(m["a"]) == [a_pid]
         assert marker_pids(m["b"]) == [b_pid]
@@ -553,6 +554,18 @@ async def test_run_json_tells_of_language_servers_waiting_for_approval_and_of_th
         )
         listed = json.loads((await r.cli("lsp", "list", "--json")).stdout)
         assert listed["servers"][0]["state"] == "approved; starts on first use"
+
+
+async def test_run_json_tells_what_is_wrong_with_a_connected_servers_listing(tmp_path: Path) -> None:
+    from tests.core.test_hostile_servers import TWICE_NAMED_SERVER
+
+    script = tmp_path / "twice.py"
+    script.write_text(TWICE_NAMED_SERVER)
+    async with run(tmp_path, user={"mcpServers": {"twice": {"command": sys.executable, "args": [str(script)]}}}) as r:
+        await r.wait_for(lambda: r.status("twice") == "connected")
+        event = r.last_server("twice")
+        assert event is not None
+        assert event["warning"] == "it lists tool 'same' more than once; the first is served"
 
 
 async def test_a_server_that_never_answers_holds_up_neither_the_start_nor_an_edit(tmp_path: Path) -> None:

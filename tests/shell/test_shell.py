@@ -29,6 +29,7 @@ from tests.helpers import (
     marker_pids,
     mcpvisor_command,
     pid_alive,
+    raw_server,
     wait_until,
 )
 from tests.layout import Layout, make_layout, replace_text
@@ -641,6 +642,59 @@ async def test_a_tool_pin_store_that_cannot_be_read_is_said_once_however_many_se
         await s.wait_for("! cannot read the tool pin store", since)
         await s.run_until("/mcp", "c · ● connected (0 tools, 0 prompts)", row="c · ")
         assert s.text(since).count("! cannot read the tool pin store") == 1, s.text(since)
+
+
+SPOILED_BY_CALLS = raw_server(
+    "spoiling",
+    """
+    listings = []
+    def answer(method, params):
+        if method == "tools/list":
+            listings.append(method)
+            tools = [{"name": "ok", "inputSchema": {"type": "object"}}]
+            if len(listings) in (2, 3):  # its listings after the first two calls are not valid MCP
+                return {"tools": [*tools, {"name": "bad", "inputSchema": {"type": "string"}}]}
+            if len(listings) > 3:  # and the one after the third is refused
+                send({"id": msg["id"], "error": {"code": -32603, "message": "the catalogue is down"}})
+                return None
+            return {"tools": tools}
+        if method == "tools/call":
+            send({"method": "notifications/tools/list_changed"})
+            return {"content": [{"type": "text", "text": "ok"}]}
+        return {}
+    """,
+    capabilities={"tools": {"listChanged": True}},
+)
+
+
+async def test_what_is_wrong_with_a_connected_servers_new_listing_is_said_once_each_time_it_changes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: only the /mcp row said it; the session printed nothing when it happened."""
+    script = tmp_path / "spoiling.py"
+    script.write_text(SPOILED_BY_CALLS)
+    async with shell(
+        tmp_path, user={"mcpServers": {"spoiling": {"command": sys.executable, "args": [str(script)]}}}
+    ) as s:
+        await s.run_until("/tools", "mcp__spoiling__ok", row="mcp__spoiling__ok")
+
+        def refused() -> int:
+            return sum("refreshing its listings failed" in r.getMessage() for r in caplog.records)
+
+        since = s.mark()
+        await s.run("/call mcp__spoiling__ok {}", "ok")  # (it announces a change: its new listing is invalid)
+        invalid = (
+            "! spoiling: its new listing is not valid MCP (tools.1.inputSchema.type: Input should be 'object'); "
+            "the one before is served"
+        )
+        await s.wait_for(invalid, since)
+        await s.run("/call mcp__spoiling__ok {}", "ok")  # the same again: not said again
+        await wait_until(lambda: refused() == 2, what="the second listing to be refused")
+        await s.run("/call mcp__spoiling__ok {}", "ok")  # another problem: said
+        refusal = "! spoiling: listing it again failed: the catalogue is down (code -32603); the one before is served"
+        await s.wait_for(refusal, since)
+        assert s.text(since).count("its new listing is not valid MCP") == 1, s.text(since)
+        await s.run("/call mcp__spoiling__ok {}", "ok")
 
 
 async def test_the_trust_command_the_session_starts_with_trusts_its_folder_in_its_home(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ def event_to_json(host: Host, event: HostEvent) -> dict[str, Any] | None:
             "held_tools": list(event.held_tools),
             "held_prompts": list(event.held_prompts),
             "held_why": event.held_why,
+            "warning": event.warning,
         }
     if isinstance(event, ReconcileFinished):
         return {

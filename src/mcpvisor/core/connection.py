@@ -442,7 +442,13 @@ class ServerConnection:
         self._notify()
 
     def _fetched(self, listings: Listings) -> None:
-        self.listing_problem = repeated_names(listings)
+        if self._note_problem(repeated_names(listings)) and listings == self._listings():
+            self._notify()  # (a listing that changed is told by _relisted)
+
+    def _note_problem(self, problem: str | None) -> bool:
+        """Note what is wrong with the latest listing; whether that changed."""
+        changed, self.listing_problem = problem != self.listing_problem, problem
+        return changed
 
     def _refresh_failed(self, exc: MCPError | ValidationError) -> None:
         if isinstance(exc, ValidationError):  # the server's bug: it stays up, serving what it listed before
@@ -450,16 +456,18 @@ class ServerConnection:
             logger.warning(
                 "server %r: refreshing its listings failed: %s; the listing before it stays in use", self.name, invalid
             )
-            self.listing_problem = (
+            if self._note_problem(
                 f"its new listing is not valid MCP ({describe_invalid(exc)}); the one before is served"
-            )
+            ):
+                self._notify()
             return
         logger.warning("server %r: refreshing its listings failed: %s", self.name, redact_text(str(exc), self.config))
         if closed_in_sdk(exc):
             self.mark_lost("connection closed")
         else:  # it stays up, serving what it listed before
             said = redact_text(exc.message, self.config)[:200]
-            self.listing_problem = f"listing it again failed: {said} (code {exc.code}); the one before is served"
+            if self._note_problem(f"listing it again failed: {said} (code {exc.code}); the one before is served"):
+                self._notify()
 
     async def _listener(self, client: Client, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         await follow_list_changes(

@@ -56,6 +56,9 @@ class ServerStateChanged:
     held_prompts: tuple[str, ...] = ()
     held_why: str | None = None
     """Why they are held when their definitions did not change (their pins could not be saved); None: changed."""
+    warning: str | None = None
+    """What is wrong with its latest listing while it stays connected (not valid MCP, a name listed twice, a re-listing
+    refused: the server's bug), or None."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -490,11 +490,11 @@ class McpClientManager:
         for renamed in self._tools.take_renamed() - {name}:  # their tools renamed by this one's coming
             self._publish_state(renamed)
         client = self._clients.get(name)
-        status, error = (client.status, client.last_error) if client is not None else (None, None)
+        status, error, warning = (client.status, client.last_error, client.listing_problem) if client else (None,) * 3
         if restarting and client is None:  # its new connection comes once the old one is gone
             status = "connecting"
         state = server_state(name, status, error, self._tools, self._prompts, self._held.get(name), reason=reason)
-        self._states.say(state)
+        self._states.say(replace(state, warning=warning) if status == "connected" else state)  # (what it lists)
 
     def snapshot(self) -> Mapping[str, ServerStateChanged]:
         return self._states.snapshot()

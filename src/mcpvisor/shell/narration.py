@@ -93,6 +93,8 @@ class HumanOutput:
         """Down or unreached servers said to have come up: the pass that retried them does not say it again."""
         self._held_why: dict[str, str] = {}
         """Why each connected server's definitions are held, as last said (their pins could not be saved)."""
+        self._listing_warning: dict[str, str] = {}
+        """What is wrong with each connected server's latest listing, as last said (or shown in the status table)."""
         self._warned: set[str] = set()
         """The warnings said: a server's definitions held for one of them do not say it again."""
 
@@ -143,6 +145,16 @@ class HumanOutput:
             self._held_why[event.server] = event.held_why
         elif (gone := self._held_why.pop(event.server, None)) not in self._held_why.values():
             self._warned.discard(gone or "")  # fixed: said again if it comes back
+
+    def _say_listing_warning(self, event: ServerStateChanged) -> None:
+        """What is wrong with a connected server's latest listing, once each time it changes (the status table shown
+        when ready says it of the first listings)."""
+        if event.warning and self._listing_warning.get(event.server) != event.warning and self._ready:
+            self._say(f"[yellow]! {escape(str(event.server))}: {escape(event.warning)}[/]")
+        if event.warning:
+            self._listing_warning[event.server] = event.warning
+        else:
+            self._listing_warning.pop(event.server, None)
 
     def _connection_of(self, name: str) -> str | None:
         try:
@@ -298,7 +310,9 @@ class HumanOutput:
                 if not self._started_again(event.server):  # (a later pass's restart: that pass says it)
                     self._say(f"[green]+ connected {escape(str(event.server))}[/] ({plural(len(event.tools), 'tool')})")
                 self._held_why.pop(event.server, None)  # (a start says it again)
+                self._listing_warning.pop(event.server, None)
                 self._say_held_why(event)
+                self._say_listing_warning(event)
             elif event.error:
                 if self._failures.get(event.server) != event.error:  # (a retry that fails the same way: nothing)
                     self._say(f"[red]✗ {escape(str(event.server))} failed to start:[/] {escape(str(event.error))}")
@@ -320,6 +334,7 @@ class HumanOutput:
                     self._said_up.add(event.server)
                     self._say(f"[green]+ connected {escape(str(event.server))}[/] ({count})")
                 self._say_held_why(event)  # (a later listing's pins that could not be saved, as at its start)
+                self._say_listing_warning(event)
         elif isinstance(event, ServerStateChanged) and self._ready and event.error and event.server in self._up:
             self._up.discard(event.server)
             self._said_up.discard(event.server)
