@@ -34,10 +34,25 @@ async def test_the_caller_may_name_the_server(tmp_path: Path) -> None:
         assert symbols["server"] == "beta"
         unknown = await s.call("hover", file="models.py", symbol="make_user", server="gamma")
         assert unknown.is_error
-        assert text(unknown) == "language server 'gamma' does not answer for '.py' files; 'alpha', 'beta' do"
+        assert text(unknown) == "no language server 'gamma' is configured here (configured: 'alpha', 'beta')"
         unable = await s.call("incoming_calls", file="models.py", symbol="make_user", server="alpha")
         assert unable.is_error
         assert text(unable).startswith("language server 'alpha' does not offer incoming_calls (it offers: ")
+
+
+async def test_a_call_naming_a_server_not_configured_says_which_are_and_one_for_other_files_says_which_answer(
+    tmp_path: Path,
+) -> None:
+    """Before: naming a server configured nowhere said "language server 'nope' does not answer for '.py' files;
+    'python' does", as if it were configured for other files."""
+    user = {"lspServers": {"python": pylsp(), "markdown": pylsp(extensionToLanguage={".md": "markdown"})}}
+    async with session(tmp_path, user=user, watch=False) as s:
+        unknown = await s.call("hover", file="models.py", symbol="make_user", server="nope")
+        assert text(unknown) == "no language server 'nope' is configured here (configured: 'markdown', 'python')"
+        other = await s.call("hover", file="models.py", symbol="make_user", server="markdown")
+        assert text(other) == "language server 'markdown' does not answer for '.py' files; 'python' does"
+        checked = await s.call("diagnostics", files=["models.py"], server="nope")
+        assert "no language server 'nope' is configured here (configured: 'markdown', 'python')" in text(checked)
 
 
 async def test_no_server_offering_the_operation_names_each_and_what_it_offers(tmp_path: Path) -> None:
@@ -213,7 +228,7 @@ async def test_a_call_naming_a_server_waiting_for_approval_says_so(tmp_path: Pat
         checked = await s.call("diagnostics", files=["models.py"], server="beta")
         assert text(checked) == f"language server 'beta' needs approval — run: {approve}"
         unknown = await s.call("hover", file="models.py", symbol="make_user", server="gamma")
-        assert text(unknown) == "language server 'gamma' does not answer for '.py' files; 'alpha' does"
+        assert text(unknown) == "no language server 'gamma' is configured here (configured: 'alpha', 'beta')"
         assert s.pid("beta") is None
 
 

@@ -197,6 +197,10 @@ class LspTools:
 
         return text_of
 
+    def _not_configured(self, named: object) -> ToolFailure:
+        known = ", ".join(repr(n) for n in sorted(self.manager.state.servers)) or "none"
+        return ToolFailure(f"no language server {named!r} is configured here (configured: {known})")
+
     async def _server_for(
         self, file: Any, *, tool: str | None = None, server: Any = None, sync_open: bool = True
     ) -> tuple[LanguageServer, Path]:
@@ -212,7 +216,9 @@ class LspTools:
             if not chosen:
                 ext = path.suffix.lower() or "extensionless"
                 configured = self.manager.state.servers.get(server) if isinstance(server, str) else None
-                if configured is not None and ext in configured.extension_to_language:
+                if configured is None:
+                    raise self._not_configured(server)
+                if ext in configured.extension_to_language:
                     raise ToolFailure(self.manager.why_not(server))  # it does, once let start: how
                 names = ", ".join(repr(c.name) for c in candidates)
                 verb = "does" if len(candidates) == 1 else "do"
@@ -425,8 +431,7 @@ class LspTools:
             if named is not None and named not in self.manager.servers():
                 if named in self.manager.state.servers:  # configured, not admitted: why, and the fix
                     raise ToolFailure(self.manager.why_not(str(named)))
-                known = ", ".join(repr(n) for n in sorted(self.manager.state.servers)) or "none"
-                raise ToolFailure(f"no language server {named!r} is configured here (configured: {known})")
+                raise self._not_configured(named)
             ready = [s for s in self.manager.servers().values() if s.state == "ready" and named in (None, s.name)]
             targets = [(s, p) for s in ready for p in s.documents.paths()]
             if not targets:  # (one stopped as idle has none open: it starts again once a file is named)
