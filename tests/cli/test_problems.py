@@ -982,6 +982,19 @@ def test_lsp_list_shows_a_language_server_entry_with_a_blank_name_as_an_invalid_
     )
 
 
+def test_status_in_a_folder_not_trusted_says_no_language_server_starts_there_either(layout: Layout) -> None:
+    """Before: "no MCP server starts here", and nothing of the language servers configured, which do not start
+    either."""
+    entry = {"command": "pylsp", "extensionToLanguage": {".py": "python"}}
+    write_json(layout.paths.user, {"security": {"folderTrust": {"enabled": True}}, "lspServers": {"py": entry}})
+    _, out = invoke(layout, "status")
+    said = " ".join(out.split())
+    assert (
+        f"! folder {layout.root} is not trusted: its own settings files are not read and no MCP server or language "
+        "server starts here; if you trust it, run: "
+    ) in said, said
+
+
 def test_lsp_list_and_status_give_the_command_that_trusts_the_folder_of_a_language_server_not_started_there(
     layout: Layout,
 ) -> None:

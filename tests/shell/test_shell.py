@@ -697,6 +697,13 @@ async def test_what_is_wrong_with_a_connected_servers_new_listing_is_said_once_e
         await s.run("/call mcp__spoiling__ok {}", "ok")
 
 
+async def test_a_session_in_a_folder_not_trusted_says_no_language_server_starts_there_either(tmp_path: Path) -> None:
+    entry = {"command": "pylsp", "extensionToLanguage": {".py": "python"}}
+    user = {"security": {"folderTrust": {"enabled": True}}, "lspServers": {"py": entry}}
+    async with shell(tmp_path, user=user) as s:
+        await s.wait_for(f"! folder {s.layout.root} is not trusted: no MCP server or language server starts here")
+
+
 async def test_the_trust_command_the_session_starts_with_trusts_its_folder_in_its_home(tmp_path: Path) -> None:
     """The shell has no command that trusts a folder: the status shown at the start names the one to paste in
     another terminal, with the session's workspace and home."""

@@ -74,19 +74,25 @@ def load_state(
 
 
 def config_problems(
-    settings: Settings, approvals_error: str | None, *more: Iterable[str], home: str | None = None
+    settings: Settings,
+    approvals_error: str | None,
+    *more: Iterable[str],
+    home: str | None = None,
+    language_servers: bool = False,
 ) -> list[str]:
     """Every problem of the configuration, each once: the files that cannot be read or parsed and the
     approvals store first, then the warnings (an invalid entry, an unknown key, an undefined variable); a fix
-    to paste carries ``MCPVISOR_HOME=home`` (:func:`~mcpvisor.host.paths.named_home`)."""
+    to paste carries ``MCPVISOR_HOME=home`` (:func:`~mcpvisor.host.paths.named_home`). ``language_servers``: some
+    are configured (a folder not trusted starts none of them either)."""
     errors = [str(error) for error in settings.errors.values()]
     problems = [*errors, *([approvals_error] if approvals_error else []), *settings.warnings]
     if not settings.trusted:  # else an empty list reads as if nothing were configured
         broken, root = ", ".join(settings.trust_unknown_in), shlex.quote(str(settings.root))
         trust = f"{home_words(home)}mcpvisor mcp trust --workspace {root}"
         fix = f" until {broken} is fixed" if broken else f"; if you trust it, run: {trust}"
+        servers = "MCP server or language server" if language_servers else "MCP server"
         problems.append(
-            f"folder {root} is not trusted: its own settings files are not read and no MCP server starts here{fix}"
+            f"folder {root} is not trusted: its own settings files are not read and no {servers} starts here{fix}"
         )
     for extra in more:
         problems.extend(extra)

@@ -230,7 +230,12 @@ def status(
             warnings = (*host.state.assembled.warnings, *host.lsp.warnings())
             home = named_home(host.options.env)
             problems = config_problems(
-                host.settings, host.approvals.error, warnings, [*unreadable, *pins_unread], home=home
+                host.settings,
+                host.approvals.error,
+                warnings,
+                [*unreadable, *pins_unread],
+                home=home,
+                language_servers=host.lsp.manager.configured(),
             )
             broken = bool(host.settings.errors) or host.approvals.error is not None or bool(unreadable or pins_unread)
             # an invalid entry no row shows: one whose name is blank or cannot be shown

@@ -42,7 +42,7 @@ from mcpvisor.host.hot_reload import (
 )
 from mcpvisor.host.limits import max_message_bytes_of
 from mcpvisor.host.lsp.events import LspPendingApprovalChanged, LspServerChanged
-from mcpvisor.host.lsp.session import LspSession, touches_lsp
+from mcpvisor.host.lsp.session import LspSession, touches_lsp, untrusted_warning
 from mcpvisor.host.oauth import SignedIn, TokenStore, check_sign_in, sign_ins, unreadable
 from mcpvisor.host.oauth_login import DEFAULT_LOGIN_TIMEOUT_S, login
 from mcpvisor.host.options import HostOptions, SettingsSource
@@ -203,7 +203,7 @@ class Host(StackOwner):
             )
             self._report_problems()
             if not self._settings.trusted:
-                self.emit(SettingsWarning(f"folder {self.root} is not trusted: no MCP server starts here"))
+                self.emit(SettingsWarning(untrusted_warning(self.root, self.lsp.manager.configured())))
             # The first discovery is a reconcile like any other.
             state = self._remember(compute_desired_state(self._settings, self._config, self._approvals, self._top_tier))
             self._config.set_mcp_gating(state.gating)

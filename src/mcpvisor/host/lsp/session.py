@@ -51,7 +51,14 @@ if TYPE_CHECKING:
     from mcpvisor.host.lsp.server import LanguageServer
     from mcpvisor.host.lsp.tools import LspTools
 
-__all__ = ["LspPendingApprovalChanged", "LspServerChanged", "LspServerView", "LspSession", "touches_lsp"]
+__all__ = [
+    "LspPendingApprovalChanged",
+    "LspServerChanged",
+    "LspServerView",
+    "LspSession",
+    "touches_lsp",
+    "untrusted_warning",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +98,13 @@ def touches_lsp(scope: str, paths: Sequence[str]) -> bool:
     if scope in ("lsp_project", "approvals"):
         return True
     return any(path.split(".", 1)[0] in LSP_SETTINGS_KEYS for path in paths)
+
+
+def untrusted_warning(root: object, language_servers: bool) -> str:
+    """What a session in folder ``root``, not trusted, says as it starts: no MCP server starts there, nor a language
+    server when some are configured (``language_servers``)."""
+    servers = "MCP server or language server" if language_servers else "MCP server"
+    return f"folder {root} is not trusted: no {servers} starts here"
 
 
 class LspSession:
