@@ -10,6 +10,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -475,6 +476,32 @@ async def test_a_request_that_can_open_no_session_evicts_none(tmp_path: Path) ->
             assert gateway.sessions.evicted == 0
             await open_session(http, url)  # an initialize still makes room
             assert gateway.sessions.evicted == 1
+
+
+@pytest.mark.parametrize("version", ["2025-03-26", "2025-11-25"])
+async def test_a_failed_initialize_keeps_no_session_and_takes_no_seat(tmp_path: Path, version: str) -> None:
+    """Before, an initialize refused for its params still opened a session, kept until it expired: a client
+    retrying one against --max-sessions 1 evicted the live session each time, and a few busy ones locked out
+    every good client."""
+    async with gateway_at(tmp_path, HttpLimits(max_sessions=1)) as (gateway, url):
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            live = await open_session(http, url)
+            for wrong in ({"protocolVersion": None}, {"clientInfo": 5}):
+                opening = initialize(version)
+                opening["params"] = {k: v for k, v in {**opening["params"], **wrong}.items() if v is not None}
+                headers = {**ACCEPT, "MCP-Protocol-Version": version}
+                for _ in range(3):
+                    failed = await http.post(url, json=opening, headers=headers)
+                    assert failed.status_code == 200
+                    assert sse_messages(failed.text)[-1]["error"]["code"] == -32602
+                    assert await ping(http, url, failed.headers["mcp-session-id"]) == 404
+                    assert await ping(http, url, live) == 200
+                async with anyio.create_task_group() as tg:  # at once too: none counts while another is answered
+                    for _ in range(10):
+                        tg.start_soon(partial(http.post, url, json=opening, headers=headers))
+                assert await ping(http, url, live) == 200
+            assert gateway.sessions is not None
+            assert (len(gateway.sessions), gateway.sessions.evicted) == (1, 0)
 
 
 async def test_a_session_or_version_header_given_twice_is_refused(tmp_path: Path) -> None:

@@ -115,6 +115,9 @@ class LazyStreamTransport(StreamableHTTPServerTransport):
         """Makes the plain calls that need no stream (see the module); ``None``: every call takes the SDK's path."""
         self._offers_nothing = False
         """The client declared none of sampling, elicitation and roots at ``initialize``."""
+        self.initialized = False
+        """The SDK accepted the session's ``initialize`` (:func:`note_initialize`): a session whose opening request
+        failed is closed (:class:`~mcpvisor.gateway.sessions.SessionBook`)."""
         self._direct: dict[RequestId, anyio.CancelScope] = {}
         """The calls made directly, by request id (as the SDK correlates them): a ``notifications/cancelled``
         ends one."""
@@ -424,6 +427,7 @@ async def note_initialize(ctx: ServerRequestContext[Any, Any], call_next: CallNe
         if isinstance(transport, LazyStreamTransport) and ctx.method == "initialize":  # the SDK validated the params
             capabilities = ClientCapabilities.model_validate((ctx.params or {}).get("capabilities") or {})
             transport._offers_nothing = not offers_input(capabilities)
+            transport.initialized = True
         elif isinstance(transport, LazyStreamTransport):  # logging/setLevel: its calls ask for log messages
             transport._offers_nothing = False  # on the SDK's path (the gateway asks 2026-07-28 servers per call)
     return result

@@ -9,7 +9,9 @@ a server task per session. Clients that never say goodbye would keep theirs fore
   specification says (the SDK's manager does this, given the timeout);
 - **a cap** — at most ``max_sessions`` sessions per gateway, whatever workspace they belong to: when
   a client opens one more, the least recently used session with nothing in flight is closed to make
-  room; only when every session is busy does the new client get 503 with ``Retry-After``.
+  room; only when every session is busy does the new client get 503 with ``Retry-After``;
+- **no seat for a failed ``initialize``** — one whose params are invalid makes no room, and its session is
+  closed once it is answered (its id answers 404): a client retrying it could otherwise evict every live session.
 
 A session's protocol version is the one negotiated by its ``initialize``. A later request whose
 ``MCP-Protocol-Version`` header is missing or names an older version (the header must carry the
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +38,9 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import INTERNAL_ERROR, PARSE_ERROR
+from mcp_types.methods import validate_client_request
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -105,6 +109,10 @@ class _Session:
     """The protocol version negotiated by the session's ``initialize``."""
     in_flight: int = 0
 
+    def initialized(self) -> bool:
+        """Whether the SDK accepted the session's ``initialize`` (an ended session says yes: nothing to close)."""
+        return getattr(self.manager._server_instances.get(self.session_id), "initialized", True) is not False
+
     def alive(self) -> bool:
         # The SDK forgets a session the moment it ends (DELETE, idle expiry, crash); it has no public view.
         return self.session_id in self.manager._server_instances
@@ -169,6 +177,9 @@ class SessionBook:
         if complete and not opens_a_session(bytes(body)):  # it opens no session, takes no seat (nor a transport,
             await error_response(_NO_SESSION, 400)(scope, read, send)  # whose id the SDK's refusal would carry)
             return
+        if complete and _refused(bytes(body)):  # its session is closed once it is answered (_noting_session):
+            await manager.handle_request(scope, read, self._noting_session(manager, send, body, None))
+            return  # it makes no room (nor enters the books), taking the seat of a live session for nothing
         if not await self._make_room():
             message = (
                 f"the gateway already serves {self.max_sessions} sessions, all of them busy; "
@@ -178,10 +189,17 @@ class SessionBook:
             await response(scope, read, send)
             return
         self._opening += 1
+        opening = True
+
+        def opened() -> None:  # its session is in the books, or it will open none: the seat is no longer held here
+            nonlocal opening
+            self._opening -= opening
+            opening = False
+
         try:
-            await manager.handle_request(scope, read, self._noting_session(manager, send, body))
+            await manager.handle_request(scope, read, self._noting_session(manager, send, body, opened))
         finally:
-            self._opening -= 1
+            opened()
 
     @contextmanager
     def _using(self, session_id: str) -> Iterator[_Session | None]:
@@ -199,9 +217,14 @@ class SessionBook:
             if not session.alive():
                 self._sessions.pop(session_id, None)
 
-    def _noting_session(self, manager: StreamableHTTPSessionManager, send: Send, body: bytearray) -> Send:
+    def _noting_session(
+        self, manager: StreamableHTTPSessionManager, send: Send, body: bytearray, opened: Callable[[], None] | None
+    ) -> Send:
         """``send``, noting the session an opening request created (its id is in the response's headers)
-        and the protocol version its ``initialize`` (in ``body``) negotiated."""
+        and the protocol version its ``initialize`` (in ``body``) negotiated; ``opened`` is called once its answer
+        is sent (``None``: an ``initialize`` sure to fail, kept out of the books). A session whose ``initialize``
+        failed (invalid params) is then closed: it takes no seat, and its id answers 404."""
+        noted: list[_Session] = []
 
         async def noting(message: Message) -> None:
             if message["type"] == "http.response.start" and message.get("status", 500) < 400:
@@ -209,8 +232,20 @@ class SessionBook:
                     if key.lower() == _SESSION_HEADER:
                         session_id = value.decode("latin-1")
                         session = _Session(manager, session_id, anyio.current_time(), _negotiated(bytes(body)))
-                        self._sessions[session_id] = session
+                        if opened is not None:
+                            self._sessions[session_id] = session
+                        noted.append(session)
+            if message["type"] != "http.response.body" or message.get("more_body", False):
+                await send(message)
+                return
+            failed = [session for session in noted if not session.initialized()]
+            for session in failed:  # out of the books before the client hears: its next initialize finds room
+                self._sessions.pop(session.session_id, None)
+            if opened is not None:
+                opened()
             await send(message)
+            for session in failed:
+                await session.close()
 
         return noting
 
@@ -364,6 +399,19 @@ def opens_a_session(body: bytes) -> bool:
     """Whether a request without a session id may open one: an ``initialize`` request (one not even JSON is
     refused as it is, without taking a seat)."""
     return _initialize(body) is not None
+
+
+def _refused(body: bytes) -> bool:
+    """Whether the ``initialize`` request ``body`` holds is sure to be refused for its params."""
+    request = _initialize(body)
+    if request is None:
+        return False
+    params = request.get("params")
+    try:
+        validate_client_request("initialize", LATEST_HANDSHAKE_VERSION, params if isinstance(params, dict) else None)
+    except ValidationError:
+        return True
+    return False
 
 
 def _negotiated(body: bytes) -> str | None:
