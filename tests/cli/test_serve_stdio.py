@@ -10,6 +10,7 @@ import fcntl
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import termios
@@ -480,3 +481,43 @@ async def test_a_cancelled_request_frees_its_id_at_once_and_its_place_once_let_g
     assert (unanswered.count, unanswered.in_flight(1)) == (1, True)
     unanswered.answered(1)
     assert (unanswered.count, unanswered.in_flight(1)) == (0, False)
+
+
+def test_courtesy_cancels_that_give_up_are_logged_once_per_burst_per_server(tmp_path: Path) -> None:
+    """A server that stopped reading its input cannot be told that calls to it were cancelled: the SDK gives up
+    on each after 5 s and logged one WARNING line per call, a thousand lines for a thousand cancels. The first is
+    said, naming the server, and the rest of the burst as one count."""
+    with _gateway(tmp_path) as process, _bounded(process):
+        _send(process, *_HELLO)
+        _until(process, lambda m: m.get("id") == 0)
+        [pid] = marker_pids(tmp_path / "pids")
+        os.kill(pid, signal.SIGSTOP)  # it reads nothing more: its stdin fills, and every write to it waits
+        try:
+            _send(process, *(_call(i, "echo", text="x" * 1000) for i in range(1, 201)))
+            _until_read(process)
+            time.sleep(1)  # every call is being written to the server by now
+            _send(
+                process,
+                *(
+                    {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": i}}
+                    for i in range(1, 201)
+                ),
+            )
+            stderr = tmp_path / "gateway.stderr"
+            deadline = time.monotonic() + WAIT_S
+            while sum(_more_give_ups(stderr)) < 199 and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    said = [line for line in stderr.read_text().splitlines() if "gave up" in line]
+    first = [line for line in said if not re.search(r": \d+ more ", line)]
+    assert len(first) == 1, said[:5]
+    assert "to server 'a' gave up: transport write blocked" in first[0]
+    assert sum(_more_give_ups(stderr)) == 199, said  # (one line, but on a loaded machine the cancels may spread)
+    assert len(said) <= 3, said
+
+
+def _more_give_ups(stderr: Path) -> list[int]:
+    """The counts of the lines that say how many more courtesy cancels to server 'a' gave up."""
+    pattern = r": (\d+) more courtesy cancels to server 'a' gave up: transport write blocked$"
+    return [int(m.group(1)) for line in stderr.read_text().splitlines() if (m := re.search(pattern, line))]

@@ -17,6 +17,7 @@ import anyio
 import typer
 from rich.markup import escape
 
+from mcpvisor.core.cancel_give_ups import DISPATCHER_LOGGER, CancelGiveUps
 from mcpvisor.core.errors import McpvisorError, own_error
 from mcpvisor.core.server_config import redact_text
 from mcpvisor.host.settings.expand import as_written
@@ -178,6 +179,9 @@ def setup_logging(verbose: int, *, narrated: bool = False) -> None:
     # The SDK's sign-in logs its failures with a traceback that can quote a token response; the error
     # people see says what failed in one line.
     logging.getLogger("mcp.client.auth").setLevel(logging.CRITICAL)
+    # The SDK says each cancel a server that reads nothing was not told of: once per burst and server is enough.
+    dispatcher = logging.getLogger(DISPATCHER_LOGGER)
+    dispatcher.filters[:] = [f for f in dispatcher.filters if not isinstance(f, CancelGiveUps)] + [CancelGiveUps()]
     # A command ending waits for a refresh its server's start stopped waiting for: it says so (nothing else does).
     logging.getLogger("mcpvisor.host.oauth_refreshes").setLevel(logging.WARNING if verbose < 2 else logging.DEBUG)
     # Its HTTP transports log an answer they cannot parse at ERROR, with a traceback that quotes it; the

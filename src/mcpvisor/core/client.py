@@ -24,7 +24,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
-from mcpvisor.core import call_logs
+from mcpvisor.core import call_logs, cancel_give_ups
 from mcpvisor.core.call_logs import rank
 from mcpvisor.core.client_requests import Progress
 from mcpvisor.core.connection import (
@@ -182,7 +182,8 @@ class McpClient(ServerConnection):
         """Map what the SDK raises for one request made on ``client`` onto mcpvisor's errors (one place
         for every kind of request); ``timeout_s``: the request's own timeout, if not the server's."""
         try:
-            yield
+            with cancel_give_ups.requesting(self.name):
+                yield
         except SDK_REQUEST_ERRORS as exc:
             raise self._request_error(what, exc, kind=kind, target=target, timeout_s=timeout_s) from exc
         except ValidationError as exc:  # a model refused: the server's answer, or the request made of the arguments
