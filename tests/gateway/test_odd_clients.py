@@ -66,6 +66,31 @@ async def test_params_of_the_wrong_type_are_refused_naming_the_field_on_both_cal
     assert s.through_sdk == []
 
 
+@pytest.mark.parametrize(
+    ("ref", "said"),
+    [
+        ({"type": "ref/prompt", "name": 5}, "Invalid params: ref.name: expected a string"),
+        ({"type": "ref/prompt"}, "Invalid params: ref.name: required"),
+        ({"type": "ref/resource", "uri": 3}, "Invalid params: ref.uri: expected a string"),
+        (
+            {"type": "ref/other"},  # no kind named: what either needs
+            "Invalid params: ref.name: required; ref.type: expected 'ref/prompt' or 'ref/resource'; ref.uri: required",
+        ),
+    ],
+)
+async def test_a_wrong_completion_ref_is_told_what_its_own_kind_needs(
+    tmp_path: Path, ref: dict[str, object], said: str
+) -> None:
+    """A prompt reference with a name that is no string was told ``ref.name: expected a string; ref.type: expected
+    'ref/resource'; ref.uri: required``: what both kinds of reference need, mixed. The ``type`` it names picks one."""
+    params = {"ref": ref, "argument": {"name": "a", "value": "b"}}
+    request = {"jsonrpc": "2.0", "id": 2, "method": "completion/complete", "params": params}
+    async with served(tmp_path) as s, httpx2.AsyncClient(timeout=WAIT_S) as http:
+        answer = await http.post(s.url, json=request, headers=await session(http, s.url, {}))
+    error = _json_or_event(answer)["error"]
+    assert (error["code"], error["message"]) == (types.INVALID_PARAMS, said)
+
+
 @pytest.mark.parametrize("answer", [{"result": "yes"}, {"error": {"code": "x", "message": 5}}], ids=["result", "error"])
 async def test_a_clients_answer_that_is_no_json_rpc_response_fails_the_servers_request(
     tmp_path: Path, answer: dict[str, Any]

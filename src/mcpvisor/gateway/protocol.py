@@ -156,7 +156,7 @@ def describe_params(exc: ValidationError, most: int = 3) -> str:
     """Which fields of a request's params are wrong and what each takes (``arguments: expected an object``), the
     members of a union as one (``expected a string or an integer``); never the values sent."""
     said: dict[str, list[str]] = {}
-    for error in exc.errors(include_url=False, include_input=False, include_context=False):
+    for error in _of_the_named_kind(exc.errors(include_url=False, include_input=False, include_context=False)):
         path = [str(part) for part in error["loc"][1:] if not (str(part) in _TAGS or str(part)[:1].isupper())]
         expected = _EXPECTED.get(error["type"]) or str(error["msg"]).replace("Input should be ", "")
         wants = said.setdefault(".".join(path) or "params", [])
@@ -168,6 +168,24 @@ def describe_params(exc: ValidationError, most: int = 3) -> str:
     ]
     more = f"; and {len(problems) - most} more" if len(problems) > most else ""
     return "; ".join(problems[:most]) + more
+
+
+def _of_the_named_kind(errors: list[Any]) -> list[Any]:
+    """``errors`` but those of a union's members whose ``type`` is not the one sent, when another member's is: a
+    ``ref`` of ``type`` ``ref/prompt`` is told what a prompt reference needs, not what a resource reference does."""
+    mistyped = {
+        tuple(error["loc"][:-1])
+        for error in errors
+        if error["type"] == "literal_error"
+        and len(error["loc"]) > 1
+        and error["loc"][-1] == "type"
+        and str(error["loc"][-2])[:1].isupper()
+    }
+    members = {tuple(error["loc"][: i + 1]) for error in errors for i in range(len(error["loc"]))}
+    named = {member[:-1] for member in members if str(member[-1])[:1].isupper() and member not in mistyped}
+    return [
+        error for error in errors if not any(tuple(error["loc"][: len(m)]) == m and m[:-1] in named for m in mistyped)
+    ]
 
 
 def _but_required(wants: list[str]) -> list[str]:
