@@ -504,6 +504,27 @@ async def test_a_failed_initialize_keeps_no_session_and_takes_no_seat(tmp_path: 
             assert (len(gateway.sessions), gateway.sessions.evicted) == (1, 0)
 
 
+async def test_an_initialize_that_is_no_json_rpc_request_evicts_no_session(tmp_path: Path) -> None:
+    """Before, at the cap an initialize sent as a notification, with an id of another type or another ``jsonrpc``
+    closed the least recently used live session to make room for a session it could never open (the SDK refuses
+    it, 400)."""
+    async with gateway_at(tmp_path, HttpLimits(max_sessions=1)) as (gateway, url):
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            live = await open_session(http, url)
+            notification = {k: v for k, v in initialize().items() if k != "id"}
+            for wrong in (
+                notification,
+                {**initialize(), "id": None},
+                {**initialize(), "id": [1]},
+                {**initialize(), "jsonrpc": "1"},
+            ):
+                refused = await http.post(url, json=wrong, headers=ACCEPT)
+                assert refused.status_code == 400, wrong
+                assert await ping(http, url, live) == 200, wrong
+            assert gateway.sessions is not None
+            assert (len(gateway.sessions), gateway.sessions.evicted) == (1, 0)
+
+
 async def test_a_session_or_version_header_given_twice_is_refused(tmp_path: Path) -> None:
     """Before, the books read the last one and the SDK the first: a request served under a valid session escaped
     its in-flight count (its session could be closed to make room while its call ran)."""

@@ -46,6 +46,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcpvisor.gateway.lazy_streams import DirectCall, LazySessionManager
 from mcpvisor.gateway.limits import HttpLimits
+from mcpvisor.gateway.protocol import is_request_id, shape_problem
 from mcpvisor.gateway.responses import error_response
 
 __all__ = [
@@ -402,10 +403,13 @@ def opens_a_session(body: bytes) -> bool:
 
 
 def _refused(body: bytes) -> bool:
-    """Whether the ``initialize`` request ``body`` holds is sure to be refused for its params."""
+    """Whether the ``initialize`` ``body`` holds is sure to be refused: for its params, or as no JSON-RPC request (no
+    id, an id of another type, another ``jsonrpc``)."""
     request = _initialize(body)
     if request is None:
         return False
+    if shape_problem(request) is not None or not is_request_id(request.get("id")):
+        return True
     params = request.get("params")
     try:
         validate_client_request("initialize", LATEST_HANDSHAKE_VERSION, params if isinstance(params, dict) else None)
