@@ -19,8 +19,8 @@ import httpx2
 import pytest
 from mcp_types import JSONRPCNotification, JSONRPCResponse
 
+from mcpvisor.gateway import bursts, lazy_streams
 from mcpvisor.gateway import http as gateway_http
-from mcpvisor.gateway import lazy_streams
 from mcpvisor.gateway.http import HttpLimits
 from mcpvisor.gateway.replay import ReplayBuffer, SessionEvents
 from mcpvisor.gateway.server import Gateway
@@ -299,6 +299,29 @@ async def test_a_connection_beyond_the_cap_is_closed_as_it_arrives(tmp_path: Pat
         finally:
             for sock in held:
                 sock.close()
+
+
+async def test_connections_refused_in_a_burst_are_logged_once_then_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, each connection past the cap logged a WARNING line: a client connecting in a loop wrote one line to
+    the gateway's stderr per attempt."""
+    monkeypatch.setattr(bursts, "BURST_S", 0.5)
+    async with gateway_at(tmp_path, HttpLimits(max_connections=2)) as (_, url):
+        held = [_connect(url) for _ in range(2)]
+        try:
+            await anyio.sleep(0.2)  # let the gateway accept them (nothing to wait on from outside)
+            for _ in range(20):
+                extra = _connect(url)
+                with anyio.fail_after(WAIT_S):
+                    assert await _closed_by_peer(extra)
+                extra.close()
+            await wait_until(lambda: "more connections" in caplog.text, what="the burst's count")
+        finally:
+            for sock in held:
+                sock.close()
+    said = [r.getMessage() for r in caplog.records if "connection" in r.getMessage() and r.levelno >= logging.WARNING]
+    assert said == ["refusing a connection: 2 are open already", "refused 19 more connections (2 are open)"]
 
 
 def _head(url: str, *, session: str | None = None, length: int = 1000) -> bytes:

@@ -21,6 +21,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.gateway.auth import BearerAuth
+from mcpvisor.gateway.bursts import Burst
 from mcpvisor.gateway.limits import (
     BODY_TIMEOUT_S,
     DEFAULT_HTTP_LIMITS,
@@ -57,7 +58,6 @@ HTTP_SHUTDOWN_S = 2
 """Grace for open HTTP requests (e.g. a client's notification stream) when the gateway stops."""
 WORKSPACE_HEADER = "X-Mcpvisor-Workspace"
 """The request header naming a client's workspace folder (an absolute path)."""
-
 
 MAX_HEADER_PATH_CHARS = 4096
 """The longest workspace path a client may send (Linux's PATH_MAX)."""
@@ -184,9 +184,7 @@ def admit_workspace(root: Path, default: Path, allowed_root: Path | None, home: 
 
 def header_text(raw: str | None) -> str | None:
     """ASGI headers arrive as latin-1; clients send paths as UTF-8 bytes."""
-    if raw is None:
-        return None
-    return raw.encode("latin-1").decode("utf-8", "surrogateescape")
+    return None if raw is None else raw.encode("latin-1").decode("utf-8", "surrogateescape")
 
 
 class OneWorkspace:
@@ -349,6 +347,7 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
     ``on_response_complete`` when its response is sent: the timer notes the cycle it was armed under,
     and closes the connection only if no newer request arrived and none is being answered."""
     base: Any = _http_protocol()
+    refusals = Burst(logger, "refusing a connection: %d are open already", "refused %d more connections (%d are open)")
 
     class GuardedProtocol(base):  # type: ignore[misc]
         paused: ClassVar[set[GuardedProtocol]] = set()
@@ -432,7 +431,7 @@ def _guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)
             if len(self.connections) > limits.max_connections:
-                logger.warning("refusing a connection: %d are open already", limits.max_connections)
+                refusals.said(self.loop, limits.max_connections)  # (once per burst: a client may make thousands)
                 self.transport.close()
                 return
             self._arm_header_timer()
