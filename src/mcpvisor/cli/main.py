@@ -165,8 +165,9 @@ def run(
     With --fleet, approvals are the fleet's and decisions made anywhere in it apply at once.
 
     With --json, prints one JSON object per line: ready, server, reconcile, approval_needed,
-    settings_error, settings_ok, restart_required, warning, error, prompts_changed, lsp_server,
-    lsp_approval_needed; an error that stops it is an error event with "fatal": true.
+    settings_error, settings_ok, restart_required, warning, error, prompts_changed,
+    definitions_accepted, lsp_server, lsp_approval_needed; an error that stops it is an error event
+    with "fatal": true.
     """
     setup_logging(verbose, narrated=not as_json)
     with reported(json_events=as_json):
