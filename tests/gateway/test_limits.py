@@ -324,6 +324,33 @@ async def test_connections_refused_in_a_burst_are_logged_once_then_counted(
     assert said == ["refusing a connection: 2 are open already", "refused 19 more connections (2 are open)"]
 
 
+_ACCEPT = {"Accept": "application/json, text/event-stream"}
+_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "page", "version": "1"}},
+}
+
+
+async def test_requests_refused_for_their_host_in_a_burst_are_logged_once_then_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the DNS-rebinding protection logged a WARNING line per request it refused: a web page rebinding its
+    name to this machine could fill the gateway's stderr with as many as it sent."""
+    monkeypatch.setattr(bursts, "BURST_S", 0.5)
+    async with gateway_at(tmp_path, HttpLimits()) as (_, url), httpx2.AsyncClient(timeout=WAIT_S) as http:
+        for _ in range(20):
+            response = await http.post(url, json=_INITIALIZE, headers={**_ACCEPT, "Host": "rebound.example"})
+            assert response.status_code == 421, response.text
+        await wait_until(lambda: "more requests refused" in caplog.text, what="the burst's count")
+    said = [r.getMessage() for r in caplog.records if "refused" in r.getMessage() and r.levelno >= logging.WARNING]
+    assert said == [
+        "Invalid Host header: rebound.example (a request refused; the others of this burst are counted)",
+        "19 more requests refused: Invalid Host header",
+    ]
+
+
 def _head(url: str, *, session: str | None = None, length: int = 1000) -> bytes:
     """A POST's request line and headers, announcing a body of ``length`` bytes."""
     host = url.split("//")[1].split("/")[0]

@@ -21,7 +21,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from mcpvisor.core.errors import ConfigError
 from mcpvisor.gateway.auth import BearerAuth
-from mcpvisor.gateway.bursts import Burst
+from mcpvisor.gateway.bursts import Burst, quiet_rebinding_refusals
 from mcpvisor.gateway.limits import (
     BODY_TIMEOUT_S,
     DEFAULT_HTTP_LIMITS,
@@ -276,6 +276,7 @@ def transport_security(host: str) -> TransportSecuritySettings | None:
     rebinds its name to this machine is refused before anything runs."""
     if not is_loopback(host):
         return None
+    quiet_rebinding_refusals()  # (one line per refused request: as many as a page cares to send)
     names = {"127.0.0.1", "localhost", "[::1]"}
     names.add(f"[{host}]" if ":" in host else host.lower())
     return TransportSecuritySettings(
