@@ -478,3 +478,32 @@ def test_a_transaction_tried_again_acts_on_what_it_read_last() -> None:
     store = _TriedTwice(Path("unused"), json.loads(json.dumps(old)), revoked)
     assert store.create("s", "p", {"config": "new", "tools": {"echo": {"sha256": "c"}}}) is None
     assert revoked == {"s": {"p": {"config": "new", "tools": {"echo": {"sha256": "c"}}}}}  # the old pins gone meanwhile
+
+
+async def test_a_change_taken_back_while_the_store_cannot_be_saved_is_no_longer_held_once_it_is_fixed(
+    layout: Layout,
+) -> None:
+    """Before: the store kept saying the tool was held (``mcp list``, ``mcp approve``) after the server went back to
+    what was approved, for good: the gate forgot its note when taking it off could not be saved."""
+    user, lock = _unsaveable(layout)
+    lock.rmdir()
+    descriptions = layout.root.parent / "descriptions.json"
+    async with host(layout) as h:
+        await wait_until(lambda: "u" in pins(layout).get("user", {}))
+        describe(descriptions, echo=HOSTILE)
+        await relist(h, "u")
+        await wait_until(lambda: held_of(h, "u") == ("echo",))
+        assert list(pins(layout)["user"]["u"]["heldTools"]) == ["echo"]
+        lock.unlink(missing_ok=True)  # (left by the last write)
+        lock.mkdir()
+        describe(descriptions, echo=ORIGINAL)
+        await relist(h, "u")
+        await wait_until(lambda: held_of(h, "u") == ())
+        assert "mcp__u__echo" in h.config.tool_registry.names()
+        why = row(h, "u").held_why or ""
+        assert why.startswith("the tool pins of server 'u' could not be saved, so they still list as changed"), why
+        assert held_text(row(h, "u")) is None  # (nothing is held)
+        lock.rmdir()
+        await h.reload()
+        assert pins(layout)["user"]["u"].get("heldTools", {}) == {}
+        assert h.config.manager.held("u") is None

@@ -445,7 +445,7 @@ class McpClientManager:
         if self._gate is not None and client.status == "connected":
             admitted = admit(self._gate, name, cfg, tools, prompts)
             tools, prompts = admitted.tools, admitted.prompts
-            if admitted.held_tools or admitted.held_prompts:
+            if admitted.held_tools or admitted.held_prompts or admitted.why:
                 self._held[name] = admitted
         tools_changed = self._tools.set_server_tools(name, tools, exposure_of(cfg))
         prompts_changed = self._prompts.set_server_prompts(name, prompts)
@@ -456,7 +456,7 @@ class McpClientManager:
         self._publish_state(name)
 
     def held(self, name: str) -> Admitted | None:
-        """What the definition gate holds back of ``name``'s tools and prompts (None: nothing)."""
+        """What the definition gate holds back of ``name``'s tools and prompts, and why (None: nothing, no why)."""
         return self._held.get(name)
 
     def held_tool_names(self) -> set[str]:

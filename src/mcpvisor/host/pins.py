@@ -274,8 +274,15 @@ def unsaved_pins(name: str, exc: Exception) -> str:
     )
 
 
-def unnoted_changes(name: str, exc: Exception) -> str:
-    """Why server ``name``'s changed tools and prompts cannot be accepted when noting them as held failed (``exc``)."""
+def unnoted_changes(name: str, exc: Exception, *, held: bool = True) -> str:
+    """Why server ``name``'s changed tools and prompts cannot be accepted when noting them as held failed (``exc``);
+    with nothing ``held`` now (the server went back to what was pinned), why the store still lists them."""
+    if not held:
+        return (
+            f"the tool pins of server {name!r} could not be saved, so they still list as changed the tools and "
+            f"prompts it offers as pinned again (those are served): {exc}; once that is fixed, the list is put "
+            "right on /reload in the shell, at the next save of a settings file, or when mcpvisor restarts"
+        )
     return (
         f"the tool pins of server {name!r} could not be saved, so what changed since it was pinned stays held and "
         f"cannot be accepted yet: {exc}; once that is fixed, it can be accepted after /reload in the shell, the next "
@@ -375,21 +382,17 @@ class PinGate:
         # then leave each other's alone instead of writing over each other for ever, and a server that went back
         # to what was approved no longer reads as changed.
         mine = self._noted.get((scope, name), {})
-        self._noted[(scope, name)] = {key: {n: e["sha256"] for n, e in held[key].items()} for _, key in KINDS}
         unnoted = None  # (an acceptance reads the held definitions from the store: unnoted, they cannot be accepted)
         if _held_notes(record, held, mine) != {key: record.get(key, {}) for _, key in KINDS}:
             try:
                 self._store.note_held(scope, name, cfg.approval_hash, held, mine, timeout_s=GATE_LOCK_TIMEOUT_S)
             except (ConfigError, OSError) as exc:
-                unnoted = unnoted_changes(name, exc)
+                # What it noted before stays its own to take off (the store still has it) once it can be saved.
+                unnoted = unnoted_changes(name, exc, held=any(held.values()))
                 logger.warning("%s", unnoted)
-        return Admitted(
-            [t for t in tools if t.name not in held["heldTools"]],
-            [p for p in prompts if p.name not in held["heldPrompts"]],
-            tuple(held["heldTools"]),
-            tuple(held["heldPrompts"]),
-            unnoted,
-        )
+                return _admitted(tools, prompts, held, unnoted)
+        self._noted[(scope, name)] = {key: {n: e["sha256"] for n, e in held[key].items()} for _, key in KINDS}
+        return _admitted(tools, prompts, held, unnoted)
 
     def _upgraded(
         self, scope: str, name: str, record: Mapping[str, Any], current: Mapping[str, Mapping[str, dict[str, Any]]]
@@ -412,6 +415,18 @@ class PinGate:
             self._store.put(scope, name, record, timeout_s=GATE_LOCK_TIMEOUT_S)
         except (ConfigError, OSError) as exc:
             logger.warning("could not record the tool definitions of server %r: %s", name, exc)
+
+
+def _admitted(
+    tools: Sequence[Tool], prompts: Sequence[Prompt], held: Mapping[str, Mapping[str, Any]], why: str | None
+) -> Admitted:
+    return Admitted(
+        [t for t in tools if t.name not in held["heldTools"]],
+        [p for p in prompts if p.name not in held["heldPrompts"]],
+        tuple(held["heldTools"]),
+        tuple(held["heldPrompts"]),
+        why,
+    )
 
 
 def _by_name(
