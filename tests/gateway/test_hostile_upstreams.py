@@ -4,16 +4,19 @@ serving, and the status view says what is wrong with which server."""
 from __future__ import annotations
 
 import io
+import json
 import sys
 from pathlib import Path
 
+import pytest
 from mcp import Client
 from rich.console import Console
 
 from mcpvisor.shell.views import render_status
 from tests.core.test_hostile_servers import SPOILING_SERVER, TWICE_NAMED_SERVER
-from tests.gateway.test_gateway import running, server, text_of
+from tests.gateway.test_gateway import ERAS, running, server, text_of, tool_names
 from tests.helpers import raw_server, wait_until
+from tests.layout import replace_text
 
 
 async def test_a_listing_that_turns_invalid_is_said_in_the_status_view_while_the_server_serves_its_earlier_one(
@@ -100,3 +103,50 @@ async def test_a_listing_refused_after_a_change_is_said_in_the_status_view_while
             "(code -32603); the one before is served"
         ) in row_text()
         assert text_of(await client.call_tool("mcp__refusing__ok", {})) == "ok"
+
+
+UNUSABLE_TOOLS = {  # (schemas a handshake-era listing may carry: the SDK refuses the whole listing for others)
+    "bad": {"inputSchema": {"type": "object", "properties": {"n": {"type": "nonsense"}}}},
+    "props": {"inputSchema": {"type": "object", "$defs": 5}},
+    "out": {"outputSchema": {"type": "object", "additionalProperties": "no"}},
+    "blank": {"name": ""},
+}
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_tools_no_client_could_use_are_withheld_and_their_server_row_says_which_and_why(
+    tmp_path: Path, mode: str
+) -> None:
+    """Before: served as listed (a tool of an invalid JSON Schema makes many clients refuse the whole tool list, and
+    one of an empty name was registered as ``mcp__w__``); they are neither registered nor served, and said."""
+    described = tmp_path / "described.json"
+    replace_text(described, json.dumps(UNUSABLE_TOOLS))
+    entry = server("w", "--tools", "echo,bad,props,out,blank", "--control", "--descriptions", str(described))
+    async with (
+        running(tmp_path, user={"mcpServers": {"w": entry}}, processes=True) as r,
+        Client(r.gateway.server, mode=mode) as client,
+    ):
+        await wait_until(lambda: "mcp__w__echo" in r.host.config.tool_registry.names())
+        served = await tool_names(client)
+        assert {"mcp__w__echo", "mcp__w__pid"} <= served
+        assert not served & {"mcp__w__bad", "mcp__w__props", "mcp__w__out", "mcp__w__", "mcp__w__blank"}, served
+        assert not {"bad", "props", "out", ""} & {t.tool.name for t in r.host.config.tool_registry.tools_of("w")}
+        assert text_of(await client.call_tool("mcp__w__echo", {"text": "hi"})) == "w:echo:hi"
+        console = Console(record=True, width=400, file=io.StringIO())
+        render_status(console, [row for row in r.host.server_views() if row.name == "w"])
+        count = len(r.host.config.tool_registry.tools_of("w"))
+        assert (
+            f"w · ● connected ({count} tools, 0 prompts) · ! tool 'bad' is withheld: its inputSchema is not a valid "
+            "JSON Schema ($.properties.n.type: 'nonsense' is not valid under any of the given schemas); the server "
+            "needs fixing (and 3 more tools withheld)"
+        ) in console.export_text()
+        replace_text(described, json.dumps({"out": UNUSABLE_TOOLS["out"]}))  # three fixed, one left
+        await client.call_tool("mcp__w__set_tools", {"names": "echo,bad,props,out,blank"})
+        await wait_until(lambda: "mcp__w__bad" in r.host.config.tool_registry.names(), what="the fixed tools served")
+        assert {"mcp__w__bad", "mcp__w__props", "mcp__w__blank"} <= await tool_names(client)
+        [w] = [row for row in r.host.server_views() if row.name == "w"]
+        assert w.warning == (
+            "tool 'out' is withheld: its outputSchema is not a valid JSON Schema ($.additionalProperties: 'no' is not "
+            "of type 'object', 'boolean'); the server needs fixing"
+        )
+        assert "mcp__w__out" not in await tool_names(client)

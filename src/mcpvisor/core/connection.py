@@ -35,14 +35,7 @@ from mcpvisor.core.errors import (
     name_word,
 )
 from mcpvisor.core.events import ServerStatus
-from mcpvisor.core.listing import (
-    Listings,
-    Refresher,
-    discover,
-    follow_list_changes,
-    listen_wanted,
-    repeated_names,
-)
+from mcpvisor.core.listing import Listings, Refresher, discover, follow_list_changes, listen_wanted, problems_of
 from mcpvisor.core.processes import SpawnedAhead, how_it_exited
 from mcpvisor.core.server_config import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -135,6 +128,8 @@ class ServerConnection:
         self.listing_problem: str | None = None
         """Why its latest listing was not taken while it stays connected (the server's bug), or None."""
         self.tools: list[types.Tool] = []
+        self.withheld = Listings().withheld
+        """The tools it lists that are neither registered nor served, as no client could use them (its bug)."""
         self.prompts: list[types.Prompt] = []
         self.resources: list[types.Resource] = []
         self.resource_templates: list[types.ResourceTemplate] = []
@@ -325,7 +320,7 @@ class ServerConnection:
                 self._list(listings)
                 life.deadline = math.inf
                 self._client = client
-                self.last_error, self.listing_problem = None, repeated_names(listings)
+                self.last_error, self.listing_problem = None, problems_of(listings)
                 self._set_status("connected")
                 self._ready.set()
                 logger.info("server %r connected (%d tools, %d prompts)", self.name, len(self.tools), len(self.prompts))
@@ -411,10 +406,10 @@ class ServerConnection:
     # -- discovery and refresh ---------------------------------------------------------------
 
     def _listings(self) -> Listings:
-        return Listings(self.tools, self.prompts, self.resources, self.resource_templates)
+        return Listings(self.tools, self.prompts, self.resources, self.resource_templates, self.withheld)
 
     def _list(self, listings: Listings) -> None:
-        self.tools, self.prompts = listings.tools, listings.prompts
+        self.tools, self.prompts, self.withheld = listings.tools, listings.prompts, listings.withheld
         self.resources, self.resource_templates = listings.resources, listings.resource_templates
 
     async def _on_message(self, message: Any) -> None:
@@ -442,7 +437,7 @@ class ServerConnection:
         self._notify()
 
     def _fetched(self, listings: Listings) -> None:
-        if self._note_problem(repeated_names(listings)) and listings == self._listings():
+        if self._note_problem(problems_of(listings)) and listings == self._listings():
             self._notify()  # (a listing that changed is told by _relisted)
 
     def _note_problem(self, problem: str | None) -> bool:

@@ -5,6 +5,7 @@ Handshake-era notices reach the client's message handler; modern-era ones arrive
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -13,6 +14,8 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import anyio.abc
 import mcp_types as types
+from jsonschema import Draft202012Validator, SchemaError
+from jsonschema.validators import validator_for
 from mcp import Client
 from mcp.client.caching import CacheMode
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
@@ -24,6 +27,7 @@ __all__ = [
     "ListingTooLong",
     "Listings",
     "Refresher",
+    "Withheld",
     "discover",
     "follow_list_changes",
     "list_all_prompts",
@@ -31,7 +35,10 @@ __all__ = [
     "list_all_resources",
     "list_all_tools",
     "listen_wanted",
+    "problems_of",
     "repeated_names",
+    "schema_problem",
+    "usable_tools",
 ]
 
 logger = logging.getLogger(__name__)
@@ -193,13 +200,87 @@ async def follow_list_changes(
 
 
 @dataclass(frozen=True, slots=True)
+class Withheld:
+    """A tool a server lists that no client could use, so it is neither registered nor served (a server's bug)."""
+
+    name: str
+    """Its name on the server."""
+    why: str
+    """Why, said for people: ``its inputSchema is not a valid JSON Schema (…)``, ``its name is empty``."""
+
+
+@dataclass(frozen=True, slots=True)
 class Listings:
-    """What a server lists: its tools, prompts, resources and resource templates."""
+    """What a server lists: its tools (those a client can use), prompts, resources and resource templates, and the
+    tools it lists that are withheld."""
 
     tools: list[types.Tool] = field(default_factory=list)
     prompts: list[types.Prompt] = field(default_factory=list)
     resources: list[types.Resource] = field(default_factory=list)
     resource_templates: list[types.ResourceTemplate] = field(default_factory=list)
+    withheld: tuple[Withheld, ...] = ()
+
+
+SCHEMA_VERDICTS_KEPT = 10_000
+"""How many distinct schemas' verdicts :func:`schema_problem` keeps (the oldest goes first): a server listing
+:data:`MAX_LISTED` tools re-listed unchanged costs lookups only."""
+_verdicts: dict[str, str | None] = {}
+
+
+def schema_problem(schema: dict[str, Any]) -> str | None:
+    """Why ``schema`` is not a valid JSON Schema of the draft its ``$schema`` names (2020-12 when it names none, or
+    one unknown, as MCP says), or None. A verdict is kept per distinct schema: a re-listing costs a lookup."""
+    key = json.dumps(schema)
+    if key in _verdicts:
+        return _verdicts[key]
+    named = schema.get("$schema")
+    checker = validator_for(schema, default=Draft202012Validator) if isinstance(named, str) else Draft202012Validator
+    try:
+        checker.check_schema(schema)
+        verdict = None
+    except SchemaError as exc:
+        said = f"{exc.json_path}: {exc.message}"
+        verdict = said if len(said) <= 120 else f"{said[:119]}…"
+    except RecursionError:
+        verdict = "it is nested too deeply to be checked"
+    if len(_verdicts) >= SCHEMA_VERDICTS_KEPT:
+        _verdicts.pop(next(iter(_verdicts), key), None)  # (checks of two servers' listings may run side by side)
+    _verdicts[key] = verdict
+    return verdict
+
+
+def usable_tools(tools: list[types.Tool]) -> tuple[list[types.Tool], tuple[Withheld, ...]]:
+    """The tools of a listing a client can use, and those withheld: an empty name (it would register as
+    ``mcp__<server>__``), or an ``inputSchema`` or ``outputSchema`` that is not a valid JSON Schema (many clients,
+    LLM APIs among them, refuse a whole tool list for one such tool)."""
+    usable: list[types.Tool] = []
+    withheld: list[Withheld] = []
+    for tool in tools:
+        why = "its name is empty" if not tool.name else None
+        for field_name, schema in (("inputSchema", tool.input_schema), ("outputSchema", tool.output_schema)):
+            if why is None and schema is not None and (problem := schema_problem(schema)) is not None:
+                why = f"its {field_name} is not a valid JSON Schema ({problem})"
+        if why is None:
+            usable.append(tool)
+        else:
+            withheld.append(Withheld(tool.name, why))
+    return usable, tuple(withheld)
+
+
+async def _sorted(tools: list[types.Tool]) -> tuple[list[types.Tool], tuple[Withheld, ...]]:
+    """:func:`usable_tools` in a worker thread: a schema never seen takes about a millisecond to check against its
+    draft's metaschema, so a thousand new ones would hold the event loop for a second."""
+    return await anyio.to_thread.run_sync(usable_tools, tools)
+
+
+def problems_of(listings: Listings) -> str | None:
+    """What is wrong with a listing, said for people (the tools withheld, a name it repeats), or None."""
+    said = [repeated_names(listings)]
+    if listings.withheld:
+        first, more = listings.withheld[0], len(listings.withheld) - 1
+        others = f" (and {more} more tool{'s' if more > 1 else ''} withheld)" if more else ""
+        said.insert(0, f"tool {first.name[:80]!r} is withheld: {first.why}; the server needs fixing{others}")
+    return "; ".join(s for s in said if s) or None
 
 
 def repeated_names(listings: Listings) -> str | None:
@@ -230,8 +311,9 @@ async def discover(client: Client) -> Listings:
         if caps.resources is not None:
             tg.start_soon(fetch, "resources", list_all_resources)
             tg.start_soon(fetch, "templates", list_all_resource_templates)
+    tools, withheld = await _sorted(results.get("tools", []))
     return Listings(
-        results.get("tools", []), results.get("prompts", []), results.get("resources", []), results.get("templates", [])
+        tools, results.get("prompts", []), results.get("resources", []), results.get("templates", []), withheld
     )
 
 
@@ -268,11 +350,15 @@ class Refresher:
             self._tools = self._prompts = self._resources = False
             now = current()
             try:
+                usable, withheld = (
+                    await _sorted(await list_all_tools(client, bypass=True)) if tools else (now.tools, now.withheld)
+                )
                 new = Listings(
-                    await list_all_tools(client, bypass=True) if tools else now.tools,
+                    usable,
                     await list_all_prompts(client, bypass=True) if prompts else now.prompts,
                     await list_all_resources(client, bypass=True) if resources else now.resources,
                     await list_all_resource_templates(client, bypass=True) if resources else now.resource_templates,
+                    withheld,
                 )
             except (MCPError, ValidationError) as exc:
                 failed(exc)

@@ -159,7 +159,7 @@ def build_parser(prog: str, *, network: bool) -> argparse.ArgumentParser:
     parser.add_argument(
         "--descriptions",
         metavar="FILE",
-        help='JSON object {"tool": "description"} read at every tools/list (light server)',
+        help='JSON object {"tool": "description" or {fields listed instead}} read at every tools/list (light server)',
     )
     parser.add_argument("--stderr", metavar="TEXT", help="write TEXT to stderr at start")
     parser.add_argument(

@@ -289,8 +289,9 @@ class LightServer:
         tools = (*CONTROL_TOOLS, "log")
         return (*tools, "set_resources", "touch_resource") if with_resources else tools
 
-    def _described_tools(self) -> dict[str, str]:
-        """``--descriptions FILE``: tool descriptions, read again at every listing (a test rewrites it)."""
+    def _described_tools(self) -> dict[str, dict[str, Any]]:
+        """``--descriptions FILE``: tool descriptions, or objects of the fields to list instead (``inputSchema``,
+        ``name``…), read again at every listing (a test rewrites it)."""
         if self._options.descriptions is None:
             return {}
         try:
@@ -298,7 +299,8 @@ class LightServer:
                 data = json.load(fh)
         except (OSError, ValueError):
             return {}
-        return {k: v for k, v in data.items() if isinstance(v, str)} if isinstance(data, dict) else {}
+        said = data.items() if isinstance(data, dict) else ()
+        return {k: {"description": v} if isinstance(v, str) else v for k, v in said if isinstance(v, str | dict)}
 
     def _configurable_tools(self) -> tuple[str, ...]:
         if not self._options.control:
@@ -311,8 +313,9 @@ class LightServer:
         tools: list[dict[str, Any]] = [
             {
                 "name": tool,
-                "description": described.get(tool, f"Return {tool_text(name, tool, '{text}')!r}."),
+                "description": f"Return {tool_text(name, tool, '{text}')!r}.",
                 "inputSchema": TEXT_SCHEMA,
+                **described.get(tool, {}),
             }
             for tool in self._configurable_tools()
         ]
