@@ -12,6 +12,7 @@ import pytest
 from mcp import Client
 from rich.console import Console
 
+from mcpvisor.core.errors import ToolNotFoundError
 from mcpvisor.shell.views import render_status
 from tests.core.test_hostile_servers import SPOILING_SERVER, TWICE_NAMED_SERVER
 from tests.gateway.test_gateway import ERAS, running, server, text_of, tool_names
@@ -150,3 +151,23 @@ async def test_tools_no_client_could_use_are_withheld_and_their_server_row_says_
             "of type 'object', 'boolean'); the server needs fixing"
         )
         assert "mcp__w__out" not in await tool_names(client)
+
+
+async def test_a_call_of_a_withheld_tool_says_it_is_withheld_and_why(tmp_path: Path) -> None:
+    """Before: told that the server does not provide it, as for a name it never listed."""
+    described = tmp_path / "described.json"
+    replace_text(described, json.dumps(UNUSABLE_TOOLS))
+    entry = server("w", "--tools", "echo,bad,blank", "--descriptions", str(described))
+    async with (
+        running(tmp_path, user={"mcpServers": {"w": entry}}, processes=True) as r,
+        Client(r.gateway.server) as client,
+    ):
+        await wait_until(lambda: "mcp__w__echo" in r.host.config.tool_registry.names())
+        said = text_of(await client.call_tool("mcp__w__bad", {"n": 1}))
+        assert said == (
+            "tool 'mcp__w__bad' is withheld: server 'w' lists it, but its inputSchema is not a valid JSON Schema "
+            "($.properties.n.type: 'nonsense' is not valid under any of the given schemas); the server needs fixing"
+        )
+        with pytest.raises(ToolNotFoundError, match="server 'w' lists it, but its name is empty") as caught:
+            await r.host.config.call_tool("mcp__w__", {})
+        assert caught.value.reason == "withheld"

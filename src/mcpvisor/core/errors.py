@@ -205,7 +205,8 @@ class ToolCallTimeoutError(RequestTimeoutError, ToolCallError):
 class NotFoundError(RequestError):
     """No connected server provides the tool or prompt named ``target``. ``reason`` is one of ``removed``,
     ``not_allowed``, ``excluded``, ``pending_approval``, ``rejected``, ``held`` (its definition changed
-    since it was approved), ``missing`` (connected but not providing it), ``starting`` (its server is still
+    since it was approved), ``withheld`` (its server lists it, but no client could use it: an invalid schema or an
+    empty name), ``missing`` (connected but not providing it), ``starting`` (its server is still
     starting: retry in a moment), ``disconnected`` (its server went down and is being started again by itself:
     retry in a moment), ``down`` (its server is not connected and does not come back by itself: its restarts gave
     up, its start failed or it waits for a sign-in; the message says what to do), ``not_started`` (no server was
