@@ -568,6 +568,20 @@ async def test_run_json_tells_what_is_wrong_with_a_connected_servers_listing(tmp
         assert event["warning"] == "it lists tool 'same' more than once; the first is served"
 
 
+async def test_run_json_tells_of_a_withheld_tool_in_its_servers_event(tmp_path: Path) -> None:
+    described = tmp_path / "described.json"
+    replace_text(described, json.dumps({"bad": {"inputSchema": {"type": "object", "$defs": 5}}}))
+    args = ["-m", LIGHT, "--name", "w", "--tools", "echo,bad", "--descriptions", str(described)]
+    async with run(tmp_path, user={"mcpServers": {"w": {"command": sys.executable, "args": args}}}) as r:
+        await r.wait_for(lambda: r.status("w") == "connected")
+        withheld = (
+            "tool 'bad' is withheld: its inputSchema is not a valid JSON Schema ($['$defs']: 5 is not of type "
+            "'object'); the server needs fixing"
+        )
+        assert [e["warning"] for e in r.of("server") if e["server"] == "w" and e["warning"]] == [withheld]
+        assert "mcp__w__bad" not in r.last_server("w")["tools"]  # type: ignore[index]
+
+
 async def test_a_server_that_never_answers_holds_up_neither_the_start_nor_an_edit(tmp_path: Path) -> None:
     """``run`` waits a few seconds for a hanging handshake, as ``serve`` and the shell do, then follows edits; the
     hanging server goes on starting (its own discovery timeout: two minutes here)."""
