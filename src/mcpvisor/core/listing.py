@@ -5,7 +5,6 @@ Handshake-era notices reach the client's message handler; modern-era ones arrive
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -14,14 +13,14 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import anyio.abc
 import mcp_types as types
-from jsonschema import Draft202012Validator, SchemaError
-from jsonschema.validators import validator_for
 from mcp import Client
 from mcp.client.caching import CacheMode
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
+
+from mcpvisor.core.schemas import needs_checking, schema_problem
 
 __all__ = [
     "ListingTooLong",
@@ -37,7 +36,6 @@ __all__ = [
     "listen_wanted",
     "problems_of",
     "repeated_names",
-    "schema_problem",
     "usable_tools",
 ]
 
@@ -221,34 +219,6 @@ class Listings:
     withheld: tuple[Withheld, ...] = ()
 
 
-SCHEMA_VERDICTS_KEPT = 10_000
-"""How many distinct schemas' verdicts :func:`schema_problem` keeps (the oldest goes first): a server listing
-:data:`MAX_LISTED` tools re-listed unchanged costs lookups only."""
-_verdicts: dict[str, str | None] = {}
-
-
-def schema_problem(schema: dict[str, Any]) -> str | None:
-    """Why ``schema`` is not a valid JSON Schema of the draft its ``$schema`` names (2020-12 when it names none, or
-    one unknown, as MCP says), or None. A verdict is kept per distinct schema: a re-listing costs a lookup."""
-    key = json.dumps(schema)
-    if key in _verdicts:
-        return _verdicts[key]
-    named = schema.get("$schema")
-    checker = validator_for(schema, default=Draft202012Validator) if isinstance(named, str) else Draft202012Validator
-    try:
-        checker.check_schema(schema)
-        verdict = None
-    except SchemaError as exc:
-        said = f"{exc.json_path}: {exc.message}"
-        verdict = said if len(said) <= 120 else f"{said[:119]}…"
-    except RecursionError:
-        verdict = "it is nested too deeply to be checked"
-    if len(_verdicts) >= SCHEMA_VERDICTS_KEPT:
-        _verdicts.pop(next(iter(_verdicts), key), None)  # (checks of two servers' listings may run side by side)
-    _verdicts[key] = verdict
-    return verdict
-
-
 def usable_tools(tools: list[types.Tool]) -> tuple[list[types.Tool], tuple[Withheld, ...]]:
     """The tools of a listing a client can use, and those withheld: an empty name (it would register as
     ``mcp__<server>__``), or an ``inputSchema`` or ``outputSchema`` that is not a valid JSON Schema (many clients,
@@ -268,8 +238,10 @@ def usable_tools(tools: list[types.Tool]) -> tuple[list[types.Tool], tuple[Withh
 
 
 async def _sorted(tools: list[types.Tool]) -> tuple[list[types.Tool], tuple[Withheld, ...]]:
-    """:func:`usable_tools` in a worker thread: a schema never seen takes about a millisecond to check against its
-    draft's metaschema, so a thousand new ones would hold the event loop for a second."""
+    """:func:`usable_tools`, in a worker thread when a schema needs ``jsonschema``'s check: a schema never seen that is
+    not plainly valid takes about a millisecond, so a thousand would hold the event loop for a second."""
+    if not needs_checking([schema for t in tools for schema in (t.input_schema, t.output_schema)]):
+        return usable_tools(tools)
     return await anyio.to_thread.run_sync(usable_tools, tools)
 
 
