@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from mcpvisor.core import registry
 from mcpvisor.core.config import Config
 from mcpvisor.core.errors import ConnectError, ServerUnavailableError
 from mcpvisor.core.listing import REFRESH_GAP_S
@@ -118,6 +119,21 @@ async def test_a_server_announcing_a_new_tool_list_at_every_listing_is_listed_ag
         assert all(gap >= REFRESH_GAP_S for gap in gaps), gaps
         result = await config.call_tool("mcp__good__echo", {"text": "hi"})
         assert "good:echo:hi" in str(result)
+
+
+async def test_a_server_inventing_tool_names_at_every_listing_leaves_the_registry_a_bounded_memory_of_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every name a server ever listed stayed claimed for the whole session: this one grew it at every listing.
+    monkeypatch.setattr(registry, "FORMER_NAMES_KEPT", 2, raising=False)
+    script, listed = tmp_path / "restless.py", tmp_path / "listed"
+    script.write_text(RESTLESS_SERVER)
+    servers = {"restless": McpServerConfig(command=sys.executable, args=[str(script), str(listed)])}
+    async with Config(mcp_servers=servers, options=ConnectionOptions(log_dir=tmp_path / "logs")) as config:
+        await config.initialize()
+        reg = config.tool_registry
+        await wait_until(lambda: [t.tool.name for t in reg.tools_of("restless")] == ["t5"], what="a fifth listing")
+        assert len(reg._claims) == 1 + 2  # t5, and t4 and t3 it listed last before
 
 
 SPOILING_SERVER = raw_server(

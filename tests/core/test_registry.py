@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mcp_types import Prompt, Tool
 
+from mcpvisor.core import registry
 from mcpvisor.core.exposure import Exposure
 from mcpvisor.core.registry import PromptRegistry, ToolRegistry, fnv1a_base36, mcp_tool_name
 
@@ -165,3 +166,30 @@ def test_an_async_function_is_refused_as_an_event_listener_it_would_never_hear_a
         Host(HostOptions(env={})).subscribe(listener)  # type: ignore[arg-type]
     removed = bus.subscribe(lambda event: None)  # a plain function is taken
     removed()
+
+
+def test_a_server_inventing_names_keeps_only_its_latest_former_names_and_a_forgotten_one_goes_back_to_the_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every name a server ever listed used to stay claimed while the registry lived: a server listing new names at
+    # every listing grew it without bound.
+    monkeypatch.setattr(registry, "FORMER_NAMES_KEPT", 2, raising=False)
+    reg, prompts = ToolRegistry(), PromptRegistry()
+    reg.set_server_tools("a", [tool("b__c")], Exposure())
+    reg.set_server_tools("a__b", [tool("c")], Exposure())
+    hashed = reg.tools_of("a")[0].name
+    assert hashed != "mcp__a__b__c"
+    reg.take_renamed()
+    for n in range(2):  # a__b moves on: c is a former name, still its own
+        reg.set_server_tools("a__b", [tool(f"n{n}")], Exposure())
+        assert reg.tools_of("a")[0].name == hashed
+    assert reg.take_renamed() == set()
+    for n in range(2, 50):
+        reg.set_server_tools("a__b", [tool(f"n{n}")], Exposure())
+        prompts.set_server_prompts("a__b", [Prompt(name=f"p{n}")])
+    assert len(reg._claims) <= 1 + 1 + 2  # a's, a__b's listed one and its two latest former ones
+    assert len(prompts._claims) <= 1 + 2
+    assert [t.name for t in reg.tools_of("a")] == ["mcp__a__b__c"]  # a__b's c forgotten: a's b__c has its name
+    assert reg.take_renamed() == {"a"}
+    reg.set_server_tools("a__b", [tool("n48"), tool("n49")], Exposure())  # listed again: still its own
+    assert [t.name for t in reg.tools_of("a__b")] == ["mcp__a__b__n48", "mcp__a__b__n49"]

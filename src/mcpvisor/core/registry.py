@@ -5,14 +5,16 @@ characters outside ``[A-Za-z0-9_-]``, is sanitised, truncated and suffixed with 
 7-character base-36 FNV-1a hash of the original, so names stay unique and valid for model
 providers. Two servers' tools that would get the same name (server ``a``'s ``b__c``, server ``a__b``'s ``c``)
 are told apart the same way whatever their order: the longer server name keeps it, the other is hashed
-(:func:`qualified_name`) for as long as the registry lives. Prompts register by bare name; on a clash the
-later one becomes ``<server>_<name>``.
+(:func:`qualified_name`) for as long as the registry lives, even while the longer one is down or no longer lists
+that tool, unless it has since stopped listing :data:`FORMER_NAMES_KEPT` newer names (:class:`_Claims`). Prompts
+register by bare name; on a clash the later one becomes ``<server>_<name>``.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "FORMER_NAMES_KEPT",
     "MAX_TOOL_NAME_LEN",
     "Admitted",
     "DefinitionGate",
@@ -48,6 +51,9 @@ _HASH_LEN = 7
 _VALID = re.compile(r"^[A-Za-z0-9_-]+$")
 _INVALID_CHAR = re.compile(r"[^A-Za-z0-9_-]")
 _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+FORMER_NAMES_KEPT = 1000
+"""How many names a server listed once and lists no more stay its own (per server, the most recently listed), so
+that a server inventing new tool names at every listing does not grow the registry for as long as it lives."""
 
 
 def fnv1a_base36(text: str) -> str:
@@ -145,6 +151,46 @@ def _first_of_each_name(tools: list[Tool]) -> tuple[list[Tool], list[str]]:
     return list(firsts.values()), list(repeated)
 
 
+class _Claims:
+    """``mcp__<server>__<name>`` -> the servers whose tools (or prompts) have made it: every name a server lists
+    now, and of those it listed once and no longer lists the :data:`FORMER_NAMES_KEPT` it listed last, oldest
+    forgotten first. A remembered name goes to no other server (:func:`qualified_name`); a forgotten one may go to
+    another whose tool or prompt makes it alike (server ``a``'s ``b__c`` once server ``a__b`` has moved on)."""
+
+    def __init__(self) -> None:
+        self._claimants: dict[str, set[str]] = {}
+        self._of: dict[str, OrderedDict[str, None]] = {}
+        """server -> the names it has made, the most recently listed last."""
+
+    def claim(self, server: str, plains: Iterable[str]) -> list[str]:
+        """Record that ``server`` lists ``plains`` now. Returns the names it forgot that other servers still claim
+        (their names may change)."""
+        listed = list(dict.fromkeys(plains))
+        made = self._of.setdefault(server, OrderedDict())
+        for plain in listed:
+            made[plain] = None
+            made.move_to_end(plain)
+            self._claimants.setdefault(plain, set()).add(server)
+        forgotten: list[str] = []
+        while len(made) > len(listed) + FORMER_NAMES_KEPT:
+            plain, _ = made.popitem(last=False)
+            claimants = self._claimants[plain]
+            claimants.discard(server)
+            if claimants:
+                forgotten.append(plain)
+            else:
+                del self._claimants[plain]
+        return forgotten
+
+    def of(self, plain: str) -> set[str]:
+        """The servers that have made ``plain`` (empty: none)."""
+        return self._claimants.get(plain, set())
+
+    def __len__(self) -> int:
+        """How many names are claimed."""
+        return len(self._claimants)
+
+
 @dataclass(frozen=True, slots=True)
 class RegisteredTool:
     name: str
@@ -168,7 +214,7 @@ class ToolRegistry:
         self._by_name: dict[str, RegisteredTool] = {}
         self._by_server: dict[str, list[str]] = {}
         self._offered: dict[str, list[Tool]] = {}
-        self._claims: dict[str, set[str]] = {}
+        self._claims = _Claims()
         """``mcp__<server>__<tool>`` -> the servers whose tools make it (more than one: :func:`qualified_name`)."""
         self._renamed: set[str] = set()
 
@@ -179,7 +225,10 @@ class ToolRegistry:
         with tool ``b__c`` and server ``a__b`` with tool ``c``), the one with the longer server name has it and
         the other the hashed form (:func:`qualified_name`), whichever connected first: a server's coming may
         rename another's tools (:meth:`take_renamed` says whose). Its going gives its names to no other server
-        while the registry lives: a call of one while it is down or removed is told so, never sent elsewhere."""
+        while the registry lives: a call of one while it is down or removed is told so, never sent elsewhere. Of the
+        names a server no longer lists, only the :data:`FORMER_NAMES_KEPT` it listed last are kept so (a server
+        inventing new names at every listing would grow the registry without bound); when it forgets one, another
+        server's tool hashed for it gets it back (and is in :meth:`take_renamed`)."""
         admitted, repeated = _first_of_each_name([t for t in tools if exposure.admits(t.name)])
         if admitted == self._offered.get(server, []):
             return False
@@ -194,10 +243,11 @@ class ToolRegistry:
             return True
         self._offered[server] = admitted
         plains = [mcp_tool_name(server, t.name) for t in admitted]
-        for plain in plains:
-            self._claims.setdefault(plain, set()).add(server)
+        for plain in [*self._claims.claim(server, plains), *plains]:
             self._settle(plain)  # another server's tool that has the name and yields it moves aside first
-        names = [qualified_name(server, t.name, self._claims[plain]) for t, plain in zip(admitted, plains, strict=True)]
+        names = [
+            qualified_name(server, t.name, self._claims.of(plain)) for t, plain in zip(admitted, plains, strict=True)
+        ]
         for name, t in zip(names, admitted, strict=True):
             self._by_name[name] = RegisteredTool(name, server, t)
         self._by_server[server] = names
@@ -207,13 +257,13 @@ class ToolRegistry:
         names = self._by_server.pop(server, [])
         for name in names:
             self._by_name.pop(name, None)
-        self._offered.pop(server, None)  # (its claims stay: a name it had goes to no other server this session)
+        self._offered.pop(server, None)  # (its claims stay: a name it had goes to no other server, see _Claims)
         return bool(names)
 
     def _settle(self, plain: str) -> None:
         """Give each registered tool whose ``mcp__<server>__<tool>`` is ``plain`` the name it has now (the one
         that yields first, so the name is free for the one that takes it)."""
-        claimants = self._claims[plain]
+        claimants = self._claims.of(plain)
         entries = [
             entry
             for server in claimants
@@ -261,7 +311,7 @@ class PromptRegistry:
     def __init__(self) -> None:
         self._by_name: dict[str, RegisteredPrompt] = {}
         self._by_server: dict[str, list[str]] = {}
-        self._claims: dict[str, set[str]] = {}
+        self._claims = _Claims()
         """``mcp__<server>__<prompt>`` -> the servers whose prompts made it, as :class:`ToolRegistry` keeps them."""
 
     def set_server_prompts(self, server: str, prompts: Iterable[Prompt]) -> bool:
@@ -269,8 +319,7 @@ class PromptRegistry:
         before = [self._by_name[n].prompt for n in self._by_server.get(server, ())]
         if before == prompts:
             return False
-        for prompt in prompts:
-            self._claims.setdefault(mcp_tool_name(server, prompt.name), set()).add(server)
+        self._claims.claim(server, [mcp_tool_name(server, prompt.name) for prompt in prompts])
         self.remove_prompts_by_server(server)
         names: list[str] = []
         offered: set[str] = set()
@@ -304,7 +353,7 @@ class PromptRegistry:
         """``mcp__<server>__<prompt>`` of a registered prompt, unique across servers as a tool's is (the gateway's
         name for it): :func:`qualified_name` among every server whose prompt made that name while the registry
         lives."""
-        claimants = self._claims.get(mcp_tool_name(entry.server, entry.prompt.name), {entry.server})
+        claimants = self._claims.of(mcp_tool_name(entry.server, entry.prompt.name)) or {entry.server}
         return qualified_name(entry.server, entry.prompt.name, claimants)
 
     def get_all_prompts(self) -> list[RegisteredPrompt]:
