@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from mcpvisor.core.gating import McpGating, NameList, excluded_by
+from mcpvisor.core.gating import McpGating, NameList, excluded_by, not_allowed_by
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import ApprovalStore
 from mcpvisor.host.gating import (
@@ -44,6 +44,44 @@ def test_an_exclude_list_says_which_file_and_pattern_leave_a_server_out(
     lists = [NameList("mcp.excluded", tuple(user), "/u"), NameList("mcp.excluded", tuple(workspace), "/w")]
     assert excluded_by("db", lists) == said
     assert McpGating(excluded=(*user, *workspace), excluded_by=tuple(lists)).why_excluded("db") == said
+
+
+HOST_EXCLUDED = NameList("set_excluded_mcp_servers", ("db",), call=True)
+HOST_ALLOWED = NameList("set_allowed_mcp_servers", ("web",), call=True)
+HOST_SET = "the list the host set with set_{}_mcp_servers()"
+
+
+@pytest.mark.parametrize(
+    ("lists", "said"),
+    [
+        ([HOST_EXCLUDED], f"in {HOST_SET.format('excluded')}"),
+        (
+            [NameList("mcp.excluded", ("db",), "/u"), HOST_EXCLUDED],
+            f"in mcp.excluded of /u and in {HOST_SET.format('excluded')}; remove it from mcp.excluded there",
+        ),
+        (
+            [NameList("mcp.excluded", ("d*",), "/u"), HOST_EXCLUDED],
+            f"matched by 'd*' in mcp.excluded of /u and 'db' in {HOST_SET.format('excluded')}; "
+            "remove that pattern from mcp.excluded there",
+        ),
+        ([HOST_ALLOWED], f"not in {HOST_SET.format('allowed')}"),
+        (
+            [NameList("mcp.allowed", ("web",), "/w"), HOST_ALLOWED],
+            f"not in mcp.allowed of /w nor in {HOST_SET.format('allowed')}; add it to mcp.allowed there",
+        ),
+        (
+            [NameList("mcp.allowed", ("web",), "/w"), NameList("--allowed", ("web",)), HOST_ALLOWED],
+            f"not in --allowed given at start-up nor in mcp.allowed of /w nor in {HOST_SET.format('allowed')}; "
+            "relaunch with 'db' added to that flag and add it to mcp.allowed there",
+        ),
+    ],
+)
+def test_a_fix_names_the_list_it_is_for_when_the_hosts_own_list_leaves_the_server_out_too(
+    lists: list[NameList], said: str
+) -> None:
+    # "…nor in the list the host set with set_allowed_mcp_servers(); add it there" read as if "there" were the
+    # host's list, which no settings file holds.
+    assert (excluded_by if lists[-1].key.startswith("set_excluded") else not_allowed_by)("db", lists) == said
 
 
 def test_an_exclude_list_moved_to_another_file_is_a_change() -> None:

@@ -91,12 +91,13 @@ def not_allowed_by(name: str, lists: Iterable[NameList]) -> str | None:
         return f"allowed by {flags[0].where()}, but {why}; {fix}" if flags else f"{why}; {fix}"
     flags = [lst for lst in flags if lst in missed]
     files = [lst for lst in missed if lst.file is not None]
+    calls = [lst.where() for lst in missed if lst.call]  # the host's to change: no fix to give
     left_out = [lst.where() for lst in flags]
     fixes = [f"relaunch with {name!r} added to that flag"] if flags else []
-    if files:
+    if files:  # "there" alone when the file's list is the only one named: the host's list is no file
         left_out.append(f"{files[0].key} of {', '.join(str(lst.file) for lst in files)}")
-        fixes.append(f"add it to {files[0].key} there" if fixes else "add it there")
-    left_out += [lst.where() for lst in missed if lst.call]  # the host's to change: no fix to give
+        fixes.append(f"add it to {files[0].key} there" if fixes or calls else "add it there")
+    left_out += calls
     if not left_out:
         return None
     return f"not in {' nor in '.join(left_out)}" + (f"; {' and '.join(fixes)}" if fixes else "")
@@ -118,15 +119,16 @@ def excluded_by(name: str, lists: Iterable[NameList]) -> str | None:
     if broken := [lst for lst, _ in hits if lst.invalid]:
         return "; ".join(_not_a_list(broken, "read as excluding every server"))
     exact = {name, escape_glob(name)}
-    fixable = any(not lst.call for lst, _ in hits)  # a list the host set with a call has no file to edit
+    files = [(lst, matched) for lst, matched in hits if not lst.call]  # a list the host set with a call has no file
+    # "there" names the file's list alone unless the host's list is named too: then the fix says which one.
+    there = f" from {files[0][0].key} there" if files and len(files) < len(hits) else " there"
     if all(p in exact for _, matched in hits for p in matched):
-        files = [lst for lst, _ in hits if not lst.call]
-        places = [f"{files[0].key} of {', '.join(str(lst.file) for lst in files)}"] if files else []
+        places = [f"{files[0][0].key} of {', '.join(str(lst.file) for lst, _ in files)}"] if files else []
         places += [lst.where() for lst, _ in hits if lst.call]
-        return f"in {' and in '.join(places)}{'; remove it there' if fixable else ''}"
+        return f"in {' and in '.join(places)}{f'; remove it{there}' if files else ''}"
     by = [f"{' and '.join(repr(p) for p in matched)} in {lst.where()}" for lst, matched in hits]
-    many = sum(len(matched) for _, matched in hits) > 1
-    fix = f"; remove {'those patterns' if many else 'that pattern'} there" if fixable else ""
+    many = sum(len(matched) for _, matched in files) > 1
+    fix = f"; remove {'those patterns' if many else 'that pattern'}{there}" if files else ""
     return f"matched by {' and '.join(by)}{fix}"
 
 
