@@ -3,11 +3,14 @@ that offers it, or to the one the caller names; and a diagnostics call reports p
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import anyio
+import pytest
 
+from mcpvisor.host.lsp import manager as lsp_manager
 from tests.helpers import WAIT_S
 from tests.host.lsp.test_lsp_host import basedpyright, pylsp, session, text
 
@@ -313,3 +316,35 @@ async def test_diagnostics_no_server_can_give_name_the_operation(tmp_path: Path)
             "no language server for '.py' files can answer diagnostics: language server 'alpha' failed — exited with "
             "code 3"
         ), text(result)
+
+
+async def test_a_failed_server_passed_over_says_in_its_status_which_server_answers_for_it_and_until_when(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its status row read only "failed", though calls for its files went to another server until its crash's pause
+    ended, its entry was saved or /reload."""
+    monkeypatch.setattr(lsp_manager, "BACKOFF_INITIAL_S", 20.0)
+    script = "import sys; sys.exit(3)"
+    broken = {"command": sys.executable, "args": ["-c", script], "extensionToLanguage": {".py": "python"}}
+    user = {"lspServers": {"a": {**broken, "restartOnCrash": True}, "b": broken, "c": pylsp()}}
+    async with session(tmp_path, user=user, watch=False) as s:
+        hover = await s.ok("hover", file="models.py", symbol="make_user")
+        assert hover["server"] == "c"
+        rows = {row["name"]: row["state"] for row in (await s.ok("status"))["servers"]}
+        paused = re.fullmatch(r"failed — 'c' answers for its files until it starts again in (\d+) s", rows["a"])
+        assert paused is not None, rows["a"]
+        assert 0 < int(paused[1]) <= 20
+        assert rows["b"] == (
+            "failed — 'c' answers for its files until it starts again when its entry is saved (or on /reload in the "
+            "shell)"
+        )
+        assert {view.name: view.state for view in s.host.lsp.views()}["b"] == rows["b"]  # mcpvisor status, /mcp
+        await s.host.lsp.reload(retry=True)  # /reload: the next call tries them first again
+        rows = {row["name"]: row["state"] for row in (await s.ok("status"))["servers"]}
+        assert (rows["a"], rows["b"]) == ("failed", "failed")
+        await s.ok("hover", file="models.py", symbol="make_user")  # b fails again: given up
+        [b] = [row for row in (await s.ok("status"))["servers"] if row["name"] == "b"]
+        assert b["state"] == (
+            "failed 2 times in a row; it starts again when its entry is saved (or on /reload in the shell); "
+            "'c' answers for its files meanwhile"
+        )

@@ -89,6 +89,8 @@ class LspManager:
         self._passed_over: dict[LanguageServer, bool] = {}
         """Failed servers a call passes over while another server of their files answers (true once a call said
         so), until they start again: after their crash's pause, when their entry is saved, or on ``/reload``."""
+        self._restart_at: dict[LanguageServer, float] = {}
+        """When (``time.monotonic()``) each crashed server's pause ends and it starts again."""
         self._tg: anyio.abc.TaskGroup | None = None
         self.last_plan = LspPlan()
 
@@ -213,6 +215,7 @@ class LspManager:
         assert self._tg is not None
         self._idle.discard(server.name)
         self._passed_over.pop(server, None)
+        self._restart_at.pop(server, None)
         self._started_at[server] = time.monotonic()
         server.start(self._tg)
 
@@ -299,6 +302,24 @@ class LspManager:
         ``/reload``): a call goes to another server of its files meanwhile, rather than fail on it again."""
         return server.state == "failed" and server in self._passed_over
 
+    def answering_for(self, server: LanguageServer) -> list[str]:
+        """The other servers, by name, that answer for files of ``server`` while it is passed over (none: it is
+        not, or no other that has not failed takes one of its extensions)."""
+        if not self.passed_over(server):
+            return []
+        extensions = server.config.extension_to_language.keys()
+        return sorted(
+            name
+            for name, other in self._servers.items()
+            if other is not server and other.state != "failed" and extensions & other.config.extension_to_language
+        )
+
+    def restarts_in(self, server: LanguageServer) -> float | None:
+        """Seconds until the crashed ``server``'s pause ends and it starts again (None: no restart is coming; a save
+        of its entry or ``/reload`` starts it)."""
+        at = self._restart_at.get(server)
+        return None if at is None or server.state != "failed" else max(at - time.monotonic(), 0.0)
+
     def fallback_notice(self, failed: LanguageServer, answered: LanguageServer) -> str | None:
         """What a call answered by ``answered`` says of ``failed``, passed over: once per failure (else None)."""
         if self._passed_over.get(failed, True):
@@ -338,6 +359,7 @@ class LspManager:
             if server.crashes <= server.config.restarts_allowed and self._tg is not None:
                 pause = min(BACKOFF_INITIAL_S * 2 ** (server.crashes - 1), BACKOFF_MAX_S)
                 logger.info("language server %r crashed; restarting in %g s", server.name, pause)
+                self._restart_at[server] = time.monotonic() + pause
                 self._tg.start_soon(self._restart_later, server, pause, server.crashes)
         elif server.state == "ready" and self._servers.get(server.name) is server:
             self._started_at.setdefault(server, time.monotonic())
@@ -350,6 +372,8 @@ class LspManager:
         await anyio.sleep(pause)
         if self._servers.get(server.name) is server and server.state == "failed" and server.crashes == crashes:
             self._start(server)
+        elif server.crashes == crashes:  # (not after a later crash: that one's pause stands)
+            self._restart_at.pop(server, None)
 
     async def _idle_loop(self) -> None:
         while True:

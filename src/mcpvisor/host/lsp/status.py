@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from typing import TYPE_CHECKING
@@ -62,10 +63,26 @@ def describe_state(
     if server.state == "starting":
         return "starting"
     if manager.given_up(server):  # a call does not start it as it would another failed one
-        return f"failed {server.crashes} times in a row; {manager.GIVEN_UP_FIX}"
+        answering = _answering(manager.answering_for(server))
+        return f"failed {server.crashes} times in a row; {manager.GIVEN_UP_FIX}" + (
+            f"; {answering} meanwhile" if answering else ""
+        )
+    if answering := _answering(manager.answering_for(server)):  # passed over: calls go to the others
+        pause = manager.restarts_in(server)
+        fix = manager.GIVEN_UP_FIX.removeprefix("it starts again ")  # (a save of its entry, /reload)
+        again = f"in {max(math.ceil(pause), 1)} s" if pause is not None else fix
+        return f"failed — {answering} until it starts again {again}"
     if server.state in ("failed", "stopping"):
         return server.state
     return "idle" if manager.is_idle(name) else "stopped (starts on first use)"
+
+
+def _answering(names: list[str]) -> str:
+    """``'beta' answers for its files`` (empty: no server answers in a failed one's place)."""
+    if not names:
+        return ""
+    who = ", ".join(repr(name) for name in names)
+    return f"{who} {'answers' if len(names) == 1 else 'answer'} for its files"
 
 
 def nothing_open(idle: list[str], named: object = None) -> str:
