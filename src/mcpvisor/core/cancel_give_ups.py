@@ -12,11 +12,11 @@ that logs (:func:`requesting`, around each request :class:`~mcpvisor.core.client
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+
+from mcpvisor.core.log_bursts import BurstCount
 
 __all__ = ["BURST_S", "DISPATCHER_LOGGER", "CancelGiveUps", "requesting"]
 
@@ -40,19 +40,15 @@ def requesting(server: str) -> Iterator[None]:
         _server.reset(token)
 
 
-@dataclass
-class _Burst:
-    count: int = 0
-
-
-class CancelGiveUps(logging.Filter):
+class CancelGiveUps(BurstCount[str | None], logging.Filter):
     """A filter for :data:`DISPATCHER_LOGGER`: its courtesy cancels that gave up, once per burst per server."""
 
     def __init__(self, burst_s: float = BURST_S) -> None:
         super().__init__()
         self._burst_s = burst_s
-        self._bursts: dict[str | None, _Burst] = {}
-        self._lock = threading.Lock()
+
+    def burst_s(self) -> float:
+        return self._burst_s
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
@@ -60,31 +56,13 @@ class CancelGiveUps(logging.Filter):
         if record.msg != _GAVE_UP or not (isinstance(describe, str) and describe.startswith("courtesy cancel")):
             return True  # (another line, or another final write: an error response, at shutdown)
         server = _server.get()
-        with self._lock:
-            burst = self._bursts.get(server)
-            if burst is not None:
-                burst.count += 1
-                return False
-            self._bursts[server] = _Burst()
-        timer = threading.Timer(self._burst_s, self._end, (record.name, server))
-        timer.daemon = True
-        timer.start()
+        if not self.starts_burst(record.name, server):
+            return False
         if server is not None:
             record.msg = "%s to server %r gave up: transport write blocked (the others of this burst are counted)"
             record.args = (describe, server)
         return True
 
-    def _end(self, name: str, server: str | None) -> None:
-        """A burst's time is up: the others' number said, and the burst goes on while more come."""
-        with self._lock:
-            burst = self._bursts[server]
-            count, burst.count = burst.count, 0
-            if not count:
-                del self._bursts[server]
-        if not count:
-            return
-        to = f" to server {server!r}" if server is not None else ""
+    def say_more(self, name: str, key: str | None, count: int) -> None:
+        to = f" to server {key!r}" if key is not None else ""
         logging.getLogger(name).warning("%d more courtesy cancels%s gave up: transport write blocked", count, to)
-        timer = threading.Timer(self._burst_s, self._end, (name, server))
-        timer.daemon = True
-        timer.start()

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
+from collections.abc import Callable
 from typing import Any
+
+from mcpvisor.core.log_bursts import BurstCount
 
 __all__ = ["BURST_S", "REBINDING_LOGGER", "Burst", "RebindingRefusals", "quiet_rebinding_refusals"]
 
@@ -18,33 +20,33 @@ BURST_S = 5.0
 """How long a burst's repeats are counted before their number is said."""
 
 
-class Burst:
+class Burst(BurstCount[None]):
     """``first % args`` said at once; repeats within :data:`BURST_S` as one ``more % (count, *args)`` line."""
 
     def __init__(self, logger: logging.Logger, first: str, more: str) -> None:
+        super().__init__()
         self._logger = logger
         self._first = first
         self._more = more
-        self._count = 0
         self._args: tuple[Any, ...] = ()
-        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def said(self, loop: asyncio.AbstractEventLoop, *args: Any) -> None:
         """One more occurrence (``args`` for its message), on ``loop``."""
         self._args = args
-        if self._timer is not None:
-            self._count += 1
-            return
-        self._logger.warning(self._first, *args)
-        self._timer = loop.call_later(BURST_S, self._end, loop)
+        self._loop = loop
+        if self.starts_burst(self._logger.name, None):
+            self._logger.warning(self._first, *args)
 
-    def _end(self, loop: asyncio.AbstractEventLoop) -> None:
-        count, self._count = self._count, 0
-        if not count:
-            self._timer = None
-            return
+    def burst_s(self) -> float:
+        return BURST_S
+
+    def later(self, delay_s: float, callback: Callable[..., None], *args: Any) -> None:
+        assert self._loop is not None  # (set by the first said)
+        self._loop.call_later(delay_s, callback, *args)  # it goes on, or ends in silence
+
+    def say_more(self, name: str, key: None, count: int) -> None:
         self._logger.warning(self._more, count, *self._args)
-        self._timer = loop.call_later(BURST_S, self._end, loop)  # it goes on, or ends in silence
 
 
 REBINDING_LOGGER = "mcp.server.transport_security"
@@ -52,43 +54,26 @@ REBINDING_LOGGER = "mcp.server.transport_security"
 _REFUSED = ("Invalid Host header", "Invalid Origin header", "Missing Host header")
 
 
-class RebindingRefusals(logging.Filter):
+class RebindingRefusals(BurstCount[str], logging.Filter):
     """A filter for :data:`REBINDING_LOGGER`: the SDK says every request it refuses for its ``Host`` or ``Origin`` (a
     web page rebinding its name to this machine may send as many as it likes), each kind once per burst, then how
     many more every :data:`BURST_S` while they come."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._counts: dict[str, int] = {}
-        self._lock = threading.Lock()
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         kind = next((k for k in _REFUSED if message.startswith(k)), None)
         if kind is None:
             return True  # (another line: this filter's own count, say)
-        with self._lock:
-            if kind in self._counts:
-                self._counts[kind] += 1
-                return False
-            self._counts[kind] = 0
-        self._later(record.name, kind)
+        if not self.starts_burst(record.name, kind):
+            return False
         record.msg, record.args = f"{message} (a request refused; the others of this burst are counted)", ()
         return True
 
-    def _later(self, name: str, kind: str) -> None:
-        timer = threading.Timer(BURST_S, self._end, (name, kind))  # (the SDK logs from its task: no loop at hand)
-        timer.daemon = True
-        timer.start()
+    def burst_s(self) -> float:
+        return BURST_S
 
-    def _end(self, name: str, kind: str) -> None:
-        with self._lock:
-            count = self._counts.pop(kind)
-            if count:
-                self._counts[kind] = 0  # the burst goes on while more come
-        if count:
-            logging.getLogger(name).warning("%d more requests refused: %s", count, kind)
-            self._later(name, kind)
+    def say_more(self, name: str, key: str, count: int) -> None:
+        logging.getLogger(name).warning("%d more requests refused: %s", count, key)
 
 
 def quiet_rebinding_refusals() -> None:
