@@ -134,7 +134,15 @@ class InFlight:
             for routed in orphans:
                 await routed.done.wait()
 
-    async def _answered(self, answerer: Answerer, what: str, answer: Callable[[], Awaitable[T]]) -> T | types.ErrorData:
+    async def _answered(
+        self, context: ClientRequestContext, what: str, ask: Callable[[Answerer, Progress | None], Awaitable[T]]
+    ) -> T | types.ErrorData:
+        """``ask`` the answerer of a ``what`` request of this server (with the server's progress, if it asked for
+        it), withdrawn when its client has no call left in flight on the server; or the error that says why not."""
+        answerer = self.answerer(what)
+        if isinstance(answerer, types.ErrorData):
+            return answerer
+        answer = partial(ask, answerer, _progress_to_server(context))
         routed = _Routed(answerer.client)
         self._routed.add(routed)
         try:
@@ -170,31 +178,23 @@ class InFlight:
     async def sampling(
         self, context: ClientRequestContext, params: types.CreateMessageRequestParams
     ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
-        answerer = self.answerer("a sampling request")
-        if isinstance(answerer, types.ErrorData):
-            return answerer
-        progress = _progress_to_server(context)
         return await self._answered(
-            answerer, "a sampling request", partial(answerer.create_message, self.server, params, progress)
+            context,
+            "a sampling request",
+            lambda asked, progress: asked.create_message(self.server, params, progress),
         )
 
     async def elicitation(
         self, context: ClientRequestContext, params: types.ElicitRequestParams
     ) -> types.ElicitResult | types.ErrorData:
-        answerer = self.answerer("an elicitation request")
-        if isinstance(answerer, types.ErrorData):
-            return answerer
-        progress = _progress_to_server(context)
         return await self._answered(
-            answerer, "an elicitation request", partial(answerer.elicit, self.server, params, progress)
+            context, "an elicitation request", lambda asked, progress: asked.elicit(self.server, params, progress)
         )
 
     async def list_roots(self, context: ClientRequestContext) -> types.ListRootsResult | types.ErrorData:
-        answerer = self.answerer("a roots request")
-        if isinstance(answerer, types.ErrorData):
-            return answerer
-        progress = _progress_to_server(context)
-        return await self._answered(answerer, "a roots request", partial(answerer.list_roots, self.server, progress))
+        return await self._answered(
+            context, "a roots request", lambda asked, progress: asked.list_roots(self.server, progress)
+        )
 
 
 def _progress_to_server(context: ClientRequestContext) -> Progress | None:
