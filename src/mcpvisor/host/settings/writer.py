@@ -261,21 +261,22 @@ def _insert(text: str, node: _Object, key: str, value: Any, unit: str) -> str:
         member = f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}"
         if not node.members:
             return f"{text[: node.close]}{member}{text[node.close :]}"
-        last = node.members[-1]
-        after = _next_token(text, last.value_end)
-        if text[after] == ",":
-            return f"{text[: after + 1]} {member},{text[after + 1 :]}"
-        return f"{text[: last.value_end]}, {member}{text[last.value_end :]}"
+        return _after_last(text, node, member, " ")
     anchor = node.members[0].start if node.members else node.open
     indent = _line_indent(text, anchor) if node.members else _line_indent(text, node.open) + unit
     member = f"{json.dumps(key, ensure_ascii=False)}: {_dump(value, indent, unit)}"
     if not node.members:
         return f"{text[: node.open + 1]}\n{indent}{member},{text[node.open + 1 :]}"
+    return _after_last(text, node, member, f"\n{indent}")
+
+
+def _after_last(text: str, node: _Object, member: str, space: str) -> str:
+    """``text`` with ``member`` after ``node``'s last, ``space`` before it (a trailing comma stays trailing)."""
     last = node.members[-1]
     after = _next_token(text, last.value_end)
     if text[after] == ",":
-        return f"{text[: after + 1]}\n{indent}{member},{text[after + 1 :]}"
-    return f"{text[: last.value_end]},\n{indent}{member}{text[last.value_end :]}"
+        return f"{text[: after + 1]}{space}{member},{text[after + 1 :]}"
+    return f"{text[: last.value_end]},{space}{member}{text[last.value_end :]}"
 
 
 def _remove(text: str, node: _Object, member: _Member) -> str:
