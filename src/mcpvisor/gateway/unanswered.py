@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import mcp_types as types
@@ -115,12 +115,29 @@ def _take(counts: dict[Any, int], key: Any) -> bool:
     return True
 
 
-class Settling:
-    """The read stream the session takes: each of the client's requests counted in :class:`Unanswered` carries
-    the hook the SDK runs when it settles unanswered (:meth:`Unanswered.settled`)."""
+class _Wrapping:
+    """A stream of the session's, wrapped to note in :class:`Unanswered` what passes: the rest is the stream's own."""
 
     def __init__(self, inner: Any, unanswered: Unanswered) -> None:
         self._inner, self._unanswered = inner, unanswered
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> bool | None:
+        return await self._inner.__aexit__(*exc)  # type: ignore[no-any-return]
+
+
+class Settling(_Wrapping):
+    """The read stream the session takes: each of the client's requests counted in :class:`Unanswered` carries
+    the hook the SDK runs when it settles unanswered (:meth:`Unanswered.settled`)."""
 
     @property
     def last_context(self) -> Any:
@@ -143,25 +160,9 @@ class Settling:
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
 
-    def close(self) -> None:
-        self._inner.close()
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> Settling:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: object) -> bool | None:
-        return await self._inner.__aexit__(*exc)  # type: ignore[no-any-return]
-
-
-class Answering:
+class Answering(_Wrapping):
     """The write stream the gateway answers on, noting each answer in :class:`Unanswered`."""
-
-    def __init__(self, inner: Any, unanswered: Unanswered) -> None:
-        self._inner, self._unanswered = inner, unanswered
 
     async def settle(self, timeout_s: float = ANSWER_S) -> None:
         """Wait until every request read is answered, for up to ``timeout_s`` (before the input is ended)."""
@@ -171,16 +172,3 @@ class Answering:
         await self._inner.send(item)
         if isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
             self._unanswered.answered(item.message.id)
-
-    def close(self) -> None:
-        self._inner.close()
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> Answering:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: object) -> bool | None:
-        return await self._inner.__aexit__(*exc)  # type: ignore[no-any-return]
