@@ -7,11 +7,9 @@ memory than the user allows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from mcpvisor.core.server_config import DEFAULT_MAX_MESSAGE_BYTES, MIN_MESSAGE_BYTES
 from mcpvisor.host.settings.loader import Settings
-from mcpvisor.host.settings.scopes import FileScope
+from mcpvisor.host.settings.mcp_section import mcp_values
 
 __all__ = ["max_message_bytes_of"]
 
@@ -24,14 +22,7 @@ def max_message_bytes_of(settings: Settings) -> tuple[int | None, tuple[str, ...
     limit: int | None = None
     lower: int | None = None
     problems: list[str] = []
-    scopes: tuple[FileScope, ...] = ("system_defaults", "user", "system", "workspace")
-    for scope in scopes:
-        if not settings.is_active(scope):
-            continue
-        section = settings.data(scope).get("mcp")
-        value = section.get("maxMessageBytes") if isinstance(section, Mapping) else None
-        if value is None:
-            continue
+    for scope, value in mcp_values(settings, "maxMessageBytes"):
         if not isinstance(value, int) or isinstance(value, bool) or value < MIN_MESSAGE_BYTES:
             problems.append(
                 f"invalid mcp.maxMessageBytes in {settings.paths.of(scope)}: expected a number of bytes, at least "

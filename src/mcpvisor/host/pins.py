@@ -42,11 +42,12 @@ from mcpvisor.core.registry import Admitted
 from mcpvisor.core.server_config import McpServerConfig
 from mcpvisor.host.approvals import is_gated, root_key
 from mcpvisor.host.private_files import PrivateJsonStore
+from mcpvisor.host.settings.mcp_section import mcp_values
 
 if TYPE_CHECKING:
     from mcp_types import Prompt, Tool
 
-    from mcpvisor.host.settings.loader import FileScope, Settings
+    from mcpvisor.host.settings.loader import Settings
 
 __all__ = [
     "KINDS",
@@ -137,14 +138,7 @@ def pin_mode_of(settings: Settings) -> tuple[PinMode, tuple[str, ...]]:
     mode: PinMode = DEFAULT_PIN_MODE
     stricter: PinMode = "off"
     problems: list[str] = []
-    scopes: tuple[FileScope, ...] = ("system_defaults", "user", "system", "workspace")
-    for scope in scopes:
-        if not settings.is_active(scope):
-            continue
-        section = settings.data(scope).get("mcp")
-        value = section.get("pinTools") if isinstance(section, Mapping) else None
-        if value is None:
-            continue
+    for scope, value in mcp_values(settings, "pinTools"):
         read: PinMode = "all"
         for known in modes:
             if value == known:
