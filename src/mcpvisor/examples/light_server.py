@@ -90,6 +90,17 @@ class RequestError(Exception):
         self.message = message
 
 
+def _named(params: dict[str, Any], method: str) -> tuple[str, dict[str, Any]]:
+    """The ``name`` and ``arguments`` of a ``method`` request (arguments absent: none), or the error that says so."""
+    name = params.get("name")
+    arguments = params.get("arguments")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(name, str) or not isinstance(arguments, dict):
+        raise RequestError(INVALID_PARAMS, f"{method} needs a string 'name' and an object 'arguments'")
+    return name, arguments
+
+
 class LightServer:
     """The protocol state of one stdio connection; `handle_line` takes one input line."""
 
@@ -328,12 +339,7 @@ class LightServer:
         return tools
 
     def _call_tool(self, request_id: object, params: dict[str, Any]) -> None:
-        tool = params.get("name")
-        arguments = params.get("arguments")
-        if arguments is None:
-            arguments = {}
-        if not isinstance(tool, str) or not isinstance(arguments, dict):
-            raise RequestError(INVALID_PARAMS, "tools/call needs a string 'name' and an object 'arguments'")
+        tool, arguments = _named(params, "tools/call")
         if tool == self._options.crash_on_call:
             os._exit(CRASH_EXIT_CODE)
         if tool == self._options.hang_on_call:
@@ -441,12 +447,7 @@ class LightServer:
         self.send({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
 
     def _get_prompt(self, params: dict[str, Any]) -> dict[str, Any]:
-        prompt = params.get("name")
-        arguments = params.get("arguments")
-        if arguments is None:
-            arguments = {}
-        if not isinstance(prompt, str) or not isinstance(arguments, dict):
-            raise RequestError(INVALID_PARAMS, "prompts/get needs a string 'name' and an object 'arguments'")
+        prompt, arguments = _named(params, "prompts/get")
         if prompt not in self._prompts:
             raise RequestError(INVALID_PARAMS, f"Unknown prompt: {prompt}")
         topic = arguments.get("topic", "")
