@@ -83,14 +83,26 @@ def render_status(
             where = f" ({row.file})" if row.file and row.source != "Command line" else ""
             console.print(Text(f"{group}{where}", style="bold"))
         icon, text, style = state_text(row, live=live, approve_hint=approve_hint, login_hint=login_hint, trust=trust)
-        line = Text(row.name if row.name.strip() else repr(row.name), style="bold")  # (an entry with a blank name)
-        line.append(" · ")
+        line = _named(row.name)
         line.append(f"{icon} {text}", style=style)
-        if row.kept:  # (what runs is not what the file says)
-            line.append(f" · ! {row.kept}", style="yellow")
-        console.print(indented(line, 2))
-        if show_target and row.target:  # (an invalid entry has none)
-            console.print(indented(Text(short_command(row.target), style="dim", overflow="fold"), 6))
+        _print_row(console, line, row.kept, row.target if show_target else None)
+
+
+def _named(name: str) -> Text:
+    """A row's line up to its state: its name (an entry's blank name shown quoted), then a separator."""
+    line = Text(name if name.strip() else repr(name), style="bold")
+    line.append(" · ")
+    return line
+
+
+def _print_row(console: Console, line: Text, kept: str | None, target: str | None) -> None:
+    """A row's ``line``, with ``kept`` (what runs is not what the file says), then ``target`` (what it runs, if
+    shown: an invalid entry has none) on a line of its own."""
+    if kept:
+        line.append(f" · ! {kept}", style="yellow")
+    console.print(indented(line, 2))
+    if target:
+        console.print(indented(Text(short_command(target), style="dim", overflow="fold"), 6))
 
 
 _DIFF_STYLES = {"+": "green", "-": "red", "@": "dim"}
@@ -129,8 +141,7 @@ def render_lsp_status(
     console.print(heading)
     for row in rows:
         icon, style = lsp_state_style(row.state)
-        line = Text(row.name if row.name.strip() else repr(row.name), style="bold")  # (an entry with a blank name)
-        line.append(" · ")
+        line = _named(row.name)
         facts = [f"pid {row.pid}"] if row.pid is not None and row.state.startswith("ready") else []
         if row.open_documents:
             facts.append(f"{row.open_documents} open")
@@ -139,11 +150,7 @@ def render_lsp_status(
         line.append(f"  {' '.join(row.extensions)}", style="dim")
         if row.error and row.error not in row.state:  # (an invalid entry's state says it already)
             line.append(f" — {row.error}", style="red")
-        if row.kept:  # (what runs is not what the file says)
-            line.append(f" · ! {row.kept}", style="yellow")
-        console.print(indented(line, 2))
-        if show_target and row.target:  # (an invalid entry has none)
-            console.print(indented(Text(short_command(row.target), style="dim", overflow="fold"), 6))
+        _print_row(console, line, row.kept, row.target if show_target else None)
 
 
 def render_mcp_view(console: Console, host: Host) -> None:
