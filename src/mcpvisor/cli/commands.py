@@ -112,13 +112,7 @@ def _in_the_folders_own_files(settings: Settings, name: str, kind: str) -> bool:
 
 def store_problems(*stores: PrivateJsonStore) -> list[str]:
     """What is wrong with each store that cannot be read (a corrupt OAuth token store, say)."""
-    problems = []
-    for store in stores:
-        try:
-            store.read()
-        except ConfigError as exc:
-            problems.append(str(exc))
-    return problems
+    return [problem for store in stores if (problem := store.read_error()) is not None]
 
 
 def list_servers(

@@ -378,11 +378,7 @@ def unreadable(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> str
     """Why the store cannot be read (its file, the reason, the fix), when a remote server may need a sign-in from it."""
     if all(cfg.transport == "stdio" for cfg in servers.values()):
         return None
-    try:
-        store.read()
-    except ConfigError as exc:
-        return str(exc)
-    return None
+    return store.read_error()
 
 
 def _token_digests(store: TokenStore, servers: Mapping[str, McpServerConfig]) -> dict[str, str | None]:

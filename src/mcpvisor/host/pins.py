@@ -161,11 +161,7 @@ def unread_pins(store: PinStore, mode: PinMode, servers: Mapping[str, McpServerC
     tool and prompt of those is held meanwhile."""
     if not any(is_pinned(mode, cfg) for cfg in servers.values()):
         return None
-    try:
-        store.read()
-    except ConfigError as exc:
-        return str(exc)
-    return None
+    return store.read_error()
 
 
 def is_pinned(mode: PinMode, cfg: McpServerConfig) -> bool:

@@ -209,6 +209,14 @@ class PrivateJsonStore:
             raise ConfigError(f"cannot read {self.what} {self.path}: expected an object of records; {self.consequence}")
         return records
 
+    def read_error(self) -> str | None:
+        """Why :meth:`read` fails (the file, the reason, the fix), or None when it does not."""
+        try:
+            self.read()
+        except ConfigError as exc:
+            return str(exc)
+        return None
+
     def mutate(self, change: Callable[[dict[str, Any]], object], *, timeout_s: float = LOCK_TIMEOUT_S) -> None:
         """Re-read the records under the lock, let ``change`` edit them in place, write them atomically."""
         with self._locked(timeout_s):
