@@ -7,8 +7,8 @@ markup, so a server cannot restyle or hide parts of the terminal output.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.cells import cell_len, set_cell_size
 from rich.console import Console
@@ -27,6 +27,8 @@ DESCRIPTION_MAX_CHARS = 80
 """What Tab's menu shows of a description (the listings fit theirs to the console's width: :func:`listed`)."""
 FITTED_MIN_CELLS = 20
 """A description with less room than this on its line is not cut: the console wraps it."""
+
+R = TypeVar("R", RegisteredTool, RegisteredPrompt)
 
 
 def first_line(text: str | None, limit: int | None = DESCRIPTION_MAX_CHARS) -> str:
@@ -69,34 +71,38 @@ def _by_server(names: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
 
 def render_tools(console: Console, tools: list[RegisteredTool], *, server: str = "") -> None:
     """Registered tool names grouped by server, each with its description's first line (``server``'s only)."""
-    tools = [t for t in tools if t.server == server] if server else tools
-    if not tools:
-        console.print(_none_registered("tools", server))
-        return
-    by_name = {t.name: t for t in tools}
-    for server, names in _by_server((t.server, t.name) for t in tools).items():
-        console.print(Text(f"{server} ({plural(len(names), 'tool')})", style="bold"))
-        for name in names:
-            line = listed(console, Text(name, style="cyan"), by_name[name].tool.description, 2)
-            console.print(indented(line, 2))
+    _render_grouped(
+        console, tools, server, "tool", lambda t: listed(console, Text(t.name, style="cyan"), t.tool.description, 2)
+    )
 
 
 def render_prompts(console: Console, prompts: list[RegisteredPrompt], *, server: str = "") -> None:
     """Registered prompt names grouped by server, with their arguments and descriptions (``server``'s only)."""
-    prompts = [p for p in prompts if p.server == server] if server else prompts
-    if not prompts:
-        console.print(_none_registered("prompts", server))
+
+    def line_of(registered: RegisteredPrompt) -> Text:
+        prompt = registered.prompt
+        line = Text(registered.name, style="cyan")
+        arguments = [f"{a.name}{'' if a.required else '?'}" for a in prompt.arguments or ()]
+        if arguments:
+            line.append(f" ({', '.join(arguments)})", style="dim")
+        return listed(console, line, prompt.description, 2)
+
+    _render_grouped(console, prompts, server, "prompt", line_of)
+
+
+def _render_grouped(
+    console: Console, entries: Sequence[R], server: str, kind: str, line_of: Callable[[R], Text]
+) -> None:
+    """``entries`` (``server``'s only, if named) under a heading per server that counts them, one line each."""
+    entries = [e for e in entries if e.server == server] if server else entries
+    if not entries:
+        console.print(_none_registered(f"{kind}s", server))
         return
-    by_name = {p.name: p for p in prompts}
-    for server, names in _by_server((p.server, p.name) for p in prompts).items():
-        console.print(Text(f"{server} ({plural(len(names), 'prompt')})", style="bold"))
+    by_name = {e.name: e for e in entries}
+    for group, names in _by_server((e.server, e.name) for e in entries).items():
+        console.print(Text(f"{group} ({plural(len(names), kind)})", style="bold"))
         for name in names:
-            prompt = by_name[name].prompt
-            line = Text(name, style="cyan")
-            arguments = [f"{a.name}{'' if a.required else '?'}" for a in prompt.arguments or ()]
-            if arguments:
-                line.append(f" ({', '.join(arguments)})", style="dim")
-            console.print(indented(listed(console, line, prompt.description, 2), 2))
+            console.print(indented(line_of(by_name[name]), 2))
 
 
 def _none_registered(what: str, server: str) -> str:
