@@ -20,7 +20,7 @@ import pytest
 from mcp_types import JSONRPCNotification, JSONRPCResponse
 
 from mcpvisor.gateway import bursts, lazy_streams
-from mcpvisor.gateway import http as gateway_http
+from mcpvisor.gateway import connections as gateway_connections
 from mcpvisor.gateway.http import HttpLimits
 from mcpvisor.gateway.replay import ReplayBuffer, SessionEvents
 from mcpvisor.gateway.server import Gateway
@@ -228,11 +228,11 @@ def http_protocol(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     if request.param == "h11":
         from uvicorn.protocols.http.h11_impl import H11Protocol
 
-        monkeypatch.setattr(gateway_http, "_http_protocol", lambda: H11Protocol)
+        monkeypatch.setattr(gateway_connections, "_http_protocol", lambda: H11Protocol)
     else:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-        assert gateway_http._http_protocol() is HttpToolsProtocol
+        assert gateway_connections._http_protocol() is HttpToolsProtocol
     return str(request.param)
 
 
@@ -493,7 +493,7 @@ async def test_a_body_that_never_comes_is_cut_and_takes_no_session_seat(
 ) -> None:
     """Before, a POST whose body stalled held its connection for good and counted as a session opening: five of
     them against --max-sessions 5 evicted the live sessions and left every new client a 503."""
-    monkeypatch.setattr(gateway_http, "BODY_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(gateway_connections, "BODY_TIMEOUT_S", 1.0)
     async with gateway_at(tmp_path, HttpLimits(max_sessions=1)) as (gateway, url):
         async with httpx2.AsyncClient(timeout=WAIT_S) as http:
             live = await open_session(http, url)
@@ -824,7 +824,7 @@ async def test_a_session_whose_stream_is_not_read_is_answered_once_that_stream_i
 ) -> None:
     """Before, the session's answers waited behind a write to its GET stream that its client never took: a ping
     was never answered, and the session never went idle."""
-    monkeypatch.setattr(gateway_http, "WRITE_STALL_S", 1.0)
+    monkeypatch.setattr(gateway_connections, "WRITE_STALL_S", 1.0)
     async with a_stream_never_read(tmp_path) as (stuck, post):
         with anyio.fail_after(WAIT_S):
             answer = await post(stuck, {"jsonrpc": "2.0", "id": 9, "method": "ping"})
