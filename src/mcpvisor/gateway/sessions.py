@@ -10,8 +10,9 @@ a server task per session. Clients that never say goodbye would keep theirs fore
 - **a cap** — at most ``max_sessions`` sessions per gateway, whatever workspace they belong to: when
   a client opens one more, the least recently used session with nothing in flight is closed to make
   room; only when every session is busy does the new client get 503 with ``Retry-After``;
-- **no seat for a failed ``initialize``** — one whose params are invalid makes no room, and its session is
-  closed once it is answered (its id answers 404): a client retrying it could otherwise evict every live session.
+- **no seat for a failed ``initialize``** — one whose params are invalid makes no room, its session is closed
+  once it is answered, and its answer names no session: a client retrying it could otherwise evict every live
+  session.
 
 A session's protocol version is the one negotiated by its ``initialize``. A later request whose
 ``MCP-Protocol-Version`` header is missing or names an older version (the header must carry the
@@ -224,8 +225,10 @@ class SessionBook:
         """``send``, noting the session an opening request created (its id is in the response's headers)
         and the protocol version its ``initialize`` (in ``body``) negotiated; ``opened`` is called once its answer
         is sent (``None``: an ``initialize`` sure to fail, kept out of the books). A session whose ``initialize``
-        failed (invalid params) is then closed: it takes no seat, and its id answers 404."""
+        failed (invalid params) is then closed: it takes no seat, and its answer names no session (its id would
+        answer 404). The answer (one message) is held until it is whole, when that is known."""
         noted: list[_Session] = []
+        held: list[Message] = []
 
         async def noting(message: Message) -> None:
             if message["type"] == "http.response.start" and message.get("status", 500) < 400:
@@ -236,15 +239,22 @@ class SessionBook:
                         if opened is not None:
                             self._sessions[session_id] = session
                         noted.append(session)
-            if message["type"] != "http.response.body" or message.get("more_body", False):
+            if message["type"] not in ("http.response.start", "http.response.body"):
                 await send(message)
+                return
+            if message["type"] == "http.response.start" or message.get("more_body", False):
+                held.append(message)
                 return
             failed = [session for session in noted if not session.initialized()]
             for session in failed:  # out of the books before the client hears: its next initialize finds room
                 self._sessions.pop(session.session_id, None)
             if opened is not None:
                 opened()
-            await send(message)
+            for each in [*held, message]:
+                if failed and each["type"] == "http.response.start":
+                    headers = [(k, v) for k, v in each.get("headers") or () if k.lower() != _SESSION_HEADER]
+                    each = {**each, "headers": headers}
+                await send(each)
             for session in failed:
                 await session.close()
 
