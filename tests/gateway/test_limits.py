@@ -560,6 +560,31 @@ async def test_a_failed_initialize_keeps_no_session_and_takes_no_seat(tmp_path: 
             assert (len(gateway.sessions), gateway.sessions.evicted) == (1, 0)
 
 
+async def test_a_refused_request_without_a_session_id_is_named_no_session(tmp_path: Path) -> None:
+    """Before, an initialize refused for its Accept header (406), and a GET or DELETE without a session id (400),
+    were answered with an Mcp-Session-Id header naming a session the gateway kept none of: the client's next
+    request with that id got 404."""
+    async with gateway_at(tmp_path, HttpLimits()) as (gateway, url):
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            refused = {
+                "initialize accepting JSON only": await http.post(
+                    url, json=initialize(), headers={**ACCEPT, "Accept": "application/json"}
+                ),
+                "GET": await http.get(url, headers={"Accept": "text/event-stream"}),
+                "DELETE": await http.delete(url, headers=ACCEPT),
+            }
+            assert {what: r.status_code for what, r in refused.items()} == {
+                "initialize accepting JSON only": 406,
+                "GET": 400,
+                "DELETE": 400,
+            }
+            assert {what: r.headers.get("mcp-session-id") for what, r in refused.items()} == dict.fromkeys(refused)
+            assert "Not Acceptable" in refused["initialize accepting JSON only"].json()["error"]["message"]
+            assert await ping(http, url, await open_session(http, url)) == 200
+            assert gateway.sessions is not None
+            assert len(gateway.sessions) == 1
+
+
 async def test_an_initialize_that_is_no_json_rpc_request_evicts_no_session(tmp_path: Path) -> None:
     """Before, at the cap an initialize sent as a notification, with an id of another type or another ``jsonrpc``
     closed the least recently used live session to make room for a session it could never open (the SDK refuses

@@ -170,8 +170,8 @@ class SessionBook:
                     scope = _at_version(scope, version, session.version)
                 await manager.handle_request(scope, receive, send)
             return
-        if scope.get("method") != "POST":
-            await manager.handle_request(scope, receive, send)  # refused by the SDK: no session, no initialize
+        if scope.get("method") != "POST":  # refused by the SDK: no session, no initialize (nor a session id)
+            await manager.handle_request(scope, receive, _naming_no_session(send))
             return
         read, body, complete = await read_ahead(receive)
         if read is None:
@@ -226,7 +226,8 @@ class SessionBook:
         and the protocol version its ``initialize`` (in ``body``) negotiated; ``opened`` is called once its answer
         is sent (``None``: an ``initialize`` sure to fail, kept out of the books). A session whose ``initialize``
         failed (invalid params) is then closed: it takes no seat, and its answer names no session (its id would
-        answer 404). The answer (one message) is held until it is whole, when that is known."""
+        answer 404), nor does a refusal (406: the SDK keeps no session). The answer (one message) is held until it
+        is whole, when that is known."""
         noted: list[_Session] = []
         held: list[Message] = []
 
@@ -250,11 +251,9 @@ class SessionBook:
                 self._sessions.pop(session.session_id, None)
             if opened is not None:
                 opened()
+            sending = _naming_no_session(send, everything=bool(failed))
             for each in [*held, message]:
-                if failed and each["type"] == "http.response.start":
-                    headers = [(k, v) for k, v in each.get("headers") or () if k.lower() != _SESSION_HEADER]
-                    each = {**each, "headers": headers}
-                await send(each)
+                await sending(each)
             for session in failed:
                 await session.close()
 
@@ -346,6 +345,20 @@ async def read_ahead(receive: Receive) -> tuple[Receive | None, bytearray, bool]
         return read.pop(0) if read else await receive()
 
     return replaying, body, complete
+
+
+def _naming_no_session(send: Send, *, everything: bool = False) -> Send:
+    """``send``, with no session id in a refusal (status 400 or more), nor in any answer when ``everything``: the
+    answer to a request without a session id that opened none (the SDK's refusals name the session it made for
+    the request and closed at once: that id answers 404)."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start" and (everything or message.get("status", 500) >= 400):
+            headers = [(k, v) for k, v in message.get("headers") or () if k.lower() != _SESSION_HEADER]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
 
 
 def _unsupported(asked: str | None) -> str | None:
