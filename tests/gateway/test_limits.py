@@ -646,6 +646,34 @@ async def test_every_refusal_is_a_json_rpc_error_with_its_status(tmp_path: Path)
     assert refused["host"].json()["error"]["message"] == "Invalid Host header"
 
 
+async def test_a_refused_body_or_media_type_is_told_what_the_gateway_takes(tmp_path: Path) -> None:
+    """Before, a body over the bound was told only "Request body too large", a POST of another media type "Invalid
+    Content-Type header", and a 2026-07-28 request whose Accept header lacks a type the status's phrase, "Not
+    Acceptable": none said what the gateway takes."""
+    async with gateway_at(tmp_path, HttpLimits()) as (_, url):
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            session = await open_session(http, url)
+            headers = {**ACCEPT, "mcp-session-id": session, "MCP-Protocol-Version": VERSION}
+            ping_ = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+            modern = {**ACCEPT, "MCP-Protocol-Version": "2026-07-28", "Accept": "text/html"}
+            refused = {
+                "body too large": await http.post(url, content=b"x" * (5 * 1024 * 1024), headers=headers),
+                "content type": await http.post(url, content=ping_, headers={**headers, "Content-Type": "text/plain"}),
+                "accept": await http.post(url, content=ping_, headers=modern),
+            }
+    assert {why: answer.status_code for why, answer in refused.items()} == {
+        "body too large": 413,
+        "content type": 400,
+        "accept": 406,
+    }
+    said = {why: answer.json()["error"]["message"] for why, answer in refused.items()}
+    assert said == {
+        "body too large": "Request body too large: the gateway takes at most 4 MiB in one request; send less at once",
+        "content type": "Invalid Content-Type header: send the body as application/json",
+        "accept": "Not Acceptable: the Accept header must list application/json and text/event-stream",
+    }
+
+
 async def test_a_client_that_leaves_before_its_body_came_logs_no_error(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -5,11 +5,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from http import HTTPStatus
 
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["JsonRefusals", "error_response"]
+
+
+_SAID_BETTER = {
+    (413, "Request body too large"): (
+        f"Request body too large: the gateway takes at most {DEFAULT_MAX_REQUEST_BODY_SIZE >> 20} MiB in one "
+        "request; send less at once"
+    ),
+    (400, "Invalid Content-Type header"): "Invalid Content-Type header: send the body as application/json",
+    (406, ""): "Not Acceptable: the Accept header must list application/json and text/event-stream",
+}
+"""The SDK's refusals that do not say what the gateway takes, as the gateway says them (by status and text)."""
 
 
 def error_response(
@@ -28,7 +40,8 @@ def error_response(
 class JsonRefusals:
     """An ASGI app whose refusals are all JSON-RPC errors: those the SDK's HTTP layers answer in plain text (a bad
     ``Host`` 421, ``Origin`` 403, ``Content-Type`` 400, a body over 4 MiB 413) or with no body at all (406, 405)
-    keep their status and headers, their text becomes the error's message (the status's phrase when empty)."""
+    keep their status and headers, their text becomes the error's message (the status's phrase when empty; what the
+    gateway takes, when the SDK's text does not say it)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -62,7 +75,7 @@ async def _as_json_rpc(held: list[Message], send: Send) -> None:
     text = b"".join(m.get("body", b"") for m in bodies).decode("utf-8", "replace").strip()
     status = start["status"]
     try:
-        message = text or HTTPStatus(status).phrase
+        message = _SAID_BETTER.get((status, text)) or text or HTTPStatus(status).phrase
     except ValueError:  # a status HTTP does not name
         message = "refused"
     body = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=INVALID_REQUEST, message=message))
