@@ -222,6 +222,20 @@ async def _closed_by_peer(sock: socket.socket) -> bool:
         return True
 
 
+async def _read_until_closed(sock: socket.socket) -> bytes:
+    """What the gateway sends on ``sock`` until it closes it."""
+    received = b""
+    while True:
+        await anyio.wait_readable(sock)
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            return received
+        if not chunk:
+            return received
+        received += chunk
+
+
 @pytest.fixture(params=["httptools", "h11"])
 def http_protocol(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both of uvicorn's HTTP/1.1 protocols get the guards (h11 is the fallback without httptools)."""
@@ -503,12 +517,47 @@ async def test_a_body_that_never_comes_is_cut_and_takes_no_session_seat(
                 await anyio.sleep(0.3)
                 assert await ping(http, url, live) == 200  # not evicted for it
                 with anyio.fail_after(WAIT_S):
-                    assert await _closed_by_peer(stalled)
+                    assert (await _read_until_closed(stalled)).startswith(b"HTTP/1.1 408 ")
             finally:
                 stalled.close()
             assert await ping(http, url, live) == 200
             assert gateway.sessions is not None
             assert gateway.sessions.evicted == 0
+
+
+@pytest.mark.usefixtures("http_protocol")
+async def test_a_body_sent_a_byte_at_a_time_is_answered_408_saying_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a body still coming when its time was up had its connection closed without a word: the client
+    (a slow link, a stuck upload) could only guess whether the gateway had crashed. It is answered 408 with a
+    JSON-RPC error naming the bound, then closed."""
+    monkeypatch.setattr(gateway_connections, "BODY_TIMEOUT_S", 1.0)
+    async with gateway_at(tmp_path, HttpLimits()) as (_, url):
+        dribbling = _connect(url)
+        try:
+            dribbling.send(_head(url) + b"{")
+            received = b""
+            with anyio.fail_after(WAIT_S):
+                while True:
+                    with anyio.move_on_after(0.2):
+                        await anyio.wait_readable(dribbling)
+                        chunk = dribbling.recv(65536)
+                        if not chunk:
+                            break
+                        received += chunk
+                        continue
+                    dribbling.send(b" ")  # a byte now and then: the bound is on the whole body, not on each read
+        finally:
+            dribbling.close()
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 ")
+    assert b"connection: close" in head.lower()
+    error = json.loads(body)["error"]
+    assert error["message"] == (
+        "Request Timeout: the request's body did not arrive whole within 1 s of its headers; send all of it right "
+        "after them"
+    )
 
 
 async def test_a_request_that_can_open_no_session_evicts_none(tmp_path: Path) -> None:

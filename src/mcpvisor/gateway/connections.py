@@ -8,8 +8,11 @@ serves its apps with it.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any, ClassVar
+
+from mcp_types import INVALID_REQUEST
 
 from mcpvisor.gateway.bursts import Burst
 from mcpvisor.gateway.limits import BODY_TIMEOUT_S, MAX_HEADER_BYTES, WRITE_STALL_S, HttpLimits
@@ -36,6 +39,19 @@ _HEADERS_TOO_LARGE = (
     b"content-length: %d\r\nconnection: close\r\n\r\n%b" % (len(_TOO_LARGE_TEXT), _TOO_LARGE_TEXT)
 )
 _UNSAID = logging.Logger("mcpvisor.gateway.refused", logging.CRITICAL + 1)  # (a refused connection's uvicorn logger)
+
+
+def _body_timeout_response() -> bytes:
+    """The 408 a request whose body did not come in :data:`BODY_TIMEOUT_S` gets before its connection is closed."""
+    message = (
+        f"Request Timeout: the request's body did not arrive whole within {BODY_TIMEOUT_S:g} s of its headers; send "
+        "all of it right after them"
+    )
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}}).encode()
+    return (
+        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n\r\n%b" % (len(body), body)
+    )
 
 
 class _HeadTooLarge(Exception):
@@ -134,6 +150,8 @@ def guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
             self._body_timer = None
             if cycle.more_body and not cycle.response_complete and not self.transport.is_closing():
                 logger.info("closing a connection that sent no complete request body in %g s", BODY_TIMEOUT_S)
+                if not cycle.response_started:  # (the app waits on the body: it can answer nothing before the close)
+                    self.transport.write(_body_timeout_response())
                 self.transport.close()
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:

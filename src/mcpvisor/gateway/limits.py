@@ -29,8 +29,8 @@ MAX_CONNECTIONS = 2000
 HEADER_TIMEOUT_S = 10.0
 """How long a client may take to send a request's headers before its connection is closed."""
 BODY_TIMEOUT_S = 30.0
-"""How long a client may take to send a request's body once its headers came before its connection is closed
-(a body is 4 MiB at most)."""
+"""How long a client may take to send a request's body once its headers came before it is answered 408 and its
+connection closed (a body is 4 MiB at most)."""
 WRITE_STALL_S = 30.0
 """How long a client may leave unread what the gateway sends it (its socket full, it reads nothing) before its
 connection is closed: a stream it stopped reading held every answer of its session behind it."""
