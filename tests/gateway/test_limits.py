@@ -429,6 +429,13 @@ async def test_headers_over_the_bound_read_in_one_piece_are_refused_too(
                     answer += chunk
             assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
             assert answer.count(b"HTTP/1.1") == 1, answer[:400]  # one answer, nothing after it
+            head_, _, body = answer.partition(b"\r\n\r\n")  # a JSON-RPC error, as every refusal (it was text)
+            assert b"content-type: application/json" in head_.lower()
+            assert json.loads(body)["error"] == {
+                "code": -32600,
+                "message": "Request Header Fields Too Large: the request's target and headers take more than 64 KiB; "
+                "send fewer or shorter headers",
+            }
         finally:
             sock.close()
     said = [

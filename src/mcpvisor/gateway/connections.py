@@ -33,11 +33,21 @@ def _http_protocol() -> type[asyncio.Protocol]:
     return HttpToolsProtocol
 
 
-_TOO_LARGE_TEXT = b"the request's headers are too large or too many"
-_HEADERS_TOO_LARGE = (
-    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
-    b"content-length: %d\r\nconnection: close\r\n\r\n%b" % (len(_TOO_LARGE_TEXT), _TOO_LARGE_TEXT)
+_HEADERS_TOO_LARGE_SAID = (
+    f"Request Header Fields Too Large: the request's target and headers take more than {MAX_HEADER_BYTES >> 10} KiB; "
+    "send fewer or shorter headers"
 )
+
+
+def _refusal(status: bytes, message: str) -> bytes:
+    """A whole HTTP response that refuses a request with a JSON-RPC error (as every refusal of the gateway) and
+    closes its connection, for the protocol to write itself."""
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}}).encode()
+    head = b"HTTP/1.1 %b\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+    return head % (status, len(body)) + body
+
+
+_HEADERS_TOO_LARGE = _refusal(b"431 Request Header Fields Too Large", _HEADERS_TOO_LARGE_SAID)
 _UNSAID = logging.Logger("mcpvisor.gateway.refused", logging.CRITICAL + 1)  # (a refused connection's uvicorn logger)
 
 
@@ -47,11 +57,7 @@ def _body_timeout_response() -> bytes:
         f"Request Timeout: the request's body did not arrive whole within {BODY_TIMEOUT_S:g} s of its headers; send "
         "all of it right after them"
     )
-    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_REQUEST, "message": message}}).encode()
-    return (
-        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-        b"connection: close\r\n\r\n%b" % (len(body), body)
-    )
+    return _refusal(b"408 Request Timeout", message)
 
 
 class _HeadTooLarge(Exception):
