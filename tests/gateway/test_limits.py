@@ -699,7 +699,14 @@ async def test_every_refusal_is_a_json_rpc_error_with_its_status(tmp_path: Path)
         error = answer.json()["error"]
         assert error["code"] == -32600, why
         assert error["message"], why
-    assert refused["host"].json()["error"]["message"] == "Invalid Host header"
+    assert refused["host"].json()["error"]["message"] == (  # (it said only "Invalid Host header", no way out)
+        "Invalid Host header: this gateway listens on a loopback address and answers only requests for localhost, "
+        "127.0.0.1, [::1] or its own address (protection against DNS rebinding); connect through one of those"
+    )
+    assert refused["origin"].json()["error"]["message"] == (
+        "Invalid Origin header: this gateway listens on a loopback address and answers browsers only for pages from "
+        "localhost, 127.0.0.1, [::1] or its own address (protection against DNS rebinding)"
+    )
 
 
 async def test_a_refused_body_or_media_type_is_told_what_the_gateway_takes(tmp_path: Path) -> None:

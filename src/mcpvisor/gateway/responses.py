@@ -20,6 +20,14 @@ _SAID_BETTER = {
     ),
     (400, "Invalid Content-Type header"): "Invalid Content-Type header: send the body as application/json",
     (406, ""): "Not Acceptable: the Accept header must list application/json and text/event-stream",
+    (421, "Invalid Host header"): (
+        "Invalid Host header: this gateway listens on a loopback address and answers only requests for localhost, "
+        "127.0.0.1, [::1] or its own address (protection against DNS rebinding); connect through one of those"
+    ),
+    (403, "Invalid Origin header"): (
+        "Invalid Origin header: this gateway listens on a loopback address and answers browsers only for pages from "
+        "localhost, 127.0.0.1, [::1] or its own address (protection against DNS rebinding)"
+    ),
 }
 """The SDK's refusals that do not say what the gateway takes, as the gateway says them (by status and text)."""
 
