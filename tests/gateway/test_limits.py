@@ -641,6 +641,24 @@ async def test_a_refused_request_without_a_session_id_is_named_no_session(tmp_pa
             assert len(gateway.sessions) == 1
 
 
+@pytest.mark.parametrize("version", ["2025-03-26", "2025-11-25"])
+async def test_an_initialize_sent_in_a_batch_is_told_batches_are_not_supported(tmp_path: Path, version: str) -> None:
+    """Before, an initialize sent as a batch of one was told "Missing session ID: a request other than initialize
+    needs its session's Mcp-Session-Id header": about a header it needs no more than any initialize does."""
+    async with gateway_at(tmp_path, HttpLimits()) as (gateway, url):
+        async with httpx2.AsyncClient(timeout=WAIT_S) as http:
+            headers = {**ACCEPT, "MCP-Protocol-Version": version}
+            refused = await http.post(url, json=[initialize(version)], headers=headers)
+    assert refused.status_code == 400
+    assert "mcp-session-id" not in refused.headers
+    assert refused.json()["error"] == {
+        "code": -32600,
+        "message": "Invalid Request: batches are not supported: send one JSON-RPC message per POST",
+    }
+    assert gateway.sessions is not None
+    assert len(gateway.sessions) == 0
+
+
 async def test_an_initialize_that_is_no_json_rpc_request_evicts_no_session(tmp_path: Path) -> None:
     """Before, at the cap an initialize sent as a notification, with an id of another type or another ``jsonrpc``
     closed the least recently used live session to make room for a session it could never open (the SDK refuses

@@ -73,6 +73,7 @@ async def test_a_sessions_request_naming_another_workspace_is_refused_saying_who
     [
         ("POST", "1999-01-01", INITIALIZE, 400),  # a version the gateway does not speak
         ("POST", "2026-07-28", b"not json", 400),  # no JSON-RPC message
+        ("POST", "2025-11-25", [INITIALIZE], 400),  # a batch
         ("GET", "2026-07-28", None, 405),  # the 2026-07-28 era has no GET stream
         ("DELETE", "2026-07-28", None, 405),  # nor sessions to end
     ],
@@ -86,11 +87,13 @@ async def test_a_request_that_would_be_refused_anyway_opens_no_workspace(
     async with serving(setup) as (gateway, url), httpx2.AsyncClient(timeout=WAIT_S) as http:
         headers = {**JSON_RPC, WORKSPACE_HEADER: str(setup.a), "MCP-Protocol-Version": version}
         content = body if isinstance(body, bytes) else None
-        json = body if isinstance(body, dict) else None
+        json = body if isinstance(body, dict | list) else None
         response = await http.request(method, url, headers=headers, content=content, json=json)
         assert response.status_code == status
         if version == "1999-01-01":
             assert "unsupported MCP-Protocol-Version '1999-01-01'" in response.json()["error"]["message"]
+        if isinstance(body, list):  # (it was told its session id was missing)
+            assert response.json()["error"]["message"].startswith("Invalid Request: batches are not supported")
         assert set(gateway.workspaces()) == {setup.default}
         async with client_for(url, setup.a) as in_a:  # a request that may be served still opens it
             assert "mcp__pa__echo" in await tool_names(in_a)

@@ -43,6 +43,7 @@ from mcp_types.methods import validate_client_request
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcpvisor.gateway.lazy_streams import DirectCall, LazySessionManager
@@ -177,8 +178,8 @@ class SessionBook:
         if read is None:
             return  # the client left before its request's body came
         if complete and not opens_a_session(bytes(body)):  # it opens no session, takes no seat (nor a transport,
-            await error_response(_NO_SESSION, 400)(scope, read, send)  # whose id the SDK's refusal would carry)
-            return
+            await _no_session_refusal(bytes(body), _NO_SESSION)(scope, read, send)  # whose id the SDK's refusal
+            return  # would carry)
         if complete and _refused(bytes(body)):  # its session is closed once it is answered (_noting_session):
             await manager.handle_request(scope, read, self._noting_session(manager, send, body, None))
             return  # it makes no room (nor enters the books), taking the seat of a live session for nothing
@@ -392,14 +393,23 @@ async def opening_request(scope: Scope, receive: Receive, send: Send) -> Receive
     if read is None:
         return None
     if complete and not (_is_message(bytes(body)) if modern else opens_a_session(bytes(body))):
-        await (error_response("Parse error", 400, PARSE_ERROR) if modern else error_response(_MISSING, 400))(
-            scope, read, send
-        )
+        refusal = error_response("Parse error", 400, PARSE_ERROR) if modern else _no_session_refusal(bytes(body))
+        await refusal(scope, read, send)
         return None
     return read
 
 
 _MISSING = "Bad Request: Missing session ID"
+
+
+def _no_session_refusal(body: bytes, missing: str = _MISSING) -> Response:
+    """The refusal of a handshake-era POST without a session id that opens none: a batch is told batches are not
+    supported (a batch of one ``initialize`` too), anything else that its session id is missing (``missing``)."""
+    try:
+        batch = isinstance(json.loads(body), list)
+    except ValueError:
+        batch = False
+    return error_response(f"Invalid Request: {shape_problem([])}", 400) if batch else error_response(missing, 400)
 
 
 def _is_message(body: bytes) -> bool:
