@@ -31,6 +31,21 @@ def interrupted(*args, **kwargs):
     raise KeyboardInterrupt
 typer.main.get_command = interrupted
 """
+INTERRUPTED_CALLBACK = """
+import sys, weakref
+class Interrupting:
+    def find_spec(self, name, path=None, target=None):
+        if name == "typer":
+            sys.meta_path.remove(self)
+            class Lock: pass
+            lock = Lock()
+            def callback(_):
+                raise KeyboardInterrupt
+            ref = weakref.ref(lock, callback)
+            del lock  # (Python says a KeyboardInterrupt raised in a weakref callback, and ignores it)
+        return None
+sys.meta_path.insert(0, Interrupting())
+"""
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -38,7 +53,11 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "HOME": str(home), "MCPVISOR_HOME": str(home / ".mcpvisor")}
 
 
-@pytest.mark.parametrize("interrupt", [INTERRUPTED_IMPORT, INTERRUPTED_BUILD], ids=["loading", "building"])
+@pytest.mark.parametrize(
+    "interrupt",
+    [INTERRUPTED_IMPORT, INTERRUPTED_CALLBACK, INTERRUPTED_BUILD],
+    ids=["loading", "loading, in a weakref callback", "building"],
+)
 def test_ctrl_c_before_the_command_runs_exits_130_without_a_traceback(tmp_path: Path, interrupt: str) -> None:
     code = f"{interrupt}\nsys.argv = ['mcpvisor', 'mcp', 'list']\nfrom mcpvisor.cli.entry import main\nmain()\n"
     done = subprocess.run(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import codecs
 import io
 import sys
+from typing import Any
 
 __all__ = ["main"]
 
@@ -19,13 +20,39 @@ def _show_what_cannot_be_encoded() -> None:
             stream.reconfigure(errors="replace")
 
 
+class _LostInterrupts:
+    """While installed as ``sys.unraisablehook``: a Ctrl-C that lands in a weakref callback or a ``__del__`` (each
+    import's module lock has one) is kept instead of "ignored" by Python — its traceback printed, the command going
+    on as if no Ctrl-C came — so that it ends the command once the import is over. Other unraisables are said as
+    Python says them."""
+
+    def __init__(self) -> None:
+        self.caught = False
+        self._said_otherwise = sys.unraisablehook
+
+    def __call__(self, unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            self.caught = True
+        else:
+            self._said_otherwise(unraisable)
+
+    def __enter__(self) -> _LostInterrupts:
+        sys.unraisablehook = self
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        sys.unraisablehook = self._said_otherwise
+
+
 def main() -> None:
     """Run the ``mcpvisor`` command. Ctrl-C while its modules load or while typer builds its commands ends it as
     Ctrl-C does later: exit code 130, no traceback."""
     _show_what_cannot_be_encoded()
     try:
-        from mcpvisor.cli.main import main as run
-
+        with _LostInterrupts() as lost:
+            from mcpvisor.cli.main import main as run
+        if lost.caught:
+            raise KeyboardInterrupt
         run()
     except KeyboardInterrupt:
         sys.exit(130)
