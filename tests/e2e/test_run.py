@@ -625,3 +625,35 @@ async def test_an_approve_hint_of_run_pasted_elsewhere_decides_in_the_home_it_ru
         finally:
             process.send_signal(signal.SIGINT)
     assert not layout.paths.approvals.exists()
+
+
+def test_run_json_piped_into_a_reader_that_closes_ends_quietly(tmp_path: Path) -> None:
+    """``mcpvisor run --json | head -3``: once the reader is gone, the next event ended every write in a traceback
+    on stderr while the host ran on; it stops its servers and exits, as it does on SIGTERM."""
+    m = tmp_path / "pids"
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    save(layout.paths.user, {"mcpServers": {"a": server("a", m)}})
+    with subprocess.Popen(
+        [mcpvisor_command(), "run", "--json", "--workspace", str(layout.root)],
+        env={**os.environ, **layout.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        try:
+            process.stdout.readline()  # the first event came
+            process.stdout.close()  # the reader is gone
+            anyio.run(wait_until, lambda: len(marker_pids(m)) == 1)
+            pids = marker_pids(m)
+            save(layout.paths.user, {"mcpServers": {"a": server("a", m), "b": server("b", m)}})  # more events
+            code = process.wait(WAIT_S)  # before the fix: it ran on
+        finally:
+            if process.poll() is None:
+                process.kill()
+        stderr = process.stderr.read().decode()
+    assert "Traceback" not in stderr
+    assert "BrokenPipe" not in stderr
+    assert code == 0
+    for pid in pids:
+        anyio.run(wait_until, lambda pid=pid: not pid_alive(pid))

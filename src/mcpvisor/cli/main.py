@@ -141,10 +141,10 @@ async def _follow(
         if approve_command
         else HumanOutput(host, console, on_ready=after_ready)
     )
-    host.subscribe(JsonOutput(host) if as_json else human)
     with Signals((signal.SIGINT, *_ENDING)) as signals:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_cancel_on_signal, signals, tg.cancel_scope)
+            host.subscribe(JsonOutput(host, on_closed=tg.cancel_scope.cancel) if as_json else human)
             async with host:
                 await anyio.sleep_forever()
 

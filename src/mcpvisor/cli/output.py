@@ -4,8 +4,11 @@ The lines people read instead come from :mod:`mcpvisor.shell.narration`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from mcpvisor.core.events import ReconcileFinished, ServerStateChanged
@@ -97,12 +100,27 @@ def event_to_json(host: Host, event: HostEvent) -> dict[str, Any] | None:
 
 
 class JsonOutput:
-    def __init__(self, host: Host, stream: TextIO | None = None) -> None:
+    """Prints each event as a line of JSON. Once the reader is gone (``run --json | head``), ``on_closed`` is called
+    (the command stops, as on SIGTERM) and nothing more is written: no traceback per event."""
+
+    def __init__(
+        self, host: Host, stream: TextIO | None = None, *, on_closed: Callable[[], None] | None = None
+    ) -> None:
         self._host = host
         self._stream = stream or sys.stdout
+        self._on_closed = on_closed
+        self._closed = False
 
     def __call__(self, event: HostEvent) -> None:
         obj = event_to_json(self._host, event)
-        if obj is not None:
+        if obj is None or self._closed:
+            return
+        try:
             self._stream.write(json.dumps(obj) + "\n")
             self._stream.flush()
+        except BrokenPipeError:
+            self._closed = True
+            with contextlib.suppress(OSError, ValueError):  # what is still buffered must not fail the exit
+                os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+            if self._on_closed is not None:
+                self._on_closed()
