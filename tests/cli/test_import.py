@@ -91,6 +91,25 @@ def test_claude_desktop_location_follows_the_platform(layout: Layout) -> None:
     ]
 
 
+def test_a_projects_mcp_json_is_not_said_to_hold_no_servers_when_there_is_nothing_else_to_import(
+    layout: Layout,
+) -> None:
+    """Before, with servers in .mcp.json and none in ~/.claude.json, the command said 'No MCP servers in
+    ~/.claude.json, .mcp.json' right after saying it reads .mcp.json itself."""
+    write_json(layout.home / ".claude.json", {"numStartups": 3})
+    write_json(layout.paths.project, {"mcpServers": {"shared": {"command": "shared"}}})
+    result = run(layout, "--from", "claude-code", "--dry-run")
+    assert result.exit_code == 0, result.output
+    said = "".join(result.output.split())  # as wrapped for 80 columns, paths included
+    assert "mcpvisorreads.mcp.jsonitself" in said
+    assert f"NoMCPserversin{layout.home / '.claude.json'}:nothingtoimportfromClaudeCode." in said
+    assert str(layout.paths.project) + ":nothingtoimport" not in said
+    (layout.home / ".claude.json").unlink()
+    alone = "".join(run(layout, "--from", "claude-code", "--dry-run").output.split())
+    assert "NoMCPserversin" not in alone
+    assert "NothingelsetoimportfromClaudeCode." in alone
+
+
 def test_claude_code_user_and_project_servers_go_to_user_and_workspace(layout: Layout) -> None:
     write_json(
         layout.home / ".claude.json",

@@ -203,8 +203,12 @@ def _print_import(
     for item in planned:
         groups.setdefault((item.candidate.file, item.candidate.level), []).append(item)
     if not planned:
-        found = ", ".join(str(f.path) for f in files if f.exists)
-        console.print(f"No MCP servers in {escape(found)}: nothing to import from {title}.")
+        found = ", ".join(str(f.path) for f in files if f.exists and not f.note)  # a noted file is said above
+        console.print(
+            f"No MCP servers in {escape(found)}: nothing to import from {title}."
+            if found
+            else f"Nothing else to import from {title}."
+        )
         return
     for (path, level), items in groups.items():
         console.print(f"[bold]{escape(str(path))}[/] ({level}) -> {escape(str(items[0].destination))}")
