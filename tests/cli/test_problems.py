@@ -1034,3 +1034,25 @@ def test_an_mcp_server_entry_with_a_blank_name_is_an_invalid_entry_row_of_mcp_li
         ("", "invalid"),
         ("ok", "allowed"),
     ]
+
+
+def test_mcp_list_names_the_mcp_config_file_each_command_line_server_comes_from(layout: Layout) -> None:
+    """Before, the servers of --mcp-config files were listed under 'Command line' alone, the one group whose
+    header named no file."""
+    one, two = layout.root / "one.json", layout.root / "two.json"
+    write_json(one, {"mcpServers": {"a": {"command": "a-mcp"}, "c": {"command": "c-mcp"}}})
+    write_json(two, {"mcpServers": {"b": {"command": "b-mcp"}}})
+    result = CliRunner().invoke(
+        app,
+        ["mcp", "list", "--mcp-config", str(one), "--mcp-config", str(two), "--workspace", str(layout.root)],
+        env={**layout.env, "COLUMNS": "300"},
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert [line for line in lines if line.startswith("Command line")] == [
+        f"Command line ({one})",
+        f"Command line ({two})",
+    ]
+    assert lines[lines.index(f"Command line ({one})") + 1].startswith("  a · ")
+    assert lines[lines.index(f"Command line ({one})") + 3].startswith("  c · ")  # a file's servers together
+    assert lines[lines.index(f"Command line ({two})") + 1].startswith("  b · ")

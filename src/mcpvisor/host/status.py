@@ -322,7 +322,7 @@ def describe_servers(
                 warning=conn.warning if conn is not None and reason is None else None,
             )
         )
-    return sorted(rows, key=lambda row: (order.get(row.source, 99), row.name))
+    return sorted(rows, key=lambda row: (order.get(row.source, 99), row.file or "", row.name))  # a file's together
 
 
 def held_text(row: ServerView, approve_hint: str = APPROVE_HINT) -> str | None:

@@ -76,12 +76,12 @@ def render_status(
         else:
             console.print("No MCP servers configured.")
         return
-    group: str | None = None
+    group: tuple[str, str | None] | None = None
     for row in rows:
-        if row.source != group:
-            group = row.source
-            where = f" ({row.file})" if row.file and row.source != "Command line" else ""
-            console.print(Text(f"{group}{where}", style="bold"))
+        if (row.source, row.file) != group:  # each --mcp-config file under a header of its own
+            group = (row.source, row.file)
+            where = f" ({row.file})" if row.file else ""
+            console.print(Text(f"{row.source}{where}", style="bold"))
         icon, text, style = state_text(row, live=live, approve_hint=approve_hint, login_hint=login_hint, trust=trust)
         line = _named(row.name)
         line.append(f"{icon} {text}", style=style)
