@@ -351,6 +351,20 @@ def test_run_json_tells_an_error_that_stops_it_as_an_event(tmp_path: Path) -> No
     assert f"error: {said}" in result.stderr
 
 
+def test_demo_json_tells_an_error_that_stops_it_as_an_event_as_run_json_does(tmp_path: Path) -> None:
+    """Before, a demo that could not start said why on stderr only: a script reading its --json output read
+    nothing at all."""
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    result = cli("demo", "--json", "--dir", str(taken), env={**os.environ, "HOME": str(tmp_path)})
+    assert result.returncode == 1
+    said = f"cannot make the demo in {taken}: Not a directory; name a folder (or a new one) with --dir"
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [
+        {"event": "error", "message": said, "fatal": True}
+    ]
+    assert f"error: {said}" in " ".join(result.stderr.split())
+
+
 async def test_demo_runs_shows_the_approval_flow_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     demo_dir = tmp_path / "demo"
     process = await anyio.open_process(

@@ -328,16 +328,17 @@ def demo(
     try:
         layout = create_demo(directory)
     except OSError as exc:
-        raise fail(
-            f"cannot make the demo in {directory}: {exc.strerror or exc}; name a folder (or a new one) with --dir"
-        ) from None
+        said = f"cannot make the demo in {directory}: {exc.strerror or exc}; name a folder (or a new one) with --dir"
+        if as_json:  # as run --json tells an error that stops it
+            typer.echo(json.dumps({"event": "error", "message": said, "fatal": True}))
+        raise fail(said) from None
     if as_json:  # (the human output names its files in the instructions it prints once the servers are up)
         typer.echo(json.dumps(layout.to_json(kept=directory is not None)))
     env = {**os.environ, "MCPVISOR_HOME": str(layout.home), "MCPVISOR_LOG_DIR": str(layout.logs)}
     command = cli_command()
     home = shlex.quote(str(layout.home))
     try:
-        with reported():
+        with reported(json_events=as_json):
             anyio.run(
                 lambda: _run_host(
                     env=env,
