@@ -127,6 +127,37 @@ def test_serve_over_stdio_with_no_client_at_all_ends_cleanly(tmp_path: Path) -> 
     assert not pid_alive(pid)
 
 
+@pytest.mark.parametrize(
+    ("given", "flag"),
+    [
+        (["--max-sessions", "5"], "--max-sessions"),
+        (["--session-idle-timeout", "60"], "--session-idle-timeout"),
+        (["--max-connections", "10"], "--max-connections"),
+        (["--header-timeout", "3"], "--header-timeout"),
+    ],
+)
+def test_an_http_limit_given_over_stdio_is_refused_as_its_sibling_flags_are(
+    tmp_path: Path, given: list[str], flag: str
+) -> None:
+    """Before, a limit of the HTTP listener given without --http was taken without a word and did nothing, where
+    --no-auth, --token-file and --per-client-workspaces say that they need --http."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    marker = tmp_path / "pids"
+    save(layout.paths.user, {"mcpServers": {"a": server("a", "--marker", str(marker))}})
+    out = subprocess.run(
+        [mcpvisor_command(), "serve", *given, "--workspace", str(layout.root)],
+        env={**os.environ, **layout.env},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S * 2,
+    )
+    assert out.returncode == 1
+    said = " ".join(out.stderr.split())
+    assert f"error: {flag} applies to --http" in said, said
+    assert not marker.exists()  # refused before any server started
+
+
 def test_serve_over_stdio_answers_a_line_that_is_no_json_rpc_message(tmp_path: Path) -> None:
     """Before, the SDK's reader dropped such a line unanswered: a client whose request could not be read (its
     params a string) waited for its answer for ever. A malformed notification has no id to answer: nothing."""

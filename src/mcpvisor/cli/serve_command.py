@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -33,6 +33,9 @@ from mcpvisor.gateway.limits import (
     MIN_NAME_BUDGET,
     SESSION_IDLE_TIMEOUT_S,
 )
+
+if TYPE_CHECKING:
+    from mcpvisor.gateway.limits import HttpLimits
 
 __all__ = ["fast_event_loop", "serve"]
 
@@ -216,6 +219,12 @@ def serve(
         )
         if address is None and (no_auth or token_file is not None):
             raise ConfigError("--no-auth and --token-file apply to --http: over stdio the client is the parent process")
+        if address is None and (given := _http_limits_given(limits)):
+            one = " and " not in given
+            raise ConfigError(
+                f"{given} {'applies' if one else 'apply'} to --http: over stdio the gateway has one client and no "
+                f"connections to bound; drop {'it' if one else 'them'}, or serve with --http HOST:PORT"
+            )
         token = None if address is None or no_auth else load_gateway_token(options.env, token_file)
         stop = anyio.Event()
         with Signals((signal.SIGINT, signal.SIGTERM, signal.SIGHUP)) as signals:
@@ -255,3 +264,18 @@ async def _stop_on_signal(signals: Signals, stop: anyio.Event, scope: anyio.Canc
     stop.set()
     await signals.wait(2)
     scope.cancel()  # a third changes nothing while it stops
+
+
+def _http_limits_given(limits: HttpLimits) -> str:
+    """The HTTP listener's limits set to other than their defaults (their flags, as said), or ``""``."""
+    given = [
+        flag
+        for flag, value, default in (
+            ("--max-sessions", limits.max_sessions, MAX_SESSIONS),
+            ("--session-idle-timeout", limits.session_idle_timeout_s, SESSION_IDLE_TIMEOUT_S),
+            ("--max-connections", limits.max_connections, MAX_CONNECTIONS),
+            ("--header-timeout", limits.header_timeout_s, HEADER_TIMEOUT_S),
+        )
+        if value != default
+    ]
+    return " and ".join([", ".join(given[:-1]), given[-1]] if len(given) > 1 else given)
