@@ -80,3 +80,10 @@ def test_serve_help_names_every_signal_that_stops_it_gently_and_every_fleet_url_
     said = " ".join(result.output.split())
     assert "SIGTERM, SIGHUP or Ctrl-C lets calls in flight finish" in said
     assert "redis://HOST:PORT/DB, rediss://… (TLS) or unix:///PATH" in said
+
+
+def test_mcp_import_help_says_what_scope_it_takes_when_none_is_given() -> None:
+    """Before, --scope named its two values and not what happens without it (both levels are imported)."""
+    result = CliRunner().invoke(app, ["mcp", "import", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    said = " ".join(result.output.split())
+    assert "(workspace); default: both" in said, said

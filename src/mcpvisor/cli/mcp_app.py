@@ -248,7 +248,7 @@ def mcp_import(
         str | None,
         typer.Option(
             "--scope",
-            help="Only its user-level servers (user) or only its project-level ones (workspace).",
+            help="Only its user-level servers (user) or only its project-level ones (workspace); default: both.",
             metavar="SCOPE",
         ),
     ] = None,
