@@ -7,7 +7,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 
-from mcpvisor.core.listing import Listings, Withheld, problems_of, usable_tools
+from mcpvisor.core.listing import Listings, Withheld, problems_of, usable_tools, warning_of
 
 OBJECT = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
 DRAFT_4 = "http://json-schema.org/draft-04/schema#"
@@ -41,9 +41,13 @@ def test_a_schema_is_checked_by_the_draft_its_schema_names() -> None:
     assert usable_tools([tool]) == ([tool], ())
 
 
-def test_what_is_withheld_is_said_with_the_first_tool_and_how_many_more() -> None:
-    listings = Listings(withheld=(Withheld("a", "its name is empty"), Withheld("b", "x"), Withheld("c", "y")))
-    assert problems_of(listings) == (
+def test_what_is_withheld_is_said_with_the_first_tool_and_how_many_more_of_those_the_filters_let_through() -> None:
+    withheld = (Withheld("a", "its name is empty"), Withheld("b", "x"), Withheld("c", "y"), Withheld("d", "z"))
+    assert warning_of(None, withheld, lambda name: name != "b") == (
         "tool 'a' is withheld: its name is empty; the server needs fixing (and 2 more tools withheld)"
     )
+    assert warning_of("it lists tool 'e' more than once; the first is served", withheld[1:2], lambda _: True) == (
+        "tool 'b' is withheld: x; the server needs fixing; it lists tool 'e' more than once; the first is served"
+    )
+    assert warning_of(None, withheld, lambda _: False) is None
     assert problems_of(Listings()) is None

@@ -15,7 +15,7 @@ from rich.console import Console
 from mcpvisor.core.errors import ToolNotFoundError
 from mcpvisor.shell.views import render_status
 from tests.core.test_hostile_servers import SPOILING_SERVER, TWICE_NAMED_SERVER
-from tests.gateway.test_gateway import ERAS, running, server, text_of, tool_names
+from tests.gateway.test_gateway import ERAS, running, save, server, text_of, tool_names
 from tests.helpers import raw_server, wait_until
 from tests.layout import replace_text
 
@@ -171,3 +171,28 @@ async def test_a_call_of_a_withheld_tool_says_it_is_withheld_and_why(tmp_path: P
         with pytest.raises(ToolNotFoundError, match="server 'w' lists it, but its name is empty") as caught:
             await r.host.config.call_tool("mcp__w__", {})
         assert caught.value.reason == "withheld"
+
+
+async def test_a_withheld_tool_the_servers_filters_hide_is_not_said_nor_called_withheld(tmp_path: Path) -> None:
+    """Before: excluding the tool (the user's only way to quiet the warning until the server is fixed) left the row
+    saying it was withheld and the server needed fixing."""
+    described = tmp_path / "described.json"
+    replace_text(described, json.dumps(UNUSABLE_TOOLS))
+    entry = server("w", "--tools", "echo,bad,blank", "--descriptions", str(described))
+    async with running(tmp_path, user={"mcpServers": {"w": entry}}, processes=True) as r:
+        await wait_until(lambda: "mcp__w__echo" in r.host.config.tool_registry.names())
+
+        def warning() -> str | None:
+            return next(row.warning for row in r.host.server_views() if row.name == "w")
+
+        assert (warning() or "").startswith("tool 'bad' is withheld"), warning()
+        pid = r.host.config.manager.get_client("w")
+        save(r.layout.paths.user, {"mcpServers": {"w": {**entry, "excludeTools": ["bad"]}}})
+        await wait_until(lambda: (warning() or "").startswith("tool '' is withheld"), what="'bad' no longer said")
+        assert warning() == "tool '' is withheld: its name is empty; the server needs fixing"
+        assert r.host.config.manager.get_client("w") is pid  # re-filtered in place, not restarted
+        with pytest.raises(ToolNotFoundError, match="does not provide it") as caught:
+            await r.host.config.call_tool("mcp__w__bad", {"n": 1})
+        assert caught.value.reason != "withheld"
+        save(r.layout.paths.user, {"mcpServers": {"w": {**entry, "excludeTools": ["bad", ""]}}})
+        await wait_until(lambda: warning() is None, what="the row to warn of nothing")

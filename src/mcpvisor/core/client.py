@@ -43,6 +43,8 @@ from mcpvisor.core.errors import (
     request_failed,
     timed_out,
 )
+from mcpvisor.core.exposure import Exposure
+from mcpvisor.core.listing import warning_of
 from mcpvisor.core.processes import how_it_exited
 from mcpvisor.core.server_config import redact_text
 from mcpvisor.core.server_notices import SDK_REQUEST_ERRORS, Notice
@@ -77,6 +79,15 @@ class McpClient(ServerConnection):
     """A connection to one server and the requests made on it. Build it, ``await start(task_group)``,
     use it, ``await aclose()``; see :class:`~mcpvisor.core.connection.ServerConnection` for ``on_change``,
     ``on_lost``, ``client_requests`` and ``max_message_bytes``."""
+
+    exposure: Exposure = Exposure()
+    """The tool filters of the configuration its owner serves it under (for :attr:`warning`)."""
+
+    @property
+    def warning(self) -> str | None:
+        """What its row warns of while it is connected: the tools withheld from its listing that its filters do not
+        hide anyway, then what else is wrong with the listing (:attr:`listing_problem`), or None."""
+        return warning_of(self.listing_problem, self.withheld, self.exposure.admits)
 
     # -- resource subscriptions ---------------------------------------------------------------
 

@@ -6,7 +6,7 @@ Handshake-era notices reach the client's message handler; modern-era ones arrive
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -36,6 +36,7 @@ __all__ = [
     "listen_wanted",
     "problems_of",
     "repeated_names",
+    "warning_of",
     "usable_tools",
 ]
 
@@ -246,13 +247,21 @@ async def _sorted(tools: list[types.Tool]) -> tuple[list[types.Tool], tuple[With
 
 
 def problems_of(listings: Listings) -> str | None:
-    """What is wrong with a listing, said for people (the tools withheld, a name it repeats), or None."""
-    said = [repeated_names(listings)]
-    if listings.withheld:
-        first, more = listings.withheld[0], len(listings.withheld) - 1
-        others = f" (and {more} more tool{'s' if more > 1 else ''} withheld)" if more else ""
-        said.insert(0, f"tool {first.name[:80]!r} is withheld: {first.why}; the server needs fixing{others}")
-    return "; ".join(s for s in said if s) or None
+    """What is wrong with a listing, said for people (a name it repeats), or None; the tools it withholds are said
+    with the server's filters in mind (:func:`warning_of`)."""
+    return repeated_names(listings)
+
+
+def warning_of(problem: str | None, withheld: Sequence[Withheld], admits: Callable[[str], bool]) -> str | None:
+    """What a connected server's row warns of: the tools ``withheld`` from its listing that its tool filters
+    (``admits``) do not hide anyway — an excluded tool is no one's concern — then ``problem`` (what else is wrong)."""
+    said = [w for w in withheld if admits(w.name)]
+    if not said:
+        return problem
+    first, more = said[0], len(said) - 1
+    others = f" (and {more} more tool{'s' if more > 1 else ''} withheld)" if more else ""
+    withholding = f"tool {first.name[:80]!r} is withheld: {first.why}; the server needs fixing{others}"
+    return f"{withholding}; {problem}" if problem else withholding
 
 
 def repeated_names(listings: Listings) -> str | None:

@@ -435,8 +435,7 @@ class McpClientManager:
         self._publish_state(client.name)
 
     def _sync_registry(self, name: str) -> None:
-        client = self._clients.get(name)
-        if client is None:
+        if (client := self._clients.get(name)) is None:
             return
         cfg = self._configs[name]
         tools: Sequence[Tool] = client.tools if client.status == "connected" else []
@@ -447,7 +446,8 @@ class McpClientManager:
             tools, prompts = admitted.tools, admitted.prompts
             if admitted.held_tools or admitted.held_prompts or admitted.why:
                 self._held[name] = admitted
-        tools_changed = self._tools.set_server_tools(name, tools, exposure_of(cfg))
+        client.exposure = exposure_of(cfg)  # (its row says which tools it withholds of those it exposes)
+        tools_changed = self._tools.set_server_tools(name, tools, client.exposure)
         prompts_changed = self._prompts.set_server_prompts(name, prompts)
         if client.status == "connecting" and name in self._unsaid:  # a restart's start: told once it is over
             self._untold(name, tools=tools_changed, prompts=prompts_changed)
@@ -490,7 +490,7 @@ class McpClientManager:
         for renamed in self._tools.take_renamed() - {name}:  # their tools renamed by this one's coming
             self._publish_state(renamed)
         client = self._clients.get(name)
-        status, error, warning = (client.status, client.last_error, client.listing_problem) if client else (None,) * 3
+        status, error, warning = (client.status, client.last_error, client.warning) if client else (None,) * 3
         if restarting and client is None:  # its new connection comes once the old one is gone
             status = "connecting"
         state = server_state(name, status, error, self._tools, self._prompts, self._held.get(name), reason=reason)

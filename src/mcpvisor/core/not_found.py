@@ -4,7 +4,7 @@ to, why it is unavailable, and the fix (SPEC §9)."""
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from mcpvisor.core.errors import NotFoundError, RequestKind, name_word, not_found
@@ -13,7 +13,6 @@ from mcpvisor.core.registry import TOOL_PREFIX, PromptRegistry, ToolRegistry, mc
 
 if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
-    from mcpvisor.core.listing import Withheld
     from mcpvisor.core.manager import McpClientManager
     from mcpvisor.core.reconnects import Recovery
 
@@ -116,7 +115,7 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
                 else f"{kind} {name!r} is held back: its definition changed since server {server!r} was approved; "
                 f"review the change and accept it with: {approve}"
             )
-        elif kind == "tool" and (why := _withheld(client.withheld, server, name)) is not None:
+        elif kind == "tool" and (why := _withheld(client, server, name)) is not None:
             reason = "withheld"
             text = f"{kind} {name!r} is withheld: server {server!r} lists it, but {why}; the server needs fixing"
         else:
@@ -130,9 +129,17 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
     return not_found(text, kind=kind, target=name, server=server, reason=reason)
 
 
-def _withheld(withheld: Iterable[Withheld], server: str, name: str) -> str | None:
-    """Why the tool registered name ``name`` stands for is withheld from ``server``'s listing, or None."""
-    return next((tool.why for tool in withheld if mcp_tool_name(server, tool.name) == name), None)
+def _withheld(client: McpClient, server: str, name: str) -> str | None:
+    """Why the tool registered name ``name`` stands for is withheld from ``server``'s listing, or None (also when
+    its tool filters hide it anyway: it is then said to be filtered out)."""
+    return next(
+        (
+            tool.why
+            for tool in client.withheld
+            if mcp_tool_name(server, tool.name) == name and client.exposure.admits(tool.name)
+        ),
+        None,
+    )
 
 
 def _down(head: str, client: McpClient | None, recovery: Recovery | None) -> tuple[str, str]:

@@ -133,7 +133,7 @@ def live_connections(config: Config) -> dict[str, LiveConnection]:
             held_tools=tuple(held.held_tools) if held else (),
             held_prompts=tuple(held.held_prompts) if held else (),
             held_why=held.why if held else None,
-            warning=client.listing_problem if client.status == "connected" else None,
+            warning=client.warning if client.status == "connected" else None,
         )
     for name in waiting - live.keys():
         live[name] = LiveConnection(status="connecting", tools=0, prompts=0, error=None)
