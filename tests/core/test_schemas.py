@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from typing import Any
 
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from mcpvisor.core import schemas as schemas_module
 from mcpvisor.core.schemas import plainly_valid, schema_problem
 
 ANYTHING = st.recursive(
@@ -28,7 +30,7 @@ def right(keyword: str, sub: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     if keyword == "type":
         return KINDS | st.lists(KINDS, max_size=3)
     if keyword in ("title", "description", "$comment", "format", "pattern", "$ref"):
-        return st.sampled_from(["", "x", "date-time", "(", "#/$defs/a"])
+        return st.sampled_from(["", "x", "date-time", "(", "^a+$", "#/$defs/a", "#", "#/a b", "http://x/s#", "[z-a]"])
     if keyword in ("deprecated", "readOnly", "writeOnly", "uniqueItems"):
         return st.booleans()
     if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
@@ -43,6 +45,8 @@ def right(keyword: str, sub: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
         return st.dictionaries(st.sampled_from(["p", "q"]), sub, max_size=2)
     if keyword in ("anyOf", "oneOf", "allOf"):
         return st.lists(sub, max_size=2)
+    if keyword in ("$defs", "definitions"):
+        return st.dictionaries(st.sampled_from(["a", "B"]), sub, max_size=2)
     return sub  # items, additionalProperties
 
 
@@ -50,7 +54,8 @@ KEYWORDS = [
     "type", "title", "description", "$comment", "format", "default", "const", "deprecated", "readOnly", "writeOnly",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength", "maxLength", "minItems",
     "maxItems", "minProperties", "maxProperties", "enum", "examples", "uniqueItems", "required", "properties",
-    "items", "additionalProperties", "anyOf", "oneOf", "allOf", "pattern", "$ref",
+    "items", "additionalProperties", "anyOf", "oneOf", "allOf", "pattern", "$ref", "$defs", "definitions",
+    "discriminator", "x-note", "not", "prefixItems",
 ]  # fmt: skip
 
 
@@ -90,6 +95,53 @@ def test_the_schemas_most_tools_list_are_plainly_valid() -> None:
     }
     assert plainly_valid(common)
     assert schema_problem(common) is None
+    pydantic = {  # (what pydantic writes for a model with a nested model and an optional field)
+        "$defs": {
+            "Point": {"properties": {"x": {"title": "X", "type": "integer"}}, "required": ["x"], "type": "object"}
+        },
+        "properties": {
+            "at": {"$ref": "#/$defs/Point"},
+            "note": {"anyOf": [{"type": "string", "pattern": "^[a-z]+$"}, {"type": "null"}], "default": None},
+        },
+        "required": ["at"],
+        "discriminator": {"propertyName": "kind"},
+        "type": "object",
+    }
+    assert plainly_valid(pydantic)
+
+
+def test_a_schema_naming_an_older_draft_with_https_is_checked_by_that_draft() -> None:
+    tuple_items = {"type": "object", "properties": {"p": {"type": "array", "items": [{"type": "string"}]}}}
+    assert schema_problem(tuple_items) is not None  # (2020-12: items is one schema)
+    for spelling in ("http://json-schema.org/draft-07/schema#", "https://json-schema.org/draft-07/schema#"):
+        assert schema_problem({"$schema": spelling, **tuple_items}) is None, spelling
+
+
+def test_verdicts_are_kept_up_to_their_bound_when_servers_are_checked_side_by_side(monkeypatch: Any) -> None:
+    """Before: the oldest verdict was dropped without a lock, and two checks at once could fail with "dictionary
+    changed size during iteration" (the server's listing then failed) or keep more than the bound."""
+    monkeypatch.setattr(schemas_module, "SCHEMA_VERDICTS_KEPT", 20)
+    failures: list[BaseException] = []
+
+    def check(n: int) -> None:
+        try:
+            for i in range(150):
+                schema_problem({"type": "object", "not": {"const": f"{n}-{i}"}})
+        except BaseException as exc:  # (said by the assertion below)
+            failures.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=check, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert failures == []
+    assert len(schemas_module._verdicts) <= 20
 
 
 def test_plain_schemas_are_judged_without_loading_jsonschema() -> None:

@@ -20,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from mcpvisor.core.schemas import needs_checking, schema_problem
+from mcpvisor.core.schemas import plainly_valid, schema_problem
 
 __all__ = [
     "ListingTooLong",
@@ -220,6 +220,10 @@ class Listings:
     withheld: tuple[Withheld, ...] = ()
 
 
+SORTED_ON_THE_LOOP = 64
+"""The most schemas a listing may hold for its tools to be sorted on the event loop (more: in a worker thread)."""
+
+
 def usable_tools(tools: list[types.Tool]) -> tuple[list[types.Tool], tuple[Withheld, ...]]:
     """The tools of a listing a client can use, and those withheld: an empty name (it would register as
     ``mcp__<server>__``), or an ``inputSchema`` or ``outputSchema`` that is not a valid JSON Schema (many clients,
@@ -239,9 +243,11 @@ def usable_tools(tools: list[types.Tool]) -> tuple[list[types.Tool], tuple[Withh
 
 
 async def _sorted(tools: list[types.Tool]) -> tuple[list[types.Tool], tuple[Withheld, ...]]:
-    """:func:`usable_tools`, in a worker thread when a schema needs ``jsonschema``'s check: a schema never seen that is
-    not plainly valid takes about a millisecond, so a thousand would hold the event loop for a second."""
-    if not needs_checking([schema for t in tools for schema in (t.input_schema, t.output_schema)]):
+    """:func:`usable_tools`, in a worker thread unless the listing is short and plainly valid: a schema ``jsonschema``
+    checks takes milliseconds, and recognising a large one as plainly valid about 0.1 ms (a thousand tools of
+    nested models would hold the event loop for a tenth of a second)."""
+    schemas = [schema for t in tools for schema in (t.input_schema, t.output_schema) if schema is not None]
+    if len(schemas) <= SORTED_ON_THE_LOOP and all(plainly_valid(schema) for schema in schemas):
         return usable_tools(tools)
     return await anyio.to_thread.run_sync(usable_tools, tools)
 

@@ -2,25 +2,32 @@
 refuse a whole tool list for one invalid schema).
 
 ``jsonschema`` decides, against the metaschema of the draft the schema's ``$schema`` names (2020-12 when it names
-none, as MCP says). Most tools list plain schemas — types, properties, required names, descriptions, bounds — that
-are valid in every draft by their shape alone: those are recognised here in microseconds, so that a host whose
-servers list only such schemas never loads ``jsonschema`` (about 3 MB and 80 ms) nor spends a millisecond per
-schema. Whatever this module does not recognise as plainly valid goes to ``jsonschema``, which has the last word."""
+none, as MCP says). Most tools list schemas valid in every draft by their shape alone — types, properties, required
+names, descriptions, bounds, enums, ``anyOf``, ``$defs`` and local ``$ref`` s (what pydantic writes), and keywords
+JSON Schema does not know (``discriminator``, ``x-…``: valid anywhere) — and those are recognised here in
+microseconds, so that a host whose servers list only such schemas never loads ``jsonschema`` (about 3 MB and 80 ms)
+nor spends milliseconds per schema. Whatever this module does not recognise as plainly valid goes to
+``jsonschema``, which has the last word; a bounded number of its verdicts are kept, by the schema's digest."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+import re
+import threading
+from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["SCHEMA_VERDICTS_KEPT", "needs_checking", "plainly_valid", "schema_problem"]
+__all__ = ["SCHEMA_VERDICTS_KEPT", "plainly_valid", "schema_problem"]
 
 SCHEMA_VERDICTS_KEPT: Final = 10_000
 """How many distinct schemas' verdicts :func:`schema_problem` keeps (the oldest goes first): a server listing a
 thousand tools re-listed unchanged costs lookups only."""
 
-_verdicts: dict[str, str | None] = {}
+_verdicts: dict[bytes, str | None] = {}
+"""A schema's digest -> its verdict (the checks of two servers' listings may run side by side in worker threads)."""
+_verdicts_lock = threading.Lock()
 
 _TYPES: Final = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
 _TEXT: Final = frozenset({"title", "description", "$comment", "format"})
@@ -29,7 +36,19 @@ _NUMBERS: Final = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiv
 _COUNTS: Final = frozenset({"minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties"})
 _LISTS: Final = frozenset({"enum", "examples"})
 _ALTERNATIVES: Final = frozenset({"anyOf", "oneOf", "allOf"})
+_DEFINITIONS: Final = frozenset({"$defs", "definitions"})
+_LOCAL_REF: Final = re.compile(r"#(/[A-Za-z0-9_.~$%-]+)*")
+_KNOWN: Final = frozenset(
+    # Every keyword the 2020-12 metaschema and its vocabularies know (a keyword it does not know may hold anything).
+    "$id $schema $ref $anchor $dynamicRef $dynamicAnchor $vocabulary $comment $defs $recursiveAnchor $recursiveRef "
+    "prefixItems items contains additionalProperties properties patternProperties dependentSchemas propertyNames "
+    "if then else allOf anyOf oneOf not unevaluatedItems unevaluatedProperties type const enum multipleOf maximum "
+    "exclusiveMaximum minimum exclusiveMinimum maxLength minLength pattern maxItems minItems uniqueItems maxContains "
+    "minContains maxProperties minProperties required dependentRequired title description default deprecated "
+    "readOnly writeOnly examples format contentEncoding contentMediaType contentSchema definitions dependencies".split()
+)
 _DEEPEST: Final = 32
+_HTTPS_DRAFTS: Final = tuple(f"https://json-schema.org/draft-0{n}/" for n in (3, 4, 6, 7))
 
 
 def plainly_valid(schema: Any, depth: int = 0) -> bool:
@@ -62,8 +81,14 @@ def plainly_valid(schema: Any, depth: int = 0) -> bool:
             ok = plainly_valid(value, depth + 1)
         elif key in _ALTERNATIVES:
             ok = isinstance(value, list) and bool(value) and all(plainly_valid(s, depth + 1) for s in value)
-        else:  # ($schema, $ref, $defs, pattern, not, if, …: for jsonschema to judge)
-            ok = False
+        elif key in _DEFINITIONS:
+            ok = isinstance(value, Mapping) and all(plainly_valid(s, depth + 1) for s in value.values())
+        elif key == "$ref":
+            ok = isinstance(value, str) and _LOCAL_REF.fullmatch(value) is not None
+        elif key == "pattern":
+            ok = isinstance(value, str) and _regex(value)
+        else:  # ($schema, not, if, prefixItems, …: for jsonschema to judge); a keyword it does not know is valid
+            ok = key not in _KNOWN
         if not ok:
             return False
     return True
@@ -77,41 +102,53 @@ def _type(value: Any) -> bool:
     return set(value) <= _TYPES and len(set(value)) == len(value)
 
 
+def _regex(pattern: str) -> bool:
+    """Whether ``pattern`` compiles, as ``jsonschema``'s check of the ``regex`` format asks."""
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return False
+    return True
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def schema_problem(schema: Mapping[str, Any]) -> str | None:
     """Why ``schema`` is not a valid JSON Schema of the draft its ``$schema`` names (2020-12 when it names none, or
-    one unknown, as MCP says), or None. A verdict is kept per distinct schema: a re-listing costs a lookup. May take
-    a millisecond for a schema that is not plainly valid: call it off the event loop when :func:`needs_checking`."""
+    one unknown, as MCP says), or None. A verdict is kept per distinct schema: a re-listing costs a digest. May take
+    milliseconds for a schema that is not plainly valid: call it off the event loop unless :func:`plainly_valid`."""
     if plainly_valid(schema):
         return None
-    key = _key(schema)
-    if key in _verdicts:
-        return _verdicts[key]
+    key = hashlib.blake2b(json.dumps(schema, sort_keys=True, default=repr).encode(), digest_size=16).digest()
+    with _verdicts_lock:
+        if key in _verdicts:
+            return _verdicts[key]
     verdict = _checked(schema)
-    if len(_verdicts) >= SCHEMA_VERDICTS_KEPT:
-        _verdicts.pop(next(iter(_verdicts), key), None)  # (checks of two servers' listings may run side by side)
-    _verdicts[key] = verdict
+    with _verdicts_lock:
+        if len(_verdicts) >= SCHEMA_VERDICTS_KEPT:
+            del _verdicts[next(iter(_verdicts))]  # (the oldest)
+        _verdicts[key] = verdict
     return verdict
 
 
-def needs_checking(schemas: Sequence[Mapping[str, Any] | None]) -> bool:
-    """Whether any of ``schemas`` is neither plainly valid nor judged before (its check may take a millisecond)."""
-    return any(s is not None and not plainly_valid(s) and _key(s) not in _verdicts for s in schemas)
-
-
-def _key(schema: Mapping[str, Any]) -> str:
-    return json.dumps(schema, sort_keys=True, default=repr)
-
-
 def _checked(schema: Mapping[str, Any]) -> str | None:
-    from jsonschema import Draft202012Validator, SchemaError  # (loaded only for a schema that needs it)
+    """``jsonschema``'s verdict (loaded only for a schema that needs it)."""
+    from jsonschema import Draft202012Validator
     from jsonschema.validators import validator_for
 
     named = schema.get("$schema")
-    checker = validator_for(schema, default=Draft202012Validator) if isinstance(named, str) else Draft202012Validator
+    if not isinstance(named, str):
+        return _said(Draft202012Validator, schema)
+    if named.startswith(_HTTPS_DRAFTS):  # (drafts 3 to 7 name themselves with http://)
+        named = "http://" + named.removeprefix("https://")
+    return _said(validator_for({"$schema": named}, default=Draft202012Validator), schema)
+
+
+def _said(checker: Any, schema: Mapping[str, Any]) -> str | None:
+    from jsonschema import SchemaError
+
     try:
         checker.check_schema(dict(schema))
     except SchemaError as exc:
