@@ -567,6 +567,36 @@ async def test_a_body_sent_a_byte_at_a_time_is_answered_408_saying_why(
     )
 
 
+async def test_a_request_pipelined_behind_an_open_stream_gets_no_408_written_into_that_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before (httptools): a POST sent on the connection of a session's open GET stream waits its turn, its body
+    unread, and when its body time ran out its 408 was written into the middle of the stream's chunked answer."""
+    monkeypatch.setattr(gateway_connections, "BODY_TIMEOUT_S", 0.5)
+    async with gateway_at(tmp_path, HttpLimits()) as (_, url), httpx2.AsyncClient(timeout=WAIT_S) as http:
+        session = await open_session(http, url)
+        host = url.split("//")[1].split("/")[0]
+        stream = _connect(url)
+        try:
+            get = (
+                f"GET /mcp HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\n"
+                f"MCP-Protocol-Version: {VERSION}\r\n\r\n"
+            ).encode()
+            stream.send(get + _head(url, session=session) + b"{")
+            received = b""
+            with anyio.move_on_after(2.0):  # (four body timeouts)
+                while True:
+                    await anyio.wait_readable(stream)
+                    chunk = stream.recv(65536)
+                    if not chunk:
+                        break
+                    received += chunk
+        finally:
+            stream.close()
+    assert received.startswith(b"HTTP/1.1 200 "), received[:200]
+    assert b"408 Request Timeout" not in received, received[-400:]
+
+
 async def test_a_request_that_can_open_no_session_evicts_none(tmp_path: Path) -> None:
     """Before, at the cap any POST without a session id (a client that forgot it) closed the least recently used
     session to make room for a session it could never open."""

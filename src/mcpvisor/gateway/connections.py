@@ -103,7 +103,10 @@ def guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
                 if self._head_bytes > MAX_HEADER_BYTES:
                     self._refuse_head()
             elif self._body_timer is None and (cycle := self.cycle) is not None and cycle.more_body:
-                if not cycle.response_complete and not self.transport.is_closing():  # a body still on its way
+                # A body still on its way, unless its request waits behind an earlier one still answered (a session's
+                # GET stream): its body is not read meanwhile, and a 408 would land inside the earlier answer.
+                waiting = bool(getattr(self, "pipeline", ()))
+                if not cycle.response_complete and not waiting and not self.transport.is_closing():
                     self._body_timer = self.loop.call_later(BODY_TIMEOUT_S, self._body_too_slow, cycle)
 
         def on_message_begin(self) -> None:
