@@ -150,9 +150,13 @@ async def test_every_loopback_listener_refuses_a_foreign_host_or_origin(tmp_path
             assert foreign.status_code == 421
             origin = {**ACCEPT, "Origin": "http://rebind.evil.example"}
             assert (await http.post(url, json=INITIALIZE, headers=origin)).status_code == 403
-            for host in (f"{address}:{port}", f"localhost:{port}"):
+            for host in (f"{address}:{port}", f"localhost:{port}", "localhost"):
                 ok = await http.post(url, json=INITIALIZE, headers={**ACCEPT, "Host": host})
                 assert ok.status_code == 200, (host, ok.text)
+            # Pages from this machine, as the refusal says (before: only http:// with a port).
+            for page in ("http://localhost", "https://localhost:3000", f"http://{address}:8080", "https://[::1]"):
+                ok = await http.post(url, json=INITIALIZE, headers={**ACCEPT, "Origin": page})
+                assert ok.status_code == 200, (page, ok.text)
         tg.cancel_scope.cancel()
 
 

@@ -266,18 +266,20 @@ async def serve_asgi_socket(
 
 def transport_security(host: str) -> TransportSecuritySettings | None:
     """DNS-rebinding protection for every loopback listener, whatever its address (none otherwise): a
-    request must name the listener's own address, ``localhost``, ``127.0.0.1`` or ``[::1]`` in its
-    ``Host`` header, and a browser's ``Origin`` must be one of those too. A page on another site that
-    rebinds its name to this machine is refused before anything runs."""
+    request must name the listener's own address, ``localhost``, ``127.0.0.1`` or ``[::1]`` in its ``Host``
+    header (any port, or none), and a browser's ``Origin`` must be one of those too (http or https). A page on
+    another site that rebinds its name to this machine is refused before anything runs."""
     if not is_loopback(host):
         return None
     quiet_rebinding_refusals()  # (one line per refused request: as many as a page cares to send)
     names = {"127.0.0.1", "localhost", "[::1]"}
     names.add(f"[{host}]" if ":" in host else host.lower())
-    return TransportSecuritySettings(
+    return TransportSecuritySettings(  # (each with any port, or none)
         enable_dns_rebinding_protection=True,
-        allowed_hosts=sorted(f"{name}:*" for name in names),
-        allowed_origins=sorted(f"http://{name}:*" for name in names),
+        allowed_hosts=sorted(f"{name}{port}" for name in names for port in ("", ":*")),
+        allowed_origins=sorted(
+            f"{scheme}://{name}{port}" for scheme in ("http", "https") for name in names for port in ("", ":*")
+        ),
     )
 
 
