@@ -597,6 +597,21 @@ async def test_a_request_pipelined_behind_an_open_stream_gets_no_408_written_int
     assert b"408 Request Timeout" not in received, received[-400:]
 
 
+async def test_json_nested_too_deep_without_a_session_id_is_answered_as_a_bad_request(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: a 500 in plain text, and uvicorn's "Exception in ASGI application" with a traceback in the log (the
+    body was read with Python's json, whose RecursionError nothing caught) — for any page that cared to send it."""
+    deep = b"[" * 60_000
+    async with gateway_at(tmp_path, HttpLimits()) as (_, url), httpx2.AsyncClient(timeout=WAIT_S) as http:
+        answer = await http.post(url, content=deep, headers={**ACCEPT, "Content-Type": "application/json"})
+        assert answer.status_code == 400, answer.text
+        assert "error" in answer.json()
+        from_a_page = await http.post(url, content=deep, headers={**ACCEPT, "Origin": "http://evil.example"})
+        assert from_a_page.status_code in (400, 403), from_a_page.text
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+
+
 async def test_a_request_that_can_open_no_session_evicts_none(tmp_path: Path) -> None:
     """Before, at the cap any POST without a session id (a client that forgot it) closed the least recently used
     session to make room for a session it could never open."""

@@ -26,7 +26,6 @@ the books for all of them.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import pydantic_core
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, EventStore
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
@@ -406,7 +406,7 @@ def _no_session_refusal(body: bytes, missing: str = _MISSING) -> Response:
     """The refusal of a handshake-era POST without a session id that opens none: a batch is told batches are not
     supported (a batch of one ``initialize`` too), anything else that its session id is missing (``missing``)."""
     try:
-        batch = isinstance(json.loads(body), list)
+        batch = isinstance(pydantic_core.from_json(body), list)
     except ValueError:
         batch = False
     return error_response(f"Invalid Request: {shape_problem([])}", 400) if batch else error_response(missing, 400)
@@ -415,7 +415,7 @@ def _no_session_refusal(body: bytes, missing: str = _MISSING) -> Response:
 def _is_message(body: bytes) -> bool:
     """Whether ``body`` is a JSON object (a JSON-RPC message; the SDK answers what is wrong with it)."""
     try:
-        return isinstance(json.loads(body), dict)
+        return isinstance(pydantic_core.from_json(body), dict)
     except ValueError:
         return False
 
@@ -423,7 +423,7 @@ def _is_message(body: bytes) -> bool:
 def _initialize(body: bytes) -> dict[str, Any] | None:
     """The ``initialize`` request ``body`` holds, or ``None`` (another request, or not JSON at all)."""
     try:
-        request = json.loads(body)
+        request = pydantic_core.from_json(body)
     except ValueError:
         return None
     return request if isinstance(request, dict) and request.get("method") == "initialize" else None
