@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 import pytest
 
+from mcpvisor.gateway.stdio import MAX_LINE_BYTES
 from mcpvisor.gateway.unanswered import MAX_UNANSWERED, Unanswered
 from tests.gateway.test_gateway import save, server
 from tests.helpers import WAIT_S, marker_pids, mcpvisor_command, pid_alive
@@ -168,6 +169,32 @@ def test_requests_piped_in_are_all_answered_when_stdin_ends_after_them(tmp_path:
     answers = _answers(heard)
     assert _text(answers[1]) == "a:echo:hi"
     assert "mcp__a__echo" in {t["name"] for t in answers[2]["tools"]}
+
+
+def test_a_line_longer_than_the_bound_is_refused_as_it_comes_and_dropped_up_to_its_end(tmp_path: Path) -> None:
+    """A client writing without a newline (a binary stream, a framing of another protocol) made the gateway hold
+    every byte of the line, without end (300 MB held 380 MB); past 64 MiB the line is answered with an error at
+    once, its bytes dropped as they come, and the next line is read as usual."""
+    with _gateway(tmp_path) as process, _bounded(process):
+        _send(process, *_HELLO)
+        _until(process, lambda m: m.get("id") == 0)
+        assert process.stdin is not None
+        process.stdin.write(b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"_meta": {"x": "')
+        process.stdin.write(b"x" * (MAX_LINE_BYTES + (1 << 20)))
+        process.stdin.flush()
+        [refusal] = _until(process, lambda m: True)  # before the line ends
+        assert refusal == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {
+                "code": -32600,
+                "message": "Request too large: the gateway reads lines of at most 64 MiB from its client; "
+                "this one was dropped up to its end: send less at once",
+            },
+        }
+        process.stdin.write(b"x" * (8 << 20) + b'"}}}\n')
+        _send(process, {"jsonrpc": "2.0", "id": 2, "method": "ping"})
+        assert _until(process, lambda m: True) == [{"jsonrpc": "2.0", "id": 2, "result": {}}]
 
 
 def test_a_request_before_initialize_is_refused_saying_to_initialize_first(tmp_path: Path) -> None:

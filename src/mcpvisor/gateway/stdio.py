@@ -38,14 +38,16 @@ from mcpvisor.gateway.limits import WRITE_STALL_S
 from mcpvisor.gateway.protocol import failed_answer, invalid_message, is_request_id, shape_problem
 from mcpvisor.gateway.unanswered import ANSWER_S, MAX_UNANSWERED, Answering, Settling, Unanswered
 
-__all__ = ["ANSWER_S", "stdio_streams"]
+__all__ = ["ANSWER_S", "MAX_LINE_BYTES", "stdio_streams"]
 
 logger = logging.getLogger(__name__)
 
 _HELD = 1 << 20
 """How many bytes of complete lines may wait to be read before reading stdin pauses (a client writing faster than
-the gateway takes its requests then fills its pipe, not the gateway's memory). A line is read whole, however long
-(the SDK's own reader has no bound either; the client is the one the user runs)."""
+the gateway takes its requests then fills its pipe, not the gateway's memory)."""
+MAX_LINE_BYTES = 64 << 20
+"""The longest line read from the client (as one message from a server may be): past it the line is answered with an
+error at once and its bytes dropped up to its end (a client writing without a newline grew the gateway without end)."""
 _UNREAD_S = 2.0
 """Once the gateway stops, how long output the client does not take may hold it up before it is dropped."""
 
@@ -67,6 +69,10 @@ class _Lines:
     async def __anext__(self) -> str:
         while True:
             line = b"" if self._ended else await self._reader.readline()  # (ended: what is held is not read)
+            if line is None:
+                if self.refuse is not None:
+                    await self.refuse(_refusal(None, types.INVALID_REQUEST, _TOO_LONG))
+                continue
             if not line:
                 if not self._ended:  # the client closed stdin: answer what it asked first (the SDK cuts it)
                     await self.unanswered.settle()
@@ -94,11 +100,14 @@ class _Lines:
 
 
 class _LineReader(asyncio.Protocol):
-    """fd 0's bytes as lines, each kept whole however long; reading pauses while more than :data:`_HELD` bytes of
-    complete lines wait to be taken (asyncio's stream reader pauses only past twice its line limit)."""
+    """fd 0's bytes as lines of up to :data:`MAX_LINE_BYTES` (a longer one is dropped as it comes, and told as
+    ``None``); reading pauses while more than :data:`_HELD` bytes of complete lines wait to be taken (asyncio's
+    stream reader pauses only past twice its line limit)."""
 
     def __init__(self) -> None:
         self._buffer = bytearray()
+        self._too_long = 0  # (lines dropped and not told yet)
+        self._skipping = False  # (dropping the rest of a line too long, up to its newline)
         self._searched = 0  # (the buffer holds no newline before this)
         self._ended = False
         self._more = asyncio.Event()
@@ -111,10 +120,24 @@ class _LineReader(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._ended:
             return
+        if self._skipping:
+            end = data.find(b"\n")
+            if end < 0:
+                return
+            self._skipping = False
+            data = data[end + 1 :]
         self._buffer += data
         self._more.set()
         if len(self._buffer) > _HELD and self._newline() >= 0:
             self._pause(True)
+        elif len(self._buffer) > MAX_LINE_BYTES and self._newline() < 0:  # (the lines before it were all taken)
+            logger.warning(
+                "dropping a line of the client longer than %d MiB (answered with an error)", MAX_LINE_BYTES >> 20
+            )
+            self._buffer.clear()
+            self._searched = 0
+            self._skipping = True
+            self._too_long += 1
 
     def eof_received(self) -> bool:
         self.end()
@@ -129,9 +152,13 @@ class _LineReader(asyncio.Protocol):
         self._more.set()
         self._pause(True)
 
-    async def readline(self) -> bytes:
-        """The next line with its newline, the last one without, or ``b""`` once stdin ended."""
+    async def readline(self) -> bytes | None:
+        """The next line with its newline, the last one without, ``None`` for one too long (dropped), or ``b""``
+        once stdin ended."""
         while True:
+            if self._too_long:
+                self._too_long -= 1
+                return None
             end = self._newline()
             if end >= 0:
                 line = bytes(self._buffer[: end + 1])
@@ -275,6 +302,12 @@ def _verdict(line: str) -> tuple[str | None, types.JSONRPCError | None, Any]:
 
 
 _BUSY = f"the gateway has {MAX_UNANSWERED:,} requests of this client in flight: wait for answers before sending more"
+
+
+_TOO_LONG = (
+    f"Request too large: the gateway reads lines of at most {MAX_LINE_BYTES >> 20} MiB from its client; this one was "
+    "dropped up to its end: send less at once"
+)
 
 
 def _reused(request_id: Any) -> str:
