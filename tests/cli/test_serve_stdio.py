@@ -197,6 +197,29 @@ def test_a_line_longer_than_the_bound_is_refused_as_it_comes_and_dropped_up_to_i
         assert _until(process, lambda m: True) == [{"jsonrpc": "2.0", "id": 2, "result": {}}]
 
 
+def test_a_line_that_is_not_utf_8_is_refused_not_read_with_replacements(tmp_path: Path) -> None:
+    """A request with a byte that is no UTF-8 was read with U+FFFD in its place: its id came back as another (the
+    client waited for its answer for ever), two such ids were one, and a tool's arguments changed without a word."""
+    with _gateway(tmp_path) as process, _bounded(process):
+        _send(process, *_HELLO)
+        _until(process, lambda m: m.get("id") == 0)
+        assert process.stdin is not None
+        process.stdin.write(b'{"jsonrpc": "2.0", "id": "caf\xe9", "method": "ping"}\n')
+        _send(process, {"jsonrpc": "2.0", "id": 2, "method": "ping"})
+        assert _until(process, lambda m: m.get("id") == 2) == [
+            {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {
+                    "code": -32700,
+                    "message": "Parse error: the line is not UTF-8 (byte 0xe9 at offset 29); "
+                    "send JSON-RPC messages as UTF-8",
+                },
+            },
+            {"jsonrpc": "2.0", "id": 2, "result": {}},
+        ]
+
+
 def test_a_request_before_initialize_is_refused_saying_to_initialize_first(tmp_path: Path) -> None:
     """A handshake-era client that lists or calls before ``initialize`` is told to initialize first (the SDK's own
     answer, ``-32602 Invalid request parameters``, sent it looking at its parameters); a ping is answered, a method

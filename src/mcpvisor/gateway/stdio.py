@@ -77,9 +77,10 @@ class _Lines:
                 if not self._ended:  # the client closed stdin: answer what it asked first (the SDK cuts it)
                     await self.unanswered.settle()
                 raise StopAsyncIteration
-            text = line.decode("utf-8", errors="replace")
-            passed, refusal, data = _verdict(text)
-            text = passed or text
+            try:  # (decoded with replacements, an id was answered as another and arguments changed unsaid)
+                passed, refusal, data = _verdict(line.decode())
+            except UnicodeDecodeError as error:
+                passed, refusal, data = None, _refusal(None, types.PARSE_ERROR, _not_utf8(error)), None
             full = passed and self.unanswered.count >= MAX_UNANSWERED and self.unanswered.counts(data)
             if full and not await self.unanswered.wait_room():
                 passed, refusal = None, _refusal(data["id"], types.INTERNAL_ERROR, _BUSY)
@@ -89,7 +90,7 @@ class _Lines:
                 passed, refusal = None, _refusal(data["id"], types.INVALID_REQUEST, _reused(data["id"]))
             if passed:
                 self.unanswered.read(data)
-                return text
+                return passed
             if refusal is not None and self.refuse is not None:
                 await self.refuse(refusal)
 
@@ -308,6 +309,13 @@ _TOO_LONG = (
     f"Request too large: the gateway reads lines of at most {MAX_LINE_BYTES >> 20} MiB from its client; this one was "
     "dropped up to its end: send less at once"
 )
+
+
+def _not_utf8(error: UnicodeDecodeError) -> str:
+    return (
+        f"Parse error: the line is not UTF-8 (byte 0x{error.object[error.start]:02x} at offset {error.start}); "
+        "send JSON-RPC messages as UTF-8"
+    )
 
 
 def _reused(request_id: Any) -> str:
