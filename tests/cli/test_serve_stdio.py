@@ -220,6 +220,31 @@ def test_a_line_that_is_not_utf_8_is_refused_not_read_with_replacements(tmp_path
         ]
 
 
+def test_json_nested_too_deeply_is_refused_as_such_not_as_no_json(tmp_path: Path) -> None:
+    """100,000 nested arrays are JSON: the refusal said the line was not JSON."""
+    with _gateway(tmp_path) as process, _bounded(process):
+        _send(process, *_HELLO)
+        _until(process, lambda m: m.get("id") == 0)
+        assert process.stdin is not None
+        process.stdin.write(b"[" * 100_000 + b"]" * 100_000 + b"\n")
+        nested: Any = []
+        for _ in range(195):  # (200 levels with the request around it)
+            nested = [nested]
+        _send(process, {"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {"_meta": {"deep": nested}}})
+        assert _until(process, lambda m: m.get("id") == 2) == [
+            {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {
+                    "code": -32700,
+                    "message": "Parse error: the line's JSON is nested too deeply; "
+                    "the gateway reads JSON up to 200 levels deep",
+                },
+            },
+            {"jsonrpc": "2.0", "id": 2, "result": {}},
+        ]
+
+
 def test_a_request_before_initialize_is_refused_saying_to_initialize_first(tmp_path: Path) -> None:
     """A handshake-era client that lists or calls before ``initialize`` is told to initialize first (the SDK's own
     answer, ``-32602 Invalid request parameters``, sent it looking at its parameters); a ping is answered, a method

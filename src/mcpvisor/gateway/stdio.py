@@ -48,6 +48,8 @@ the gateway takes its requests then fills its pipe, not the gateway's memory).""
 MAX_LINE_BYTES = 64 << 20
 """The longest line read from the client (as one message from a server may be): past it the line is answered with an
 error at once and its bytes dropped up to its end (a client writing without a newline grew the gateway without end)."""
+_MAX_DEPTH = 200
+"""How deep the JSON of a line may nest (pydantic-core's parser goes a little deeper, then refuses)."""
 _UNREAD_S = 2.0
 """Once the gateway stops, how long output the client does not take may hold it up before it is dropped."""
 
@@ -280,8 +282,13 @@ def _verdict(line: str) -> tuple[str | None, types.JSONRPCError | None, Any]:
         return None, None, None
     try:
         data = pydantic_core.from_json(line)
-    except ValueError:
-        return None, _refusal(None, types.PARSE_ERROR, "Parse error: the line is not JSON"), None
+    except ValueError as error:  # (JSON nested deeper than the parser goes was said to be no JSON)
+        too_deep = str(error).startswith("recursion limit exceeded")
+        return (
+            None,
+            _refusal(None, types.PARSE_ERROR, _TOO_DEEP if too_deep else "Parse error: the line is not JSON"),
+            None,
+        )
     problem = shape_problem(data, unit="line")
     if problem is None:
         try:
@@ -309,6 +316,9 @@ _TOO_LONG = (
     f"Request too large: the gateway reads lines of at most {MAX_LINE_BYTES >> 20} MiB from its client; this one was "
     "dropped up to its end: send less at once"
 )
+
+
+_TOO_DEEP = f"Parse error: the line's JSON is nested too deeply; the gateway reads JSON up to {_MAX_DEPTH} levels deep"
 
 
 def _not_utf8(error: UnicodeDecodeError) -> str:
