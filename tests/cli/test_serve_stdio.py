@@ -245,6 +245,32 @@ def test_json_nested_too_deeply_is_refused_as_such_not_as_no_json(tmp_path: Path
         ]
 
 
+def test_a_client_that_closed_its_end_of_stderr_is_still_served(tmp_path: Path) -> None:
+    """stderr is only the gateway's narration: a client that closes its end of it (it does not read it) ended the
+    gateway with exit code 1 at its first line, before initialize was answered."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    save(layout.paths.user, {"mcpServers": {"a": server("a")}})
+    unread, stderr = os.pipe()
+    os.close(unread)
+    try:
+        process = subprocess.Popen(
+            [mcpvisor_command(), "serve", "--workspace", str(layout.root)],
+            env={**os.environ, **layout.env},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+    finally:
+        os.close(stderr)
+    with process, _bounded(process):
+        _send(process, *_HELLO, {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "mcp__a__echo"}})
+        answers = _answers(_until(process, lambda m: m.get("id") == 1))
+        assert _text(answers[1]) == "a:echo:"
+        assert process.stdin is not None
+        process.stdin.close()
+        assert process.wait(timeout=WAIT_S) == 0
+
+
 def test_a_request_before_initialize_is_refused_saying_to_initialize_first(tmp_path: Path) -> None:
     """A handshake-era client that lists or calls before ``initialize`` is told to initialize first (the SDK's own
     answer, ``-32602 Invalid request parameters``, sent it looking at its parameters); a ping is answered, a method

@@ -95,7 +95,9 @@ async def _serve(
     stop: anyio.Event | None,
     name_budget: int,
 ) -> None:
-    console = new_console(stderr=True, highlight=False)
+    # A client that closed its end of stderr (what is said there goes nowhere now) is still served: rich's way, exit
+    # code 1 at the first line narrated, ended the gateway before it answered initialize.
+    console = new_console(stderr=True, highlight=False, on_closed=lambda: None)
     if http is not None:
         refuse_without_token(http[0], token.value if token is not None else None)  # before any server starts
         if not is_loopback(http[0]):  # (said once it is known to be served: with a token)
