@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import termios
 import threading
 import time
@@ -263,6 +264,30 @@ def test_a_client_that_closed_its_end_of_stderr_is_still_served(tmp_path: Path) 
     finally:
         os.close(stderr)
     with process, _bounded(process):
+        _send(process, *_HELLO, {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "mcp__a__echo"}})
+        answers = _answers(_until(process, lambda m: m.get("id") == 1))
+        assert _text(answers[1]) == "a:echo:"
+        assert process.stdin is not None
+        process.stdin.close()
+        assert process.wait(timeout=WAIT_S) == 0
+
+
+def test_a_gateway_started_with_stderr_closed_serves_and_ends_cleanly(tmp_path: Path) -> None:
+    """Started with fd 2 closed (``2>&-``), the gateway's event loop took that number, the stdio transport pointed
+    fd 1 at it, and its server and then the gateway itself died of SIGABRT (its call answered "server 'a' is not
+    connected", exit code -6). The real command: the test's fork server hands over the streams a way of its own."""
+    layout = make_layout(tmp_path, MCPVISOR_LOG_DIR=str(tmp_path / "logs"))
+    save(layout.paths.user, {"mcpServers": {"a": server("a")}})
+    closed = 'exec "$0" -m mcpvisor serve --workspace "$1" 2>&-'
+    with (
+        subprocess.Popen(
+            ["sh", "-c", closed, sys.executable, str(layout.root)],
+            env={**os.environ, **layout.env},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        ) as process,
+        _bounded(process),
+    ):
         _send(process, *_HELLO, {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "mcp__a__echo"}})
         answers = _answers(_until(process, lambda m: m.get("id") == 1))
         assert _text(answers[1]) == "a:echo:"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import os
 import sys
 from typing import Any
 
@@ -18,6 +19,22 @@ def _show_what_cannot_be_encoded() -> None:
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper) and codecs.lookup(stream.encoding).name != "utf-8":
             stream.reconfigure(errors="replace")
+
+
+def _open_closed_standard_streams() -> None:
+    """A standard stream closed as the command starts (``2>&-``, a launcher that closes what it does not pass on) is
+    opened on /dev/null: the next file opened took its number, and what was meant for it went there (under ``serve``
+    the event loop's epoll took fd 2, the stdio gateway pointed fd 1 at it, and it and its servers died of SIGABRT)."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)  # (the lowest free number: this one, as those below are open)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+            if getattr(sys, name) is None:  # (Python leaves a stream it found closed as None)
+                setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))
 
 
 class _LostInterrupts:
@@ -47,6 +64,7 @@ class _LostInterrupts:
 def main() -> None:
     """Run the ``mcpvisor`` command. Ctrl-C while its modules load or while typer builds its commands ends it as
     Ctrl-C does later: exit code 130, no traceback."""
+    _open_closed_standard_streams()
     _show_what_cannot_be_encoded()
     try:
         with _LostInterrupts() as lost:
