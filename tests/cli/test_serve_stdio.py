@@ -186,7 +186,7 @@ def test_a_line_longer_than_the_bound_is_refused_as_it_comes_and_dropped_up_to_i
         [refusal] = _until(process, lambda m: True)  # before the line ends
         assert refusal == {
             "jsonrpc": "2.0",
-            "id": None,
+            "id": 1,
             "error": {
                 "code": -32600,
                 "message": "Request too large: the gateway reads lines of at most 64 MiB from its client; "
@@ -196,6 +196,22 @@ def test_a_line_longer_than_the_bound_is_refused_as_it_comes_and_dropped_up_to_i
         process.stdin.write(b"x" * (8 << 20) + b'"}}}\n')
         _send(process, {"jsonrpc": "2.0", "id": 2, "method": "ping"})
         assert _until(process, lambda m: True) == [{"jsonrpc": "2.0", "id": 2, "result": {}}]
+
+
+def test_a_request_too_long_is_refused_with_the_id_it_begins_with(tmp_path: Path) -> None:
+    """Refused with id null, a request too long left the client waiting for its answer for ever (the SDK's client
+    sets no timeout of its own). The SDKs write the id before the params: the refusal names it; a line whose
+    first members are not a request's (a client's answer, whose id is the gateway's) is still refused with null."""
+    too_long = b"x" * (MAX_LINE_BYTES + 1)
+    with _gateway(tmp_path) as process, _bounded(process):
+        _send(process, *_HELLO)
+        _until(process, lambda m: m.get("id") == 0)
+        assert process.stdin is not None
+        process.stdin.write(b'{"jsonrpc":"2.0","id":"big-1","method":"tools/call","params":{"name":"' + too_long)
+        process.stdin.write(b'"}}\n{"jsonrpc":"2.0","id":7,"result":{"content":"' + too_long + b'"}}\n')
+        process.stdin.flush()
+        refused = _until(process, lambda m: m.get("id") is None)
+        assert [(m["id"], m["error"]["code"]) for m in refused] == [("big-1", -32600), (None, -32600)]
 
 
 def test_a_line_that_is_not_utf_8_is_refused_not_read_with_replacements(tmp_path: Path) -> None:

@@ -22,10 +22,12 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import stat
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import anyio
 import mcp_types as types
@@ -71,9 +73,9 @@ class _Lines:
     async def __anext__(self) -> str:
         while True:
             line = b"" if self._ended else await self._reader.readline()  # (ended: what is held is not read)
-            if line is None:
+            if isinstance(line, _TooLong):
                 if self.refuse is not None:
-                    await self.refuse(_refusal(None, types.INVALID_REQUEST, _TOO_LONG))
+                    await self.refuse(_refusal(line.request_id, types.INVALID_REQUEST, _TOO_LONG))
                 continue
             if not line:
                 if not self._ended:  # the client closed stdin: answer what it asked first (the SDK cuts it)
@@ -102,14 +104,50 @@ class _Lines:
         self._reader.end()
 
 
+class _TooLong(NamedTuple):
+    """A line dropped for its length, and the id it began with, if any."""
+
+    request_id: Any
+
+
+_HEAD = 4096
+"""How much of a line too long is looked at for its id."""
+_STRING = rb'"(?:[^"\\]|\\.)*"'
+_LEADING_ID = re.compile(
+    rb'\s*\{(?:\s*"(?:jsonrpc|method)"\s*:\s*' + _STRING + rb"\s*,)*"
+    rb'\s*"id"\s*:\s*(-?\d+|' + _STRING + rb")\s*,"
+    rb'(?:(?:\s*"jsonrpc"\s*:\s*' + _STRING + rb'\s*,)*\s*"method"\s*:)?'
+)
+"""A request's id among its first members (before ``params``, where the SDKs put it): only ``jsonrpc`` and
+``method`` may come before it, so that an ``id`` nested in the params is never taken for it; and its ``method``
+before the params too (a client's answer to a request of the gateway's has the gateway's id: not its to fail)."""
+
+
+def _leading_id(head: bytes) -> Any:
+    """The id a line too long begins with (its refusal then fails that request, which waited for ever), or None."""
+    found = _LEADING_ID.match(head)
+    if found is None or b'"method"' not in found.group(0):
+        return None
+    try:
+        request_id = pydantic_core.from_json(found.group(1))
+    except ValueError:
+        return None
+    return request_id if is_request_id(request_id) else None
+
+
+def _dropped(head: bytes) -> _TooLong:
+    logger.warning("dropping a line of the client longer than %d MiB (answered with an error)", MAX_LINE_BYTES >> 20)
+    return _TooLong(_leading_id(head))
+
+
 class _LineReader(asyncio.Protocol):
     """fd 0's bytes as lines of up to :data:`MAX_LINE_BYTES` (a longer one is dropped as it comes, and told as
-    ``None``); reading pauses while more than :data:`_HELD` bytes of complete lines wait to be taken (asyncio's
+    :class:`_TooLong`); reading pauses while more than :data:`_HELD` bytes of complete lines wait to be taken (asyncio's
     stream reader pauses only past twice its line limit)."""
 
     def __init__(self) -> None:
         self._buffer = bytearray()
-        self._too_long = 0  # (lines dropped and not told yet)
+        self._too_long: deque[_TooLong] = deque()  # (lines dropped and not told yet)
         self._skipping = False  # (dropping the rest of a line too long, up to its newline)
         self._searched = 0  # (the buffer holds no newline before this)
         self._ended = False
@@ -134,13 +172,10 @@ class _LineReader(asyncio.Protocol):
         if len(self._buffer) > _HELD and self._newline() >= 0:
             self._pause(True)
         elif len(self._buffer) > MAX_LINE_BYTES and self._newline() < 0:  # (the lines before it were all taken)
-            logger.warning(
-                "dropping a line of the client longer than %d MiB (answered with an error)", MAX_LINE_BYTES >> 20
-            )
+            self._too_long.append(_dropped(bytes(self._buffer[:_HEAD])))
             self._buffer.clear()
             self._searched = 0
             self._skipping = True
-            self._too_long += 1
 
     def eof_received(self) -> bool:
         self.end()
@@ -155,13 +190,12 @@ class _LineReader(asyncio.Protocol):
         self._more.set()
         self._pause(True)
 
-    async def readline(self) -> bytes | None:
-        """The next line with its newline, the last one without, ``None`` for one too long (dropped), or ``b""``
-        once stdin ended."""
+    async def readline(self) -> bytes | _TooLong:
+        """The next line with its newline, the last one without, :class:`_TooLong` for one too long (dropped), or
+        ``b""`` once stdin ended."""
         while True:
             if self._too_long:
-                self._too_long -= 1
-                return None
+                return self._too_long.popleft()
             end = self._newline()
             if end >= 0:
                 line = bytes(self._buffer[: end + 1])
@@ -169,6 +203,8 @@ class _LineReader(asyncio.Protocol):
                 self._searched = 0
                 if len(self._buffer) <= _HELD // 2 or self._newline() < 0:
                     self._pause(False)
+                if len(line) > MAX_LINE_BYTES + 1:  # (its end came with the read that took it past the bound)
+                    return _dropped(line[:_HEAD])
                 return line
             if self._ended:
                 line = bytes(self._buffer)
