@@ -237,6 +237,18 @@ def test_a_line_that_is_not_utf_8_is_refused_not_read_with_replacements(tmp_path
         ]
 
 
+def test_a_byte_order_mark_before_the_json_is_ignored(tmp_path: Path) -> None:
+    """A client whose writer starts its stream with a UTF-8 byte order mark (a .NET StreamWriter with
+    Encoding.UTF8) had its initialize refused as no JSON, with id null: it waited for its answer for ever."""
+    with _gateway(tmp_path) as process, _bounded(process):
+        assert process.stdin is not None
+        process.stdin.write(b"\xef\xbb\xbf")
+        _send(process, *_HELLO)
+        [answer] = _until(process, lambda m: True)
+        assert answer["id"] == 0
+        assert answer["result"]["serverInfo"]["name"] == "mcpvisor"
+
+
 def test_json_nested_too_deeply_is_refused_as_such_not_as_no_json(tmp_path: Path) -> None:
     """100,000 nested arrays are JSON: the refusal said the line was not JSON."""
     with _gateway(tmp_path) as process, _bounded(process):

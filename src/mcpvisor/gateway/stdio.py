@@ -81,8 +81,11 @@ class _Lines:
                 if not self._ended:  # the client closed stdin: answer what it asked first (the SDK cuts it)
                     await self.unanswered.settle()
                 raise StopAsyncIteration
-            try:  # (decoded with replacements, an id was answered as another and arguments changed unsaid)
-                passed, refusal, data = _verdict(line.decode())
+            # Decoded with replacements, an id was answered as another and arguments changed unsaid. A byte order
+            # mark before the JSON is ignored (RFC 8259 allows it; a .NET StreamWriter with Encoding.UTF8 writes
+            # one first).
+            try:
+                passed, refusal, data = _verdict(line.decode("utf-8-sig"))
             except UnicodeDecodeError as error:
                 passed, refusal, data = None, _refusal(None, types.PARSE_ERROR, _not_utf8(error)), None
             full = passed and self.unanswered.count >= MAX_UNANSWERED and self.unanswered.counts(data)
