@@ -200,7 +200,7 @@ def test_serve_over_stdio_answers_a_line_that_is_no_json_rpc_message(tmp_path: P
     assert answers[-2] == {"jsonrpc": "2.0", "id": 3, "result": {"tools": []}}
     refused = [(a["id"], a["error"]["code"], a["error"]["message"]) for a in answers[1:-2]]
     assert refused[:5] == [
-        (None, -32700, "Parse error: the line is not JSON"),
+        (None, -32700, "Parse error: the line is not JSON (expected value at line 1 column 1)"),
         (4, -32600, "'params' must be an object"),
         (None, -32600, "a line must be one JSON-RPC message (an object)"),
         (None, -32600, "batches are not supported: send one JSON-RPC message per line"),

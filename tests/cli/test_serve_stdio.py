@@ -249,6 +249,23 @@ def test_a_byte_order_mark_before_the_json_is_ignored(tmp_path: Path) -> None:
         assert answer["result"]["serverInfo"]["name"] == "mcpvisor"
 
 
+def test_a_line_that_is_not_json_is_refused_saying_where_it_stops_being_json(tmp_path: Path) -> None:
+    """Two messages written on one line, or a string with a lone surrogate escape, were refused as "not JSON" with
+    nothing to say which part of the line was wrong."""
+    with _gateway(tmp_path) as process, _bounded(process):
+        _send(process, *_HELLO)
+        _until(process, lambda m: m.get("id") == 0)
+        assert process.stdin is not None
+        process.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"ping"}{"jsonrpc":"2.0","id":2,"method":"ping"}\n')
+        process.stdin.write(b'{"jsonrpc":"2.0","id":3,"method":"ping","params":{"_meta":{"x":"\\ud800"}}}\n')
+        _send(process, {"jsonrpc": "2.0", "id": 4, "method": "ping"})
+        refused = _until(process, lambda m: m.get("id") == 4)[:-1]
+        assert [m["error"]["message"] for m in refused] == [
+            "Parse error: the line is not JSON (trailing characters at line 1 column 41)",
+            "Parse error: the line is not JSON (unexpected end of hex escape at line 1 column 71)",
+        ]
+
+
 def test_json_nested_too_deeply_is_refused_as_such_not_as_no_json(tmp_path: Path) -> None:
     """100,000 nested arrays are JSON: the refusal said the line was not JSON."""
     with _gateway(tmp_path) as process, _bounded(process):

@@ -322,12 +322,7 @@ def _verdict(line: str) -> tuple[str | None, types.JSONRPCError | None, Any]:
     try:
         data = pydantic_core.from_json(line)
     except ValueError as error:  # (JSON nested deeper than the parser goes was said to be no JSON)
-        too_deep = str(error).startswith("recursion limit exceeded")
-        return (
-            None,
-            _refusal(None, types.PARSE_ERROR, _TOO_DEEP if too_deep else "Parse error: the line is not JSON"),
-            None,
-        )
+        return None, _refusal(None, types.PARSE_ERROR, _not_json(str(error))), None
     problem = shape_problem(data, unit="line")
     if problem is None:
         try:
@@ -358,6 +353,14 @@ _TOO_LONG = (
 
 
 _TOO_DEEP = f"Parse error: the line's JSON is nested too deeply; the gateway reads JSON up to {_MAX_DEPTH} levels deep"
+
+
+def _not_json(reason: str) -> str:
+    """What is said of a line the parser refused, with where it stopped (two messages on one line were refused with
+    no word of the second one)."""
+    if reason.startswith("recursion limit exceeded"):
+        return _TOO_DEEP
+    return f"Parse error: the line is not JSON ({reason.removesuffix('.')})"
 
 
 def _not_utf8(error: UnicodeDecodeError) -> str:
