@@ -22,7 +22,7 @@ ANYTHING = st.recursive(
     max_leaves=6,
 )
 KINDS = st.sampled_from(["string", "number", "integer", "boolean", "object", "array", "null"])
-NUMBER = st.integers(-5, 5) | st.floats(-5, 5, allow_nan=False)
+NUMBER = st.integers(-5, 5) | st.floats(-5, 5, allow_nan=False) | st.just(10**400)
 
 
 def right(keyword: str, sub: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -30,7 +30,8 @@ def right(keyword: str, sub: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     if keyword == "type":
         return KINDS | st.lists(KINDS, max_size=3)
     if keyword in ("title", "description", "$comment", "format", "pattern", "$ref"):
-        return st.sampled_from(["", "x", "date-time", "(", "^a+$", "#/$defs/a", "#", "#/a b", "http://x/s#", "[z-a]"])
+        texts = ["", "x", "date-time", "(", "^a+$", "#/$defs/a", "#", "#/a b", "http://x/s#", "[z-a]", "#/%41", "#/%zz"]
+        return st.sampled_from(texts)
     if keyword in ("deprecated", "readOnly", "writeOnly", "uniqueItems"):
         return st.booleans()
     if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
@@ -154,3 +155,13 @@ def test_plain_schemas_are_judged_without_loading_jsonschema() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_a_ref_with_a_stray_percent_sign_or_a_bound_too_large_for_a_float_is_judged_by_jsonschema() -> None:
+    """Before: ``#/%zz`` was called plainly valid (jsonschema refuses it where it checks URI references), and an
+    integer bound too large for a float raised OverflowError, which failed the server's whole listing."""
+    assert not plainly_valid({"type": "object", "properties": {"a": {"$ref": "#/%zz"}}})
+    assert plainly_valid({"$defs": {"A%20B": {"type": "string"}}, "properties": {"a": {"$ref": "#/$defs/A%20B"}}})
+    huge = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 10**400}}}
+    assert plainly_valid(huge)
+    assert schema_problem(huge) is None

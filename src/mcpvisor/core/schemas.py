@@ -37,7 +37,7 @@ _COUNTS: Final = frozenset({"minLength", "maxLength", "minItems", "maxItems", "m
 _LISTS: Final = frozenset({"enum", "examples"})
 _ALTERNATIVES: Final = frozenset({"anyOf", "oneOf", "allOf"})
 _DEFINITIONS: Final = frozenset({"$defs", "definitions"})
-_LOCAL_REF: Final = re.compile(r"#(/[A-Za-z0-9_.~$%-]+)*")
+_LOCAL_REF: Final = re.compile(r"#(/([A-Za-z0-9_.~$-]|%[0-9A-Fa-f]{2})+)*")
 _KNOWN: Final = frozenset(
     # Every keyword the 2020-12 metaschema and its vocabularies know (a keyword it does not know may hold anything).
     "$id $schema $ref $anchor $dynamicRef $dynamicAnchor $vocabulary $comment $defs $recursiveAnchor $recursiveRef "
@@ -112,7 +112,9 @@ def _regex(pattern: str) -> bool:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or math.isfinite(value)  # (an int too large for a float is a number too)
 
 
 def schema_problem(schema: Mapping[str, Any]) -> str | None:
