@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -11,7 +12,7 @@ import anyio
 import pytest
 
 from mcpvisor.core.config import Config
-from mcpvisor.core.errors import ConfigError, ServerUnavailableError
+from mcpvisor.core.errors import ConfigError, ServerUnavailableError, ToolNotFoundError
 from mcpvisor.core.events import ReconcileFinished
 from mcpvisor.core.gating import McpGating, NameList
 from mcpvisor.core.pool import McpConnectionPool
@@ -400,3 +401,32 @@ async def test_a_call_cut_short_on_a_shared_connection_is_never_told_another_ses
             assert "/two/" not in said
             assert "(it was excluded" in said
             assert (told in said) if told is not None else said.endswith("(it was excluded)")
+
+
+async def test_a_shared_connection_is_said_withheld_by_each_sessions_own_tool_filters(tmp_path: Path) -> None:
+    """One connection serves two workspaces that filter its tools differently: what each one's row warns of, and
+    what a call of a withheld tool is told, follow that workspace's own filters, never the other's."""
+    described = tmp_path / "described.json"
+    bad = {"type": "object", "properties": {"n": {"type": "nonsense"}}}
+    described.write_text(json.dumps({"bad": {"inputSchema": bad}}))
+    args = ("--tools", "echo,bad", "--descriptions", str(described))
+    async with McpConnectionPool(options=ConnectionOptions(log_dir=tmp_path)) as pool:
+        async with (
+            Config(mcp_servers={"w": light("w", *args)}, pool=pool, session_id="one") as one,
+            Config(mcp_servers={"w": light("w", *args, excludeTools=["bad"])}, pool=pool, session_id="two") as two,
+        ):
+            await one.initialize()
+            await two.initialize()
+            shared = one.manager.get_client("w")
+            assert shared is not None and shared is two.manager.get_client("w")
+            for _ in range(2):  # (whichever synced last)
+                with pytest.raises(ToolNotFoundError) as caught:
+                    await one.call_tool("mcp__w__bad", {"n": 1})
+                assert caught.value.reason == "withheld"
+                with pytest.raises(ToolNotFoundError) as caught:
+                    await two.call_tool("mcp__w__bad", {"n": 1})
+                assert caught.value.reason != "withheld"
+                assert (one.manager.snapshot()["w"].warning or "").startswith("tool 'bad' is withheld")
+                assert two.manager.snapshot()["w"].warning is None
+                shared.request_refresh(tools=True)  # (a re-listing syncs both again)
+                await anyio.sleep(0.2)

@@ -80,14 +80,11 @@ class McpClient(ServerConnection):
     use it, ``await aclose()``; see :class:`~mcpvisor.core.connection.ServerConnection` for ``on_change``,
     ``on_lost``, ``client_requests`` and ``max_message_bytes``."""
 
-    exposure: Exposure = Exposure()
-    """The tool filters of the configuration its owner serves it under (for :attr:`warning`)."""
-
-    @property
-    def warning(self) -> str | None:
-        """What its row warns of while it is connected: the tools withheld from its listing that its filters do not
-        hide anyway, then what else is wrong with the listing (:attr:`listing_problem`), or None."""
-        return warning_of(self.listing_problem, self.withheld, self.exposure.admits)
+    def warning(self, exposure: Exposure) -> str | None:
+        """What its row warns of while it is connected, served under ``exposure`` (a connection shared by workspaces
+        is served under each one's tool filters): the tools withheld from its listing that those filters do not hide
+        anyway, then what else is wrong with the listing (:attr:`listing_problem`), or None."""
+        return warning_of(self.listing_problem, self.withheld, exposure.admits)
 
     # -- resource subscriptions ---------------------------------------------------------------
 

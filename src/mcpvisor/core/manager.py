@@ -446,8 +446,7 @@ class McpClientManager:
             tools, prompts = admitted.tools, admitted.prompts
             if admitted.held_tools or admitted.held_prompts or admitted.why:
                 self._held[name] = admitted
-        client.exposure = exposure_of(cfg)  # (its row says which tools it withholds of those it exposes)
-        tools_changed = self._tools.set_server_tools(name, tools, client.exposure)
+        tools_changed = self._tools.set_server_tools(name, tools, exposure_of(cfg))
         prompts_changed = self._prompts.set_server_prompts(name, prompts)
         if client.status == "connecting" and name in self._unsaid:  # a restart's start: told once it is over
             self._untold(name, tools=tools_changed, prompts=prompts_changed)
@@ -490,7 +489,8 @@ class McpClientManager:
         for renamed in self._tools.take_renamed() - {name}:  # their tools renamed by this one's coming
             self._publish_state(renamed)
         client = self._clients.get(name)
-        status, error, warning = (client.status, client.last_error, client.warning) if client else (None,) * 3
+        status, error = (client.status, client.last_error) if client else (None, None)
+        warning = client.warning(exposure_of(self._configs[name])) if client and name in self._configs else None
         if restarting and client is None:  # its new connection comes once the old one is gone
             status = "connecting"
         state = server_state(name, status, error, self._tools, self._prompts, self._held.get(name), reason=reason)

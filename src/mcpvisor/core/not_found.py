@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from mcpvisor.core.errors import NotFoundError, RequestKind, name_word, not_found
+from mcpvisor.core.exposure import exposure_of
 from mcpvisor.core.gating import McpGating, matches_any
 from mcpvisor.core.registry import TOOL_PREFIX, PromptRegistry, ToolRegistry, mcp_tool_name, owner_among
 
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from mcpvisor.core.client import McpClient
     from mcpvisor.core.manager import McpClientManager
     from mcpvisor.core.reconnects import Recovery
+    from mcpvisor.core.server_config import McpServerConfig
 
 __all__ = ["Servers", "why_not_found"]
 
@@ -37,6 +39,7 @@ class Servers(Protocol):
     def refined_reason(self, name: str, reason: str) -> str: ...
     def get_cli_allowed_mcp_server_names(self) -> tuple[str, ...] | None: ...
     def get_mcp_gating(self) -> McpGating: ...
+    def get_mcp_servers(self) -> Mapping[str, McpServerConfig]: ...
     def not_found(self, name: str, kind: RequestKind) -> NotFoundError: ...
 
 
@@ -115,7 +118,7 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
                 else f"{kind} {name!r} is held back: its definition changed since server {server!r} was approved; "
                 f"review the change and accept it with: {approve}"
             )
-        elif kind == "tool" and (why := _withheld(client, server, name)) is not None:
+        elif kind == "tool" and (why := _withheld(client, config.get_mcp_servers().get(server), name)) is not None:
             reason = "withheld"
             text = f"{kind} {name!r} is withheld: server {server!r} lists it, but {why}; the server needs fixing"
         else:
@@ -129,14 +132,15 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
     return not_found(text, kind=kind, target=name, server=server, reason=reason)
 
 
-def _withheld(client: McpClient, server: str, name: str) -> str | None:
-    """Why the tool registered name ``name`` stands for is withheld from ``server``'s listing, or None (also when
-    its tool filters hide it anyway: it is then said to be filtered out)."""
+def _withheld(client: McpClient, cfg: McpServerConfig | None, name: str) -> str | None:
+    """Why the tool registered name ``name`` stands for is withheld from ``client``'s listing, or None (also when
+    the tool filters of its configuration ``cfg`` hide it anyway: it is then said to be filtered out)."""
+    admits = exposure_of(cfg).admits if cfg is not None else None
     return next(
         (
             tool.why
             for tool in client.withheld
-            if mcp_tool_name(server, tool.name) == name and client.exposure.admits(tool.name)
+            if mcp_tool_name(client.name, tool.name) == name and admits is not None and admits(tool.name)
         ),
         None,
     )

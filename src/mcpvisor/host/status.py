@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from mcpvisor.core.errors import name_word
 from mcpvisor.core.events import ReconcileFinished, ServerStateChanged
+from mcpvisor.core.exposure import exposure_of
 from mcpvisor.core.gating import McpGating
 from mcpvisor.host.approvals import ApprovalStore, is_gated
 from mcpvisor.host.paths import named_home
@@ -119,7 +120,8 @@ def live_connections(config: Config) -> dict[str, LiveConnection]:
     """What a running host's ``config`` knows about each of its connections."""
     live: dict[str, LiveConnection] = {}
     # A start waiting its turn (a start slot, the SDK's loading), its connection made or not yet: on its way.
-    waiting = {name for name in config.get_mcp_servers() if config.manager.starting(name)}
+    configured = config.get_mcp_servers()
+    waiting = {name for name in configured if config.manager.starting(name)}
     for name, client in config.manager.clients().items():
         held = config.manager.held(name)
         unstarted = client.status == "disconnected" and not client.last_error and name in waiting
@@ -133,7 +135,9 @@ def live_connections(config: Config) -> dict[str, LiveConnection]:
             held_tools=tuple(held.held_tools) if held else (),
             held_prompts=tuple(held.held_prompts) if held else (),
             held_why=held.why if held else None,
-            warning=client.warning if client.status == "connected" else None,
+            warning=client.warning(exposure_of(cfg))
+            if (cfg := configured.get(name)) and client.status == "connected"
+            else None,
         )
     for name in waiting - live.keys():
         live[name] = LiveConnection(status="connecting", tools=0, prompts=0, error=None)
