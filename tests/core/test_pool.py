@@ -418,7 +418,8 @@ async def test_a_shared_connection_is_said_withheld_by_each_sessions_own_tool_fi
             await one.initialize()
             await two.initialize()
             shared = one.manager.get_client("w")
-            assert shared is not None and shared is two.manager.get_client("w")
+            assert shared is not None
+            assert shared is two.manager.get_client("w")
             for _ in range(2):  # (whichever synced last)
                 with pytest.raises(ToolNotFoundError) as caught:
                     await one.call_tool("mcp__w__bad", {"n": 1})

@@ -597,6 +597,34 @@ async def test_a_request_pipelined_behind_an_open_stream_gets_no_408_written_int
     assert b"408 Request Timeout" not in received, received[-400:]
 
 
+async def test_a_pipelined_body_that_never_ends_is_answered_408_once_its_turn_comes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The body of a request that waited its turn is timed from that turn: it is not left without a bound."""
+    monkeypatch.setattr(gateway_connections, "BODY_TIMEOUT_S", 0.5)
+    async with (
+        gateway_at(tmp_path, HttpLimits(header_timeout_s=1.0)) as (_, url),
+        httpx2.AsyncClient(timeout=WAIT_S) as http,
+    ):
+        session = await open_session(http, url)
+        body = json.dumps(call("mcp__a__sleep", {"seconds": 1.0})).encode()
+        sock = _connect(url)
+        try:
+            sock.send(_head(url, session=session, length=len(body)) + body + _head(url, session=session) + b"{")
+            received = b""
+            with anyio.fail_after(WAIT_S):
+                while True:
+                    await anyio.wait_readable(sock)
+                    if not (chunk := sock.recv(65536)):
+                        break
+                    received += chunk
+        finally:
+            sock.close()
+    first, _, second = received.partition(b"HTTP/1.1 408 ")
+    assert first.startswith(b"HTTP/1.1 200 "), received[:200]
+    assert b"did not arrive whole within 0.5 s" in second, received[-400:]
+
+
 async def test_json_nested_too_deep_without_a_session_id_is_answered_as_a_bad_request(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -102,9 +102,14 @@ def guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
                 self._head_bytes += len(data)  # read it began in may end an earlier request's body: not counted)
                 if self._head_bytes > MAX_HEADER_BYTES:
                     self._refuse_head()
-            elif self._body_timer is None and (cycle := self.cycle) is not None and cycle.more_body:
-                # A body still on its way, unless its request waits behind an earlier one still answered (a session's
-                # GET stream): its body is not read meanwhile, and a 408 would land inside the earlier answer.
+            else:
+                self._arm_body_timer()
+
+        def _arm_body_timer(self) -> None:
+            """Time the body still on its way, unless its request waits behind an earlier one still answered (a
+            session's GET stream): its body is not read meanwhile (its time starts with its turn), and a 408 would
+            land inside the earlier answer."""
+            if self._body_timer is None and (cycle := self.cycle) is not None and cycle.more_body:
                 waiting = bool(getattr(self, "pipeline", ()))
                 if not cycle.response_complete and not waiting and not self.transport.is_closing():
                     self._body_timer = self.loop.call_later(BODY_TIMEOUT_S, self._body_too_slow, cycle)
@@ -213,6 +218,7 @@ def guarded_protocol(limits: HttpLimits) -> type[asyncio.Protocol]:
                 self._refuse_head()  # (its turn may have come)
             elif not self.transport.is_closing():
                 self._arm_header_timer()  # the next request on this connection gets the same time
+                self._arm_body_timer()  # (one pipelined behind the answered one: its turn has come)
 
         def _arm_header_timer(self) -> None:
             self._disarm_header_timer()
