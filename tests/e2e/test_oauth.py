@@ -660,6 +660,9 @@ async def test_a_shell_login_with_no_browser_prints_the_url_and_ctrl_c_cancels_i
     async with shell(tmp_path, user=user, open_url=lambda _url: False) as s:
         out = await s.run("/login sec", "(waiting for the sign-in; Ctrl-C cancels)")
         assert f"Sign in to sec by visiting this URL in a browser:\n  http://127.0.0.1:{server.port}/authorize?" in out
+        said = " ".join(out.split())  # (the shell wraps long lines)
+        assert "(The sign-in ends at http://127.0.0.1:" in said, said
+        assert "from a browser on another one, forward that port first, e.g. ssh -L " in said, said
         since = s.mark()
         s.interrupts.send_nowait(object())
         await s.wait_for("cancelled", since)

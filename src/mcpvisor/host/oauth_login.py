@@ -100,7 +100,9 @@ async def login(
             announce(
                 f"Opening your browser to sign in to {name}. If it does not open, visit:\n  {authorization_url}"
                 if opened
-                else f"Sign in to {name} by visiting this URL in a browser:\n  {authorization_url}"
+                else f"Sign in to {name} by visiting this URL in a browser:\n  {authorization_url}\n"
+                f"(The sign-in ends at {callback.redirect_uri} on this machine: from a browser on another one, forward "
+                f"that port first, e.g. ssh -L {callback.port}:127.0.0.1:{callback.port} THIS-HOST)"
             )
 
         async def callback_handler() -> Any:
