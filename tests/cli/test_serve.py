@@ -131,6 +131,7 @@ def test_serve_over_stdio_with_no_client_at_all_ends_cleanly(tmp_path: Path) -> 
     ("given", "flag"),
     [
         (["--max-sessions", "5"], "--max-sessions"),
+        (["--max-sessions", "1000"], "--max-sessions"),  # (its default value: given all the same)
         (["--session-idle-timeout", "60"], "--session-idle-timeout"),
         (["--max-connections", "10"], "--max-connections"),
         (["--header-timeout", "3"], "--header-timeout"),

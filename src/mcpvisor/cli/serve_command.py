@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -33,9 +33,6 @@ from mcpvisor.gateway.limits import (
     MIN_NAME_BUDGET,
     SESSION_IDLE_TIMEOUT_S,
 )
-
-if TYPE_CHECKING:
-    from mcpvisor.gateway.limits import HttpLimits
 
 __all__ = ["fast_event_loop", "serve"]
 
@@ -72,6 +69,7 @@ def _parse_http(value: str) -> tuple[str, int]:
 
 
 def serve(
+    ctx: typer.Context,
     workspace: WorkspaceOpt = None,
     mcp_config: McpConfigOpt = None,
     allowed_mcp_server_names: AllowedOpt = None,
@@ -219,7 +217,7 @@ def serve(
         )
         if address is None and (no_auth or token_file is not None):
             raise ConfigError("--no-auth and --token-file apply to --http: over stdio the client is the parent process")
-        if address is None and (given := _http_limits_given(limits)):
+        if address is None and (given := _http_limits_given(ctx)):
             one = " and " not in given
             raise ConfigError(
                 f"{given} {'applies' if one else 'apply'} to --http: over stdio the gateway has one client and no "
@@ -266,16 +264,16 @@ async def _stop_on_signal(signals: Signals, stop: anyio.Event, scope: anyio.Canc
     scope.cancel()  # a third changes nothing while it stops
 
 
-def _http_limits_given(limits: HttpLimits) -> str:
-    """The HTTP listener's limits set to other than their defaults (their flags, as said), or ``""``."""
+def _http_limits_given(ctx: typer.Context) -> str:
+    """The HTTP listener's limits given to the command (their flags, as said; whatever their value), or ``""``."""
     given = [
         flag
-        for flag, value, default in (
-            ("--max-sessions", limits.max_sessions, MAX_SESSIONS),
-            ("--session-idle-timeout", limits.session_idle_timeout_s, SESSION_IDLE_TIMEOUT_S),
-            ("--max-connections", limits.max_connections, MAX_CONNECTIONS),
-            ("--header-timeout", limits.header_timeout_s, HEADER_TIMEOUT_S),
+        for flag, name in (
+            ("--max-sessions", "max_sessions"),
+            ("--session-idle-timeout", "session_idle_timeout"),
+            ("--max-connections", "max_connections"),
+            ("--header-timeout", "header_timeout"),
         )
-        if value != default
+        if (source := ctx.get_parameter_source(name)) is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
     ]
     return " and ".join([", ".join(given[:-1]), given[-1]] if len(given) > 1 else given)
