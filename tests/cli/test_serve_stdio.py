@@ -222,17 +222,16 @@ def test_a_line_that_is_not_utf_8_is_refused_not_read_with_replacements(tmp_path
         _until(process, lambda m: m.get("id") == 0)
         assert process.stdin is not None
         process.stdin.write(b'{"jsonrpc": "2.0", "id": "caf\xe9", "method": "ping"}\n')
+        # An id read surely is the refusal's (its caller waits for it), wherever the id stands (the TypeScript SDK
+        # writes it last).
+        process.stdin.write(b'{"jsonrpc": "2.0", "id": 7, "method": "ping", "params": {"_meta": {"n": "caf\xe9"}}}\n')
+        process.stdin.write(b'{"method": "ping", "params": {"_meta": {"n": "caf\xe9"}}, "jsonrpc": "2.0", "id": 8}\n')
         _send(process, {"jsonrpc": "2.0", "id": 2, "method": "ping"})
+        not_utf8 = "Parse error: the line is not UTF-8 (byte 0xe9 at offset {}); send JSON-RPC messages as UTF-8"
         assert _until(process, lambda m: m.get("id") == 2) == [
-            {
-                "jsonrpc": "2.0",
-                "id": None,
-                "error": {
-                    "code": -32700,
-                    "message": "Parse error: the line is not UTF-8 (byte 0xe9 at offset 29); "
-                    "send JSON-RPC messages as UTF-8",
-                },
-            },
+            {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": not_utf8.format(29)}},
+            {"jsonrpc": "2.0", "id": 7, "error": {"code": -32700, "message": not_utf8.format(76)}},
+            {"jsonrpc": "2.0", "id": 8, "error": {"code": -32700, "message": not_utf8.format(49)}},
             {"jsonrpc": "2.0", "id": 2, "result": {}},
         ]
 
@@ -277,17 +276,18 @@ def test_json_nested_too_deeply_is_refused_as_such_not_as_no_json(tmp_path: Path
         for _ in range(195):  # (200 levels with the request around it)
             nested = [nested]
         _send(process, {"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {"_meta": {"deep": nested}}})
-        assert _until(process, lambda m: m.get("id") == 2) == [
-            {
-                "jsonrpc": "2.0",
-                "id": None,
-                "error": {
-                    "code": -32700,
-                    "message": "Parse error: the line's JSON is nested too deeply; "
-                    "the gateway reads JSON up to 200 levels deep",
-                },
-            },
+        message = "Parse error: the line's JSON is nested too deeply; the gateway reads JSON up to 200 levels deep"
+        too_deep = {"code": -32700, "message": message}
+        # A request too deep whose id comes first (as the Python SDK writes it) is refused with its id: its caller
+        # waited for ever.
+        _send(process, {"jsonrpc": "2.0", "id": 3, "method": "ping", "params": {"_meta": {"deep": [[[[nested]]]]}}})
+        said = _until(process, lambda m: m.get("id") == 2)
+        if not any(m.get("id") == 3 for m in said):  # (the ping's answer comes from its server: either may be first)
+            said += _until(process, lambda m: m.get("id") == 3)
+        assert sorted(said, key=lambda m: str(m.get("id"))) == [
             {"jsonrpc": "2.0", "id": 2, "result": {}},
+            {"jsonrpc": "2.0", "id": 3, "error": too_deep},
+            {"jsonrpc": "2.0", "id": None, "error": too_deep},
         ]
 
 

@@ -85,9 +85,9 @@ class _Lines:
             # mark before the JSON is ignored (RFC 8259 allows it; a .NET StreamWriter with Encoding.UTF8 writes
             # one first).
             try:
-                passed, refusal, data = _verdict(line.decode("utf-8-sig"))
+                passed, refusal, data = _verdict(line.decode("utf-8").removeprefix("\ufeff"))
             except UnicodeDecodeError as error:
-                passed, refusal, data = None, _refusal(None, types.PARSE_ERROR, _not_utf8(error)), None
+                passed, refusal, data = None, _refusal(_id_of(line), types.PARSE_ERROR, _not_utf8(error)), None
             full = passed and self.unanswered.count >= MAX_UNANSWERED and self.unanswered.counts(data)
             if full and not await self.unanswered.wait_room():
                 passed, refusal = None, _refusal(data["id"], types.INTERNAL_ERROR, _BUSY)
@@ -136,6 +136,18 @@ def _leading_id(head: bytes) -> Any:
     except ValueError:
         return None
     return request_id if is_request_id(request_id) else None
+
+
+def _id_of(line: bytes) -> Any:
+    """The id of a request refused for its line (not UTF-8, nested too deep), for its caller waiting on it; None when
+    it cannot be told surely, or for a client's answer to a request of the gateway's (that id is not its to fail)."""
+    if (request_id := _leading_id(line[:_HEAD].removeprefix(b"\xef\xbb\xbf"))) is not None:
+        return request_id
+    with contextlib.suppress(ValueError):
+        data = pydantic_core.from_json(line.decode("utf-8", "replace"))
+        request_id = data.get("id") if isinstance(data, dict) and "method" in data else None
+        return request_id if is_request_id(request_id) and "\ufffd" not in str(request_id) else None
+    return None
 
 
 def _dropped(head: bytes) -> _TooLong:
@@ -322,7 +334,9 @@ def _verdict(line: str) -> tuple[str | None, types.JSONRPCError | None, Any]:
     try:
         data = pydantic_core.from_json(line)
     except ValueError as error:  # (JSON nested deeper than the parser goes was said to be no JSON)
-        return None, _refusal(None, types.PARSE_ERROR, _not_json(str(error))), None
+        said = _not_json(str(error))
+        request_id = _id_of(line.encode()) if said == _TOO_DEEP else None  # (a line of no JSON has no id to tell)
+        return None, _refusal(request_id, types.PARSE_ERROR, said), None
     problem = shape_problem(data, unit="line")
     if problem is None:
         try:
