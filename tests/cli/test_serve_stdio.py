@@ -112,6 +112,16 @@ def _text(answer: Any) -> str:
     return str(answer["content"][0]["text"]) if "content" in answer else str(answer)
 
 
+def _serves_a_call_then_ends_cleanly(process: subprocess.Popen[bytes]) -> None:
+    """Initialize, call server ``a``'s echo and check its answer, then close stdin: the gateway exits with code 0."""
+    _send(process, *_HELLO, {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "mcp__a__echo"}})
+    answers = _answers(_until(process, lambda m: m.get("id") == 1))
+    assert _text(answers[1]) == "a:echo:"
+    assert process.stdin is not None
+    process.stdin.close()
+    assert process.wait(timeout=WAIT_S) == 0
+
+
 def test_on_sigterm_a_call_still_running_after_the_grace_is_answered_over_stdio_too(tmp_path: Path) -> None:
     """The README: on SIGTERM calls in flight get 5 s, then are answered that the gateway is shutting down, "also
     over stdio with the client's end still open". The drain ended the call, but the gateway left at once, and its
@@ -309,12 +319,7 @@ def test_a_client_that_closed_its_end_of_stderr_is_still_served(tmp_path: Path) 
     finally:
         os.close(stderr)
     with process, _bounded(process):
-        _send(process, *_HELLO, {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "mcp__a__echo"}})
-        answers = _answers(_until(process, lambda m: m.get("id") == 1))
-        assert _text(answers[1]) == "a:echo:"
-        assert process.stdin is not None
-        process.stdin.close()
-        assert process.wait(timeout=WAIT_S) == 0
+        _serves_a_call_then_ends_cleanly(process)
 
 
 def test_a_gateway_started_with_stderr_closed_serves_and_ends_cleanly(tmp_path: Path) -> None:
@@ -333,12 +338,7 @@ def test_a_gateway_started_with_stderr_closed_serves_and_ends_cleanly(tmp_path: 
         ) as process,
         _bounded(process),
     ):
-        _send(process, *_HELLO, {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "mcp__a__echo"}})
-        answers = _answers(_until(process, lambda m: m.get("id") == 1))
-        assert _text(answers[1]) == "a:echo:"
-        assert process.stdin is not None
-        process.stdin.close()
-        assert process.wait(timeout=WAIT_S) == 0
+        _serves_a_call_then_ends_cleanly(process)
 
 
 def test_a_request_before_initialize_is_refused_saying_to_initialize_first(tmp_path: Path) -> None:

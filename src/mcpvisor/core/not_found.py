@@ -135,15 +135,10 @@ def why_not_found(config: Servers, manager: McpClientManager | None, name: str, 
 def _withheld(client: McpClient, cfg: McpServerConfig | None, name: str) -> str | None:
     """Why the tool registered name ``name`` stands for is withheld from ``client``'s listing, or None (also when
     the tool filters of its configuration ``cfg`` hide it anyway: it is then said to be filtered out)."""
-    admits = exposure_of(cfg).admits if cfg is not None else None
-    return next(
-        (
-            tool.why
-            for tool in client.withheld
-            if mcp_tool_name(client.name, tool.name) == name and admits is not None and admits(tool.name)
-        ),
-        None,
-    )
+    if cfg is None:
+        return None
+    admits = exposure_of(cfg).admits
+    return next((t.why for t in client.withheld if mcp_tool_name(client.name, t.name) == name and admits(t.name)), None)
 
 
 def _down(head: str, client: McpClient | None, recovery: Recovery | None) -> tuple[str, str]:
